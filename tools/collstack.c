@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* collstack: the command-line tool (selftest, benchmarks, simulator, ...). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cs_config.h"
+#include "cmds.h"
+
+struct cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+};
+
+/* One line per subcommand. */
+static const struct cmd cmds[] = {
+	{ "version", NULL, "print the version" },
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out, "usage: collstack COMMAND [ARGS...]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(out, "  %-14s %s\n", cmds[i].name, cmds[i].help);
+	fprintf(out, "\n'collstack COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		printf("collstack %s\n", CS_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (cmds[i].fn && !strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "collstack: unknown command '%s'\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}
