@@ -515,3 +515,112 @@ void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
 	while ((k = cs_coord_fd_poll(&c->fd, now, lost, CS_ARRAY_SIZE(lost))))
 		declare_lost(c, lost, k, o);
 }
+
+/* -------- member -------- */
+
+int cs_boot_member_init(struct cs_boot_member *b, const char *token,
+			int32_t want_rank, const struct cs_node_addr *self,
+			const struct cs_member_params *mp, uint64_t seed)
+{
+	if (!*token || strlen(token) >= sizeof(b->token))
+		return -EINVAL;
+	memset(b, 0, sizeof(*b));
+	strcpy(b->token, token);
+	b->want_rank = want_rank;
+	b->self = *self;
+	b->mp = *mp;
+	b->rng = seed;
+	return 0;
+}
+
+int cs_boot_member_on_msg(struct cs_boot_member *b,
+			  const struct cs_boot_msg *m, cs_ns_t now,
+			  struct cs_boot_msg *reply, uint32_t *lost,
+			  unsigned maxlost, unsigned *nlost)
+{
+	uint8_t proof[32];
+
+	*nlost = 0;
+	if (m->type == CS_BOOT_REFUSE) {
+		snprintf(b->error, sizeof(b->error),
+			 "coordinator refused us: %s (%s)", m->reason,
+			 cs_strerror(m->code));
+		b->state = CS_BOOT_M_FAILED;
+		return -ECONNREFUSED;
+	}
+	switch (b->state) {
+	case CS_BOOT_M_WAIT_CHALLENGE:
+		if (m->type != CS_BOOT_CHALLENGE)
+			break;
+		for (unsigned i = 0; i < CS_BOOT_NONCE_LEN; i += 8) {
+			uint64_t v = cs_rand_next(&b->rng);
+
+			memcpy(b->nonce + i, &v, 8);
+		}
+		memset(reply, 0, sizeof(*reply));
+		reply->type = CS_BOOT_JOIN;
+		reply->want_rank = b->want_rank;
+		reply->addr = b->self;
+		memcpy(reply->nonce, b->nonce, CS_BOOT_NONCE_LEN);
+		cs_boot_join_mac(b->token, m->nonce, b->nonce, &b->self,
+				 reply->mac);
+		b->state = CS_BOOT_M_WAIT_WELCOME;
+		return CS_BOOT_M_REPLY;
+	case CS_BOOT_M_WAIT_WELCOME:
+		if (m->type != CS_BOOT_WELCOME)
+			break;
+		cs_boot_welcome_proof(b->token, b->nonce, m->node, proof);
+		if (!cs_auth_equal(proof, m->mac, sizeof(proof))) {
+			snprintf(b->error, sizeof(b->error),
+				 "coordinator does not hold the job token");
+			b->state = CS_BOOT_M_FAILED;
+			return CS_ERR_AUTH;
+		}
+		if (m->world == 0 || m->world > CS_BOOT_MAX_RANKS ||
+		    m->node >= m->world)
+			break;
+		b->rank = m->node;
+		b->world = m->world;
+		b->state = CS_BOOT_M_WAIT_TABLE;
+		return 0;
+	case CS_BOOT_M_WAIT_TABLE:
+	case CS_BOOT_M_READY:
+		if (m->type == CS_BOOT_TABLE) {
+			if (m->n != b->world || m->table == NULL)
+				break;
+			memcpy(b->table, m->table, m->n * sizeof(*m->table));
+			if (b->state == CS_BOOT_M_WAIT_TABLE)
+				cs_member_fd_init(&b->fd, &b->mp, m->epoch,
+						  now);
+			else
+				cs_member_fd_on_view(&b->fd, m->epoch, now);
+			b->epoch = m->epoch;
+			b->state = CS_BOOT_M_READY;
+			return CS_BOOT_M_TABLE;
+		}
+		if (m->type == CS_BOOT_VIEW && b->state == CS_BOOT_M_READY) {
+			int r = 0;
+
+			if (cs_member_fd_on_view(&b->fd, m->epoch, now)) {
+				for (uint32_t i = 0; i < m->n; i++) {
+					if (m->lost[i] < b->world)
+						b->table[m->lost[i]].state =
+							CS_MEMBER_LOST;
+					if (i < maxlost)
+						lost[(*nlost)++] = m->lost[i];
+				}
+				b->epoch = m->epoch;
+				r = CS_BOOT_M_VIEW;
+			}
+			return r;
+		}
+		break;
+	case CS_BOOT_M_FAILED:
+		return -EPROTO;
+	}
+	snprintf(b->error, sizeof(b->error),
+		 "unexpected message type %u from the coordinator in state %d",
+		 m->type, b->state);
+	b->state = CS_BOOT_M_FAILED;
+	return -EPROTO;
+}

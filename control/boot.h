@@ -155,3 +155,49 @@ void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
 		       const struct cs_coord_out *o);
 
 #endif
+
+/* -------- member (sans-IO) -------- */
+
+enum cs_boot_member_state {
+	CS_BOOT_M_WAIT_CHALLENGE = 0,
+	CS_BOOT_M_WAIT_WELCOME,
+	CS_BOOT_M_WAIT_TABLE,
+	CS_BOOT_M_READY,
+	CS_BOOT_M_FAILED,
+};
+
+struct cs_boot_member {
+	char token[128];
+	int32_t want_rank;
+	struct cs_node_addr self;
+	uint8_t nonce[CS_BOOT_NONCE_LEN];
+	uint64_t rng;
+	enum cs_boot_member_state state;
+	uint32_t rank, world, epoch;
+	struct cs_node_addr table[CS_BOOT_MAX_RANKS];
+	struct cs_member_fd fd;
+	struct cs_member_params mp;
+	char error[160];	/* why the member failed, for the log */
+};
+
+int cs_boot_member_init(struct cs_boot_member *b, const char *token,
+			int32_t want_rank, const struct cs_node_addr *self,
+			const struct cs_member_params *mp, uint64_t seed);
+
+/* Bits returned by cs_boot_member_on_msg(). */
+#define CS_BOOT_M_REPLY 0x1	/* send *reply */
+#define CS_BOOT_M_TABLE 0x2	/* a new table: addresses / epoch changed */
+#define CS_BOOT_M_VIEW 0x4	/* the epoch advanced: fail in-flight ops */
+
+/**
+ * cs_boot_member_on_msg - a message from the coordinator
+ * @reply: filled when the return has CS_BOOT_M_REPLY
+ * @lost: VIEW's lost ranks are copied here (cap @maxlost); @nlost out
+ * Returns: a bit set of CS_BOOT_M_*, or a negative error: CS_ERR_AUTH when
+ * the coordinator cannot prove it holds the token, -ECONNREFUSED when it
+ * refused us (b->error says why), -EPROTO for a message out of order.
+ */
+int cs_boot_member_on_msg(struct cs_boot_member *b,
+			  const struct cs_boot_msg *m, cs_ns_t now,
+			  struct cs_boot_msg *reply, uint32_t *lost,
+			  unsigned maxlost, unsigned *nlost);

@@ -247,3 +247,125 @@ Test(boot, decoder_survives_hostile_bytes)
 	memcpy(buf, (uint8_t[]){ 0, 0, 0, 5, 99 }, 5);
 	cr_assert_eq(cs_boot_decode(buf, 5, &d), -EPROTO);
 }
+
+/* An in-memory network: every message is encoded, queued and decoded. */
+struct net {
+	struct cs_coord c;
+	struct cs_boot_member m[6];
+	int rc[6];
+	unsigned views[6];
+	uint32_t lost[6][4];
+	bool closed[6];
+	uint8_t buf[CS_BOOT_MAX_MSG];
+};
+
+static void deliver_to_member(struct net *n, uint32_t k,
+			      const struct cs_boot_msg *msg);
+
+static void net_send(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
+{
+	struct net *n = ctx;
+
+	if (!n->closed[conn])
+		deliver_to_member(n, conn, m);
+}
+
+static void net_close(void *ctx, uint32_t conn)
+{
+	((struct net *)ctx)->closed[conn] = true;
+}
+
+static const struct cs_coord_out net_out = { net_send, net_close, NULL, NULL };
+
+static void deliver_to_member(struct net *n, uint32_t k,
+			      const struct cs_boot_msg *msg)
+{
+	struct cs_node_addr tab[8];
+	uint32_t lost[8];
+	struct cs_boot_msg d = { .table = tab, .lost = lost, .cap = 8 };
+	struct cs_boot_msg reply;
+	struct cs_coord_out o = net_out;
+	unsigned nl;
+	int len = cs_boot_encode(msg, n->buf, sizeof(n->buf));
+
+	cr_assert_eq(cs_boot_decode(n->buf, (size_t)len, &d), len);
+	o.ctx = n;
+	n->rc[k] = cs_boot_member_on_msg(&n->m[k], &d, 0, &reply,
+					 n->lost[k], 4, &nl);
+	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_VIEW))
+		n->views[k]++;
+	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_REPLY)) {
+		struct cs_boot_msg j = { 0 };
+		uint8_t b2[256];
+
+		len = cs_boot_encode(&reply, b2, sizeof(b2));
+		cr_assert_eq(cs_boot_decode(b2, (size_t)len, &j), len);
+		cs_coord_on_msg(&n->c, k, &j, 0, &o);
+	}
+}
+
+Test(boot, members_and_coordinator_end_to_end)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_coord_out o = net_out;
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 4, 6, &MP, 3), 0);
+	for (uint32_t k = 0; k < 5; k++) {
+		struct cs_node_addr self = { .ip = 0x0a4d0001 + k,
+					     .udp_port = 47000 };
+
+		cr_assert_eq(cs_boot_member_init(&n->m[k],
+						 k == 4 ? "intruder" : "job",
+						 -1, &self, &MP, 100 + k),
+			     0);
+	}
+	/* The intruder connects first: refused, and the group still forms. */
+	cs_coord_on_open(&n->c, 4, 0, &o);
+	cr_assert_eq(n->rc[4], -ECONNREFUSED);
+	cr_assert_eq(n->m[4].state, CS_BOOT_M_FAILED);
+	cr_assert(strstr(n->m[4].error, "bad job token"));
+	for (uint32_t k = 0; k < 4; k++)
+		cs_coord_on_open(&n->c, k, 0, &o);
+	for (uint32_t k = 0; k < 4; k++) {
+		cr_assert_eq(n->m[k].state, CS_BOOT_M_READY);
+		cr_assert_eq(n->m[k].world, 4);
+		cr_assert_eq(n->m[k].epoch, 1);
+		for (uint32_t r = 0; r < 4; r++)
+			cr_assert_eq(n->m[k].table[r].ip,
+				     n->c.table[r].ip);
+	}
+	/* Rank of member 2's sidecar dies: the others see a new view. */
+	uint32_t dead = n->m[2].rank;
+	n->closed[2] = true;
+	cs_coord_on_close(&n->c, 2, 0, &o);
+	for (uint32_t k = 0; k < 4; k++) {
+		if (k == 2)
+			continue;
+		cr_assert_eq(n->views[k], 1);
+		cr_assert_eq(n->m[k].epoch, 2);
+		cr_assert_eq(n->lost[k][0], dead);
+		cr_assert_eq(n->m[k].table[dead].state, CS_MEMBER_LOST);
+	}
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+Test(boot, member_refuses_impostor_coordinator)
+{
+	struct cs_boot_member m;
+	struct cs_node_addr self = { .ip = 1 };
+	struct cs_boot_msg ch = { .type = CS_BOOT_CHALLENGE }, reply,
+			   w = { .type = CS_BOOT_WELCOME, .node = 0,
+				 .world = 2 };
+	unsigned nl;
+
+	cs_boot_member_init(&m, "job", -1, &self, &MP, 1);
+	cr_assert_eq(cs_boot_member_on_msg(&m, &ch, 0, &reply, NULL, 0, &nl),
+		     CS_BOOT_M_REPLY);
+	/* The impostor cannot compute the welcome proof. */
+	memset(w.mac, 0x11, sizeof(w.mac));
+	cr_assert_eq(cs_boot_member_on_msg(&m, &w, 0, &reply, NULL, 0, &nl),
+		     CS_ERR_AUTH);
+	cr_assert_eq(m.state, CS_BOOT_M_FAILED);
+}
