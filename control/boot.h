@@ -154,8 +154,6 @@ void cs_coord_on_close(struct cs_coord *c, uint32_t conn, cs_ns_t now,
 void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
 		       const struct cs_coord_out *o);
 
-#endif
-
 /* -------- member (sans-IO) -------- */
 
 enum cs_boot_member_state {
@@ -201,3 +199,5 @@ int cs_boot_member_on_msg(struct cs_boot_member *b,
 			  const struct cs_boot_msg *m, cs_ns_t now,
 			  struct cs_boot_msg *reply, uint32_t *lost,
 			  unsigned maxlost, unsigned *nlost);
+
+#endif
