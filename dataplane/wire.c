@@ -291,9 +291,10 @@ int cs_wire_encode_tmpl(void *buf, size_t cap, const struct cs_wire_tmpl *t,
 	rc = hdr_check(h);
 	if (unlikely(rc))
 		return rc;
-	if (unlikely(h->len > CS_WIRE_MAX_PAYLOAD))
-		return CS_WIRE_E_LEN;
 	frame = cs_wire_frame_len(h);
+	if (unlikely(h->len > CS_WIRE_IP_TOT_MAX ||
+		     frame - CS_WIRE_ETH_LEN > CS_WIRE_IP_TOT_MAX))
+		return CS_WIRE_E_LEN;
 	if (unlikely(cap < frame))
 		return CS_WIRE_E_CAP;
 

@@ -35,7 +35,8 @@
 #define CS_WIRE_L4_END (CS_WIRE_ETH_LEN + CS_WIRE_IP_LEN + CS_WIRE_UDP_LEN)
 /* Largest IPv4 total length. */
 #define CS_WIRE_IP_TOT_MAX 65535u
-/* Largest hdr.len that fits an IPv4 datagram with the auth tag. */
+/* Largest hdr.len that fits an IPv4 datagram with the auth tag (without
+ * it, CS_PROTO_TAG_LEN more fit). */
 #define CS_WIRE_MAX_PAYLOAD                                                  \
 	(CS_WIRE_IP_TOT_MAX - CS_WIRE_IP_LEN - CS_WIRE_UDP_LEN -              \
 	 CS_PROTO_HDR_WIRE_LEN - CS_PROTO_TAG_LEN)
