@@ -16,10 +16,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define fuzz_assert(c)                                                       \
-	do {                                                                 \
-		if (!(c))                                                    \
-			__builtin_trap();                                    \
+#define fuzz_assert(c)                                                         \
+	do {                                                                   \
+		if (!(c))                                                      \
+			__builtin_trap();                                      \
 	} while (0)
 
 static void check_code(int rc)
@@ -94,10 +94,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cs_wire_count(&st, lax);
 	if (lax == 0) {
 		check_accepted(data, size, &pkt);
-		rc = cs_wire_decode_ex(data, size, pkt.dst.port,
-				       CS_WIRE_RX_NO_IP_CSUM |
-					       CS_WIRE_RX_NO_UDP_CSUM,
-				       &pkt);
+		rc = cs_wire_decode_ex(
+			data, size, pkt.dst.port,
+			CS_WIRE_RX_NO_IP_CSUM | CS_WIRE_RX_NO_UDP_CSUM, &pkt);
 		fuzz_assert(rc == 0);
 		other = (uint16_t)(pkt.dst.port + 1);
 		if (other) {

@@ -51,19 +51,19 @@ static size_t mutate(uint8_t *b, size_t n, uint64_t *rng)
 	for (k = 0; k < edits && n; k++) {
 		at = cs_rand_next(rng) % n;
 		switch (cs_rand_next(rng) % 5) {
-		case 0:	/* flip a bit */
+		case 0: /* flip a bit */
 			b[at] ^= (uint8_t)(1u << (cs_rand_next(rng) % 8));
 			break;
-		case 1:	/* random byte */
+		case 1: /* random byte */
 			b[at] = (uint8_t)cs_rand_next(rng);
 			break;
-		case 2:	/* truncate */
+		case 2: /* truncate */
 			n = at;
 			break;
-		case 3:	/* interesting value */
+		case 3: /* interesting value */
 			b[at] = (cs_rand_next(rng) & 1) ? 0xff : 0x00;
 			break;
-		default:	/* grow by a few bytes */
+		default: /* grow by a few bytes */
 			if (n + 4 <= REPLAY_MAX) {
 				memset(b + n, (int)at, 4);
 				n += 4;
