@@ -120,16 +120,37 @@ CS_AVX2_INLINE __m256i v_f64_max(__m256i x, __m256i y)
 
 /* ---- f16: through f32 with F16C, rounding to nearest even ---- */
 
-CS_AVX2_INLINE __m256i f16_apply(__m256i x, __m256i y, psop_t op)
+/* 8 f16 at pa, pb -> op -> 8 f16 at d, with 16-byte loads and stores. */
+CS_AVX2_INLINE void f16_step(unsigned char *d, const unsigned char *pa,
+			     const unsigned char *pb, psop_t op)
 {
-	__m256 xl = _mm256_cvtph_ps(_mm256_castsi256_si128(x));
-	__m256 xh = _mm256_cvtph_ps(_mm256_extracti128_si256(x, 1));
-	__m256 yl = _mm256_cvtph_ps(_mm256_castsi256_si128(y));
-	__m256 yh = _mm256_cvtph_ps(_mm256_extracti128_si256(y, 1));
-	__m128i rl = _mm256_cvtps_ph(op(xl, yl), _MM_FROUND_TO_NEAREST_INT);
-	__m128i rh = _mm256_cvtps_ph(op(xh, yh), _MM_FROUND_TO_NEAREST_INT);
+	__m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const void *)pa));
+	__m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const void *)pb));
 
-	return _mm256_inserti128_si256(_mm256_castsi128_si256(rl), rh, 1);
+	_mm_storeu_si128((void *)d, _mm256_cvtps_ph(op(x, y),
+						    _MM_FROUND_TO_NEAREST_INT));
+}
+
+/*
+ * f16 has its own loop: vcvtph2ps takes a 16-byte memory operand and
+ * vcvtps2ph writes 16 bytes, so 16-byte steps need no lane shuffles.
+ */
+CS_AVX2_INLINE void loop_f16(void *dst, const void *a, const void *b,
+			     size_t n, psop_t op, cs_reduce_fn tail)
+{
+	unsigned char *d = dst;
+	const unsigned char *pa = a, *pb = b;
+	size_t bytes = n * 2, i = 0;
+
+	for (; i + CS_REDUCE_UNROLL * CS_REDUCE_VEC <= bytes;
+	     i += CS_REDUCE_UNROLL * CS_REDUCE_VEC)
+		for (size_t j = 0; j < CS_REDUCE_UNROLL * CS_REDUCE_VEC;
+		     j += 16)
+			f16_step(d + i + j, pa + i + j, pb + i + j, op);
+	for (; i + 16 <= bytes; i += 16)
+		f16_step(d + i, pa + i, pb + i, op);
+	if (i < bytes)
+		tail(d + i, pa + i, pb + i, (bytes - i) / 2);
 }
 
 /* ---- bf16: widening is a shift; narrowing rounds to nearest even ---- */
@@ -246,7 +267,6 @@ CS_AVX2_INLINE __m256i v_u8_max(__m256i x, __m256i y)
 	CS__WIDEN(kind, sum) CS__WIDEN(kind, prod)			\
 	CS__WIDEN(kind, min) CS__WIDEN(kind, max)
 CS__WIDEN_ALL(f32)
-CS__WIDEN_ALL(f16)
 CS__WIDEN_ALL(bf16)
 
 #define CS__KERNEL(t, op, dt, rop, esz)					\
@@ -263,7 +283,17 @@ CS__WIDEN_ALL(bf16)
 	CS__KERNEL(t, max, dt, CS_MAX, esz)
 CS__KERNELS(f32, CS_F32, 4)
 CS__KERNELS(f64, CS_F64, 8)
-CS__KERNELS(f16, CS_F16, 2)
+#define CS__KERNEL_F16(op, rop)						\
+	static CS_AVX2 void avx2_f16_##op(void *dst, const void *a,	\
+					  const void *b, size_t n)	\
+	{								\
+		loop_f16(dst, a, b, n, ps_##op,				\
+			 cs__reduce_scalar[CS_F16][rop]);		\
+	}
+CS__KERNEL_F16(sum, CS_SUM)
+CS__KERNEL_F16(prod, CS_PROD)
+CS__KERNEL_F16(min, CS_MIN)
+CS__KERNEL_F16(max, CS_MAX)
 CS__KERNELS(bf16, CS_BF16, 2)
 CS__KERNELS(i32, CS_I32, 4)
 CS__KERNELS(i64, CS_I64, 8)

@@ -15,6 +15,7 @@ struct cmd {
 /* One line per subcommand. */
 static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
+	{ "bench-reduce", cs_cmd_bench_reduce, "reduction kernels: GB/s per dtype x op vs memcpy" },
 };
 
 static void usage(FILE *out)
