@@ -321,18 +321,28 @@ static size_t check_one(cs_reduce_fn fn, enum cs_dtype t, enum cs_redop op,
 	gen(t, &rng, b, n);
 	for (size_t i = 0; i < n; i++)
 		ref_elem(t, op, a + i * sz, b + i * sz, want + i * sz);
+	/* fn == NULL: through cs_reduce() and cs_reduce3() */
 	switch (m) {
 	case M_INPLACE:
 		memcpy(d, a, bytes);
-		fn(d, d, b, n);
+		if (fn)
+			fn(d, d, b, n);
+		else
+			cr_assert_eq(cs_reduce(d, b, n, t, op), 0);
 		break;
 	case M_DISTINCT:
-		fn(d, a, b, n);
+		if (fn)
+			fn(d, a, b, n);
+		else
+			cr_assert_eq(cs_reduce3(d, a, b, n, t, op), 0);
 		break;
 	default:
 		/* op(a, d) with d holding b: the second operand aliases */
 		memcpy(d, b, bytes);
-		fn(d, a, d, n);
+		if (fn)
+			fn(d, a, d, n);
+		else
+			cr_assert_eq(cs_reduce3(d, a, d, n, t, op), 0);
 		break;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -406,6 +416,24 @@ Test(reduce, lengths_0_257_scalar)
 Test(reduce, lengths_0_257_avx2)
 {
 	all_lengths(CS_REDUCE_AVX2);
+}
+
+/* The API entry points, on the default path, with every mode. */
+Test(reduce, api_lengths_0_257)
+{
+	size_t bad = 0;
+
+	for (int t = 0; t < CS_DTYPE_COUNT; t++)
+		for (int op = 0; op < CS_REDOP_COUNT; op++)
+			for (size_t n = 0; n <= 257; n++)
+				for (int m = 0; m < M_COUNT; m++)
+					bad += check_one(NULL, t, op, n,
+							 (n + m + 1) & 3,
+							 (n / 2 + m) & 3, m,
+							 n * 17 + m + t * 5 +
+								 op * 977,
+							 cs_reduce_isa());
+	cr_expect_eq(bad, 0, "%zu bad elements", bad);
 }
 
 #define LARGE ((1u << 20) + 3)
