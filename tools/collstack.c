@@ -17,6 +17,7 @@ static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
 	{ "selftest", cs_cmd_selftest, "codec, auth and reduction checks + benchmark" },
 	{ "bench-ring", cs_cmd_bench_ring, "shm SPSC ring: slots/s, 2 processes" },
+	{ "bench-reduce", cs_cmd_bench_reduce, "reduction kernels: GB/s per dtype x op vs memcpy" },
 };
 
 static void usage(FILE *out)
