@@ -11,7 +11,9 @@
 #include "internal/util.h"
 
 /* "Never": no deadline, or blocked until some event other than time. */
+#ifndef CS_NS_NEVER
 #define CS_NS_NEVER UINT64_MAX
+#endif
 
 /**
  * struct cs_pacer_params - pacer tunables (config keys "pacer.*")

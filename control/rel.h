@@ -192,6 +192,9 @@ struct cs_rel {
 	uint64_t *rcv_bits;	/* window bits: seq arrived (seq & mask) */
 	uint32_t rx_bytes;	/* cumulative new payload bytes received */
 	uint64_t grant;		/* credit we grant the peer beyond rx_bytes */
+	uint32_t rx_max;	/* highest seq received + 1 (when rx_ooo) */
+	bool rx_ooo;		/* something beyond rcv_nxt arrived */
+	bool echo_valid;	/* echo_ts holds a data packet's ts */
 	uint32_t ack_pending;	/* data packets since the last ACK */
 	bool ack_now;
 	bool ece_pending;

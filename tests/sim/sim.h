@@ -49,6 +49,9 @@
 
 #define CS_SIM_WIRE_EXTRA 24	/* preamble + IFG + FCS, bytes per frame */
 #define CS_SIM_NODE_NONE UINT32_MAX
+#ifndef CS_NS_NEVER
+#define CS_NS_NEVER UINT64_MAX	/* no deadline (same as control/pacer.h) */
+#endif
 
 struct cs_sim;
 
