@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cs_rel: sequence numbers, SACK, RTO, fast retransmit, ACK coalescing. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,29 @@ int cs_rel_params_default(struct cs_rel_params *p)
 	return cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, p);
 }
 
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen)
+{
+	const char *key = NULL;
+
+	if (p->window < SACK_BITS || p->window > 65536 ||
+	    (p->window & (p->window - 1)))
+		key = "rel.window (a power of two in [64, 65536])";
+	else if (!p->ack_every)
+		key = "rel.ack_every (at least 1)";
+	else if (!p->dupthresh)
+		key = "rel.dupthresh (at least 1)";
+	else if (!p->max_timeouts)
+		key = "rel.max_timeouts (at least 1)";
+	else if (!p->rto_min || p->rto_min > p->rto_max)
+		key = "rel.rto_min (positive, at most rel.rto_max)";
+	if (!key)
+		return 0;
+	if (err)
+		snprintf(err, errlen, "config key %s is out of range", key);
+	return -EINVAL;
+}
+
 static inline struct cs_rel_meta *meta_of(const struct cs_rel *r,
 					  uint32_t seq)
 {
@@ -101,10 +125,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		void *owner, uint32_t isn_tx, uint32_t isn_rx)
 {
 	memset(r, 0, sizeof(*r));
-	if (p->window < SACK_BITS || p->window > 65536 ||
-	    (p->window & (p->window - 1)) || !p->ack_every ||
-	    !p->dupthresh || !p->max_timeouts || !p->rto_min ||
-	    p->rto_min > p->rto_max)
+	if (cs_rel_params_check(p, NULL, 0))
 		return -EINVAL;
 	r->p = *p;
 	r->path = path;

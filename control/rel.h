@@ -116,6 +116,16 @@ extern const size_t cs_rel_cfg_len;
  */
 int cs_rel_params_default(struct cs_rel_params *p);
 
+/**
+ * cs_rel_params_check - are @p consistent? (what the table cannot say)
+ * @p: parameters
+ * @err: message naming the key (may be NULL)
+ * @errlen: its size
+ * Returns: 0 or -EINVAL.
+ */
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen);
+
 /* cs_rel_on_packet() result bits. */
 #define CS_REL_DELIVER 0x1	/* new data: hand the payload up (once) */
 #define CS_REL_DUP 0x2		/* data seen before: drop it */
