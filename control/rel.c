@@ -141,7 +141,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		r->meta = NULL;
 		return -ENOMEM;
 	}
-	r->snd_una = r->snd_nxt = r->retx_hint = isn_tx;
+	r->snd_una = r->snd_nxt = r->retx_hint = r->sack_high = isn_tx;
 	r->rcv_nxt = isn_rx;
 	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
 	r->rto_deadline = CS_NS_NEVER;
@@ -330,6 +330,8 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 /*
  * RACK-style detection: a packet still in flight is lost once a packet
  * transmitted @dupthresh transmissions after it has been acknowledged.
+ * Only packets below sack_high are judged: past the SACK bitmap's reach
+ * the sender cannot tell arrived from lost.
  * First transmissions have xmit ids increasing with seq, and a resent
  * packet's id is newer still, so the scan can stop at the first
  * first-transmission that is too recent.
@@ -338,7 +340,7 @@ static int detect_lost(struct cs_rel *r)
 {
 	int found = 0;
 
-	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->sack_high); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state != M_INFLIGHT)
@@ -429,7 +431,11 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		m->state = M_SACKED;
 		r->n_sacked++;
 		acked_one(r, m, &bytes, &sample);
+		if (cs_seq_lt(r->sack_high, s + 1))
+			r->sack_high = s + 1;
 	}
+	if (cs_seq_lt(r->sack_high, r->snd_una))
+		r->sack_high = r->snd_una;
 	if (bytes || sample) {
 		res |= CS_REL_ACKED;
 		r->consecutive_to = 0;
