@@ -397,3 +397,47 @@ Test(rel, sequence_wrap)
 	cr_assert(a.snd_nxt < 100);	/* wrapped */
 	unpair();
 }
+
+/* Packets past the SACK bitmap's reach are unknown, not lost: a late
+ * ACK for a retransmission must not condemn them. */
+Test(rel, beyond_sack_reach_is_not_lost)
+{
+	struct cs_rel_params p = params();
+	struct cs_pkt_hdr h[200], ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+
+	p.window = 256;
+	cr_assert_eq(cs_rel_init(&a, &p, NULL, NULL, NULL, SEQ0, 5), 0);
+	cr_assert_eq(cs_rel_init(&b, &p, NULL, NULL, NULL, 5, SEQ0), 0);
+	for (unsigned i = 0; i < 200; i++)
+		h[i] = data(&a, i, i);
+	for (unsigned i = 0; i < 200; i++)
+		if (i != 0 && i != 70)
+			cs_rel_on_packet(&b, &h[i], 1000 + i);
+	ack = ack_of(&b, 1300);
+	cr_assert_eq(ack.ack, SEQ0);
+	cr_assert_eq(ack.sack, ~0ull);		/* seqs 1..64 */
+	cr_assert(cs_rel_on_packet(&a, &ack, 1400) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 1500), 0);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, 1600), CS_REL_DELIVER);
+	ack = ack_of(&b, 1600);
+	cr_assert_eq(ack.ack, SEQ0 + 70);
+	cs_rel_on_packet(&a, &ack, 1700);
+	/* 70 is the only hole the sender can know about */
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 70);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 1800), 0);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT,
+		     "seq %u condemned", seq);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, 1900), CS_REL_DELIVER);
+	ack = ack_of(&b, 1900);
+	cr_assert_eq(ack.ack, SEQ0 + 200);
+	cs_rel_on_packet(&a, &ack, 2000);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(b.st.dup_rcvd, 0);
+	unpair();
+}
