@@ -658,6 +658,33 @@ static unsigned chan_next(struct cs_coll *c, uint32_t ch,
 	return 0;
 }
 
+unsigned cs_coll_next_on(struct cs_coll *c, cs_ns_t now, uint32_t ch,
+			 struct cs_coll_tx *out, unsigned max)
+{
+	unsigned n = 0;
+
+	(void)now;
+	if (ch >= c->C)
+		return 0;
+	while (n < max && chan_next(c, ch, &out[n]))
+		n++;
+	return n;
+}
+
+uint32_t cs_coll_channels(const struct cs_coll *c)
+{
+	return c->C;
+}
+
+void cs_coll_chan_peers(const struct cs_coll *c, uint32_t ch, int64_t *next,
+			int64_t *prev)
+{
+	const struct cs_coll_chan *h = &c->ch[ch % c->C];
+
+	*next = c->s_n && c->n > 1 ? (int64_t)h->next : -1;
+	*prev = c->r_n && c->n > 1 ? (int64_t)h->prev : -1;
+}
+
 unsigned cs_coll_next_packets(struct cs_coll *c, cs_ns_t now,
 			      struct cs_coll_tx *out, unsigned max)
 {
@@ -748,13 +775,15 @@ int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
 
 	if (ret)
 		return ret;
-	if (send_overwritten(c, t, ch, idx)) {
-		c->st.rebuild_stale++;
-		return -ESTALE;
-	}
 	fill_tx(c, t, ch, idx, out);
 	out->hdr.flags |= CS_PKT_F_RETX;
 	out->cookie = cookie;
+	if (send_overwritten(c, t, ch, idx)) {
+		/* header only: the bytes are no longer the original's */
+		out->payload = NULL;
+		c->st.rebuild_stale++;
+		return -ESTALE;
+	}
 	c->st.rebuilds++;
 	return 0;
 }

@@ -167,6 +167,38 @@ unsigned cs_coll_next_packets(struct cs_coll *c, cs_ns_t now,
 			      struct cs_coll_tx *out, unsigned max);
 
 /**
+ * cs_coll_next_on - like cs_coll_next_packets() for channel @ch only
+ * @c: the operation
+ * @now: current time
+ * @ch: channel
+ * @out: room for @max descriptors
+ * @max: burst size
+ *
+ * For callers with one transport session per channel, so that a session
+ * whose window or pacer is closed does not hold the other channels back.
+ *
+ * Returns: the number of descriptors written.
+ */
+unsigned cs_coll_next_on(struct cs_coll *c, cs_ns_t now, uint32_t ch,
+			 struct cs_coll_tx *out, unsigned max);
+
+/**
+ * cs_coll_channels - number of channels the operation runs on
+ * @c: the operation
+ */
+uint32_t cs_coll_channels(const struct cs_coll *c);
+
+/**
+ * cs_coll_chan_peers - the ranks channel @ch sends to and receives from
+ * @c: the operation
+ * @ch: channel
+ * @next: out: successor, or -1 if this rank sends nothing on @ch
+ * @prev: out: predecessor, or -1 if this rank receives nothing on @ch
+ */
+void cs_coll_chan_peers(const struct cs_coll *c, uint32_t ch, int64_t *next,
+			int64_t *prev);
+
+/**
  * cs_coll_on_data - a DATA packet of this operation arrived
  * @c: the operation
  * @now: current time
@@ -207,7 +239,9 @@ int cs_coll_on_acked(struct cs_coll *c, uint64_t cookie);
  * Returns: 0; -ESTALE if the source bytes may have been overwritten since
  * the original was sent, in which case the receiver provably holds the
  * packet already (see ring.c) and the transport must treat it as
- * delivered instead of sending different bytes; -EINVAL for a bad cookie.
+ * delivered instead of sending different bytes (@out then has the
+ * original header, for logging and checks, and a NULL payload); -EINVAL
+ * for a bad cookie.
  */
 int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
 		    struct cs_coll_tx *out);
@@ -242,7 +276,7 @@ struct cs_coll_stats {
 void cs_coll_get_stats(const struct cs_coll *c, struct cs_coll_stats *st);
 
 /**
- * cs_coll_rx_has - whether packet @cookie's *receiver-side* twin is held
+ * cs_coll_rx_has - whether a packet has been received here
  * @c: the receiving operation
  * @step: global step of the packet
  * @channel: channel
