@@ -4,5 +4,10 @@
 #define CS_TOOLS_CMDS_H
 
 int cs_cmd_selftest(int argc, char **argv);
+int cs_cmd_sim(int argc, char **argv);
+int cs_cmd_sim_p2p(int argc, char **argv);
+int cs_cmd_sim_incast(int argc, char **argv);
+/* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */
+int cs_sim_parse_size(const char *s, unsigned long long *out);
 
 #endif

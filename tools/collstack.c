@@ -15,6 +15,7 @@ struct cmd {
 /* One line per subcommand. */
 static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
+	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
 };
 
 static void usage(FILE *out)
