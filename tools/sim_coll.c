@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cmds.h"
 #include "collectives/ring.h"
@@ -47,6 +49,7 @@ struct sc_cfg {
 	double delay_us;
 	uint32_t root;
 	bool nodata, oop, alt_dir, verbose;
+	bool random_data;	/* full-mantissa floats, checked with a bound */
 	double time_limit_ms;
 	struct cs_xport_params xp;
 };
@@ -346,6 +349,18 @@ static uint64_t sc_in_index(const struct sc_drv *d, uint32_t r, size_t x)
 	       (uint64_t)r * d->count + x : x;
 }
 
+/* Rank r's input element for logical index i, as the dtype holds it. */
+static double sc_value(const struct sc_drv *d, uint32_t r, uint64_t i)
+{
+	const struct sc_cfg *c = d->cfg;
+	uint8_t tmp[8];
+
+	if (!c->random_data)
+		return cs_td_value(c->dtype, c->op, d->n, c->seed, r, i);
+	cs_td_store(c->dtype, tmp, 0, cs_td_random(c->op, c->seed, r, i));
+	return cs_td_load(c->dtype, tmp, 0);
+}
+
 static int sc_alloc_data(struct sc_drv *d, struct sc_rank *rk)
 {
 	const struct sc_cfg *cfg = d->cfg;
@@ -378,8 +393,7 @@ static int sc_alloc_data(struct sc_drv *d, struct sc_rank *rk)
 		return 0;
 	for (size_t x = 0; x < ns; x++)
 		cs_td_store(cfg->dtype, rk->send, x,
-			    cs_td_value(cfg->dtype, cfg->op, d->n, cfg->seed,
-					r, sc_in_index(d, r, x)));
+			    sc_value(d, r, sc_in_index(d, r, x)));
 	return 0;
 }
 
@@ -401,22 +415,62 @@ static void sc_free_data(struct sc_drv *d, struct sc_rank *rk)
 	}
 }
 
-/* Element x of rank r's result must be this. */
-static double sc_expect(const struct sc_drv *d, uint32_t r, size_t x)
+/*
+ * Random floats: the reduction in double, and how far a correctly
+ * computed result in the element type may be from it (each of the n-1
+ * roundings errs by at most eps times the partial result).
+ */
+static double sc_reduce_ref(const struct sc_drv *d, uint64_t i, double *tol)
 {
 	const struct sc_cfg *c = d->cfg;
+	double acc = sc_value(d, 0, i), mag = fabs(acc);
 
+	for (uint32_t r = 1; r < d->n; r++) {
+		double v = sc_value(d, r, i);
+
+		switch (c->op) {
+		case CS_SUM:
+			acc += v;
+			mag += fabs(v);
+			break;
+		case CS_PROD:
+			acc *= v;
+			break;
+		case CS_MIN:
+			acc = v < acc ? v : acc;
+			break;
+		default:
+			acc = v > acc ? v : acc;
+			break;
+		}
+	}
+	if (c->op == CS_PROD)
+		mag = fabs(acc) * 2;
+	*tol = c->op == CS_MIN || c->op == CS_MAX ? 0 :
+	       (d->n + 1) * cs_td_eps(c->dtype) * mag;
+	return acc;
+}
+
+/* Element x of rank r's result must be this (within *tol). */
+static double sc_expect(const struct sc_drv *d, uint32_t r, size_t x,
+			double *tol)
+{
+	const struct sc_cfg *c = d->cfg;
+	uint64_t i = x;
+
+	*tol = 0;
 	switch (c->kind) {
 	case CS_COLL_ALLREDUCE:
-		return cs_td_expect(c->dtype, c->op, d->n, c->seed, x);
 	case CS_COLL_REDUCE_SCATTER:
-		return cs_td_expect(c->dtype, c->op, d->n, c->seed,
-				    (uint64_t)r * d->count + x);
+		if (c->kind == CS_COLL_REDUCE_SCATTER)
+			i = (uint64_t)r * d->count + x;
+		if (c->random_data)
+			return sc_reduce_ref(d, i, tol);
+		return cs_td_expect(c->dtype, c->op, d->n, c->seed, i);
 	case CS_COLL_ALL_GATHER:
-		return cs_td_value(c->dtype, c->op, d->n, c->seed,
-				   (uint32_t)(x / d->count), x);
+		return sc_value(d, (uint32_t)(x / d->count), x);
 	default:
-		return cs_td_value(c->dtype, c->op, d->n, c->seed, c->root, x);
+		return sc_value(d, c->root, x);
 	}
 }
 
@@ -430,18 +484,27 @@ static uint64_t sc_verify(struct sc_drv *d, char *first, size_t flen)
 			    d->cfg->kind == CS_COLL_BROADCAST;
 
 	for (size_t x = 0; x < nr; x++) {
-		double want = 0;
+		double want = 0, tol = 0;
 
 		for (uint32_t r = 0; r < d->n; r++) {
 			double got;
 
 			if (r == 0 || !same_for_all)
-				want = sc_expect(d, r, x);
+				want = sc_expect(d, r, x, &tol);
 			got = cs_td_load(d->cfg->dtype, d->rk[r].recv, x);
-			if (got != want && !wrong++)
+			if (!(fabs(got - want) <= tol) && !wrong++)
 				snprintf(first, flen,
-					 "rank %u elem %zu got %g want %g",
-					 r, x, got, want);
+					 "rank %u elem %zu got %.9g want %.9g"
+					 " (tolerance %.3g)", r, x, got, want,
+					 tol);
+			/* the same bits everywhere, not just close */
+			if (same_for_all && r &&
+			    memcmp(d->rk[r].recv + x * d->esz,
+				   d->rk[0].recv + x * d->esz, d->esz) &&
+			    !wrong++)
+				snprintf(first, flen,
+					 "rank %u elem %zu not bit-identical "
+					 "to rank 0", r, x);
 		}
 	}
 	return wrong;
@@ -734,7 +797,12 @@ static void sc_usage(const char *name, FILE *out)
 		"  --dup P            frame duplication probability\n"
 		"  --reorder P        probability a frame is held back\n"
 		"  --reorder-us D     ... by up to D microseconds (default 5)\n"
-		"  --seed K           PRNG seed (data and impairments; default 1)\n"
+		"  --seed K           PRNG seed (data and impairments; default 1;\n"
+		"                     'random': from the clock, printed on FAIL)\n"
+		"  --data D           exact: small integers, exact in every type\n"
+		"                     (default); random: full-mantissa floats,\n"
+		"                     checked against a rounding bound and for\n"
+		"                     bit-identical results on every rank\n"
 		"  --link-gbps G      link rate (default 100)\n"
 		"  --delay-us D       one-hop propagation delay (default 1)\n"
 		"  --root R           broadcast root (default 0)\n"
@@ -764,6 +832,7 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 		{ "reorder", required_argument, NULL, 'R' },
 		{ "reorder-us", required_argument, NULL, 'U' },
 		{ "seed", required_argument, NULL, 's' },
+		{ "data", required_argument, NULL, 'X' },
 		{ "link-gbps", required_argument, NULL, 'g' },
 		{ "delay-us", required_argument, NULL, 'd' },
 		{ "root", required_argument, NULL, 'r' },
@@ -839,7 +908,17 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 			cfg.reorder_ns = (uint64_t)(strtod(optarg, NULL) * 1e3);
 			break;
 		case 's':
-			cfg.seed = strtoull(optarg, NULL, 0);
+			if (!strcmp(optarg, "random"))
+				cfg.seed = (uint64_t)time(NULL) * 1000003u ^
+					   (uint64_t)getpid();
+			else
+				cfg.seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'X':
+			if (!strcmp(optarg, "random"))
+				cfg.random_data = true;
+			else if (strcmp(optarg, "exact"))
+				goto bad;
 			break;
 		case 'g':
 			cfg.gbps = strtod(optarg, NULL);
@@ -896,6 +975,11 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 	v = cs_dtype_size(cfg.dtype) *
 	    ((kind == CS_COLL_REDUCE_SCATTER || kind == CS_COLL_ALL_GATHER) ?
 	     cfg.ranks : 1);
+	if (cfg.random_data && !cs_td_eps(cfg.dtype)) {
+		fprintf(stderr, "sim %s: --data random needs a floating type\n",
+			name);
+		return 2;
+	}
 	if (cfg.bytes % v) {
 		fprintf(stderr, "sim %s: --bytes must be a multiple of %" PRIu64
 			"\n", name, v);

@@ -64,6 +64,36 @@ static inline double cs_td_value(enum cs_dtype t, enum cs_redop op,
 }
 
 /**
+ * cs_td_random - rank @r's element @i for rounding tests: a float with
+ * full mantissa bits, in [-1, 1) for sum/min/max and [0.5, 1.5) for prod
+ */
+static inline double cs_td_random(enum cs_redop op, uint64_t seed,
+				  uint32_t r, uint64_t i)
+{
+	double u = (double)(cs_td_hash(seed, r, i) >> 11) *
+		   (1.0 / 9007199254740992.0);
+
+	return op == CS_PROD ? 0.5 + u : 2 * u - 1;
+}
+
+/* Unit roundoff of a floating type (0 for integer types). */
+static inline double cs_td_eps(enum cs_dtype t)
+{
+	switch (t) {
+	case CS_F32:
+		return ldexp(1, -24);
+	case CS_F64:
+		return ldexp(1, -53);
+	case CS_F16:
+		return ldexp(1, -11);
+	case CS_BF16:
+		return ldexp(1, -8);
+	default:
+		return 0;
+	}
+}
+
+/**
  * cs_td_expect - the reduction of element @i over all ranks
  */
 static inline double cs_td_expect(enum cs_dtype t, enum cs_redop op,
@@ -96,14 +126,15 @@ static inline double cs_td_expect(enum cs_dtype t, enum cs_redop op,
 
 static inline uint16_t cs_td_to_f16(float f)
 {
-	/* exact small integers and zero only (what cs_td_value makes) */
+	/* truncating; values below 2^-14 become zero, no overflow check:
+	 * enough for cs_td_value's integers and cs_td_random's floats */
 	uint32_t x;
 	uint16_t s;
 	int e;
 
 	memcpy(&x, &f, 4);
 	s = (uint16_t)((x >> 16) & 0x8000);
-	if (!(x & 0x7fffffff))
+	if ((x & 0x7fffffff) < 0x38800000)	/* below f16's normal range */
 		return s;
 	e = (int)((x >> 23) & 0xff) - 127 + 15;
 	return (uint16_t)(s | (uint16_t)(e << 10) |
