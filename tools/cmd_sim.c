@@ -18,10 +18,10 @@ struct sim_cmd {
 static const struct sim_cmd sim_cmds[] = {
 	{ "p2p", cs_cmd_sim_p2p, "move --bytes between two endpoints" },
 	{ "incast", cs_cmd_sim_incast, "N senders into one receiver via a switch" },
-	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce over N simulated ranks" },
-	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter over N simulated ranks" },
-	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather over N simulated ranks" },
-	{ "broadcast", cs_cmd_sim_broadcast, "pipelined-chain broadcast over N simulated ranks" },
+	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce, N ranks" },
+	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter" },
+	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather" },
+	{ "broadcast", cs_cmd_sim_broadcast, "pipelined chain" },
 };
 
 static void sim_usage(FILE *out)

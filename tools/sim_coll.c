@@ -665,7 +665,7 @@ static int sc_run(const struct sc_cfg *cfg)
 	struct sc_drv d = { .cfg = cfg, .n = cfg->ranks };
 	const char *name = cs_coll_kind_name(cfg->kind);
 	double f = sc_factor(cfg->kind, cfg->ranks), bound_ns, time_ns;
-	double algbw, ideal, max_sent = 0;
+	double algbw, ideal, max_sent = 0, max_wire = 0;
 	uint64_t wrong = 0, retx = 0, timeouts = 0, stale = 0, acks = 0;
 	cs_ns_t t_end = 0, limit;
 	char first[160] = "";
@@ -694,6 +694,8 @@ static int sc_run(const struct sc_cfg *cfg)
 				 ret);
 		t_end = CS_MAX(t_end, rk->ready_at);
 		max_sent = CS_MAX(max_sent, (double)rk->frame_bytes);
+		max_wire = CS_MAX(max_wire, (double)(rk->frame_bytes +
+				  CS_SIM_WIRE_EXTRA * rk->frames));
 		stale += rk->stale;
 		acks += rk->pure_acks;
 		for (uint32_t i = 0; i < rk->nsess; i++) {
@@ -746,11 +748,14 @@ static int sc_run(const struct sc_cfg *cfg)
 			"channels=%u bound_us=%.3f retx=%" PRIu64
 			" timeouts=%" PRIu64 " stale_refused=%" PRIu64
 			" pure_acks=%" PRIu64 " events=%" PRIu64
-			" max_frame_bytes_per_rank=%.0f nodata=%d\n",
+			" max_frame_bytes_per_rank=%.0f"
+			" wire_bytes_over_ideal=%.4f (with %d B/frame of"
+			" preamble, IFG, FCS) nodata=%d\n",
 			cfg->seed, cfg->mtu,
 			cfg->mtu - 20 - 8 - CS_PROTO_HDR_WIRE_LEN,
 			cs_coll_channels(d.rk[0].op), bound_ns / 1000, retx,
 			timeouts, stale, acks, cs_sim_events(d.sim), max_sent,
+			ideal > 0 ? max_wire / ideal : 0, CS_SIM_WIRE_EXTRA,
 			cfg->nodata);
 	sc_teardown(&d);
 	return rc;
@@ -785,33 +790,35 @@ static void sc_usage(const char *name, FILE *out)
 	fprintf(out,
 		"usage: collstack sim %s --ranks N --bytes S [options]\n"
 		"  --ranks N          ranks in the ring (1..%u)\n"
-		"  --bytes S          buffer size (K/M/G suffixes; for\n"
-		"                     reduce-scatter/all-gather the total, N x per rank)\n"
-		"  --dtype T          f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
-		"  --op O             sum prod min max (default sum)\n"
-		"  --channels C       rings (default: coll.channels)\n"
-		"  --chunk B          bytes per pipelined chunk (default: coll.chunk)\n"
+		"  --bytes S          buffer bytes (K/M/G suffixes); for\n"
+		"                     reduce-scatter, all-gather: the total,\n"
+		"                     N x the per-rank part\n"
+		"  --dtype T          f32 f64 f16 bf16 i32 i64 u8 (f32)\n"
+		"  --op O             sum prod min max (sum)\n"
+		"  --channels C       rings (coll.channels)\n"
+		"  --chunk B          bytes per pipelined chunk (coll.chunk)\n"
 		"  --window W         unacknowledged chunks per channel\n"
-		"  --mtu M            IP MTU (default 9000: 8896 payload bytes)\n"
+		"  --mtu M            IP MTU (9000: 8896 payload bytes)\n"
 		"  --loss P           frame loss probability per link\n"
 		"  --dup P            frame duplication probability\n"
 		"  --reorder P        probability a frame is held back\n"
-		"  --reorder-us D     ... by up to D microseconds (default 5)\n"
-		"  --seed K           PRNG seed (data and impairments; default 1;\n"
-		"                     'random': from the clock, printed on FAIL)\n"
-		"  --data D           exact: small integers, exact in every type\n"
-		"                     (default); random: full-mantissa floats,\n"
-		"                     checked against a rounding bound and for\n"
-		"                     bit-identical results on every rank\n"
-		"  --link-gbps G      link rate (default 100)\n"
-		"  --delay-us D       one-hop propagation delay (default 1)\n"
-		"  --root R           broadcast root (default 0)\n"
+		"  --reorder-us D     ... by up to D microseconds (5)\n"
+		"  --seed K           PRNG seed for data and impairments (1);\n"
+		"                     'random': from the clock (printed)\n"
+		"  --data D           exact: small integers, exact in every\n"
+		"                     type (default); random: full-mantissa\n"
+		"                     floats, checked against a rounding\n"
+		"                     bound and for the same bits on every\n"
+		"                     rank\n"
+		"  --link-gbps G      link rate (100)\n"
+		"  --delay-us D       one-hop propagation delay (1)\n"
+		"  --root R           broadcast root (0)\n"
 		"  --oop              out of place (default: in place)\n"
 		"  --alt-dir          odd channels run the ring backwards\n"
-		"  --no-data          timing only: payload bytes are not\n"
-		"                     carried or checked (huge sizes)\n"
+		"  --no-data          timing only: payload bytes are neither\n"
+		"                     carried nor checked (huge sizes)\n"
 		"  --time-limit-ms T  give up after T ms of simulated time\n"
-		"  --set KEY=VALUE    transport tunable (rel.*, pacer.*, cc.*)\n"
+		"  --set KEY=VALUE    transport key (rel.*, pacer.*, cc.*)\n"
 		"  --verbose          counters on stderr\n",
 		name, CS_COLL_MAX_RANKS);
 }
