@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cs_rel: sequence numbers, SACK, RTO, fast retransmit, ACK coalescing. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,29 @@ int cs_rel_params_default(struct cs_rel_params *p)
 	return cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, p);
 }
 
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen)
+{
+	const char *key = NULL;
+
+	if (p->window < SACK_BITS || p->window > 65536 ||
+	    (p->window & (p->window - 1)))
+		key = "rel.window (a power of two in [64, 65536])";
+	else if (!p->ack_every)
+		key = "rel.ack_every (at least 1)";
+	else if (!p->dupthresh)
+		key = "rel.dupthresh (at least 1)";
+	else if (!p->max_timeouts)
+		key = "rel.max_timeouts (at least 1)";
+	else if (!p->rto_min || p->rto_min > p->rto_max)
+		key = "rel.rto_min (positive, at most rel.rto_max)";
+	if (!key)
+		return 0;
+	if (err)
+		snprintf(err, errlen, "config key %s is out of range", key);
+	return -EINVAL;
+}
+
 static inline struct cs_rel_meta *meta_of(const struct cs_rel *r,
 					  uint32_t seq)
 {
@@ -101,10 +125,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		void *owner, uint32_t isn_tx, uint32_t isn_rx)
 {
 	memset(r, 0, sizeof(*r));
-	if (p->window < SACK_BITS || p->window > 65536 ||
-	    (p->window & (p->window - 1)) || !p->ack_every ||
-	    !p->dupthresh || !p->max_timeouts || !p->rto_min ||
-	    p->rto_min > p->rto_max)
+	if (cs_rel_params_check(p, NULL, 0))
 		return -EINVAL;
 	r->p = *p;
 	r->path = path;
@@ -120,7 +141,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		r->meta = NULL;
 		return -ENOMEM;
 	}
-	r->snd_una = r->snd_nxt = r->retx_hint = isn_tx;
+	r->snd_una = r->snd_nxt = r->retx_hint = r->sack_high = isn_tx;
 	r->rcv_nxt = isn_rx;
 	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
 	r->rto_deadline = CS_NS_NEVER;
@@ -309,6 +330,8 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 /*
  * RACK-style detection: a packet still in flight is lost once a packet
  * transmitted @dupthresh transmissions after it has been acknowledged.
+ * Only packets below sack_high are judged: past the SACK bitmap's reach
+ * the sender cannot tell arrived from lost.
  * First transmissions have xmit ids increasing with seq, and a resent
  * packet's id is newer still, so the scan can stop at the first
  * first-transmission that is too recent.
@@ -317,7 +340,7 @@ static int detect_lost(struct cs_rel *r)
 {
 	int found = 0;
 
-	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->sack_high); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state != M_INFLIGHT)
@@ -408,7 +431,11 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		m->state = M_SACKED;
 		r->n_sacked++;
 		acked_one(r, m, &bytes, &sample);
+		if (cs_seq_lt(r->sack_high, s + 1))
+			r->sack_high = s + 1;
 	}
+	if (cs_seq_lt(r->sack_high, r->snd_una))
+		r->sack_high = r->snd_una;
 	if (bytes || sample) {
 		res |= CS_REL_ACKED;
 		r->consecutive_to = 0;

@@ -15,7 +15,10 @@
  *     arrived). A packet is deemed lost ("fast retransmit") once
  *     @dupthresh packets that were *transmitted after it* have been
  *     acknowledged (RACK-style ordering by transmission, so a lost
- *     retransmission is detected the same way);
+ *     retransmission is detected the same way). Only packets below the
+ *     highest sequence number known to have arrived are judged: the
+ *     bitmap covers 64 packets past the cumulative ack, and what lies
+ *     beyond it is unknown, not lost;
  *   - timeout: RTO = srtt + 4 * rttvar (RFC 6298), clamped to
  *     [rto_min, rto_max]; on expiry every un-SACKed packet in flight is
  *     marked lost and the RTO doubles (capped at rto_max) until a fresh
@@ -116,6 +119,16 @@ extern const size_t cs_rel_cfg_len;
  */
 int cs_rel_params_default(struct cs_rel_params *p);
 
+/**
+ * cs_rel_params_check - are @p consistent? (what the table cannot say)
+ * @p: parameters
+ * @err: message naming the key (may be NULL)
+ * @errlen: its size
+ * Returns: 0 or -EINVAL.
+ */
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen);
+
 /* cs_rel_on_packet() result bits. */
 #define CS_REL_DELIVER 0x1	/* new data: hand the payload up (once) */
 #define CS_REL_DUP 0x2		/* data seen before: drop it */
@@ -177,6 +190,7 @@ struct cs_rel {
 	uint32_t retx_hint;	/* no lost packet before this seq */
 	uint32_t n_lost;	/* packets marked lost, not yet resent */
 	uint32_t n_sacked;	/* SACKed packets above snd_una */
+	uint32_t sack_high;	/* highest seq known to have arrived + 1 */
 	struct cs_rel_meta *meta;
 	uint64_t xmit_id;	/* next transmission's order */
 	uint64_t rack_xmit_id;	/* newest transmission acknowledged */

@@ -169,6 +169,7 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 {
 	struct cs_sim_p2p_cfg cfg;
 	struct cs_sim_p2p_result res;
+	char err[160];
 	double d;
 	int ret;
 
@@ -220,6 +221,10 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (cs_rel_params_check(&cfg.xp.rel, err, sizeof(err))) {
+		fprintf(stderr, "collstack sim p2p: %s\n", err);
+		return 2;
+	}
 	ret = cs_sim_p2p_run(&cfg, &res);
 	if (ret) {
 		fprintf(stderr, "collstack sim p2p: %s\n", strerror(-ret));
@@ -242,6 +247,7 @@ int cs_cmd_sim_incast(int argc, char **argv)
 {
 	struct cs_sim_incast_cfg cfg;
 	struct cs_sim_incast_result res;
+	char err[160];
 	int ret;
 
 	if (cs_sim_incast_defaults(&cfg))
@@ -283,6 +289,10 @@ int cs_cmd_sim_incast(int argc, char **argv)
 				o);
 			return 2;
 		}
+	}
+	if (cs_rel_params_check(&cfg.xp.rel, err, sizeof(err))) {
+		fprintf(stderr, "collstack sim incast: %s\n", err);
+		return 2;
 	}
 	ret = cs_sim_incast_run(&cfg, &res);
 	if (ret) {
