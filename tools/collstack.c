@@ -16,6 +16,7 @@ struct cmd {
 static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
+	{ "bench-reduce", cs_cmd_bench_reduce, "reduction kernels: GB/s per dtype x op vs memcpy" },
 };
 
 static void usage(FILE *out)
