@@ -18,6 +18,10 @@ struct sim_cmd {
 static const struct sim_cmd sim_cmds[] = {
 	{ "p2p", cs_cmd_sim_p2p, "move --bytes between two endpoints" },
 	{ "incast", cs_cmd_sim_incast, "N senders into one receiver via a switch" },
+	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce, N ranks" },
+	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter" },
+	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather" },
+	{ "broadcast", cs_cmd_sim_broadcast, "pipelined chain" },
 };
 
 static void sim_usage(FILE *out)
