@@ -4,5 +4,6 @@
 #define CS_TOOLS_CMDS_H
 
 int cs_cmd_selftest(int argc, char **argv);
+int cs_cmd_bench_ring(int argc, char **argv);
 
 #endif

@@ -15,6 +15,8 @@ struct cmd {
 /* One line per subcommand. */
 static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
+	{ "selftest", cs_cmd_selftest, "codec, auth and reduction checks + benchmark" },
+	{ "bench-ring", cs_cmd_bench_ring, "shm SPSC ring: slots/s, 2 processes" },
 };
 
 static void usage(FILE *out)
