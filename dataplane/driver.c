@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The dataplane driver: receive filter, dispatch and the raw blaster. */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,40 +10,11 @@
 #include "internal/log.h"
 #include "internal/proto.h"
 #include "dataplane/driver.h"
+#include "dataplane/wire.h"
 
 static_assert(CS_PROTO_HDR_WIRE_LEN_DRV == CS_PROTO_HDR_WIRE_LEN,
 	      "driver and proto.h disagree on the header length");
-
-/*
- * Offsets in the encoded collstack header. The encoding is the field order
- * of struct cs_pkt_hdr, network order, no padding (dataplane/wire.c is the
- * full codec; the driver only peeks at what it must to filter and count).
- */
-#define H_VERSION 0
-#define H_TYPE 1
-#define H_SRC 4
-#define H_SEQ 28
-#define H_LEN 52
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = v >> 8;
-	p[1] = v & 0xff;
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	p[0] = v >> 24;
-	p[1] = (v >> 16) & 0xff;
-	p[2] = (v >> 8) & 0xff;
-	p[3] = v & 0xff;
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
-	       (uint32_t)p[2] << 8 | p[3];
-}
+static_assert(CS_WIRE_L4_END == CS_PORT_HDRS_LEN, "outer header length");
 
 int cs_drv_init(struct cs_drv *d, struct cs_port *port, unsigned rank)
 {
@@ -97,19 +69,19 @@ bad:
 	return -EINVAL;
 }
 
-void cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t frame_len,
-		      unsigned dst, uint8_t type, uint16_t sport)
+int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport)
 {
 	const struct cs_peer *p = &d->peers[dst];
-	uint8_t *h = f + CS_PORT_HDRS_LEN;
+	struct cs_wire_addr src = { .port = sport }, to = { .port = p->port };
 
-	cs_port_frame_hdrs(f, frame_len, d->port->mac, p->mac, d->port->ip,
-			   p->ip, sport, p->port);
-	memset(h, 0, CS_PROTO_HDR_WIRE_LEN);
-	h[H_VERSION] = CS_PROTO_VERSION;
-	h[H_TYPE] = type;
-	put16(h + H_SRC, (uint16_t)d->rank);
-	put32(h + H_LEN, frame_len - CS_PORT_HDRS_LEN - CS_PROTO_HDR_WIRE_LEN);
+	memcpy(src.mac, d->port->mac, 6);
+	memcpy(to.mac, p->mac, 6);
+	src.ip = ntohl(d->port->ip);
+	to.ip = ntohl(p->ip);
+	h->version = CS_PROTO_VERSION;
+	h->src = (uint16_t)d->rank;
+	return cs_wire_encode(f, cap, &src, &to, h, NULL);
 }
 
 int cs_drv_raw_start(struct cs_drv *d, unsigned dst, uint32_t frame_len,
@@ -125,24 +97,23 @@ int cs_drv_raw_start(struct cs_drv *d, unsigned dst, uint32_t frame_len,
 	return 0;
 }
 
-/* Valid collstack frame for us? Returns the type, or 0 (counted). */
+/* Decode; a frame that is not a valid collstack frame for us is counted
+ * by cause and dropped. Returns the type, or 0. */
 static inline uint8_t classify(struct cs_drv *d, struct cs_drv_q *q,
-			       const struct cs_pbuf *b)
+			       const struct cs_pbuf *b, struct cs_wire_pkt *pk)
 {
-	const uint8_t *h = b->data + CS_PORT_HDRS_LEN;
+	int rc = cs_wire_decode_ex(b->data, b->len, d->port->udp_port, 0, pk);
 
-	if (unlikely(cs_port_frame_check(d->port, b->data, b->len) < 0)) {
-		q->rx_foreign++;
+	cs_wire_count(&q->wire, rc);
+	if (unlikely(rc)) {
+		if (rc == CS_WIRE_E_ETHERTYPE || rc == CS_WIRE_E_PROTO ||
+		    rc == CS_WIRE_E_UDP_PORT || rc == CS_WIRE_E_IP_VERSION)
+			q->rx_foreign++;
+		else
+			q->rx_malformed++;
 		return 0;
 	}
-	if (unlikely(b->len < CS_DRV_HDR_LEN ||
-		     h[H_VERSION] != CS_PROTO_VERSION || h[H_TYPE] == 0 ||
-		     h[H_TYPE] > CS_PKT_TYPE_MAX ||
-		     get32(h + H_LEN) != b->len - CS_DRV_HDR_LEN)) {
-		q->rx_malformed++;
-		return 0;
-	}
-	return h[H_TYPE];
+	return pk->hdr.type;
 }
 
 static unsigned raw_tx(struct cs_drv *d, unsigned qi, struct cs_drv_q *q,
@@ -161,9 +132,9 @@ static unsigned raw_tx(struct cs_drv *d, unsigned qi, struct cs_drv_q *q,
 		q->tx_nobuf++;
 		return 0;
 	}
+	/* Headers only: the payload is whatever the buffer held. */
 	for (unsigned i = 0; i < got; i++) {
 		memcpy(v[i].data, q->raw_tmpl, sizeof(q->raw_tmpl));
-		put32(v[i].data + CS_PORT_HDRS_LEN + H_SEQ, q->raw_seq++);
 		v[i].len = q->raw_len;
 	}
 	sent = cs_port_tx_burst(d->port, qi, v, got);
@@ -178,10 +149,19 @@ static void raw_begin(struct cs_drv *d, unsigned qi, struct cs_drv_q *q,
 {
 	q->raw_len = d->raw_len;
 	q->raw_until = d->raw_until;
-	q->raw_seq = 0;
-	/* Each queue its own source port, so RSS and fanout spread them. */
-	cs_drv_frame_hdr(d, q->raw_tmpl, q->raw_len, d->raw_dst, CS_PKT_RAW,
-			 (uint16_t)(d->port->udp_port + qi));
+	struct cs_pkt_hdr h = { .type = CS_PKT_RAW, .channel = (uint16_t)qi,
+				.len = q->raw_len - CS_DRV_HDR_LEN };
+	uint8_t frame[CS_DRV_HDR_LEN];
+
+	/* Each queue its own source port, so RSS and fanout spread them;
+	 * the payload is not written, so encode headers in a scratch frame
+	 * that only has room for them. */
+	if (cs_drv_frame_hdr(d, frame, sizeof(frame) + h.len, &h, d->raw_dst,
+			     (uint16_t)(d->port->udp_port + qi)) < 0) {
+		q->raw_active = false;
+		return;
+	}
+	memcpy(q->raw_tmpl, frame, sizeof(q->raw_tmpl));
 	q->tx_raw_pkts = q->tx_raw_bytes = 0;
 	q->rx_raw_pkts = q->rx_raw_bytes = 0;
 	q->rx_raw_first = q->rx_raw_last = 0;
@@ -195,13 +175,14 @@ unsigned cs_drv_poll(void *arg, unsigned qi, cs_ns_t now)
 	struct cs_drv *d = arg;
 	struct cs_drv_q *q = &d->q[qi];
 	struct cs_pbuf v[CS_PORT_BURST], keep[CS_PORT_BURST];
+	struct cs_wire_pkt pk[CS_PORT_BURST];
 	unsigned got, nkeep = 0, work;
 	uint64_t req;
 
 	got = cs_port_rx_burst(d->port, qi, v, CS_PORT_BURST);
 	work = got;
 	for (unsigned i = 0; i < got; i++) {
-		uint8_t type = classify(d, q, &v[i]);
+		uint8_t type = classify(d, q, &v[i], &pk[nkeep]);
 
 		q->rx_frames++;
 		if (type == CS_PKT_RAW) {
@@ -219,7 +200,7 @@ unsigned cs_drv_poll(void *arg, unsigned qi, cs_ns_t now)
 		cs_port_release(d->port, qi, &v[i], 1);
 	}
 	if (nkeep) {
-		d->rx_fn(d->fn_arg, qi, keep, nkeep, now);
+		d->rx_fn(d->fn_arg, qi, keep, pk, nkeep, now);
 		cs_port_release(d->port, qi, keep, nkeep);
 	}
 	req = atomic_load_explicit(&d->raw_req, memory_order_acquire);

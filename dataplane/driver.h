@@ -10,11 +10,14 @@
 #ifndef CS_DATAPLANE_DRIVER_H
 #define CS_DATAPLANE_DRIVER_H
 
+#include <assert.h>
+#include <stdalign.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "dataplane/port.h"
+#include "dataplane/wire.h"
 #include "internal/util.h"
 
 #define CS_DRV_MAX_PEERS 256
@@ -36,7 +39,6 @@ struct cs_drv_q {
 	bool raw_active;
 	uint32_t raw_len;
 	cs_ns_t raw_until;
-	uint32_t raw_seq;
 	uint8_t raw_tmpl[CS_PORT_HDRS_LEN + CS_PROTO_HDR_WIRE_LEN_DRV];
 	/* counters (read by the control thread with relaxed loads) */
 	uint64_t rx_frames;
@@ -48,6 +50,7 @@ struct cs_drv_q {
 	uint64_t tx_raw_pkts, tx_raw_bytes;
 	cs_ns_t tx_raw_start, tx_raw_end;
 	uint64_t tx_nobuf;
+	struct cs_wire_stats wire;	/* decode results by cause */
 };
 
 /*
@@ -55,7 +58,7 @@ struct cs_drv_q {
  * it). It owns nothing: the driver releases the frames after the call.
  */
 typedef void (*cs_drv_rx_fn)(void *arg, unsigned q, struct cs_pbuf *v,
-			     unsigned n, cs_ns_t now);
+			     struct cs_wire_pkt *pk, unsigned n, cs_ns_t now);
 typedef unsigned (*cs_drv_tx_fn)(void *arg, unsigned q, cs_ns_t now);
 
 struct cs_drv {
@@ -109,11 +112,16 @@ struct cs_drv_totals {
 void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t);
 
 /**
- * cs_drv_frame_hdr - write outer headers and a minimal collstack header
- * (version, type, src, len) for a frame of @frame_len bytes to @dst
+ * cs_drv_frame_hdr - encode the headers of a frame to peer @dst
+ * @f: frame buffer; @h->len payload bytes are already in place after the
+ *     headers (or do not matter)
+ * @cap: bytes available in @f
+ * @h: header; version and src are filled in here
+ * @sport: our UDP source port
+ *
+ * Returns: the frame length, or a negative CS_WIRE_E_* code.
  */
-void cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *frame,
-		      uint32_t frame_len, unsigned dst, uint8_t type,
-		      uint16_t sport);
+int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport);
 
 #endif

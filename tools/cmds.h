@@ -5,5 +5,6 @@
 
 int cs_cmd_selftest(int argc, char **argv);
 int cs_cmd_bench_ring(int argc, char **argv);
+int cs_cmd_bench(int argc, char **argv);
 
 #endif

@@ -17,6 +17,7 @@ static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
 	{ "selftest", cs_cmd_selftest, "codec, auth and reduction checks + benchmark" },
 	{ "bench-ring", cs_cmd_bench_ring, "shm SPSC ring: slots/s, 2 processes" },
+	{ "bench", cs_cmd_bench, "bench raw: bidirectional raw port rate of 2 sidecars" },
 };
 
 static void usage(FILE *out)
