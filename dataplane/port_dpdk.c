@@ -391,6 +391,23 @@ static uint32_t round_up(uint32_t v, uint32_t a)
 	return (v + a - 1) / a * a;
 }
 
+/*
+ * af_packet ring frames: a TPACKET_V2 header (the frame starts 64 bytes
+ * in); the PMD wants an mbuf data room of framesz - 32. Blocks are whole
+ * pages, and the PMD walks frames at a framesz stride, so a block must hold
+ * a whole number of frames with no gap: framesz a multiple of 2 KiB and
+ * blocksz the least common multiple of framesz and the page.
+ */
+static uint32_t afp_framesz(uint32_t frame_max)
+{
+	return round_up(frame_max + 80, 2048);
+}
+
+static uint32_t afp_blocksz(uint32_t fsz)
+{
+	return fsz % 4096 ? 2 * fsz : fsz;
+}
+
 /* Build the vdev string for conf->dev; returns false for a PCI device. */
 static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		     char *name, size_t nlen, char *spec, size_t slen)
@@ -399,11 +416,8 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 	unsigned q = c->queues ? c->queues : 1;
 
 	if (!strcmp(d, "af_packet")) {
-		/* TPACKET_V2 frames hold a ~64-byte header, then the frame;
-		 * blocks are whole pages. */
-		uint32_t fsz = frame_max + 128 <= 2048 ?
-				       2048 : round_up(frame_max + 128, 4096);
-		uint32_t bsz = fsz < 4096 ? 4096 : fsz;
+		uint32_t fsz = afp_framesz(frame_max);
+		uint32_t bsz = afp_blocksz(fsz);
 
 		snprintf(name, nlen, "net_af_packet_%s", c->name);
 		snprintf(spec, slen,
@@ -507,8 +521,8 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	char name[CS_CFG_STR_MAX + 32], spec[1024], pname[64];
 	uint32_t frame_max = c->mtu + CS_PORT_ETH_LEN;
 	uint32_t room = RTE_PKTMBUF_HEADROOM +
-			(frame_max + 64 <= 2048 ? 2048 :
-			 round_up(frame_max + 64, 1024));
+			(afp_framesz(frame_max) <= 2048 ?
+				 2048 : round_up(afp_framesz(frame_max), 1024));
 	unsigned nq = c->queues ? c->queues : 1, nmbufs;
 	uint16_t nrx = (uint16_t)c->rx_desc, ntx = (uint16_t)c->tx_desc;
 	int is_vdev, socket, ret;
@@ -580,7 +594,22 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 		ret = -EINVAL;
 		goto out_pool;
 	}
-	ec.rxmode.mtu = c->mtu;
+	/*
+	 * net_af_packet reports a 1518-byte max frame whatever its ring
+	 * frames hold, but it moves any frame that fits framesz and the
+	 * mbuf's data room (both sized for the MTU above); the interface
+	 * MTU is the kernel's. So for it the ethdev MTU stays at its
+	 * default instead of failing the configure.
+	 */
+	if (!strcmp(c->dev, "af_packet") &&
+	    c->mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN >
+		    info.max_rx_pktlen)
+		CS_INFO("%s: frames of %u bytes ride in %u-byte ring frames "
+			"(the PMD's reported %u-byte limit does not apply)",
+			name, frame_max, afp_framesz(frame_max),
+			info.max_rx_pktlen);
+	else
+		ec.rxmode.mtu = c->mtu;
 	if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
 		ec.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
 		dp->multi_seg = true;
@@ -600,7 +629,8 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 		CS_ERR("configure %s: %s", name, rte_strerror(-ret));
 		goto out_pool;
 	}
-	ret = rte_eth_dev_set_mtu(dp->port_id, (uint16_t)c->mtu);
+	ret = ec.rxmode.mtu ? rte_eth_dev_set_mtu(dp->port_id,
+						  (uint16_t)c->mtu) : 0;
 	if (ret && ret != -ENOTSUP)
 		CS_WARN("set MTU %u on %s: %s", c->mtu, name,
 			rte_strerror(-ret));
