@@ -61,6 +61,9 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "it is reachable across namespaces); empty: <run_dir>/memif.sock" },
 	{ "port.eal_args", CS_CFG_STR, PC(eal_args), "", CS_CFG_NO_BOUNDS,
 	  "dpdk: extra EAL arguments, space separated" },
+	{ "port.vdev_args", CS_CFG_STR, PC(vdev_args), "", CS_CFG_NO_BOUNDS,
+	  "dpdk vdevs: extra devargs appended to the vdev string, e.g. "
+	  "\"busy_budget=0\" for af_xdp" },
 	{ "fault.seed", CS_CFG_U64, PC(fault.seed), "1", CS_CFG_NO_BOUNDS,
 	  "fault shim: PRNG seed (a run replays for a given seed)" },
 	{ "fault.drop", CS_CFG_DOUBLE, PC(fault.drop), "0", 0, 1,

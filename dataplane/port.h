@@ -77,6 +77,7 @@ struct cs_port_conf {
 	char memif_role[CS_CFG_STR_MAX]; /* "server" or "client" */
 	char memif_socket[CS_CFG_STR_MAX]; /* memif control socket path */
 	char eal_args[CS_CFG_STR_MAX];	/* extra EAL arguments */
+	char vdev_args[CS_CFG_STR_MAX];	/* extra ",k=v" for the vdev */
 	uint32_t udp_port;		/* local UDP port of the dataplane */
 	uint32_t mtu;			/* IP MTU; frames are mtu + 14 bytes */
 	uint32_t queues;		/* rx/tx queue pairs */

@@ -35,6 +35,7 @@
 #include <rte_lcore.h>
 #include <rte_malloc.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
 #include <rte_memory.h>
 #include <rte_mempool.h>
 #include <rte_version.h>
@@ -408,6 +409,61 @@ static uint32_t afp_blocksz(uint32_t fsz)
 	return fsz % 4096 ? 2 * fsz : fsz;
 }
 
+/*
+ * Each mbuf holds a whole frame (no chained receive). af_packet needs room
+ * for its ring frame; af_xdp uses the pool as its umem, whose chunks (the
+ * whole mbuf object) may not exceed a page — hence its MTU limit.
+ */
+static uint32_t mbuf_room(const char *dev, uint32_t frame_max)
+{
+	if (!strcmp(dev, "af_packet"))
+		return RTE_PKTMBUF_HEADROOM + afp_framesz(frame_max) - 32;
+	/* The chunk is the whole object: a 64-byte mempool header, the
+	 * 128-byte mbuf and the room fill exactly one page. Received
+	 * frames then have 4096 - 320 (mbuf and headroom) - 256 (XDP
+	 * headroom) = 3520 bytes: MTU 3506. */
+	if (!strcmp(dev, "af_xdp"))
+		return 4096 - 64 - (uint32_t)sizeof(struct rte_mbuf);
+	return RTE_PKTMBUF_HEADROOM +
+	       (frame_max <= 2048 ? 2048 : round_up(frame_max, 1024));
+}
+
+/*
+ * An mbuf pool. For af_xdp the objects must tile pages exactly (they are
+ * the umem chunks), so it is built without the memory-channel spreading
+ * that rte_pktmbuf_pool_create() applies (which pads a 4096-byte object to
+ * 4160).
+ */
+static struct rte_mempool *pool_create(const char *name, unsigned n,
+				       unsigned cache, uint16_t room,
+				       int socket, bool exact)
+{
+	struct rte_pktmbuf_pool_private priv = {
+		.mbuf_data_room_size = room,
+		.mbuf_priv_size = 0,
+	};
+	struct rte_mempool *mp;
+
+	if (!exact)
+		return rte_pktmbuf_pool_create(name, n, cache, 0, room, socket);
+	mp = rte_mempool_create_empty(name, n, sizeof(struct rte_mbuf) + room,
+				      cache, sizeof(priv), socket,
+				      RTE_MEMPOOL_F_NO_SPREAD);
+	if (!mp)
+		return NULL;
+	if (rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(),
+				       NULL))
+		goto out_free;
+	rte_pktmbuf_pool_init(mp, &priv);
+	if (rte_mempool_populate_default(mp) < 0)
+		goto out_free;
+	rte_mempool_obj_iter(mp, rte_pktmbuf_init, NULL);
+	return mp;
+out_free:
+	rte_mempool_free(mp);
+	return NULL;
+}
+
 /* Build the vdev string for conf->dev; returns false for a PCI device. */
 static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		     char *name, size_t nlen, char *spec, size_t slen)
@@ -452,6 +508,11 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		snprintf(name, nlen, "%s", d);	/* PCI address */
 		spec[0] = 0;
 		return 0;
+	}
+	if (c->vdev_args[0]) {
+		size_t l = strlen(spec);
+
+		snprintf(spec + l, slen - l, ",%s", c->vdev_args);
 	}
 	return 1;
 }
@@ -520,9 +581,7 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	struct dpdk_port *dp;
 	char name[CS_CFG_STR_MAX + 32], spec[1024], pname[64];
 	uint32_t frame_max = c->mtu + CS_PORT_ETH_LEN;
-	uint32_t room = RTE_PKTMBUF_HEADROOM +
-			(afp_framesz(frame_max) <= 2048 ?
-				 2048 : round_up(afp_framesz(frame_max), 1024));
+	uint32_t room = mbuf_room(c->dev, frame_max);
 	unsigned nq = c->queues ? c->queues : 1, nmbufs;
 	uint16_t nrx = (uint16_t)c->rx_desc, ntx = (uint16_t)c->tx_desc;
 	int is_vdev, socket, ret;
@@ -577,8 +636,8 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	if (socket < 0)
 		socket = (int)rte_socket_id();
 	snprintf(pname, sizeof(pname), "cs_pool_%u", dp->port_id);
-	dp->pool = rte_pktmbuf_pool_create(pname, nmbufs, c->pool_cache, 0,
-					   (uint16_t)room, socket);
+	dp->pool = pool_create(pname, nmbufs, c->pool_cache, (uint16_t)room,
+			       socket, !strcmp(c->dev, "af_xdp"));
 	if (!dp->pool) {
 		CS_ERR("mbuf pool of %u x %u bytes on socket %d: %s", nmbufs,
 		       room, socket, rte_strerror(rte_errno));
