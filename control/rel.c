@@ -585,5 +585,8 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
 {
+	/* More credit must reach the peer now: it may be waiting for it. */
+	if (bytes > r->grant)
+		r->ack_now = true;
 	r->grant = bytes;
 }

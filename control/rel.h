@@ -358,8 +358,11 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now);
 
 /**
  * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
- * has delivered; sent on the next ACK. A fan-in receiver divides its
- * budget among its senders with this.
+ * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
+ * grows. A fan-in receiver divides its budget among its senders with
+ * this; with more senders than packets in the budget it grants 1 byte
+ * (= one packet) to a rotating subset and 0 to the rest. A grant never
+ * takes back credit already advertised.
  * @r: the session
  * @bytes: the grant
  */

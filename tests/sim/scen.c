@@ -77,6 +77,8 @@ struct ep {
 	struct flow **list;	/* the flows of this endpoint */
 	uint32_t nlist;
 	uint64_t send_err;
+	void (*after_rx)(void *ctx);	/* e.g. the receiver's credit */
+	void *after_ctx;
 };
 
 static uint32_t pkt_len(const struct flow *f, uint64_t off)
@@ -205,8 +207,11 @@ static void ep_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 	if (!f)
 		return;
 	m = cs_rel_on_packet(&f->rel, &pkt->hdr, now);
-	if (m & CS_REL_DELIVER)
+	if (m & CS_REL_DELIVER) {
 		deliver(f, pkt, now);
+		if (ep->after_rx)
+			ep->after_rx(ep->after_ctx);
+	}
 	rearm(ep, now);
 }
 
@@ -426,6 +431,63 @@ out:
 
 /* ---- incast ---- */
 
+/*
+ * The receiver's credit scheduler. While the budget covers a packet per
+ * active sender, every active sender gets an equal share. Otherwise K =
+ * budget / frame senders at a time hold a one-packet grant; a holder whose
+ * packet arrived passes the grant on, round robin. Either way the bytes in
+ * flight towards the receiver stay within the budget (+ under one packet
+ * per holder), whatever N is.
+ */
+struct credit_sched {
+	struct flow *rx;
+	uint32_t n, next, nholders;
+	uint64_t budget, bytes;
+	uint32_t payload, frame;
+	uint8_t *holder;
+	uint64_t *granted_at;	/* rcvd when the grant was given */
+};
+
+static void sched_update(void *ctx)
+{
+	struct credit_sched *s = ctx;
+	uint32_t active = 0, k;
+
+	for (uint32_t i = 0; i < s->n; i++)
+		active += s->rx[i].rcvd < s->bytes;
+	if (!active)
+		return;
+	if (s->budget / active >= s->payload) {
+		for (uint32_t i = 0; i < s->n; i++)
+			cs_rel_set_grant(&s->rx[i].rel,
+					 s->rx[i].rcvd < s->bytes ?
+					 s->budget / active : 0);
+		return;
+	}
+	k = (uint32_t)CS_MAX(1, s->budget / s->frame);
+	for (uint32_t i = 0; i < s->n; i++) {
+		if (s->holder[i] && (s->rx[i].rcvd != s->granted_at[i] ||
+				     s->rx[i].rcvd == s->bytes)) {
+			s->holder[i] = 0;
+			s->nholders--;
+			cs_rel_set_grant(&s->rx[i].rel, 0);
+		} else if (!s->holder[i] && s->rx[i].rel.grant) {
+			cs_rel_set_grant(&s->rx[i].rel, 0);
+		}
+	}
+	for (uint32_t tries = 0; s->nholders < k && tries < s->n; tries++) {
+		uint32_t i = s->next;
+
+		s->next = (s->next + 1) % s->n;
+		if (s->holder[i] || s->rx[i].rcvd == s->bytes)
+			continue;
+		s->holder[i] = 1;
+		s->nholders++;
+		s->granted_at[i] = s->rx[i].rcvd;
+		cs_rel_set_grant(&s->rx[i].rel, 1);
+	}
+}
+
 int cs_sim_incast_defaults(struct cs_sim_incast_cfg *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -453,6 +515,7 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	struct flow *tx = NULL, *rx = NULL;
 	struct ep *eps = NULL, *recv;
 	struct cs_sim *sim = NULL;
+	struct credit_sched cs = { 0 };
 	uint8_t *src = NULL;
 	double sum = 0, sum2 = 0;
 	cs_ns_t end = 0;
@@ -466,8 +529,12 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	if (xp.cc.min_gbps > xp.cc.line_gbps)
 		xp.cc.min_gbps = xp.cc.line_gbps;
 	xp.rel.credit = cfg->credit_budget != 0;
+	/* Both ends assume the same initial grant: a fair share when the
+	 * budget holds a packet per sender, else none (the scheduler hands
+	 * out one-packet grants from t = 0). */
 	if (xp.rel.credit)
-		xp.rel.credit_init = cfg->credit_budget / n;
+		xp.rel.credit_init = cfg->credit_budget / n >= cfg->payload ?
+				     cfg->credit_budget / n : 0;
 	host.queue_bytes = 0;		/* NIC rings: the pacer bounds them */
 	port.queue_bytes = cfg->port_buffer;
 	port.ecn_bytes = cfg->ecn_bytes;
@@ -480,7 +547,10 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	rx = calloc(n, sizeof(*rx));
 	ids = calloc(n + 1, sizeof(*ids));
 	src = pattern(cfg->bytes, cfg->seed);
-	ret = eps && tx && rx && ids && src ? 0 : -ENOMEM;
+	cs.holder = calloc(n, 1);
+	cs.granted_at = calloc(n, sizeof(*cs.granted_at));
+	ret = eps && tx && rx && ids && src && cs.holder && cs.granted_at ?
+	      0 : -ENOMEM;
 	recv = eps ? &eps[n] : NULL;
 	for (uint32_t i = 0; !ret && i <= n; i++) {
 		ret = ep_init(&eps[i], sim, nodes, i == n ? n : 1);
@@ -497,11 +567,21 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 			ret = flow_init(&rx[i], recv, eps[i].id, &xp, 7 * i,
 					100 * i, cfg->bytes, cfg->payload,
 					NULL, true, false);
-		if (!ret)
-			cs_rel_set_grant(&rx[i].rel, xp.rel.credit_init);
 	}
 	if (ret)
 		goto out;
+	if (xp.rel.credit) {
+		cs.rx = rx;
+		cs.n = n;
+		cs.budget = cfg->credit_budget;
+		cs.bytes = cfg->bytes;
+		cs.payload = cfg->payload;
+		cs.frame = cfg->payload + xp.pacer.frame_overhead;
+		recv->after_rx = sched_update;
+		recv->after_ctx = &cs;
+		sched_update(&cs);
+		rearm(recv, 0);
+	}
 
 	for (uint32_t i = 0; i < n; i++)
 		rearm(&eps[i], 0);
@@ -559,6 +639,8 @@ out:
 	free(rx);
 	free(ids);
 	free(src);
+	free(cs.holder);
+	free(cs.granted_at);
 	cs_sim_destroy(sim);
 	return ret;
 }
