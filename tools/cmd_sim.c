@@ -185,7 +185,8 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 			       "  --payload B        payload per packet (8896)\n"
 			       "  --isn N            first sequence number\n"
 			       "  --outage-ms T:L    data link down from T for L ms\n"
-			       "  --fail-ms T        the receiver dies at T\n%s",
+			       "  --fail-ms T        the receiver dies at T\n"
+			       "  --synthetic        no payload bytes (counts only)\n%s",
 			       common_help);
 			return 0;
 		} else if (!strcmp(o, "--bytes") && v &&
@@ -194,6 +195,8 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 		} else if (!strcmp(o, "--payload") && v) {
 			cfg.payload = (uint32_t)strtoul(v, NULL, 0);
 			i++;
+		} else if (!strcmp(o, "--synthetic")) {
+			cfg.synthetic = true;
 		} else if (!strcmp(o, "--isn") && v) {
 			cfg.isn = (uint32_t)strtoul(v, NULL, 0);
 			i++;

@@ -57,10 +57,13 @@ void cs_xport_params_help(FILE *out);
  * @outage_start/@outage_len: a data-link outage (len 0: none)
  * @fail_at: the receiver dies at this time (0: never)
  * @time_limit: give up (FAIL) after this much simulated time
+ * @synthetic: carry no payload bytes (large runs): exactly-once delivery
+ *	of every packet is still checked, the checksums are not
  * @xp: transport parameters (cc.line_gbps is set from @link.gbps)
  */
 struct cs_sim_p2p_cfg {
 	uint64_t bytes;
+	bool synthetic;
 	uint64_t seed;
 	struct cs_sim_link_params link;
 	uint32_t payload;
