@@ -183,3 +183,24 @@ Test(incast, many_senders_rotating_credit)
 	cr_assert(r.queue_max <= c.credit_budget,
 		  "queue %llu", (unsigned long long)r.queue_max);
 }
+
+/* Lost credit ACKs must not strand a sender (credit refresh), and lost
+ * one-packet tails must not wait for the RTO (probe). */
+Test(incast, rotating_credit_survives_loss)
+{
+	struct cs_sim_incast_cfg c;
+	struct cs_sim_incast_result r;
+
+	cr_assert_eq(cs_sim_incast_defaults(&c), 0);
+	c.senders = 128;
+	c.bytes = 128 << 10;
+	c.credit_budget = 64 << 10;
+	c.link.loss = 0.02;
+	c.link.dup = 0.02;
+	c.link.reorder = 0.02;
+	for (c.seed = 1; c.seed <= 5; c.seed++) {
+		cr_assert_eq(cs_sim_incast_run(&c, &r), 0);
+		cr_assert(r.ok, "seed %llu: %s", (unsigned long long)c.seed,
+			  r.why);
+	}
+}
