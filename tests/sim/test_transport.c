@@ -118,7 +118,7 @@ Test(p2p, property_1000_seeds, .timeout = 240)
 		uint64_t s = seed * 0x9e3779b97f4a7c15ull;
 
 		c.seed = seed;
-		c.bytes = 1 + cs_rand_next(&s) % (256 << 10);
+		c.bytes = 1 + cs_rand_next(&s) % (1 << 20);
 		c.payload = 64 + cs_rand_next(&s) % (CS_SIM_MTU_PAYLOAD - 63);
 		c.isn = (uint32_t)cs_rand_next(&s);
 		c.link.loss = cs_rand_unit(&s) * 0.3;
@@ -127,6 +127,18 @@ Test(p2p, property_1000_seeds, .timeout = 240)
 		c.link.corrupt = cs_rand_unit(&s) * 0.05;
 		c.link.delay_ns = 100 + cs_rand_next(&s) % 20000;
 		c.link.gbps = 1 + cs_rand_unit(&s) * 399;
+		/* and the engine's own knobs */
+		c.xp.rel.window = 64u << (cs_rand_next(&s) % 5);
+		c.xp.rel.ack_every = 1 + cs_rand_next(&s) % 16;
+		c.xp.rel.ack_delay = cs_rand_next(&s) % 20000;
+		c.xp.rel.ack_ooo_now = cs_rand_next(&s) & 1;
+		c.xp.rel.dupthresh = 1 + cs_rand_next(&s) % 6;
+		c.xp.rel.tlp = cs_rand_next(&s) & 1;
+		c.xp.cc.enable = (cs_rand_next(&s) % 4) != 0;
+		if (seed % 10 == 0) {	/* an outage now and then */
+			c.outage_start = cs_rand_next(&s) % 200000;
+			c.outage_len = cs_rand_next(&s) % (5 * CS_NS_PER_MS);
+		}
 		expect_ok(&c, &r);
 	}
 }
