@@ -224,7 +224,7 @@ struct cs_rel {
 	uint32_t rcv_nxt;
 	uint64_t *rcv_bits;	/* window bits: seq arrived (seq & mask) */
 	uint32_t rx_bytes;	/* cumulative new payload bytes received */
-	uint64_t grant;		/* credit we grant the peer beyond rx_bytes */
+	uint64_t grant;		/* credit granted beyond rx_bytes */
 	bool credit_unconfirmed;	/* grown grant, no data seen since */
 	uint32_t credit_refreshes;
 	cs_ns_t credit_deadline;	/* re-send the grant */
@@ -365,7 +365,8 @@ void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now);
  * cs_rel_next_deadline - the next time cs_rel_on_timer() has work
  * @r: the session
  * Returns: the earliest of the RTO, loss-detection, probe and
- *	delayed-ACK deadlines, or CS_NS_NEVER. (The pacer's time comes from cs_rel_tx_time().)
+ *	delayed-ACK deadlines, or CS_NS_NEVER. (The pacer's time comes from
+ *	cs_rel_tx_time().)
  */
 cs_ns_t cs_rel_next_deadline(const struct cs_rel *r);
 

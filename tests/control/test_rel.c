@@ -260,7 +260,8 @@ Test(rel, rto_backoff_karn_and_failure)
 	cr_assert_eq(t, 1000000);	/* rto_init */
 	cr_assert_eq(cs_rel_on_timer(&a, t - 1), 0);
 	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
-	cr_assert_eq(cs_rel_next_deadline(&a), t + 2000000);	/* doubled */
+	/* doubled */
+	cr_assert_eq(cs_rel_next_deadline(&a), t + 2000000);
 	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
 	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
 	/* the ACK for a retransmitted packet gives no RTT sample (Karn) */
@@ -385,8 +386,12 @@ Test(rel, sequence_wrap)
 
 			cs_rel_on_timer(&a, cs_rel_next_deadline(&a));
 			while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
-				cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 4), 0);
-				if (cs_rel_on_packet(&b, &r, 5) & CS_REL_DELIVER)
+				int m;
+
+				cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 4),
+					     0);
+				m = cs_rel_on_packet(&b, &r, 5);
+				if (m & CS_REL_DELIVER)
 					delivered++;
 			}
 			ack = ack_of(&b, 6);

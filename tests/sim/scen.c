@@ -6,42 +6,6 @@
 
 #include "scen.h"
 
-/* ---- transport parameters by key ---- */
-
-int cs_xport_params_default(struct cs_xport_params *xp)
-{
-	memset(xp, 0, sizeof(*xp));
-	if (cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, &xp->rel) ||
-	    cs_cfg_defaults(cs_pacer_cfg, cs_pacer_cfg_len, &xp->pacer) ||
-	    cs_cfg_defaults(cs_cc_cfg, cs_cc_cfg_len, &xp->cc))
-		return -EINVAL;
-	return 0;
-}
-
-int cs_xport_params_set(struct cs_xport_params *xp, const char *key,
-			const char *value, char *err, size_t errlen)
-{
-	if (!strncmp(key, "rel.", 4))
-		return cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &xp->rel, key,
-				  value, err, errlen);
-	if (!strncmp(key, "pacer.", 6))
-		return cs_cfg_set(cs_pacer_cfg, cs_pacer_cfg_len, &xp->pacer,
-				  key, value, err, errlen);
-	if (!strncmp(key, "cc.", 3))
-		return cs_cfg_set(cs_cc_cfg, cs_cc_cfg_len, &xp->cc, key,
-				  value, err, errlen);
-	if (err)
-		snprintf(err, errlen, "unknown config key '%s'", key);
-	return -ENOENT;
-}
-
-void cs_xport_params_help(FILE *out)
-{
-	cs_cfg_help(cs_rel_cfg, cs_rel_cfg_len, out);
-	cs_cfg_help(cs_pacer_cfg, cs_pacer_cfg_len, out);
-	cs_cfg_help(cs_cc_cfg, cs_cc_cfg_len, out);
-}
-
 /* ---- a byte stream over one cs_rel session ---- */
 
 /*
@@ -188,7 +152,7 @@ static void deliver(struct flow *f, const struct cs_sim_pkt *pkt,
 	uint64_t off = pkt->hdr.offset, idx = off / f->payload;
 
 	if (!pkt->len)
-		return;		/* a filler (rel.h (b)); never sent here */
+		return;		/* a filler (rel.h (b)): not sent here */
 	if (off % f->payload || off >= f->bytes ||
 	    pkt->len != pkt_len(f, off)) {
 		f->bad++;
@@ -574,7 +538,7 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	if (xp.rel.credit)
 		xp.rel.credit_init = cfg->credit_budget / n >= cfg->payload ?
 				     cfg->credit_budget / n : 0;
-	host.queue_bytes = 0;		/* NIC rings: the pacer bounds them */
+	host.queue_bytes = 0;	/* NIC rings: the pacer bounds them */
 	port.queue_bytes = cfg->port_buffer;
 	port.ecn_bytes = cfg->ecn_bytes;
 
@@ -637,10 +601,12 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 		    rx[i].bad || !cs_rel_idle(&tx[i].rel)) {
 			if (res->ok)
 				snprintf(res->why, sizeof(res->why),
-					 "sender %u: %llu of %llu bytes, %llu twice",
-					 i, (unsigned long long)rx[i].rcvd,
+					 "sender %u: %llu of %llu bytes, "
+					 "%llu twice", i,
+					 (unsigned long long)rx[i].rcvd,
 					 (unsigned long long)cfg->bytes,
-					 (unsigned long long)rx[i].delivered_twice);
+					 (unsigned long long)
+					 rx[i].delivered_twice);
 			res->ok = false;
 			continue;
 		}
