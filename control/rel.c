@@ -19,6 +19,7 @@ enum {
 /* meta.pad: how the packet was last deemed lost (statistics). */
 #define LOST_BY_SACK 1
 #define LOST_BY_RTO 2
+#define LOST_BY_TLP 3
 
 #define SACK_BITS 64
 
@@ -46,6 +47,19 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	{ "rel.dupthresh", CS_CFG_U32,
 	  offsetof(struct cs_rel_params, dupthresh), "3", 1, 1024,
 	  "later-sent packets acknowledged before a packet counts as lost" },
+	{ "rel.credit_refresh", CS_CFG_NS,
+	  offsetof(struct cs_rel_params, credit_refresh), "20us", 1000, 1e10,
+	  "re-send a grown grant after this long (doubling) until the "
+	  "peer's data shows it arrived" },
+	{ "rel.reo_wnd", CS_CFG_NS, offsetof(struct cs_rel_params, reo_wnd),
+	  "2us", 0, 1e10,
+	  "least reordering window: a packet is lost once a later one was "
+	  "acknowledged and it has been out srtt + max(this, srtt/4)" },
+	{ "rel.tlp", CS_CFG_BOOL, offsetof(struct cs_rel_params, tlp), "1",
+	  CS_CFG_NO_BOUNDS,
+	  "tail loss probe: resend the newest packet after 2 srtt of silence" },
+	{ "rel.tlp_min", CS_CFG_NS, offsetof(struct cs_rel_params, tlp_min),
+	  "10us", 0, 1e10, "least tail-loss-probe timeout" },
 	{ "rel.max_timeouts", CS_CFG_U32,
 	  offsetof(struct cs_rel_params, max_timeouts), "64", 1, 1e6,
 	  "consecutive timeouts without progress before the session fails" },
@@ -145,6 +159,9 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 	r->rcv_nxt = isn_rx;
 	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
 	r->rto_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->credit_deadline = CS_NS_NEVER;
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
@@ -211,6 +228,9 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	 * does not count ACK coalescing as network delay. */
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
+		r->credit_deadline = now + (r->p.credit_refresh <<
+					    CS_MIN(r->credit_refreshes, 20u));
 	r->ack_pending = 0;
 	r->ack_now = false;
 	r->ece_pending = false;
@@ -221,6 +241,20 @@ static void arm_rto(struct cs_rel *r, cs_ns_t now)
 {
 	if (r->rto_deadline == CS_NS_NEVER)
 		r->rto_deadline = now + rto_now(r);
+}
+
+/* The probe timer restarts on every new send and every ACK that makes
+ * progress; it needs an RTT estimate. It allows for the peer's delayed
+ * ACK and for RTT variance, so that it fires on silence, not on a queue. */
+static void arm_tlp(struct cs_rel *r, cs_ns_t now)
+{
+	cs_ns_t pto;
+
+	r->tlp_deadline = CS_NS_NEVER;
+	if (!r->p.tlp || !r->st.rtt_samples || r->snd_una == r->snd_nxt)
+		return;
+	pto = CS_MAX(2 * r->srtt, r->srtt + 4 * r->rttvar) + r->p.ack_delay;
+	r->tlp_deadline = now + CS_MAX(pto, r->p.tlp_min);
 }
 
 int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
@@ -256,6 +290,7 @@ int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
 	if (r->path)
 		cs_pacer_consume(&r->path->pacer, len, now);
 	arm_rto(r, now);
+	arm_tlp(r, now);
 	return 0;
 }
 
@@ -302,6 +337,8 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 	r->st.retx++;
 	if (m->pad == LOST_BY_SACK)
 		r->st.fast_retx++;
+	else if (m->pad == LOST_BY_TLP)
+		r->st.tlp++;
 
 	h->seq = seq;
 	h->len = m->len;
@@ -329,27 +366,38 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 
 /*
  * RACK-style detection: a packet still in flight is lost once a packet
- * transmitted @dupthresh transmissions after it has been acknowledged.
+ * transmitted after it has been acknowledged and either @dupthresh such
+ * transmissions followed it, or it has been out longer than an RTT plus
+ * the reordering window (then re-checked at rack_deadline).
  * Only packets below sack_high are judged: past the SACK bitmap's reach
  * the sender cannot tell arrived from lost.
  * First transmissions have xmit ids increasing with seq, and a resent
  * packet's id is newer still, so the scan can stop at the first
- * first-transmission that is too recent.
+ * first-transmission sent after the newest acknowledged one.
  */
-static int detect_lost(struct cs_rel *r)
+static int detect_lost(struct cs_rel *r, cs_ns_t now)
 {
+	bool timed = r->st.rtt_samples != 0;
+	cs_ns_t wait = r->srtt + CS_MAX(r->p.reo_wnd, r->srtt / 4);
 	int found = 0;
 
+	r->rack_deadline = CS_NS_NEVER;
 	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->sack_high); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state != M_INFLIGHT)
 			continue;
-		if (m->xmit_id + r->p.dupthresh <= r->rack_xmit_id) {
+		if (m->xmit_id >= r->rack_xmit_id) {
+			if (m->xmits == 1)
+				break;
+			continue;
+		}
+		if (m->xmit_id + r->p.dupthresh <= r->rack_xmit_id ||
+		    (timed && now >= m->sent + wait)) {
 			mark_lost(r, s, m, LOST_BY_SACK);
 			found = CS_REL_LOST;
-		} else if (m->xmits == 1) {
-			break;
+		} else if (timed && m->sent + wait < r->rack_deadline) {
+			r->rack_deadline = m->sent + wait;
 		}
 	}
 	return found;
@@ -444,6 +492,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		r->rto_deadline = CS_NS_NEVER;
 		if (r->snd_una != r->snd_nxt)
 			arm_rto(r, now);
+		arm_tlp(r, now);
 		if (r->path) {
 			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now ?
 				      now - h->ts_echo : 0;
@@ -453,7 +502,9 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		}
 	}
 	if (r->n_sacked)
-		res |= detect_lost(r);
+		res |= detect_lost(r, now);
+	else
+		r->rack_deadline = CS_NS_NEVER;
 	return res;
 }
 
@@ -462,6 +513,9 @@ static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
 {
 	uint32_t seq = h->seq, off = seq - r->rcv_nxt;
 
+	/* The peer is sending: it has, or will get, our current credit. */
+	r->credit_unconfirmed = false;
+	r->credit_deadline = CS_NS_NEVER;
 	if ((int32_t)off < 0 || (off < r->p.window && rcv_bit(r, seq))) {
 		/* Seen before: the peer probably lost our ACK; repeat it. */
 		r->st.dup_rcvd++;
@@ -542,7 +596,8 @@ void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 
 cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 {
-	cs_ns_t t = r->rto_deadline;
+	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
+			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
 	if (r->ack_now)
 		return 0;
@@ -551,17 +606,50 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 	return t;
 }
 
+/* Resend the newest packet in flight, once, unless a loss is pending. */
+static int probe_tail(struct cs_rel *r)
+{
+	if (r->n_lost)
+		return 0;
+	for (uint32_t s = r->snd_nxt; cs_seq_lt(r->snd_una, s); s--) {
+		struct cs_rel_meta *m = meta_of(r, s - 1);
+
+		if (m->state == M_INFLIGHT) {
+			mark_lost(r, s - 1, m, LOST_BY_TLP);
+			return CS_REL_LOST;
+		}
+	}
+	return 0;
+}
+
 int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 {
 	int res = 0;
 
 	if (r->ack_pending && now >= r->ack_deadline)
 		r->ack_now = true;
-	if (now < r->rto_deadline || r->failed)
+	if (now >= r->credit_deadline) {
+		r->credit_deadline = CS_NS_NEVER;
+		if (++r->credit_refreshes <= r->p.max_timeouts)
+			r->ack_now = true;
+		else
+			r->credit_unconfirmed = false;
+	}
+	if (r->failed)
 		return 0;
+	if (now >= r->rack_deadline)
+		res |= detect_lost(r, now);
+	if (now >= r->tlp_deadline && now < r->rto_deadline) {
+		r->tlp_deadline = CS_NS_NEVER;
+		res |= probe_tail(r);
+	}
+	if (now < r->rto_deadline)
+		return res;
 	r->rto_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
 	if (r->snd_una == r->snd_nxt)
-		return 0;
+		return res;
 	r->st.timeouts++;
 	if (++r->consecutive_to > r->p.max_timeouts) {
 		r->failed = true;
@@ -585,5 +673,13 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
 {
+	/* More credit must reach the peer now: it may be waiting for it,
+	 * and again later if that ACK is lost (credit_refresh). */
+	if (bytes > r->grant) {
+		r->ack_now = true;
+		r->credit_unconfirmed = true;
+		r->credit_refreshes = 0;
+		r->credit_deadline = CS_NS_NEVER;
+	}
 	r->grant = bytes;
 }

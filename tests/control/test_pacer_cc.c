@@ -6,6 +6,7 @@
 
 #include "control/cc.h"
 #include "control/pacer.h"
+#include "control/xport.h"
 
 static struct cs_pacer_params pp(void)
 {
@@ -175,7 +176,7 @@ Test(cc, ecn_is_optional)
 
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
 	cs_cc_on_ack(&c, 5000, 9000, true, 1000);
-	cr_assert_float_eq(c.rate, 12.5e9, 1);		/* ecn off: ignored */
+	cr_assert_float_eq(c.rate, 12.5e9, 1);	/* ecn off: ignored */
 	p.ecn = true;
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
 	cs_cc_on_ack(&c, 5000, 9000, true, 1000);
@@ -194,4 +195,30 @@ Test(cc, path_moves_the_pacer)
 	cs_path_on_timeout(&path, 1000);
 	cr_assert_float_eq(path.pacer.rate, 6.25e9, 1);
 	cr_assert_float_eq(path.cc.rate, 6.25e9, 1);
+}
+
+Test(xport, keys_go_to_their_table)
+{
+	struct cs_xport_params xp;
+	char err[160];
+
+	cr_assert_eq(cs_xport_params_default(&xp), 0);
+	cr_assert_eq(xp.rel.window, 512);
+	cr_assert_eq(xp.pacer.frame_overhead, 142);
+	cr_assert_float_eq(xp.cc.line_gbps, 100, 1e-9);
+	cr_assert_eq(cs_xport_params_set(&xp, "rel.ack_every", "8", err,
+					 sizeof(err)), 0);
+	cr_assert_eq(xp.rel.ack_every, 8);
+	cr_assert_eq(cs_xport_params_set(&xp, "pacer.burst_bytes", "64K", err,
+					 sizeof(err)), 0);
+	cr_assert_eq(xp.pacer.burst_bytes, 65536);
+	cr_assert_eq(cs_xport_params_set(&xp, "cc.target_qdelay", "7us", err,
+					 sizeof(err)), 0);
+	cr_assert_eq(xp.cc.target_qdelay, 7000);
+	cr_assert_eq(cs_xport_params_set(&xp, "cc.beta", "2", err,
+					 sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "cc.beta"));
+	cr_assert_eq(cs_xport_params_set(&xp, "wire.mtu", "1", err,
+					 sizeof(err)), -ENOENT);
+	cr_assert(strstr(err, "wire.mtu"));
 }

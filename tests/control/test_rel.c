@@ -37,6 +37,9 @@ static struct cs_rel_params params(void)
 	p.rto_max = 8000000;
 	p.dupthresh = 3;
 	p.max_timeouts = 5;
+	p.reo_wnd = 2000;
+	p.tlp = false;		/* tested on its own below */
+	p.tlp_min = 10000;
 	return p;
 }
 
@@ -257,7 +260,8 @@ Test(rel, rto_backoff_karn_and_failure)
 	cr_assert_eq(t, 1000000);	/* rto_init */
 	cr_assert_eq(cs_rel_on_timer(&a, t - 1), 0);
 	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
-	cr_assert_eq(cs_rel_next_deadline(&a), t + 2000000);	/* doubled */
+	/* doubled */
+	cr_assert_eq(cs_rel_next_deadline(&a), t + 2000000);
 	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
 	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
 	/* the ACK for a retransmitted packet gives no RTT sample (Karn) */
@@ -382,8 +386,12 @@ Test(rel, sequence_wrap)
 
 			cs_rel_on_timer(&a, cs_rel_next_deadline(&a));
 			while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
-				cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 4), 0);
-				if (cs_rel_on_packet(&b, &r, 5) & CS_REL_DELIVER)
+				int m;
+
+				cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 4),
+					     0);
+				m = cs_rel_on_packet(&b, &r, 5);
+				if (m & CS_REL_DELIVER)
 					delivered++;
 			}
 			ack = ack_of(&b, 6);
@@ -440,4 +448,76 @@ Test(rel, beyond_sack_reach_is_not_lost)
 	cr_assert(cs_rel_idle(&a));
 	cr_assert_eq(b.st.dup_rcvd, 0);
 	unpair();
+}
+
+/* Two packets in flight, the first lost: too few for dupthresh, but once
+ * it has been out srtt + reo_wnd after a later one was acknowledged, it is
+ * lost (RACK time rule), at the deadline the engine asked for. */
+Test(rel, rack_time_rule_for_small_windows)
+{
+	struct cs_pkt_hdr h[3], ack;
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t d;
+
+	pair(SEQ0);
+	/* one round trip first, for an RTT sample: srtt = 10 us */
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 5000);
+	ack = ack_of(&b, 5000);
+	cs_rel_on_packet(&a, &ack, 10000);
+	cr_assert_eq(a.srtt, 10000);
+
+	h[1] = data(&a, 1, 20000);	/* lost */
+	h[2] = data(&a, 2, 21000);
+	cs_rel_on_packet(&b, &h[2], 26000);
+	ack = ack_of(&b, 26000);
+	cr_assert_eq(ack.sack, 1);
+	cr_assert(!(cs_rel_on_packet(&a, &ack, 31000) & CS_REL_LOST));
+	/* wait = srtt + max(2 us, srtt / 4) = 12.5 us after its send */
+	d = cs_rel_next_deadline(&a);
+	cr_assert_eq(d, 20000 + 12500);
+	cr_assert_eq(cs_rel_on_timer(&a, d - 1), 0);
+	cr_assert_eq(cs_rel_on_timer(&a, d), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 1);
+	unpair();
+}
+
+/* The last packet is lost: no later ACK can reveal it; the probe does,
+ * well before the RTO. */
+Test(rel, tail_loss_probe)
+{
+	struct cs_rel_params p = params();
+	struct cs_pkt_hdr h, ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t d;
+
+	p.tlp = true;
+	cr_assert_eq(cs_rel_init(&a, &p, NULL, NULL, NULL, SEQ0, 5), 0);
+	cr_assert_eq(cs_rel_init(&b, &p, NULL, NULL, NULL, 5, SEQ0), 0);
+	h = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h, 5000);
+	ack = ack_of(&b, 5000);
+	cs_rel_on_packet(&a, &ack, 10000);	/* srtt 10 us */
+	h = data(&a, 1, 20000);			/* lost */
+	d = cs_rel_next_deadline(&a);
+	/* max(2 srtt, srtt + 4 rttvar) + ack_delay, rttvar = srtt / 2 */
+	cr_assert_eq(d, 20000 + 30000 + 10000);
+	cr_assert(d < a.rto_deadline);
+	cr_assert_eq(cs_rel_on_timer(&a, d), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 1);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, d), 0);
+	cr_assert_eq(a.st.tlp, 1);
+	/* one probe only: the next deadline is the RTO */
+	cr_assert_eq(cs_rel_next_deadline(&a), a.rto_deadline);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, d + 5000), CS_REL_DELIVER);
+	ack = ack_of(&b, d + 5000);
+	cs_rel_on_packet(&a, &ack, d + 10000);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(a.st.timeouts, 0);
+	cs_rel_fini(&a);
+	cs_rel_fini(&b);
 }

@@ -118,7 +118,7 @@ Test(p2p, property_1000_seeds, .timeout = 240)
 		uint64_t s = seed * 0x9e3779b97f4a7c15ull;
 
 		c.seed = seed;
-		c.bytes = 1 + cs_rand_next(&s) % (256 << 10);
+		c.bytes = 1 + cs_rand_next(&s) % (1 << 20);
 		c.payload = 64 + cs_rand_next(&s) % (CS_SIM_MTU_PAYLOAD - 63);
 		c.isn = (uint32_t)cs_rand_next(&s);
 		c.link.loss = cs_rand_unit(&s) * 0.3;
@@ -127,6 +127,18 @@ Test(p2p, property_1000_seeds, .timeout = 240)
 		c.link.corrupt = cs_rand_unit(&s) * 0.05;
 		c.link.delay_ns = 100 + cs_rand_next(&s) % 20000;
 		c.link.gbps = 1 + cs_rand_unit(&s) * 399;
+		/* and the engine's own knobs */
+		c.xp.rel.window = 64u << (cs_rand_next(&s) % 5);
+		c.xp.rel.ack_every = 1 + cs_rand_next(&s) % 16;
+		c.xp.rel.ack_delay = cs_rand_next(&s) % 20000;
+		c.xp.rel.ack_ooo_now = cs_rand_next(&s) & 1;
+		c.xp.rel.dupthresh = 1 + cs_rand_next(&s) % 6;
+		c.xp.rel.tlp = cs_rand_next(&s) & 1;
+		c.xp.cc.enable = (cs_rand_next(&s) % 4) != 0;
+		if (seed % 10 == 0) {	/* an outage now and then */
+			c.outage_start = cs_rand_next(&s) % 200000;
+			c.outage_len = cs_rand_next(&s) % (5 * CS_NS_PER_MS);
+		}
 		expect_ok(&c, &r);
 	}
 }
@@ -164,4 +176,43 @@ Test(incast, without_credit_the_port_overflows)
 	cr_assert(r.ok, "%s", r.why);
 	/* ... but the queue hit the port buffer and dropped */
 	cr_assert(r.drops > 0);
+}
+
+/* More senders than packets in the credit budget: the receiver rotates
+ * one-packet grants, so the port never holds more than the budget. */
+Test(incast, many_senders_rotating_credit)
+{
+	struct cs_sim_incast_cfg c;
+	struct cs_sim_incast_result r;
+
+	cr_assert_eq(cs_sim_incast_defaults(&c), 0);
+	c.senders = 256;
+	c.bytes = 256 << 10;
+	c.credit_budget = 128 << 10;
+	cr_assert_eq(cs_sim_incast_run(&c, &r), 0);
+	cr_assert(r.ok, "%s", r.why);
+	cr_assert_eq(r.drops, 0);
+	cr_assert(r.queue_max <= c.credit_budget,
+		  "queue %llu", (unsigned long long)r.queue_max);
+}
+
+/* Lost credit ACKs must not strand a sender (credit refresh), and lost
+ * one-packet tails must not wait for the RTO (probe). */
+Test(incast, rotating_credit_survives_loss)
+{
+	struct cs_sim_incast_cfg c;
+	struct cs_sim_incast_result r;
+
+	cr_assert_eq(cs_sim_incast_defaults(&c), 0);
+	c.senders = 128;
+	c.bytes = 128 << 10;
+	c.credit_budget = 64 << 10;
+	c.link.loss = 0.02;
+	c.link.dup = 0.02;
+	c.link.reorder = 0.02;
+	for (c.seed = 1; c.seed <= 5; c.seed++) {
+		cr_assert_eq(cs_sim_incast_run(&c, &r), 0);
+		cr_assert(r.ok, "seed %llu: %s", (unsigned long long)c.seed,
+			  r.why);
+	}
 }
