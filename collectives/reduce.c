@@ -11,6 +11,24 @@
 #include "internal/log.h"
 #include "internal/util.h"
 
+#if CS_REDUCE_HAVE_AVX2
+#include <cpuid.h>
+
+/* AVX2 (CPUID.7.0:EBX[5]) and F16C (CPUID.1:ECX[29]); clang's
+ * __builtin_cpu_supports() does not know "f16c", so ask cpuid. */
+static bool cpu_has_avx2_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2"))
+		return false;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return false;
+	return (c & bit_F16C) != 0;
+}
+#endif
+
 /*
  * The scalar path. Every element goes through memcpy so that unaligned
  * pointers are defined behaviour; the compiler turns it into plain loads.
@@ -101,9 +119,7 @@ static bool cpu_has(enum cs_reduce_isa isa)
 		return true;
 	case CS_REDUCE_AVX2:
 #if CS_REDUCE_HAVE_AVX2
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx2") &&
-		       __builtin_cpu_supports("f16c");
+		return cpu_has_avx2_f16c();
 #else
 		return false;
 #endif
