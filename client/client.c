@@ -858,3 +858,8 @@ void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
 	*detail = c->last_detail;
 	*peer = c->last_peer;
 }
+
+struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c)
+{
+	return c->ctrl;
+}

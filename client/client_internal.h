@@ -28,6 +28,9 @@ int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 uint32_t cs__buf_seg(const struct cs_buf *b);
 uint32_t cs__group_handle(const struct cs_group *g);
 
+/* The control segment (test hook: lets a test corrupt its own rings). */
+struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c);
+
 /* Detail (enum cs_ipc_bad) and peer rank of the last failed request. */
 void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
 			  int *peer);

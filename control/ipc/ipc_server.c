@@ -49,8 +49,9 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "32", 1, CS_IPC_RING_SLOTS,
 	  "descriptors taken from one trainer per poll" },
 	{ "ipc.allowed_gid", CS_CFG_U64, offsetof(struct cs_ipc_cfg, allowed_gid),
-	  "-1", CS_CFG_NO_BOUNDS,
-	  "group id also allowed to connect (-1: only the sidecar's uid)" },
+	  "4294967295", 0, 4294967295.0,
+	  "group id also allowed to connect (4294967295: none, only the "
+	  "sidecar's uid)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -524,7 +525,7 @@ static void group_fail(struct cs_ipc_server *s, struct group *g,
 	if (!g->failed) {
 		g->failed = true;
 		g->lost_rank = lost_rank;
-		CS_WARN("group '%s': rank %d lost; pending and later "
+		CS_INFO("group '%s': rank %d gone; pending and later "
 			"operations fail", g->name, (int)lost_rank);
 	}
 	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
@@ -536,6 +537,14 @@ static void group_fail(struct cs_ipc_server *s, struct group *g,
 			s->be.cancel(s->be.ctx, in->cookie);
 		inst_finish(s, g, in, CS_ERR_PEER_LOST, 0, lost_rank);
 	}
+}
+
+/* The last member left: drop its own pending parts quietly. */
+static void group_cancel(struct cs_ipc_server *s, struct group *g)
+{
+	for (uint32_t k = 0; k < IPC_WINDOW; k++)
+		if (g->win[k].active)
+			inst_finish(s, g, &g->win[k], CS_ERR_CANCELLED, 0, -1);
 }
 
 static void group_free(struct group *g)
@@ -765,7 +774,10 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 		if (!m)
 			continue;
 		/* Completions to @t itself are discarded below. */
-		group_fail(s, m->g, m->rank);
+		if (m->g->nmembers > 1)
+			group_fail(s, m->g, m->rank);
+		else
+			group_cancel(s, m->g);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
@@ -1184,7 +1196,7 @@ static int accept_one(struct cs_ipc_server *s)
 		       errno == ECONNABORTED ? 0 : -errno;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) ||
 	    !(cr.uid == s->uid ||
-	      (s->cfg.allowed_gid >= 0 &&
+	      (s->cfg.allowed_gid < CS_IPC_NO_GID &&
 	       cr.gid == (gid_t)s->cfg.allowed_gid))) {
 		CS_WARN("refused a trainer: uid %d gid %d not allowed",
 			(int)cr.uid, (int)cr.gid);
@@ -1276,6 +1288,10 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 		if (!t || !t->hello)
 			continue;
 		work += poll_sq(s, t);
+		if (cs_ring_error(&t->sq) || cs_ring_error(&t->cq)) {
+			trainer_drop(s, i, "corrupted its rings");
+			work++;
+		}
 	}
 	/* Kicks last: completions of one trainer's op may land on others. */
 	for (uint32_t i = 0; i < s->cfg.max_trainers; i++)

@@ -36,6 +36,8 @@
 
 struct cs_ipc_server;
 
+#define CS_IPC_NO_GID 4294967295ull	/* (gid_t)-1: never a real group */
+
 /* Runtime settings (see cs_ipc_cfg_table for names, defaults, bounds). */
 struct cs_ipc_cfg {
 	char socket_path[CS_CFG_STR_MAX];
@@ -46,7 +48,7 @@ struct cs_ipc_cfg {
 	uint64_t max_segment_bytes;
 	cs_ns_t sock_poll_interval;
 	uint32_t sq_burst;		/* descriptors per trainer per poll */
-	int64_t allowed_gid;		/* -1: only the sidecar's uid */
+	uint64_t allowed_gid;		/* CS_IPC_NO_GID: only our uid */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
