@@ -829,9 +829,11 @@ static int handle_hello(struct cs_ipc_server *s, struct trainer *t,
 			const struct cs_ipc_msg *msg, int *fds, int nfd,
 			char *why, size_t wl)
 {
-	struct cs_ipc_ctrl *c;
 	uint64_t sq_off, sq_len, cq_off, cq_len;
+	struct cs_ipc_ctrl *c;
+	struct cs_ring sq, cq;
 	size_t len = sizeof(*c);
+	void *mem;
 	int ret;
 
 	(void)s;
@@ -844,51 +846,61 @@ static int handle_hello(struct cs_ipc_server *s, struct trainer *t,
 		snprintf(why, wl, "second fd is not an eventfd");
 		return -EBADF;
 	}
-	ret = cs_shm_map(fds[0], &len, &t->ctrl_mem);
+	ret = cs_shm_map(fds[0], &len, &mem);
 	if (ret) {
 		snprintf(why, wl, "control segment: %s", strerror(-ret));
 		return ret;
 	}
-	t->ctrl_len = len;
+	c = mem;
 	if (len > IPC_MAX_CTRL_BYTES) {
 		snprintf(why, wl, "control segment too large");
-		return -EFBIG;
+		ret = -EFBIG;
+		goto out_unmap;
 	}
-	c = t->ctrl_mem;
 	sq_off = c->sq_off;
 	sq_len = c->sq_len;
 	cq_off = c->cq_off;
 	cq_len = c->cq_len;
 	if (c->magic != CS_IPC_CTRL_MAGIC || c->version != CS_IPC_VERSION) {
 		snprintf(why, wl, "control segment: bad magic or version");
-		return -EPROTO;
+		ret = -EPROTO;
+		goto out_unmap;
 	}
 	if (sq_off < sizeof(*c) || cq_off < sizeof(*c) || sq_off > len ||
 	    sq_len > len - sq_off || cq_off > len || cq_len > len - cq_off ||
 	    (sq_off < cq_off + cq_len && cq_off < sq_off + sq_len)) {
 		snprintf(why, wl, "control segment: bad ring offsets");
-		return -EINVAL;
+		ret = -EINVAL;
+		goto out_unmap;
 	}
-	ret = cs_ring_attach(&t->sq, (uint8_t *)c + sq_off, sq_len,
+	ret = cs_ring_attach(&sq, (uint8_t *)c + sq_off, sq_len,
 			     CS_RING_CONSUMER, sizeof(struct cs_ipc_sqe));
-	if (!ret && t->sq.capacity != CS_IPC_RING_SLOTS)
+	if (!ret && sq.capacity != CS_IPC_RING_SLOTS)
 		ret = -EINVAL;
 	if (!ret)
-		ret = cs_ring_attach(&t->cq, (uint8_t *)c + cq_off, cq_len,
+		ret = cs_ring_attach(&cq, (uint8_t *)c + cq_off, cq_len,
 				     CS_RING_PRODUCER,
 				     sizeof(struct cs_ipc_cqe));
-	if (!ret && t->cq.capacity != CS_IPC_RING_SLOTS)
+	if (!ret && cq.capacity != CS_IPC_RING_SLOTS)
 		ret = -EINVAL;
 	if (ret) {
 		snprintf(why, wl, "rings: %s", strerror(-ret));
-		return ret;
+		goto out_unmap;
 	}
+	t->ctrl_mem = mem;
+	t->ctrl_len = len;
 	t->ctrl = c;
+	t->sq = sq;
+	t->cq = cq;
 	t->efd = fds[1];
 	fds[1] = -1;
 	fcntl(t->efd, F_SETFL, fcntl(t->efd, F_GETFL) | O_NONBLOCK);
 	t->hello = true;
 	return 0;
+
+out_unmap:
+	cs_shm_unmap(mem, len);
+	return ret;
 }
 
 static int handle_reg(struct cs_ipc_server *s, struct trainer *t,
@@ -1078,7 +1090,8 @@ static int handle_leave(struct cs_ipc_server *s, struct trainer *t,
 	}
 	m = t->groups[h];
 	g = m->g;
-	if (m->seq != g->next_done) {
+	/* A failed group has nothing pending (group_fail finished it). */
+	if (!g->failed && m->seq != g->next_done) {
 		snprintf(why, wl, "operations still pending on the group");
 		return -EBUSY;
 	}
@@ -1141,10 +1154,6 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 			case CS_IPC_MSG_HELLO:
 				ret = handle_hello(s, t, &msg, fds, nfd, why,
 						   sizeof(why));
-				if (ret) {
-					cs_shm_unmap(t->ctrl_mem, t->ctrl_len);
-					t->ctrl_mem = NULL;
-				}
 				break;
 			case CS_IPC_MSG_REG_SEG:
 				ret = handle_reg(s, t, &msg, fds, nfd, &val,
@@ -1168,9 +1177,9 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 				break;
 			}
 		}
+		/* Handlers set the fds they keep to -1. */
 		for (int i = 0; i < nfd; i++)
-			if (fds[i] >= 0 && !(msg.type == CS_IPC_MSG_HELLO &&
-					     !ret && i == 1))
+			if (fds[i] >= 0)
 				close(fds[i]);
 		if (ret)
 			s->st.bad_msg++;

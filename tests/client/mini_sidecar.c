@@ -28,7 +28,7 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	fprintf(stderr, "mini_sidecar: serving %s\n", path);
-	ret = cs_test_sidecar_loop(path, &stop, NULL);
+	ret = cs_test_sidecar_loop(path, &stop, NULL, NULL);
 	if (ret)
 		fprintf(stderr, "mini_sidecar: %s\n", cs_strerror(ret));
 	return ret ? 1 : 0;

@@ -20,7 +20,8 @@ static cs_ns_t now_ns(void)
 }
 
 int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
-			 const struct cs_ipc_backend *be)
+			 const struct cs_ipc_backend *be,
+			 int (*tick)(struct cs_ipc_server *srv, void *ctx))
 {
 	struct cs_ipc_server *srv;
 	struct cs_ipc_cfg cfg;
@@ -39,6 +40,8 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 		ret = cs_ipc_server_poll(srv, now_ns());
 		if (ret < 0)
 			break;
+		if (tick)
+			ret += tick(srv, be ? be->ctx : NULL);
 		if (ret > 0) {
 			idle = 0;
 			continue;

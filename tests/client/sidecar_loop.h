@@ -12,11 +12,13 @@
  * @path: Unix socket path
  * @stop: set (e.g. by a signal handler) to return
  * @be: cross-node backend or NULL
+ * @tick: called with the server and @be->ctx after every poll, or NULL
  *
  * Polls the server, sleeping briefly when idle so that trainers sharing
- * the cores can run. Returns: 0, or a negative errno from the server.
+ * the cores can run. @tick returns work done (0: idle). Returns: 0, or a negative errno from the server.
  */
 int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
-			 const struct cs_ipc_backend *be);
+			 const struct cs_ipc_backend *be,
+			 int (*tick)(struct cs_ipc_server *srv, void *ctx));
 
 #endif

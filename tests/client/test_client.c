@@ -41,7 +41,9 @@ static void sc_on_term(int sig)
 	sc_stop = 1;
 }
 
-static void sidecar_start(struct sidecar *sc, const char *tag)
+static void sidecar_start_be(struct sidecar *sc, const char *tag,
+			     const struct cs_ipc_backend *be,
+			     int (*tick)(struct cs_ipc_server *, void *))
 {
 	sigset_t block, old;
 
@@ -61,9 +63,15 @@ static void sidecar_start(struct sidecar *sc, const char *tag)
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		cs_log_level = CS_LOG_WARN;
-		_exit(cs_test_sidecar_loop(sc->path, &sc_stop, NULL) ? 1 : 0);
+		_exit(cs_test_sidecar_loop(sc->path, &sc_stop, be, tick) ?
+		      1 : 0);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static void sidecar_start(struct sidecar *sc, const char *tag)
+{
+	sidecar_start_be(sc, tag, NULL, NULL);
 }
 
 /* The sidecar must still be alive, and must shut down cleanly. */
@@ -881,6 +889,176 @@ Test(client, trainer_killed_mid_operation, .timeout = 120)
 	cr_assert_eq(cs_group_join(c, "late", 0, 1, 0, 1, &g), 0);
 	cr_assert_eq(cs_barrier(g, &r), 0);
 	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- two nodes, the other one simulated by a fake backend ------------- */
+
+/*
+ * Group of 4: ranks 0 and 2 on this node (local ranks 0, 1), ranks 1 and 3
+ * on a "remote" node that the backend plays. Rank r's data: allreduce
+ * x[i] = r * 1000 + i; reduce-scatter s[j] = r + j; all-gather block r =
+ * r * 100 + k; broadcast root 1 (remote) sends 7k + 1. The backend adds or
+ * fills in what the remote ranks would, one poll after it was asked.
+ */
+#define TN_COUNT 300
+#define TN_BLK 32
+
+struct fake_be {
+	bool pending;
+	struct cs_ipc_inter_op op;
+	int started;
+};
+
+static int fake_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->group_size != 4 || op->local_size != 2 ||
+	    op->local_ranks[0] != 0 || op->local_ranks[1] != 2)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static void fake_cancel(void *ctx, uint64_t cookie)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending && f->op.cookie == cookie)
+		f->pending = false;
+}
+
+static int fake_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	struct cs_ipc_inter_op *op = &f->op;
+	float *b = op->buf;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	switch (op->kind) {
+	case CS_IPC_INTER_ALLREDUCE:
+		if (op->count == TN_COUNT) {		/* the allreduce */
+			for (uint64_t i = 0; i < op->count; i++)
+				b[i] += (float)(1000 + i) + (float)(3000 + i);
+		} else {				/* reduce-scatter */
+			for (uint64_t j = 0; j < op->count; j++)
+				b[j] += (float)(1 + j) + (float)(3 + j);
+		}
+		break;
+	case CS_IPC_INTER_ALL_GATHER:
+		for (uint32_t r = 1; r < 4; r += 2)
+			for (uint64_t k = 0; k < op->block; k++)
+				b[r * op->block + k] = (float)(r * 100 + k);
+		break;
+	case CS_IPC_INTER_BROADCAST:
+		for (uint64_t k = 0; k < op->count; k++)
+			b[k] = (float)(7 * k + 1);
+		break;
+	default:
+		break;
+	}
+	cs_ipc_server_inter_done(srv, op->cookie, 0);
+	return 1;
+}
+
+static int two_node_main(const char *path, int rank, int size, void *arg)
+{
+	int local = rank / 2;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x, *s, *d;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "two", rank, size, local, 2, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	s = x + TN_COUNT;
+	d = s + TN_BLK * 4;
+	for (int it = 0; it < 5; it++) {
+		for (int i = 0; i < TN_COUNT; i++)
+			x[i] = (float)(rank * 1000 + i);
+		if (cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 3;
+		for (int i = 0; i < TN_COUNT; i++)
+			if (x[i] != (float)(6000 + 4 * i))
+				return 4;
+	}
+	for (int j = 0; j < TN_BLK * 4; j++)
+		s[j] = (float)(rank + j);
+	if (cs_reduce_scatter(g, s, d, TN_BLK, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 5;
+	for (int k = 0; k < TN_BLK; k++)
+		if (d[k] != (float)(6 + 4 * (rank * TN_BLK + k)))
+			return 6;
+	for (int k = 0; k < TN_BLK; k++)
+		d[k] = (float)(rank * 100 + k);
+	if (cs_all_gather(g, d, s, TN_BLK, CS_F32, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 7;
+	for (int q = 0; q < 4; q++)
+		for (int k = 0; k < TN_BLK; k++)
+			if (s[q * TN_BLK + k] != (float)(q * 100 + k))
+				return 8;
+	memset(d, 0, TN_BLK * sizeof(float));
+	if (cs_broadcast(g, d, TN_BLK, CS_F32, 1, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 9;
+	for (int k = 0; k < TN_BLK; k++)
+		if (d[k] != (float)(7 * k + 1))
+			return 10;
+	if (cs_barrier(g, &r) || cs_wait(c, r, WAIT_NS))
+		return 11;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, two_nodes_through_backend, .timeout = 120)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = {
+		.ctx = &fake, .start_inter_node = fake_start,
+		.cancel = fake_cancel,
+	};
+	struct sidecar sc;
+	pid_t a, b;
+
+	sidecar_start_be(&sc, "twonode", &be, fake_tick);
+	a = spawn(two_node_main, sc.path, 0, 4, NULL);
+	b = spawn(two_node_main, sc.path, 2, 4, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 2");
+	sidecar_stop(&sc);
+}
+
+/* Without a backend, a group spanning nodes fails cleanly. */
+Test(client, multi_node_without_backend, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+
+	sidecar_start(&sc, "nobe");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	cr_assert_eq(cs_group_join(c, "wide", 3, 8, 0, 1, &g), 0);
+	cr_assert_eq(cs_allreduce(g, cs_buf_ptr(b), cs_buf_ptr(b), 4, CS_F32,
+				  CS_SUM, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), -EOPNOTSUPP);
+	cr_assert(strstr(cs_errmsg(c), "rank 3 allreduce"), "%s",
+		  cs_errmsg(c));
 	cs_disconnect(c);
 	sidecar_stop(&sc);
 }
