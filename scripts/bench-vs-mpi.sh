@@ -12,7 +12,7 @@
 #                           [--cluster auto|own|cluster] [--port P]
 #                           [--no-offload] [--pause-sidecars] [--place out|in]
 #                           [--out DIR] [--no-plots] [--no-mpi]
-#                           [--no-collstack]
+#                           [--no-collstack] [--report-only]
 #
 # Open MPI ranks: one per namespace, launched by mpirun in the first
 # namespace through scripts/netns-rsh.sh (an rsh agent that runs the orted
@@ -25,7 +25,8 @@
 # Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
 # ratios), bench-vs-mpi-raw.csv (every row of every run), bench-vs-mpi.txt
 # (the table), bw-OP.png and lat-OP.png, logs/. Full (not --quick) runs also
-# copy the plots to docs/img/bench-vs-mpi-*.png.
+# copy the plots to docs/img/bench-vs-mpi-*.png. --report-only redoes the
+# table, CSV and plots from an existing bench-vs-mpi-raw.csv in --out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,7 +40,7 @@ RUN_TIMEOUT=${CS_RUN_TIMEOUT:-900}	# seconds per benchmark invocation
 
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
-PAUSE_SIDECARS=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
+PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
 ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=5 WARM_LARGE=1
 
@@ -67,6 +68,7 @@ while [ $# -gt 0 ]; do
 	--no-plots) PLOTS=0; shift ;;
 	--no-mpi) DO_MPI=0; shift ;;
 	--no-collstack) DO_CS=0; shift ;;
+	--report-only) REPORT_ONLY=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) die "unknown option $1 (--help)" ;;
 	esac
@@ -407,27 +409,35 @@ goals() {	# the three headline figures, where the run has them
 }
 
 plots() {
-	local sum=$OUT/bench-vs-mpi.csv op cond gp f
+	local sum=$OUT/bench-vs-mpi.csv op cond gp f st xt="" z k=0
 	command -v gnuplot >/dev/null || { log "gnuplot missing: no plots"; return 0; }
+	for z in $(awk -F, 'NR > 1 { print $3 }' "$sum" | sort -n -u); do
+		xt+="\"$(human "$z")\" $z, "
+	done
 	for op in $(awk -F, 'NR > 1 { print $2 }' "$sum" | awk '!seen[$0]++'); do
 		local bwp="" latp=""
+		k=0
 		for cond in $(awk -F, -v o="$op" 'NR > 1 && $2 == o { print $1 }' "$sum" | awk '!seen[$0]++'); do
+			k=$((k + 1))
 			f=$OUT/plot-$op-$cond.dat
 			awk -F, -v o="$op" -v c="$cond" 'NR > 1 && $2 == o && $1 == c {
 				print $3, $4, $5, $7, $8 }' "$sum" >"$f"
-			bwp+="'$f' using 1:2 with linespoints lw 2 dt 1 title 'collstack $cond', "
-			bwp+="'$f' using 1:3 with linespoints lw 2 dt 2 title 'Open MPI TCP $cond', "
-			latp+="'$f' using 1:4 with linespoints lw 2 dt 1 title 'collstack $cond', "
-			latp+="'$f' using 1:5 with linespoints lw 2 dt 2 title 'Open MPI TCP $cond', "
+			# Colour per stack, dash and point per condition.
+			st="with linespoints lw 2 dt $k pt $((k * 2 + 5))"
+			bwp+="'$f' using 1:2 $st lc rgb '#1f77b4' title 'collstack, $cond', "
+			bwp+="'$f' using 1:3 $st lc rgb '#d62728' title 'Open MPI TCP, $cond', "
+			latp+="'$f' using 1:4 $st lc rgb '#1f77b4' title 'collstack, $cond', "
+			latp+="'$f' using 1:5 $st lc rgb '#d62728' title 'Open MPI TCP, $cond', "
 		done
 		gp="set terminal pngcairo size 900,560 font 'sans,11'
 set datafile missing 'NA'
 set logscale x 2
-set format x '%.0b%B'
+set xtics (${xt%, })
 set grid
 set key top left
 set xlabel 'message size (bytes)'"
-		gnuplot <<EOF || log "gnuplot failed for $op"
+		# Columns that are all NA (no collstack yet) only warn: drop that.
+		gnuplot <<EOF 2>&1 | grep -v -e 'no valid points' -e '^ *$' >&2 || true
 $gp
 set output '$OUT/bw-$op.png'
 set title '$op busbw, ${#NODES[@]} nodes, median of $REPS reps'
@@ -439,9 +449,9 @@ set title '$op p50 latency, ${#NODES[@]} nodes, median of $REPS reps'
 set ylabel 'p50 time (us)'
 set logscale y 10
 set yrange [*:*]
-set key top left
 plot ${latp%, }
 EOF
+		[ -f "$OUT/bw-$op.png" ] || log "gnuplot failed for $op"
 	done
 	if [ $QUICK = 0 ]; then
 		mkdir -p docs/img
@@ -457,6 +467,14 @@ EOF
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 RAW=$OUT/bench-vs-mpi-raw.csv
+if [ $REPORT_ONLY = 1 ]; then
+	[ -f "$RAW" ] || die "no $RAW to report on"
+	mapfile -t NODES < <(seq "$NODES_N")
+	REPS=$(awk -F, 'NR > 1 && $2 > m { m = $2 } END { print m + 0 }' "$RAW")
+	summarize
+	[ $PLOTS = 1 ] && plots
+	exit 0
+fi
 echo "cond,rep,stack,op,size,place,time_us,algbw_GBps,busbw_GBps,wrong,p50_us,p99_us" >"$RAW"
 rm -f "$OUT"/logs/*.log "$OUT"/*.png "$OUT"/plot-*.dat
 
