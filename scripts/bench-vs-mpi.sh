@@ -36,7 +36,8 @@ CLI=$ROOT/$BUILD/tools/collstack
 MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
 DAEMON=$ROOT/$BUILD/tools/collstackd
 CS_BENCH_ARGS=${CS_BENCH_ARGS:-}	# extra arguments for collstack bench
-RUN_TIMEOUT=${CS_RUN_TIMEOUT:-900}	# seconds per benchmark invocation
+RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
+MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
@@ -254,28 +255,63 @@ mpi_setup() {
 	MPI_NET=${ADDRS[0]%.*}.0/24
 }
 
-mpi_bench() {	# op minb maxb iters warmup
-	[ -x "$MPI_BENCH" ] || { echo "cs-mpi-bench not built"; return 1; }
+mpi_ranks_up() {	# a cs-mpi-bench process in every namespace?
+	local ns p up
+	for ns in "${NODES[@]}"; do
+		up=0
+		for p in $(ip netns pids "$ns" 2>/dev/null); do
+			[ "$(cat /proc/"$p"/comm 2>/dev/null)" = cs-mpi-bench ] &&
+				{ up=1; break; }
+		done
+		[ $up = 1 ] || return 1
+	done
+}
+
+mpi_bench() {	# op minb maxb iters warmup logfile
+	[ -x "$MPI_BENCH" ] || { echo "cs-mpi-bench not built" >"$6"; return 1; }
+	local rc=0 pid attempt t started
 	sidecars STOP
-	local rc=0
-	timeout "$RUN_TIMEOUT" ip netns exec "${NODES[0]}" \
-		env CS_RSH_MAP="$MPI_DIR/hosts.map" \
-		mpirun --allow-run-as-root -np "${#NODES[@]}" \
-		--hostfile "$MPI_DIR/hostfile" --map-by node --bind-to none \
-		--mca plm_rsh_agent "$ROOT/scripts/netns-rsh.sh" \
-		--mca plm_rsh_no_tree_spawn 1 \
-		--mca btl tcp,self --mca btl_tcp_if_include "$MPI_NET" \
-		--mca oob_tcp_if_include "$MPI_NET" \
-		--mca mpi_yield_when_idle 1 \
-		"$MPI_BENCH" -o "$1" -b "$2" -e "$3" -f "$FACTOR" \
-		-n "$4" -w "$5" 2>&1 | grep -v 'setpgid.*failed in parent' ||
-		rc=$?
+	for attempt in 1 2 3; do
+		# mpirun runs in the first namespace, hostname = its name.
+		timeout "$RUN_TIMEOUT" ip netns exec "${NODES[0]}" \
+			env CS_RSH_MAP="$MPI_DIR/hosts.map" \
+			unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' \
+			"${NODES[0]}" \
+			mpirun --allow-run-as-root -np "${#NODES[@]}" \
+			--hostfile "$MPI_DIR/hostfile" --map-by node --bind-to none \
+			--mca plm_rsh_agent "$ROOT/scripts/netns-rsh.sh" \
+			--mca plm_rsh_no_tree_spawn 1 \
+			--mca btl tcp,self --mca btl_tcp_if_include "$MPI_NET" \
+			--mca oob_tcp_if_include "$MPI_NET" \
+			--mca mpi_yield_when_idle 1 \
+			"$MPI_BENCH" -o "$1" -b "$2" -e "$3" -f "$FACTOR" \
+			-n "$4" -w "$5" >"$6.run" 2>&1 &
+		pid=$!
+		# Watchdog: orteds are daemonized, so mpirun never learns of
+		# one that died before reporting in and waits for ever.
+		started=0
+		for ((t = 0; t < MPI_START_TIMEOUT; t++)); do
+			mpi_ranks_up && { started=1; break; }
+			kill -0 $pid 2>/dev/null || break
+			sleep 1
+		done
+		if [ $started = 0 ] && kill -0 $pid 2>/dev/null; then
+			log "  mpirun did not start in ${MPI_START_TIMEOUT}s (attempt $attempt), stopping it"
+			kill -TERM $pid 2>/dev/null || true
+		fi
+		rc=0
+		wait $pid || rc=$?
+		grep -v 'setpgid.*failed in parent' "$6.run" >>"$6" || true
+		rm -f "$6.run"
+		[ $started = 1 ] && break
+		echo "# attempt $attempt: rc $rc, no start" >>"$6"
+	done
 	sidecars CONT
 	return $rc
 }
 
 CS_AVAILABLE=""
-collstack_bench() {	# op minb maxb iters warmup
+collstack_bench() {	# op minb maxb iters warmup logfile
 	if [ -z "$CS_AVAILABLE" ]; then
 		CS_AVAILABLE=no
 		if [ "$CLUSTER_KIND" = cluster ] && cs_bench_available; then
@@ -286,12 +322,12 @@ collstack_bench() {	# op minb maxb iters warmup
 		fi
 	fi
 	if [ $CS_AVAILABLE = no ]; then
-		echo "collstack bench not available"
+		echo "collstack bench not available" >"$6"
 		return 1
 	fi
 	# shellcheck disable=SC2086
 	timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
-		-f "$FACTOR" -n "$4" -w "$5" $CS_BENCH_ARGS 2>&1
+		-f "$FACTOR" -n "$4" -w "$5" $CS_BENCH_ARGS >"$6" 2>&1
 }
 
 # --- runs and results.
@@ -321,7 +357,8 @@ run_one() {	# cond rep stack op
 		lf=$OUT/logs/$cond-r$rep-$stack-$op-$part.log
 		log "$cond rep $rep: $stack $op $b..$e B (-n $n -w $w)"
 		rc=0
-		$fn "$op" "$b" "$e" "$n" "$w" >"$lf" 2>&1 || rc=$?
+		: >"$lf"
+		$fn "$op" "$b" "$e" "$n" "$w" "$lf" || rc=$?
 		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$CS_AVAILABLE" = no ]; } ||
 			log "  $stack $op failed (rc $rc), see $lf: $(tail -1 "$lf")"
 		# size count type redop root time algbw busbw #wrong p50 p99 place
