@@ -35,7 +35,8 @@ ENV_FILE=$RUN/cluster.env
 BR=csbr0
 UDP_PORT=${CS_UDP_PORT:-7700}
 BUILD=${CS_BUILD_DIR:-build}
-DAEMON=$PWD/$BUILD/tools/collstackd
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+DAEMON=$BUILD/tools/collstackd
 READY_TIMEOUT=${CS_READY_TIMEOUT:-60}
 
 die() { echo "cluster: $*" >&2; exit 1; }
@@ -132,6 +133,10 @@ up() {
 		die "af_xdp on veth works up to MTU 3506 (got $mtu)"
 	fi
 	[ -x "$DAEMON" ] || die "$DAEMON not built (ninja -C $BUILD)"
+	if [ "$port" != udp ] &&
+	   ! "$DAEMON" --help-config | grep -q 'port types:.* dpdk'; then
+		die "collstackd was built without DPDK: only --port udp works"
+	fi
 	[ -f "$ENV_FILE" ] && die "a cluster is up already ($ENV_FILE): down first"
 	mkdir -p "$RUN"
 
