@@ -16,7 +16,7 @@ BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
 DAEMON=$BUILD/tools/collstackd
-SIZES=(-b 1K -e 64M)
+SIZES=(${CS_NETNS_SIZES:--b 1K -e 64M})
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
