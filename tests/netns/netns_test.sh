@@ -22,8 +22,8 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
 [ -x "$CLI" ] && [ -x "$DAEMON" ] || fail "not built: $CLI, $DAEMON"
-has_dpdk() { "$DAEMON" --help-config | grep -q 'port types:.* dpdk'; }
-has_udp() { "$DAEMON" --help-config | grep -q 'port types:.* udp'; }
+has_dpdk() { "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; }
+has_udp() { "$DAEMON" --help-config | grep 'port types:.* udp' >/dev/null; }
 
 need_netns() {
 	[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
