@@ -71,7 +71,10 @@ testpmd_oneway() {
 		{ echo "# (a) skipped: dpdk-testpmd not installed (apt-get install dpdk-dev)"; return 0; }
 	[ "$PORT" = udp ] && { echo "# (a) skipped: testpmd needs a DPDK port"; return 0; }
 	scripts/cluster.sh up 2 --port "$PORT" --mtu "$MTU" --no-daemons >/dev/null
+	# mbuf data room (with the 128-byte headroom): af_packet wants its
+	# ring frame minus 32 after the headroom; af_xdp a page per object.
 	local msize=$(( FRAME + 128 < 2176 ? 2176 : (FRAME + 128 + 1023) / 1024 * 1024 + 128 ))
+	[ "$PORT" = af_packet ] && msize=$(( (FRAME + 80 + 2047) / 2048 * 2048 + 128 ))
 	[ "$PORT" = af_xdp ] && msize=3904
 	local common=(--in-memory --no-pci --no-telemetry)
 	# receiver first (memif: it is the server)
@@ -97,8 +100,10 @@ testpmd_oneway() {
 	# traffic (Rx-bps counts frame bytes without the CRC, like (b)).
 	awk -v secs="$SECS" '/Rx-bps/ && $4 > 0 { n++; if (n > 1 && n <= secs + 1) { s += $4; p += $2; k++ } }
 		END { if (k) printf "(a) testpmd %s txonly -> rxonly, one way: %.2f Gbit/s, %.3f Mpps (%d samples)\n", ENVIRON["PORT"], s / k / 1e9, p / k / 1e6, k;
-		      else print "(a) testpmd: no traffic received (see its logs)" }' \
+		      else print "(a) testpmd: no traffic received; its logs:" }' \
 		"$TP_LOGS/rx.log"
+	grep -q "Rx-bps: *[1-9]" "$TP_LOGS/rx.log" ||
+		tail -n 5 "$TP_LOGS/rx.log" "$TP_LOGS/tx.log" | sed 's/^/#     /'
 	grep -m1 -E "packet len=" "$TP_LOGS/tx.log" | sed 's/^ */#     testpmd txonly: /' || true
 }
 
