@@ -85,7 +85,7 @@ struct cs_port_conf {
 	uint32_t tx_desc;
 	uint32_t pool_mbufs;		/* mbufs in the port's pool (0: auto) */
 	uint32_t pool_cache;		/* per-lcore mempool cache */
-	uint32_t sock_buf;		/* udp: SO_RCVBUF / SO_SNDBUF bytes */
+	uint64_t sock_buf;		/* udp: SO_RCVBUF / SO_SNDBUF bytes */
 	bool no_huge;			/* dpdk: never use hugepages */
 	bool zero_copy;			/* dpdk: attach external TX buffers */
 	int32_t numa;			/* socket for memory, -1: the port's */

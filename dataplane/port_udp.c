@@ -16,7 +16,7 @@
  * its own ring: rx_desc recvmsg requests are kept posted, one per receive
  * slot; a slot handed to the caller is re-posted by release(). Transmit
  * slots come from a free list and return to it when their sendmsg
- * completes. One io_uring_submit_and_get_events() call per burst.
+ * completes. At most one system call per burst, none for an idle poll.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -52,6 +52,7 @@ struct udp_queue {
 	struct slot **tx_free;
 	uint8_t *mem;
 	unsigned unsubmitted;
+	bool coop;		/* COOP_TASKRUN + TASKRUN_FLAG ring */
 	/* counters, written by this queue's lcore only */
 	uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, rx_dropped, tx_errors;
 };
@@ -107,10 +108,18 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0, got = 0;
 
-	/* One system call: submit what release()/tx_burst() queued and run
-	 * the completions the kernel has ready. */
-	io_uring_submit_and_get_events(&q->ring);
-	q->unsubmitted = 0;
+	/*
+	 * Enter the kernel only when there is something to do there:
+	 * requests to submit, or completions waiting for this task to run
+	 * them (IORING_SQ_TASKRUN, with COOP_TASKRUN rings). An idle poll
+	 * then costs no system call.
+	 */
+	if (q->unsubmitted || (!io_uring_cq_ready(&q->ring) &&
+			       (!q->coop || (IO_URING_READ_ONCE(*q->ring.sq.kflags) &
+					     IORING_SQ_TASKRUN)))) {
+		io_uring_submit_and_get_events(&q->ring);
+		q->unsubmitted = 0;
+	}
 	io_uring_for_each_cqe(&q->ring, head, cqe) {
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		uint32_t idx = (uint32_t)ud;
@@ -339,7 +348,14 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	q->nrx = c->rx_desc;
 	q->ntx = c->tx_desc;
 	entries = q->nrx + q->ntx;
-	ret = io_uring_queue_init(entries, &q->ring, 0);
+	/* Completions run as task work of the submitting thread only when
+	 * it enters the kernel, and the ring flags say when it should. */
+	ret = io_uring_queue_init(entries, &q->ring,
+				  IORING_SETUP_COOP_TASKRUN |
+				  IORING_SETUP_TASKRUN_FLAG);
+	q->coop = ret == 0;
+	if (ret == -EINVAL)	/* kernel before 5.19 */
+		ret = io_uring_queue_init(entries, &q->ring, 0);
 	if (ret)
 		return ret;
 	q->ring_ok = true;
@@ -360,9 +376,10 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 			.idx = i, .kind = SLOT_TX, .q = q };
 		q->tx_free[q->ntx_free++] = &q->tx[i];
 	}
-	ret = io_uring_submit(&q->ring);
-	q->unsubmitted = 0;
-	return ret < 0 ? ret : 0;
+	/* Not submitted here: the first rx_burst() does it from the lcore,
+	 * which then owns the requests (their completions are its task
+	 * work, not the opening thread's). */
+	return 0;
 }
 
 static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)

@@ -5,6 +5,7 @@
 #
 #   scripts/cluster.sh up N [--port af_packet|af_xdp|memif|udp] [--mtu M]
 #                           [--bridge-loss PCT] [--set KEY=VALUE]...
+#                           [--no-daemons]   (network only, e.g. for testpmd)
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
 #
@@ -35,7 +36,8 @@ ENV_FILE=$RUN/cluster.env
 BR=csbr0
 UDP_PORT=${CS_UDP_PORT:-7700}
 BUILD=${CS_BUILD_DIR:-build}
-DAEMON=$PWD/$BUILD/tools/collstackd
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+DAEMON=$BUILD/tools/collstackd
 READY_TIMEOUT=${CS_READY_TIMEOUT:-60}
 
 die() { echo "cluster: $*" >&2; exit 1; }
@@ -110,7 +112,7 @@ status() {
 
 up() {
 	local n=${1:-}; shift || true
-	local port=af_packet mtu=1500 loss="" sets=()
+	local port=af_packet mtu=1500 loss="" sets=() daemons=1
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
 		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
 	while [ $# -gt 0 ]; do
@@ -119,6 +121,7 @@ up() {
 		--mtu) mtu=$2; shift 2 ;;
 		--bridge-loss) loss=$2; shift 2 ;;
 		--set) sets+=(--set "$2"); shift 2 ;;
+		--no-daemons) daemons=0; shift ;;
 		*) die "unknown option $1" ;;
 		esac
 	done
@@ -132,6 +135,10 @@ up() {
 		die "af_xdp on veth works up to MTU 3506 (got $mtu)"
 	fi
 	[ -x "$DAEMON" ] || die "$DAEMON not built (ninja -C $BUILD)"
+	if [ "$port" != udp ] &&
+	   ! "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
+		die "collstackd was built without DPDK: only --port udp works"
+	fi
 	[ -f "$ENV_FILE" ] && die "a cluster is up already ($ENV_FILE): down first"
 	mkdir -p "$RUN"
 
@@ -212,6 +219,11 @@ EOF
 	fi
 
 	local pids=""
+	if [ $daemons = 0 ]; then
+		trap - ERR
+		log "up: $n namespaces ($nodes), no sidecars, MTU $mtu"
+		return 0
+	fi
 	for ((i = 0; i < n; i++)); do
 		local ns=csn$i args=()
 		args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i

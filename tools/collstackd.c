@@ -69,7 +69,8 @@ static void help_config(FILE *out)
 	fprintf(out, "collstackd configuration keys (file: 'key = value'; "
 		"flag: --set key=value)\n\nsidecar:\n");
 	cs_cfg_help(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), out);
-	fprintf(out, "\nport and fault shim:\n");
+	fprintf(out, "\nport and fault shim (built-in port types: loop%s%s):\n",
+		CS_HAVE_URING ? " udp" : "", CS_HAVE_DPDK ? " dpdk" : "");
 	cs_cfg_help(cs_port_cfg, cs_port_cfg_len, out);
 	fprintf(out, "\npolling lcores:\n");
 	cs_cfg_help(cs_lcore_cfg, cs_lcore_cfg_len, out);

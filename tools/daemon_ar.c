@@ -360,11 +360,9 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		atomic_store_explicit(&op->state, AR_DONE,
 				      memory_order_release);
 	}
-	/* While an operation is unfinished, timers are due soon: count
-	 * that as work so an adaptive lcore does not sleep through them. */
-	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		    AR_PREPARED && op->t_start)
-		work++;
+	/* No made-up work while waiting: an adaptive lcore then sleeps
+	 * (lcore.sleep, far below any RTO) and leaves the CPU to the other
+	 * sidecars that share it. */
 	return work;
 }
 
