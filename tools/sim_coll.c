@@ -105,6 +105,8 @@ struct sc_rank {
 	uint32_t grank;		/* rank in that view */
 	uint32_t epoch;		/* current epoch (headers, drop check) */
 	uint32_t opno;		/* 0: no op yet; 1, 2: which op */
+	uint32_t done_opno;	/* last op completed (sent with heartbeats) */
+	cs_ns_t asked_at;	/* last early heartbeat (missed view) */
 	cs_ns_t op_start;
 	struct cs_member_fd mfd;
 	bool coord_lost;
@@ -130,7 +132,7 @@ struct sc_drv {
 	struct sc_view views[SC_MAX_VIEWS];
 	uint32_t nviews;
 	uint32_t joiner;	/* node waiting to join, or NONE */
-	uint32_t done_cnt;	/* DONE reports for the current epoch */
+	uint32_t *done_op;	/* per node: last op it reported done */
 	uint32_t last_lost;
 	cs_ns_t declared_at;
 	uint32_t reports[SC_OPS + 1], finished[SC_OPS + 1];
@@ -800,6 +802,7 @@ static void sc_teardown(struct sc_drv *d)
 	if (d->cfg->member)
 		cs_coord_fd_fini(&d->cfd);
 	free(d->want1);
+	free(d->done_op);
 	free(d->rk);
 	cs_sim_destroy(d->sim);
 }
@@ -947,6 +950,7 @@ static void sc_member_op_done(struct sc_rank *rk, cs_ns_t now)
 		return;
 	rk->status[rk->opno] = 0;
 	rk->report_at[rk->opno] = now;
+	rk->done_opno = rk->opno;
 	d->finished[rk->opno]++;
 	if (!d->t0[rk->opno] || rk->op_start < d->t0[rk->opno])
 		d->t0[rk->opno] = rk->op_start;
@@ -1034,6 +1038,8 @@ static void sc_from_coord(struct sc_rank *rk, const struct cs_sim_pkt *pkt,
 		sc_member_timer(rk, now, CS_NS_NEVER);
 }
 
+static void sc_send_hb(struct sc_rank *rk);
+
 /* Returns true when the packet goes on to the transport and the engine. */
 static bool sc_member_rx(struct sc_rank *rk, const struct cs_sim_pkt *pkt,
 			 cs_ns_t now)
@@ -1045,13 +1051,33 @@ static bool sc_member_rx(struct sc_rank *rk, const struct cs_sim_pkt *pkt,
 	if (sc_stalled(rk, now))
 		return false;
 	if (pkt->hdr.epoch != rk->epoch) {
-		if ((int32_t)(pkt->hdr.epoch - rk->epoch) < 0)
+		if ((int32_t)(pkt->hdr.epoch - rk->epoch) < 0) {
 			rk->stale_dropped++;
-		else
+		} else {
+			/* a view announcement was lost: ask at once (the
+			 * coordinator's answer carries the epoch), again
+			 * after rel.rto_min if that is lost too */
 			rk->future_dropped++;
+			if (!rk->asked_at ||
+			    now >= rk->asked_at + rk->d->cfg->xp.rel.rto_min) {
+				rk->asked_at = now;
+				sc_send_hb(rk);
+			}
+		}
 		return false;
 	}
 	return rk->op != NULL;
+}
+
+static void sc_send_hb(struct sc_rank *rk)
+{
+	struct cs_pkt_hdr h;
+
+	sc_ctl_hdr(&h, CS_PKT_HEARTBEAT, rk->id, rk->mfd.epoch);
+	h.op = rk->done_opno;
+	cs_sim_send(rk->d->sim, rk->id, rk->d->coord, &h, NULL, 0);
+	rk->frames++;
+	rk->frame_bytes += CS_PROTO_FRAME_OVERHEAD;
 }
 
 /* Heartbeats and the deadline; true: go on with the transport timers. */
@@ -1059,14 +1085,9 @@ static bool sc_member_on_timer(struct sc_rank *rk, cs_ns_t now)
 {
 	struct sc_drv *d = rk->d;
 	unsigned act = cs_member_fd_poll(&rk->mfd, now);
-	struct cs_pkt_hdr h;
 
-	if (act & CS_MEMBER_SEND_HB) {
-		sc_ctl_hdr(&h, CS_PKT_HEARTBEAT, rk->id, rk->mfd.epoch);
-		cs_sim_send(d->sim, rk->id, d->coord, &h, NULL, 0);
-		rk->frames++;
-		rk->frame_bytes += CS_PROTO_FRAME_OVERHEAD;
-	}
+	if (act & CS_MEMBER_SEND_HB)
+		sc_send_hb(rk);
 	if (act & CS_MEMBER_COORD_LOST)
 		rk->coord_lost = true;
 	if (!sc_stalled(rk, now) && d->cfg->deadline && rk->op &&
@@ -1144,11 +1165,20 @@ static void sc_coord_rx(struct cs_sim *sim, void *ctx,
 			cs_sim_send(d->sim, d->coord, pkt->src, &h, NULL, 0);
 		}
 	} else if (pkt->hdr.type == CS_PKT_CTRL &&
-		   pkt->hdr.step == SC_CTRL_DONE &&
-		   pkt->hdr.epoch == d->cfd.epoch) {
+		   pkt->hdr.step == SC_CTRL_DONE) {
 		cs_coord_fd_heard(&d->cfd, pkt->src, now);
+	}
+	/* DONE, repeated in every heartbeat (datagrams may be lost) */
+	if (pkt->src < d->nnodes && pkt->hdr.op > d->done_op[pkt->src] &&
+	    (pkt->hdr.type == CS_PKT_HEARTBEAT ||
+	     pkt->hdr.type == CS_PKT_CTRL)) {
+		uint32_t o = (uint32_t)(cur - d->views) + 1, k = 0;
+
+		d->done_op[pkt->src] = pkt->hdr.op;
+		for (uint32_t g = 0; g < cur->n; g++)
+			k += d->done_op[cur->node[g]] >= o;
 		/* every member done: the operation boundary, admit */
-		if (++d->done_cnt == cur->n && d->joiner != CS_SIM_NODE_NONE) {
+		if (k == cur->n && d->joiner != CS_SIM_NODE_NONE) {
 			d->cfd.state[d->joiner] = CS_MEMBER_ALIVE;
 			d->cfd.alive++;
 			d->cfd.last_heard[d->joiner] = now;
@@ -1161,7 +1191,6 @@ static void sc_coord_rx(struct cs_sim *sim, void *ctx,
 				return;
 			}
 			d->joiner = CS_SIM_NODE_NONE;
-			d->done_cnt = 0;
 			sc_coord_announce(d, v);
 		}
 	}
@@ -1187,7 +1216,6 @@ static void sc_coord_timer(struct cs_sim *sim, void *ctx, cs_ns_t now)
 		if (!d->declared_at)
 			d->declared_at = now;
 		d->last_lost = lost[0];
-		d->done_cnt = 0;
 		sc_coord_announce(d, v);
 	}
 	sc_coord_arm(d);
@@ -1201,9 +1229,10 @@ static const struct cs_sim_node_ops sc_coord_ops = {
 static int sc_member_setup(struct sc_drv *d)
 {
 	const struct sc_cfg *cfg = d->cfg;
+	/* host -> switch -> host: half the one-hop delay each way */
 	struct cs_sim_link_params lp = {
 		.gbps = cfg->gbps,
-		.delay_ns = (uint64_t)(cfg->delay_us * 1000 + 0.5),
+		.delay_ns = (uint64_t)(cfg->delay_us * 500 + 0.5),
 		.loss = cfg->loss,
 		.dup = cfg->dup,
 		.reorder = cfg->reorder,
@@ -1218,6 +1247,9 @@ static int sc_member_setup(struct sc_drv *d)
 	ret = cs_coord_fd_init(&d->cfd, &cfg->mp, d->nnodes, 1, 0);
 	if (ret)
 		return ret;
+	d->done_op = calloc(d->nnodes, sizeof(*d->done_op));
+	if (!d->done_op)
+		return -ENOMEM;
 	if (d->joiner != CS_SIM_NODE_NONE) {
 		d->cfd.state[d->joiner] = CS_MEMBER_JOINING;
 		d->cfd.alive--;
