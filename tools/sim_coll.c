@@ -1514,6 +1514,14 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		       rc ? "FAIL" : "ok", d->n, cfg->bytes,
 		       sc_op_us(d, &d->views[0], 1), wrong, d->finished[1],
 		       wrong ? ": " : "", first);
+		for (uint32_t r = 0; r < d->n && d->reports[1]; r++) {
+			if (!d->rk[r].reported[1])
+				continue;
+			printf("  %u ranks failed with %s, first: %s\n",
+			       d->reports[1], cs_strerror(d->rk[r].status[1]),
+			       d->rk[r].diag[0] ? d->rk[r].diag : "-");
+			break;
+		}
 	}
 	if (cfg->verbose)
 		fprintf(stderr, "  seed=%" PRIu64 " events=%" PRIu64
