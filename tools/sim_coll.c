@@ -1182,7 +1182,8 @@ static void sc_coord_rx(struct cs_sim *sim, void *ctx,
 			v = sc_coord_view(d, NULL, 0, d->joiner);
 			if (!v) {
 				sc_violation(d, "coordinator: no room for view"
-					     " %u (%" PRIu64 " views)", d->cfd.epoch,
+					     " %u (%" PRIu64 " views)",
+					     d->cfd.epoch,
 					     (uint64_t)d->nviews);
 				return;
 			}
@@ -1396,8 +1397,9 @@ static int sc_member_result(struct sc_drv *d, int simret)
 			if (r == R)
 				continue;
 			want++;
-			us = rk->reported[1] ? ((double)rk->report_at[1] -
-						(double)cfg->fail_at) / 1000 : 0;
+			us = rk->reported[1] ?
+			     ((double)rk->report_at[1] -
+			      (double)cfg->fail_at) / 1000 : 0;
 			if (rk->reported[1] && rk->status[1] == CS_ERR_PEER_LOST
 			    && rk->culprit[1] == R && us <= bound_us)
 				good++;
@@ -1407,8 +1409,9 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		}
 		if (good != want)
 			rc = 1;
-		printf("%s peer_lost %s ranks=%u lost=%u survivors_reported=%u/%u"
-		       " max_report_us=%.3f bound_us=%.3f detect_us=%.3f"
+		printf("%s peer_lost %s ranks=%u lost=%u"
+		       " survivors_reported=%u/%u max_report_us=%.3f"
+		       " bound_us=%.3f detect_us=%.3f"
 		       " epoch=%u stale_dropped=%" PRIu64 " injected=%" PRIu64
 		       "\n", name, rc ? "FAIL" : "ok", d->n, R, good, want,
 		       max_us, bound_us, d->declared_at ?
@@ -1457,7 +1460,8 @@ static int sc_member_result(struct sc_drv *d, int simret)
 			if (!rk->reported[1] || rk->status[1] != CS_ERR_TIMEOUT)
 				continue;
 			good++;
-			max_us = CS_MAX(max_us, (double)rk->report_at[1] / 1000);
+			max_us = CS_MAX(max_us,
+					(double)rk->report_at[1] / 1000);
 			direct += rk->culprit[1] == R;
 			/* follow "waits on" to the rank that did not report */
 			while (x != R && d->rk[x].has_wait && hops++ < d->n)
@@ -1465,8 +1469,9 @@ static int sc_member_result(struct sc_drv *d, int simret)
 			named += x == R;
 		}
 		rc = good == want && named == want ? 0 : 1;
-		printf("%s deadline %s ranks=%u stalled=%u reported_timeout=%u/%u"
-		       " stuck_rank_named=%u/%u waits_on_stalled_directly=%u"
+		printf("%s deadline %s ranks=%u stalled=%u"
+		       " reported_timeout=%u/%u stuck_rank_named=%u/%u"
+		       " waits_on_stalled_directly=%u"
 		       " deadline_us=%.3f max_report_us=%.3f epoch=%u\n", name,
 		       rc ? "FAIL" : "ok", d->n, R, good, want, named, want,
 		       direct, (double)cfg->deadline / 1000, max_us,
@@ -1714,7 +1719,7 @@ static void sc_usage(const char *name, FILE *out)
 		"  --show-diag K      diagnostic lines printed (8)\n"
 		"  --grow             a new node joins at the operation\n"
 		"                     boundary; the next allreduce has n+1\n"
-		"  --membership       the star + coordinator without a failure\n"
+		"  --membership       the star and coordinator, no failure\n"
 		"  --hb-interval-ms H member.hb_interval (100)\n"
 		"  --fail-timeout-ms F member.fail_timeout (1000)\n",
 		name, CS_COLL_MAX_RANKS);
@@ -1746,7 +1751,8 @@ static int sc_member_check(const struct sc_cfg *c, const char *name)
 		why = "--deadline-us must be below the fail timeout";
 	else if (c->fail_rank >= 0 && c->deadline &&
 		 c->deadline <= 2 * c->mp.fail_timeout)
-		why = "with --fail-rank a deadline must exceed 2 x fail timeout";
+		why = "with --fail-rank the deadline must exceed 2 x "
+		      "fail timeout";
 	else if (!c->mp.hb_interval || !c->mp.fail_timeout ||
 		 c->mp.hb_interval >= c->mp.fail_timeout)
 		why = "need 0 < --hb-interval-ms < --fail-timeout-ms";
