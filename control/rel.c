@@ -676,7 +676,7 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
 			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
-	if (r->ack_now)
+	if (r->ack_now || r->ext_due)
 		return 0;
 	if (r->ack_pending && r->ack_deadline < t)
 		t = r->ack_deadline;
