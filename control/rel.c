@@ -162,6 +162,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 	r->rack_deadline = CS_NS_NEVER;
 	r->tlp_deadline = CS_NS_NEVER;
 	r->credit_deadline = CS_NS_NEVER;
+	r->min_rtt = CS_NS_NEVER;
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
@@ -410,11 +411,15 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 }
 
 /* Account one newly acknowledged packet. */
-static void acked_one(struct cs_rel *r, struct cs_rel_meta *m,
+static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		      uint64_t *bytes, const struct cs_rel_meta **sample)
 {
 	*bytes += m->len;
-	if (m->xmit_id > r->rack_xmit_id)
+	/* A resent packet acknowledged sooner than any round trip can be
+	 * was acknowledged for its original: it says nothing about what
+	 * was sent before the resend (RFC 8985, step 2). */
+	if (m->xmit_id > r->rack_xmit_id &&
+	    (m->xmits == 1 || now - m->sent >= r->min_rtt))
 		r->rack_xmit_id = m->xmit_id;
 	/* Karn: only a packet sent once says which send the ACK is for. */
 	if (m->xmits == 1 && (!*sample || m->xmit_id > (*sample)->xmit_id))
@@ -437,6 +442,8 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 		r->srtt = (7 * r->srtt + rtt) / 8;
 	}
 	r->st.rtt_samples++;
+	if (rtt < r->min_rtt)
+		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
 	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
 	r->backoff = 0;
@@ -491,7 +498,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		if (m->state == M_SACKED)
 			r->n_sacked--;
 		else
-			acked_one(r, m, &bytes, &sample);
+			acked_one(r, m, now, &bytes, &sample);
 		if (m->state == M_LOST)
 			r->n_lost--;
 		m->state = M_FREE;
@@ -515,12 +522,19 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			r->n_lost--;
 		m->state = M_SACKED;
 		r->n_sacked++;
-		acked_one(r, m, &bytes, &sample);
+		acked_one(r, m, now, &bytes, &sample);
 	}
-	/* What this ACK says has not arrived: the cumulative ack's seq and
-	 * the clear bits of the bitmap. */
-	missing = mark_missing(r, ack, 1, 1);
-	missing |= mark_missing(r, base, SACK_BITS, ~h->sack);
+	/* What this ACK says has not arrived although something after it
+	 * has: the cumulative ack's seq and the clear bits below the
+	 * bitmap's highest set bit (above it, packets may be in flight). */
+	missing = false;
+	if (h->sack) {
+		uint32_t top = 63 - (uint32_t)__builtin_clzll(h->sack);
+		uint64_t below = top ? (1ull << top) - 1 : 0;
+
+		missing = mark_missing(r, ack, 1, 1);
+		missing |= mark_missing(r, base, top, ~h->sack & below);
+	}
 	if (bytes || sample) {
 		res |= CS_REL_ACKED;
 		r->consecutive_to = 0;

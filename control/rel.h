@@ -221,6 +221,7 @@ struct cs_rel {
 	uint64_t xmit_id;	/* next transmission's order */
 	uint64_t rack_xmit_id;	/* newest transmission acknowledged */
 	cs_ns_t srtt, rttvar, rto;
+	cs_ns_t min_rtt;	/* smallest Karn sample */
 	uint32_t backoff;	/* RTO doublings since the last sample */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline;	/* CS_NS_NEVER: not armed */

@@ -593,3 +593,41 @@ Test(rel, sack_extension_reports_far_holes)
 	cs_rel_fini(&a);
 	cs_rel_fini(&b);
 }
+
+/* A reordered packet is resent, then its original arrives: that ACK,
+ * coming sooner than a round trip after the resend, is for the
+ * original, and must not make everything sent before the resend look
+ * overtaken (RFC 8985 step 2). */
+Test(rel, ack_of_an_original_does_not_condemn_the_rest)
+{
+	struct cs_pkt_hdr h[10], ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+
+	pair(SEQ0);
+	/* an RTT sample first: 10 us */
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 5000);
+	ack = ack_of(&b, 5000);
+	cs_rel_on_packet(&a, &ack, 10000);
+	for (unsigned i = 1; i < 10; i++)
+		h[i] = data(&a, i, 20000 + i);
+	/* 1 is held back; 2, 3, 4 overtake it */
+	for (unsigned i = 2; i <= 4; i++)
+		cs_rel_on_packet(&b, &h[i], 25000 + i);
+	ack = ack_of(&b, 25005);
+	cr_assert(cs_rel_on_packet(&a, &ack, 30000) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 1);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 30000), 0);
+	/* the original arrives, then 6 (5 is a little late) */
+	cs_rel_on_packet(&b, &h[1], 30001);
+	cs_rel_on_packet(&b, &h[6], 30002);
+	ack = ack_of(&b, 30002);
+	cr_assert_eq(ack.ack, SEQ0 + 5);
+	cr_assert_eq(ack.sack, 1);
+	cs_rel_on_packet(&a, &ack, 31000);	/* 1 us after the resend */
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT,
+		     "seq %u condemned", seq);
+	unpair();
+}
