@@ -89,8 +89,7 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_RECV_SEG] = "recv buffer: unknown segment",
 	[CS_IPC_BAD_SEND_RANGE] = "send buffer runs past its segment",
 	[CS_IPC_BAD_RECV_RANGE] = "recv buffer runs past its segment",
-	[CS_IPC_BAD_ALIGN] = "buffer offset not a multiple of the element "
-			     "size",
+	[CS_IPC_BAD_ALIGN] = "buffer offset not a multiple of element size",
 	[CS_IPC_BAD_OVERLAP] = "send and recv overlap (and not in place)",
 	[CS_IPC_BAD_ROOT] = "root rank out of range",
 	[CS_IPC_BAD_FLAGS] = "reserved fields not zero",

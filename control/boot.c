@@ -1,0 +1,626 @@
+/* SPDX-License-Identifier: MIT */
+/* Bootstrap messages and the coordinator's admission state machine. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <collstack/types.h>
+
+#define CS_LOG_MODULE "boot"
+#include "internal/log.h"
+
+#include "control/auth.h"
+#include "control/boot.h"
+
+struct wbuf {
+	uint8_t *p;
+	size_t n, cap;
+	bool overflow;
+};
+
+static void put(struct wbuf *w, const void *src, size_t n)
+{
+	if (w->n + n > w->cap) {
+		w->overflow = true;
+		return;
+	}
+	memcpy(w->p + w->n, src, n);
+	w->n += n;
+}
+
+static void put_u32(struct wbuf *w, uint32_t v)
+{
+	uint8_t b[4] = { v >> 24, v >> 16, v >> 8, v };
+
+	put(w, b, 4);
+}
+
+static void put_u16(struct wbuf *w, uint16_t v)
+{
+	uint8_t b[2] = { v >> 8, v };
+
+	put(w, b, 2);
+}
+
+static void put_addr(struct wbuf *w, const struct cs_node_addr *a)
+{
+	put(w, a->mac, 6);
+	put(w, &a->numa, 1);
+	put(w, &a->state, 1);
+	put_u32(w, a->ip);
+	put_u16(w, a->udp_port);
+	put_u16(w, a->queues);
+	put_u32(w, a->qpn);
+}
+
+struct rbuf {
+	const uint8_t *p;
+	size_t n, off;
+	bool bad;
+};
+
+static void get(struct rbuf *r, void *dst, size_t n)
+{
+	if (r->bad || r->n - r->off < n) {
+		r->bad = true;
+		memset(dst, 0, n);
+		return;
+	}
+	memcpy(dst, r->p + r->off, n);
+	r->off += n;
+}
+
+static uint32_t get_u32(struct rbuf *r)
+{
+	uint8_t b[4];
+
+	get(r, b, 4);
+	return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
+	       (uint32_t)b[2] << 8 | b[3];
+}
+
+static uint16_t get_u16(struct rbuf *r)
+{
+	uint8_t b[2];
+
+	get(r, b, 2);
+	return (uint16_t)(b[0] << 8 | b[1]);
+}
+
+static void get_addr(struct rbuf *r, struct cs_node_addr *a)
+{
+	get(r, a->mac, 6);
+	get(r, &a->numa, 1);
+	get(r, &a->state, 1);
+	a->ip = get_u32(r);
+	a->udp_port = get_u16(r);
+	a->queues = get_u16(r);
+	a->qpn = get_u32(r);
+}
+
+int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
+{
+	struct wbuf w = { .p = buf, .cap = cap };
+	uint32_t len;
+
+	put_u32(&w, 0);	/* length, patched below */
+	put(&w, &m->type, 1);
+	switch (m->type) {
+	case CS_BOOT_CHALLENGE:
+		put(&w, m->nonce, CS_BOOT_NONCE_LEN);
+		break;
+	case CS_BOOT_JOIN:
+		put(&w, m->nonce, CS_BOOT_NONCE_LEN);
+		put(&w, m->mac, 32);
+		put_u32(&w, (uint32_t)m->want_rank);
+		put_addr(&w, &m->addr);
+		break;
+	case CS_BOOT_WELCOME:
+		put_u32(&w, m->node);
+		put_u32(&w, m->world);
+		put(&w, m->mac, 32);
+		break;
+	case CS_BOOT_REFUSE:
+		put_u32(&w, (uint32_t)m->code);
+		put(&w, m->reason, strnlen(m->reason, sizeof(m->reason) - 1));
+		break;
+	case CS_BOOT_TABLE:
+		if (m->n > CS_BOOT_MAX_RANKS)
+			return -EINVAL;
+		put_u32(&w, m->epoch);
+		put_u32(&w, m->n);
+		for (uint32_t i = 0; i < m->n; i++)
+			put_addr(&w, &m->table[i]);
+		break;
+	case CS_BOOT_HEARTBEAT:
+		put_u32(&w, m->node);
+		put_u32(&w, m->epoch);
+		break;
+	case CS_BOOT_VIEW:
+		if (m->n > CS_BOOT_MAX_RANKS)
+			return -EINVAL;
+		put_u32(&w, m->epoch);
+		put_u32(&w, m->n);
+		for (uint32_t i = 0; i < m->n; i++)
+			put_u32(&w, m->lost[i]);
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (w.overflow)
+		return -ENOSPC;
+	len = (uint32_t)w.n;
+	buf[0] = len >> 24, buf[1] = len >> 16, buf[2] = len >> 8, buf[3] = len;
+	return (int)len;
+}
+
+int cs_boot_decode(const uint8_t *buf, size_t len, struct cs_boot_msg *m)
+{
+	struct rbuf r = { .p = buf, .n = len };
+	uint32_t total;
+	size_t tlen;
+
+	if (len < 4)
+		return 0;
+	total = get_u32(&r);
+	if (total > CS_BOOT_MAX_MSG)
+		return -EMSGSIZE;
+	if (total < 5)
+		return -EPROTO;
+	if (len < total)
+		return 0;
+	r.n = total;	/* never read past this message */
+	get(&r, &m->type, 1);
+	switch (m->type) {
+	case CS_BOOT_CHALLENGE:
+		get(&r, m->nonce, CS_BOOT_NONCE_LEN);
+		break;
+	case CS_BOOT_JOIN:
+		get(&r, m->nonce, CS_BOOT_NONCE_LEN);
+		get(&r, m->mac, 32);
+		m->want_rank = (int32_t)get_u32(&r);
+		get_addr(&r, &m->addr);
+		break;
+	case CS_BOOT_WELCOME:
+		m->node = get_u32(&r);
+		m->world = get_u32(&r);
+		get(&r, m->mac, 32);
+		break;
+	case CS_BOOT_REFUSE:
+		m->code = (int32_t)get_u32(&r);
+		tlen = r.n - r.off;
+		if (r.bad || tlen >= sizeof(m->reason))
+			return -EPROTO;
+		get(&r, m->reason, tlen);
+		m->reason[tlen] = 0;
+		break;
+	case CS_BOOT_TABLE:
+		m->epoch = get_u32(&r);
+		m->n = get_u32(&r);
+		if (r.bad || m->n > CS_BOOT_MAX_RANKS ||
+		    (size_t)m->n * CS_BOOT_ADDR_WIRE_LEN != r.n - r.off)
+			return -EPROTO;
+		if (m->n > m->cap || !m->table)
+			return -ENOSPC;
+		for (uint32_t i = 0; i < m->n; i++)
+			get_addr(&r, &m->table[i]);
+		break;
+	case CS_BOOT_HEARTBEAT:
+		m->node = get_u32(&r);
+		m->epoch = get_u32(&r);
+		break;
+	case CS_BOOT_VIEW:
+		m->epoch = get_u32(&r);
+		m->n = get_u32(&r);
+		if (r.bad || m->n > CS_BOOT_MAX_RANKS ||
+		    (size_t)m->n * 4 != r.n - r.off)
+			return -EPROTO;
+		if (m->n > m->cap || !m->lost)
+			return -ENOSPC;
+		for (uint32_t i = 0; i < m->n; i++)
+			m->lost[i] = get_u32(&r);
+		break;
+	default:
+		return -EPROTO;
+	}
+	if (r.bad || r.off != r.n)
+		return -EPROTO;
+	return (int)total;
+}
+
+void cs_boot_join_mac(const char *token, const uint8_t nonce_c[32],
+		      const uint8_t nonce_m[32], const struct cs_node_addr *a,
+		      uint8_t mac[32])
+{
+	uint8_t ab[CS_BOOT_ADDR_WIRE_LEN];
+	struct wbuf w = { .p = ab, .cap = sizeof(ab) };
+	struct cs_node_addr tmp = *a;
+	struct cs_hmac h;
+
+	tmp.state = 0;
+	put_addr(&w, &tmp);
+	cs_hmac_init(&h, token, strlen(token));
+	cs_hmac_update(&h, "cs-join", 7);
+	cs_hmac_update(&h, nonce_c, 32);
+	cs_hmac_update(&h, nonce_m, 32);
+	cs_hmac_update(&h, ab, sizeof(ab));
+	cs_hmac_final(&h, mac);
+}
+
+void cs_boot_welcome_proof(const char *token, const uint8_t nonce_m[32],
+			   uint32_t node, uint8_t proof[32])
+{
+	uint8_t nb[4] = { node >> 24, node >> 16, node >> 8, node };
+	struct cs_hmac h;
+
+	cs_hmac_init(&h, token, strlen(token));
+	cs_hmac_update(&h, "cs-welcome", 10);
+	cs_hmac_update(&h, nonce_m, 32);
+	cs_hmac_update(&h, nb, 4);
+	cs_hmac_final(&h, proof);
+}
+
+/* -------- coordinator -------- */
+
+int cs_coord_init(struct cs_coord *c, const char *token, uint32_t world,
+		  uint32_t max_conns, const struct cs_member_params *mp,
+		  uint64_t seed)
+{
+	if (!world || world > CS_BOOT_MAX_RANKS || max_conns < world ||
+	    strlen(token) >= sizeof(c->token) || !*token)
+		return -EINVAL;
+	memset(c, 0, sizeof(*c));
+	c->conns = calloc(max_conns, sizeof(*c->conns));
+	if (!c->conns)
+		return -ENOMEM;
+	c->table = calloc(world, sizeof(*c->table));
+	if (!c->table)
+		goto out_free_conns;
+	c->rank_conn = calloc(world, sizeof(*c->rank_conn));
+	if (!c->rank_conn)
+		goto out_free_table;
+	strcpy(c->token, token);
+	c->world = world;
+	c->max_conns = max_conns;
+	c->mp = *mp;
+	c->rng = seed;
+	for (uint32_t i = 0; i < world; i++)
+		c->rank_conn[i] = UINT32_MAX;
+	return 0;
+
+out_free_table:
+	free(c->table);
+out_free_conns:
+	free(c->conns);
+	return -ENOMEM;
+}
+
+void cs_coord_fini(struct cs_coord *c)
+{
+	if (c->complete)
+		cs_coord_fd_fini(&c->fd);
+	free(c->rank_conn);
+	free(c->table);
+	free(c->conns);
+	memset(c, 0, sizeof(*c));
+}
+
+static void refuse(struct cs_coord *c, uint32_t conn, int code,
+		   const char *why, const struct cs_coord_out *o)
+{
+	struct cs_boot_msg m = { .type = CS_BOOT_REFUSE, .code = code };
+
+	snprintf(m.reason, sizeof(m.reason), "%s", why);
+	c->refused++;
+	o->send(o->ctx, conn, &m);
+	o->close(o->ctx, conn);
+	c->conns[conn].open = false;
+}
+
+int cs_coord_on_open(struct cs_coord *c, uint32_t conn, cs_ns_t now,
+		     const struct cs_coord_out *o)
+{
+	struct cs_boot_msg m = { .type = CS_BOOT_CHALLENGE };
+	struct cs_coord_conn *cc;
+
+	(void)now;
+	if (conn >= c->max_conns) {
+		o->close(o->ctx, conn);
+		return -ENOSPC;
+	}
+	cc = &c->conns[conn];
+	memset(cc, 0, sizeof(*cc));
+	cc->open = true;
+	for (unsigned i = 0; i < CS_BOOT_NONCE_LEN; i += 8) {
+		uint64_t v = cs_rand_next(&c->rng);
+
+		memcpy(cc->nonce + i, &v, 8);
+	}
+	memcpy(m.nonce, cc->nonce, CS_BOOT_NONCE_LEN);
+	o->send(o->ctx, conn, &m);
+	return 0;
+}
+
+static void send_table(struct cs_coord *c, const struct cs_coord_out *o)
+{
+	struct cs_boot_msg m = {
+		.type = CS_BOOT_TABLE, .epoch = c->fd.epoch, .n = c->world,
+		.table = c->table,
+	};
+
+	for (uint32_t r = 0; r < c->world; r++)
+		c->table[r].state = c->fd.state[r];
+	for (uint32_t r = 0; r < c->world; r++)
+		if (c->rank_conn[r] != UINT32_MAX)
+			o->send(o->ctx, c->rank_conn[r], &m);
+}
+
+static int admit(struct cs_coord *c, uint32_t conn,
+		 const struct cs_boot_msg *m, cs_ns_t now,
+		 const struct cs_coord_out *o)
+{
+	struct cs_coord_conn *cc = &c->conns[conn];
+	struct cs_boot_msg w = { .type = CS_BOOT_WELCOME };
+	uint8_t mac[32];
+	uint32_t rank;
+
+	cs_boot_join_mac(c->token, cc->nonce, m->nonce, &m->addr, mac);
+	if (!cs_auth_equal(mac, m->mac, sizeof(mac))) {
+		CS_WARN("refused a member on connection %u: it does not hold the job token (bad join MAC)",
+			conn);
+		refuse(c, conn, CS_ERR_AUTH, "bad job token", o);
+		return CS_ERR_AUTH;
+	}
+	if (c->complete || c->joined == c->world) {
+		CS_WARN("refused a member on connection %u: group of %u is full",
+			conn, c->world);
+		refuse(c, conn, -EBUSY, "group is full", o);
+		return -EBUSY;
+	}
+	if (m->want_rank >= 0) {
+		rank = (uint32_t)m->want_rank;
+		if (rank >= c->world || c->rank_conn[rank] != UINT32_MAX) {
+			CS_WARN("refused a member on connection %u: rank %d taken or outside 0..%u",
+				conn, m->want_rank, c->world - 1);
+			refuse(c, conn, -EADDRINUSE, "rank taken or out of range",
+			       o);
+			return -EADDRINUSE;
+		}
+	} else {
+		for (rank = 0; c->rank_conn[rank] != UINT32_MAX; rank++)
+			;
+	}
+	cc->admitted = true;
+	cc->rank = rank;
+	c->rank_conn[rank] = conn;
+	c->table[rank] = m->addr;
+	c->joined++;
+	w.node = rank;
+	w.world = c->world;
+	cs_boot_welcome_proof(c->token, m->nonce, rank, w.mac);
+	o->send(o->ctx, conn, &w);
+	CS_INFO("admitted rank %u (%u of %u)", rank, c->joined, c->world);
+	if (c->joined == c->world) {
+		int err = cs_coord_fd_init(&c->fd, &c->mp, c->world, 1, now);
+
+		if (err)
+			return err;
+		c->complete = true;
+		send_table(c, o);
+	}
+	return 0;
+}
+
+static void declare_lost(struct cs_coord *c, const uint32_t *lost, unsigned k,
+			 const struct cs_coord_out *o)
+{
+	struct cs_boot_msg v = {
+		.type = CS_BOOT_VIEW, .epoch = c->fd.epoch, .n = k,
+		.lost = (uint32_t *)lost,
+	};
+
+	for (unsigned i = 0; i < k; i++) {
+		uint32_t conn = c->rank_conn[lost[i]];
+
+		CS_WARN("rank %u lost; group epoch is now %u", lost[i],
+			c->fd.epoch);
+		if (conn != UINT32_MAX && c->conns[conn].open) {
+			c->conns[conn].open = false;
+			o->close(o->ctx, conn);
+		}
+		c->rank_conn[lost[i]] = UINT32_MAX;
+		if (o->lost)
+			o->lost(o->ctx, lost[i], c->fd.epoch);
+	}
+	for (uint32_t r = 0; r < c->world; r++)
+		if (c->rank_conn[r] != UINT32_MAX)
+			o->send(o->ctx, c->rank_conn[r], &v);
+}
+
+int cs_coord_on_msg(struct cs_coord *c, uint32_t conn,
+		    const struct cs_boot_msg *m, cs_ns_t now,
+		    const struct cs_coord_out *o)
+{
+	struct cs_coord_conn *cc;
+
+	if (conn >= c->max_conns || !c->conns[conn].open)
+		return -EBADF;
+	cc = &c->conns[conn];
+	if (!cc->admitted) {
+		if (m->type != CS_BOOT_JOIN) {
+			refuse(c, conn, -EPROTO, "expected JOIN", o);
+			return -EPROTO;
+		}
+		return admit(c, conn, m, now, o);
+	}
+	if (m->type != CS_BOOT_HEARTBEAT || m->node != cc->rank) {
+		refuse(c, conn, -EPROTO, "unexpected message", o);
+		cs_coord_on_close(c, conn, now, o);
+		return -EPROTO;
+	}
+	if (c->complete) {
+		struct cs_boot_msg v = { .type = CS_BOOT_VIEW,
+					 .epoch = c->fd.epoch };
+
+		cs_coord_fd_heard(&c->fd, cc->rank, now);
+		o->send(o->ctx, conn, &v);
+	}
+	return 0;
+}
+
+void cs_coord_on_close(struct cs_coord *c, uint32_t conn, cs_ns_t now,
+		       const struct cs_coord_out *o)
+{
+	struct cs_coord_conn *cc;
+	uint32_t rank;
+
+	(void)now;
+	if (conn >= c->max_conns)
+		return;
+	cc = &c->conns[conn];
+	if (!cc->admitted) {
+		cc->open = false;
+		return;
+	}
+	rank = cc->rank;
+	cc->admitted = false;
+	cc->open = false;
+	if (c->rank_conn[rank] != conn)
+		return;
+	if (!c->complete) {
+		/* Left before the group formed: the rank is free again. */
+		c->rank_conn[rank] = UINT32_MAX;
+		c->joined--;
+		return;
+	}
+	if (c->fd.state[rank] == CS_MEMBER_ALIVE) {
+		/* A closed control connection is a loss, detected at once. */
+		c->fd.state[rank] = CS_MEMBER_LOST;
+		c->fd.alive--;
+		c->fd.epoch++;
+		c->rank_conn[rank] = UINT32_MAX;
+		declare_lost(c, &rank, 1, o);
+	}
+}
+
+void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
+		       const struct cs_coord_out *o)
+{
+	uint32_t lost[64];
+	unsigned k;
+
+	if (!c->complete)
+		return;
+	while ((k = cs_coord_fd_poll(&c->fd, now, lost, CS_ARRAY_SIZE(lost))))
+		declare_lost(c, lost, k, o);
+}
+
+/* -------- member -------- */
+
+int cs_boot_member_init(struct cs_boot_member *b, const char *token,
+			int32_t want_rank, const struct cs_node_addr *self,
+			const struct cs_member_params *mp, uint64_t seed)
+{
+	if (!*token || strlen(token) >= sizeof(b->token))
+		return -EINVAL;
+	memset(b, 0, sizeof(*b));
+	strcpy(b->token, token);
+	b->want_rank = want_rank;
+	b->self = *self;
+	b->mp = *mp;
+	b->rng = seed;
+	return 0;
+}
+
+int cs_boot_member_on_msg(struct cs_boot_member *b,
+			  const struct cs_boot_msg *m, cs_ns_t now,
+			  struct cs_boot_msg *reply, uint32_t *lost,
+			  unsigned maxlost, unsigned *nlost)
+{
+	uint8_t proof[32];
+
+	*nlost = 0;
+	if (m->type == CS_BOOT_REFUSE) {
+		snprintf(b->error, sizeof(b->error),
+			 "coordinator refused us: %s (%s)", m->reason,
+			 cs_strerror(m->code));
+		b->state = CS_BOOT_M_FAILED;
+		return -ECONNREFUSED;
+	}
+	switch (b->state) {
+	case CS_BOOT_M_WAIT_CHALLENGE:
+		if (m->type != CS_BOOT_CHALLENGE)
+			break;
+		for (unsigned i = 0; i < CS_BOOT_NONCE_LEN; i += 8) {
+			uint64_t v = cs_rand_next(&b->rng);
+
+			memcpy(b->nonce + i, &v, 8);
+		}
+		memset(reply, 0, sizeof(*reply));
+		reply->type = CS_BOOT_JOIN;
+		reply->want_rank = b->want_rank;
+		reply->addr = b->self;
+		memcpy(reply->nonce, b->nonce, CS_BOOT_NONCE_LEN);
+		cs_boot_join_mac(b->token, m->nonce, b->nonce, &b->self,
+				 reply->mac);
+		b->state = CS_BOOT_M_WAIT_WELCOME;
+		return CS_BOOT_M_REPLY;
+	case CS_BOOT_M_WAIT_WELCOME:
+		if (m->type != CS_BOOT_WELCOME)
+			break;
+		cs_boot_welcome_proof(b->token, b->nonce, m->node, proof);
+		if (!cs_auth_equal(proof, m->mac, sizeof(proof))) {
+			snprintf(b->error, sizeof(b->error),
+				 "coordinator does not hold the job token");
+			b->state = CS_BOOT_M_FAILED;
+			return CS_ERR_AUTH;
+		}
+		if (m->world == 0 || m->world > CS_BOOT_MAX_RANKS ||
+		    m->node >= m->world)
+			break;
+		b->rank = m->node;
+		b->world = m->world;
+		b->state = CS_BOOT_M_WAIT_TABLE;
+		return 0;
+	case CS_BOOT_M_WAIT_TABLE:
+	case CS_BOOT_M_READY:
+		if (m->type == CS_BOOT_TABLE) {
+			if (m->n != b->world || m->table == NULL)
+				break;
+			memcpy(b->table, m->table, m->n * sizeof(*m->table));
+			if (b->state == CS_BOOT_M_WAIT_TABLE)
+				cs_member_fd_init(&b->fd, &b->mp, m->epoch,
+						  now);
+			else
+				cs_member_fd_on_view(&b->fd, m->epoch, now);
+			b->epoch = m->epoch;
+			b->state = CS_BOOT_M_READY;
+			return CS_BOOT_M_TABLE;
+		}
+		if (m->type == CS_BOOT_VIEW && b->state == CS_BOOT_M_READY) {
+			int r = 0;
+
+			if (cs_member_fd_on_view(&b->fd, m->epoch, now)) {
+				for (uint32_t i = 0; i < m->n; i++) {
+					if (m->lost[i] < b->world)
+						b->table[m->lost[i]].state =
+							CS_MEMBER_LOST;
+					if (i < maxlost)
+						lost[(*nlost)++] = m->lost[i];
+				}
+				b->epoch = m->epoch;
+				r = CS_BOOT_M_VIEW;
+			}
+			return r;
+		}
+		break;
+	case CS_BOOT_M_FAILED:
+		return -EPROTO;
+	}
+	snprintf(b->error, sizeof(b->error),
+		 "unexpected message type %u from the coordinator in state %d",
+		 m->type, b->state);
+	b->state = CS_BOOT_M_FAILED;
+	return -EPROTO;
+}

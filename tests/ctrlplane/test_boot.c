@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+/* Bootstrap: message codec on hostile bytes, admission, loss announcement. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include <collstack/types.h>
+
+#include "control/boot.h"
+
+/* A driver double: records what the coordinator asked for. */
+struct rec {
+	unsigned sent[8][8];	/* [conn][type] */
+	uint32_t last_node[8];
+	uint32_t last_epoch[8];
+	uint8_t last_proof[8][32];
+	int refuse_code[8];
+	bool closed[8];
+	uint32_t lost_rank[8];
+	unsigned nlost;
+	uint8_t buf[CS_BOOT_MAX_MSG];
+};
+
+static void rec_send(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
+{
+	struct rec *r = ctx;
+	struct cs_addr_tab {
+		struct cs_node_addr a[16];
+	} tab;
+	uint32_t lost[16];
+	struct cs_boot_msg d = { .table = tab.a, .lost = lost, .cap = 16 };
+	int n = cs_boot_encode(m, r->buf, sizeof(r->buf));
+
+	/* Everything the coordinator sends must survive its own decoder. */
+	cr_assert_gt(n, 0);
+	cr_assert_eq(cs_boot_decode(r->buf, (size_t)n, &d), n);
+	cr_assert_eq(d.type, m->type);
+	r->sent[conn][m->type]++;
+	if (m->type == CS_BOOT_WELCOME) {
+		r->last_node[conn] = d.node;
+		memcpy(r->last_proof[conn], d.mac, 32);
+	}
+	if (m->type == CS_BOOT_TABLE || m->type == CS_BOOT_VIEW)
+		r->last_epoch[conn] = d.epoch;
+	if (m->type == CS_BOOT_REFUSE)
+		r->refuse_code[conn] = d.code;
+}
+
+static void rec_close(void *ctx, uint32_t conn)
+{
+	((struct rec *)ctx)->closed[conn] = true;
+}
+
+static void rec_lost(void *ctx, uint32_t rank, uint32_t epoch)
+{
+	struct rec *r = ctx;
+
+	(void)epoch;
+	r->lost_rank[r->nlost++] = rank;
+}
+
+static const struct cs_member_params MP = {
+	.hb_interval = 100 * CS_NS_PER_MS, .fail_timeout = CS_NS_PER_S,
+};
+
+static struct cs_boot_msg join_msg(const char *token, const uint8_t *chal,
+				   int want, uint8_t tagbyte)
+{
+	struct cs_boot_msg j = { .type = CS_BOOT_JOIN, .want_rank = want };
+
+	memset(j.nonce, tagbyte, sizeof(j.nonce));
+	j.addr.ip = 0x0a4d0000u + tagbyte;
+	j.addr.udp_port = 47000;
+	j.addr.mac[5] = tagbyte;
+	cs_boot_join_mac(token, chal, j.nonce, &j.addr, j.mac);
+	return j;
+}
+
+/* The challenge the coordinator sent on @conn (re-derived from its state). */
+static const uint8_t *chal(struct cs_coord *c, uint32_t conn)
+{
+	return c->conns[conn].nonce;
+}
+
+Test(boot, admission_table_and_wrong_token)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	struct cs_coord_out o = { rec_send, rec_close, rec_lost, r };
+	struct cs_coord c;
+	struct cs_boot_msg j;
+	uint8_t proof[32];
+
+	cr_assert_eq(cs_coord_init(&c, "s3cret", 4, 8, &MP, 1), 0);
+	for (uint32_t conn = 0; conn < 5; conn++) {
+		cr_assert_eq(cs_coord_on_open(&c, conn, 0, &o), 0);
+		cr_assert_eq(r->sent[conn][CS_BOOT_CHALLENGE], 1);
+	}
+	/* conn 2 holds the wrong token: refused, group unaffected. */
+	j = join_msg("wrong", chal(&c, 2), -1, 2);
+	cr_assert_eq(cs_coord_on_msg(&c, 2, &j, 0, &o), CS_ERR_AUTH);
+	cr_assert(r->closed[2]);
+	cr_assert_eq(r->refuse_code[2], CS_ERR_AUTH);
+	cr_assert_eq(c.joined, 0);
+	/* A MAC computed over another challenge (replay) is refused too. */
+	j = join_msg("s3cret", chal(&c, 1), -1, 9);
+	cr_assert_eq(cs_coord_on_msg(&c, 0, &j, 0, &o), CS_ERR_AUTH);
+	cr_assert_eq(cs_coord_on_open(&c, 0, 0, &o), 0);
+
+	uint32_t conns[4] = { 0, 1, 3, 4 };
+	for (unsigned i = 0; i < 4; i++) {
+		uint32_t k = conns[i];
+
+		j = join_msg("s3cret", chal(&c, k), i == 0 ? 3 : -1,
+			     (uint8_t)(10 + k));
+		cr_assert_eq(cs_coord_on_msg(&c, k, &j, 0, &o), 0);
+		cr_assert_eq(r->sent[k][CS_BOOT_WELCOME], 1);
+		cs_boot_welcome_proof("s3cret", j.nonce, r->last_node[k],
+				      proof);
+		cr_assert(!memcmp(proof, r->last_proof[k], 32),
+			  "coordinator proves it holds the token");
+	}
+	cr_assert_eq(r->last_node[0], 3, "requested rank honoured");
+	cr_assert(c.complete);
+	for (unsigned i = 0; i < 4; i++) {
+		cr_assert_eq(r->sent[conns[i]][CS_BOOT_TABLE], 1);
+		cr_assert_eq(r->last_epoch[conns[i]], 1);
+	}
+	cr_assert_eq(c.table[3].udp_port, 47000);
+	cr_assert_eq(c.refused, 2);
+
+	/* A fifth valid member is refused: the group is full. */
+	cr_assert_eq(cs_coord_on_open(&c, 5, 0, &o), 0);
+	j = join_msg("s3cret", chal(&c, 5), -1, 50);
+	cr_assert_eq(cs_coord_on_msg(&c, 5, &j, 0, &o), -EBUSY);
+	cs_coord_fini(&c);
+	free(r);
+}
+
+static void form(struct cs_coord *c, struct cs_coord_out *o, uint32_t n)
+{
+	cr_assert_eq(cs_coord_init(c, "tok", n, n, &MP, 7), 0);
+	for (uint32_t k = 0; k < n; k++) {
+		struct cs_boot_msg j;
+
+		cs_coord_on_open(c, k, 0, o);
+		j = join_msg("tok", chal(c, k), (int)k, (uint8_t)k);
+		cr_assert_eq(cs_coord_on_msg(c, k, &j, 0, o), 0);
+	}
+	cr_assert(c->complete);
+}
+
+Test(boot, closed_connection_is_a_loss_at_once)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	struct cs_coord_out o = { rec_send, rec_close, rec_lost, r };
+	struct cs_coord c;
+
+	form(&c, &o, 4);
+	cs_coord_on_close(&c, 2, 5 * CS_NS_PER_MS, &o);
+	cr_assert_eq(r->nlost, 1);
+	cr_assert_eq(r->lost_rank[0], 2);
+	for (uint32_t k = 0; k < 4; k++) {
+		if (k == 2)
+			continue;
+		cr_assert_eq(r->sent[k][CS_BOOT_VIEW], 1);
+		cr_assert_eq(r->last_epoch[k], 2);
+	}
+	cr_assert_eq(r->sent[2][CS_BOOT_VIEW], 0);
+	cs_coord_fini(&c);
+	free(r);
+}
+
+Test(boot, silent_member_lost_after_timeout)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	struct cs_coord_out o = { rec_send, rec_close, rec_lost, r };
+	struct cs_coord c;
+	cs_ns_t t;
+
+	form(&c, &o, 4);
+	/* Rank 1 stops (SIGSTOP): connection open, heartbeats stop. */
+	for (t = 0; t <= 3 * CS_NS_PER_S; t += MP.hb_interval) {
+		for (uint32_t k = 0; k < 4; k++) {
+			struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT,
+						  .node = k, .epoch = 1 };
+
+			if (k != 1 && !r->closed[k])
+				cr_assert_eq(cs_coord_on_msg(&c, k, &hb, t, &o),
+					     0);
+		}
+		cs_coord_on_timer(&c, t, &o);
+		if (r->nlost)
+			break;
+	}
+	cr_assert_eq(r->nlost, 1);
+	cr_assert_eq(r->lost_rank[0], 1);
+	cr_assert_leq(t, MP.fail_timeout + MP.hb_interval);
+	cr_assert(r->closed[1]);
+	cs_coord_fini(&c);
+	free(r);
+}
+
+Test(boot, decoder_survives_hostile_bytes)
+{
+	struct cs_node_addr tab[4];
+	uint32_t lost[4];
+	struct cs_boot_msg d = { .table = tab, .lost = lost, .cap = 4 };
+	struct cs_boot_msg m = { .type = CS_BOOT_TABLE, .epoch = 3, .n = 4,
+				 .table = tab };
+	uint8_t buf[512], junk[512];
+	uint64_t rng = 42;
+	int n;
+
+	memset(tab, 0x5a, sizeof(tab));
+	n = cs_boot_encode(&m, buf, sizeof(buf));
+	cr_assert_gt(n, 0);
+	/* Every prefix is "need more", never a parse of garbage. */
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(cs_boot_decode(buf, (size_t)i, &d), 0);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), n);
+	/* Too many entries for the caller's array. */
+	d.cap = 2;
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), -ENOSPC);
+	d.cap = 4;
+	/* A length that disagrees with the entry count. */
+	buf[3]--;
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), -EPROTO);
+	buf[3]++;
+	/* Oversized length prefix. */
+	buf[0] = 0x7f;
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), -EMSGSIZE);
+	/* Random garbage: never crashes, never reads past the buffer. */
+	for (unsigned it = 0; it < 20000; it++) {
+		size_t len = cs_rand_next(&rng) % sizeof(junk);
+
+		for (size_t i = 0; i < len; i++)
+			junk[i] = (uint8_t)cs_rand_next(&rng);
+		if (len >= 4) {
+			junk[0] = 0, junk[1] = 0;
+			junk[2] = (uint8_t)(len >> 8), junk[3] = (uint8_t)len;
+			junk[4] = (uint8_t)(1 + cs_rand_next(&rng) % 8);
+		}
+		n = cs_boot_decode(junk, len, &d);
+		cr_assert(n <= (int)len);
+	}
+	/* An unknown type is a protocol error. */
+	memcpy(buf, (uint8_t[]){ 0, 0, 0, 5, 99 }, 5);
+	cr_assert_eq(cs_boot_decode(buf, 5, &d), -EPROTO);
+}
+
+/* An in-memory network: every message is encoded, queued and decoded. */
+struct net {
+	struct cs_coord c;
+	struct cs_boot_member m[6];
+	int rc[6];
+	unsigned views[6];
+	uint32_t lost[6][4];
+	bool closed[6];
+	uint8_t buf[CS_BOOT_MAX_MSG];
+};
+
+static void deliver_to_member(struct net *n, uint32_t k,
+			      const struct cs_boot_msg *msg);
+
+static void net_send(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
+{
+	struct net *n = ctx;
+
+	if (!n->closed[conn])
+		deliver_to_member(n, conn, m);
+}
+
+static void net_close(void *ctx, uint32_t conn)
+{
+	((struct net *)ctx)->closed[conn] = true;
+}
+
+static const struct cs_coord_out net_out = { net_send, net_close, NULL, NULL };
+
+static void deliver_to_member(struct net *n, uint32_t k,
+			      const struct cs_boot_msg *msg)
+{
+	struct cs_node_addr tab[8];
+	uint32_t lost[8];
+	struct cs_boot_msg d = { .table = tab, .lost = lost, .cap = 8 };
+	struct cs_boot_msg reply;
+	struct cs_coord_out o = net_out;
+	unsigned nl;
+	int len = cs_boot_encode(msg, n->buf, sizeof(n->buf));
+
+	cr_assert_eq(cs_boot_decode(n->buf, (size_t)len, &d), len);
+	o.ctx = n;
+	n->rc[k] = cs_boot_member_on_msg(&n->m[k], &d, 0, &reply,
+					 n->lost[k], 4, &nl);
+	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_VIEW))
+		n->views[k]++;
+	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_REPLY)) {
+		struct cs_boot_msg j = { 0 };
+		uint8_t b2[256];
+
+		len = cs_boot_encode(&reply, b2, sizeof(b2));
+		cr_assert_eq(cs_boot_decode(b2, (size_t)len, &j), len);
+		cs_coord_on_msg(&n->c, k, &j, 0, &o);
+	}
+}
+
+Test(boot, members_and_coordinator_end_to_end)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_coord_out o = net_out;
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 4, 6, &MP, 3), 0);
+	for (uint32_t k = 0; k < 5; k++) {
+		struct cs_node_addr self = { .ip = 0x0a4d0001 + k,
+					     .udp_port = 47000 };
+
+		cr_assert_eq(cs_boot_member_init(&n->m[k],
+						 k == 4 ? "intruder" : "job",
+						 -1, &self, &MP, 100 + k),
+			     0);
+	}
+	/* The intruder connects first: refused, and the group still forms. */
+	cs_coord_on_open(&n->c, 4, 0, &o);
+	cr_assert_eq(n->rc[4], -ECONNREFUSED);
+	cr_assert_eq(n->m[4].state, CS_BOOT_M_FAILED);
+	cr_assert(strstr(n->m[4].error, "bad job token"));
+	for (uint32_t k = 0; k < 4; k++)
+		cs_coord_on_open(&n->c, k, 0, &o);
+	for (uint32_t k = 0; k < 4; k++) {
+		cr_assert_eq(n->m[k].state, CS_BOOT_M_READY);
+		cr_assert_eq(n->m[k].world, 4);
+		cr_assert_eq(n->m[k].epoch, 1);
+		for (uint32_t r = 0; r < 4; r++)
+			cr_assert_eq(n->m[k].table[r].ip,
+				     n->c.table[r].ip);
+	}
+	/* Rank of member 2's sidecar dies: the others see a new view. */
+	uint32_t dead = n->m[2].rank;
+	n->closed[2] = true;
+	cs_coord_on_close(&n->c, 2, 0, &o);
+	for (uint32_t k = 0; k < 4; k++) {
+		if (k == 2)
+			continue;
+		cr_assert_eq(n->views[k], 1);
+		cr_assert_eq(n->m[k].epoch, 2);
+		cr_assert_eq(n->lost[k][0], dead);
+		cr_assert_eq(n->m[k].table[dead].state, CS_MEMBER_LOST);
+	}
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+Test(boot, member_refuses_impostor_coordinator)
+{
+	struct cs_boot_member m;
+	struct cs_node_addr self = { .ip = 1 };
+	struct cs_boot_msg ch = { .type = CS_BOOT_CHALLENGE }, reply,
+			   w = { .type = CS_BOOT_WELCOME, .node = 0,
+				 .world = 2 };
+	unsigned nl;
+
+	cs_boot_member_init(&m, "job", -1, &self, &MP, 1);
+	cr_assert_eq(cs_boot_member_on_msg(&m, &ch, 0, &reply, NULL, 0, &nl),
+		     CS_BOOT_M_REPLY);
+	/* The impostor cannot compute the welcome proof. */
+	memset(w.mac, 0x11, sizeof(w.mac));
+	cr_assert_eq(cs_boot_member_on_msg(&m, &w, 0, &reply, NULL, 0, &nl),
+		     CS_ERR_AUTH);
+	cr_assert_eq(m.state, CS_BOOT_M_FAILED);
+}
