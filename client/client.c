@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -224,6 +225,13 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		ret = -errno;
 		goto out_close;
+	}
+	/* A sidecar that stops answering must not hang the trainer. */
+	{
+		struct timeval tv = { .tv_sec = CS_CLIENT_RPC_TIMEOUT_S };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	}
 	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->efd < 0) {

@@ -10,6 +10,8 @@
 
 /* Spin polls in cs_wait() before arming the eventfd and sleeping. */
 #define CS_CLIENT_SPIN_POLLS 2000
+/* Control-message replies slower than this mean the sidecar is gone. */
+#define CS_CLIENT_RPC_TIMEOUT_S 60
 /* Completions reaped from the ring per call. */
 #define CS_CLIENT_REAP_BURST 32
 

@@ -1062,3 +1062,143 @@ Test(client, multi_node_without_backend, .timeout = 120)
 	cs_disconnect(c);
 	sidecar_stop(&sc);
 }
+
+/* ---- random descriptors ----------------------------------------------- */
+
+/*
+ * 20000 descriptors with random fields, biased towards the edges (valid
+ * ids, offsets at and around the segment end, huge counts). Each one must
+ * complete (with 0 or an error), and the sidecar must neither crash nor
+ * touch memory outside the segments: under ASan a stray access kills it
+ * and sidecar_stop() fails.
+ */
+static uint64_t pick(uint64_t *rng, const uint64_t *edges, size_t n)
+{
+	uint64_t v = cs_rand_next(rng);
+
+	return v % 3 ? edges[v / 3 % n] : cs_rand_next(rng);
+}
+
+Test(client, random_descriptors, .timeout = 240)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g[3];
+	struct cs_buf *b[2];
+	uint64_t rng = 0x5eed, ok = 0, failed = 0;
+	cs_req_t r[64];
+	float *x;
+
+	sidecar_start(&sc, "fuzz");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 8192, &b[0]), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b[1]), 0);
+	cr_assert_eq(cs_group_join(c, "f1", 0, 1, 0, 1, &g[0]), 0);
+	cr_assert_eq(cs_group_join(c, "f2", 0, 1, 0, 1, &g[1]), 0);
+	cr_assert_eq(cs_group_join(c, "wide", 1, 4, 0, 1, &g[2]), 0);
+
+	const uint64_t segs[] = { cs__buf_seg(b[0]), cs__buf_seg(b[1]), 2,
+				  63, 64, UINT32_MAX };
+	const uint64_t groups[] = { cs__group_handle(g[0]),
+				    cs__group_handle(g[1]),
+				    cs__group_handle(g[2]), 3, UINT32_MAX };
+	const uint64_t offs[] = { 0, 4, 8, 64, 4096 - 8, 4096, 4096 + 4,
+				  8192 - 8, 8192, 8192 + 8, UINT64_MAX - 7,
+				  1ull << 63 };
+	const uint64_t counts[] = { 0, 1, 2, 7, 512, 1023, 1024, 2048,
+				    1ull << 31, UINT64_MAX / 2, UINT64_MAX };
+
+	for (int round = 0; round < 20000 / 64; round++) {
+		for (int i = 0; i < 64; i++) {
+			/* A valid descriptor on one of the two 1-rank groups,
+			 * then 0..2 fields replaced by edge values. */
+			struct cs_ipc_sqe d = {
+				.group = (uint32_t)groups[cs_rand_next(&rng) %
+							 2],
+				.op = (uint8_t)(1 + cs_rand_next(&rng) % 5),
+				.dtype = (uint8_t)(cs_rand_next(&rng) %
+						   CS_DTYPE_COUNT),
+				.redop = (uint8_t)(cs_rand_next(&rng) %
+						   CS_REDOP_COUNT),
+				.count = 1 + cs_rand_next(&rng) % 256,
+				.send_seg = (uint32_t)segs[0],
+				.recv_seg = (uint32_t)segs[cs_rand_next(&rng) %
+							   2],
+				.send_off = 0,
+				.recv_off = 0,
+			};
+
+			if (d.recv_seg == d.send_seg)
+				d.recv_off = 4096;
+			if (d.op == CS_IPC_OP_BROADCAST)
+				d.send_seg = 0;
+			if (d.op == CS_IPC_OP_BARRIER)
+				d.count = 0;
+			for (int k = cs_rand_next(&rng) % 3; k > 0; k--) {
+				switch (cs_rand_next(&rng) % 10) {
+				case 0:
+					d.group = (uint32_t)pick(&rng, groups,
+								 5);
+					break;
+				case 1:
+					d.op = (uint8_t)(cs_rand_next(&rng) %
+							 8);
+					break;
+				case 2:
+					d.dtype = (uint8_t)(cs_rand_next(&rng)
+							    % 9);
+					break;
+				case 3:
+					d.redop = (uint8_t)(cs_rand_next(&rng)
+							    % 6);
+					break;
+				case 4:
+					d.count = pick(&rng, counts, 11);
+					break;
+				case 5:
+					d.send_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 6:
+					d.recv_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 7:
+					d.send_off = pick(&rng, offs, 12);
+					break;
+				case 8:
+					d.recv_off = pick(&rng, offs, 12);
+					break;
+				default:
+					d.root = (uint32_t)(cs_rand_next(&rng)
+							    % 3);
+					d.flags = cs_rand_next(&rng) % 4 == 0;
+					break;
+				}
+			}
+
+			cr_assert_eq(cs__client_post_raw(c, &d, &r[i]), 0);
+		}
+		for (int i = 0; i < 64; i++) {
+			int ret = cs_wait(c, r[i], WAIT_NS);
+
+			cr_assert_neq(ret, CS_ERR_TIMEOUT);
+			cr_assert_neq(ret, -ENOTCONN);
+			if (ret)
+				failed++;
+			else
+				ok++;
+		}
+	}
+	fprintf(stderr, "random descriptors: %llu ok, %llu failed\n",
+		    (unsigned long long)ok, (unsigned long long)failed);
+	cr_assert_gt(ok, 0, "no random descriptor was valid");
+	cr_assert_gt(failed, 0);
+	x = cs_buf_ptr(b[0]);
+	x[0] = 3;
+	cr_assert_eq(cs_allreduce(g[0], x, x, 1, CS_F32, CS_SUM, &r[0]), 0);
+	cr_assert_eq(cs_wait(c, r[0], WAIT_NS), 0);
+	cr_assert_eq(x[0], 3);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
