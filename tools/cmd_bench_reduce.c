@@ -26,7 +26,7 @@ struct br_opts {
 	size_t sizes[BR_MAX_SIZES];
 	unsigned nsizes;
 	unsigned reps;
-	int isa;		/* enum cs_reduce_isa, or -1: the default path */
+	int isa; /* enum cs_reduce_isa, or -1: the default path */
 };
 
 static double now_s(void)
@@ -50,9 +50,9 @@ static void fill(void *buf, size_t bytes, enum cs_dtype t, enum cs_redop op)
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t r = cs_rand_next(&rng);
-		float f = op == CS_PROD ? (r & 1 ? 1.0f : -1.0f) :
-					  (float)((int)(r % 2001) - 1000) /
-						  1024.0f;
+		float f = op == CS_PROD
+				  ? (r & 1 ? 1.0f : -1.0f)
+				  : (float)((int)(r % 2001) - 1000) / 1024.0f;
 		double d = f;
 		uint16_t h;
 
@@ -86,7 +86,7 @@ static void *big_alloc(size_t bytes)
 		return NULL;
 	/* Fewer TLB misses for both memcpy and the kernels; optional. */
 	(void)madvise(p, bytes, MADV_HUGEPAGE);
-	memset(p, 0, bytes);	/* fault every page in before timing */
+	memset(p, 0, bytes); /* fault every page in before timing */
 	return p;
 }
 
@@ -102,22 +102,77 @@ static void fmt_size(char *buf, size_t len, size_t bytes)
 		snprintf(buf, len, "%zu", bytes);
 }
 
-/* Keep the compiler from dropping the copies: dst is read after the run. */
+/* Keep the compiler from dropping the copies: dst is read after each. */
 static volatile unsigned char br_sink;
+
+struct br_row {
+	double kernel_gbs, memcpy_gbs;
+};
+
+/*
+ * One row: reps samples of the kernel and of memcpy, alternating (which
+ * goes first alternates too) so that noise from other processes hits
+ * both; the best sample of each is kept. A sample repeats the call inner
+ * times. memcpy(dst, src) also puts dst back to its starting values.
+ */
+static struct br_row measure(cs_reduce_fn fn, unsigned char *dst,
+			     const unsigned char *src, size_t bytes,
+			     size_t count, unsigned reps)
+{
+	uint64_t inner = CS_MAX(1, BR_SAMPLE_BYTES / bytes);
+	double bk = 1e30, bc = 1e30;
+
+	memcpy(dst, src, bytes);
+	for (unsigned r = 0; r < 2 * reps; r++) {
+		bool kernel = (r & 1) ^ ((r >> 1) & 1);
+		double a = now_s(), d;
+
+		for (uint64_t k = 0; k < inner; k++) {
+			if (kernel)
+				fn(dst, dst, src, count);
+			else
+				memcpy(dst, src, bytes);
+		}
+		d = now_s() - a;
+		br_sink ^= dst[bytes - 1];
+		if (kernel)
+			bk = CS_MIN(bk, d);
+		else
+			bc = CS_MIN(bc, d);
+	}
+	return (struct br_row){
+		.kernel_gbs = (double)bytes * inner / bk / 1e9,
+		.memcpy_gbs = (double)bytes * inner / bc / 1e9,
+	};
+}
+
+static void header(FILE *out, const char *isa, unsigned reps)
+{
+	fprintf(out,
+		"# collstack bench-reduce: isa=%s; per row the best of %u "
+		"kernel and %u memcpy\n"
+		"# samples, taken alternately. GB/s = bytes of dst (count x "
+		"element size)\n"
+		"# per second (1e9 B/s) for both the kernel dst = op(dst, src) "
+		"(reads dst\n"
+		"# and src, writes dst) and memcpy(dst, src) of the same bytes "
+		"(reads src,\n# writes dst).\n",
+		isa, reps, reps);
+	fprintf(out, "%-5s %-5s %6s %9s %12s %6s\n", "dtype", "op", "size",
+		"GB/s", "memcpy_GB/s", "ratio");
+}
 
 static int run(FILE *out, const struct br_opts *o)
 {
-	size_t max = 0;
-	unsigned char *dst, *src;
+	const char *isa = o->isa < 0		     ? cs_reduce_isa()
+			  : o->isa == CS_REDUCE_AVX2 ? "avx2"
+						     : "scalar";
 	double f32_ratio = 0, h_ratio = 1e9, t0 = now_s();
-	size_t big = 0;
-	const char *isa = o->isa < 0 ? cs_reduce_isa() :
-		o->isa == CS_REDUCE_AVX2 ? "avx2" : "scalar";
+	unsigned char *dst, *src;
+	size_t max = 0;
 
-	for (unsigned s = 0; s < o->nsizes; s++) {
+	for (unsigned s = 0; s < o->nsizes; s++)
 		max = CS_MAX(max, o->sizes[s]);
-		big = CS_MAX(big, o->sizes[s]);
-	}
 	dst = big_alloc(max);
 	src = dst ? big_alloc(max) : NULL;
 	if (!src) {
@@ -126,69 +181,42 @@ static int run(FILE *out, const struct br_opts *o)
 			max);
 		return -ENOMEM;
 	}
-	fprintf(out, "# collstack bench-reduce: isa=%s, best of %u "
-		"alternating samples per row\n", isa, o->reps);
-	fprintf(out, "# GB/s = bytes of dst (count x element size) per "
-		"second (1e9 B/s), for the kernel\n"
-		"# dst = op(dst, src) (reads dst and src, writes dst) and for "
-		"memcpy(dst, src)\n# of the same bytes (reads src, writes "
-		"dst), measured in the same loop.\n");
-	fprintf(out, "%-5s %-5s %6s %9s %12s %6s\n", "dtype", "op", "size",
-		"GB/s", "memcpy_GB/s", "ratio");
+	header(out, isa, o->reps);
 	for (unsigned s = 0; s < o->nsizes; s++) {
 		size_t bytes = o->sizes[s];
-		uint64_t inner = CS_MAX(1, BR_SAMPLE_BYTES / bytes);
 		char sz[32];
 
 		fmt_size(sz, sizeof(sz), bytes);
 		for (int t = 0; t < CS_DTYPE_COUNT; t++) {
-			size_t count = bytes / cs_dtype_size(t);
-
 			for (int op = 0; op < CS_REDOP_COUNT; op++) {
-				cs_reduce_fn fn = o->isa < 0 ?
-					cs_reduce_get(t, op) :
-					cs_reduce_get_isa(t, op, o->isa);
-				double bk = 1e30, bc = 1e30, gk, gc;
+				cs_reduce_fn fn =
+					o->isa < 0 ? cs_reduce_get(t, op)
+						   : cs_reduce_get_isa(t, op,
+								       o->isa);
+				struct br_row r;
+				double ratio;
 
-				if (!fn) {
-					fprintf(stderr, "bench-reduce: no "
-						"kernel for %s\n", isa);
-					free(src);
-					free(dst);
-					return -ENOTSUP;
-				}
-				if (op == CS_SUM || op == CS_PROD)
+				if (op != CS_MAX) /* max reuses min's data */
 					fill(src, bytes, t, op);
-				for (unsigned r = 0; r < o->reps; r++) {
-					double a = now_s(), b, c;
-
-					for (uint64_t k = 0; k < inner; k++)
-						memcpy(dst, src, bytes);
-					b = now_s();
-					for (uint64_t k = 0; k < inner; k++)
-						fn(dst, dst, src, count);
-					c = now_s();
-					bc = CS_MIN(bc, b - a);
-					bk = CS_MIN(bk, c - b);
-					br_sink ^= dst[bytes - 1];
-				}
-				gk = (double)bytes * inner / bk / 1e9;
-				gc = (double)bytes * inner / bc / 1e9;
-				fprintf(out, "%-5s %-5s %6s %9.2f %12.2f "
-					"%6.2f\n", cs_dtype_name(t),
-					cs_redop_name(op), sz, gk, gc,
-					gk / gc);
+				r = measure(fn, dst, src, bytes,
+					    bytes / cs_dtype_size(t), o->reps);
+				ratio = r.kernel_gbs / r.memcpy_gbs;
+				fprintf(out,
+					"%-5s %-5s %6s %9.2f %12.2f %6.2f\n",
+					cs_dtype_name(t), cs_redop_name(op), sz,
+					r.kernel_gbs, r.memcpy_gbs, ratio);
 				fflush(out);
-				if (bytes == big && op == CS_SUM &&
-				    t == CS_F32)
-					f32_ratio = gk / gc;
-				if (bytes == big && op == CS_SUM &&
-				    (t == CS_F16 || t == CS_BF16))
-					h_ratio = CS_MIN(h_ratio, gk / gc);
+				if (bytes != max || op != CS_SUM)
+					continue;
+				if (t == CS_F32)
+					f32_ratio = ratio;
+				if (t == CS_F16 || t == CS_BF16)
+					h_ratio = CS_MIN(h_ratio, ratio);
 			}
 		}
 	}
-	fprintf(out, "# largest size: f32 sum %.2f x memcpy (goal >= 0.6), "
+	fprintf(out,
+		"# largest size: f32 sum %.2f x memcpy (goal >= 0.6), "
 		"f16/bf16 sum >= %.2f x memcpy (goal >= 0.5); %.1f s\n",
 		f32_ratio, h_ratio, now_s() - t0);
 	free(src);
@@ -206,7 +234,7 @@ static int run(FILE *out, const struct br_opts *o)
 int cs_bench_reduce_run(FILE *out, bool quick)
 {
 	struct br_opts o = {
-		.sizes = { 64u << 10, quick ? 4u << 20 : 256u << 20 },
+		.sizes = {64u << 10, quick ? 4u << 20 : 256u << 20},
 		.nsizes = 2,
 		.reps = quick ? BR_QUICK_REPS : BR_DEF_REPS,
 		.isa = -1,
@@ -224,13 +252,16 @@ static size_t parse_size(const char *s)
 	if (end == s)
 		return 0;
 	switch (*end) {
-	case 'k': case 'K':
+	case 'k':
+	case 'K':
 		v <<= 10, end++;
 		break;
-	case 'm': case 'M':
+	case 'm':
+	case 'M':
 		v <<= 20, end++;
 		break;
-	case 'g': case 'G':
+	case 'g':
+	case 'G':
 		v <<= 30, end++;
 		break;
 	}
@@ -248,9 +279,10 @@ static int parse_sizes(char *list, struct br_opts *o)
 		size_t v = parse_size(tok);
 
 		if (!v || o->nsizes == BR_MAX_SIZES) {
-			fprintf(stderr, "bench-reduce: bad --sizes entry '%s'"
-				" (want e.g. 64K,256M; at most %d)\n", tok,
-				BR_MAX_SIZES);
+			fprintf(stderr,
+				"bench-reduce: bad --sizes entry '%s'"
+				" (want e.g. 64K,256M; at most %d)\n",
+				tok, BR_MAX_SIZES);
 			return -EINVAL;
 		}
 		/* whole elements of every dtype */
@@ -277,15 +309,15 @@ static void usage(FILE *f)
 int cs_cmd_bench_reduce(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{ "iters", required_argument, NULL, 'n' },
-		{ "sizes", required_argument, NULL, 's' },
-		{ "isa", required_argument, NULL, 'i' },
-		{ "quick", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{"iters", required_argument, NULL, 'n'},
+		{"sizes", required_argument, NULL, 's'},
+		{"isa", required_argument, NULL, 'i'},
+		{"quick", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
 	};
 	struct br_opts o = {
-		.sizes = { 64u << 10, 256u << 20 },
+		.sizes = {64u << 10, 256u << 20},
 		.nsizes = 2,
 		.reps = BR_DEF_REPS,
 		.isa = -1,
@@ -300,8 +332,10 @@ int cs_cmd_bench_reduce(int argc, char **argv)
 		case 'n':
 			o.reps = (unsigned)strtoul(optarg, &end, 10);
 			if (*end || !o.reps || o.reps > 1000) {
-				fprintf(stderr, "bench-reduce: bad --iters "
-					"'%s' (1..1000)\n", optarg);
+				fprintf(stderr,
+					"bench-reduce: bad --iters "
+					"'%s' (1..1000)\n",
+					optarg);
 				return 2;
 			}
 			repped = true;
@@ -317,13 +351,17 @@ int cs_cmd_bench_reduce(int argc, char **argv)
 			} else if (!strcmp(optarg, "scalar")) {
 				o.isa = CS_REDUCE_SCALAR;
 			} else {
-				fprintf(stderr, "bench-reduce: bad --isa "
-					"'%s' (avx2, scalar)\n", optarg);
+				fprintf(stderr,
+					"bench-reduce: bad --isa "
+					"'%s' (avx2, scalar)\n",
+					optarg);
 				return 2;
 			}
 			if (!cs_reduce_get_isa(CS_F32, CS_SUM, o.isa)) {
-				fprintf(stderr, "bench-reduce: --isa %s: not "
-					"supported on this CPU\n", optarg);
+				fprintf(stderr,
+					"bench-reduce: --isa %s: not "
+					"supported on this CPU\n",
+					optarg);
 				return 1;
 			}
 			break;

@@ -8,6 +8,18 @@
 
 int cs_cmd_selftest(int argc, char **argv);
 int cs_cmd_bench_ring(int argc, char **argv);
+int cs_cmd_bench(int argc, char **argv);
+int cs_cmd_run(int argc, char **argv);
+int cs_cmd_sim(int argc, char **argv);
+int cs_cmd_sim_p2p(int argc, char **argv);
+int cs_cmd_sim_incast(int argc, char **argv);
+int cs_cmd_sim_allreduce(int argc, char **argv);
+int cs_cmd_sim_reduce_scatter(int argc, char **argv);
+int cs_cmd_sim_all_gather(int argc, char **argv);
+int cs_cmd_sim_broadcast(int argc, char **argv);
+/* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */
+int cs_sim_parse_size(const char *s, unsigned long long *out);
+int cs_cmd_bench_ring(int argc, char **argv);
 int cs_cmd_bench_reduce(int argc, char **argv);
 /* bench-reduce with default settings; quick: small sizes, for selftest. */
 int cs_bench_reduce_run(FILE *out, bool quick);

@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ring collectives as sans-IO state machines: chunked, pipelined ring
+ * allreduce (reduce-scatter then all-gather), reduce-scatter, all-gather,
+ * pipelined-chain broadcast and reduce, and a ring barrier.
+ *
+ * The engine never does I/O, never reads a clock and never allocates after
+ * cs_coll_init(). Its caller (a dataplane lcore, or the simulator) feeds it
+ * events and drains actions:
+ *
+ *   cs_coll_next_packets()  packets that may be sent now (burst)
+ *   cs_coll_on_data()       a DATA packet for this operation arrived
+ *   cs_coll_on_acked()      the transport saw a sent packet acknowledged
+ *   cs_coll_rebuild()       the transport wants to retransmit a packet
+ *   cs_coll_done()          results final and every packet acknowledged
+ *
+ * Payload is never copied by the engine on transmit: a descriptor points
+ * into the operation's buffers, and a retransmission is rebuilt from a
+ * 64-bit cookie rather than from a kept copy (see "What a retransmission
+ * carries" in ring.c). On receive the payload is reduced or copied straight
+ * into the destination buffer; there is no reassembly buffer.
+ */
+#ifndef CS_COLLECTIVES_RING_H
+#define CS_COLLECTIVES_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collstack/types.h"
+#include "internal/config.h"
+#include "internal/proto.h"
+#include "internal/util.h"
+
+enum cs_coll_kind {
+	CS_COLL_ALLREDUCE = 0,
+	CS_COLL_REDUCE_SCATTER = 1,
+	CS_COLL_ALL_GATHER = 2,
+	CS_COLL_BROADCAST = 3,
+	CS_COLL_REDUCE = 4,
+	CS_COLL_BARRIER = 5,
+	CS_COLL_KIND_COUNT
+};
+
+/* Flags of struct cs_coll_params. */
+/*
+ * Timing only: the engine does all of its bookkeeping (schedule, windows,
+ * exactly-once bitmaps, causality checks) but never reads or writes the
+ * buffers, which may be NULL. For simulating sizes whose buffers would not
+ * fit in memory; results are not produced.
+ */
+#define CS_COLL_F_NODATA 0x1u
+/* Odd channels run the ring in the reverse direction (default: all forward). */
+#define CS_COLL_F_ALT_DIR 0x2u
+
+/* Hard limits: what the cookie and header fields can encode. */
+#define CS_COLL_MAX_CHANNELS 64
+#define CS_COLL_MAX_RANKS 16384
+
+/* Tunables of the ring engines (config table cs_coll_cfg_table). */
+struct cs_coll_cfg {
+	uint32_t channels;	/* rings per operation */
+	uint64_t chunk;		/* bytes per chunk (rounded to packets) */
+	uint32_t window;	/* chunks in flight per channel */
+	uint32_t mtu_payload;	/* payload bytes per packet */
+};
+
+extern const struct cs_cfg_entry cs_coll_cfg_table[];
+extern const size_t cs_coll_cfg_table_len;
+
+/*
+ * One collective operation as posted.
+ *
+ * Buffer conventions (NCCL's):
+ *   allreduce       send/recv: count elements. In place: sendbuf == recvbuf.
+ *   reduce-scatter  sendbuf: nranks * count, recvbuf: count. In place:
+ *                   recvbuf == sendbuf + rank * count; the other segments
+ *                   of sendbuf then hold partial sums afterwards.
+ *   all-gather      sendbuf: count, recvbuf: nranks * count. In place:
+ *                   sendbuf == recvbuf + rank * count.
+ *   broadcast       count elements from root's sendbuf to every recvbuf.
+ *   reduce          count elements; root's recvbuf gets the result. A
+ *                   non-root recvbuf (if given) holds a partial sum
+ *                   afterwards; if NULL the engine uses its own scratch.
+ *   barrier         no buffers, count ignored.
+ */
+struct cs_coll_params {
+	enum cs_coll_kind kind;
+	uint32_t nranks;
+	uint32_t rank;
+	uint32_t root;		/* broadcast, reduce */
+	const void *sendbuf;
+	void *recvbuf;
+	size_t count;		/* elements, see above */
+	enum cs_dtype dtype;
+	enum cs_redop op;
+	uint32_t channels;	/* 0: cfg default */
+	uint64_t chunk;		/* bytes; 0: cfg default */
+	uint32_t window;	/* chunks per channel; 0: cfg default */
+	uint32_t mtu_payload;	/* bytes; 0: cfg default */
+	uint32_t flags;		/* CS_COLL_F_* */
+	uint32_t group, epoch, op_id;	/* copied into every header */
+};
+
+/* One packet to send: header fields set by the engine, seq/ack left to the
+ * transport. @payload points into the operation's buffers; @len may be 0
+ * (barrier). */
+struct cs_coll_tx {
+	uint32_t dst;		/* destination rank */
+	struct cs_pkt_hdr hdr;
+	const void *payload;
+	uint32_t len;
+	uint64_t cookie;	/* hand back to cs_coll_rebuild / on_acked */
+};
+
+/* Return values of cs_coll_on_data() >= 0. */
+#define CS_COLL_RX_NEW 0	/* reduced or copied into the buffer */
+#define CS_COLL_RX_DUP 1	/* seen before: dropped, ack it again */
+
+/* Bits of a cookie the caller may use (e.g. to find the operation). */
+#define CS_COLL_COOKIE_USER_SHIFT 56
+#define CS_COLL_COOKIE_USER_MASK (0xffull << CS_COLL_COOKIE_USER_SHIFT)
+
+struct cs_coll;
+
+/**
+ * cs_coll_params_default - fill @p with defaults from @cfg (or built-ins)
+ * @p: parameters to initialise; kind, ranks and buffers are left zero
+ * @cfg: tunables, or NULL for the table defaults
+ */
+void cs_coll_params_default(struct cs_coll_params *p,
+			    const struct cs_coll_cfg *cfg);
+
+/**
+ * cs_coll_init - validate @p and allocate the state of one operation
+ * @p: the operation; buffers must stay valid until cs_coll_done()
+ * @out: the new operation
+ *
+ * All memory the operation will ever need is allocated here. Local work
+ * that needs no peer (n = 1, count 0, the out-of-place copy of a rank's own
+ * contribution) is also done here.
+ *
+ * Returns: 0, -EINVAL or CS_ERR_BAD_DESC for bad parameters, -ENOMEM.
+ */
+int cs_coll_init(const struct cs_coll_params *p, struct cs_coll **out);
+
+/**
+ * cs_coll_free - release an operation (NULL is allowed)
+ * @c: the operation
+ */
+void cs_coll_free(struct cs_coll *c);
+
+/**
+ * cs_coll_next_packets - packets the engine may send now
+ * @c: the operation
+ * @now: current time (unused by the ring schedule; kept for pacing hooks)
+ * @out: room for @max descriptors
+ * @max: burst size
+ *
+ * A packet is released once its data is final at this rank (its chunk of
+ * the previous step fully received) and its channel's window of
+ * unacknowledged chunks has room. Channels are served round robin.
+ *
+ * Returns: the number of descriptors written (0 .. @max).
+ */
+unsigned cs_coll_next_packets(struct cs_coll *c, cs_ns_t now,
+			      struct cs_coll_tx *out, unsigned max);
+
+/**
+ * cs_coll_next_on - like cs_coll_next_packets() for channel @ch only
+ * @c: the operation
+ * @now: current time
+ * @ch: channel
+ * @out: room for @max descriptors
+ * @max: burst size
+ *
+ * For callers with one transport session per channel, so that a session
+ * whose window or pacer is closed does not hold the other channels back.
+ *
+ * Returns: the number of descriptors written.
+ */
+unsigned cs_coll_next_on(struct cs_coll *c, cs_ns_t now, uint32_t ch,
+			 struct cs_coll_tx *out, unsigned max);
+
+/**
+ * cs_coll_channels - number of channels the operation runs on
+ * @c: the operation
+ */
+uint32_t cs_coll_channels(const struct cs_coll *c);
+
+/**
+ * cs_coll_chan_peers - the ranks channel @ch sends to and receives from
+ * @c: the operation
+ * @ch: channel
+ * @next: out: successor, or -1 if this rank sends nothing on @ch
+ * @prev: out: predecessor, or -1 if this rank receives nothing on @ch
+ */
+void cs_coll_chan_peers(const struct cs_coll *c, uint32_t ch, int64_t *next,
+			int64_t *prev);
+
+/**
+ * cs_coll_on_data - a DATA packet of this operation arrived
+ * @c: the operation
+ * @now: current time
+ * @hdr: its header (group/epoch/op already matched by the caller)
+ * @payload: hdr->len bytes
+ *
+ * Every field is checked against the schedule: the source must be this
+ * channel's ring predecessor for that step, offset and length must be
+ * exactly one packet of the expected segment. A packet already reduced is
+ * dropped (exactly-once: a per-packet bitmap, never trusting the
+ * transport's own de-duplication).
+ *
+ * Returns: CS_COLL_RX_NEW, CS_COLL_RX_DUP, or CS_ERR_PROTO for a packet
+ * that does not belong to the schedule.
+ */
+int cs_coll_on_data(struct cs_coll *c, cs_ns_t now,
+		    const struct cs_pkt_hdr *hdr, const void *payload);
+
+/**
+ * cs_coll_on_acked - the transport reports a sent packet acknowledged
+ * @c: the operation
+ * @cookie: the packet's cookie (user bits ignored)
+ *
+ * Opens the channel's window when a whole chunk is acknowledged. A
+ * repeated report for the same packet is ignored.
+ *
+ * Returns: 0, or -EINVAL for a cookie that names no packet of @c.
+ */
+int cs_coll_on_acked(struct cs_coll *c, uint64_t cookie);
+
+/**
+ * cs_coll_rebuild - rebuild a packet for retransmission from its cookie
+ * @c: the operation
+ * @cookie: as given by cs_coll_next_packets (user bits ignored)
+ * @out: the descriptor, identical to the original one (plus
+ *       CS_PKT_F_RETX) when 0 is returned
+ *
+ * Returns: 0; -ESTALE if the source bytes may have been overwritten since
+ * the original was sent, in which case the receiver provably holds the
+ * packet already (see ring.c) and the transport must treat it as
+ * delivered instead of sending different bytes (@out then has the
+ * original header, for logging and checks, and a NULL payload); -EINVAL
+ * for a bad cookie.
+ */
+int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
+		    struct cs_coll_tx *out);
+
+/**
+ * cs_coll_result_ready - every element of this rank's result is final
+ * @c: the operation
+ */
+bool cs_coll_result_ready(const struct cs_coll *c);
+
+/**
+ * cs_coll_done - result final and every packet sent was acknowledged
+ * @c: the operation
+ *
+ * Only then may the buffers be reused or the operation freed: until the
+ * last acknowledgement a retransmission may still read them.
+ */
+bool cs_coll_done(const struct cs_coll *c);
+
+/* Counters of one operation. */
+struct cs_coll_stats {
+	uint64_t tx_pkts, tx_bytes;	/* first transmissions (payload) */
+	uint64_t rx_pkts, rx_bytes;	/* new packets reduced/copied */
+	uint64_t rx_dup;		/* duplicates dropped */
+	uint64_t rebuilds, rebuild_stale;
+	uint64_t ideal_tx_bytes;	/* payload this rank must send */
+};
+
+/**
+ * cs_coll_get_stats - copy the counters of @c into @st
+ */
+void cs_coll_get_stats(const struct cs_coll *c, struct cs_coll_stats *st);
+
+/**
+ * cs_coll_rx_has - whether a packet has been received here
+ * @c: the receiving operation
+ * @step: global step of the packet
+ * @channel: channel
+ * @offset: byte offset as in the header
+ *
+ * For invariant checks in tests (the simulator asserts with it that a
+ * refused, stale retransmission was indeed already delivered).
+ *
+ * Returns: true when that packet has been reduced or copied here.
+ */
+bool cs_coll_rx_has(const struct cs_coll *c, uint32_t step, uint32_t channel,
+		    uint64_t offset);
+
+/**
+ * cs_coll_kind_name - "allreduce", "reduce-scatter", ...
+ */
+const char *cs_coll_kind_name(enum cs_coll_kind k);
+
+#endif

@@ -1,0 +1,685 @@
+/* SPDX-License-Identifier: MIT */
+/* cs_rel: sequence numbers, SACK, RTO, fast retransmit, ACK coalescing. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CS_LOG_MODULE "rel"
+#include "control/rel.h"
+#include "internal/log.h"
+
+enum {
+	M_FREE = 0,
+	M_INFLIGHT = 1,		/* sent, not yet known to have arrived */
+	M_SACKED = 2,		/* selectively acknowledged */
+	M_LOST = 3,		/* deemed lost, waiting to be resent */
+};
+
+/* meta.pad: how the packet was last deemed lost (statistics). */
+#define LOST_BY_SACK 1
+#define LOST_BY_RTO 2
+#define LOST_BY_TLP 3
+
+#define SACK_BITS 64
+
+const struct cs_cfg_entry cs_rel_cfg[] = {
+	{ "rel.window", CS_CFG_U32, offsetof(struct cs_rel_params, window),
+	  "512", 64, 65536,
+	  "packets in flight per session and receive tracking window "
+	  "(power of two, same on both ends)" },
+	{ "rel.ack_every", CS_CFG_U32,
+	  offsetof(struct cs_rel_params, ack_every), "4", 1, 1024,
+	  "acknowledge after this many data packets" },
+	{ "rel.ack_delay", CS_CFG_NS, offsetof(struct cs_rel_params, ack_delay),
+	  "4us", 0, 1e10,
+	  "... or this long after the first unacknowledged one" },
+	{ "rel.ack_ooo_now", CS_CFG_BOOL,
+	  offsetof(struct cs_rel_params, ack_ooo_now), "1", CS_CFG_NO_BOUNDS,
+	  "acknowledge at once on an out-of-order or duplicate arrival" },
+	{ "rel.rto_init", CS_CFG_NS, offsetof(struct cs_rel_params, rto_init),
+	  "1ms", 1000, 1e11, "retransmission timeout before an RTT sample" },
+	{ "rel.rto_min", CS_CFG_NS, offsetof(struct cs_rel_params, rto_min),
+	  "200us", 1000, 1e11, "lowest retransmission timeout" },
+	{ "rel.rto_max", CS_CFG_NS, offsetof(struct cs_rel_params, rto_max),
+	  "10ms", 1000, 1e11,
+	  "highest retransmission timeout (cap of the exponential back-off)" },
+	{ "rel.dupthresh", CS_CFG_U32,
+	  offsetof(struct cs_rel_params, dupthresh), "3", 1, 1024,
+	  "later-sent packets acknowledged before a packet counts as lost" },
+	{ "rel.credit_refresh", CS_CFG_NS,
+	  offsetof(struct cs_rel_params, credit_refresh), "20us", 1000, 1e10,
+	  "re-send a grown grant after this long (doubling) until the "
+	  "peer's data shows it arrived" },
+	{ "rel.reo_wnd", CS_CFG_NS, offsetof(struct cs_rel_params, reo_wnd),
+	  "2us", 0, 1e10,
+	  "least reordering window: a packet is lost once a later one was "
+	  "acknowledged and it has been out srtt + max(this, srtt/4)" },
+	{ "rel.tlp", CS_CFG_BOOL, offsetof(struct cs_rel_params, tlp), "1",
+	  CS_CFG_NO_BOUNDS,
+	  "tail loss probe: resend the newest packet after 2 srtt of silence" },
+	{ "rel.tlp_min", CS_CFG_NS, offsetof(struct cs_rel_params, tlp_min),
+	  "10us", 0, 1e10, "least tail-loss-probe timeout" },
+	{ "rel.max_timeouts", CS_CFG_U32,
+	  offsetof(struct cs_rel_params, max_timeouts), "64", 1, 1e6,
+	  "consecutive timeouts without progress before the session fails" },
+	{ "rel.credit", CS_CFG_BOOL, offsetof(struct cs_rel_params, credit),
+	  "0", CS_CFG_NO_BOUNDS,
+	  "send new data only within receiver-granted credit (fan-in)" },
+	{ "rel.credit_init", CS_CFG_SIZE,
+	  offsetof(struct cs_rel_params, credit_init), "256K", 0, 1 << 30,
+	  "credit both ends assume before the first ACK (bytes)" },
+};
+const size_t cs_rel_cfg_len = CS_ARRAY_SIZE(cs_rel_cfg);
+
+int cs_rel_params_default(struct cs_rel_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	return cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, p);
+}
+
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen)
+{
+	const char *key = NULL;
+
+	if (p->window < SACK_BITS || p->window > 65536 ||
+	    (p->window & (p->window - 1)))
+		key = "rel.window (a power of two in [64, 65536])";
+	else if (!p->ack_every)
+		key = "rel.ack_every (at least 1)";
+	else if (!p->dupthresh)
+		key = "rel.dupthresh (at least 1)";
+	else if (!p->max_timeouts)
+		key = "rel.max_timeouts (at least 1)";
+	else if (!p->rto_min || p->rto_min > p->rto_max)
+		key = "rel.rto_min (positive, at most rel.rto_max)";
+	if (!key)
+		return 0;
+	if (err)
+		snprintf(err, errlen, "config key %s is out of range", key);
+	return -EINVAL;
+}
+
+static inline struct cs_rel_meta *meta_of(const struct cs_rel *r,
+					  uint32_t seq)
+{
+	return &r->meta[seq & r->mask];
+}
+
+static inline bool rcv_bit(const struct cs_rel *r, uint32_t seq)
+{
+	uint32_t i = seq & r->mask;
+
+	return r->rcv_bits[i / 64] >> (i % 64) & 1;
+}
+
+static inline void rcv_bit_set(struct cs_rel *r, uint32_t seq, bool on)
+{
+	uint32_t i = seq & r->mask;
+
+	if (on)
+		r->rcv_bits[i / 64] |= 1ull << (i % 64);
+	else
+		r->rcv_bits[i / 64] &= ~(1ull << (i % 64));
+}
+
+/* The current RTO with back-off, capped. */
+static cs_ns_t rto_now(const struct cs_rel *r)
+{
+	cs_ns_t rto = r->rto;
+
+	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
+		rto *= 2;
+	return CS_MIN(rto, r->p.rto_max);
+}
+
+int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
+		struct cs_path *path, const struct cs_rel_ops *ops,
+		void *owner, uint32_t isn_tx, uint32_t isn_rx)
+{
+	memset(r, 0, sizeof(*r));
+	if (cs_rel_params_check(p, NULL, 0))
+		return -EINVAL;
+	r->p = *p;
+	r->path = path;
+	r->ops = ops;
+	r->owner = owner;
+	r->mask = p->window - 1;
+	r->meta = calloc(p->window, sizeof(*r->meta));
+	if (!r->meta)
+		return -ENOMEM;
+	r->rcv_bits = calloc(p->window / 64, sizeof(*r->rcv_bits));
+	if (!r->rcv_bits) {
+		free(r->meta);
+		r->meta = NULL;
+		return -ENOMEM;
+	}
+	r->snd_una = r->snd_nxt = r->retx_hint = r->sack_high = isn_tx;
+	r->rcv_nxt = isn_rx;
+	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
+	r->rto_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->credit_deadline = CS_NS_NEVER;
+	r->ack_deadline = CS_NS_NEVER;
+	r->credit_limit = (uint32_t)p->credit_init;
+	r->grant = p->credit_init;
+	r->xmit_id = 1;
+	return 0;
+}
+
+void cs_rel_fini(struct cs_rel *r)
+{
+	free(r->meta);
+	free(r->rcv_bits);
+	r->meta = NULL;
+	r->rcv_bits = NULL;
+}
+
+static bool window_open(const struct cs_rel *r)
+{
+	if (r->failed || r->snd_nxt - r->snd_una >= r->p.window)
+		return false;
+	/* Byte credit: a sender with any credit left may send one packet,
+	 * so the overshoot per sender is below one packet. */
+	if (r->p.credit && !cs_seq_lt(r->tx_bytes, r->credit_limit))
+		return false;
+	return true;
+}
+
+cs_ns_t cs_rel_tx_time(const struct cs_rel *r, uint32_t len, cs_ns_t now)
+{
+	(void)len;
+	if (!window_open(r))
+		return CS_NS_NEVER;
+	return r->path ? cs_pacer_next(&r->path->pacer, now) : now;
+}
+
+cs_ns_t cs_rel_retx_time(const struct cs_rel *r, uint32_t len, cs_ns_t now)
+{
+	(void)len;
+	if (r->failed)
+		return CS_NS_NEVER;
+	return r->path ? cs_pacer_next(&r->path->pacer, now) : now;
+}
+
+/* The SACK bitmap: bit i set when rcv_nxt + 1 + i arrived. */
+static uint64_t sack_bits(const struct cs_rel *r)
+{
+	uint64_t bits = 0;
+
+	for (uint32_t i = 0; i < SACK_BITS; i++)
+		if (rcv_bit(r, r->rcv_nxt + 1 + i))
+			bits |= 1ull << i;
+	return bits;
+}
+
+/* Fill the acknowledgement fields of an outgoing header. */
+static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	h->flags |= CS_PKT_F_ACK;
+	h->flags &= ~CS_PKT_F_ECE;
+	if (r->ece_pending)
+		h->flags |= CS_PKT_F_ECE;
+	h->ack = r->rcv_nxt;
+	h->sack = r->rx_ooo ? sack_bits(r) : 0;
+	/* The echo includes the time we held it, so the peer's RTT sample
+	 * does not count ACK coalescing as network delay. */
+	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
+	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
+		r->credit_deadline = now + (r->p.credit_refresh <<
+					    CS_MIN(r->credit_refreshes, 20u));
+	r->ack_pending = 0;
+	r->ack_now = false;
+	r->ece_pending = false;
+	r->ack_deadline = CS_NS_NEVER;
+}
+
+static void arm_rto(struct cs_rel *r, cs_ns_t now)
+{
+	if (r->rto_deadline == CS_NS_NEVER)
+		r->rto_deadline = now + rto_now(r);
+}
+
+/* The probe timer restarts on every new send and every ACK that makes
+ * progress; it needs an RTT estimate. It allows for the peer's delayed
+ * ACK and for RTT variance, so that it fires on silence, not on a queue. */
+static void arm_tlp(struct cs_rel *r, cs_ns_t now)
+{
+	cs_ns_t pto;
+
+	r->tlp_deadline = CS_NS_NEVER;
+	if (!r->p.tlp || !r->st.rtt_samples || r->snd_una == r->snd_nxt)
+		return;
+	pto = CS_MAX(2 * r->srtt, r->srtt + 4 * r->rttvar) + r->p.ack_delay;
+	r->tlp_deadline = now + CS_MAX(pto, r->p.tlp_min);
+}
+
+int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
+		 uint32_t len, cs_ns_t now)
+{
+	struct cs_rel_meta *m;
+	uint32_t seq;
+
+	if (r->failed)
+		return -EPIPE;
+	if (!window_open(r))
+		return -EAGAIN;
+	seq = r->snd_nxt++;
+	m = meta_of(r, seq);
+	m->cookie = cookie;
+	m->xmit_id = r->xmit_id++;
+	m->sent = now;
+	m->len = len;
+	m->xmits = 1;
+	m->state = M_INFLIGHT;
+	m->pad = 0;
+
+	h->seq = seq;
+	h->len = len;
+	h->ts = now;
+	h->flags &= ~(CS_PKT_F_RETX | CS_PKT_F_CE);
+	if (r->ack_pending || r->ack_now)
+		r->st.acks_piggy++;
+	fill_ack(r, h, now);
+	r->tx_bytes += len;
+	r->st.data_sent++;
+	r->st.bytes_sent += len;
+	if (r->path)
+		cs_pacer_consume(&r->path->pacer, len, now);
+	arm_rto(r, now);
+	arm_tlp(r, now);
+	return 0;
+}
+
+int cs_rel_next_retx(const struct cs_rel *r, uint32_t *seq, uint64_t *cookie,
+		     uint32_t *len)
+{
+	uint32_t s;
+
+	if (!r->n_lost || r->failed)
+		return -ENOENT;
+	s = cs_seq_lt(r->retx_hint, r->snd_una) ? r->snd_una : r->retx_hint;
+	for (; cs_seq_lt(s, r->snd_nxt); s++) {
+		const struct cs_rel_meta *m = meta_of(r, s);
+
+		if (m->state == M_LOST) {
+			*seq = s;
+			*cookie = m->cookie;
+			*len = m->len;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
+		      cs_ns_t now)
+{
+	struct cs_rel_meta *m;
+
+	if (r->failed)
+		return -EPIPE;
+	if (cs_seq_lt(seq, r->snd_una) || !cs_seq_lt(seq, r->snd_nxt))
+		return -ENOENT;
+	m = meta_of(r, seq);
+	if (m->state != M_LOST)
+		return -ENOENT;
+	m->state = M_INFLIGHT;
+	m->xmits++;
+	m->xmit_id = r->xmit_id++;
+	m->sent = now;
+	r->n_lost--;
+	if (seq == r->retx_hint)
+		r->retx_hint = seq + 1;
+	r->st.retx++;
+	if (m->pad == LOST_BY_SACK)
+		r->st.fast_retx++;
+	else if (m->pad == LOST_BY_TLP)
+		r->st.tlp++;
+
+	h->seq = seq;
+	h->len = m->len;
+	h->ts = now;
+	h->flags &= ~CS_PKT_F_CE;
+	h->flags |= CS_PKT_F_RETX;
+	if (r->ack_pending || r->ack_now)
+		r->st.acks_piggy++;
+	fill_ack(r, h, now);
+	if (r->path)
+		cs_pacer_consume(&r->path->pacer, m->len, now);
+	arm_rto(r, now);
+	return 0;
+}
+
+static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
+		      uint8_t why)
+{
+	m->state = M_LOST;
+	m->pad = why;
+	/* Invariant: no packet before retx_hint is lost. */
+	if (++r->n_lost == 1 || cs_seq_lt(seq, r->retx_hint))
+		r->retx_hint = seq;
+}
+
+/*
+ * RACK-style detection: a packet still in flight is lost once a packet
+ * transmitted after it has been acknowledged and either @dupthresh such
+ * transmissions followed it, or it has been out longer than an RTT plus
+ * the reordering window (then re-checked at rack_deadline).
+ * Only packets below sack_high are judged: past the SACK bitmap's reach
+ * the sender cannot tell arrived from lost.
+ * First transmissions have xmit ids increasing with seq, and a resent
+ * packet's id is newer still, so the scan can stop at the first
+ * first-transmission sent after the newest acknowledged one.
+ */
+static int detect_lost(struct cs_rel *r, cs_ns_t now)
+{
+	bool timed = r->st.rtt_samples != 0;
+	cs_ns_t wait = r->srtt + CS_MAX(r->p.reo_wnd, r->srtt / 4);
+	int found = 0;
+
+	r->rack_deadline = CS_NS_NEVER;
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->sack_high); s++) {
+		struct cs_rel_meta *m = meta_of(r, s);
+
+		if (m->state != M_INFLIGHT)
+			continue;
+		if (m->xmit_id >= r->rack_xmit_id) {
+			if (m->xmits == 1)
+				break;
+			continue;
+		}
+		if (m->xmit_id + r->p.dupthresh <= r->rack_xmit_id ||
+		    (timed && now >= m->sent + wait)) {
+			mark_lost(r, s, m, LOST_BY_SACK);
+			found = CS_REL_LOST;
+		} else if (timed && m->sent + wait < r->rack_deadline) {
+			r->rack_deadline = m->sent + wait;
+		}
+	}
+	return found;
+}
+
+/* Account one newly acknowledged packet. */
+static void acked_one(struct cs_rel *r, struct cs_rel_meta *m,
+		      uint64_t *bytes, const struct cs_rel_meta **sample)
+{
+	*bytes += m->len;
+	if (m->xmit_id > r->rack_xmit_id)
+		r->rack_xmit_id = m->xmit_id;
+	/* Karn: only a packet sent once says which send the ACK is for. */
+	if (m->xmits == 1 && (!*sample || m->xmit_id > (*sample)->xmit_id))
+		*sample = m;
+	if (r->ops && r->ops->acked)
+		r->ops->acked(r->owner, m->cookie, m->len);
+}
+
+static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
+{
+	cs_ns_t err;
+
+	if (!r->st.rtt_samples) {
+		r->srtt = rtt;
+		r->rttvar = rtt / 2;
+	} else {
+		/* RFC 6298: alpha 1/8, beta 1/4. */
+		err = rtt > r->srtt ? rtt - r->srtt : r->srtt - rtt;
+		r->rttvar = (3 * r->rttvar + err) / 4;
+		r->srtt = (7 * r->srtt + rtt) / 8;
+	}
+	r->st.rtt_samples++;
+	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+	r->backoff = 0;
+}
+
+static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
+		       cs_ns_t now)
+{
+	const struct cs_rel_meta *sample = NULL;
+	uint32_t ack = h->ack;
+	uint64_t bytes = 0, bits;
+	int res = 0;
+
+	if (cs_seq_lt(r->snd_nxt, ack)) {
+		r->st.bad_acks++;
+		return 0;
+	}
+	if (r->p.credit && cs_seq_lt(r->credit_limit, h->credit))
+		r->credit_limit = h->credit;
+	while (cs_seq_lt(r->snd_una, ack)) {
+		struct cs_rel_meta *m = meta_of(r, r->snd_una);
+
+		if (m->state == M_SACKED)
+			r->n_sacked--;
+		else
+			acked_one(r, m, &bytes, &sample);
+		if (m->state == M_LOST)
+			r->n_lost--;
+		m->state = M_FREE;
+		m->xmits = 0;
+		r->snd_una++;
+	}
+	for (bits = h->sack; bits; bits &= bits - 1) {
+		uint32_t s = ack + 1 + (uint32_t)__builtin_ctzll(bits);
+		struct cs_rel_meta *m;
+
+		if (cs_seq_lt(s, r->snd_una))
+			continue;
+		if (!cs_seq_lt(s, r->snd_nxt))
+			break;
+		m = meta_of(r, s);
+		if (m->state != M_INFLIGHT && m->state != M_LOST)
+			continue;
+		if (m->state == M_LOST)
+			r->n_lost--;
+		m->state = M_SACKED;
+		r->n_sacked++;
+		acked_one(r, m, &bytes, &sample);
+		if (cs_seq_lt(r->sack_high, s + 1))
+			r->sack_high = s + 1;
+	}
+	if (cs_seq_lt(r->sack_high, r->snd_una))
+		r->sack_high = r->snd_una;
+	if (bytes || sample) {
+		res |= CS_REL_ACKED;
+		r->consecutive_to = 0;
+		if (sample && now >= sample->sent)
+			rtt_sample(r, now - sample->sent);
+		r->rto_deadline = CS_NS_NEVER;
+		if (r->snd_una != r->snd_nxt)
+			arm_rto(r, now);
+		arm_tlp(r, now);
+		if (r->path) {
+			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now ?
+				      now - h->ts_echo : 0;
+
+			cs_path_on_ack(r->path, rtt, bytes,
+				       h->flags & CS_PKT_F_ECE, now);
+		}
+	}
+	if (r->n_sacked)
+		res |= detect_lost(r, now);
+	else
+		r->rack_deadline = CS_NS_NEVER;
+	return res;
+}
+
+static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
+			cs_ns_t now)
+{
+	uint32_t seq = h->seq, off = seq - r->rcv_nxt;
+
+	/* The peer is sending: it has, or will get, our current credit. */
+	r->credit_unconfirmed = false;
+	r->credit_deadline = CS_NS_NEVER;
+	if ((int32_t)off < 0 || (off < r->p.window && rcv_bit(r, seq))) {
+		/* Seen before: the peer probably lost our ACK; repeat it. */
+		r->st.dup_rcvd++;
+		r->ack_now = true;
+		return CS_REL_DUP;
+	}
+	if (off >= r->p.window) {
+		r->st.stale_rcvd++;
+		r->ack_now = true;
+		return CS_REL_STALE;
+	}
+	rcv_bit_set(r, seq, true);
+	r->rx_bytes += h->len;
+	r->st.data_rcvd++;
+	r->st.bytes_rcvd += h->len;
+	if (h->flags & CS_PKT_F_CE)
+		r->ece_pending = true;
+	/* Echo the newest send time; a late (reordered) packet must not make
+	 * the path look slower than it is. */
+	if (!r->echo_valid || h->ts >= r->echo_ts) {
+		r->echo_ts = h->ts;
+		r->echo_at = now;
+		r->echo_valid = true;
+	}
+	if (off == 0) {
+		uint32_t n = 0;
+
+		while (rcv_bit(r, r->rcv_nxt) && n++ < r->p.window) {
+			rcv_bit_set(r, r->rcv_nxt, false);
+			r->rcv_nxt++;
+		}
+		/* Filled a hole: tell the sender at once. */
+		if (r->rx_ooo && n > 1)
+			r->ack_now = true;
+		if (r->rx_ooo && !cs_seq_lt(r->rcv_nxt, r->rx_max))
+			r->rx_ooo = false;
+	} else {
+		if (!r->rx_ooo || cs_seq_lt(r->rx_max, seq + 1))
+			r->rx_max = seq + 1;
+		r->rx_ooo = true;
+		if (r->p.ack_ooo_now)
+			r->ack_now = true;
+	}
+	if (++r->ack_pending >= r->p.ack_every)
+		r->ack_now = true;
+	if (r->ack_deadline == CS_NS_NEVER)
+		r->ack_deadline = now + r->p.ack_delay;
+	return CS_REL_DELIVER;
+}
+
+int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
+		     cs_ns_t now)
+{
+	int res = 0;
+
+	if (h->flags & CS_PKT_F_ACK)
+		res |= process_ack(r, h, now);
+	if (h->type == CS_PKT_DATA)
+		res |= process_data(r, h, now);
+	return res;
+}
+
+bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now)
+{
+	return r->ack_now || (r->ack_pending && now >= r->ack_deadline);
+}
+
+void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	h->type = CS_PKT_ACK;
+	h->flags = 0;
+	h->seq = r->snd_nxt;
+	h->len = 0;
+	h->ts = now;
+	fill_ack(r, h, now);
+	r->st.acks_sent++;
+}
+
+cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
+{
+	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
+			   CS_MIN(r->rack_deadline, r->tlp_deadline));
+
+	if (r->ack_now)
+		return 0;
+	if (r->ack_pending && r->ack_deadline < t)
+		t = r->ack_deadline;
+	return t;
+}
+
+/* Resend the newest packet in flight, once, unless a loss is pending. */
+static int probe_tail(struct cs_rel *r)
+{
+	if (r->n_lost)
+		return 0;
+	for (uint32_t s = r->snd_nxt; cs_seq_lt(r->snd_una, s); s--) {
+		struct cs_rel_meta *m = meta_of(r, s - 1);
+
+		if (m->state == M_INFLIGHT) {
+			mark_lost(r, s - 1, m, LOST_BY_TLP);
+			return CS_REL_LOST;
+		}
+	}
+	return 0;
+}
+
+int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
+{
+	int res = 0;
+
+	if (r->ack_pending && now >= r->ack_deadline)
+		r->ack_now = true;
+	if (now >= r->credit_deadline) {
+		r->credit_deadline = CS_NS_NEVER;
+		if (++r->credit_refreshes <= r->p.max_timeouts)
+			r->ack_now = true;
+		else
+			r->credit_unconfirmed = false;
+	}
+	if (r->failed)
+		return 0;
+	if (now >= r->rack_deadline)
+		res |= detect_lost(r, now);
+	if (now >= r->tlp_deadline && now < r->rto_deadline) {
+		r->tlp_deadline = CS_NS_NEVER;
+		res |= probe_tail(r);
+	}
+	if (now < r->rto_deadline)
+		return res;
+	r->rto_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
+	if (r->snd_una == r->snd_nxt)
+		return res;
+	r->st.timeouts++;
+	if (++r->consecutive_to > r->p.max_timeouts) {
+		r->failed = true;
+		CS_DEBUG("session failed after %u timeouts", r->consecutive_to);
+		return 0;
+	}
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
+		struct cs_rel_meta *m = meta_of(r, s);
+
+		if (m->state == M_INFLIGHT) {
+			mark_lost(r, s, m, LOST_BY_RTO);
+			res = CS_REL_LOST;
+		}
+	}
+	r->backoff++;
+	if (r->path)
+		cs_path_on_timeout(r->path, now);
+	arm_rto(r, now);
+	return res;
+}
+
+void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
+{
+	/* More credit must reach the peer now: it may be waiting for it,
+	 * and again later if that ACK is lost (credit_refresh). */
+	if (bytes > r->grant) {
+		r->ack_now = true;
+		r->credit_unconfirmed = true;
+		r->credit_refreshes = 0;
+		r->credit_deadline = CS_NS_NEVER;
+	}
+	r->grant = bytes;
+}

@@ -1,0 +1,428 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cs_rel: the sans-IO reliability engine for one (peer, channel) session.
+ *
+ * Events in (a packet header, a timer, "may I send?"), actions out (a
+ * stamped header, a pure ACK to send, a retransmission to rebuild, a
+ * cookie that was acknowledged). No I/O, no clock reads; memory is
+ * allocated once in cs_rel_init(), never in steady state.
+ *
+ * Sender side: sequence numbers are u32 serial numbers (RFC 1982: a before
+ * b iff (int32_t)(a - b) < 0), so they wrap. At most @window packets are
+ * in flight (snd_nxt - snd_una). Loss is detected by
+ *   - SACK: the receiver's ack carries the cumulative @ack (every seq
+ *     before it arrived) and a 64-bit bitmap (bit i: seq ack + 1 + i
+ *     arrived). A packet is deemed lost ("fast retransmit") once a packet
+ *     *transmitted after it* has been acknowledged and either @dupthresh
+ *     such packets were, or it has been out for srtt + max(@reo_wnd,
+ *     srtt / 4) (RACK, RFC 8985: ordering by transmission, so a lost
+ *     retransmission is detected the same way, and small windows recover
+ *     without waiting for @dupthresh packets). Only packets below the
+ *     highest sequence number known to have arrived are judged: the
+ *     bitmap covers 64 packets past the cumulative ack, and what lies
+ *     beyond it is unknown, not lost;
+ *   - tail loss probe: when nothing was acknowledged for
+ *     max(2 * srtt, srtt + 4 * rttvar) + @ack_delay (at least @tlp_min)
+ *     after the last send or ACK, the newest packet in flight is resent
+ *     once, so its ACK reveals a lost tail long before the RTO;
+ *   - timeout: RTO = srtt + 4 * rttvar (RFC 6298), clamped to
+ *     [rto_min, rto_max]; on expiry every un-SACKed packet in flight is
+ *     marked lost and the RTO doubles (capped at rto_max) until a fresh
+ *     sample. Karn's rule: only packets transmitted exactly once give RTT
+ *     samples for the RTO. After @max_timeouts consecutive timeouts
+ *     without progress the session fails (cs_rel_failed()).
+ *
+ * WHAT A RETRANSMISSION CARRIES -- the engine keeps NO payload copies.
+ * Per sequence number it keeps metadata (length, send time, transmit
+ * count) and an opaque u64 @cookie given by the owner in cs_rel_stamp().
+ * When a packet must be resent, cs_rel_next_retx() hands the cookie back
+ * and the owner rebuilds the header fields (type, group, op, step, offset,
+ * LAST flag ...) and the payload from it; cs_rel_stamp_retx() then fills in
+ * seq/ack/ts. The owner guarantees, for every cookie not yet reported by
+ * the @acked callback, ONE of:
+ *   (a) the bytes behind the cookie are unchanged until acknowledged (p2p:
+ *       the source buffer is not written until the transfer completes;
+ *       PS pushes and all-to-all: the buffer stays pinned), or
+ *   (b) it can prove the receiver already has that sequence number, so any
+ *       retransmission is dropped there as a duplicate (ring allreduce: a
+ *       region is overwritten by the all-gather result only after the
+ *       neighbour received our contribution; DESIGN.md "What a
+ *       retransmission carries"). In that case the owner may send the
+ *       same seq with len 0 (a filler that the receiver's upper layer
+ *       ignores) instead of stale bytes.
+ * A retransmission must be byte-identical to the original: same payload,
+ * same len, same offset. The receiver delivers each sequence number to
+ * the layer above at most once, whatever the network duplicates.
+ *
+ * Receiver side: arrivals are tracked in a window of @window sequence
+ * numbers from rcv_nxt; a new one is delivered at once, in any order (the
+ * header's offset places it), a duplicate or one outside the window is
+ * dropped (and re-acknowledged). ACKs are coalesced: one per @ack_every
+ * data packets or @ack_delay after the first unacknowledged one, at once
+ * on an out-of-order arrival when @ack_ooo_now, and piggybacked on any
+ * data the session sends. The echoed timestamp is the sender's ts of the
+ * newest arrival PLUS the time the receiver held it, so now - ts_echo at
+ * the sender is the network RTT without the coalescing delay.
+ *
+ * Credit (receiver-granted, for fan-in): when @credit is on, the sender
+ * may send new data only while its cumulative count of new payload bytes
+ * stays within the limit the receiver advertised: receiver's count of new
+ * payload bytes received + its grant (cs_rel_set_grant(), default
+ * @credit_init). Retransmissions are not charged (the bytes were charged
+ * once), so a loss never leaks credit. A receiver that splits a budget B
+ * over its N senders bounds the bytes queued towards it by B.
+ */
+#ifndef CS_CONTROL_REL_H
+#define CS_CONTROL_REL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "control/cc.h"
+#include "control/pacer.h"
+#include "internal/config.h"
+#include "internal/proto.h"
+#include "internal/util.h"
+
+/**
+ * struct cs_rel_params - reliability tunables (config keys "rel.*")
+ * @window: packets in flight per session, and the receive tracking
+ *	window; a power of two in [64, 65536]. Both ends use the same value.
+ * @ack_every: send an ACK after this many new data packets.
+ * @ack_delay: ... or this long after the first unacknowledged one.
+ * @ack_ooo_now: acknowledge at once when a packet arrives out of order.
+ * @rto_init: RTO before the first RTT sample.
+ * @rto_min: lower clamp of the RTO.
+ * @rto_max: upper clamp, and the cap of the exponential back-off.
+ * @dupthresh: later-transmitted packets acknowledged before a packet is
+ *	deemed lost.
+ * @reo_wnd: least reordering window of the time-based rule.
+ * @tlp: send tail loss probes.
+ * @tlp_min: least probe timeout.
+ * @max_timeouts: consecutive timeouts without progress before failing.
+ * @credit: honour receiver-granted credit when sending new data.
+ * @credit_init: the grant both ends assume before any ACK (bytes).
+ * @credit_refresh: a grown grant is re-sent after this long (doubling,
+ *	at most @max_timeouts times) until data from the peer shows it
+ *	arrived: a lost credit ACK must not leave a sender waiting forever.
+ */
+struct cs_rel_params {
+	uint32_t window;
+	uint32_t ack_every;
+	uint64_t ack_delay;
+	bool ack_ooo_now;
+	uint64_t rto_init;
+	uint64_t rto_min;
+	uint64_t rto_max;
+	uint32_t dupthresh;
+	uint64_t reo_wnd;
+	bool tlp;
+	uint64_t tlp_min;
+	uint32_t max_timeouts;
+	bool credit;
+	uint64_t credit_init;
+	uint64_t credit_refresh;
+};
+
+extern const struct cs_cfg_entry cs_rel_cfg[];
+extern const size_t cs_rel_cfg_len;
+
+/**
+ * cs_rel_params_default - fill @p from the config table's defaults
+ * @p: parameters to fill
+ * Returns: 0 (or -EINVAL if a default in the table is broken).
+ */
+int cs_rel_params_default(struct cs_rel_params *p);
+
+/**
+ * cs_rel_params_check - are @p consistent? (what the table cannot say)
+ * @p: parameters
+ * @err: message naming the key (may be NULL)
+ * @errlen: its size
+ * Returns: 0 or -EINVAL.
+ */
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen);
+
+/* cs_rel_on_packet() result bits. */
+#define CS_REL_DELIVER 0x1	/* new data: hand the payload up (once) */
+#define CS_REL_DUP 0x2		/* data seen before: drop it */
+#define CS_REL_STALE 0x4	/* data beyond the receive window: drop it */
+#define CS_REL_ACKED 0x8	/* acknowledged new data: window may open */
+#define CS_REL_LOST 0x10	/* loss detected: retransmissions pending */
+
+/**
+ * struct cs_rel_ops - owner callbacks (all optional)
+ * @acked: @cookie (sent with @len payload bytes) has been acknowledged,
+ *	cumulatively or selectively; it will never be asked for again.
+ *	Called from cs_rel_on_packet(); must not call back into @r.
+ */
+struct cs_rel_ops {
+	void (*acked)(void *owner, uint64_t cookie, uint32_t len);
+};
+
+struct cs_rel_stats {
+	uint64_t data_sent;	/* first transmissions */
+	uint64_t bytes_sent;	/* payload bytes, first transmissions */
+	uint64_t retx;		/* retransmissions */
+	uint64_t fast_retx;	/* of which triggered by SACK */
+	uint64_t tlp;		/* of which tail loss probes */
+	uint64_t timeouts;
+	uint64_t acks_sent;	/* pure ACKs built */
+	uint64_t acks_piggy;	/* ACKs carried on data */
+	uint64_t data_rcvd;	/* new data delivered */
+	uint64_t bytes_rcvd;
+	uint64_t dup_rcvd;	/* duplicates dropped */
+	uint64_t stale_rcvd;	/* beyond the window, dropped */
+	uint64_t bad_acks;	/* ack fields that made no sense, ignored */
+	uint64_t rtt_samples;
+};
+
+/* Per-seq sender metadata; the engine's own, not the owner's business. */
+struct cs_rel_meta {
+	uint64_t cookie;
+	uint64_t xmit_id;	/* transmission order of the last send */
+	cs_ns_t sent;		/* time of the last send */
+	uint32_t len;
+	uint16_t xmits;		/* 0: slot free */
+	uint8_t state;
+	uint8_t pad;
+};
+
+/**
+ * struct cs_rel - one session. Embed it or allocate it; fields are the
+ * engine's (read them through the accessors).
+ */
+struct cs_rel {
+	struct cs_rel_params p;
+	struct cs_path *path;
+	const struct cs_rel_ops *ops;
+	void *owner;
+	uint32_t mask;		/* window - 1 */
+	bool failed;
+
+	/* sender */
+	uint32_t snd_una, snd_nxt;
+	uint32_t retx_hint;	/* no lost packet before this seq */
+	uint32_t n_lost;	/* packets marked lost, not yet resent */
+	uint32_t n_sacked;	/* SACKed packets above snd_una */
+	uint32_t sack_high;	/* highest seq known to have arrived + 1 */
+	struct cs_rel_meta *meta;
+	uint64_t xmit_id;	/* next transmission's order */
+	uint64_t rack_xmit_id;	/* newest transmission acknowledged */
+	cs_ns_t srtt, rttvar, rto;
+	uint32_t backoff;	/* RTO doublings since the last sample */
+	uint32_t consecutive_to;
+	cs_ns_t rto_deadline;	/* CS_NS_NEVER: not armed */
+	cs_ns_t rack_deadline;	/* re-run loss detection (time rule) */
+	cs_ns_t tlp_deadline;	/* tail loss probe */
+	uint32_t tx_bytes;	/* cumulative new payload bytes (credit) */
+	uint32_t credit_limit;	/* cumulative bytes the peer allows */
+
+	/* receiver */
+	uint32_t rcv_nxt;
+	uint64_t *rcv_bits;	/* window bits: seq arrived (seq & mask) */
+	uint32_t rx_bytes;	/* cumulative new payload bytes received */
+	uint64_t grant;		/* credit granted beyond rx_bytes */
+	bool credit_unconfirmed;	/* grown grant, no data seen since */
+	uint32_t credit_refreshes;
+	cs_ns_t credit_deadline;	/* re-send the grant */
+	uint32_t rx_max;	/* highest seq received + 1 (when rx_ooo) */
+	bool rx_ooo;		/* something beyond rcv_nxt arrived */
+	bool echo_valid;	/* echo_ts holds a data packet's ts */
+	uint32_t ack_pending;	/* data packets since the last ACK */
+	bool ack_now;
+	bool ece_pending;
+	cs_ns_t ack_deadline;
+	uint64_t echo_ts;	/* ts of the newest arrival */
+	cs_ns_t echo_at;	/* when it arrived (hold time is added) */
+
+	struct cs_rel_stats st;
+};
+
+/**
+ * cs_rel_init - set up a session
+ * @r: the session
+ * @p: tunables (copied; @window must be a power of two)
+ * @path: pacer and controller of the destination (shared; may be NULL for
+ *	an unpaced session)
+ * @ops: owner callbacks (may be NULL)
+ * @owner: passed to @ops
+ * @isn_tx: first sequence number this end sends
+ * @isn_rx: first sequence number the peer sends (agreed at set-up)
+ * Returns: 0, -EINVAL for bad parameters, -ENOMEM.
+ */
+int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
+		struct cs_path *path, const struct cs_rel_ops *ops,
+		void *owner, uint32_t isn_tx, uint32_t isn_rx);
+
+/**
+ * cs_rel_fini - free what cs_rel_init() allocated
+ * @r: the session
+ */
+void cs_rel_fini(struct cs_rel *r);
+
+/**
+ * cs_rel_tx_time - when may this session send a NEW @len-byte packet?
+ * @r: the session
+ * @len: payload bytes
+ * @now: current time, ns
+ * Returns: @now (send now), a later time (the pacer's), or CS_NS_NEVER
+ *	when blocked by the window, by credit or by failure: wait for a
+ *	packet (cs_rel_on_packet() returns CS_REL_ACKED) instead.
+ */
+cs_ns_t cs_rel_tx_time(const struct cs_rel *r, uint32_t len, cs_ns_t now);
+
+/**
+ * cs_rel_stamp - send new data: assign the next seq and fill the header
+ * @r: the session
+ * @h: header; the owner filled version/type/src/channel/group/epoch/op/
+ *	step/offset/LAST; the engine sets seq, len, ts, the ack fields (the
+ *	piggybacked ACK, CS_PKT_F_ACK), credit, and clears CS_PKT_F_RETX
+ * @cookie: the owner's handle to rebuild this packet (see above)
+ * @len: payload bytes
+ * @now: current time, ns
+ *
+ * Charges the pacer. The caller checked cs_rel_tx_time() (the pacer is
+ * advisory: sending early only makes later packets wait).
+ * Returns: 0, -EAGAIN when the window or credit is closed, -EPIPE once the
+ *	session failed.
+ */
+int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
+		 uint32_t len, cs_ns_t now);
+
+/**
+ * cs_rel_next_retx - the lowest sequence number that must be resent
+ * @r: the session
+ * @seq: out: its sequence number
+ * @cookie: out: the owner's cookie for it
+ * @len: out: its payload length
+ * Returns: 0, or -ENOENT when nothing is pending. Retransmissions go
+ *	before new data and are paced (cs_rel_retx_time()) but not limited
+ *	by window or credit.
+ */
+int cs_rel_next_retx(const struct cs_rel *r, uint32_t *seq, uint64_t *cookie,
+		     uint32_t *len);
+
+/**
+ * cs_rel_retx_time - when may a retransmission of @len bytes leave?
+ * @r: the session
+ * @len: payload bytes
+ * @now: current time, ns
+ * Returns: @now or the pacer's later time.
+ */
+cs_ns_t cs_rel_retx_time(const struct cs_rel *r, uint32_t len, cs_ns_t now);
+
+/**
+ * cs_rel_stamp_retx - resend @seq: fill the engine's fields of @h
+ * @r: the session
+ * @h: header rebuilt by the owner from the cookie (same fields and
+ *	payload as the original); the engine sets seq, len, ts, ack fields,
+ *	credit and CS_PKT_F_RETX
+ * @seq: from cs_rel_next_retx()
+ * @now: current time, ns
+ * Returns: 0, or -ENOENT when @seq needs no retransmission (any more).
+ */
+int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
+		      cs_ns_t now);
+
+/**
+ * cs_rel_on_packet - process a packet from the peer (data or pure ACK)
+ * @r: the session the owner demultiplexed it to (src, channel)
+ * @h: its header (already validated by the codec)
+ * @now: current time, ns
+ *
+ * The ack fields (when CS_PKT_F_ACK) update the sender side: cookies are
+ * reported through @ops->acked, RTT/ECN feed the path's controller, losses
+ * are marked. A CS_PKT_DATA packet updates the receiver side.
+ * Returns: a mask of CS_REL_* bits; the payload is the owner's to consume
+ *	only with CS_REL_DELIVER. Afterwards check cs_rel_ack_due().
+ */
+int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
+		     cs_ns_t now);
+
+/**
+ * cs_rel_ack_due - must a pure ACK be sent now?
+ * @r: the session
+ * @now: current time, ns
+ * Returns: true when @ack_every packets are unacknowledged, an
+ *	out-of-order or duplicate arrival asked for one, or the ack delay
+ *	expired. Data sent by cs_rel_stamp*() carries the ACK and clears it.
+ */
+bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now);
+
+/**
+ * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0)
+ * @r: the session
+ * @h: header; the owner filled version/src/channel/group/epoch; the engine
+ *	sets type, flags, ack, sack, ts, ts_echo, credit
+ * @now: current time, ns
+ */
+void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now);
+
+/**
+ * cs_rel_next_deadline - the next time cs_rel_on_timer() has work
+ * @r: the session
+ * Returns: the earliest of the RTO, loss-detection, probe and
+ *	delayed-ACK deadlines, or CS_NS_NEVER. (The pacer's time comes from
+ *	cs_rel_tx_time().)
+ */
+cs_ns_t cs_rel_next_deadline(const struct cs_rel *r);
+
+/**
+ * cs_rel_on_timer - run expired timers
+ * @r: the session
+ * @now: current time, ns
+ * Returns: a mask: CS_REL_LOST when the RTO fired (retransmissions are
+ *	pending); then check cs_rel_ack_due() and cs_rel_failed().
+ */
+int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now);
+
+/**
+ * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
+ * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
+ * grows. A fan-in receiver divides its budget among its senders with
+ * this; with more senders than packets in the budget it grants 1 byte
+ * (= one packet) to a rotating subset and 0 to the rest. A grant never
+ * takes back credit already advertised.
+ * @r: the session
+ * @bytes: the grant
+ */
+void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes);
+
+/* True when everything sent so far has been acknowledged. */
+static inline bool cs_rel_idle(const struct cs_rel *r)
+{
+	return r->snd_una == r->snd_nxt;
+}
+
+/* True once @max_timeouts consecutive timeouts passed without progress. */
+static inline bool cs_rel_failed(const struct cs_rel *r)
+{
+	return r->failed;
+}
+
+/* Packets in flight (sent, not cumulatively acknowledged). */
+static inline uint32_t cs_rel_in_flight(const struct cs_rel *r)
+{
+	return r->snd_nxt - r->snd_una;
+}
+
+static inline const struct cs_rel_stats *cs_rel_stats(const struct cs_rel *r)
+{
+	return &r->st;
+}
+
+/* Serial-number comparison (RFC 1982) of u32 sequence numbers. */
+static inline bool cs_seq_lt(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
+static inline bool cs_seq_le(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) <= 0;
+}
+
+#endif

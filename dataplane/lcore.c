@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* Polling lcores: pinned threads, busy and adaptive poll loops. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CS_LOG_MODULE "lcore"
+#include "internal/log.h"
+#include "dataplane/lcore.h"
+
+#define LC(f) offsetof(struct cs_lcore_conf, f)
+
+const struct cs_cfg_entry cs_lcore_cfg[] = {
+	{ "lcore.poll", CS_CFG_STR, LC(poll), "auto", CS_CFG_NO_BOUNDS,
+	  "busy (spin: a core per queue), adaptive (spin, then wait up to "
+	  "lcore.sleep when idle: for several sidecars per core), or auto "
+	  "(busy on a PCI NIC, adaptive on vdevs and udp)" },
+	{ "lcore.cpus", CS_CFG_STR, LC(cpus), "", CS_CFG_NO_BOUNDS,
+	  "CPUs for the polling lcores, e.g. \"2,3\"; empty: CPUs of the "
+	  "port's NUMA node, spread by node.rank" },
+	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
+	  "adaptive: idle polls before the lcore waits" },
+	{ "lcore.sleep", CS_CFG_NS, LC(sleep_ns), "50us", 1000, 1e9,
+	  "adaptive: longest wait when idle (wakes early on udp receive)" },
+};
+
+const size_t cs_lcore_cfg_len = CS_ARRAY_SIZE(cs_lcore_cfg);
+
+/* Parse a kernel cpulist ("0-3,8,10-11") into @set. */
+static int parse_cpulist(const char *s, cpu_set_t *set)
+{
+	CPU_ZERO(set);
+	while (*s && *s != '\n') {
+		char *end;
+		long a = strtol(s, &end, 10), b;
+
+		if (end == s || a < 0 || a >= CPU_SETSIZE)
+			return -EINVAL;
+		b = a;
+		s = end;
+		if (*s == '-') {
+			b = strtol(s + 1, &end, 10);
+			if (end == s + 1 || b < a || b >= CPU_SETSIZE)
+				return -EINVAL;
+			s = end;
+		}
+		for (long c = a; c <= b; c++)
+			CPU_SET((int)c, set);
+		if (*s == ',')
+			s++;
+		else if (*s && *s != '\n')
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static int nth_cpu(const cpu_set_t *set, unsigned n)
+{
+	int count = CPU_COUNT(set), seen = 0;
+
+	if (!count)
+		return -1;
+	n %= (unsigned)count;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, set) && (unsigned)seen++ == n)
+			return c;
+	return -1;
+}
+
+int cs_lcore_pick_cpu(const struct cs_lcore_conf *conf, int numa,
+		      unsigned index, unsigned salt, char *why, size_t len)
+{
+	cpu_set_t allowed, node, both;
+	char path[96], list[1024];
+	FILE *f;
+	int cpu;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed)) {
+		snprintf(why, len, "affinity unknown: not pinned");
+		return -1;
+	}
+	if (conf->cpus[0]) {
+		cpu_set_t want;
+		char *copy = strdup(conf->cpus);
+
+		/* "2,3" is a cpulist; commas between single CPUs. */
+		if (!copy || parse_cpulist(copy, &want)) {
+			free(copy);
+			snprintf(why, len, "bad lcore.cpus '%s': not pinned",
+				 conf->cpus);
+			return -1;
+		}
+		free(copy);
+		cpu = nth_cpu(&want, index);
+		snprintf(why, len, "lcore.cpus %s, lcore %u", conf->cpus,
+			 index);
+		return cpu;
+	}
+	if (numa >= 0) {
+		snprintf(path, sizeof(path),
+			 "/sys/devices/system/node/node%d/cpulist", numa);
+		f = fopen(path, "r");
+		if (f && fgets(list, sizeof(list), f) &&
+		    !parse_cpulist(list, &node)) {
+			fclose(f);
+			CPU_AND(&both, &node, &allowed);
+			if (CPU_COUNT(&both)) {
+				cpu = nth_cpu(&both, index + salt);
+				snprintf(why, len,
+					 "a CPU of NUMA node %d (the port's), "
+					 "%d usable there, lcore %u + rank %u",
+					 numa, CPU_COUNT(&both), index, salt);
+				return cpu;
+			}
+		} else if (f) {
+			fclose(f);
+		}
+	}
+	cpu = nth_cpu(&allowed, index + salt);
+	snprintf(why, len,
+		 "port NUMA node %s: any of the %d allowed CPUs, lcore %u + "
+		 "rank %u", numa < 0 ? "unknown (virtual device)" : "has none",
+		 CPU_COUNT(&allowed), index, salt);
+	return cpu;
+}
+
+enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
+				     const struct cs_port *port)
+{
+	static const char *const vdevs[] = { "af_packet", "af_xdp", "memif",
+					     "tap" };
+
+	if (!strcmp(conf->poll, "busy"))
+		return CS_POLL_BUSY;
+	if (!strcmp(conf->poll, "adaptive"))
+		return CS_POLL_ADAPTIVE;
+	if (strcmp(port->conf.type, "dpdk"))
+		return CS_POLL_ADAPTIVE;
+	for (unsigned i = 0; i < CS_ARRAY_SIZE(vdevs); i++)
+		if (!strcmp(port->conf.dev, vdevs[i]))
+			return CS_POLL_ADAPTIVE;
+	return CS_POLL_BUSY;	/* a real NIC */
+}
+
+static void *lcore_main(void *arg)
+{
+	struct cs_lcore *lc = arg;
+	uint32_t idle = 0;
+
+	if (lc->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(lc->cpu, &set);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+			CS_WARN("lcore %u: cannot pin to CPU %d", lc->q,
+				lc->cpu);
+	}
+	lc->init_err = cs_port_thread_init(lc->port);
+	atomic_store(&lc->running, true);
+	if (lc->init_err)
+		return NULL;
+	while (!atomic_load_explicit(&lc->stop, memory_order_relaxed)) {
+		unsigned did = lc->fn(lc->arg, lc->q, cs_lcore_now());
+
+		lc->loops++;
+		if (did || lc->mode == CS_POLL_BUSY) {
+			idle = 0;
+			continue;
+		}
+		if (++idle < lc->spin)
+			continue;
+		cs_port_wait(lc->port, lc->q, lc->sleep_ns);
+		lc->idle_waits++;
+	}
+	return NULL;
+}
+
+int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
+		   enum cs_poll_mode mode, const struct cs_lcore_conf *conf,
+		   int cpu, cs_lcore_fn fn, void *arg)
+{
+	int ret;
+
+	memset(lc, 0, sizeof(*lc));
+	lc->port = port;
+	lc->q = q;
+	lc->fn = fn;
+	lc->arg = arg;
+	lc->mode = mode;
+	lc->spin = conf->spin;
+	lc->sleep_ns = conf->sleep_ns;
+	lc->cpu = cpu;
+	atomic_init(&lc->stop, false);
+	atomic_init(&lc->running, false);
+	ret = pthread_create(&lc->thread, NULL, lcore_main, lc);
+	if (ret)
+		return -ret;
+	while (!atomic_load(&lc->running))
+		sched_yield();
+	if (lc->init_err) {
+		pthread_join(lc->thread, NULL);
+		return lc->init_err;
+	}
+	return 0;
+}
+
+void cs_lcore_stop(struct cs_lcore *lc)
+{
+	atomic_store(&lc->stop, true);
+	pthread_join(lc->thread, NULL);
+}

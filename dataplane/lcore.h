@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Polling lcores: one thread per port queue, pinned to a CPU on the port's
+ * NUMA node, calling a work function in a loop with the current time.
+ *
+ * Poll modes: busy (spin forever: lowest latency, one core per queue) and
+ * adaptive (spin while there is work; after lcore.spin idle polls, wait up
+ * to lcore.sleep on the port — io_uring wait on the udp port, a sleep on
+ * others — so several sidecars can share a core).
+ */
+#ifndef CS_DATAPLANE_LCORE_H
+#define CS_DATAPLANE_LCORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "dataplane/port.h"
+#include "internal/config.h"
+#include "internal/util.h"
+
+enum cs_poll_mode {
+	CS_POLL_BUSY = 0,
+	CS_POLL_ADAPTIVE = 1,
+};
+
+struct cs_lcore_conf {
+	char poll[CS_CFG_STR_MAX];	/* "busy", "adaptive" or "auto" */
+	char cpus[CS_CFG_STR_MAX];	/* "" (auto) or a list "2,3" */
+	uint32_t spin;			/* idle polls before waiting */
+	cs_ns_t sleep_ns;		/* longest wait when idle */
+};
+
+extern const struct cs_cfg_entry cs_lcore_cfg[];
+extern const size_t cs_lcore_cfg_len;
+
+/*
+ * The work function: poll queue @q once at time @now (ns, CLOCK_MONOTONIC).
+ * Returns: how much it did (frames moved); 0 means idle.
+ */
+typedef unsigned (*cs_lcore_fn)(void *arg, unsigned q, cs_ns_t now);
+
+struct cs_lcore {
+	pthread_t thread;
+	struct cs_port *port;
+	unsigned q;
+	cs_lcore_fn fn;
+	void *arg;
+	enum cs_poll_mode mode;
+	uint32_t spin;
+	cs_ns_t sleep_ns;
+	int cpu;			/* -1: not pinned */
+	atomic_bool stop;
+	atomic_bool running;
+	int init_err;
+	/* written by the lcore only */
+	uint64_t loops, idle_waits;
+};
+
+/* A cheap monotonic clock: clock_gettime() through the vDSO. */
+static inline cs_ns_t cs_lcore_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
+}
+
+/**
+ * cs_lcore_pick_cpu - choose the CPU for the @index-th lcore
+ * @conf: lcore settings (an explicit lcore.cpus list wins)
+ * @numa: the port's NUMA node, -1 when unknown
+ * @index: lcore number in this process
+ * @salt: spreads several processes over the CPUs (e.g. the node rank)
+ * @why: receives a sentence saying why this CPU
+ *
+ * Returns: a CPU number, or -1 to leave the thread unpinned.
+ */
+int cs_lcore_pick_cpu(const struct cs_lcore_conf *conf, int numa,
+		      unsigned index, unsigned salt, char *why, size_t len);
+
+/**
+ * cs_lcore_poll_mode - resolve "auto": busy on a PCI NIC, adaptive else
+ */
+enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
+				     const struct cs_port *port);
+
+/**
+ * cs_lcore_start - start polling queue @q of @port on a new thread
+ * @lc: caller-owned state (must stay put until cs_lcore_stop)
+ * Returns: 0, or a negative errno (thread creation, port thread init).
+ */
+int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
+		   enum cs_poll_mode mode, const struct cs_lcore_conf *conf,
+		   int cpu, cs_lcore_fn fn, void *arg);
+
+/**
+ * cs_lcore_stop - ask the lcore to stop and join it
+ */
+void cs_lcore_stop(struct cs_lcore *lc);
+
+#endif

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The port interface: one small ops table that every packet back-end
+ * implements (dpdk ethdev, kernel UDP over io_uring, in-memory loopback,
+ * the simulator's link), and the fault shim that wraps any of them.
+ *
+ * Everything above a port sees whole Ethernet/IPv4/UDP frames, whatever the
+ * back-end: the udp port strips the outer headers on transmit and rebuilds
+ * them on receive, so the codec and the engines run the same code on every
+ * port.
+ *
+ * Buffer ownership, the one rule to remember:
+ *  - rx_burst() hands buffers to the caller; the caller gives each back with
+ *    cs_port_release() once it has consumed the frame.
+ *  - tx_alloc() hands empty buffers (cap bytes at data) to the caller.
+ *  - tx_burst() takes the first `sent` buffers; the rest stay the caller's
+ *    (retry them later or release them).
+ * The hot-path calls take bursts and never block, allocate (beyond the
+ * port's own pool) or lock.
+ */
+#ifndef CS_DATAPLANE_PORT_H
+#define CS_DATAPLANE_PORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal/config.h"
+#include "internal/util.h"
+
+/* Burst sizes: what one rx_burst / tx_burst call moves at most. */
+#define CS_PORT_BURST 32
+#define CS_PORT_MAX_QUEUES 8
+
+/* Outer header bytes in every frame: Ethernet + IPv4 (no options) + UDP. */
+#define CS_PORT_ETH_LEN 14
+#define CS_PORT_IP_LEN 20
+#define CS_PORT_UDP_LEN 8
+#define CS_PORT_L4_OFF (CS_PORT_ETH_LEN + CS_PORT_IP_LEN)
+#define CS_PORT_HDRS_LEN (CS_PORT_L4_OFF + CS_PORT_UDP_LEN)
+
+/**
+ * struct cs_pbuf - one frame buffer lent by a port
+ * @data: first byte of the frame (the Ethernet header)
+ * @len: frame bytes (set by rx_burst; set by the caller before tx_burst)
+ * @cap: bytes writable at @data (tx buffers)
+ * @handle: the back-end's own token (mbuf, slot index); do not touch
+ */
+struct cs_pbuf {
+	uint8_t *data;
+	uint32_t len;
+	uint32_t cap;
+	void *handle;
+};
+
+/* Fault-injection settings; all probabilities are per transmitted frame. */
+struct cs_fault_conf {
+	uint64_t seed;
+	double drop;		/* frame silently discarded */
+	double dup;		/* frame sent twice */
+	double reorder;		/* frame held back, sent after later ones */
+	double delay;		/* frame held for delay_ns */
+	double corrupt;		/* one bit flipped past the outer headers */
+	cs_ns_t delay_ns;
+	uint32_t reorder_depth;	/* frames sent before a reordered one */
+};
+
+/* Everything needed to open a port; filled from the runtime config table. */
+struct cs_port_conf {
+	char type[CS_CFG_STR_MAX];	/* "udp", "dpdk", "loop" */
+	char dev[CS_CFG_STR_MAX];	/* dpdk: PCI address, or a vdev kind */
+	char iface[CS_CFG_STR_MAX];	/* Linux interface (vdevs) */
+	char ip[CS_CFG_STR_MAX];	/* local IPv4 address */
+	char mac[CS_CFG_STR_MAX];	/* local MAC ("" = the device's) */
+	char name[CS_CFG_STR_MAX];	/* instance name (file prefix, pools) */
+	char run_dir[CS_CFG_STR_MAX];	/* sockets and state of this instance */
+	char memif_role[CS_CFG_STR_MAX]; /* "server" or "client" */
+	char memif_socket[CS_CFG_STR_MAX]; /* memif control socket path */
+	char eal_args[CS_CFG_STR_MAX];	/* extra EAL arguments */
+	char vdev_args[CS_CFG_STR_MAX];	/* extra ",k=v" for the vdev */
+	uint32_t udp_port;		/* local UDP port of the dataplane */
+	uint32_t mtu;			/* IP MTU; frames are mtu + 14 bytes */
+	uint32_t queues;		/* rx/tx queue pairs */
+	uint32_t rx_desc;		/* descriptors (dpdk) / recv slots (udp) */
+	uint32_t tx_desc;
+	uint32_t pool_mbufs;		/* mbufs in the port's pool (0: auto) */
+	uint32_t pool_cache;		/* per-lcore mempool cache */
+	uint64_t sock_buf;		/* udp: SO_RCVBUF / SO_SNDBUF bytes */
+	bool no_huge;			/* dpdk: never use hugepages */
+	bool zero_copy;			/* dpdk: attach external TX buffers */
+	int32_t numa;			/* socket for memory, -1: the port's */
+	struct cs_fault_conf fault;
+};
+
+/* Counters of one port (all queues); the shim adds its own. */
+struct cs_port_stats {
+	uint64_t rx_pkts, rx_bytes;
+	uint64_t tx_pkts, tx_bytes;
+	uint64_t rx_dropped;	/* malformed/foreign frames, no buffers, ring full */
+	uint64_t tx_errors;	/* frames the back-end could not send */
+	uint64_t rx_nombuf;
+	/* fault shim */
+	uint64_t f_dropped, f_duplicated, f_reordered, f_delayed, f_corrupted;
+};
+
+struct cs_port;
+
+/**
+ * struct cs_port_ops - what a back-end implements
+ *
+ * Queues are numbered 0..queues-1; each queue is used by one lcore only.
+ * attach and reg_mem are optional (NULL: not supported).
+ */
+struct cs_port_ops {
+	const char *name;
+	/* Allocate and open; fills the struct cs_port at the head. */
+	int (*open)(const struct cs_port_conf *conf, struct cs_port **out);
+	unsigned (*rx_burst)(struct cs_port *p, unsigned q,
+			     struct cs_pbuf *v, unsigned n);
+	unsigned (*tx_alloc)(struct cs_port *p, unsigned q,
+			     struct cs_pbuf *v, unsigned n);
+	unsigned (*tx_burst)(struct cs_port *p, unsigned q,
+			     struct cs_pbuf *v, unsigned n);
+	void (*release)(struct cs_port *p, unsigned q,
+			struct cs_pbuf *v, unsigned n);
+	/* Append @len bytes of registered memory at @ext to tx buffer @b. */
+	int (*attach)(struct cs_port *p, unsigned q, struct cs_pbuf *b,
+		      void *ext, uint32_t len);
+	int (*reg_mem)(struct cs_port *p, void *addr, size_t len);
+	int (*unreg_mem)(struct cs_port *p, void *addr, size_t len);
+	/* Block up to @timeout_ns for receive work (adaptive polling). */
+	int (*wait)(struct cs_port *p, unsigned q, cs_ns_t timeout_ns);
+	/* Called once by each lcore thread before it polls (DPDK: register
+	 * the thread as an EAL lcore so mempool caches work). */
+	int (*thread_init)(struct cs_port *p);
+	void (*stats)(struct cs_port *p, struct cs_port_stats *st);
+	void (*close)(struct cs_port *p);	/* closes and frees */
+};
+
+/**
+ * struct cs_port - an open port; back-ends embed it first in their state
+ * @ops: the back-end
+ * @conf: a copy of the configuration it was opened with
+ * @mac: the local MAC in use
+ * @ip: the local IPv4 address, network order
+ * @udp_port: the local UDP port, host order
+ * @frame_max: largest frame (Ethernet header included) the port carries
+ * @numa: NUMA node of the device, -1 when unknown
+ */
+struct cs_port {
+	const struct cs_port_ops *ops;
+	struct cs_port_conf conf;
+	uint8_t mac[6];
+	uint32_t ip;
+	uint16_t udp_port;
+	uint32_t frame_max;
+	int numa;
+};
+
+/* The runtime config table of a port (prefix "port." and "fault."). */
+extern const struct cs_cfg_entry cs_port_cfg[];
+extern const size_t cs_port_cfg_len;
+
+/**
+ * cs_port_open - open a port of type @conf->type, wrapped in the fault
+ * shim when any fault probability is non-zero
+ * @conf: configuration (copied)
+ * @out: the port
+ *
+ * Returns: 0, -ENOTSUP for a type not built in, -EINVAL for a bad setting,
+ * or the back-end's negative errno.
+ */
+int cs_port_open(const struct cs_port_conf *conf, struct cs_port **out);
+
+/**
+ * cs_port_close - close a port and free it (NULL is ignored)
+ */
+void cs_port_close(struct cs_port *p);
+
+static inline unsigned cs_port_rx_burst(struct cs_port *p, unsigned q,
+					struct cs_pbuf *v, unsigned n)
+{
+	return p->ops->rx_burst(p, q, v, n);
+}
+
+static inline unsigned cs_port_tx_alloc(struct cs_port *p, unsigned q,
+					struct cs_pbuf *v, unsigned n)
+{
+	return p->ops->tx_alloc(p, q, v, n);
+}
+
+static inline unsigned cs_port_tx_burst(struct cs_port *p, unsigned q,
+					struct cs_pbuf *v, unsigned n)
+{
+	return p->ops->tx_burst(p, q, v, n);
+}
+
+static inline void cs_port_release(struct cs_port *p, unsigned q,
+				   struct cs_pbuf *v, unsigned n)
+{
+	if (n)
+		p->ops->release(p, q, v, n);
+}
+
+/**
+ * cs_port_attach - append registered memory to a tx buffer (zero copy
+ * where the back-end can, a copy otherwise)
+ * Returns: 0, or -ENOTSUP / -ENOSPC.
+ */
+int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
+		   void *ext, uint32_t len);
+
+/**
+ * cs_port_reg_mem - register memory that attach() may point at
+ * Returns: 0 (also when the back-end needs nothing), or a negative errno.
+ */
+int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len);
+int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len);
+
+/**
+ * cs_port_wait - sleep until receive work may be there or @timeout_ns
+ * passed; ports that cannot wait on an event sleep for the timeout.
+ */
+int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns);
+
+int cs_port_thread_init(struct cs_port *p);
+void cs_port_stats(struct cs_port *p, struct cs_port_stats *st);
+
+/**
+ * cs_port_conf_defaults - fill @conf with the config table's defaults
+ * Returns: 0 or -EINVAL.
+ */
+int cs_port_conf_defaults(struct cs_port_conf *conf);
+
+/* Helpers shared by the back-ends and the tools. */
+int cs_port_parse_mac(const char *s, uint8_t mac[6]);
+void cs_port_format_mac(const uint8_t mac[6], char *buf, size_t len);
+uint16_t cs_port_ip_csum(const void *iphdr);
+
+/**
+ * cs_port_frame_hdrs - write Ethernet/IPv4/UDP headers at @frame for a
+ * frame of @frame_len bytes (UDP checksum 0, IPv4 checksum computed)
+ * @ips, @ipd: source/destination IPv4, network order
+ * @sport, @dport: UDP ports, host order
+ */
+void cs_port_frame_hdrs(uint8_t *frame, uint32_t frame_len,
+			const uint8_t smac[6], const uint8_t dmac[6],
+			uint32_t ips, uint32_t ipd,
+			uint16_t sport, uint16_t dport);
+
+/**
+ * cs_port_frame_check - is @frame a well-formed IPv4/UDP frame for @p?
+ * Checks the ethertype, IPv4 version/IHL/lengths/checksum, protocol, the
+ * UDP length and the destination UDP port.
+ * Returns: the UDP payload offset (CS_PORT_HDRS_LEN), or a negative errno.
+ */
+int cs_port_frame_check(const struct cs_port *p, const uint8_t *frame,
+			uint32_t len);
+
+/* Back-ends (dataplane/port_*.c). */
+extern const struct cs_port_ops cs_port_udp_ops;
+extern const struct cs_port_ops cs_port_loop_ops;
+extern const struct cs_port_ops cs_port_dpdk_ops;
+
+/**
+ * cs_port_loop_connect - join two loop ports so each one's TX arrives at
+ * the other's RX (an unconnected loop port receives its own TX)
+ */
+int cs_port_loop_connect(struct cs_port *a, struct cs_port *b);
+
+#endif

@@ -1,0 +1,439 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The udp port: kernel UDP sockets driven by io_uring. The portable
+ * fallback (no hugepages, no root) and the baseline that shows what kernel
+ * bypass buys.
+ *
+ * On the wire it carries only the collstack header and payload as the UDP
+ * payload; the kernel owns Ethernet/IP/UDP. To keep every port alike, the
+ * port still deals in whole frames: on transmit it reads the destination
+ * IPv4 address and UDP port from the frame's headers and sends the bytes
+ * after them; on receive it writes Ethernet/IPv4/UDP headers (source
+ * address from recvmsg, IPv4 checksum valid, UDP checksum 0) in front of
+ * the datagram, which recvmsg placed 42 bytes into the buffer.
+ *
+ * Each queue has its own socket (SO_REUSEPORT when there are several) and
+ * its own ring: rx_desc recvmsg requests are kept posted, one per receive
+ * slot; a slot handed to the caller is re-posted by release(). Transmit
+ * slots come from a free list and return to it when their sendmsg
+ * completes. At most one system call per burst, none for an idle poll.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <liburing.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CS_LOG_MODULE "udp"
+#include "internal/log.h"
+#include "dataplane/port.h"
+
+enum { SLOT_RX = 1, SLOT_TX = 2 };
+
+struct slot {
+	struct msghdr mh;
+	struct iovec iov[2];
+	struct sockaddr_in sa;
+	uint8_t *buf;
+	uint32_t idx;
+	uint8_t kind;
+	struct udp_queue *q;
+};
+
+struct udp_queue {
+	int fd;
+	struct io_uring ring;
+	bool ring_ok;
+	unsigned nrx, ntx, ntx_free;
+	struct slot *rx, *tx;
+	struct slot **tx_free;
+	uint8_t *mem;
+	unsigned unsubmitted;
+	bool coop;		/* COOP_TASKRUN + TASKRUN_FLAG ring */
+	/* counters, written by this queue's lcore only */
+	uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, rx_dropped, tx_errors;
+};
+
+struct udp_port {
+	struct cs_port port;
+	unsigned nq;
+	struct udp_queue q[CS_PORT_MAX_QUEUES];
+};
+
+static inline struct udp_port *up_of(struct cs_port *p)
+{
+	return cs_container_of(p, struct udp_port, port);
+}
+
+static inline uint64_t ud_make(uint8_t kind, uint32_t idx)
+{
+	return (uint64_t)kind << 32 | idx;
+}
+
+static void post_recv(struct udp_port *up, struct udp_queue *q,
+		      struct slot *s)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+
+	if (unlikely(!sqe)) {
+		/* The SQ is sized for every slot; flush and retry once. */
+		io_uring_submit(&q->ring);
+		q->unsubmitted = 0;
+		sqe = io_uring_get_sqe(&q->ring);
+		if (!sqe)
+			return;
+	}
+	s->iov[0].iov_base = s->buf + CS_PORT_HDRS_LEN;
+	s->iov[0].iov_len = up->port.frame_max - CS_PORT_HDRS_LEN;
+	s->mh.msg_name = &s->sa;
+	s->mh.msg_namelen = sizeof(s->sa);
+	s->mh.msg_iov = s->iov;
+	s->mh.msg_iovlen = 1;
+	s->mh.msg_control = NULL;
+	s->mh.msg_controllen = 0;
+	s->mh.msg_flags = 0;
+	io_uring_prep_recvmsg(sqe, q->fd, &s->mh, 0);
+	io_uring_sqe_set_data64(sqe, ud_make(SLOT_RX, s->idx));
+	q->unsubmitted++;
+}
+
+static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
+			     struct cs_pbuf *v, unsigned n)
+{
+	struct udp_port *up = up_of(p);
+	struct udp_queue *q = &up->q[qi];
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0, got = 0;
+
+	/*
+	 * Enter the kernel only when there is something to do there:
+	 * requests to submit, or completions waiting for this task to run
+	 * them (IORING_SQ_TASKRUN, with COOP_TASKRUN rings). An idle poll
+	 * then costs no system call.
+	 */
+	if (q->unsubmitted || (!io_uring_cq_ready(&q->ring) &&
+			       (!q->coop || (IO_URING_READ_ONCE(*q->ring.sq.kflags) &
+					     IORING_SQ_TASKRUN)))) {
+		io_uring_submit_and_get_events(&q->ring);
+		q->unsubmitted = 0;
+	}
+	io_uring_for_each_cqe(&q->ring, head, cqe) {
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		uint32_t idx = (uint32_t)ud;
+
+		if ((ud >> 32) == SLOT_TX) {
+			struct slot *s = &q->tx[idx];
+
+			if (cqe->res < 0)
+				q->tx_errors++;
+			else
+				q->tx_bytes += (unsigned)cqe->res;
+			q->tx_free[q->ntx_free++] = s;
+		} else {
+			struct slot *s = &q->rx[idx];
+
+			if (got == n)
+				break;	/* leave it for the next burst */
+			if (cqe->res <= 0 || (s->mh.msg_flags & MSG_TRUNC) ||
+			    s->sa.sin_family != AF_INET) {
+				q->rx_dropped++;
+				post_recv(up, q, s);
+			} else {
+				uint32_t flen = CS_PORT_HDRS_LEN +
+						(uint32_t)cqe->res;
+
+				cs_port_frame_hdrs(s->buf, flen, p->mac, p->mac,
+						   s->sa.sin_addr.s_addr,
+						   p->ip,
+						   ntohs(s->sa.sin_port),
+						   p->udp_port);
+				memset(s->buf + 6, 0, 6);  /* source MAC: unknown */
+				v[got].data = s->buf;
+				v[got].len = flen;
+				v[got].cap = p->frame_max;
+				v[got].handle = s;
+				got++;
+				q->rx_pkts++;
+				q->rx_bytes += flen;
+			}
+		}
+		seen++;
+	}
+	io_uring_cq_advance(&q->ring, seen);
+	return got;
+}
+
+static unsigned udp_tx_alloc(struct cs_port *p, unsigned qi,
+			     struct cs_pbuf *v, unsigned n)
+{
+	struct udp_port *up = up_of(p);
+	struct udp_queue *q = &up->q[qi];
+	unsigned i;
+
+	for (i = 0; i < n && q->ntx_free; i++) {
+		struct slot *s = q->tx_free[--q->ntx_free];
+
+		s->iov[1].iov_len = 0;
+		v[i].data = s->buf;
+		v[i].len = 0;
+		v[i].cap = p->frame_max;
+		v[i].handle = s;
+	}
+	return i;
+}
+
+static void udp_release(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
+			unsigned n)
+{
+	struct udp_port *up = up_of(p);
+	struct udp_queue *q = &up->q[qi];
+
+	for (unsigned i = 0; i < n; i++) {
+		struct slot *s = v[i].handle;
+
+		if (s->kind == SLOT_RX)
+			post_recv(up, s->q, s);
+		else
+			s->q->tx_free[s->q->ntx_free++] = s;
+	}
+	(void)q;
+}
+
+static unsigned udp_tx_burst(struct cs_port *p, unsigned qi,
+			     struct cs_pbuf *v, unsigned n)
+{
+	struct udp_port *up = up_of(p);
+	struct udp_queue *q = &up->q[qi];
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		struct slot *s = v[i].handle;
+		const uint8_t *f = v[i].data;
+		struct io_uring_sqe *sqe;
+
+		if (unlikely(v[i].len < CS_PORT_HDRS_LEN ||
+			     f[12] != 0x08 || f[13] != 0x00)) {
+			/* Not an IPv4 frame: nothing we can address. */
+			q->tx_errors++;
+			s->q->tx_free[s->q->ntx_free++] = s;
+			continue;
+		}
+		sqe = io_uring_get_sqe(&q->ring);
+		if (unlikely(!sqe))
+			break;
+		s->sa.sin_family = AF_INET;
+		memcpy(&s->sa.sin_addr.s_addr, f + CS_PORT_ETH_LEN + 16, 4);
+		memcpy(&s->sa.sin_port, f + CS_PORT_L4_OFF + 2, 2);
+		s->iov[0].iov_base = s->buf + CS_PORT_HDRS_LEN;
+		s->iov[0].iov_len = v[i].len - CS_PORT_HDRS_LEN;
+		s->mh.msg_name = &s->sa;
+		s->mh.msg_namelen = sizeof(s->sa);
+		s->mh.msg_iov = s->iov;
+		s->mh.msg_iovlen = s->iov[1].iov_len ? 2 : 1;
+		s->mh.msg_control = NULL;
+		s->mh.msg_controllen = 0;
+		s->mh.msg_flags = 0;
+		io_uring_prep_sendmsg(sqe, q->fd, &s->mh, 0);
+		io_uring_sqe_set_data64(sqe, ud_make(SLOT_TX, s->idx));
+		q->tx_pkts++;
+		q->unsubmitted++;
+	}
+	if (q->unsubmitted) {
+		io_uring_submit(&q->ring);
+		q->unsubmitted = 0;
+	}
+	return i;
+}
+
+/* The kernel gathers the iovecs; the frame headers must already count the
+ * attached bytes. One attachment per frame. */
+static int udp_attach(struct cs_port *p, unsigned qi, struct cs_pbuf *b,
+		      void *ext, uint32_t len)
+{
+	struct slot *s = b->handle;
+
+	(void)p;
+	(void)qi;
+	if (s->iov[1].iov_len)
+		return -ENOSPC;
+	s->iov[1].iov_base = ext;
+	s->iov[1].iov_len = len;
+	return 0;
+}
+
+static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns)
+{
+	struct udp_queue *q = &up_of(p)->q[qi];
+	struct __kernel_timespec ts = {
+		.tv_sec = (long long)(timeout_ns / CS_NS_PER_S),
+		.tv_nsec = (long long)(timeout_ns % CS_NS_PER_S),
+	};
+	struct io_uring_cqe *cqe;
+	int ret;
+
+	ret = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &ts, NULL);
+	q->unsubmitted = 0;
+	return ret < 0 && ret != -ETIME && ret != -EINTR ? ret : 0;
+}
+
+static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
+{
+	struct udp_port *up = up_of(p);
+
+	for (unsigned i = 0; i < up->nq; i++) {
+		const struct udp_queue *q = &up->q[i];
+
+		st->rx_pkts += q->rx_pkts;
+		st->rx_bytes += q->rx_bytes;
+		st->tx_pkts += q->tx_pkts;
+		st->tx_bytes += q->tx_bytes;
+		st->rx_dropped += q->rx_dropped;
+		st->tx_errors += q->tx_errors;
+	}
+}
+
+static void queue_fini(struct udp_queue *q)
+{
+	if (q->ring_ok)
+		io_uring_queue_exit(&q->ring);
+	if (q->fd >= 0)
+		close(q->fd);
+	free(q->rx);
+	free(q->tx);
+	free(q->tx_free);
+	free(q->mem);
+}
+
+static void udp_close(struct cs_port *p)
+{
+	struct udp_port *up = up_of(p);
+
+	for (unsigned i = 0; i < up->nq; i++)
+		queue_fini(&up->q[i]);
+	free(up);
+}
+
+static int queue_init(struct udp_port *up, struct udp_queue *q)
+{
+	const struct cs_port_conf *c = &up->port.conf;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	uint32_t stride = (up->port.frame_max + 63) & ~63u;
+	int one = 1, buf = (int)c->sock_buf, ret;
+	unsigned entries;
+
+	q->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (q->fd < 0)
+		return -errno;
+	if (up->nq > 1 &&
+	    setsockopt(q->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)))
+		return -errno;
+	if (buf > 0) {
+		/* Best effort: FORCE needs CAP_NET_ADMIN, plain is capped. */
+		if (setsockopt(q->fd, SOL_SOCKET, SO_RCVBUFFORCE, &buf,
+			       sizeof(buf)))
+			setsockopt(q->fd, SOL_SOCKET, SO_RCVBUF, &buf,
+				   sizeof(buf));
+		if (setsockopt(q->fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf,
+			       sizeof(buf)))
+			setsockopt(q->fd, SOL_SOCKET, SO_SNDBUF, &buf,
+				   sizeof(buf));
+	}
+	sa.sin_port = htons(up->port.udp_port);
+	sa.sin_addr.s_addr = up->port.ip;
+	if (bind(q->fd, (struct sockaddr *)&sa, sizeof(sa)))
+		return -errno;
+	q->nrx = c->rx_desc;
+	q->ntx = c->tx_desc;
+	entries = q->nrx + q->ntx;
+	/* Completions run as task work of the submitting thread only when
+	 * it enters the kernel, and the ring flags say when it should. */
+	ret = io_uring_queue_init(entries, &q->ring,
+				  IORING_SETUP_COOP_TASKRUN |
+				  IORING_SETUP_TASKRUN_FLAG);
+	q->coop = ret == 0;
+	if (ret == -EINVAL)	/* kernel before 5.19 */
+		ret = io_uring_queue_init(entries, &q->ring, 0);
+	if (ret)
+		return ret;
+	q->ring_ok = true;
+	q->mem = aligned_alloc(64, (size_t)stride * entries);
+	q->rx = calloc(q->nrx, sizeof(*q->rx));
+	q->tx = calloc(q->ntx, sizeof(*q->tx));
+	q->tx_free = calloc(q->ntx, sizeof(*q->tx_free));
+	if (!q->mem || !q->rx || !q->tx || !q->tx_free)
+		return -ENOMEM;
+	for (unsigned i = 0; i < q->nrx; i++) {
+		q->rx[i] = (struct slot){ .buf = q->mem + (size_t)i * stride,
+					  .idx = i, .kind = SLOT_RX, .q = q };
+		post_recv(up, q, &q->rx[i]);
+	}
+	for (unsigned i = 0; i < q->ntx; i++) {
+		q->tx[i] = (struct slot){
+			.buf = q->mem + (size_t)(q->nrx + i) * stride,
+			.idx = i, .kind = SLOT_TX, .q = q };
+		q->tx_free[q->ntx_free++] = &q->tx[i];
+	}
+	/* Not submitted here: the first rx_burst() does it from the lcore,
+	 * which then owns the requests (their completions are its task
+	 * work, not the opening thread's). */
+	return 0;
+}
+
+static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
+{
+	struct udp_port *up;
+	int ret;
+
+	*out = NULL;
+	up = calloc(1, sizeof(*up));
+	if (!up)
+		return -ENOMEM;
+	for (unsigned i = 0; i < CS_PORT_MAX_QUEUES; i++)
+		up->q[i].fd = -1;
+	up->port.ops = &cs_port_udp_ops;
+	up->port.conf = *conf;
+	up->port.frame_max = conf->mtu + CS_PORT_ETH_LEN;
+	up->port.udp_port = (uint16_t)conf->udp_port;
+	up->port.numa = -1;
+	up->nq = conf->queues ? conf->queues : 1;
+	if (up->nq > CS_PORT_MAX_QUEUES || conf->udp_port == 0 ||
+	    conf->udp_port > 65535 ||
+	    inet_pton(AF_INET, conf->ip, &up->port.ip) != 1 ||
+	    (conf->mac[0] && cs_port_parse_mac(conf->mac, up->port.mac))) {
+		CS_ERR("bad port.ip '%s', port.mac '%s' or port.queues %u",
+		       conf->ip, conf->mac, conf->queues);
+		free(up);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < up->nq; i++) {
+		ret = queue_init(up, &up->q[i]);
+		if (ret) {
+			CS_ERR("udp queue %u on %s:%u: %s", i, conf->ip,
+			       conf->udp_port, strerror(-ret));
+			up->nq = i + 1;
+			udp_close(&up->port);
+			return ret;
+		}
+	}
+	CS_INFO("udp port on %s:%u: %u queue(s), %u recv + %u send slots "
+		"each, frames up to %u bytes", conf->ip, conf->udp_port,
+		up->nq, conf->rx_desc, conf->tx_desc, up->port.frame_max);
+	*out = &up->port;
+	return 0;
+}
+
+const struct cs_port_ops cs_port_udp_ops = {
+	.name = "udp",
+	.open = udp_open,
+	.rx_burst = udp_rx_burst,
+	.tx_alloc = udp_tx_alloc,
+	.tx_burst = udp_tx_burst,
+	.release = udp_release,
+	.attach = udp_attach,
+	.wait = udp_wait,
+	.stats = udp_stats,
+	.close = udp_close,
+};

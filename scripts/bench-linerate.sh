@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Line-rate references for one port kind, then the allreduce against them:
+#
+#  (a) dpdk-testpmd txonly -> rxonly, one way, csn0 -> csn1 (af_packet or
+#      af_xdp vdevs on the namespace veths; memif: a testpmd pair);
+#  (b) `collstack bench raw`: both sidecars blast CS_PKT_RAW frames at each
+#      other at once through collstack's own port layer;
+#  (c) `collstack run allreduce` at 64 MiB on the same 2 nodes, and the
+#      ratio busbw / (b) (the goal is >= 0.9);
+#  (d) optionally (--nodes4) a 4-node allreduce over this port and over the
+#      udp port.
+#
+#   scripts/bench-linerate.sh [--port af_packet|af_xdp|memif|udp] [--mtu M]
+#                             [--seconds S] [--nodes4] [--no-testpmd]
+#
+# Needs root (namespaces). Prints everything it measures; nothing is
+# estimated. Uses scripts/cluster.sh, so no cluster may be up already.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PORT=af_packet MTU=9000 SECS=5 NODES4=0 TESTPMD=1
+while [ $# -gt 0 ]; do
+	case $1 in
+	--port) PORT=$2; shift 2 ;;
+	--mtu) MTU=$2; shift 2 ;;
+	--seconds) SECS=$2; shift 2 ;;
+	--nodes4) NODES4=1; shift ;;
+	--no-testpmd) TESTPMD=0; shift ;;
+	*) echo "usage: $0 [--port P] [--mtu M] [--seconds S] [--nodes4] [--no-testpmd]" >&2
+	   exit 2 ;;
+	esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench-linerate: needs root" >&2; exit 1; }
+BUILD=${CS_BUILD_DIR:-build}
+CLI=$BUILD/tools/collstack
+FRAME=$((MTU + 14))
+TP_LOGS=$(mktemp -d /tmp/cs-linerate.XXXXXX)
+TP_PIDS=()
+
+cleanup() {
+	for p in "${TP_PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	scripts/cluster.sh down >/dev/null 2>&1 || true
+	rm -rf /var/run/dpdk/cstp0 /var/run/dpdk/cstp1 "$TP_LOGS"
+}
+trap cleanup EXIT
+
+echo "# bench-linerate: port $PORT, MTU $MTU (frames of $FRAME bytes), ${SECS}s, $(date -u +%FT%TZ)"
+echo "# machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The testpmd vdev for namespace i (same geometry collstackd uses).
+tp_vdev() {
+	local i=$1 fsz
+	case $PORT in
+	af_packet)
+		fsz=$(( (FRAME + 80 + 2047) / 2048 * 2048 ))
+		local bsz=$fsz
+		[ $((fsz % 4096)) -ne 0 ] && bsz=$((2 * fsz))
+		echo "net_af_packet_tp$i,iface=csd$i,framesz=$fsz,blocksz=$bsz,framecnt=512,qdisc_bypass=1" ;;
+	af_xdp) echo "net_af_xdp_tp$i,iface=csd$i" ;;
+	memif)
+		local role=client
+		[ "$i" = 1 ] && role=server
+		echo "net_memif_tp$i,role=$role,id=0,socket=$TP_LOGS/memif.sock,socket-abstract=no,bsize=$(( FRAME <= 2048 ? 2048 : (FRAME + 1023) / 1024 * 1024 ))" ;;
+	esac
+}
+
+testpmd_oneway() {
+	command -v dpdk-testpmd >/dev/null ||
+		{ echo "# (a) skipped: dpdk-testpmd not installed (apt-get install dpdk-dev)"; return 0; }
+	[ "$PORT" = udp ] && { echo "# (a) skipped: testpmd needs a DPDK port"; return 0; }
+	scripts/cluster.sh up 2 --port "$PORT" --mtu "$MTU" --no-daemons >/dev/null
+	# mbuf data room (with the 128-byte headroom): af_packet wants its
+	# ring frame minus 32 after the headroom; af_xdp a page per object.
+	local msize=$(( FRAME + 128 < 2176 ? 2176 : (FRAME + 128 + 1023) / 1024 * 1024 + 128 ))
+	[ "$PORT" = af_packet ] && msize=$(( (FRAME + 80 + 2047) / 2048 * 2048 + 128 ))
+	[ "$PORT" = af_xdp ] && msize=3904
+	local common=(--in-memory --no-pci --no-telemetry)
+	# receiver first (memif: it is the server)
+	ip netns exec csn1 dpdk-testpmd "${common[@]}" --file-prefix=cstp1 \
+		--lcores=0@1,1@0 --vdev="$(tp_vdev 1)" -- --mbuf-size=$msize \
+		--forward-mode=rxonly --stats-period=1 --total-num-mbufs=8192 \
+		--nb-cores=1 >"$TP_LOGS/rx.log" 2>&1 &
+	TP_PIDS+=($!)
+	sleep 2
+	ip netns exec csn0 dpdk-testpmd "${common[@]}" --file-prefix=cstp0 \
+		--lcores=0@0,1@1 --vdev="$(tp_vdev 0)" -- --mbuf-size=$msize \
+		--forward-mode=txonly --eth-peer=0,02:77:00:00:00:02 \
+		--txpkts=$FRAME --stats-period=1 --total-num-mbufs=8192 \
+		--nb-cores=1 >"$TP_LOGS/tx.log" 2>&1 &
+	TP_PIDS+=($!)
+	sleep $((SECS + 2))
+	for p in "${TP_PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	TP_PIDS=()
+	scripts/cluster.sh down >/dev/null
+	rm -rf /var/run/dpdk/cstp0 /var/run/dpdk/cstp1
+	# Mean of the receiver's per-second samples after the first second of
+	# traffic (Rx-bps counts frame bytes without the CRC, like (b)).
+	awk -v secs="$SECS" '/Rx-bps/ && $4 > 0 { n++; if (n > 1 && n <= secs + 1) { s += $4; p += $2; k++ } }
+		END { if (k) printf "(a) testpmd %s txonly -> rxonly, one way: %.2f Gbit/s, %.3f Mpps (%d samples)\n", ENVIRON["PORT"], s / k / 1e9, p / k / 1e6, k;
+		      else print "(a) testpmd: no traffic received; its logs:" }' \
+		"$TP_LOGS/rx.log"
+	grep -q "Rx-bps: *[1-9]" "$TP_LOGS/rx.log" ||
+		tail -n 5 "$TP_LOGS/rx.log" "$TP_LOGS/tx.log" | sed 's/^/#     /'
+	grep -m1 -E "packet len=" "$TP_LOGS/tx.log" | sed 's/^ */#     testpmd txonly: /' || true
+}
+
+export PORT
+[ $TESTPMD = 1 ] && testpmd_oneway
+
+scripts/cluster.sh up 2 --port "$PORT" --mtu "$MTU" >/dev/null
+echo "(b) collstack bench raw, both ways at once:"
+RAW=$("$CLI" bench raw --seconds "$SECS")
+echo "$RAW" | sed 's/^/    /'
+RAW_GBPS=$(echo "$RAW" | sed -n 's/^# bidirectional: \([0-9.]*\) Gbit.*/\1/p')
+echo "(c) collstack run allreduce, 2 nodes, 64 MiB:"
+AR=$("$CLI" run allreduce --bytes 64M --iters 5 --warmup 1)
+echo "$AR" | sed 's/^/    /'
+BUSBW=$(echo "$AR" | awk '$1 == 67108864 { print $7 }')
+awk -v b="$BUSBW" -v r="$RAW_GBPS" 'BEGIN {
+	if (r > 0) printf "(c) busbw %.2f Gbit/s = %.2f x the raw rate per direction (%.2f Gbit/s); goal >= 0.90\n", b * 8, b * 8 / r, r }'
+scripts/cluster.sh down >/dev/null
+
+if [ $NODES4 = 1 ]; then
+	for p in "$PORT" udp; do
+		m=$MTU
+		[ "$p" = udp ] && m=$MTU
+		scripts/cluster.sh up 4 --port "$p" --mtu "$m" >/dev/null
+		echo "(d) 4 nodes, port $p, MTU $m:"
+		"$CLI" run allreduce -b 1M -e 64M --iters 3 --warmup 1 | sed 's/^/    /'
+		scripts/cluster.sh down >/dev/null
+	done
+fi

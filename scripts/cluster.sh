@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A collstack cluster on one machine: N network namespaces joined by veth
+# pairs to a Linux bridge, one collstackd in each.
+#
+#   scripts/cluster.sh up N [--port af_packet|af_xdp|memif|udp] [--mtu M]
+#                           [--bridge-loss PCT] [--set KEY=VALUE]...
+#                           [--no-daemons]   (network only, e.g. for testpmd)
+#   scripts/cluster.sh down
+#   scripts/cluster.sh status
+#
+# Names: namespaces csn0..csnN-1, bridge csbr0, host-side veths csv<i>,
+# namespace-side veths csd<i> (MAC 02:77:00:00:00:<i+1>, 10.77.0.<i+1>/24).
+# memif needs no veth: two sidecars share a memif socket file
+# (socket-abstract=no, so it is reachable across namespaces).
+#
+# State: /run/collstack/cluster.env (nodes, PIDs, everything `down` removes),
+# /run/collstack/peers (the static address table every sidecar reads),
+# /run/collstack/<node>/{ctl.sock,ready,pid}, /run/collstack/<node>.log.
+#
+# In each namespace an nft input rule drops UDP to the dataplane port, so
+# the namespace kernel neither answers (no ICMP port unreachable) nor
+# consumes frames the DPDK port also sees (af_packet gets a copy of every
+# frame). The udp port needs the kernel, so it gets no such rule.
+#
+# --bridge-loss PCT adds an nft rule on the bridge that drops PCT percent
+# of the dataplane frames it forwards (real network loss, below the ports).
+#
+# Environment: CS_BUILD_DIR (default build), CS_UDP_PORT (7700),
+# CS_READY_TIMEOUT seconds (60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUN=/run/collstack
+ENV_FILE=$RUN/cluster.env
+BR=csbr0
+UDP_PORT=${CS_UDP_PORT:-7700}
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+DAEMON=$BUILD/tools/collstackd
+READY_TIMEOUT=${CS_READY_TIMEOUT:-60}
+
+die() { echo "cluster: $*" >&2; exit 1; }
+log() { echo "cluster: $*"; }
+
+need_root() {
+	[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
+	for t in ip nft; do
+		command -v $t >/dev/null || die "missing tool: $t"
+	done
+}
+
+mac_of() { printf '02:77:00:00:00:%02x' $(($1 + 1)); }
+ip_of() { echo "10.77.0.$(($1 + 1))"; }
+
+# Remove everything recorded in the state file (and our fixed names).
+down() {
+	need_root
+	local pids="" nodes="" n
+	if [ -f "$ENV_FILE" ]; then
+		# shellcheck disable=SC1090
+		. "$ENV_FILE"
+		pids=${CS_PIDS:-}
+		nodes=${CS_NODES:-}
+	fi
+	# Stop our sidecars by PID (checking the PID is still a collstackd).
+	for p in $pids; do
+		if [ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ]; then
+			kill -TERM "$p" 2>/dev/null || true
+		fi
+	done
+	for _ in $(seq 100); do
+		local alive=0
+		for p in $pids; do
+			[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] && alive=1
+		done
+		[ $alive = 0 ] && break
+		sleep 0.1
+	done
+	for p in $pids; do
+		if [ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ]; then
+			echo "cluster: PID $p ignored SIGTERM, killing" >&2
+			kill -KILL "$p" 2>/dev/null || true
+		fi
+	done
+	for n in $nodes; do
+		ip netns del "$n" 2>/dev/null || true
+		rm -rf "${RUN:?}/$n" "/var/run/dpdk/cs-$n"
+		rm -f "$RUN/$n.log"
+	done
+	# Host-side veths vanish with their namespace peers; be sure anyway.
+	for v in ${CS_VETHS:-}; do
+		ip link del "$v" 2>/dev/null || true
+	done
+	ip link del "$BR" 2>/dev/null || true
+	nft delete table bridge csloss 2>/dev/null || true
+	rm -f "$RUN"/memif*.sock "$RUN/peers" "$ENV_FILE"
+	rmdir "$RUN" 2>/dev/null || true
+	log "down"
+}
+
+status() {
+	[ -f "$ENV_FILE" ] || { echo "cluster: not up"; return 1; }
+	cat "$ENV_FILE"
+	# shellcheck disable=SC1090
+	. "$ENV_FILE"
+	for n in $CS_NODES; do
+		printf '%s: ' "$n"
+		cat "$RUN/$n/ready" 2>/dev/null || echo "not ready"
+	done
+}
+
+up() {
+	local n=${1:-}; shift || true
+	local port=af_packet mtu=1500 loss="" sets=() daemons=1
+	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
+		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--port) port=$2; shift 2 ;;
+		--mtu) mtu=$2; shift 2 ;;
+		--bridge-loss) loss=$2; shift 2 ;;
+		--set) sets+=(--set "$2"); shift 2 ;;
+		--no-daemons) daemons=0; shift ;;
+		*) die "unknown option $1" ;;
+		esac
+	done
+	need_root
+	case $port in
+	af_packet|af_xdp|udp) ;;
+	memif) [ "$n" -eq 2 ] || die "memif links two nodes: up 2 --port memif" ;;
+	*) die "unknown --port $port (af_packet, af_xdp, memif, udp)" ;;
+	esac
+	if [ "$port" = af_xdp ] && [ "$mtu" -gt 3506 ]; then
+		die "af_xdp on veth works up to MTU 3506 (got $mtu)"
+	fi
+	[ -x "$DAEMON" ] || die "$DAEMON not built (ninja -C $BUILD)"
+	if [ "$port" != udp ] &&
+	   ! "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
+		die "collstackd was built without DPDK: only --port udp works"
+	fi
+	[ -f "$ENV_FILE" ] && die "a cluster is up already ($ENV_FILE): down first"
+	mkdir -p "$RUN"
+
+	local nodes="" i
+	for ((i = 0; i < n; i++)); do nodes+="csn$i "; done
+	nodes=${nodes% }
+	# Record first, so `down` can undo a half-made cluster.
+	write_env() {
+		cat >"$ENV_FILE" <<EOF
+# written by scripts/cluster.sh up; read by collstack run/bench and cluster.sh down
+CS_NODES="$nodes"
+CS_RUN=$RUN
+CS_PORT=$port
+CS_MTU=$mtu
+CS_UDP_PORT=$UDP_PORT
+CS_BRIDGE=$BR
+CS_VETHS="$1"
+CS_PIDS="$2"
+CS_PEERS=$RUN/peers
+EOF
+	}
+	local veths=""
+	[ "$port" != memif ] && for ((i = 0; i < n; i++)); do veths+="csv$i "; done
+	write_env "$veths" ""
+	trap 'echo "cluster: set-up failed, tearing down" >&2; down; exit 1' ERR
+
+	: >"$RUN/peers"
+	for ((i = 0; i < n; i++)); do
+		echo "$i $(ip_of $i) $(mac_of $i) $UDP_PORT csn$i" >>"$RUN/peers"
+	done
+
+	if [ "$port" != memif ]; then
+		ip link add "$BR" type bridge
+		ip link set "$BR" mtu "$mtu" up
+	fi
+	for ((i = 0; i < n; i++)); do
+		local ns=csn$i
+		ip netns add "$ns"
+		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+		ip -n "$ns" link set lo up
+		if [ "$port" != memif ]; then
+			ip link add "csv$i" mtu "$mtu" type veth peer name "csd$i" \
+				mtu "$mtu" netns "$ns"
+			ip link set "csv$i" master "$BR" up
+			ip -n "$ns" link set "csd$i" address "$(mac_of $i)"
+			ip -n "$ns" addr add "$(ip_of $i)/24" dev "csd$i"
+			ip -n "$ns" link set "csd$i" up
+		fi
+		if [ "$port" = af_xdp ]; then
+			# veth delivers XDP-transmitted frames only with NAPI on
+			# the peer: GRO on the host side turns it on.
+			ethtool -K "csv$i" gro on >/dev/null 2>&1 || true
+		fi
+		if [ "$port" != udp ]; then
+			ip netns exec "$ns" nft -f - <<EOF
+table inet collstack {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		udp dport $UDP_PORT drop
+	}
+}
+EOF
+		fi
+	done
+	if [ -n "$loss" ]; then
+		local per10k
+		per10k=$(awk -v p="$loss" 'BEGIN { printf "%d", p * 100 + 0.5 }')
+		nft -f - <<EOF
+table bridge csloss {
+	chain forward {
+		type filter hook forward priority 0; policy accept;
+		udp dport $UDP_PORT numgen random mod 10000 < $per10k counter drop
+	}
+}
+EOF
+		log "bridge drops $loss% of dataplane frames (nft table bridge csloss)"
+	fi
+
+	local pids=""
+	if [ $daemons = 0 ]; then
+		trap - ERR
+		log "up: $n namespaces ($nodes), no sidecars, MTU $mtu"
+		return 0
+	fi
+	for ((i = 0; i < n; i++)); do
+		local ns=csn$i args=()
+		args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
+		      --set node.peers=$RUN/peers --set port.ip=$(ip_of $i)
+		      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
+		case $port in
+		udp) args+=(--set port.type=udp) ;;
+		af_packet|af_xdp)
+			args+=(--set port.type=dpdk --set port.dev=$port
+			       --set port.iface=csd$i) ;;
+		memif)
+			args+=(--set port.type=dpdk --set port.dev=memif
+			       --set port.memif_socket=$RUN/memif.sock
+			       --set port.mac=$(mac_of $i)
+			       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
+		esac
+		ip netns exec "$ns" "$DAEMON" "${args[@]}" "${sets[@]}" \
+			</dev/null >"$RUN/$ns.log" 2>&1 &
+		pids+="$! "
+		write_env "$veths" "$pids"
+		# memif: the server must have made the socket first.
+		if [ "$port" = memif ] && [ $i = 0 ]; then
+			for _ in $(seq 100); do
+				[ -S "$RUN/memif.sock" ] && break
+				sleep 0.1
+			done
+		fi
+	done
+	trap - ERR
+
+	local deadline=$((SECONDS + READY_TIMEOUT))
+	for ((i = 0; i < n; i++)); do
+		local ns=csn$i pid
+		pid=$(echo $pids | cut -d' ' -f$((i + 1)))
+		until [ -f "$RUN/$ns/ready" ]; do
+			if ! kill -0 "$pid" 2>/dev/null; then
+				echo "cluster: collstackd in $ns exited; its log:" >&2
+				cat "$RUN/$ns.log" >&2
+				down
+				exit 1
+			fi
+			if [ $SECONDS -ge $deadline ]; then
+				echo "cluster: $ns not ready after ${READY_TIMEOUT}s" >&2
+				cat "$RUN/$ns.log" >&2
+				down
+				exit 1
+			fi
+			sleep 0.1
+		done
+	done
+	log "up: $n nodes ($nodes), port $port, MTU $mtu, state in $ENV_FILE"
+}
+
+case ${1:-} in
+up) shift; up "$@" ;;
+down) down ;;
+status) status ;;
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--set K=V]... | down | status" >&2
+   exit 2 ;;
+esac

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests: frame helpers, the loop port, the fault shim, the udp port. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cs_config.h"
+#include "dataplane/fault.h"
+#include "dataplane/port.h"
+
+#define NFRAMES 2000
+#define FLEN 200
+
+static const uint8_t mac_a[6] = { 2, 0, 0, 0, 0, 1 };
+static const uint8_t mac_b[6] = { 2, 0, 0, 0, 0, 2 };
+
+static void conf_of(struct cs_port_conf *c, const char *type, uint16_t port)
+{
+	cr_assert_eq(cs_port_conf_defaults(c), 0);
+	snprintf(c->type, sizeof(c->type), "%s", type);
+	c->udp_port = port;
+	c->rx_desc = 4096;
+	c->tx_desc = 4096;
+}
+
+/* A loop port (self-connected) under a fault shim. */
+static struct cs_port *shim_on_loop(const struct cs_fault_conf *fc)
+{
+	struct cs_port_conf c;
+	struct cs_port *lp, *sp;
+
+	conf_of(&c, "loop", 7700);
+	cr_assert_eq(cs_port_loop_ops.open(&c, &lp), 0);
+	cr_assert_eq(cs_fault_wrap(lp, fc, &sp), 0);
+	return sp;
+}
+
+static void fill(struct cs_pbuf *b, uint32_t id, uint32_t ip)
+{
+	cs_port_frame_hdrs(b->data, FLEN, mac_a, mac_b, ip, ip, 7700, 7700);
+	memcpy(b->data + CS_PORT_HDRS_LEN, &id, 4);
+	for (uint32_t i = CS_PORT_HDRS_LEN + 4; i < FLEN; i++)
+		b->data[i] = (uint8_t)(id + i);
+	b->len = FLEN;
+}
+
+static uint32_t id_of(const struct cs_pbuf *b)
+{
+	uint32_t id;
+
+	memcpy(&id, b->data + CS_PORT_HDRS_LEN, 4);
+	return id;
+}
+
+/* Send frames 0..n-1, one at a time in bursts of up to CS_PORT_BURST. */
+static void send_range(struct cs_port *p, uint32_t first, uint32_t n)
+{
+	uint32_t ip = htonl(0x7f000001);
+
+	n += first;
+	for (uint32_t id = first; id < n;) {
+		struct cs_pbuf v[CS_PORT_BURST];
+		unsigned k = CS_MIN(n - id, (uint32_t)CS_PORT_BURST), got, s;
+
+		got = cs_port_tx_alloc(p, 0, v, k);
+		cr_assert_gt(got, 0, "pool exhausted at %u", id);
+		for (unsigned i = 0; i < got; i++)
+			fill(&v[i], id + i, ip);
+		s = cs_port_tx_burst(p, 0, v, got);
+		cr_assert_eq(s, got);
+		id += got;
+	}
+}
+
+static void send_n(struct cs_port *p, uint32_t n)
+{
+	send_range(p, 0, n);
+}
+
+/* Receive everything there is; record ids in order. */
+static unsigned recv_all(struct cs_port *p, uint32_t *ids, unsigned max,
+			 unsigned *bad)
+{
+	unsigned n = 0, got;
+	struct cs_pbuf v[CS_PORT_BURST];
+
+	while ((got = cs_port_rx_burst(p, 0, v, CS_PORT_BURST))) {
+		for (unsigned i = 0; i < got; i++) {
+			uint32_t id = id_of(&v[i]);
+			bool ok = v[i].len == FLEN;
+
+			for (uint32_t j = CS_PORT_HDRS_LEN + 4; ok && j < FLEN;
+			     j++)
+				ok = v[i].data[j] == (uint8_t)(id + j);
+			if (!ok && bad)
+				(*bad)++;
+			if (n < max)
+				ids[n] = id;
+			n++;
+		}
+		cs_port_release(p, 0, v, got);
+	}
+	return n;
+}
+
+Test(frame, headers_roundtrip_and_malformed)
+{
+	uint8_t f[256];
+	struct cs_port p = { .udp_port = 7700 };
+
+	cs_port_frame_hdrs(f, sizeof(f), mac_a, mac_b, htonl(0x0a4d0001),
+			   htonl(0x0a4d0002), 7701, 7700);
+	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), CS_PORT_HDRS_LEN);
+	cr_assert_lt(cs_port_frame_check(&p, f, 30), 0, "short frame");
+	cr_assert_lt(cs_port_frame_check(&p, f, sizeof(f) - 1), 0,
+		     "IP length beyond the frame");
+	p.udp_port = 7701;
+	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EPROTO,
+		     "foreign UDP port");
+	p.udp_port = 7700;
+	f[14 + 8] ^= 1;	/* TTL: breaks the IPv4 checksum */
+	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EBADMSG);
+	f[14 + 8] ^= 1;
+	f[12] = 0x86;	/* IPv6 ethertype */
+	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EPROTO);
+}
+
+Test(fault, none_passes_everything_in_order)
+{
+	struct cs_fault_conf fc = { .seed = 1, .reorder_depth = 4 };
+	struct cs_port *p = shim_on_loop(&fc);
+	static uint32_t ids[NFRAMES];
+	unsigned bad = 0, n;
+
+	send_n(p, 500);
+	n = recv_all(p, ids, NFRAMES, &bad);
+	cr_assert_eq(n, 500);
+	cr_assert_eq(bad, 0);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(ids[i], i);
+	cs_port_close(p);
+}
+
+static unsigned run_drop(uint64_t seed, uint32_t *ids, uint64_t *dropped)
+{
+	struct cs_fault_conf fc = { .seed = seed, .drop = 0.3,
+				    .reorder_depth = 4 };
+	struct cs_port *p = shim_on_loop(&fc);
+	struct cs_port_stats st;
+	unsigned n = 0;
+
+	for (uint32_t r = 0; r < 4; r++) {	/* 4 x 500: under the rx ring */
+		send_range(p, r * 500, 500);
+		n += recv_all(p, ids + n, NFRAMES - n, NULL);
+	}
+	cs_port_stats(p, &st);
+	*dropped = st.f_dropped;
+	cs_port_close(p);
+	return n;
+}
+
+Test(fault, drop_is_counted_and_seeded)
+{
+	static uint32_t a[NFRAMES], b[NFRAMES], c[NFRAMES];
+	uint64_t da, db, dc;
+	unsigned na = run_drop(42, a, &da), nb = run_drop(42, b, &db);
+	unsigned nc = run_drop(43, c, &dc);
+
+	cr_assert_eq(na + da, NFRAMES, "every frame delivered or dropped");
+	cr_assert(da > NFRAMES * 0.2 && da < NFRAMES * 0.4,
+		  "30%% drop gave %llu of %u", (unsigned long long)da, NFRAMES);
+	cr_assert_eq(na, nb, "same seed, same run");
+	cr_assert_eq(memcmp(a, b, na * sizeof(a[0])), 0);
+	cr_assert(nc != na || memcmp(a, c, na * sizeof(a[0])),
+		  "another seed drops other frames");
+	cr_assert_eq(nc + dc, NFRAMES);
+}
+
+Test(fault, dup_sends_twice)
+{
+	struct cs_fault_conf fc = { .seed = 7, .dup = 1.0,
+				    .reorder_depth = 4 };
+	struct cs_port *p = shim_on_loop(&fc);
+	static uint32_t ids[NFRAMES];
+	static unsigned count[NFRAMES];
+	struct cs_port_stats st;
+	unsigned bad = 0, n;
+
+	send_n(p, 300);
+	n = recv_all(p, ids, NFRAMES, &bad);
+	cr_assert_eq(n, 600);
+	cr_assert_eq(bad, 0, "a duplicate carries the same bytes");
+	for (unsigned i = 0; i < n; i++)
+		count[ids[i]]++;
+	for (unsigned i = 0; i < 300; i++)
+		cr_assert_eq(count[i], 2, "frame %u seen %u times", i,
+			     count[i]);
+	cs_port_stats(p, &st);
+	cr_assert_eq(st.f_duplicated, 300);
+	cs_port_close(p);
+}
+
+Test(fault, reorder_keeps_every_frame_once)
+{
+	struct cs_fault_conf fc = { .seed = 9, .reorder = 0.2,
+				    .delay_ns = 60ull * CS_NS_PER_S,
+				    .reorder_depth = 3 };
+	struct cs_port *p = shim_on_loop(&fc);
+	static uint32_t ids[NFRAMES];
+	static unsigned count[NFRAMES];
+	unsigned n = 0, inversions = 0;
+
+	for (uint32_t r = 0; r < 4; r++) {
+		send_range(p, r * 250, 250);
+		n += recv_all(p, ids + n, NFRAMES - n, NULL);
+	}
+	cr_assert_leq(n, 1000);
+	cr_assert_geq(n, 900, "only the last few frames may still be held");
+	for (unsigned i = 0; i < n; i++) {
+		count[ids[i]]++;
+		if (i && ids[i] < ids[i - 1])
+			inversions++;
+	}
+	cr_assert_gt(inversions, 0, "20%% reorder produced no inversion");
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(count[ids[i]], 1, "frame %u twice", ids[i]);
+	cs_port_close(p);	/* frees frames still held */
+}
+
+Test(fault, delay_holds_then_releases)
+{
+	struct cs_fault_conf fc = { .seed = 3, .delay = 1.0,
+				    .delay_ns = 60ull * CS_NS_PER_S,
+				    .reorder_depth = 1 };
+	struct cs_port *p = shim_on_loop(&fc);
+	static uint32_t ids[NFRAMES];
+	struct cs_port_stats st;
+
+	send_n(p, 100);
+	cr_assert_eq(recv_all(p, ids, NFRAMES, NULL), 0,
+		     "a 60 s delay let frames through at once");
+	cs_port_stats(p, &st);
+	cr_assert_eq(st.f_delayed, 100);
+	cs_port_close(p);
+
+	fc.delay_ns = 1 * CS_NS_PER_MS;
+	p = shim_on_loop(&fc);
+	send_n(p, 100);
+	unsigned n = 0;
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		n += recv_all(p, ids + n, NFRAMES - n, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (n < 100 && t.tv_sec - t0.tv_sec < 30);
+	cr_assert_eq(n, 100);
+	for (unsigned i = 0; i < n; i++)
+		cr_assert_eq(ids[i], i, "equal delays keep the order");
+	cs_port_close(p);
+}
+
+Test(fault, corrupt_flips_one_payload_bit)
+{
+	struct cs_fault_conf fc = { .seed = 5, .corrupt = 1.0,
+				    .reorder_depth = 1 };
+	struct cs_port *p = shim_on_loop(&fc);
+	struct cs_pbuf v[CS_PORT_BURST];
+	struct cs_port_stats st;
+	unsigned got, total = 0;
+
+	send_n(p, 200);
+	while ((got = cs_port_rx_burst(p, 0, v, CS_PORT_BURST))) {
+		for (unsigned i = 0; i < got; i++) {
+			uint8_t ref[FLEN];
+			struct cs_pbuf r = { .data = ref, .cap = FLEN };
+			unsigned bits = 0;
+
+			/* The id itself may be the flipped bytes: compare
+			 * against both the received and the sent-order id. */
+			fill(&r, total, htonl(0x7f000001));
+			for (unsigned j = 0; j < FLEN; j++)
+				bits += __builtin_popcount(ref[j] ^
+							   v[i].data[j]);
+			cr_assert_eq(bits, 1, "frame %u: %u bits differ",
+				     total, bits);
+			cr_assert_eq(memcmp(ref, v[i].data, CS_PORT_HDRS_LEN),
+				     0, "outer headers left alone");
+			total++;
+		}
+		cs_port_release(p, 0, v, got);
+	}
+	cr_assert_eq(total, 200);
+	cs_port_stats(p, &st);
+	cr_assert_eq(st.f_corrupted, 200);
+	cs_port_close(p);
+}
+
+Test(fault, bad_probability_refused)
+{
+	struct cs_fault_conf fc = { .seed = 1, .drop = 1.5 };
+	struct cs_port_conf c;
+	struct cs_port *lp, *sp;
+
+	conf_of(&c, "loop", 7700);
+	cr_assert_eq(cs_port_loop_ops.open(&c, &lp), 0);
+	cr_assert_eq(cs_fault_wrap(lp, &fc, &sp), -EINVAL);
+	cs_port_close(lp);
+}
+
+Test(port, unknown_type_and_bad_address)
+{
+	struct cs_port_conf c;
+	struct cs_port *p;
+
+	conf_of(&c, "nosuch", 7700);
+	cr_assert_eq(cs_port_open(&c, &p), -ENOTSUP);
+	conf_of(&c, "loop", 7700);
+	snprintf(c.ip, sizeof(c.ip), "10.0.0.300");
+	cr_assert_eq(cs_port_open(&c, &p), -EINVAL);
+}
+
+#if CS_HAVE_URING
+/* Two udp ports on 127.0.0.1 exchange frames; received frames carry
+ * rebuilt headers that pass the frame check. */
+Test(udp, loopback_exchange)
+{
+	struct cs_port_conf ca, cb;
+	struct cs_port *a, *b;
+	uint16_t pa = (uint16_t)(20000 + getpid() % 20000), pb = pa + 1;
+	uint32_t lo = htonl(0x7f000001);
+	struct cs_pbuf v[CS_PORT_BURST];
+	unsigned got, n = 0, s;
+	struct timespec t0, t;
+
+	conf_of(&ca, "udp", pa);
+	conf_of(&cb, "udp", pb);
+	ca.rx_desc = cb.rx_desc = 256;
+	ca.tx_desc = cb.tx_desc = 256;
+	cr_assert_eq(cs_port_open(&ca, &a), 0);
+	cr_assert_eq(cs_port_open(&cb, &b), 0);
+
+	got = cs_port_tx_alloc(a, 0, v, 16);
+	cr_assert_eq(got, 16);
+	for (unsigned i = 0; i < got; i++) {
+		fill(&v[i], i, lo);
+		/* address to b */
+		cs_port_frame_hdrs(v[i].data, FLEN, mac_a, mac_b, lo, lo, pa,
+				   pb);
+	}
+	s = cs_port_tx_burst(a, 0, v, got);
+	cr_assert_eq(s, 16);
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		got = cs_port_rx_burst(b, 0, v, CS_PORT_BURST);
+		for (unsigned i = 0; i < got; i++) {
+			cr_assert_eq(v[i].len, FLEN);
+			cr_assert_eq(cs_port_frame_check(b, v[i].data,
+							 v[i].len),
+				     CS_PORT_HDRS_LEN);
+			cr_assert_eq(id_of(&v[i]), n + i, "udp on lo keeps order");
+			cr_assert_eq(v[i].data[CS_PORT_L4_OFF] << 8 |
+				     v[i].data[CS_PORT_L4_OFF + 1], pa,
+				     "source port rebuilt");
+			for (uint32_t j = CS_PORT_HDRS_LEN + 4; j < FLEN; j++)
+				cr_assert_eq(v[i].data[j],
+					     (uint8_t)(n + i + j));
+		}
+		n += got;
+		cs_port_release(b, 0, v, got);
+		/* a's completions recycle its tx slots */
+		got = cs_port_rx_burst(a, 0, v, CS_PORT_BURST);
+		cr_assert_eq(got, 0);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (n < 16 && t.tv_sec - t0.tv_sec < 30);
+	cr_assert_eq(n, 16);
+
+	struct cs_port_stats st;
+
+	cs_port_stats(b, &st);
+	cr_assert_eq(st.rx_pkts, 16);
+	cs_port_stats(a, &st);
+	cr_assert_eq(st.tx_pkts, 16);
+	cs_port_close(a);
+	cs_port_close(b);
+}
+#endif

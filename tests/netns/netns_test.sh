@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Multi-process cluster tests: real sidecars exchanging real frames.
+#
+#   netns_test.sh CASE     (run from meson: suite netns; CS_BUILD_DIR set)
+#
+# Namespace cases need root, ip and nft, and skip (exit 77) otherwise;
+# DPDK cases also skip when collstackd was built without DPDK. udp_local
+# needs neither root nor namespaces: four sidecars on 127.0.0.1. Every case
+# tears down what it made (trap), whatever happens.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+CASE=${1:?usage: netns_test.sh CASE}
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLI=$BUILD/tools/collstack
+DAEMON=$BUILD/tools/collstackd
+SIZES=(${CS_NETNS_SIZES:--b 1K -e 64M})
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+[ -x "$CLI" ] && [ -x "$DAEMON" ] || fail "not built: $CLI, $DAEMON"
+has_dpdk() { "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; }
+has_udp() { "$DAEMON" --help-config | grep 'port types:.* udp' >/dev/null; }
+
+need_netns() {
+	[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+	for t in ip nft python3; do
+		command -v $t >/dev/null || skip "missing tool: $t"
+	done
+	if [ -f /run/collstack/cluster.env ]; then
+		skip "a cluster is already up (/run/collstack/cluster.env)"
+	fi
+}
+
+cluster_up() {	# args of cluster.sh up
+	trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+	CS_BUILD_DIR=$BUILD scripts/cluster.sh up "$@" ||
+		fail "cluster.sh up $*"
+}
+
+run_ar() {	# extra args of collstack run allreduce
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 "$@" ||
+		fail "allreduce reported wrong elements or failed"
+}
+
+ctl() {		# node request -> reply line
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1] + "/ctl.sock")
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    c = s.recv(4096)
+    if not c:
+        break
+    buf += c
+print(buf.decode().strip())
+PY
+}
+
+kv() { sed -n "s/.*[ ]$2=\([0-9]*\).*/\1/p" <<<"$1"; }
+
+# Frames that are not ours, sent from csn1's kernel to csn0's port: a UDP
+# datagram that is not collstack, one to another UDP port, and a
+# well-formed collstack DATA frame of an operation nobody posted.
+inject_foreign() {
+	ip netns exec csn1 python3 - <<'PY'
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+# SO_NO_CHECK: UDP checksum 0. With it on, veth leaves the checksum to
+# "offload", and af_packet would see (and the codec reject) a partial one.
+s.setsockopt(socket.SOL_SOCKET, 11, 1)
+s.bind(("10.77.0.2", 7799))
+for _ in range(3):
+    s.sendto(b"\x42not a collstack header" * 4, ("10.77.0.1", 7700))
+    s.sendto(b"\x01\x01" + bytes(100), ("10.77.0.1", 7755))
+# version 1, DATA, no flags, src 1, channel 0, group 0, epoch 0,
+# op 0xdeadbeef, step 0, seq 0, ack 0, sack 0, offset 0, len 8, credit 0,
+# ts 0, ts_echo 0, reserved 0; then 8 bytes of payload
+hdr = struct.pack("!BBHHHIIIIIIQQIIQQI", 1, 1, 0, 1, 0, 0, 0, 0xdeadbeef,
+                  0, 0, 0, 0, 0, 8, 0, 0, 0, 0)
+assert len(hdr) == 76
+for _ in range(3):
+    s.sendto(hdr + b"\xff" * 8, ("10.77.0.1", 7700))
+PY
+	sleep 0.5
+}
+
+check_foreign_counted() {
+	local st ar
+	st=$(ctl /run/collstack/csn0 stats)
+	ar=$(ctl /run/collstack/csn0 ar_stats)
+	echo "csn0: $st"
+	echo "csn0: $ar"
+	[ "$(kv "$st" rx_malformed)" -ge 3 ] ||
+		fail "malformed frames were not counted"
+	[ "$(kv "$ar" rx_other_op)" -ge 3 ] ||
+		fail "frames of an unknown operation were not counted"
+}
+
+udp_local() {
+	local dir pids=() n=4 extra=("$@")
+	has_udp || skip "collstackd built without io_uring (no udp port)"
+	dir=$(mktemp -d /tmp/cs-udp-local.XXXXXX)
+	# shellcheck disable=SC2064
+	trap "kill -TERM \${pids[*]} 2>/dev/null; wait; rm -rf $dir" EXIT
+	local base=$((20000 + RANDOM % 20000)) names=""
+	for ((i = 0; i < n; i++)); do
+		echo "$i 127.0.0.1 02:00:00:00:00:0$i $((base + i)) l$i" >>"$dir/peers"
+		names+="l$i "
+	done
+	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${names% }" "$dir" >"$dir/cluster.env"
+	for ((i = 0; i < n; i++)); do
+		"$DAEMON" --set name=l$i --set run_dir=$dir/l$i \
+			--set node.rank=$i --set node.peers=$dir/peers \
+			--set port.type=udp --set port.ip=127.0.0.1 \
+			--set port.udp_port=$((base + i)) "${extra[@]}" \
+			</dev/null >"$dir/l$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for ((i = 0; i < n; i++)); do
+		for _ in $(seq 300); do
+			[ -f "$dir/l$i/ready" ] && break
+			kill -0 "${pids[$i]}" 2>/dev/null ||
+				{ cat "$dir/l$i.log"; fail "sidecar l$i died"; }
+			sleep 0.1
+		done
+		[ -f "$dir/l$i/ready" ] || fail "sidecar l$i not ready"
+	done
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 \
+		--cluster "$dir/cluster.env" || fail "allreduce over udp"
+	kill -TERM "${pids[@]}"
+	wait
+	for ((i = 0; i < n; i++)); do
+		[ -e "$dir/l$i" ] && fail "l$i left its run folder behind"
+	done
+	return 0
+}
+
+case $CASE in
+udp_local) udp_local ;;
+udp_local_fault5) udp_local --set fault.drop=0.05 ;;
+af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
+	need_netns
+	has_dpdk || skip "collstackd built without DPDK"
+	case $CASE in
+	af_packet_4) cluster_up 4 --port af_packet; run_ar ;;
+	af_packet_4_fault5)
+		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
+	af_packet_4_bridge1)
+		cluster_up 4 --port af_packet --bridge-loss 1; run_ar
+		nft list table bridge csloss | grep -q 'packets [1-9]' ||
+			fail "the bridge dropped nothing" ;;
+	af_packet_foreign)
+		cluster_up 2 --port af_packet
+		inject_foreign
+		check_foreign_counted
+		SIZES=(-b 1K -e 1M); run_ar ;;
+	memif_2) cluster_up 2 --port memif; run_ar ;;
+	esac ;;
+udp_4|udp_4_fault5|udp_foreign)
+	need_netns
+	has_udp || skip "collstackd built without io_uring (no udp port)"
+	case $CASE in
+	udp_4) cluster_up 4 --port udp; run_ar ;;
+	udp_4_fault5) cluster_up 4 --port udp --set fault.drop=0.05; run_ar ;;
+	udp_foreign)
+		cluster_up 2 --port udp
+		inject_foreign
+		check_foreign_counted
+		SIZES=(-b 1K -e 1M); run_ar ;;
+	esac ;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "PASS: $CASE"

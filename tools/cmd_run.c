@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstack run allreduce: real allreduces across the sidecars that
+ * scripts/cluster.sh started, on their own buffers, every element checked
+ * by every sidecar; nccl-tests-style rows (size first, #wrong last).
+ *
+ * Per operation: "ar_prepare" to every sidecar (each builds its buffer,
+ * engine and sessions), then "ar_start" to every one, then "ar_wait". The
+ * time of an operation is the slowest rank's, from its own start to its
+ * last acknowledgement; the row shows the mean over --iters.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "collstack/types.h"
+#include "cmds.h"
+#include "ctl.h"
+
+#define DEFAULT_ENV "/run/collstack/cluster.env"
+#define MAX_NODES 64
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: collstack run allreduce [--bytes S | -b MIN -e MAX] "
+		"[--dtype T]\n"
+		"          [--iters I] [--warmup W] [--seed N] [--timeout MS] "
+		"[--cluster FILE]\n\n"
+		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
+		"from MIN to MAX.\nThe sidecars come from the state file of "
+		"scripts/cluster.sh (default\n%s).\n", DEFAULT_ENV);
+}
+
+static int parse_size(const char *s, unsigned long long *out)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || v < 0)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': v *= 1024; end++; break;
+	case 'm': case 'M': v *= 1024 * 1024; end++; break;
+	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+	if (*end)
+		return -EINVAL;
+	*out = (unsigned long long)v;
+	return 0;
+}
+
+struct node {
+	char name[CS_CTL_NAME_MAX];
+	char dir[512];
+	int fd;
+	char reply[CS_CTL_LINE];
+};
+
+/* Send @req (formatted per node by the caller) to all, then read all. */
+static int round_trip(struct node *nd, int n, char reqs[][128],
+		      int timeout_ms)
+{
+	for (int i = 0; i < n; i++)
+		if (cs_ctl_send(nd[i].fd, reqs[i]))
+			return -EIO;
+	for (int i = 0; i < n; i++) {
+		int r = cs_ctl_recv(nd[i].fd, nd[i].reply,
+				    sizeof(nd[i].reply), timeout_ms);
+
+		if (r < 0) {
+			fprintf(stderr, "collstack: %s: no reply to '%s': %s\n",
+				nd[i].name, reqs[i], strerror(-r));
+			return r;
+		}
+		if (strncmp(nd[i].reply, "ok", 2)) {
+			fprintf(stderr, "collstack: %s: %s\n", nd[i].name,
+				nd[i].reply);
+			return -EPROTO;
+		}
+	}
+	return 0;
+}
+
+static double kv(const char *line, const char *key)
+{
+	double v = 0;
+
+	cs_ctl_kv(line, key, &v);
+	return v;
+}
+
+static int run_allreduce(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "bytes", required_argument, NULL, 'B' },
+		{ "minbytes", required_argument, NULL, 'b' },
+		{ "maxbytes", required_argument, NULL, 'e' },
+		{ "dtype", required_argument, NULL, 't' },
+		{ "iters", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	static struct node nd[MAX_NODES];
+	static char reqs[MAX_NODES][128];
+	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
+	const char *env = DEFAULT_ENV, *dts = "f32";
+	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
+	unsigned iters = 5, warmup = 1, timeout = 60000;
+	uint64_t wrong_all = 0;
+	enum cs_dtype dt;
+	uint32_t op_id;
+	int n, o, ret = 1;
+
+	while ((o = getopt_long(argc, argv, "b:e:n:w:t:h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'c': env = optarg; break;
+		case 'B':
+		case 'b':
+			if (parse_size(optarg, &lo))
+				goto bad;
+			if (o == 'B')
+				hi = lo;
+			break;
+		case 'e':
+			if (parse_size(optarg, &hi))
+				goto bad;
+			break;
+		case 't': dts = optarg; break;
+		case 'n': iters = (unsigned)atoi(optarg); break;
+		case 'w': warmup = (unsigned)atoi(optarg); break;
+		case 's': seed = strtoull(optarg, NULL, 0); break;
+		case 'T': timeout = (unsigned)atoi(optarg); break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!hi)
+		hi = lo;
+	if (cs_dtype_parse(dts, &dt) || !iters || hi < lo || !lo) {
+bad:
+		usage(stderr);
+		return 2;
+	}
+	n = cs_ctl_cluster(env, names, MAX_NODES, root, sizeof(root));
+	if (n < 2) {
+		fprintf(stderr, "collstack: %s: %s (start one with "
+			"scripts/cluster.sh up N)\n", env,
+			n < 0 ? strerror(-n) : "fewer than 2 nodes");
+		return 1;
+	}
+	for (int i = 0; i < n; i++) {
+		snprintf(nd[i].name, sizeof(nd[i].name), "%.63s", names[i]);
+		snprintf(nd[i].dir, sizeof(nd[i].dir), "%.255s/%.63s", root,
+			 names[i]);
+		nd[i].fd = cs_ctl_connect(nd[i].dir);
+		if (nd[i].fd < 0) {
+			fprintf(stderr, "collstack: sidecar %s: %s\n",
+				nd[i].name, strerror(-nd[i].fd));
+			goto out;
+		}
+	}
+	op_id = (uint32_t)time(NULL) << 8;
+	printf("# collstack run allreduce: %d ranks (%s..%s), dtype %s, "
+	       "iters %u, warmup %u, sidecars from %s\n#\n", n, names[0],
+	       names[n - 1], cs_dtype_name(dt), iters, warmup, env);
+	printf("# %10s %12s %8s %6s %10s %8s %8s %8s\n", "size", "count",
+	       "type", "redop", "time", "algbw", "busbw", "#wrong");
+	printf("# %10s %12s %8s %6s %10s %8s %8s %8s\n", "(B)", "(elements)",
+	       "", "", "(us)", "(GB/s)", "(GB/s)", "");
+	for (unsigned long long sz = lo; sz <= hi; sz *= 2) {
+		size_t esz = cs_dtype_size(dt);
+		unsigned long long bytes = sz / esz * esz;
+		double tsum = 0, retx = 0;
+		uint64_t wrong = 0;
+
+		for (unsigned it = 0; it < warmup + iters; it++) {
+			double tmax = 0;
+
+			op_id++;
+			for (int i = 0; i < n; i++)
+				snprintf(reqs[i], sizeof(reqs[i]),
+					 "ar_prepare %u %llu %s %llu", op_id,
+					 bytes, cs_dtype_name(dt),
+					 seed + it);
+			if (round_trip(nd, n, reqs, timeout))
+				goto out;
+			for (int i = 0; i < n; i++)
+				snprintf(reqs[i], sizeof(reqs[i]),
+					 "ar_start %u", op_id);
+			if (round_trip(nd, n, reqs, timeout))
+				goto out;
+			for (int i = 0; i < n; i++)
+				snprintf(reqs[i], sizeof(reqs[i]),
+					 "ar_wait %u %u", op_id, timeout);
+			if (round_trip(nd, n, reqs, timeout + 5000))
+				goto out;
+			for (int i = 0; i < n; i++) {
+				double t = kv(nd[i].reply, "ns");
+
+				if (t > tmax)
+					tmax = t;
+				wrong += (uint64_t)kv(nd[i].reply, "wrong");
+				if (it >= warmup)
+					retx += kv(nd[i].reply, "retx");
+				if (kv(nd[i].reply, "wrong") > 0)
+					fprintf(stderr, "# %s: %s\n",
+						nd[i].name, nd[i].reply);
+			}
+			if (it >= warmup)
+				tsum += tmax;
+		}
+		{
+			double us = tsum / iters / 1e3;
+			double algbw = us > 0 ? bytes / us / 1e3 : 0;
+			double busbw = algbw * 2.0 * (n - 1) / n;
+
+			printf("  %10llu %12llu %8s %6s %10.1f %8.3f %8.3f "
+			       "%8llu\n", bytes, bytes / esz,
+			       cs_dtype_name(dt), "sum", us, algbw, busbw,
+			       (unsigned long long)wrong);
+			if (retx > 0)
+				printf("#   %.0f retransmissions over %u "
+				       "iterations\n", retx, iters);
+			fflush(stdout);
+		}
+		wrong_all += wrong;
+		if (sz > hi / 2)
+			break;
+	}
+	printf("# Out of bounds values : %llu %s\n",
+	       (unsigned long long)wrong_all, wrong_all ? "FAILED" : "OK");
+	ret = wrong_all ? 1 : 0;
+out:
+	for (int i = 0; i < n; i++)
+		if (nd[i].fd > 0)
+			close(nd[i].fd);
+	return ret;
+}
+
+int cs_cmd_run(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fprintf(argc < 2 ? stderr : stdout,
+			"usage: collstack run allreduce [ARGS]  (allreduce "
+			"across the cluster's sidecars)\n");
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "allreduce"))
+		return run_allreduce(argc - 1, argv + 1);
+	fprintf(stderr, "collstack run: unknown collective '%s'\n", argv[1]);
+	return 2;
+}

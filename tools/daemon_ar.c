@@ -1,0 +1,698 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's collective service: real allreduces across the cluster over
+ * the port, with the sans-IO engines — collectives/ring.h for the schedule
+ * and the reduction, control/rel.h for reliability (one session per
+ * (peer, channel), one pacer/controller path per peer).
+ *
+ * The control thread builds an operation (buffers, engine, sessions: all
+ * allocation happens here) on "ar_prepare", publishes it to the lcore with
+ * one atomic pointer, lets it send on "ar_start", and on "ar_wait" waits
+ * for it to finish and checks every element of the result against the
+ * closed formula of tests/coll_sim/coll_data.h. Preparing every rank
+ * before starting any means no packet ever arrives for an operation its
+ * receiver does not know yet.
+ *
+ * The lcore (queue 0) runs the engines: frames of the current operation
+ * go to the session of (src, channel) and, when delivered, into the
+ * engine, which reduces the payload straight from the frame into the
+ * buffer; frames of any other operation are dropped and counted before
+ * they touch a session. Sending copies each payload once into the frame
+ * (the ports that copy anyway — af_packet, af_xdp in copy mode, udp — gain
+ * nothing from attaching), and a frame is stamped by its session only once
+ * a buffer for it is in hand, so nothing stamped is ever lost locally.
+ * The previous operation stays installed (still acknowledging
+ * retransmissions) until the next one replaces it.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CS_LOG_MODULE "ar"
+#include "internal/log.h"
+#include "collectives/ring.h"
+#include "control/rel.h"
+#include "dataplane/wire.h"
+#include "tests/coll_sim/coll_data.h"
+#include "tests/sim/scen.h"
+#include "daemon.h"
+
+#define AR_MAX_CH 16
+#define AR_TXQ CS_PORT_BURST
+
+struct svc_conf {
+	struct cs_xport_params xp;
+	struct cs_coll_cfg coll;
+};
+
+static_assert(sizeof(struct svc_conf) <= sizeof(((struct cs_daemon_conf *)0)->svc),
+	      "collective settings do not fit the daemon's config area");
+
+struct ar_sess {
+	struct cs_rel rel;
+	uint32_t peer, ch;
+};
+
+enum { AR_PREPARED = 0, AR_DONE = 1, AR_FAILED = 2 };
+
+struct ar_op {
+	uint32_t op_id, n, rank;
+	enum cs_dtype dtype;
+	uint64_t seed;
+	size_t count, bytes;
+	uint8_t *buf;
+	struct cs_coll *coll;
+	struct cs_path path[2];
+	uint32_t path_peer[2], npaths;
+	struct ar_sess sess[2 * AR_MAX_CH];
+	uint32_t nsess, nch;
+	struct ar_sess *snext[AR_MAX_CH];
+	struct cs_coll_tx pend[AR_MAX_CH];
+	bool has_pend[AR_MAX_CH];
+	atomic_bool started;
+	atomic_int state;
+	bool ready;
+	/* written by the lcore, read after state != AR_PREPARED */
+	cs_ns_t t_start, t_ready, t_done;
+	uint64_t frames, pure_acks, fillers, proto_err, failed_peer;
+};
+
+struct cs_ar_svc {
+	struct cs_daemon *d;
+	struct svc_conf *cf;
+	_Atomic(struct ar_op *) cur;
+	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
+	struct ar_op *old;		/* control thread's */
+	/* lcore-only */
+	struct cs_pbuf stash[AR_TXQ];
+	unsigned nstash;
+	struct cs_pbuf txq[AR_TXQ];
+	unsigned ntxq;
+	uint64_t rx_other_op, rx_no_sess, tx_retry;
+};
+
+static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
+{
+	return (struct svc_conf *)(void *)c->svc;
+}
+
+int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
+{
+	struct svc_conf *sc = svc_conf(c);
+	int ret;
+
+	ret = cs_xport_params_default(&sc->xp);
+	if (ret)
+		return ret;
+	/* On veths over shared CPUs queueing delay is scheduling noise, so
+	 * the delay-based controller is off by default (cc.enable=1 turns
+	 * it on); rel recovers what an overrun port drops. */
+	ret = cs_xport_params_set(&sc->xp, "cc.enable", "0", NULL, 0);
+	if (ret)
+		return ret;
+	return cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len,
+			       &sc->coll);
+}
+
+int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
+		      const char *val, char *err, size_t errlen)
+{
+	struct svc_conf *sc = svc_conf(c);
+	int ret;
+
+	ret = cs_xport_params_set(&sc->xp, key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	return cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len,
+			  &sc->coll, key, val, err, errlen);
+}
+
+void cs_daemon_help_config(FILE *out)
+{
+	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
+		"collstackd sets cc.enable=0 by default):\n");
+	cs_xport_params_help(out);
+	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
+		"port's frames):\n");
+	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
+}
+
+/* ---- lcore side --------------------------------------------------------- */
+
+static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer,
+				 uint32_t ch)
+{
+	for (uint32_t i = 0; i < op->nsess; i++)
+		if (op->sess[i].peer == peer && op->sess[i].ch == ch)
+			return &op->sess[i];
+	return NULL;
+}
+
+static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
+		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
+{
+	struct cs_ar_svc *s = arg;
+	struct ar_op *op = atomic_load_explicit(&s->cur,
+						memory_order_acquire);
+
+	(void)v;
+	if (q != 0) {	/* sessions belong to queue 0's lcore */
+		s->rx_other_op += n;
+		return;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		const struct cs_pkt_hdr *h = &pk[i].hdr;
+		struct ar_sess *ss;
+		int m;
+
+		if (!op || h->op != op->op_id || h->group ||
+		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
+			s->rx_other_op++;
+			continue;
+		}
+		ss = find_sess(op, h->src, h->channel);
+		if (!ss) {
+			s->rx_no_sess++;
+			continue;
+		}
+		m = cs_rel_on_packet(&ss->rel, h, now);
+		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA &&
+		    h->len &&
+		    cs_coll_on_data(op->coll, now, h, pk[i].payload) < 0)
+			op->proto_err++;
+	}
+}
+
+/* Send what is queued; returns true when everything went. */
+static bool flush(struct cs_ar_svc *s)
+{
+	struct cs_port *p = s->d->port;
+	unsigned sent;
+
+	if (!s->ntxq)
+		return true;
+	sent = cs_port_tx_burst(p, 0, s->txq, s->ntxq);
+	if (sent < s->ntxq) {
+		memmove(s->txq, s->txq + sent,
+			(s->ntxq - sent) * sizeof(s->txq[0]));
+		s->tx_retry++;
+	}
+	s->ntxq -= sent;
+	return s->ntxq == 0;
+}
+
+/* A buffer for the next frame, or NULL (then stop producing). */
+static struct cs_pbuf *frame_buf(struct cs_ar_svc *s)
+{
+	if (s->ntxq == AR_TXQ && !flush(s))
+		return NULL;
+	if (!s->nstash) {
+		s->nstash = cs_port_tx_alloc(s->d->port, 0, s->stash, AR_TXQ);
+		if (!s->nstash)
+			return NULL;
+	}
+	return &s->stash[s->nstash - 1];
+}
+
+/* Encode the frame in the buffer frame_buf() gave and queue it. */
+static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
+		       struct cs_pkt_hdr *h, const void *payload, uint32_t len)
+{
+	struct cs_pbuf *b = &s->stash[s->nstash - 1];
+	int flen;
+
+	if (len)
+		memcpy(b->data + CS_PROTO_FRAME_OVERHEAD, payload, len);
+	h->len = len;
+	flen = cs_drv_frame_hdr(&s->d->drv, b->data, b->cap, h, peer,
+				s->d->port->udp_port);
+	if (flen < 0) {
+		op->proto_err++;
+		return;		/* the buffer stays in the stash */
+	}
+	b->len = (uint32_t)flen;
+	s->txq[s->ntxq++] = *b;
+	s->nstash--;
+	op->frames++;
+}
+
+static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
+{
+	struct cs_coll_tx tx;
+	struct cs_pkt_hdr h;
+	uint32_t seq, len;
+	uint64_t cookie;
+	unsigned work = 0;
+	int ret;
+
+	/* 1. retransmissions, rebuilt from cookies */
+	for (uint32_t i = 0; i < op->nsess; i++) {
+		struct ar_sess *ss = &op->sess[i];
+
+		while (!cs_rel_next_retx(&ss->rel, &seq, &cookie, &len)) {
+			const void *pl;
+
+			if (cs_rel_retx_time(&ss->rel, len, now) > now ||
+			    !frame_buf(s))
+				break;
+			ret = cs_coll_rebuild(op->coll, cookie, &tx);
+			if (ret == -ESTALE) {
+				/* the receiver provably holds it: a
+				 * zero-length filler keeps the seq */
+				h = tx.hdr;
+				pl = NULL;
+				len = 0;
+				op->fillers++;
+			} else if (ret) {
+				op->proto_err++;
+				atomic_store(&op->state, AR_FAILED);
+				return work;
+			} else {
+				h = tx.hdr;
+				pl = tx.payload;
+				len = tx.len;
+			}
+			h.len = len;
+			if (cs_rel_stamp_retx(&ss->rel, &h, seq, now))
+				continue;
+			frame_send(s, op, ss->peer, &h, pl, len);
+			work++;
+		}
+	}
+	/* 2. new data, per channel, once started */
+	for (uint32_t c = 0; atomic_load_explicit(&op->started,
+						  memory_order_relaxed) &&
+			     c < op->nch; c++) {
+		struct ar_sess *ss = op->snext[c];
+		struct cs_coll_tx *p = &op->pend[c];
+
+		if (!ss)
+			continue;
+		for (;;) {
+			if (!op->has_pend[c]) {
+				if (!cs_coll_next_on(op->coll, now, c, p, 1))
+					break;
+				op->has_pend[c] = true;
+			}
+			if (cs_rel_tx_time(&ss->rel, p->len, now) > now ||
+			    !frame_buf(s))
+				break;
+			h = p->hdr;
+			if (cs_rel_stamp(&ss->rel, &h, p->cookie, p->len, now))
+				break;
+			frame_send(s, op, ss->peer, &h, p->payload, p->len);
+			op->has_pend[c] = false;
+			work++;
+		}
+	}
+	/* 3. pure ACKs owed */
+	for (uint32_t i = 0; i < op->nsess; i++) {
+		struct ar_sess *ss = &op->sess[i];
+
+		if (cs_rel_ack_due(&ss->rel, now) && frame_buf(s)) {
+			memset(&h, 0, sizeof(h));
+			h.version = CS_PROTO_VERSION;
+			h.channel = (uint16_t)ss->ch;
+			h.op = op->op_id;
+			cs_rel_build_ack(&ss->rel, &h, now);
+			frame_send(s, op, ss->peer, &h, NULL, 0);
+			op->pure_acks++;
+			work++;
+		}
+		if (cs_rel_failed(&ss->rel) &&
+		    atomic_load(&op->state) == AR_PREPARED) {
+			op->failed_peer = ss->peer;
+			atomic_store(&op->state, AR_FAILED);
+		}
+	}
+	return work;
+}
+
+static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
+{
+	struct cs_ar_svc *s = arg;
+	struct ar_op *op;
+	unsigned work = 0;
+
+	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
+	if (q != 0)
+		return 0;
+	op = atomic_load_explicit(&s->cur, memory_order_acquire);
+	if (!flush(s) || !op)
+		return s->ntxq;
+	for (uint32_t i = 0; i < op->nsess; i++)
+		if (now >= cs_rel_next_deadline(&op->sess[i].rel))
+			cs_rel_on_timer(&op->sess[i].rel, now);
+	if (!op->t_start && atomic_load_explicit(&op->started,
+						  memory_order_acquire))
+		op->t_start = now;
+	work = service(s, op, now);
+	flush(s);
+	if (!op->ready && cs_coll_result_ready(op->coll)) {
+		op->ready = true;
+		op->t_ready = now;
+	}
+	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
+		    AR_PREPARED && op->t_start && cs_coll_done(op->coll)) {
+		op->t_done = now;
+		atomic_store_explicit(&op->state, AR_DONE,
+				      memory_order_release);
+	}
+	/* No made-up work while waiting: an adaptive lcore then sleeps
+	 * (lcore.sleep, far below any RTO) and leaves the CPU to the other
+	 * sidecars that share it. */
+	return work;
+}
+
+/* ---- control side ------------------------------------------------------ */
+
+static void op_free(struct ar_op *op)
+{
+	if (!op)
+		return;
+	for (uint32_t i = 0; i < op->nsess; i++)
+		cs_rel_fini(&op->sess[i].rel);
+	cs_coll_free(op->coll);
+	free(op->buf);
+	free(op);
+}
+
+static void sleep_us(unsigned us)
+{
+	struct timespec ts = { 0, (long)us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Swap the lcore's operation; free the old one once it is surely unused. */
+static void install(struct cs_ar_svc *s, struct ar_op *op)
+{
+	uint_fast64_t g;
+
+	atomic_store_explicit(&s->cur, NULL, memory_order_release);
+	g = atomic_load(&s->gen);
+	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
+		sleep_us(10);
+	op_free(s->old);
+	s->old = op;
+	atomic_store_explicit(&s->cur, op, memory_order_release);
+}
+
+static void ar_acked(void *owner, uint64_t cookie, uint32_t len)
+{
+	struct ar_op *op = owner;
+
+	(void)len;
+	if (cs_coll_on_acked(op->coll, cookie))
+		op->proto_err++;
+}
+
+static const struct cs_rel_ops ar_rel_ops = { .acked = ar_acked };
+
+static uint32_t isn(uint32_t op_id, uint32_t from, uint32_t to, uint32_t ch)
+{
+	return (uint32_t)cs_td_hash(op_id, (uint64_t)from << 16 | to, ch);
+}
+
+static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
+		    uint32_t ch, struct ar_sess **out)
+{
+	struct ar_sess *ss = find_sess(op, peer, ch);
+	struct cs_path *path = NULL;
+	int ret;
+
+	if (!ss) {
+		for (uint32_t i = 0; i < op->npaths; i++)
+			if (op->path_peer[i] == peer)
+				path = &op->path[i];
+		if (!path) {
+			if (op->npaths == 2)
+				return -EINVAL;
+			path = &op->path[op->npaths];
+			ret = cs_path_init(path, &s->cf->xp.pacer,
+					   &s->cf->xp.cc);
+			if (ret)
+				return ret;
+			op->path_peer[op->npaths++] = peer;
+		}
+		ss = &op->sess[op->nsess];
+		ret = cs_rel_init(&ss->rel, &s->cf->xp.rel, path, &ar_rel_ops,
+				  op, isn(op->op_id, op->rank, peer, ch),
+				  isn(op->op_id, peer, op->rank, ch));
+		if (ret)
+			return ret;
+		ss->peer = peer;
+		ss->ch = ch;
+		op->nsess++;
+	}
+	if (out)
+		*out = ss;
+	return 0;
+}
+
+static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
+		   enum cs_dtype dt, uint64_t seed, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	size_t esz = cs_dtype_size(dt);
+	struct cs_coll_params p;
+	struct ar_op *op;
+	int ret;
+
+	if (!esz || bytes % esz || d->drv.npeers < 2) {
+		snprintf(msg, mlen, "bytes must be a multiple of %zu and the "
+			 "peer table must list 2+ nodes", esz);
+		return -EINVAL;
+	}
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	op->op_id = op_id;
+	op->n = d->drv.npeers;
+	op->rank = d->conf.rank;
+	op->dtype = dt;
+	op->seed = seed;
+	op->bytes = bytes;
+	op->count = bytes / esz;
+	atomic_init(&op->started, false);
+	atomic_init(&op->state, AR_PREPARED);
+	op->buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+	if (!op->buf) {
+		free(op);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < op->count; i++)
+		cs_td_store(dt, op->buf, i,
+			    cs_td_value(dt, CS_SUM, op->n, seed, op->rank, i));
+	cs_coll_params_default(&p, &s->cf->coll);
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = op->n;
+	p.rank = op->rank;
+	p.sendbuf = op->buf;
+	p.recvbuf = op->buf;
+	p.count = op->count;
+	p.dtype = dt;
+	p.op = CS_SUM;
+	p.op_id = op_id;
+	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
+		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
+	if (p.channels > AR_MAX_CH)
+		p.channels = AR_MAX_CH;
+	ret = cs_coll_init(&p, &op->coll);
+	if (ret) {
+		snprintf(msg, mlen, "engine refused the operation: %s",
+			 cs_strerror(ret));
+		goto out_free;
+	}
+	op->nch = cs_coll_channels(op->coll);
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t nx, pv;
+
+		cs_coll_chan_peers(op->coll, c, &nx, &pv);
+		if (nx >= 0 && (ret = add_sess(s, op, (uint32_t)nx, c,
+					       &op->snext[c])))
+			goto out_sess;
+		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
+			goto out_sess;
+	}
+	install(s, op);
+	snprintf(msg, mlen, "ok op=%u rank=%u n=%u count=%zu channels=%u "
+		 "payload=%u", op_id, op->rank, op->n, op->count, op->nch,
+		 p.mtu_payload);
+	return 0;
+out_sess:
+	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
+out_free:
+	op_free(op);
+	return ret;
+}
+
+static uint64_t verify(const struct ar_op *op, char *first, size_t flen)
+{
+	uint64_t wrong = 0;
+
+	first[0] = 0;
+	for (size_t i = 0; i < op->count; i++) {
+		double want = cs_td_expect(op->dtype, CS_SUM, op->n, op->seed,
+					   i);
+		double got = cs_td_load(op->dtype, op->buf, i);
+
+		if (got != want && !wrong++)
+			snprintf(first, flen, " first_wrong=%zu got=%g want=%g",
+				 i, got, want);
+	}
+	return wrong;
+}
+
+static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
+		    char *out, size_t len)
+{
+	struct ar_op *op = s->old;
+	char first[128];
+	uint64_t wrong;
+	int st = AR_PREPARED;
+
+	if (!op || op->op_id != op_id) {
+		snprintf(out, len, "err no operation %u", op_id);
+		return;
+	}
+	for (unsigned t = 0; t < ms * 10; t++) {
+		st = atomic_load_explicit(&op->state, memory_order_acquire);
+		if (st != AR_PREPARED)
+			break;
+		sleep_us(100);
+	}
+	if (st == AR_PREPARED) {
+		snprintf(out, len, "err op %u timed out after %u ms "
+			 "(ready=%d frames=%llu)", op_id, ms, op->ready,
+			 (unsigned long long)op->frames);
+		return;
+	}
+	if (st == AR_FAILED) {
+		snprintf(out, len, "err op %u failed: session to rank %llu "
+			 "gave up (or a protocol error: %llu)", op_id,
+			 (unsigned long long)op->failed_peer,
+			 (unsigned long long)op->proto_err);
+		return;
+	}
+	wrong = verify(op, first, sizeof(first));
+	{
+		struct cs_rel_stats tot = { 0 };
+
+		for (uint32_t i = 0; i < op->nsess; i++) {
+			const struct cs_rel_stats *rs =
+				cs_rel_stats(&op->sess[i].rel);
+
+			tot.retx += rs->retx;
+			tot.timeouts += rs->timeouts;
+			tot.dup_rcvd += rs->dup_rcvd;
+		}
+		snprintf(out, len,
+			 "ok op=%u ns=%llu ready_ns=%llu wrong=%llu "
+			 "frames=%llu retx=%llu timeouts=%llu dup=%llu "
+			 "fillers=%llu proto_err=%llu%s", op_id,
+			 (unsigned long long)(op->t_done - op->t_start),
+			 (unsigned long long)(op->t_ready - op->t_start),
+			 (unsigned long long)wrong,
+			 (unsigned long long)op->frames,
+			 (unsigned long long)tot.retx,
+			 (unsigned long long)tot.timeouts,
+			 (unsigned long long)tot.dup_rcvd,
+			 (unsigned long long)op->fillers,
+			 (unsigned long long)op->proto_err, first);
+	}
+}
+
+int cs_daemon_init(struct cs_daemon *d)
+{
+	struct cs_ar_svc *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->cf = svc_conf(&d->conf);
+	atomic_init(&s->cur, NULL);
+	atomic_init(&s->gen, 0);
+	d->svc = s;
+	d->drv.rx_fn = ar_rx;
+	d->drv.tx_fn = ar_tx;
+	d->drv.fn_arg = s;
+	return 0;
+}
+
+void cs_daemon_fini(struct cs_daemon *d)
+{
+	struct cs_ar_svc *s = d->svc;
+
+	if (!s)
+		return;
+	/* the lcores are stopped: return what they held */
+	cs_port_release(d->port, 0, s->txq, s->ntxq);
+	cs_port_release(d->port, 0, s->stash, s->nstash);
+	op_free(s->old);
+	free(s);
+	d->svc = NULL;
+}
+
+int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
+		  char *out, size_t len)
+{
+	struct cs_ar_svc *s = d->svc;
+	unsigned op_id, ms;
+	unsigned long long bytes, seed;
+	char dt[16];
+	enum cs_dtype dtype;
+
+	if (!strcmp(req, "ar_prepare")) {
+		if (sscanf(args, "%u %llu %15s %llu", &op_id, &bytes, dt,
+			   &seed) != 4 || cs_dtype_parse(dt, &dtype)) {
+			snprintf(out, len, "err usage: ar_prepare OP BYTES "
+				 "DTYPE SEED");
+			return 0;
+		}
+		if (prepare(s, op_id, (size_t)bytes, dtype, seed, out, len) &&
+		    strncmp(out, "err", 3)) {
+			char m[256];
+
+			snprintf(m, sizeof(m), "%s", out);
+			snprintf(out, len, "err %s", m);
+		}
+		return 0;
+	}
+	if (!strcmp(req, "ar_start")) {
+		if (sscanf(args, "%u", &op_id) != 1 || !s->old ||
+		    s->old->op_id != op_id) {
+			snprintf(out, len, "err no prepared operation %s",
+				 args);
+			return 0;
+		}
+		atomic_store_explicit(&s->old->started, true,
+				      memory_order_release);
+		snprintf(out, len, "ok");
+		return 0;
+	}
+	if (!strcmp(req, "ar_wait")) {
+		if (sscanf(args, "%u %u", &op_id, &ms) != 2) {
+			snprintf(out, len, "err usage: ar_wait OP MS");
+			return 0;
+		}
+		wait_op(s, op_id, ms, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ar_stats")) {
+		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
+			 "tx_retry=%llu",
+			 (unsigned long long)s->rx_other_op,
+			 (unsigned long long)s->rx_no_sess,
+			 (unsigned long long)s->tx_retry);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+void cs_daemon_tick(struct cs_daemon *d)
+{
+	(void)d;
+}
