@@ -12,8 +12,6 @@
 #include "dataplane/driver.h"
 #include "dataplane/wire.h"
 
-static_assert(CS_PROTO_HDR_WIRE_LEN_DRV == CS_PROTO_HDR_WIRE_LEN,
-	      "driver and proto.h disagree on the header length");
 static_assert(CS_WIRE_L4_END == CS_PORT_HDRS_LEN, "outer header length");
 
 int cs_drv_init(struct cs_drv *d, struct cs_port *port, unsigned rank)

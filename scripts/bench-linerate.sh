@@ -75,7 +75,15 @@ testpmd_oneway() {
 	# ring frame minus 32 after the headroom; af_xdp a page per object.
 	local msize=$(( FRAME + 128 < 2176 ? 2176 : (FRAME + 128 + 1023) / 1024 * 1024 + 128 ))
 	[ "$PORT" = af_packet ] && msize=$(( (FRAME + 80 + 2047) / 2048 * 2048 + 128 ))
-	[ "$PORT" = af_xdp ] && msize=3904
+	# testpmd's pools pad objects for memory-channel spreading, so an
+	# af_xdp umem chunk there is 4032 bytes: 4032 - 320 - 256 (XDP
+	# headroom) = 3456-byte frames at most (collstackd builds exact
+	# 4096-byte chunks and carries 3520).
+	local tpframe=$FRAME
+	if [ "$PORT" = af_xdp ]; then
+		msize=3840
+		[ $tpframe -gt 3456 ] && tpframe=3456
+	fi
 	local common=(--in-memory --no-pci --no-telemetry)
 	# receiver first (memif: it is the server)
 	ip netns exec csn1 dpdk-testpmd "${common[@]}" --file-prefix=cstp1 \
@@ -87,7 +95,7 @@ testpmd_oneway() {
 	ip netns exec csn0 dpdk-testpmd "${common[@]}" --file-prefix=cstp0 \
 		--lcores=0@0,1@1 --vdev="$(tp_vdev 0)" -- --mbuf-size=$msize \
 		--forward-mode=txonly --eth-peer=0,02:77:00:00:00:02 \
-		--txpkts=$FRAME --stats-period=1 --total-num-mbufs=8192 \
+		--txpkts=$tpframe --stats-period=1 --total-num-mbufs=8192 \
 		--nb-cores=1 >"$TP_LOGS/tx.log" 2>&1 &
 	TP_PIDS+=($!)
 	sleep $((SECS + 2))

@@ -230,7 +230,10 @@ EOF
 		      --set node.peers=$RUN/peers --set port.ip=$(ip_of $i)
 		      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
 		case $port in
-		udp) args+=(--set port.type=udp) ;;
+		udp)	# The kernel path of a shared machine drains about a
+			# gigabit; pacing there keeps bursts within the socket
+			# buffers (--set cc.line_gbps=... overrides).
+			args+=(--set port.type=udp --set cc.line_gbps=1) ;;
 		af_packet|af_xdp)
 			args+=(--set port.type=dpdk --set port.dev=$port
 			       --set port.iface=csd$i) ;;

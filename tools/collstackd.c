@@ -297,13 +297,23 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		 (unsigned long long)st.f_corrupted);
 }
 
-static void sleep_ns(cs_ns_t ns)
+bool cs_daemon_signalled(const struct cs_daemon *d)
 {
-	struct timespec ts = { .tv_sec = (time_t)(ns / CS_NS_PER_S),
-			       .tv_nsec = (long)(ns % CS_NS_PER_S) };
+	struct pollfd pfd = { .fd = d->sfd, .events = POLLIN };
 
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
+	return d->sfd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
+/* Sleep, but return early when a stop signal is pending. */
+static void sleep_ns(const struct cs_daemon *d, cs_ns_t ns)
+{
+	cs_ns_t end = cs_lcore_now() + ns;
+
+	while (!cs_daemon_signalled(d) && cs_lcore_now() < end) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* "raw DST MS LEN": blast for MS milliseconds, then report. */
@@ -327,7 +337,7 @@ static void do_raw(struct cs_daemon *d, const char *args, char *out,
 		return;
 	}
 	/* Let the last frames of the peer's blast arrive too. */
-	sleep_ns((cs_ns_t)ms * CS_NS_PER_MS + 300 * CS_NS_PER_MS);
+	sleep_ns(d, (cs_ns_t)ms * CS_NS_PER_MS + 300 * CS_NS_PER_MS);
 	cs_drv_totals(&d->drv, &t);
 	snprintf(out, len,
 		 "ok tx_pkts=%llu tx_bytes=%llu tx_ns=%llu rx_pkts=%llu "
@@ -347,7 +357,14 @@ static bool serve(struct cs_daemon *d, int fd)
 	char req[CS_CTL_LINE], out[CS_CTL_LINE];
 	bool quit = false;
 
-	while (!quit && cs_ctl_recv(fd, req, sizeof(req), 10000) >= 0) {
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = fd, .events = POLLIN },
+					 { .fd = d->sfd, .events = POLLIN } };
+
+		/* Between requests, a stop signal ends the session. */
+		if (quit || poll(pfd, 2, 10000) <= 0 || pfd[1].revents ||
+		    cs_ctl_recv(fd, req, sizeof(req), 10000) < 0)
+			break;
 		char *args = strchr(req, ' ');
 
 		if (args)
@@ -380,7 +397,7 @@ static bool serve(struct cs_daemon *d, int fd)
 
 int main(int argc, char **argv)
 {
-	static struct cs_daemon d;
+	static struct cs_daemon d = { .sfd = -1 };
 	struct cs_daemon_conf *c = &d.conf;
 	char text[512], mac[24], why[256], ipbuf[32];
 	struct pollfd pfd[2];
@@ -431,6 +448,7 @@ int main(int argc, char **argv)
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	if (sfd < 0)
 		goto out_files;
+	d.sfd = sfd;
 
 	if (cs_port_open(&c->port, &d.port))
 		goto out_files;

@@ -6,6 +6,7 @@
 #ifndef CS_TOOLS_DAEMON_H
 #define CS_TOOLS_DAEMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,7 +33,14 @@ struct cs_daemon {
 	enum cs_poll_mode mode;
 	struct cs_lcore lcores[CS_PORT_MAX_QUEUES];
 	struct cs_ar_svc *svc;
+	int sfd;		/* signalfd of SIGTERM/SIGINT/SIGHUP */
 };
+
+/**
+ * cs_daemon_signalled - a stop signal is pending (not consumed: the main
+ * loop reads it); long control requests poll this and give up early
+ */
+bool cs_daemon_signalled(const struct cs_daemon *d);
 
 /* Hooks implemented by the collective service. */
 int cs_daemon_conf_defaults(struct cs_daemon_conf *c);

@@ -560,7 +560,8 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 	}
 	for (unsigned t = 0; t < ms * 10; t++) {
 		st = atomic_load_explicit(&op->state, memory_order_acquire);
-		if (st != AR_PREPARED)
+		if (st != AR_PREPARED ||
+		    (t % 100 == 0 && cs_daemon_signalled(s->d)))
 			break;
 		sleep_us(100);
 	}
