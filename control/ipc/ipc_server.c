@@ -48,7 +48,8 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.sq_burst", CS_CFG_U32, offsetof(struct cs_ipc_cfg, sq_burst),
 	  "32", 1, CS_IPC_RING_SLOTS,
 	  "descriptors taken from one trainer per poll" },
-	{ "ipc.allowed_gid", CS_CFG_U64, offsetof(struct cs_ipc_cfg, allowed_gid),
+	{ "ipc.allowed_gid", CS_CFG_U64,
+	  offsetof(struct cs_ipc_cfg, allowed_gid),
 	  "4294967295", 0, 4294967295.0,
 	  "group id also allowed to connect (4294967295: none, only the "
 	  "sidecar's uid)" },
