@@ -1350,6 +1350,18 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 		goto out_free;
 	}
 	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path));
+	/* A stale socket file is replaced; a live sidecar is not. */
+	if (!connect(s->lfd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -EADDRINUSE;
+		goto out_close;
+	}
+	close(s->lfd);
+	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			0);
+	if (s->lfd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
 	unlink(cfg->socket_path);
 	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    listen(s->lfd, 64)) {
