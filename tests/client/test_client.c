@@ -247,6 +247,17 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 
 	sidecar_start(&sc, "env");
 	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	{
+		/* A second server on a live socket is refused. */
+		struct cs_ipc_server *srv;
+		struct cs_ipc_cfg cfg;
+
+		cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table,
+					     cs_ipc_cfg_table_len, &cfg), 0);
+		strcpy(cfg.socket_path, sc.path);
+		cr_assert_eq(cs_ipc_server_create(&cfg, NULL, &srv),
+			     -EADDRINUSE);
+	}
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
 	unsetenv("SLURM_PROCID");
