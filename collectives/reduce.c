@@ -11,26 +11,43 @@
 #include "internal/log.h"
 #include "internal/util.h"
 
+#if CS_REDUCE_HAVE_AVX2
+#include <cpuid.h>
+
+/* AVX2 (CPUID.7.0:EBX[5]) and F16C (CPUID.1:ECX[29]); clang's
+ * __builtin_cpu_supports() does not know "f16c", so ask cpuid. */
+static bool cpu_has_avx2_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2"))
+		return false;
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return false;
+	return (c & bit_F16C) != 0;
+}
+#endif
+
 /*
  * The scalar path. Every element goes through memcpy so that unaligned
  * pointers are defined behaviour; the compiler turns it into plain loads.
  * @EXPR computes r from the operands x and y of type T.
  */
-#define CS__SCALAR(name, T, EXPR)					\
-	static void name(void *dst, const void *a, const void *b,	\
-			 size_t n)					\
-	{								\
-		unsigned char *d = dst;					\
-		const unsigned char *pa = a, *pb = b;			\
-									\
-		for (size_t i = 0; i < n; i++) {			\
-			T x, y, r;					\
-									\
-			memcpy(&x, pa + i * sizeof(T), sizeof(T));	\
-			memcpy(&y, pb + i * sizeof(T), sizeof(T));	\
-			r = (T)(EXPR);					\
-			memcpy(d + i * sizeof(T), &r, sizeof(T));	\
-		}							\
+#define CS__SCALAR(name, T, EXPR)                                              \
+	static void name(void *dst, const void *a, const void *b, size_t n)    \
+	{                                                                      \
+		unsigned char *d = dst;                                        \
+		const unsigned char *pa = a, *pb = b;                          \
+                                                                               \
+		for (size_t i = 0; i < n; i++) {                               \
+			T x, y, r;                                             \
+                                                                               \
+			memcpy(&x, pa + i * sizeof(T), sizeof(T));             \
+			memcpy(&y, pb + i * sizeof(T), sizeof(T));             \
+			r = (T)(EXPR);                                         \
+			memcpy(d + i * sizeof(T), &r, sizeof(T));              \
+		}                                                              \
 	}
 
 #define CS__LT(x, y) ((x) < (y) ? (x) : (y))
@@ -39,12 +56,12 @@
 #define CS__B(v) cs__bf16_to_f32(v)
 
 CS__SCALAR(sc_f32_sum, float, x + y)
-CS__SCALAR(sc_f32_prod, float, x * y)
+CS__SCALAR(sc_f32_prod, float, (x * y))
 CS__SCALAR(sc_f32_min, float, cs__min_f32(x, y))
 CS__SCALAR(sc_f32_max, float, cs__max_f32(x, y))
 
 CS__SCALAR(sc_f64_sum, double, x + y)
-CS__SCALAR(sc_f64_prod, double, x * y)
+CS__SCALAR(sc_f64_prod, double, (x * y))
 CS__SCALAR(sc_f64_min, double, cs__min_f64(x, y))
 CS__SCALAR(sc_f64_max, double, cs__max_f64(x, y))
 
@@ -64,21 +81,24 @@ CS__SCALAR(sc_bf16_max, uint16_t,
 
 /* Signed sum and prod wrap: done on the unsigned type of the same width. */
 CS__SCALAR(sc_i32_sum, uint32_t, x + y)
-CS__SCALAR(sc_i32_prod, uint32_t, x * y)
+CS__SCALAR(sc_i32_prod, uint32_t, (x * y))
 CS__SCALAR(sc_i32_min, int32_t, CS__LT(x, y))
 CS__SCALAR(sc_i32_max, int32_t, CS__GT(x, y))
 
 CS__SCALAR(sc_i64_sum, uint64_t, x + y)
-CS__SCALAR(sc_i64_prod, uint64_t, x * y)
+CS__SCALAR(sc_i64_prod, uint64_t, (x * y))
 CS__SCALAR(sc_i64_min, int64_t, CS__LT(x, y))
 CS__SCALAR(sc_i64_max, int64_t, CS__GT(x, y))
 
 CS__SCALAR(sc_u8_sum, uint8_t, x + y)
-CS__SCALAR(sc_u8_prod, uint8_t, (unsigned)x * y)
+CS__SCALAR(sc_u8_prod, uint8_t, ((unsigned)x * y))
 CS__SCALAR(sc_u8_min, uint8_t, CS__LT(x, y))
 CS__SCALAR(sc_u8_max, uint8_t, CS__GT(x, y))
 
-#define CS__ROW(t) { sc_##t##_sum, sc_##t##_prod, sc_##t##_min, sc_##t##_max }
+#define CS__ROW(t)                                                             \
+	{                                                                      \
+		sc_##t##_sum, sc_##t##_prod, sc_##t##_min, sc_##t##_max        \
+	}
 
 const cs__reduce_table_t cs__reduce_scalar = {
 	[CS_F32] = CS__ROW(f32), [CS_F64] = CS__ROW(f64),
@@ -99,9 +119,7 @@ static bool cpu_has(enum cs_reduce_isa isa)
 		return true;
 	case CS_REDUCE_AVX2:
 #if CS_REDUCE_HAVE_AVX2
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx2") &&
-		       __builtin_cpu_supports("f16c");
+		return cpu_has_avx2_f16c();
 #else
 		return false;
 #endif
@@ -123,8 +141,8 @@ static int active_isa = -1;
 
 static cs_cold enum cs_reduce_isa pick_isa(void)
 {
-	enum cs_reduce_isa best = cpu_has(CS_REDUCE_AVX2) ? CS_REDUCE_AVX2 :
-							    CS_REDUCE_SCALAR;
+	enum cs_reduce_isa best =
+		cpu_has(CS_REDUCE_AVX2) ? CS_REDUCE_AVX2 : CS_REDUCE_SCALAR;
 	const char *env = getenv("CS_REDUCE_ISA");
 
 	if (!env || !*env)
@@ -134,8 +152,8 @@ static cs_cold enum cs_reduce_isa pick_isa(void)
 			continue;
 		if (tables[i] && cpu_has((enum cs_reduce_isa)i))
 			return (enum cs_reduce_isa)i;
-		CS_WARN("CS_REDUCE_ISA=%s: not supported here, using %s",
-			env, isa_names[best]);
+		CS_WARN("CS_REDUCE_ISA=%s: not supported here, using %s", env,
+			isa_names[best]);
 		return best;
 	}
 	CS_WARN("CS_REDUCE_ISA=%s: unknown (scalar, avx2), using %s", env,

@@ -44,7 +44,7 @@ typedef void (*cs_reduce_fn)(void *dst, const void *a, const void *b,
 /* Instruction-set paths. */
 enum cs_reduce_isa {
 	CS_REDUCE_SCALAR = 0,
-	CS_REDUCE_AVX2 = 1,	/* AVX2 + F16C, x86-64 only */
+	CS_REDUCE_AVX2 = 1, /* AVX2 + F16C, x86-64 only */
 	CS_REDUCE_ISA_COUNT
 };
 

@@ -13,7 +13,8 @@
 typedef cs_reduce_fn cs__reduce_table_t[CS_DTYPE_COUNT][CS_REDOP_COUNT];
 
 extern const cs__reduce_table_t cs__reduce_scalar;
-#if defined(__x86_64__) && defined(__GNUC__)
+/* -DCS_REDUCE_NO_AVX2 builds the scalar path only (to test that build). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(CS_REDUCE_NO_AVX2)
 #define CS_REDUCE_HAVE_AVX2 1
 extern const cs__reduce_table_t cs__reduce_avx2;
 #else
@@ -69,22 +70,22 @@ static inline uint16_t cs__f32_to_f16(float f)
 	uint32_t sign = (x >> 16) & 0x8000;
 	uint32_t ax = x & 0x7fffffff;
 
-	if (ax > 0x7f800000)			/* NaN */
+	if (ax > 0x7f800000) /* NaN */
 		return (uint16_t)(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
-	if (ax >= 0x477ff000)			/* >= 65520: inf */
+	if (ax >= 0x477ff000) /* >= 65520: inf */
 		return (uint16_t)(sign | 0x7c00);
-	if (ax >= 0x38800000) {			/* normal f16 */
-		uint32_t r = ax - 0x38000000;	/* rebias 127 -> 15 */
+	if (ax >= 0x38800000) { /* normal f16 */
+		uint32_t r = ax - 0x38000000; /* rebias 127 -> 15 */
 
 		r += 0xfff + ((r >> 13) & 1);
 		return (uint16_t)(sign | (r >> 13));
 	}
-	if (ax <= 0x33000000)			/* <= 2^-25: rounds to 0 */
+	if (ax <= 0x33000000) /* <= 2^-25: rounds to 0 */
 		return (uint16_t)sign;
 	/* subnormal f16: RNE(value * 2^24); value = m * 2^(e - 150) */
 	uint32_t e = ax >> 23;
 	uint32_t m = (ax & 0x7fffff) | 0x800000;
-	uint32_t shift = 126 - e;		/* 14..24 */
+	uint32_t shift = 126 - e; /* 14..24 */
 	uint32_t r = m >> shift;
 	uint32_t rem = m & ((1u << shift) - 1);
 	uint32_t half = 1u << (shift - 1);
@@ -115,14 +116,14 @@ static inline uint16_t cs__f32_to_bf16(float f)
  * exactly vminps/vmaxps (which return the second operand when either is
  * NaN) with @a's NaN blended back in, so both paths agree bit for bit.
  */
-#define CS__DEF_MINMAX(sfx, T)						\
-	static inline T cs__min_##sfx(T a, T b)				\
-	{								\
-		return a != a ? a : (a < b ? a : b);			\
-	}								\
-	static inline T cs__max_##sfx(T a, T b)				\
-	{								\
-		return a != a ? a : (a > b ? a : b);			\
+#define CS__DEF_MINMAX(sfx, T)                                                 \
+	static inline T cs__min_##sfx(T a, T b)                                \
+	{                                                                      \
+		return a != a ? a : (a < b ? a : b);                           \
+	}                                                                      \
+	static inline T cs__max_##sfx(T a, T b)                                \
+	{                                                                      \
+		return a != a ? a : (a > b ? a : b);                           \
 	}
 CS__DEF_MINMAX(f32, float)
 CS__DEF_MINMAX(f64, double)

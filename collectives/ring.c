@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Ring collectives: the chunked, pipelined, multi-channel schedule engine. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,8 @@ struct cs_coll {
 	uint64_t rx_left;	/* packets still to receive */
 	uint64_t ack_left;	/* packets still to be acknowledged */
 	uint64_t ideal_tx;	/* payload bytes this rank sends once */
+	int err;		/* cs_coll_abort(): the error, or 0 */
+	uint32_t culprit;
 	struct cs_coll_stats st;
 	struct cs_coll_chan ch[];
 };
@@ -664,7 +667,7 @@ unsigned cs_coll_next_on(struct cs_coll *c, cs_ns_t now, uint32_t ch,
 	unsigned n = 0;
 
 	(void)now;
-	if (ch >= c->C)
+	if (ch >= c->C || c->err)
 		return 0;
 	while (n < max && chan_next(c, ch, &out[n]))
 		n++;
@@ -691,6 +694,8 @@ unsigned cs_coll_next_packets(struct cs_coll *c, cs_ns_t now,
 	unsigned n = 0, got;
 
 	(void)now;
+	if (c->err)
+		return 0;
 	do {
 		got = 0;
 		for (uint32_t ch = 0; ch < c->C && n < max; ch++) {
@@ -736,8 +741,11 @@ int cs_coll_on_acked(struct cs_coll *c, uint64_t cookie)
 {
 	uint32_t t, ch, idx, ls, k;
 	size_t len, b;
-	int ret = decode_cookie(c, cookie, &t, &ch, &idx, &len);
+	int ret;
 
+	if (c->err)
+		return 0;
+	ret = decode_cookie(c, cookie, &t, &ch, &idx, &len);
 	if (ret)
 		return ret;
 	ls = t - c->s_lo;
@@ -771,8 +779,11 @@ int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
 {
 	uint32_t t, ch, idx;
 	size_t len;
-	int ret = decode_cookie(c, cookie, &t, &ch, &idx, &len);
+	int ret;
 
+	if (c->err)
+		return -ECANCELED;
+	ret = decode_cookie(c, cookie, &t, &ch, &idx, &len);
 	if (ret)
 		return ret;
 	fill_tx(c, t, ch, idx, out);
@@ -844,6 +855,17 @@ int cs_coll_on_data(struct cs_coll *c, cs_ns_t now,
 	int ret, mode;
 
 	(void)now;
+	if (hd->epoch != c->p.epoch) {
+		/* serial comparison: epochs may wrap in a long-lived group */
+		if ((int32_t)(hd->epoch - c->p.epoch) > 0)
+			return CS_ERR_EPOCH;
+		c->st.rx_stale_epoch++;
+		return CS_COLL_RX_STALE;
+	}
+	if (c->err) {
+		c->st.rx_late++;
+		return CS_COLL_RX_LATE;
+	}
 	ret = rx_locate(c, hd, &ls, &idx, &j, &len, &g, &cnt);
 	if (ret)
 		return ret;
@@ -914,16 +936,172 @@ bool cs_coll_rx_has(const struct cs_coll *c, uint32_t step, uint32_t channel,
 
 bool cs_coll_result_ready(const struct cs_coll *c)
 {
-	return c->rx_left == 0;
+	return !c->err && c->rx_left == 0;
 }
 
 bool cs_coll_done(const struct cs_coll *c)
 {
-	return c->rx_left == 0 && c->ack_left == 0;
+	return c->err || (c->rx_left == 0 && c->ack_left == 0);
 }
 
 void cs_coll_get_stats(const struct cs_coll *c, struct cs_coll_stats *st)
 {
 	*st = c->st;
 	st->ideal_tx_bytes = c->ideal_tx;
+}
+
+/* ---- failures ------------------------------------------------------- */
+
+int cs_coll_abort(struct cs_coll *c, int err, uint32_t culprit)
+{
+	if (err >= 0)
+		return -EINVAL;
+	if (c->err || (c->rx_left == 0 && c->ack_left == 0))
+		return -EALREADY;
+	c->err = err;
+	c->culprit = culprit;
+	return 0;
+}
+
+int cs_coll_status(const struct cs_coll *c, uint32_t *culprit)
+{
+	if (culprit)
+		*culprit = c->err ? c->culprit : UINT32_MAX;
+	if (c->err)
+		return c->err;
+	return c->rx_left == 0 && c->ack_left == 0 ? 0 : -EINPROGRESS;
+}
+
+/* Oldest chunk of channel ch not fully received: true if there is one. */
+static bool oldest_rx_gap(const struct cs_coll *c, uint32_t ch,
+			  struct cs_coll_wait *w)
+{
+	const struct cs_coll_chan *h = &c->ch[ch];
+	size_t lo, len;
+
+	for (uint32_t ls = 0; ls < c->r_n; ls++) {
+		uint32_t t = c->r_lo + ls;
+
+		len = sub_part(c, recv_seg(c, h, t), ch, &lo);
+		if (!len && !c->barrier)
+			continue;
+		for (uint32_t k = 0; k < n_chunks(c, len); k++) {
+			uint32_t want = chunk_pkts(c, len, k);
+			uint32_t got = c->rx_cnt[slot(c, ls, ch, k)];
+
+			if (got < want) {
+				w->kind = CS_COLL_WAIT_DATA;
+				w->peer = h->prev;
+				w->step = t;
+				w->chunk = k;
+				w->pkts_missing = want - got;
+				w->pkts_total = want;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Oldest chunk of channel ch sent but not fully acknowledged. */
+static bool oldest_unacked(const struct cs_coll *c, uint32_t ch,
+			   struct cs_coll_wait *w)
+{
+	const struct cs_coll_chan *h = &c->ch[ch];
+	size_t lo, len;
+
+	for (uint32_t ls = 0; ls < c->s_n; ls++) {
+		uint32_t t = c->s_lo + ls;
+
+		if (!h->finished && ls > h->s)
+			break;
+		len = sub_part(c, send_seg(c, h, t), ch, &lo);
+		if (!len && !c->barrier)
+			continue;
+		for (uint32_t k = 0; k < n_chunks(c, len); k++) {
+			uint32_t want = chunk_pkts(c, len, k);
+			uint32_t got = c->tx_ack[slot(c, ls, ch, k)];
+
+			if (!h->finished && ls == h->s && k >= h->k &&
+			    !(k == h->k && h->i))
+				break;	/* not started yet */
+			if (got < want) {
+				w->kind = CS_COLL_WAIT_ACK;
+				w->peer = h->next;
+				w->step = t;
+				w->chunk = k;
+				w->pkts_missing = want - got;
+				w->pkts_total = want;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+bool cs_coll_waiting_on(const struct cs_coll *c, struct cs_coll_wait *w)
+{
+	struct cs_coll_wait tmp;
+	bool found = false;
+
+	memset(w, 0, sizeof(*w));
+	w->rank = c->r;
+	w->op_id = c->p.op_id;
+	if (c->err || (c->rx_left == 0 && c->ack_left == 0))
+		return false;
+	for (uint32_t ch = 0; ch < c->C; ch++) {
+		const struct cs_coll_chan *h = &c->ch[ch];
+		bool win_full = !h->finished && h->i == 0 &&
+				h->inflight >= c->p.window;
+		bool got;
+
+		memset(&tmp, 0, sizeof(tmp));
+		/* a full window blocks on the successor; otherwise the
+		 * oldest missing data, then the oldest missing ack */
+		if (win_full)
+			got = oldest_unacked(c, ch, &tmp) ||
+			      oldest_rx_gap(c, ch, &tmp);
+		else
+			got = oldest_rx_gap(c, ch, &tmp) ||
+			      oldest_unacked(c, ch, &tmp);
+		if (!got)
+			continue;
+		w->chans_waiting++;
+		if (!found) {
+			w->kind = tmp.kind;
+			w->peer = tmp.peer;
+			w->channel = ch;
+			w->step = tmp.step;
+			w->chunk = tmp.chunk;
+			w->pkts_missing = tmp.pkts_missing;
+			w->pkts_total = tmp.pkts_total;
+			found = true;
+		}
+	}
+	return found;
+}
+
+int cs_coll_wait_format(const struct cs_coll *c, const struct cs_coll_wait *w,
+			char *buf, size_t len)
+{
+	const char *phase = c->chain ? "chain" : "ring";
+	uint32_t step = w->step;
+
+	if (w->kind == CS_COLL_WAIT_NONE)
+		return snprintf(buf, len, "rank %u waits on nothing: %s op %u "
+				"%s", w->rank, cs_coll_kind_name(c->p.kind),
+				w->op_id, c->err ? "aborted" : "complete");
+	if (c->p.kind == CS_COLL_ALLREDUCE) {
+		phase = step < c->n - 1 ? "reduce-scatter" : "all-gather";
+		if (step >= c->n - 1)
+			step -= c->n - 1;
+	}
+	return snprintf(buf, len, "rank %u waits on rank %u: %s op %u channel "
+			"%u %s%s step %u chunk %u (packets %u of %u %s)",
+			w->rank, w->peer, cs_coll_kind_name(c->p.kind),
+			w->op_id, w->channel,
+			w->kind == CS_COLL_WAIT_ACK ? "acks for " : "", phase,
+			step, w->chunk, w->pkts_missing, w->pkts_total,
+			w->kind == CS_COLL_WAIT_ACK ? "unacknowledged" :
+						      "missing");
 }

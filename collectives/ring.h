@@ -116,6 +116,8 @@ struct cs_coll_tx {
 /* Return values of cs_coll_on_data() >= 0. */
 #define CS_COLL_RX_NEW 0	/* reduced or copied into the buffer */
 #define CS_COLL_RX_DUP 1	/* seen before: dropped, ack it again */
+#define CS_COLL_RX_STALE 2	/* older epoch: dropped and counted */
+#define CS_COLL_RX_LATE 3	/* the operation was aborted: ignored */
 
 /* Bits of a cookie the caller may use (e.g. to find the operation). */
 #define CS_COLL_COOKIE_USER_SHIFT 56
@@ -268,6 +270,8 @@ struct cs_coll_stats {
 	uint64_t rx_dup;		/* duplicates dropped */
 	uint64_t rebuilds, rebuild_stale;
 	uint64_t ideal_tx_bytes;	/* payload this rank must send */
+	uint64_t rx_stale_epoch;	/* dropped: older epoch */
+	uint64_t rx_late;		/* ignored: arrived after an abort */
 };
 
 /**
@@ -294,5 +298,86 @@ bool cs_coll_rx_has(const struct cs_coll *c, uint32_t step, uint32_t channel,
  * cs_coll_kind_name - "allreduce", "reduce-scatter", ...
  */
 const char *cs_coll_kind_name(enum cs_coll_kind k);
+
+/* ---- failures: abort, status, "what is it waiting for" ---------------- */
+
+/**
+ * cs_coll_abort - complete an operation with an error
+ * @c: the operation
+ * @err: CS_ERR_PEER_LOST, CS_ERR_TIMEOUT, CS_ERR_CANCELLED, ...
+ * @culprit: the rank to blame (the lost rank, the rank waited on), or
+ *	UINT32_MAX for none
+ *
+ * From now on the operation sends nothing (cs_coll_next_packets() returns
+ * 0, cs_coll_rebuild() -ECANCELED), ignores late packets (CS_COLL_RX_LATE)
+ * and acknowledgements, and cs_coll_done() is true: the buffers are the
+ * caller's again and hold unspecified values. A second abort, or an abort
+ * of a completed operation, changes nothing.
+ *
+ * Returns: 0, -EALREADY if the operation had already completed or been
+ * aborted, -EINVAL if @err is not negative.
+ */
+int cs_coll_abort(struct cs_coll *c, int err, uint32_t culprit);
+
+/**
+ * cs_coll_status - how the operation ended
+ * @c: the operation
+ * @culprit: out (may be NULL): the rank given to cs_coll_abort()
+ *
+ * Returns: 0 when complete (cs_coll_done()), -EINPROGRESS while running,
+ * or the error of cs_coll_abort().
+ */
+int cs_coll_status(const struct cs_coll *c, uint32_t *culprit);
+
+enum cs_coll_wait_kind {
+	CS_COLL_WAIT_NONE = 0,	/* complete (or aborted): waits for nothing */
+	CS_COLL_WAIT_DATA = 1,	/* data from @peer (ring predecessor) */
+	CS_COLL_WAIT_ACK = 2,	/* acknowledgements from @peer (successor) */
+};
+
+/*
+ * What an incomplete operation is blocked on: the oldest chunk it still
+ * misses (or, when its window is full, the oldest chunk not acknowledged)
+ * on the first channel that is not complete.
+ */
+struct cs_coll_wait {
+	enum cs_coll_wait_kind kind;
+	uint32_t rank;		/* this rank */
+	uint32_t peer;		/* the rank waited on */
+	uint32_t op_id;
+	uint32_t channel;
+	uint32_t step;		/* global step (see cs_coll_wait_format) */
+	uint32_t chunk;		/* chunk within the step's segment part */
+	uint32_t pkts_missing;	/* not received / not acknowledged */
+	uint32_t pkts_total;	/* packets of that chunk */
+	uint32_t chans_waiting;	/* channels not complete */
+};
+
+/**
+ * cs_coll_waiting_on - what @c is waiting for right now
+ * @c: the operation
+ * @w: out
+ *
+ * Returns: true when the operation is incomplete (then @w->kind is DATA or
+ * ACK), false when it is complete or aborted (@w->kind NONE).
+ */
+bool cs_coll_waiting_on(const struct cs_coll *c, struct cs_coll_wait *w);
+
+/**
+ * cs_coll_wait_format - one line for logs and error reports, e.g.
+ * "rank 5 waits on rank 4: allreduce op 12 channel 1 reduce-scatter step 3
+ * chunk 7 (packets 2 of 4 missing)"
+ * @c: the operation @w was taken from
+ * @w: from cs_coll_waiting_on()
+ * @buf: output, always NUL-terminated when @len > 0
+ * @len: its size
+ *
+ * Steps are numbered within their phase (allreduce: reduce-scatter 0 ..
+ * n-2, then all-gather 0 .. n-2).
+ *
+ * Returns: the length snprintf() would have written.
+ */
+int cs_coll_wait_format(const struct cs_coll *c, const struct cs_coll_wait *w,
+			char *buf, size_t len);
 
 #endif

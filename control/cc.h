@@ -24,6 +24,14 @@
  * @ecn: react to ECN echoes (CS_PKT_F_ECE) as a second signal.
  * @ecn_md: decrease on an ECN echo (at most once per RTT).
  * @rto_md: decrease on a retransmission timeout.
+ * @fs_range: Swift's flow scaling: up to this much is added to the target
+ *	when the flow's window (rate * base RTT) is small, so that N flows
+ *	into one receiver settle with a queue instead of starving each other.
+ *	The addition is a / sqrt(cwnd) + b, 0 at @fs_max_cwnd packets and
+ *	@fs_range at @fs_min_cwnd packets (clamped to [0, @fs_range]).
+ * @fs_min_cwnd: see @fs_range (packets)
+ * @fs_max_cwnd: see @fs_range (packets)
+ * @pkt_bytes: bytes of a packet when counting the window in packets.
  */
 struct cs_cc_params {
 	bool enable;
@@ -37,6 +45,10 @@ struct cs_cc_params {
 	bool ecn;
 	double ecn_md;
 	double rto_md;
+	uint64_t fs_range;
+	double fs_min_cwnd;
+	double fs_max_cwnd;
+	uint32_t pkt_bytes;
 };
 
 extern const struct cs_cfg_entry cs_cc_cfg[];
@@ -56,6 +68,8 @@ struct cs_cc {
 	cs_ns_t base_rtt;	/* smallest RTT seen; CS_NS_NEVER before one */
 	cs_ns_t last_rtt;
 	cs_ns_t last_decrease;	/* at most one decrease per RTT */
+	double fs_a, fs_b;	/* flow-scaling coefficients, ns */
+	cs_ns_t target;		/* last target used (statistics) */
 	uint64_t decreases, ecn_decreases, timeouts;
 };
 
@@ -74,6 +88,9 @@ int cs_cc_init(struct cs_cc *cc, const struct cs_cc_params *params);
  * @acked: payload bytes newly acknowledged
  * @ece: the acknowledgement echoed a congestion mark
  * @now: current time, ns
+ *
+ * A decrease happens at most once per RTT: only a signal about a packet
+ * sent after the last decrease (now - rtt > last decrease) may cause one.
  */
 void cs_cc_on_ack(struct cs_cc *cc, cs_ns_t rtt, uint64_t acked, bool ece,
 		  cs_ns_t now);

@@ -34,15 +34,20 @@ int cs_pacer_init(struct cs_pacer *p, const struct cs_pacer_params *params,
 	p->frame_overhead = params->frame_overhead;
 	p->tat_ps = 0;
 	p->sent_bytes = 0;
-	p->rate = 0;
-	cs_pacer_set_rate(p, rate);
+	p->rate = rate;
+	p->burst_ps = cost_ps(rate, p->burst_bytes);
 	return 0;
 }
 
-void cs_pacer_set_rate(struct cs_pacer *p, double rate)
+void cs_pacer_set_rate(struct cs_pacer *p, double rate, cs_ns_t now)
 {
+	uint64_t now_ps = now * PS_PER_NS;
+
 	if (!(rate > 0))
 		return;
+	if (p->tat_ps > now_ps)
+		p->tat_ps = now_ps + (uint64_t)llround(
+			(double)(p->tat_ps - now_ps) * p->rate / rate);
 	p->rate = rate;
 	p->burst_ps = cost_ps(rate, p->burst_bytes);
 }

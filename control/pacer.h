@@ -60,9 +60,12 @@ int cs_pacer_init(struct cs_pacer *p, const struct cs_pacer_params *params,
 /**
  * cs_pacer_set_rate - change the rate (bytes per second, > 0)
  * @p: the pacer
- * @rate: new rate; the current bucket level is kept.
+ * @rate: new rate
+ * @now: current time, ns: the wait still ahead of the bucket is rescaled
+ *	to the new rate, so an increase takes effect at once rather than
+ *	after a packet charged at a low rate has been paid off.
  */
-void cs_pacer_set_rate(struct cs_pacer *p, double rate);
+void cs_pacer_set_rate(struct cs_pacer *p, double rate, cs_ns_t now);
 
 /**
  * cs_pacer_frame_bytes - bytes the pacer charges for a @len-byte payload

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* cs_rel: sequence numbers, SACK, RTO, fast retransmit, ACK coalescing. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +16,10 @@ enum {
 	M_LOST = 3,		/* deemed lost, waiting to be resent */
 };
 
-/* meta.pad: how the packet was last deemed lost (statistics). */
+/* meta.why: how the packet was last deemed lost (statistics). */
 #define LOST_BY_SACK 1
 #define LOST_BY_RTO 2
+#define LOST_BY_TLP 3
 
 #define SACK_BITS 64
 
@@ -45,6 +47,19 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	{ "rel.dupthresh", CS_CFG_U32,
 	  offsetof(struct cs_rel_params, dupthresh), "3", 1, 1024,
 	  "later-sent packets acknowledged before a packet counts as lost" },
+	{ "rel.credit_refresh", CS_CFG_NS,
+	  offsetof(struct cs_rel_params, credit_refresh), "20us", 1000, 1e10,
+	  "re-send a grown grant after this long (doubling) until the "
+	  "peer's data shows it arrived" },
+	{ "rel.reo_wnd", CS_CFG_NS, offsetof(struct cs_rel_params, reo_wnd),
+	  "2us", 0, 1e10,
+	  "least reordering window: a packet is lost once a later one was "
+	  "acknowledged and it has been out srtt + max(this, srtt/4)" },
+	{ "rel.tlp", CS_CFG_BOOL, offsetof(struct cs_rel_params, tlp), "1",
+	  CS_CFG_NO_BOUNDS,
+	  "tail loss probe: resend the newest packet after 2 srtt of silence" },
+	{ "rel.tlp_min", CS_CFG_NS, offsetof(struct cs_rel_params, tlp_min),
+	  "10us", 0, 1e10, "least tail-loss-probe timeout" },
 	{ "rel.max_timeouts", CS_CFG_U32,
 	  offsetof(struct cs_rel_params, max_timeouts), "64", 1, 1e6,
 	  "consecutive timeouts without progress before the session fails" },
@@ -61,6 +76,29 @@ int cs_rel_params_default(struct cs_rel_params *p)
 {
 	memset(p, 0, sizeof(*p));
 	return cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, p);
+}
+
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen)
+{
+	const char *key = NULL;
+
+	if (p->window < SACK_BITS || p->window > 65536 ||
+	    (p->window & (p->window - 1)))
+		key = "rel.window (a power of two in [64, 65536])";
+	else if (!p->ack_every)
+		key = "rel.ack_every (at least 1)";
+	else if (!p->dupthresh)
+		key = "rel.dupthresh (at least 1)";
+	else if (!p->max_timeouts)
+		key = "rel.max_timeouts (at least 1)";
+	else if (!p->rto_min || p->rto_min > p->rto_max)
+		key = "rel.rto_min (positive, at most rel.rto_max)";
+	if (!key)
+		return 0;
+	if (err)
+		snprintf(err, errlen, "config key %s is out of range", key);
+	return -EINVAL;
 }
 
 static inline struct cs_rel_meta *meta_of(const struct cs_rel *r,
@@ -101,10 +139,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		void *owner, uint32_t isn_tx, uint32_t isn_rx)
 {
 	memset(r, 0, sizeof(*r));
-	if (p->window < SACK_BITS || p->window > 65536 ||
-	    (p->window & (p->window - 1)) || !p->ack_every ||
-	    !p->dupthresh || !p->max_timeouts || !p->rto_min ||
-	    p->rto_min > p->rto_max)
+	if (cs_rel_params_check(p, NULL, 0))
 		return -EINVAL;
 	r->p = *p;
 	r->path = path;
@@ -124,6 +159,10 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 	r->rcv_nxt = isn_rx;
 	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
 	r->rto_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->credit_deadline = CS_NS_NEVER;
+	r->min_rtt = CS_NS_NEVER;
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
@@ -190,6 +229,9 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	 * does not count ACK coalescing as network delay. */
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
+		r->credit_deadline = now + (r->p.credit_refresh <<
+					    CS_MIN(r->credit_refreshes, 20u));
 	r->ack_pending = 0;
 	r->ack_now = false;
 	r->ece_pending = false;
@@ -200,6 +242,20 @@ static void arm_rto(struct cs_rel *r, cs_ns_t now)
 {
 	if (r->rto_deadline == CS_NS_NEVER)
 		r->rto_deadline = now + rto_now(r);
+}
+
+/* The probe timer restarts on every new send and every ACK that makes
+ * progress; it needs an RTT estimate. It allows for the peer's delayed
+ * ACK and for RTT variance, so that it fires on silence, not on a queue. */
+static void arm_tlp(struct cs_rel *r, cs_ns_t now)
+{
+	cs_ns_t pto;
+
+	r->tlp_deadline = CS_NS_NEVER;
+	if (!r->p.tlp || !r->st.rtt_samples || r->snd_una == r->snd_nxt)
+		return;
+	pto = CS_MAX(2 * r->srtt, r->srtt + 4 * r->rttvar) + r->p.ack_delay;
+	r->tlp_deadline = now + CS_MAX(pto, r->p.tlp_min);
 }
 
 int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
@@ -220,7 +276,8 @@ int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
 	m->len = len;
 	m->xmits = 1;
 	m->state = M_INFLIGHT;
-	m->pad = 0;
+	m->why = 0;
+	m->miss_xid = 0;
 
 	h->seq = seq;
 	h->len = len;
@@ -235,6 +292,7 @@ int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
 	if (r->path)
 		cs_pacer_consume(&r->path->pacer, len, now);
 	arm_rto(r, now);
+	arm_tlp(r, now);
 	return 0;
 }
 
@@ -279,8 +337,11 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 	if (seq == r->retx_hint)
 		r->retx_hint = seq + 1;
 	r->st.retx++;
-	if (m->pad == LOST_BY_SACK)
+	m->miss_xid = 0;	/* reports about the old copy are moot */
+	if (m->why == LOST_BY_SACK)
 		r->st.fast_retx++;
+	else if (m->why == LOST_BY_TLP)
+		r->st.tlp++;
 
 	h->seq = seq;
 	h->len = m->len;
@@ -300,7 +361,7 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 		      uint8_t why)
 {
 	m->state = M_LOST;
-	m->pad = why;
+	m->why = why;
 	/* Invariant: no packet before retx_hint is lost. */
 	if (++r->n_lost == 1 || cs_seq_lt(seq, r->retx_hint))
 		r->retx_hint = seq;
@@ -308,36 +369,57 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 
 /*
  * RACK-style detection: a packet still in flight is lost once a packet
- * transmitted @dupthresh transmissions after it has been acknowledged.
+ * transmitted after it has been acknowledged and either @dupthresh such
+ * transmissions followed it, or it has been out longer than an RTT plus
+ * the reordering window (then re-checked at rack_deadline).
+ * "Acknowledged" is judged per packet: miss_xid is the newest
+ * transmission acknowledged when an ACK last reported this packet
+ * missing, so a packet no bitmap covered (arrived or not) is never
+ * condemned.
  * First transmissions have xmit ids increasing with seq, and a resent
  * packet's id is newer still, so the scan can stop at the first
- * first-transmission that is too recent.
+ * first-transmission sent after the newest acknowledged one.
  */
-static int detect_lost(struct cs_rel *r)
+static int detect_lost(struct cs_rel *r, cs_ns_t now)
 {
+	bool timed = r->st.rtt_samples != 0;
+	cs_ns_t wait = r->srtt + CS_MAX(r->p.reo_wnd, r->srtt / 4);
 	int found = 0;
 
+	r->rack_deadline = CS_NS_NEVER;
 	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state != M_INFLIGHT)
 			continue;
-		if (m->xmit_id + r->p.dupthresh <= r->rack_xmit_id) {
+		if (m->xmit_id >= r->rack_xmit_id) {
+			if (m->xmits == 1)
+				break;
+			continue;
+		}
+		if (m->miss_xid <= m->xmit_id)
+			continue;	/* not reported missing since */
+		if (m->xmit_id + r->p.dupthresh <= m->miss_xid ||
+		    (timed && now >= m->sent + wait)) {
 			mark_lost(r, s, m, LOST_BY_SACK);
 			found = CS_REL_LOST;
-		} else if (m->xmits == 1) {
-			break;
+		} else if (timed && m->sent + wait < r->rack_deadline) {
+			r->rack_deadline = m->sent + wait;
 		}
 	}
 	return found;
 }
 
 /* Account one newly acknowledged packet. */
-static void acked_one(struct cs_rel *r, struct cs_rel_meta *m,
+static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		      uint64_t *bytes, const struct cs_rel_meta **sample)
 {
 	*bytes += m->len;
-	if (m->xmit_id > r->rack_xmit_id)
+	/* A resent packet acknowledged sooner than any round trip can be
+	 * was acknowledged for its original: it says nothing about what
+	 * was sent before the resend (RFC 8985, step 2). */
+	if (m->xmit_id > r->rack_xmit_id &&
+	    (m->xmits == 1 || now - m->sent >= r->min_rtt))
 		r->rack_xmit_id = m->xmit_id;
 	/* Karn: only a packet sent once says which send the ACK is for. */
 	if (m->xmits == 1 && (!*sample || m->xmit_id > (*sample)->xmit_id))
@@ -360,17 +442,48 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 		r->srtt = (7 * r->srtt + rtt) / 8;
 	}
 	r->st.rtt_samples++;
+	if (rtt < r->min_rtt)
+		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
 	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
 	r->backoff = 0;
+}
+
+/*
+ * Record that an ACK reported seqs @from .. @from + @n - 1 missing where
+ * @clear has the bit set (bit 0 for @from). Returns whether any packet
+ * in flight was. Called after the ACK's acknowledgements were counted,
+ * so rack_xmit_id is what the receiver had when it made the ACK.
+ */
+static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
+			 uint64_t clear)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = from + i;
+		struct cs_rel_meta *m;
+
+		if (!(clear >> i & 1) || cs_seq_lt(s, r->snd_una))
+			continue;
+		if (!cs_seq_lt(s, r->snd_nxt))
+			break;
+		m = meta_of(r, s);
+		if (m->state != M_INFLIGHT)
+			continue;
+		m->miss_xid = r->rack_xmit_id;
+		any = true;
+	}
+	return any;
 }
 
 static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		       cs_ns_t now)
 {
 	const struct cs_rel_meta *sample = NULL;
-	uint32_t ack = h->ack;
+	uint32_t ack = h->ack, base;
 	uint64_t bytes = 0, bits;
+	bool missing;
 	int res = 0;
 
 	if (cs_seq_lt(r->snd_nxt, ack)) {
@@ -385,15 +498,17 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		if (m->state == M_SACKED)
 			r->n_sacked--;
 		else
-			acked_one(r, m, &bytes, &sample);
+			acked_one(r, m, now, &bytes, &sample);
 		if (m->state == M_LOST)
 			r->n_lost--;
 		m->state = M_FREE;
 		m->xmits = 0;
 		r->snd_una++;
 	}
+	/* An extension's bitmap starts at its seq; an ACK's after ack. */
+	base = h->type == CS_PKT_NACK ? h->seq : ack + 1;
 	for (bits = h->sack; bits; bits &= bits - 1) {
-		uint32_t s = ack + 1 + (uint32_t)__builtin_ctzll(bits);
+		uint32_t s = base + (uint32_t)__builtin_ctzll(bits);
 		struct cs_rel_meta *m;
 
 		if (cs_seq_lt(s, r->snd_una))
@@ -407,7 +522,18 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			r->n_lost--;
 		m->state = M_SACKED;
 		r->n_sacked++;
-		acked_one(r, m, &bytes, &sample);
+		acked_one(r, m, now, &bytes, &sample);
+	}
+	/* What this ACK says has not arrived although something after it
+	 * has: the cumulative ack's seq and the clear bits below the
+	 * bitmap's highest set bit (above it, packets may be in flight). */
+	missing = false;
+	if (h->sack) {
+		uint32_t top = 63 - (uint32_t)__builtin_clzll(h->sack);
+		uint64_t below = top ? (1ull << top) - 1 : 0;
+
+		missing = mark_missing(r, ack, 1, 1);
+		missing |= mark_missing(r, base, top, ~h->sack & below);
 	}
 	if (bytes || sample) {
 		res |= CS_REL_ACKED;
@@ -417,6 +543,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		r->rto_deadline = CS_NS_NEVER;
 		if (r->snd_una != r->snd_nxt)
 			arm_rto(r, now);
+		arm_tlp(r, now);
 		if (r->path) {
 			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now ?
 				      now - h->ts_echo : 0;
@@ -425,8 +552,8 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 				       h->flags & CS_PKT_F_ECE, now);
 		}
 	}
-	if (r->n_sacked)
-		res |= detect_lost(r);
+	if (missing)
+		res |= detect_lost(r, now);
 	return res;
 }
 
@@ -435,6 +562,9 @@ static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
 {
 	uint32_t seq = h->seq, off = seq - r->rcv_nxt;
 
+	/* The peer is sending: it has, or will get, our current credit. */
+	r->credit_unconfirmed = false;
+	r->credit_deadline = CS_NS_NEVER;
 	if ((int32_t)off < 0 || (off < r->p.window && rcv_bit(r, seq))) {
 		/* Seen before: the peer probably lost our ACK; repeat it. */
 		r->st.dup_rcvd++;
@@ -499,29 +629,88 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
 
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now)
 {
-	return r->ack_now || (r->ack_pending && now >= r->ack_deadline);
+	return r->ack_now || r->ext_due ||
+	       (r->ack_pending && now >= r->ack_deadline);
+}
+
+/* Arrivals beyond the ordinary bitmap's reach? */
+static bool beyond_reach(const struct cs_rel *r)
+{
+	return r->rx_ooo && cs_seq_lt(r->rcv_nxt + 1 + SACK_BITS, r->rx_max);
+}
+
+/* The next block of 64 beyond the reach, cycling. */
+static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	uint32_t lo = r->rcv_nxt + 1 + SACK_BITS, base = r->ext_next;
+	uint64_t bits = 0;
+
+	if (cs_seq_lt(base, lo) || !cs_seq_lt(base, r->rx_max))
+		base = lo;
+	for (uint32_t i = 0; i < SACK_BITS; i++) {
+		uint32_t s = base + i;
+
+		if (!cs_seq_lt(s, r->rx_max) || s - r->rcv_nxt >= r->p.window)
+			break;
+		if (rcv_bit(r, s))
+			bits |= 1ull << i;
+	}
+	r->ext_next = base + SACK_BITS;
+	r->ext_due = false;
+	h->type = CS_PKT_NACK;
+	h->flags = CS_PKT_F_ACK;
+	h->seq = base;
+	h->ack = r->rcv_nxt;
+	h->sack = bits;
+	h->len = 0;
+	h->ts = now;
+	h->ts_echo = 0;		/* no RTT sample from an extension */
+	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->st.sack_ext++;
 }
 
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 {
+	if (r->ext_due && !r->ack_now && !r->ack_pending) {
+		build_ext(r, h, now);
+		return;
+	}
 	h->type = CS_PKT_ACK;
 	h->flags = 0;
 	h->seq = r->snd_nxt;
 	h->len = 0;
 	h->ts = now;
 	fill_ack(r, h, now);
+	r->ext_due = beyond_reach(r);
 	r->st.acks_sent++;
 }
 
 cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 {
-	cs_ns_t t = r->rto_deadline;
+	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
+			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
-	if (r->ack_now)
+	if (r->ack_now || r->ext_due)
 		return 0;
 	if (r->ack_pending && r->ack_deadline < t)
 		t = r->ack_deadline;
 	return t;
+}
+
+/* Resend the newest packet in flight, once, unless a loss is pending. */
+static int probe_tail(struct cs_rel *r)
+{
+	if (r->n_lost)
+		return 0;
+	for (uint32_t s = r->snd_nxt; cs_seq_lt(r->snd_una, s); s--) {
+		struct cs_rel_meta *m = meta_of(r, s - 1);
+
+		if (m->state == M_INFLIGHT) {
+			mark_lost(r, s - 1, m, LOST_BY_TLP);
+			return CS_REL_LOST;
+		}
+	}
+	return 0;
 }
 
 int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
@@ -530,11 +719,28 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 	if (r->ack_pending && now >= r->ack_deadline)
 		r->ack_now = true;
-	if (now < r->rto_deadline || r->failed)
+	if (now >= r->credit_deadline) {
+		r->credit_deadline = CS_NS_NEVER;
+		if (++r->credit_refreshes <= r->p.max_timeouts)
+			r->ack_now = true;
+		else
+			r->credit_unconfirmed = false;
+	}
+	if (r->failed)
 		return 0;
+	if (now >= r->rack_deadline)
+		res |= detect_lost(r, now);
+	if (now >= r->tlp_deadline && now < r->rto_deadline) {
+		r->tlp_deadline = CS_NS_NEVER;
+		res |= probe_tail(r);
+	}
+	if (now < r->rto_deadline)
+		return res;
 	r->rto_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
 	if (r->snd_una == r->snd_nxt)
-		return 0;
+		return res;
 	r->st.timeouts++;
 	if (++r->consecutive_to > r->p.max_timeouts) {
 		r->failed = true;
@@ -558,5 +764,13 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
 {
+	/* More credit must reach the peer now: it may be waiting for it,
+	 * and again later if that ACK is lost (credit_refresh). */
+	if (bytes > r->grant) {
+		r->ack_now = true;
+		r->credit_unconfirmed = true;
+		r->credit_refreshes = 0;
+		r->credit_deadline = CS_NS_NEVER;
+	}
 	r->grant = bytes;
 }

@@ -12,10 +12,26 @@
  * in flight (snd_nxt - snd_una). Loss is detected by
  *   - SACK: the receiver's ack carries the cumulative @ack (every seq
  *     before it arrived) and a 64-bit bitmap (bit i: seq ack + 1 + i
- *     arrived). A packet is deemed lost ("fast retransmit") once
- *     @dupthresh packets that were *transmitted after it* have been
- *     acknowledged (RACK-style ordering by transmission, so a lost
- *     retransmission is detected the same way);
+ *     arrived). A packet is deemed lost ("fast retransmit") once a packet
+ *     *transmitted after it* has been acknowledged and either @dupthresh
+ *     such packets were, or it has been out for srtt + max(@reo_wnd,
+ *     srtt / 4) (RACK, RFC 8985: ordering by transmission, so a lost
+ *     retransmission is detected the same way, and small windows recover
+ *     without waiting for @dupthresh packets). Only a packet that an
+ *     ACK reported missing is judged, against what had been acknowledged
+ *     when that ACK was made: what no bitmap covered is unknown, not
+ *     lost. The bitmap of an ordinary ACK reaches 64 packets past the
+ *     cumulative ack; when arrivals lie further out, the receiver follows
+ *     each ACK with one SACK extension (type CS_PKT_NACK, flag
+ *     CS_PKT_F_ACK: ack and credit as usual, and bit i of sack set when
+ *     seq (the header's seq field) + i arrived), cycling over the blocks
+ *     of 64 beyond the reach. Owners must hand CS_PKT_NACK packets to
+ *     cs_rel_on_packet() like ACKs; one that drops them only recovers
+ *     more slowly;
+ *   - tail loss probe: when nothing was acknowledged for
+ *     max(2 * srtt, srtt + 4 * rttvar) + @ack_delay (at least @tlp_min)
+ *     after the last send or ACK, the newest packet in flight is resent
+ *     once, so its ACK reveals a lost tail long before the RTO;
  *   - timeout: RTO = srtt + 4 * rttvar (RFC 6298), clamped to
  *     [rto_min, rto_max]; on expiry every un-SACKed packet in flight is
  *     marked lost and the RTO doubles (capped at rto_max) until a fresh
@@ -88,9 +104,15 @@
  * @rto_max: upper clamp, and the cap of the exponential back-off.
  * @dupthresh: later-transmitted packets acknowledged before a packet is
  *	deemed lost.
+ * @reo_wnd: least reordering window of the time-based rule.
+ * @tlp: send tail loss probes.
+ * @tlp_min: least probe timeout.
  * @max_timeouts: consecutive timeouts without progress before failing.
  * @credit: honour receiver-granted credit when sending new data.
  * @credit_init: the grant both ends assume before any ACK (bytes).
+ * @credit_refresh: a grown grant is re-sent after this long (doubling,
+ *	at most @max_timeouts times) until data from the peer shows it
+ *	arrived: a lost credit ACK must not leave a sender waiting forever.
  */
 struct cs_rel_params {
 	uint32_t window;
@@ -101,9 +123,13 @@ struct cs_rel_params {
 	uint64_t rto_min;
 	uint64_t rto_max;
 	uint32_t dupthresh;
+	uint64_t reo_wnd;
+	bool tlp;
+	uint64_t tlp_min;
 	uint32_t max_timeouts;
 	bool credit;
 	uint64_t credit_init;
+	uint64_t credit_refresh;
 };
 
 extern const struct cs_cfg_entry cs_rel_cfg[];
@@ -115,6 +141,16 @@ extern const size_t cs_rel_cfg_len;
  * Returns: 0 (or -EINVAL if a default in the table is broken).
  */
 int cs_rel_params_default(struct cs_rel_params *p);
+
+/**
+ * cs_rel_params_check - are @p consistent? (what the table cannot say)
+ * @p: parameters
+ * @err: message naming the key (may be NULL)
+ * @errlen: its size
+ * Returns: 0 or -EINVAL.
+ */
+int cs_rel_params_check(const struct cs_rel_params *p, char *err,
+			size_t errlen);
 
 /* cs_rel_on_packet() result bits. */
 #define CS_REL_DELIVER 0x1	/* new data: hand the payload up (once) */
@@ -138,9 +174,11 @@ struct cs_rel_stats {
 	uint64_t bytes_sent;	/* payload bytes, first transmissions */
 	uint64_t retx;		/* retransmissions */
 	uint64_t fast_retx;	/* of which triggered by SACK */
+	uint64_t tlp;		/* of which tail loss probes */
 	uint64_t timeouts;
 	uint64_t acks_sent;	/* pure ACKs built */
 	uint64_t acks_piggy;	/* ACKs carried on data */
+	uint64_t sack_ext;	/* SACK extension blocks built */
 	uint64_t data_rcvd;	/* new data delivered */
 	uint64_t bytes_rcvd;
 	uint64_t dup_rcvd;	/* duplicates dropped */
@@ -155,9 +193,11 @@ struct cs_rel_meta {
 	uint64_t xmit_id;	/* transmission order of the last send */
 	cs_ns_t sent;		/* time of the last send */
 	uint32_t len;
+	uint64_t miss_xid;	/* newest transmission acknowledged when an
+				 * ACK last reported this one missing */
 	uint16_t xmits;		/* 0: slot free */
 	uint8_t state;
-	uint8_t pad;
+	uint8_t why;		/* how it was last deemed lost */
 };
 
 /**
@@ -181,9 +221,12 @@ struct cs_rel {
 	uint64_t xmit_id;	/* next transmission's order */
 	uint64_t rack_xmit_id;	/* newest transmission acknowledged */
 	cs_ns_t srtt, rttvar, rto;
+	cs_ns_t min_rtt;	/* smallest Karn sample */
 	uint32_t backoff;	/* RTO doublings since the last sample */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline;	/* CS_NS_NEVER: not armed */
+	cs_ns_t rack_deadline;	/* re-run loss detection (time rule) */
+	cs_ns_t tlp_deadline;	/* tail loss probe */
 	uint32_t tx_bytes;	/* cumulative new payload bytes (credit) */
 	uint32_t credit_limit;	/* cumulative bytes the peer allows */
 
@@ -191,10 +234,15 @@ struct cs_rel {
 	uint32_t rcv_nxt;
 	uint64_t *rcv_bits;	/* window bits: seq arrived (seq & mask) */
 	uint32_t rx_bytes;	/* cumulative new payload bytes received */
-	uint64_t grant;		/* credit we grant the peer beyond rx_bytes */
+	uint64_t grant;		/* credit granted beyond rx_bytes */
+	bool credit_unconfirmed;	/* grown grant, no data seen since */
+	uint32_t credit_refreshes;
+	cs_ns_t credit_deadline;	/* re-send the grant */
 	uint32_t rx_max;	/* highest seq received + 1 (when rx_ooo) */
 	bool rx_ooo;		/* something beyond rcv_nxt arrived */
 	bool echo_valid;	/* echo_ts holds a data packet's ts */
+	bool ext_due;		/* a SACK extension block should follow */
+	uint32_t ext_next;	/* base of the next extension block */
 	uint32_t ack_pending;	/* data packets since the last ACK */
 	bool ack_now;
 	bool ece_pending;
@@ -311,16 +359,20 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
  * @r: the session
  * @now: current time, ns
  * Returns: true when @ack_every packets are unacknowledged, an
- *	out-of-order or duplicate arrival asked for one, or the ack delay
- *	expired. Data sent by cs_rel_stamp*() carries the ACK and clears it.
+ *	out-of-order or duplicate arrival asked for one, the ack delay
+ *	expired, or a SACK extension should follow the last ACK. Data sent
+ *	by cs_rel_stamp*() carries the ACK and clears it (not the
+ *	extension). Call it again after cs_rel_build_ack(): at most two in
+ *	a row.
  */
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now);
 
 /**
- * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0)
+ * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0), or the
+ * SACK extension that follows one (type CS_PKT_NACK, see above)
  * @r: the session
  * @h: header; the owner filled version/src/channel/group/epoch; the engine
- *	sets type, flags, ack, sack, ts, ts_echo, credit
+ *	sets type, flags, seq, ack, sack, ts, ts_echo, credit
  * @now: current time, ns
  */
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now);
@@ -328,8 +380,9 @@ void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now);
 /**
  * cs_rel_next_deadline - the next time cs_rel_on_timer() has work
  * @r: the session
- * Returns: the earliest of the RTO and the delayed-ACK deadline, or
- *	CS_NS_NEVER. (The pacer's time comes from cs_rel_tx_time().)
+ * Returns: the earliest of the RTO, loss-detection, probe and
+ *	delayed-ACK deadlines, or CS_NS_NEVER. (The pacer's time comes from
+ *	cs_rel_tx_time().)
  */
 cs_ns_t cs_rel_next_deadline(const struct cs_rel *r);
 
@@ -344,8 +397,11 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now);
 
 /**
  * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
- * has delivered; sent on the next ACK. A fan-in receiver divides its
- * budget among its senders with this.
+ * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
+ * grows. A fan-in receiver divides its budget among its senders with
+ * this; with more senders than packets in the budget it grants 1 byte
+ * (= one packet) to a rotating subset and 0 to the rest. A grant never
+ * takes back credit already advertised.
  * @r: the session
  * @bytes: the grant
  */

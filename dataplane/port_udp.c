@@ -100,12 +100,6 @@ static void post_recv(struct udp_port *up, struct udp_queue *q,
 	q->unsubmitted++;
 }
 
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = v >> 8;
-	p[1] = v & 0xff;
-}
-
 static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
 			     struct cs_pbuf *v, unsigned n)
 {

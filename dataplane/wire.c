@@ -11,24 +11,24 @@
  * struct cs_pkt_hdr in declaration order, network byte order.
  */
 enum {
-	CS_WIRE_O_VERSION = 0,	/* u8 */
-	CS_WIRE_O_TYPE = 1,	/* u8 */
-	CS_WIRE_O_FLAGS = 2,	/* u16 */
-	CS_WIRE_O_SRC = 4,	/* u16 */
-	CS_WIRE_O_CHANNEL = 6,	/* u16 */
-	CS_WIRE_O_GROUP = 8,	/* u32 */
-	CS_WIRE_O_EPOCH = 12,	/* u32 */
-	CS_WIRE_O_OP = 16,	/* u32 */
-	CS_WIRE_O_STEP = 20,	/* u32 */
-	CS_WIRE_O_SEQ = 24,	/* u32 */
-	CS_WIRE_O_ACK = 28,	/* u32 */
-	CS_WIRE_O_SACK = 32,	/* u64 */
-	CS_WIRE_O_OFFSET = 40,	/* u64 */
-	CS_WIRE_O_LEN = 48,	/* u32 */
-	CS_WIRE_O_CREDIT = 52,	/* u32 */
-	CS_WIRE_O_TS = 56,	/* u64 */
-	CS_WIRE_O_TS_ECHO = 64,	/* u64 */
-	CS_WIRE_O_RSVD = 72,		/* u32, zero in version 1 */
+	CS_WIRE_O_VERSION = 0, /* u8 */
+	CS_WIRE_O_TYPE = 1, /* u8 */
+	CS_WIRE_O_FLAGS = 2, /* u16 */
+	CS_WIRE_O_SRC = 4, /* u16 */
+	CS_WIRE_O_CHANNEL = 6, /* u16 */
+	CS_WIRE_O_GROUP = 8, /* u32 */
+	CS_WIRE_O_EPOCH = 12, /* u32 */
+	CS_WIRE_O_OP = 16, /* u32 */
+	CS_WIRE_O_STEP = 20, /* u32 */
+	CS_WIRE_O_SEQ = 24, /* u32 */
+	CS_WIRE_O_ACK = 28, /* u32 */
+	CS_WIRE_O_SACK = 32, /* u64 */
+	CS_WIRE_O_OFFSET = 40, /* u64 */
+	CS_WIRE_O_LEN = 48, /* u32 */
+	CS_WIRE_O_CREDIT = 52, /* u32 */
+	CS_WIRE_O_TS = 56, /* u64 */
+	CS_WIRE_O_TS_ECHO = 64, /* u64 */
+	CS_WIRE_O_RSVD = 72, /* u32, zero in version 1 */
 	CS_WIRE_O_END = CS_WIRE_O_RSVD + 4,
 };
 
@@ -36,23 +36,23 @@ enum {
 
 /* The encoded fields are exactly struct cs_pkt_hdr's (tag apart) + rsvd. */
 static_assert(CS_FSZ(version) + CS_FSZ(type) + CS_FSZ(flags) + CS_FSZ(src) +
-		      CS_FSZ(channel) + CS_FSZ(group) + CS_FSZ(epoch) +
-		      CS_FSZ(op) + CS_FSZ(step) + CS_FSZ(seq) + CS_FSZ(ack) +
-		      CS_FSZ(sack) + CS_FSZ(offset) + CS_FSZ(len) +
-		      CS_FSZ(credit) + CS_FSZ(ts) + CS_FSZ(ts_echo) + 4 ==
-	      CS_PROTO_HDR_WIRE_LEN,
+			      CS_FSZ(channel) + CS_FSZ(group) + CS_FSZ(epoch) +
+			      CS_FSZ(op) + CS_FSZ(step) + CS_FSZ(seq) +
+			      CS_FSZ(ack) + CS_FSZ(sack) + CS_FSZ(offset) +
+			      CS_FSZ(len) + CS_FSZ(credit) + CS_FSZ(ts) +
+			      CS_FSZ(ts_echo) + 4 ==
+		      CS_PROTO_HDR_WIRE_LEN,
 	      "wire header fields do not add up to CS_PROTO_HDR_WIRE_LEN");
 static_assert(CS_WIRE_O_END == CS_PROTO_HDR_WIRE_LEN,
 	      "wire header offsets do not end at CS_PROTO_HDR_WIRE_LEN");
 static_assert(CS_WIRE_O_TS_ECHO + CS_FSZ(ts_echo) == CS_WIRE_O_RSVD,
 	      "reserved word must follow ts_echo");
-static_assert(CS_PROTO_FRAME_OVERHEAD ==
-		      CS_WIRE_L4_END + CS_PROTO_HDR_WIRE_LEN,
+static_assert(CS_PROTO_FRAME_OVERHEAD == CS_WIRE_L4_END + CS_PROTO_HDR_WIRE_LEN,
 	      "CS_PROTO_FRAME_OVERHEAD disagrees with the codec");
 static_assert(CS_FSZ(tag) == CS_PROTO_TAG_LEN, "tag size");
 
-#define CS_WIRE_KNOWN_FLAGS                                                  \
-	(CS_PKT_F_ACK | CS_PKT_F_ECE | CS_PKT_F_AUTH | CS_PKT_F_RETX |        \
+#define CS_WIRE_KNOWN_FLAGS                                                    \
+	(CS_PKT_F_ACK | CS_PKT_F_ECE | CS_PKT_F_AUTH | CS_PKT_F_RETX |         \
 	 CS_PKT_F_CE | CS_PKT_F_LAST)
 
 /* IPv4 header offsets. */
@@ -134,7 +134,7 @@ static uint64_t csum_add(uint64_t sum, const void *data, size_t n)
 	while (n >= 8) {
 		memcpy(&v, p, 8);
 		sum += v;
-		sum += sum < v;	/* end-around carry */
+		sum += sum < v; /* end-around carry */
 		p += 8;
 		n -= 8;
 	}
@@ -341,15 +341,14 @@ int cs_wire_udp_csum_fill(void *buf, size_t len)
 	size_t ulen;
 	int rc;
 
-	rc = cs_wire_decode_ex(buf, len, 0,
-			       CS_WIRE_RX_NO_UDP_CSUM, &pkt);
+	rc = cs_wire_decode_ex(buf, len, 0, CS_WIRE_RX_NO_UDP_CSUM, &pkt);
 	if (rc)
 		return rc;
 	ulen = pkt.frame_len - pkt.l4_off;
 	memset(p + pkt.l4_off + CS_UDP_O_CSUM, 0, 2);
 	csum = (uint16_t)~udp_sum(p + pkt.l3_off, p + pkt.l4_off, ulen);
 	if (csum == 0)
-		csum = 0xffff;	/* 0 means "no checksum" (RFC 768) */
+		csum = 0xffff; /* 0 means "no checksum" (RFC 768) */
 	memcpy(p + pkt.l4_off + CS_UDP_O_CSUM, &csum, 2);
 	return 0;
 }

@@ -26,10 +26,10 @@
 
 #include "internal/proto.h"
 
-#define CS_WIRE_ETH_LEN 14	/* dst MAC, src MAC, ethertype */
-#define CS_WIRE_VLAN_LEN 4	/* one 802.1Q tag (decode only) */
-#define CS_WIRE_IP_LEN 20	/* IPv4 header without options */
-#define CS_WIRE_IP_MAX_LEN 60	/* IHL 15 */
+#define CS_WIRE_ETH_LEN 14 /* dst MAC, src MAC, ethertype */
+#define CS_WIRE_VLAN_LEN 4 /* one 802.1Q tag (decode only) */
+#define CS_WIRE_IP_LEN 20 /* IPv4 header without options */
+#define CS_WIRE_IP_MAX_LEN 60 /* IHL 15 */
 #define CS_WIRE_UDP_LEN 8
 /* Ethernet + IPv4 + UDP as the encoder writes them. */
 #define CS_WIRE_L4_END (CS_WIRE_ETH_LEN + CS_WIRE_IP_LEN + CS_WIRE_UDP_LEN)
@@ -37,8 +37,8 @@
 #define CS_WIRE_IP_TOT_MAX 65535u
 /* Largest hdr.len that fits an IPv4 datagram with the auth tag (without
  * it, CS_PROTO_TAG_LEN more fit). */
-#define CS_WIRE_MAX_PAYLOAD                                                  \
-	(CS_WIRE_IP_TOT_MAX - CS_WIRE_IP_LEN - CS_WIRE_UDP_LEN -              \
+#define CS_WIRE_MAX_PAYLOAD                                                    \
+	(CS_WIRE_IP_TOT_MAX - CS_WIRE_IP_LEN - CS_WIRE_UDP_LEN -               \
 	 CS_PROTO_HDR_WIRE_LEN - CS_PROTO_TAG_LEN)
 
 #define CS_WIRE_ETHERTYPE_IPV4 0x0800
@@ -47,7 +47,7 @@
 
 /* Encoder defaults for cs_wire_encode(); cs_wire_tmpl_init() takes both. */
 #define CS_WIRE_TTL_DEFAULT 64
-#define CS_WIRE_TOS_DEFAULT 0x02	/* DSCP 0, ECN ECT(0): switches may mark */
+#define CS_WIRE_TOS_DEFAULT 0x02 /* DSCP 0, ECN ECT(0): switches may mark */
 #define CS_WIRE_ECN_MASK 0x03
 #define CS_WIRE_ECN_CE 0x03
 
@@ -58,38 +58,38 @@
 enum cs_wire_err {
 	CS_WIRE_OK = 0,
 	CS_WIRE_E_BASE = 2000,
-	CS_WIRE_E_SHORT = -2001,	/* frame ends inside a header or the
-					 * IPv4 total length */
-	CS_WIRE_E_ETHERTYPE = -2002,	/* not IPv4 (after one VLAN tag) */
-	CS_WIRE_E_IP_VERSION = -2003,	/* IP version field is not 4 */
-	CS_WIRE_E_IP_IHL = -2004,	/* IPv4 header length below 20 */
-	CS_WIRE_E_IP_CSUM = -2005,	/* bad IPv4 header checksum */
-	CS_WIRE_E_IP_LEN = -2006,	/* total length < IP header + UDP */
-	CS_WIRE_E_IP_FRAG = -2007,	/* a fragment (MF or offset set) */
-	CS_WIRE_E_PROTO = -2008,	/* IP protocol is not UDP */
-	CS_WIRE_E_UDP_LEN = -2009,	/* UDP length != IPv4 payload length */
-	CS_WIRE_E_UDP_CSUM = -2010,	/* nonzero UDP checksum is wrong */
-	CS_WIRE_E_UDP_PORT = -2011,	/* not for the requested UDP port */
-	CS_WIRE_E_HDR_LEN = -2012,	/* UDP payload shorter than the
-					 * collstack header */
-	CS_WIRE_E_VERSION = -2013,	/* collstack version != ours */
-	CS_WIRE_E_TYPE = -2014,		/* unknown packet type */
-	CS_WIRE_E_FLAGS = -2015,	/* unknown flag bits */
-	CS_WIRE_E_RESERVED = -2016,	/* reserved word is not zero */
-	CS_WIRE_E_TAG = -2017,		/* F_AUTH but no room for the tag */
-	CS_WIRE_E_LEN = -2018,		/* hdr.len != bytes after the header,
-					 * or too large to encode */
-	CS_WIRE_E_OFFSET = -2019,	/* offset + len overflows 64 bits */
-	CS_WIRE_E_CAP = -2020,		/* encode: buffer too small */
-	CS_WIRE_E_INVAL = -2021,	/* encode: bad argument (NULL) */
+	CS_WIRE_E_SHORT = -2001, /* frame ends inside a header or the
+				  * IPv4 total length */
+	CS_WIRE_E_ETHERTYPE = -2002, /* not IPv4 (after one VLAN tag) */
+	CS_WIRE_E_IP_VERSION = -2003, /* IP version field is not 4 */
+	CS_WIRE_E_IP_IHL = -2004, /* IPv4 header length below 20 */
+	CS_WIRE_E_IP_CSUM = -2005, /* bad IPv4 header checksum */
+	CS_WIRE_E_IP_LEN = -2006, /* total length < IP header + UDP */
+	CS_WIRE_E_IP_FRAG = -2007, /* a fragment (MF or offset set) */
+	CS_WIRE_E_PROTO = -2008, /* IP protocol is not UDP */
+	CS_WIRE_E_UDP_LEN = -2009, /* UDP length != IPv4 payload length */
+	CS_WIRE_E_UDP_CSUM = -2010, /* nonzero UDP checksum is wrong */
+	CS_WIRE_E_UDP_PORT = -2011, /* not for the requested UDP port */
+	CS_WIRE_E_HDR_LEN = -2012, /* UDP payload shorter than the
+				    * collstack header */
+	CS_WIRE_E_VERSION = -2013, /* collstack version != ours */
+	CS_WIRE_E_TYPE = -2014, /* unknown packet type */
+	CS_WIRE_E_FLAGS = -2015, /* unknown flag bits */
+	CS_WIRE_E_RESERVED = -2016, /* reserved word is not zero */
+	CS_WIRE_E_TAG = -2017, /* F_AUTH but no room for the tag */
+	CS_WIRE_E_LEN = -2018, /* hdr.len != bytes after the header,
+				* or too large to encode */
+	CS_WIRE_E_OFFSET = -2019, /* offset + len overflows 64 bits */
+	CS_WIRE_E_CAP = -2020, /* encode: buffer too small */
+	CS_WIRE_E_INVAL = -2021, /* encode: bad argument (NULL) */
 };
 
 /* Number of CS_WIRE_E_* codes; they run from -(BASE + 1) to -(BASE + N). */
 #define CS_WIRE_E_COUNT 21
 
 /* Decode flags: checks the NIC already made (DPDK rx offload flags). */
-#define CS_WIRE_RX_NO_IP_CSUM 0x1u	/* skip the IPv4 header checksum */
-#define CS_WIRE_RX_NO_UDP_CSUM 0x2u	/* skip the UDP checksum */
+#define CS_WIRE_RX_NO_IP_CSUM 0x1u /* skip the IPv4 header checksum */
+#define CS_WIRE_RX_NO_UDP_CSUM 0x2u /* skip the UDP checksum */
 
 /* A dataplane endpoint; ip and port in host order. */
 struct cs_wire_addr {
@@ -100,17 +100,17 @@ struct cs_wire_addr {
 
 /* A decoded frame. payload points into the decoded buffer (no copy). */
 struct cs_wire_pkt {
-	struct cs_pkt_hdr hdr;	/* tag zeroed unless CS_PKT_F_AUTH */
+	struct cs_pkt_hdr hdr; /* tag zeroed unless CS_PKT_F_AUTH */
 	struct cs_wire_addr src;
 	struct cs_wire_addr dst;
-	const uint8_t *payload;	/* hdr.len bytes */
-	uint16_t vlan_tci;	/* valid when vlan */
-	bool vlan;		/* the frame had one 802.1Q tag */
-	uint8_t tos;		/* IPv4 DSCP/ECN byte as received */
-	uint16_t l3_off;	/* byte offset of the IPv4 header */
-	uint16_t l4_off;	/* byte offset of the UDP header */
-	uint16_t hdr_off;	/* byte offset of the collstack header */
-	uint32_t frame_len;	/* bytes used: l3_off + IPv4 total length */
+	const uint8_t *payload; /* hdr.len bytes */
+	uint16_t vlan_tci; /* valid when vlan */
+	bool vlan; /* the frame had one 802.1Q tag */
+	uint8_t tos; /* IPv4 DSCP/ECN byte as received */
+	uint16_t l3_off; /* byte offset of the IPv4 header */
+	uint16_t l4_off; /* byte offset of the UDP header */
+	uint16_t hdr_off; /* byte offset of the collstack header */
+	uint32_t frame_len; /* bytes used: l3_off + IPv4 total length */
 };
 
 /*
@@ -119,14 +119,14 @@ struct cs_wire_pkt {
  */
 struct cs_wire_tmpl {
 	uint8_t l2l4[CS_WIRE_L4_END];
-	uint32_t ip_sum;	/* IPv4 header partial sum, total length 0 */
+	uint32_t ip_sum; /* IPv4 header partial sum, total length 0 */
 };
 
 /* Drop counters by code: ports count every decode result here. */
 struct cs_wire_stats {
-	uint64_t ok;				/* frames accepted */
-	uint64_t err[CS_WIRE_E_COUNT + 1];	/* [i]: code -(BASE + i);
-						 * [0]: unknown code */
+	uint64_t ok; /* frames accepted */
+	uint64_t err[CS_WIRE_E_COUNT + 1]; /* [i]: code -(BASE + i);
+					    * [0]: unknown code */
 };
 
 /**

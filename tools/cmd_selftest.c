@@ -5,12 +5,14 @@
  * the reduction benchmark in its quick form. Exit 0 only if every check
  * passed.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <collstack/types.h>
 
 #include "cmds.h"
+#include "collectives/reduce.h"
 #include "control/auth.h"
 #include "dataplane/wire.h"
 
@@ -102,6 +104,48 @@ static void selftest_codec(void)
 	      "stale-epoch key is refused");
 }
 
+/* Both kernel paths against a naive per-element reference. */
+static void selftest_reduce(void)
+{
+	enum { N = 1000 };
+	static int32_t a[N], b[N], want[N], got[N];
+	static float fa[N], fb[N], fwant[N], fgot[N];
+	char what[96];
+
+	printf("reduction kernels (run-time ISA: %s):\n", cs_reduce_isa());
+	for (int i = 0; i < N; i++) {
+		a[i] = i * 7 - 300;
+		b[i] = 1000 - i * 3;
+		fa[i] = (float)i * 0.25f;
+		fb[i] = (float)(N - i) * 0.5f;
+	}
+	for (unsigned op = 0; op < CS_REDOP_COUNT; op++) {
+		for (int i = 0; i < N; i++) {
+			int32_t x = a[i], y = b[i];
+			float fx = fa[i], fy = fb[i];
+
+			want[i] = op == CS_SUM  ? (int32_t)((uint32_t)x + (uint32_t)y) :
+				  op == CS_PROD ? (int32_t)((uint32_t)x * (uint32_t)y) :
+				  op == CS_MIN  ? (x < y ? x : y) : (x > y ? x : y);
+			fwant[i] = op == CS_SUM ? fx + fy : op == CS_PROD ? fx * fy :
+				   op == CS_MIN ? (fx < fy ? fx : fy) :
+						  (fx > fy ? fx : fy);
+		}
+		memcpy(got, a, sizeof(a));
+		memcpy(fgot, fa, sizeof(fa));
+		snprintf(what, sizeof(what), "i32 and f32 %s, %d elements",
+			 cs_redop_name((enum cs_redop)op), N);
+		check(!cs_reduce(got, b, N, CS_I32, (enum cs_redop)op) &&
+			      !cs_reduce(fgot, fb, N, CS_F32,
+					 (enum cs_redop)op) &&
+			      !memcmp(got, want, sizeof(want)) &&
+			      !memcmp(fgot, fwant, sizeof(fwant)),
+		      what);
+	}
+	check(cs_reduce(got, b, N, CS_DTYPE_COUNT, CS_SUM) == -EINVAL,
+	      "bad dtype is refused with -EINVAL");
+}
+
 int cs_cmd_selftest(int argc, char **argv)
 {
 	(void)argv;
@@ -111,6 +155,10 @@ int cs_cmd_selftest(int argc, char **argv)
 	}
 	printf("collstack selftest\n");
 	selftest_codec();
+	selftest_reduce();
+	printf("\nreduction benchmark (quick; full table: collstack bench-reduce):\n");
+	if (cs_bench_reduce_run(stdout, true))
+		check(false, "reduction benchmark ran");
 	printf("\nselftest: %u checks ok, %u failed\n", n_ok, n_fail);
 	return n_fail ? 1 : 0;
 }

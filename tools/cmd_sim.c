@@ -18,10 +18,10 @@ struct sim_cmd {
 static const struct sim_cmd sim_cmds[] = {
 	{ "p2p", cs_cmd_sim_p2p, "move --bytes between two endpoints" },
 	{ "incast", cs_cmd_sim_incast, "N senders into one receiver via a switch" },
-	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce over N simulated ranks" },
-	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter over N simulated ranks" },
-	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather over N simulated ranks" },
-	{ "broadcast", cs_cmd_sim_broadcast, "pipelined-chain broadcast over N simulated ranks" },
+	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce, N ranks" },
+	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter" },
+	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather" },
+	{ "broadcast", cs_cmd_sim_broadcast, "pipelined chain" },
 };
 
 static void sim_usage(FILE *out)
@@ -169,6 +169,7 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 {
 	struct cs_sim_p2p_cfg cfg;
 	struct cs_sim_p2p_result res;
+	char err[160];
 	double d;
 	int ret;
 
@@ -185,10 +186,14 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 		if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
 			printf("usage: collstack sim p2p --bytes S [OPTIONS]\n"
 			       "  --bytes S          bytes to move (64M)\n"
-			       "  --payload B        payload per packet (8896)\n"
+			       "  --payload B        payload per packet (8896)"
+			       "\n"
 			       "  --isn N            first sequence number\n"
-			       "  --outage-ms T:L    data link down from T for L ms\n"
-			       "  --fail-ms T        the receiver dies at T\n%s",
+			       "  --outage-ms T:L    data link down from T for "
+			       "L ms\n"
+			       "  --fail-ms T        the receiver dies at T\n"
+			       "  --synthetic        no payload bytes (counts "
+			       "only)\n%s",
 			       common_help);
 			return 0;
 		} else if (!strcmp(o, "--bytes") && v &&
@@ -197,13 +202,16 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 		} else if (!strcmp(o, "--payload") && v) {
 			cfg.payload = (uint32_t)strtoul(v, NULL, 0);
 			i++;
+		} else if (!strcmp(o, "--synthetic")) {
+			cfg.synthetic = true;
 		} else if (!strcmp(o, "--isn") && v) {
 			cfg.isn = (uint32_t)strtoul(v, NULL, 0);
 			i++;
 		} else if (!strcmp(o, "--outage-ms") && v) {
 			double t, l;
 
-			if (sscanf(v, "%lf:%lf", &t, &l) != 2 || t < 0 || l < 0) {
+			if (sscanf(v, "%lf:%lf", &t, &l) != 2 || t < 0 ||
+			    l < 0) {
 				fprintf(stderr, "--outage-ms wants T:L\n");
 				return 2;
 			}
@@ -219,6 +227,10 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 				o);
 			return 2;
 		}
+	}
+	if (cs_rel_params_check(&cfg.xp.rel, err, sizeof(err))) {
+		fprintf(stderr, "collstack sim p2p: %s\n", err);
+		return 2;
 	}
 	ret = cs_sim_p2p_run(&cfg, &res);
 	if (ret) {
@@ -242,6 +254,7 @@ int cs_cmd_sim_incast(int argc, char **argv)
 {
 	struct cs_sim_incast_cfg cfg;
 	struct cs_sim_incast_result res;
+	char err[160];
 	int ret;
 
 	if (cs_sim_incast_defaults(&cfg))
@@ -255,12 +268,16 @@ int cs_cmd_sim_incast(int argc, char **argv)
 		if (ret)
 			continue;
 		if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
-			printf("usage: collstack sim incast --senders N [OPTIONS]\n"
+			printf("usage: collstack sim incast --senders N "
+			       "[OPTIONS]\n"
 			       "  --senders N        senders (16)\n"
 			       "  --bytes S          bytes per sender (4M)\n"
-			       "  --port-buffer B    switch buffer per port (1M)\n"
-			       "  --credit B         receiver credit budget, 0: off (256K)\n"
-			       "  --ecn B            switch ECN threshold (0: off)\n%s",
+			       "  --port-buffer B    switch buffer per port "
+			       "(1M)\n"
+			       "  --credit B         receiver credit budget, "
+			       "0: off (256K)\n"
+			       "  --ecn B            switch ECN threshold "
+			       "(0: off)\n%s",
 			       common_help);
 			return 0;
 		} else if (!strcmp(o, "--senders") && v) {
@@ -279,10 +296,14 @@ int cs_cmd_sim_incast(int argc, char **argv)
 			   !size_arg(v, &cfg.ecn_bytes)) {
 			i++;
 		} else {
-			fprintf(stderr, "collstack sim incast: bad option '%s'\n",
-				o);
+			fprintf(stderr,
+				"collstack sim incast: bad option '%s'\n", o);
 			return 2;
 		}
+	}
+	if (cs_rel_params_check(&cfg.xp.rel, err, sizeof(err))) {
+		fprintf(stderr, "collstack sim incast: %s\n", err);
+		return 2;
 	}
 	ret = cs_sim_incast_run(&cfg, &res);
 	if (ret) {

@@ -3,6 +3,9 @@
 #ifndef CS_TOOLS_CMDS_H
 #define CS_TOOLS_CMDS_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
 int cs_cmd_selftest(int argc, char **argv);
 int cs_cmd_bench_ring(int argc, char **argv);
 int cs_cmd_bench(int argc, char **argv);
@@ -16,5 +19,9 @@ int cs_cmd_sim_all_gather(int argc, char **argv);
 int cs_cmd_sim_broadcast(int argc, char **argv);
 /* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */
 int cs_sim_parse_size(const char *s, unsigned long long *out);
+int cs_cmd_bench_ring(int argc, char **argv);
+int cs_cmd_bench_reduce(int argc, char **argv);
+/* bench-reduce with default settings; quick: small sizes, for selftest. */
+int cs_bench_reduce_run(FILE *out, bool quick);
 
 #endif

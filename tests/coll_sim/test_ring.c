@@ -547,3 +547,120 @@ Test(ring, bad_parameters)
 	cr_assert_eq(cs_coll_init(&p, &c), 0);
 	cs_coll_free(c);
 }
+
+/* Packets of an older epoch are dropped and counted, a newer one is an
+ * error; neither touches the buffer. */
+Test(ring, stale_epoch_is_dropped_and_counted)
+{
+	struct pair P;
+	struct cs_coll_tx tx;
+	struct cs_coll_stats st;
+	struct cs_pkt_hdr h;
+	int32_t snap[64];
+
+	pair_init(&P, 4);
+	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, &tx, 1), 1);
+	memcpy(snap, P.buf[1], sizeof(snap));
+	h = tx.hdr;
+	h.epoch = tx.hdr.epoch - 1;	/* older (wraps: serial compare) */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
+		     CS_COLL_RX_STALE);
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
+		     CS_COLL_RX_STALE);
+	h.epoch = tx.hdr.epoch + 1;
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
+		     CS_ERR_EPOCH);
+	cr_assert_eq(memcmp(snap, P.buf[1], sizeof(snap)), 0);
+	cs_coll_get_stats(P.op[1], &st);
+	cr_assert_eq(st.rx_stale_epoch, 2);
+	cr_assert_eq(st.rx_pkts, 0);
+	cr_assert_not(cs_coll_rx_has(P.op[1], 0, 0, tx.hdr.offset));
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &tx.hdr, tx.payload),
+		     CS_COLL_RX_NEW);
+	pair_fini(&P);
+}
+
+/* "What is it waiting for": data from the predecessor, then (window full)
+ * acks from the successor; the formatted line names both. */
+Test(ring, waiting_on_names_the_rank_and_chunk)
+{
+	struct pair P;
+	struct cs_coll_tx tx[16];
+	struct cs_coll_wait w;
+	char line[200];
+
+	pair_init(&P, 1);
+	/* rank 1 has received nothing: it waits on rank 0, step 0, chunk 0 */
+	cr_assert(cs_coll_waiting_on(P.op[1], &w));
+	cr_assert_eq(w.kind, CS_COLL_WAIT_DATA);
+	cr_assert_eq(w.rank, 1);
+	cr_assert_eq(w.peer, 0);
+	cr_assert_eq(w.step, 0);
+	cr_assert_eq(w.chunk, 0);
+	cr_assert_eq(w.pkts_missing, 2);
+	cr_assert_eq(w.pkts_total, 2);
+	cs_coll_wait_format(P.op[1], &w, line, sizeof(line));
+	cr_assert_str_eq(line, "rank 1 waits on rank 0: allreduce op 0 "
+			 "channel 0 reduce-scatter step 0 chunk 0 (packets 2 "
+			 "of 2 missing)");
+	/* one packet of the first chunk arrives: 1 of 2 missing */
+	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, tx, 16), 2);
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &tx[0].hdr, tx[0].payload),
+		     CS_COLL_RX_NEW);
+	cr_assert(cs_coll_waiting_on(P.op[1], &w));
+	cr_assert_eq(w.pkts_missing, 1);
+	/* rank 0's window (1 chunk) is full: it waits on rank 1's acks */
+	cr_assert(cs_coll_waiting_on(P.op[0], &w));
+	cr_assert_eq(w.kind, CS_COLL_WAIT_ACK);
+	cr_assert_eq(w.peer, 1);
+	cr_assert_eq(w.chunk, 0);
+	cr_assert_eq(w.pkts_missing, 2);
+	cs_coll_wait_format(P.op[0], &w, line, sizeof(line));
+	cr_assert(strstr(line, "rank 0 waits on rank 1: allreduce op 0 "
+			 "channel 0 acks for reduce-scatter step 0 chunk 0"),
+		  "%s", line);
+	cr_assert_eq(cs_coll_on_acked(P.op[0], tx[0].cookie), 0);
+	cr_assert(cs_coll_waiting_on(P.op[0], &w));
+	cr_assert_eq(w.pkts_missing, 1);
+	pair_fini(&P);
+}
+
+/* Abort: the op completes with the error and names the culprit; it sends
+ * nothing more, ignores late packets and acks, refuses rebuilds. */
+Test(ring, abort_completes_with_the_error)
+{
+	struct pair P;
+	struct cs_coll_tx tx[16], rb;
+	struct cs_coll_stats st;
+	struct cs_coll_wait w;
+	uint32_t who;
+	int32_t snap[64];
+
+	pair_init(&P, 4);
+	cr_assert_eq(cs_coll_status(P.op[0], &who), -EINPROGRESS);
+	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, tx, 2), 2);
+	cr_assert_not(cs_coll_done(P.op[0]));
+	cr_assert_eq(cs_coll_abort(P.op[0], 5, 1), -EINVAL);
+	cr_assert_eq(cs_coll_abort(P.op[0], CS_ERR_PEER_LOST, 1), 0);
+	cr_assert_eq(cs_coll_abort(P.op[0], CS_ERR_TIMEOUT, 0), -EALREADY);
+	cr_assert_eq(cs_coll_status(P.op[0], &who), CS_ERR_PEER_LOST);
+	cr_assert_eq(who, 1);
+	cr_assert(cs_coll_done(P.op[0]));
+	cr_assert_not(cs_coll_result_ready(P.op[0]));
+	cr_assert_not(cs_coll_waiting_on(P.op[0], &w));
+	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, tx + 2, 14), 0);
+	cr_assert_eq(cs_coll_next_on(P.op[0], 0, 0, tx + 2, 14), 0);
+	cr_assert_eq(cs_coll_rebuild(P.op[0], tx[0].cookie, &rb), -ECANCELED);
+	cr_assert_eq(cs_coll_on_acked(P.op[0], tx[0].cookie), 0);
+	/* a late packet from rank 1 is ignored */
+	cr_assert_eq(cs_coll_next_packets(P.op[1], 0, tx + 2, 1), 1);
+	memcpy(snap, P.buf[0], sizeof(snap));
+	cr_assert_eq(cs_coll_on_data(P.op[0], 0, &tx[2].hdr, tx[2].payload),
+		     CS_COLL_RX_LATE);
+	cr_assert_eq(memcmp(snap, P.buf[0], sizeof(snap)), 0);
+	cs_coll_get_stats(P.op[0], &st);
+	cr_assert_eq(st.rx_late, 1);
+	/* a running op is unaffected; a completed one cannot be aborted */
+	cr_assert_eq(cs_coll_status(P.op[1], NULL), -EINPROGRESS);
+	pair_fini(&P);
+}

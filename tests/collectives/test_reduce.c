@@ -51,7 +51,7 @@ static uint16_t small_encode(double x, int mbits, int ebits)
 	if (x == 0)
 		return sign;
 	frexp(x, &e);
-	e -= 1;				/* x in [2^e, 2^(e+1)) */
+	e -= 1; /* x in [2^e, 2^(e+1)) */
 	if (e < emin)
 		e = emin;
 	r = rint(x / ldexp(1, e - mbits));
@@ -61,7 +61,7 @@ static uint16_t small_encode(double x, int mbits, int ebits)
 	}
 	if (e > emax)
 		return sign | inf;
-	if (r < ldexp(1, mbits))	/* subnormal */
+	if (r < ldexp(1, mbits)) /* subnormal */
 		return sign | (uint16_t)r;
 	return sign | (uint16_t)((e + bias) << mbits) |
 	       (uint16_t)((unsigned)r - (1u << mbits));
@@ -108,11 +108,11 @@ static float ref_fop32(enum cs_redop op, float a, float b)
 	}
 }
 
-#define REF_INT(T, UT, op, x, y)					\
-	((op) == CS_SUM ? (T)((UT)(x) + (UT)(y)) :			\
-	 (op) == CS_PROD ? (T)((UT)(x) * (UT)(y)) :			\
-	 (op) == CS_MIN ? ((x) < (y) ? (x) : (y)) :			\
-			  ((x) > (y) ? (x) : (y)))
+#define REF_INT(T, UT, op, x, y)                                               \
+	((op) == CS_SUM	   ? (T)((UT)(x) + (UT)(y))                            \
+	 : (op) == CS_PROD ? (T)((UT)(x) * (UT)(y))                            \
+	 : (op) == CS_MIN  ? ((x) < (y) ? (x) : (y))                           \
+			   : ((x) > (y) ? (x) : (y)))
 
 /* r = op(x, y) for one element of type t; all pointers may be unaligned. */
 static void ref_elem(enum cs_dtype t, enum cs_redop op, const void *x,
@@ -146,7 +146,8 @@ static void ref_elem(enum cs_dtype t, enum cs_redop op, const void *x,
 		memcpy(&a, x, 2);
 		memcpy(&b, y, 2);
 		c = small_encode(ref_fop(op, small_decode(a, mb, eb),
-					 small_decode(b, mb, eb)), mb, eb);
+					 small_decode(b, mb, eb)),
+				 mb, eb);
 		memcpy(r, &c, 2);
 		break;
 	}
@@ -217,18 +218,16 @@ static bool same_elem(enum cs_dtype t, const void *got, const void *want)
 static void gen_elem(enum cs_dtype t, uint64_t *rng, void *out)
 {
 	static const uint16_t h_special[] = {
-		0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x0001,
-		0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0xbc00,
-		0x3bff, 0x3c01,
+		0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x0001, 0x8001,
+		0x03ff, 0x0400, 0x7bff, 0xfbff, 0x3c00, 0xbc00, 0x3bff, 0x3c01,
 	};
 	static const uint16_t b_special[] = {
-		0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x0001,
-		0x8001, 0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80, 0xbf80,
-		0x3f7f, 0x3f81,
+		0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0x0001, 0x8001,
+		0x007f, 0x0080, 0x7f7f, 0xff7f, 0x3f80, 0xbf80, 0x3f7f, 0x3f81,
 	};
 	static const double d_special[] = {
-		0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 1e-40,
-		-1e-45, 3.4e38, -3.4e38, 1e-310, 1.7e308, 0.5, 2.0, 3.0,
+		0.0,	-0.0,	INFINITY, -INFINITY, NAN,     1.0, -1.0, 1e-40,
+		-1e-45, 3.4e38, -3.4e38,  1e-310,    1.7e308, 0.5, 2.0,	 3.0,
 	};
 	uint64_t r = cs_rand_next(rng);
 	unsigned cls = r & 7, pick = (r >> 3) & 15;
@@ -238,8 +237,8 @@ static void gen_elem(enum cs_dtype t, uint64_t *rng, void *out)
 
 	if (t == CS_I32 || t == CS_I64 || t == CS_U8 || cls < 2) {
 		/* random bits; for ints, sometimes small values */
-		if (t != CS_F32 && t != CS_F64 && t != CS_F16 &&
-		    t != CS_BF16 && cls >= 5)
+		if (t != CS_F32 && t != CS_F64 && t != CS_F16 && t != CS_BF16 &&
+		    cls >= 5)
 			bits = (uint64_t)(int64_t)(int)(v * 8);
 		memcpy(out, &bits, sz);
 		return;
@@ -285,9 +284,9 @@ static void gen(enum cs_dtype t, uint64_t *rng, void *buf, size_t n)
 }
 
 enum mode {
-	M_INPLACE,	/* fn(d, d, s) */
-	M_DISTINCT,	/* fn(d, a, b) */
-	M_ALIAS_B,	/* fn(d, a, d) */
+	M_INPLACE, /* fn(d, d, s) */
+	M_DISTINCT, /* fn(d, a, b) */
+	M_ALIAS_B, /* fn(d, a, d) */
 	M_COUNT
 };
 
@@ -321,18 +320,28 @@ static size_t check_one(cs_reduce_fn fn, enum cs_dtype t, enum cs_redop op,
 	gen(t, &rng, b, n);
 	for (size_t i = 0; i < n; i++)
 		ref_elem(t, op, a + i * sz, b + i * sz, want + i * sz);
+	/* fn == NULL: through cs_reduce() and cs_reduce3() */
 	switch (m) {
 	case M_INPLACE:
 		memcpy(d, a, bytes);
-		fn(d, d, b, n);
+		if (fn)
+			fn(d, d, b, n);
+		else
+			cr_assert_eq(cs_reduce(d, b, n, t, op), 0);
 		break;
 	case M_DISTINCT:
-		fn(d, a, b, n);
+		if (fn)
+			fn(d, a, b, n);
+		else
+			cr_assert_eq(cs_reduce3(d, a, b, n, t, op), 0);
 		break;
 	default:
 		/* op(a, d) with d holding b: the second operand aliases */
 		memcpy(d, b, bytes);
-		fn(d, a, d, n);
+		if (fn)
+			fn(d, a, d, n);
+		else
+			cr_assert_eq(cs_reduce3(d, a, d, n, t, op), 0);
 		break;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -365,15 +374,14 @@ static size_t check_one(cs_reduce_fn fn, enum cs_dtype t, enum cs_redop op,
 	return bad;
 }
 
-static const char *const isa_name[CS_REDUCE_ISA_COUNT] = { "scalar",
-							   "avx2" };
+static const char *const isa_name[CS_REDUCE_ISA_COUNT] = {"scalar", "avx2"};
 
 static void all_lengths(enum cs_reduce_isa isa)
 {
 	size_t bad = 0, runs = 0;
 
 	if (!cs_reduce_get_isa(CS_F32, CS_SUM, isa))
-		cr_skip_test("%s path not available on this CPU",
+		cr_skip_test("%s path not available (CPU or build)",
 			     isa_name[isa]);
 	for (int t = 0; t < CS_DTYPE_COUNT; t++) {
 		for (int op = 0; op < CS_REDOP_COUNT; op++) {
@@ -385,11 +393,10 @@ static void all_lengths(enum cs_reduce_isa isa)
 					unsigned doff = (n + m) & 3;
 					unsigned soff = (n / 4 + m) & 3;
 
-					bad += check_one(fn, t, op, n, doff,
-							 soff, m,
-							 n * 131 + m + t * 7 +
-								 op * 1000,
-							 isa_name[isa]);
+					bad += check_one(
+						fn, t, op, n, doff, soff, m,
+						n * 131 + m + t * 7 + op * 1000,
+						isa_name[isa]);
 					runs++;
 				}
 			}
@@ -408,6 +415,23 @@ Test(reduce, lengths_0_257_avx2)
 	all_lengths(CS_REDUCE_AVX2);
 }
 
+/* The API entry points, on the default path, with every mode. */
+Test(reduce, api_lengths_0_257)
+{
+	size_t bad = 0;
+
+	for (int t = 0; t < CS_DTYPE_COUNT; t++)
+		for (int op = 0; op < CS_REDOP_COUNT; op++)
+			for (size_t n = 0; n <= 257; n++)
+				for (int m = 0; m < M_COUNT; m++)
+					bad += check_one(
+						NULL, t, op, n, (n + m + 1) & 3,
+						(n / 2 + m) & 3, m,
+						n * 17 + m + t * 5 + op * 977,
+						cs_reduce_isa());
+	cr_expect_eq(bad, 0, "%zu bad elements", bad);
+}
+
 #define LARGE ((1u << 20) + 3)
 
 static void large(enum cs_reduce_isa isa)
@@ -415,7 +439,7 @@ static void large(enum cs_reduce_isa isa)
 	size_t bad = 0;
 
 	if (!cs_reduce_get_isa(CS_F32, CS_SUM, isa))
-		cr_skip_test("%s path not available on this CPU",
+		cr_skip_test("%s path not available (CPU or build)",
 			     isa_name[isa]);
 	for (int t = 0; t < CS_DTYPE_COUNT; t++)
 		for (int op = 0; op < CS_REDOP_COUNT; op++)
@@ -443,7 +467,7 @@ Test(reduce, paths_agree_on_random_bits)
 	size_t bad = 0;
 
 	if (!cs_reduce_get_isa(CS_F32, CS_SUM, CS_REDUCE_AVX2))
-		cr_skip_test("avx2 path not available on this CPU");
+		cr_skip_test("avx2 path not available (CPU or build)");
 	for (int t = 0; t < CS_DTYPE_COUNT; t++) {
 		size_t sz = cs_dtype_size(t);
 		unsigned char *a = malloc(N * sz), *b = malloc(N * sz);
@@ -461,8 +485,8 @@ Test(reduce, paths_agree_on_random_bits)
 			for (int op = 0; op < CS_REDOP_COUNT; op++) {
 				cs_reduce_get_isa(t, op, CS_REDUCE_SCALAR)(
 					rs, a, b, N);
-				cs_reduce_get_isa(t, op, CS_REDUCE_AVX2)(
-					rv, a, b, N);
+				cs_reduce_get_isa(t, op, CS_REDUCE_AVX2)(rv, a,
+									 b, N);
 				for (size_t i = 0; i < N; i++)
 					bad += !same_elem(t, rv + i * sz,
 							  rs + i * sz);
@@ -493,8 +517,8 @@ Test(reduce, half_round_trip_exhaustive)
 			fn(r, x, x, 65536);
 			for (unsigned i = 0; i < 65536; i++) {
 				if (is_nan(t, &x[i]))
-					cr_assert(is_nan(t, &r[i]),
-						  "%s %#x", isa_name[isa], i);
+					cr_assert(is_nan(t, &r[i]), "%s %#x",
+						  isa_name[isa], i);
 				else
 					cr_assert_eq(r[i], x[i], "%s %s %#x",
 						     isa_name[isa],
@@ -555,9 +579,9 @@ Test(reduce, min_max_nan_propagates)
 			}
 			cs_reduce_get_isa(CS_F32, op, isa)(fr, fa, fb, 40);
 			for (int i = 0; i < 40; i++)
-				cr_assert_eq(fr[i], op == CS_MIN ?
-						    -fabsf(fa[i]) :
-						    fabsf(fa[i]));
+				cr_assert_eq(fr[i], op == CS_MIN
+							    ? -fabsf(fa[i])
+							    : fabsf(fa[i]));
 		}
 	}
 }
@@ -568,8 +592,8 @@ Test(reduce, known_values)
 	int32_t i32a = INT32_MAX, i32b = 1, i32r;
 	int64_t i64a = INT64_MIN, i64b = -1, i64r;
 	uint8_t u8a[33], u8b[33], u8r[33];
-	uint16_t h1 = 0x3c00, h2 = 0x1000, hr;	/* 1 + 2^-11: tie, to 1 */
-	uint16_t b1 = 0x3f80, b2 = 0x3b80, br;	/* 1 + 2^-8: tie, to 1 */
+	uint16_t h1 = 0x3c00, h2 = 0x1000, hr; /* 1 + 2^-11: tie, to 1 */
+	uint16_t b1 = 0x3f80, b2 = 0x3b80, br; /* 1 + 2^-8: tie, to 1 */
 
 	cr_assert_eq(cs_reduce(&i32a, &i32b, 1, CS_I32, CS_SUM), 0);
 	cr_assert_eq(i32a, INT32_MIN);
@@ -578,8 +602,7 @@ Test(reduce, known_values)
 	i64a = 0x123456789abcdefll;
 	i64b = -0x0fedcba987654321ll;
 	cr_assert_eq(cs_reduce3(&i64r, &i64a, &i64b, 1, CS_I64, CS_PROD), 0);
-	cr_assert_eq((uint64_t)i64r,
-		     (uint64_t)i64a * (uint64_t)i64b);
+	cr_assert_eq((uint64_t)i64r, (uint64_t)i64a * (uint64_t)i64b);
 	for (int i = 0; i < 33; i++) {
 		u8a[i] = (uint8_t)(200 + i);
 		u8b[i] = 100;
@@ -596,15 +619,15 @@ Test(reduce, known_values)
 	cr_assert_eq(i32r, -5);
 	cr_assert_eq(cs_reduce3(&hr, &h1, &h2, 1, CS_F16, CS_SUM), 0);
 	cr_assert_eq(hr, 0x3c00);
-	h2 = 0x1001;		/* just above the tie: rounds up */
+	h2 = 0x1001; /* just above the tie: rounds up */
 	cr_assert_eq(cs_reduce3(&hr, &h1, &h2, 1, CS_F16, CS_SUM), 0);
 	cr_assert_eq(hr, 0x3c01);
-	h1 = 0x7bff;		/* 65504 + 65504 = inf */
+	h1 = 0x7bff; /* 65504 + 65504 = inf */
 	cr_assert_eq(cs_reduce3(&hr, &h1, &h1, 1, CS_F16, CS_SUM), 0);
 	cr_assert_eq(hr, 0x7c00);
 	cr_assert_eq(cs_reduce3(&br, &b1, &b2, 1, CS_BF16, CS_SUM), 0);
 	cr_assert_eq(br, 0x3f80);
-	b1 = 0x3f81;		/* 1+2^-7 + 2^-8: tie, to even 1+2^-6 */
+	b1 = 0x3f81; /* 1+2^-7 + 2^-8: tie, to even 1+2^-6 */
 	cr_assert_eq(cs_reduce3(&br, &b1, &b2, 1, CS_BF16, CS_SUM), 0);
 	cr_assert_eq(br, 0x3f82);
 }
@@ -615,7 +638,7 @@ Test(reduce, bad_arguments)
 
 	cr_assert_eq(cs_reduce(&x, &y, 1, CS_DTYPE_COUNT, CS_SUM), -EINVAL);
 	cr_assert_eq(cs_reduce(&x, &y, 1, CS_F32, CS_REDOP_COUNT), -EINVAL);
-	cr_assert_eq(cs_reduce(&x, &y, 1, (enum cs_dtype)-1, CS_SUM),
+	cr_assert_eq(cs_reduce(&x, &y, 1, (enum cs_dtype) - 1, CS_SUM),
 		     -EINVAL);
 	cr_assert_eq(cs_reduce3(&x, NULL, &y, 1, CS_F32, CS_SUM), -EINVAL);
 	cr_assert_eq(cs_reduce(NULL, NULL, 0, CS_F32, CS_SUM), 0);
@@ -636,10 +659,10 @@ Test(reduce, isa_default)
 
 	unsetenv("CS_REDUCE_ISA");
 	cr_assert_str_eq(cs_reduce_isa(), avx2 ? "avx2" : "scalar");
-	cr_assert_eq(cs_reduce_get(CS_F16, CS_SUM),
-		     cs_reduce_get_isa(CS_F16, CS_SUM,
-				       avx2 ? CS_REDUCE_AVX2 :
-					      CS_REDUCE_SCALAR));
+	cr_assert_eq(
+		cs_reduce_get(CS_F16, CS_SUM),
+		cs_reduce_get_isa(CS_F16, CS_SUM,
+				  avx2 ? CS_REDUCE_AVX2 : CS_REDUCE_SCALAR));
 }
 
 Test(reduce, isa_env_forces_scalar)

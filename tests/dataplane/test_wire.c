@@ -7,19 +7,19 @@
 #include "dataplane/wire.h"
 #include "internal/util.h"
 
-#define HOFF CS_WIRE_L4_END	/* collstack header offset, no VLAN/options */
+#define HOFF CS_WIRE_L4_END /* collstack header offset, no VLAN/options */
 #define IPOFF CS_WIRE_ETH_LEN
 #define UDPOFF (CS_WIRE_ETH_LEN + CS_WIRE_IP_LEN)
 
 static const struct cs_wire_addr addr_a = {
-	.mac = { 0x02, 0x00, 0x00, 0x00, 0x00, 0x0a },
-	.ip = 0x0a000001,	/* 10.0.0.1 */
+	.mac = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0a},
+	.ip = 0x0a000001, /* 10.0.0.1 */
 	.port = 4791,
 };
 
 static const struct cs_wire_addr addr_b = {
-	.mac = { 0x02, 0x00, 0x00, 0x00, 0x00, 0x0b },
-	.ip = 0x0a000102,	/* 10.0.1.2 */
+	.mac = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0b},
+	.ip = 0x0a000102, /* 10.0.1.2 */
 	.port = 4792,
 };
 
@@ -158,8 +158,9 @@ static void check_roundtrip(uint32_t len, uint16_t flags)
 	int rc;
 
 	f = make(len, flags, 42 + len, &h, &n);
-	cr_assert_eq(n, CS_PROTO_FRAME_OVERHEAD + len +
-				((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN : 0));
+	cr_assert_eq(n,
+		     CS_PROTO_FRAME_OVERHEAD + len +
+			     ((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN : 0));
 	rc = cs_wire_decode(f, n, &pkt);
 	cr_assert_eq(rc, 0, "len %u flags %#x: %s", len, flags,
 		     cs_wire_strerror(rc));
@@ -191,23 +192,23 @@ static void check_roundtrip(uint32_t len, uint16_t flags)
 
 Test(wire, roundtrip_sizes)
 {
-	static const uint32_t lens[] = { 0, 1, 7, 8, 63, 64, 1000, 1382,
-					 4096, 8900 };
+	static const uint32_t lens[] = {0,  1,	  7,	8,    63,
+					64, 1000, 1382, 4096, 8900};
 	size_t i;
 
 	for (i = 0; i < CS_ARRAY_SIZE(lens); i++) {
 		check_roundtrip(lens[i], 0);
 		check_roundtrip(lens[i], CS_PKT_F_AUTH);
-		check_roundtrip(lens[i], CS_PKT_F_AUTH | CS_PKT_F_ACK |
-						 CS_PKT_F_LAST);
+		check_roundtrip(lens[i],
+				CS_PKT_F_AUTH | CS_PKT_F_ACK | CS_PKT_F_LAST);
 	}
 }
 
 Test(wire, roundtrip_random)
 {
-	static const uint16_t fl[] = { CS_PKT_F_ACK, CS_PKT_F_ECE,
-				       CS_PKT_F_AUTH, CS_PKT_F_RETX,
-				       CS_PKT_F_CE, CS_PKT_F_LAST };
+	static const uint16_t fl[] = {CS_PKT_F_ACK,  CS_PKT_F_ECE,
+				      CS_PKT_F_AUTH, CS_PKT_F_RETX,
+				      CS_PKT_F_CE,   CS_PKT_F_LAST};
 	uint64_t rng = 7;
 	struct cs_wire_pkt pkt;
 	struct cs_pkt_hdr h;
@@ -240,16 +241,26 @@ Test(wire, roundtrip_random)
 Test(wire, golden_layout)
 {
 	struct cs_pkt_hdr h = {
-		.version = 1, .type = CS_PKT_DATA,
+		.version = 1,
+		.type = CS_PKT_DATA,
 		.flags = CS_PKT_F_AUTH | CS_PKT_F_LAST,
-		.src = 0x0102, .channel = 0x0304, .group = 0x05060708,
-		.epoch = 0x090a0b0c, .op = 0x0d0e0f10, .step = 0x11121314,
-		.seq = 0x15161718, .ack = 0x191a1b1c,
+		.src = 0x0102,
+		.channel = 0x0304,
+		.group = 0x05060708,
+		.epoch = 0x090a0b0c,
+		.op = 0x0d0e0f10,
+		.step = 0x11121314,
+		.seq = 0x15161718,
+		.ack = 0x191a1b1c,
 		.sack = 0x2122232425262728ull,
-		.offset = 0x3132333435363738ull, .len = 2,
-		.credit = 0x41424344, .ts = 0x5152535455565758ull,
+		.offset = 0x3132333435363738ull,
+		.len = 2,
+		.credit = 0x41424344,
+		.ts = 0x5152535455565758ull,
 		.ts_echo = 0x6162636465666768ull,
 	};
+	/* 8 bytes a row, as the fields fall */
+	/* clang-format off */
 	static const uint8_t want_hdr[CS_PROTO_HDR_WIRE_LEN] = {
 		0x01, 0x01, 0x00, 0x24, 0x01, 0x02, 0x03, 0x04,
 		0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c,
@@ -274,7 +285,8 @@ Test(wire, golden_layout)
 		/* UDP: 4791 > 4792, len 102, csum 0 */
 		0x12, 0xb7, 0x12, 0xb8, 0x00, 0x66, 0x00, 0x00,
 	};
-	uint8_t buf[256], pay[2] = { 0xaa, 0xbb };
+	/* clang-format on */
+	uint8_t buf[256], pay[2] = {0xaa, 0xbb};
 	int n, i;
 
 	for (i = 0; i < CS_PROTO_TAG_LEN; i++)
@@ -283,7 +295,7 @@ Test(wire, golden_layout)
 	n = cs_wire_encode(buf, sizeof(buf), &addr_a, &addr_b, &h, pay);
 	cr_assert_eq(n, CS_PROTO_FRAME_OVERHEAD + CS_PROTO_TAG_LEN + 2);
 	cr_assert_eq(ref_csum(buf + IPOFF, CS_WIRE_IP_LEN, 0), 0);
-	wr16(buf + IPOFF + 10, 0xffff);	/* as in want_l2l4 */
+	wr16(buf + IPOFF + 10, 0xffff); /* as in want_l2l4 */
 	cr_assert_arr_eq(buf, want_l2l4, CS_WIRE_L4_END);
 	cr_assert_arr_eq(buf + HOFF, want_hdr, CS_PROTO_HDR_WIRE_LEN);
 	for (i = 0; i < CS_PROTO_TAG_LEN; i++)
@@ -306,7 +318,8 @@ Test(wire, tmpl_matches_encode)
 
 	cr_assert_eq(cs_wire_tmpl_init(&t, &addr_a, &addr_b,
 				       CS_WIRE_TTL_DEFAULT,
-				       CS_WIRE_TOS_DEFAULT), 0);
+				       CS_WIRE_TOS_DEFAULT),
+		     0);
 	for (k = 0; k < 200; k++) {
 		rand_hdr(&h, &rng, (uint32_t)(cs_rand_next(&rng) % 1800),
 			 (k & 1) ? CS_PKT_F_AUTH : 0);
@@ -342,7 +355,7 @@ Test(wire, max_ip_datagram)
 	h.len++;
 	cr_assert_eq(cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL),
 		     CS_WIRE_E_LEN);
-	h.flags = 0;	/* without the tag 16 more bytes fit */
+	h.flags = 0; /* without the tag 16 more bytes fit */
 	h.len = CS_WIRE_MAX_PAYLOAD + CS_PROTO_TAG_LEN;
 	n = cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL);
 	cr_assert_eq(n, CS_WIRE_ETH_LEN + CS_WIRE_IP_TOT_MAX);
@@ -368,12 +381,11 @@ static void check_prefixes(const uint8_t *f, size_t n)
 		cr_assert(p);
 		memcpy(p, f, k);
 		rc = cs_wire_decode(p, k, &pkt);
-		cr_assert_eq(rc, CS_WIRE_E_SHORT, "prefix %zu of %zu: %s", k,
-			     n, cs_wire_strerror(rc));
-		rc = cs_wire_decode_ex(p, k, addr_b.port,
-				       CS_WIRE_RX_NO_IP_CSUM |
-					       CS_WIRE_RX_NO_UDP_CSUM,
-				       &pkt);
+		cr_assert_eq(rc, CS_WIRE_E_SHORT, "prefix %zu of %zu: %s", k, n,
+			     cs_wire_strerror(rc));
+		rc = cs_wire_decode_ex(
+			p, k, addr_b.port,
+			CS_WIRE_RX_NO_IP_CSUM | CS_WIRE_RX_NO_UDP_CSUM, &pkt);
 		cr_assert_lt(rc, 0);
 		(void)cs_wire_is_ours(p, k, addr_b.port);
 		free(p);
@@ -440,7 +452,7 @@ Test(wire, truncation_every_prefix)
 
 Test(wire, ip_options)
 {
-	static const size_t extra[] = { 4, 8, 20, 40 };
+	static const size_t extra[] = {4, 8, 20, 40};
 	struct cs_wire_pkt pkt;
 	struct cs_pkt_hdr h;
 	uint8_t *f, *g;
@@ -457,10 +469,10 @@ Test(wire, ip_options)
 		assert_hdr_eq(&pkt.hdr, &h);
 		cr_assert_eq(pkt.l4_off, UDPOFF + extra[i]);
 		cr_assert_eq(pkt.hdr_off, HOFF + extra[i]);
-		cr_assert_eq(pkt.payload, g + cs_wire_payload_offset(&h) +
-						  extra[i]);
-		cr_assert_arr_eq(pkt.payload,
-				 f + cs_wire_payload_offset(&h), h.len);
+		cr_assert_eq(pkt.payload,
+			     g + cs_wire_payload_offset(&h) + extra[i]);
+		cr_assert_arr_eq(pkt.payload, f + cs_wire_payload_offset(&h),
+				 h.len);
 		cr_assert(cs_wire_is_ours(g, m, addr_b.port));
 		free(g);
 	}
@@ -586,11 +598,11 @@ Test(wire_reject, ethertype)
 	struct fixture x;
 
 	fx_make(&x, 16, 0);
-	wr16(x.f + 12, 0x86dd);	/* IPv6 */
+	wr16(x.f + 12, 0x86dd); /* IPv6 */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_ETHERTYPE);
-	wr16(x.f + 12, 0x0806);	/* ARP */
+	wr16(x.f + 12, 0x0806); /* ARP */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_ETHERTYPE);
-	wr16(x.f + 12, 0x88a8);	/* 802.1ad */
+	wr16(x.f + 12, 0x88a8); /* 802.1ad */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_ETHERTYPE);
 	free(x.f);
 }
@@ -625,12 +637,12 @@ Test(wire_reject, ip_csum)
 	struct fixture x;
 
 	fx_make(&x, 16, 0);
-	x.f[IPOFF + 15] ^= 0x01;	/* source address */
+	x.f[IPOFF + 15] ^= 0x01; /* source address */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_IP_CSUM);
-	cr_assert_eq(cs_wire_decode_ex(x.f, x.n, 0, CS_WIRE_RX_NO_IP_CSUM,
-				       &pkt), 0);
+	cr_assert_eq(
+		cs_wire_decode_ex(x.f, x.n, 0, CS_WIRE_RX_NO_IP_CSUM, &pkt), 0);
 	x.f[IPOFF + 15] ^= 0x01;
-	x.f[IPOFF + 11] ^= 0x80;	/* the checksum itself */
+	x.f[IPOFF + 11] ^= 0x80; /* the checksum itself */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_IP_CSUM);
 	free(x.f);
 }
@@ -654,13 +666,13 @@ Test(wire_reject, ip_frag)
 	struct fixture x;
 
 	fx_make(&x, 16, 0);
-	wr16(x.f + IPOFF + 6, 0x2000);	/* MF */
+	wr16(x.f + IPOFF + 6, 0x2000); /* MF */
 	fix_ip_csum(x.f, IPOFF);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_IP_FRAG);
-	wr16(x.f + IPOFF + 6, 0x0001);	/* offset 8 */
+	wr16(x.f + IPOFF + 6, 0x0001); /* offset 8 */
 	fix_ip_csum(x.f, IPOFF);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_IP_FRAG);
-	wr16(x.f + IPOFF + 6, 0x0000);	/* no DF is fine */
+	wr16(x.f + IPOFF + 6, 0x0000); /* no DF is fine */
 	fix_ip_csum(x.f, IPOFF);
 	cr_assert_eq(dec(x.f, x.n), 0);
 	free(x.f);
@@ -671,7 +683,7 @@ Test(wire_reject, proto)
 	struct fixture x;
 
 	fx_make(&x, 16, 0);
-	x.f[IPOFF + 9] = 6;	/* TCP */
+	x.f[IPOFF + 9] = 6; /* TCP */
 	fix_ip_csum(x.f, IPOFF);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_PROTO);
 	free(x.f);
@@ -679,7 +691,7 @@ Test(wire_reject, proto)
 
 Test(wire_reject, udp_len)
 {
-	static const int delta[] = { -1, 1, 100 };
+	static const int delta[] = {-1, 1, 100};
 	struct fixture x;
 	uint16_t ulen;
 	size_t i;
@@ -704,15 +716,15 @@ Test(wire_reject, udp_csum)
 	cr_assert_eq(cs_wire_udp_csum_fill(x.f, x.n), 0);
 	cr_assert_eq(ref_csum(x.f + UDPOFF, x.n - UDPOFF,
 			      (addr_a.ip >> 16) + (addr_a.ip & 0xffff) +
-				      (addr_b.ip >> 16) +
-				      (addr_b.ip & 0xffff) + 17 +
-				      (uint32_t)(x.n - UDPOFF)),
+				      (addr_b.ip >> 16) + (addr_b.ip & 0xffff) +
+				      17 + (uint32_t)(x.n - UDPOFF)),
 		     0, "UDP checksum differs from the reference");
-	x.f[x.n - 1] ^= 0x10;	/* payload */
+	x.f[x.n - 1] ^= 0x10; /* payload */
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_UDP_CSUM);
-	cr_assert_eq(cs_wire_decode_ex(x.f, x.n, 0, CS_WIRE_RX_NO_UDP_CSUM,
-				       &pkt), 0);
-	wr16(x.f + UDPOFF + 6, 0);	/* 0: no checksum */
+	cr_assert_eq(
+		cs_wire_decode_ex(x.f, x.n, 0, CS_WIRE_RX_NO_UDP_CSUM, &pkt),
+		0);
+	wr16(x.f + UDPOFF + 6, 0); /* 0: no checksum */
 	cr_assert_eq(dec(x.f, x.n), 0);
 	free(x.f);
 }
@@ -761,7 +773,7 @@ Test(wire_reject, version)
 
 Test(wire_reject, type)
 {
-	static const uint8_t bad[] = { 0, CS_PKT_TYPE_MAX + 1, 0xff };
+	static const uint8_t bad[] = {0, CS_PKT_TYPE_MAX + 1, 0xff};
 	struct fixture x;
 	size_t i;
 
@@ -801,7 +813,7 @@ Test(wire_reject, tag)
 {
 	struct fixture x;
 
-	fx_make(&x, 8, 0);	/* 8 bytes after the header: no room for 16 */
+	fx_make(&x, 8, 0); /* 8 bytes after the header: no room for 16 */
 	wr16(x.f + HOFF + 2, CS_PKT_F_AUTH);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_TAG);
 	free(x.f);
@@ -850,7 +862,7 @@ Test(wire_reject, offset)
 	struct fixture x;
 
 	fx_make(&x, 16, 0);
-	put_offset(x.f, UINT64_MAX - 16);	/* ends exactly at 2^64 - 1 */
+	put_offset(x.f, UINT64_MAX - 16); /* ends exactly at 2^64 - 1 */
 	cr_assert_eq(dec(x.f, x.n), 0);
 	put_offset(x.f, UINT64_MAX - 15);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_OFFSET);
@@ -900,13 +912,13 @@ Test(wire_reject, encode_checks)
 /* ---- codes, strings, counters ---- */
 
 static const int all_codes[] = {
-	CS_WIRE_E_SHORT, CS_WIRE_E_ETHERTYPE, CS_WIRE_E_IP_VERSION,
-	CS_WIRE_E_IP_IHL, CS_WIRE_E_IP_CSUM, CS_WIRE_E_IP_LEN,
-	CS_WIRE_E_IP_FRAG, CS_WIRE_E_PROTO, CS_WIRE_E_UDP_LEN,
-	CS_WIRE_E_UDP_CSUM, CS_WIRE_E_UDP_PORT, CS_WIRE_E_HDR_LEN,
-	CS_WIRE_E_VERSION, CS_WIRE_E_TYPE, CS_WIRE_E_FLAGS,
-	CS_WIRE_E_RESERVED, CS_WIRE_E_TAG, CS_WIRE_E_LEN, CS_WIRE_E_OFFSET,
-	CS_WIRE_E_CAP, CS_WIRE_E_INVAL,
+	CS_WIRE_E_SHORT,    CS_WIRE_E_ETHERTYPE, CS_WIRE_E_IP_VERSION,
+	CS_WIRE_E_IP_IHL,   CS_WIRE_E_IP_CSUM,	 CS_WIRE_E_IP_LEN,
+	CS_WIRE_E_IP_FRAG,  CS_WIRE_E_PROTO,	 CS_WIRE_E_UDP_LEN,
+	CS_WIRE_E_UDP_CSUM, CS_WIRE_E_UDP_PORT,	 CS_WIRE_E_HDR_LEN,
+	CS_WIRE_E_VERSION,  CS_WIRE_E_TYPE,	 CS_WIRE_E_FLAGS,
+	CS_WIRE_E_RESERVED, CS_WIRE_E_TAG,	 CS_WIRE_E_LEN,
+	CS_WIRE_E_OFFSET,   CS_WIRE_E_CAP,	 CS_WIRE_E_INVAL,
 };
 
 Test(wire, codes_distinct_with_text)

@@ -6,42 +6,6 @@
 
 #include "scen.h"
 
-/* ---- transport parameters by key ---- */
-
-int cs_xport_params_default(struct cs_xport_params *xp)
-{
-	memset(xp, 0, sizeof(*xp));
-	if (cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, &xp->rel) ||
-	    cs_cfg_defaults(cs_pacer_cfg, cs_pacer_cfg_len, &xp->pacer) ||
-	    cs_cfg_defaults(cs_cc_cfg, cs_cc_cfg_len, &xp->cc))
-		return -EINVAL;
-	return 0;
-}
-
-int cs_xport_params_set(struct cs_xport_params *xp, const char *key,
-			const char *value, char *err, size_t errlen)
-{
-	if (!strncmp(key, "rel.", 4))
-		return cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &xp->rel, key,
-				  value, err, errlen);
-	if (!strncmp(key, "pacer.", 6))
-		return cs_cfg_set(cs_pacer_cfg, cs_pacer_cfg_len, &xp->pacer,
-				  key, value, err, errlen);
-	if (!strncmp(key, "cc.", 3))
-		return cs_cfg_set(cs_cc_cfg, cs_cc_cfg_len, &xp->cc, key,
-				  value, err, errlen);
-	if (err)
-		snprintf(err, errlen, "unknown config key '%s'", key);
-	return -ENOENT;
-}
-
-void cs_xport_params_help(FILE *out)
-{
-	cs_cfg_help(cs_rel_cfg, cs_rel_cfg_len, out);
-	cs_cfg_help(cs_pacer_cfg, cs_pacer_cfg_len, out);
-	cs_cfg_help(cs_cc_cfg, cs_cc_cfg_len, out);
-}
-
 /* ---- a byte stream over one cs_rel session ---- */
 
 /*
@@ -58,7 +22,8 @@ struct flow {
 	uint32_t payload;
 	uint64_t bytes;
 	/* sender */
-	const uint8_t *src;
+	bool sender;
+	const uint8_t *src;	/* NULL: synthetic payload */
 	uint64_t next_off;
 	/* receiver */
 	uint8_t *dst;
@@ -67,6 +32,7 @@ struct flow {
 	uint64_t delivered_twice;
 	uint64_t bad;		/* offsets or lengths that make no sense */
 	cs_ns_t done_at;
+	cs_ns_t next_t;		/* when service() wants to run again */
 };
 
 struct ep {
@@ -77,6 +43,9 @@ struct ep {
 	struct flow **list;	/* the flows of this endpoint */
 	uint32_t nlist;
 	uint64_t send_err;
+	/* after a delivery on @f, e.g. the receiver's credit scheduler */
+	void (*after_rx)(void *ctx, struct flow *f);
+	void *after_ctx;
 };
 
 static uint32_t pkt_len(const struct flow *f, uint64_t off)
@@ -128,7 +97,7 @@ static cs_ns_t service(struct ep *ep, struct flow *f, cs_ns_t now)
 			break;
 		xmit(ep, f, &h, off);
 	}
-	while (f->src && f->next_off < f->bytes && !f->rel.n_lost) {
+	while (f->sender && f->next_off < f->bytes && !f->rel.n_lost) {
 		uint64_t off = f->next_off;
 		cs_ns_t t;
 
@@ -144,7 +113,8 @@ static cs_ns_t service(struct ep *ep, struct flow *f, cs_ns_t now)
 		xmit(ep, f, &h, off);
 		f->next_off += len;
 	}
-	if (cs_rel_ack_due(&f->rel, now)) {
+	/* An ACK, and the SACK extension that may follow it. */
+	while (cs_rel_ack_due(&f->rel, now)) {
 		memset(&h, 0, sizeof(h));
 		h.version = CS_PROTO_VERSION;
 		h.src = (uint16_t)ep->id;
@@ -156,14 +126,21 @@ static cs_ns_t service(struct ep *ep, struct flow *f, cs_ns_t now)
 	return CS_MIN(next, cs_rel_next_deadline(&f->rel));
 }
 
+/* Run the flows that are due (their timers, then service()), and set the
+ * endpoint's timer to the earliest next time. A flow is due when its
+ * time came or something poked it (next_t = 0). */
 static void rearm(struct ep *ep, cs_ns_t now)
 {
 	cs_ns_t next = CS_NS_NEVER;
 
 	for (uint32_t i = 0; i < ep->nlist; i++) {
-		cs_ns_t t = service(ep, ep->list[i], now);
+		struct flow *f = ep->list[i];
 
-		next = CS_MIN(next, t);
+		if (f->next_t <= now) {
+			cs_rel_on_timer(&f->rel, now);
+			f->next_t = service(ep, f, now);
+		}
+		next = CS_MIN(next, f->next_t);
 	}
 	if (next != CS_NS_NEVER && next <= now)
 		next = now + 1;
@@ -176,7 +153,7 @@ static void deliver(struct flow *f, const struct cs_sim_pkt *pkt,
 	uint64_t off = pkt->hdr.offset, idx = off / f->payload;
 
 	if (!pkt->len)
-		return;		/* a filler (rel.h (b)); never sent here */
+		return;		/* a filler (rel.h (b)): not sent here */
 	if (off % f->payload || off >= f->bytes ||
 	    pkt->len != pkt_len(f, off)) {
 		f->bad++;
@@ -205,8 +182,12 @@ static void ep_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 	if (!f)
 		return;
 	m = cs_rel_on_packet(&f->rel, &pkt->hdr, now);
-	if (m & CS_REL_DELIVER)
+	if (m & CS_REL_DELIVER) {
 		deliver(f, pkt, now);
+		if (ep->after_rx)
+			ep->after_rx(ep->after_ctx, f);
+	}
+	f->next_t = 0;
 	rearm(ep, now);
 }
 
@@ -215,8 +196,6 @@ static void ep_timer(struct cs_sim *sim, void *ctx, cs_ns_t now)
 	struct ep *ep = ctx;
 
 	(void)sim;
-	for (uint32_t i = 0; i < ep->nlist; i++)
-		cs_rel_on_timer(&ep->list[i]->rel, now);
 	rearm(ep, now);
 }
 
@@ -244,8 +223,8 @@ static void ep_fini(struct ep *ep)
 	free(ep->list);
 }
 
-/* A flow endpoint of @ep towards @peer; @src for a sender, @recv for a
- * receiver (which allocates its destination buffer when @copy). */
+/* A flow endpoint of @ep towards @peer: a sender of @src (NULL: synthetic
+ * bytes) unless @recv, a receiver that keeps the bytes when @copy. */
 static int flow_init(struct flow *f, struct ep *ep, uint32_t peer,
 		     const struct cs_xport_params *xp, uint32_t isn_tx,
 		     uint32_t isn_rx, uint64_t bytes, uint32_t payload,
@@ -257,6 +236,7 @@ static int flow_init(struct flow *f, struct ep *ep, uint32_t peer,
 	f->peer = peer;
 	f->bytes = bytes;
 	f->payload = payload;
+	f->sender = !recv;
 	f->src = src;
 	ret = cs_path_init(&f->path, &xp->pacer, &xp->cc);
 	if (ret)
@@ -356,8 +336,9 @@ int cs_sim_p2p_run(const struct cs_sim_p2p_cfg *cfg,
 		return ret;
 	memset(&a, 0, sizeof(a));
 	memset(&b, 0, sizeof(b));
-	src = pattern(cfg->bytes, cfg->seed);
-	ret = src ? 0 : -ENOMEM;
+	if (!cfg->synthetic)
+		src = pattern(cfg->bytes, cfg->seed);
+	ret = src || cfg->synthetic ? 0 : -ENOMEM;
 	if (!ret)
 		ret = ep_init(&a, sim, 2, 1);
 	if (!ret)
@@ -369,7 +350,8 @@ int cs_sim_p2p_run(const struct cs_sim_p2p_cfg *cfg,
 				cfg->bytes, cfg->payload, src, false, false);
 	if (!ret)
 		ret = flow_init(&rx, &b, a.id, &xp, cfg->isn + 7, cfg->isn,
-				cfg->bytes, cfg->payload, NULL, true, true);
+				cfg->bytes, cfg->payload, NULL, true,
+				!cfg->synthetic);
 	if (!ret && cfg->outage_len)
 		ret = cs_sim_link_outage(sim, ab, cfg->outage_start,
 					 cfg->outage_start + cfg->outage_len);
@@ -390,8 +372,10 @@ int cs_sim_p2p_run(const struct cs_sim_p2p_cfg *cfg,
 	res->delivered_twice = rx.delivered_twice;
 	res->acks = rx.rel.st.acks_sent;
 	res->events = cs_sim_events(sim);
-	res->csum_src = csum(src, cfg->bytes);
-	res->csum_dst = csum(rx.dst, cfg->bytes);
+	if (!cfg->synthetic) {
+		res->csum_src = csum(src, cfg->bytes);
+		res->csum_dst = csum(rx.dst, cfg->bytes);
+	}
 	res->time_ns = rx.done_at;
 	if (rx.done_at)
 		res->goodput_frac = (double)cfg->bytes * 8 /
@@ -426,6 +410,89 @@ out:
 
 /* ---- incast ---- */
 
+/*
+ * The receiver's credit scheduler. While the budget covers a packet per
+ * active sender, every active sender gets an equal share. Otherwise K =
+ * budget / frame senders at a time hold a one-packet grant; a holder whose
+ * packet arrived passes the grant on, round robin. Either way the bytes in
+ * flight towards the receiver stay within the budget (+ under one packet
+ * per holder), whatever N is.
+ */
+enum { SCHED_IDLE, SCHED_HOLDER, SCHED_DONE };
+
+struct credit_sched {
+	struct flow *rx;
+	uint32_t n, next, nholders, active;
+	uint64_t budget, bytes;
+	uint32_t payload, frame;
+	bool fair;
+	uint8_t *state;		/* SCHED_* per sender */
+	uint64_t *granted_at;	/* rcvd when the grant was given */
+};
+
+static void grant(struct flow *f, uint64_t bytes)
+{
+	if (f->rel.grant != bytes) {
+		cs_rel_set_grant(&f->rel, bytes);
+		f->next_t = 0;	/* tell the sender now */
+	}
+}
+
+/* Even shares for every active sender (when the budget holds a packet
+ * for each): recomputed only when the number of active senders changes. */
+static void sched_share(struct credit_sched *s)
+{
+	s->fair = true;
+	for (uint32_t i = 0; i < s->n; i++)
+		grant(&s->rx[i], s->state[i] == SCHED_DONE ? 0 :
+				 s->budget / s->active);
+}
+
+/* After a delivery on @f (NULL: start): O(1) except when a sender
+ * finishes or the holders' ring has to skip finished senders. */
+static void sched_update(void *ctx, struct flow *f)
+{
+	struct credit_sched *s = ctx;
+	uint32_t k;
+
+	if (f) {
+		uint32_t i = (uint32_t)(f - s->rx);
+
+		if (s->state[i] == SCHED_HOLDER &&
+		    f->rcvd != s->granted_at[i]) {
+			s->state[i] = SCHED_IDLE;
+			s->nholders--;
+			grant(f, 0);
+		}
+		if (f->rcvd == s->bytes && s->state[i] != SCHED_DONE) {
+			if (s->state[i] == SCHED_HOLDER)
+				s->nholders--;
+			s->state[i] = SCHED_DONE;
+			grant(f, 0);
+			if (!--s->active)
+				return;
+			if (s->budget / s->active >= s->payload) {
+				sched_share(s);
+				return;
+			}
+		}
+	}
+	if (s->fair || !s->active)
+		return;
+	k = (uint32_t)CS_MAX(1, s->budget / s->frame);
+	for (uint32_t tries = 0; s->nholders < k && tries < s->n; tries++) {
+		uint32_t i = s->next;
+
+		s->next = (s->next + 1) % s->n;
+		if (s->state[i] != SCHED_IDLE)
+			continue;
+		s->state[i] = SCHED_HOLDER;
+		s->nholders++;
+		s->granted_at[i] = s->rx[i].rcvd;
+		grant(&s->rx[i], 1);
+	}
+}
+
 int cs_sim_incast_defaults(struct cs_sim_incast_cfg *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
@@ -453,7 +520,7 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	struct flow *tx = NULL, *rx = NULL;
 	struct ep *eps = NULL, *recv;
 	struct cs_sim *sim = NULL;
-	uint8_t *src = NULL;
+	struct credit_sched cs = { 0 };
 	double sum = 0, sum2 = 0;
 	cs_ns_t end = 0;
 	int ret, down;
@@ -466,9 +533,13 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	if (xp.cc.min_gbps > xp.cc.line_gbps)
 		xp.cc.min_gbps = xp.cc.line_gbps;
 	xp.rel.credit = cfg->credit_budget != 0;
+	/* Both ends assume the same initial grant: a fair share when the
+	 * budget holds a packet per sender, else none (the scheduler hands
+	 * out one-packet grants from t = 0). */
 	if (xp.rel.credit)
-		xp.rel.credit_init = cfg->credit_budget / n;
-	host.queue_bytes = 0;		/* NIC rings: the pacer bounds them */
+		xp.rel.credit_init = cfg->credit_budget / n >= cfg->payload ?
+				     cfg->credit_budget / n : 0;
+	host.queue_bytes = 0;	/* NIC rings: the pacer bounds them */
 	port.queue_bytes = cfg->port_buffer;
 	port.ecn_bytes = cfg->ecn_bytes;
 
@@ -479,8 +550,10 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	tx = calloc(n, sizeof(*tx));
 	rx = calloc(n, sizeof(*rx));
 	ids = calloc(n + 1, sizeof(*ids));
-	src = pattern(cfg->bytes, cfg->seed);
-	ret = eps && tx && rx && ids && src ? 0 : -ENOMEM;
+	cs.state = calloc(n, 1);
+	cs.granted_at = calloc(n, sizeof(*cs.granted_at));
+	ret = eps && tx && rx && ids && cs.state && cs.granted_at ?
+	      0 : -ENOMEM;
 	recv = eps ? &eps[n] : NULL;
 	for (uint32_t i = 0; !ret && i <= n; i++) {
 		ret = ep_init(&eps[i], sim, nodes, i == n ? n : 1);
@@ -490,18 +563,33 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	if (!ret)
 		ret = cs_sim_star(sim, ids, n + 1, &host, &port, &sw);
 	for (uint32_t i = 0; !ret && i < n; i++) {
+		/* Synthetic payloads: incast checks counts, not bytes. */
 		ret = flow_init(&tx[i], &eps[i], recv->id, &xp, 100 * i,
-				7 * i, cfg->bytes, cfg->payload, src, false,
+				7 * i, cfg->bytes, cfg->payload, NULL, false,
 				false);
 		if (!ret)
 			ret = flow_init(&rx[i], recv, eps[i].id, &xp, 7 * i,
 					100 * i, cfg->bytes, cfg->payload,
 					NULL, true, false);
-		if (!ret)
-			cs_rel_set_grant(&rx[i].rel, xp.rel.credit_init);
 	}
 	if (ret)
 		goto out;
+	if (xp.rel.credit) {
+		cs.rx = rx;
+		cs.n = n;
+		cs.budget = cfg->credit_budget;
+		cs.bytes = cfg->bytes;
+		cs.payload = cfg->payload;
+		cs.frame = cfg->payload + xp.pacer.frame_overhead;
+		cs.active = n;
+		recv->after_rx = sched_update;
+		recv->after_ctx = &cs;
+		if (cfg->credit_budget / n >= cfg->payload)
+			sched_share(&cs);
+		else
+			sched_update(&cs, NULL);
+		rearm(recv, 0);
+	}
 
 	for (uint32_t i = 0; i < n; i++)
 		rearm(&eps[i], 0);
@@ -514,10 +602,12 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 		    rx[i].bad || !cs_rel_idle(&tx[i].rel)) {
 			if (res->ok)
 				snprintf(res->why, sizeof(res->why),
-					 "sender %u: %llu of %llu bytes, %llu twice",
-					 i, (unsigned long long)rx[i].rcvd,
+					 "sender %u: %llu of %llu bytes, "
+					 "%llu twice", i,
+					 (unsigned long long)rx[i].rcvd,
 					 (unsigned long long)cfg->bytes,
-					 (unsigned long long)rx[i].delivered_twice);
+					 (unsigned long long)
+					 rx[i].delivered_twice);
 			res->ok = false;
 			continue;
 		}
@@ -558,7 +648,8 @@ out:
 	free(tx);
 	free(rx);
 	free(ids);
-	free(src);
+	free(cs.state);
+	free(cs.granted_at);
 	cs_sim_destroy(sim);
 	return ret;
 }

@@ -10,42 +10,12 @@
 #include "control/cc.h"
 #include "control/pacer.h"
 #include "control/rel.h"
+#include "control/xport.h"
 #include "sim.h"
 
 /* Payload per packet at MTU 9000: 9000 - IPv4 20 - UDP 8 - header 76. */
 #define CS_SIM_MTU_PAYLOAD 8896u
 
-/**
- * struct cs_xport_params - every transport tunable, one struct; set by key
- * ("rel.window", "pacer.burst_bytes", "cc.target_qdelay" ...)
- */
-struct cs_xport_params {
-	struct cs_rel_params rel;
-	struct cs_pacer_params pacer;
-	struct cs_cc_params cc;
-};
-
-/**
- * cs_xport_params_default - every table's defaults
- * @xp: out
- * Returns: 0 or -EINVAL.
- */
-int cs_xport_params_default(struct cs_xport_params *xp);
-
-/**
- * cs_xport_params_set - set "rel.x", "pacer.x" or "cc.x" to @value
- * @xp: parameters
- * @key: the key
- * @value: text
- * @err: message buffer naming the key (may be NULL)
- * @errlen: its size
- * Returns: 0, -ENOENT (unknown key), -EINVAL (bad value).
- */
-int cs_xport_params_set(struct cs_xport_params *xp, const char *key,
-			const char *value, char *err, size_t errlen);
-
-/* Print every transport key with default and help. */
-void cs_xport_params_help(FILE *out);
 
 /**
  * struct cs_sim_p2p_cfg - one sender, one receiver, a link each way
@@ -57,10 +27,13 @@ void cs_xport_params_help(FILE *out);
  * @outage_start/@outage_len: a data-link outage (len 0: none)
  * @fail_at: the receiver dies at this time (0: never)
  * @time_limit: give up (FAIL) after this much simulated time
+ * @synthetic: carry no payload bytes (large runs): exactly-once delivery
+ *	of every packet is still checked, the checksums are not
  * @xp: transport parameters (cc.line_gbps is set from @link.gbps)
  */
 struct cs_sim_p2p_cfg {
 	uint64_t bytes;
+	bool synthetic;
 	uint64_t seed;
 	struct cs_sim_link_params link;
 	uint32_t payload;
@@ -131,7 +104,7 @@ struct cs_sim_incast_cfg {
 struct cs_sim_incast_result {
 	bool ok;
 	cs_ns_t time_ns;	/* first send to last byte delivered */
-	double util;		/* receiver link busy fraction over time_ns */
+	double util;		/* receiver link busy fraction */
 	double goodput_frac;	/* payload bits / (time * link rate) */
 	uint64_t queue_max;	/* switch port to the receiver, bytes */
 	uint64_t drops;		/* anywhere */

@@ -13,9 +13,9 @@
 #define LINEAR_ROUTES 8		/* more links than this: a dense table */
 
 enum ev_type {
-	EV_TX_DONE,		/* a link finished serializing its head frame */
+	EV_TX_DONE,		/* a link serialized its head frame */
 	EV_ARRIVE,		/* a frame reaches the far end of a link */
-	EV_FORWARD,		/* a switch hands a frame to its egress port */
+	EV_FORWARD,		/* a switch hands a frame to a port */
 	EV_TIMER,		/* an endpoint's timer */
 	EV_FAIL,		/* a node dies */
 };
@@ -31,7 +31,7 @@ struct ev {
 struct pkt {
 	struct cs_sim_pkt pub;
 	struct pkt *next;
-	uint8_t *buf;		/* max_payload bytes, allocated on first use */
+	uint8_t *buf;		/* max_payload bytes, allocated lazily */
 	uint32_t frame;		/* bytes of link time */
 	bool corrupt;
 };

@@ -50,7 +50,7 @@
 #define CS_SIM_WIRE_EXTRA 24	/* preamble + IFG + FCS, bytes per frame */
 #define CS_SIM_NODE_NONE UINT32_MAX
 #ifndef CS_NS_NEVER
-#define CS_NS_NEVER UINT64_MAX	/* no deadline (same as control/pacer.h) */
+#define CS_NS_NEVER UINT64_MAX	/* no deadline (as control/pacer.h) */
 #endif
 
 struct cs_sim;
@@ -123,7 +123,7 @@ struct cs_sim_node_ops {
 
 struct cs_sim_link_stats {
 	uint64_t frames;	/* frames serialized onto the link */
-	uint64_t bytes;		/* frame bytes serialized (incl. extra) */
+	uint64_t bytes;		/* frame bytes serialized, with extra */
 	uint64_t payload;	/* payload bytes serialized */
 	uint64_t delivered;	/* frames handed to the far node */
 	uint64_t drop_queue;	/* tail drops */

@@ -1,0 +1,872 @@
+/* SPDX-License-Identifier: MIT */
+/* libcollstack: connection, shared buffers, groups, posting and completion. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "shm_ring.h"
+
+enum req_state { REQ_FREE = 0, REQ_POSTED, REQ_DONE };
+
+struct req {
+	uint64_t id;
+	uint8_t state;
+	uint8_t op;
+	uint16_t detail;
+	int32_t status;
+	int32_t peer;
+	uint64_t count;
+	uint8_t dtype, redop;
+	struct cs_group *g;
+};
+
+struct cs_buf {
+	struct cs_client *c;
+	struct cs_buf *next;
+	int fd;
+	void *mem;
+	size_t len;
+	uint32_t seg;
+};
+
+struct cs_group {
+	struct cs_client *c;
+	struct cs_group *next;
+	uint32_t handle;
+	int rank, size, local_rank, local_size;
+	uint64_t pending;
+	char name[CS_IPC_NAME_MAX];
+};
+
+struct cs_client {
+	pthread_mutex_t lock;
+	int fd;
+	int efd;
+	int ctrl_fd;
+	void *ctrl_mem;
+	size_t ctrl_len;
+	struct cs_ipc_ctrl *ctrl;
+	struct cs_ring sq, cq;
+	struct cs_buf *bufs;
+	struct cs_group *groups;
+	uint64_t next_id;
+	bool dead;
+	struct req reqs[CS_IPC_RING_SLOTS];
+	unsigned last_detail;
+	int last_peer;
+	char err[256];
+};
+
+static const char *const op_names[CS_IPC_OP_COUNT] = {
+	[CS_IPC_OP_NONE] = "op 0",
+	[CS_IPC_OP_ALLREDUCE] = "allreduce",
+	[CS_IPC_OP_REDUCE_SCATTER] = "reduce-scatter",
+	[CS_IPC_OP_ALL_GATHER] = "all-gather",
+	[CS_IPC_OP_BROADCAST] = "broadcast",
+	[CS_IPC_OP_BARRIER] = "barrier",
+};
+
+static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
+	[CS_IPC_BAD_NONE] = "bad descriptor",
+	[CS_IPC_BAD_OP] = "unknown operation",
+	[CS_IPC_BAD_GROUP] = "not a group of this trainer",
+	[CS_IPC_BAD_DTYPE] = "unknown element type",
+	[CS_IPC_BAD_REDOP] = "unknown reduction",
+	[CS_IPC_BAD_COUNT] = "element count out of range",
+	[CS_IPC_BAD_SEND_SEG] = "send buffer: unknown segment",
+	[CS_IPC_BAD_RECV_SEG] = "recv buffer: unknown segment",
+	[CS_IPC_BAD_SEND_RANGE] = "send buffer runs past its segment",
+	[CS_IPC_BAD_RECV_RANGE] = "recv buffer runs past its segment",
+	[CS_IPC_BAD_ALIGN] = "buffer offset not a multiple of element size",
+	[CS_IPC_BAD_OVERLAP] = "send and recv overlap (and not in place)",
+	[CS_IPC_BAD_ROOT] = "root rank out of range",
+	[CS_IPC_BAD_FLAGS] = "reserved fields not zero",
+	[CS_IPC_BAD_MISMATCH] = "differs from another rank's call",
+	[CS_IPC_BAD_PEER] = "another rank posted a bad call",
+};
+
+static const char *op_name(unsigned op)
+{
+	return op < CS_IPC_OP_COUNT ? op_names[op] : "unknown op";
+}
+
+__attribute__((format(printf, 2, 3)))
+static void set_err(struct cs_client *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+}
+
+/* ---- control messages ------------------------------------------------- */
+
+/* Send @m with @nfd fds and wait for the reply. Lock held. */
+static int rpc(struct cs_client *c, struct cs_ipc_msg *m, const int *fds,
+	       int nfd, struct cs_ipc_msg *r)
+{
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = { m, sizeof(*m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (c->dead)
+		return -ENOTCONN;
+	m->version = CS_IPC_VERSION;
+	if (nfd) {
+		struct cmsghdr *h;
+
+		memset(&cb, 0, sizeof(cb));
+		mh.msg_control = cb.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+		h = CMSG_FIRSTHDR(&mh);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(h), fds, (size_t)nfd * sizeof(int));
+	}
+	do
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(*m))
+		goto out_dead;
+	do
+		n = recv(c->fd, r, sizeof(*r), 0);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(*r) || r->type != CS_IPC_MSG_REPLY)
+		goto out_dead;
+	r->u.reply.text[CS_IPC_MSG_TEXT - 1] = 0;
+	return r->u.reply.status;
+
+out_dead:
+	c->dead = true;
+	return -ENOTCONN;
+}
+
+/* ---- connection ------------------------------------------------------- */
+
+static int ctrl_setup(struct cs_client *c)
+{
+	size_t sq_len = cs_ring_region_size(sizeof(struct cs_ipc_sqe),
+					    CS_IPC_RING_SLOTS);
+	size_t cq_len = cs_ring_region_size(sizeof(struct cs_ipc_cqe),
+					    CS_IPC_RING_SLOTS);
+	size_t sq_off = sizeof(struct cs_ipc_ctrl);
+	size_t cq_off = sq_off + sq_len;
+	int ret;
+
+	c->ctrl_len = cq_off + cq_len;
+	ret = cs_shm_create("collstack-ctrl", c->ctrl_len, &c->ctrl_fd,
+			    &c->ctrl_mem);
+	if (ret)
+		return ret;
+	c->ctrl = c->ctrl_mem;
+	c->ctrl->version = CS_IPC_VERSION;
+	c->ctrl->sq_off = sq_off;
+	c->ctrl->sq_len = sq_len;
+	c->ctrl->cq_off = cq_off;
+	c->ctrl->cq_len = cq_len;
+	c->ctrl->magic = CS_IPC_CTRL_MAGIC;
+	if (cs_ring_format((char *)c->ctrl_mem + sq_off, sq_len,
+			   sizeof(struct cs_ipc_sqe), CS_IPC_RING_SLOTS) ||
+	    cs_ring_format((char *)c->ctrl_mem + cq_off, cq_len,
+			   sizeof(struct cs_ipc_cqe), CS_IPC_RING_SLOTS) ||
+	    cs_ring_attach(&c->sq, (char *)c->ctrl_mem + sq_off, sq_len,
+			   CS_RING_PRODUCER, sizeof(struct cs_ipc_sqe)) ||
+	    cs_ring_attach(&c->cq, (char *)c->ctrl_mem + cq_off, cq_len,
+			   CS_RING_CONSUMER, sizeof(struct cs_ipc_cqe)))
+		return -EINVAL;
+	return 0;
+}
+
+cs_export int cs_connect(const char *path, struct cs_client **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_HELLO }, r;
+	struct cs_client *c;
+	int fds[2], ret;
+
+	if (!out)
+		return -EINVAL;
+	if (!path)
+		path = getenv(CS_SOCKET_ENV);
+	if (!path || !*path)
+		path = CS_DEFAULT_SOCKET;
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->ctrl_fd = c->efd = -1;
+	c->next_id = 1;
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		goto out_close;
+	}
+	/* A sidecar that stops answering must not hang the trainer. */
+	{
+		struct timeval tv = { .tv_sec = CS_CLIENT_RPC_TIMEOUT_S };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
+	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->efd < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	ret = ctrl_setup(c);
+	if (ret)
+		goto out_ctrl;
+	m.u.hello.ctrl_len = c->ctrl_len;
+	m.u.hello.pid = (uint32_t)getpid();
+	fds[0] = c->ctrl_fd;
+	fds[1] = c->efd;
+	ret = rpc(c, &m, fds, 2, &r);
+	if (ret == -ENOTCONN)
+		ret = -ECONNRESET;	/* refused (credentials, limits) */
+	if (ret)
+		goto out_ctrl;
+	*out = c;
+	return 0;
+
+out_ctrl:
+	if (c->ctrl_mem)
+		cs_shm_unmap(c->ctrl_mem, c->ctrl_len);
+	if (c->ctrl_fd >= 0)
+		close(c->ctrl_fd);
+	if (c->efd >= 0)
+		close(c->efd);
+out_close:
+	close(c->fd);
+out_free:
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return ret;
+}
+
+cs_export void cs_disconnect(struct cs_client *c)
+{
+	if (!c)
+		return;
+	/* Closing the socket is the signal: the sidecar drops everything. */
+	close(c->fd);
+	while (c->bufs) {
+		struct cs_buf *b = c->bufs;
+
+		c->bufs = b->next;
+		cs_shm_unmap(b->mem, b->len);
+		close(b->fd);
+		free(b);
+	}
+	while (c->groups) {
+		struct cs_group *g = c->groups;
+
+		c->groups = g->next;
+		free(g);
+	}
+	cs_shm_unmap(c->ctrl_mem, c->ctrl_len);
+	close(c->ctrl_fd);
+	close(c->efd);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+cs_export const char *cs_errmsg(const struct cs_client *c)
+{
+	return c ? c->err : "no client";
+}
+
+/* ---- buffers ---------------------------------------------------------- */
+
+cs_export int cs_buf_alloc(struct cs_client *c, size_t len,
+			   struct cs_buf **out)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_REG_SEG }, r;
+	struct cs_buf *b;
+	int ret;
+
+	if (!c || !out || !len)
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	ret = cs_shm_create("collstack-buf", len, &b->fd, &b->mem);
+	if (ret) {
+		set_err(c, "buffer of %zu bytes: %s", len, strerror(-ret));
+		goto out_free;
+	}
+	b->len = CS_DIV_ROUND_UP(len, (size_t)sysconf(_SC_PAGESIZE)) *
+		 (size_t)sysconf(_SC_PAGESIZE);
+	b->c = c;
+	m.u.reg.len = b->len;
+	pthread_mutex_lock(&c->lock);
+	ret = rpc(c, &m, &b->fd, 1, &r);
+	if (ret) {
+		set_err(c, "register buffer of %zu bytes: %s", len,
+			ret == -ENOTCONN ? "sidecar gone" : r.u.reply.text);
+		pthread_mutex_unlock(&c->lock);
+		goto out_unmap;
+	}
+	b->seg = r.u.reply.value;
+	b->next = c->bufs;
+	c->bufs = b;
+	pthread_mutex_unlock(&c->lock);
+	*out = b;
+	return 0;
+
+out_unmap:
+	cs_shm_unmap(b->mem, b->len);
+	close(b->fd);
+out_free:
+	free(b);
+	return ret;
+}
+
+cs_export void *cs_buf_ptr(const struct cs_buf *b)
+{
+	return b->mem;
+}
+
+cs_export size_t cs_buf_len(const struct cs_buf *b)
+{
+	return b->len;
+}
+
+cs_export int cs_buf_free(struct cs_buf *b)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_UNREG_SEG }, r;
+	struct cs_client *c;
+	struct cs_buf **pp;
+	int ret;
+
+	if (!b)
+		return 0;
+	c = b->c;
+	pthread_mutex_lock(&c->lock);
+	m.u.unreg.seg = b->seg;
+	ret = rpc(c, &m, NULL, 0, &r);
+	if (ret && ret != -ENOTCONN) {
+		set_err(c, "free buffer: %s", r.u.reply.text);
+		pthread_mutex_unlock(&c->lock);
+		return ret;
+	}
+	for (pp = &c->bufs; *pp; pp = &(*pp)->next)
+		if (*pp == b) {
+			*pp = b->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	cs_shm_unmap(b->mem, b->len);
+	close(b->fd);
+	free(b);
+	return 0;
+}
+
+/* Which registered segment holds [p, p+len)? Lock held. */
+static int locate(struct cs_client *c, const void *p, size_t len,
+		  uint32_t *seg, uint64_t *off)
+{
+	for (struct cs_buf *b = c->bufs; b; b = b->next) {
+		uintptr_t s = (uintptr_t)b->mem, a = (uintptr_t)p;
+
+		if (a >= s && a - s <= b->len && len <= b->len - (a - s)) {
+			*seg = b->seg;
+			*off = a - s;
+			return 0;
+		}
+	}
+	return -EFAULT;
+}
+
+/* ---- groups ----------------------------------------------------------- */
+
+cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
+			    int size, int local_rank, int local_size,
+			    struct cs_group **out)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_JOIN }, r;
+	struct cs_group *g;
+	int ret;
+
+	if (!c || !name || !out)
+		return -EINVAL;
+	if (strlen(name) >= CS_IPC_NAME_MAX) {
+		set_err(c, "rank %d join: group name longer than %d bytes",
+			rank, CS_IPC_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	snprintf(m.u.join.name, sizeof(m.u.join.name), "%s", name);
+	m.u.join.rank = rank;
+	m.u.join.size = size;
+	m.u.join.local_rank = local_rank;
+	m.u.join.local_size = local_size;
+	pthread_mutex_lock(&c->lock);
+	ret = rpc(c, &m, NULL, 0, &r);
+	if (ret) {
+		set_err(c, "rank %d join group '%s': %s", rank, name,
+			ret == -ENOTCONN ? "sidecar gone" : r.u.reply.text);
+		pthread_mutex_unlock(&c->lock);
+		free(g);
+		return ret;
+	}
+	g->c = c;
+	g->handle = r.u.reply.value;
+	g->rank = rank;
+	g->size = size;
+	g->local_rank = local_rank;
+	g->local_size = local_size;
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->next = c->groups;
+	c->groups = g;
+	pthread_mutex_unlock(&c->lock);
+	*out = g;
+	return 0;
+}
+
+static bool env_int(const char *name, int *v)
+{
+	const char *s = getenv(name);
+	char *end;
+	long x;
+
+	if (!s || !*s)
+		return false;
+	x = strtol(s, &end, 10);
+	/* Slurm writes "4(x2)" for per-node counts: take the number. */
+	if (end == s || x < 0 || x > INT32_MAX)
+		return false;
+	*v = (int)x;
+	return true;
+}
+
+cs_export int cs_group_join_env(struct cs_client *c, const char *name,
+				struct cs_group **out)
+{
+	int rank, size, lr, ls;
+
+	if (!c)
+		return -EINVAL;
+	if (env_int("RANK", &rank) && env_int("WORLD_SIZE", &size)) {
+		if (!env_int("LOCAL_RANK", &lr) ||
+		    !env_int("LOCAL_WORLD_SIZE", &ls)) {
+			lr = rank;
+			ls = size;
+		}
+	} else if (env_int("SLURM_PROCID", &rank) &&
+		   env_int("SLURM_NTASKS", &size)) {
+		if (!env_int("SLURM_LOCALID", &lr) ||
+		    (!env_int("SLURM_NTASKS_PER_NODE", &ls) &&
+		     !env_int("SLURM_TASKS_PER_NODE", &ls))) {
+			lr = rank;
+			ls = size;
+		}
+	} else {
+		set_err(c, "join group '%s': neither RANK/WORLD_SIZE nor "
+			"SLURM_PROCID/SLURM_NTASKS is set", name ? name : "");
+		return -ENOENT;
+	}
+	return cs_group_join(c, name, rank, size, lr, ls, out);
+}
+
+cs_export int cs_group_rank(const struct cs_group *g)
+{
+	return g->rank;
+}
+
+cs_export int cs_group_size(const struct cs_group *g)
+{
+	return g->size;
+}
+
+cs_export int cs_group_leave(struct cs_group *g)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_LEAVE }, r;
+	struct cs_client *c;
+	struct cs_group **pp;
+	int ret;
+
+	if (!g)
+		return 0;
+	c = g->c;
+	pthread_mutex_lock(&c->lock);
+	if (g->pending) {
+		set_err(c, "rank %d leave group '%s': %llu operations pending",
+			g->rank, g->name, (unsigned long long)g->pending);
+		pthread_mutex_unlock(&c->lock);
+		return -EBUSY;
+	}
+	m.u.leave.group = g->handle;
+	ret = rpc(c, &m, NULL, 0, &r);
+	if (ret && ret != -ENOTCONN) {
+		set_err(c, "rank %d leave group '%s': %s", g->rank, g->name,
+			r.u.reply.text);
+		pthread_mutex_unlock(&c->lock);
+		return ret;
+	}
+	for (pp = &c->groups; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->lock);
+	free(g);
+	return 0;
+}
+
+/* ---- posting and completion ------------------------------------------- */
+
+/* Post @d (user_id filled in here). Lock held. */
+static int post_locked(struct cs_client *c, struct cs_group *g,
+		       struct cs_ipc_sqe *d, cs_req_t *req)
+{
+	struct req *q = &c->reqs[c->next_id % CS_IPC_RING_SLOTS];
+
+	if (c->dead)
+		return -ENOTCONN;
+	if (q->state != REQ_FREE) {
+		set_err(c, "%s: %u requests unfinished; test or wait first",
+			op_name(d->op), CS_IPC_RING_SLOTS);
+		return -EAGAIN;
+	}
+	d->user_id = c->next_id;
+	if (!cs_ring_enqueue_burst(&c->sq, d, 1)) {
+		/* Cannot happen: at most CS_IPC_RING_SLOTS are posted. */
+		set_err(c, "%s: submission ring full", op_name(d->op));
+		return -EAGAIN;
+	}
+	*q = (struct req){ .id = c->next_id, .state = REQ_POSTED,
+			   .op = d->op, .count = d->count,
+			   .dtype = d->dtype, .redop = d->redop, .g = g };
+	if (g)
+		g->pending++;
+	*req = c->next_id++;
+	return 0;
+}
+
+static int post(struct cs_group *g, unsigned op, const void *send,
+		void *recv, size_t count, enum cs_dtype dtype,
+		enum cs_redop redop, int root, cs_req_t *req)
+{
+	struct cs_client *c = g->c;
+	struct cs_ipc_sqe d = {
+		.group = g->handle, .op = (uint8_t)op, .dtype = (uint8_t)dtype,
+		.redop = (uint8_t)redop, .count = count,
+		.root = (uint32_t)root,
+	};
+	size_t esz = cs_dtype_size(dtype), slen = 0, rlen = 0;
+	const char *which = NULL;
+	int ret;
+
+	if (!req)
+		return -EINVAL;
+	switch (op) {
+	case CS_IPC_OP_ALLREDUCE:
+		slen = rlen = count * esz;
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+		slen = count * esz * (size_t)g->size;
+		rlen = count * esz;
+		break;
+	case CS_IPC_OP_ALL_GATHER:
+		slen = count * esz;
+		rlen = count * esz * (size_t)g->size;
+		break;
+	case CS_IPC_OP_BROADCAST:
+		rlen = count * esz;
+		break;
+	default:
+		break;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (slen && (!send || locate(c, send, slen, &d.send_seg,
+				     &d.send_off)))
+		which = "send";
+	else if (op != CS_IPC_OP_BARRIER &&
+		 (!recv || locate(c, recv, rlen, &d.recv_seg, &d.recv_off)))
+		which = "recv";
+	if (which) {
+		set_err(c, "rank %d %s on group '%s': %s buffer is not inside "
+			"a cs_buf_alloc() buffer of this client", g->rank,
+			op_name(op), g->name, which);
+		pthread_mutex_unlock(&c->lock);
+		return -EFAULT;
+	}
+	ret = post_locked(c, g, &d, req);
+	if (ret == -ENOTCONN)
+		set_err(c, "rank %d %s on group '%s': sidecar gone", g->rank,
+			op_name(op), g->name);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+cs_export int cs_allreduce(struct cs_group *g, const void *send, void *recv,
+			   size_t count, enum cs_dtype dtype,
+			   enum cs_redop op, cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_ALLREDUCE, send, recv, count, dtype, op, 0,
+		    req);
+}
+
+cs_export int cs_reduce_scatter(struct cs_group *g, const void *send,
+				void *recv, size_t count, enum cs_dtype dtype,
+				enum cs_redop op, cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_REDUCE_SCATTER, send, recv, count, dtype, op,
+		    0, req);
+}
+
+cs_export int cs_all_gather(struct cs_group *g, const void *send,
+			    void *recv, size_t count, enum cs_dtype dtype,
+			    cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_ALL_GATHER, send, recv, count, dtype, 0, 0,
+		    req);
+}
+
+cs_export int cs_broadcast(struct cs_group *g, void *buf, size_t count,
+			   enum cs_dtype dtype, int root, cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_BROADCAST, NULL, buf, count, dtype, 0, root,
+		    req);
+}
+
+cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_BARRIER, NULL, NULL, 0, CS_F32, 0, 0, req);
+}
+
+/* Move completions from the ring into the request table. Lock held. */
+static void reap(struct cs_client *c)
+{
+	struct cs_ipc_cqe e[CS_CLIENT_REAP_BURST];
+	unsigned n;
+
+	do {
+		n = cs_ring_dequeue_burst(&c->cq, e, CS_CLIENT_REAP_BURST);
+		for (unsigned i = 0; i < n; i++) {
+			struct req *q = &c->reqs[e[i].user_id %
+						 CS_IPC_RING_SLOTS];
+
+			if (q->state != REQ_POSTED || q->id != e[i].user_id)
+				continue;
+			q->state = REQ_DONE;
+			q->status = e[i].status;
+			q->detail = e[i].detail;
+			q->peer = e[i].peer;
+		}
+	} while (n == CS_CLIENT_REAP_BURST);
+}
+
+static void describe_failure(struct cs_client *c, const struct req *q)
+{
+	char what[160];
+	const char *gname = q->g ? q->g->name : "?";
+	int rank = q->g ? q->g->rank : -1;
+
+	if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
+		snprintf(what, sizeof(what), "rank %d %s #%llu on group "
+			 "'%s'", rank, op_name(q->op),
+			 (unsigned long long)q->id, gname);
+	else
+		snprintf(what, sizeof(what), "rank %d %s #%llu on group "
+			 "'%s' (%llu x %s%s%s)", rank, op_name(q->op),
+			 (unsigned long long)q->id, gname,
+			 (unsigned long long)q->count,
+			 cs_dtype_name((enum cs_dtype)q->dtype),
+			 q->op == CS_IPC_OP_ALLREDUCE ||
+			 q->op == CS_IPC_OP_REDUCE_SCATTER ? " " : "",
+			 q->op == CS_IPC_OP_ALLREDUCE ||
+			 q->op == CS_IPC_OP_REDUCE_SCATTER ?
+			 cs_redop_name((enum cs_redop)q->redop) : "");
+	if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
+		set_err(c, "%s: %s: rank %d", what,
+			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail] :
+			"bad descriptor", (int)q->peer);
+	else if (q->status == CS_ERR_BAD_DESC)
+		set_err(c, "%s: %s", what, q->detail < CS_IPC_BAD_COUNT_ ?
+			bad_names[q->detail] : "bad descriptor");
+	else if (q->status == CS_ERR_PEER_LOST)
+		set_err(c, "%s: rank %d was lost", what, (int)q->peer);
+	else
+		set_err(c, "%s: %s", what, cs_strerror(q->status));
+	c->last_detail = q->detail;
+	c->last_peer = q->peer;
+}
+
+static int test_locked(struct cs_client *c, cs_req_t req)
+{
+	struct req *q = &c->reqs[req % CS_IPC_RING_SLOTS];
+	int st;
+
+	if (q->id != req || q->state == REQ_FREE) {
+		set_err(c, "request %llu: unknown or already finished",
+			(unsigned long long)req);
+		return -EINVAL;
+	}
+	if (q->state == REQ_POSTED)
+		reap(c);
+	if (q->state == REQ_POSTED)
+		return -EINPROGRESS;
+	st = q->status;
+	if (st)
+		describe_failure(c, q);
+	if (q->g)
+		q->g->pending--;
+	q->state = REQ_FREE;
+	return st;
+}
+
+cs_export int cs_test(struct cs_client *c, cs_req_t req)
+{
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	ret = test_locked(c, req);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+cs_export int cs_event_fd(const struct cs_client *c)
+{
+	return c->efd;
+}
+
+cs_export int cs_event_arm(struct cs_client *c)
+{
+	uint64_t v;
+
+	/* Drain old wake-ups, then arm, then look again (see kick_trainer). */
+	while (read(c->efd, &v, sizeof(v)) > 0)
+		;
+	atomic_store_explicit(&c->ctrl->cq_armed, 1, memory_order_seq_cst);
+	atomic_thread_fence(memory_order_seq_cst);
+	return cs_ring_count(&c->cq) ? 1 : 0;
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
+{
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX :
+			   mono_ns() + timeout_ns;
+	unsigned spins = 0;
+	int ret;
+
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		ret = test_locked(c, req);
+		if (ret != -EINPROGRESS) {
+			pthread_mutex_unlock(&c->lock);
+			return ret;
+		}
+		if (c->dead) {
+			set_err(c, "request %llu: sidecar gone",
+				(unsigned long long)req);
+			pthread_mutex_unlock(&c->lock);
+			return -ENOTCONN;
+		}
+		pthread_mutex_unlock(&c->lock);
+		if (mono_ns() >= deadline) {
+			set_err(c, "request %llu: timed out",
+				(unsigned long long)req);
+			return CS_ERR_TIMEOUT;
+		}
+		if (++spins < CS_CLIENT_SPIN_POLLS) {
+			if (!(spins & 63))
+				sched_yield();
+			continue;
+		}
+		if (cs_event_arm(c))
+			continue;
+		{
+			struct pollfd p[2] = {
+				{ .fd = c->efd, .events = POLLIN },
+				{ .fd = c->fd, .events = POLLIN },
+			};
+			int64_t left = deadline - mono_ns();
+			int ms = left > 100000000 ? 100 :
+				 (int)(left / 1000000) + 1;
+
+			/* The socket only speaks when spoken to: readable
+			 * or hung up here means the sidecar is gone. */
+			if (poll(p, 2, ms) > 0 && p[1].revents) {
+				pthread_mutex_lock(&c->lock);
+				c->dead = true;
+				pthread_mutex_unlock(&c->lock);
+			}
+		}
+	}
+}
+
+/* ---- test hooks ------------------------------------------------------- */
+
+int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
+			cs_req_t *req)
+{
+	struct cs_ipc_sqe copy = *d;
+	struct cs_group *g = NULL;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	for (struct cs_group *x = c->groups; x; x = x->next)
+		if (x->handle == d->group)
+			g = x;
+	ret = post_locked(c, g, &copy, req);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+uint32_t cs__buf_seg(const struct cs_buf *b)
+{
+	return b->seg;
+}
+
+uint32_t cs__group_handle(const struct cs_group *g)
+{
+	return g->handle;
+}
+
+void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
+			  int *peer)
+{
+	*detail = c->last_detail;
+	*peer = c->last_peer;
+}
+
+struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c)
+{
+	return c->ctrl;
+}

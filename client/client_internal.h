@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* libcollstack internals and test hooks (not exported from the .so). */
+#ifndef CS_CLIENT_INTERNAL_H
+#define CS_CLIENT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "collstack/collstack.h"
+#include "control/ipc/ipc_proto.h"
+
+/* Spin polls in cs_wait() before arming the eventfd and sleeping. */
+#define CS_CLIENT_SPIN_POLLS 2000
+/* Control-message replies slower than this mean the sidecar is gone. */
+#define CS_CLIENT_RPC_TIMEOUT_S 60
+/* Completions reaped from the ring per call. */
+#define CS_CLIENT_REAP_BURST 32
+
+/**
+ * cs__client_post_raw - post a descriptor as is (test hook)
+ * @c: client
+ * @d: descriptor; its user_id is replaced by the request id
+ * @req: out: the request
+ *
+ * Returns: 0, -EAGAIN, -ENOTCONN.
+ */
+int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
+			cs_req_t *req);
+
+/* The sidecar's id for @b, and the sidecar's handle for @g (test hooks). */
+uint32_t cs__buf_seg(const struct cs_buf *b);
+uint32_t cs__group_handle(const struct cs_group *g);
+
+/* The control segment (test hook: lets a test corrupt its own rings). */
+struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c);
+
+/* Detail (enum cs_ipc_bad) and peer rank of the last failed request. */
+void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
+			  int *peer);
+
+#endif

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/* Trainer <-> sidecar IPC: control messages, descriptors and completions. */
+#ifndef CS_IPC_PROTO_H
+#define CS_IPC_PROTO_H
+
+/*
+ * A trainer talks to its sidecar two ways:
+ *
+ *  - control messages (struct cs_ipc_msg, one per SOCK_SEQPACKET packet) on
+ *    a Unix socket: hello (with the control segment and an eventfd as
+ *    SCM_RIGHTS), register / unregister a buffer segment (a sealed memfd),
+ *    join / leave a group. Each gets one reply. These are the slow path.
+ *  - the control segment: a memfd holding struct cs_ipc_ctrl, then a
+ *    submission ring (trainer -> sidecar, struct cs_ipc_sqe slots) and a
+ *    completion ring (sidecar -> trainer, struct cs_ipc_cqe slots). The
+ *    sidecar polls the submission ring: no system call per operation.
+ *
+ * Every field a trainer writes is untrusted; the sidecar validates it.
+ * All layouts here are ABI: append only, bump CS_IPC_VERSION otherwise.
+ */
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "internal/util.h"
+
+#define CS_IPC_VERSION 1u
+#define CS_IPC_CTRL_MAGIC 0x4c52544353432325ull	/* "%#CSCTRL" */
+#define CS_IPC_NAME_MAX 64		/* group name, NUL included */
+#define CS_IPC_MSG_TEXT 96		/* reply text, NUL included */
+#define CS_IPC_RING_SLOTS 256u		/* submission and completion */
+#define CS_IPC_MAX_LOCAL 64u		/* trainers of one group per node */
+
+/* Collective operations (struct cs_ipc_sqe.op). */
+enum cs_ipc_opcode {
+	CS_IPC_OP_NONE = 0,
+	CS_IPC_OP_ALLREDUCE = 1,
+	CS_IPC_OP_REDUCE_SCATTER = 2,
+	CS_IPC_OP_ALL_GATHER = 3,
+	CS_IPC_OP_BROADCAST = 4,
+	CS_IPC_OP_BARRIER = 5,
+	CS_IPC_OP_COUNT
+};
+
+/*
+ * Submission descriptor, one 64-byte slot. Buffers are (segment id, byte
+ * offset) pairs; segment ids are those the sidecar returned when the
+ * trainer registered the segment. @count is in elements: the whole buffer
+ * for allreduce and broadcast, the per-rank block for reduce-scatter (recv)
+ * and all-gather (send). Barrier ignores buffers and needs count 0.
+ */
+struct cs_ipc_sqe {
+	uint64_t user_id;	/* echoed in the completion */
+	uint32_t group;		/* the trainer's group handle */
+	uint8_t op;		/* enum cs_ipc_opcode */
+	uint8_t dtype;		/* enum cs_dtype */
+	uint8_t redop;		/* enum cs_redop */
+	uint8_t flags;		/* 0 */
+	uint64_t count;
+	uint32_t send_seg;
+	uint32_t recv_seg;
+	uint64_t send_off;
+	uint64_t recv_off;
+	uint32_t root;		/* broadcast root rank */
+	uint32_t reserved0;
+	uint64_t reserved1;
+};
+static_assert(sizeof(struct cs_ipc_sqe) == 64, "sqe is one cache line");
+
+/* Which descriptor field a CS_ERR_BAD_DESC completion complains about. */
+enum cs_ipc_bad {
+	CS_IPC_BAD_NONE = 0,
+	CS_IPC_BAD_OP,
+	CS_IPC_BAD_GROUP,
+	CS_IPC_BAD_DTYPE,
+	CS_IPC_BAD_REDOP,
+	CS_IPC_BAD_COUNT,
+	CS_IPC_BAD_SEND_SEG,
+	CS_IPC_BAD_RECV_SEG,
+	CS_IPC_BAD_SEND_RANGE,	/* offset/length outside the segment */
+	CS_IPC_BAD_RECV_RANGE,
+	CS_IPC_BAD_ALIGN,	/* offset not a multiple of the element size */
+	CS_IPC_BAD_OVERLAP,	/* send and recv overlap (not in place) */
+	CS_IPC_BAD_ROOT,
+	CS_IPC_BAD_FLAGS,	/* flags or reserved fields not zero */
+	CS_IPC_BAD_MISMATCH,	/* differs from the other ranks' descriptor */
+	CS_IPC_BAD_PEER,	/* another rank's descriptor was bad */
+	CS_IPC_BAD_COUNT_
+};
+
+/* Completion, one 32-byte slot. */
+struct cs_ipc_cqe {
+	uint64_t user_id;
+	int32_t status;		/* 0 or negative errno / CS_ERR_* */
+	uint16_t detail;	/* enum cs_ipc_bad for CS_ERR_BAD_DESC */
+	uint16_t reserved;
+	int32_t peer;		/* the rank at fault (bad peer, lost), or -1 */
+	uint32_t reserved1;
+	uint64_t reserved2;
+};
+static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");
+
+/*
+ * Start of the control segment. The rings live at the given offsets
+ * (each CS_CACHE_LINE aligned, inside the segment, not overlapping).
+ * cq_armed: the trainer sets it before sleeping on its eventfd; the
+ * sidecar, after publishing completions, swaps it to 0 and writes the
+ * eventfd if it was set.
+ */
+struct cs_ipc_ctrl {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t flags;
+	uint64_t sq_off, sq_len;
+	uint64_t cq_off, cq_len;
+	alignas(CS_CACHE_LINE) _Atomic uint32_t cq_armed;
+};
+static_assert(offsetof(struct cs_ipc_ctrl, cq_armed) == CS_CACHE_LINE,
+	      "armed flag on its own line");
+
+enum cs_ipc_msg_type {
+	CS_IPC_MSG_HELLO = 1,	/* fds: control memfd, eventfd */
+	CS_IPC_MSG_REG_SEG = 2,	/* fd: a sealed memfd */
+	CS_IPC_MSG_UNREG_SEG = 3,
+	CS_IPC_MSG_JOIN = 4,
+	CS_IPC_MSG_LEAVE = 5,
+	CS_IPC_MSG_REPLY = 100,
+};
+
+/* One control message or reply; always exactly this size on the wire. */
+struct cs_ipc_msg {
+	uint32_t type;
+	uint32_t version;
+	union {
+		struct {
+			uint64_t ctrl_len;
+			uint32_t pid;
+			uint32_t pad;
+		} hello;
+		struct {
+			uint64_t len;
+		} reg;
+		struct {
+			uint32_t seg;
+		} unreg;
+		struct {
+			char name[CS_IPC_NAME_MAX];
+			int32_t rank, size;
+			int32_t local_rank, local_size;
+		} join;
+		struct {
+			uint32_t group;
+		} leave;
+		struct {
+			int32_t status;		/* 0 or negative */
+			uint32_t value;		/* segment id, group handle */
+			char text[CS_IPC_MSG_TEXT];
+		} reply;
+	} u;
+};
+
+#endif

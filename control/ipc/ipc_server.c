@@ -1,0 +1,1390 @@
+/* SPDX-License-Identifier: MIT */
+/* Trainer IPC server: accept, map, poll submission rings, run local groups. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CS_LOG_MODULE "ipc"
+#include "client/shm_ring.h"
+#include "internal/log.h"
+#include "ipc_server.h"
+
+#define IPC_MAX_FDS 4			/* fds accepted in one message */
+#define IPC_MSGS_PER_POLL 16		/* control messages per trainer */
+#define IPC_MAX_CTRL_BYTES (1u << 20)	/* control segment size limit */
+#define IPC_MAX_GROUP_SIZE (1u << 20)
+#define IPC_WINDOW CS_IPC_RING_SLOTS	/* ops in flight per group */
+
+const struct cs_cfg_entry cs_ipc_cfg_table[] = {
+	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
+	  "/run/collstack/collstack.sock", CS_CFG_NO_BOUNDS,
+	  "Unix socket trainers connect to" },
+	{ "ipc.max_trainers", CS_CFG_U32,
+	  offsetof(struct cs_ipc_cfg, max_trainers), "64", 1, 4096,
+	  "trainers connected at once" },
+	{ "ipc.max_segments", CS_CFG_U32,
+	  offsetof(struct cs_ipc_cfg, max_segments), "64", 1, 65536,
+	  "shared buffers per trainer" },
+	{ "ipc.max_groups", CS_CFG_U32, offsetof(struct cs_ipc_cfg, max_groups),
+	  "64", 1, 65536, "groups per sidecar (and per trainer)" },
+	{ "ipc.max_op_bytes", CS_CFG_SIZE,
+	  offsetof(struct cs_ipc_cfg, max_op_bytes), "16G", 1, 1e15,
+	  "largest buffer one operation may name" },
+	{ "ipc.max_segment_bytes", CS_CFG_SIZE,
+	  offsetof(struct cs_ipc_cfg, max_segment_bytes), "64G", 4096, 1e15,
+	  "largest shared buffer a trainer may register" },
+	{ "ipc.sock_poll_interval", CS_CFG_NS,
+	  offsetof(struct cs_ipc_cfg, sock_poll_interval), "1ms", 0, 1e9,
+	  "how often the socket side (accept, messages, hang-ups) is polled" },
+	{ "ipc.sq_burst", CS_CFG_U32, offsetof(struct cs_ipc_cfg, sq_burst),
+	  "32", 1, CS_IPC_RING_SLOTS,
+	  "descriptors taken from one trainer per poll" },
+	{ "ipc.allowed_gid", CS_CFG_U64, offsetof(struct cs_ipc_cfg, allowed_gid),
+	  "4294967295", 0, 4294967295.0,
+	  "group id also allowed to connect (4294967295: none, only the "
+	  "sidecar's uid)" },
+};
+const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
+
+struct seg {
+	void *base;
+	size_t len;
+	uint32_t refs;		/* parts of pending ops naming it */
+	bool used;
+};
+
+struct trainer;
+struct group;
+
+/* A trainer's place in a group. */
+struct member {
+	struct group *g;
+	struct trainer *t;
+	int32_t rank;
+	uint32_t local_rank;
+	uint32_t handle;	/* index in t->groups */
+	uint64_t seq;		/* sequence number of its next op */
+};
+
+/* One local rank's descriptor of one collective instance. */
+struct part {
+	bool arrived;
+	uint16_t bad;		/* enum cs_ipc_bad, 0 if valid */
+	struct trainer *t;
+	uint64_t user_id;
+	struct cs_ipc_sqe d;
+	struct seg *send_seg, *recv_seg;
+	uint8_t *send, *recv;
+};
+
+/* The k-th op of a group: one part per local rank. */
+struct inst {
+	bool active;
+	bool inter;		/* waiting for the backend */
+	uint64_t seq;
+	uint32_t arrived;
+	uint64_t cookie;
+	struct part *parts;	/* local_size of them */
+};
+
+struct group {
+	bool used;
+	bool failed;
+	int32_t lost_rank;
+	uint32_t id;
+	uint32_t gen;		/* bumped when the slot is reused */
+	char name[CS_IPC_NAME_MAX];
+	uint32_t size, local_size, nmembers;
+	struct member *m[CS_IPC_MAX_LOCAL];	/* by local rank */
+	int32_t ranks[CS_IPC_MAX_LOCAL];	/* global rank by local rank */
+	uint64_t next_done;
+	struct inst *win;			/* IPC_WINDOW of them */
+	struct part *part_mem;
+	void *staging;
+	size_t staging_len;
+};
+
+struct trainer {
+	int fd;
+	int efd;
+	pid_t pid;
+	bool hello;
+	bool kick;
+	void *ctrl_mem;
+	size_t ctrl_len;
+	struct cs_ipc_ctrl *ctrl;
+	struct cs_ring sq, cq;
+	struct seg *segs;
+	struct member **groups;		/* by handle */
+	uint32_t inflight;		/* taken, completion not in the CQ */
+	struct cs_ipc_cqe backlog[CS_IPC_RING_SLOTS];
+	uint32_t bl_head, bl_count;
+};
+
+struct cs_ipc_server {
+	struct cs_ipc_cfg cfg;
+	struct cs_ipc_backend be;
+	bool have_be;
+	int lfd;
+	uid_t uid;
+	cs_ns_t next_sock_poll;
+	struct trainer **tr;		/* max_trainers slots */
+	struct group *groups;		/* max_groups slots */
+	struct pollfd *pfd;
+	struct cs_ipc_stats st;
+};
+
+/* ---- completions ------------------------------------------------------ */
+
+static void kick_trainer(struct trainer *t)
+{
+	uint64_t one = 1;
+
+	if (!t->kick)
+		return;
+	t->kick = false;
+	/* Pairs with the trainer's store of cq_armed and re-check of the CQ. */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (atomic_exchange_explicit(&t->ctrl->cq_armed, 0,
+				     memory_order_seq_cst))
+		if (write(t->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			CS_WARN("pid %d: eventfd write: %s", (int)t->pid,
+				strerror(errno));
+}
+
+static int flush_backlog(struct trainer *t)
+{
+	int n = 0;
+
+	while (t->bl_count) {
+		if (!cs_ring_enqueue_burst(&t->cq, &t->backlog[t->bl_head], 1))
+			break;
+		t->bl_head = (t->bl_head + 1) % CS_IPC_RING_SLOTS;
+		t->bl_count--;
+		t->inflight--;
+		t->kick = true;
+		n++;
+	}
+	return n;
+}
+
+/* Complete one taken descriptor of @t. Never fails: see inflight. */
+static void complete(struct cs_ipc_server *s, struct trainer *t,
+		     uint64_t user_id, int status, unsigned detail,
+		     int32_t peer)
+{
+	struct cs_ipc_cqe c = {
+		.user_id = user_id, .status = status,
+		.detail = (uint16_t)detail, .peer = peer,
+	};
+
+	if (status)
+		s->st.ops_failed++;
+	else
+		s->st.ops_done++;
+	if (!t)
+		return;
+	t->kick = true;
+	if (!t->bl_count && cs_ring_enqueue_burst(&t->cq, &c, 1)) {
+		t->inflight--;
+		return;
+	}
+	/* inflight < CS_IPC_RING_SLOTS, so the backlog has room. */
+	t->backlog[(t->bl_head + t->bl_count) % CS_IPC_RING_SLOTS] = c;
+	t->bl_count++;
+}
+
+/* ---- groups and instances --------------------------------------------- */
+
+static void part_release(struct part *p)
+{
+	if (p->send_seg)
+		p->send_seg->refs--;
+	if (p->recv_seg)
+		p->recv_seg->refs--;
+	p->send_seg = p->recv_seg = NULL;
+	p->arrived = false;
+	p->t = NULL;
+}
+
+/* Complete every arrived part of @in with the same status. */
+static void inst_finish(struct cs_ipc_server *s, struct group *g,
+			struct inst *in, int status, unsigned detail,
+			int32_t peer)
+{
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		struct part *p = &in->parts[l];
+
+		if (!p->arrived)
+			continue;
+		if (p->bad && status == CS_ERR_BAD_DESC)
+			complete(s, p->t, p->user_id, status, p->bad, -1);
+		else
+			complete(s, p->t, p->user_id, status, detail, peer);
+		part_release(p);
+	}
+	in->active = false;
+	in->inter = false;
+	in->arrived = 0;
+	if (in->seq == g->next_done)
+		g->next_done++;
+}
+
+static size_t esz_of(const struct part *p)
+{
+	return cs_dtype_size((enum cs_dtype)p->d.dtype);
+}
+
+static int staging(struct group *g, size_t len)
+{
+	void *b;
+
+	if (len <= g->staging_len)
+		return 0;
+	b = realloc(g->staging, len);
+	if (!b)
+		return -ENOMEM;
+	g->staging = b;
+	g->staging_len = len;
+	return 0;
+}
+
+/* Which local rank holds global rank @r, or -1. */
+static int local_of(const struct group *g, uint32_t r)
+{
+	for (uint32_t l = 0; l < g->local_size; l++)
+		if (g->ranks[l] == (int32_t)r)
+			return (int)l;
+	return -1;
+}
+
+/* Reduce every local send buffer into @acc, in local-rank order. */
+static void reduce_local(struct group *g, struct inst *in, uint8_t *acc,
+			 size_t n)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0);
+
+	if (acc != p0->send)
+		memmove(acc, p0->send, n * esz);
+	for (uint32_t l = 1; l < g->local_size; l++)
+		cs_ipc_reduce(acc, in->parts[l].send, n,
+			      (enum cs_dtype)p0->d.dtype,
+			      (enum cs_redop)p0->d.redop);
+}
+
+/* Copy the result from the staging buffer to every local rank. */
+static void fan_out(struct group *g, struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0), blk = p0->d.count * esz;
+
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		struct part *p = &in->parts[l];
+
+		switch (p->d.op) {
+		case CS_IPC_OP_ALLREDUCE:
+		case CS_IPC_OP_BROADCAST:
+			memcpy(p->recv, g->staging, blk);
+			break;
+		case CS_IPC_OP_REDUCE_SCATTER:
+			memcpy(p->recv, (uint8_t *)g->staging +
+			       (size_t)g->ranks[l] * blk, blk);
+			break;
+		case CS_IPC_OP_ALL_GATHER:
+			memcpy(p->recv, g->staging, blk * g->size);
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* Every local rank is in and valid: run it on this node. */
+static void run_local(struct cs_ipc_server *s, struct group *g,
+		      struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
+	int root;
+
+	switch (p0->d.op) {
+	case CS_IPC_OP_ALLREDUCE:
+		/* One reduction into rank 0's buffer, then only copies. */
+		reduce_local(g, in, p0->recv, n);
+		for (uint32_t l = 1; l < g->local_size; l++)
+			memcpy(in->parts[l].recv, p0->recv, blk);
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+		/* Staged: a rank's recv may sit inside its send (in place). */
+		if (staging(g, blk * g->size)) {
+			inst_finish(s, g, in, -ENOMEM, 0, -1);
+			return;
+		}
+		reduce_local(g, in, g->staging, n * g->size);
+		fan_out(g, in);
+		break;
+	case CS_IPC_OP_ALL_GATHER:
+		for (uint32_t l = 0; l < g->local_size; l++) {
+			struct part *src = &in->parts[l];
+
+			for (uint32_t m = 0; m < g->local_size; m++) {
+				uint8_t *dst = in->parts[m].recv +
+					       (size_t)g->ranks[l] * blk;
+
+				if (dst != src->send)
+					memcpy(dst, src->send, blk);
+			}
+		}
+		break;
+	case CS_IPC_OP_BROADCAST:
+		root = local_of(g, p0->d.root);
+		for (uint32_t l = 0; l < g->local_size; l++)
+			if ((int)l != root)
+				memcpy(in->parts[l].recv,
+				       in->parts[root].recv, blk);
+		break;
+	default:	/* barrier */
+		break;
+	}
+	inst_finish(s, g, in, 0, 0, -1);
+}
+
+/* Part of the group is on other nodes: combine here, then the backend. */
+static void run_inter(struct cs_ipc_server *s, struct group *g,
+		      struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
+	struct cs_ipc_inter_op op = {
+		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
+			  (in->seq & 0xffffffffu),
+		.group = g->name, .group_size = g->size,
+		.local_size = g->local_size, .local_ranks = g->ranks,
+		.dtype = (enum cs_dtype)p0->d.dtype,
+		.redop = (enum cs_redop)p0->d.redop,
+		.root = p0->d.root, .count = n, .block = n,
+	};
+	size_t need = 0;
+	int root, ret;
+
+	if (!s->have_be) {
+		inst_finish(s, g, in, -EOPNOTSUPP, 0, -1);
+		return;
+	}
+	switch (p0->d.op) {
+	case CS_IPC_OP_ALLREDUCE:
+	case CS_IPC_OP_BROADCAST:
+		need = blk;
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+	case CS_IPC_OP_ALL_GATHER:
+		need = blk * g->size;
+		break;
+	default:
+		break;
+	}
+	if (staging(g, need ? need : 1)) {
+		inst_finish(s, g, in, -ENOMEM, 0, -1);
+		return;
+	}
+	switch (p0->d.op) {
+	case CS_IPC_OP_ALLREDUCE:
+		op.kind = CS_IPC_INTER_ALLREDUCE;
+		reduce_local(g, in, g->staging, n);
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+		/* Node sum of everything, allreduced; each rank keeps its
+		 * block. Correct, not bandwidth-optimal across nodes. */
+		op.kind = CS_IPC_INTER_ALLREDUCE;
+		op.count = n * g->size;
+		reduce_local(g, in, g->staging, n * g->size);
+		break;
+	case CS_IPC_OP_ALL_GATHER:
+		op.kind = CS_IPC_INTER_ALL_GATHER;
+		op.count = n * g->size;
+		memset(g->staging, 0, need);
+		for (uint32_t l = 0; l < g->local_size; l++)
+			memcpy((uint8_t *)g->staging +
+			       (size_t)g->ranks[l] * blk,
+			       in->parts[l].send, blk);
+		break;
+	case CS_IPC_OP_BROADCAST:
+		op.kind = CS_IPC_INTER_BROADCAST;
+		root = local_of(g, p0->d.root);
+		if (root >= 0)
+			memcpy(g->staging, in->parts[root].recv, blk);
+		break;
+	default:
+		op.kind = CS_IPC_INTER_BARRIER;
+		op.count = 0;
+		break;
+	}
+	op.buf = g->staging;
+	in->inter = true;
+	in->cookie = op.cookie;
+	ret = s->be.start_inter_node(s->be.ctx, &op);
+	if (ret) {
+		in->inter = false;
+		inst_finish(s, g, in, ret, 0, -1);
+	}
+}
+
+static void try_run(struct cs_ipc_server *s, struct group *g,
+		    struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	int32_t bad_rank = -1;
+
+	if (in->arrived < g->local_size || in->inter)
+		return;
+	/* Operations run in order: an earlier one may wait for the backend. */
+	if (in->seq != g->next_done)
+		return;
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		struct part *p = &in->parts[l];
+
+		if (p->bad && bad_rank < 0)
+			bad_rank = g->ranks[l];
+	}
+	if (bad_rank >= 0) {
+		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
+			    bad_rank);
+		return;
+	}
+	for (uint32_t l = 1; l < g->local_size; l++) {
+		const struct cs_ipc_sqe *a = &p0->d, *b = &in->parts[l].d;
+
+		if (a->op != b->op || a->count != b->count ||
+		    (a->op != CS_IPC_OP_BARRIER && a->dtype != b->dtype) ||
+		    ((a->op == CS_IPC_OP_ALLREDUCE ||
+		      a->op == CS_IPC_OP_REDUCE_SCATTER) &&
+		     a->redop != b->redop) ||
+		    (a->op == CS_IPC_OP_BROADCAST && a->root != b->root)) {
+			inst_finish(s, g, in, CS_ERR_BAD_DESC,
+				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
+			return;
+		}
+	}
+	if (g->local_size == g->size)
+		run_local(s, g, in);
+	else
+		run_inter(s, g, in);
+}
+
+/* Instances become runnable in order; run all that are ready. */
+static void run_ready(struct cs_ipc_server *s, struct group *g)
+{
+	for (;;) {
+		struct inst *in = &g->win[g->next_done % IPC_WINDOW];
+		uint64_t before = g->next_done;
+
+		if (!in->active || in->seq != g->next_done)
+			return;
+		try_run(s, g, in);
+		if (g->next_done == before)
+			return;
+	}
+}
+
+void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
+			      int status)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+	struct inst *in;
+
+	if (gid >= s->cfg.max_groups)
+		return;
+	g = &s->groups[gid];
+	if (!g->used)
+		return;
+	in = &g->win[g->next_done % IPC_WINDOW];
+	if (!in->active || !in->inter || in->cookie != cookie)
+		return;
+	if (!status)
+		fan_out(g, in);
+	in->inter = false;
+	inst_finish(s, g, in, status, 0, -1);
+	run_ready(s, g);
+}
+
+/* Fail every pending instance of @g: a member is gone. */
+static void group_fail(struct cs_ipc_server *s, struct group *g,
+		       int32_t lost_rank)
+{
+	if (!g->failed) {
+		g->failed = true;
+		g->lost_rank = lost_rank;
+		CS_INFO("group '%s': rank %d gone; pending and later "
+			"operations fail", g->name, (int)lost_rank);
+	}
+	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
+		struct inst *in = &g->win[k];
+
+		if (!in->active)
+			continue;
+		if (in->inter && s->have_be && s->be.cancel)
+			s->be.cancel(s->be.ctx, in->cookie);
+		inst_finish(s, g, in, CS_ERR_PEER_LOST, 0, lost_rank);
+	}
+}
+
+/* The last member left: drop its own pending parts quietly. */
+static void group_cancel(struct cs_ipc_server *s, struct group *g)
+{
+	for (uint32_t k = 0; k < IPC_WINDOW; k++)
+		if (g->win[k].active)
+			inst_finish(s, g, &g->win[k], CS_ERR_CANCELLED, 0, -1);
+}
+
+static void group_free(struct group *g)
+{
+	free(g->win);
+	free(g->part_mem);
+	free(g->staging);
+	uint32_t id = g->id, gen = g->gen;
+
+	memset(g, 0, sizeof(*g));
+	g->id = id;
+	g->gen = gen + 1;
+}
+
+static void member_remove(struct cs_ipc_server *s, struct member *m)
+{
+	struct group *g = m->g;
+
+	g->m[m->local_rank] = NULL;
+	g->ranks[m->local_rank] = -1;
+	m->t->groups[m->handle] = NULL;
+	if (--g->nmembers == 0) {
+		group_free(g);
+		s->st.groups--;
+	}
+	free(m);
+}
+
+/* ---- descriptors ------------------------------------------------------ */
+
+/* @off/@len must lie inside the segment; returns the pointer or NULL. */
+static uint8_t *seg_range(struct seg *sg, uint64_t off, uint64_t len)
+{
+	if (off > sg->len || len > sg->len - off)
+		return NULL;
+	return (uint8_t *)sg->base + off;
+}
+
+static struct seg *seg_get(struct cs_ipc_server *s, struct trainer *t,
+			   uint32_t id)
+{
+	if (id >= s->cfg.max_segments || !t->segs[id].used)
+		return NULL;
+	return &t->segs[id];
+}
+
+static bool overlap(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
+{
+	return a < b + bl && b < a + al;
+}
+
+/*
+ * Check @d (a private copy) for member @m and fill @p. Returns 0 or the
+ * enum cs_ipc_bad of the first bad field.
+ */
+static unsigned validate(struct cs_ipc_server *s, struct member *m,
+			 const struct cs_ipc_sqe *d, struct part *p)
+{
+	struct trainer *t = m->t;
+	struct group *g = m->g;
+	size_t esz = cs_dtype_size((enum cs_dtype)d->dtype);
+	uint64_t slen = 0, rlen = 0, max_elems;
+	bool reducing = d->op == CS_IPC_OP_ALLREDUCE ||
+			d->op == CS_IPC_OP_REDUCE_SCATTER;
+	bool needs_send = d->op != CS_IPC_OP_BROADCAST &&
+			  d->op != CS_IPC_OP_BARRIER;
+
+	if (d->flags || d->reserved0 || d->reserved1)
+		return CS_IPC_BAD_FLAGS;
+	if (d->op == CS_IPC_OP_BARRIER)
+		return d->count ? CS_IPC_BAD_COUNT : 0;
+	if (!esz)
+		return CS_IPC_BAD_DTYPE;
+	if (reducing && d->redop >= CS_REDOP_COUNT)
+		return CS_IPC_BAD_REDOP;
+	max_elems = s->cfg.max_op_bytes / esz;
+	if (d->op == CS_IPC_OP_REDUCE_SCATTER || d->op == CS_IPC_OP_ALL_GATHER)
+		max_elems /= g->size;
+	if (d->count == 0 || d->count > max_elems)
+		return CS_IPC_BAD_COUNT;
+	switch (d->op) {
+	case CS_IPC_OP_ALLREDUCE:
+		slen = rlen = d->count * esz;
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+		slen = d->count * esz * g->size;
+		rlen = d->count * esz;
+		break;
+	case CS_IPC_OP_ALL_GATHER:
+		slen = d->count * esz;
+		rlen = d->count * esz * g->size;
+		break;
+	default:	/* broadcast: in place in the recv buffer */
+		if (d->root >= g->size)
+			return CS_IPC_BAD_ROOT;
+		rlen = d->count * esz;
+		if (d->send_seg || d->send_off)
+			return CS_IPC_BAD_SEND_SEG;
+		break;
+	}
+	p->recv_seg = seg_get(s, t, d->recv_seg);
+	if (!p->recv_seg)
+		return CS_IPC_BAD_RECV_SEG;
+	if (needs_send) {
+		p->send_seg = seg_get(s, t, d->send_seg);
+		if (!p->send_seg)
+			return CS_IPC_BAD_SEND_SEG;
+		if (d->send_off % esz)
+			return CS_IPC_BAD_ALIGN;
+		p->send = seg_range(p->send_seg, d->send_off, slen);
+		if (!p->send)
+			return CS_IPC_BAD_SEND_RANGE;
+	}
+	if (d->recv_off % esz)
+		return CS_IPC_BAD_ALIGN;
+	p->recv = seg_range(p->recv_seg, d->recv_off, rlen);
+	if (!p->recv)
+		return CS_IPC_BAD_RECV_RANGE;
+	if (needs_send && overlap(p->send, slen, p->recv, rlen)) {
+		size_t own = (size_t)m->rank * d->count * esz;
+		bool in_place =
+			(d->op == CS_IPC_OP_ALLREDUCE && p->send == p->recv) ||
+			(d->op == CS_IPC_OP_REDUCE_SCATTER &&
+			 p->send + own == p->recv) ||
+			(d->op == CS_IPC_OP_ALL_GATHER &&
+			 p->recv + own == p->send);
+
+		if (!in_place)
+			return CS_IPC_BAD_OVERLAP;
+	}
+	return 0;
+}
+
+/* Take one descriptor (already copied out of the ring). */
+static void take(struct cs_ipc_server *s, struct trainer *t,
+		 const struct cs_ipc_sqe *d)
+{
+	struct member *m;
+	struct group *g;
+	struct inst *in;
+	struct part *p, tmp = { 0 };
+	unsigned bad;
+
+	t->inflight++;
+	if (d->op == CS_IPC_OP_NONE || d->op >= CS_IPC_OP_COUNT) {
+		s->st.bad_desc++;
+		complete(s, t, d->user_id, CS_ERR_BAD_DESC, CS_IPC_BAD_OP, -1);
+		return;
+	}
+	if (d->group >= s->cfg.max_groups || !t->groups[d->group]) {
+		s->st.bad_desc++;
+		complete(s, t, d->user_id, CS_ERR_BAD_DESC, CS_IPC_BAD_GROUP,
+			 -1);
+		return;
+	}
+	m = t->groups[d->group];
+	g = m->g;
+	if (g->failed) {
+		complete(s, t, d->user_id, CS_ERR_PEER_LOST, 0, g->lost_rank);
+		return;
+	}
+	bad = validate(s, m, d, &tmp);
+	if (bad) {
+		s->st.bad_desc++;
+		/* It still takes its place in the group's sequence, so the
+		 * other ranks' matching op fails too instead of hanging. */
+		tmp.send_seg = tmp.recv_seg = NULL;
+		tmp.send = tmp.recv = NULL;
+	}
+	in = &g->win[m->seq % IPC_WINDOW];
+	if (!in->active) {
+		in->active = true;
+		in->seq = m->seq;
+		in->arrived = 0;
+	}
+	p = &in->parts[m->local_rank];
+	if (in->seq != m->seq || p->arrived) {
+		/* Cannot happen while inflight <= IPC_WINDOW; be safe. */
+		CS_ERR("group '%s': window slot clash at seq %llu", g->name,
+		       (unsigned long long)m->seq);
+		complete(s, t, d->user_id, -EOVERFLOW, 0, -1);
+		return;
+	}
+	m->seq++;
+	*p = tmp;
+	p->arrived = true;
+	p->bad = (uint16_t)bad;
+	p->t = t;
+	p->user_id = d->user_id;
+	p->d = *d;
+	if (p->send_seg)
+		p->send_seg->refs++;
+	if (p->recv_seg)
+		p->recv_seg->refs++;
+	in->arrived++;
+	run_ready(s, g);
+}
+
+static int poll_sq(struct cs_ipc_server *s, struct trainer *t)
+{
+	struct cs_ipc_sqe d[CS_IPC_RING_SLOTS];
+	unsigned room, n;
+	int done;
+
+	done = flush_backlog(t);
+	if (cs_ring_error(&t->sq) || cs_ring_error(&t->cq))
+		return done;
+	room = CS_IPC_RING_SLOTS - t->inflight;
+	n = cs_ring_dequeue_burst(&t->sq, d, CS_MIN(room, s->cfg.sq_burst));
+	for (unsigned i = 0; i < n; i++)
+		take(s, t, &d[i]);
+	return done + (int)n;
+}
+
+/* ---- trainers --------------------------------------------------------- */
+
+static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
+			 const char *why)
+{
+	struct trainer *t = s->tr[slot];
+
+	CS_INFO("trainer pid %d: %s; cancelling its operations", (int)t->pid,
+		why);
+	for (uint32_t h = 0; h < s->cfg.max_groups; h++) {
+		struct member *m = t->groups[h];
+
+		if (!m)
+			continue;
+		/* Completions to @t itself are discarded below. */
+		if (m->g->nmembers > 1)
+			group_fail(s, m->g, m->rank);
+		else
+			group_cancel(s, m->g);
+		member_remove(s, m);
+	}
+	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
+		if (t->segs[i].used)
+			cs_shm_unmap(t->segs[i].base, t->segs[i].len);
+	if (t->ctrl_mem)
+		cs_shm_unmap(t->ctrl_mem, t->ctrl_len);
+	if (t->efd >= 0)
+		close(t->efd);
+	close(t->fd);
+	free(t->segs);
+	free(t->groups);
+	free(t);
+	s->tr[slot] = NULL;
+	s->st.trainers--;
+	s->st.trainers_lost++;
+}
+
+static int reply(struct trainer *t, int status, uint32_t value,
+		 const char *text)
+{
+	struct cs_ipc_msg r = { .type = CS_IPC_MSG_REPLY,
+				.version = CS_IPC_VERSION };
+
+	r.u.reply.status = status;
+	r.u.reply.value = value;
+	if (text)
+		snprintf(r.u.reply.text, sizeof(r.u.reply.text), "%s", text);
+	if (send(t->fd, &r, sizeof(r), MSG_DONTWAIT | MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(r))
+		return -EPIPE;
+	return 0;
+}
+
+static bool is_eventfd(int fd)
+{
+	char path[64], link[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return false;
+	link[n] = 0;
+	return !strcmp(link, "anon_inode:[eventfd]");
+}
+
+static int handle_hello(struct cs_ipc_server *s, struct trainer *t,
+			const struct cs_ipc_msg *msg, int *fds, int nfd,
+			char *why, size_t wl)
+{
+	uint64_t sq_off, sq_len, cq_off, cq_len;
+	struct cs_ipc_ctrl *c;
+	struct cs_ring sq, cq;
+	size_t len = sizeof(*c);
+	void *mem;
+	int ret;
+
+	(void)s;
+	(void)msg;
+	if (t->hello || nfd != 2) {
+		snprintf(why, wl, "hello needs 2 fds, once");
+		return -EPROTO;
+	}
+	if (!is_eventfd(fds[1])) {
+		snprintf(why, wl, "second fd is not an eventfd");
+		return -EBADF;
+	}
+	ret = cs_shm_map(fds[0], &len, &mem);
+	if (ret) {
+		snprintf(why, wl, "control segment: %s", strerror(-ret));
+		return ret;
+	}
+	c = mem;
+	if (len > IPC_MAX_CTRL_BYTES) {
+		snprintf(why, wl, "control segment too large");
+		ret = -EFBIG;
+		goto out_unmap;
+	}
+	sq_off = c->sq_off;
+	sq_len = c->sq_len;
+	cq_off = c->cq_off;
+	cq_len = c->cq_len;
+	if (c->magic != CS_IPC_CTRL_MAGIC || c->version != CS_IPC_VERSION) {
+		snprintf(why, wl, "control segment: bad magic or version");
+		ret = -EPROTO;
+		goto out_unmap;
+	}
+	if (sq_off < sizeof(*c) || cq_off < sizeof(*c) || sq_off > len ||
+	    sq_len > len - sq_off || cq_off > len || cq_len > len - cq_off ||
+	    (sq_off < cq_off + cq_len && cq_off < sq_off + sq_len)) {
+		snprintf(why, wl, "control segment: bad ring offsets");
+		ret = -EINVAL;
+		goto out_unmap;
+	}
+	ret = cs_ring_attach(&sq, (uint8_t *)c + sq_off, sq_len,
+			     CS_RING_CONSUMER, sizeof(struct cs_ipc_sqe));
+	if (!ret && sq.capacity != CS_IPC_RING_SLOTS)
+		ret = -EINVAL;
+	if (!ret)
+		ret = cs_ring_attach(&cq, (uint8_t *)c + cq_off, cq_len,
+				     CS_RING_PRODUCER,
+				     sizeof(struct cs_ipc_cqe));
+	if (!ret && cq.capacity != CS_IPC_RING_SLOTS)
+		ret = -EINVAL;
+	if (ret) {
+		snprintf(why, wl, "rings: %s", strerror(-ret));
+		goto out_unmap;
+	}
+	t->ctrl_mem = mem;
+	t->ctrl_len = len;
+	t->ctrl = c;
+	t->sq = sq;
+	t->cq = cq;
+	t->efd = fds[1];
+	fds[1] = -1;
+	fcntl(t->efd, F_SETFL, fcntl(t->efd, F_GETFL) | O_NONBLOCK);
+	t->hello = true;
+	return 0;
+
+out_unmap:
+	cs_shm_unmap(mem, len);
+	return ret;
+}
+
+static int handle_reg(struct cs_ipc_server *s, struct trainer *t,
+		      const struct cs_ipc_msg *msg, int *fds, int nfd,
+		      uint32_t *val, char *why, size_t wl)
+{
+	size_t len = msg->u.reg.len;
+	uint32_t i;
+	void *m;
+	int ret;
+
+	if (nfd != 1) {
+		snprintf(why, wl, "register needs exactly 1 fd");
+		return -EPROTO;
+	}
+	if (!len || len > s->cfg.max_segment_bytes) {
+		snprintf(why, wl, "segment size out of range");
+		return -EINVAL;
+	}
+	for (i = 0; i < s->cfg.max_segments && t->segs[i].used; i++)
+		;
+	if (i == s->cfg.max_segments) {
+		snprintf(why, wl, "too many segments (ipc.max_segments)");
+		return -ENOSPC;
+	}
+	ret = cs_shm_map(fds[0], &len, &m);
+	if (ret) {
+		snprintf(why, wl, "segment: %s", strerror(-ret));
+		return ret;
+	}
+	if (len > s->cfg.max_segment_bytes) {
+		cs_shm_unmap(m, len);
+		snprintf(why, wl, "segment size out of range");
+		return -EINVAL;
+	}
+	t->segs[i] = (struct seg){ .base = m, .len = len, .used = true };
+	*val = i;
+	return 0;
+}
+
+static int handle_unreg(struct cs_ipc_server *s, struct trainer *t,
+			const struct cs_ipc_msg *msg, char *why, size_t wl)
+{
+	struct seg *sg = seg_get(s, t, msg->u.unreg.seg);
+
+	if (!sg) {
+		snprintf(why, wl, "no such segment");
+		return -ENOENT;
+	}
+	if (sg->refs) {
+		snprintf(why, wl, "segment used by pending operations");
+		return -EBUSY;
+	}
+	cs_shm_unmap(sg->base, sg->len);
+	memset(sg, 0, sizeof(*sg));
+	return 0;
+}
+
+static struct group *group_find(struct cs_ipc_server *s, const char *name)
+{
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++)
+		if (s->groups[i].used && !strcmp(s->groups[i].name, name))
+			return &s->groups[i];
+	return NULL;
+}
+
+static int group_new(struct cs_ipc_server *s, const char *name,
+		     uint32_t size, uint32_t local_size, struct group **out)
+{
+	struct group *g = NULL;
+
+	for (uint32_t i = 0; i < s->cfg.max_groups && !g; i++)
+		if (!s->groups[i].used)
+			g = &s->groups[i];
+	if (!g)
+		return -ENOSPC;
+	g->win = calloc(IPC_WINDOW, sizeof(*g->win));
+	g->part_mem = calloc((size_t)IPC_WINDOW * local_size,
+			     sizeof(*g->part_mem));
+	if (!g->win || !g->part_mem) {
+		free(g->win);
+		free(g->part_mem);
+		g->win = NULL;
+		g->part_mem = NULL;
+		return -ENOMEM;
+	}
+	for (uint32_t k = 0; k < IPC_WINDOW; k++)
+		g->win[k].parts = &g->part_mem[(size_t)k * local_size];
+	for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL; l++)
+		g->ranks[l] = -1;
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->size = size;
+	g->local_size = local_size;
+	g->used = true;
+	s->st.groups++;
+	*out = g;
+	return 0;
+}
+
+static int handle_join(struct cs_ipc_server *s, struct trainer *t,
+		       const struct cs_ipc_msg *msg, uint32_t *val,
+		       char *why, size_t wl)
+{
+	char name[CS_IPC_NAME_MAX];
+	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
+	int32_t lr = msg->u.join.local_rank, ls = msg->u.join.local_size;
+	struct member *m;
+	struct group *g;
+	uint32_t h;
+	int ret;
+
+	memcpy(name, msg->u.join.name, sizeof(name));
+	if (!memchr(name, 0, sizeof(name)) || !name[0]) {
+		snprintf(why, wl, "group name empty or not terminated");
+		return -EINVAL;
+	}
+	if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE || rank < 0 ||
+	    rank >= size || ls < 1 || ls > size ||
+	    (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
+		snprintf(why, wl, "bad rank %d/%d or local rank %d/%d",
+			 (int)rank, (int)size, (int)lr, (int)ls);
+		return -EINVAL;
+	}
+	for (h = 0; h < s->cfg.max_groups && t->groups[h]; h++)
+		;
+	if (h == s->cfg.max_groups) {
+		snprintf(why, wl, "too many groups (ipc.max_groups)");
+		return -ENOSPC;
+	}
+	g = group_find(s, name);
+	if (g) {
+		if (g->failed) {
+			snprintf(why, wl, "group '%.32s' lost rank %d; join "
+				 "a new group", name, (int)g->lost_rank);
+			return CS_ERR_EPOCH;
+		}
+		if (g->size != (uint32_t)size ||
+		    g->local_size != (uint32_t)ls) {
+			snprintf(why, wl, "group '%.32s' has size %u, "
+				 "local size %u", name, g->size, g->local_size);
+			return -EINVAL;
+		}
+		if (g->m[lr] || local_of(g, (uint32_t)rank) >= 0) {
+			snprintf(why, wl, "rank %d / local rank %d already "
+				 "joined", (int)rank, (int)lr);
+			return -EEXIST;
+		}
+	} else {
+		ret = group_new(s, name, (uint32_t)size, (uint32_t)ls, &g);
+		if (ret) {
+			snprintf(why, wl, "no room for a new group");
+			return ret;
+		}
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		if (!g->nmembers) {
+			group_free(g);
+			s->st.groups--;
+		}
+		return -ENOMEM;
+	}
+	m->g = g;
+	m->t = t;
+	m->rank = rank;
+	m->local_rank = (uint32_t)lr;
+	m->handle = h;
+	m->seq = g->next_done;
+	g->m[lr] = m;
+	g->ranks[lr] = rank;
+	g->nmembers++;
+	t->groups[h] = m;
+	*val = h;
+	return 0;
+}
+
+static int handle_leave(struct cs_ipc_server *s, struct trainer *t,
+			const struct cs_ipc_msg *msg, char *why, size_t wl)
+{
+	uint32_t h = msg->u.leave.group;
+	struct member *m;
+	struct group *g;
+
+	if (h >= s->cfg.max_groups || !t->groups[h]) {
+		snprintf(why, wl, "no such group handle");
+		return -ENOENT;
+	}
+	m = t->groups[h];
+	g = m->g;
+	/* A failed group has nothing pending (group_fail finished it). */
+	if (!g->failed && m->seq != g->next_done) {
+		snprintf(why, wl, "operations still pending on the group");
+		return -EBUSY;
+	}
+	/* The others cannot run collectives without it any more. */
+	if (g->nmembers > 1)
+		group_fail(s, g, m->rank);
+	member_remove(s, m);
+	return 0;
+}
+
+/* Read and answer this trainer's messages. Returns <0 to drop it. */
+static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
+{
+	for (int k = 0; k < IPC_MSGS_PER_POLL; k++) {
+		union {
+			char buf[CMSG_SPACE(IPC_MAX_FDS * sizeof(int))];
+			struct cmsghdr align;
+		} cb;
+		struct cs_ipc_msg msg;
+		char extra, why[CS_IPC_MSG_TEXT] = "";
+		struct iovec iov[2] = { { &msg, sizeof(msg) },
+					{ &extra, 1 } };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2,
+				     .msg_control = cb.buf,
+				     .msg_controllen = sizeof(cb.buf) };
+		int fds[IPC_MAX_FDS], nfd = 0, ret;
+		uint32_t val = 0;
+		ssize_t n;
+
+		n = recvmsg(t->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (n < 0)
+			return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+		if (n == 0)
+			return -ECONNRESET;
+		(*work)++;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c;
+		     c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET ||
+			    c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t cnt = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int *p = (int *)CMSG_DATA(c);
+
+			for (size_t i = 0; i < cnt; i++) {
+				if (nfd < IPC_MAX_FDS)
+					fds[nfd++] = p[i];
+				else
+					close(p[i]);
+			}
+		}
+		if (n != (ssize_t)sizeof(msg) || (mh.msg_flags & MSG_CTRUNC) ||
+		    msg.version != CS_IPC_VERSION) {
+			snprintf(why, sizeof(why), "malformed message");
+			ret = -EPROTO;
+		} else if (!t->hello && msg.type != CS_IPC_MSG_HELLO) {
+			snprintf(why, sizeof(why), "hello first");
+			ret = -EPROTO;
+		} else {
+			switch (msg.type) {
+			case CS_IPC_MSG_HELLO:
+				ret = handle_hello(s, t, &msg, fds, nfd, why,
+						   sizeof(why));
+				break;
+			case CS_IPC_MSG_REG_SEG:
+				ret = handle_reg(s, t, &msg, fds, nfd, &val,
+						 why, sizeof(why));
+				break;
+			case CS_IPC_MSG_UNREG_SEG:
+				ret = handle_unreg(s, t, &msg, why,
+						   sizeof(why));
+				break;
+			case CS_IPC_MSG_JOIN:
+				ret = handle_join(s, t, &msg, &val, why,
+						  sizeof(why));
+				break;
+			case CS_IPC_MSG_LEAVE:
+				ret = handle_leave(s, t, &msg, why,
+						   sizeof(why));
+				break;
+			default:
+				snprintf(why, sizeof(why), "unknown message");
+				ret = -EPROTO;
+				break;
+			}
+		}
+		/* Handlers set the fds they keep to -1. */
+		for (int i = 0; i < nfd; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		if (ret)
+			s->st.bad_msg++;
+		if (reply(t, ret, val, ret ? why : NULL))
+			return -EPIPE;
+		if (ret && !t->hello)
+			return ret;	/* a failed hello ends the session */
+	}
+	return 0;
+}
+
+static int accept_one(struct cs_ipc_server *s)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	struct trainer *t;
+	uint32_t slot;
+	int fd;
+
+	fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return errno == EAGAIN || errno == EINTR ||
+		       errno == ECONNABORTED ? 0 : -errno;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) ||
+	    !(cr.uid == s->uid ||
+	      (s->cfg.allowed_gid < CS_IPC_NO_GID &&
+	       cr.gid == (gid_t)s->cfg.allowed_gid))) {
+		CS_WARN("refused a trainer: uid %d gid %d not allowed",
+			(int)cr.uid, (int)cr.gid);
+		s->st.refused++;
+		close(fd);
+		return 1;
+	}
+	for (slot = 0; slot < s->cfg.max_trainers && s->tr[slot]; slot++)
+		;
+	t = slot < s->cfg.max_trainers ? calloc(1, sizeof(*t)) : NULL;
+	if (t) {
+		t->segs = calloc(s->cfg.max_segments, sizeof(*t->segs));
+		t->groups = calloc(s->cfg.max_groups, sizeof(*t->groups));
+	}
+	if (!t || !t->segs || !t->groups) {
+		CS_WARN("refused trainer pid %d: no room", (int)cr.pid);
+		if (t) {
+			free(t->segs);
+			free(t->groups);
+			free(t);
+		}
+		s->st.refused++;
+		close(fd);
+		return 1;
+	}
+	t->fd = fd;
+	t->efd = -1;
+	t->pid = cr.pid;
+	s->tr[slot] = t;
+	s->st.trainers++;
+	s->st.accepted++;
+	return 1;
+}
+
+static int poll_sockets(struct cs_ipc_server *s)
+{
+	uint32_t n = 0, map[1 + 4096];
+	int work = 0, ret;
+
+	for (;;) {
+		ret = accept_one(s);
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			break;
+		work++;
+	}
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++) {
+		if (!s->tr[i])
+			continue;
+		s->pfd[n] = (struct pollfd){ .fd = s->tr[i]->fd,
+					     .events = POLLIN };
+		map[n++] = i;
+	}
+	if (!n || poll(s->pfd, n, 0) <= 0)
+		return work;
+	for (uint32_t k = 0; k < n; k++) {
+		struct trainer *t = s->tr[map[k]];
+		short re = s->pfd[k].revents;
+
+		if (!re)
+			continue;
+		ret = re & POLLIN ? trainer_read(s, t, &work) : -ECONNRESET;
+		if (!ret && (re & (POLLHUP | POLLERR)))
+			ret = -ECONNRESET;
+		if (ret < 0) {
+			trainer_drop(s, map[k], ret == -ECONNRESET ?
+				     "hung up" : "protocol error");
+			work++;
+		}
+	}
+	return work;
+}
+
+int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
+{
+	int work = 0, ret;
+
+	if (now >= s->next_sock_poll) {
+		s->next_sock_poll = now + s->cfg.sock_poll_interval;
+		ret = poll_sockets(s);
+		if (ret < 0)
+			return ret;
+		work += ret;
+	}
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++) {
+		struct trainer *t = s->tr[i];
+
+		if (!t || !t->hello)
+			continue;
+		work += poll_sq(s, t);
+		if (cs_ring_error(&t->sq) || cs_ring_error(&t->cq)) {
+			trainer_drop(s, i, "corrupted its rings");
+			work++;
+		}
+	}
+	/* Kicks last: completions of one trainer's op may land on others. */
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++)
+		if (s->tr[i] && s->tr[i]->hello)
+			kick_trainer(s->tr[i]);
+	return work;
+}
+
+int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
+			 const struct cs_ipc_backend *be,
+			 struct cs_ipc_server **out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct cs_ipc_server *s;
+	int ret;
+
+	if (!cfg || !out || !cfg->max_trainers || !cfg->max_segments ||
+	    !cfg->max_groups || cfg->max_trainers > 4096 || !cfg->sq_burst ||
+	    cfg->sq_burst > CS_IPC_RING_SLOTS)
+		return -EINVAL;
+	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path) ||
+	    !cfg->socket_path[0])
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	if (be && be->start_inter_node) {
+		s->be = *be;
+		s->have_be = true;
+	}
+	s->uid = getuid();
+	s->tr = calloc(cfg->max_trainers, sizeof(*s->tr));
+	s->groups = calloc(cfg->max_groups, sizeof(*s->groups));
+	s->pfd = calloc(cfg->max_trainers, sizeof(*s->pfd));
+	if (!s->tr || !s->groups || !s->pfd) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	for (uint32_t i = 0; i < cfg->max_groups; i++)
+		s->groups[i].id = i;
+	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			0);
+	if (s->lfd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path));
+	unlink(cfg->socket_path);
+	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    listen(s->lfd, 64)) {
+		ret = -errno;
+		goto out_close;
+	}
+	*out = s;
+	return 0;
+
+out_close:
+	close(s->lfd);
+out_free:
+	free(s->tr);
+	free(s->groups);
+	free(s->pfd);
+	free(s);
+	return ret;
+}
+
+void cs_ipc_server_stats(const struct cs_ipc_server *s,
+			 struct cs_ipc_stats *st)
+{
+	*st = s->st;
+}
+
+void cs_ipc_server_destroy(struct cs_ipc_server *s)
+{
+	if (!s)
+		return;
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++)
+		if (s->tr[i])
+			trainer_drop(s, i, "server shutting down");
+	close(s->lfd);
+	unlink(s->cfg.socket_path);
+	free(s->tr);
+	free(s->groups);
+	free(s->pfd);
+	free(s);
+}

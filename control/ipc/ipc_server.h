@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/* The sidecar's trainer IPC server: sockets, segments, rings, local groups. */
+#ifndef CS_IPC_SERVER_H
+#define CS_IPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collstack/types.h"
+#include "internal/config.h"
+#include "internal/util.h"
+#include "ipc_proto.h"
+
+/*
+ * The server is driven by one thread calling cs_ipc_server_poll() in a
+ * loop (the sidecar's control thread, or a test's mini sidecar). Each call:
+ *  - every sock_poll_interval: accepts trainers (SO_PEERCRED checked),
+ *    reads their control messages (SCM_RIGHTS fds), notices hang-ups;
+ *  - always: drains up to sq_burst descriptors from every trainer's
+ *    submission ring (no system call), validates each one, matches it with
+ *    the other local ranks' descriptors of the same group and, once all
+ *    local ranks are in, runs the operation;
+ *  - publishes completions and kicks eventfds of trainers that sleep.
+ *
+ * Groups: a group is (name, size); the trainers on this node are its local
+ * ranks 0..local_size-1. When local_size == size the whole group is on this
+ * node and operations complete here. Otherwise the node's combined data is
+ * handed to the backend's start_inter_node() (the network engine), which
+ * calls cs_ipc_server_inter_done() when the other nodes are done; the
+ * result is then fanned out to every local rank. Without a backend such
+ * operations complete with -EOPNOTSUPP.
+ *
+ * Results are bit-identical on every local rank: the reduction is done
+ * once, in local-rank order, into one buffer, and then only copied.
+ */
+
+struct cs_ipc_server;
+
+#define CS_IPC_NO_GID 4294967295ull	/* (gid_t)-1: never a real group */
+
+/* Runtime settings (see cs_ipc_cfg_table for names, defaults, bounds). */
+struct cs_ipc_cfg {
+	char socket_path[CS_CFG_STR_MAX];
+	uint32_t max_trainers;
+	uint32_t max_segments;		/* per trainer */
+	uint32_t max_groups;		/* per server and per trainer */
+	uint64_t max_op_bytes;		/* largest buffer an op may name */
+	uint64_t max_segment_bytes;
+	cs_ns_t sock_poll_interval;
+	uint32_t sq_burst;		/* descriptors per trainer per poll */
+	uint64_t allowed_gid;		/* CS_IPC_NO_GID: only our uid */
+};
+
+extern const struct cs_cfg_entry cs_ipc_cfg_table[];
+extern const size_t cs_ipc_cfg_table_len;
+
+/* What the backend is asked to do across nodes, in place on @buf. */
+enum cs_ipc_inter_kind {
+	CS_IPC_INTER_ALLREDUCE = 1,	/* reduce @buf over nodes */
+	CS_IPC_INTER_ALL_GATHER = 2,	/* fill the blocks of remote ranks */
+	CS_IPC_INTER_BROADCAST = 3,	/* @buf from the root's node */
+	CS_IPC_INTER_BARRIER = 4,
+};
+
+/* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */
+struct cs_ipc_inter_op {
+	uint64_t cookie;		/* hand back to inter_done / cancel */
+	const char *group;		/* group name */
+	uint32_t group_size;		/* ranks over all nodes */
+	uint32_t local_size;
+	const int32_t *local_ranks;	/* global rank of each local rank */
+	enum cs_ipc_inter_kind kind;
+	enum cs_dtype dtype;
+	enum cs_redop redop;
+	uint32_t root;			/* broadcast root (global rank) */
+	void *buf;			/* server-owned staging buffer */
+	uint64_t count;			/* elements in @buf */
+	uint64_t block;			/* all-gather: elements per rank */
+};
+
+/* The network side, supplied by the integrator (collstackd). */
+struct cs_ipc_backend {
+	void *ctx;
+	/* Start @op; return 0, or a negative error to fail it now. */
+	int (*start_inter_node)(void *ctx, const struct cs_ipc_inter_op *op);
+	/* Forget @cookie (a local rank died); no inter_done must follow. */
+	void (*cancel)(void *ctx, uint64_t cookie);
+};
+
+/* Counters for tests, `collstack top` and metrics. */
+struct cs_ipc_stats {
+	uint64_t trainers;		/* connected now */
+	uint64_t accepted;		/* trainers accepted, ever */
+	uint64_t refused;		/* credentials or limits */
+	uint64_t ops_done;		/* completed with status 0 */
+	uint64_t ops_failed;		/* completed with an error */
+	uint64_t bad_desc;		/* descriptors rejected */
+	uint64_t bad_msg;		/* control messages rejected */
+	uint64_t trainers_lost;		/* hung up or killed */
+	uint64_t groups;		/* live groups */
+};
+
+/**
+ * cs_ipc_server_create - listen on a Unix socket for trainers
+ * @cfg: settings (copied); cfg->socket_path is unlinked and bound
+ * @be: the cross-node backend, or NULL for single-node groups only (copied)
+ * @out: the server
+ *
+ * Returns: 0 or a negative errno.
+ */
+int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
+			 const struct cs_ipc_backend *be,
+			 struct cs_ipc_server **out);
+
+/**
+ * cs_ipc_server_poll - do one round of server work
+ * @s: server
+ * @now: current time (ns, any monotonic origin)
+ *
+ * Never blocks. Returns: the number of things done (descriptors taken,
+ * completions posted, messages handled, trainers accepted or lost): 0 means
+ * idle, so the caller may back off. Negative only for a broken listener.
+ */
+int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now);
+
+/**
+ * cs_ipc_server_inter_done - the backend finished a cross-node step
+ * @s: server
+ * @cookie: from the cs_ipc_inter_op
+ * @status: 0 or a negative error for every local rank
+ *
+ * Call from the thread that calls cs_ipc_server_poll. Unknown or stale
+ * cookies are ignored.
+ */
+void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
+			      int status);
+
+/**
+ * cs_ipc_server_stats - read the counters
+ * @s: server
+ * @st: out
+ */
+void cs_ipc_server_stats(const struct cs_ipc_server *s,
+			 struct cs_ipc_stats *st);
+
+/**
+ * cs_ipc_server_destroy - drop every trainer and close the socket
+ * @s: server (may be NULL)
+ */
+void cs_ipc_server_destroy(struct cs_ipc_server *s);
+
+/**
+ * cs_ipc_reduce - @dst[i] = @dst[i] op @src[i] for @n elements
+ * @dst: accumulator
+ * @src: contribution
+ * @n: elements
+ * @t: element type
+ * @op: operator
+ *
+ * The local reduction the server uses; f16/bf16 go through float.
+ */
+void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
+		   enum cs_redop op);
+
+#endif

@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: MIT */
+/* libcollstack: the trainer API (connect, shared buffers, groups, collectives). */
+#ifndef COLLSTACK_COLLSTACK_H
+#define COLLSTACK_COLLSTACK_H
+
+/*
+ * A trainer connects to the sidecar on its node (collstackd), allocates
+ * shared buffers that both processes map, joins a group and posts
+ * asynchronous collectives on them. Posting writes a descriptor into a
+ * shared-memory submission ring (no system call); the sidecar writes the
+ * result straight into the trainer's buffer and a completion into the
+ * completion ring. cs_test() polls, cs_wait() spins briefly and then
+ * sleeps on an eventfd.
+ *
+ *	struct cs_client *c;
+ *	struct cs_group *g;
+ *	struct cs_buf *b;
+ *	cs_req_t r;
+ *
+ *	cs_connect(NULL, &c);			// COLLSTACK_SOCKET or default
+ *	cs_group_join_env(c, "dp", &g);		// torchrun / Slurm variables
+ *	cs_buf_alloc(c, n * sizeof(float), &b);
+ *	float *x = cs_buf_ptr(b);
+ *	...
+ *	cs_allreduce(g, x, x, n, CS_F32, CS_SUM, &r);
+ *	if (cs_wait(c, r, -1))
+ *		fprintf(stderr, "%s\n", cs_errmsg(c));
+ *
+ * Conventions: functions return 0 or a negative error code (-errno or
+ * CS_ERR_*, see collstack/types.h and cs_strerror()); cs_errmsg() then
+ * says what failed, for which rank and which operation. Objects come back
+ * through out-parameters. A client may be used from several threads (calls
+ * are serialised by a lock). Every posted request must be finished with
+ * cs_test() returning something other than -EINPROGRESS, or cs_wait().
+ *
+ * Buffers passed to the collectives must lie inside buffers from
+ * cs_buf_alloc() of the same client; the sidecar reads and writes them in
+ * place (zero copy).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <collstack/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where cs_connect() looks when it is given no path. */
+#define CS_SOCKET_ENV "COLLSTACK_SOCKET"
+#define CS_DEFAULT_SOCKET "/run/collstack/collstack.sock"
+
+struct cs_client;
+struct cs_buf;
+struct cs_group;
+
+/* A posted operation. */
+typedef uint64_t cs_req_t;
+
+/**
+ * cs_connect - connect to the local sidecar
+ * @path: Unix socket path; NULL: $COLLSTACK_SOCKET, else CS_DEFAULT_SOCKET
+ * @out: the client
+ *
+ * Sets up the shared submission and completion rings and the eventfd.
+ *
+ * Returns: 0 or a negative errno (-ENOENT, -ECONNREFUSED: no sidecar;
+ * -EACCES, -ECONNRESET: refused by the sidecar).
+ */
+int cs_connect(const char *path, struct cs_client **out);
+
+/**
+ * cs_disconnect - close the connection and free everything
+ * @c: client (may be NULL)
+ *
+ * Groups and buffers of @c are freed with it; pending operations are
+ * cancelled by the sidecar.
+ */
+void cs_disconnect(struct cs_client *c);
+
+/**
+ * cs_errmsg - what the last failed call on @c was about
+ * @c: client
+ *
+ * Returns: a message naming the rank, the operation and the cause; valid
+ * until the next call on @c. "" if nothing failed yet.
+ */
+const char *cs_errmsg(const struct cs_client *c);
+
+/**
+ * cs_buf_alloc - allocate a buffer shared with the sidecar
+ * @c: client
+ * @len: bytes (rounded up to the page size)
+ * @out: the buffer; cs_buf_ptr() gives its address
+ *
+ * Returns: 0 or a negative errno.
+ */
+int cs_buf_alloc(struct cs_client *c, size_t len, struct cs_buf **out);
+
+/**
+ * cs_buf_ptr - address of a shared buffer in this process
+ * @b: buffer
+ *
+ * Returns: the start of the mapping.
+ */
+void *cs_buf_ptr(const struct cs_buf *b);
+
+/**
+ * cs_buf_len - usable length of a shared buffer
+ * @b: buffer
+ *
+ * Returns: the length in bytes.
+ */
+size_t cs_buf_len(const struct cs_buf *b);
+
+/**
+ * cs_buf_free - unregister and unmap a shared buffer
+ * @b: buffer (may be NULL)
+ *
+ * Returns: 0, or -EBUSY if operations naming it are still pending (the
+ * buffer is then left alone).
+ */
+int cs_buf_free(struct cs_buf *b);
+
+/**
+ * cs_group_join - create or join a group
+ * @c: client
+ * @name: group name, shared by all its ranks (at most 63 bytes)
+ * @rank: this trainer's rank, 0 .. @size-1
+ * @size: ranks in the group, over all nodes
+ * @local_rank: rank among the group's trainers on this node
+ * @local_size: the group's trainers on this node
+ * @out: the group
+ *
+ * Operations may be posted at once; they run when every local rank has
+ * posted its matching operation (the k-th operation of each rank on a group
+ * forms one collective).
+ *
+ * Returns: 0, -EINVAL (bad numbers, or they disagree with the group),
+ * -EEXIST (rank taken), CS_ERR_EPOCH (the group lost a rank), -ENOSPC.
+ */
+int cs_group_join(struct cs_client *c, const char *name, int rank, int size,
+		  int local_rank, int local_size, struct cs_group **out);
+
+/**
+ * cs_group_join_env - join a group using the launcher's variables
+ * @c: client
+ * @name: group name
+ * @out: the group
+ *
+ * Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (torchrun) or else
+ * SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the first number of
+ * SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE. Without local variables,
+ * the whole group is taken to be on this node.
+ *
+ * Returns: as cs_group_join(), or -ENOENT if no launcher variables are set.
+ */
+int cs_group_join_env(struct cs_client *c, const char *name,
+		      struct cs_group **out);
+
+/**
+ * cs_group_rank - this trainer's rank in @g
+ * @g: group
+ *
+ * Returns: the rank.
+ */
+int cs_group_rank(const struct cs_group *g);
+
+/**
+ * cs_group_size - ranks in @g
+ * @g: group
+ *
+ * Returns: the size.
+ */
+int cs_group_size(const struct cs_group *g);
+
+/**
+ * cs_group_leave - leave a group and free @g
+ * @g: group (may be NULL)
+ *
+ * The other ranks' later operations on the group fail with
+ * CS_ERR_PEER_LOST.
+ *
+ * Returns: 0, or -EBUSY if operations on it are pending (@g stays valid).
+ */
+int cs_group_leave(struct cs_group *g);
+
+/**
+ * cs_allreduce - post recv[i] = op over all ranks of send[i]
+ * @g: group
+ * @send: @count elements inside a cs_buf
+ * @recv: @count elements inside a cs_buf; may equal @send (in place)
+ * @count: elements
+ * @dtype: element type
+ * @op: reduction
+ * @req: out: the request to test or wait for
+ *
+ * Every rank gets bit-identical results.
+ *
+ * Returns: 0, -EFAULT (a pointer is outside this client's buffers),
+ * -EAGAIN (too many unfinished requests), -ENOTCONN (sidecar gone).
+ */
+int cs_allreduce(struct cs_group *g, const void *send, void *recv,
+		 size_t count, enum cs_dtype dtype, enum cs_redop op,
+		 cs_req_t *req);
+
+/**
+ * cs_reduce_scatter - post a reduction whose block r goes to rank r
+ * @g: group
+ * @send: size * @count elements
+ * @recv: @count elements: block rank() of the reduction; may be inside
+ *        @send at block rank() (in place)
+ * @count: elements per rank
+ * @dtype: element type
+ * @op: reduction
+ * @req: out: the request
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_reduce_scatter(struct cs_group *g, const void *send, void *recv,
+		      size_t count, enum cs_dtype dtype, enum cs_redop op,
+		      cs_req_t *req);
+
+/**
+ * cs_all_gather - post: every rank gets every rank's block, in rank order
+ * @g: group
+ * @send: @count elements
+ * @recv: size * @count elements; @send may be its block rank() (in place)
+ * @count: elements per rank
+ * @dtype: element type
+ * @req: out: the request
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_all_gather(struct cs_group *g, const void *send, void *recv,
+		  size_t count, enum cs_dtype dtype, cs_req_t *req);
+
+/**
+ * cs_broadcast - post: @buf of rank @root is copied to every rank's @buf
+ * @g: group
+ * @buf: @count elements inside a cs_buf
+ * @count: elements
+ * @dtype: element type
+ * @root: the source rank
+ * @req: out: the request
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_broadcast(struct cs_group *g, void *buf, size_t count,
+		 enum cs_dtype dtype, int root, cs_req_t *req);
+
+/**
+ * cs_barrier - post a barrier: completes once every rank has posted it
+ * @g: group
+ * @req: out: the request
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_barrier(struct cs_group *g, cs_req_t *req);
+
+/**
+ * cs_test - has a request finished?
+ * @c: client
+ * @req: a request posted on @c and not finished yet
+ *
+ * Never blocks and makes no system call. Once it returns something other
+ * than -EINPROGRESS the request is finished and @req may not be used again.
+ *
+ * Returns: -EINPROGRESS, 0 (done), the operation's error (CS_ERR_BAD_DESC,
+ * CS_ERR_PEER_LOST, ...; see cs_errmsg()), or -EINVAL for an unknown @req.
+ */
+int cs_test(struct cs_client *c, cs_req_t req);
+
+/**
+ * cs_wait - wait for a request to finish
+ * @c: client
+ * @req: request
+ * @timeout_ns: nanoseconds to wait at most; negative: no limit
+ *
+ * Spins briefly, then sleeps on the eventfd.
+ *
+ * Returns: as cs_test(), or CS_ERR_TIMEOUT (the request stays pending),
+ * or -ENOTCONN if the sidecar went away.
+ */
+int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns);
+
+/**
+ * cs_event_fd - the eventfd the sidecar signals completions on
+ * @c: client
+ *
+ * For an event loop: call cs_event_arm(), and if it returns 0, wait for
+ * the fd to be readable, then call cs_test() on pending requests. Reading
+ * the fd is optional (cs_event_arm() drains it).
+ *
+ * Returns: the fd (owned by @c).
+ */
+int cs_event_fd(const struct cs_client *c);
+
+/**
+ * cs_event_arm - ask for the eventfd to be signalled on the next completion
+ * @c: client
+ *
+ * Returns: 0 (armed: safe to sleep on cs_event_fd()), or 1 if completions
+ * are already waiting (do not sleep).
+ */
+int cs_event_arm(struct cs_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,627 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# collstack vs Open MPI (TCP BTL) on the same network namespaces, the same
+# operations and sizes, in the same run: the stacks alternate per repetition
+# and the table, CSV and plots show medians over the repetitions. Adverse
+# conditions (loss on the bridge, a rate-limited link) apply to both stacks.
+#
+#   scripts/bench-vs-mpi.sh [--quick] [--reps R] [--nodes N]
+#                           [--ops allreduce,reduce_scatter,...]
+#                           [--conds clean,loss,rate] [--adverse-ops LIST]
+#                           [--sizes 4K:64M] [--loss PCT] [--rate 1gbit]
+#                           [--cluster auto|own|cluster] [--port P]
+#                           [--no-offload] [--pause-sidecars] [--place out|in]
+#                           [--out DIR] [--no-plots] [--no-mpi]
+#                           [--no-collstack] [--report-only]
+#
+# Open MPI ranks: one per namespace, launched by mpirun in the first
+# namespace through scripts/netns-rsh.sh (an rsh agent that runs the orted
+# line with `ip netns exec`), TCP BTL on the bridge subnet only,
+# --mca mpi_yield_when_idle 1 (ranks share the cores), --bind-to none.
+# The collstack side is `build/tools/collstack bench -o OP ...` against the
+# sidecars of scripts/cluster.sh; where that command or the cluster is
+# missing its cells are NA. See docs/bench-vs-mpi.md.
+#
+# Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
+# ratios), bench-vs-mpi-raw.csv (every row of every run), bench-vs-mpi.txt
+# (the table), bw-OP.png and lat-OP.png, logs/. Full (not --quick) runs also
+# copy the plots to docs/img/bench-vs-mpi-*.png. --report-only redoes the
+# table, CSV and plots from an existing bench-vs-mpi-raw.csv in --out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+BUILD=${CS_BUILD_DIR:-build}
+CLI=$ROOT/$BUILD/tools/collstack
+MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
+DAEMON=$ROOT/$BUILD/tools/collstackd
+CS_BENCH_ARGS=${CS_BENCH_ARGS:-}	# extra arguments for collstack bench
+RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
+MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
+
+NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
+SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
+PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
+FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
+ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=3 WARM_LARGE=1
+
+die() { echo "bench-vs-mpi: $*" >&2; exit 1; }
+log() { echo "bench-vs-mpi: $*" >&2; }
+usage() { sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) QUICK=1; shift ;;
+	--reps) REPS=$2; shift 2 ;;
+	--nodes) NODES_N=$2; shift 2 ;;
+	--ops) OPS=$2; shift 2 ;;
+	--conds) CONDS=$2; shift 2 ;;
+	--adverse-ops) ADVERSE_OPS=$2; shift 2 ;;
+	--sizes) SIZES=$2; shift 2 ;;
+	--loss) LOSS=$2; shift 2 ;;
+	--rate) RATE=$2; shift 2 ;;
+	--cluster) CLUSTER=$2; shift 2 ;;
+	--port) PORT=$2; shift 2 ;;
+	--no-offload) OFFLOAD=0; shift ;;
+	--pause-sidecars) PAUSE_SIDECARS=1; shift ;;
+	--place) PLACE=$2; shift 2 ;;
+	--out) OUT=$2; shift 2 ;;
+	--no-plots) PLOTS=0; shift ;;
+	--no-mpi) DO_MPI=0; shift ;;
+	--no-collstack) DO_CS=0; shift ;;
+	--report-only) REPORT_ONLY=1; shift ;;
+	-h|--help) usage; exit 0 ;;
+	*) die "unknown option $1 (--help)" ;;
+	esac
+done
+
+if [ $QUICK = 1 ]; then
+	: "${REPS:=1}" "${SIZES:=4K:1M}" "${OPS:=allreduce}"
+	ITERS_SMALL=10 WARM_SMALL=2
+else
+	: "${REPS:=3}" "${SIZES:=4K:64M}"
+	: "${OPS:=allreduce,reduce_scatter,all_gather,broadcast}"
+fi
+[[ "$REPS" =~ ^[0-9]+$ ]] && [ "$REPS" -ge 1 ] || die "--reps wants a count"
+[[ "$NODES_N" =~ ^[0-9]+$ ]] && [ "$NODES_N" -ge 2 ] || die "--nodes wants >= 2"
+case $PLACE in out|in) ;; *) die "--place out|in" ;; esac
+[ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nft, tc)"
+for t in ip nft tc awk sort timeout; do
+	command -v $t >/dev/null || die "missing tool: $t"
+done
+
+to_bytes() {	# 4K, 64M, 1G, 4096 -> bytes
+	local s=$1 m=1
+	case $s in
+	*[kK]) m=1024; s=${s%?} ;;
+	*[mM]) m=$((1 << 20)); s=${s%?} ;;
+	*[gG]) m=$((1 << 30)); s=${s%?} ;;
+	esac
+	[[ "$s" =~ ^[0-9]+$ ]] || die "bad size $1"
+	echo $((s * m))
+}
+MINB=$(to_bytes "${SIZES%%:*}")
+MAXB=$(to_bytes "${SIZES##*:}")
+[ "$MAXB" -ge "$MINB" ] || die "--sizes MIN:MAX"
+
+# --- the cluster: cluster.sh (sidecars, both stacks) or our own namespaces.
+
+NODES=() ADDRS=() IFACES=() VETHS=() BR="" SIDECAR_PIDS="" CLUSTER_KIND=""
+CLUSTER_ENV=""	# the state file collstack's CLI finds the sidecars in
+
+# How the collstack side runs: "bench" (collstack bench -o OP ..., every
+# op), "run" (collstack run allreduce --bytes S, allreduce only, mean time
+# and no p50) or "none".
+cs_mode() {
+	[ -x "$CLI" ] || { echo none; return; }
+	if "$CLI" bench --help 2>&1 | grep -e ' -o' -e allreduce >/dev/null; then
+		echo bench
+	elif "$CLI" run --help 2>&1 | grep allreduce >/dev/null; then
+		echo run
+	else
+		echo none
+	fi
+}
+
+# Fill NODES/ADDRS/IFACES from a state file's CS_NODES and the namespaces.
+read_nodes() {
+	local n a i
+	NODES=() ADDRS=() IFACES=()
+	for n in $CS_NODES; do
+		NODES+=("$n")
+		# The interface with an IPv4 address in the namespace (not lo).
+		read -r i a < <(ip -n "$n" -o -4 addr show scope global |
+			awk '{ split($4, p, "/"); print $2, p[1]; exit }')
+		[ -n "${a:-}" ] || die "no IPv4 address in namespace $n"
+		IFACES+=("$i") ADDRS+=("$a")
+	done
+	read -r -a VETHS <<<"$CS_VETHS"
+	BR=$CS_BRIDGE
+	SIDECAR_PIDS=${CS_PIDS:-}
+}
+
+# The one place that picks the namespaces: scripts/cluster.sh (csn*, the
+# project's cluster) or scripts/lib/netns.sh (csb*, usable while a
+# cluster.sh cluster is up). Both start a collstackd per namespace when
+# the collstack side runs.
+cluster_up() {
+	local kind=$CLUSTER daemons=0 port=$PORT
+	[ $DO_CS = 1 ] && [ -x "$DAEMON" ] && [ "$(cs_mode)" != none ] && daemons=1
+	if [ "$kind" = auto ]; then
+		kind=own
+		[ $daemons = 1 ] && [ -x scripts/cluster.sh ] &&
+			[ ! -e /run/collstack/cluster.env ] && kind=cluster
+	fi
+	# Without DPDK only the udp port exists.
+	if [ $daemons = 1 ] && [ "$port" != udp ] &&
+	   ! "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
+		log "collstackd has no DPDK: port udp instead of $port"
+		port=udp
+	fi
+	CLUSTER_KIND=$kind
+	case $kind in
+	cluster)
+		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
+		if [ $daemons = 1 ]; then
+			scripts/cluster.sh up "$NODES_N" --port "$port" >&2
+		else
+			scripts/cluster.sh up "$NODES_N" --no-daemons >&2
+		fi
+		CLUSTER_ENV=/run/collstack/cluster.env
+		;;
+	own)
+		if [ $daemons = 1 ]; then
+			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" >&2
+		else
+			scripts/lib/netns.sh up "$NODES_N" >&2
+		fi
+		CLUSTER_ENV=/run/collstack-bench/netns.env
+		;;
+	*) die "--cluster auto|own|cluster" ;;
+	esac
+	# shellcheck disable=SC1090
+	. "$CLUSTER_ENV"
+	CS_PORT_USED=$([ $daemons = 1 ] && echo "$port" || echo none)
+	read_nodes
+}
+
+cluster_down() {
+	case $CLUSTER_KIND in
+	cluster) scripts/cluster.sh down >&2 || true ;;
+	own) scripts/lib/netns.sh down >&2 || true ;;
+	esac
+	CLUSTER_KIND=""
+}
+
+# --- adverse conditions, on the bridge and its host-side veths only.
+
+NFT_TABLE=csbench	# bridge family; nothing else uses this name
+COND_NOW=""
+
+cond_apply() {
+	local c=$1 v set="" per10k
+	COND_NOW=$c
+	case $c in
+	clean) ;;
+	loss)
+		for v in "${VETHS[@]}"; do set+="\"$v\", "; done
+		per10k=$(awk -v p="$LOSS" 'BEGIN { printf "%d", p * 100 + 0.5 }')
+		nft -f - <<EOF
+table bridge $NFT_TABLE {
+	chain forward {
+		type filter hook forward priority 0; policy accept;
+		iifname { ${set%, } } numgen random mod 10000 < $per10k counter drop
+	}
+}
+EOF
+		log "condition loss: bridge $BR drops $LOSS% of forwarded frames"
+		;;
+	rate)
+		for v in "${VETHS[@]}"; do
+			tc qdisc replace dev "$v" root handle 1: htb default 1
+			tc class replace dev "$v" parent 1: classid 1:1 htb \
+				rate "$RATE" ceil "$RATE" quantum 65536
+		done
+		log "condition rate: HTB $RATE on ${VETHS[*]} (towards each node)"
+		;;
+	*) die "unknown condition $c (clean, loss, rate)" ;;
+	esac
+}
+
+cond_counters() {	# the loss rule's counter: "packets N bytes B"
+	nft list table bridge $NFT_TABLE 2>/dev/null |
+		grep -o 'packets [0-9]* bytes [0-9]*' || true
+}
+
+cond_clear() {
+	local v
+	case $COND_NOW in
+	loss)
+		log "condition loss: dropped $(cond_counters)"
+		nft delete table bridge $NFT_TABLE 2>/dev/null || true
+		;;
+	rate)
+		for v in "${VETHS[@]}"; do
+			tc qdisc del dev "$v" root 2>/dev/null || true
+		done
+		;;
+	esac
+	COND_NOW=""
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[ -n "$SIDECAR_PIDS" ] && sidecars CONT
+	[ -n "$COND_NOW" ] && cond_clear
+	nft delete table bridge $NFT_TABLE 2>/dev/null || true
+	[ -n "$CLUSTER_KIND" ] && cluster_down
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+sidecars() {	# STOP|CONT: only the collstackd PIDs cluster.sh started
+	local p
+	[ $PAUSE_SIDECARS = 1 ] || return 0
+	for p in $SIDECAR_PIDS; do
+		[ "$(cat /proc/"$p"/comm 2>/dev/null)" = collstackd ] &&
+			kill -"$1" "$p" 2>/dev/null || true
+	done
+}
+
+# --- the two stacks. Each prints the nccl-tests-style rows of one run.
+
+MPI_DIR=""
+mpi_setup() {
+	local i
+	MPI_DIR=$OUT/mpi
+	mkdir -p "$MPI_DIR"
+	: >"$MPI_DIR/hostfile"
+	: >"$MPI_DIR/hosts.map"
+	for i in "${!NODES[@]}"; do
+		echo "${ADDRS[$i]} slots=1" >>"$MPI_DIR/hostfile"
+		echo "${ADDRS[$i]} ${NODES[$i]}" >>"$MPI_DIR/hosts.map"
+	done
+	MPI_NET=${ADDRS[0]%.*}.0/24
+}
+
+mpi_ranks_up() {	# a cs-mpi-bench process in every namespace?
+	local ns p up
+	for ns in "${NODES[@]}"; do
+		up=0
+		for p in $(ip netns pids "$ns" 2>/dev/null); do
+			[ "$(cat /proc/"$p"/comm 2>/dev/null)" = cs-mpi-bench ] &&
+				{ up=1; break; }
+		done
+		[ $up = 1 ] || return 1
+	done
+}
+
+mpi_bench() {	# op minb maxb iters warmup logfile
+	[ -x "$MPI_BENCH" ] || { echo "cs-mpi-bench not built" >"$6"; return 1; }
+	local rc=0 pid attempt t started
+	sidecars STOP
+	for attempt in 1 2 3; do
+		# mpirun runs in the first namespace, hostname = its name.
+		timeout "$RUN_TIMEOUT" ip netns exec "${NODES[0]}" \
+			env CS_RSH_MAP="$MPI_DIR/hosts.map" \
+			unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' \
+			"${NODES[0]}" \
+			mpirun --allow-run-as-root -np "${#NODES[@]}" \
+			--hostfile "$MPI_DIR/hostfile" --map-by node --bind-to none \
+			--mca plm_rsh_agent "$ROOT/scripts/netns-rsh.sh" \
+			--mca plm_rsh_no_tree_spawn 1 \
+			--mca btl tcp,self --mca btl_tcp_if_include "$MPI_NET" \
+			--mca oob_tcp_if_include "$MPI_NET" \
+			--mca mpi_yield_when_idle 1 \
+			"$MPI_BENCH" -o "$1" -b "$2" -e "$3" -f "$FACTOR" \
+			-n "$4" -w "$5" >"$6.run" 2>&1 &
+		pid=$!
+		# Watchdog: orteds are daemonized, so mpirun never learns of
+		# one that died before reporting in and waits for ever.
+		started=0
+		for ((t = 0; t < MPI_START_TIMEOUT; t++)); do
+			mpi_ranks_up && { started=1; break; }
+			kill -0 $pid 2>/dev/null || break
+			sleep 1
+		done
+		if [ $started = 0 ] && kill -0 $pid 2>/dev/null; then
+			log "  mpirun did not start in ${MPI_START_TIMEOUT}s (attempt $attempt), stopping it"
+			kill -TERM $pid 2>/dev/null || true
+		fi
+		rc=0
+		wait $pid || rc=$?
+		# A short run may end between two looks: its header counts.
+		grep -q '^# op' "$6.run" && started=1
+		grep -v 'setpgid.*failed in parent' "$6.run" >>"$6" || true
+		rm -f "$6.run"
+		[ $started = 1 ] && break
+		echo "# attempt $attempt: rc $rc, no start" >>"$6"
+	done
+	sidecars CONT
+	return $rc
+}
+
+CS_AVAILABLE=""
+collstack_bench() {	# op minb maxb iters warmup logfile
+	local mode z rc=0
+	if [ -z "$CS_AVAILABLE" ]; then
+		mode=$(cs_mode)
+		CS_AVAILABLE=$mode
+		if [ "$CS_PORT_USED" = none ] || [ "$mode" = none ]; then
+			CS_AVAILABLE=no
+			log "collstack bench not available (NA): $("$CLI" bench --help 2>&1 | head -1)"
+		elif [ "$mode" = run ]; then
+			log "collstack side: 'collstack run allreduce' (allreduce only, mean times, no p50)"
+		fi
+	fi
+	if [ "$CS_AVAILABLE" = run ] && [ "$1" != allreduce ]; then
+		echo "collstack run has no $1" >"$6"
+		return 1
+	fi
+	case $CS_AVAILABLE in
+	bench)
+		# shellcheck disable=SC2086
+		timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
+			-f "$FACTOR" -n "$4" -w "$5" --cluster "$CLUSTER_ENV" \
+			$CS_BENCH_ARGS >"$6" 2>&1
+		;;
+	run)
+		# One call per size (ours go up by FACTOR, run's by 2);
+		# its rows are "size count type redop time algbw busbw
+		# #wrong": make them ours, with no p50/p99 (NA).
+		for ((z = $2; z <= $3; z *= FACTOR)); do
+			# shellcheck disable=SC2086
+			timeout "$RUN_TIMEOUT" "$CLI" run allreduce \
+				--cluster "$CLUSTER_ENV" --bytes "$z" \
+				-n "$4" -w "$5" $CS_BENCH_ARGS >"$6.run" 2>&1 ||
+				rc=$?
+			cat "$6.run" >>"$6.raw"
+			awk -v p="$PLACE" 'NF == 8 && $1 ~ /^[0-9]+$/ {
+				print $1, $2, "float", $4, -1, $5, $6, $7, $8,
+				      "NA", "NA", p }' "$6.run" >>"$6"
+			rm -f "$6.run"
+			[ $rc = 0 ] || break
+		done
+		[ -f "$6.raw" ] && mv "$6.raw" "${6%.log}.orig.log"
+		return $rc
+		;;
+	*)
+		echo "collstack bench not available" >"$6"
+		return 1
+		;;
+	esac
+}
+
+# --- runs and results.
+
+RAW=""	# the raw CSV
+run_one() {	# cond rep stack op
+	local cond=$1 rep=$2 stack=$3 op=$4 b e=0 fn lf part rc ok=0 n w
+	fn=mpi_bench
+	[ "$stack" = collstack ] && fn=collstack_bench
+	# Small sizes get more iterations than the large ones.
+	for part in small large; do
+		b=$MINB
+		if [ $part = small ]; then
+			[ "$MINB" -le $SPLIT ] || continue
+			e=$MINB
+			while [ $((e * FACTOR)) -le "$MAXB" ] &&
+			      [ $((e * FACTOR)) -le $SPLIT ]; do
+				e=$((e * FACTOR))
+			done
+			n=$ITERS_SMALL w=$WARM_SMALL
+		else
+			while [ "$b" -le $SPLIT ]; do b=$((b * FACTOR)); done
+			[ "$b" -le "$MAXB" ] || continue
+			e=$MAXB
+			n=$ITERS_LARGE w=$WARM_LARGE
+		fi
+		lf=$OUT/logs/$cond-r$rep-$stack-$op-$part.log
+		log "$cond rep $rep: $stack $op $b..$e B (-n $n -w $w)"
+		rc=0
+		: >"$lf"
+		$fn "$op" "$b" "$e" "$n" "$w" "$lf" || rc=$?
+		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$(head -c 9 "$lf")" = collstack ]; } ||
+			log "  $stack $op failed (rc $rc), see $lf: $(tail -1 "$lf")"
+		# size count type redop root time algbw busbw #wrong p50 p99 place
+		awk -v c="$cond" -v r="$rep" -v s="$stack" -v o="$op" \
+			'NF == 12 && $1 ~ /^[0-9]+$/ {
+				printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
+				c, r, s, o, $1, $12, $6, $7, $8, $9, $10, $11
+			}' "$lf" >>"$RAW"
+		grep -q "^$cond,$rep,$stack,$op," "$RAW" && ok=1
+	done
+	[ $ok = 1 ]
+}
+
+median() {	# reads numbers (or NA), prints the median or NA
+	awk '$1 != "NA" && $1 != "" { v[n++] = $1 }
+	END {
+		if (!n) { print "NA"; exit }
+		for (i = 1; i < n; i++)	# insertion sort, n is small
+			for (j = i; j > 0 && v[j - 1] + 0 > v[j] + 0; j--) {
+				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+			}
+		if (n % 2) print v[int(n / 2)]
+		else printf "%.6g\n", (v[n / 2 - 1] + v[n / 2]) / 2
+	}'
+}
+
+human() {	# bytes -> 4K / 64M
+	awk -v b="$1" 'BEGIN {
+		if (b >= 1073741824 && b % 1073741824 == 0) printf "%dG", b / 1073741824
+		else if (b >= 1048576 && b % 1048576 == 0) printf "%dM", b / 1048576
+		else if (b >= 1024 && b % 1024 == 0) printf "%dK", b / 1024
+		else printf "%d", b
+	}'
+}
+
+ratio() {	# a / b with 2 decimals, NA if either is NA or b is 0
+	awk -v a="$1" -v b="$2" 'BEGIN {
+		if (a == "NA" || b == "NA" || b + 0 == 0) print "NA"
+		else printf "%.2f\n", a / b
+	}'
+}
+
+# Medians per (cond, op, size, stack) -> the summary CSV and the table.
+summarize() {
+	local sum=$OUT/bench-vs-mpi.csv txt=$OUT/bench-vs-mpi.txt
+	local cond op size cbw mbw cl ml wrong
+	# Latency: p50, or the mean time where the collstack side has no p50
+	# (collstack run), for both stacks alike.
+	LATCOL=11 LATNAME=p50
+	if awk -F, '$3 == "collstack" && $11 == "NA" { f = 1 } END { exit !f }' "$RAW"; then
+		LATCOL=7 LATNAME=mean
+	fi
+	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,reps,place,wrong,lat_kind" >"$sum"
+	{
+		printf '# collstack vs Open MPI (TCP), %d nodes, medians of %d reps, %s-of-place rows, %s\n' \
+			"${#NODES[@]}" "$REPS" "$PLACE" "$(date -u '+%Y-%m-%d %H:%M UTC')"
+		printf '# bw x = collstack/MPI busbw (GB/s); lat x = MPI/collstack %s time (us); >1: collstack better\n' "$LATNAME"
+		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s\n' cond op size \
+			"cs busbw" "mpi busbw" "bw x" "cs $LATNAME" "mpi $LATNAME" "lat x"
+	} >"$txt"
+	# Keys in run order: conditions, ops, sizes as they came.
+	awk -F, -v p="$PLACE" '$6 == p { print $1 "," $4 "," $5 }' "$RAW" |
+		awk '!seen[$0]++' | while IFS=, read -r cond op size; do
+		pick() {	# stack column -> median over reps
+			awk -F, -v c="$cond" -v o="$op" -v z="$size" -v s="$1" \
+				-v p="$PLACE" -v k="$2" \
+				'$1 == c && $4 == o && $5 == z && $3 == s && $6 == p { print $k }' \
+				"$RAW" | median
+		}
+		cbw=$(pick collstack 9) mbw=$(pick mpi 9)
+		cl=$(pick collstack $LATCOL) ml=$(pick mpi $LATCOL)
+		wrong=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
+			'$1 == c && $4 == o && $5 == z && $6 == p { w += $10 } END { print w + 0 }' "$RAW")
+		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$REPS,$PLACE,$wrong,$LATNAME" >>"$sum"
+		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s%s\n' "$cond" "$op" \
+			"$(human "$size")" "$cbw" "$mbw" "$(ratio "$cbw" "$mbw")" \
+			"$cl" "$ml" "$(ratio "$ml" "$cl")" \
+			"$([ "$wrong" = 0 ] || echo "  WRONG=$wrong")" >>"$txt"
+	done
+	goals >>"$txt"
+	cat "$txt"
+}
+
+goals() {	# the three headline figures, where the run has them
+	local sum=$OUT/bench-vs-mpi.csv
+	row() { awk -F, -v c="$1" -v z="$2" '$1 == c && $2 == "allreduce" && $3 == z' "$sum"; }
+	echo "# goals (${#NODES[@]} nodes, medians):"
+	row clean 67108864 | awk -F, '{ printf "#   allreduce 64M busbw, clean: collstack %s, Open MPI %s GB/s, ratio %s\n", $4, $5, $6 }'
+	row clean 4096 | awk -F, '{ printf "#   allreduce 4K %s time, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $13, $7, $8, $9 }'
+	row loss 67108864 | awk -F, -v l="$LOSS" '{ printf "#   allreduce 64M busbw, %s%% loss: collstack %s, Open MPI %s GB/s, ratio %s\n", l, $4, $5, $6 }'
+}
+
+plots() {
+	local sum=$OUT/bench-vs-mpi.csv op cond gp f st xt="" z k=0
+	command -v gnuplot >/dev/null || { log "gnuplot missing: no plots"; return 0; }
+	for z in $(awk -F, 'NR > 1 { print $3 }' "$sum" | sort -n -u); do
+		xt+="\"$(human "$z")\" $z, "
+	done
+	for op in $(awk -F, 'NR > 1 { print $2 }' "$sum" | awk '!seen[$0]++'); do
+		local bwp="" latp=""
+		k=0
+		for cond in $(awk -F, -v o="$op" 'NR > 1 && $2 == o { print $1 }' "$sum" | awk '!seen[$0]++'); do
+			k=$((k + 1))
+			f=$OUT/plot-$op-$cond.dat
+			awk -F, -v o="$op" -v c="$cond" 'NR > 1 && $2 == o && $1 == c {
+				print $3, $4, $5, $7, $8 }' "$sum" >"$f"
+			# Colour per stack, dash and point per condition.
+			st="with linespoints lw 2 dt $k pt $((k * 2 + 5))"
+			bwp+="'$f' using 1:2 $st lc rgb '#1f77b4' title 'collstack, $cond', "
+			bwp+="'$f' using 1:3 $st lc rgb '#d62728' title 'Open MPI TCP, $cond', "
+			latp+="'$f' using 1:4 $st lc rgb '#1f77b4' title 'collstack, $cond', "
+			latp+="'$f' using 1:5 $st lc rgb '#d62728' title 'Open MPI TCP, $cond', "
+		done
+		gp="set terminal pngcairo size 900,560 font 'sans,11'
+set datafile missing 'NA'
+set logscale x 2
+set xtics (${xt%, })
+set grid
+set key top left
+set xlabel 'message size (bytes)'"
+		# Columns that are all NA (no collstack yet) only warn: drop that.
+		gnuplot <<EOF 2>&1 | grep -v -e 'no valid points' -e '^ *$' >&2 || true
+$gp
+set output '$OUT/bw-$op.png'
+set title '$op busbw, ${#NODES[@]} nodes, median of $REPS reps'
+set ylabel 'busbw (GB/s)'
+set yrange [0:*]
+plot ${bwp%, }
+set output '$OUT/lat-$op.png'
+set title '$op $LATNAME time per operation, ${#NODES[@]} nodes, median of $REPS reps'
+set ylabel '$LATNAME time (us)'
+set logscale y 10
+set yrange [*:*]
+plot ${latp%, }
+EOF
+		[ -f "$OUT/bw-$op.png" ] || log "gnuplot failed for $op"
+	done
+	if [ $QUICK = 0 ]; then
+		mkdir -p docs/img
+		for f in "$OUT"/bw-*.png "$OUT"/lat-*.png; do
+			[ -f "$f" ] && cp "$f" "docs/img/bench-vs-mpi-$(basename "$f")"
+		done
+		log "plots copied to docs/img/bench-vs-mpi-*.png"
+	fi
+}
+
+# --- main
+
+mkdir -p "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+RAW=$OUT/bench-vs-mpi-raw.csv
+if [ $REPORT_ONLY = 1 ]; then
+	[ -f "$RAW" ] || die "no $RAW to report on"
+	mapfile -t NODES < <(seq "$NODES_N")
+	REPS=$(awk -F, 'NR > 1 && $2 > m { m = $2 } END { print m + 0 }' "$RAW")
+	summarize
+	[ $PLOTS = 1 ] && plots
+	exit 0
+fi
+echo "cond,rep,stack,op,size,place,time_us,algbw_GBps,busbw_GBps,wrong,p50_us,p99_us" >"$RAW"
+rm -f "$OUT"/logs/*.log "$OUT"/*.png "$OUT"/plot-*.dat
+
+start=$SECONDS
+cluster_up
+mpi_setup
+if [ $OFFLOAD = 0 ]; then
+	for i in "${!NODES[@]}"; do
+		ip netns exec "${NODES[$i]}" ethtool -K "${IFACES[$i]}" \
+			tso off gso off >/dev/null 2>&1 || log "ethtool failed on ${IFACES[$i]}"
+	done
+fi
+{
+	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
+	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
+	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
+} | tee "$OUT/bench-vs-mpi.env" >&2
+
+IFS=, read -r -a conds <<<"$CONDS"
+for cond in "${conds[@]}"; do
+	ops=$OPS
+	[ "$cond" = clean ] || ops=$ADVERSE_OPS
+	IFS=, read -r -a oplist <<<"$ops"
+	cond_apply "$cond"
+	for ((rep = 1; rep <= REPS; rep++)); do
+		# Alternate which stack goes first, rep by rep.
+		if [ $((rep % 2)) = 1 ]; then order="collstack mpi"; else order="mpi collstack"; fi
+		for op in "${oplist[@]}"; do
+			for stack in $order; do
+				[ $stack = mpi ] && [ $DO_MPI = 0 ] && continue
+				[ $stack = collstack ] && [ $DO_CS = 0 ] && continue
+				run_one "$cond" "$rep" "$stack" "$op" || true
+			done
+		done
+	done
+	cond_clear
+done
+cluster_down
+
+summarize
+[ $PLOTS = 1 ] && plots
+log "done in $((SECONDS - start)) s: $OUT/bench-vs-mpi.{csv,txt}, raw rows in bench-vs-mpi-raw.csv"

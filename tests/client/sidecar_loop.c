@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* A minimal sidecar main loop around the IPC server, for tests and examples. */
+#include <errno.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "sidecar_loop.h"
+
+/* Idle polls before the loop starts sleeping, and how long it sleeps. */
+#define LOOP_IDLE_SPINS 256
+#define LOOP_IDLE_SLEEP_NS 50000
+#define LOOP_SOCK_POLL_NS 200000
+
+static cs_ns_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
+}
+
+int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
+			 const struct cs_ipc_backend *be,
+			 int (*tick)(struct cs_ipc_server *srv, void *ctx))
+{
+	struct cs_ipc_server *srv;
+	struct cs_ipc_cfg cfg;
+	unsigned idle = 0;
+	int ret;
+
+	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg);
+	if (ret)
+		return ret;
+	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", path);
+	cfg.sock_poll_interval = LOOP_SOCK_POLL_NS;
+	ret = cs_ipc_server_create(&cfg, be, &srv);
+	if (ret)
+		return ret;
+	while (!*stop) {
+		ret = cs_ipc_server_poll(srv, now_ns());
+		if (ret < 0)
+			break;
+		if (tick)
+			ret += tick(srv, be ? be->ctx : NULL);
+		if (ret > 0) {
+			idle = 0;
+			continue;
+		}
+		if (++idle >= LOOP_IDLE_SPINS) {
+			struct timespec ts = { 0, LOOP_IDLE_SLEEP_NS };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	cs_ipc_server_destroy(srv);
+	return ret < 0 ? ret : 0;
+}

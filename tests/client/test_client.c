@@ -1,0 +1,1204 @@
+// SPDX-License-Identifier: MIT
+/* libcollstack against a forked mini sidecar: round trips, bad input, loss. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "collstack/collstack.h"
+#include "internal/log.h"
+#include "shm_ring.h"
+#include "sidecar_loop.h"
+
+#define WAIT_NS (20 * 1000000000ll)	/* generous: loaded 2-core boxes */
+
+/* ---- the sidecar, in a child process ---------------------------------- */
+
+struct sidecar {
+	pid_t pid;
+	char path[108];
+};
+
+static volatile sig_atomic_t sc_stop;
+
+static void sc_on_term(int sig)
+{
+	(void)sig;
+	sc_stop = 1;
+}
+
+static void sidecar_start_be(struct sidecar *sc, const char *tag,
+			     const struct cs_ipc_backend *be,
+			     int (*tick)(struct cs_ipc_server *, void *))
+{
+	sigset_t block, old;
+
+	snprintf(sc->path, sizeof(sc->path), "/tmp/cs-test-%d-%s.sock",
+		 (int)getpid(), tag);
+	/* Hold SIGTERM until the child has its handler. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	sc->pid = fork();
+	cr_assert_geq(sc->pid, 0);
+	if (sc->pid == 0) {
+		struct sigaction sa = { .sa_handler = sc_on_term };
+
+		sigaction(SIGTERM, &sa, NULL);
+		/* A failed assertion ends the test process: follow it. */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		cs_log_level = CS_LOG_WARN;
+		_exit(cs_test_sidecar_loop(sc->path, &sc_stop, be, tick) ?
+		      1 : 0);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static void sidecar_start(struct sidecar *sc, const char *tag)
+{
+	sidecar_start_be(sc, tag, NULL, NULL);
+}
+
+/* The sidecar must still be alive, and must shut down cleanly. */
+static void sidecar_stop(struct sidecar *sc)
+{
+	int st;
+
+	cr_assert_eq(waitpid(sc->pid, &st, WNOHANG), 0, "sidecar died early");
+	kill(sc->pid, SIGTERM);
+	cr_assert_eq(waitpid(sc->pid, &st, 0), sc->pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "sidecar exit status %d", st);
+}
+
+/* cs_connect, retrying while the sidecar is still starting. */
+static int connect_retry(const char *path, struct cs_client **c)
+{
+	int ret = -ENOENT;
+
+	for (int i = 0; i < 1000; i++) {
+		ret = cs_connect(path, c);
+		if (ret != -ENOENT && ret != -ECONNREFUSED)
+			return ret;
+		usleep(5000);
+	}
+	return ret;
+}
+
+/* Run @fn in a child; returns its pid. */
+static pid_t spawn(int (*fn)(const char *, int, int, void *),
+		   const char *path, int rank, int size, void *arg)
+{
+	pid_t pid = fork();
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		_exit(fn(path, rank, size, arg));
+	}
+	return pid;
+}
+
+static void expect_exit0(pid_t pid, const char *who)
+{
+	int st;
+
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "%s: exit status %d (step %d)", who, st,
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* ---- API round trips --------------------------------------------------- */
+
+Test(client, connect_errors)
+{
+	struct cs_client *c;
+
+	cr_assert_eq(cs_connect("/tmp/cs-test-no-such-socket", &c), -ENOENT);
+	setenv(CS_SOCKET_ENV, "/tmp/cs-test-no-such-socket-2", 1);
+	cr_assert_eq(cs_connect(NULL, &c), -ENOENT);
+	cr_assert_eq(cs_connect(NULL, NULL), -EINVAL);
+}
+
+Test(client, api_round_trip, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+	int64_t *q;
+	double *d;
+	float on_heap[4];
+
+	sidecar_start(&sc, "api");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 10000, &b), 0);
+	cr_assert_geq(cs_buf_len(b), 10000);
+	x = cs_buf_ptr(b);
+	cr_assert_eq(cs_group_join(c, "solo", 0, 1, 0, 1, &g), 0);
+	cr_assert_eq(cs_group_rank(g), 0);
+	cr_assert_eq(cs_group_size(g), 1);
+
+	/* allreduce of one rank: a copy; in place too */
+	for (int i = 0; i < 100; i++)
+		x[i] = (float)i * 0.5f;
+	cr_assert_eq(cs_allreduce(g, x, x + 256, 100, CS_F32, CS_SUM, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_arr_eq(x, x + 256, 100 * sizeof(float));
+	cr_assert_eq(cs_test(c, r), -EINVAL, "finished requests are gone");
+	cr_assert_eq(cs_allreduce(g, x, x, 100, CS_F32, CS_MAX, &r), 0);
+	while (cs_test(c, r) == -EINPROGRESS)
+		sched_yield();
+	cr_assert_float_eq(x[99], 49.5f, 0);
+
+	/* other ops on one rank */
+	cr_assert_eq(cs_all_gather(g, x, x + 512, 10, CS_F32, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_arr_eq(x, x + 512, 10 * sizeof(float));
+	cr_assert_eq(cs_reduce_scatter(g, x, x + 768, 10, CS_F32, CS_SUM, &r),
+		     0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_arr_eq(x, x + 768, 10 * sizeof(float));
+	cr_assert_eq(cs_broadcast(g, x, 10, CS_F32, 0, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_eq(cs_barrier(g, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+
+	/* integer and double types go through the same path */
+	q = (int64_t *)(x + 1024);
+	d = (double *)(x + 1536);
+	q[0] = -5;
+	d[0] = 2.25;
+	cr_assert_eq(cs_allreduce(g, q, q, 1, CS_I64, CS_MIN, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0);
+	cr_assert_eq(q[0], -5);
+	cr_assert_eq(cs_allreduce(g, d, d, 1, CS_F64, CS_PROD, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0);
+	cr_assert_eq(d[0], 2.25);
+
+	/* a pointer outside the shared buffers never reaches the sidecar */
+	cr_assert_eq(cs_allreduce(g, on_heap, x, 4, CS_F32, CS_SUM, &r),
+		     -EFAULT);
+	cr_assert(strstr(cs_errmsg(c), "rank 0 allreduce on group 'solo'"),
+		  "%s", cs_errmsg(c));
+	cr_assert_eq(cs_allreduce(g, x, x, 1u << 30, CS_F32, CS_SUM, &r),
+		     -EFAULT, "runs past the buffer");
+
+	/* many requests in flight, finished out of order */
+	cs_req_t rs[200];
+
+	for (int i = 0; i < 200; i++)
+		cr_assert_eq(cs_allreduce(g, x + i, x + i, 1, CS_F32, CS_SUM,
+					  &rs[i]), 0);
+	for (int i = 199; i >= 0; i--)
+		cr_assert_eq(cs_wait(c, rs[i], WAIT_NS), 0, "%s",
+			     cs_errmsg(c));
+
+	/* the event fd: armed and signalled by a completion */
+	cr_assert_geq(cs_event_fd(c), 0);
+	cr_assert_eq(cs_event_arm(c), 0);
+	cr_assert_eq(cs_barrier(g, &r), 0);
+	{
+		struct pollfd p = { .fd = cs_event_fd(c), .events = POLLIN };
+
+		cr_assert_eq(poll(&p, 1, 20000), 1, "eventfd not signalled");
+	}
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0);
+
+	cr_assert_eq(cs_group_leave(g), 0);
+	cr_assert_eq(cs_buf_free(b), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+Test(client, join_env_and_join_errors, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g, *g2;
+
+	sidecar_start(&sc, "env");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	unsetenv("SLURM_PROCID");
+	unsetenv("SLURM_NTASKS");
+	cr_assert_eq(cs_group_join_env(c, "e", &g), -ENOENT);
+	setenv("SLURM_PROCID", "0", 1);
+	setenv("SLURM_NTASKS", "1", 1);
+	setenv("SLURM_LOCALID", "0", 1);
+	setenv("SLURM_TASKS_PER_NODE", "1(x1)", 1);
+	cr_assert_eq(cs_group_join_env(c, "slurm", &g), 0, "%s", cs_errmsg(c));
+	cr_assert_eq(cs_group_size(g), 1);
+	setenv("RANK", "1", 1);
+	setenv("WORLD_SIZE", "2", 1);
+	setenv("LOCAL_RANK", "1", 1);
+	setenv("LOCAL_WORLD_SIZE", "2", 1);
+	cr_assert_eq(cs_group_join_env(c, "torch", &g2), 0, "%s",
+		     cs_errmsg(c));
+	cr_assert_eq(cs_group_rank(g2), 1);
+
+	/* disagreements with the group, taken ranks, bad numbers */
+	cr_assert_eq(cs_group_join(c, "torch", 0, 3, 0, 2, &g), -EINVAL);
+	cr_assert(strstr(cs_errmsg(c), "rank 0 join group 'torch'"), "%s",
+		  cs_errmsg(c));
+	cr_assert_eq(cs_group_join(c, "torch", 1, 2, 0, 2, &g), -EEXIST);
+	cr_assert_eq(cs_group_join(c, "x", 2, 2, 0, 1, &g), -EINVAL);
+	cr_assert_eq(cs_group_join(c, "x", 0, 2, 0, 3, &g), -EINVAL);
+	cr_assert_eq(cs_group_join(c, "", 0, 1, 0, 1, &g), -EINVAL);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- 1, 2, 4 trainers ------------------------------------------------- */
+
+#define N_ELEMS 3001		/* not a multiple of anything convenient */
+#define N_ITERS 20
+
+struct shared_out {
+	uint64_t hash[8];
+};
+
+static int trainer_main(const char *path, int rank, int size, void *arg)
+{
+	struct shared_out *out = arg;
+	size_t blk = 64;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x, *y;
+	char name[32];
+	cs_req_t r;
+
+	if (connect_retry(path, &c))
+		return 2;
+	snprintf(name, sizeof(name), "world%d", size);
+	if (cs_group_join(c, name, rank, size, rank, size, &g))
+		return 3;
+	if (cs_buf_alloc(c, (2 * N_ELEMS + 2 * blk * size) * sizeof(float),
+			 &b))
+		return 4;
+	x = cs_buf_ptr(b);
+	y = x + N_ELEMS;
+	for (int it = 0; it < N_ITERS; it++) {
+		/* exact integers: the sum is known */
+		for (int i = 0; i < N_ELEMS; i++)
+			x[i] = (float)(rank * 1000 + i % 97 + it);
+		if (cs_allreduce(g, x, it & 1 ? x : y, N_ELEMS, CS_F32,
+				 CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS)) {
+			fprintf(stderr, "%s\n", cs_errmsg(c));
+			return 5;
+		}
+		for (int i = 0; i < N_ELEMS; i++) {
+			float want = (float)(1000 * size * (size - 1) / 2 +
+					     size * (i % 97 + it));
+
+			if ((it & 1 ? x : y)[i] != want)
+				return 6;
+		}
+	}
+	/* inexact values: every rank must still get the same bits */
+	for (int i = 0; i < N_ELEMS; i++)
+		x[i] = 0.1f * (float)(rank + 1) + 1e-3f * (float)i;
+	if (cs_allreduce(g, x, x, N_ELEMS, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 7;
+	out->hash[rank] = fnv(x, N_ELEMS * sizeof(float));
+
+	/* reduce-scatter: block r of sum_k (k + j) */
+	float *s = y + N_ELEMS, *d = s + blk * size;
+
+	for (size_t j = 0; j < blk * size; j++)
+		s[j] = (float)(rank + j);
+	if (cs_reduce_scatter(g, s, d, blk, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 8;
+	for (size_t k = 0; k < blk; k++)
+		if (d[k] != (float)(size * (size - 1) / 2 +
+				    size * (rank * blk + k)))
+			return 9;
+	/* all-gather, in place: own block already in position */
+	for (size_t k = 0; k < blk; k++)
+		s[rank * blk + k] = (float)(rank * 100 + k);
+	if (cs_all_gather(g, s + rank * blk, s, blk, CS_F32, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 10;
+	for (int q = 0; q < size; q++)
+		for (size_t k = 0; k < blk; k++)
+			if (s[q * blk + k] != (float)(q * 100 + k))
+				return 11;
+	/* broadcast from the last rank */
+	for (size_t k = 0; k < blk; k++)
+		d[k] = rank == size - 1 ? (float)(7 * k + 1) : 0;
+	if (cs_broadcast(g, d, blk, CS_F32, size - 1, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 12;
+	for (size_t k = 0; k < blk; k++)
+		if (d[k] != (float)(7 * k + 1))
+			return 13;
+	if (cs_barrier(g, &r) || cs_wait(c, r, WAIT_NS))
+		return 14;
+	cs_disconnect(c);
+	return 0;
+}
+
+static void run_world(int size)
+{
+	struct sidecar sc;
+	struct shared_out *out;
+	pid_t pid[8];
+	char tag[16];
+
+	out = mmap(NULL, sizeof(*out), PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(out, MAP_FAILED);
+	snprintf(tag, sizeof(tag), "w%d", size);
+	sidecar_start(&sc, tag);
+	for (int r = 0; r < size; r++)
+		pid[r] = spawn(trainer_main, sc.path, r, size, out);
+	for (int r = 0; r < size; r++)
+		expect_exit0(pid[r], "trainer");
+	for (int r = 1; r < size; r++)
+		cr_assert_eq(out->hash[r], out->hash[0],
+			     "rank %d got different bits", r);
+	sidecar_stop(&sc);
+	munmap(out, sizeof(*out));
+}
+
+Test(client, one_trainer, .timeout = 120)
+{
+	run_world(1);
+}
+
+Test(client, two_trainers, .timeout = 120)
+{
+	run_world(2);
+}
+
+Test(client, four_trainers, .timeout = 120)
+{
+	run_world(4);
+}
+
+/* ---- malformed descriptors -------------------------------------------- */
+
+struct bad_case {
+	const char *what;
+	unsigned detail;
+	void (*mutate)(struct cs_ipc_sqe *d);
+};
+
+#define MUT(name, body) \
+	static void name(struct cs_ipc_sqe *d) { body; }
+
+MUT(m_op0, d->op = 0)
+MUT(m_op99, d->op = 99)
+MUT(m_group, d->group = 77)
+MUT(m_group_max, d->group = UINT32_MAX)
+MUT(m_dtype, d->dtype = 99)
+MUT(m_redop, d->redop = 9)
+MUT(m_count0, d->count = 0)
+MUT(m_count_huge, d->count = 1ull << 62)
+MUT(m_send_seg, d->send_seg = 999)
+MUT(m_recv_seg, d->recv_seg = 12345)
+MUT(m_send_past, d->send_off = 8192)
+MUT(m_send_wrap, d->send_off = UINT64_MAX - 3)
+MUT(m_recv_tail, d->recv_off = 8192 - 32)
+MUT(m_align, d->send_off = 2)
+MUT(m_overlap, d->recv_off = 32)
+MUT(m_root, { d->op = CS_IPC_OP_BROADCAST; d->send_seg = 0;
+	      d->send_off = 0; d->root = 5; })
+MUT(m_bcast_send, { d->op = CS_IPC_OP_BROADCAST; d->send_seg = 3; })
+MUT(m_flags, d->flags = 1)
+MUT(m_reserved, d->reserved1 = 7)
+MUT(m_barrier_count, { d->op = CS_IPC_OP_BARRIER; d->count = 3; })
+MUT(m_rs_overflow, { d->op = CS_IPC_OP_REDUCE_SCATTER;
+		     d->count = UINT64_MAX / 4; })
+
+static const struct bad_case bad_cases[] = {
+	{ "op 0", CS_IPC_BAD_OP, m_op0 },
+	{ "op 99", CS_IPC_BAD_OP, m_op99 },
+	{ "group 77", CS_IPC_BAD_GROUP, m_group },
+	{ "group max", CS_IPC_BAD_GROUP, m_group_max },
+	{ "dtype", CS_IPC_BAD_DTYPE, m_dtype },
+	{ "redop", CS_IPC_BAD_REDOP, m_redop },
+	{ "count 0", CS_IPC_BAD_COUNT, m_count0 },
+	{ "count 2^62", CS_IPC_BAD_COUNT, m_count_huge },
+	{ "send seg", CS_IPC_BAD_SEND_SEG, m_send_seg },
+	{ "recv seg", CS_IPC_BAD_RECV_SEG, m_recv_seg },
+	{ "send past end", CS_IPC_BAD_SEND_RANGE, m_send_past },
+	{ "send offset wraps", CS_IPC_BAD_SEND_RANGE, m_send_wrap },
+	{ "recv tail past end", CS_IPC_BAD_RECV_RANGE, m_recv_tail },
+	{ "misaligned", CS_IPC_BAD_ALIGN, m_align },
+	{ "overlap", CS_IPC_BAD_OVERLAP, m_overlap },
+	{ "root", CS_IPC_BAD_ROOT, m_root },
+	{ "broadcast with send", CS_IPC_BAD_SEND_SEG, m_bcast_send },
+	{ "flags", CS_IPC_BAD_FLAGS, m_flags },
+	{ "reserved", CS_IPC_BAD_FLAGS, m_reserved },
+	{ "barrier count", CS_IPC_BAD_COUNT, m_barrier_count },
+	{ "reduce-scatter overflow", CS_IPC_BAD_COUNT, m_rs_overflow },
+};
+
+Test(client, malformed_descriptors, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	sidecar_start(&sc, "bad");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 8192, &b), 0);
+	cr_assert_eq(cs_buf_len(b), 8192);
+	cr_assert_eq(cs_group_join(c, "g", 0, 1, 0, 1, &g), 0);
+	x = cs_buf_ptr(b);
+
+	const struct cs_ipc_sqe good = {
+		.group = cs__group_handle(g), .op = CS_IPC_OP_ALLREDUCE,
+		.dtype = CS_F32, .redop = CS_SUM, .count = 16,
+		.send_seg = cs__buf_seg(b), .send_off = 0,
+		.recv_seg = cs__buf_seg(b), .recv_off = 4096,
+	};
+
+	for (size_t i = 0; i < CS_ARRAY_SIZE(bad_cases); i++) {
+		struct cs_ipc_sqe d = good;
+		unsigned detail;
+		int peer;
+
+		bad_cases[i].mutate(&d);
+		cr_assert_eq(cs__client_post_raw(c, &d, &r), 0);
+		cr_assert_eq(cs_wait(c, r, WAIT_NS), CS_ERR_BAD_DESC,
+			     "case '%s' not rejected", bad_cases[i].what);
+		cs__client_last_fail(c, &detail, &peer);
+		cr_assert_eq(detail, bad_cases[i].detail,
+			     "case '%s': detail %u, want %u (%s)",
+			     bad_cases[i].what, detail, bad_cases[i].detail,
+			     cs_errmsg(c));
+		cr_assert(strstr(cs_errmsg(c), "rank 0") ||
+			  d.group != good.group,
+			  "message names no rank: %s", cs_errmsg(c));
+	}
+	/* All of that left the sidecar and this trainer working. */
+	for (int i = 0; i < 16; i++)
+		x[i] = (float)i;
+	cr_assert_eq(cs__client_post_raw(c, &good, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_float_eq(x[1024 + 15], 15.0f, 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* Two ranks disagree, or one posts garbage: both fail, nobody hangs. */
+static int mismatch_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	unsigned detail;
+	int peer, ret;
+	float *x;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 8192, &b) ||
+	    cs_group_join(c, "mm", rank, size, rank, size, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	/* 1: different counts */
+	if (cs_allreduce(g, x, x, rank ? 32 : 16, CS_F32, CS_SUM, &r))
+		return 3;
+	ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC || detail != CS_IPC_BAD_MISMATCH)
+		return 4;
+	/* 2: rank 1 names a segment it does not have */
+	struct cs_ipc_sqe d = {
+		.group = cs__group_handle(g), .op = CS_IPC_OP_ALLREDUCE,
+		.dtype = CS_F32, .redop = CS_SUM, .count = 16,
+		.send_seg = cs__buf_seg(b), .recv_seg = cs__buf_seg(b),
+	};
+	if (rank == 1)
+		d.recv_seg = 4242;
+	if (cs__client_post_raw(c, &d, &r))
+		return 5;
+	ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC)
+		return 6;
+	if (rank == 1 && detail != CS_IPC_BAD_RECV_SEG)
+		return 7;
+	if (rank == 0 && (detail != CS_IPC_BAD_PEER || peer != 1 ||
+			  !strstr(cs_errmsg(c), "rank 1")))
+		return 8;
+	/* 3: and then it works */
+	x[0] = (float)(rank + 1);
+	if (cs_allreduce(g, x, x, 1, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS) || x[0] != 3.0f)
+		return 9;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, malformed_across_ranks, .timeout = 120)
+{
+	struct sidecar sc;
+	pid_t a, b;
+
+	sidecar_start(&sc, "mm");
+	a = spawn(mismatch_main, sc.path, 0, 2, NULL);
+	b = spawn(mismatch_main, sc.path, 1, 2, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 1");
+	sidecar_stop(&sc);
+}
+
+/* A trainer scribbling over its ring indices is dropped, alone. */
+Test(client, corrupted_ring_drops_only_that_trainer, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c, *ok;
+	struct cs_group *g;
+	struct cs_buf *b, *b2;
+	struct cs_ring_hdr *sq;
+	struct cs_ipc_ctrl *ctrl;
+	int ret = 0;
+	cs_req_t r;
+
+	sidecar_start(&sc, "ring");
+	cr_assert_eq(connect_retry(sc.path, &ok), 0);
+	cr_assert_eq(cs_group_join(ok, "fine", 0, 1, 0, 1, &g), 0);
+	cr_assert_eq(cs_buf_alloc(ok, 4096, &b), 0);
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	ctrl = cs__client_ctrl(c);
+	sq = (struct cs_ring_hdr *)((char *)ctrl + ctrl->sq_off);
+	atomic_store(&sq->prod, 123456789);
+	for (int i = 0; i < 400 && ret != -ENOTCONN; i++) {
+		ret = cs_buf_alloc(c, 4096, &b2);
+		if (!ret)
+			cs_buf_free(b2);
+		usleep(5000);
+	}
+	cr_assert_eq(ret, -ENOTCONN, "corrupting trainer still served");
+	cs_disconnect(c);
+	cr_assert_eq(cs_allreduce(g, cs_buf_ptr(b), cs_buf_ptr(b), 8, CS_F32,
+				  CS_SUM, &r), 0);
+	cr_assert_eq(cs_wait(ok, r, WAIT_NS), 0, "%s", cs_errmsg(ok));
+	cs_disconnect(ok);
+	sidecar_stop(&sc);
+}
+
+/* Hostile control messages on a raw socket. */
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	for (int i = 0; i < 1000; i++) {
+		fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		cr_assert_geq(fd, 0);
+		strcpy(sa.sun_path, path);
+		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			return fd;
+		close(fd);
+		usleep(5000);
+	}
+	cr_assert_fail("cannot connect to %s", path);
+	return -1;
+}
+
+static int raw_send(int fd, const void *m, size_t len, const int *fds,
+		    int nfd)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct iovec iov = { (void *)m, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (nfd) {
+		memset(&cb, 0, sizeof(cb));
+		mh.msg_control = cb.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+		struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+		memcpy(CMSG_DATA(h), fds, (size_t)nfd * sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
+}
+
+/* Send, read the reply status, and check the sidecar then hangs up. */
+static int raw_exchange(const char *path, const void *m, size_t len,
+			const int *fds, int nfd)
+{
+	struct cs_ipc_msg r;
+	int fd = raw_connect(path), st;
+	char c;
+
+	cr_assert_eq(raw_send(fd, m, len, fds, nfd), 0);
+	cr_assert_eq(recv(fd, &r, sizeof(r), 0), (ssize_t)sizeof(r));
+	cr_assert_eq(r.type, CS_IPC_MSG_REPLY);
+	st = r.u.reply.status;
+	cr_assert_neq(st, 0);
+	cr_assert_eq(recv(fd, &c, 1, 0), 0, "not hung up after bad hello");
+	close(fd);
+	return st;
+}
+
+Test(client, hostile_control_messages, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_HELLO,
+				.version = CS_IPC_VERSION };
+	struct cs_client *c;
+	int fds[2], p[2];
+	void *mem;
+
+	sidecar_start(&sc, "hostile");
+	cr_assert_eq(raw_exchange(sc.path, "abc", 3, NULL, 0), -EPROTO);
+	m.version = 99;
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), NULL, 0), -EPROTO);
+	m.version = CS_IPC_VERSION;
+	m.type = CS_IPC_MSG_JOIN;
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), NULL, 0), -EPROTO,
+		     "join before hello");
+	m.type = CS_IPC_MSG_HELLO;
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), NULL, 0), -EPROTO,
+		     "hello without fds");
+
+	/* an unsealed memfd could be truncated under the sidecar */
+	fds[0] = memfd_create("unsealed", MFD_CLOEXEC);
+	cr_assert_eq(ftruncate(fds[0], 65536), 0);
+	fds[1] = eventfd(0, EFD_CLOEXEC);
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), fds, 2), -EPERM);
+	close(fds[0]);
+	/* a sealed one full of garbage */
+	cr_assert_eq(cs_shm_create("garbage", 65536, &fds[0], &mem), 0);
+	memset(mem, 0x5a, 65536);
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), fds, 2), -EPROTO);
+	/* a pipe instead of an eventfd */
+	cr_assert_eq(pipe(p), 0);
+	fds[1] = p[1];
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), fds, 2), -EBADF);
+	/* a valid-looking header with rings pointing outside the segment */
+	struct cs_ipc_ctrl *ctl = mem;
+
+	memset(mem, 0, 65536);
+	ctl->magic = CS_IPC_CTRL_MAGIC;
+	ctl->version = CS_IPC_VERSION;
+	ctl->sq_off = 4096;
+	ctl->sq_len = 1ull << 40;
+	ctl->cq_off = 8192;
+	ctl->cq_len = 4096;
+	fds[1] = eventfd(0, EFD_CLOEXEC);
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), fds, 2), -EINVAL);
+	/* in range, but no ring headers there */
+	ctl->sq_len = 4096;
+	cr_assert_eq(raw_exchange(sc.path, &m, sizeof(m), fds, 2), -EPROTO);
+
+	/* the sidecar is still there for well-behaved trainers */
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- a trainer killed mid-operation ----------------------------------- */
+
+struct kill_sync {
+	int posted[2];		/* victim -> parent: "op is in the sidecar" */
+	int go[2];		/* parent -> survivor: "the victim is dead" */
+};
+
+/* Posts op #2 on the group and then waits to be killed. */
+static int victim_main(const char *path, int rank, int size, void *arg)
+{
+	struct kill_sync *ks = arg;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 4096, &b) ||
+	    cs_group_join(c, "k", rank, size, rank, size, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	x[0] = 1;
+	if (cs_allreduce(g, x, x, 1, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS) || x[0] != 2)
+		return 3;
+	if (cs_allreduce(g, x, x, 1024, CS_F32, CS_SUM, &r))
+		return 4;
+	/* Give the sidecar time to take the descriptor, then report. */
+	usleep(100000);
+	if (write(ks->posted[1], "p", 1) != 1)
+		return 5;
+	for (;;)
+		pause();
+}
+
+static int survivor_main(const char *path, int rank, int size, void *arg)
+{
+	struct kill_sync *ks = arg;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	unsigned detail;
+	int peer, ret;
+	cs_req_t r;
+	float *x;
+	char ch;
+
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 4096, &b) ||
+	    cs_group_join(c, "k", rank, size, rank, size, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	x[0] = 1;
+	if (cs_allreduce(g, x, x, 1, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS) || x[0] != 2)
+		return 3;
+	if (read(ks->go[0], &ch, 1) != 1)
+		return 4;
+	/* Matches the victim's pending op #2: the victim is gone. */
+	if (cs_allreduce(g, x, x, 1024, CS_F32, CS_SUM, &r))
+		return 5;
+	ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_PEER_LOST || peer != 1)
+		return 6;
+	if (!strstr(cs_errmsg(c), "rank 1 was lost") ||
+	    !strstr(cs_errmsg(c), "rank 0 allreduce"))
+		return 7;
+	/* Later ops on the group fail at once, never hang. */
+	if (cs_barrier(g, &r) || cs_wait(c, r, WAIT_NS) != CS_ERR_PEER_LOST)
+		return 8;
+	/* Rejoining the broken group is refused; a new group works. */
+	struct cs_group *g2;
+
+	if (cs_group_join(c, "k", 0, 2, 0, 2, &g2) != CS_ERR_EPOCH)
+		return 9;
+	if (cs_group_join(c, "k2", 0, 1, 0, 1, &g2) ||
+	    cs_allreduce(g2, x, x, 4, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 10;
+	cs_disconnect(c);
+	return 0;
+}
+
+/* Another trainer on its own group, busy all along. */
+static int bystander_main(const char *path, int rank, int size, void *arg)
+{
+	volatile int *stop = arg;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+	long n = 0;
+
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "other", rank, size, rank, size, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	while (!*stop || n < 10) {
+		x[0] = 5;
+		if (cs_allreduce(g, x, x, 4096, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS) || x[0] != 5)
+			return 3;
+		n++;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, trainer_killed_mid_operation, .timeout = 120)
+{
+	struct sidecar sc;
+	struct kill_sync *ks;
+	volatile int *stop;
+	pid_t victim, survivor, bystander;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	char ch;
+	int st;
+
+	ks = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(ks, MAP_FAILED);
+	stop = (volatile int *)(ks + 1);
+	*stop = 0;
+	cr_assert_eq(pipe(ks->posted), 0);
+	cr_assert_eq(pipe(ks->go), 0);
+	sidecar_start(&sc, "kill");
+	bystander = spawn(bystander_main, sc.path, 0, 1, (void *)stop);
+	survivor = spawn(survivor_main, sc.path, 0, 2, ks);
+	victim = spawn(victim_main, sc.path, 1, 2, ks);
+	{
+		struct pollfd p = { .fd = ks->posted[0], .events = POLLIN };
+
+		cr_assert_eq(poll(&p, 1, 60000), 1, "victim never posted");
+	}
+	cr_assert_eq(read(ks->posted[0], &ch, 1), 1);
+	kill(victim, SIGKILL);
+	cr_assert_eq(waitpid(victim, &st, 0), victim);
+	cr_assert(WIFSIGNALED(st), "victim was not killed: %d", st);
+	cr_assert_eq(write(ks->go[1], "g", 1), 1);
+	expect_exit0(survivor, "survivor");
+	*stop = 1;
+	expect_exit0(bystander, "bystander");
+
+	/* A newcomer is served as usual. */
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	cr_assert_eq(cs_group_join(c, "late", 0, 1, 0, 1, &g), 0);
+	cr_assert_eq(cs_barrier(g, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- two nodes, the other one simulated by a fake backend ------------- */
+
+/*
+ * Group of 4: ranks 0 and 2 on this node (local ranks 0, 1), ranks 1 and 3
+ * on a "remote" node that the backend plays. Rank r's data: allreduce
+ * x[i] = r * 1000 + i; reduce-scatter s[j] = r + j; all-gather block r =
+ * r * 100 + k; broadcast root 1 (remote) sends 7k + 1. The backend adds or
+ * fills in what the remote ranks would, one poll after it was asked.
+ */
+#define TN_COUNT 300
+#define TN_BLK 32
+
+struct fake_be {
+	bool pending;
+	struct cs_ipc_inter_op op;
+	int started;
+};
+
+static int fake_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->group_size != 4 || op->local_size != 2 ||
+	    op->local_ranks[0] != 0 || op->local_ranks[1] != 2)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static void fake_cancel(void *ctx, uint64_t cookie)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending && f->op.cookie == cookie)
+		f->pending = false;
+}
+
+static int fake_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	struct cs_ipc_inter_op *op = &f->op;
+	float *b = op->buf;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	switch (op->kind) {
+	case CS_IPC_INTER_ALLREDUCE:
+		if (op->count == TN_COUNT) {		/* the allreduce */
+			for (uint64_t i = 0; i < op->count; i++)
+				b[i] += (float)(1000 + i) + (float)(3000 + i);
+		} else {				/* reduce-scatter */
+			for (uint64_t j = 0; j < op->count; j++)
+				b[j] += (float)(1 + j) + (float)(3 + j);
+		}
+		break;
+	case CS_IPC_INTER_ALL_GATHER:
+		for (uint32_t r = 1; r < 4; r += 2)
+			for (uint64_t k = 0; k < op->block; k++)
+				b[r * op->block + k] = (float)(r * 100 + k);
+		break;
+	case CS_IPC_INTER_BROADCAST:
+		for (uint64_t k = 0; k < op->count; k++)
+			b[k] = (float)(7 * k + 1);
+		break;
+	default:
+		break;
+	}
+	cs_ipc_server_inter_done(srv, op->cookie, 0);
+	return 1;
+}
+
+static int two_node_main(const char *path, int rank, int size, void *arg)
+{
+	int local = rank / 2;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x, *s, *d;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "two", rank, size, local, 2, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	s = x + TN_COUNT;
+	d = s + TN_BLK * 4;
+	for (int it = 0; it < 5; it++) {
+		for (int i = 0; i < TN_COUNT; i++)
+			x[i] = (float)(rank * 1000 + i);
+		if (cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 3;
+		for (int i = 0; i < TN_COUNT; i++)
+			if (x[i] != (float)(6000 + 4 * i))
+				return 4;
+	}
+	for (int j = 0; j < TN_BLK * 4; j++)
+		s[j] = (float)(rank + j);
+	if (cs_reduce_scatter(g, s, d, TN_BLK, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 5;
+	for (int k = 0; k < TN_BLK; k++)
+		if (d[k] != (float)(6 + 4 * (rank * TN_BLK + k)))
+			return 6;
+	for (int k = 0; k < TN_BLK; k++)
+		d[k] = (float)(rank * 100 + k);
+	if (cs_all_gather(g, d, s, TN_BLK, CS_F32, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 7;
+	for (int q = 0; q < 4; q++)
+		for (int k = 0; k < TN_BLK; k++)
+			if (s[q * TN_BLK + k] != (float)(q * 100 + k))
+				return 8;
+	memset(d, 0, TN_BLK * sizeof(float));
+	if (cs_broadcast(g, d, TN_BLK, CS_F32, 1, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 9;
+	for (int k = 0; k < TN_BLK; k++)
+		if (d[k] != (float)(7 * k + 1))
+			return 10;
+	if (cs_barrier(g, &r) || cs_wait(c, r, WAIT_NS))
+		return 11;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, two_nodes_through_backend, .timeout = 120)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = {
+		.ctx = &fake, .start_inter_node = fake_start,
+		.cancel = fake_cancel,
+	};
+	struct sidecar sc;
+	pid_t a, b;
+
+	sidecar_start_be(&sc, "twonode", &be, fake_tick);
+	a = spawn(two_node_main, sc.path, 0, 4, NULL);
+	b = spawn(two_node_main, sc.path, 2, 4, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 2");
+	sidecar_stop(&sc);
+}
+
+/* Without a backend, a group spanning nodes fails cleanly. */
+Test(client, multi_node_without_backend, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+
+	sidecar_start(&sc, "nobe");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	cr_assert_eq(cs_group_join(c, "wide", 3, 8, 0, 1, &g), 0);
+	cr_assert_eq(cs_allreduce(g, cs_buf_ptr(b), cs_buf_ptr(b), 4, CS_F32,
+				  CS_SUM, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), -EOPNOTSUPP);
+	cr_assert(strstr(cs_errmsg(c), "rank 3 allreduce"), "%s",
+		  cs_errmsg(c));
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- random descriptors ----------------------------------------------- */
+
+/*
+ * 20000 descriptors with random fields, biased towards the edges (valid
+ * ids, offsets at and around the segment end, huge counts). Each one must
+ * complete (with 0 or an error), and the sidecar must neither crash nor
+ * touch memory outside the segments: under ASan a stray access kills it
+ * and sidecar_stop() fails.
+ */
+static uint64_t pick(uint64_t *rng, const uint64_t *edges, size_t n)
+{
+	uint64_t v = cs_rand_next(rng);
+
+	return v % 3 ? edges[v / 3 % n] : cs_rand_next(rng);
+}
+
+Test(client, random_descriptors, .timeout = 240)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g[3];
+	struct cs_buf *b[2];
+	uint64_t rng = 0x5eed, ok = 0, failed = 0;
+	cs_req_t r[64];
+	float *x;
+
+	sidecar_start(&sc, "fuzz");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 8192, &b[0]), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b[1]), 0);
+	cr_assert_eq(cs_group_join(c, "f1", 0, 1, 0, 1, &g[0]), 0);
+	cr_assert_eq(cs_group_join(c, "f2", 0, 1, 0, 1, &g[1]), 0);
+	cr_assert_eq(cs_group_join(c, "wide", 1, 4, 0, 1, &g[2]), 0);
+
+	const uint64_t segs[] = { cs__buf_seg(b[0]), cs__buf_seg(b[1]), 2,
+				  63, 64, UINT32_MAX };
+	const uint64_t groups[] = { cs__group_handle(g[0]),
+				    cs__group_handle(g[1]),
+				    cs__group_handle(g[2]), 3, UINT32_MAX };
+	const uint64_t offs[] = { 0, 4, 8, 64, 4096 - 8, 4096, 4096 + 4,
+				  8192 - 8, 8192, 8192 + 8, UINT64_MAX - 7,
+				  1ull << 63 };
+	const uint64_t counts[] = { 0, 1, 2, 7, 512, 1023, 1024, 2048,
+				    1ull << 31, UINT64_MAX / 2, UINT64_MAX };
+
+	for (int round = 0; round < 20000 / 64; round++) {
+		for (int i = 0; i < 64; i++) {
+			/* A valid descriptor on one of the two 1-rank groups,
+			 * then 0..2 fields replaced by edge values. */
+			struct cs_ipc_sqe d = {
+				.group = (uint32_t)groups[cs_rand_next(&rng) %
+							 2],
+				.op = (uint8_t)(1 + cs_rand_next(&rng) % 5),
+				.dtype = (uint8_t)(cs_rand_next(&rng) %
+						   CS_DTYPE_COUNT),
+				.redop = (uint8_t)(cs_rand_next(&rng) %
+						   CS_REDOP_COUNT),
+				.count = 1 + cs_rand_next(&rng) % 256,
+				.send_seg = (uint32_t)segs[0],
+				.recv_seg = (uint32_t)segs[cs_rand_next(&rng) %
+							   2],
+				.send_off = 0,
+				.recv_off = 0,
+			};
+
+			if (d.recv_seg == d.send_seg)
+				d.recv_off = 4096;
+			if (d.op == CS_IPC_OP_BROADCAST)
+				d.send_seg = 0;
+			if (d.op == CS_IPC_OP_BARRIER)
+				d.count = 0;
+			for (int k = cs_rand_next(&rng) % 3; k > 0; k--) {
+				switch (cs_rand_next(&rng) % 10) {
+				case 0:
+					d.group = (uint32_t)pick(&rng, groups,
+								 5);
+					break;
+				case 1:
+					d.op = (uint8_t)(cs_rand_next(&rng) %
+							 8);
+					break;
+				case 2:
+					d.dtype = (uint8_t)(cs_rand_next(&rng)
+							    % 9);
+					break;
+				case 3:
+					d.redop = (uint8_t)(cs_rand_next(&rng)
+							    % 6);
+					break;
+				case 4:
+					d.count = pick(&rng, counts, 11);
+					break;
+				case 5:
+					d.send_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 6:
+					d.recv_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 7:
+					d.send_off = pick(&rng, offs, 12);
+					break;
+				case 8:
+					d.recv_off = pick(&rng, offs, 12);
+					break;
+				default:
+					d.root = (uint32_t)(cs_rand_next(&rng)
+							    % 3);
+					d.flags = cs_rand_next(&rng) % 4 == 0;
+					break;
+				}
+			}
+
+			cr_assert_eq(cs__client_post_raw(c, &d, &r[i]), 0);
+		}
+		for (int i = 0; i < 64; i++) {
+			int ret = cs_wait(c, r[i], WAIT_NS);
+
+			cr_assert_neq(ret, CS_ERR_TIMEOUT);
+			cr_assert_neq(ret, -ENOTCONN);
+			if (ret)
+				failed++;
+			else
+				ok++;
+		}
+	}
+	fprintf(stderr, "random descriptors: %llu ok, %llu failed\n",
+		    (unsigned long long)ok, (unsigned long long)failed);
+	cr_assert_gt(ok, 0, "no random descriptor was valid");
+	cr_assert_gt(failed, 0);
+	x = cs_buf_ptr(b[0]);
+	x[0] = 3;
+	cr_assert_eq(cs_allreduce(g[0], x, x, 1, CS_F32, CS_SUM, &r[0]), 0);
+	cr_assert_eq(cs_wait(c, r[0], WAIT_NS), 0);
+	cr_assert_eq(x[0], 3);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
