@@ -33,7 +33,7 @@ static void usage(FILE *out)
 		"[--cluster FILE]\n\n"
 		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
 		"from MIN to MAX.\nThe sidecars come from the state file of "
-		"scripts/cluster.sh (default\n%s).\n", DEFAULT_ENV);
+		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n", DEFAULT_ENV);
 }
 
 static int parse_size(const char *s, unsigned long long *out)
@@ -115,7 +115,7 @@ static int run_allreduce(int argc, char **argv)
 	static struct node nd[MAX_NODES];
 	static char reqs[MAX_NODES][128];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
-	const char *env = DEFAULT_ENV, *dts = "f32";
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *dts = "f32";
 	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
 	unsigned iters = 5, warmup = 1, timeout = 60000;
 	uint64_t wrong_all = 0;

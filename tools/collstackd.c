@@ -467,9 +467,14 @@ int main(int argc, char **argv)
 		int cpu = cs_lcore_pick_cpu(&c->lcore, d.port->numa, nl,
 					    c->rank, why, sizeof(why));
 
-		CS_INFO("lcore %u: queue %u, CPU %d (%s), %s polling", nl, nl,
-			cpu, why,
-			d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
+		if (d.mode == CS_POLL_BUSY)
+			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
+				"busy polling", nl, nl, cpu, why);
+		else
+			CS_INFO("lcore %u: queue %u, adaptive polling, not "
+				"pinned: shares the process's CPUs with other "
+				"sidecars (busy mode would take CPU %d: %s)",
+				nl, nl, cpu, why);
 		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode,
 				   &c->lcore, cpu, cs_drv_poll, &d.drv)) {
 			CS_ERR("lcore %u did not start", nl);
