@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -235,6 +236,14 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 static void *boot_main(void *arg)
 {
 	struct cs_boot_state *b = arg;
+	struct sched_param sp = { .sched_priority = 1 };
+	/* Heartbeats must outrun busy lcores on shared CPUs: the lowest
+	 * real-time priority where allowed (the thread mostly sleeps). */
+	int e = pthread_setschedparam(pthread_self(), SCHED_RR, &sp);
+
+	if (e)
+		CS_INFO("boot thread: no real-time priority (%s); "
+			"heartbeats compete with the lcores", strerror(e));
 
 	while (!atomic_load(&b->stop)) {
 		cs_ns_t now = now_ns();
