@@ -75,6 +75,7 @@ static void help_config(FILE *out)
 	fprintf(out, "\npolling lcores:\n");
 	cs_cfg_help(cs_lcore_cfg, cs_lcore_cfg_len, out);
 	cs_daemon_help_config(out);
+	cs_daemon_boot_help(out);
 }
 
 /* Apply one key to whichever table has it. */
@@ -93,6 +94,9 @@ static int set_key(struct cs_daemon_conf *c, const char *key,
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,
 			 err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_daemon_boot_set_key(&c->boot, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	return cs_daemon_set_key(c, key, val, err, errlen);
@@ -377,8 +381,10 @@ static bool serve(struct cs_daemon *d, int fd)
 				 "peers=%u", d->conf.port.name, d->conf.rank,
 				 d->port->frame_max, d->conf.port.type,
 				 d->drv.npeers);
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "stats")) {
 			reply_stats(d, out, sizeof(out));
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "raw")) {
 			do_raw(d, args, out, sizeof(out));
 		} else if (!strcmp(req, "quit")) {
@@ -408,7 +414,8 @@ int main(int argc, char **argv)
 	if (cs_port_conf_defaults(&c->port) ||
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
-	    cs_daemon_conf_defaults(c))
+	    cs_daemon_conf_defaults(c) ||
+	    cs_daemon_boot_conf_defaults(&c->boot))
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -454,7 +461,14 @@ int main(int argc, char **argv)
 		goto out_files;
 	if (cs_drv_init(&d.drv, d.port, c->rank))
 		goto out_port;
-	if (c->peers[0] && (ret = cs_drv_load_peers(&d.drv, c->peers))) {
+	atomic_init(&d.view.lost_rank, -1);
+	if (cs_daemon_boot_enabled(&d)) {	/* peers from the coordinator */
+		if (cs_daemon_boot_start(&d)) {
+			ret = 3;
+			goto out_port;
+		}
+	} else if (c->peers[0] &&
+		   (ret = cs_drv_load_peers(&d.drv, c->peers))) {
 		CS_ERR("node.peers %s: %s", c->peers, strerror(-ret));
 		ret = 1;
 		goto out_port;
@@ -536,6 +550,7 @@ out_lcores:
 		cs_lcore_stop(&d.lcores[nl]);
 	cs_daemon_fini(&d);
 out_port:
+	cs_daemon_boot_stop(&d);
 	cs_port_close(d.port);
 out_files:
 	if (sfd >= 0)
