@@ -35,8 +35,7 @@ static void usage(FILE *out)
 		"          [--exclude-lost]\n\n"
 		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
 		"from MIN to MAX.\nThe sidecars come from the state file of "
-		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n", DEFAULT_ENV);
-		"scripts/cluster.sh (default\n%s).\n"
+		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n"
 		"--exclude-lost skips sidecars that are gone (after a peer "
 		"was lost, the\nsurvivors rebuild their ring from the group "
 		"view).\nA lost peer ends the run with CS_ERR_PEER_LOST "
