@@ -24,6 +24,8 @@ struct cs_daemon_conf {
 	char peers[CS_CFG_STR_MAX];
 	/* collective service settings (daemon_ar.c's table) */
 	uint8_t svc[4096];
+	/* trainer IPC settings (daemon_ipc.c's table) */
+	uint8_t ipc[1024];
 };
 
 struct cs_daemon {
@@ -34,6 +36,7 @@ struct cs_daemon {
 	struct cs_lcore lcores[CS_PORT_MAX_QUEUES];
 	struct cs_ar_svc *svc;
 	int sfd;		/* signalfd of SIGTERM/SIGINT/SIGHUP */
+	struct cs_daemon_ipc *ipc;	/* trainer IPC thread (daemon_ipc.c) */
 };
 
 /**
