@@ -38,13 +38,14 @@ static void usage(FILE *out)
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [--trainers-per-node T] "
 		"[--cluster FILE]\n"
-		"          [--trainer PATH] [--timeout S]\n"
+		"          [--trainer PATH] [--timeout S] [--no-netns]\n"
 		"       collstack bench raw ...   (raw port rate)\n\n"
 		"Starts T trainers per node (cs-trainer-bench, next to this "
 		"binary) in each\nnamespace of the cluster (default %s), "
 		"connected to that node's\nsidecar; prints rank 0's rows: "
 		"size count type redop root time(us) algbw\nbusbw #wrong "
-		"p50(us) p99(us) place.\n", BENCH_ENV);
+		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
+		"(sidecars on loopback).\n", BENCH_ENV);
 }
 
 static int default_trainer(char *out, size_t len)
@@ -82,6 +83,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 		{ "trainers-per-node", required_argument, NULL, 'T' },
 		{ "trainer", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "no-netns", no_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -89,7 +91,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	char trainer[PATH_MAX], *targs[32];
 	const char *env = BENCH_ENV;
 	static pid_t pids[BENCH_MAX_NODES * BENCH_MAX_TPN];
-	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0;
+	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1;
 	unsigned timeout = 600;
 	time_t deadline;
 
@@ -108,6 +110,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			snprintf(trainer, sizeof(trainer), "%s", optarg);
 			break;
 		case 't': timeout = (unsigned)atoi(optarg); break;
+		case 'N': netns = 0; break;
 		case 'h': usage(stdout); return 0;
 		default:
 			if (!strchr(pass_opts, o) || ntargs + 3 >= 32) {
@@ -170,8 +173,12 @@ int cs_cmd_bench_ops(int argc, char **argv)
 						dup2(fd, 1);
 				}
 				targs[3] = names[i];
-				execvp("ip", targs);
-				fprintf(stderr, "collstack bench: ip: %s\n",
+				if (netns)
+					execvp("ip", targs);
+				else
+					execv(trainer, targs + 4);
+				fprintf(stderr, "collstack bench: %s: %s\n",
+					netns ? "ip" : trainer,
 					strerror(errno));
 				_exit(127);
 			}

@@ -85,8 +85,9 @@ static int finish(struct bench *b, int ret, cs_req_t r, const char *what)
 static int barrier(struct bench *b)
 {
 	cs_req_t r = 0;
+	int ret = cs_barrier(b->g, &r);
 
-	return finish(b, cs_barrier(b->g, &r), r, "barrier");
+	return finish(b, ret, r, "barrier");
 }
 
 /* Fill the input of one iteration. */
