@@ -199,6 +199,8 @@ int cs_cmd_bench(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "raw"))
 		return bench_raw(argc - 1, argv + 1);
+	if (argv[1][0] == '-')	/* -o OP ...: trainers (cmd_bench.c) */
+		return cs_cmd_bench_ops(argc, argv);
 	fprintf(stderr, "collstack bench: unknown benchmark '%s'\n", argv[1]);
 	return 2;
 }

@@ -25,6 +25,7 @@
  * retransmissions) until the next one replaces it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 #include "tests/coll_sim/coll_data.h"
 #include "tests/sim/scen.h"
 #include "daemon.h"
+#include "daemon_ipc.h"
 
 #define AR_MAX_CH 16
 #define AR_TXQ CS_PORT_BURST
@@ -78,6 +80,10 @@ struct ar_op {
 	/* written by the lcore, read after state != AR_PREPARED */
 	cs_ns_t t_start, t_ready, t_done;
 	uint64_t frames, pure_acks, fillers, proto_err, failed_peer;
+	/* trainer ops (cs_ar_svc_start_ext): the caller owns the buffer
+	 * and learns the outcome through *notify (daemon_ipc.c) */
+	atomic_int *notify;
+	bool notified;
 };
 
 struct cs_ar_svc {
@@ -86,6 +92,7 @@ struct cs_ar_svc {
 	_Atomic(struct ar_op *) cur;
 	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
 	struct ar_op *old;		/* control thread's */
+	pthread_mutex_t install_lock;	/* control vs. IPC thread */
 	/* lcore-only */
 	struct cs_pbuf stash[AR_TXQ];
 	unsigned nstash;
@@ -342,6 +349,17 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	return work;
 }
 
+/* Done only once the peers' last packets are acknowledged too: the next
+ * operation replaces this one, and frames of a replaced operation are no
+ * longer acknowledged. */
+static bool acks_owed(const struct ar_op *op)
+{
+	for (uint32_t i = 0; i < op->nsess; i++)
+		if (op->sess[i].rel.ack_pending || op->sess[i].rel.ack_now)
+			return true;
+	return false;
+}
+
 static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 {
 	struct cs_ar_svc *s = arg;
@@ -367,9 +385,19 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		op->t_ready = now;
 	}
 	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		    AR_PREPARED && op->t_start && cs_coll_done(op->coll)) {
+		    AR_PREPARED && op->t_start && cs_coll_done(op->coll) &&
+	    !acks_owed(op)) {
 		op->t_done = now;
 		atomic_store_explicit(&op->state, AR_DONE,
+				      memory_order_release);
+	}
+	if (op->notify && !op->notified &&
+	    atomic_load_explicit(&op->state, memory_order_relaxed) !=
+		    AR_PREPARED) {
+		op->notified = true;
+		atomic_store_explicit(op->notify,
+				      atomic_load(&op->state) == AR_DONE ?
+					      1 : CS_ERR_PEER_LOST,
 				      memory_order_release);
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
@@ -403,6 +431,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 {
 	uint_fast64_t g;
 
+	pthread_mutex_lock(&s->install_lock);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
 	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
@@ -410,6 +439,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	op_free(s->old);
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	pthread_mutex_unlock(&s->install_lock);
 }
 
 static void ar_acked(void *owner, uint64_t cookie, uint32_t len)
@@ -653,6 +683,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	s->cf = svc_conf(&d->conf);
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->gen, 0);
+	pthread_mutex_init(&s->install_lock, NULL);
 	d->svc = s;
 	d->drv.rx_fn = ar_rx;
 	d->drv.tx_fn = ar_tx;
@@ -670,6 +701,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s->old);
+	pthread_mutex_destroy(&s->install_lock);
 	free(s);
 	d->svc = NULL;
 }
@@ -735,4 +767,84 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 void cs_daemon_tick(struct cs_daemon *d)
 {
 	(void)d;
+}
+
+/* ---- trainer operations (tools/daemon_ipc.c) --------------------------- */
+
+/*
+ * Like prepare(), but on the caller's buffer, with the caller's operation
+ * id and reduction, started at once and reported through @notify. Kept
+ * apart from prepare() (which fills and checks test data) so the two
+ * services can change independently.
+ */
+int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
+			size_t count, enum cs_dtype dt, enum cs_redop redop,
+			atomic_int *notify, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	struct cs_coll_params p;
+	struct ar_op *op;
+	int ret;
+
+	if (!cs_dtype_size(dt) || d->drv.npeers < 2) {
+		snprintf(msg, mlen, "bad type, or the peer table lists fewer "
+			 "than 2 nodes");
+		return -EINVAL;
+	}
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	op->op_id = op_id;
+	op->n = d->drv.npeers;
+	op->rank = d->conf.rank;
+	op->dtype = dt;
+	op->count = count;
+	op->bytes = count * cs_dtype_size(dt);
+	op->notify = notify;
+	atomic_init(&op->started, true);
+	atomic_init(&op->state, AR_PREPARED);
+	cs_coll_params_default(&p, &s->cf->coll);
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = op->n;
+	p.rank = op->rank;
+	p.sendbuf = buf;
+	p.recvbuf = buf;
+	p.count = count;
+	p.dtype = dt;
+	p.op = redop;
+	p.op_id = op_id;
+	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
+		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
+	if (p.channels > AR_MAX_CH)
+		p.channels = AR_MAX_CH;
+	ret = cs_coll_init(&p, &op->coll);
+	if (ret) {
+		snprintf(msg, mlen, "engine refused the operation: %s",
+			 cs_strerror(ret));
+		goto out_free;
+	}
+	op->nch = cs_coll_channels(op->coll);
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t nx, pv;
+
+		cs_coll_chan_peers(op->coll, c, &nx, &pv);
+		if (nx >= 0 && (ret = add_sess(s, op, (uint32_t)nx, c,
+					       &op->snext[c])))
+			goto out_sess;
+		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
+			goto out_sess;
+	}
+	install(s, op);
+	return 0;
+out_sess:
+	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
+out_free:
+	op_free(op);
+	return ret;
+}
+
+void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
+{
+	if (s->old && s->old->notify)
+		install(s, NULL);
 }
