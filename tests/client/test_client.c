@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -1210,6 +1211,41 @@ Test(client, random_descriptors, .timeout = 240)
 	cr_assert_eq(cs_allreduce(g[0], x, x, 1, CS_F32, CS_SUM, &r[0]), 0);
 	cr_assert_eq(cs_wait(c, r[0], WAIT_NS), 0);
 	cr_assert_eq(x[0], 3);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- peer credentials ------------------------------------------------- */
+
+static int other_uid_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	int ret;
+
+	(void)rank;
+	(void)size;
+	(void)arg;
+	if (setgid(65534) || setuid(65534))
+		return 2;
+	ret = connect_retry(path, &c);
+	if (ret == 0)
+		return 3;	/* served: the credential check is missing */
+	return ret == -ECONNRESET ? 0 : 4;
+}
+
+Test(client, other_uid_refused, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+	sidecar_start(&sc, "uid");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	/* Let anyone reach the socket: only SO_PEERCRED stands in the way. */
+	cr_assert_eq(chmod(sc.path, 0777), 0);
+	expect_exit0(spawn(other_uid_main, sc.path, 0, 1, NULL),
+		     "trainer of another uid");
 	cs_disconnect(c);
 	sidecar_stop(&sc);
 }
