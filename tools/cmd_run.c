@@ -258,7 +258,8 @@ bad:
 			for (int i = 0; i < n; i++)
 				snprintf(reqs[i], sizeof(reqs[i]),
 					 "ar_wait %u %u", op_id, timeout);
-			if (round_trip(nd, n, reqs, timeout + 5000))
+			/* the sidecars give up after --timeout themselves */
+			if (round_trip(nd, n, reqs, timeout + 30000))
 				goto out;
 			for (int i = 0; i < n; i++) {
 				double t = kv(nd[i].reply, "ns");

@@ -434,8 +434,16 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	pthread_mutex_lock(&s->install_lock);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
-	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
+	/* Two polls later the lcore cannot hold the old pointer any more.
+	 * Never free it before: if a stop signal comes first, leave it
+	 * (the process is going away). */
+	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
+		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
+			s->old = NULL;
+			break;
+		}
 		sleep_us(10);
+	}
 	op_free(s->old);
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
@@ -615,9 +623,13 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		snprintf(out, len, "err no operation %u", op_id);
 		return;
 	}
-	for (unsigned t = 0; t < ms * 10; t++) {
+	/* A deadline on the clock: on a loaded machine each short sleep
+	 * takes far longer than asked. */
+	cs_ns_t deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+
+	for (unsigned t = 0;; t++) {
 		st = atomic_load_explicit(&op->state, memory_order_acquire);
-		if (st != AR_PREPARED ||
+		if (st != AR_PREPARED || cs_lcore_now() >= deadline ||
 		    (t % 100 == 0 && cs_daemon_signalled(s->d)))
 			break;
 		/* ctlplane: a peer was lost (the view moved on): fail now */

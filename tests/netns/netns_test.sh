@@ -46,7 +46,8 @@ cluster_up() {	# args of cluster.sh up
 }
 
 run_ar() {	# extra args of collstack run allreduce
-	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 "$@" ||
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 \
+		--timeout 300000 "$@" ||
 		fail "allreduce reported wrong elements or failed"
 }
 
@@ -135,7 +136,7 @@ udp_local() {
 		done
 		[ -f "$dir/l$i/ready" ] || fail "sidecar l$i not ready"
 	done
-	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 \
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 --timeout 300000 \
 		--cluster "$dir/cluster.env" || fail "allreduce over udp"
 	kill -TERM "${pids[@]}"
 	wait
