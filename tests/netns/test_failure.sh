@@ -61,6 +61,9 @@ cleanup() {
 		kill -CONT "$p" 2>/dev/null
 		kill -TERM "$p" 2>/dev/null
 	done
+	# keep the sidecars' logs of the last run for a post-mortem
+	mkdir -p /tmp/cs-failure-logs && cp $RUN/csn*.log "$TMP"/*.log \
+		/tmp/cs-failure-logs/ 2>/dev/null
 	scripts/cluster.sh down >/dev/null 2>&1
 	rm -rf "$TMP"
 }
