@@ -6,6 +6,8 @@
 #   scripts/cluster.sh up N [--port af_packet|af_xdp|memif|udp] [--mtu M]
 #                           [--bridge-loss PCT] [--set KEY=VALUE]...
 #                           [--no-daemons]   (network only, e.g. for testpmd)
+#                           [--boot]   (membership from the coordinator in
+#                                       ${P}n0, job token in $RUN/$P-job.token)
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
 #
@@ -47,7 +49,9 @@ fi
 BR=${P}br0
 PEERS=$RUN/$P-peers
 MEMIF_SOCK=$RUN/$P-memif.sock
+TOKEN=$RUN/$P-job.token
 UDP_PORT=${CS_UDP_PORT:-7700}
+BOOT_PORT=${CS_BOOT_PORT:-7701}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 DAEMON=$BUILD/tools/collstackd
@@ -107,7 +111,7 @@ down() {
 	done
 	ip link del "$BR" 2>/dev/null || true
 	nft delete table bridge "${P}loss" 2>/dev/null || true
-	rm -f "$MEMIF_SOCK" "$PEERS" "$ENV_FILE"
+	rm -f "$MEMIF_SOCK" "$PEERS" "$ENV_FILE" "$TOKEN"
 	rmdir "$RUN" 2>/dev/null || true
 	log "down"
 }
@@ -125,7 +129,7 @@ status() {
 
 up() {
 	local n=${1:-}; shift || true
-	local port=af_packet mtu=1500 loss="" sets=() daemons=1
+	local port=af_packet mtu=1500 loss="" sets=() daemons=1 boot=0
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
 		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
 	while [ $# -gt 0 ]; do
@@ -135,6 +139,7 @@ up() {
 		--bridge-loss) loss=$2; shift 2 ;;
 		--set) sets+=(--set "$2"); shift 2 ;;
 		--no-daemons) daemons=0; shift ;;
+		--boot) boot=1; shift ;;
 		*) die "unknown option $1" ;;
 		esac
 	done
@@ -231,6 +236,11 @@ EOF
 		log "bridge drops $loss% of dataplane frames (nft table bridge ${P}loss)"
 	fi
 
+	if [ $boot = 1 ]; then	# ctlplane: a fresh job token, never on a command line
+		(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' \
+			>"$TOKEN")
+		log "bootstrap: coordinator in csn0 on $(ip_of 0):$BOOT_PORT, token in $TOKEN (mode 600)"
+	fi
 	local pids=""
 	if [ $daemons = 0 ]; then
 		trap - ERR
@@ -256,6 +266,14 @@ EOF
 			       --set port.mac=$(mac_of $i)
 			       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
 		esac
+		if [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
+			args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
+			       --set boot.token_file=$TOKEN)
+			if [ $i = 0 ]; then
+				args+=(--set boot.coordinator=1
+				       --set boot.world=$n)
+			fi
+		fi
 		ip netns exec "$ns" "$DAEMON" "${args[@]}" "${sets[@]}" \
 			</dev/null >"$RUN/$ns.log" 2>&1 &
 		pids+="$! "
@@ -297,6 +315,6 @@ case ${1:-} in
 up) shift; up "$@" ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--set K=V]... | down | status" >&2
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--boot] [--set K=V]... | down | status" >&2
    exit 2 ;;
 esac

@@ -9,7 +9,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -236,14 +237,12 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 static void *boot_main(void *arg)
 {
 	struct cs_boot_state *b = arg;
-	struct sched_param sp = { .sched_priority = 1 };
-	/* Heartbeats must outrun busy lcores on shared CPUs: the lowest
-	 * real-time priority where allowed (the thread mostly sleeps). */
-	int e = pthread_setschedparam(pthread_self(), SCHED_RR, &sp);
-
-	if (e)
-		CS_INFO("boot thread: no real-time priority (%s); "
-			"heartbeats compete with the lcores", strerror(e));
+	/* Heartbeats must not starve behind busy lcores on shared CPUs:
+	 * a higher CFS weight where allowed (never real-time: a bug here
+	 * must not be able to take a CPU away from everything else). */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), -10))
+		CS_INFO("boot thread: priority unchanged (%s)",
+			strerror(errno));
 
 	while (!atomic_load(&b->stop)) {
 		cs_ns_t now = now_ns();
@@ -348,6 +347,8 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 		return strstr(b->ms.m.error, "token") ? CS_ERR_AUTH :
 		       -ECONNREFUSED;
 	case BS_WAIT:
+		if (cs_daemon_signalled(d))
+			return -EINTR;
 		CS_ERR("bootstrap: no address table from %s:%u within %llu "
 		       "ms (is the whole group of boot.world started?)", ip,
 		       port, (unsigned long long)(c->timeout / CS_NS_PER_MS));
