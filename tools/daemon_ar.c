@@ -43,6 +43,17 @@
 
 #define AR_MAX_CH 16
 #define AR_TXQ CS_PORT_BURST
+/* Frames of a trainer operation this node has not started yet are held
+ * (up to AR_HOLD of at most AR_HOLD_BYTES of payload) and fed to it once
+ * it is installed, instead of waiting for the sender's RTO. */
+#define AR_HOLD 128
+#define AR_HOLD_BYTES 2048
+#define AR_EXT_BIT 0x80000000u	/* op ids of trainer operations */
+
+struct ar_held {
+	struct cs_pkt_hdr hdr;
+	uint8_t data[AR_HOLD_BYTES];
+};
 
 struct svc_conf {
 	struct cs_xport_params xp;
@@ -84,6 +95,7 @@ struct ar_op {
 	 * and learns the outcome through *notify (daemon_ipc.c) */
 	atomic_int *notify;
 	bool notified;
+	bool replayed;			/* lcore: held frames were fed */
 };
 
 struct cs_ar_svc {
@@ -100,6 +112,9 @@ struct cs_ar_svc {
 	unsigned ntxq;
 	uint64_t rx_other_op, rx_no_sess, tx_retry;
 	uint32_t view_epoch;	/* ctlplane: view the peer table was built for */
+	struct ar_held *hold;
+	unsigned nhold;
+	uint64_t rx_held, rx_replayed;
 };
 
 static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
@@ -159,6 +174,49 @@ static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer,
 	return NULL;
 }
 
+/* Keep a frame of a trainer operation that may be about to start. */
+static void hold(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
+		 const uint8_t *payload)
+{
+	struct ar_held *k;
+
+	if (!s->hold || s->nhold == AR_HOLD || !(h->op & AR_EXT_BIT) ||
+	    h->group || h->len > AR_HOLD_BYTES ||
+	    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK))
+		return;
+	k = &s->hold[s->nhold++];
+	k->hdr = *h;
+	if (h->len)
+		memcpy(k->data, payload, h->len);
+	s->rx_held++;
+}
+
+/* Feed the held frames of @op to it (once per op); drop the rest. */
+static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
+{
+	if (op->replayed)
+		return;
+	op->replayed = true;
+	for (unsigned i = 0; i < s->nhold; i++) {
+		const struct cs_pkt_hdr *h = &s->hold[i].hdr;
+		struct ar_sess *ss;
+		int m;
+
+		if (h->op != op->op_id)
+			continue;
+		ss = find_sess(op, h->src, h->channel);
+		if (!ss)
+			continue;
+		m = cs_rel_on_packet(&ss->rel, h, now);
+		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA &&
+		    h->len &&
+		    cs_coll_on_data(op->coll, now, h, s->hold[i].data) < 0)
+			op->proto_err++;
+		s->rx_replayed++;
+	}
+	s->nhold = 0;
+}
+
 static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
@@ -187,6 +245,7 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		}
 		if (!op || h->op != op->op_id || h->group ||
 		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
+			hold(s, h, pk[i].payload);
 			s->rx_other_op++;
 			continue;
 		}
@@ -372,6 +431,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	op = atomic_load_explicit(&s->cur, memory_order_acquire);
 	if (!flush(s) || !op)
 		return s->ntxq;
+	replay(s, op, now);
 	for (uint32_t i = 0; i < op->nsess; i++)
 		if (now >= cs_rel_next_deadline(&op->sess[i].rel))
 			cs_rel_on_timer(&op->sess[i].rel, now);
@@ -696,6 +756,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
+	s->hold = calloc(AR_HOLD, sizeof(*s->hold));	/* NULL: no hold */
 	d->svc = s;
 	d->drv.rx_fn = ar_rx;
 	d->drv.tx_fn = ar_tx;
@@ -714,6 +775,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s->old);
 	pthread_mutex_destroy(&s->install_lock);
+	free(s->hold);
 	free(s);
 	d->svc = NULL;
 }
@@ -765,12 +827,15 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 	}
 	if (!strcmp(req, "ar_stats")) {
 		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
-			 "tx_retry=%llu rx_stale_epoch=%llu",
+			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
+			 "rx_replayed=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
 			 (unsigned long long)atomic_load(
-				 &d->view.rx_stale_epoch));
+				 &d->view.rx_stale_epoch),
+			 (unsigned long long)s->rx_held,
+			 (unsigned long long)s->rx_replayed);
 		return 0;
 	}
 	return -ENOENT;

@@ -159,6 +159,22 @@ bench() {	# T args...
 		--timeout 300 "$@"
 }
 
+ctl() {		# run_dir request -> reply line
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1] + "/ctl.sock")
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    c = s.recv(4096)
+    if not c:
+        break
+    buf += c
+print(buf.decode().strip())
+PY
+}
+
 sidecars_alive() {
 	for p in "${PIDS[@]}"; do
 		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] ||
@@ -261,7 +277,11 @@ bench)
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
 	up "$n"
 	bench "$t" "$@"
-	exit $?
+	rc=$?
+	for ns in "${NODES[@]}"; do
+		echo "# $ns ar_stats: $(ctl "$RUN/$ns" ar_stats 2>&1)"
+	done
+	exit $rc
 	;;
 *) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|bench N T [args]" >&2
    exit 2 ;;
