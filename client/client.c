@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,7 @@ struct cs_client {
 	struct cs_buf *bufs;
 	struct cs_group *groups;
 	uint64_t next_id;
+	unsigned spin_polls;
 	bool dead;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
@@ -88,8 +90,7 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_RECV_SEG] = "recv buffer: unknown segment",
 	[CS_IPC_BAD_SEND_RANGE] = "send buffer runs past its segment",
 	[CS_IPC_BAD_RECV_RANGE] = "recv buffer runs past its segment",
-	[CS_IPC_BAD_ALIGN] = "buffer offset not a multiple of the element "
-			     "size",
+	[CS_IPC_BAD_ALIGN] = "buffer offset not a multiple of element size",
 	[CS_IPC_BAD_OVERLAP] = "send and recv overlap (and not in place)",
 	[CS_IPC_BAD_ROOT] = "root rank out of range",
 	[CS_IPC_BAD_FLAGS] = "reserved fields not zero",
@@ -217,6 +218,13 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	pthread_mutex_init(&c->lock, NULL);
 	c->ctrl_fd = c->efd = -1;
 	c->next_id = 1;
+	c->spin_polls = CS_CLIENT_SPIN_POLLS;
+	{
+		const char *e = getenv(CS_CLIENT_SPIN_ENV);
+
+		if (e && *e)
+			c->spin_polls = (unsigned)strtoul(e, NULL, 10);
+	}
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		ret = -errno;
@@ -225,6 +233,13 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		ret = -errno;
 		goto out_close;
+	}
+	/* A sidecar that stops answering must not hang the trainer. */
+	{
+		struct timeval tv = { .tv_sec = CS_CLIENT_RPC_TIMEOUT_S };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	}
 	c->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->efd < 0) {
@@ -797,7 +812,7 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 				(unsigned long long)req);
 			return CS_ERR_TIMEOUT;
 		}
-		if (++spins < CS_CLIENT_SPIN_POLLS) {
+		if (++spins < c->spin_polls) {
 			if (!(spins & 63))
 				sched_yield();
 			continue;

@@ -16,7 +16,7 @@ enum {
 	M_LOST = 3,		/* deemed lost, waiting to be resent */
 };
 
-/* meta.pad: how the packet was last deemed lost (statistics). */
+/* meta.why: how the packet was last deemed lost (statistics). */
 #define LOST_BY_SACK 1
 #define LOST_BY_RTO 2
 #define LOST_BY_TLP 3
@@ -155,13 +155,14 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		r->meta = NULL;
 		return -ENOMEM;
 	}
-	r->snd_una = r->snd_nxt = r->retx_hint = r->sack_high = isn_tx;
+	r->snd_una = r->snd_nxt = r->retx_hint = isn_tx;
 	r->rcv_nxt = isn_rx;
 	r->rto = CS_MIN(CS_MAX(p->rto_init, p->rto_min), p->rto_max);
 	r->rto_deadline = CS_NS_NEVER;
 	r->rack_deadline = CS_NS_NEVER;
 	r->tlp_deadline = CS_NS_NEVER;
 	r->credit_deadline = CS_NS_NEVER;
+	r->min_rtt = CS_NS_NEVER;
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
@@ -275,7 +276,8 @@ int cs_rel_stamp(struct cs_rel *r, struct cs_pkt_hdr *h, uint64_t cookie,
 	m->len = len;
 	m->xmits = 1;
 	m->state = M_INFLIGHT;
-	m->pad = 0;
+	m->why = 0;
+	m->miss_xid = 0;
 
 	h->seq = seq;
 	h->len = len;
@@ -335,9 +337,10 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 	if (seq == r->retx_hint)
 		r->retx_hint = seq + 1;
 	r->st.retx++;
-	if (m->pad == LOST_BY_SACK)
+	m->miss_xid = 0;	/* reports about the old copy are moot */
+	if (m->why == LOST_BY_SACK)
 		r->st.fast_retx++;
-	else if (m->pad == LOST_BY_TLP)
+	else if (m->why == LOST_BY_TLP)
 		r->st.tlp++;
 
 	h->seq = seq;
@@ -358,7 +361,7 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
 		      uint8_t why)
 {
 	m->state = M_LOST;
-	m->pad = why;
+	m->why = why;
 	/* Invariant: no packet before retx_hint is lost. */
 	if (++r->n_lost == 1 || cs_seq_lt(seq, r->retx_hint))
 		r->retx_hint = seq;
@@ -369,8 +372,10 @@ static void mark_lost(struct cs_rel *r, uint32_t seq, struct cs_rel_meta *m,
  * transmitted after it has been acknowledged and either @dupthresh such
  * transmissions followed it, or it has been out longer than an RTT plus
  * the reordering window (then re-checked at rack_deadline).
- * Only packets below sack_high are judged: past the SACK bitmap's reach
- * the sender cannot tell arrived from lost.
+ * "Acknowledged" is judged per packet: miss_xid is the newest
+ * transmission acknowledged when an ACK last reported this packet
+ * missing, so a packet no bitmap covered (arrived or not) is never
+ * condemned.
  * First transmissions have xmit ids increasing with seq, and a resent
  * packet's id is newer still, so the scan can stop at the first
  * first-transmission sent after the newest acknowledged one.
@@ -382,7 +387,7 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 	int found = 0;
 
 	r->rack_deadline = CS_NS_NEVER;
-	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->sack_high); s++) {
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state != M_INFLIGHT)
@@ -392,7 +397,9 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 				break;
 			continue;
 		}
-		if (m->xmit_id + r->p.dupthresh <= r->rack_xmit_id ||
+		if (m->miss_xid <= m->xmit_id)
+			continue;	/* not reported missing since */
+		if (m->xmit_id + r->p.dupthresh <= m->miss_xid ||
 		    (timed && now >= m->sent + wait)) {
 			mark_lost(r, s, m, LOST_BY_SACK);
 			found = CS_REL_LOST;
@@ -404,11 +411,15 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 }
 
 /* Account one newly acknowledged packet. */
-static void acked_one(struct cs_rel *r, struct cs_rel_meta *m,
+static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		      uint64_t *bytes, const struct cs_rel_meta **sample)
 {
 	*bytes += m->len;
-	if (m->xmit_id > r->rack_xmit_id)
+	/* A resent packet acknowledged sooner than any round trip can be
+	 * was acknowledged for its original: it says nothing about what
+	 * was sent before the resend (RFC 8985, step 2). */
+	if (m->xmit_id > r->rack_xmit_id &&
+	    (m->xmits == 1 || now - m->sent >= r->min_rtt))
 		r->rack_xmit_id = m->xmit_id;
 	/* Karn: only a packet sent once says which send the ACK is for. */
 	if (m->xmits == 1 && (!*sample || m->xmit_id > (*sample)->xmit_id))
@@ -431,17 +442,48 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 		r->srtt = (7 * r->srtt + rtt) / 8;
 	}
 	r->st.rtt_samples++;
+	if (rtt < r->min_rtt)
+		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
 	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
 	r->backoff = 0;
+}
+
+/*
+ * Record that an ACK reported seqs @from .. @from + @n - 1 missing where
+ * @clear has the bit set (bit 0 for @from). Returns whether any packet
+ * in flight was. Called after the ACK's acknowledgements were counted,
+ * so rack_xmit_id is what the receiver had when it made the ACK.
+ */
+static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
+			 uint64_t clear)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = from + i;
+		struct cs_rel_meta *m;
+
+		if (!(clear >> i & 1) || cs_seq_lt(s, r->snd_una))
+			continue;
+		if (!cs_seq_lt(s, r->snd_nxt))
+			break;
+		m = meta_of(r, s);
+		if (m->state != M_INFLIGHT)
+			continue;
+		m->miss_xid = r->rack_xmit_id;
+		any = true;
+	}
+	return any;
 }
 
 static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		       cs_ns_t now)
 {
 	const struct cs_rel_meta *sample = NULL;
-	uint32_t ack = h->ack;
+	uint32_t ack = h->ack, base;
 	uint64_t bytes = 0, bits;
+	bool missing;
 	int res = 0;
 
 	if (cs_seq_lt(r->snd_nxt, ack)) {
@@ -456,15 +498,17 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		if (m->state == M_SACKED)
 			r->n_sacked--;
 		else
-			acked_one(r, m, &bytes, &sample);
+			acked_one(r, m, now, &bytes, &sample);
 		if (m->state == M_LOST)
 			r->n_lost--;
 		m->state = M_FREE;
 		m->xmits = 0;
 		r->snd_una++;
 	}
+	/* An extension's bitmap starts at its seq; an ACK's after ack. */
+	base = h->type == CS_PKT_NACK ? h->seq : ack + 1;
 	for (bits = h->sack; bits; bits &= bits - 1) {
-		uint32_t s = ack + 1 + (uint32_t)__builtin_ctzll(bits);
+		uint32_t s = base + (uint32_t)__builtin_ctzll(bits);
 		struct cs_rel_meta *m;
 
 		if (cs_seq_lt(s, r->snd_una))
@@ -478,12 +522,19 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			r->n_lost--;
 		m->state = M_SACKED;
 		r->n_sacked++;
-		acked_one(r, m, &bytes, &sample);
-		if (cs_seq_lt(r->sack_high, s + 1))
-			r->sack_high = s + 1;
+		acked_one(r, m, now, &bytes, &sample);
 	}
-	if (cs_seq_lt(r->sack_high, r->snd_una))
-		r->sack_high = r->snd_una;
+	/* What this ACK says has not arrived although something after it
+	 * has: the cumulative ack's seq and the clear bits below the
+	 * bitmap's highest set bit (above it, packets may be in flight). */
+	missing = false;
+	if (h->sack) {
+		uint32_t top = 63 - (uint32_t)__builtin_clzll(h->sack);
+		uint64_t below = top ? (1ull << top) - 1 : 0;
+
+		missing = mark_missing(r, ack, 1, 1);
+		missing |= mark_missing(r, base, top, ~h->sack & below);
+	}
 	if (bytes || sample) {
 		res |= CS_REL_ACKED;
 		r->consecutive_to = 0;
@@ -501,10 +552,8 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 				       h->flags & CS_PKT_F_ECE, now);
 		}
 	}
-	if (r->n_sacked)
+	if (missing)
 		res |= detect_lost(r, now);
-	else
-		r->rack_deadline = CS_NS_NEVER;
 	return res;
 }
 
@@ -580,17 +629,59 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
 
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now)
 {
-	return r->ack_now || (r->ack_pending && now >= r->ack_deadline);
+	return r->ack_now || r->ext_due ||
+	       (r->ack_pending && now >= r->ack_deadline);
+}
+
+/* Arrivals beyond the ordinary bitmap's reach? */
+static bool beyond_reach(const struct cs_rel *r)
+{
+	return r->rx_ooo && cs_seq_lt(r->rcv_nxt + 1 + SACK_BITS, r->rx_max);
+}
+
+/* The next block of 64 beyond the reach, cycling. */
+static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	uint32_t lo = r->rcv_nxt + 1 + SACK_BITS, base = r->ext_next;
+	uint64_t bits = 0;
+
+	if (cs_seq_lt(base, lo) || !cs_seq_lt(base, r->rx_max))
+		base = lo;
+	for (uint32_t i = 0; i < SACK_BITS; i++) {
+		uint32_t s = base + i;
+
+		if (!cs_seq_lt(s, r->rx_max) || s - r->rcv_nxt >= r->p.window)
+			break;
+		if (rcv_bit(r, s))
+			bits |= 1ull << i;
+	}
+	r->ext_next = base + SACK_BITS;
+	r->ext_due = false;
+	h->type = CS_PKT_NACK;
+	h->flags = CS_PKT_F_ACK;
+	h->seq = base;
+	h->ack = r->rcv_nxt;
+	h->sack = bits;
+	h->len = 0;
+	h->ts = now;
+	h->ts_echo = 0;		/* no RTT sample from an extension */
+	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->st.sack_ext++;
 }
 
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 {
+	if (r->ext_due && !r->ack_now && !r->ack_pending) {
+		build_ext(r, h, now);
+		return;
+	}
 	h->type = CS_PKT_ACK;
 	h->flags = 0;
 	h->seq = r->snd_nxt;
 	h->len = 0;
 	h->ts = now;
 	fill_ack(r, h, now);
+	r->ext_due = beyond_reach(r);
 	r->st.acks_sent++;
 }
 
@@ -599,7 +690,7 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
 			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
-	if (r->ack_now)
+	if (r->ack_now || r->ext_due)
 		return 0;
 	if (r->ack_pending && r->ack_deadline < t)
 		t = r->ack_deadline;

@@ -17,10 +17,17 @@
  *     such packets were, or it has been out for srtt + max(@reo_wnd,
  *     srtt / 4) (RACK, RFC 8985: ordering by transmission, so a lost
  *     retransmission is detected the same way, and small windows recover
- *     without waiting for @dupthresh packets). Only packets below the
- *     highest sequence number known to have arrived are judged: the
- *     bitmap covers 64 packets past the cumulative ack, and what lies
- *     beyond it is unknown, not lost;
+ *     without waiting for @dupthresh packets). Only a packet that an
+ *     ACK reported missing is judged, against what had been acknowledged
+ *     when that ACK was made: what no bitmap covered is unknown, not
+ *     lost. The bitmap of an ordinary ACK reaches 64 packets past the
+ *     cumulative ack; when arrivals lie further out, the receiver follows
+ *     each ACK with one SACK extension (type CS_PKT_NACK, flag
+ *     CS_PKT_F_ACK: ack and credit as usual, and bit i of sack set when
+ *     seq (the header's seq field) + i arrived), cycling over the blocks
+ *     of 64 beyond the reach. Owners must hand CS_PKT_NACK packets to
+ *     cs_rel_on_packet() like ACKs; one that drops them only recovers
+ *     more slowly;
  *   - tail loss probe: when nothing was acknowledged for
  *     max(2 * srtt, srtt + 4 * rttvar) + @ack_delay (at least @tlp_min)
  *     after the last send or ACK, the newest packet in flight is resent
@@ -171,6 +178,7 @@ struct cs_rel_stats {
 	uint64_t timeouts;
 	uint64_t acks_sent;	/* pure ACKs built */
 	uint64_t acks_piggy;	/* ACKs carried on data */
+	uint64_t sack_ext;	/* SACK extension blocks built */
 	uint64_t data_rcvd;	/* new data delivered */
 	uint64_t bytes_rcvd;
 	uint64_t dup_rcvd;	/* duplicates dropped */
@@ -185,9 +193,11 @@ struct cs_rel_meta {
 	uint64_t xmit_id;	/* transmission order of the last send */
 	cs_ns_t sent;		/* time of the last send */
 	uint32_t len;
+	uint64_t miss_xid;	/* newest transmission acknowledged when an
+				 * ACK last reported this one missing */
 	uint16_t xmits;		/* 0: slot free */
 	uint8_t state;
-	uint8_t pad;
+	uint8_t why;		/* how it was last deemed lost */
 };
 
 /**
@@ -207,11 +217,11 @@ struct cs_rel {
 	uint32_t retx_hint;	/* no lost packet before this seq */
 	uint32_t n_lost;	/* packets marked lost, not yet resent */
 	uint32_t n_sacked;	/* SACKed packets above snd_una */
-	uint32_t sack_high;	/* highest seq known to have arrived + 1 */
 	struct cs_rel_meta *meta;
 	uint64_t xmit_id;	/* next transmission's order */
 	uint64_t rack_xmit_id;	/* newest transmission acknowledged */
 	cs_ns_t srtt, rttvar, rto;
+	cs_ns_t min_rtt;	/* smallest Karn sample */
 	uint32_t backoff;	/* RTO doublings since the last sample */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline;	/* CS_NS_NEVER: not armed */
@@ -231,6 +241,8 @@ struct cs_rel {
 	uint32_t rx_max;	/* highest seq received + 1 (when rx_ooo) */
 	bool rx_ooo;		/* something beyond rcv_nxt arrived */
 	bool echo_valid;	/* echo_ts holds a data packet's ts */
+	bool ext_due;		/* a SACK extension block should follow */
+	uint32_t ext_next;	/* base of the next extension block */
 	uint32_t ack_pending;	/* data packets since the last ACK */
 	bool ack_now;
 	bool ece_pending;
@@ -347,16 +359,20 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
  * @r: the session
  * @now: current time, ns
  * Returns: true when @ack_every packets are unacknowledged, an
- *	out-of-order or duplicate arrival asked for one, or the ack delay
- *	expired. Data sent by cs_rel_stamp*() carries the ACK and clears it.
+ *	out-of-order or duplicate arrival asked for one, the ack delay
+ *	expired, or a SACK extension should follow the last ACK. Data sent
+ *	by cs_rel_stamp*() carries the ACK and clears it (not the
+ *	extension). Call it again after cs_rel_build_ack(): at most two in
+ *	a row.
  */
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now);
 
 /**
- * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0)
+ * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0), or the
+ * SACK extension that follows one (type CS_PKT_NACK, see above)
  * @r: the session
  * @h: header; the owner filled version/src/channel/group/epoch; the engine
- *	sets type, flags, ack, sack, ts, ts_echo, credit
+ *	sets type, flags, seq, ack, sack, ts, ts_echo, credit
  * @now: current time, ns
  */
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now);

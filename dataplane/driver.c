@@ -12,8 +12,6 @@
 #include "dataplane/driver.h"
 #include "dataplane/wire.h"
 
-static_assert(CS_PROTO_HDR_WIRE_LEN_DRV == CS_PROTO_HDR_WIRE_LEN,
-	      "driver and proto.h disagree on the header length");
 static_assert(CS_WIRE_L4_END == CS_PORT_HDRS_LEN, "outer header length");
 
 int cs_drv_init(struct cs_drv *d, struct cs_port *port, unsigned rank)
@@ -229,6 +227,11 @@ void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t)
 		struct cs_drv_q *q = &d->q[i];
 		cs_ns_t a = rd(&q->rx_raw_first), b = rd(&q->rx_raw_last);
 		cs_ns_t s = rd(&q->tx_raw_start), e = rd(&q->tx_raw_end);
+
+		/* A starved lcore may not have noticed the end yet: its
+		 * blast stops at raw_until anyway. */
+		if (s && !e)
+			e = rd(&q->raw_until);
 
 		t->rx_frames += rd(&q->rx_frames);
 		t->rx_foreign += rd(&q->rx_foreign);

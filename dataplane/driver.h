@@ -18,12 +18,12 @@
 
 #include "dataplane/port.h"
 #include "dataplane/wire.h"
+#include "internal/proto.h"
 #include "internal/util.h"
 
 #define CS_DRV_MAX_PEERS 256
 /* Bytes of the outer headers plus the encoded collstack header. */
-#define CS_DRV_HDR_LEN (CS_PORT_HDRS_LEN + CS_PROTO_HDR_WIRE_LEN_DRV)
-#define CS_PROTO_HDR_WIRE_LEN_DRV 76
+#define CS_DRV_HDR_LEN CS_PROTO_FRAME_OVERHEAD
 
 /* One member of the static address table (node.peers). */
 struct cs_peer {
@@ -39,7 +39,7 @@ struct cs_drv_q {
 	bool raw_active;
 	uint32_t raw_len;
 	cs_ns_t raw_until;
-	uint8_t raw_tmpl[CS_PORT_HDRS_LEN + CS_PROTO_HDR_WIRE_LEN_DRV];
+	uint8_t raw_tmpl[CS_DRV_HDR_LEN];
 	/* counters (read by the control thread with relaxed loads) */
 	uint64_t rx_frames;
 	uint64_t rx_foreign;	/* not IPv4/UDP to our port, bad IP header */

@@ -6,7 +6,7 @@
 # conditions (loss on the bridge, a rate-limited link) apply to both stacks.
 #
 #   scripts/bench-vs-mpi.sh [--quick] [--reps R] [--nodes N]
-#                           [--ops allreduce,reduce_scatter,...]
+#                           [--ops all|allreduce,reduce_scatter,...]
 #                           [--conds clean,loss,rate] [--adverse-ops LIST]
 #                           [--sizes 4K:64M] [--loss PCT] [--rate 1gbit]
 #                           [--cluster auto|own|cluster] [--port P]
@@ -43,7 +43,7 @@ NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
-ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=5 WARM_LARGE=1
+ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=3 WARM_LARGE=1
 
 die() { echo "bench-vs-mpi: $*" >&2; exit 1; }
 log() { echo "bench-vs-mpi: $*" >&2; }
@@ -54,7 +54,8 @@ while [ $# -gt 0 ]; do
 	--quick) QUICK=1; shift ;;
 	--reps) REPS=$2; shift 2 ;;
 	--nodes) NODES_N=$2; shift 2 ;;
-	--ops) OPS=$2; shift 2 ;;
+	--ops) OPS=$2; shift 2
+		[ "$OPS" = all ] && OPS=allreduce,reduce_scatter,all_gather,broadcast ;;
 	--conds) CONDS=$2; shift 2 ;;
 	--adverse-ops) ADVERSE_OPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
@@ -80,7 +81,7 @@ if [ $QUICK = 1 ]; then
 	ITERS_SMALL=10 WARM_SMALL=2
 else
 	: "${REPS:=3}" "${SIZES:=4K:64M}"
-	: "${OPS:=allreduce,reduce_scatter,all_gather,broadcast}"
+	: "${OPS:=auto}"
 fi
 [[ "$REPS" =~ ^[0-9]+$ ]] && [ "$REPS" -ge 1 ] || die "--reps wants a count"
 [[ "$NODES_N" =~ ^[0-9]+$ ]] && [ "$NODES_N" -ge 2 ] || die "--nodes wants >= 2"
@@ -107,9 +108,20 @@ MAXB=$(to_bytes "${SIZES##*:}")
 # --- the cluster: cluster.sh (sidecars, both stacks) or our own namespaces.
 
 NODES=() ADDRS=() IFACES=() VETHS=() BR="" SIDECAR_PIDS="" CLUSTER_KIND=""
+CLUSTER_ENV=""	# the state file collstack's CLI finds the sidecars in
 
-cs_bench_available() {
-	[ -x "$CLI" ] && "$CLI" bench --help 2>&1 | grep -q allreduce
+# How the collstack side runs: "bench" (collstack bench -o OP ..., every
+# op), "run" (collstack run allreduce --bytes S, allreduce only, mean time
+# and no p50) or "none".
+cs_mode() {
+	[ -x "$CLI" ] || { echo none; return; }
+	if "$CLI" bench --help 2>&1 | grep -e ' -o' -e allreduce >/dev/null; then
+		echo bench
+	elif "$CLI" run --help 2>&1 | grep allreduce >/dev/null; then
+		echo run
+	else
+		echo none
+	fi
 }
 
 # Fill NODES/ADDRS/IFACES from a state file's CS_NODES and the namespaces.
@@ -126,31 +138,51 @@ read_nodes() {
 	done
 	read -r -a VETHS <<<"$CS_VETHS"
 	BR=$CS_BRIDGE
+	SIDECAR_PIDS=${CS_PIDS:-}
 }
 
+# The one place that picks the namespaces: scripts/cluster.sh (csn*, the
+# project's cluster) or scripts/lib/netns.sh (csb*, usable while a
+# cluster.sh cluster is up). Both start a collstackd per namespace when
+# the collstack side runs.
 cluster_up() {
-	local kind=$CLUSTER
+	local kind=$CLUSTER daemons=0 port=$PORT
+	[ $DO_CS = 1 ] && [ -x "$DAEMON" ] && [ "$(cs_mode)" != none ] && daemons=1
 	if [ "$kind" = auto ]; then
 		kind=own
-		[ $DO_CS = 1 ] && [ -x scripts/cluster.sh ] && [ -x "$DAEMON" ] &&
-			cs_bench_available && kind=cluster
+		[ $daemons = 1 ] && [ -x scripts/cluster.sh ] &&
+			[ ! -e /run/collstack/cluster.env ] && kind=cluster
+	fi
+	# Without DPDK only the udp port exists.
+	if [ $daemons = 1 ] && [ "$port" != udp ] &&
+	   ! "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
+		log "collstackd has no DPDK: port udp instead of $port"
+		port=udp
 	fi
 	CLUSTER_KIND=$kind
 	case $kind in
 	cluster)
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
-		scripts/cluster.sh up "$NODES_N" --port "$PORT" >&2
-		# shellcheck disable=SC1091
-		. /run/collstack/cluster.env
-		SIDECAR_PIDS=$CS_PIDS
+		if [ $daemons = 1 ]; then
+			scripts/cluster.sh up "$NODES_N" --port "$port" >&2
+		else
+			scripts/cluster.sh up "$NODES_N" --no-daemons >&2
+		fi
+		CLUSTER_ENV=/run/collstack/cluster.env
 		;;
 	own)
-		scripts/lib/netns.sh up "$NODES_N" >&2
-		# shellcheck disable=SC1091
-		. /run/collstack-bench/netns.env
+		if [ $daemons = 1 ]; then
+			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" >&2
+		else
+			scripts/lib/netns.sh up "$NODES_N" >&2
+		fi
+		CLUSTER_ENV=/run/collstack-bench/netns.env
 		;;
 	*) die "--cluster auto|own|cluster" ;;
 	esac
+	# shellcheck disable=SC1090
+	. "$CLUSTER_ENV"
+	CS_PORT_USED=$([ $daemons = 1 ] && echo "$port" || echo none)
 	read_nodes
 }
 
@@ -207,6 +239,7 @@ cond_clear() {
 	case $COND_NOW in
 	loss)
 		log "condition loss: dropped $(cond_counters)"
+		echo "# loss $LOSS%: the bridge dropped $(cond_counters)" >>"$OUT/bench-vs-mpi.env"
 		nft delete table bridge $NFT_TABLE 2>/dev/null || true
 		;;
 	rate)
@@ -301,6 +334,8 @@ mpi_bench() {	# op minb maxb iters warmup logfile
 		fi
 		rc=0
 		wait $pid || rc=$?
+		# A short run may end between two looks: its header counts.
+		grep -q '^# op' "$6.run" && started=1
 		grep -v 'setpgid.*failed in parent' "$6.run" >>"$6" || true
 		rm -f "$6.run"
 		[ $started = 1 ] && break
@@ -312,22 +347,53 @@ mpi_bench() {	# op minb maxb iters warmup logfile
 
 CS_AVAILABLE=""
 collstack_bench() {	# op minb maxb iters warmup logfile
+	local mode z rc=0
 	if [ -z "$CS_AVAILABLE" ]; then
-		CS_AVAILABLE=no
-		if [ "$CLUSTER_KIND" = cluster ] && cs_bench_available; then
-			CS_AVAILABLE=yes
-		else
-			log "collstack bench not available (NA):" \
-			    "$([ "$CLUSTER_KIND" = cluster ] || echo "no collstackd cluster;") $("$CLI" bench --help 2>&1 | head -1)"
+		mode=$(cs_mode)
+		CS_AVAILABLE=$mode
+		if [ "$CS_PORT_USED" = none ] || [ "$mode" = none ]; then
+			CS_AVAILABLE=no
+			log "collstack bench not available (NA): $("$CLI" bench --help 2>&1 | head -1)"
+		elif [ "$mode" = run ]; then
+			log "collstack side: 'collstack run allreduce' (allreduce only, mean times, no p50)"
 		fi
 	fi
-	if [ $CS_AVAILABLE = no ]; then
-		echo "collstack bench not available" >"$6"
+	if [ "$CS_AVAILABLE" = run ] && [ "$1" != allreduce ]; then
+		echo "collstack run has no $1" >"$6"
 		return 1
 	fi
-	# shellcheck disable=SC2086
-	timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
-		-f "$FACTOR" -n "$4" -w "$5" $CS_BENCH_ARGS >"$6" 2>&1
+	case $CS_AVAILABLE in
+	bench)
+		# shellcheck disable=SC2086
+		timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
+			-f "$FACTOR" -n "$4" -w "$5" --cluster "$CLUSTER_ENV" \
+			$CS_BENCH_ARGS >"$6" 2>&1
+		;;
+	run)
+		# One call per size (ours go up by FACTOR, run's by 2);
+		# its rows are "size count type redop time algbw busbw
+		# #wrong": make them ours, with no p50/p99 (NA).
+		# A failed size does not stop the others (rc is kept).
+		for ((z = $2; z <= $3; z *= FACTOR)); do
+			# shellcheck disable=SC2086
+			timeout "$RUN_TIMEOUT" "$CLI" run allreduce \
+				--cluster "$CLUSTER_ENV" --bytes "$z" \
+				-n "$4" -w "$5" $CS_BENCH_ARGS >"$6.run" 2>&1 ||
+				rc=$?
+			cat "$6.run" >>"$6.raw"
+			awk -v p="$PLACE" 'NF == 8 && $1 ~ /^[0-9]+$/ {
+				print $1, $2, "float", $4, -1, $5, $6, $7, $8,
+				      "NA", "NA", p }' "$6.run" >>"$6"
+			rm -f "$6.run"
+		done
+		[ -f "$6.raw" ] && mv "$6.raw" "${6%.log}.orig.log"
+		return $rc
+		;;
+	*)
+		echo "collstack bench not available" >"$6"
+		return 1
+		;;
+	esac
 }
 
 # --- runs and results.
@@ -359,7 +425,7 @@ run_one() {	# cond rep stack op
 		rc=0
 		: >"$lf"
 		$fn "$op" "$b" "$e" "$n" "$w" "$lf" || rc=$?
-		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$CS_AVAILABLE" = no ]; } ||
+		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$(head -c 9 "$lf")" = collstack ]; } ||
 			log "  $stack $op failed (rc $rc), see $lf: $(tail -1 "$lf")"
 		# size count type redop root time algbw busbw #wrong p50 p99 place
 		awk -v c="$cond" -v r="$rep" -v s="$stack" -v o="$op" \
@@ -381,7 +447,10 @@ median() {	# reads numbers (or NA), prints the median or NA
 				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
 			}
 		if (n % 2) print v[int(n / 2)]
-		else printf "%.6g\n", (v[n / 2 - 1] + v[n / 2]) / 2
+		else {
+			m = (v[n / 2 - 1] + v[n / 2]) / 2
+			printf (m >= 1000 ? "%.1f\n" : "%.4g\n"), m
+		}
 	}'
 }
 
@@ -404,18 +473,30 @@ ratio() {	# a / b with 2 decimals, NA if either is NA or b is 0
 # Medians per (cond, op, size, stack) -> the summary CSV and the table.
 summarize() {
 	local sum=$OUT/bench-vs-mpi.csv txt=$OUT/bench-vs-mpi.txt
-	local cond op size cbw mbw cl ml wrong
-	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_p50_us,mpi_p50_us,lat_ratio_mpi_over_cs,reps,place,wrong" >"$sum"
+	local cond op size cbw mbw cl ml wrong cn mn
+	# Latency: p50, or the mean time where the collstack side has no p50
+	# (collstack run), for both stacks alike.
+	LATCOL=11 LATNAME=p50
+	if awk -F, '$3 == "collstack" && $11 == "NA" { f = 1 } END { exit !f }' "$RAW"; then
+		LATCOL=7 LATNAME=mean
+	fi
+	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,collstack_reps,mpi_reps,place,wrong,lat_kind" >"$sum"
 	{
 		printf '# collstack vs Open MPI (TCP), %d nodes, medians of %d reps, %s-of-place rows, %s\n' \
 			"${#NODES[@]}" "$REPS" "$PLACE" "$(date -u '+%Y-%m-%d %H:%M UTC')"
-		printf '# bw ratio = collstack/MPI busbw; lat ratio = MPI/collstack p50 (both: >1 means collstack is better)\n'
+		cat "$OUT/bench-vs-mpi.env" 2>/dev/null
+		printf '# bw x = collstack/MPI busbw (GB/s); lat x = MPI/collstack %s time (us); >1: collstack better\n' "$LATNAME"
+		printf '# (k): only k of the %d reps gave that figure (the others failed; see logs/)\n' "$REPS"
 		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s\n' cond op size \
-			"cs busbw" "mpi busbw" "bw x" "cs p50 us" "mpi p50 us" "lat x"
+			"cs busbw" "mpi busbw" "bw x" "cs $LATNAME" "mpi $LATNAME" "lat x"
 	} >"$txt"
-	# Keys in run order: conditions, ops, sizes as they came.
-	awk -F, -v p="$PLACE" '$6 == p { print $1 "," $4 "," $5 }' "$RAW" |
-		awk '!seen[$0]++' | while IFS=, read -r cond op size; do
+	# Keys: conditions and ops in run order, sizes ascending.
+	awk -F, -v p="$PLACE" 'NR > 1 && $6 == p {
+		if (!($1 in ci)) ci[$1] = ++nc
+		if (!($4 in oi)) oi[$4] = ++no
+		print ci[$1], oi[$4], $5, $1 "," $4 "," $5 }' "$RAW" |
+		sort -n -k1,1 -k2,2 -k3,3 -u | cut -d' ' -f4 |
+		while IFS=, read -r cond op size; do
 		pick() {	# stack column -> median over reps
 			awk -F, -v c="$cond" -v o="$op" -v z="$size" -v s="$1" \
 				-v p="$PLACE" -v k="$2" \
@@ -423,13 +504,25 @@ summarize() {
 				"$RAW" | median
 		}
 		cbw=$(pick collstack 9) mbw=$(pick mpi 9)
-		cl=$(pick collstack 11) ml=$(pick mpi 11)
+		mn=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
+			'$1 == c && $4 == o && $5 == z && $6 == p { n[$3]++ }
+			 END { print n["collstack"] + 0, n["mpi"] + 0 }' "$RAW")
+		cn=${mn% *} mn=${mn#* }
+		cl=$(pick collstack $LATCOL) ml=$(pick mpi $LATCOL)
 		wrong=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
 			'$1 == c && $4 == o && $5 == z && $6 == p { w += $10 } END { print w + 0 }' "$RAW")
-		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$REPS,$PLACE,$wrong" >>"$sum"
+		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$cn,$mn,$PLACE,$wrong,$LATNAME" >>"$sum"
+		few() {	# value count -> "value(k)" when k < REPS
+			if [ "$2" -gt 0 ] && [ "$2" -lt "$REPS" ]; then
+				echo "$1($2)"
+			else
+				echo "$1"
+			fi
+		}
 		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s%s\n' "$cond" "$op" \
-			"$(human "$size")" "$cbw" "$mbw" "$(ratio "$cbw" "$mbw")" \
-			"$cl" "$ml" "$(ratio "$ml" "$cl")" \
+			"$(human "$size")" "$(few "$cbw" "$cn")" "$(few "$mbw" "$mn")" \
+			"$(ratio "$cbw" "$mbw")" \
+			"$(few "$cl" "$cn")" "$(few "$ml" "$mn")" "$(ratio "$ml" "$cl")" \
 			"$([ "$wrong" = 0 ] || echo "  WRONG=$wrong")" >>"$txt"
 	done
 	goals >>"$txt"
@@ -441,7 +534,7 @@ goals() {	# the three headline figures, where the run has them
 	row() { awk -F, -v c="$1" -v z="$2" '$1 == c && $2 == "allreduce" && $3 == z' "$sum"; }
 	echo "# goals (${#NODES[@]} nodes, medians):"
 	row clean 67108864 | awk -F, '{ printf "#   allreduce 64M busbw, clean: collstack %s, Open MPI %s GB/s, ratio %s\n", $4, $5, $6 }'
-	row clean 4096 | awk -F, '{ printf "#   allreduce 4K p50 latency, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $7, $8, $9 }'
+	row clean 4096 | awk -F, '{ printf "#   allreduce 4K %s time, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $14, $7, $8, $9 }'
 	row loss 67108864 | awk -F, -v l="$LOSS" '{ printf "#   allreduce 64M busbw, %s%% loss: collstack %s, Open MPI %s GB/s, ratio %s\n", l, $4, $5, $6 }'
 }
 
@@ -470,6 +563,8 @@ plots() {
 set datafile missing 'NA'
 set logscale x 2
 set xtics (${xt%, })
+set xrange [$(awk -F, 'NR > 1 { if (!lo || $3 < lo) lo = $3; if ($3 > hi) hi = $3 }
+	END { printf "%g:%g", lo / 1.3, hi * 1.3 }' "$sum")]
 set grid
 set key top left
 set xlabel 'message size (bytes)'"
@@ -482,8 +577,8 @@ set ylabel 'busbw (GB/s)'
 set yrange [0:*]
 plot ${bwp%, }
 set output '$OUT/lat-$op.png'
-set title '$op p50 latency, ${#NODES[@]} nodes, median of $REPS reps'
-set ylabel 'p50 time (us)'
+set title '$op $LATNAME time per operation, ${#NODES[@]} nodes, median of $REPS reps'
+set ylabel '$LATNAME time (us)'
 set logscale y 10
 set yrange [*:*]
 plot ${latp%, }
@@ -526,11 +621,17 @@ if [ $OFFLOAD = 0 ]; then
 fi
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# cluster: $CLUSTER_KIND, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
+	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
 
+# auto: every op the collstack side has (all four without a collstack side).
+if [ "$OPS" = auto ]; then
+	OPS=allreduce,reduce_scatter,all_gather,broadcast
+	[ "$CS_PORT_USED" != none ] && [ "$(cs_mode)" = run ] && OPS=allreduce
+	log "ops: $OPS"
+fi
 IFS=, read -r -a conds <<<"$CONDS"
 for cond in "${conds[@]}"; do
 	ops=$OPS

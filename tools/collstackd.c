@@ -34,6 +34,7 @@
 #include "dataplane/port.h"
 #include "ctl.h"
 #include "daemon.h"
+#include "daemon_ipc.h"
 
 #define DC(f) offsetof(struct cs_daemon_conf, f)
 
@@ -75,6 +76,8 @@ static void help_config(FILE *out)
 	fprintf(out, "\npolling lcores:\n");
 	cs_cfg_help(cs_lcore_cfg, cs_lcore_cfg_len, out);
 	cs_daemon_help_config(out);
+	cs_daemon_boot_help(out);
+	cs_daemon_ipc_help(out);
 }
 
 /* Apply one key to whichever table has it. */
@@ -93,6 +96,12 @@ static int set_key(struct cs_daemon_conf *c, const char *key,
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,
 			 err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_daemon_boot_set_key(&c->boot, key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_daemon_ipc_set_key(c, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	return cs_daemon_set_key(c, key, val, err, errlen);
@@ -297,13 +306,23 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		 (unsigned long long)st.f_corrupted);
 }
 
-static void sleep_ns(cs_ns_t ns)
+bool cs_daemon_signalled(const struct cs_daemon *d)
 {
-	struct timespec ts = { .tv_sec = (time_t)(ns / CS_NS_PER_S),
-			       .tv_nsec = (long)(ns % CS_NS_PER_S) };
+	struct pollfd pfd = { .fd = d->sfd, .events = POLLIN };
 
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
+	return d->sfd >= 0 && poll(&pfd, 1, 0) > 0;
+}
+
+/* Sleep, but return early when a stop signal is pending. */
+static void sleep_ns(const struct cs_daemon *d, cs_ns_t ns)
+{
+	cs_ns_t end = cs_lcore_now() + ns;
+
+	while (!cs_daemon_signalled(d) && cs_lcore_now() < end) {
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
 }
 
 /* "raw DST MS LEN": blast for MS milliseconds, then report. */
@@ -327,7 +346,7 @@ static void do_raw(struct cs_daemon *d, const char *args, char *out,
 		return;
 	}
 	/* Let the last frames of the peer's blast arrive too. */
-	sleep_ns((cs_ns_t)ms * CS_NS_PER_MS + 300 * CS_NS_PER_MS);
+	sleep_ns(d, (cs_ns_t)ms * CS_NS_PER_MS + 300 * CS_NS_PER_MS);
 	cs_drv_totals(&d->drv, &t);
 	snprintf(out, len,
 		 "ok tx_pkts=%llu tx_bytes=%llu tx_ns=%llu rx_pkts=%llu "
@@ -347,7 +366,14 @@ static bool serve(struct cs_daemon *d, int fd)
 	char req[CS_CTL_LINE], out[CS_CTL_LINE];
 	bool quit = false;
 
-	while (!quit && cs_ctl_recv(fd, req, sizeof(req), 10000) >= 0) {
+	for (;;) {
+		struct pollfd pfd[2] = { { .fd = fd, .events = POLLIN },
+					 { .fd = d->sfd, .events = POLLIN } };
+
+		/* Between requests, a stop signal ends the session. */
+		if (quit || poll(pfd, 2, 10000) <= 0 || pfd[1].revents ||
+		    cs_ctl_recv(fd, req, sizeof(req), 10000) < 0)
+			break;
 		char *args = strchr(req, ' ');
 
 		if (args)
@@ -360,8 +386,10 @@ static bool serve(struct cs_daemon *d, int fd)
 				 "peers=%u", d->conf.port.name, d->conf.rank,
 				 d->port->frame_max, d->conf.port.type,
 				 d->drv.npeers);
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "stats")) {
 			reply_stats(d, out, sizeof(out));
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "raw")) {
 			do_raw(d, args, out, sizeof(out));
 		} else if (!strcmp(req, "quit")) {
@@ -380,7 +408,7 @@ static bool serve(struct cs_daemon *d, int fd)
 
 int main(int argc, char **argv)
 {
-	static struct cs_daemon d;
+	static struct cs_daemon d = { .sfd = -1 };
 	struct cs_daemon_conf *c = &d.conf;
 	char text[512], mac[24], why[256], ipbuf[32];
 	struct pollfd pfd[2];
@@ -391,7 +419,9 @@ int main(int argc, char **argv)
 	if (cs_port_conf_defaults(&c->port) ||
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
-	    cs_daemon_conf_defaults(c))
+	    cs_daemon_conf_defaults(c) ||
+	    cs_daemon_boot_conf_defaults(&c->boot) ||
+	    cs_daemon_ipc_defaults(c))
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -431,12 +461,20 @@ int main(int argc, char **argv)
 	sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
 	if (sfd < 0)
 		goto out_files;
+	d.sfd = sfd;
 
 	if (cs_port_open(&c->port, &d.port))
 		goto out_files;
 	if (cs_drv_init(&d.drv, d.port, c->rank))
 		goto out_port;
-	if (c->peers[0] && (ret = cs_drv_load_peers(&d.drv, c->peers))) {
+	atomic_init(&d.view.lost_rank, -1);
+	if (cs_daemon_boot_enabled(&d)) {	/* peers from the coordinator */
+		if (cs_daemon_boot_start(&d)) {
+			ret = 3;
+			goto out_port;
+		}
+	} else if (c->peers[0] &&
+		   (ret = cs_drv_load_peers(&d.drv, c->peers))) {
 		CS_ERR("node.peers %s: %s", c->peers, strerror(-ret));
 		ret = 1;
 		goto out_port;
@@ -449,15 +487,22 @@ int main(int argc, char **argv)
 		int cpu = cs_lcore_pick_cpu(&c->lcore, d.port->numa, nl,
 					    c->rank, why, sizeof(why));
 
-		CS_INFO("lcore %u: queue %u, CPU %d (%s), %s polling", nl, nl,
-			cpu, why,
-			d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
+		if (d.mode == CS_POLL_BUSY)
+			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
+				"busy polling", nl, nl, cpu, why);
+		else
+			CS_INFO("lcore %u: queue %u, adaptive polling, not "
+				"pinned: shares the process's CPUs with other "
+				"sidecars (busy mode would take CPU %d: %s)",
+				nl, nl, cpu, why);
 		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode,
 				   &c->lcore, cpu, cs_drv_poll, &d.drv)) {
 			CS_ERR("lcore %u did not start", nl);
 			goto out_lcores;
 		}
 	}
+	if (cs_daemon_ipc_start(&d))
+		goto out_lcores;
 	lfd = listen_ctl(c->port.run_dir);
 	if (lfd < 0) {
 		CS_ERR("control socket in %s: %s", c->port.run_dir,
@@ -509,10 +554,12 @@ int main(int argc, char **argv)
 	remove_file(c->port.run_dir, CS_CTL_SOCK);
 out_lcores:
 	remove_file(c->port.run_dir, "ready");
+	cs_daemon_ipc_stop(&d);
 	while (nl--)
 		cs_lcore_stop(&d.lcores[nl]);
 	cs_daemon_fini(&d);
 out_port:
+	cs_daemon_boot_stop(&d);
 	cs_port_close(d.port);
 out_files:
 	if (sfd >= 0)

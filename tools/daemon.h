@@ -6,12 +6,14 @@
 #ifndef CS_TOOLS_DAEMON_H
 #define CS_TOOLS_DAEMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "dataplane/driver.h"
 #include "dataplane/lcore.h"
 #include "dataplane/port.h"
+#include "daemon_boot.h"
 
 struct cs_ar_svc;
 
@@ -23,6 +25,9 @@ struct cs_daemon_conf {
 	char peers[CS_CFG_STR_MAX];
 	/* collective service settings (daemon_ar.c's table) */
 	uint8_t svc[4096];
+	struct cs_boot_conf boot;	/* daemon_boot.c's table */
+	/* trainer IPC settings (daemon_ipc.c's table) */
+	uint8_t ipc[1024];
 };
 
 struct cs_daemon {
@@ -32,7 +37,17 @@ struct cs_daemon {
 	enum cs_poll_mode mode;
 	struct cs_lcore lcores[CS_PORT_MAX_QUEUES];
 	struct cs_ar_svc *svc;
+	int sfd;		/* signalfd of SIGTERM/SIGINT/SIGHUP */
+	struct cs_boot_state *boot;	/* NULL: static peers */
+	struct cs_daemon_view view;	/* group epoch, lost ranks */
+	struct cs_daemon_ipc *ipc;	/* trainer IPC thread (daemon_ipc.c) */
 };
+
+/**
+ * cs_daemon_signalled - a stop signal is pending (not consumed: the main
+ * loop reads it); long control requests poll this and give up early
+ */
+bool cs_daemon_signalled(const struct cs_daemon *d);
 
 /* Hooks implemented by the collective service. */
 int cs_daemon_conf_defaults(struct cs_daemon_conf *c);

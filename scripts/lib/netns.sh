@@ -5,17 +5,25 @@
 # scripts/cluster.sh so both can be up at once:
 #
 #   namespaces csb0..csbN-1, bridge csbbr0, host-side veths csbv<i>,
-#   namespace-side veths csbd<i> with 10.78.0.<i+1>/24.
+#   namespace-side veths csbd<i> (MAC 02:78:00:00:00:<i+1>,
+#   10.78.0.<i+1>/24).
 #
-#   scripts/lib/netns.sh up N     (2..32)
+#   scripts/lib/netns.sh up N [--daemons udp|af_packet]    (N: 2..32)
 #   scripts/lib/netns.sh down
 #   scripts/lib/netns.sh status
 #
+# --daemons starts one collstackd per namespace the way scripts/cluster.sh
+# does (same settings, same nft input rule for DPDK ports), with its run
+# directory under /run/collstack-bench, so `collstack run allreduce
+# --cluster /run/collstack-bench/netns.env` works while a cluster.sh cluster
+# is up too.
+#
 # State: /run/collstack-bench/netns.env, in the same variables as
-# cluster.sh's cluster.env (CS_NODES, CS_BRIDGE, CS_VETHS) plus CS_IFACES and
-# CS_ADDRS (namespace-side interface and address of each node, in order).
-# Only root namespace state it makes is the bridge and the host-side veths;
-# `down` removes exactly what the state file lists.
+# cluster.sh's cluster.env (CS_NODES, CS_RUN, CS_BRIDGE, CS_VETHS, CS_PIDS,
+# CS_PEERS, ...) plus CS_IFACES and CS_ADDRS (namespace-side interface and
+# address of each node, in order). Only root namespace state it makes is
+# the bridge and the host-side veths; `down` removes exactly what the state
+# file lists and stops only the collstackd PIDs it lists.
 set -euo pipefail
 
 NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench}
@@ -23,6 +31,10 @@ NB_ENV=$NB_RUN/netns.env
 NB_PREFIX=csb
 NB_BR=csbbr0
 NB_NET=10.78.0
+NB_UDP_PORT=${CS_UDP_PORT:-7700}
+NB_BUILD=${CS_BUILD_DIR:-build}
+case $NB_BUILD in /*) ;; *) NB_BUILD=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/$NB_BUILD ;; esac
+NB_DAEMON=$NB_BUILD/tools/collstackd
 
 nb_die() { echo "netns: $*" >&2; exit 1; }
 
@@ -31,9 +43,12 @@ nb_down() {
 	[ -f "$NB_ENV" ] || return 0
 	# shellcheck disable=SC1090
 	. "$NB_ENV"
+	nb_stop_daemons "${CS_PIDS:-}"
 	for n in ${CS_NODES:-}; do
 		ip netns del "$n" 2>/dev/null || true
+		rm -rf "${NB_RUN:?}/$n" "$NB_RUN/$n.log"
 	done
+	rm -f "$NB_RUN/peers"
 	for v in ${CS_VETHS:-}; do
 		ip link del "$v" 2>/dev/null || true
 	done
@@ -43,10 +58,112 @@ nb_down() {
 	echo "netns: down"
 }
 
+nb_stop_daemons() {	# PIDs: TERM, wait, KILL; only live collstackd ones
+	local p alive
+	for p in $1; do
+		[ "$(cat /proc/"$p"/comm 2>/dev/null)" = collstackd ] &&
+			kill -TERM "$p" 2>/dev/null
+	done
+	for _ in $(seq 50); do
+		alive=0
+		for p in $1; do
+			[ "$(cat /proc/"$p"/comm 2>/dev/null)" = collstackd ] && alive=1
+		done
+		[ $alive = 0 ] && return 0
+		sleep 0.1
+	done
+	for p in $1; do
+		[ "$(cat /proc/"$p"/comm 2>/dev/null)" = collstackd ] &&
+			kill -KILL "$p" 2>/dev/null
+	done
+	return 0
+}
+
+nb_env() {	# (re)write the state file
+	cat >"$NB_ENV" <<EOF
+# written by scripts/lib/netns.sh up; read by bench-vs-mpi.sh, collstack run
+# (--cluster) and netns.sh down
+CS_NODES="$NB_NODES"
+CS_RUN=$NB_RUN
+CS_PORT=${NB_PORT:-none}
+CS_UDP_PORT=$NB_UDP_PORT
+CS_BRIDGE=$NB_BR
+CS_VETHS="$NB_VETHS"
+CS_IFACES="$NB_IFACES"
+CS_ADDRS="$NB_ADDRS"
+CS_PREFIXLEN=24
+CS_PIDS="$NB_PIDS"
+CS_PEERS=$NB_RUN/peers
+EOF
+}
+
+nb_daemons() {	# start collstackd in every namespace, wait until ready
+	local port=$1 i ns pid args deadline
+	[ -x "$NB_DAEMON" ] || nb_die "$NB_DAEMON not built"
+	case $port in
+	udp) ;;
+	af_packet)
+		"$NB_DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null ||
+			nb_die "collstackd built without DPDK: only udp" ;;
+	*) nb_die "--daemons udp|af_packet" ;;
+	esac
+	: >"$NB_RUN/peers"
+	for ((i = 0; i < NB_N; i++)); do
+		echo "$i $NB_NET.$((i + 1)) $(printf '02:78:00:00:00:%02x' $((i + 1))) $NB_UDP_PORT $NB_PREFIX$i" >>"$NB_RUN/peers"
+	done
+	for ((i = 0; i < NB_N; i++)); do
+		ns=$NB_PREFIX$i
+		args=(--set "name=$ns" --set "run_dir=$NB_RUN/$ns"
+		      --set "node.rank=$i" --set "node.peers=$NB_RUN/peers"
+		      --set "port.ip=$NB_NET.$((i + 1))"
+		      --set "port.udp_port=$NB_UDP_PORT" --set port.mtu=1500)
+		if [ "$port" = udp ]; then
+			args+=(--set port.type=udp)
+		else
+			args+=(--set port.type=dpdk --set "port.dev=$port"
+			       --set "port.iface=${NB_PREFIX}d$i")
+			# The namespace kernel must not answer or eat our frames.
+			ip netns exec "$ns" nft -f - <<EOF
+table inet collstack {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		udp dport $NB_UDP_PORT drop
+	}
+}
+EOF
+		fi
+		ip netns exec "$ns" "$NB_DAEMON" "${args[@]}" \
+			</dev/null >"$NB_RUN/$ns.log" 2>&1 &
+		NB_PIDS+="$! "
+		nb_env
+	done
+	deadline=$((SECONDS + 60))
+	i=0
+	for pid in $NB_PIDS; do
+		ns=$NB_PREFIX$i
+		until [ -f "$NB_RUN/$ns/ready" ]; do
+			kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ] || {
+				echo "netns: collstackd in $ns not ready; its log:" >&2
+				cat "$NB_RUN/$ns.log" >&2
+				return 1
+			}
+			sleep 0.1
+		done
+		i=$((i + 1))
+	done
+}
+
 nb_up() {
 	local n=${1:-} i nodes="" veths="" ifaces="" addrs=""
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 32 ] ||
-		nb_die "usage: netns.sh up N (2..32)"
+		nb_die "usage: netns.sh up N (2..32) [--daemons udp|af_packet]"
+	shift
+	NB_PORT=""
+	case ${1:-} in
+	--daemons) NB_PORT=${2:?--daemons udp|af_packet} ;;
+	"") ;;
+	*) nb_die "unknown option $1" ;;
+	esac
 	[ "$(id -u)" -eq 0 ] || nb_die "needs root"
 	[ -f "$NB_ENV" ] && nb_die "already up ($NB_ENV): down first"
 	for ((i = 0; i < n; i++)); do
@@ -60,16 +177,10 @@ nb_up() {
 	ip link show "$NB_BR" >/dev/null 2>&1 &&
 		nb_die "link $NB_BR exists but is not ours"
 	mkdir -p "$NB_RUN"
+	NB_N=$n NB_NODES=${nodes% } NB_VETHS=${veths% } NB_IFACES=${ifaces% }
+	NB_ADDRS=${addrs% } NB_PIDS=""
 	# Record first, so `down` can undo a half-made set-up.
-	cat >"$NB_ENV" <<EOF
-# written by scripts/lib/netns.sh up; read by bench-vs-mpi.sh and netns.sh down
-CS_NODES="${nodes% }"
-CS_BRIDGE=$NB_BR
-CS_VETHS="${veths% }"
-CS_IFACES="${ifaces% }"
-CS_ADDRS="${addrs% }"
-CS_PREFIXLEN=24
-EOF
+	nb_env
 	trap 'echo "netns: set-up failed, tearing down" >&2; nb_down; exit 1' ERR
 	ip link add "$NB_BR" type bridge
 	ip link set "$NB_BR" up
@@ -82,11 +193,16 @@ EOF
 		ip link add "${NB_PREFIX}v$i" type veth peer name \
 			"${NB_PREFIX}d$i" netns "$ns"
 		ip link set "${NB_PREFIX}v$i" master "$NB_BR" up
+		ip -n "$ns" link set "${NB_PREFIX}d$i" address \
+			"$(printf '02:78:00:00:00:%02x' $((i + 1)))"
 		ip -n "$ns" addr add "$NB_NET.$((i + 1))/24" dev "${NB_PREFIX}d$i"
 		ip -n "$ns" link set "${NB_PREFIX}d$i" up
 	done
+	if [ -n "$NB_PORT" ]; then
+		nb_daemons "$NB_PORT" || { nb_down; exit 1; }
+	fi
 	trap - ERR
-	echo "netns: up: $n namespaces (${nodes% }), bridge $NB_BR, $NB_NET.0/24"
+	echo "netns: up: $n namespaces (${nodes% }), bridge $NB_BR, $NB_NET.0/24${NB_PORT:+, collstackd on port $NB_PORT}"
 }
 
 nb_status() {

@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -247,6 +248,17 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 
 	sidecar_start(&sc, "env");
 	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	{
+		/* A second server on a live socket is refused. */
+		struct cs_ipc_server *srv;
+		struct cs_ipc_cfg cfg;
+
+		cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table,
+					     cs_ipc_cfg_table_len, &cfg), 0);
+		strcpy(cfg.socket_path, sc.path);
+		cr_assert_eq(cs_ipc_server_create(&cfg, NULL, &srv),
+			     -EADDRINUSE);
+	}
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
 	unsetenv("SLURM_PROCID");
@@ -1060,5 +1072,237 @@ Test(client, multi_node_without_backend, .timeout = 120)
 	cr_assert(strstr(cs_errmsg(c), "rank 3 allreduce"), "%s",
 		  cs_errmsg(c));
 	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- random descriptors ----------------------------------------------- */
+
+/*
+ * 20000 descriptors with random fields, biased towards the edges (valid
+ * ids, offsets at and around the segment end, huge counts). Each one must
+ * complete (with 0 or an error), and the sidecar must neither crash nor
+ * touch memory outside the segments: under ASan a stray access kills it
+ * and sidecar_stop() fails.
+ */
+static uint64_t pick(uint64_t *rng, const uint64_t *edges, size_t n)
+{
+	uint64_t v = cs_rand_next(rng);
+
+	return v % 3 ? edges[v / 3 % n] : cs_rand_next(rng);
+}
+
+Test(client, random_descriptors, .timeout = 240)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g[3];
+	struct cs_buf *b[2];
+	uint64_t rng = 0x5eed, ok = 0, failed = 0;
+	cs_req_t r[64];
+	float *x;
+
+	sidecar_start(&sc, "fuzz");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 8192, &b[0]), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b[1]), 0);
+	cr_assert_eq(cs_group_join(c, "f1", 0, 1, 0, 1, &g[0]), 0);
+	cr_assert_eq(cs_group_join(c, "f2", 0, 1, 0, 1, &g[1]), 0);
+	cr_assert_eq(cs_group_join(c, "wide", 1, 4, 0, 1, &g[2]), 0);
+
+	const uint64_t segs[] = { cs__buf_seg(b[0]), cs__buf_seg(b[1]), 2,
+				  63, 64, UINT32_MAX };
+	const uint64_t groups[] = { cs__group_handle(g[0]),
+				    cs__group_handle(g[1]),
+				    cs__group_handle(g[2]), 3, UINT32_MAX };
+	const uint64_t offs[] = { 0, 4, 8, 64, 4096 - 8, 4096, 4096 + 4,
+				  8192 - 8, 8192, 8192 + 8, UINT64_MAX - 7,
+				  1ull << 63 };
+	const uint64_t counts[] = { 0, 1, 2, 7, 512, 1023, 1024, 2048,
+				    1ull << 31, UINT64_MAX / 2, UINT64_MAX };
+
+	for (int round = 0; round < 20000 / 64; round++) {
+		for (int i = 0; i < 64; i++) {
+			/* A valid descriptor on one of the two 1-rank groups,
+			 * then 0..2 fields replaced by edge values. */
+			struct cs_ipc_sqe d = {
+				.group = (uint32_t)groups[cs_rand_next(&rng) %
+							 2],
+				.op = (uint8_t)(1 + cs_rand_next(&rng) % 5),
+				.dtype = (uint8_t)(cs_rand_next(&rng) %
+						   CS_DTYPE_COUNT),
+				.redop = (uint8_t)(cs_rand_next(&rng) %
+						   CS_REDOP_COUNT),
+				.count = 1 + cs_rand_next(&rng) % 256,
+				.send_seg = (uint32_t)segs[0],
+				.recv_seg = (uint32_t)segs[cs_rand_next(&rng) %
+							   2],
+				.send_off = 0,
+				.recv_off = 0,
+			};
+
+			if (d.recv_seg == d.send_seg)
+				d.recv_off = 4096;
+			if (d.op == CS_IPC_OP_BROADCAST)
+				d.send_seg = 0;
+			if (d.op == CS_IPC_OP_BARRIER)
+				d.count = 0;
+			for (int k = cs_rand_next(&rng) % 3; k > 0; k--) {
+				switch (cs_rand_next(&rng) % 10) {
+				case 0:
+					d.group = (uint32_t)pick(&rng, groups,
+								 5);
+					break;
+				case 1:
+					d.op = (uint8_t)(cs_rand_next(&rng) %
+							 8);
+					break;
+				case 2:
+					d.dtype = (uint8_t)(cs_rand_next(&rng)
+							    % 9);
+					break;
+				case 3:
+					d.redop = (uint8_t)(cs_rand_next(&rng)
+							    % 6);
+					break;
+				case 4:
+					d.count = pick(&rng, counts, 11);
+					break;
+				case 5:
+					d.send_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 6:
+					d.recv_seg = (uint32_t)pick(&rng,
+								    segs, 6);
+					break;
+				case 7:
+					d.send_off = pick(&rng, offs, 12);
+					break;
+				case 8:
+					d.recv_off = pick(&rng, offs, 12);
+					break;
+				default:
+					d.root = (uint32_t)(cs_rand_next(&rng)
+							    % 3);
+					d.flags = cs_rand_next(&rng) % 4 == 0;
+					break;
+				}
+			}
+
+			cr_assert_eq(cs__client_post_raw(c, &d, &r[i]), 0);
+		}
+		for (int i = 0; i < 64; i++) {
+			int ret = cs_wait(c, r[i], WAIT_NS);
+
+			cr_assert_neq(ret, CS_ERR_TIMEOUT);
+			cr_assert_neq(ret, -ENOTCONN);
+			if (ret)
+				failed++;
+			else
+				ok++;
+		}
+	}
+	fprintf(stderr, "random descriptors: %llu ok, %llu failed\n",
+		    (unsigned long long)ok, (unsigned long long)failed);
+	cr_assert_gt(ok, 0, "no random descriptor was valid");
+	cr_assert_gt(failed, 0);
+	x = cs_buf_ptr(b[0]);
+	x[0] = 3;
+	cr_assert_eq(cs_allreduce(g[0], x, x, 1, CS_F32, CS_SUM, &r[0]), 0);
+	cr_assert_eq(cs_wait(c, r[0], WAIT_NS), 0);
+	cr_assert_eq(x[0], 3);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- peer credentials ------------------------------------------------- */
+
+static int other_uid_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	int ret;
+
+	(void)rank;
+	(void)size;
+	(void)arg;
+	if (setgid(65534) || setuid(65534))
+		return 2;
+	ret = connect_retry(path, &c);
+	if (ret == 0)
+		return 3;	/* served: the credential check is missing */
+	return ret == -ECONNRESET ? 0 : 4;
+}
+
+Test(client, other_uid_refused, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+	sidecar_start(&sc, "uid");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	/* Let anyone reach the socket: only SO_PEERCRED stands in the way. */
+	cr_assert_eq(chmod(sc.path, 0777), 0);
+	expect_exit0(spawn(other_uid_main, sc.path, 0, 1, NULL),
+		     "trainer of another uid");
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- busy buffers and groups ------------------------------------------ */
+
+/* Two clients in one process play ranks 0 and 1. */
+Test(client, busy_buffer_and_group, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c0, *c1;
+	struct cs_group *g0, *g1;
+	struct cs_buf *b0, *b1;
+	cs_req_t r0, r1;
+	float *x0, *x1;
+
+	sidecar_start(&sc, "busy");
+	cr_assert_eq(connect_retry(sc.path, &c0), 0);
+	cr_assert_eq(connect_retry(sc.path, &c1), 0);
+	cr_assert_eq(cs_buf_alloc(c0, 4096, &b0), 0);
+	cr_assert_eq(cs_buf_alloc(c1, 4096, &b1), 0);
+	cr_assert_eq(cs_group_join(c0, "pair", 0, 2, 0, 2, &g0), 0);
+	cr_assert_eq(cs_group_join(c1, "pair", 1, 2, 1, 2, &g1), 0);
+	x0 = cs_buf_ptr(b0);
+	x1 = cs_buf_ptr(b1);
+	x0[0] = 1;
+	x1[0] = 2;
+	cr_assert_eq(cs_allreduce(g0, x0, x0, 1, CS_F32, CS_SUM, &r0), 0);
+	cr_assert_eq(cs_wait(c0, r0, 50 * 1000000), CS_ERR_TIMEOUT,
+		     "completed without rank 1");
+	/* Once the sidecar has taken the descriptor (its consumer index
+	 * caught up), it holds the buffer; the client holds the group. */
+	{
+		struct cs_ipc_ctrl *ctl = cs__client_ctrl(c0);
+		struct cs_ring_hdr *sq = (struct cs_ring_hdr *)((char *)ctl +
+								ctl->sq_off);
+
+		for (int i = 0; i < 4000 && atomic_load(&sq->cons) !=
+					    atomic_load(&sq->prod); i++)
+			usleep(5000);
+		cr_assert_eq(atomic_load(&sq->cons), atomic_load(&sq->prod));
+	}
+	cr_assert_eq(cs_buf_free(b0), -EBUSY, "%s", cs_errmsg(c0));
+	cr_assert_eq(cs_group_leave(g0), -EBUSY);
+	cr_assert(strstr(cs_errmsg(c0), "rank 0 leave group 'pair'"), "%s",
+		  cs_errmsg(c0));
+	cr_assert_eq(cs_allreduce(g1, x1, x1, 1, CS_F32, CS_SUM, &r1), 0);
+	cr_assert_eq(cs_wait(c1, r1, WAIT_NS), 0, "%s", cs_errmsg(c1));
+	cr_assert_eq(cs_wait(c0, r0, WAIT_NS), 0, "%s", cs_errmsg(c0));
+	cr_assert_eq(x0[0], 3);
+	cr_assert_eq(x1[0], 3);
+	cr_assert_eq(cs_buf_free(b0), 0);
+	/* Rank 0 leaves: rank 1's next operation fails, it does not hang. */
+	cr_assert_eq(cs_group_leave(g0), 0);
+	cr_assert_eq(cs_barrier(g1, &r1), 0);
+	cr_assert_eq(cs_wait(c1, r1, WAIT_NS), CS_ERR_PEER_LOST);
+	cs_disconnect(c0);
+	cs_disconnect(c1);
 	sidecar_stop(&sc);
 }

@@ -521,3 +521,113 @@ Test(rel, tail_loss_probe)
 	cs_rel_fini(&a);
 	cs_rel_fini(&b);
 }
+
+/* Arrivals past the ordinary bitmap's reach are reported by extension
+ * blocks (type NACK, bitmap from seq), so a second hole far out is
+ * found without waiting for the first to be repaired. */
+Test(rel, sack_extension_reports_far_holes)
+{
+	struct cs_rel_params p = params();
+	struct cs_pkt_hdr h[200], ack, ext;
+	uint32_t seq, len;
+	uint64_t cookie;
+	unsigned nlost = 0;
+
+	p.window = 256;
+	cr_assert_eq(cs_rel_init(&a, &p, NULL, NULL, NULL, SEQ0, 5), 0);
+	cr_assert_eq(cs_rel_init(&b, &p, NULL, NULL, NULL, 5, SEQ0), 0);
+	for (unsigned i = 0; i < 200; i++)
+		h[i] = data(&a, i, i);
+	for (unsigned i = 0; i < 200; i++)
+		if (i != 0 && i != 150)
+			cs_rel_on_packet(&b, &h[i], 1000 + i);
+	cr_assert(cs_rel_ack_due(&b, 1300));
+	ack = ack_of(&b, 1300);
+	cr_assert_eq(ack.type, CS_PKT_ACK);
+	cr_assert_eq(ack.ack, SEQ0);
+	/* 65..199 lie beyond the reach: an extension is due */
+	cr_assert(cs_rel_ack_due(&b, 1300));
+	ext = ack_of(&b, 1300);
+	cr_assert_eq(ext.type, CS_PKT_NACK);
+	cr_assert(ext.flags & CS_PKT_F_ACK);
+	cr_assert_eq(ext.seq, SEQ0 + 65);
+	cr_assert_eq(ext.ack, SEQ0);
+	cr_assert_eq(ext.sack, ~0ull);		/* 65..128 all arrived */
+	cr_assert(!cs_rel_ack_due(&b, 1300));
+	/* the next ACK is followed by the next block, with the hole at 150 */
+	b.ack_now = true;
+	ack = ack_of(&b, 1301);
+	ext = ack_of(&b, 1301);
+	cr_assert_eq(ext.seq, SEQ0 + 129);
+	cr_assert_eq(ext.sack, ~(1ull << 21), "sack %llx",
+		     (unsigned long long)ext.sack);
+	b.ack_now = true;
+	ack_of(&b, 1302);
+	ext = ack_of(&b, 1302);
+	cr_assert_eq(ext.seq, SEQ0 + 193);
+	cr_assert_eq(ext.sack, 0x7f);		/* 193..199 */
+	/* ... then it cycles back */
+	b.ack_now = true;
+	ack = ack_of(&b, 1303);
+	ext = ack_of(&b, 1303);
+	cr_assert_eq(ext.seq, SEQ0 + 65);
+
+	/* the sender learns both holes and condemns nothing else */
+	cs_rel_on_packet(&a, &ack, 1400);
+	cs_rel_on_packet(&a, &ext, 1400);	/* 65..128 */
+	ext.seq = SEQ0 + 129;
+	ext.sack = ~(1ull << 21);
+	cs_rel_on_packet(&a, &ext, 1400);
+	ext.seq = SEQ0 + 193;
+	ext.sack = 0x7f;
+	cs_rel_on_packet(&a, &ext, 1400);
+	cr_assert_eq(a.n_sacked, 198);
+	while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
+		struct cs_pkt_hdr r = { .type = CS_PKT_DATA };
+
+		cr_assert(seq == SEQ0 || seq == SEQ0 + 150, "seq %u", seq);
+		cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 1500), 0);
+		nlost++;
+	}
+	cr_assert_eq(nlost, 2);
+	cs_rel_fini(&a);
+	cs_rel_fini(&b);
+}
+
+/* A reordered packet is resent, then its original arrives: that ACK,
+ * coming sooner than a round trip after the resend, is for the
+ * original, and must not make everything sent before the resend look
+ * overtaken (RFC 8985 step 2). */
+Test(rel, ack_of_an_original_does_not_condemn_the_rest)
+{
+	struct cs_pkt_hdr h[10], ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+
+	pair(SEQ0);
+	/* an RTT sample first: 10 us */
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 5000);
+	ack = ack_of(&b, 5000);
+	cs_rel_on_packet(&a, &ack, 10000);
+	for (unsigned i = 1; i < 10; i++)
+		h[i] = data(&a, i, 20000 + i);
+	/* 1 is held back; 2, 3, 4 overtake it */
+	for (unsigned i = 2; i <= 4; i++)
+		cs_rel_on_packet(&b, &h[i], 25000 + i);
+	ack = ack_of(&b, 25005);
+	cr_assert(cs_rel_on_packet(&a, &ack, 30000) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 1);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 30000), 0);
+	/* the original arrives, then 6 (5 is a little late) */
+	cs_rel_on_packet(&b, &h[1], 30001);
+	cs_rel_on_packet(&b, &h[6], 30002);
+	ack = ack_of(&b, 30002);
+	cr_assert_eq(ack.ack, SEQ0 + 5);
+	cr_assert_eq(ack.sack, 1);
+	cs_rel_on_packet(&a, &ack, 31000);	/* 1 us after the resend */
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT,
+		     "seq %u condemned", seq);
+	unpair();
+}

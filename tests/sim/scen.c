@@ -113,7 +113,8 @@ static cs_ns_t service(struct ep *ep, struct flow *f, cs_ns_t now)
 		xmit(ep, f, &h, off);
 		f->next_off += len;
 	}
-	if (cs_rel_ack_due(&f->rel, now)) {
+	/* An ACK, and the SACK extension that may follow it. */
+	while (cs_rel_ack_due(&f->rel, now)) {
 		memset(&h, 0, sizeof(h));
 		h.version = CS_PROTO_VERSION;
 		h.src = (uint16_t)ep->id;
