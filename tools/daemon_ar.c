@@ -585,7 +585,11 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		snprintf(out, len, "err no operation %u", op_id);
 		return;
 	}
-	for (unsigned t = 0; t < ms * 10; t++) {
+	/* ctlplane: a clock deadline (100 us sleeps last far longer on
+	 * loaded CPUs, which made the deadline several times too long) */
+	cs_ns_t end = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+
+	for (unsigned t = 0; cs_lcore_now() < end; t++) {
 		st = atomic_load_explicit(&op->state, memory_order_acquire);
 		if (st != AR_PREPARED ||
 		    (t % 100 == 0 && cs_daemon_signalled(s->d)))
