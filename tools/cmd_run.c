@@ -36,7 +36,7 @@ static void usage(FILE *out)
 		"          [--exclude-lost]\n\n"
 		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
 		"from MIN to MAX.\nThe sidecars come from the state file of "
-		"scripts/cluster.sh (default\n%s).\n"
+		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n"
 		"--exclude-lost skips sidecars that are gone (after a peer "
 		"was lost, the\nsurvivors rebuild their ring from the group "
 		"view).\nA lost peer ends the run with CS_ERR_PEER_LOST "
@@ -184,7 +184,7 @@ static int run_allreduce(int argc, char **argv)
 	static struct node nd[MAX_NODES];
 	static char reqs[MAX_NODES][128];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
-	const char *env = DEFAULT_ENV, *dts = "f32";
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *dts = "f32";
 	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
 	unsigned iters = 5, warmup = 1, timeout = 60000;
 	uint64_t wrong_all = 0;
@@ -286,7 +286,8 @@ bad:
 			for (int i = 0; i < n; i++)
 				snprintf(reqs[i], sizeof(reqs[i]),
 					 "ar_wait %u %u", op_id, timeout);
-			if (round_trip(nd, n, reqs, timeout + 5000))
+			/* the sidecars give up after --timeout themselves */
+			if (round_trip(nd, n, reqs, timeout + 30000))
 				goto out;
 			for (int i = 0; i < n; i++) {
 				double t = kv(nd[i].reply, "ns");

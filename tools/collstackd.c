@@ -34,6 +34,7 @@
 #include "dataplane/port.h"
 #include "ctl.h"
 #include "daemon.h"
+#include "daemon_ipc.h"
 
 #define DC(f) offsetof(struct cs_daemon_conf, f)
 
@@ -76,6 +77,7 @@ static void help_config(FILE *out)
 	cs_cfg_help(cs_lcore_cfg, cs_lcore_cfg_len, out);
 	cs_daemon_help_config(out);
 	cs_daemon_boot_help(out);
+	cs_daemon_ipc_help(out);
 }
 
 /* Apply one key to whichever table has it. */
@@ -97,6 +99,9 @@ static int set_key(struct cs_daemon_conf *c, const char *key,
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_daemon_boot_set_key(&c->boot, key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_daemon_ipc_set_key(c, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	return cs_daemon_set_key(c, key, val, err, errlen);
@@ -415,7 +420,8 @@ int main(int argc, char **argv)
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
 	    cs_daemon_conf_defaults(c) ||
-	    cs_daemon_boot_conf_defaults(&c->boot))
+	    cs_daemon_boot_conf_defaults(&c->boot) ||
+	    cs_daemon_ipc_defaults(c))
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -481,15 +487,22 @@ int main(int argc, char **argv)
 		int cpu = cs_lcore_pick_cpu(&c->lcore, d.port->numa, nl,
 					    c->rank, why, sizeof(why));
 
-		CS_INFO("lcore %u: queue %u, CPU %d (%s), %s polling", nl, nl,
-			cpu, why,
-			d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
+		if (d.mode == CS_POLL_BUSY)
+			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
+				"busy polling", nl, nl, cpu, why);
+		else
+			CS_INFO("lcore %u: queue %u, adaptive polling, not "
+				"pinned: shares the process's CPUs with other "
+				"sidecars (busy mode would take CPU %d: %s)",
+				nl, nl, cpu, why);
 		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode,
 				   &c->lcore, cpu, cs_drv_poll, &d.drv)) {
 			CS_ERR("lcore %u did not start", nl);
 			goto out_lcores;
 		}
 	}
+	if (cs_daemon_ipc_start(&d))
+		goto out_lcores;
 	lfd = listen_ctl(c->port.run_dir);
 	if (lfd < 0) {
 		CS_ERR("control socket in %s: %s", c->port.run_dir,
@@ -541,6 +554,7 @@ int main(int argc, char **argv)
 	remove_file(c->port.run_dir, CS_CTL_SOCK);
 out_lcores:
 	remove_file(c->port.run_dir, "ready");
+	cs_daemon_ipc_stop(&d);
 	while (nl--)
 		cs_lcore_stop(&d.lcores[nl]);
 	cs_daemon_fini(&d);

@@ -26,6 +26,8 @@ struct cs_daemon_conf {
 	/* collective service settings (daemon_ar.c's table) */
 	uint8_t svc[4096];
 	struct cs_boot_conf boot;	/* daemon_boot.c's table */
+	/* trainer IPC settings (daemon_ipc.c's table) */
+	uint8_t ipc[1024];
 };
 
 struct cs_daemon {
@@ -38,6 +40,7 @@ struct cs_daemon {
 	int sfd;		/* signalfd of SIGTERM/SIGINT/SIGHUP */
 	struct cs_boot_state *boot;	/* NULL: static peers */
 	struct cs_daemon_view view;	/* group epoch, lost ranks */
+	struct cs_daemon_ipc *ipc;	/* trainer IPC thread (daemon_ipc.c) */
 };
 
 /**

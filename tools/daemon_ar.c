@@ -25,6 +25,7 @@
  * retransmissions) until the next one replaces it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +39,21 @@
 #include "tests/coll_sim/coll_data.h"
 #include "tests/sim/scen.h"
 #include "daemon.h"
+#include "daemon_ipc.h"
 
 #define AR_MAX_CH 16
 #define AR_TXQ CS_PORT_BURST
+/* Frames of a trainer operation this node has not started yet are held
+ * (up to AR_HOLD of at most AR_HOLD_BYTES of payload) and fed to it once
+ * it is installed, instead of waiting for the sender's RTO. */
+#define AR_HOLD 128
+#define AR_HOLD_BYTES 2048
+#define AR_EXT_BIT 0x80000000u	/* op ids of trainer operations */
+
+struct ar_held {
+	struct cs_pkt_hdr hdr;
+	uint8_t data[AR_HOLD_BYTES];
+};
 
 struct svc_conf {
 	struct cs_xport_params xp;
@@ -78,6 +91,11 @@ struct ar_op {
 	/* written by the lcore, read after state != AR_PREPARED */
 	cs_ns_t t_start, t_ready, t_done;
 	uint64_t frames, pure_acks, fillers, proto_err, failed_peer;
+	/* trainer ops (cs_ar_svc_start_ext): the caller owns the buffer
+	 * and learns the outcome through *notify (daemon_ipc.c) */
+	atomic_int *notify;
+	bool notified;
+	bool replayed;			/* lcore: held frames were fed */
 };
 
 struct cs_ar_svc {
@@ -86,6 +104,7 @@ struct cs_ar_svc {
 	_Atomic(struct ar_op *) cur;
 	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
 	struct ar_op *old;		/* control thread's */
+	pthread_mutex_t install_lock;	/* control vs. IPC thread */
 	/* lcore-only */
 	struct cs_pbuf stash[AR_TXQ];
 	unsigned nstash;
@@ -93,6 +112,9 @@ struct cs_ar_svc {
 	unsigned ntxq;
 	uint64_t rx_other_op, rx_no_sess, tx_retry;
 	uint32_t view_epoch;	/* ctlplane: view the peer table was built for */
+	struct ar_held *hold;
+	unsigned nhold;
+	uint64_t rx_held, rx_replayed;
 };
 
 static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
@@ -152,6 +174,49 @@ static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer,
 	return NULL;
 }
 
+/* Keep a frame of a trainer operation that may be about to start. */
+static void hold(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
+		 const uint8_t *payload)
+{
+	struct ar_held *k;
+
+	if (!s->hold || s->nhold == AR_HOLD || !(h->op & AR_EXT_BIT) ||
+	    h->group || h->len > AR_HOLD_BYTES ||
+	    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK))
+		return;
+	k = &s->hold[s->nhold++];
+	k->hdr = *h;
+	if (h->len)
+		memcpy(k->data, payload, h->len);
+	s->rx_held++;
+}
+
+/* Feed the held frames of @op to it (once per op); drop the rest. */
+static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
+{
+	if (op->replayed)
+		return;
+	op->replayed = true;
+	for (unsigned i = 0; i < s->nhold; i++) {
+		const struct cs_pkt_hdr *h = &s->hold[i].hdr;
+		struct ar_sess *ss;
+		int m;
+
+		if (h->op != op->op_id)
+			continue;
+		ss = find_sess(op, h->src, h->channel);
+		if (!ss)
+			continue;
+		m = cs_rel_on_packet(&ss->rel, h, now);
+		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA &&
+		    h->len &&
+		    cs_coll_on_data(op->coll, now, h, s->hold[i].data) < 0)
+			op->proto_err++;
+		s->rx_replayed++;
+	}
+	s->nhold = 0;
+}
+
 static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
@@ -180,6 +245,7 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		}
 		if (!op || h->op != op->op_id || h->group ||
 		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
+			hold(s, h, pk[i].payload);
 			s->rx_other_op++;
 			continue;
 		}
@@ -342,6 +408,17 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	return work;
 }
 
+/* Done only once the peers' last packets are acknowledged too: the next
+ * operation replaces this one, and frames of a replaced operation are no
+ * longer acknowledged. */
+static bool acks_owed(const struct ar_op *op)
+{
+	for (uint32_t i = 0; i < op->nsess; i++)
+		if (op->sess[i].rel.ack_pending || op->sess[i].rel.ack_now)
+			return true;
+	return false;
+}
+
 static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 {
 	struct cs_ar_svc *s = arg;
@@ -354,6 +431,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	op = atomic_load_explicit(&s->cur, memory_order_acquire);
 	if (!flush(s) || !op)
 		return s->ntxq;
+	replay(s, op, now);
 	for (uint32_t i = 0; i < op->nsess; i++)
 		if (now >= cs_rel_next_deadline(&op->sess[i].rel))
 			cs_rel_on_timer(&op->sess[i].rel, now);
@@ -367,9 +445,19 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		op->t_ready = now;
 	}
 	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		    AR_PREPARED && op->t_start && cs_coll_done(op->coll)) {
+		    AR_PREPARED && op->t_start && cs_coll_done(op->coll) &&
+	    !acks_owed(op)) {
 		op->t_done = now;
 		atomic_store_explicit(&op->state, AR_DONE,
+				      memory_order_release);
+	}
+	if (op->notify && !op->notified &&
+	    atomic_load_explicit(&op->state, memory_order_relaxed) !=
+		    AR_PREPARED) {
+		op->notified = true;
+		atomic_store_explicit(op->notify,
+				      atomic_load(&op->state) == AR_DONE ?
+					      1 : CS_ERR_PEER_LOST,
 				      memory_order_release);
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
@@ -403,13 +491,23 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 {
 	uint_fast64_t g;
 
+	pthread_mutex_lock(&s->install_lock);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
-	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
+	/* Two polls later the lcore cannot hold the old pointer any more.
+	 * Never free it before: if a stop signal comes first, leave it
+	 * (the process is going away). */
+	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
+		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
+			s->old = NULL;
+			break;
+		}
 		sleep_us(10);
+	}
 	op_free(s->old);
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	pthread_mutex_unlock(&s->install_lock);
 }
 
 static void ar_acked(void *owner, uint64_t cookie, uint32_t len)
@@ -585,13 +683,13 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		snprintf(out, len, "err no operation %u", op_id);
 		return;
 	}
-	/* ctlplane: a clock deadline (100 us sleeps last far longer on
-	 * loaded CPUs, which made the deadline several times too long) */
-	cs_ns_t end = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+	/* A deadline on the clock: on a loaded machine each short sleep
+	 * takes far longer than asked. */
+	cs_ns_t deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
 
-	for (unsigned t = 0; cs_lcore_now() < end; t++) {
+	for (unsigned t = 0;; t++) {
 		st = atomic_load_explicit(&op->state, memory_order_acquire);
-		if (st != AR_PREPARED ||
+		if (st != AR_PREPARED || cs_lcore_now() >= deadline ||
 		    (t % 100 == 0 && cs_daemon_signalled(s->d)))
 			break;
 		/* ctlplane: a peer was lost (the view moved on): fail now */
@@ -657,6 +755,8 @@ int cs_daemon_init(struct cs_daemon *d)
 	s->cf = svc_conf(&d->conf);
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->gen, 0);
+	pthread_mutex_init(&s->install_lock, NULL);
+	s->hold = calloc(AR_HOLD, sizeof(*s->hold));	/* NULL: no hold */
 	d->svc = s;
 	d->drv.rx_fn = ar_rx;
 	d->drv.tx_fn = ar_tx;
@@ -674,6 +774,8 @@ void cs_daemon_fini(struct cs_daemon *d)
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s->old);
+	pthread_mutex_destroy(&s->install_lock);
+	free(s->hold);
 	free(s);
 	d->svc = NULL;
 }
@@ -725,12 +827,15 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 	}
 	if (!strcmp(req, "ar_stats")) {
 		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
-			 "tx_retry=%llu rx_stale_epoch=%llu",
+			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
+			 "rx_replayed=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
 			 (unsigned long long)atomic_load(
-				 &d->view.rx_stale_epoch));
+				 &d->view.rx_stale_epoch),
+			 (unsigned long long)s->rx_held,
+			 (unsigned long long)s->rx_replayed);
 		return 0;
 	}
 	return -ENOENT;
@@ -739,4 +844,84 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 void cs_daemon_tick(struct cs_daemon *d)
 {
 	(void)d;
+}
+
+/* ---- trainer operations (tools/daemon_ipc.c) --------------------------- */
+
+/*
+ * Like prepare(), but on the caller's buffer, with the caller's operation
+ * id and reduction, started at once and reported through @notify. Kept
+ * apart from prepare() (which fills and checks test data) so the two
+ * services can change independently.
+ */
+int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
+			size_t count, enum cs_dtype dt, enum cs_redop redop,
+			atomic_int *notify, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	struct cs_coll_params p;
+	struct ar_op *op;
+	int ret;
+
+	if (!cs_dtype_size(dt) || d->drv.npeers < 2) {
+		snprintf(msg, mlen, "bad type, or the peer table lists fewer "
+			 "than 2 nodes");
+		return -EINVAL;
+	}
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	op->op_id = op_id;
+	op->n = d->drv.npeers;
+	op->rank = d->conf.rank;
+	op->dtype = dt;
+	op->count = count;
+	op->bytes = count * cs_dtype_size(dt);
+	op->notify = notify;
+	atomic_init(&op->started, true);
+	atomic_init(&op->state, AR_PREPARED);
+	cs_coll_params_default(&p, &s->cf->coll);
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = op->n;
+	p.rank = op->rank;
+	p.sendbuf = buf;
+	p.recvbuf = buf;
+	p.count = count;
+	p.dtype = dt;
+	p.op = redop;
+	p.op_id = op_id;
+	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
+		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
+	if (p.channels > AR_MAX_CH)
+		p.channels = AR_MAX_CH;
+	ret = cs_coll_init(&p, &op->coll);
+	if (ret) {
+		snprintf(msg, mlen, "engine refused the operation: %s",
+			 cs_strerror(ret));
+		goto out_free;
+	}
+	op->nch = cs_coll_channels(op->coll);
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t nx, pv;
+
+		cs_coll_chan_peers(op->coll, c, &nx, &pv);
+		if (nx >= 0 && (ret = add_sess(s, op, (uint32_t)nx, c,
+					       &op->snext[c])))
+			goto out_sess;
+		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
+			goto out_sess;
+	}
+	install(s, op);
+	return 0;
+out_sess:
+	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
+out_free:
+	op_free(op);
+	return ret;
+}
+
+void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
+{
+	if (s->old && s->old->notify)
+		install(s, NULL);
 }

@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Trainers (libcollstack) on a namespace cluster: two-level collectives
+# through collstackd (docs/ipcd.md).
+#
+#   test_trainers.sh CASE           (meson suite netns; CS_BUILD_DIR set)
+#   test_trainers.sh bench N T [collstack bench args...]   (figures)
+#
+# Cases: ar_2x1, ar_2x2, ar_4x1, ar_4x2 (nodes x trainers per node: every
+# element of every iteration checked bit for bit on every rank), gather_2x2
+# (all_gather and broadcast), kill_2x2 (a trainer killed mid-run: the
+# sidecars survive, the other trainers end with an error instead of
+# hanging, and a new run then works), python_2x1 (python/examples/
+# train_local.py across nodes).
+#
+# Its own names, so it never meets scripts/cluster.sh or another helper:
+# namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
+# state in /run/collstack-ipcd. Needs root (else exit 77); tears down what
+# it made (trap) and nothing else. Port: af_packet when collstackd has
+# DPDK, else udp (IPCD_PORT=udp|af_packet overrides).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLI=$BUILD/tools/collstack
+DAEMON=$BUILD/tools/collstackd
+TRAINER=$BUILD/tools/cs-trainer-bench
+RUN=/run/collstack-ipcd
+ENV_FILE=$RUN/cluster.env
+BR=ipbr0
+UDP=7790
+PIDS=()
+NODES=()
+MADE_BR=0
+MADE_RUN=0
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; dump_logs; exit 1; }
+dump_logs() {
+	for n in "${NODES[@]}"; do
+		echo "--- $n.log (tail)"
+		tail -n 15 "$RUN/$n.log" 2>/dev/null
+	done
+}
+
+[ -x "$CLI" ] && [ -x "$DAEMON" ] && [ -x "$TRAINER" ] ||
+	{ echo "FAIL: not built: $CLI $DAEMON $TRAINER"; exit 1; }
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+command -v ip >/dev/null || skip "missing tool: ip"
+PORT=${IPCD_PORT:-}
+if [ -z "$PORT" ]; then
+	if "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
+		PORT=af_packet
+	else
+		PORT=udp
+	fi
+fi
+[ "$PORT" = af_packet ] && ! command -v nft >/dev/null && PORT=udp
+
+down() {
+	for p in "${PIDS[@]}"; do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] &&
+			kill -TERM "$p" 2>/dev/null
+	done
+	for p in "${PIDS[@]}"; do
+		for _ in $(seq 50); do
+			[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] || break
+			sleep 0.1
+		done
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] &&
+			kill -KILL "$p" 2>/dev/null
+	done
+	for n in "${NODES[@]}"; do
+		ip netns del "$n" 2>/dev/null
+		rm -rf "/var/run/dpdk/cs-$n"
+	done
+	[ $MADE_BR = 1 ] && ip link del "$BR" 2>/dev/null
+	[ $MADE_RUN = 1 ] && rm -rf "$RUN"
+	NODES=()
+	PIDS=()
+	MADE_BR=0
+	MADE_RUN=0
+}
+
+up() {	# N [collstackd --set args...]
+	local n=$1 i ns; shift
+	# someone else's run of this script: wait for it, never touch it
+	for _ in $(seq 120); do
+		ip netns list | grep -q '^ipn' || [ -d "$RUN" ] || break
+		sleep 1
+	done
+	ip netns list | grep -q '^ipn' && skip "ipn* namespaces are in use"
+	[ -d "$RUN" ] && skip "$RUN exists: another run is active"
+	trap down EXIT
+	mkdir -p "$RUN" && MADE_RUN=1
+	ip link add "$BR" type bridge || fail "bridge $BR"
+	MADE_BR=1
+	ip link set "$BR" up
+	: >"$RUN/peers"
+	for ((i = 0; i < n; i++)); do
+		ns=ipn$i
+		NODES+=("$ns")
+		printf '%d 10.79.0.%d 02:79:00:00:00:%02x %d %s\n' "$i" \
+			$((i + 1)) $((i + 1)) $UDP "$ns" >>"$RUN/peers"
+		ip netns add "$ns" || fail "netns $ns"
+		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+		ip -n "$ns" link set lo up
+		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns"
+		ip link set "ipv$i" master "$BR" up
+		ip -n "$ns" link set "ipd$i" address \
+			"$(printf '02:79:00:00:00:%02x' $((i + 1)))"
+		ip -n "$ns" addr add "10.79.0.$((i + 1))/24" dev "ipd$i"
+		ip -n "$ns" link set "ipd$i" up
+		if [ "$PORT" = af_packet ]; then
+			ip netns exec "$ns" nft -f - <<EOF
+table inet collstack {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		udp dport $UDP drop
+	}
+}
+EOF
+		fi
+	done
+	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${NODES[*]}" "$RUN" >"$ENV_FILE"
+	for ((i = 0; i < n; i++)); do
+		local args=(--set name=ipn$i --set run_dir=$RUN/ipn$i
+			    --set node.rank=$i --set node.peers=$RUN/peers
+			    --set port.ip=10.79.0.$((i + 1))
+			    --set port.udp_port=$UDP
+			    --set rel.max_timeouts=400)
+		if [ "$PORT" = udp ]; then
+			args+=(--set port.type=udp --set cc.line_gbps=1)
+		else
+			args+=(--set port.type=dpdk --set port.dev=af_packet
+			       --set port.iface=ipd$i)
+		fi
+		ip netns exec "ipn$i" "$DAEMON" "${args[@]}" "$@" \
+			</dev/null >"$RUN/ipn$i.log" 2>&1 &
+		PIDS+=($!)
+	done
+	for ((i = 0; i < n; i++)); do
+		for _ in $(seq 600); do
+			[ -f "$RUN/ipn$i/ready" ] && break
+			kill -0 "${PIDS[$i]}" 2>/dev/null ||
+				fail "collstackd in ipn$i exited"
+			sleep 0.1
+		done
+		[ -f "$RUN/ipn$i/ready" ] || fail "ipn$i not ready"
+	done
+	echo "up: $n nodes, port $PORT"
+}
+
+bench() {	# T args...
+	local t=$1; shift
+	"$CLI" bench --cluster "$ENV_FILE" --trainers-per-node "$t" \
+		--timeout 300 "$@"
+}
+
+ctl() {		# run_dir request -> reply line
+	python3 - "$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1] + "/ctl.sock")
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    c = s.recv(4096)
+    if not c:
+        break
+    buf += c
+print(buf.decode().strip())
+PY
+}
+
+sidecars_alive() {
+	for p in "${PIDS[@]}"; do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] ||
+			fail "sidecar PID $p died"
+	done
+}
+
+case_ar() {	# N T
+	up "$1"
+	bench "$2" -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "allreduce ${1}x$2: wrong elements or an error"
+	sidecars_alive
+}
+
+case_gather() {
+	up 2
+	bench 2 -o all_gather -b 4K -e 256K -f 8 -n 2 -w 1 ||
+		fail "all_gather failed"
+	bench 2 -o broadcast -b 4K -e 256K -f 8 -n 2 -w 1 ||
+		fail "broadcast failed"
+	sidecars_alive
+}
+
+case_kill() {
+	local n=2 t=2 pids=() i l k rc=0
+	up $n
+	for ((i = 0; i < n; i++)); do
+		for ((l = 0; l < t; l++)); do
+			ip netns exec "ipn$i" env RANK=$((i * t + l)) \
+				WORLD_SIZE=$((n * t)) LOCAL_RANK=$l \
+				LOCAL_WORLD_SIZE=$t \
+				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+				"$TRAINER" -o allreduce -b 64K -e 64K -n 100000 \
+				-w 0 >/dev/null 2>&1 &
+			pids+=($!)
+		done
+	done
+	# let operations flow, then kill local rank 1 of node 0 mid-run
+	sleep 3
+	for p in "${pids[@]}"; do
+		kill -0 "$p" 2>/dev/null ||
+			fail "trainer $p ended before the kill"
+	done
+	kill -KILL "${pids[1]}"
+	# the others must end (with an error), not hang
+	for k in 0 2 3; do
+		for _ in $(seq 300); do
+			kill -0 "${pids[$k]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "${pids[$k]}" 2>/dev/null; then
+			kill -KILL "${pids[@]}" 2>/dev/null
+			fail "trainer rank $k still running 30 s after rank 1 died"
+		fi
+		wait "${pids[$k]}"
+		rc=$?
+		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
+		echo "rank $k ended with status $rc (expected: an error)"
+	done
+	wait "${pids[1]}" 2>/dev/null
+	sidecars_alive
+	# the sidecars still serve: a fresh run on the same group name
+	sleep 1
+	bench $t -o allreduce -b 4K -e 64K -f 16 -n 2 -w 1 ||
+		fail "a new run after the kill failed"
+}
+
+case_python() {
+	local n=2 pids=() i rc=0
+	local lib
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
+		skip "libcollstack.so not built"
+	command -v python3 >/dev/null || skip "no python3"
+	up $n
+	for ((i = 0; i < n; i++)); do
+		ip netns exec "ipn$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
+			LOCAL_WORLD_SIZE=1 COLLSTACK_LIB="$lib" \
+			COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+			PYTHONPATH="$PWD/python" \
+			timeout 240 python3 python/examples/train_local.py &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" || rc=1
+	done
+	[ $rc = 0 ] || fail "train_local.py across 2 nodes failed"
+	sidecars_alive
+}
+
+case ${1:-} in
+ar_2x1) case_ar 2 1 ;;
+ar_2x2) case_ar 2 2 ;;
+ar_4x1) case_ar 4 1 ;;
+ar_4x2) case_ar 4 2 ;;
+gather_2x2) case_gather ;;
+kill_2x2) case_kill ;;
+python_2x1) case_python ;;
+bench)
+	shift
+	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
+	up "$n"
+	bench "$t" "$@"
+	rc=$?
+	for ns in "${NODES[@]}"; do
+		echo "# $ns ar_stats: $(ctl "$RUN/$ns" ar_stats 2>&1)"
+	done
+	exit $rc
+	;;
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|bench N T [args]" >&2
+   exit 2 ;;
+esac
+echo "PASS: $1"

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstack bench -o OP: collectives the way trainers run them. From the
+ * root namespace, starts --trainers-per-node trainer processes
+ * (cs-trainer-bench, linking libcollstack) in every node's namespace of a
+ * scripts/cluster.sh cluster (`ip netns exec NODE ...`), each connected to
+ * its node's sidecar socket; rank 0's rows (tools/mpi_bench.c columns)
+ * are printed, every other trainer's stdout is dropped (stderr is kept).
+ *
+ * Ranks: node i's trainers are global ranks i*T .. i*T+T-1 (node order of
+ * the cluster file), so node rank = the node's place in the cross-node
+ * ring, as collstackd assumes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmds.h"
+#include "ctl.h"
+
+#define BENCH_ENV "/run/collstack/cluster.env"
+#define BENCH_MAX_NODES 64
+#define BENCH_MAX_TPN 16
+#define BENCH_SOCK "collstack.sock"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: collstack bench -o allreduce|all_gather|broadcast "
+		"[-b MIN] [-e MAX] [-f F]\n"
+		"          [-n ITERS] [-w WARMUP] [--trainers-per-node T] "
+		"[--cluster FILE]\n"
+		"          [--trainer PATH] [--timeout S] [--no-netns]\n"
+		"       collstack bench raw ...   (raw port rate)\n\n"
+		"Starts T trainers per node (cs-trainer-bench, next to this "
+		"binary) in each\nnamespace of the cluster (default %s), "
+		"connected to that node's\nsidecar; prints rank 0's rows: "
+		"size count type redop root time(us) algbw\nbusbw #wrong "
+		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
+		"(sidecars on loopback).\n", BENCH_ENV);
+}
+
+static int default_trainer(char *out, size_t len)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	char *slash;
+
+	if (n <= 0)
+		return -errno;
+	self[n] = 0;
+	slash = strrchr(self, '/');
+	if (!slash)
+		return -ENOENT;
+	*slash = 0;
+	if ((size_t)snprintf(out, len, "%s/cs-trainer-bench", self) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static void kill_all(pid_t *pids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (pids[i] > 0)
+			kill(pids[i], SIGTERM);
+}
+
+/* Bench options that pass through to every trainer. */
+static const char pass_opts[] = "obefnw";
+
+int cs_cmd_bench_ops(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "trainers-per-node", required_argument, NULL, 'T' },
+		{ "trainer", required_argument, NULL, 'p' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "no-netns", no_argument, NULL, 'N' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	char names[BENCH_MAX_NODES][CS_CTL_NAME_MAX], root[256];
+	char trainer[PATH_MAX], *targs[32];
+	const char *env = BENCH_ENV;
+	static pid_t pids[BENCH_MAX_NODES * BENCH_MAX_TPN];
+	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1;
+	unsigned timeout = 600;
+	time_t deadline;
+
+	trainer[0] = 0;
+	targs[ntargs++] = "ip";
+	targs[ntargs++] = "netns";
+	targs[ntargs++] = "exec";
+	targs[ntargs++] = NULL;		/* node */
+	targs[ntargs++] = trainer;
+	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:h", opts, NULL)) !=
+	       -1) {
+		switch (o) {
+		case 'c': env = optarg; break;
+		case 'T': tpn = atoi(optarg); break;
+		case 'p':
+			snprintf(trainer, sizeof(trainer), "%s", optarg);
+			break;
+		case 't': timeout = (unsigned)atoi(optarg); break;
+		case 'N': netns = 0; break;
+		case 'h': usage(stdout); return 0;
+		default:
+			if (!strchr(pass_opts, o) || ntargs + 3 >= 32) {
+				usage(stderr);
+				return 2;
+			}
+			targs[ntargs++] = o == 'o' ? "-o" : o == 'b' ? "-b" :
+					  o == 'e' ? "-e" : o == 'f' ? "-f" :
+					  o == 'n' ? "-n" : "-w";
+			targs[ntargs++] = optarg;
+			break;
+		}
+	}
+	targs[ntargs] = NULL;
+	if (tpn < 1 || tpn > BENCH_MAX_TPN || optind != argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!trainer[0] && (ret = default_trainer(trainer, sizeof(trainer)))) {
+		fprintf(stderr, "collstack bench: trainer binary: %s\n",
+			strerror(-ret));
+		return 1;
+	}
+	n = cs_ctl_cluster(env, names, BENCH_MAX_NODES, root, sizeof(root));
+	if (n < 1) {
+		fprintf(stderr, "collstack bench: %s: %s (start one with "
+			"scripts/cluster.sh up N)\n", env,
+			n < 0 ? strerror(-n) : "no nodes");
+		return 1;
+	}
+	printf("# collstack bench: %d node(s) x %d trainer(s) (%s..%s), "
+	       "sidecars from %s\n", n, tpn, names[0], names[n - 1], env);
+	fflush(stdout);
+	for (int i = 0; i < n; i++) {
+		for (int l = 0; l < tpn; l++) {
+			char v[5][PATH_MAX];
+			pid_t p;
+
+			snprintf(v[0], sizeof(v[0]), "%d", i * tpn + l);
+			snprintf(v[1], sizeof(v[1]), "%d", n * tpn);
+			snprintf(v[2], sizeof(v[2]), "%d", l);
+			snprintf(v[3], sizeof(v[3]), "%d", tpn);
+			snprintf(v[4], sizeof(v[4]), "%.255s/%.63s/%s", root,
+				 names[i], BENCH_SOCK);
+			p = fork();
+			if (p < 0) {
+				ret = -errno;
+				break;
+			}
+			if (!p) {
+				setenv("RANK", v[0], 1);
+				setenv("WORLD_SIZE", v[1], 1);
+				setenv("LOCAL_RANK", v[2], 1);
+				setenv("LOCAL_WORLD_SIZE", v[3], 1);
+				setenv("COLLSTACK_SOCKET", v[4], 1);
+				if (i || l) {
+					int fd = open("/dev/null", O_WRONLY);
+
+					if (fd >= 0)
+						dup2(fd, 1);
+				}
+				targs[3] = names[i];
+				if (netns)
+					execvp("ip", targs);
+				else
+					execv(trainer, targs + 4);
+				fprintf(stderr, "collstack bench: %s: %s\n",
+					netns ? "ip" : trainer,
+					strerror(errno));
+				_exit(127);
+			}
+			pids[nt++] = p;
+		}
+		if (ret)
+			break;
+	}
+	if (ret) {
+		fprintf(stderr, "collstack bench: fork: %s\n", strerror(-ret));
+		kill_all(pids, nt);
+	}
+	deadline = time(NULL) + timeout;
+	for (int left = nt; left > 0;) {
+		int st;
+		pid_t p = waitpid(-1, &st, WNOHANG);
+
+		if (p < 0)
+			break;
+		if (!p) {
+			if (time(NULL) > deadline) {
+				fprintf(stderr, "collstack bench: timed out "
+					"after %u s, stopping the trainers\n",
+					timeout);
+				kill_all(pids, nt);
+				deadline = time(NULL) + 3600;
+				ret = -ETIMEDOUT;
+			}
+			usleep(20000);
+			continue;
+		}
+		for (int k = 0; k < nt; k++) {
+			if (pids[k] != p)
+				continue;
+			pids[k] = 0;
+			left--;
+			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+				fprintf(stderr, "collstack bench: trainer rank "
+					"%d (%s) %s %d\n", k, names[k / tpn],
+					WIFEXITED(st) ? "exited" :
+					"killed by signal",
+					WIFEXITED(st) ? WEXITSTATUS(st) :
+					WTERMSIG(st));
+				ret = ret ? ret : -EIO;
+			}
+		}
+	}
+	return ret ? 1 : 0;
+}

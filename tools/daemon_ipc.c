@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's trainer service: serves libcollstack on a Unix socket and
+ * runs the cross-node step of every multi-node group operation over the
+ * port (two-level collectives, see docs/ipcd.md).
+ *
+ * Threads. The IPC server (control/ipc) is polled by a thread of its own:
+ * the control thread blocks while it serves long requests (ar_wait), and
+ * trainers must not wait for that. When the server and the backend have
+ * had nothing to do for ipc.idle_spin, the thread sleeps ipc.idle_sleep
+ * per round, so an idle sidecar costs almost no CPU on a shared machine.
+ *
+ * Cross-node step. The server hands over the node's combined data (the
+ * local ranks already reduced, in local-rank order, into its staging
+ * buffer) through start_inter_node(). The backend runs one allreduce over
+ * the port on that buffer with daemon_ar.c's machinery (ring engine,
+ * reliable sessions) on lcore 0. All-gather and broadcast ride the same
+ * allreduce as an integer sum over the raw bytes (every byte is zero
+ * except the ones one node supplies, so the sum is that node's bytes,
+ * bit for bit); a barrier is a one-element allreduce.
+ *
+ * Operation ids need no orchestrator: the k-th operation of a group has
+ * the same k on every node (every node's server numbers a group's
+ * operations from 0 in posting order), so the id is derived from (group
+ * name, k). Frames of an operation a node has not started yet are dropped
+ * unacknowledged by daemon_ar.c; their senders retransmit until it starts
+ * (rel.max_timeouts x rel.rto_max bounds how far behind a node may be).
+ *
+ * Completion comes back from the lcore through one atomic int per
+ * operation, which this thread polls: no lock on the hot path. One
+ * cross-node operation runs at a time; others wait in a FIFO. After the
+ * last one finished, its engine stays installed for ipc.linger (so it
+ * still acknowledges the peers' retransmissions) and is then removed, so a
+ * later run that reuses a group name cannot meet a stale operation.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#define CS_LOG_MODULE "ipcd"
+#include "internal/log.h"
+#include "internal/config.h"
+#include "control/ipc/ipc_server.h"
+#include "daemon.h"
+#include "daemon_ipc.h"
+
+#define IPCD_QUEUE 64		/* cross-node operations waiting (groups) */
+#define IPCD_SOCK_NAME "collstack.sock"
+
+struct ipcd_conf {
+	struct cs_ipc_cfg ipc;
+	bool enable;
+	cs_ns_t idle_spin;
+	cs_ns_t idle_sleep;
+	cs_ns_t linger;
+};
+
+static_assert(sizeof(struct ipcd_conf) <=
+		      sizeof(((struct cs_daemon_conf *)0)->ipc),
+	      "IPC settings do not fit the daemon's config area");
+
+#define IC(f) offsetof(struct ipcd_conf, f)
+
+static const struct cs_cfg_entry ipcd_cfg[] = {
+	{ "ipc.enable", CS_CFG_BOOL, IC(enable), "1", CS_CFG_NO_BOUNDS,
+	  "serve trainers (libcollstack) on ipc.socket" },
+	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "200us", 0, 1e10,
+	  "IPC thread: keep polling this long after the last work" },
+	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
+	  "IPC thread: then sleep this long per round" },
+	{ "ipc.linger", CS_CFG_NS, IC(linger), "50ms", 0, 1e10,
+	  "keep a finished cross-node operation acknowledging retransmissions "
+	  "this long before removing it" },
+};
+
+struct ipcd_op {
+	struct cs_ipc_inter_op op;
+	uint32_t op_id;
+};
+
+struct cs_daemon_ipc {
+	struct cs_daemon *d;
+	struct ipcd_conf *cf;
+	struct cs_ipc_server *srv;
+	pthread_t thr;
+	atomic_bool stop;
+	/* IPC thread only */
+	struct ipcd_op q[IPCD_QUEUE];	/* q[head] runs when running */
+	uint32_t head, count;
+	bool running;
+	atomic_int notify;		/* the lcore's verdict on q[head] */
+	bool installed;			/* an engine may still be installed */
+	cs_ns_t done_at;
+	int32_t barrier_word;
+	uint64_t started, finished, failed;
+};
+
+static struct ipcd_conf *ipcd_conf(struct cs_daemon_conf *c)
+{
+	return (struct ipcd_conf *)(void *)c->ipc;
+}
+
+int cs_daemon_ipc_defaults(struct cs_daemon_conf *c)
+{
+	struct ipcd_conf *ic = ipcd_conf(c);
+	int ret;
+
+	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
+			      &ic->ipc);
+	if (ret)
+		return ret;
+	/* empty: <run_dir>/collstack.sock, decided at start */
+	ic->ipc.socket_path[0] = 0;
+	return cs_cfg_defaults(ipcd_cfg, CS_ARRAY_SIZE(ipcd_cfg), ic);
+}
+
+int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
+			  const char *val, char *err, size_t errlen)
+{
+	struct ipcd_conf *ic = ipcd_conf(c);
+	int ret;
+
+	ret = cs_cfg_set(ipcd_cfg, CS_ARRAY_SIZE(ipcd_cfg), ic, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
+	return cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc,
+			  key, val, err, errlen);
+}
+
+void cs_daemon_ipc_help(FILE *out)
+{
+	fprintf(out, "\ntrainer IPC (libcollstack; ipc.socket default here: "
+		"<run_dir>/" IPCD_SOCK_NAME ", trainers find it through "
+		"$COLLSTACK_SOCKET):\n");
+	cs_cfg_help(ipcd_cfg, CS_ARRAY_SIZE(ipcd_cfg), out);
+	cs_cfg_help(cs_ipc_cfg_table, cs_ipc_cfg_table_len, out);
+}
+
+/* ---- the backend ------------------------------------------------------- */
+
+/* FNV-1a of the group name: 7 bits of the id keep groups apart. */
+static uint32_t name_hash(const char *s)
+{
+	uint32_t h = 2166136261u;
+
+	while (*s)
+		h = (h ^ (uint8_t)*s++) * 16777619u;
+	return h;
+}
+
+/*
+ * The id of the k-th operation of a group: the top bit keeps it apart from
+ * `collstack run` ids, 7 bits of the name's hash, 24 bits of k. k is the
+ * low half of the server's cookie (the instance's sequence number).
+ */
+static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
+{
+	return 0x80000000u | (name_hash(op->group) & 0x7f) << 24 |
+	       ((uint32_t)op->cookie & 0xffffff);
+}
+
+static bool root_is_local(const struct cs_ipc_inter_op *op)
+{
+	for (uint32_t l = 0; l < op->local_size; l++)
+		if ((uint32_t)op->local_ranks[l] == op->root)
+			return true;
+	return false;
+}
+
+/* Start q[head] on the port; returns 0 or a negative error. */
+static int launch(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	const struct cs_ipc_inter_op *op = &o->op;
+	size_t bytes = op->count * cs_dtype_size(op->dtype);
+	enum cs_dtype dt = op->dtype;
+	enum cs_redop redop = op->redop;
+	size_t count = op->count;
+	void *buf = op->buf;
+	char msg[160];
+	int ret;
+
+	switch (op->kind) {
+	case CS_IPC_INTER_ALLREDUCE:
+		break;
+	case CS_IPC_INTER_BROADCAST:
+		if (!root_is_local(op))
+			memset(buf, 0, bytes);
+		/* fall through */
+	case CS_IPC_INTER_ALL_GATHER:
+		/* x + 0 + ... + 0 == x exactly for integers */
+		redop = CS_SUM;
+		if (bytes % 4 == 0) {
+			dt = CS_I32;
+			count = bytes / 4;
+		} else {
+			dt = CS_U8;
+			count = bytes;
+		}
+		break;
+	case CS_IPC_INTER_BARRIER:
+		x->barrier_word = 0;
+		buf = &x->barrier_word;
+		dt = CS_I32;
+		redop = CS_SUM;
+		count = 1;
+		break;
+	default:
+		CS_WARN("group '%s': cross-node operation kind %d is not "
+			"supported", op->group, (int)op->kind);
+		return -EOPNOTSUPP;
+	}
+	if (!count)
+		return 1;	/* nothing to exchange: done now */
+	atomic_store(&x->notify, 0);
+	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, buf, count, dt, redop,
+				  &x->notify, msg, sizeof(msg));
+	if (ret) {
+		CS_WARN("group '%s' op %#x: %s", op->group, o->op_id, msg);
+		return ret;
+	}
+	x->installed = true;
+	x->running = true;
+	x->started++;
+	return 0;
+}
+
+static void pop(struct cs_daemon_ipc *x)
+{
+	x->head = (x->head + 1) % IPCD_QUEUE;
+	x->count--;
+}
+
+/* Finish q[head] with @status, then start what waits. Returns work done. */
+static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
+				cs_ns_t now)
+{
+	unsigned work = 0;
+
+	for (;;) {
+		uint64_t cookie = x->q[x->head].op.cookie;
+
+		x->running = false;
+		if (status)
+			x->failed++;
+		else
+			x->finished++;
+		pop(x);
+		x->done_at = now;
+		/* may call start_inter_node() again (the next instance) */
+		cs_ipc_server_inter_done(x->srv, cookie, status);
+		work++;
+		if (!x->count || x->running)
+			return work;
+		status = launch(x);
+		if (status == 1)
+			status = 0;	/* nothing to send: done now */
+		else if (!status)
+			return work;	/* running */
+		/* else it failed at once: report it */
+	}
+}
+
+static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct cs_daemon_ipc *x = ctx;
+	struct ipcd_op *o;
+	int ret;
+
+	if (x->count == IPCD_QUEUE)
+		return -EBUSY;
+	if (x->d->drv.npeers < 2) {
+		CS_WARN("group '%s' spans nodes but node.peers lists fewer "
+			"than 2 nodes", op->group);
+		return -EOPNOTSUPP;
+	}
+	o = &x->q[(x->head + x->count) % IPCD_QUEUE];
+	o->op = *op;
+	o->op_id = op_id_of(op);
+	x->count++;
+	if (x->running || x->count > 1)
+		return 0;	/* started when the one before finishes */
+	ret = launch(x);
+	if (ret == 1) {
+		/* Nothing to exchange. inter_done may not be called from
+		 * inside start_inter_node: leave it to the poll loop. */
+		atomic_store(&x->notify, 1);
+		x->running = true;
+		return 0;
+	}
+	if (ret) {
+		x->count--;
+		return ret;
+	}
+	return 0;
+}
+
+static void be_cancel(void *ctx, uint64_t cookie)
+{
+	struct cs_daemon_ipc *x = ctx;
+	uint32_t i, k;
+
+	for (i = 0; i < x->count; i++)
+		if (x->q[(x->head + i) % IPCD_QUEUE].op.cookie == cookie)
+			break;
+	if (i == x->count)
+		return;
+	if (i == 0 && x->running) {
+		/* The staging buffer is about to go: the lcore must let go
+		 * of it first. The peers' sessions time out and fail. */
+		cs_ar_svc_stop_ext(x->d->svc);
+		x->installed = false;
+		x->running = false;
+		x->failed++;
+	}
+	for (k = i; k + 1 < x->count; k++)
+		x->q[(x->head + k) % IPCD_QUEUE] =
+			x->q[(x->head + k + 1) % IPCD_QUEUE];
+	x->count--;
+	/* anything left waits for the next poll round to start */
+}
+
+/* The IPC thread's share of the backend; returns the work done. */
+static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	int v, ret;
+
+	if (x->count && !x->running) {
+		ret = launch(x);
+		if (ret == 1)
+			return finish_and_next(x, 0, now);
+		if (ret < 0)
+			return finish_and_next(x, ret, now);
+		return 1;
+	}
+	if (!x->running) {
+		if (x->installed && now - x->done_at >= x->cf->linger) {
+			cs_ar_svc_stop_ext(x->d->svc);
+			x->installed = false;
+		}
+		return 0;
+	}
+	v = atomic_load_explicit(&x->notify, memory_order_acquire);
+	if (!v)
+		return 0;
+	if (v < 0)
+		CS_WARN("group '%s' op %#x failed across nodes: %s",
+			x->q[x->head].op.group, x->q[x->head].op_id,
+			cs_strerror(v));
+	return finish_and_next(x, v > 0 ? 0 : v, now);
+}
+
+/* ---- the thread -------------------------------------------------------- */
+
+static cs_ns_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
+}
+
+static void *ipc_main(void *arg)
+{
+	struct cs_daemon_ipc *x = arg;
+	struct timespec nap = { 0, (long)x->cf->idle_sleep };
+	cs_ns_t last = now_ns();
+
+	/* short naps stay short (the default slack is 50 us) */
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	while (!atomic_load_explicit(&x->stop, memory_order_relaxed)) {
+		cs_ns_t now = now_ns();
+		int n = cs_ipc_server_poll(x->srv, now);
+
+		if (n < 0) {
+			CS_ERR("IPC listener broke: %s; trainers are no "
+			       "longer served", cs_strerror(n));
+			break;
+		}
+		n += (int)backend_poll(x, now);
+		if (n > 0) {
+			last = now;
+			continue;
+		}
+		if (now - last >= x->cf->idle_spin)
+			nanosleep(&nap, NULL);
+	}
+	return NULL;
+}
+
+int cs_daemon_ipc_start(struct cs_daemon *d)
+{
+	struct ipcd_conf *cf = ipcd_conf(&d->conf);
+	struct cs_ipc_backend be;
+	struct cs_daemon_ipc *x;
+	int ret, n;
+
+	if (!cf->enable)
+		return 0;
+	if (!cf->ipc.socket_path[0]) {
+		n = snprintf(cf->ipc.socket_path, sizeof(cf->ipc.socket_path),
+			     "%s/" IPCD_SOCK_NAME, d->conf.port.run_dir);
+		if (n >= (int)sizeof(cf->ipc.socket_path)) {
+			CS_ERR("ipc.socket: run_dir %s is too long",
+			       d->conf.port.run_dir);
+			return -ENAMETOOLONG;
+		}
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	x->d = d;
+	x->cf = cf;
+	atomic_init(&x->stop, false);
+	atomic_init(&x->notify, 0);
+	be = (struct cs_ipc_backend){ .ctx = x, .start_inter_node = be_start,
+				      .cancel = be_cancel };
+	ret = cs_ipc_server_create(&cf->ipc, &be, &x->srv);
+	if (ret) {
+		CS_ERR("ipc.socket %s: %s", cf->ipc.socket_path,
+		       cs_strerror(ret));
+		goto out_free;
+	}
+	ret = -pthread_create(&x->thr, NULL, ipc_main, x);
+	if (ret)
+		goto out_srv;
+	d->ipc = x;
+	CS_INFO("trainers: COLLSTACK_SOCKET=%s (node %u of %u)",
+		cf->ipc.socket_path, d->conf.rank, d->drv.npeers);
+	return 0;
+out_srv:
+	cs_ipc_server_destroy(x->srv);
+out_free:
+	free(x);
+	return ret;
+}
+
+void cs_daemon_ipc_stop(struct cs_daemon *d)
+{
+	struct cs_daemon_ipc *x = d->ipc;
+
+	if (!x)
+		return;
+	atomic_store(&x->stop, true);
+	pthread_join(x->thr, NULL);
+	/* destroying the server cancels what is still running */
+	cs_ipc_server_destroy(x->srv);
+	if (x->installed)
+		cs_ar_svc_stop_ext(d->svc);
+	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed",
+		(unsigned long long)x->finished,
+		(unsigned long long)x->failed);
+	free(x);
+	d->ipc = NULL;
+}

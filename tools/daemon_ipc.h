@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* collstackd's trainer service: the IPC thread and its cross-node backend. */
+#ifndef CS_TOOLS_DAEMON_IPC_H
+#define CS_TOOLS_DAEMON_IPC_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "collstack/types.h"
+
+struct cs_daemon;
+struct cs_daemon_conf;
+struct cs_ar_svc;
+
+/* Hooks called by collstackd.c (tools/daemon_ipc.c). */
+int cs_daemon_ipc_defaults(struct cs_daemon_conf *c);
+int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
+			  const char *val, char *err, size_t errlen);
+void cs_daemon_ipc_help(FILE *out);
+/* After the lcores started: listen for trainers, start the IPC thread. */
+int cs_daemon_ipc_start(struct cs_daemon *d);
+/* Before the lcores stop (no-op if not started). */
+void cs_daemon_ipc_stop(struct cs_daemon *d);
+
+/**
+ * cs_ar_svc_start_ext - run an allreduce across the nodes on @buf
+ * @s: the collective service
+ * @op_id: operation id, the same on every node
+ * @buf: @count elements, in place; valid until *@notify is set or
+ *	cs_ar_svc_stop_ext()
+ * @count: elements
+ * @dt: element type
+ * @redop: reduction
+ * @notify: set by the lcore to 1 (done) or a negative error
+ * @msg: why it failed
+ * @mlen: size of @msg
+ *
+ * Replaces the installed operation (frames of other operations are
+ * dropped unacknowledged, so their senders retransmit). Control path:
+ * allocates. Returns: 0 or a negative errno.
+ */
+int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
+			size_t count, enum cs_dtype dt, enum cs_redop redop,
+			atomic_int *notify, char *msg, size_t mlen);
+
+/**
+ * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is
+ * installed; on return the lcore no longer touches its buffer
+ * @s: the collective service
+ */
+void cs_ar_svc_stop_ext(struct cs_ar_svc *s);
+
+#endif
