@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,38 +92,65 @@ static int round_trip(struct node *nd, int n, char reqs[][128],
 			err = -EIO;
 		}
 	}
-	for (int i = 0; i < n; i++) {
-		int r;
+	/* Replies in arrival order, so one stalled sidecar does not hide
+	 * the others' answers; once a loss is reported the rest get 2 s. */
+	for (int left = n, wait_ms = timeout_ms; left > 0;) {
+		struct pollfd pfd[MAX_NODES];
+		int idx[MAX_NODES], np = 0, pr;
 
-		if (!sent[i])
-			continue;
-		r = cs_ctl_recv(nd[i].fd, nd[i].reply, sizeof(nd[i].reply),
-				timeout_ms);
-		if (r == -ETIMEDOUT) {
-			fprintf(stderr, "collstack: CS_ERR_TIMEOUT: %s (node "
-				"%d) stalled: no reply to '%s' within %d ms\n",
-				nd[i].name, i, reqs[i], timeout_ms);
-			err = CS_ERR_TIMEOUT;
-		} else if (r < 0) {
-			fprintf(stderr, "collstack: %s: no reply to '%s': %s\n",
-				nd[i].name, reqs[i], strerror(-r));
-			if (!err)
-				err = r;
-		} else if (strncmp(nd[i].reply, "ok", 2)) {
-			double lr = -1, ep = 0;
+		for (int i = 0; i < n; i++)
+			if (sent[i]) {
+				pfd[np] = (struct pollfd){ .fd = nd[i].fd,
+							   .events = POLLIN };
+				idx[np++] = i;
+			}
+		if (!np)
+			break;
+		pr = poll(pfd, (nfds_t)np, wait_ms);
+		if (pr <= 0) {
+			for (int k = 0; k < np; k++)
+				fprintf(stderr, "collstack: CS_ERR_TIMEOUT: %s "
+					"(node %d) stalled: no reply to '%s' "
+					"within %d ms\n", nd[idx[k]].name,
+					idx[k], reqs[idx[k]], wait_ms);
+			if (!err || err == -EIO)
+				err = CS_ERR_TIMEOUT;
+			break;
+		}
+		for (int k = 0; k < np; k++) {
+			int i = idx[k], r;
 
-			fprintf(stderr, "collstack: %s: %s\n", nd[i].name,
-				nd[i].reply);
-			if (strstr(nd[i].reply, "peer_lost") &&
-			    !cs_ctl_kv(nd[i].reply, "rank", &lr) &&
-			    !cs_ctl_kv(nd[i].reply, "epoch", &ep)) {
-				fprintf(stderr, "collstack: CS_ERR_PEER_LOST: "
-					"rank %d lost (group epoch %d), "
-					"reported by %s\n", (int)lr, (int)ep,
-					nd[i].name);
-				err = CS_ERR_PEER_LOST;
-			} else if (!err) {
-				err = -EPROTO;
+			if (!pfd[k].revents)
+				continue;
+			sent[i] = false;
+			left--;
+			r = cs_ctl_recv(nd[i].fd, nd[i].reply,
+					sizeof(nd[i].reply), 2000);
+			if (r < 0) {
+				fprintf(stderr, "collstack: %s: no reply to "
+					"'%s': %s\n", nd[i].name, reqs[i],
+					strerror(-r));
+				if (!err)
+					err = r;
+			} else if (strncmp(nd[i].reply, "ok", 2)) {
+				double lr = -1, ep = 0;
+
+				fprintf(stderr, "collstack: %s: %s\n",
+					nd[i].name, nd[i].reply);
+				if (strstr(nd[i].reply, "peer_lost") &&
+				    !cs_ctl_kv(nd[i].reply, "rank", &lr) &&
+				    !cs_ctl_kv(nd[i].reply, "epoch", &ep)) {
+					fprintf(stderr, "collstack: "
+						"CS_ERR_PEER_LOST: rank %d "
+						"lost (group epoch %d), "
+						"reported by %s\n", (int)lr,
+						(int)ep, nd[i].name);
+					err = CS_ERR_PEER_LOST;
+					if (wait_ms > 2000)
+						wait_ms = 2000;
+				} else if (!err) {
+					err = -EPROTO;
+				}
 			}
 		}
 	}

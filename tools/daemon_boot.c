@@ -223,8 +223,7 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		       "live peers continue");
 		atomic_store(&v->coord_lost, true);
 	}
-	if (ev & CS_MSVC_FAILED) {
-		CS_ERR("bootstrap failed: %s", b->ms.m.error);
+	if (ev & CS_MSVC_FAILED) {	/* boot_svc.c logged why */
 		atomic_store(&b->state, BS_FAILED);
 	} else if ((ev & CS_MSVC_READY) &&
 		   atomic_load(&b->state) == BS_WAIT) {
@@ -244,11 +243,20 @@ static void *boot_main(void *arg)
 		CS_INFO("boot thread: priority unchanged (%s)",
 			strerror(errno));
 
+	cs_ns_t last = now_ns(), vnow = last;
+	const cs_ns_t step_max = b->d->conf.boot.mp.hb_interval;
+
 	while (!atomic_load(&b->stop)) {
 		cs_ns_t now = now_ns();
 
+		/* The coordinator runs on a clock that does not advance by
+		 * more than one heartbeat interval per loop: when this thread
+		 * itself was off the CPU, members (its own in-process member
+		 * first) are not to blame for the silence. */
+		vnow += now - last < step_max ? now - last : step_max;
+		last = now;
 		if (b->coord_on)
-			cs_coord_svc_poll(&b->co, now, 2);
+			cs_coord_svc_poll(&b->co, vnow, 2);
 		if (b->member_on)
 			on_events(b, cs_member_svc_poll(&b->ms, now,
 							b->coord_on ? 0 : 5));

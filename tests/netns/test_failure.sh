@@ -209,6 +209,8 @@ boot_stall() {
 	[ $rc != 0 ] || fail "the run did not fail with a stalled sidecar"
 	grep -q "CS_ERR_TIMEOUT: csn$victim" "$TMP/stall.out" ||
 		fail "no CS_ERR_TIMEOUT naming csn$victim"
+	grep "CS_ERR_TIMEOUT" "$TMP/stall.out" | grep -qv "csn$victim " &&
+		fail "a live sidecar was named as stalled"
 	grep -q "peer lost" $RUN/csn0.log && fail "a stall was taken for a loss"
 	run_ok
 }
