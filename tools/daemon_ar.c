@@ -104,6 +104,8 @@ struct cs_ar_svc {
 	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
 	struct ar_op *old;		/* control thread's */
 	pthread_mutex_t install_lock;	/* control vs. IPC thread */
+	struct ar_op *retired;		/* replaced by install_fast() */
+	uint_fast64_t retired_gen;
 	/* lcore-only */
 	struct cs_pbuf stash[AR_TXQ];
 	unsigned nstash;
@@ -485,8 +487,32 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
 		sleep_us(10);
 	op_free(s->old);
+	op_free(s->retired);
+	s->retired = NULL;
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	pthread_mutex_unlock(&s->install_lock);
+}
+
+/*
+ * install() without the wait (trainer ops, one after the other): the old
+ * op is retired and freed at a later install, once the lcore has gone
+ * round twice since (each lcore call loads the op once), which by then
+ * has almost always happened already.
+ */
+static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
+{
+	pthread_mutex_lock(&s->install_lock);
+	if (s->retired) {
+		for (int i = 0; i < 100000 && atomic_load(&s->gen) <
+						      s->retired_gen + 2; i++)
+			sleep_us(10);
+		op_free(s->retired);
+	}
+	atomic_store_explicit(&s->cur, op, memory_order_release);
+	s->retired = s->old;
+	s->retired_gen = atomic_load(&s->gen);
+	s->old = op;
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -725,6 +751,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s->old);
+	op_free(s->retired);
 	pthread_mutex_destroy(&s->install_lock);
 	free(s->hold);
 	free(s);
@@ -859,7 +886,7 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
 			goto out_sess;
 	}
-	install(s, op);
+	install_fast(s, op);
 	return 0;
 out_sess:
 	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
