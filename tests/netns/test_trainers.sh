@@ -286,6 +286,7 @@ bench)
 	fi
 	for ns in "${NODES[@]}"; do
 		echo "# $ns ar_stats: $(ctl "$RUN/$ns" ar_stats 2>&1)"
+		grep -E " (WARN|ERR) " "$RUN/$ns.log" | tail -n 5 | sed "s/^/# $ns: /"
 	done
 	exit $rc
 	;;
