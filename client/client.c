@@ -62,6 +62,7 @@ struct cs_client {
 	struct cs_buf *bufs;
 	struct cs_group *groups;
 	uint64_t next_id;
+	unsigned spin_polls;
 	bool dead;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
@@ -217,6 +218,13 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	pthread_mutex_init(&c->lock, NULL);
 	c->ctrl_fd = c->efd = -1;
 	c->next_id = 1;
+	c->spin_polls = CS_CLIENT_SPIN_POLLS;
+	{
+		const char *e = getenv(CS_CLIENT_SPIN_ENV);
+
+		if (e && *e)
+			c->spin_polls = (unsigned)strtoul(e, NULL, 10);
+	}
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		ret = -errno;
@@ -804,7 +812,7 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 				(unsigned long long)req);
 			return CS_ERR_TIMEOUT;
 		}
-		if (++spins < CS_CLIENT_SPIN_POLLS) {
+		if (++spins < c->spin_polls) {
 			if (!(spins & 63))
 				sched_yield();
 			continue;

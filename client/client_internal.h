@@ -8,8 +8,13 @@
 #include "collstack/collstack.h"
 #include "control/ipc/ipc_proto.h"
 
-/* Spin polls in cs_wait() before arming the eventfd and sleeping. */
+/*
+ * Spin polls in cs_wait() before arming the eventfd and sleeping; the
+ * environment variable overrides it at cs_connect() (0: sleep at once,
+ * for machines with more busy processes than cores).
+ */
 #define CS_CLIENT_SPIN_POLLS 2000
+#define CS_CLIENT_SPIN_ENV "COLLSTACK_SPIN_POLLS"
 /* Control-message replies slower than this mean the sidecar is gone. */
 #define CS_CLIENT_RPC_TIMEOUT_S 60
 /* Completions reaped from the ring per call. */

@@ -162,7 +162,8 @@ int cs_shm_map(int fd, size_t *len, void **mem)
 		return -EINVAL;
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0)
-		return errno == EINVAL ? -EPERM : -errno;	/* not a memfd */
+		/* EINVAL: not a memfd, so it cannot be sealed */
+		return errno == EINVAL ? -EPERM : -errno;
 	if (!(seals & F_SEAL_SHRINK))
 		return -EPERM;
 	if (fstat(fd, &st) < 0)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Single-producer/single-consumer rings of fixed-size slots in shared memory. */
+/* Single-producer/single-consumer rings of fixed-size slots in shared memory */
 #ifndef CS_CLIENT_SHM_RING_H
 #define CS_CLIENT_SHM_RING_H
 
@@ -66,7 +66,7 @@ struct cs_ring_hdr {
 	uint64_t region_len;	/* header + slots, bytes */
 
 	alignas(CS_CACHE_LINE) _Atomic uint64_t prod;	/* next index to fill */
-	alignas(CS_CACHE_LINE) _Atomic uint64_t cons;	/* next index to drain */
+	alignas(CS_CACHE_LINE) _Atomic uint64_t cons;	/* next to drain */
 };
 
 static_assert(offsetof(struct cs_ring_hdr, prod) == CS_CACHE_LINE,

@@ -107,6 +107,7 @@ struct cs_coll {
 	uint64_t ideal_tx;	/* payload bytes this rank sends once */
 	int err;		/* cs_coll_abort(): the error, or 0 */
 	uint32_t culprit;
+	struct cs_coll_wait abort_wait;	/* snapshot at the abort */
 	struct cs_coll_stats st;
 	struct cs_coll_chan ch[];
 };
@@ -122,6 +123,10 @@ const struct cs_cfg_entry cs_coll_cfg_table[] = {
 	{ "coll.mtu_payload", CS_CFG_U32,
 	  offsetof(struct cs_coll_cfg, mtu_payload), "8896", 8, 65536,
 	  "payload bytes per packet (MTU 9000 minus the 118-byte frame)" },
+	{ "coll.deadline", CS_CFG_NS, offsetof(struct cs_coll_cfg, deadline),
+	  "120s", 0, 3.6e12,
+	  "an operation not complete this long after it was posted fails "
+	  "with CS_ERR_TIMEOUT naming what it waits for (0: never)" },
 };
 
 const size_t cs_coll_cfg_table_len = CS_ARRAY_SIZE(cs_coll_cfg_table);
@@ -155,6 +160,7 @@ void cs_coll_params_default(struct cs_coll_params *p,
 	p->chunk = cfg->chunk;
 	p->window = cfg->window;
 	p->mtu_payload = cfg->mtu_payload;
+	p->deadline = cfg->deadline;
 }
 
 /* ---- geometry ------------------------------------------------------- */
@@ -958,9 +964,33 @@ int cs_coll_abort(struct cs_coll *c, int err, uint32_t culprit)
 		return -EINVAL;
 	if (c->err || (c->rx_left == 0 && c->ack_left == 0))
 		return -EALREADY;
+	cs_coll_waiting_on(c, &c->abort_wait);
 	c->err = err;
 	c->culprit = culprit;
 	return 0;
+}
+
+void cs_coll_abort_wait(const struct cs_coll *c, struct cs_coll_wait *w)
+{
+	*w = c->abort_wait;
+}
+
+cs_ns_t cs_coll_next_deadline(const struct cs_coll *c)
+{
+	if (!c->p.deadline || c->err || (c->rx_left == 0 && c->ack_left == 0))
+		return UINT64_MAX;
+	return c->p.start + c->p.deadline;
+}
+
+bool cs_coll_check_deadline(struct cs_coll *c, cs_ns_t now)
+{
+	struct cs_coll_wait w;
+
+	if (now < cs_coll_next_deadline(c))
+		return false;
+	cs_coll_waiting_on(c, &w);
+	return cs_coll_abort(c, CS_ERR_TIMEOUT, w.kind != CS_COLL_WAIT_NONE ?
+			     w.peer : UINT32_MAX) == 0;
 }
 
 int cs_coll_status(const struct cs_coll *c, uint32_t *culprit)

@@ -63,6 +63,7 @@ struct cs_coll_cfg {
 	uint64_t chunk;		/* bytes per chunk (rounded to packets) */
 	uint32_t window;	/* chunks in flight per channel */
 	uint32_t mtu_payload;	/* payload bytes per packet */
+	uint64_t deadline;	/* ns from post to CS_ERR_TIMEOUT; 0: none */
 };
 
 extern const struct cs_cfg_entry cs_coll_cfg_table[];
@@ -100,6 +101,8 @@ struct cs_coll_params {
 	uint32_t mtu_payload;	/* bytes; 0: cfg default */
 	uint32_t flags;		/* CS_COLL_F_* */
 	uint32_t group, epoch, op_id;	/* copied into every header */
+	cs_ns_t start;		/* when posted (for the deadline) */
+	uint64_t deadline;	/* ns after @start; 0: none (cfg default) */
 };
 
 /* One packet to send: header fields set by the engine, seq/ack left to the
@@ -320,6 +323,27 @@ const char *cs_coll_kind_name(enum cs_coll_kind k);
 int cs_coll_abort(struct cs_coll *c, int err, uint32_t culprit);
 
 /**
+ * cs_coll_next_deadline - when cs_coll_check_deadline() will fire
+ * @c: the operation
+ *
+ * Returns: start + deadline while the operation runs, else CS_NS_NEVER
+ * (UINT64_MAX).
+ */
+cs_ns_t cs_coll_next_deadline(const struct cs_coll *c);
+
+/**
+ * cs_coll_check_deadline - abort with CS_ERR_TIMEOUT if the deadline passed
+ * @c: the operation
+ * @now: current time
+ *
+ * The culprit is the rank cs_coll_waiting_on() names at that moment; the
+ * snapshot stays available through cs_coll_abort_wait() for the report.
+ *
+ * Returns: true when this call aborted the operation.
+ */
+bool cs_coll_check_deadline(struct cs_coll *c, cs_ns_t now);
+
+/**
  * cs_coll_status - how the operation ended
  * @c: the operation
  * @culprit: out (may be NULL): the rank given to cs_coll_abort()
@@ -362,6 +386,14 @@ struct cs_coll_wait {
  * ACK), false when it is complete or aborted (@w->kind NONE).
  */
 bool cs_coll_waiting_on(const struct cs_coll *c, struct cs_coll_wait *w);
+
+/**
+ * cs_coll_abort_wait - what the operation waited for when it was aborted
+ * @c: the operation
+ * @w: out: the snapshot taken by cs_coll_abort() (kind NONE if it was not
+ *	waiting or was not aborted)
+ */
+void cs_coll_abort_wait(const struct cs_coll *c, struct cs_coll_wait *w);
 
 /**
  * cs_coll_wait_format - one line for logs and error reports, e.g.

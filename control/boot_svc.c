@@ -14,7 +14,7 @@ static void co_send(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
 {
 	struct cs_coord_svc *s = ctx;
 
-	if (cs_ctl_send(s->loop, conn, m))
+	if (cs_ctl_loop_send(s->loop, conn, m))
 		cs_ctl_close(s->loop, conn);
 }
 
@@ -121,7 +121,7 @@ static void me_on_msg(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
 		return;
 	}
 	if (r & CS_BOOT_M_REPLY)
-		cs_ctl_send(s->loop, s->conn, &reply);
+		cs_ctl_loop_send(s->loop, s->conn, &reply);
 	if (r & CS_BOOT_M_TABLE) {
 		CS_INFO("joined as rank %u of %u (epoch %u)", s->m.rank,
 			s->m.world, s->m.epoch);
@@ -162,7 +162,7 @@ int cs_member_svc_join(struct cs_member_svc *s, const char *ip, uint16_t port,
 	if (err)
 		return err;
 	s->now = now;
-	err = cs_ctl_connect(s->loop, ip, port, timeout_ms, &s->conn);
+	err = cs_ctl_loop_connect(s->loop, ip, port, timeout_ms, &s->conn);
 	if (err) {
 		CS_ERR("cannot reach the coordinator at %s:%u: %s", ip, port,
 		       strerror(-err));
@@ -190,7 +190,7 @@ unsigned cs_member_svc_poll(struct cs_member_svc *s, cs_ns_t now,
 						  .node = s->m.rank,
 						  .epoch = s->m.epoch };
 
-			cs_ctl_send(s->loop, s->conn, &hb);
+			cs_ctl_loop_send(s->loop, s->conn, &hb);
 		}
 		if (a & CS_MEMBER_COORD_LOST) {
 			CS_ERR("coordinator silent for %llu ms: treating it as lost",

@@ -210,7 +210,7 @@ int cs_ctl_listen(struct cs_ctl_loop *l, const char *ip, uint16_t *port)
 	return 0;
 }
 
-int cs_ctl_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
+int cs_ctl_loop_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
 		   int timeout_ms, uint32_t *conn)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
@@ -253,7 +253,7 @@ out_close:
 	return err;
 }
 
-int cs_ctl_send(struct cs_ctl_loop *l, uint32_t conn,
+int cs_ctl_loop_send(struct cs_ctl_loop *l, uint32_t conn,
 		const struct cs_boot_msg *m)
 {
 	struct conn *c;

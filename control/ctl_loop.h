@@ -36,15 +36,15 @@ void cs_ctl_loop_fini(struct cs_ctl_loop *l);
 int cs_ctl_listen(struct cs_ctl_loop *l, const char *ip, uint16_t *port);
 
 /**
- * cs_ctl_connect - connect to @ip:@port, waiting at most @timeout_ms
+ * cs_ctl_loop_connect - connect to @ip:@port, waiting at most @timeout_ms
  * @conn: out, the connection id
  * Returns: 0, -ETIMEDOUT, -ECONNREFUSED, ...
  */
-int cs_ctl_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
+int cs_ctl_loop_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
 		   int timeout_ms, uint32_t *conn);
 
 /* Queue a message; -ENOBUFS when the connection's send buffer is full. */
-int cs_ctl_send(struct cs_ctl_loop *l, uint32_t conn,
+int cs_ctl_loop_send(struct cs_ctl_loop *l, uint32_t conn,
 		const struct cs_boot_msg *m);
 void cs_ctl_close(struct cs_ctl_loop *l, uint32_t conn);
 

@@ -228,6 +228,11 @@ void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t)
 		cs_ns_t a = rd(&q->rx_raw_first), b = rd(&q->rx_raw_last);
 		cs_ns_t s = rd(&q->tx_raw_start), e = rd(&q->tx_raw_end);
 
+		/* A starved lcore may not have noticed the end yet: its
+		 * blast stops at raw_until anyway. */
+		if (s && !e)
+			e = rd(&q->raw_until);
+
 		t->rx_frames += rd(&q->rx_frames);
 		t->rx_foreign += rd(&q->rx_foreign);
 		t->rx_malformed += rd(&q->rx_malformed);

@@ -150,7 +150,10 @@ static void *lcore_main(void *arg)
 	struct cs_lcore *lc = arg;
 	uint32_t idle = 0;
 
-	if (lc->cpu >= 0) {
+	/* A busy lcore owns its CPU. An adaptive one shares CPUs with other
+	 * sidecars, and pinned to one it could not move off a CPU that
+	 * something else saturates: it keeps the process's CPU set. */
+	if (lc->cpu >= 0 && lc->mode == CS_POLL_BUSY) {
 		cpu_set_t set;
 
 		CPU_ZERO(&set);

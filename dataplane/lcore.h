@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Polling lcores: one thread per port queue, pinned to a CPU on the port's
- * NUMA node, calling a work function in a loop with the current time.
+ * Polling lcores: one thread per port queue calling a work function in a
+ * loop with the current time. A busy lcore is pinned to a CPU of the
+ * port's NUMA node; an adaptive one keeps the process's CPU set, because it
+ * shares CPUs with other sidecars and must be free to move.
  *
  * Poll modes: busy (spin forever: lowest latency, one core per queue) and
  * adaptive (spin while there is work; after lcore.spin idle polls, wait up

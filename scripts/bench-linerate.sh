@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Line-rate references for one port kind, then the allreduce against them:
 #
-#  (a) dpdk-testpmd txonly -> rxonly, one way, csn0 -> csn1 (af_packet or
+#  (a) dpdk-testpmd txonly -> rxonly, one way, node 0 -> node 1 (af_packet or
 #      af_xdp vdevs on the namespace veths; memif: a testpmd pair);
 #  (b) `collstack bench raw`: both sidecars blast CS_PKT_RAW frames at each
 #      other at once through collstack's own port layer;
@@ -32,6 +32,11 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-linerate: needs root" >&2; exit 1; }
+# Our own cluster names (see scripts/cluster.sh, CS_CLUSTER).
+P=${CS_CLUSTER:-csb}
+export CS_CLUSTER=$P
+export CS_CLUSTER_ENV=/run/collstack/cluster-$P.env
+[ "$P" = cs ] && CS_CLUSTER_ENV=/run/collstack/cluster.env
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$BUILD/tools/collstack
 FRAME=$((MTU + 14))
@@ -57,8 +62,8 @@ tp_vdev() {
 		fsz=$(( (FRAME + 80 + 2047) / 2048 * 2048 ))
 		local bsz=$fsz
 		[ $((fsz % 4096)) -ne 0 ] && bsz=$((2 * fsz))
-		echo "net_af_packet_tp$i,iface=csd$i,framesz=$fsz,blocksz=$bsz,framecnt=512,qdisc_bypass=1" ;;
-	af_xdp) echo "net_af_xdp_tp$i,iface=csd$i" ;;
+		echo "net_af_packet_tp$i,iface=${P}d$i,framesz=$fsz,blocksz=$bsz,framecnt=512,qdisc_bypass=1" ;;
+	af_xdp) echo "net_af_xdp_tp$i,iface=${P}d$i" ;;
 	memif)
 		local role=client
 		[ "$i" = 1 ] && role=server
@@ -86,13 +91,13 @@ testpmd_oneway() {
 	fi
 	local common=(--in-memory --no-pci --no-telemetry)
 	# receiver first (memif: it is the server)
-	ip netns exec csn1 dpdk-testpmd "${common[@]}" --file-prefix=cstp1 \
+	ip netns exec ${P}n1 dpdk-testpmd "${common[@]}" --file-prefix=cstp1 \
 		--lcores=0@1,1@0 --vdev="$(tp_vdev 1)" -- --mbuf-size=$msize \
 		--forward-mode=rxonly --stats-period=1 --total-num-mbufs=8192 \
 		--nb-cores=1 >"$TP_LOGS/rx.log" 2>&1 &
 	TP_PIDS+=($!)
 	sleep 2
-	ip netns exec csn0 dpdk-testpmd "${common[@]}" --file-prefix=cstp0 \
+	ip netns exec ${P}n0 dpdk-testpmd "${common[@]}" --file-prefix=cstp0 \
 		--lcores=0@0,1@1 --vdev="$(tp_vdev 0)" -- --mbuf-size=$msize \
 		--forward-mode=txonly --eth-peer=0,02:77:00:00:00:02 \
 		--txpkts=$tpframe --stats-period=1 --total-num-mbufs=8192 \

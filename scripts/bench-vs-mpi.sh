@@ -6,7 +6,7 @@
 # conditions (loss on the bridge, a rate-limited link) apply to both stacks.
 #
 #   scripts/bench-vs-mpi.sh [--quick] [--reps R] [--nodes N]
-#                           [--ops allreduce,reduce_scatter,...]
+#                           [--ops all|allreduce,reduce_scatter,...]
 #                           [--conds clean,loss,rate] [--adverse-ops LIST]
 #                           [--sizes 4K:64M] [--loss PCT] [--rate 1gbit]
 #                           [--cluster auto|own|cluster] [--port P]
@@ -54,7 +54,8 @@ while [ $# -gt 0 ]; do
 	--quick) QUICK=1; shift ;;
 	--reps) REPS=$2; shift 2 ;;
 	--nodes) NODES_N=$2; shift 2 ;;
-	--ops) OPS=$2; shift 2 ;;
+	--ops) OPS=$2; shift 2
+		[ "$OPS" = all ] && OPS=allreduce,reduce_scatter,all_gather,broadcast ;;
 	--conds) CONDS=$2; shift 2 ;;
 	--adverse-ops) ADVERSE_OPS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
@@ -80,7 +81,7 @@ if [ $QUICK = 1 ]; then
 	ITERS_SMALL=10 WARM_SMALL=2
 else
 	: "${REPS:=3}" "${SIZES:=4K:64M}"
-	: "${OPS:=allreduce,reduce_scatter,all_gather,broadcast}"
+	: "${OPS:=auto}"
 fi
 [[ "$REPS" =~ ^[0-9]+$ ]] && [ "$REPS" -ge 1 ] || die "--reps wants a count"
 [[ "$NODES_N" =~ ^[0-9]+$ ]] && [ "$NODES_N" -ge 2 ] || die "--nodes wants >= 2"
@@ -238,6 +239,7 @@ cond_clear() {
 	case $COND_NOW in
 	loss)
 		log "condition loss: dropped $(cond_counters)"
+		echo "# loss $LOSS%: the bridge dropped $(cond_counters)" >>"$OUT/bench-vs-mpi.env"
 		nft delete table bridge $NFT_TABLE 2>/dev/null || true
 		;;
 	rate)
@@ -371,6 +373,7 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 		# One call per size (ours go up by FACTOR, run's by 2);
 		# its rows are "size count type redop time algbw busbw
 		# #wrong": make them ours, with no p50/p99 (NA).
+		# A failed size does not stop the others (rc is kept).
 		for ((z = $2; z <= $3; z *= FACTOR)); do
 			# shellcheck disable=SC2086
 			timeout "$RUN_TIMEOUT" "$CLI" run allreduce \
@@ -382,7 +385,6 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 				print $1, $2, "float", $4, -1, $5, $6, $7, $8,
 				      "NA", "NA", p }' "$6.run" >>"$6"
 			rm -f "$6.run"
-			[ $rc = 0 ] || break
 		done
 		[ -f "$6.raw" ] && mv "$6.raw" "${6%.log}.orig.log"
 		return $rc
@@ -445,7 +447,10 @@ median() {	# reads numbers (or NA), prints the median or NA
 				t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
 			}
 		if (n % 2) print v[int(n / 2)]
-		else printf "%.6g\n", (v[n / 2 - 1] + v[n / 2]) / 2
+		else {
+			m = (v[n / 2 - 1] + v[n / 2]) / 2
+			printf (m >= 1000 ? "%.1f\n" : "%.4g\n"), m
+		}
 	}'
 }
 
@@ -468,24 +473,30 @@ ratio() {	# a / b with 2 decimals, NA if either is NA or b is 0
 # Medians per (cond, op, size, stack) -> the summary CSV and the table.
 summarize() {
 	local sum=$OUT/bench-vs-mpi.csv txt=$OUT/bench-vs-mpi.txt
-	local cond op size cbw mbw cl ml wrong
+	local cond op size cbw mbw cl ml wrong cn mn
 	# Latency: p50, or the mean time where the collstack side has no p50
 	# (collstack run), for both stacks alike.
 	LATCOL=11 LATNAME=p50
 	if awk -F, '$3 == "collstack" && $11 == "NA" { f = 1 } END { exit !f }' "$RAW"; then
 		LATCOL=7 LATNAME=mean
 	fi
-	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,reps,place,wrong,lat_kind" >"$sum"
+	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,collstack_reps,mpi_reps,place,wrong,lat_kind" >"$sum"
 	{
 		printf '# collstack vs Open MPI (TCP), %d nodes, medians of %d reps, %s-of-place rows, %s\n' \
 			"${#NODES[@]}" "$REPS" "$PLACE" "$(date -u '+%Y-%m-%d %H:%M UTC')"
+		cat "$OUT/bench-vs-mpi.env" 2>/dev/null
 		printf '# bw x = collstack/MPI busbw (GB/s); lat x = MPI/collstack %s time (us); >1: collstack better\n' "$LATNAME"
+		printf '# (k): only k of the %d reps gave that figure (the others failed; see logs/)\n' "$REPS"
 		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s\n' cond op size \
 			"cs busbw" "mpi busbw" "bw x" "cs $LATNAME" "mpi $LATNAME" "lat x"
 	} >"$txt"
-	# Keys in run order: conditions, ops, sizes as they came.
-	awk -F, -v p="$PLACE" '$6 == p { print $1 "," $4 "," $5 }' "$RAW" |
-		awk '!seen[$0]++' | while IFS=, read -r cond op size; do
+	# Keys: conditions and ops in run order, sizes ascending.
+	awk -F, -v p="$PLACE" 'NR > 1 && $6 == p {
+		if (!($1 in ci)) ci[$1] = ++nc
+		if (!($4 in oi)) oi[$4] = ++no
+		print ci[$1], oi[$4], $5, $1 "," $4 "," $5 }' "$RAW" |
+		sort -n -k1,1 -k2,2 -k3,3 -u | cut -d' ' -f4 |
+		while IFS=, read -r cond op size; do
 		pick() {	# stack column -> median over reps
 			awk -F, -v c="$cond" -v o="$op" -v z="$size" -v s="$1" \
 				-v p="$PLACE" -v k="$2" \
@@ -493,13 +504,25 @@ summarize() {
 				"$RAW" | median
 		}
 		cbw=$(pick collstack 9) mbw=$(pick mpi 9)
+		mn=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
+			'$1 == c && $4 == o && $5 == z && $6 == p { n[$3]++ }
+			 END { print n["collstack"] + 0, n["mpi"] + 0 }' "$RAW")
+		cn=${mn% *} mn=${mn#* }
 		cl=$(pick collstack $LATCOL) ml=$(pick mpi $LATCOL)
 		wrong=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
 			'$1 == c && $4 == o && $5 == z && $6 == p { w += $10 } END { print w + 0 }' "$RAW")
-		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$REPS,$PLACE,$wrong,$LATNAME" >>"$sum"
+		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$cn,$mn,$PLACE,$wrong,$LATNAME" >>"$sum"
+		few() {	# value count -> "value(k)" when k < REPS
+			if [ "$2" -gt 0 ] && [ "$2" -lt "$REPS" ]; then
+				echo "$1($2)"
+			else
+				echo "$1"
+			fi
+		}
 		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s%s\n' "$cond" "$op" \
-			"$(human "$size")" "$cbw" "$mbw" "$(ratio "$cbw" "$mbw")" \
-			"$cl" "$ml" "$(ratio "$ml" "$cl")" \
+			"$(human "$size")" "$(few "$cbw" "$cn")" "$(few "$mbw" "$mn")" \
+			"$(ratio "$cbw" "$mbw")" \
+			"$(few "$cl" "$cn")" "$(few "$ml" "$mn")" "$(ratio "$ml" "$cl")" \
 			"$([ "$wrong" = 0 ] || echo "  WRONG=$wrong")" >>"$txt"
 	done
 	goals >>"$txt"
@@ -511,7 +534,7 @@ goals() {	# the three headline figures, where the run has them
 	row() { awk -F, -v c="$1" -v z="$2" '$1 == c && $2 == "allreduce" && $3 == z' "$sum"; }
 	echo "# goals (${#NODES[@]} nodes, medians):"
 	row clean 67108864 | awk -F, '{ printf "#   allreduce 64M busbw, clean: collstack %s, Open MPI %s GB/s, ratio %s\n", $4, $5, $6 }'
-	row clean 4096 | awk -F, '{ printf "#   allreduce 4K %s time, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $13, $7, $8, $9 }'
+	row clean 4096 | awk -F, '{ printf "#   allreduce 4K %s time, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $14, $7, $8, $9 }'
 	row loss 67108864 | awk -F, -v l="$LOSS" '{ printf "#   allreduce 64M busbw, %s%% loss: collstack %s, Open MPI %s GB/s, ratio %s\n", l, $4, $5, $6 }'
 }
 
@@ -540,6 +563,8 @@ plots() {
 set datafile missing 'NA'
 set logscale x 2
 set xtics (${xt%, })
+set xrange [$(awk -F, 'NR > 1 { if (!lo || $3 < lo) lo = $3; if ($3 > hi) hi = $3 }
+	END { printf "%g:%g", lo / 1.3, hi * 1.3 }' "$sum")]
 set grid
 set key top left
 set xlabel 'message size (bytes)'"
@@ -601,6 +626,12 @@ fi
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
 
+# auto: every op the collstack side has (all four without a collstack side).
+if [ "$OPS" = auto ]; then
+	OPS=allreduce,reduce_scatter,all_gather,broadcast
+	[ "$CS_PORT_USED" != none ] && [ "$(cs_mode)" = run ] && OPS=allreduce
+	log "ops: $OPS"
+fi
 IFS=, read -r -a conds <<<"$CONDS"
 for cond in "${conds[@]}"; do
 	ops=$OPS

@@ -6,16 +6,23 @@
 #   scripts/cluster.sh up N [--port af_packet|af_xdp|memif|udp] [--mtu M]
 #                           [--bridge-loss PCT] [--set KEY=VALUE]...
 #                           [--no-daemons]   (network only, e.g. for testpmd)
+#                           [--boot]   (membership from the coordinator in
+#                                       ${P}n0, job token in $RUN/$P-job.token)
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
 #
 # Names: namespaces csn0..csnN-1, bridge csbr0, host-side veths csv<i>,
 # namespace-side veths csd<i> (MAC 02:77:00:00:00:<i+1>, 10.77.0.<i+1>/24).
+# CS_CLUSTER=P (1-6 lower-case letters/digits, default cs) renames all of
+# them (Pn<i>, Pbr0, Pv<i>, Pd<i>, table bridge Ploss) and the state file
+# (/run/collstack/cluster-P.env), so several clusters (e.g. test runs of
+# different checkouts) can be up at once; give the CLI that file with
+# --cluster or CS_CLUSTER_ENV.
 # memif needs no veth: two sidecars share a memif socket file
 # (socket-abstract=no, so it is reachable across namespaces).
 #
 # State: /run/collstack/cluster.env (nodes, PIDs, everything `down` removes),
-# /run/collstack/peers (the static address table every sidecar reads),
+# /run/collstack/<P>-peers (the static address table every sidecar reads),
 # /run/collstack/<node>/{ctl.sock,ready,pid}, /run/collstack/<node>.log.
 #
 # In each namespace an nft input rule drops UDP to the dataplane port, so
@@ -32,9 +39,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUN=/run/collstack
-ENV_FILE=$RUN/cluster.env
-BR=csbr0
+P=${CS_CLUSTER:-cs}
+[[ "$P" =~ ^[a-z0-9]{1,6}$ ]] || { echo "cluster: bad CS_CLUSTER '$P'" >&2; exit 2; }
+if [ "$P" = cs ]; then
+	ENV_FILE=$RUN/cluster.env
+else
+	ENV_FILE=$RUN/cluster-$P.env
+fi
+BR=${P}br0
+PEERS=$RUN/$P-peers
+MEMIF_SOCK=$RUN/$P-memif.sock
+TOKEN=$RUN/$P-job.token
 UDP_PORT=${CS_UDP_PORT:-7700}
+BOOT_PORT=${CS_BOOT_PORT:-7701}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 DAEMON=$BUILD/tools/collstackd
@@ -93,8 +110,8 @@ down() {
 		ip link del "$v" 2>/dev/null || true
 	done
 	ip link del "$BR" 2>/dev/null || true
-	nft delete table bridge csloss 2>/dev/null || true
-	rm -f "$RUN"/memif*.sock "$RUN/peers" "$ENV_FILE"
+	nft delete table bridge "${P}loss" 2>/dev/null || true
+	rm -f "$MEMIF_SOCK" "$PEERS" "$ENV_FILE" "$TOKEN"
 	rmdir "$RUN" 2>/dev/null || true
 	log "down"
 }
@@ -112,7 +129,7 @@ status() {
 
 up() {
 	local n=${1:-}; shift || true
-	local port=af_packet mtu=1500 loss="" sets=() daemons=1
+	local port=af_packet mtu=1500 loss="" sets=() daemons=1 boot=0
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
 		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
 	while [ $# -gt 0 ]; do
@@ -122,6 +139,7 @@ up() {
 		--bridge-loss) loss=$2; shift 2 ;;
 		--set) sets+=(--set "$2"); shift 2 ;;
 		--no-daemons) daemons=0; shift ;;
+		--boot) boot=1; shift ;;
 		*) die "unknown option $1" ;;
 		esac
 	done
@@ -143,7 +161,7 @@ up() {
 	mkdir -p "$RUN"
 
 	local nodes="" i
-	for ((i = 0; i < n; i++)); do nodes+="csn$i "; done
+	for ((i = 0; i < n; i++)); do nodes+="${P}n$i "; done
 	nodes=${nodes% }
 	# Record first, so `down` can undo a half-made cluster.
 	write_env() {
@@ -157,17 +175,17 @@ CS_UDP_PORT=$UDP_PORT
 CS_BRIDGE=$BR
 CS_VETHS="$1"
 CS_PIDS="$2"
-CS_PEERS=$RUN/peers
+CS_PEERS=$PEERS
 EOF
 	}
 	local veths=""
-	[ "$port" != memif ] && for ((i = 0; i < n; i++)); do veths+="csv$i "; done
+	[ "$port" != memif ] && for ((i = 0; i < n; i++)); do veths+="${P}v$i "; done
 	write_env "$veths" ""
 	trap 'echo "cluster: set-up failed, tearing down" >&2; down; exit 1' ERR
 
-	: >"$RUN/peers"
+	: >"$PEERS"
 	for ((i = 0; i < n; i++)); do
-		echo "$i $(ip_of $i) $(mac_of $i) $UDP_PORT csn$i" >>"$RUN/peers"
+		echo "$i $(ip_of $i) $(mac_of $i) $UDP_PORT ${P}n$i" >>"$PEERS"
 	done
 
 	if [ "$port" != memif ]; then
@@ -175,23 +193,23 @@ EOF
 		ip link set "$BR" mtu "$mtu" up
 	fi
 	for ((i = 0; i < n; i++)); do
-		local ns=csn$i
+		local ns=${P}n$i
 		ip netns add "$ns"
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
 		ip -n "$ns" link set lo up
 		if [ "$port" != memif ]; then
-			ip link add "csv$i" mtu "$mtu" type veth peer name "csd$i" \
+			ip link add "${P}v$i" mtu "$mtu" type veth peer name "${P}d$i" \
 				mtu "$mtu" netns "$ns"
-			ip link set "csv$i" master "$BR" up
-			ip -n "$ns" link set "csd$i" address "$(mac_of $i)"
-			ip -n "$ns" addr add "$(ip_of $i)/24" dev "csd$i"
-			ip -n "$ns" link set "csd$i" up
+			ip link set "${P}v$i" master "$BR" up
+			ip -n "$ns" link set "${P}d$i" address "$(mac_of $i)"
+			ip -n "$ns" addr add "$(ip_of $i)/24" dev "${P}d$i"
+			ip -n "$ns" link set "${P}d$i" up
 		fi
 		if [ "$port" = af_xdp ]; then
 			# veth delivers XDP-transmitted frames only with NAPI on
 			# the peer: GRO on the host side turns it on.
-			ethtool -K "csv$i" gro on >/dev/null 2>&1 || true
+			ethtool -K "${P}v$i" gro on >/dev/null 2>&1 || true
 		fi
 		if [ "$port" != udp ]; then
 			ip netns exec "$ns" nft -f - <<EOF
@@ -208,16 +226,21 @@ EOF
 		local per10k
 		per10k=$(awk -v p="$loss" 'BEGIN { printf "%d", p * 100 + 0.5 }')
 		nft -f - <<EOF
-table bridge csloss {
+table bridge ${P}loss {
 	chain forward {
 		type filter hook forward priority 0; policy accept;
 		udp dport $UDP_PORT numgen random mod 10000 < $per10k counter drop
 	}
 }
 EOF
-		log "bridge drops $loss% of dataplane frames (nft table bridge csloss)"
+		log "bridge drops $loss% of dataplane frames (nft table bridge ${P}loss)"
 	fi
 
+	if [ $boot = 1 ]; then	# ctlplane: a fresh job token, never on a command line
+		(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' \
+			>"$TOKEN")
+		log "bootstrap: coordinator in csn0 on $(ip_of 0):$BOOT_PORT, token in $TOKEN (mode 600)"
+	fi
 	local pids=""
 	if [ $daemons = 0 ]; then
 		trap - ERR
@@ -225,9 +248,9 @@ EOF
 		return 0
 	fi
 	for ((i = 0; i < n; i++)); do
-		local ns=csn$i args=()
+		local ns=${P}n$i args=()
 		args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
-		      --set node.peers=$RUN/peers --set port.ip=$(ip_of $i)
+		      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
 		      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
 		case $port in
 		udp)	# The kernel path of a shared machine drains about a
@@ -236,13 +259,21 @@ EOF
 			args+=(--set port.type=udp --set cc.line_gbps=1) ;;
 		af_packet|af_xdp)
 			args+=(--set port.type=dpdk --set port.dev=$port
-			       --set port.iface=csd$i) ;;
+			       --set port.iface=${P}d$i) ;;
 		memif)
 			args+=(--set port.type=dpdk --set port.dev=memif
-			       --set port.memif_socket=$RUN/memif.sock
+			       --set port.memif_socket=$MEMIF_SOCK
 			       --set port.mac=$(mac_of $i)
 			       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
 		esac
+		if [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
+			args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
+			       --set boot.token_file=$TOKEN)
+			if [ $i = 0 ]; then
+				args+=(--set boot.coordinator=1
+				       --set boot.world=$n)
+			fi
+		fi
 		ip netns exec "$ns" "$DAEMON" "${args[@]}" "${sets[@]}" \
 			</dev/null >"$RUN/$ns.log" 2>&1 &
 		pids+="$! "
@@ -250,7 +281,7 @@ EOF
 		# memif: the server must have made the socket first.
 		if [ "$port" = memif ] && [ $i = 0 ]; then
 			for _ in $(seq 100); do
-				[ -S "$RUN/memif.sock" ] && break
+				[ -S "$MEMIF_SOCK" ] && break
 				sleep 0.1
 			done
 		fi
@@ -259,7 +290,7 @@ EOF
 
 	local deadline=$((SECONDS + READY_TIMEOUT))
 	for ((i = 0; i < n; i++)); do
-		local ns=csn$i pid
+		local ns=${P}n$i pid
 		pid=$(echo $pids | cut -d' ' -f$((i + 1)))
 		until [ -f "$RUN/$ns/ready" ]; do
 			if ! kill -0 "$pid" 2>/dev/null; then
@@ -284,6 +315,6 @@ case ${1:-} in
 up) shift; up "$@" ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--set K=V]... | down | status" >&2
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--boot] [--set K=V]... | down | status" >&2
    exit 2 ;;
 esac

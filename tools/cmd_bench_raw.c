@@ -27,7 +27,7 @@ static void usage(FILE *out)
 		"\nBoth sidecars blast CS_PKT_RAW frames at each other for S "
 		"seconds (default 5);\nframes default to the largest the port "
 		"carries. Sidecars are found through\nthe state file of "
-		"scripts/cluster.sh (default %s);\n--a/--b default to its "
+		"scripts/cluster.sh (default $CS_CLUSTER_ENV or %s);\n--a/--b default to its "
 		"first two nodes.\n", DEFAULT_ENV);
 }
 
@@ -90,7 +90,7 @@ static int bench_raw(int argc, char **argv)
 		{ 0 }
 	};
 	char names[64][CS_CTL_NAME_MAX], root[256], req[128];
-	const char *env = DEFAULT_ENV, *a = NULL, *b = NULL;
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *a = NULL, *b = NULL;
 	struct side s[2] = { 0 };
 	double secs = 5, size = 0;
 	int n, o, ret = 1;

@@ -128,7 +128,8 @@ int cs_cmd_bench_ring(int argc, char **argv)
 	}
 	rlen = cs_ring_region_size(BENCH_SLOT_SIZE, slots);
 	if (!items || !batch || batch > BENCH_MAX_BATCH || !rlen) {
-		fprintf(stderr, "bench-ring: bad --items, --batch or --slots\n");
+		fprintf(stderr,
+			"bench-ring: bad --items, --batch or --slots\n");
 		return 2;
 	}
 	seglen = rlen + sizeof(*sh);

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,16 @@ static void usage(FILE *out)
 		"usage: collstack run allreduce [--bytes S | -b MIN -e MAX] "
 		"[--dtype T]\n"
 		"          [--iters I] [--warmup W] [--seed N] [--timeout MS] "
-		"[--cluster FILE]\n\n"
+		"[--cluster FILE]\n"
+		"          [--exclude-lost]\n\n"
 		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
 		"from MIN to MAX.\nThe sidecars come from the state file of "
-		"scripts/cluster.sh (default\n%s).\n", DEFAULT_ENV);
+		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n"
+		"--exclude-lost skips sidecars that are gone (after a peer "
+		"was lost, the\nsurvivors rebuild their ring from the group "
+		"view).\nA lost peer ends the run with CS_ERR_PEER_LOST "
+		"naming its rank; a stalled\nsidecar with CS_ERR_TIMEOUT "
+		"naming it.\n", DEFAULT_ENV);
 }
 
 static int parse_size(const char *s, unsigned long long *out)
@@ -64,29 +71,62 @@ struct node {
 	char reply[CS_CTL_LINE];
 };
 
-/* Send @req (formatted per node by the caller) to all, then read all. */
+/*
+ * Send @req (formatted per node by the caller) to all, then read all.
+ * ctlplane: every reply is read (a failure names every node it concerns):
+ * a peer_lost reply is reported as CS_ERR_PEER_LOST naming the rank, a
+ * sidecar that does not answer in time as CS_ERR_TIMEOUT naming it.
+ */
 static int round_trip(struct node *nd, int n, char reqs[][128],
 		      int timeout_ms)
 {
-	for (int i = 0; i < n; i++)
-		if (cs_ctl_send(nd[i].fd, reqs[i]))
-			return -EIO;
-	for (int i = 0; i < n; i++) {
-		int r = cs_ctl_recv(nd[i].fd, nd[i].reply,
-				    sizeof(nd[i].reply), timeout_ms);
+	bool sent[MAX_NODES];
+	int err = 0;
 
-		if (r < 0) {
-			fprintf(stderr, "collstack: %s: no reply to '%s': %s\n",
-				nd[i].name, reqs[i], strerror(-r));
-			return r;
-		}
-		if (strncmp(nd[i].reply, "ok", 2)) {
-			fprintf(stderr, "collstack: %s: %s\n", nd[i].name,
-				nd[i].reply);
-			return -EPROTO;
+	for (int i = 0; i < n; i++) {
+		sent[i] = !cs_ctl_send(nd[i].fd, reqs[i]);
+		if (!sent[i]) {
+			fprintf(stderr, "collstack: %s: cannot send '%s': "
+				"sidecar gone\n", nd[i].name, reqs[i]);
+			err = -EIO;
 		}
 	}
-	return 0;
+	for (int i = 0; i < n; i++) {
+		int r;
+
+		if (!sent[i])
+			continue;
+		r = cs_ctl_recv(nd[i].fd, nd[i].reply, sizeof(nd[i].reply),
+				timeout_ms);
+		if (r == -ETIMEDOUT) {
+			fprintf(stderr, "collstack: CS_ERR_TIMEOUT: %s (node "
+				"%d) stalled: no reply to '%s' within %d ms\n",
+				nd[i].name, i, reqs[i], timeout_ms);
+			err = CS_ERR_TIMEOUT;
+		} else if (r < 0) {
+			fprintf(stderr, "collstack: %s: no reply to '%s': %s\n",
+				nd[i].name, reqs[i], strerror(-r));
+			if (!err)
+				err = r;
+		} else if (strncmp(nd[i].reply, "ok", 2)) {
+			double lr = -1, ep = 0;
+
+			fprintf(stderr, "collstack: %s: %s\n", nd[i].name,
+				nd[i].reply);
+			if (strstr(nd[i].reply, "peer_lost") &&
+			    !cs_ctl_kv(nd[i].reply, "rank", &lr) &&
+			    !cs_ctl_kv(nd[i].reply, "epoch", &ep)) {
+				fprintf(stderr, "collstack: CS_ERR_PEER_LOST: "
+					"rank %d lost (group epoch %d), "
+					"reported by %s\n", (int)lr, (int)ep,
+					nd[i].name);
+				err = CS_ERR_PEER_LOST;
+			} else if (!err) {
+				err = -EPROTO;
+			}
+		}
+	}
+	return err;
 }
 
 static double kv(const char *line, const char *key)
@@ -109,19 +149,21 @@ static int run_allreduce(int argc, char **argv)
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "seed", required_argument, NULL, 's' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "exclude-lost", no_argument, NULL, 'x' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	static struct node nd[MAX_NODES];
 	static char reqs[MAX_NODES][128];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
-	const char *env = DEFAULT_ENV, *dts = "f32";
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *dts = "f32";
 	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
 	unsigned iters = 5, warmup = 1, timeout = 60000;
 	uint64_t wrong_all = 0;
 	enum cs_dtype dt;
 	uint32_t op_id;
 	int n, o, ret = 1;
+	bool exclude_lost = false;	/* ctlplane */
 
 	while ((o = getopt_long(argc, argv, "b:e:n:w:t:h", opts, NULL)) != -1) {
 		switch (o) {
@@ -142,6 +184,7 @@ static int run_allreduce(int argc, char **argv)
 		case 'w': warmup = (unsigned)atoi(optarg); break;
 		case 's': seed = strtoull(optarg, NULL, 0); break;
 		case 'T': timeout = (unsigned)atoi(optarg); break;
+		case 'x': exclude_lost = true; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -165,6 +208,17 @@ bad:
 		snprintf(nd[i].dir, sizeof(nd[i].dir), "%.255s/%.63s", root,
 			 names[i]);
 		nd[i].fd = cs_ctl_connect(nd[i].dir);
+		if (nd[i].fd < 0 && exclude_lost) {
+			/* ctlplane: a dead sidecar; the survivors' ring
+			 * comes from their view, without it */
+			printf("# skipping %s: %s (--exclude-lost)\n",
+			       nd[i].name, strerror(-nd[i].fd));
+			memmove(&names[i], &names[i + 1],
+				(size_t)(n - i - 1) * sizeof(names[0]));
+			n--;
+			i--;
+			continue;
+		}
 		if (nd[i].fd < 0) {
 			fprintf(stderr, "collstack: sidecar %s: %s\n",
 				nd[i].name, strerror(-nd[i].fd));
@@ -204,7 +258,8 @@ bad:
 			for (int i = 0; i < n; i++)
 				snprintf(reqs[i], sizeof(reqs[i]),
 					 "ar_wait %u %u", op_id, timeout);
-			if (round_trip(nd, n, reqs, timeout + 5000))
+			/* the sidecars give up after --timeout themselves */
+			if (round_trip(nd, n, reqs, timeout + 30000))
 				goto out;
 			for (int i = 0; i < n; i++) {
 				double t = kv(nd[i].reply, "ns");

@@ -76,6 +76,7 @@ static void help_config(FILE *out)
 	fprintf(out, "\npolling lcores:\n");
 	cs_cfg_help(cs_lcore_cfg, cs_lcore_cfg_len, out);
 	cs_daemon_help_config(out);
+	cs_daemon_boot_help(out);
 	cs_daemon_ipc_help(out);
 }
 
@@ -95,6 +96,9 @@ static int set_key(struct cs_daemon_conf *c, const char *key,
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,
 			 err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_daemon_boot_set_key(&c->boot, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_daemon_ipc_set_key(c, key, val, err, errlen);
@@ -382,8 +386,10 @@ static bool serve(struct cs_daemon *d, int fd)
 				 "peers=%u", d->conf.port.name, d->conf.rank,
 				 d->port->frame_max, d->conf.port.type,
 				 d->drv.npeers);
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "stats")) {
 			reply_stats(d, out, sizeof(out));
+			cs_daemon_boot_report(d, out, sizeof(out));
 		} else if (!strcmp(req, "raw")) {
 			do_raw(d, args, out, sizeof(out));
 		} else if (!strcmp(req, "quit")) {
@@ -413,7 +419,9 @@ int main(int argc, char **argv)
 	if (cs_port_conf_defaults(&c->port) ||
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
-	    cs_daemon_conf_defaults(c) || cs_daemon_ipc_defaults(c))
+	    cs_daemon_conf_defaults(c) ||
+	    cs_daemon_boot_conf_defaults(&c->boot) ||
+	    cs_daemon_ipc_defaults(c))
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -459,7 +467,14 @@ int main(int argc, char **argv)
 		goto out_files;
 	if (cs_drv_init(&d.drv, d.port, c->rank))
 		goto out_port;
-	if (c->peers[0] && (ret = cs_drv_load_peers(&d.drv, c->peers))) {
+	atomic_init(&d.view.lost_rank, -1);
+	if (cs_daemon_boot_enabled(&d)) {	/* peers from the coordinator */
+		if (cs_daemon_boot_start(&d)) {
+			ret = 3;
+			goto out_port;
+		}
+	} else if (c->peers[0] &&
+		   (ret = cs_drv_load_peers(&d.drv, c->peers))) {
 		CS_ERR("node.peers %s: %s", c->peers, strerror(-ret));
 		ret = 1;
 		goto out_port;
@@ -472,9 +487,14 @@ int main(int argc, char **argv)
 		int cpu = cs_lcore_pick_cpu(&c->lcore, d.port->numa, nl,
 					    c->rank, why, sizeof(why));
 
-		CS_INFO("lcore %u: queue %u, CPU %d (%s), %s polling", nl, nl,
-			cpu, why,
-			d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
+		if (d.mode == CS_POLL_BUSY)
+			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
+				"busy polling", nl, nl, cpu, why);
+		else
+			CS_INFO("lcore %u: queue %u, adaptive polling, not "
+				"pinned: shares the process's CPUs with other "
+				"sidecars (busy mode would take CPU %d: %s)",
+				nl, nl, cpu, why);
 		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode,
 				   &c->lcore, cpu, cs_drv_poll, &d.drv)) {
 			CS_ERR("lcore %u did not start", nl);
@@ -539,6 +559,7 @@ out_lcores:
 		cs_lcore_stop(&d.lcores[nl]);
 	cs_daemon_fini(&d);
 out_port:
+	cs_daemon_boot_stop(&d);
 	cs_port_close(d.port);
 out_files:
 	if (sfd >= 0)

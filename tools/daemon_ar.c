@@ -72,6 +72,7 @@ enum { AR_PREPARED = 0, AR_DONE = 1, AR_FAILED = 2 };
 
 struct ar_op {
 	uint32_t op_id, n, rank;
+	uint32_t epoch;		/* ctlplane: the group view it runs in */
 	enum cs_dtype dtype;
 	uint64_t seed;
 	size_t count, bytes;
@@ -116,6 +117,7 @@ struct cs_ar_svc {
 	struct cs_pbuf txq[AR_TXQ];
 	unsigned ntxq;
 	uint64_t rx_other_op, rx_no_sess, tx_retry;
+	uint32_t view_epoch;	/* ctlplane: view the peer table was built for */
 	struct ar_held *hold;
 	unsigned nhold;
 	uint64_t rx_held, rx_replayed, rx_prev;
@@ -260,6 +262,15 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		struct ar_sess *ss;
 		int m;
 
+		/* ctlplane: frames of an older group epoch are dropped */
+		if (unlikely((int32_t)(h->epoch - atomic_load_explicit(
+				&s->d->view.epoch, memory_order_relaxed)) < 0)) {
+			atomic_store_explicit(&s->d->view.rx_stale_epoch,
+				atomic_load_explicit(&s->d->view.rx_stale_epoch,
+						     memory_order_relaxed) + 1,
+				memory_order_relaxed);
+			continue;
+		}
 		if (!op || h->op != op->op_id || h->group ||
 		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
 			if (ack_prev(s, h, now))
@@ -412,6 +423,7 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 			h.version = CS_PROTO_VERSION;
 			h.channel = (uint16_t)ss->ch;
 			h.op = op->op_id;
+			h.epoch = op->epoch;	/* ctlplane */
 			cs_rel_build_ack(&ss->rel, &h, now);
 			frame_send(s, op, ss->peer, &h, NULL, 0);
 			op->pure_acks++;
@@ -538,8 +550,18 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
-	for (int i = 0; i < 100000 && atomic_load(&s->gen) < g + 2; i++)
+	/* Two polls later the lcore cannot hold the old pointer any more.
+	 * Never free it before: if a stop signal comes first, leave it
+	 * (the process is going away). */
+	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
+		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
+			s->old = NULL;
+			s->prev_ctl = NULL;
+			s->retired = NULL;
+			break;
+		}
 		sleep_us(10);
+	}
 	if (s->retired != s->prev_ctl)
 		op_free(s->prev_ctl);
 	s->prev_ctl = NULL;
@@ -561,10 +583,15 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 {
 	pthread_mutex_lock(&s->install_lock);
 	if (s->retired) {
-		for (int i = 0; i < 100000 && atomic_load(&s->gen) <
-						      s->retired_gen + 2; i++)
+		/* as in install(): never free what the lcore may hold */
+		for (unsigned i = 0; atomic_load(&s->gen) <
+				     s->retired_gen + 2; i++) {
+			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
+				break;
 			sleep_us(10);
-		op_free(s->retired);
+		}
+		if (atomic_load(&s->gen) >= s->retired_gen + 2)
+			op_free(s->retired);
 		s->retired = NULL;
 	}
 	/* the replaced op keeps acknowledging; the one before goes */
@@ -643,12 +670,26 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 			 "peer table must list 2+ nodes", esz);
 		return -EINVAL;
 	}
+	/* ctlplane: the ring is rebuilt from the alive members of the
+	 * current view (quiesce the lcore first: it reads the peer table) */
+	if (d->boot && atomic_load(&d->view.epoch) != s->view_epoch) {
+		install(s, NULL);
+		ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
+		if (ret)
+			return ret;
+		if (d->drv.npeers < 2) {
+			snprintf(msg, mlen, "err fewer than 2 alive members "
+				 "in the view (epoch %u)", s->view_epoch);
+			return -EINVAL;
+		}
+	}
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
 	op->op_id = op_id;
 	op->n = d->drv.npeers;
-	op->rank = d->conf.rank;
+	op->rank = d->drv.rank;	/* ctlplane: ring index (= node.rank static) */
+	op->epoch = atomic_load(&d->view.epoch);
 	op->dtype = dt;
 	op->seed = seed;
 	op->bytes = bytes;
@@ -673,6 +714,7 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	p.dtype = dt;
 	p.op = CS_SUM;
 	p.op_id = op_id;
+	p.epoch = op->epoch;	/* ctlplane */
 	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
 		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
 	if (p.channels > AR_MAX_CH)
@@ -735,11 +777,25 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		snprintf(out, len, "err no operation %u", op_id);
 		return;
 	}
-	for (unsigned t = 0; t < ms * 10; t++) {
+	/* A deadline on the clock: on a loaded machine each short sleep
+	 * takes far longer than asked. */
+	cs_ns_t deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+
+	for (unsigned t = 0;; t++) {
 		st = atomic_load_explicit(&op->state, memory_order_acquire);
-		if (st != AR_PREPARED ||
+		if (st != AR_PREPARED || cs_lcore_now() >= deadline ||
 		    (t % 100 == 0 && cs_daemon_signalled(s->d)))
 			break;
+		/* ctlplane: a peer was lost (the view moved on): fail now */
+		if (atomic_load_explicit(&s->d->view.epoch,
+					 memory_order_acquire) != op->epoch) {
+			snprintf(out, len, "err peer_lost rank=%d epoch=%u "
+				 "op=%u (CS_ERR_PEER_LOST)",
+				 atomic_load(&s->d->view.lost_rank),
+				 atomic_load(&s->d->view.epoch), op_id);
+			atomic_store(&op->state, AR_FAILED);
+			return;
+		}
 		sleep_us(100);
 	}
 	if (st == AR_PREPARED) {
@@ -868,11 +924,13 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 	}
 	if (!strcmp(req, "ar_stats")) {
 		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
-			 "tx_retry=%llu rx_held=%llu rx_replayed=%llu "
-			 "rx_prev=%llu",
+			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
+			 "rx_replayed=%llu rx_prev=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
+			 (unsigned long long)atomic_load(
+				 &d->view.rx_stale_epoch),
 			 (unsigned long long)s->rx_held,
 			 (unsigned long long)s->rx_replayed,
 			 (unsigned long long)s->rx_prev);

@@ -650,6 +650,9 @@ static int sc_rank_open(struct sc_drv *d, struct sc_rank *rk,
 		  (cfg->alt_dir ? CS_COLL_F_ALT_DIR : 0);
 	p.epoch = v->epoch;
 	p.op_id = rk->opno;
+	p.start = rk->op_start;
+	if (cfg->deadline)
+		p.deadline = cfg->deadline;
 	ret = cs_coll_init(&p, &rk->op);
 	if (ret)
 		return ret;
@@ -861,13 +864,9 @@ static bool sc_member_active(const struct sc_rank *rk, cs_ns_t now)
 
 static void sc_member_timer(struct sc_rank *rk, cs_ns_t now, cs_ns_t wake)
 {
-	const struct sc_cfg *cfg = rk->d->cfg;
-
-	(void)now;
 	wake = CS_MIN(wake, cs_member_fd_deadline(&rk->mfd));
-	if (cfg->deadline && rk->op && !sc_stalled(rk, now) &&
-	    cs_coll_status(rk->op, NULL) == -EINPROGRESS)
-		wake = CS_MIN(wake, rk->op_start + cfg->deadline);
+	if (rk->op && !sc_stalled(rk, now))
+		wake = CS_MIN(wake, cs_coll_next_deadline(rk->op));
 	cs_sim_timer(rk->d->sim, rk->id, wake);
 }
 
@@ -965,13 +964,12 @@ static void sc_member_op_done(struct sc_rank *rk, cs_ns_t now)
 	sc_check_end(d);
 }
 
-/* The operation's deadline passed: say what it waits for, abort it. */
+/* The engine aborted the op at its deadline: report what it waited for. */
 static void sc_timeout(struct sc_rank *rk, cs_ns_t now)
 {
-	rk->has_wait = cs_coll_waiting_on(rk->op, &rk->wait);
+	cs_coll_abort_wait(rk->op, &rk->wait);
+	rk->has_wait = rk->wait.kind != CS_COLL_WAIT_NONE;
 	cs_coll_wait_format(rk->op, &rk->wait, rk->diag, sizeof(rk->diag));
-	cs_coll_abort(rk->op, CS_ERR_TIMEOUT,
-		      rk->has_wait ? rk->wait.peer : UINT32_MAX);
 	sc_report(rk, CS_ERR_TIMEOUT,
 		  rk->has_wait ? rk->view->node[rk->wait.peer] :
 				 CS_SIM_NODE_NONE, now);
@@ -1083,16 +1081,14 @@ static void sc_send_hb(struct sc_rank *rk)
 /* Heartbeats and the deadline; true: go on with the transport timers. */
 static bool sc_member_on_timer(struct sc_rank *rk, cs_ns_t now)
 {
-	struct sc_drv *d = rk->d;
 	unsigned act = cs_member_fd_poll(&rk->mfd, now);
 
 	if (act & CS_MEMBER_SEND_HB)
 		sc_send_hb(rk);
 	if (act & CS_MEMBER_COORD_LOST)
 		rk->coord_lost = true;
-	if (!sc_stalled(rk, now) && d->cfg->deadline && rk->op &&
-	    cs_coll_status(rk->op, NULL) == -EINPROGRESS &&
-	    now >= rk->op_start + d->cfg->deadline)
+	if (!sc_stalled(rk, now) && rk->op &&
+	    cs_coll_check_deadline(rk->op, now))
 		sc_timeout(rk, now);
 	if (!sc_member_active(rk, now)) {
 		sc_member_timer(rk, now, CS_NS_NEVER);
@@ -1514,6 +1510,14 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		       rc ? "FAIL" : "ok", d->n, cfg->bytes,
 		       sc_op_us(d, &d->views[0], 1), wrong, d->finished[1],
 		       wrong ? ": " : "", first);
+		for (uint32_t r = 0; r < d->n && d->reports[1]; r++) {
+			if (!d->rk[r].reported[1])
+				continue;
+			printf("  %u ranks failed with %s, first: %s\n",
+			       d->reports[1], cs_strerror(d->rk[r].status[1]),
+			       d->rk[r].diag[0] ? d->rk[r].diag : "-");
+			break;
+		}
 	}
 	if (cfg->verbose)
 		fprintf(stderr, "  seed=%" PRIu64 " events=%" PRIu64

@@ -6,10 +6,11 @@
 #include "ipc_server.h"
 
 /*
- * Plain scalar loops (integers wrap: they are computed unsigned): the compiler vectorises the f32/f64/int cases at -O2
- * -ftree-vectorize (-O3). The collectives module owns the tuned kernels;
- * the integrator may route this through them. What matters here is that the
- * server reduces in one fixed order, so every local rank gets the same bits.
+ * Plain scalar loops. Integers are computed unsigned, so overflow wraps
+ * instead of being undefined. The collectives module owns the tuned
+ * kernels and the integrator may route this through them; what matters
+ * here is that the server reduces in one fixed order, so every local rank
+ * gets the same bits.
  */
 
 static float bf16_to_f32(uint16_t h)
@@ -28,7 +29,7 @@ static uint16_t f32_to_bf16(float f)
 	memcpy(&u, &f, sizeof(u));
 	if (isnan(f))
 		return (uint16_t)((u >> 16) | 0x40);	/* stay a quiet NaN */
-	u += 0x7fff + ((u >> 16) & 1);			/* round to nearest even */
+	u += 0x7fff + ((u >> 16) & 1);		/* round to nearest even */
 	return (uint16_t)(u >> 16);
 }
 
@@ -100,18 +101,18 @@ static float apply_f(float a, float b, enum cs_redop op)
 	}
 }
 
-#define REDUCE_LOOP(T, U, d, s, n, op)					\
+#define REDUCE_LOOP(T, U, d, s, n, op)				\
 	do {								\
 		T *d_ = (T *)(d);					\
 		const T *s_ = (const T *)(s);				\
 		switch (op) {						\
 		case CS_SUM:						\
 			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = (T)((U)d_[i] + (U)s_[i]);		\
+				d_[i] = (T)((U)d_[i] + (U)s_[i]);	\
 			break;						\
 		case CS_PROD:						\
 			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = (T)((U)d_[i] * (U)s_[i]);		\
+				d_[i] = (T)((U)d_[i] * (U)s_[i]);	\
 			break;						\
 		case CS_MIN:						\
 			for (size_t i = 0; i < (n); i++)		\

@@ -48,7 +48,8 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.sq_burst", CS_CFG_U32, offsetof(struct cs_ipc_cfg, sq_burst),
 	  "32", 1, CS_IPC_RING_SLOTS,
 	  "descriptors taken from one trainer per poll" },
-	{ "ipc.allowed_gid", CS_CFG_U64, offsetof(struct cs_ipc_cfg, allowed_gid),
+	{ "ipc.allowed_gid", CS_CFG_U64,
+	  offsetof(struct cs_ipc_cfg, allowed_gid),
 	  "4294967295", 0, 4294967295.0,
 	  "group id also allowed to connect (4294967295: none, only the "
 	  "sidecar's uid)" },
@@ -1349,6 +1350,18 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 		goto out_free;
 	}
 	memcpy(sa.sun_path, cfg->socket_path, strlen(cfg->socket_path));
+	/* A stale socket file is replaced; a live sidecar is not. */
+	if (!connect(s->lfd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -EADDRINUSE;
+		goto out_close;
+	}
+	close(s->lfd);
+	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			0);
+	if (s->lfd < 0) {
+		ret = -errno;
+		goto out_free;
+	}
 	unlink(cfg->socket_path);
 	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    listen(s->lfd, 64)) {

@@ -102,11 +102,12 @@ struct cs_ipc_stats {
 
 /**
  * cs_ipc_server_create - listen on a Unix socket for trainers
- * @cfg: settings (copied); cfg->socket_path is unlinked and bound
+ * @cfg: settings (copied); a stale cfg->socket_path is replaced
  * @be: the cross-node backend, or NULL for single-node groups only (copied)
  * @out: the server
  *
- * Returns: 0 or a negative errno.
+ * Returns: 0, -EADDRINUSE if a server already answers on the path, or a
+ * negative errno.
  */
 int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 			 const struct cs_ipc_backend *be,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libcollstack: the trainer API (connect, shared buffers, groups, collectives). */
+/* libcollstack: the trainer API (connect, buffers, groups, collectives). */
 #ifndef COLLSTACK_COLLSTACK_H
 #define COLLSTACK_COLLSTACK_H
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* mini_sidecar: serve trainers on one node (no network) until SIGINT/SIGTERM. */
+/* mini_sidecar: serve trainers of one node (no network) until SIGTERM. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>

@@ -15,7 +15,9 @@
  * @tick: called with the server and @be->ctx after every poll, or NULL
  *
  * Polls the server, sleeping briefly when idle so that trainers sharing
- * the cores can run. @tick returns work done (0: idle). Returns: 0, or a negative errno from the server.
+ * the cores can run. @tick returns work done (0: idle).
+ *
+ * Returns: 0, or a negative errno from the server.
  */
 int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 			 const struct cs_ipc_backend *be,

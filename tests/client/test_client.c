@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -247,6 +248,17 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 
 	sidecar_start(&sc, "env");
 	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	{
+		/* A second server on a live socket is refused. */
+		struct cs_ipc_server *srv;
+		struct cs_ipc_cfg cfg;
+
+		cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table,
+					     cs_ipc_cfg_table_len, &cfg), 0);
+		strcpy(cfg.socket_path, sc.path);
+		cr_assert_eq(cs_ipc_server_create(&cfg, NULL, &srv),
+			     -EADDRINUSE);
+	}
 	unsetenv("RANK");
 	unsetenv("WORLD_SIZE");
 	unsetenv("SLURM_PROCID");
@@ -1200,5 +1212,97 @@ Test(client, random_descriptors, .timeout = 240)
 	cr_assert_eq(cs_wait(c, r[0], WAIT_NS), 0);
 	cr_assert_eq(x[0], 3);
 	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- peer credentials ------------------------------------------------- */
+
+static int other_uid_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	int ret;
+
+	(void)rank;
+	(void)size;
+	(void)arg;
+	if (setgid(65534) || setuid(65534))
+		return 2;
+	ret = connect_retry(path, &c);
+	if (ret == 0)
+		return 3;	/* served: the credential check is missing */
+	return ret == -ECONNRESET ? 0 : 4;
+}
+
+Test(client, other_uid_refused, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to switch to another uid");
+	sidecar_start(&sc, "uid");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	/* Let anyone reach the socket: only SO_PEERCRED stands in the way. */
+	cr_assert_eq(chmod(sc.path, 0777), 0);
+	expect_exit0(spawn(other_uid_main, sc.path, 0, 1, NULL),
+		     "trainer of another uid");
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* ---- busy buffers and groups ------------------------------------------ */
+
+/* Two clients in one process play ranks 0 and 1. */
+Test(client, busy_buffer_and_group, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c0, *c1;
+	struct cs_group *g0, *g1;
+	struct cs_buf *b0, *b1;
+	cs_req_t r0, r1;
+	float *x0, *x1;
+
+	sidecar_start(&sc, "busy");
+	cr_assert_eq(connect_retry(sc.path, &c0), 0);
+	cr_assert_eq(connect_retry(sc.path, &c1), 0);
+	cr_assert_eq(cs_buf_alloc(c0, 4096, &b0), 0);
+	cr_assert_eq(cs_buf_alloc(c1, 4096, &b1), 0);
+	cr_assert_eq(cs_group_join(c0, "pair", 0, 2, 0, 2, &g0), 0);
+	cr_assert_eq(cs_group_join(c1, "pair", 1, 2, 1, 2, &g1), 0);
+	x0 = cs_buf_ptr(b0);
+	x1 = cs_buf_ptr(b1);
+	x0[0] = 1;
+	x1[0] = 2;
+	cr_assert_eq(cs_allreduce(g0, x0, x0, 1, CS_F32, CS_SUM, &r0), 0);
+	cr_assert_eq(cs_wait(c0, r0, 50 * 1000000), CS_ERR_TIMEOUT,
+		     "completed without rank 1");
+	/* Once the sidecar has taken the descriptor (its consumer index
+	 * caught up), it holds the buffer; the client holds the group. */
+	{
+		struct cs_ipc_ctrl *ctl = cs__client_ctrl(c0);
+		struct cs_ring_hdr *sq = (struct cs_ring_hdr *)((char *)ctl +
+								ctl->sq_off);
+
+		for (int i = 0; i < 4000 && atomic_load(&sq->cons) !=
+					    atomic_load(&sq->prod); i++)
+			usleep(5000);
+		cr_assert_eq(atomic_load(&sq->cons), atomic_load(&sq->prod));
+	}
+	cr_assert_eq(cs_buf_free(b0), -EBUSY, "%s", cs_errmsg(c0));
+	cr_assert_eq(cs_group_leave(g0), -EBUSY);
+	cr_assert(strstr(cs_errmsg(c0), "rank 0 leave group 'pair'"), "%s",
+		  cs_errmsg(c0));
+	cr_assert_eq(cs_allreduce(g1, x1, x1, 1, CS_F32, CS_SUM, &r1), 0);
+	cr_assert_eq(cs_wait(c1, r1, WAIT_NS), 0, "%s", cs_errmsg(c1));
+	cr_assert_eq(cs_wait(c0, r0, WAIT_NS), 0, "%s", cs_errmsg(c0));
+	cr_assert_eq(x0[0], 3);
+	cr_assert_eq(x1[0], 3);
+	cr_assert_eq(cs_buf_free(b0), 0);
+	/* Rank 0 leaves: rank 1's next operation fails, it does not hang. */
+	cr_assert_eq(cs_group_leave(g0), 0);
+	cr_assert_eq(cs_barrier(g1, &r1), 0);
+	cr_assert_eq(cs_wait(c1, r1, WAIT_NS), CS_ERR_PEER_LOST);
+	cs_disconnect(c0);
+	cs_disconnect(c1);
 	sidecar_stop(&sc);
 }

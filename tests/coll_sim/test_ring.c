@@ -664,3 +664,51 @@ Test(ring, abort_completes_with_the_error)
 	cr_assert_eq(cs_coll_status(P.op[1], NULL), -EINPROGRESS);
 	pair_fini(&P);
 }
+
+/* The deadline: nothing before start + deadline, then CS_ERR_TIMEOUT
+ * naming the rank waited on, with the snapshot kept for the report. */
+Test(ring, deadline_times_out_naming_the_rank)
+{
+	struct cs_coll_params p;
+	struct cs_coll *c;
+	struct cs_coll_wait w;
+	char line[200];
+	int32_t buf[64] = { 0 };
+	uint32_t who;
+
+	cs_coll_params_default(&p, NULL);
+	cr_assert(p.deadline > 0, "coll.deadline has a default");
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = 4;
+	p.rank = 2;
+	p.sendbuf = p.recvbuf = buf;
+	p.count = 64;
+	p.dtype = CS_I32;
+	p.op = CS_SUM;
+	p.channels = 1;
+	p.op_id = 12;
+	p.start = 1000;
+	p.deadline = 500;
+	cr_assert_eq(cs_coll_init(&p, &c), 0);
+	cr_assert_eq(cs_coll_next_deadline(c), 1500);
+	cr_assert_not(cs_coll_check_deadline(c, 1499));
+	cr_assert_eq(cs_coll_status(c, NULL), -EINPROGRESS);
+	cr_assert(cs_coll_check_deadline(c, 1500));
+	cr_assert_eq(cs_coll_status(c, &who), CS_ERR_TIMEOUT);
+	cr_assert_eq(who, 1);
+	cr_assert_eq(cs_coll_next_deadline(c), UINT64_MAX);
+	cr_assert_not(cs_coll_check_deadline(c, 2000));
+	cs_coll_abort_wait(c, &w);
+	cr_assert_eq(w.kind, CS_COLL_WAIT_DATA);
+	cs_coll_wait_format(c, &w, line, sizeof(line));
+	cr_assert_str_eq(line, "rank 2 waits on rank 1: allreduce op 12 "
+			 "channel 0 reduce-scatter step 0 chunk 0 (packets 1 "
+			 "of 1 missing)");
+	cs_coll_free(c);
+	/* 0: no deadline */
+	p.deadline = 0;
+	cr_assert_eq(cs_coll_init(&p, &c), 0);
+	cr_assert_eq(cs_coll_next_deadline(c), UINT64_MAX);
+	cr_assert_not(cs_coll_check_deadline(c, UINT64_MAX - 1));
+	cs_coll_free(c);
+}

@@ -30,10 +30,14 @@ need_netns() {
 	for t in ip nft python3; do
 		command -v $t >/dev/null || skip "missing tool: $t"
 	done
-	if [ -f /run/collstack/cluster.env ]; then
-		skip "a cluster is already up (/run/collstack/cluster.env)"
-	fi
 }
+
+# A cluster of our own names, so test runs of several checkouts (or a
+# cluster someone left up) never meet: CS_CLUSTER=t<2 digits><case number>.
+export CS_CLUSTER=t$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)
+export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
+N0=/run/collstack/${CS_CLUSTER}n0
+NS1=${CS_CLUSTER}n1
 
 cluster_up() {	# args of cluster.sh up
 	trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
@@ -42,7 +46,8 @@ cluster_up() {	# args of cluster.sh up
 }
 
 run_ar() {	# extra args of collstack run allreduce
-	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 "$@" ||
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 \
+		--timeout 300000 "$@" ||
 		fail "allreduce reported wrong elements or failed"
 }
 
@@ -64,11 +69,11 @@ PY
 
 kv() { sed -n "s/.*[ ]$2=\([0-9]*\).*/\1/p" <<<"$1"; }
 
-# Frames that are not ours, sent from csn1's kernel to csn0's port: a UDP
+# Frames that are not ours, sent from node 1's kernel to node 0's port: a UDP
 # datagram that is not collstack, one to another UDP port, and a
 # well-formed collstack DATA frame of an operation nobody posted.
 inject_foreign() {
-	ip netns exec csn1 python3 - <<'PY'
+	ip netns exec "$NS1" python3 - <<'PY'
 import socket, struct
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 # SO_NO_CHECK: UDP checksum 0. With it on, veth leaves the checksum to
@@ -92,10 +97,10 @@ PY
 
 check_foreign_counted() {
 	local st ar
-	st=$(ctl /run/collstack/csn0 stats)
-	ar=$(ctl /run/collstack/csn0 ar_stats)
-	echo "csn0: $st"
-	echo "csn0: $ar"
+	st=$(ctl "$N0" stats)
+	ar=$(ctl "$N0" ar_stats)
+	echo "node 0: $st"
+	echo "node 0: $ar"
 	[ "$(kv "$st" rx_malformed)" -ge 3 ] ||
 		fail "malformed frames were not counted"
 	[ "$(kv "$ar" rx_other_op)" -ge 3 ] ||
@@ -131,7 +136,7 @@ udp_local() {
 		done
 		[ -f "$dir/l$i/ready" ] || fail "sidecar l$i not ready"
 	done
-	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 \
+	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 --timeout 300000 \
 		--cluster "$dir/cluster.env" || fail "allreduce over udp"
 	kill -TERM "${pids[@]}"
 	wait
@@ -153,7 +158,7 @@ af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
 		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
 	af_packet_4_bridge1)
 		cluster_up 4 --port af_packet --bridge-loss 1; run_ar
-		nft list table bridge csloss | grep -q 'packets [1-9]' ||
+		nft list table bridge "${CS_CLUSTER}loss" | grep -q 'packets [1-9]' ||
 			fail "the bridge dropped nothing" ;;
 	af_packet_foreign)
 		cluster_up 2 --port af_packet

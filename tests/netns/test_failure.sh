@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Bootstrap and failure cases on a real cluster (scripts/cluster.sh --boot):
+# sidecars get their membership from the coordinator in csn0.
+#
+#   test_failure.sh CASE   (suite netns; CS_BUILD_DIR set by meson)
+#
+#   boot_kill      kill -9 a sidecar during an allreduce: the run ends with
+#                  CS_ERR_PEER_LOST naming its rank (bounded time), then
+#                  the 3 survivors run a correct allreduce (--exclude-lost)
+#   boot_intruder  a fifth sidecar with the wrong token is refused (log
+#                  lines on both sides, exit 3); the group still works
+#   boot_stale     frames stamped with an older epoch are dropped and
+#                  counted (stats rx_stale_epoch); results stay correct
+#   boot_stall     SIGSTOP a sidecar during an allreduce with a deadline
+#                  shorter than fail_timeout: CS_ERR_TIMEOUT naming it;
+#                  after SIGCONT the next allreduce is correct
+#   boot_coord     kill -9 the coordinator's sidecar: members report
+#                  "coordinator lost" (log, ping)
+#
+# Needs root, ip, nft, python3 (skips with 77 otherwise); uses the udp
+# port (CS_FAIL_PORT=af_packet for the DPDK one). Tears down by trap.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+CASE=${1:?usage: test_failure.sh CASE}
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLI=$BUILD/tools/collstack
+DAEMON=$BUILD/tools/collstackd
+PORT=${CS_FAIL_PORT:-udp}
+RUN=/run/collstack
+# Loaded 2-core machines: a slow heartbeat path must not look like a loss,
+# and a descheduled peer must not make a session give up.
+FAIL_S=${CS_FAIL_TIMEOUT_S:-3}
+COMMON=(--set member.hb_interval=200ms --set member.fail_timeout=${FAIL_S}s
+	--set rel.max_timeouts=3000)
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+[ -x "$CLI" ] && [ -x "$DAEMON" ] || fail "not built: $CLI, $DAEMON"
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+for t in ip nft python3; do
+	command -v $t >/dev/null || skip "missing tool: $t"
+done
+[ -f $RUN/cluster.env ] && skip "a cluster is already up ($RUN/cluster.env)"
+ip netns list | grep -q '^csn' && skip "csn* namespaces exist (in use?)"
+if [ "$PORT" = udp ]; then
+	"$DAEMON" --help-config | grep -q 'port types:.* udp' ||
+		skip "collstackd built without io_uring (no udp port)"
+else
+	"$DAEMON" --help-config | grep -q 'port types:.* dpdk' ||
+		skip "collstackd built without DPDK"
+fi
+
+TMP=$(mktemp -d /tmp/cs-failure.XXXXXX)
+EXTRA_PIDS=()
+cleanup() {
+	for p in "${EXTRA_PIDS[@]}"; do
+		kill -CONT "$p" 2>/dev/null
+		kill -TERM "$p" 2>/dev/null
+	done
+	# keep the sidecars' logs of the last run for a post-mortem
+	mkdir -p /tmp/cs-failure-logs && cp $RUN/csn*.log "$TMP"/*.log \
+		/tmp/cs-failure-logs/ 2>/dev/null
+	scripts/cluster.sh down >/dev/null 2>&1
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+up() {	# N [more cluster.sh args]
+	local n=$1; shift
+	CS_BUILD_DIR=$BUILD scripts/cluster.sh up "$n" --port "$PORT" --boot \
+		"${COMMON[@]}" "$@" || fail "cluster.sh up $n --boot"
+	# shellcheck disable=SC1090
+	. $RUN/cluster.env
+}
+
+pid_of() { echo "$CS_PIDS" | cut -d' ' -f$(($1 + 1)); }
+
+ctl() {		# node request -> reply line
+	python3 - "$RUN/$1" "$2" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(sys.argv[1] + "/ctl.sock")
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    c = s.recv(4096)
+    if not c:
+        break
+    buf += c
+print(buf.decode().strip())
+PY
+}
+
+kv() { sed -n "s/.*[ ]$2=\([-0-9]*\).*/\1/p" <<<"$1"; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+run_ok() {	# [args]: a correct allreduce
+	"$CLI" run allreduce -b 1K -e 64K --iters 1 --warmup 0 "$@" \
+		>"$TMP/ok.out" 2>&1
+	local rc=$?
+	cat "$TMP/ok.out"
+	[ $rc = 0 ] && grep -q 'Out of bounds values : 0 OK' "$TMP/ok.out" ||
+		fail "allreduce $* failed (rc $rc)"
+}
+
+boot_kill() {
+	local victim=2 p t_kill t_end rc dt lost_at
+	up 4
+	run_ok
+	p=$(pid_of $victim)
+	"$CLI" run allreduce --bytes 16M --iters 50 --warmup 0 \
+		--timeout 300000 >"$TMP/kill.out" 2>&1 &
+	local rp=$!
+	sleep 3
+	t_kill=$(now)
+	kill -9 "$p"
+	wait $rp
+	rc=$?
+	t_end=$(now)
+	cat "$TMP/kill.out"
+	[ $rc != 0 ] || fail "the run did not fail after a kill -9"
+	grep -q "CS_ERR_PEER_LOST: rank $victim lost" "$TMP/kill.out" ||
+		fail "no CS_ERR_PEER_LOST naming rank $victim"
+	dt=$(secs "$t_kill" "$t_end")
+	lost_at=$(grep -h "peer lost: rank $victim" $RUN/csn1.log | head -1 |
+		  cut -d' ' -f1)
+	echo "kill -9 csn$victim -> survivors' view: $(secs "$t_kill" "$lost_at") s;" \
+	     "-> collstack run exited: $dt s (member.fail_timeout ${FAIL_S} s)"
+	# generous: far below the op's 300 s deadline, i.e. not a timeout
+	awk -v d="$dt" -v f="$FAIL_S" 'BEGIN { exit !(d < 2 * f + 20) }' ||
+		fail "took $dt s"
+	echo "csn0: $(ctl csn0 ping)"
+	run_ok --exclude-lost
+	grep -q '3 ranks' "$TMP/ok.out" || fail "survivors did not re-form"
+}
+
+boot_intruder() {
+	local rc
+	up 4
+	# In csn3's namespace, another UDP port, the wrong token.
+	ip netns exec csn3 "$DAEMON" --set name=csx --set run_dir=$TMP/csx \
+		--set node.rank=4 --set port.type=udp --set port.ip=10.77.0.4 \
+		--set port.udp_port=7702 --set boot.addr=10.77.0.1:7701 \
+		--set boot.token=not-the-job-token --set boot.timeout=20s \
+		</dev/null >"$TMP/csx.log" 2>&1
+	rc=$?
+	cat "$TMP/csx.log"
+	[ $rc = 3 ] || fail "the intruder exited $rc, want 3"
+	grep -q "bootstrap refused: coordinator refused us: bad job token" \
+		"$TMP/csx.log" || fail "no refusal line in the intruder's log"
+	grep "does not hold the job token" $RUN/csn0.log ||
+		fail "no refusal line in the coordinator's log"
+	run_ok
+}
+
+# A well-formed DATA frame stamped with epoch 0 (the group is at 1+).
+inject_stale() {
+	ip netns exec csn1 python3 - <<'PY'
+import socket, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 11, 1)	# SO_NO_CHECK (see netns_test.sh)
+s.bind(("10.77.0.2", 7798))
+# version 1, DATA, flags 0, src 1, channel 0, group 0, epoch 0, op 7, ...
+hdr = struct.pack("!BBHHHIIIIIIQQIIQQI", 1, 1, 0, 1, 0, 0, 0, 7,
+                  0, 0, 0, 0, 0, 8, 0, 0, 0, 0)
+for _ in range(5):
+    s.sendto(hdr + b"\xff" * 8, ("10.77.0.1", 7700))
+PY
+	sleep 0.5
+}
+
+boot_stale() {
+	local st
+	up 2
+	st=$(ctl csn0 stats)
+	[ "$(kv "$st" rx_stale_epoch)" = 0 ] || fail "stale frames before: $st"
+	inject_stale
+	st=$(ctl csn0 stats)
+	echo "csn0: $st"
+	[ "$(kv "$st" rx_stale_epoch)" -ge 5 ] ||
+		fail "stale-epoch frames were not counted"
+	run_ok
+}
+
+boot_stall() {
+	local victim=2 p rc
+	[ "$FAIL_S" -lt 30 ] && FAIL_S=30 &&
+		COMMON=(--set member.hb_interval=200ms
+			--set member.fail_timeout=30s --set rel.max_timeouts=3000)
+	up 4
+	run_ok
+	p=$(pid_of $victim)
+	EXTRA_PIDS+=("$p")
+	"$CLI" run allreduce --bytes 16M --iters 50 --warmup 0 \
+		--timeout 3000 >"$TMP/stall.out" 2>&1 &
+	local rp=$!
+	sleep 1
+	kill -STOP "$p"
+	wait $rp
+	rc=$?
+	kill -CONT "$p"
+	cat "$TMP/stall.out"
+	[ $rc != 0 ] || fail "the run did not fail with a stalled sidecar"
+	grep -q "CS_ERR_TIMEOUT: csn$victim" "$TMP/stall.out" ||
+		fail "no CS_ERR_TIMEOUT naming csn$victim"
+	grep -q "peer lost" $RUN/csn0.log && fail "a stall was taken for a loss"
+	run_ok
+}
+
+boot_coord() {
+	local r
+	up 3
+	kill -9 "$(pid_of 0)"
+	for _ in $(seq 100); do
+		r=$(ctl csn1 ping)
+		[[ $r == *coordinator=lost* ]] && break
+		sleep 0.2
+	done
+	echo "csn1: $r"
+	[[ $r == *coordinator=lost* ]] || fail "csn1 did not report it"
+	grep "coordinator lost" $RUN/csn1.log || fail "no log line"
+}
+
+case $CASE in
+boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "PASS: $CASE"

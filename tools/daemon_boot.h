@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's bootstrap: membership from the coordinator (control/boot_svc.h)
+ * instead of the static peers file, heartbeats on a thread of their own,
+ * and the group view (epoch, lost ranks) published to the allreduce service.
+ */
+#ifndef CS_TOOLS_DAEMON_BOOT_H
+#define CS_TOOLS_DAEMON_BOOT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "control/member.h"
+#include "internal/config.h"
+
+struct cs_daemon;
+struct cs_daemon_conf;
+struct cs_boot_state;
+
+struct cs_boot_conf {
+	bool coordinator;		/* this sidecar also runs the coordinator */
+	char addr[CS_CFG_STR_MAX];	/* coordinator ip:port; empty: static */
+	uint32_t world;			/* members the coordinator expects */
+	char token[CS_CFG_STR_MAX];
+	char token_file[CS_CFG_STR_MAX];
+	uint64_t timeout;		/* ns to wait for the address table */
+	struct cs_member_params mp;
+};
+
+/*
+ * The view the allreduce service reads (the boot thread writes it).
+ * epoch 0 means static peers: no view, nothing is ever stale.
+ */
+struct cs_daemon_view {
+	atomic_uint epoch;		/* current group epoch */
+	atomic_int lost_rank;		/* the last rank lost, -1 none */
+	atomic_uint nlost;		/* ranks lost since the group formed */
+	atomic_bool coord_lost;		/* the coordinator went silent */
+	atomic_uint_fast64_t rx_stale_epoch;	/* frames of older epochs */
+};
+
+int cs_daemon_boot_conf_defaults(struct cs_boot_conf *b);
+/* Returns 0, -ENOENT (not a boot key) or -EINVAL (message in @err). */
+int cs_daemon_boot_set_key(struct cs_boot_conf *b, const char *key,
+			   const char *val, char *err, size_t errlen);
+void cs_daemon_boot_help(FILE *out);
+
+/* boot.addr is set (directly or from MASTER_ADDR): use the coordinator. */
+bool cs_daemon_boot_enabled(const struct cs_daemon *d);
+
+/**
+ * cs_daemon_boot_start - run the coordinator (if asked), join, wait for the
+ * address table (at most boot.timeout) and install it as the driver's
+ * peers; heartbeats then continue on the boot thread
+ *
+ * Call after the port opened and the driver is initialised, before the
+ * lcores start. Returns: 0, CS_ERR_AUTH (refused: wrong token),
+ * -ETIMEDOUT (no table in time) or another negative errno; the reason is
+ * logged.
+ */
+int cs_daemon_boot_start(struct cs_daemon *d);
+void cs_daemon_boot_stop(struct cs_daemon *d);
+
+/**
+ * cs_daemon_boot_apply_view - rebuild the driver's peer table (ring order)
+ * from the alive members of the current view; control thread only, with
+ * no operation installed on the lcore
+ * @epoch: out, the view's epoch
+ * Returns: 0, or CS_ERR_PEER_LOST when this node itself is out of the
+ * view (message in @msg).
+ */
+int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
+			      char *msg, size_t mlen);
+
+/* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
+void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);
+
+#endif
