@@ -102,9 +102,15 @@ struct cs_ar_svc {
 	struct cs_daemon *d;
 	struct svc_conf *cf;
 	_Atomic(struct ar_op *) cur;
+	/* the trainer op cur replaced: still acknowledges the peers'
+	 * retransmissions (its last ACK may have been lost) */
+	_Atomic(struct ar_op *) prev;
 	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
 	struct ar_op *old;		/* control thread's */
 	pthread_mutex_t install_lock;	/* control vs. IPC thread */
+	struct ar_op *prev_ctl;		/* what prev points to */
+	struct ar_op *retired;		/* was prev; freed at a later install */
+	uint_fast64_t retired_gen;
 	/* lcore-only */
 	struct cs_pbuf stash[AR_TXQ];
 	unsigned nstash;
@@ -114,7 +120,7 @@ struct cs_ar_svc {
 	uint32_t view_epoch;	/* ctlplane: view the peer table was built for */
 	struct ar_held *hold;
 	unsigned nhold;
-	uint64_t rx_held, rx_replayed;
+	uint64_t rx_held, rx_replayed, rx_prev;
 };
 
 static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
@@ -217,6 +223,28 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	s->nhold = 0;
 }
 
+/*
+ * A frame of the previous trainer op: let its session see it, so that a
+ * retransmission is acknowledged again; never hand data to the engine
+ * (its buffer may already hold the next op). Returns true if it was one.
+ */
+static bool ack_prev(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
+		     cs_ns_t now)
+{
+	struct ar_op *pv = atomic_load_explicit(&s->prev,
+						memory_order_acquire);
+	struct ar_sess *ss;
+
+	if (!pv || h->op != pv->op_id || h->group ||
+	    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK))
+		return false;
+	ss = find_sess(pv, h->src, h->channel);
+	if (ss)
+		cs_rel_on_packet(&ss->rel, h, now);
+	s->rx_prev++;
+	return true;
+}
+
 static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
@@ -245,6 +273,8 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		}
 		if (!op || h->op != op->op_id || h->group ||
 		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
+			if (ack_prev(s, h, now))
+				continue;
 			hold(s, h, pk[i].payload);
 			s->rx_other_op++;
 			continue;
@@ -419,6 +449,30 @@ static bool acks_owed(const struct ar_op *op)
 	return false;
 }
 
+/* Pure ACKs the previous trainer op owes. */
+static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
+{
+	struct ar_op *pv = atomic_load_explicit(&s->prev,
+						memory_order_acquire);
+	struct cs_pkt_hdr h;
+	unsigned work = 0;
+
+	for (uint32_t i = 0; pv && i < pv->nsess; i++) {
+		struct ar_sess *ss = &pv->sess[i];
+
+		if (cs_rel_ack_due(&ss->rel, now) && frame_buf(s)) {
+			memset(&h, 0, sizeof(h));
+			h.version = CS_PROTO_VERSION;
+			h.channel = (uint16_t)ss->ch;
+			h.op = pv->op_id;
+			cs_rel_build_ack(&ss->rel, &h, now);
+			frame_send(s, pv, ss->peer, &h, NULL, 0);
+			work++;
+		}
+	}
+	return work;
+}
+
 static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 {
 	struct cs_ar_svc *s = arg;
@@ -439,6 +493,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 						  memory_order_acquire))
 		op->t_start = now;
 	work = service(s, op, now);
+	work += prev_acks(s, now);
 	flush(s);
 	if (!op->ready && cs_coll_result_ready(op->coll)) {
 		op->ready = true;
@@ -493,6 +548,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 
 	pthread_mutex_lock(&s->install_lock);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
+	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
 	/* Two polls later the lcore cannot hold the old pointer any more.
 	 * Never free it before: if a stop signal comes first, leave it
@@ -500,13 +556,51 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
 		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
 			s->old = NULL;
+			s->prev_ctl = NULL;
+			s->retired = NULL;
 			break;
 		}
 		sleep_us(10);
 	}
+	if (s->retired != s->prev_ctl)
+		op_free(s->prev_ctl);
+	s->prev_ctl = NULL;
 	op_free(s->old);
+	op_free(s->retired);
+	s->retired = NULL;
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	pthread_mutex_unlock(&s->install_lock);
+}
+
+/*
+ * install() without the wait (trainer ops, one after the other): the old
+ * op is retired and freed at a later install, once the lcore has gone
+ * round twice since (each lcore call loads the op once), which by then
+ * has almost always happened already.
+ */
+static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
+{
+	pthread_mutex_lock(&s->install_lock);
+	if (s->retired) {
+		/* as in install(): never free what the lcore may hold */
+		for (unsigned i = 0; atomic_load(&s->gen) <
+				     s->retired_gen + 2; i++) {
+			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
+				break;
+			sleep_us(10);
+		}
+		if (atomic_load(&s->gen) >= s->retired_gen + 2)
+			op_free(s->retired);
+		s->retired = NULL;
+	}
+	/* the replaced op keeps acknowledging; the one before goes */
+	atomic_store_explicit(&s->prev, s->old, memory_order_release);
+	atomic_store_explicit(&s->cur, op, memory_order_release);
+	s->retired = s->prev_ctl;
+	s->retired_gen = atomic_load(&s->gen);
+	s->prev_ctl = s->old;
+	s->old = op;
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -754,6 +848,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	s->d = d;
 	s->cf = svc_conf(&d->conf);
 	atomic_init(&s->cur, NULL);
+	atomic_init(&s->prev, NULL);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
 	s->hold = calloc(AR_HOLD, sizeof(*s->hold));	/* NULL: no hold */
@@ -774,6 +869,8 @@ void cs_daemon_fini(struct cs_daemon *d)
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s->old);
+	op_free(s->retired);
+	op_free(s->prev_ctl);
 	pthread_mutex_destroy(&s->install_lock);
 	free(s->hold);
 	free(s);
@@ -828,14 +925,15 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 	if (!strcmp(req, "ar_stats")) {
 		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
 			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
-			 "rx_replayed=%llu",
+			 "rx_replayed=%llu rx_prev=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
 			 (unsigned long long)atomic_load(
 				 &d->view.rx_stale_epoch),
 			 (unsigned long long)s->rx_held,
-			 (unsigned long long)s->rx_replayed);
+			 (unsigned long long)s->rx_replayed,
+			 (unsigned long long)s->rx_prev);
 		return 0;
 	}
 	return -ENOENT;
@@ -911,7 +1009,7 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
 			goto out_sess;
 	}
-	install(s, op);
+	install_fast(s, op);
 	return 0;
 out_sess:
 	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));

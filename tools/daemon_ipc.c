@@ -28,10 +28,12 @@
  *
  * Completion comes back from the lcore through one atomic int per
  * operation, which this thread polls: no lock on the hot path. One
- * cross-node operation runs at a time; others wait in a FIFO. After the
- * last one finished, its engine stays installed for ipc.linger (so it
- * still acknowledges the peers' retransmissions) and is then removed, so a
- * later run that reuses a group name cannot meet a stale operation.
+ * cross-node operation runs at a time; others wait in a FIFO. A finished
+ * operation keeps acknowledging the peers' retransmissions (its last ACK
+ * may be lost) while it is installed, and as daemon_ar.c's "prev" after
+ * the next one replaced it. Once no group is left on this node and
+ * ipc.linger has passed, it is removed, so a later run that reuses a
+ * group name (k restarts at 0) cannot meet a stale operation.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -73,8 +75,8 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
 	  "IPC thread: then sleep this long per round" },
 	{ "ipc.linger", CS_CFG_NS, IC(linger), "50ms", 0, 1e10,
-	  "keep a finished cross-node operation acknowledging retransmissions "
-	  "this long before removing it" },
+	  "once no group is left, keep the last cross-node operation "
+	  "acknowledging retransmissions this long, then remove it" },
 };
 
 struct ipcd_op {
@@ -339,7 +341,14 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		return 1;
 	}
 	if (!x->running) {
-		if (x->installed && now - x->done_at >= x->cf->linger) {
+		struct cs_ipc_stats st;
+
+		if (!x->installed || now - x->done_at < x->cf->linger)
+			return 0;
+		/* While a group lives its next op replaces this one; only
+		 * once no group is left may nothing acknowledge it. */
+		cs_ipc_server_stats(x->srv, &st);
+		if (!st.groups) {
 			cs_ar_svc_stop_ext(x->d->svc);
 			x->installed = false;
 		}

@@ -278,8 +278,15 @@ bench)
 	up "$n"
 	bench "$t" "$@"
 	rc=$?
+	# the same sizes through `collstack run allreduce` (no trainers)
+	if [ -n "${IPCD_RUN_ARGS:-}" ]; then
+		sleep 1
+		# shellcheck disable=SC2086
+		"$CLI" run allreduce --cluster "$ENV_FILE" $IPCD_RUN_ARGS
+	fi
 	for ns in "${NODES[@]}"; do
 		echo "# $ns ar_stats: $(ctl "$RUN/$ns" ar_stats 2>&1)"
+		grep -E " (WARN|ERR) " "$RUN/$ns.log" | tail -n 5 | sed "s/^/# $ns: /"
 	done
 	exit $rc
 	;;
