@@ -190,9 +190,11 @@ boot_stale() {
 
 boot_stall() {
 	local victim=2 p rc
-	[ "$FAIL_S" -lt 30 ] && FAIL_S=30 &&
+	# collstack run waits deadline + 30 s for a silent sidecar: the
+	# stall must stay shorter than fail_timeout all that time
+	[ "$FAIL_S" -lt 90 ] && FAIL_S=90 &&
 		COMMON=(--set member.hb_interval=200ms
-			--set member.fail_timeout=30s --set rel.max_timeouts=3000)
+			--set member.fail_timeout=90s --set rel.max_timeouts=3000)
 	up 4
 	run_ok
 	p=$(pid_of $victim)
