@@ -109,6 +109,10 @@ class Request:
         self._finish(_lib.cs_wait(self._c._h, self._req, ns))
 
 
+_NUMPY = {"f32": "<f4", "f64": "<f8", "i32": "<i4", "i64": "<i8",
+          "u8": "u1", "f16": "<f2", "bf16": "<u2"}
+
+
 class Buffer:
     """Shared memory of `count` elements; `.array` is the ctypes view."""
 
@@ -139,6 +143,14 @@ class Buffer:
 
     def addr(self, index=0):
         return self.ptr + index * ctypes.sizeof(self.array._type_)
+
+    def numpy(self):
+        """A numpy array over the shared memory itself (no copy): what the
+        trainer writes there is what the sidecar reduces, and the result
+        appears in it. Needs numpy (Debian: python3-numpy)."""
+        import numpy as np
+        return np.frombuffer(self.array, dtype=_NUMPY[self.dtype],
+                             count=self.count)
 
 
 class Group:

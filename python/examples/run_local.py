@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Start a mini sidecar and N ranks of train_local.py on this node.
 
-usage: run_local.py MINI_SIDECAR LIBCOLLSTACK [N]
+usage: run_local.py MINI_SIDECAR LIBCOLLSTACK [N] [SCRIPT]
 """
 
 import os
@@ -14,6 +14,7 @@ import time
 def main():
     sidecar, lib = sys.argv[1], sys.argv[2]
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    script = sys.argv[4] if len(sys.argv) > 4 else "train_local.py"
     here = os.path.dirname(os.path.abspath(__file__))
     with tempfile.TemporaryDirectory() as d:
         sock = os.path.join(d, "cs.sock")
@@ -30,7 +31,7 @@ def main():
                            WORLD_SIZE=str(n), LOCAL_RANK=str(r),
                            LOCAL_WORLD_SIZE=str(n))
                 ranks.append(subprocess.Popen(
-                    [sys.executable, os.path.join(here, "train_local.py")],
+                    [sys.executable, os.path.join(here, script)],
                     env=env))
             rc = max(p.wait(timeout=240) for p in ranks)
         finally:
