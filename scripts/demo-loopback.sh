@@ -51,3 +51,5 @@ done
 echo "demo: $N sidecars on loopback (udp port), run folder $RUN"
 "$BUILD/tools/collstack" run allreduce --cluster "$RUN/cluster.env" \
 	-b 4K -e 4M --iters 5
+"$BUILD/tools/collstack" bench -o allreduce -b 4K -e 1M -f 4 -n 5 -w 1 \
+	--trainers-per-node 1 --cluster "$RUN/cluster.env" --no-netns

@@ -36,8 +36,26 @@ trap 'scripts/cluster.sh down >/dev/null 2>&1 || true' EXIT
 mtu=9000
 [ "$PORT" = af_xdp ] && mtu=3500
 scripts/cluster.sh up 4 --port "$PORT" --mtu $mtu
-say "allreduce sweep across the cluster (every element verified)"
+say "allreduce sweep across the cluster, sidecars' own buffers (every element verified)"
 $CLI run allreduce -b 4K -e 16M --iters 5
+say "allreduce through libcollstack: 2 trainers per node, 8 ranks"
+$CLI bench -o allreduce -b 4K -e 4M -f 4 -n 5 -w 1 --trainers-per-node 2
+say "data-parallel logistic regression, one trainer per node (numpy over shared buffers)"
+. /run/collstack/cluster.env
+lib=$PWD/build/client/libcollstack.so
+pids=()
+i=0
+for ns in $CS_NODES; do
+	ip netns exec "$ns" env RANK=$i WORLD_SIZE=4 LOCAL_RANK=0 \
+		LOCAL_WORLD_SIZE=1 COLLSTACK_LIB="$lib" \
+		COLLSTACK_SOCKET="$CS_RUN/$ns/collstack.sock" \
+		timeout 300 /usr/bin/python3 python/examples/train_logreg.py &
+	pids+=($!)
+	i=$((i + 1))
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+[ $rc = 0 ] || echo "demo: training FAILED"
 scripts/cluster.sh down
 trap - EXIT
 say "done"
