@@ -177,7 +177,8 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		count -= count % (size_t)n;
+		if (op == OP_REDUCE_SCATTER || op == OP_ALL_GATHER)
+			count -= count % (size_t)n;
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0, total_wrong = 0;
 			double sum = 0;
