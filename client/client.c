@@ -103,8 +103,8 @@ static const char *op_name(unsigned op)
 	return op < CS_IPC_OP_COUNT ? op_names[op] : "unknown op";
 }
 
-__attribute__((format(printf, 2, 3)))
-static void set_err(struct cs_client *c, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void set_err(struct cs_client *c,
+							  const char *fmt, ...)
 {
 	va_list ap;
 
@@ -255,7 +255,7 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	fds[1] = c->efd;
 	ret = rpc(c, &m, fds, 2, &r);
 	if (ret == -ENOTCONN)
-		ret = -ECONNRESET;	/* refused (credentials, limits) */
+		ret = -ECONNRESET; /* refused (credentials, limits) */
 	if (ret)
 		goto out_ctrl;
 	*out = c;
@@ -310,8 +310,7 @@ cs_export const char *cs_errmsg(const struct cs_client *c)
 
 /* ---- buffers ---------------------------------------------------------- */
 
-cs_export int cs_buf_alloc(struct cs_client *c, size_t len,
-			   struct cs_buf **out)
+cs_export int cs_buf_alloc(struct cs_client *c, size_t len, struct cs_buf **out)
 {
 	struct cs_ipc_msg m = { .type = CS_IPC_MSG_REG_SEG }, r;
 	struct cs_buf *b;
@@ -395,8 +394,8 @@ cs_export int cs_buf_free(struct cs_buf *b)
 }
 
 /* Which registered segment holds [p, p+len)? Lock held. */
-static int locate(struct cs_client *c, const void *p, size_t len,
-		  uint32_t *seg, uint64_t *off)
+static int locate(struct cs_client *c, const void *p, size_t len, uint32_t *seg,
+		  uint64_t *off)
 {
 	for (struct cs_buf *b = c->bufs; b; b = b->next) {
 		uintptr_t s = (uintptr_t)b->mem, a = (uintptr_t)p;
@@ -496,8 +495,10 @@ cs_export int cs_group_join_env(struct cs_client *c, const char *name,
 			ls = size;
 		}
 	} else {
-		set_err(c, "join group '%s': neither RANK/WORLD_SIZE nor "
-			"SLURM_PROCID/SLURM_NTASKS is set", name ? name : "");
+		set_err(c,
+			"join group '%s': neither RANK/WORLD_SIZE nor "
+			"SLURM_PROCID/SLURM_NTASKS is set",
+			name ? name : "");
 		return -ENOENT;
 	}
 	return cs_group_join(c, name, rank, size, lr, ls, out);
@@ -569,23 +570,30 @@ static int post_locked(struct cs_client *c, struct cs_group *g,
 		set_err(c, "%s: submission ring full", op_name(d->op));
 		return -EAGAIN;
 	}
-	*q = (struct req){ .id = c->next_id, .state = REQ_POSTED,
-			   .op = d->op, .count = d->count,
-			   .dtype = d->dtype, .redop = d->redop, .g = g };
+	*q = (struct req){ .id = c->next_id,
+			   .state = REQ_POSTED,
+			   .op = d->op,
+			   .count = d->count,
+			   .dtype = d->dtype,
+			   .redop = d->redop,
+			   .g = g };
 	if (g)
 		g->pending++;
 	*req = c->next_id++;
 	return 0;
 }
 
-static int post(struct cs_group *g, unsigned op, const void *send,
-		void *recv, size_t count, enum cs_dtype dtype,
-		enum cs_redop redop, int root, cs_req_t *req)
+static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
+		size_t count, enum cs_dtype dtype, enum cs_redop redop,
+		int root, cs_req_t *req)
 {
 	struct cs_client *c = g->c;
 	struct cs_ipc_sqe d = {
-		.group = g->handle, .op = (uint8_t)op, .dtype = (uint8_t)dtype,
-		.redop = (uint8_t)redop, .count = count,
+		.group = g->handle,
+		.op = (uint8_t)op,
+		.dtype = (uint8_t)dtype,
+		.redop = (uint8_t)redop,
+		.count = count,
 		.root = (uint32_t)root,
 	};
 	size_t esz = cs_dtype_size(dtype), slen = 0, rlen = 0;
@@ -613,16 +621,16 @@ static int post(struct cs_group *g, unsigned op, const void *send,
 		break;
 	}
 	pthread_mutex_lock(&c->lock);
-	if (slen && (!send || locate(c, send, slen, &d.send_seg,
-				     &d.send_off)))
+	if (slen && (!send || locate(c, send, slen, &d.send_seg, &d.send_off)))
 		which = "send";
 	else if (op != CS_IPC_OP_BARRIER &&
 		 (!recv || locate(c, recv, rlen, &d.recv_seg, &d.recv_off)))
 		which = "recv";
 	if (which) {
-		set_err(c, "rank %d %s on group '%s': %s buffer is not inside "
-			"a cs_buf_alloc() buffer of this client", g->rank,
-			op_name(op), g->name, which);
+		set_err(c,
+			"rank %d %s on group '%s': %s buffer is not inside "
+			"a cs_buf_alloc() buffer of this client",
+			g->rank, op_name(op), g->name, which);
 		pthread_mutex_unlock(&c->lock);
 		return -EFAULT;
 	}
@@ -635,8 +643,8 @@ static int post(struct cs_group *g, unsigned op, const void *send,
 }
 
 cs_export int cs_allreduce(struct cs_group *g, const void *send, void *recv,
-			   size_t count, enum cs_dtype dtype,
-			   enum cs_redop op, cs_req_t *req)
+			   size_t count, enum cs_dtype dtype, enum cs_redop op,
+			   cs_req_t *req)
 {
 	return post(g, CS_IPC_OP_ALLREDUCE, send, recv, count, dtype, op, 0,
 		    req);
@@ -650,9 +658,8 @@ cs_export int cs_reduce_scatter(struct cs_group *g, const void *send,
 		    0, req);
 }
 
-cs_export int cs_all_gather(struct cs_group *g, const void *send,
-			    void *recv, size_t count, enum cs_dtype dtype,
-			    cs_req_t *req)
+cs_export int cs_all_gather(struct cs_group *g, const void *send, void *recv,
+			    size_t count, enum cs_dtype dtype, cs_req_t *req)
 {
 	return post(g, CS_IPC_OP_ALL_GATHER, send, recv, count, dtype, 0, 0,
 		    req);
@@ -679,8 +686,8 @@ static void reap(struct cs_client *c)
 	do {
 		n = cs_ring_dequeue_burst(&c->cq, e, CS_CLIENT_REAP_BURST);
 		for (unsigned i = 0; i < n; i++) {
-			struct req *q = &c->reqs[e[i].user_id %
-						 CS_IPC_RING_SLOTS];
+			struct req *q =
+				&c->reqs[e[i].user_id % CS_IPC_RING_SLOTS];
 
 			if (q->state != REQ_POSTED || q->id != e[i].user_id)
 				continue;
@@ -699,27 +706,35 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 	int rank = q->g ? q->g->rank : -1;
 
 	if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
-		snprintf(what, sizeof(what), "rank %d %s #%llu on group "
-			 "'%s'", rank, op_name(q->op),
-			 (unsigned long long)q->id, gname);
+		snprintf(what, sizeof(what),
+			 "rank %d %s #%llu on group "
+			 "'%s'",
+			 rank, op_name(q->op), (unsigned long long)q->id,
+			 gname);
 	else
-		snprintf(what, sizeof(what), "rank %d %s #%llu on group "
-			 "'%s' (%llu x %s%s%s)", rank, op_name(q->op),
-			 (unsigned long long)q->id, gname,
+		snprintf(what, sizeof(what),
+			 "rank %d %s #%llu on group "
+			 "'%s' (%llu x %s%s%s)",
+			 rank, op_name(q->op), (unsigned long long)q->id, gname,
 			 (unsigned long long)q->count,
 			 cs_dtype_name((enum cs_dtype)q->dtype),
 			 q->op == CS_IPC_OP_ALLREDUCE ||
-			 q->op == CS_IPC_OP_REDUCE_SCATTER ? " " : "",
+					 q->op == CS_IPC_OP_REDUCE_SCATTER
+				 ? " "
+				 : "",
 			 q->op == CS_IPC_OP_ALLREDUCE ||
-			 q->op == CS_IPC_OP_REDUCE_SCATTER ?
-			 cs_redop_name((enum cs_redop)q->redop) : "");
+					 q->op == CS_IPC_OP_REDUCE_SCATTER
+				 ? cs_redop_name((enum cs_redop)q->redop)
+				 : "");
 	if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,
-			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail] :
-			"bad descriptor", (int)q->peer);
+			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
+						      : "bad descriptor",
+			(int)q->peer);
 	else if (q->status == CS_ERR_BAD_DESC)
-		set_err(c, "%s: %s", what, q->detail < CS_IPC_BAD_COUNT_ ?
-			bad_names[q->detail] : "bad descriptor");
+		set_err(c, "%s: %s", what,
+			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
+						      : "bad descriptor");
 	else if (q->status == CS_ERR_PEER_LOST)
 		set_err(c, "%s: rank %d was lost", what, (int)q->peer);
 	else
@@ -788,8 +803,7 @@ static int64_t mono_ns(void)
 
 cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 {
-	int64_t deadline = timeout_ns < 0 ? INT64_MAX :
-			   mono_ns() + timeout_ns;
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : mono_ns() + timeout_ns;
 	unsigned spins = 0;
 	int ret;
 
@@ -825,8 +839,8 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 				{ .fd = c->fd, .events = POLLIN },
 			};
 			int64_t left = deadline - mono_ns();
-			int ms = left > 100000000 ? 100 :
-				 (int)(left / 1000000) + 1;
+			int ms = left > 100000000 ? 100
+						  : (int)(left / 1000000) + 1;
 
 			/* The socket only speaks when spoken to: readable
 			 * or hung up here means the sidecar is gone. */

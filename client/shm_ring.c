@@ -92,16 +92,16 @@ int cs_ring_attach(struct cs_ring *r, void *mem, size_t len,
 	r->role = role;
 	if (role == CS_RING_PRODUCER) {
 		r->idx = atomic_load_explicit(&h->prod, memory_order_acquire);
-		r->peer_cache = atomic_load_explicit(&h->cons,
-						     memory_order_acquire);
+		r->peer_cache =
+			atomic_load_explicit(&h->cons, memory_order_acquire);
 	} else {
 		r->idx = atomic_load_explicit(&h->cons, memory_order_acquire);
-		r->peer_cache = atomic_load_explicit(&h->prod,
-						     memory_order_acquire);
+		r->peer_cache =
+			atomic_load_explicit(&h->prod, memory_order_acquire);
 	}
 	/* Start from a consistent pair even if the peer scribbled first. */
-	if (r->role == CS_RING_PRODUCER ? r->idx - r->peer_cache > count :
-					  r->peer_cache - r->idx > count)
+	if (r->role == CS_RING_PRODUCER ? r->idx - r->peer_cache > count
+					: r->peer_cache - r->idx > count)
 		return -EPROTO;
 	return 0;
 }
@@ -126,8 +126,8 @@ int cs_shm_create(const char *name, size_t len, int *fd, void **mem)
 	if (!len || !fd || !mem)
 		return -EINVAL;
 	len = CS_DIV_ROUND_UP(len, (size_t)page) * (size_t)page;
-	f = memfd_create(name ? name : "collstack", MFD_CLOEXEC |
-			 MFD_ALLOW_SEALING);
+	f = memfd_create(name ? name : "collstack",
+			 MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (f < 0)
 		return -errno;
 	if (ftruncate(f, (off_t)len) < 0) {

@@ -49,9 +49,9 @@
 
 #include "internal/util.h"
 
-#define CS_RING_MAGIC 0x31474e4952534325ull	/* "%CSRING1" little-endian */
+#define CS_RING_MAGIC 0x31474e4952534325ull /* "%CSRING1" little-endian */
 #define CS_RING_LAYOUT_VERSION 1u
-#define CS_RING_SLOT_ALIGN 8u			/* slot sizes are multiples */
+#define CS_RING_SLOT_ALIGN 8u /* slot sizes are multiples */
 #define CS_RING_MAX_SLOTS (1u << 24)
 #define CS_RING_MAX_SLOT_SIZE (1u << 16)
 
@@ -61,12 +61,12 @@ struct cs_ring_hdr {
 	uint32_t version;
 	uint32_t slot_size;
 	uint32_t slot_count;
-	uint32_t flags;		/* reserved, 0 */
-	uint64_t slots_off;	/* offset of slot 0 from the header start */
-	uint64_t region_len;	/* header + slots, bytes */
+	uint32_t flags; /* reserved, 0 */
+	uint64_t slots_off; /* offset of slot 0 from the header start */
+	uint64_t region_len; /* header + slots, bytes */
 
-	alignas(CS_CACHE_LINE) _Atomic uint64_t prod;	/* next index to fill */
-	alignas(CS_CACHE_LINE) _Atomic uint64_t cons;	/* next to drain */
+	alignas(CS_CACHE_LINE) _Atomic uint64_t prod; /* next index to fill */
+	alignas(CS_CACHE_LINE) _Atomic uint64_t cons; /* next to drain */
 };
 
 static_assert(offsetof(struct cs_ring_hdr, prod) == CS_CACHE_LINE,
@@ -88,12 +88,12 @@ struct cs_ring {
 	struct cs_ring_hdr *hdr;
 	uint8_t *slots;
 	uint32_t slot_size;
-	uint32_t mask;		/* slot_count - 1 */
-	uint32_t capacity;	/* slot_count */
+	uint32_t mask; /* slot_count - 1 */
+	uint32_t capacity; /* slot_count */
 	enum cs_ring_role role;
-	uint64_t idx;		/* own index: prod or cons, private copy */
-	uint64_t peer_cache;	/* last value read of the peer's index */
-	int err;		/* sticky: CS_ERR_PROTO once the peer lied */
+	uint64_t idx; /* own index: prod or cons, private copy */
+	uint64_t peer_cache; /* last value read of the peer's index */
+	int err; /* sticky: CS_ERR_PROTO once the peer lied */
 };
 
 /**

@@ -72,12 +72,12 @@
 enum { RECV_NONE, RECV_REDUCE, RECV_COPY };
 
 struct cs_coll_chan {
-	uint32_t pos;		/* this rank's position on the ring/chain */
-	uint32_t next, prev;	/* successor / predecessor rank */
-	int dir;		/* +1 forward, -1 reverse */
+	uint32_t pos; /* this rank's position on the ring/chain */
+	uint32_t next, prev; /* successor / predecessor rank */
+	int dir; /* +1 forward, -1 reverse */
 	/* send cursor: next packet is (local step s, chunk k, packet i) */
 	uint32_t s, k, i;
-	uint32_t inflight;	/* chunks started, not fully acknowledged */
+	uint32_t inflight; /* chunks started, not fully acknowledged */
 	bool finished;
 };
 
@@ -87,27 +87,27 @@ struct cs_coll {
 	size_t esz;
 	uint32_t n, r, C;
 	bool nodata, barrier, chain, inplace;
-	uint32_t T;		/* global steps of the operation */
-	uint32_t s_lo, s_n;	/* this rank sends at steps [s_lo, s_lo+s_n) */
-	uint32_t r_lo, r_n;	/* ... and receives at [r_lo, r_lo+r_n) */
-	size_t seg_base, seg_rem;	/* seg j: base + (j < rem) elements */
-	size_t ce, pe;		/* chunk / packet elements */
-	uint32_t ppc;		/* packets per full chunk */
-	uint32_t maxch, maxpk;	/* per (segment, channel) */
-	uint8_t *work;		/* where received data goes */
-	const uint8_t *src;	/* this rank's own contribution */
-	uint8_t *final_seg;	/* out-of-place reduce-scatter: recvbuf */
+	uint32_t T; /* global steps of the operation */
+	uint32_t s_lo, s_n; /* this rank sends at steps [s_lo, s_lo+s_n) */
+	uint32_t r_lo, r_n; /* ... and receives at [r_lo, r_lo+r_n) */
+	size_t seg_base, seg_rem; /* seg j: base + (j < rem) elements */
+	size_t ce, pe; /* chunk / packet elements */
+	uint32_t ppc; /* packets per full chunk */
+	uint32_t maxch, maxpk; /* per (segment, channel) */
+	uint8_t *work; /* where received data goes */
+	const uint8_t *src; /* this rank's own contribution */
+	uint8_t *final_seg; /* out-of-place reduce-scatter: recvbuf */
 	void *scratch;
-	uint32_t *rx_cnt;	/* [r_n][C][maxch] packets received */
-	uint32_t *tx_ack;	/* [s_n][C][maxch] packets acknowledged */
-	uint64_t *rx_bits;	/* [r_n][C][maxpk] */
-	uint64_t *ack_bits;	/* [s_n][C][maxpk] */
-	uint64_t rx_left;	/* packets still to receive */
-	uint64_t ack_left;	/* packets still to be acknowledged */
-	uint64_t ideal_tx;	/* payload bytes this rank sends once */
-	int err;		/* cs_coll_abort(): the error, or 0 */
+	uint32_t *rx_cnt; /* [r_n][C][maxch] packets received */
+	uint32_t *tx_ack; /* [s_n][C][maxch] packets acknowledged */
+	uint64_t *rx_bits; /* [r_n][C][maxpk] */
+	uint64_t *ack_bits; /* [s_n][C][maxpk] */
+	uint64_t rx_left; /* packets still to receive */
+	uint64_t ack_left; /* packets still to be acknowledged */
+	uint64_t ideal_tx; /* payload bytes this rank sends once */
+	int err; /* cs_coll_abort(): the error, or 0 */
 	uint32_t culprit;
-	struct cs_coll_wait abort_wait;	/* snapshot at the abort */
+	struct cs_coll_wait abort_wait; /* snapshot at the abort */
 	struct cs_coll_stats st;
 	struct cs_coll_chan ch[];
 };
@@ -115,11 +115,11 @@ struct cs_coll {
 const struct cs_cfg_entry cs_coll_cfg_table[] = {
 	{ "coll.channels", CS_CFG_U32, offsetof(struct cs_coll_cfg, channels),
 	  "2", 1, CS_COLL_MAX_CHANNELS, "rings (channels) per collective" },
-	{ "coll.chunk", CS_CFG_SIZE, offsetof(struct cs_coll_cfg, chunk),
-	  "64K", 1, 1ull << 30,
+	{ "coll.chunk", CS_CFG_SIZE, offsetof(struct cs_coll_cfg, chunk), "64K",
+	  1, 1ull << 30,
 	  "bytes per pipelined chunk (rounded to whole packets)" },
-	{ "coll.window", CS_CFG_U32, offsetof(struct cs_coll_cfg, window),
-	  "8", 1, 65536, "unacknowledged chunks in flight per channel" },
+	{ "coll.window", CS_CFG_U32, offsetof(struct cs_coll_cfg, window), "8",
+	  1, 65536, "unacknowledged chunks in flight per channel" },
 	{ "coll.mtu_payload", CS_CFG_U32,
 	  offsetof(struct cs_coll_cfg, mtu_payload), "8896", 8, 65536,
 	  "payload bytes per packet (MTU 9000 minus the 118-byte frame)" },
@@ -181,8 +181,8 @@ static inline uint32_t rank_at(const struct cs_coll *c,
 }
 
 /* Segment sent at global step t on channel h. */
-static uint32_t send_seg(const struct cs_coll *c,
-			 const struct cs_coll_chan *h, uint32_t t)
+static uint32_t send_seg(const struct cs_coll *c, const struct cs_coll_chan *h,
+			 uint32_t t)
 {
 	int64_t p = h->pos;
 
@@ -202,8 +202,8 @@ static uint32_t send_seg(const struct cs_coll *c,
 }
 
 /* The segment received at step t is the one forwarded at step t+1. */
-static uint32_t recv_seg(const struct cs_coll *c,
-			 const struct cs_coll_chan *h, uint32_t t)
+static uint32_t recv_seg(const struct cs_coll *c, const struct cs_coll_chan *h,
+			 uint32_t t)
 {
 	return c->chain ? 0 : send_seg(c, h, t + 1);
 }
@@ -220,8 +220,8 @@ static inline size_t seg_off(const struct cs_coll *c, uint32_t j)
 
 /* Channel ch's part of segment j: [*lo, *lo + return) in elements,
  * relative to the segment. */
-static inline size_t sub_part(const struct cs_coll *c, uint32_t j,
-			      uint32_t ch, size_t *lo)
+static inline size_t sub_part(const struct cs_coll *c, uint32_t j, uint32_t ch,
+			      size_t *lo)
 {
 	size_t cnt = seg_count(c, j), b = cnt / c->C, rm = cnt % c->C;
 
@@ -255,8 +255,8 @@ static inline uint32_t chunk_pkts(const struct cs_coll *c, size_t len,
 }
 
 /* Packet idx of a part of len elements: element offset and count. */
-static inline void pkt_geom(const struct cs_coll *c, size_t len,
-			    uint32_t idx, size_t *off, size_t *cnt)
+static inline void pkt_geom(const struct cs_coll *c, size_t len, uint32_t idx,
+			    size_t *off, size_t *cnt)
 {
 	size_t k = idx / c->ppc, i = idx % c->ppc;
 	size_t cend = CS_MIN((k + 1) * c->ce, len);
@@ -374,8 +374,9 @@ static int setup_schedule(struct cs_coll *c)
 	for (uint32_t i = 0; i < c->C; i++) {
 		struct cs_coll_chan *h = &c->ch[i];
 
-		h->dir = (p->flags & CS_COLL_F_ALT_DIR) && (i & 1) &&
-			 !c->chain ? -1 : 1;
+		h->dir = (p->flags & CS_COLL_F_ALT_DIR) && (i & 1) && !c->chain
+				 ? -1
+				 : 1;
 		if (c->chain) {
 			h->pos = c->s_lo;
 			h->next = (r + 1) % n;
@@ -479,8 +480,9 @@ static void count_work(struct cs_coll *c)
 			c->ideal_tx += len * c->esz;
 		}
 		for (uint32_t s = 0; s < c->r_n; s++)
-			c->rx_left += n_pkts(c, sub_part(c,
-				recv_seg(c, h, c->r_lo + s), ch, &lo));
+			c->rx_left += n_pkts(
+				c, sub_part(c, recv_seg(c, h, c->r_lo + s), ch,
+					    &lo));
 		h->finished = c->s_n == 0;
 	}
 }
@@ -619,8 +621,8 @@ static void fill_tx(const struct cs_coll *c, uint32_t t, uint32_t ch,
 }
 
 /* Is chunk k of global send step t on channel ch ready to leave? */
-static inline bool chunk_ready(const struct cs_coll *c, uint32_t ch,
-			       uint32_t t, uint32_t k, size_t len)
+static inline bool chunk_ready(const struct cs_coll *c, uint32_t ch, uint32_t t,
+			       uint32_t k, size_t len)
 {
 	if (!(t > 0 && recv_in_range(c, t - 1)))
 		return true;
@@ -629,8 +631,7 @@ static inline bool chunk_ready(const struct cs_coll *c, uint32_t ch,
 }
 
 /* Emit at most one packet on channel ch. Returns 1 if one was written. */
-static unsigned chan_next(struct cs_coll *c, uint32_t ch,
-			  struct cs_coll_tx *tx)
+static unsigned chan_next(struct cs_coll *c, uint32_t ch, struct cs_coll_tx *tx)
 {
 	struct cs_coll_chan *h = &c->ch[ch];
 	uint32_t t, j, nck, npk;
@@ -715,9 +716,8 @@ unsigned cs_coll_next_packets(struct cs_coll *c, cs_ns_t now,
 }
 
 /* Decode a cookie; check it names a packet this rank has already sent. */
-static int decode_cookie(const struct cs_coll *c, uint64_t cookie,
-			 uint32_t *t, uint32_t *ch, uint32_t *idx,
-			 size_t *len)
+static int decode_cookie(const struct cs_coll *c, uint64_t cookie, uint32_t *t,
+			 uint32_t *ch, uint32_t *idx, size_t *len)
 {
 	const struct cs_coll_chan *h;
 	size_t lo;
@@ -737,8 +737,8 @@ static int decode_cookie(const struct cs_coll *c, uint64_t cookie,
 	k = *idx / c->ppc;
 	i = *idx % c->ppc;
 	if (!h->finished &&
-	    (ls > h->s || (ls == h->s && (k > h->k ||
-					  (k == h->k && i >= h->i)))))
+	    (ls > h->s ||
+	     (ls == h->s && (k > h->k || (k == h->k && i >= h->i)))))
 		return -EINVAL;
 	return 0;
 }
@@ -780,8 +780,7 @@ static bool send_overwritten(const struct cs_coll *c, uint32_t t, uint32_t ch,
 	return test_bit(c->rx_bits, bit(c, c->n - 1 + t - c->r_lo, ch, idx));
 }
 
-int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
-		    struct cs_coll_tx *out)
+int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie, struct cs_coll_tx *out)
 {
 	uint32_t t, ch, idx;
 	size_t len;
@@ -852,8 +851,8 @@ static int rx_locate(const struct cs_coll *c, const struct cs_pkt_hdr *hd,
 	return 0;
 }
 
-int cs_coll_on_data(struct cs_coll *c, cs_ns_t now,
-		    const struct cs_pkt_hdr *hd, const void *payload)
+int cs_coll_on_data(struct cs_coll *c, cs_ns_t now, const struct cs_pkt_hdr *hd,
+		    const void *payload)
 {
 	uint32_t ls, idx, j, t, k;
 	size_t len, g, cnt, b;
@@ -885,8 +884,9 @@ int cs_coll_on_data(struct cs_coll *c, cs_ns_t now,
 	/* Causality (see the top of this file): an allreduce all-gather
 	 * packet implies that our reduce-scatter twin was sent. */
 	if (c->p.kind == CS_COLL_ALLREDUCE && t >= c->n - 1) {
-		uint64_t twin = (uint64_t)idx | (uint64_t)(t - (c->n - 1))
-				<< 32 | (uint64_t)hd->channel << 48;
+		uint64_t twin = (uint64_t)idx |
+				(uint64_t)(t - (c->n - 1)) << 32 |
+				(uint64_t)hd->channel << 48;
 		uint32_t a, b2, i2;
 		size_t l2;
 
@@ -989,8 +989,9 @@ bool cs_coll_check_deadline(struct cs_coll *c, cs_ns_t now)
 	if (now < cs_coll_next_deadline(c))
 		return false;
 	cs_coll_waiting_on(c, &w);
-	return cs_coll_abort(c, CS_ERR_TIMEOUT, w.kind != CS_COLL_WAIT_NONE ?
-			     w.peer : UINT32_MAX) == 0;
+	return cs_coll_abort(c, CS_ERR_TIMEOUT,
+			     w.kind != CS_COLL_WAIT_NONE ? w.peer
+							 : UINT32_MAX) == 0;
 }
 
 int cs_coll_status(const struct cs_coll *c, uint32_t *culprit)
@@ -1054,7 +1055,7 @@ static bool oldest_unacked(const struct cs_coll *c, uint32_t ch,
 
 			if (!h->finished && ls == h->s && k >= h->k &&
 			    !(k == h->k && h->i))
-				break;	/* not started yet */
+				break; /* not started yet */
 			if (got < want) {
 				w->kind = CS_COLL_WAIT_ACK;
 				w->peer = h->next;
@@ -1081,8 +1082,8 @@ bool cs_coll_waiting_on(const struct cs_coll *c, struct cs_coll_wait *w)
 		return false;
 	for (uint32_t ch = 0; ch < c->C; ch++) {
 		const struct cs_coll_chan *h = &c->ch[ch];
-		bool win_full = !h->finished && h->i == 0 &&
-				h->inflight >= c->p.window;
+		bool win_full =
+			!h->finished && h->i == 0 && h->inflight >= c->p.window;
 		bool got;
 
 		memset(&tmp, 0, sizeof(tmp));
@@ -1118,20 +1119,22 @@ int cs_coll_wait_format(const struct cs_coll *c, const struct cs_coll_wait *w,
 	uint32_t step = w->step;
 
 	if (w->kind == CS_COLL_WAIT_NONE)
-		return snprintf(buf, len, "rank %u waits on nothing: %s op %u "
-				"%s", w->rank, cs_coll_kind_name(c->p.kind),
-				w->op_id, c->err ? "aborted" : "complete");
+		return snprintf(buf, len,
+				"rank %u waits on nothing: %s op %u "
+				"%s",
+				w->rank, cs_coll_kind_name(c->p.kind), w->op_id,
+				c->err ? "aborted" : "complete");
 	if (c->p.kind == CS_COLL_ALLREDUCE) {
 		phase = step < c->n - 1 ? "reduce-scatter" : "all-gather";
 		if (step >= c->n - 1)
 			step -= c->n - 1;
 	}
-	return snprintf(buf, len, "rank %u waits on rank %u: %s op %u channel "
-			"%u %s%s step %u chunk %u (packets %u of %u %s)",
-			w->rank, w->peer, cs_coll_kind_name(c->p.kind),
-			w->op_id, w->channel,
-			w->kind == CS_COLL_WAIT_ACK ? "acks for " : "", phase,
-			step, w->chunk, w->pkts_missing, w->pkts_total,
-			w->kind == CS_COLL_WAIT_ACK ? "unacknowledged" :
-						      "missing");
+	return snprintf(
+		buf, len,
+		"rank %u waits on rank %u: %s op %u channel "
+		"%u %s%s step %u chunk %u (packets %u of %u %s)",
+		w->rank, w->peer, cs_coll_kind_name(c->p.kind), w->op_id,
+		w->channel, w->kind == CS_COLL_WAIT_ACK ? "acks for " : "",
+		phase, step, w->chunk, w->pkts_missing, w->pkts_total,
+		w->kind == CS_COLL_WAIT_ACK ? "unacknowledged" : "missing");
 }

@@ -59,11 +59,11 @@ enum cs_coll_kind {
 
 /* Tunables of the ring engines (config table cs_coll_cfg_table). */
 struct cs_coll_cfg {
-	uint32_t channels;	/* rings per operation */
-	uint64_t chunk;		/* bytes per chunk (rounded to packets) */
-	uint32_t window;	/* chunks in flight per channel */
-	uint32_t mtu_payload;	/* payload bytes per packet */
-	uint64_t deadline;	/* ns from post to CS_ERR_TIMEOUT; 0: none */
+	uint32_t channels; /* rings per operation */
+	uint64_t chunk; /* bytes per chunk (rounded to packets) */
+	uint32_t window; /* chunks in flight per channel */
+	uint32_t mtu_payload; /* payload bytes per packet */
+	uint64_t deadline; /* ns from post to CS_ERR_TIMEOUT; 0: none */
 };
 
 extern const struct cs_cfg_entry cs_coll_cfg_table[];
@@ -89,38 +89,38 @@ struct cs_coll_params {
 	enum cs_coll_kind kind;
 	uint32_t nranks;
 	uint32_t rank;
-	uint32_t root;		/* broadcast, reduce */
+	uint32_t root; /* broadcast, reduce */
 	const void *sendbuf;
 	void *recvbuf;
-	size_t count;		/* elements, see above */
+	size_t count; /* elements, see above */
 	enum cs_dtype dtype;
 	enum cs_redop op;
-	uint32_t channels;	/* 0: cfg default */
-	uint64_t chunk;		/* bytes; 0: cfg default */
-	uint32_t window;	/* chunks per channel; 0: cfg default */
-	uint32_t mtu_payload;	/* bytes; 0: cfg default */
-	uint32_t flags;		/* CS_COLL_F_* */
-	uint32_t group, epoch, op_id;	/* copied into every header */
-	cs_ns_t start;		/* when posted (for the deadline) */
-	uint64_t deadline;	/* ns after @start; 0: none (cfg default) */
+	uint32_t channels; /* 0: cfg default */
+	uint64_t chunk; /* bytes; 0: cfg default */
+	uint32_t window; /* chunks per channel; 0: cfg default */
+	uint32_t mtu_payload; /* bytes; 0: cfg default */
+	uint32_t flags; /* CS_COLL_F_* */
+	uint32_t group, epoch, op_id; /* copied into every header */
+	cs_ns_t start; /* when posted (for the deadline) */
+	uint64_t deadline; /* ns after @start; 0: none (cfg default) */
 };
 
 /* One packet to send: header fields set by the engine, seq/ack left to the
  * transport. @payload points into the operation's buffers; @len may be 0
  * (barrier). */
 struct cs_coll_tx {
-	uint32_t dst;		/* destination rank */
+	uint32_t dst; /* destination rank */
 	struct cs_pkt_hdr hdr;
 	const void *payload;
 	uint32_t len;
-	uint64_t cookie;	/* hand back to cs_coll_rebuild / on_acked */
+	uint64_t cookie; /* hand back to cs_coll_rebuild / on_acked */
 };
 
 /* Return values of cs_coll_on_data() >= 0. */
-#define CS_COLL_RX_NEW 0	/* reduced or copied into the buffer */
-#define CS_COLL_RX_DUP 1	/* seen before: dropped, ack it again */
-#define CS_COLL_RX_STALE 2	/* older epoch: dropped and counted */
-#define CS_COLL_RX_LATE 3	/* the operation was aborted: ignored */
+#define CS_COLL_RX_NEW 0 /* reduced or copied into the buffer */
+#define CS_COLL_RX_DUP 1 /* seen before: dropped, ack it again */
+#define CS_COLL_RX_STALE 2 /* older epoch: dropped and counted */
+#define CS_COLL_RX_LATE 3 /* the operation was aborted: ignored */
 
 /* Bits of a cookie the caller may use (e.g. to find the operation). */
 #define CS_COLL_COOKIE_USER_SHIFT 56
@@ -248,8 +248,7 @@ int cs_coll_on_acked(struct cs_coll *c, uint64_t cookie);
  * original header, for logging and checks, and a NULL payload); -EINVAL
  * for a bad cookie.
  */
-int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie,
-		    struct cs_coll_tx *out);
+int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie, struct cs_coll_tx *out);
 
 /**
  * cs_coll_result_ready - every element of this rank's result is final
@@ -268,13 +267,13 @@ bool cs_coll_done(const struct cs_coll *c);
 
 /* Counters of one operation. */
 struct cs_coll_stats {
-	uint64_t tx_pkts, tx_bytes;	/* first transmissions (payload) */
-	uint64_t rx_pkts, rx_bytes;	/* new packets reduced/copied */
-	uint64_t rx_dup;		/* duplicates dropped */
+	uint64_t tx_pkts, tx_bytes; /* first transmissions (payload) */
+	uint64_t rx_pkts, rx_bytes; /* new packets reduced/copied */
+	uint64_t rx_dup; /* duplicates dropped */
 	uint64_t rebuilds, rebuild_stale;
-	uint64_t ideal_tx_bytes;	/* payload this rank must send */
-	uint64_t rx_stale_epoch;	/* dropped: older epoch */
-	uint64_t rx_late;		/* ignored: arrived after an abort */
+	uint64_t ideal_tx_bytes; /* payload this rank must send */
+	uint64_t rx_stale_epoch; /* dropped: older epoch */
+	uint64_t rx_late; /* ignored: arrived after an abort */
 };
 
 /**
@@ -354,9 +353,9 @@ bool cs_coll_check_deadline(struct cs_coll *c, cs_ns_t now);
 int cs_coll_status(const struct cs_coll *c, uint32_t *culprit);
 
 enum cs_coll_wait_kind {
-	CS_COLL_WAIT_NONE = 0,	/* complete (or aborted): waits for nothing */
-	CS_COLL_WAIT_DATA = 1,	/* data from @peer (ring predecessor) */
-	CS_COLL_WAIT_ACK = 2,	/* acknowledgements from @peer (successor) */
+	CS_COLL_WAIT_NONE = 0, /* complete (or aborted): waits for nothing */
+	CS_COLL_WAIT_DATA = 1, /* data from @peer (ring predecessor) */
+	CS_COLL_WAIT_ACK = 2, /* acknowledgements from @peer (successor) */
 };
 
 /*
@@ -366,15 +365,15 @@ enum cs_coll_wait_kind {
  */
 struct cs_coll_wait {
 	enum cs_coll_wait_kind kind;
-	uint32_t rank;		/* this rank */
-	uint32_t peer;		/* the rank waited on */
+	uint32_t rank; /* this rank */
+	uint32_t peer; /* the rank waited on */
 	uint32_t op_id;
 	uint32_t channel;
-	uint32_t step;		/* global step (see cs_coll_wait_format) */
-	uint32_t chunk;		/* chunk within the step's segment part */
-	uint32_t pkts_missing;	/* not received / not acknowledged */
-	uint32_t pkts_total;	/* packets of that chunk */
-	uint32_t chans_waiting;	/* channels not complete */
+	uint32_t step; /* global step (see cs_coll_wait_format) */
+	uint32_t chunk; /* chunk within the step's segment part */
+	uint32_t pkts_missing; /* not received / not acknowledged */
+	uint32_t pkts_total; /* packets of that chunk */
+	uint32_t chans_waiting; /* channels not complete */
 };
 
 /**

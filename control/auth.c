@@ -184,9 +184,9 @@ void cs_auth_epoch_key(const char *token, uint32_t group, uint32_t epoch,
 static size_t hdr_bytes(const struct cs_pkt_hdr *h, uint8_t *o)
 {
 	const uint64_t v[] = {
-		h->version, h->type, h->flags, h->src, h->channel, h->group,
-		h->epoch, h->op, h->step, h->seq, h->ack, h->sack, h->offset,
-		h->len, h->credit, h->ts, h->ts_echo,
+		h->version, h->type, h->flags,	h->src, h->channel, h->group,
+		h->epoch,   h->op,   h->step,	h->seq, h->ack,	    h->sack,
+		h->offset,  h->len,  h->credit, h->ts,	h->ts_echo,
 	};
 	size_t n = 0;
 
@@ -196,9 +196,8 @@ static size_t hdr_bytes(const struct cs_pkt_hdr *h, uint8_t *o)
 	return n;
 }
 
-void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN],
-		 const struct cs_pkt_hdr *h, const void *payload,
-		 uint8_t tag[CS_PROTO_TAG_LEN])
+void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN], const struct cs_pkt_hdr *h,
+		 const void *payload, uint8_t tag[CS_PROTO_TAG_LEN])
 {
 	uint8_t buf[17 * 8], mac[CS_SHA256_LEN];
 	struct cs_hmac m;

@@ -17,7 +17,7 @@
 
 struct cs_sha256 {
 	uint32_t h[8];
-	uint64_t total;		/* bytes hashed so far */
+	uint64_t total; /* bytes hashed so far */
 	uint8_t buf[64];
 	unsigned fill;
 };
@@ -65,9 +65,8 @@ void cs_auth_epoch_key(const char *token, uint32_t group, uint32_t epoch,
  * @payload: h->len bytes (may be NULL when h->len is 0)
  * @tag: out
  */
-void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN],
-		 const struct cs_pkt_hdr *h, const void *payload,
-		 uint8_t tag[CS_PROTO_TAG_LEN]);
+void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN], const struct cs_pkt_hdr *h,
+		 const void *payload, uint8_t tag[CS_PROTO_TAG_LEN]);
 
 /**
  * cs_auth_check - verify the tag of a received packet

@@ -104,7 +104,7 @@ int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
 	struct wbuf w = { .p = buf, .cap = cap };
 	uint32_t len;
 
-	put_u32(&w, 0);	/* length, patched below */
+	put_u32(&w, 0); /* length, patched below */
 	put(&w, &m->type, 1);
 	switch (m->type) {
 	case CS_BOOT_CHALLENGE:
@@ -170,7 +170,7 @@ int cs_boot_decode(const uint8_t *buf, size_t len, struct cs_boot_msg *m)
 		return -EPROTO;
 	if (len < total)
 		return 0;
-	r.n = total;	/* never read past this message */
+	r.n = total; /* never read past this message */
 	get(&r, &m->type, 1);
 	switch (m->type) {
 	case CS_BOOT_CHALLENGE:
@@ -306,8 +306,8 @@ void cs_coord_fini(struct cs_coord *c)
 	memset(c, 0, sizeof(*c));
 }
 
-static void refuse(struct cs_coord *c, uint32_t conn, int code,
-		   const char *why, const struct cs_coord_out *o)
+static void refuse(struct cs_coord *c, uint32_t conn, int code, const char *why,
+		   const struct cs_coord_out *o)
 {
 	struct cs_boot_msg m = { .type = CS_BOOT_REFUSE, .code = code };
 
@@ -345,7 +345,9 @@ int cs_coord_on_open(struct cs_coord *c, uint32_t conn, cs_ns_t now,
 static void send_table(struct cs_coord *c, const struct cs_coord_out *o)
 {
 	struct cs_boot_msg m = {
-		.type = CS_BOOT_TABLE, .epoch = c->fd.epoch, .n = c->world,
+		.type = CS_BOOT_TABLE,
+		.epoch = c->fd.epoch,
+		.n = c->world,
 		.table = c->table,
 	};
 
@@ -356,9 +358,8 @@ static void send_table(struct cs_coord *c, const struct cs_coord_out *o)
 			o->send(o->ctx, c->rank_conn[r], &m);
 }
 
-static int admit(struct cs_coord *c, uint32_t conn,
-		 const struct cs_boot_msg *m, cs_ns_t now,
-		 const struct cs_coord_out *o)
+static int admit(struct cs_coord *c, uint32_t conn, const struct cs_boot_msg *m,
+		 cs_ns_t now, const struct cs_coord_out *o)
 {
 	struct cs_coord_conn *cc = &c->conns[conn];
 	struct cs_boot_msg w = { .type = CS_BOOT_WELCOME };
@@ -383,8 +384,8 @@ static int admit(struct cs_coord *c, uint32_t conn,
 		if (rank >= c->world || c->rank_conn[rank] != UINT32_MAX) {
 			CS_WARN("refused a member on connection %u: rank %d taken or outside 0..%u",
 				conn, m->want_rank, c->world - 1);
-			refuse(c, conn, -EADDRINUSE, "rank taken or out of range",
-			       o);
+			refuse(c, conn, -EADDRINUSE,
+			       "rank taken or out of range", o);
 			return -EADDRINUSE;
 		}
 	} else {
@@ -416,7 +417,9 @@ static void declare_lost(struct cs_coord *c, const uint32_t *lost, unsigned k,
 			 const struct cs_coord_out *o)
 {
 	struct cs_boot_msg v = {
-		.type = CS_BOOT_VIEW, .epoch = c->fd.epoch, .n = k,
+		.type = CS_BOOT_VIEW,
+		.epoch = c->fd.epoch,
+		.n = k,
 		.lost = (uint32_t *)lost,
 	};
 
@@ -533,10 +536,9 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 	return 0;
 }
 
-int cs_boot_member_on_msg(struct cs_boot_member *b,
-			  const struct cs_boot_msg *m, cs_ns_t now,
-			  struct cs_boot_msg *reply, uint32_t *lost,
-			  unsigned maxlost, unsigned *nlost)
+int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
+			  cs_ns_t now, struct cs_boot_msg *reply,
+			  uint32_t *lost, unsigned maxlost, unsigned *nlost)
 {
 	uint8_t proof[32];
 

@@ -49,12 +49,12 @@ enum cs_boot_msg_type {
 /* One member's dataplane address, as distributed in the table. */
 struct cs_node_addr {
 	uint8_t mac[6];
-	uint8_t numa;		/* NUMA node of its NIC */
-	uint8_t state;		/* enum cs_member_state (in TABLE) */
-	uint32_t ip;		/* IPv4, host order */
+	uint8_t numa; /* NUMA node of its NIC */
+	uint8_t state; /* enum cs_member_state (in TABLE) */
+	uint32_t ip; /* IPv4, host order */
 	uint16_t udp_port;
-	uint16_t queues;	/* dataplane queues (channels) it serves */
-	uint32_t qpn;		/* verbs QP number, 0 when unused */
+	uint16_t queues; /* dataplane queues (channels) it serves */
+	uint32_t qpn; /* verbs QP number, 0 when unused */
 };
 
 #define CS_BOOT_ADDR_WIRE_LEN 20
@@ -63,17 +63,17 @@ struct cs_boot_msg {
 	uint8_t type;
 	uint8_t nonce[CS_BOOT_NONCE_LEN];
 	uint8_t mac[32];
-	int32_t want_rank;	/* JOIN: -1 = any */
-	uint32_t node;		/* WELCOME, HEARTBEAT */
-	uint32_t world;		/* WELCOME */
-	uint32_t epoch;		/* TABLE, HEARTBEAT, VIEW */
-	int32_t code;		/* REFUSE */
-	char reason[128];	/* REFUSE */
-	struct cs_node_addr addr;	/* JOIN */
-	uint32_t n;		/* TABLE entries or VIEW lost ranks */
-	struct cs_node_addr *table;	/* TABLE: caller's array */
-	uint32_t *lost;			/* VIEW: caller's array */
-	uint32_t cap;		/* room in table/lost when decoding */
+	int32_t want_rank; /* JOIN: -1 = any */
+	uint32_t node; /* WELCOME, HEARTBEAT */
+	uint32_t world; /* WELCOME */
+	uint32_t epoch; /* TABLE, HEARTBEAT, VIEW */
+	int32_t code; /* REFUSE */
+	char reason[128]; /* REFUSE */
+	struct cs_node_addr addr; /* JOIN */
+	uint32_t n; /* TABLE entries or VIEW lost ranks */
+	struct cs_node_addr *table; /* TABLE: caller's array */
+	uint32_t *lost; /* VIEW: caller's array */
+	uint32_t cap; /* room in table/lost when decoding */
 };
 
 /**
@@ -112,17 +112,17 @@ struct cs_coord_conn {
 
 struct cs_coord {
 	char token[128];
-	uint32_t world;		/* members expected */
+	uint32_t world; /* members expected */
 	uint32_t joined;
 	uint32_t max_conns;
-	bool complete;		/* every rank admitted, table sent */
-	struct cs_coord_conn *conns;	/* indexed by the driver's conn id */
-	struct cs_node_addr *table;	/* indexed by rank */
-	uint32_t *rank_conn;		/* rank -> conn id */
+	bool complete; /* every rank admitted, table sent */
+	struct cs_coord_conn *conns; /* indexed by the driver's conn id */
+	struct cs_node_addr *table; /* indexed by rank */
+	uint32_t *rank_conn; /* rank -> conn id */
 	struct cs_coord_fd fd;
 	struct cs_member_params mp;
 	uint64_t rng;
-	uint64_t refused;	/* joins refused (bad token, full, ...) */
+	uint64_t refused; /* joins refused (bad token, full, ...) */
 };
 
 /* What the coordinator wants its driver to do. */
@@ -175,7 +175,7 @@ struct cs_boot_member {
 	struct cs_node_addr table[CS_BOOT_MAX_RANKS];
 	struct cs_member_fd fd;
 	struct cs_member_params mp;
-	char error[160];	/* why the member failed, for the log */
+	char error[160]; /* why the member failed, for the log */
 };
 
 int cs_boot_member_init(struct cs_boot_member *b, const char *token,
@@ -183,9 +183,9 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 			const struct cs_member_params *mp, uint64_t seed);
 
 /* Bits returned by cs_boot_member_on_msg(). */
-#define CS_BOOT_M_REPLY 0x1	/* send *reply */
-#define CS_BOOT_M_TABLE 0x2	/* a new table: addresses / epoch changed */
-#define CS_BOOT_M_VIEW 0x4	/* the epoch advanced: fail in-flight ops */
+#define CS_BOOT_M_REPLY 0x1 /* send *reply */
+#define CS_BOOT_M_TABLE 0x2 /* a new table: addresses / epoch changed */
+#define CS_BOOT_M_VIEW 0x4 /* the epoch advanced: fail in-flight ops */
 
 /**
  * cs_boot_member_on_msg - a message from the coordinator
@@ -195,9 +195,8 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
  * the coordinator cannot prove it holds the token, -ECONNREFUSED when it
  * refused us (b->error says why), -EPROTO for a message out of order.
  */
-int cs_boot_member_on_msg(struct cs_boot_member *b,
-			  const struct cs_boot_msg *m, cs_ns_t now,
-			  struct cs_boot_msg *reply, uint32_t *lost,
-			  unsigned maxlost, unsigned *nlost);
+int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
+			  cs_ns_t now, struct cs_boot_msg *reply,
+			  uint32_t *lost, unsigned maxlost, unsigned *nlost);
 
 #endif

@@ -30,7 +30,7 @@ static struct cs_coord_out co_out(struct cs_coord_svc *s)
 	return o;
 }
 
-static cs_ns_t co_now;	/* time of the current poll, for callbacks */
+static cs_ns_t co_now; /* time of the current poll, for callbacks */
 
 static void co_on_open(void *ctx, uint32_t conn)
 {
@@ -224,9 +224,9 @@ static int tcp_join(void *impl, const char *token, int32_t want_rank,
 {
 	struct tcp_rdzv *t = impl;
 
-	return cs_member_svc_join(&t->svc, t->ip, t->port, token, want_rank,
-				  self, &t->mp, (uint64_t)self->ip << 16 |
-				  self->udp_port, timeout_ms, 0);
+	return cs_member_svc_join(
+		&t->svc, t->ip, t->port, token, want_rank, self, &t->mp,
+		(uint64_t)self->ip << 16 | self->udp_port, timeout_ms, 0);
 }
 
 static unsigned tcp_poll(void *impl, cs_ns_t now, int timeout_ms)
@@ -241,5 +241,8 @@ static void tcp_leave(void *impl)
 }
 
 const struct cs_rendezvous_ops cs_rendezvous_tcp = {
-	.name = "tcp", .join = tcp_join, .poll = tcp_poll, .leave = tcp_leave,
+	.name = "tcp",
+	.join = tcp_join,
+	.poll = tcp_poll,
+	.leave = tcp_leave,
 };

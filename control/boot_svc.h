@@ -33,17 +33,17 @@ int cs_coord_svc_poll(struct cs_coord_svc *s, cs_ns_t now, int timeout_ms);
 void cs_coord_svc_stop(struct cs_coord_svc *s);
 
 /* Events a member service reports from cs_member_svc_poll(). */
-#define CS_MSVC_READY 0x1	/* the address table arrived (or changed) */
-#define CS_MSVC_VIEW 0x2	/* epoch advanced; lost ranks in s->lost */
-#define CS_MSVC_COORD_LOST 0x4	/* coordinator silent or gone */
-#define CS_MSVC_FAILED 0x8	/* refused / protocol error: s->m.error */
+#define CS_MSVC_READY 0x1 /* the address table arrived (or changed) */
+#define CS_MSVC_VIEW 0x2 /* epoch advanced; lost ranks in s->lost */
+#define CS_MSVC_COORD_LOST 0x4 /* coordinator silent or gone */
+#define CS_MSVC_FAILED 0x8 /* refused / protocol error: s->m.error */
 
 struct cs_member_svc {
 	struct cs_boot_member m;
 	struct cs_ctl_loop *loop;
 	uint32_t conn;
 	bool connected;
-	unsigned events;	/* accumulated by callbacks, cleared by poll */
+	unsigned events; /* accumulated by callbacks, cleared by poll */
 	uint32_t lost[CS_BOOT_MAX_RANKS];
 	unsigned nlost;
 	cs_ns_t now;

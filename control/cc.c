@@ -5,11 +5,11 @@
 
 #include "control/cc.h"
 
-#define GBPS_TO_BPS (1e9 / 8)	/* Gb/s -> bytes per second */
+#define GBPS_TO_BPS (1e9 / 8) /* Gb/s -> bytes per second */
 
 const struct cs_cfg_entry cs_cc_cfg[] = {
-	{ "cc.enable", CS_CFG_BOOL, offsetof(struct cs_cc_params, enable),
-	  "1", CS_CFG_NO_BOUNDS,
+	{ "cc.enable", CS_CFG_BOOL, offsetof(struct cs_cc_params, enable), "1",
+	  CS_CFG_NO_BOUNDS,
 	  "delay-based rate control; 0 pins the rate at cc.line_gbps" },
 	{ "cc.line_gbps", CS_CFG_DOUBLE,
 	  offsetof(struct cs_cc_params, line_gbps), "100", 0.001, 1e5,
@@ -53,9 +53,8 @@ const size_t cs_cc_cfg_len = CS_ARRAY_SIZE(cs_cc_cfg);
 int cs_cc_init(struct cs_cc *cc, const struct cs_cc_params *params)
 {
 	if (!(params->line_gbps > 0) || !(params->min_gbps > 0) ||
-	    params->min_gbps > params->line_gbps ||
-	    !(params->init_frac > 0) || params->init_frac > 1 ||
-	    !(params->fs_min_cwnd > 0) ||
+	    params->min_gbps > params->line_gbps || !(params->init_frac > 0) ||
+	    params->init_frac > 1 || !(params->fs_min_cwnd > 0) ||
 	    params->fs_min_cwnd >= params->fs_max_cwnd || !params->pkt_bytes)
 		return -EINVAL;
 	cc->p = *params;
@@ -69,9 +68,8 @@ int cs_cc_init(struct cs_cc *cc, const struct cs_cc_params *params)
 	cc->last_decrease = 0;
 	cc->decreases = cc->ecn_decreases = cc->timeouts = 0;
 	/* Swift: fs(cwnd) = a / sqrt(cwnd) + b; fs(max) = 0, fs(min) = range */
-	cc->fs_a = (double)params->fs_range /
-		   (1 / sqrt(params->fs_min_cwnd) -
-		    1 / sqrt(params->fs_max_cwnd));
+	cc->fs_a = (double)params->fs_range / (1 / sqrt(params->fs_min_cwnd) -
+					       1 / sqrt(params->fs_max_cwnd));
 	cc->fs_b = -cc->fs_a / sqrt(params->fs_max_cwnd);
 	cc->target = params->target_qdelay;
 	return 0;
@@ -147,7 +145,7 @@ void cs_cc_on_ack(struct cs_cc *cc, cs_ns_t rtt, uint64_t acked, bool ece,
 		cc->rate += cc->p.ai_gbps * GBPS_TO_BPS * (double)acked / win;
 	} else if (may_decrease(cc, rtt, now)) {
 		double f = 1 - cc->p.beta * (double)(qdelay - target) /
-			       (double)qdelay;
+				       (double)qdelay;
 
 		if (f < 1 - cc->p.max_mdf)
 			f = 1 - cc->p.max_mdf;
@@ -179,8 +177,8 @@ int cs_path_init(struct cs_path *path, const struct cs_pacer_params *pp,
 	return cs_pacer_init(&path->pacer, pp, path->cc.rate);
 }
 
-void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked,
-		    bool ece, cs_ns_t now)
+void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked, bool ece,
+		    cs_ns_t now)
 {
 	cs_cc_on_ack(&path->cc, rtt, acked, ece, now);
 	if (path->cc.rate != path->pacer.rate)

@@ -63,13 +63,13 @@ extern const size_t cs_cc_cfg_len;
  */
 struct cs_cc {
 	struct cs_cc_params p;
-	double rate;		/* bytes per second */
-	double line, min;	/* bytes per second */
-	cs_ns_t base_rtt;	/* smallest RTT seen; CS_NS_NEVER before one */
+	double rate; /* bytes per second */
+	double line, min; /* bytes per second */
+	cs_ns_t base_rtt; /* smallest RTT seen; CS_NS_NEVER before one */
 	cs_ns_t last_rtt;
-	cs_ns_t last_decrease;	/* at most one decrease per RTT */
-	double fs_a, fs_b;	/* flow-scaling coefficients, ns */
-	cs_ns_t target;		/* last target used (statistics) */
+	cs_ns_t last_decrease; /* at most one decrease per RTT */
+	double fs_a, fs_b; /* flow-scaling coefficients, ns */
+	cs_ns_t target; /* last target used (statistics) */
 	uint64_t decreases, ecn_decreases, timeouts;
 };
 
@@ -130,8 +130,8 @@ int cs_path_init(struct cs_path *path, const struct cs_pacer_params *pp,
  * @ece: congestion echo
  * @now: current time, ns
  */
-void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked,
-		    bool ece, cs_ns_t now);
+void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked, bool ece,
+		    cs_ns_t now);
 
 /**
  * cs_path_on_timeout - a session on this path timed out

@@ -10,8 +10,8 @@
 
 #include "internal/config.h"
 
-static const struct cs_cfg_entry *find(const struct cs_cfg_entry *tab,
-				       size_t n, const char *name)
+static const struct cs_cfg_entry *find(const struct cs_cfg_entry *tab, size_t n,
+				       const char *name)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!strcmp(tab[i].name, name))
@@ -108,9 +108,10 @@ static int apply(const struct cs_cfg_entry *e, void *obj, const char *value,
 		goto bad;
 	if (e->min <= e->max && (v < e->min || v > e->max)) {
 		if (err)
-			snprintf(err, errlen,
-				 "config key '%s': value '%s' is outside [%g, %g]",
-				 e->name, value, e->min, e->max);
+			snprintf(
+				err, errlen,
+				"config key '%s': value '%s' is outside [%g, %g]",
+				e->name, value, e->min, e->max);
 		return -EINVAL;
 	}
 	switch (e->type) {

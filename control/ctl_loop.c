@@ -136,8 +136,7 @@ static void arm_recv(struct cs_ctl_loop *l, uint32_t id)
 	s = sqe_get(l);
 	if (!s)
 		return;
-	io_uring_prep_recv(s, c->fd, c->rx + c->rx_len, CTL_BUF - c->rx_len,
-			   0);
+	io_uring_prep_recv(s, c->fd, c->rx + c->rx_len, CTL_BUF - c->rx_len, 0);
 	io_uring_sqe_set_data64(s, ud(id, OP_RECV));
 	c->recv_armed = true;
 }
@@ -211,7 +210,7 @@ int cs_ctl_listen(struct cs_ctl_loop *l, const char *ip, uint16_t *port)
 }
 
 int cs_ctl_loop_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
-		   int timeout_ms, uint32_t *conn)
+			int timeout_ms, uint32_t *conn)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_port = htons(port) };
@@ -226,7 +225,8 @@ int cs_ctl_loop_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
 		return -errno;
 	/* Connect is set-up, not steady state: a plain non-blocking
 	 * connect with a bounded wait keeps the error reporting simple. */
-	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) && errno != EINPROGRESS) {
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    errno != EINPROGRESS) {
 		err = -errno;
 		goto out_close;
 	}
@@ -254,7 +254,7 @@ out_close:
 }
 
 int cs_ctl_loop_send(struct cs_ctl_loop *l, uint32_t conn,
-		const struct cs_boot_msg *m)
+		     const struct cs_boot_msg *m)
 {
 	struct conn *c;
 	int n;
@@ -294,7 +294,7 @@ static void conn_gone(struct cs_ctl_loop *l, uint32_t id, bool notify)
 	shutdown(c->fd, SHUT_RDWR);
 	c->closing = true;
 	if (c->recv_armed || c->send_armed)
-		return;	/* released when the last completion arrives */
+		return; /* released when the last completion arrives */
 	conn_release(c);
 	if (notify && l->h.on_close)
 		l->h.on_close(l->h.ctx, id);
@@ -312,7 +312,8 @@ static void on_recv(struct cs_ctl_loop *l, uint32_t id, int res)
 	}
 	c->rx_len += (uint32_t)res;
 	for (;;) {
-		struct cs_boot_msg m = { .table = l->table, .lost = l->lost,
+		struct cs_boot_msg m = { .table = l->table,
+					 .lost = l->lost,
 					 .cap = CS_BOOT_MAX_RANKS };
 		int n = cs_boot_decode(c->rx + off, c->rx_len - off, &m);
 

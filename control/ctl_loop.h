@@ -15,9 +15,9 @@
 struct cs_ctl_loop;
 
 struct cs_ctl_handler {
-	void (*on_open)(void *ctx, uint32_t conn);	/* accepted */
+	void (*on_open)(void *ctx, uint32_t conn); /* accepted */
 	void (*on_msg)(void *ctx, uint32_t conn, const struct cs_boot_msg *m);
-	void (*on_close)(void *ctx, uint32_t conn);	/* peer gone */
+	void (*on_close)(void *ctx, uint32_t conn); /* peer gone */
 	void *ctx;
 };
 
@@ -41,11 +41,11 @@ int cs_ctl_listen(struct cs_ctl_loop *l, const char *ip, uint16_t *port);
  * Returns: 0, -ETIMEDOUT, -ECONNREFUSED, ...
  */
 int cs_ctl_loop_connect(struct cs_ctl_loop *l, const char *ip, uint16_t port,
-		   int timeout_ms, uint32_t *conn);
+			int timeout_ms, uint32_t *conn);
 
 /* Queue a message; -ENOBUFS when the connection's send buffer is full. */
 int cs_ctl_loop_send(struct cs_ctl_loop *l, uint32_t conn,
-		const struct cs_boot_msg *m);
+		     const struct cs_boot_msg *m);
 void cs_ctl_close(struct cs_ctl_loop *l, uint32_t conn);
 
 /**

@@ -8,7 +8,6 @@
 
 #include "member.h"
 
-
 const struct cs_cfg_entry cs_member_cfg[] = {
 	{ "member.hb_interval", CS_CFG_NS,
 	  offsetof(struct cs_member_params, hb_interval), "100ms", 1e5, 6e10,
@@ -94,9 +93,8 @@ cs_ns_t cs_coord_fd_deadline(const struct cs_coord_fd *fd)
 	return d;
 }
 
-void cs_member_fd_init(struct cs_member_fd *m,
-		       const struct cs_member_params *p, uint32_t epoch,
-		       cs_ns_t now)
+void cs_member_fd_init(struct cs_member_fd *m, const struct cs_member_params *p,
+		       uint32_t epoch, cs_ns_t now)
 {
 	memset(m, 0, sizeof(*m));
 	m->p = *p;
@@ -105,8 +103,7 @@ void cs_member_fd_init(struct cs_member_fd *m,
 	m->coord_heard = now;
 }
 
-bool cs_member_fd_on_view(struct cs_member_fd *m, uint32_t epoch,
-			  cs_ns_t now)
+bool cs_member_fd_on_view(struct cs_member_fd *m, uint32_t epoch, cs_ns_t now)
 {
 	if (now > m->coord_heard)
 		m->coord_heard = now;

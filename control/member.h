@@ -28,8 +28,8 @@
 #include "internal/util.h"
 
 struct cs_member_params {
-	uint64_t hb_interval;	/* ns between heartbeats */
-	uint64_t fail_timeout;	/* ns of silence before a member is lost */
+	uint64_t hb_interval; /* ns between heartbeats */
+	uint64_t fail_timeout; /* ns of silence before a member is lost */
 };
 
 extern const struct cs_cfg_entry cs_member_cfg[];
@@ -38,17 +38,17 @@ extern const size_t cs_member_cfg_len;
 enum cs_member_state {
 	CS_MEMBER_ALIVE = 0,
 	CS_MEMBER_LOST = 1,
-	CS_MEMBER_JOINING = 2,	/* admitted; joins at the next op boundary */
+	CS_MEMBER_JOINING = 2, /* admitted; joins at the next op boundary */
 };
 
 /* Coordinator's view of the group. */
 struct cs_coord_fd {
 	struct cs_member_params p;
 	uint32_t epoch;
-	uint32_t n;		/* ranks in the group, including lost ones */
+	uint32_t n; /* ranks in the group, including lost ones */
 	uint32_t alive;
-	cs_ns_t *last_heard;	/* per rank */
-	uint8_t *state;		/* enum cs_member_state per rank */
+	cs_ns_t *last_heard; /* per rank */
+	uint8_t *state; /* enum cs_member_state per rank */
 };
 
 /**
@@ -91,9 +91,8 @@ struct cs_member_fd {
 	bool coord_lost;
 };
 
-void cs_member_fd_init(struct cs_member_fd *m,
-		       const struct cs_member_params *p, uint32_t epoch,
-		       cs_ns_t now);
+void cs_member_fd_init(struct cs_member_fd *m, const struct cs_member_params *p,
+		       uint32_t epoch, cs_ns_t now);
 
 /**
  * cs_member_fd_on_view - the coordinator's heartbeat or view announcement
@@ -101,13 +100,12 @@ void cs_member_fd_init(struct cs_member_fd *m,
  * Returns: true when the epoch advanced (in-flight operations of older
  * epochs must now fail with CS_ERR_PEER_LOST).
  */
-bool cs_member_fd_on_view(struct cs_member_fd *m, uint32_t epoch,
-			  cs_ns_t now);
+bool cs_member_fd_on_view(struct cs_member_fd *m, uint32_t epoch, cs_ns_t now);
 
 enum cs_member_action {
 	CS_MEMBER_NOTHING = 0,
-	CS_MEMBER_SEND_HB = 1,		/* send a heartbeat now */
-	CS_MEMBER_COORD_LOST = 2,	/* coordinator silent past timeout */
+	CS_MEMBER_SEND_HB = 1, /* send a heartbeat now */
+	CS_MEMBER_COORD_LOST = 2, /* coordinator silent past timeout */
 };
 
 /**

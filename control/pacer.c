@@ -46,8 +46,9 @@ void cs_pacer_set_rate(struct cs_pacer *p, double rate, cs_ns_t now)
 	if (!(rate > 0))
 		return;
 	if (p->tat_ps > now_ps)
-		p->tat_ps = now_ps + (uint64_t)llround(
-			(double)(p->tat_ps - now_ps) * p->rate / rate);
+		p->tat_ps = now_ps +
+			    (uint64_t)llround((double)(p->tat_ps - now_ps) *
+					      p->rate / rate);
 	p->rate = rate;
 	p->burst_ps = cost_ps(rate, p->burst_bytes);
 }

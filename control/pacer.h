@@ -39,12 +39,12 @@ extern const size_t cs_pacer_cfg_len;
  * callers' clock is nanoseconds.
  */
 struct cs_pacer {
-	double rate;		/* bytes per second */
-	uint64_t tat_ps;	/* when the bucket would be empty again */
-	uint64_t burst_ps;	/* burst_bytes at the current rate */
+	double rate; /* bytes per second */
+	uint64_t tat_ps; /* when the bucket would be empty again */
+	uint64_t burst_ps; /* burst_bytes at the current rate */
 	uint64_t burst_bytes;
 	uint32_t frame_overhead;
-	uint64_t sent_bytes;	/* frame bytes charged (statistics) */
+	uint64_t sent_bytes; /* frame bytes charged (statistics) */
 };
 
 /**

@@ -11,9 +11,9 @@
 
 enum {
 	M_FREE = 0,
-	M_INFLIGHT = 1,		/* sent, not yet known to have arrived */
-	M_SACKED = 2,		/* selectively acknowledged */
-	M_LOST = 3,		/* deemed lost, waiting to be resent */
+	M_INFLIGHT = 1, /* sent, not yet known to have arrived */
+	M_SACKED = 2, /* selectively acknowledged */
+	M_LOST = 3, /* deemed lost, waiting to be resent */
 };
 
 /* meta.why: how the packet was last deemed lost (statistics). */
@@ -78,8 +78,7 @@ int cs_rel_params_default(struct cs_rel_params *p)
 	return cs_cfg_defaults(cs_rel_cfg, cs_rel_cfg_len, p);
 }
 
-int cs_rel_params_check(const struct cs_rel_params *p, char *err,
-			size_t errlen)
+int cs_rel_params_check(const struct cs_rel_params *p, char *err, size_t errlen)
 {
 	const char *key = NULL;
 
@@ -101,8 +100,7 @@ int cs_rel_params_check(const struct cs_rel_params *p, char *err,
 	return -EINVAL;
 }
 
-static inline struct cs_rel_meta *meta_of(const struct cs_rel *r,
-					  uint32_t seq)
+static inline struct cs_rel_meta *meta_of(const struct cs_rel *r, uint32_t seq)
 {
 	return &r->meta[seq & r->mask];
 }
@@ -135,8 +133,8 @@ static cs_ns_t rto_now(const struct cs_rel *r)
 }
 
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
-		struct cs_path *path, const struct cs_rel_ops *ops,
-		void *owner, uint32_t isn_tx, uint32_t isn_rx)
+		struct cs_path *path, const struct cs_rel_ops *ops, void *owner,
+		uint32_t isn_tx, uint32_t isn_rx)
 {
 	memset(r, 0, sizeof(*r));
 	if (cs_rel_params_check(p, NULL, 0))
@@ -230,8 +228,8 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
 	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
-		r->credit_deadline = now + (r->p.credit_refresh <<
-					    CS_MIN(r->credit_refreshes, 20u));
+		r->credit_deadline = now + (r->p.credit_refresh << CS_MIN(
+						    r->credit_refreshes, 20u));
 	r->ack_pending = 0;
 	r->ack_now = false;
 	r->ece_pending = false;
@@ -337,7 +335,7 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 	if (seq == r->retx_hint)
 		r->retx_hint = seq + 1;
 	r->st.retx++;
-	m->miss_xid = 0;	/* reports about the old copy are moot */
+	m->miss_xid = 0; /* reports about the old copy are moot */
 	if (m->why == LOST_BY_SACK)
 		r->st.fast_retx++;
 	else if (m->why == LOST_BY_TLP)
@@ -398,7 +396,7 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 			continue;
 		}
 		if (m->miss_xid <= m->xmit_id)
-			continue;	/* not reported missing since */
+			continue; /* not reported missing since */
 		if (m->xmit_id + r->p.dupthresh <= m->miss_xid ||
 		    (timed && now >= m->sent + wait)) {
 			mark_lost(r, s, m, LOST_BY_SACK);
@@ -545,8 +543,9 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			arm_rto(r, now);
 		arm_tlp(r, now);
 		if (r->path) {
-			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now ?
-				      now - h->ts_echo : 0;
+			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now
+					      ? now - h->ts_echo
+					      : 0;
 
 			cs_path_on_ack(r->path, rtt, bytes,
 				       h->flags & CS_PKT_F_ECE, now);
@@ -615,8 +614,7 @@ static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	return CS_REL_DELIVER;
 }
 
-int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
-		     cs_ns_t now)
+int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 {
 	int res = 0;
 
@@ -664,7 +662,7 @@ static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->sack = bits;
 	h->len = 0;
 	h->ts = now;
-	h->ts_echo = 0;		/* no RTT sample from an extension */
+	h->ts_echo = 0; /* no RTT sample from an extension */
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
 	r->st.sack_ext++;
 }

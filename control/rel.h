@@ -153,11 +153,11 @@ int cs_rel_params_check(const struct cs_rel_params *p, char *err,
 			size_t errlen);
 
 /* cs_rel_on_packet() result bits. */
-#define CS_REL_DELIVER 0x1	/* new data: hand the payload up (once) */
-#define CS_REL_DUP 0x2		/* data seen before: drop it */
-#define CS_REL_STALE 0x4	/* data beyond the receive window: drop it */
-#define CS_REL_ACKED 0x8	/* acknowledged new data: window may open */
-#define CS_REL_LOST 0x10	/* loss detected: retransmissions pending */
+#define CS_REL_DELIVER 0x1 /* new data: hand the payload up (once) */
+#define CS_REL_DUP 0x2 /* data seen before: drop it */
+#define CS_REL_STALE 0x4 /* data beyond the receive window: drop it */
+#define CS_REL_ACKED 0x8 /* acknowledged new data: window may open */
+#define CS_REL_LOST 0x10 /* loss detected: retransmissions pending */
 
 /**
  * struct cs_rel_ops - owner callbacks (all optional)
@@ -170,34 +170,34 @@ struct cs_rel_ops {
 };
 
 struct cs_rel_stats {
-	uint64_t data_sent;	/* first transmissions */
-	uint64_t bytes_sent;	/* payload bytes, first transmissions */
-	uint64_t retx;		/* retransmissions */
-	uint64_t fast_retx;	/* of which triggered by SACK */
-	uint64_t tlp;		/* of which tail loss probes */
+	uint64_t data_sent; /* first transmissions */
+	uint64_t bytes_sent; /* payload bytes, first transmissions */
+	uint64_t retx; /* retransmissions */
+	uint64_t fast_retx; /* of which triggered by SACK */
+	uint64_t tlp; /* of which tail loss probes */
 	uint64_t timeouts;
-	uint64_t acks_sent;	/* pure ACKs built */
-	uint64_t acks_piggy;	/* ACKs carried on data */
-	uint64_t sack_ext;	/* SACK extension blocks built */
-	uint64_t data_rcvd;	/* new data delivered */
+	uint64_t acks_sent; /* pure ACKs built */
+	uint64_t acks_piggy; /* ACKs carried on data */
+	uint64_t sack_ext; /* SACK extension blocks built */
+	uint64_t data_rcvd; /* new data delivered */
 	uint64_t bytes_rcvd;
-	uint64_t dup_rcvd;	/* duplicates dropped */
-	uint64_t stale_rcvd;	/* beyond the window, dropped */
-	uint64_t bad_acks;	/* ack fields that made no sense, ignored */
+	uint64_t dup_rcvd; /* duplicates dropped */
+	uint64_t stale_rcvd; /* beyond the window, dropped */
+	uint64_t bad_acks; /* ack fields that made no sense, ignored */
 	uint64_t rtt_samples;
 };
 
 /* Per-seq sender metadata; the engine's own, not the owner's business. */
 struct cs_rel_meta {
 	uint64_t cookie;
-	uint64_t xmit_id;	/* transmission order of the last send */
-	cs_ns_t sent;		/* time of the last send */
+	uint64_t xmit_id; /* transmission order of the last send */
+	cs_ns_t sent; /* time of the last send */
 	uint32_t len;
-	uint64_t miss_xid;	/* newest transmission acknowledged when an
-				 * ACK last reported this one missing */
-	uint16_t xmits;		/* 0: slot free */
+	uint64_t miss_xid; /* newest transmission acknowledged when an
+			    * ACK last reported this one missing */
+	uint16_t xmits; /* 0: slot free */
 	uint8_t state;
-	uint8_t why;		/* how it was last deemed lost */
+	uint8_t why; /* how it was last deemed lost */
 };
 
 /**
@@ -209,46 +209,46 @@ struct cs_rel {
 	struct cs_path *path;
 	const struct cs_rel_ops *ops;
 	void *owner;
-	uint32_t mask;		/* window - 1 */
+	uint32_t mask; /* window - 1 */
 	bool failed;
 
 	/* sender */
 	uint32_t snd_una, snd_nxt;
-	uint32_t retx_hint;	/* no lost packet before this seq */
-	uint32_t n_lost;	/* packets marked lost, not yet resent */
-	uint32_t n_sacked;	/* SACKed packets above snd_una */
+	uint32_t retx_hint; /* no lost packet before this seq */
+	uint32_t n_lost; /* packets marked lost, not yet resent */
+	uint32_t n_sacked; /* SACKed packets above snd_una */
 	struct cs_rel_meta *meta;
-	uint64_t xmit_id;	/* next transmission's order */
-	uint64_t rack_xmit_id;	/* newest transmission acknowledged */
+	uint64_t xmit_id; /* next transmission's order */
+	uint64_t rack_xmit_id; /* newest transmission acknowledged */
 	cs_ns_t srtt, rttvar, rto;
-	cs_ns_t min_rtt;	/* smallest Karn sample */
-	uint32_t backoff;	/* RTO doublings since the last sample */
+	cs_ns_t min_rtt; /* smallest Karn sample */
+	uint32_t backoff; /* RTO doublings since the last sample */
 	uint32_t consecutive_to;
-	cs_ns_t rto_deadline;	/* CS_NS_NEVER: not armed */
-	cs_ns_t rack_deadline;	/* re-run loss detection (time rule) */
-	cs_ns_t tlp_deadline;	/* tail loss probe */
-	uint32_t tx_bytes;	/* cumulative new payload bytes (credit) */
-	uint32_t credit_limit;	/* cumulative bytes the peer allows */
+	cs_ns_t rto_deadline; /* CS_NS_NEVER: not armed */
+	cs_ns_t rack_deadline; /* re-run loss detection (time rule) */
+	cs_ns_t tlp_deadline; /* tail loss probe */
+	uint32_t tx_bytes; /* cumulative new payload bytes (credit) */
+	uint32_t credit_limit; /* cumulative bytes the peer allows */
 
 	/* receiver */
 	uint32_t rcv_nxt;
-	uint64_t *rcv_bits;	/* window bits: seq arrived (seq & mask) */
-	uint32_t rx_bytes;	/* cumulative new payload bytes received */
-	uint64_t grant;		/* credit granted beyond rx_bytes */
-	bool credit_unconfirmed;	/* grown grant, no data seen since */
+	uint64_t *rcv_bits; /* window bits: seq arrived (seq & mask) */
+	uint32_t rx_bytes; /* cumulative new payload bytes received */
+	uint64_t grant; /* credit granted beyond rx_bytes */
+	bool credit_unconfirmed; /* grown grant, no data seen since */
 	uint32_t credit_refreshes;
-	cs_ns_t credit_deadline;	/* re-send the grant */
-	uint32_t rx_max;	/* highest seq received + 1 (when rx_ooo) */
-	bool rx_ooo;		/* something beyond rcv_nxt arrived */
-	bool echo_valid;	/* echo_ts holds a data packet's ts */
-	bool ext_due;		/* a SACK extension block should follow */
-	uint32_t ext_next;	/* base of the next extension block */
-	uint32_t ack_pending;	/* data packets since the last ACK */
+	cs_ns_t credit_deadline; /* re-send the grant */
+	uint32_t rx_max; /* highest seq received + 1 (when rx_ooo) */
+	bool rx_ooo; /* something beyond rcv_nxt arrived */
+	bool echo_valid; /* echo_ts holds a data packet's ts */
+	bool ext_due; /* a SACK extension block should follow */
+	uint32_t ext_next; /* base of the next extension block */
+	uint32_t ack_pending; /* data packets since the last ACK */
 	bool ack_now;
 	bool ece_pending;
 	cs_ns_t ack_deadline;
-	uint64_t echo_ts;	/* ts of the newest arrival */
-	cs_ns_t echo_at;	/* when it arrived (hold time is added) */
+	uint64_t echo_ts; /* ts of the newest arrival */
+	cs_ns_t echo_at; /* when it arrived (hold time is added) */
 
 	struct cs_rel_stats st;
 };
@@ -266,8 +266,8 @@ struct cs_rel {
  * Returns: 0, -EINVAL for bad parameters, -ENOMEM.
  */
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
-		struct cs_path *path, const struct cs_rel_ops *ops,
-		void *owner, uint32_t isn_tx, uint32_t isn_rx);
+		struct cs_path *path, const struct cs_rel_ops *ops, void *owner,
+		uint32_t isn_tx, uint32_t isn_rx);
 
 /**
  * cs_rel_fini - free what cs_rel_init() allocated
@@ -351,8 +351,7 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
  * Returns: a mask of CS_REL_* bits; the payload is the owner's to consume
  *	only with CS_REL_DELIVER. Afterwards check cs_rel_ack_due().
  */
-int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h,
-		     cs_ns_t now);
+int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now);
 
 /**
  * cs_rel_ack_due - must a pure ACK be sent now?

@@ -7,13 +7,15 @@
 #include <collstack/types.h>
 
 static const char *const dtype_names[CS_DTYPE_COUNT] = {
-	[CS_F32] = "f32", [CS_F64] = "f64", [CS_F16] = "f16",
+	[CS_F32] = "f32",   [CS_F64] = "f64", [CS_F16] = "f16",
 	[CS_BF16] = "bf16", [CS_I32] = "i32", [CS_I64] = "i64",
 	[CS_U8] = "u8",
 };
 
 static const char *const redop_names[CS_REDOP_COUNT] = {
-	[CS_SUM] = "sum", [CS_PROD] = "prod", [CS_MIN] = "min",
+	[CS_SUM] = "sum",
+	[CS_PROD] = "prod",
+	[CS_MIN] = "min",
 	[CS_MAX] = "max",
 };
 
@@ -33,11 +35,11 @@ int cs_dtype_parse(const char *s, enum cs_dtype *out)
 		const char *name;
 		enum cs_dtype t;
 	} alias[] = {
-		{ "float", CS_F32 }, { "float32", CS_F32 },
-		{ "double", CS_F64 }, { "float64", CS_F64 },
-		{ "half", CS_F16 }, { "float16", CS_F16 },
+		{ "float", CS_F32 },	 { "float32", CS_F32 },
+		{ "double", CS_F64 },	 { "float64", CS_F64 },
+		{ "half", CS_F16 },	 { "float16", CS_F16 },
 		{ "bfloat16", CS_BF16 }, { "int", CS_I32 },
-		{ "int32", CS_I32 }, { "int64", CS_I64 },
+		{ "int32", CS_I32 },	 { "int64", CS_I64 },
 		{ "uint8", CS_U8 },
 	};
 
@@ -87,7 +89,7 @@ const char *cs_strerror(int err)
 	case CS_ERR_PROTO:
 		return "protocol violation";
 	default:
-		return err < 0 && err > -CS_ERR_BASE ? strerror(-err) :
-						     "unknown error";
+		return err < 0 && err > -CS_ERR_BASE ? strerror(-err)
+						     : "unknown error";
 	}
 }

@@ -25,8 +25,8 @@ int cs_xport_params_set(struct cs_xport_params *xp, const char *key,
 		return cs_cfg_set(cs_pacer_cfg, cs_pacer_cfg_len, &xp->pacer,
 				  key, value, err, errlen);
 	if (!strncmp(key, "cc.", 3))
-		return cs_cfg_set(cs_cc_cfg, cs_cc_cfg_len, &xp->cc, key,
-				  value, err, errlen);
+		return cs_cfg_set(cs_cc_cfg, cs_cc_cfg_len, &xp->cc, key, value,
+				  err, errlen);
 	if (err)
 		snprintf(err, errlen, "unknown config key '%s'", key);
 	return -ENOENT;

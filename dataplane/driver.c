@@ -47,8 +47,7 @@ int cs_drv_load_peers(struct cs_drv *d, const char *path)
 			   name);
 		if (n <= 0)
 			continue;
-		if (n < 4 || rank >= CS_DRV_MAX_PEERS || !port ||
-		    port > 65535)
+		if (n < 4 || rank >= CS_DRV_MAX_PEERS || !port || port > 65535)
 			goto bad;
 		p = &d->peers[rank];
 		if (inet_pton(AF_INET, ip, &p->ip) != 1 ||
@@ -147,7 +146,8 @@ static void raw_begin(struct cs_drv *d, unsigned qi, struct cs_drv_q *q,
 {
 	q->raw_len = d->raw_len;
 	q->raw_until = d->raw_until;
-	struct cs_pkt_hdr h = { .type = CS_PKT_RAW, .channel = (uint16_t)qi,
+	struct cs_pkt_hdr h = { .type = CS_PKT_RAW,
+				.channel = (uint16_t)qi,
 				.len = q->raw_len - CS_DRV_HDR_LEN };
 	uint8_t frame[CS_DRV_HDR_LEN];
 

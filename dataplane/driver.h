@@ -27,8 +27,8 @@
 
 /* One member of the static address table (node.peers). */
 struct cs_peer {
-	uint32_t ip;		/* network order */
-	uint16_t port;		/* host order */
+	uint32_t ip; /* network order */
+	uint16_t port; /* host order */
 	uint8_t mac[6];
 	char name[32];
 };
@@ -42,15 +42,15 @@ struct cs_drv_q {
 	uint8_t raw_tmpl[CS_DRV_HDR_LEN];
 	/* counters (read by the control thread with relaxed loads) */
 	uint64_t rx_frames;
-	uint64_t rx_foreign;	/* not IPv4/UDP to our port, bad IP header */
-	uint64_t rx_malformed;	/* our port, but not a valid collstack hdr */
-	uint64_t rx_unhandled;	/* valid, no handler for its type */
+	uint64_t rx_foreign; /* not IPv4/UDP to our port, bad IP header */
+	uint64_t rx_malformed; /* our port, but not a valid collstack hdr */
+	uint64_t rx_unhandled; /* valid, no handler for its type */
 	uint64_t rx_raw_pkts, rx_raw_bytes;
 	cs_ns_t rx_raw_first, rx_raw_last;
 	uint64_t tx_raw_pkts, tx_raw_bytes;
 	cs_ns_t tx_raw_start, tx_raw_end;
 	uint64_t tx_nobuf;
-	struct cs_wire_stats wire;	/* decode results by cause */
+	struct cs_wire_stats wire; /* decode results by cause */
 };
 
 /*
@@ -106,7 +106,7 @@ struct cs_drv_totals {
 	uint64_t rx_frames, rx_foreign, rx_malformed, rx_unhandled;
 	uint64_t rx_raw_pkts, rx_raw_bytes, tx_raw_pkts, tx_raw_bytes;
 	uint64_t tx_nobuf;
-	cs_ns_t rx_raw_ns, tx_raw_ns;	/* first..last span */
+	cs_ns_t rx_raw_ns, tx_raw_ns; /* first..last span */
 };
 
 void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t);

@@ -11,13 +11,13 @@
 
 struct held {
 	struct cs_pbuf b;
-	cs_ns_t due;		/* send when now >= due ... */
-	uint64_t after;		/* ... or once this many frames went out */
+	cs_ns_t due; /* send when now >= due ... */
+	uint64_t after; /* ... or once this many frames went out */
 };
 
 struct fq {
 	uint64_t rng;
-	uint64_t sent;		/* frames passed to the inner port */
+	uint64_t sent; /* frames passed to the inner port */
 	unsigned nheld;
 	struct held held[CS_FAULT_HOLD];
 };
@@ -27,8 +27,8 @@ struct fault_port {
 	struct cs_port *inner;
 	struct cs_fault_conf fc;
 	uint64_t dropped, duplicated, reordered, delayed, corrupted;
-	uint64_t lost;		/* inner refused and the hold was full */
-	struct fq *q;		/* one per queue */
+	uint64_t lost; /* inner refused and the hold was full */
+	struct fq *q; /* one per queue */
 };
 
 static inline struct fault_port *fp_of(struct cs_port *p)
@@ -94,8 +94,8 @@ static void flush(struct fault_port *fp, unsigned qi, cs_ns_t now)
 	q->nheld = keep;
 }
 
-static unsigned fault_rx_burst(struct cs_port *p, unsigned q,
-			       struct cs_pbuf *v, unsigned n)
+static unsigned fault_rx_burst(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			       unsigned n)
 {
 	struct fault_port *fp = fp_of(p);
 
@@ -104,8 +104,8 @@ static unsigned fault_rx_burst(struct cs_port *p, unsigned q,
 	return fp->inner->ops->rx_burst(fp->inner, q, v, n);
 }
 
-static unsigned fault_tx_alloc(struct cs_port *p, unsigned q,
-			       struct cs_pbuf *v, unsigned n)
+static unsigned fault_tx_alloc(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			       unsigned n)
 {
 	struct fault_port *fp = fp_of(p);
 
@@ -189,7 +189,7 @@ static unsigned fault_tx_burst(struct cs_port *p, unsigned qi,
 	q->sent += sent;
 	for (unsigned i = sent; i < nout; i++) {
 		if (q->nheld < CS_FAULT_HOLD) {
-			hold(q, &out[i], 0, 0);	/* retry at next flush */
+			hold(q, &out[i], 0, 0); /* retry at next flush */
 		} else {
 			in->ops->release(in, qi, &out[i], 1);
 			fp->lost++;
@@ -252,8 +252,8 @@ static void fault_close(struct cs_port *p)
 		struct fq *q = &fp->q[qi];
 
 		for (unsigned i = 0; i < q->nheld; i++)
-			fp->inner->ops->release(fp->inner, qi,
-						&q->held[i].b, 1);
+			fp->inner->ops->release(fp->inner, qi, &q->held[i].b,
+						1);
 	}
 	fp->inner->ops->close(fp->inner);
 	free(fp->q);
@@ -264,7 +264,7 @@ static int fault_open(const struct cs_port_conf *conf, struct cs_port **out)
 {
 	(void)conf;
 	(void)out;
-	return -ENOTSUP;	/* only made by cs_fault_wrap() */
+	return -ENOTSUP; /* only made by cs_fault_wrap() */
 }
 
 static const struct cs_port_ops fault_ops = {
@@ -295,9 +295,8 @@ int cs_fault_wrap(struct cs_port *inner, const struct cs_fault_conf *fc,
 	unsigned nq = inner->conf.queues ? inner->conf.queues : 1;
 
 	*out = NULL;
-	if (!prob_ok(fc->drop) || !prob_ok(fc->dup) ||
-	    !prob_ok(fc->reorder) || !prob_ok(fc->delay) ||
-	    !prob_ok(fc->corrupt))
+	if (!prob_ok(fc->drop) || !prob_ok(fc->dup) || !prob_ok(fc->reorder) ||
+	    !prob_ok(fc->delay) || !prob_ok(fc->corrupt))
 		return -EINVAL;
 	fp = calloc(1, sizeof(*fp));
 	if (!fp)
@@ -317,9 +316,10 @@ int cs_fault_wrap(struct cs_port *inner, const struct cs_fault_conf *fc,
 	for (unsigned i = 0; i < nq; i++)
 		fp->q[i].rng = fc->seed + i;
 	CS_INFO("fault shim on %s port: seed %llu drop %g dup %g reorder %g "
-		"delay %g (%llu ns) corrupt %g", inner->ops->name,
-		(unsigned long long)fc->seed, fc->drop, fc->dup, fc->reorder,
-		fc->delay, (unsigned long long)fc->delay_ns, fc->corrupt);
+		"delay %g (%llu ns) corrupt %g",
+		inner->ops->name, (unsigned long long)fc->seed, fc->drop,
+		fc->dup, fc->reorder, fc->delay,
+		(unsigned long long)fc->delay_ns, fc->corrupt);
 	*out = &fp->port;
 	return 0;
 }

@@ -122,7 +122,8 @@ int cs_lcore_pick_cpu(const struct cs_lcore_conf *conf, int numa,
 	cpu = nth_cpu(&allowed, index + salt);
 	snprintf(why, len,
 		 "port NUMA node %s: any of the %d allowed CPUs, lcore %u + "
-		 "rank %u", numa < 0 ? "unknown (virtual device)" : "has none",
+		 "rank %u",
+		 numa < 0 ? "unknown (virtual device)" : "has none",
 		 CPU_COUNT(&allowed), index, salt);
 	return cpu;
 }
@@ -142,7 +143,7 @@ enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
 	for (unsigned i = 0; i < CS_ARRAY_SIZE(vdevs); i++)
 		if (!strcmp(port->conf.dev, vdevs[i]))
 			return CS_POLL_ADAPTIVE;
-	return CS_POLL_BUSY;	/* a real NIC */
+	return CS_POLL_BUSY; /* a real NIC */
 }
 
 static void *lcore_main(void *arg)

@@ -28,10 +28,10 @@ enum cs_poll_mode {
 };
 
 struct cs_lcore_conf {
-	char poll[CS_CFG_STR_MAX];	/* "busy", "adaptive" or "auto" */
-	char cpus[CS_CFG_STR_MAX];	/* "" (auto) or a list "2,3" */
-	uint32_t spin;			/* idle polls before waiting */
-	cs_ns_t sleep_ns;		/* longest wait when idle */
+	char poll[CS_CFG_STR_MAX]; /* "busy", "adaptive" or "auto" */
+	char cpus[CS_CFG_STR_MAX]; /* "" (auto) or a list "2,3" */
+	uint32_t spin; /* idle polls before waiting */
+	cs_ns_t sleep_ns; /* longest wait when idle */
 };
 
 extern const struct cs_cfg_entry cs_lcore_cfg[];
@@ -52,7 +52,7 @@ struct cs_lcore {
 	enum cs_poll_mode mode;
 	uint32_t spin;
 	cs_ns_t sleep_ns;
-	int cpu;			/* -1: not pinned */
+	int cpu; /* -1: not pinned */
 	atomic_bool stop;
 	atomic_bool running;
 	int init_err;

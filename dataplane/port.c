@@ -146,8 +146,8 @@ void cs_port_close(struct cs_port *p)
 		p->ops->close(p);
 }
 
-int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
-		   void *ext, uint32_t len)
+int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
+		   uint32_t len)
 {
 	if (p->ops->attach)
 		return p->ops->attach(p, q, b, ext, len);
@@ -196,8 +196,8 @@ int cs_port_parse_mac(const char *s, uint8_t mac[6])
 	unsigned v[6];
 	char tail;
 
-	if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3],
-		   &v[4], &v[5], &tail) != 6)
+	if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4],
+		   &v[5], &tail) != 6)
 		return -EINVAL;
 	for (int i = 0; i < 6; i++) {
 		if (v[i] > 0xff)
@@ -236,9 +236,8 @@ static inline uint16_t get16(const uint8_t *p)
 	return (uint16_t)(p[0] << 8 | p[1]);
 }
 
-void cs_port_frame_hdrs(uint8_t *f, uint32_t frame_len,
-			const uint8_t smac[6], const uint8_t dmac[6],
-			uint32_t ips, uint32_t ipd,
+void cs_port_frame_hdrs(uint8_t *f, uint32_t frame_len, const uint8_t smac[6],
+			const uint8_t dmac[6], uint32_t ips, uint32_t ipd,
 			uint16_t sport, uint16_t dport)
 {
 	uint8_t *ip = f + CS_PORT_ETH_LEN, *udp = f + CS_PORT_L4_OFF;
@@ -252,9 +251,9 @@ void cs_port_frame_hdrs(uint8_t *f, uint32_t frame_len,
 	ip[1] = 0;
 	put16(ip + 2, (uint16_t)iplen);
 	put16(ip + 4, 0);
-	put16(ip + 6, 0x4000);		/* DF */
+	put16(ip + 6, 0x4000); /* DF */
 	ip[8] = 64;
-	ip[9] = 17;			/* UDP */
+	ip[9] = 17; /* UDP */
 	put16(ip + 10, 0);
 	memcpy(ip + 12, &ips, 4);
 	memcpy(ip + 16, &ipd, 4);
@@ -266,8 +265,7 @@ void cs_port_frame_hdrs(uint8_t *f, uint32_t frame_len,
 	put16(udp + 6, 0);
 }
 
-int cs_port_frame_check(const struct cs_port *p, const uint8_t *f,
-			uint32_t len)
+int cs_port_frame_check(const struct cs_port *p, const uint8_t *f, uint32_t len)
 {
 	const uint8_t *ip = f + CS_PORT_ETH_LEN, *udp = f + CS_PORT_L4_OFF;
 	uint32_t iplen;
@@ -280,7 +278,7 @@ int cs_port_frame_check(const struct cs_port *p, const uint8_t *f,
 	if (iplen < CS_PORT_IP_LEN + CS_PORT_UDP_LEN ||
 	    iplen > len - CS_PORT_ETH_LEN)
 		return -EMSGSIZE;
-	if (get16(ip + 6) & 0x3fff)	/* fragments: never ours */
+	if (get16(ip + 6) & 0x3fff) /* fragments: never ours */
 		return -EPROTO;
 	if (cs_port_ip_csum(ip) != 0)
 		return -EBADMSG;

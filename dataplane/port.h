@@ -56,39 +56,39 @@ struct cs_pbuf {
 /* Fault-injection settings; all probabilities are per transmitted frame. */
 struct cs_fault_conf {
 	uint64_t seed;
-	double drop;		/* frame silently discarded */
-	double dup;		/* frame sent twice */
-	double reorder;		/* frame held back, sent after later ones */
-	double delay;		/* frame held for delay_ns */
-	double corrupt;		/* one bit flipped past the outer headers */
+	double drop; /* frame silently discarded */
+	double dup; /* frame sent twice */
+	double reorder; /* frame held back, sent after later ones */
+	double delay; /* frame held for delay_ns */
+	double corrupt; /* one bit flipped past the outer headers */
 	cs_ns_t delay_ns;
-	uint32_t reorder_depth;	/* frames sent before a reordered one */
+	uint32_t reorder_depth; /* frames sent before a reordered one */
 };
 
 /* Everything needed to open a port; filled from the runtime config table. */
 struct cs_port_conf {
-	char type[CS_CFG_STR_MAX];	/* "udp", "dpdk", "loop" */
-	char dev[CS_CFG_STR_MAX];	/* dpdk: PCI address, or a vdev kind */
-	char iface[CS_CFG_STR_MAX];	/* Linux interface (vdevs) */
-	char ip[CS_CFG_STR_MAX];	/* local IPv4 address */
-	char mac[CS_CFG_STR_MAX];	/* local MAC ("" = the device's) */
-	char name[CS_CFG_STR_MAX];	/* instance name (file prefix, pools) */
-	char run_dir[CS_CFG_STR_MAX];	/* sockets and state of this instance */
+	char type[CS_CFG_STR_MAX]; /* "udp", "dpdk", "loop" */
+	char dev[CS_CFG_STR_MAX]; /* dpdk: PCI address, or a vdev kind */
+	char iface[CS_CFG_STR_MAX]; /* Linux interface (vdevs) */
+	char ip[CS_CFG_STR_MAX]; /* local IPv4 address */
+	char mac[CS_CFG_STR_MAX]; /* local MAC ("" = the device's) */
+	char name[CS_CFG_STR_MAX]; /* instance name (file prefix, pools) */
+	char run_dir[CS_CFG_STR_MAX]; /* sockets and state of this instance */
 	char memif_role[CS_CFG_STR_MAX]; /* "server" or "client" */
 	char memif_socket[CS_CFG_STR_MAX]; /* memif control socket path */
-	char eal_args[CS_CFG_STR_MAX];	/* extra EAL arguments */
-	char vdev_args[CS_CFG_STR_MAX];	/* extra ",k=v" for the vdev */
-	uint32_t udp_port;		/* local UDP port of the dataplane */
-	uint32_t mtu;			/* IP MTU; frames are mtu + 14 bytes */
-	uint32_t queues;		/* rx/tx queue pairs */
-	uint32_t rx_desc;		/* descriptors (dpdk) / recv slots (udp) */
+	char eal_args[CS_CFG_STR_MAX]; /* extra EAL arguments */
+	char vdev_args[CS_CFG_STR_MAX]; /* extra ",k=v" for the vdev */
+	uint32_t udp_port; /* local UDP port of the dataplane */
+	uint32_t mtu; /* IP MTU; frames are mtu + 14 bytes */
+	uint32_t queues; /* rx/tx queue pairs */
+	uint32_t rx_desc; /* descriptors (dpdk) / recv slots (udp) */
 	uint32_t tx_desc;
-	uint32_t pool_mbufs;		/* mbufs in the port's pool (0: auto) */
-	uint32_t pool_cache;		/* per-lcore mempool cache */
-	uint64_t sock_buf;		/* udp: SO_RCVBUF / SO_SNDBUF bytes */
-	bool no_huge;			/* dpdk: never use hugepages */
-	bool zero_copy;			/* dpdk: attach external TX buffers */
-	int32_t numa;			/* socket for memory, -1: the port's */
+	uint32_t pool_mbufs; /* mbufs in the port's pool (0: auto) */
+	uint32_t pool_cache; /* per-lcore mempool cache */
+	uint64_t sock_buf; /* udp: SO_RCVBUF / SO_SNDBUF bytes */
+	bool no_huge; /* dpdk: never use hugepages */
+	bool zero_copy; /* dpdk: attach external TX buffers */
+	int32_t numa; /* socket for memory, -1: the port's */
 	struct cs_fault_conf fault;
 };
 
@@ -96,8 +96,9 @@ struct cs_port_conf {
 struct cs_port_stats {
 	uint64_t rx_pkts, rx_bytes;
 	uint64_t tx_pkts, tx_bytes;
-	uint64_t rx_dropped;	/* malformed/foreign frames, no buffers, ring full */
-	uint64_t tx_errors;	/* frames the back-end could not send */
+	uint64_t rx_dropped; /* malformed/foreign frames, no buffers, ring full
+			      */
+	uint64_t tx_errors; /* frames the back-end could not send */
 	uint64_t rx_nombuf;
 	/* fault shim */
 	uint64_t f_dropped, f_duplicated, f_reordered, f_delayed, f_corrupted;
@@ -115,14 +116,14 @@ struct cs_port_ops {
 	const char *name;
 	/* Allocate and open; fills the struct cs_port at the head. */
 	int (*open)(const struct cs_port_conf *conf, struct cs_port **out);
-	unsigned (*rx_burst)(struct cs_port *p, unsigned q,
-			     struct cs_pbuf *v, unsigned n);
-	unsigned (*tx_alloc)(struct cs_port *p, unsigned q,
-			     struct cs_pbuf *v, unsigned n);
-	unsigned (*tx_burst)(struct cs_port *p, unsigned q,
-			     struct cs_pbuf *v, unsigned n);
-	void (*release)(struct cs_port *p, unsigned q,
-			struct cs_pbuf *v, unsigned n);
+	unsigned (*rx_burst)(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			     unsigned n);
+	unsigned (*tx_alloc)(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			     unsigned n);
+	unsigned (*tx_burst)(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			     unsigned n);
+	void (*release)(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			unsigned n);
 	/* Append @len bytes of registered memory at @ext to tx buffer @b. */
 	int (*attach)(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 		      void *ext, uint32_t len);
@@ -134,7 +135,7 @@ struct cs_port_ops {
 	 * the thread as an EAL lcore so mempool caches work). */
 	int (*thread_init)(struct cs_port *p);
 	void (*stats)(struct cs_port *p, struct cs_port_stats *st);
-	void (*close)(struct cs_port *p);	/* closes and frees */
+	void (*close)(struct cs_port *p); /* closes and frees */
 };
 
 /**
@@ -207,8 +208,8 @@ static inline void cs_port_release(struct cs_port *p, unsigned q,
  * where the back-end can, a copy otherwise)
  * Returns: 0, or -ENOTSUP / -ENOSPC.
  */
-int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
-		   void *ext, uint32_t len);
+int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
+		   uint32_t len);
 
 /**
  * cs_port_reg_mem - register memory that attach() may point at
@@ -245,8 +246,8 @@ uint16_t cs_port_ip_csum(const void *iphdr);
  */
 void cs_port_frame_hdrs(uint8_t *frame, uint32_t frame_len,
 			const uint8_t smac[6], const uint8_t dmac[6],
-			uint32_t ips, uint32_t ipd,
-			uint16_t sport, uint16_t dport);
+			uint32_t ips, uint32_t ipd, uint16_t sport,
+			uint16_t dport);
 
 /**
  * cs_port_frame_check - is @frame a well-formed IPv4/UDP frame for @p?

@@ -59,10 +59,10 @@ struct dpdk_port {
 	bool started;
 	unsigned nq;
 	struct rte_mempool *pool;
-	bool multi_seg;		/* TX may chain segments (zero-copy attach) */
+	bool multi_seg; /* TX may chain segments (zero-copy attach) */
 	struct ext_region ext[MAX_EXT];
 	unsigned next_ext;
-	uint64_t rx_multiseg;	/* chained frames we could not take */
+	uint64_t rx_multiseg; /* chained frames we could not take */
 };
 
 static int eal_users;
@@ -73,8 +73,8 @@ static inline struct dpdk_port *dp_of(struct cs_port *p)
 	return cs_container_of(p, struct dpdk_port, port);
 }
 
-static unsigned dpdk_rx_burst(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned dpdk_rx_burst(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct dpdk_port *dp = dp_of(p);
 	struct rte_mbuf *m[CS_PORT_BURST];
@@ -98,8 +98,8 @@ static unsigned dpdk_rx_burst(struct cs_port *p, unsigned q,
 	return out;
 }
 
-static unsigned dpdk_tx_alloc(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned dpdk_tx_alloc(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct dpdk_port *dp = dp_of(p);
 	struct rte_mbuf *m[CS_PORT_BURST];
@@ -126,8 +126,8 @@ static unsigned dpdk_tx_alloc(struct cs_port *p, unsigned q,
 	return got;
 }
 
-static unsigned dpdk_tx_burst(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned dpdk_tx_burst(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct dpdk_port *dp = dp_of(p);
 	struct rte_mbuf *m[CS_PORT_BURST];
@@ -192,8 +192,9 @@ static int dpdk_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 	rte_iova_t iova;
 
 	(void)q;
-	r = dp->port.conf.zero_copy && dp->multi_seg && len <= UINT16_MAX ?
-		    ext_find(dp, ext, len) : NULL;
+	r = dp->port.conf.zero_copy && dp->multi_seg && len <= UINT16_MAX
+		    ? ext_find(dp, ext, len)
+		    : NULL;
 	if (!r || h->next) {
 		if (b->len + len > b->cap)
 			return -ENOSPC;
@@ -226,7 +227,7 @@ static int dpdk_reg_mem(struct cs_port *p, void *addr, size_t len)
 	int ret;
 
 	if (((uintptr_t)addr | len) & (pg - 1))
-		return -EINVAL;	/* rte_extmem_register wants whole pages */
+		return -EINVAL; /* rte_extmem_register wants whole pages */
 	for (unsigned i = 0; i < MAX_EXT; i++)
 		if (!dp->ext[i].addr) {
 			r = &dp->ext[i];
@@ -241,9 +242,11 @@ static int dpdk_reg_mem(struct cs_port *p, void *addr, size_t len)
 	 * or use the kernel and need nothing. */
 	if (rte_eth_dev_info_get(dp->port_id, &info) == 0 && info.device &&
 	    rte_dev_dma_map(info.device, addr, (uint64_t)(uintptr_t)addr,
-			    len) && rte_errno != ENOTSUP)
+			    len) &&
+	    rte_errno != ENOTSUP)
 		CS_WARN("dma map of %zu bytes failed: %s (copy mode for "
-			"this device)", len, rte_strerror(rte_errno));
+			"this device)",
+			len, rte_strerror(rte_errno));
 	r->addr = addr;
 	r->len = len;
 	r->shinfo.free_cb = ext_free_cb;
@@ -451,8 +454,7 @@ static struct rte_mempool *pool_create(const char *name, unsigned n,
 				      RTE_MEMPOOL_F_NO_SPREAD);
 	if (!mp)
 		return NULL;
-	if (rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(),
-				       NULL))
+	if (rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), NULL))
 		goto out_free;
 	rte_pktmbuf_pool_init(mp, &priv);
 	if (rte_mempool_populate_default(mp) < 0)
@@ -478,16 +480,17 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		snprintf(name, nlen, "net_af_packet_%s", c->name);
 		snprintf(spec, slen,
 			 "%s,iface=%s,qpairs=%u,framesz=%u,blocksz=%u,"
-			 "framecnt=%u,qdisc_bypass=1", name, c->iface, q, fsz,
-			 bsz, round_up(c->rx_desc, bsz / fsz));
+			 "framecnt=%u,qdisc_bypass=1",
+			 name, c->iface, q, fsz, bsz,
+			 round_up(c->rx_desc, bsz / fsz));
 	} else if (!strcmp(d, "af_xdp")) {
 		snprintf(name, nlen, "net_af_xdp_%s", c->name);
 		snprintf(spec, slen, "%s,iface=%s,start_queue=0,queue_count=%u",
 			 name, c->iface, q);
 	} else if (!strcmp(d, "memif")) {
 		char sock[CS_CFG_STR_MAX + 16];
-		uint32_t bsz = frame_max <= 2048 ? 2048 :
-						   round_up(frame_max, 1024);
+		uint32_t bsz =
+			frame_max <= 2048 ? 2048 : round_up(frame_max, 1024);
 
 		if (c->memif_socket[0])
 			snprintf(sock, sizeof(sock), "%s", c->memif_socket);
@@ -497,7 +500,8 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		snprintf(name, nlen, "net_memif_%s", c->name);
 		snprintf(spec, slen,
 			 "%s,role=%s,id=0,socket=%s,socket-abstract=no,"
-			 "bsize=%u%s%s", name,
+			 "bsize=%u%s%s",
+			 name,
 			 strcmp(c->memif_role, "server") ? "client" : "server",
 			 sock, bsz, c->mac[0] ? ",mac=" : "", c->mac);
 	} else if (!strcmp(d, "tap")) {
@@ -505,7 +509,7 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 		snprintf(spec, slen, "%s,iface=%s", name,
 			 c->iface[0] ? c->iface : "cstap0");
 	} else {
-		snprintf(name, nlen, "%s", d);	/* PCI address */
+		snprintf(name, nlen, "%s", d); /* PCI address */
 		spec[0] = 0;
 		return 0;
 	}
@@ -517,8 +521,8 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 	return 1;
 }
 
-static int eal_init(const struct cs_port_conf *c, const char *vdev,
-		    bool pci, size_t pool_bytes)
+static int eal_init(const struct cs_port_conf *c, const char *vdev, bool pci,
+		    size_t pool_bytes)
 {
 	static char argbuf[MAX_EAL_ARGS][256];
 	char *argv[MAX_EAL_ARGS + 1];
@@ -526,8 +530,9 @@ static int eal_init(const struct cs_port_conf *c, const char *vdev,
 	int argc = 0, ret;
 	bool no_huge = c->no_huge || !hugepages_free();
 
-#define ARG(...) snprintf(argbuf[argc], sizeof(argbuf[0]), __VA_ARGS__), \
-		 argv[argc] = argbuf[argc], argc++
+#define ARG(...)                                                               \
+	snprintf(argbuf[argc], sizeof(argbuf[0]), __VA_ARGS__),                \
+		argv[argc] = argbuf[argc], argc++
 	ARG("collstackd");
 	ARG("--file-prefix=cs-%s", c->name);
 	ARG("--no-telemetry");
@@ -562,8 +567,10 @@ static int eal_init(const struct cs_port_conf *c, const char *vdev,
 		for (int i = 0; i < argc && off < sizeof(line) - 1; i++)
 			off += (size_t)snprintf(line + off, sizeof(line) - off,
 						"%s ", argv[i]);
-		CS_INFO("EAL %s: %s", no_huge ? "without hugepages" :
-			"on hugepages (in memory)", line);
+		CS_INFO("EAL %s: %s",
+			no_huge ? "without hugepages"
+				: "on hugepages (in memory)",
+			line);
 	}
 	ret = rte_eal_init(argc, argv);
 	if (ret < 0)
@@ -589,8 +596,8 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	*out = NULL;
 	if (room > UINT16_MAX)
 		return -EINVAL;
-	is_vdev = vdev_spec(c, frame_max, name, sizeof(name), spec,
-			    sizeof(spec));
+	is_vdev =
+		vdev_spec(c, frame_max, name, sizeof(name), spec, sizeof(spec));
 	if (is_vdev && strcmp(c->dev, "memif") && strcmp(c->dev, "tap") &&
 	    !c->iface[0]) {
 		CS_ERR("port.dev %s needs port.iface", c->dev);
@@ -598,9 +605,10 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	}
 	/* Rings, a burst per queue in flight, the caches, the shim's hold,
 	 * and a margin: a small pool, since sidecars share hugepages. */
-	nmbufs = c->pool_mbufs ? c->pool_mbufs :
-		 nq * (c->rx_desc + c->tx_desc + 4 * CS_PORT_BURST + 1024) +
-		 (nq + 1) * c->pool_cache + 512;
+	nmbufs = c->pool_mbufs ? c->pool_mbufs
+			       : nq * (c->rx_desc + c->tx_desc +
+				       4 * CS_PORT_BURST + 1024) +
+					 (nq + 1) * c->pool_cache + 512;
 	if (eal_users == 0) {
 		ret = eal_init(c, spec, !is_vdev,
 			       (size_t)nmbufs * (room + 256));
@@ -661,8 +669,7 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	 * default instead of failing the configure.
 	 */
 	if (!strcmp(c->dev, "af_packet") &&
-	    c->mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN >
-		    info.max_rx_pktlen)
+	    c->mtu + RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN > info.max_rx_pktlen)
 		CS_INFO("%s: frames of %u bytes ride in %u-byte ring frames "
 			"(the PMD's reported %u-byte limit does not apply)",
 			name, frame_max, afp_framesz(frame_max),
@@ -688,8 +695,8 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 		CS_ERR("configure %s: %s", name, rte_strerror(-ret));
 		goto out_pool;
 	}
-	ret = ec.rxmode.mtu ? rte_eth_dev_set_mtu(dp->port_id,
-						  (uint16_t)c->mtu) : 0;
+	ret = ec.rxmode.mtu ? rte_eth_dev_set_mtu(dp->port_id, (uint16_t)c->mtu)
+			    : 0;
 	if (ret && ret != -ENOTSUP)
 		CS_WARN("set MTU %u on %s: %s", c->mtu, name,
 			rte_strerror(-ret));
@@ -730,9 +737,9 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 		cs_port_format_mac(dp->port.mac, mac, sizeof(mac));
 		CS_INFO("%s (port %u, driver %s) up: %u queue(s) of %u/%u "
 			"descriptors, MTU %u, pool %u mbufs x %u bytes on "
-			"socket %d, mac %s, zero-copy TX %s", name,
-			dp->port_id, info.driver_name, nq, nrx, ntx, c->mtu,
-			nmbufs, room, socket, mac,
+			"socket %d, mac %s, zero-copy TX %s",
+			name, dp->port_id, info.driver_name, nq, nrx, ntx,
+			c->mtu, nmbufs, room, socket, mac,
 			dp->multi_seg && c->zero_copy ? "on" : "off (copies)");
 	}
 	*out = &dp->port;

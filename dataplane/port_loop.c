@@ -38,8 +38,8 @@ static inline struct loop_port *lp_of(struct cs_port *p)
 	return cs_container_of(p, struct loop_port, port);
 }
 
-static unsigned loop_rx_burst(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned loop_rx_burst(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct loop_port *lp = lp_of(p);
 	unsigned i = 0;
@@ -55,8 +55,8 @@ static unsigned loop_rx_burst(struct cs_port *p, unsigned q,
 	return i;
 }
 
-static unsigned loop_tx_alloc(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned loop_tx_alloc(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct loop_port *lp = lp_of(p);
 	unsigned i;
@@ -85,8 +85,8 @@ static void loop_release(struct cs_port *p, unsigned q, struct cs_pbuf *v,
 	}
 }
 
-static unsigned loop_tx_burst(struct cs_port *p, unsigned q,
-			      struct cs_pbuf *v, unsigned n)
+static unsigned loop_tx_burst(struct cs_port *p, unsigned q, struct cs_pbuf *v,
+			      unsigned n)
 {
 	struct loop_port *lp = lp_of(p);
 	struct loop_port *dst = lp->peer ? lp->peer : lp;

@@ -52,7 +52,7 @@ struct udp_queue {
 	struct slot **tx_free;
 	uint8_t *mem;
 	unsigned unsubmitted;
-	bool coop;		/* COOP_TASKRUN + TASKRUN_FLAG ring */
+	bool coop; /* COOP_TASKRUN + TASKRUN_FLAG ring */
 	/* counters, written by this queue's lcore only */
 	uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, rx_dropped, tx_errors;
 };
@@ -73,8 +73,7 @@ static inline uint64_t ud_make(uint8_t kind, uint32_t idx)
 	return (uint64_t)kind << 32 | idx;
 }
 
-static void post_recv(struct udp_port *up, struct udp_queue *q,
-		      struct slot *s)
+static void post_recv(struct udp_port *up, struct udp_queue *q, struct slot *s)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 
@@ -100,8 +99,8 @@ static void post_recv(struct udp_port *up, struct udp_queue *q,
 	q->unsubmitted++;
 }
 
-static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
-			     struct cs_pbuf *v, unsigned n)
+static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
+			     unsigned n)
 {
 	struct udp_port *up = up_of(p);
 	struct udp_queue *q = &up->q[qi];
@@ -114,13 +113,15 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
 	 * them (IORING_SQ_TASKRUN, with COOP_TASKRUN rings). An idle poll
 	 * then costs no system call.
 	 */
-	if (q->unsubmitted || (!io_uring_cq_ready(&q->ring) &&
-			       (!q->coop || (IO_URING_READ_ONCE(*q->ring.sq.kflags) &
-					     IORING_SQ_TASKRUN)))) {
+	if (q->unsubmitted ||
+	    (!io_uring_cq_ready(&q->ring) &&
+	     (!q->coop ||
+	      (IO_URING_READ_ONCE(*q->ring.sq.kflags) & IORING_SQ_TASKRUN)))) {
 		io_uring_submit_and_get_events(&q->ring);
 		q->unsubmitted = 0;
 	}
-	io_uring_for_each_cqe(&q->ring, head, cqe) {
+	io_uring_for_each_cqe(&q->ring, head, cqe)
+	{
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		uint32_t idx = (uint32_t)ud;
 
@@ -136,21 +137,21 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
 			struct slot *s = &q->rx[idx];
 
 			if (got == n)
-				break;	/* leave it for the next burst */
+				break; /* leave it for the next burst */
 			if (cqe->res <= 0 || (s->mh.msg_flags & MSG_TRUNC) ||
 			    s->sa.sin_family != AF_INET) {
 				q->rx_dropped++;
 				post_recv(up, q, s);
 			} else {
-				uint32_t flen = CS_PORT_HDRS_LEN +
-						(uint32_t)cqe->res;
+				uint32_t flen =
+					CS_PORT_HDRS_LEN + (uint32_t)cqe->res;
 
 				cs_port_frame_hdrs(s->buf, flen, p->mac, p->mac,
-						   s->sa.sin_addr.s_addr,
-						   p->ip,
+						   s->sa.sin_addr.s_addr, p->ip,
 						   ntohs(s->sa.sin_port),
 						   p->udp_port);
-				memset(s->buf + 6, 0, 6);  /* source MAC: unknown */
+				memset(s->buf + 6, 0,
+				       6); /* source MAC: unknown */
 				v[got].data = s->buf;
 				v[got].len = flen;
 				v[got].cap = p->frame_max;
@@ -166,8 +167,8 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi,
 	return got;
 }
 
-static unsigned udp_tx_alloc(struct cs_port *p, unsigned qi,
-			     struct cs_pbuf *v, unsigned n)
+static unsigned udp_tx_alloc(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
+			     unsigned n)
 {
 	struct udp_port *up = up_of(p);
 	struct udp_queue *q = &up->q[qi];
@@ -202,8 +203,8 @@ static void udp_release(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	(void)q;
 }
 
-static unsigned udp_tx_burst(struct cs_port *p, unsigned qi,
-			     struct cs_pbuf *v, unsigned n)
+static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
+			     unsigned n)
 {
 	struct udp_port *up = up_of(p);
 	struct udp_queue *q = &up->q[qi];
@@ -214,8 +215,8 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi,
 		const uint8_t *f = v[i].data;
 		struct io_uring_sqe *sqe;
 
-		if (unlikely(v[i].len < CS_PORT_HDRS_LEN ||
-			     f[12] != 0x08 || f[13] != 0x00)) {
+		if (unlikely(v[i].len < CS_PORT_HDRS_LEN || f[12] != 0x08 ||
+			     f[13] != 0x00)) {
 			/* Not an IPv4 frame: nothing we can address. */
 			q->tx_errors++;
 			s->q->tx_free[s->q->ntx_free++] = s;
@@ -352,9 +353,9 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	 * it enters the kernel, and the ring flags say when it should. */
 	ret = io_uring_queue_init(entries, &q->ring,
 				  IORING_SETUP_COOP_TASKRUN |
-				  IORING_SETUP_TASKRUN_FLAG);
+					  IORING_SETUP_TASKRUN_FLAG);
 	q->coop = ret == 0;
-	if (ret == -EINVAL)	/* kernel before 5.19 */
+	if (ret == -EINVAL) /* kernel before 5.19 */
 		ret = io_uring_queue_init(entries, &q->ring, 0);
 	if (ret)
 		return ret;
@@ -367,13 +368,17 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 		return -ENOMEM;
 	for (unsigned i = 0; i < q->nrx; i++) {
 		q->rx[i] = (struct slot){ .buf = q->mem + (size_t)i * stride,
-					  .idx = i, .kind = SLOT_RX, .q = q };
+					  .idx = i,
+					  .kind = SLOT_RX,
+					  .q = q };
 		post_recv(up, q, &q->rx[i]);
 	}
 	for (unsigned i = 0; i < q->ntx; i++) {
-		q->tx[i] = (struct slot){
-			.buf = q->mem + (size_t)(q->nrx + i) * stride,
-			.idx = i, .kind = SLOT_TX, .q = q };
+		q->tx[i] = (struct slot){ .buf = q->mem +
+						 (size_t)(q->nrx + i) * stride,
+					  .idx = i,
+					  .kind = SLOT_TX,
+					  .q = q };
 		q->tx_free[q->ntx_free++] = &q->tx[i];
 	}
 	/* Not submitted here: the first rx_burst() does it from the lcore,
@@ -419,8 +424,9 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 		}
 	}
 	CS_INFO("udp port on %s:%u: %u queue(s), %u recv + %u send slots "
-		"each, frames up to %u bytes", conf->ip, conf->udp_port,
-		up->nq, conf->rx_desc, conf->tx_desc, up->port.frame_max);
+		"each, frames up to %u bytes",
+		conf->ip, conf->udp_port, up->nq, conf->rx_desc, conf->tx_desc,
+		up->port.frame_max);
 	*out = &up->port;
 	return 0;
 }

@@ -78,8 +78,9 @@ int main(int argc, char **argv)
 	}
 	t = (now_s() - t0) / iters;
 	printf("rank %d/%d: allreduce of %zu floats x %d: %.1f us each "
-	       "(incl. refilling the buffer), %s\n", rank, size, count,
-	       iters, t * 1e6, bad ? "WRONG RESULTS" : "results ok");
+	       "(incl. refilling the buffer), %s\n",
+	       rank, size, count, iters, t * 1e6,
+	       bad ? "WRONG RESULTS" : "results ok");
 	cs_buf_free(b);
 	cs_group_leave(g);
 	cs_disconnect(c);

@@ -73,8 +73,8 @@ int main(int argc, char **argv)
 		float *x = cs_buf_ptr(b);
 		double t0 = now_us();
 
-		ret = barrier ? cs_barrier(g, &r) :
-				cs_allreduce(g, x, x, bytes / sizeof(float),
+		ret = barrier ? cs_barrier(g, &r)
+			      : cs_allreduce(g, x, x, bytes / sizeof(float),
 					     CS_F32, CS_SUM, &r);
 		if (!ret)
 			ret = cs_wait(c, r, -1);
@@ -88,8 +88,9 @@ int main(int argc, char **argv)
 	qsort(lat, (size_t)iters, sizeof(*lat), cmp);
 	printf("rank %d/%d: %s %zu B x %d: median %.3f us, p99 %.3f us\n",
 	       cs_group_rank(g), cs_group_size(g),
-	       barrier ? "barrier (empty op)" : "allreduce", barrier ? 0 : bytes,
-	       iters, lat[(iters - 1) / 2], lat[(size_t)(iters * 0.99)]);
+	       barrier ? "barrier (empty op)" : "allreduce",
+	       barrier ? 0 : bytes, iters, lat[(iters - 1) / 2],
+	       lat[(size_t)(iters * 0.99)]);
 	cs_group_leave(g);
 	cs_disconnect(c);
 	free(lat);

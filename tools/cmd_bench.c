@@ -45,7 +45,8 @@ static void usage(FILE *out)
 		"connected to that node's\nsidecar; prints rank 0's rows: "
 		"size count type redop root time(us) algbw\nbusbw #wrong "
 		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
-		"(sidecars on loopback).\n", BENCH_ENV);
+		"(sidecars on loopback).\n",
+		BENCH_ENV);
 }
 
 static int default_trainer(char *out, size_t len)
@@ -99,27 +100,40 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	targs[ntargs++] = "ip";
 	targs[ntargs++] = "netns";
 	targs[ntargs++] = "exec";
-	targs[ntargs++] = NULL;		/* node */
+	targs[ntargs++] = NULL; /* node */
 	targs[ntargs++] = trainer;
 	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:h", opts, NULL)) !=
 	       -1) {
 		switch (o) {
-		case 'c': env = optarg; break;
-		case 'T': tpn = atoi(optarg); break;
+		case 'c':
+			env = optarg;
+			break;
+		case 'T':
+			tpn = atoi(optarg);
+			break;
 		case 'p':
 			snprintf(trainer, sizeof(trainer), "%s", optarg);
 			break;
-		case 't': timeout = (unsigned)atoi(optarg); break;
-		case 'N': netns = 0; break;
-		case 'h': usage(stdout); return 0;
+		case 't':
+			timeout = (unsigned)atoi(optarg);
+			break;
+		case 'N':
+			netns = 0;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
 		default:
 			if (!strchr(pass_opts, o) || ntargs + 3 >= 32) {
 				usage(stderr);
 				return 2;
 			}
-			targs[ntargs++] = o == 'o' ? "-o" : o == 'b' ? "-b" :
-					  o == 'e' ? "-e" : o == 'f' ? "-f" :
-					  o == 'n' ? "-n" : "-w";
+			targs[ntargs++] = o == 'o'   ? "-o"
+					  : o == 'b' ? "-b"
+					  : o == 'e' ? "-e"
+					  : o == 'f' ? "-f"
+					  : o == 'n' ? "-n"
+						     : "-w";
 			targs[ntargs++] = optarg;
 			break;
 		}
@@ -136,13 +150,15 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	}
 	n = cs_ctl_cluster(env, names, BENCH_MAX_NODES, root, sizeof(root));
 	if (n < 1) {
-		fprintf(stderr, "collstack bench: %s: %s (start one with "
-			"scripts/cluster.sh up N)\n", env,
-			n < 0 ? strerror(-n) : "no nodes");
+		fprintf(stderr,
+			"collstack bench: %s: %s (start one with "
+			"scripts/cluster.sh up N)\n",
+			env, n < 0 ? strerror(-n) : "no nodes");
 		return 1;
 	}
 	printf("# collstack bench: %d node(s) x %d trainer(s) (%s..%s), "
-	       "sidecars from %s\n", n, tpn, names[0], names[n - 1], env);
+	       "sidecars from %s\n",
+	       n, tpn, names[0], names[n - 1], env);
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
 		for (int l = 0; l < tpn; l++) {
@@ -200,7 +216,8 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			break;
 		if (!p) {
 			if (time(NULL) > deadline) {
-				fprintf(stderr, "collstack bench: timed out "
+				fprintf(stderr,
+					"collstack bench: timed out "
 					"after %u s, stopping the trainers\n",
 					timeout);
 				kill_all(pids, nt);
@@ -216,12 +233,14 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			pids[k] = 0;
 			left--;
 			if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-				fprintf(stderr, "collstack bench: trainer rank "
-					"%d (%s) %s %d\n", k, names[k / tpn],
-					WIFEXITED(st) ? "exited" :
-					"killed by signal",
-					WIFEXITED(st) ? WEXITSTATUS(st) :
-					WTERMSIG(st));
+				fprintf(stderr,
+					"collstack bench: trainer rank "
+					"%d (%s) %s %d\n",
+					k, names[k / tpn],
+					WIFEXITED(st) ? "exited"
+						      : "killed by signal",
+					WIFEXITED(st) ? WEXITSTATUS(st)
+						      : WTERMSIG(st));
 				ret = ret ? ret : -EIO;
 			}
 		}

@@ -28,7 +28,8 @@ static void usage(FILE *out)
 		"seconds (default 5);\nframes default to the largest the port "
 		"carries. Sidecars are found through\nthe state file of "
 		"scripts/cluster.sh (default $CS_CLUSTER_ENV or %s);\n--a/--b default to its "
-		"first two nodes.\n", DEFAULT_ENV);
+		"first two nodes.\n",
+		DEFAULT_ENV);
 }
 
 struct side {
@@ -63,8 +64,7 @@ static double kv(const char *line, const char *key)
 	return v;
 }
 
-static void row(const char *label, const char *tx, const char *rx,
-		double flen)
+static void row(const char *label, const char *tx, const char *rx, double flen)
 {
 	double tns = kv(tx, "tx_ns"), rns = kv(rx, "rx_ns");
 	double tp = kv(tx, "tx_pkts"), rp = kv(rx, "rx_pkts");
@@ -72,10 +72,9 @@ static void row(const char *label, const char *tx, const char *rx,
 	double pay = flen - CS_PROTO_FRAME_OVERHEAD;
 
 	printf("%-16s %10.0f %9.3f %9.2f %10.0f %9.3f %9.2f %11.2f %7.2f\n",
-	       label, tp, tns ? tp / tns * 1e3 : 0, tns ? tb * 8 / tns : 0,
-	       rp, rns ? rp / rns * 1e3 : 0, rns ? rb * 8 / rns : 0,
-	       rns ? rp * pay * 8 / rns : 0,
-	       tp ? 100.0 * (1 - rp / tp) : 0);
+	       label, tp, tns ? tp / tns * 1e3 : 0, tns ? tb * 8 / tns : 0, rp,
+	       rns ? rp / rns * 1e3 : 0, rns ? rb * 8 / rns : 0,
+	       rns ? rp * pay * 8 / rns : 0, tp ? 100.0 * (1 - rp / tp) : 0);
 }
 
 static int bench_raw(int argc, char **argv)
@@ -90,20 +89,36 @@ static int bench_raw(int argc, char **argv)
 		{ 0 }
 	};
 	char names[64][CS_CTL_NAME_MAX], root[256], req[128];
-	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *a = NULL, *b = NULL;
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV")
+						   : DEFAULT_ENV,
+		   *a = NULL, *b = NULL;
 	struct side s[2] = { 0 };
 	double secs = 5, size = 0;
 	int n, o, ret = 1;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'c': env = optarg; break;
-		case 'a': a = optarg; break;
-		case 'b': b = optarg; break;
-		case 's': secs = atof(optarg); break;
-		case 'z': size = atof(optarg); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 'c':
+			env = optarg;
+			break;
+		case 'a':
+			a = optarg;
+			break;
+		case 'b':
+			b = optarg;
+			break;
+		case 's':
+			secs = atof(optarg);
+			break;
+		case 'z':
+			size = atof(optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (secs <= 0 || secs > 600) {
@@ -112,13 +127,15 @@ static int bench_raw(int argc, char **argv)
 	}
 	n = cs_ctl_cluster(env, names, 64, root, sizeof(root));
 	if (n < 0) {
-		fprintf(stderr, "collstack: %s: %s (start a cluster with "
-			"scripts/cluster.sh up N)\n", env, strerror(-n));
+		fprintf(stderr,
+			"collstack: %s: %s (start a cluster with "
+			"scripts/cluster.sh up N)\n",
+			env, strerror(-n));
 		return 1;
 	}
 	if ((!a || !b) && n < 2) {
-		fprintf(stderr, "collstack: %s lists %d node(s), need 2\n",
-			env, n);
+		fprintf(stderr, "collstack: %s lists %d node(s), need 2\n", env,
+			n);
 		return 1;
 	}
 	snprintf(s[0].name, sizeof(s[0].name), "%s", a ? a : names[0]);
@@ -131,8 +148,8 @@ static int bench_raw(int argc, char **argv)
 			return 1;
 	}
 	if (!size)
-		size = s[0].frame_max < s[1].frame_max ? s[0].frame_max :
-							 s[1].frame_max;
+		size = s[0].frame_max < s[1].frame_max ? s[0].frame_max
+						       : s[1].frame_max;
 	/* Both requests go out before either reply is read. */
 	for (int i = 0; i < 2; i++) {
 		s[i].fd = cs_ctl_connect(s[i].dir);
@@ -143,8 +160,8 @@ static int bench_raw(int argc, char **argv)
 		}
 	}
 	for (int i = 0; i < 2; i++) {
-		snprintf(req, sizeof(req), "raw %.0f %.0f %.0f",
-			 s[1 - i].rank, secs * 1000, size);
+		snprintf(req, sizeof(req), "raw %.0f %.0f %.0f", s[1 - i].rank,
+			 secs * 1000, size);
 		if (cs_ctl_send(s[i].fd, req))
 			goto out;
 	}
@@ -159,8 +176,9 @@ static int bench_raw(int argc, char **argv)
 		}
 	}
 	printf("# collstack bench raw: %s <-> %s at once, %.1f s, frames of "
-	       "%.0f bytes (%.0f collstack payload)\n", s[0].name, s[1].name,
-	       secs, size, size - CS_PROTO_FRAME_OVERHEAD);
+	       "%.0f bytes (%.0f collstack payload)\n",
+	       s[0].name, s[1].name, secs, size,
+	       size - CS_PROTO_FRAME_OVERHEAD);
 	printf("%-16s %10s %9s %9s %10s %9s %9s %11s %7s\n", "# direction",
 	       "tx_frames", "tx_Mpps", "tx_Gbps", "rx_frames", "rx_Mpps",
 	       "rx_Gbps", "payload_Gbps", "loss%");
@@ -173,7 +191,8 @@ static int bench_raw(int argc, char **argv)
 		row(l1, s[1].reply, s[0].reply, size);
 	}
 	{
-		double g0 = kv(s[1].reply, "rx_ns"), g1 = kv(s[0].reply, "rx_ns");
+		double g0 = kv(s[1].reply, "rx_ns"),
+		       g1 = kv(s[0].reply, "rx_ns");
 		double r0 = g0 ? kv(s[1].reply, "rx_bytes") * 8 / g0 : 0;
 		double r1 = g1 ? kv(s[0].reply, "rx_bytes") * 8 / g1 : 0;
 
@@ -199,7 +218,7 @@ int cs_cmd_bench(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "raw"))
 		return bench_raw(argc - 1, argv + 1);
-	if (argv[1][0] == '-')	/* -o OP ...: trainers (cmd_bench.c) */
+	if (argv[1][0] == '-') /* -o OP ...: trainers (cmd_bench.c) */
 		return cs_cmd_bench_ops(argc, argv);
 	fprintf(stderr, "collstack bench: unknown benchmark '%s'\n", argv[1]);
 	return 2;

@@ -234,7 +234,7 @@ static int run(FILE *out, const struct br_opts *o)
 int cs_bench_reduce_run(FILE *out, bool quick)
 {
 	struct br_opts o = {
-		.sizes = {64u << 10, quick ? 4u << 20 : 256u << 20},
+		.sizes = { 64u << 10, quick ? 4u << 20 : 256u << 20 },
 		.nsizes = 2,
 		.reps = quick ? BR_QUICK_REPS : BR_DEF_REPS,
 		.isa = -1,
@@ -309,15 +309,15 @@ static void usage(FILE *f)
 int cs_cmd_bench_reduce(int argc, char **argv)
 {
 	static const struct option lopts[] = {
-		{"iters", required_argument, NULL, 'n'},
-		{"sizes", required_argument, NULL, 's'},
-		{"isa", required_argument, NULL, 'i'},
-		{"quick", no_argument, NULL, 'q'},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
+		{ "iters", required_argument, NULL, 'n' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "isa", required_argument, NULL, 'i' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
 	};
 	struct br_opts o = {
-		.sizes = {64u << 10, 256u << 20},
+		.sizes = { 64u << 10, 256u << 20 },
 		.nsizes = 2,
 		.reps = BR_DEF_REPS,
 		.isa = -1,

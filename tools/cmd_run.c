@@ -41,7 +41,8 @@ static void usage(FILE *out)
 		"was lost, the\nsurvivors rebuild their ring from the group "
 		"view).\nA lost peer ends the run with CS_ERR_PEER_LOST "
 		"naming its rank; a stalled\nsidecar with CS_ERR_TIMEOUT "
-		"naming it.\n", DEFAULT_ENV);
+		"naming it.\n",
+		DEFAULT_ENV);
 }
 
 static int parse_size(const char *s, unsigned long long *out)
@@ -52,10 +53,23 @@ static int parse_size(const char *s, unsigned long long *out)
 	if (end == s || v < 0)
 		return -EINVAL;
 	switch (*end) {
-	case 'k': case 'K': v *= 1024; end++; break;
-	case 'm': case 'M': v *= 1024 * 1024; end++; break;
-	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		v *= 1024;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v *= 1024 * 1024;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		v *= 1024.0 * 1024 * 1024;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end == 'i' || *end == 'B')
 		end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
@@ -78,8 +92,7 @@ struct node {
  * a peer_lost reply is reported as CS_ERR_PEER_LOST naming the rank, a
  * sidecar that does not answer in time as CS_ERR_TIMEOUT naming it.
  */
-static int round_trip(struct node *nd, int n, char reqs[][128],
-		      int timeout_ms)
+static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 {
 	bool sent[MAX_NODES];
 	int err = 0;
@@ -87,8 +100,10 @@ static int round_trip(struct node *nd, int n, char reqs[][128],
 	for (int i = 0; i < n; i++) {
 		sent[i] = !cs_ctl_send(nd[i].fd, reqs[i]);
 		if (!sent[i]) {
-			fprintf(stderr, "collstack: %s: cannot send '%s': "
-				"sidecar gone\n", nd[i].name, reqs[i]);
+			fprintf(stderr,
+				"collstack: %s: cannot send '%s': "
+				"sidecar gone\n",
+				nd[i].name, reqs[i]);
 			err = -EIO;
 		}
 	}
@@ -109,10 +124,12 @@ static int round_trip(struct node *nd, int n, char reqs[][128],
 		pr = poll(pfd, (nfds_t)np, wait_ms);
 		if (pr <= 0) {
 			for (int k = 0; k < np; k++)
-				fprintf(stderr, "collstack: CS_ERR_TIMEOUT: %s "
+				fprintf(stderr,
+					"collstack: CS_ERR_TIMEOUT: %s "
 					"(node %d) stalled: no reply to '%s' "
-					"within %d ms\n", nd[idx[k]].name,
-					idx[k], reqs[idx[k]], wait_ms);
+					"within %d ms\n",
+					nd[idx[k]].name, idx[k], reqs[idx[k]],
+					wait_ms);
 			if (!err || err == -EIO)
 				err = CS_ERR_TIMEOUT;
 			break;
@@ -127,9 +144,10 @@ static int round_trip(struct node *nd, int n, char reqs[][128],
 			r = cs_ctl_recv(nd[i].fd, nd[i].reply,
 					sizeof(nd[i].reply), 2000);
 			if (r < 0) {
-				fprintf(stderr, "collstack: %s: no reply to "
-					"'%s': %s\n", nd[i].name, reqs[i],
-					strerror(-r));
+				fprintf(stderr,
+					"collstack: %s: no reply to "
+					"'%s': %s\n",
+					nd[i].name, reqs[i], strerror(-r));
 				if (!err)
 					err = r;
 			} else if (strncmp(nd[i].reply, "ok", 2)) {
@@ -140,11 +158,12 @@ static int round_trip(struct node *nd, int n, char reqs[][128],
 				if (strstr(nd[i].reply, "peer_lost") &&
 				    !cs_ctl_kv(nd[i].reply, "rank", &lr) &&
 				    !cs_ctl_kv(nd[i].reply, "epoch", &ep)) {
-					fprintf(stderr, "collstack: "
+					fprintf(stderr,
+						"collstack: "
 						"CS_ERR_PEER_LOST: rank %d "
 						"lost (group epoch %d), "
-						"reported by %s\n", (int)lr,
-						(int)ep, nd[i].name);
+						"reported by %s\n",
+						(int)lr, (int)ep, nd[i].name);
 					err = CS_ERR_PEER_LOST;
 					if (wait_ms > 2000)
 						wait_ms = 2000;
@@ -184,18 +203,22 @@ static int run_allreduce(int argc, char **argv)
 	static struct node nd[MAX_NODES];
 	static char reqs[MAX_NODES][128];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
-	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV") : DEFAULT_ENV, *dts = "f32";
+	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV")
+						   : DEFAULT_ENV,
+		   *dts = "f32";
 	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
 	unsigned iters = 5, warmup = 1, timeout = 60000;
 	uint64_t wrong_all = 0;
 	enum cs_dtype dt;
 	uint32_t op_id;
 	int n, o, ret = 1;
-	bool exclude_lost = false;	/* ctlplane */
+	bool exclude_lost = false; /* ctlplane */
 
 	while ((o = getopt_long(argc, argv, "b:e:n:w:t:h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'c': env = optarg; break;
+		case 'c':
+			env = optarg;
+			break;
 		case 'B':
 		case 'b':
 			if (parse_size(optarg, &lo))
@@ -207,28 +230,45 @@ static int run_allreduce(int argc, char **argv)
 			if (parse_size(optarg, &hi))
 				goto bad;
 			break;
-		case 't': dts = optarg; break;
-		case 'n': iters = (unsigned)atoi(optarg); break;
-		case 'w': warmup = (unsigned)atoi(optarg); break;
-		case 's': seed = strtoull(optarg, NULL, 0); break;
-		case 'T': timeout = (unsigned)atoi(optarg); break;
-		case 'x': exclude_lost = true; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 't':
+			dts = optarg;
+			break;
+		case 'n':
+			iters = (unsigned)atoi(optarg);
+			break;
+		case 'w':
+			warmup = (unsigned)atoi(optarg);
+			break;
+		case 's':
+			seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'T':
+			timeout = (unsigned)atoi(optarg);
+			break;
+		case 'x':
+			exclude_lost = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (!hi)
 		hi = lo;
 	if (cs_dtype_parse(dts, &dt) || !iters || hi < lo || !lo) {
-bad:
+	bad:
 		usage(stderr);
 		return 2;
 	}
 	n = cs_ctl_cluster(env, names, MAX_NODES, root, sizeof(root));
 	if (n < 2) {
-		fprintf(stderr, "collstack: %s: %s (start one with "
-			"scripts/cluster.sh up N)\n", env,
-			n < 0 ? strerror(-n) : "fewer than 2 nodes");
+		fprintf(stderr,
+			"collstack: %s: %s (start one with "
+			"scripts/cluster.sh up N)\n",
+			env, n < 0 ? strerror(-n) : "fewer than 2 nodes");
 		return 1;
 	}
 	for (int i = 0; i < n; i++) {
@@ -255,8 +295,9 @@ bad:
 	}
 	op_id = (uint32_t)time(NULL) << 8;
 	printf("# collstack run allreduce: %d ranks (%s..%s), dtype %s, "
-	       "iters %u, warmup %u, sidecars from %s\n#\n", n, names[0],
-	       names[n - 1], cs_dtype_name(dt), iters, warmup, env);
+	       "iters %u, warmup %u, sidecars from %s\n#\n",
+	       n, names[0], names[n - 1], cs_dtype_name(dt), iters, warmup,
+	       env);
 	printf("# %10s %12s %8s %6s %10s %8s %8s %8s\n", "size", "count",
 	       "type", "redop", "time", "algbw", "busbw", "#wrong");
 	printf("# %10s %12s %8s %6s %10s %8s %8s %8s\n", "(B)", "(elements)",
@@ -274,8 +315,7 @@ bad:
 			for (int i = 0; i < n; i++)
 				snprintf(reqs[i], sizeof(reqs[i]),
 					 "ar_prepare %u %llu %s %llu", op_id,
-					 bytes, cs_dtype_name(dt),
-					 seed + it);
+					 bytes, cs_dtype_name(dt), seed + it);
 			if (round_trip(nd, n, reqs, timeout))
 				goto out;
 			for (int i = 0; i < n; i++)
@@ -310,12 +350,13 @@ bad:
 			double busbw = algbw * 2.0 * (n - 1) / n;
 
 			printf("  %10llu %12llu %8s %6s %10.1f %8.3f %8.3f "
-			       "%8llu\n", bytes, bytes / esz,
-			       cs_dtype_name(dt), "sum", us, algbw, busbw,
-			       (unsigned long long)wrong);
+			       "%8llu\n",
+			       bytes, bytes / esz, cs_dtype_name(dt), "sum", us,
+			       algbw, busbw, (unsigned long long)wrong);
 			if (retx > 0)
 				printf("#   %.0f retransmissions over %u "
-				       "iterations\n", retx, iters);
+				       "iterations\n",
+				       retx, iters);
 			fflush(stdout);
 		}
 		wrong_all += wrong;

@@ -40,11 +40,22 @@ static void selftest_codec(void)
 {
 	static uint8_t buf[9100], payload[8896];
 	struct cs_pkt_hdr h = {
-		.version = CS_PROTO_VERSION, .type = CS_PKT_DATA,
-		.flags = CS_PKT_F_ACK, .src = 3, .channel = 1, .group = 7,
-		.epoch = 2, .op = 41, .step = 5, .seq = 0xfffffff0u,
-		.ack = 17, .sack = 0x5, .offset = 1ull << 33,
-		.len = sizeof(payload), .ts = 123456789, .ts_echo = 42,
+		.version = CS_PROTO_VERSION,
+		.type = CS_PKT_DATA,
+		.flags = CS_PKT_F_ACK,
+		.src = 3,
+		.channel = 1,
+		.group = 7,
+		.epoch = 2,
+		.op = 41,
+		.step = 5,
+		.seq = 0xfffffff0u,
+		.ack = 17,
+		.sack = 0x5,
+		.offset = 1ull << 33,
+		.len = sizeof(payload),
+		.ts = 123456789,
+		.ts_echo = 42,
 	};
 	struct cs_wire_pkt p;
 	uint8_t key[CS_AUTH_KEY_LEN];
@@ -57,10 +68,9 @@ static void selftest_codec(void)
 	len = build(buf, sizeof(buf), &h, payload);
 	check(len == (int)(CS_PROTO_FRAME_OVERHEAD + sizeof(payload)),
 	      "encode: frame length = 118-byte overhead + payload");
-	check(cs_wire_decode(buf, (size_t)len, &p) == 0 &&
-		      p.hdr.seq == h.seq && p.hdr.offset == h.offset &&
-		      p.hdr.sack == h.sack && p.hdr.ts == h.ts &&
-		      p.hdr.len == h.len &&
+	check(cs_wire_decode(buf, (size_t)len, &p) == 0 && p.hdr.seq == h.seq &&
+		      p.hdr.offset == h.offset && p.hdr.sack == h.sack &&
+		      p.hdr.ts == h.ts && p.hdr.len == h.len &&
 		      !memcmp(p.payload, payload, sizeof(payload)),
 	      "decode: every field and the payload round-trip");
 	check(cs_wire_decode(buf, 30, &p) == CS_WIRE_E_SHORT,
@@ -81,7 +91,7 @@ static void selftest_codec(void)
 	h.len = 100;
 	len = build(buf, sizeof(buf), &h, payload);
 	/* Claim more payload than the frame holds. */
-	buf[CS_WIRE_L4_END + 51] = 200;	/* low byte of len */
+	buf[CS_WIRE_L4_END + 51] = 200; /* low byte of len */
 	check(cs_wire_decode(buf, (size_t)len, &p) == CS_WIRE_E_LEN,
 	      "reject: payload length past the end of the packet");
 
@@ -124,12 +134,16 @@ static void selftest_reduce(void)
 			int32_t x = a[i], y = b[i];
 			float fx = fa[i], fy = fb[i];
 
-			want[i] = op == CS_SUM  ? (int32_t)((uint32_t)x + (uint32_t)y) :
-				  op == CS_PROD ? (int32_t)((uint32_t)x * (uint32_t)y) :
-				  op == CS_MIN  ? (x < y ? x : y) : (x > y ? x : y);
-			fwant[i] = op == CS_SUM ? fx + fy : op == CS_PROD ? fx * fy :
-				   op == CS_MIN ? (fx < fy ? fx : fy) :
-						  (fx > fy ? fx : fy);
+			want[i] = op == CS_SUM
+					  ? (int32_t)((uint32_t)x + (uint32_t)y)
+				  : op == CS_PROD
+					  ? (int32_t)((uint32_t)x * (uint32_t)y)
+				  : op == CS_MIN ? (x < y ? x : y)
+						 : (x > y ? x : y);
+			fwant[i] = op == CS_SUM	   ? fx + fy
+				   : op == CS_PROD ? fx * fy
+				   : op == CS_MIN  ? (fx < fy ? fx : fy)
+						   : (fx > fy ? fx : fy);
 		}
 		memcpy(got, a, sizeof(a));
 		memcpy(fgot, fa, sizeof(fa));

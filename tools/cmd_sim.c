@@ -17,7 +17,8 @@ struct sim_cmd {
 /* One line per subcommand (other files add theirs; declare in cmds.h). */
 static const struct sim_cmd sim_cmds[] = {
 	{ "p2p", cs_cmd_sim_p2p, "move --bytes between two endpoints" },
-	{ "incast", cs_cmd_sim_incast, "N senders into one receiver via a switch" },
+	{ "incast", cs_cmd_sim_incast,
+	  "N senders into one receiver via a switch" },
 	{ "allreduce", cs_cmd_sim_allreduce, "ring allreduce, N ranks" },
 	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter" },
 	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather" },
@@ -30,7 +31,8 @@ static void sim_usage(FILE *out)
 	for (size_t i = 0; i < sizeof(sim_cmds) / sizeof(sim_cmds[0]); i++)
 		fprintf(out, "  %-18s %s\n", sim_cmds[i].name,
 			sim_cmds[i].help);
-	fprintf(out, "\n'collstack sim SUBCOMMAND --help' for its options;"
+	fprintf(out,
+		"\n'collstack sim SUBCOMMAND --help' for its options;"
 		" 'collstack sim --help-config' lists the transport keys.\n");
 }
 
@@ -245,8 +247,8 @@ int cs_cmd_sim_p2p(int argc, char **argv)
 	       (unsigned long long)res.retx, (unsigned long long)res.fast_retx,
 	       (unsigned long long)res.timeouts,
 	       (unsigned long long)res.dup_rcvd, (unsigned long long)res.acks,
-	       (unsigned long long)res.events, res.ok ? "" : " why=",
-	       res.ok ? "" : res.why);
+	       (unsigned long long)res.events,
+	       res.ok ? "" : " why=", res.ok ? "" : res.why);
 	return res.ok ? 0 : 1;
 }
 
@@ -319,7 +321,7 @@ int cs_cmd_sim_incast(int argc, char **argv)
 	       (unsigned long long)cfg.port_buffer,
 	       (unsigned long long)res.drops, res.jain,
 	       (unsigned long long)res.retx, (unsigned long long)res.timeouts,
-	       (unsigned long long)res.events, res.ok ? "" : " why=",
-	       res.ok ? "" : res.why);
+	       (unsigned long long)res.events,
+	       res.ok ? "" : " why=", res.ok ? "" : res.why);
 	return res.ok ? 0 : 1;
 }

@@ -15,11 +15,16 @@ struct cmd {
 /* One line per subcommand. */
 static const struct cmd cmds[] = {
 	{ "version", NULL, "print the version" },
-	{ "selftest", cs_cmd_selftest, "codec, auth and reduction checks + benchmark" },
-	{ "bench-ring", cs_cmd_bench_ring, "shm SPSC ring: slots/s, 2 processes" },
-	{ "bench-reduce", cs_cmd_bench_reduce, "reduction kernels: GB/s per dtype x op vs memcpy" },
-	{ "bench", cs_cmd_bench, "bench raw: bidirectional raw port rate of 2 sidecars" },
-	{ "run", cs_cmd_run, "run allreduce: real allreduces across the cluster's sidecars" },
+	{ "selftest", cs_cmd_selftest,
+	  "codec, auth and reduction checks + benchmark" },
+	{ "bench-ring", cs_cmd_bench_ring,
+	  "shm SPSC ring: slots/s, 2 processes" },
+	{ "bench-reduce", cs_cmd_bench_reduce,
+	  "reduction kernels: GB/s per dtype x op vs memcpy" },
+	{ "bench", cs_cmd_bench,
+	  "bench raw: bidirectional raw port rate of 2 sidecars" },
+	{ "run", cs_cmd_run,
+	  "run allreduce: real allreduces across the cluster's sidecars" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
 };
 

@@ -68,7 +68,7 @@ static void help(FILE *out)
 static void help_config(FILE *out)
 {
 	fprintf(out, "collstackd configuration keys (file: 'key = value'; "
-		"flag: --set key=value)\n\nsidecar:\n");
+		     "flag: --set key=value)\n\nsidecar:\n");
 	cs_cfg_help(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), out);
 	fprintf(out, "\nport and fault shim (built-in port types: loop%s%s):\n",
 		CS_HAVE_URING ? " udp" : "", CS_HAVE_DPDK ? " dpdk" : "");
@@ -81,8 +81,8 @@ static void help_config(FILE *out)
 }
 
 /* Apply one key to whichever table has it. */
-static int set_key(struct cs_daemon_conf *c, const char *key,
-		   const char *val, char *err, size_t errlen)
+static int set_key(struct cs_daemon_conf *c, const char *key, const char *val,
+		   char *err, size_t errlen)
 {
 	int ret;
 
@@ -90,8 +90,8 @@ static int set_key(struct cs_daemon_conf *c, const char *key,
 			 err, errlen);
 	if (ret != -ENOENT)
 		return ret;
-	ret = cs_cfg_set(cs_port_cfg, cs_port_cfg_len, &c->port, key, val,
-			 err, errlen);
+	ret = cs_cfg_set(cs_port_cfg, cs_port_cfg_len, &c->port, key, val, err,
+			 errlen);
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,
@@ -141,8 +141,10 @@ static int load_file(struct cs_daemon_conf *c, const char *path)
 			continue;
 		eq = strchr(k, '=');
 		if (!eq) {
-			fprintf(stderr, "collstackd: %s:%u: expected "
-				"'key = value'\n", path, lineno);
+			fprintf(stderr,
+				"collstackd: %s:%u: expected "
+				"'key = value'\n",
+				path, lineno);
 			fclose(f);
 			return -EINVAL;
 		}
@@ -196,8 +198,10 @@ static int parse_args(struct cs_daemon_conf *c, int argc, char **argv)
 		snprintf(kv, sizeof(kv), "%s", argv[++i]);
 		eq = strchr(kv, '=');
 		if (!eq) {
-			fprintf(stderr, "collstackd: --set wants KEY=VALUE, "
-				"got '%s'\n", kv);
+			fprintf(stderr,
+				"collstackd: --set wants KEY=VALUE, "
+				"got '%s'\n",
+				kv);
 			return -EINVAL;
 		}
 		*eq = 0;
@@ -240,7 +244,7 @@ static int write_file(const char *dir, const char *name, const char *text)
 	fputs(text, f);
 	if (fclose(f))
 		return -errno;
-	return rename(tmp, path) ? -errno : 0;	/* readers see it whole */
+	return rename(tmp, path) ? -errno : 0; /* readers see it whole */
 }
 
 static void remove_file(const char *dir, const char *name)
@@ -280,30 +284,29 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 
 	cs_port_stats(d->port, &st);
 	cs_drv_totals(&d->drv, &t);
-	snprintf(out, len,
-		 "ok rx_pkts=%llu rx_bytes=%llu tx_pkts=%llu tx_bytes=%llu "
-		 "rx_dropped=%llu rx_nombuf=%llu tx_errors=%llu "
-		 "rx_frames=%llu rx_foreign=%llu rx_malformed=%llu "
-		 "rx_unhandled=%llu tx_nobuf=%llu f_dropped=%llu "
-		 "f_duplicated=%llu f_reordered=%llu f_delayed=%llu "
-		 "f_corrupted=%llu",
-		 (unsigned long long)st.rx_pkts,
-		 (unsigned long long)st.rx_bytes,
-		 (unsigned long long)st.tx_pkts,
-		 (unsigned long long)st.tx_bytes,
-		 (unsigned long long)st.rx_dropped,
-		 (unsigned long long)st.rx_nombuf,
-		 (unsigned long long)st.tx_errors,
-		 (unsigned long long)t.rx_frames,
-		 (unsigned long long)t.rx_foreign,
-		 (unsigned long long)t.rx_malformed,
-		 (unsigned long long)t.rx_unhandled,
-		 (unsigned long long)t.tx_nobuf,
-		 (unsigned long long)st.f_dropped,
-		 (unsigned long long)st.f_duplicated,
-		 (unsigned long long)st.f_reordered,
-		 (unsigned long long)st.f_delayed,
-		 (unsigned long long)st.f_corrupted);
+	snprintf(
+		out, len,
+		"ok rx_pkts=%llu rx_bytes=%llu tx_pkts=%llu tx_bytes=%llu "
+		"rx_dropped=%llu rx_nombuf=%llu tx_errors=%llu "
+		"rx_frames=%llu rx_foreign=%llu rx_malformed=%llu "
+		"rx_unhandled=%llu tx_nobuf=%llu f_dropped=%llu "
+		"f_duplicated=%llu f_reordered=%llu f_delayed=%llu "
+		"f_corrupted=%llu",
+		(unsigned long long)st.rx_pkts, (unsigned long long)st.rx_bytes,
+		(unsigned long long)st.tx_pkts, (unsigned long long)st.tx_bytes,
+		(unsigned long long)st.rx_dropped,
+		(unsigned long long)st.rx_nombuf,
+		(unsigned long long)st.tx_errors,
+		(unsigned long long)t.rx_frames,
+		(unsigned long long)t.rx_foreign,
+		(unsigned long long)t.rx_malformed,
+		(unsigned long long)t.rx_unhandled,
+		(unsigned long long)t.tx_nobuf,
+		(unsigned long long)st.f_dropped,
+		(unsigned long long)st.f_duplicated,
+		(unsigned long long)st.f_reordered,
+		(unsigned long long)st.f_delayed,
+		(unsigned long long)st.f_corrupted);
 }
 
 bool cs_daemon_signalled(const struct cs_daemon *d)
@@ -326,8 +329,7 @@ static void sleep_ns(const struct cs_daemon *d, cs_ns_t ns)
 }
 
 /* "raw DST MS LEN": blast for MS milliseconds, then report. */
-static void do_raw(struct cs_daemon *d, const char *args, char *out,
-		   size_t len)
+static void do_raw(struct cs_daemon *d, const char *args, char *out, size_t len)
 {
 	unsigned dst, ms, flen;
 	struct cs_drv_totals t;
@@ -340,9 +342,9 @@ static void do_raw(struct cs_daemon *d, const char *args, char *out,
 	}
 	until = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
 	if (cs_drv_raw_start(&d->drv, dst, flen, until)) {
-		snprintf(out, len, "err bad peer %u or frame length %u (%u..%u)",
-			 dst, flen, (unsigned)CS_DRV_HDR_LEN,
-			 d->port->frame_max);
+		snprintf(out, len,
+			 "err bad peer %u or frame length %u (%u..%u)", dst,
+			 flen, (unsigned)CS_DRV_HDR_LEN, d->port->frame_max);
 		return;
 	}
 	/* Let the last frames of the peer's blast arrive too. */
@@ -383,7 +385,8 @@ static bool serve(struct cs_daemon *d, int fd)
 		if (!strcmp(req, "ping")) {
 			snprintf(out, sizeof(out),
 				 "ok name=%s rank=%u frame_max=%u port=%s "
-				 "peers=%u", d->conf.port.name, d->conf.rank,
+				 "peers=%u",
+				 d->conf.port.name, d->conf.rank,
 				 d->port->frame_max, d->conf.port.type,
 				 d->drv.npeers);
 			cs_daemon_boot_report(d, out, sizeof(out));
@@ -420,8 +423,7 @@ int main(int argc, char **argv)
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
 	    cs_daemon_conf_defaults(c) ||
-	    cs_daemon_boot_conf_defaults(&c->boot) ||
-	    cs_daemon_ipc_defaults(c))
+	    cs_daemon_boot_conf_defaults(&c->boot) || cs_daemon_ipc_defaults(c))
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -468,13 +470,12 @@ int main(int argc, char **argv)
 	if (cs_drv_init(&d.drv, d.port, c->rank))
 		goto out_port;
 	atomic_init(&d.view.lost_rank, -1);
-	if (cs_daemon_boot_enabled(&d)) {	/* peers from the coordinator */
+	if (cs_daemon_boot_enabled(&d)) { /* peers from the coordinator */
 		if (cs_daemon_boot_start(&d)) {
 			ret = 3;
 			goto out_port;
 		}
-	} else if (c->peers[0] &&
-		   (ret = cs_drv_load_peers(&d.drv, c->peers))) {
+	} else if (c->peers[0] && (ret = cs_drv_load_peers(&d.drv, c->peers))) {
 		CS_ERR("node.peers %s: %s", c->peers, strerror(-ret));
 		ret = 1;
 		goto out_port;
@@ -489,14 +490,15 @@ int main(int argc, char **argv)
 
 		if (d.mode == CS_POLL_BUSY)
 			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
-				"busy polling", nl, nl, cpu, why);
+				"busy polling",
+				nl, nl, cpu, why);
 		else
 			CS_INFO("lcore %u: queue %u, adaptive polling, not "
 				"pinned: shares the process's CPUs with other "
 				"sidecars (busy mode would take CPU %d: %s)",
 				nl, nl, cpu, why);
-		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode,
-				   &c->lcore, cpu, cs_drv_poll, &d.drv)) {
+		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode, &c->lcore,
+				   cpu, cs_drv_poll, &d.drv)) {
 			CS_ERR("lcore %u did not start", nl);
 			goto out_lcores;
 		}
@@ -515,9 +517,9 @@ int main(int argc, char **argv)
 		 ipbuf, d.port->udp_port, mac);
 	write_file(c->port.run_dir, "ready", text);
 	CS_INFO("ready: %s rank %u, %s port on %s:%u (mac %s), %u peer(s), "
-		"control socket %s/%s", c->port.name, c->rank,
-		c->port.type, ipbuf, d.port->udp_port, mac, d.drv.npeers,
-		c->port.run_dir, CS_CTL_SOCK);
+		"control socket %s/%s",
+		c->port.name, c->rank, c->port.type, ipbuf, d.port->udp_port,
+		mac, d.drv.npeers, c->port.run_dir, CS_CTL_SOCK);
 
 	pfd[0] = (struct pollfd){ .fd = sfd, .events = POLLIN };
 	pfd[1] = (struct pollfd){ .fd = lfd, .events = POLLIN };
@@ -565,7 +567,7 @@ out_files:
 	if (sfd >= 0)
 		close(sfd);
 	remove_file(c->port.run_dir, "pid");
-	rmdir(c->port.run_dir);		/* only if empty */
+	rmdir(c->port.run_dir); /* only if empty */
 	CS_INFO("stopped");
 	return ret;
 }

@@ -34,7 +34,7 @@ struct bench {
 	struct cs_client *c;
 	struct cs_group *g;
 	int rank, n;
-	double *meta;		/* inside a cs_buf: iters + 1 doubles */
+	double *meta; /* inside a cs_buf: iters + 1 doubles */
 };
 
 static size_t parse_size(const char *s)
@@ -113,7 +113,7 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 		break;
 	}
 	if (!inplace && op != OP_BROADCAST)
-		memset(recv, 0xff, count * sizeof(float));	/* NaNs */
+		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
 }
 
 static long check(enum op op, const struct bench *b, const float *recv,
@@ -152,9 +152,9 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 		return cs_allreduce(b->g, inplace ? recv : send, recv, count,
 				    CS_F32, CS_SUM, r);
 	case OP_ALL_GATHER:
-		return cs_all_gather(b->g, inplace ? recv + per *
-				     (size_t)b->rank : send, recv, per,
-				     CS_F32, r);
+		return cs_all_gather(
+			b->g, inplace ? recv + per * (size_t)b->rank : send,
+			recv, per, CS_F32, r);
 	default:
 		return cs_broadcast(b->g, recv, count, CS_F32, 0, r);
 	}
@@ -192,15 +192,18 @@ int main(int argc, char **argv)
 				if (!strcmp(argv[i + 1], op_names[k]))
 					break;
 			if (k == 3) {
-				fprintf(stderr, "cs-trainer-bench: -o %s: "
+				fprintf(stderr,
+					"cs-trainer-bench: -o %s: "
 					"allreduce, all_gather or broadcast\n",
 					argv[i + 1]);
 				return 2;
 			}
 			op = (enum op)k;
 		} else {
-			fprintf(stderr, "cs-trainer-bench: unknown option "
-				"%s\n", argv[i]);
+			fprintf(stderr,
+				"cs-trainer-bench: unknown option "
+				"%s\n",
+				argv[i]);
 			return 2;
 		}
 	}
@@ -211,9 +214,12 @@ int main(int argc, char **argv)
 	}
 	ret = cs_connect(NULL, &b.c);
 	if (ret) {
-		fprintf(stderr, "cs-trainer-bench: connect ($COLLSTACK_SOCKET="
-			"%s): %s\n", getenv("COLLSTACK_SOCKET") ?
-			getenv("COLLSTACK_SOCKET") : "", cs_strerror(ret));
+		fprintf(stderr,
+			"cs-trainer-bench: connect ($COLLSTACK_SOCKET="
+			"%s): %s\n",
+			getenv("COLLSTACK_SOCKET") ? getenv("COLLSTACK_SOCKET")
+						   : "",
+			cs_strerror(ret));
 		return 1;
 	}
 	ret = cs_group_join_env(b.c, group, &b.g);
@@ -248,9 +254,10 @@ int main(int argc, char **argv)
 	if (!b.rank)
 		printf("# op %s ranks %d (libcollstack through collstackd)\n"
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
-		       "%6s\n", op_names[op], b.n, "size", "count", "type",
-		       "redop", "root", "time(us)", "algbw", "busbw",
-		       "#wrong", "p50(us)", "p99(us)", "place");
+		       "%6s\n",
+		       op_names[op], b.n, "size", "count", "type", "redop",
+		       "root", "time(us)", "algbw", "busbw", "#wrong",
+		       "p50(us)", "p99(us)", "place");
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
@@ -311,15 +318,14 @@ int main(int argc, char **argv)
 				       "%8.3f %6ld %10.1f %10.1f %6s\n",
 				       count * sizeof(float), count, "float",
 				       op == OP_ALLREDUCE ? "sum" : "none",
-				       op == OP_BROADCAST ? 0 : -1, t, alg,
-				       bus, wrong,
-				       lat[(size_t)(iters - 1) / 2],
+				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
+				       wrong, lat[(size_t)(iters - 1) / 2],
 				       lat[(size_t)ceil(0.99 * iters) - 1],
 				       inplace ? "in" : "out");
 				fflush(stdout);
 			}
 			if (wrong)
-				bad = 1;	/* keep going, fail at the end */
+				bad = 1; /* keep going, fail at the end */
 		}
 	}
 	goto out_bufs;

@@ -68,7 +68,7 @@ int cs_ctl_recv(int fd, char *buf, size_t len, int timeout_ms)
 			return -errno;
 		if (r == 0)
 			return -ETIMEDOUT;
-		got = recv(fd, buf + off, 1, 0);	/* a line is short */
+		got = recv(fd, buf + off, 1, 0); /* a line is short */
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0)

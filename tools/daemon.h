@@ -25,7 +25,7 @@ struct cs_daemon_conf {
 	char peers[CS_CFG_STR_MAX];
 	/* collective service settings (daemon_ar.c's table) */
 	uint8_t svc[4096];
-	struct cs_boot_conf boot;	/* daemon_boot.c's table */
+	struct cs_boot_conf boot; /* daemon_boot.c's table */
 	/* trainer IPC settings (daemon_ipc.c's table) */
 	uint8_t ipc[1024];
 };
@@ -37,10 +37,10 @@ struct cs_daemon {
 	enum cs_poll_mode mode;
 	struct cs_lcore lcores[CS_PORT_MAX_QUEUES];
 	struct cs_ar_svc *svc;
-	int sfd;		/* signalfd of SIGTERM/SIGINT/SIGHUP */
-	struct cs_boot_state *boot;	/* NULL: static peers */
-	struct cs_daemon_view view;	/* group epoch, lost ranks */
-	struct cs_daemon_ipc *ipc;	/* trainer IPC thread (daemon_ipc.c) */
+	int sfd; /* signalfd of SIGTERM/SIGINT/SIGHUP */
+	struct cs_boot_state *boot; /* NULL: static peers */
+	struct cs_daemon_view view; /* group epoch, lost ranks */
+	struct cs_daemon_ipc *ipc; /* trainer IPC thread (daemon_ipc.c) */
 };
 
 /**

@@ -48,7 +48,7 @@
  * it is installed, instead of waiting for the sender's RTO. */
 #define AR_HOLD 128
 #define AR_HOLD_BYTES 2048
-#define AR_EXT_BIT 0x80000000u	/* op ids of trainer operations */
+#define AR_EXT_BIT 0x80000000u /* op ids of trainer operations */
 
 struct ar_held {
 	struct cs_pkt_hdr hdr;
@@ -60,7 +60,8 @@ struct svc_conf {
 	struct cs_coll_cfg coll;
 };
 
-static_assert(sizeof(struct svc_conf) <= sizeof(((struct cs_daemon_conf *)0)->svc),
+static_assert(sizeof(struct svc_conf) <=
+		      sizeof(((struct cs_daemon_conf *)0)->svc),
 	      "collective settings do not fit the daemon's config area");
 
 struct ar_sess {
@@ -72,7 +73,7 @@ enum { AR_PREPARED = 0, AR_DONE = 1, AR_FAILED = 2 };
 
 struct ar_op {
 	uint32_t op_id, n, rank;
-	uint32_t epoch;		/* ctlplane: the group view it runs in */
+	uint32_t epoch; /* ctlplane: the group view it runs in */
 	enum cs_dtype dtype;
 	uint64_t seed;
 	size_t count, bytes;
@@ -95,7 +96,7 @@ struct ar_op {
 	 * and learns the outcome through *notify (daemon_ipc.c) */
 	atomic_int *notify;
 	bool notified;
-	bool replayed;			/* lcore: held frames were fed */
+	bool replayed; /* lcore: held frames were fed */
 };
 
 struct cs_ar_svc {
@@ -105,11 +106,11 @@ struct cs_ar_svc {
 	/* the trainer op cur replaced: still acknowledges the peers'
 	 * retransmissions (its last ACK may have been lost) */
 	_Atomic(struct ar_op *) prev;
-	atomic_uint_fast64_t gen;	/* lcore polls, for retiring ops */
-	struct ar_op *old;		/* control thread's */
-	pthread_mutex_t install_lock;	/* control vs. IPC thread */
-	struct ar_op *prev_ctl;		/* what prev points to */
-	struct ar_op *retired;		/* was prev; freed at a later install */
+	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
+	struct ar_op *old; /* control thread's */
+	pthread_mutex_t install_lock; /* control vs. IPC thread */
+	struct ar_op *prev_ctl; /* what prev points to */
+	struct ar_op *retired; /* was prev; freed at a later install */
 	uint_fast64_t retired_gen;
 	/* lcore-only */
 	struct cs_pbuf stash[AR_TXQ];
@@ -117,7 +118,7 @@ struct cs_ar_svc {
 	struct cs_pbuf txq[AR_TXQ];
 	unsigned ntxq;
 	uint64_t rx_other_op, rx_no_sess, tx_retry;
-	uint32_t view_epoch;	/* ctlplane: view the peer table was built for */
+	uint32_t view_epoch; /* ctlplane: view the peer table was built for */
 	struct ar_held *hold;
 	unsigned nhold;
 	uint64_t rx_held, rx_replayed, rx_prev;
@@ -155,24 +156,23 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 	ret = cs_xport_params_set(&sc->xp, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
-	return cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len,
-			  &sc->coll, key, val, err, errlen);
+	return cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len, &sc->coll,
+			  key, val, err, errlen);
 }
 
 void cs_daemon_help_config(FILE *out)
 {
 	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
-		"collstackd sets cc.enable=0 by default):\n");
+		     "collstackd sets cc.enable=0 by default):\n");
 	cs_xport_params_help(out);
 	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
-		"port's frames):\n");
+		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
 }
 
 /* ---- lcore side --------------------------------------------------------- */
 
-static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer,
-				 uint32_t ch)
+static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer, uint32_t ch)
 {
 	for (uint32_t i = 0; i < op->nsess; i++)
 		if (op->sess[i].peer == peer && op->sess[i].ch == ch)
@@ -214,8 +214,7 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 		if (!ss)
 			continue;
 		m = cs_rel_on_packet(&ss->rel, h, now);
-		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA &&
-		    h->len &&
+		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA && h->len &&
 		    cs_coll_on_data(op->coll, now, h, s->hold[i].data) < 0)
 			op->proto_err++;
 		s->rx_replayed++;
@@ -231,8 +230,7 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 static bool ack_prev(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
 		     cs_ns_t now)
 {
-	struct ar_op *pv = atomic_load_explicit(&s->prev,
-						memory_order_acquire);
+	struct ar_op *pv = atomic_load_explicit(&s->prev, memory_order_acquire);
 	struct ar_sess *ss;
 
 	if (!pv || h->op != pv->op_id || h->group ||
@@ -249,11 +247,10 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
 	struct cs_ar_svc *s = arg;
-	struct ar_op *op = atomic_load_explicit(&s->cur,
-						memory_order_acquire);
+	struct ar_op *op = atomic_load_explicit(&s->cur, memory_order_acquire);
 
 	(void)v;
-	if (q != 0) {	/* sessions belong to queue 0's lcore */
+	if (q != 0) { /* sessions belong to queue 0's lcore */
 		s->rx_other_op += n;
 		return;
 	}
@@ -263,11 +260,15 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		int m;
 
 		/* ctlplane: frames of an older group epoch are dropped */
-		if (unlikely((int32_t)(h->epoch - atomic_load_explicit(
-				&s->d->view.epoch, memory_order_relaxed)) < 0)) {
-			atomic_store_explicit(&s->d->view.rx_stale_epoch,
+		if (unlikely((int32_t)(h->epoch -
+				       atomic_load_explicit(
+					       &s->d->view.epoch,
+					       memory_order_relaxed)) < 0)) {
+			atomic_store_explicit(
+				&s->d->view.rx_stale_epoch,
 				atomic_load_explicit(&s->d->view.rx_stale_epoch,
-						     memory_order_relaxed) + 1,
+						     memory_order_relaxed) +
+					1,
 				memory_order_relaxed);
 			continue;
 		}
@@ -285,8 +286,7 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			continue;
 		}
 		m = cs_rel_on_packet(&ss->rel, h, now);
-		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA &&
-		    h->len &&
+		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA && h->len &&
 		    cs_coll_on_data(op->coll, now, h, pk[i].payload) < 0)
 			op->proto_err++;
 	}
@@ -337,7 +337,7 @@ static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 				s->d->port->udp_port);
 	if (flen < 0) {
 		op->proto_err++;
-		return;		/* the buffer stays in the stash */
+		return; /* the buffer stays in the stash */
 	}
 	b->len = (uint32_t)flen;
 	s->txq[s->ntxq++] = *b;
@@ -389,9 +389,10 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 		}
 	}
 	/* 2. new data, per channel, once started */
-	for (uint32_t c = 0; atomic_load_explicit(&op->started,
-						  memory_order_relaxed) &&
-			     c < op->nch; c++) {
+	for (uint32_t c = 0;
+	     atomic_load_explicit(&op->started, memory_order_relaxed) &&
+	     c < op->nch;
+	     c++) {
 		struct ar_sess *ss = op->snext[c];
 		struct cs_coll_tx *p = &op->pend[c];
 
@@ -423,7 +424,7 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 			h.version = CS_PROTO_VERSION;
 			h.channel = (uint16_t)ss->ch;
 			h.op = op->op_id;
-			h.epoch = op->epoch;	/* ctlplane */
+			h.epoch = op->epoch; /* ctlplane */
 			cs_rel_build_ack(&ss->rel, &h, now);
 			frame_send(s, op, ss->peer, &h, NULL, 0);
 			op->pure_acks++;
@@ -452,8 +453,7 @@ static bool acks_owed(const struct ar_op *op)
 /* Pure ACKs the previous trainer op owes. */
 static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
 {
-	struct ar_op *pv = atomic_load_explicit(&s->prev,
-						memory_order_acquire);
+	struct ar_op *pv = atomic_load_explicit(&s->prev, memory_order_acquire);
 	struct cs_pkt_hdr h;
 	unsigned work = 0;
 
@@ -489,8 +489,8 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	for (uint32_t i = 0; i < op->nsess; i++)
 		if (now >= cs_rel_next_deadline(&op->sess[i].rel))
 			cs_rel_on_timer(&op->sess[i].rel, now);
-	if (!op->t_start && atomic_load_explicit(&op->started,
-						  memory_order_acquire))
+	if (!op->t_start &&
+	    atomic_load_explicit(&op->started, memory_order_acquire))
 		op->t_start = now;
 	work = service(s, op, now);
 	work += prev_acks(s, now);
@@ -500,8 +500,8 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		op->t_ready = now;
 	}
 	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		    AR_PREPARED && op->t_start && cs_coll_done(op->coll) &&
-	    !acks_owed(op)) {
+		    AR_PREPARED &&
+	    op->t_start && cs_coll_done(op->coll) && !acks_owed(op)) {
 		op->t_done = now;
 		atomic_store_explicit(&op->state, AR_DONE,
 				      memory_order_release);
@@ -511,8 +511,9 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		    AR_PREPARED) {
 		op->notified = true;
 		atomic_store_explicit(op->notify,
-				      atomic_load(&op->state) == AR_DONE ?
-					      1 : CS_ERR_PEER_LOST,
+				      atomic_load(&op->state) == AR_DONE
+					      ? 1
+					      : CS_ERR_PEER_LOST,
 				      memory_order_release);
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
@@ -584,8 +585,8 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 	pthread_mutex_lock(&s->install_lock);
 	if (s->retired) {
 		/* as in install(): never free what the lcore may hold */
-		for (unsigned i = 0; atomic_load(&s->gen) <
-				     s->retired_gen + 2; i++) {
+		for (unsigned i = 0; atomic_load(&s->gen) < s->retired_gen + 2;
+		     i++) {
 			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
 				break;
 			sleep_us(10);
@@ -666,8 +667,10 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	int ret;
 
 	if (!esz || bytes % esz || d->drv.npeers < 2) {
-		snprintf(msg, mlen, "bytes must be a multiple of %zu and the "
-			 "peer table must list 2+ nodes", esz);
+		snprintf(msg, mlen,
+			 "bytes must be a multiple of %zu and the "
+			 "peer table must list 2+ nodes",
+			 esz);
 		return -EINVAL;
 	}
 	/* ctlplane: the ring is rebuilt from the alive members of the
@@ -678,8 +681,10 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 		if (ret)
 			return ret;
 		if (d->drv.npeers < 2) {
-			snprintf(msg, mlen, "err fewer than 2 alive members "
-				 "in the view (epoch %u)", s->view_epoch);
+			snprintf(msg, mlen,
+				 "err fewer than 2 alive members "
+				 "in the view (epoch %u)",
+				 s->view_epoch);
 			return -EINVAL;
 		}
 	}
@@ -688,7 +693,7 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 		return -ENOMEM;
 	op->op_id = op_id;
 	op->n = d->drv.npeers;
-	op->rank = d->drv.rank;	/* ctlplane: ring index (= node.rank static) */
+	op->rank = d->drv.rank; /* ctlplane: ring index (= node.rank static) */
 	op->epoch = atomic_load(&d->view.epoch);
 	op->dtype = dt;
 	op->seed = seed;
@@ -714,7 +719,7 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	p.dtype = dt;
 	p.op = CS_SUM;
 	p.op_id = op_id;
-	p.epoch = op->epoch;	/* ctlplane */
+	p.epoch = op->epoch; /* ctlplane */
 	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
 		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
 	if (p.channels > AR_MAX_CH)
@@ -730,16 +735,17 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 		int64_t nx, pv;
 
 		cs_coll_chan_peers(op->coll, c, &nx, &pv);
-		if (nx >= 0 && (ret = add_sess(s, op, (uint32_t)nx, c,
-					       &op->snext[c])))
+		if (nx >= 0 &&
+		    (ret = add_sess(s, op, (uint32_t)nx, c, &op->snext[c])))
 			goto out_sess;
 		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
 			goto out_sess;
 	}
 	install(s, op);
-	snprintf(msg, mlen, "ok op=%u rank=%u n=%u count=%zu channels=%u "
-		 "payload=%u", op_id, op->rank, op->n, op->count, op->nch,
-		 p.mtu_payload);
+	snprintf(msg, mlen,
+		 "ok op=%u rank=%u n=%u count=%zu channels=%u "
+		 "payload=%u",
+		 op_id, op->rank, op->n, op->count, op->nch, p.mtu_payload);
 	return 0;
 out_sess:
 	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
@@ -754,8 +760,8 @@ static uint64_t verify(const struct ar_op *op, char *first, size_t flen)
 
 	first[0] = 0;
 	for (size_t i = 0; i < op->count; i++) {
-		double want = cs_td_expect(op->dtype, CS_SUM, op->n, op->seed,
-					   i);
+		double want =
+			cs_td_expect(op->dtype, CS_SUM, op->n, op->seed, i);
 		double got = cs_td_load(op->dtype, op->buf, i);
 
 		if (got != want && !wrong++)
@@ -765,8 +771,8 @@ static uint64_t verify(const struct ar_op *op, char *first, size_t flen)
 	return wrong;
 }
 
-static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
-		    char *out, size_t len)
+static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
+		    size_t len)
 {
 	struct ar_op *op = s->old;
 	char first[128];
@@ -789,7 +795,8 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		/* ctlplane: a peer was lost (the view moved on): fail now */
 		if (atomic_load_explicit(&s->d->view.epoch,
 					 memory_order_acquire) != op->epoch) {
-			snprintf(out, len, "err peer_lost rank=%d epoch=%u "
+			snprintf(out, len,
+				 "err peer_lost rank=%d epoch=%u "
 				 "op=%u (CS_ERR_PEER_LOST)",
 				 atomic_load(&s->d->view.lost_rank),
 				 atomic_load(&s->d->view.epoch), op_id);
@@ -799,15 +806,17 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		sleep_us(100);
 	}
 	if (st == AR_PREPARED) {
-		snprintf(out, len, "err op %u timed out after %u ms "
-			 "(ready=%d frames=%llu)", op_id, ms, op->ready,
-			 (unsigned long long)op->frames);
+		snprintf(out, len,
+			 "err op %u timed out after %u ms "
+			 "(ready=%d frames=%llu)",
+			 op_id, ms, op->ready, (unsigned long long)op->frames);
 		return;
 	}
 	if (st == AR_FAILED) {
-		snprintf(out, len, "err op %u failed: session to rank %llu "
-			 "gave up (or a protocol error: %llu)", op_id,
-			 (unsigned long long)op->failed_peer,
+		snprintf(out, len,
+			 "err op %u failed: session to rank %llu "
+			 "gave up (or a protocol error: %llu)",
+			 op_id, (unsigned long long)op->failed_peer,
 			 (unsigned long long)op->proto_err);
 		return;
 	}
@@ -826,8 +835,8 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 		snprintf(out, len,
 			 "ok op=%u ns=%llu ready_ns=%llu wrong=%llu "
 			 "frames=%llu retx=%llu timeouts=%llu dup=%llu "
-			 "fillers=%llu proto_err=%llu%s", op_id,
-			 (unsigned long long)(op->t_done - op->t_start),
+			 "fillers=%llu proto_err=%llu%s",
+			 op_id, (unsigned long long)(op->t_done - op->t_start),
 			 (unsigned long long)(op->t_ready - op->t_start),
 			 (unsigned long long)wrong,
 			 (unsigned long long)op->frames,
@@ -851,7 +860,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
-	s->hold = calloc(AR_HOLD, sizeof(*s->hold));	/* NULL: no hold */
+	s->hold = calloc(AR_HOLD, sizeof(*s->hold)); /* NULL: no hold */
 	d->svc = s;
 	d->drv.rx_fn = ar_rx;
 	d->drv.tx_fn = ar_tx;
@@ -888,8 +897,10 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 
 	if (!strcmp(req, "ar_prepare")) {
 		if (sscanf(args, "%u %llu %15s %llu", &op_id, &bytes, dt,
-			   &seed) != 4 || cs_dtype_parse(dt, &dtype)) {
-			snprintf(out, len, "err usage: ar_prepare OP BYTES "
+			   &seed) != 4 ||
+		    cs_dtype_parse(dt, &dtype)) {
+			snprintf(out, len,
+				 "err usage: ar_prepare OP BYTES "
 				 "DTYPE SEED");
 			return 0;
 		}
@@ -923,7 +934,8 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		return 0;
 	}
 	if (!strcmp(req, "ar_stats")) {
-		snprintf(out, len, "ok rx_other_op=%llu rx_no_sess=%llu "
+		snprintf(out, len,
+			 "ok rx_other_op=%llu rx_no_sess=%llu "
 			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
 			 "rx_replayed=%llu rx_prev=%llu",
 			 (unsigned long long)s->rx_other_op,
@@ -962,7 +974,8 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 	int ret;
 
 	if (!cs_dtype_size(dt) || d->drv.npeers < 2) {
-		snprintf(msg, mlen, "bad type, or the peer table lists fewer "
+		snprintf(msg, mlen,
+			 "bad type, or the peer table lists fewer "
 			 "than 2 nodes");
 		return -EINVAL;
 	}
@@ -1003,8 +1016,8 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 		int64_t nx, pv;
 
 		cs_coll_chan_peers(op->coll, c, &nx, &pv);
-		if (nx >= 0 && (ret = add_sess(s, op, (uint32_t)nx, c,
-					       &op->snext[c])))
+		if (nx >= 0 &&
+		    (ret = add_sess(s, op, (uint32_t)nx, c, &op->snext[c])))
 			goto out_sess;
 		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
 			goto out_sess;

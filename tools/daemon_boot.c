@@ -92,8 +92,9 @@ static bool boot_addr(const struct cs_boot_conf *b, char *ip, size_t iplen,
 
 		/* torch's TCPStore holds MASTER_PORT itself */
 		snprintf(tmp, sizeof(tmp), "%s:%u", ma,
-			 bp ? (unsigned)atoi(bp) :
-			 mp ? (unsigned)atoi(mp) + 1 : 29501u);
+			 bp   ? (unsigned)atoi(bp)
+			 : mp ? (unsigned)atoi(mp) + 1
+			      : 29501u);
 	} else {
 		return false;
 	}
@@ -133,8 +134,8 @@ static int load_token(const struct cs_boot_conf *b, char *tok, size_t len)
 		}
 		if (!fstat(fileno(f), &st) && (st.st_mode & 077))
 			CS_WARN("boot.token_file %s is readable by others "
-				"(mode %03o): chmod 600 it", b->token_file,
-				(unsigned)(st.st_mode & 0777));
+				"(mode %03o): chmod 600 it",
+				b->token_file, (unsigned)(st.st_mode & 0777));
 		if (!fgets(tok, (int)len, f))
 			tok[0] = 0;
 		fclose(f);
@@ -167,8 +168,8 @@ struct cs_boot_state {
 	pthread_mutex_t mu;
 	uint32_t rank, world, epoch;
 	struct cs_node_addr table[CS_BOOT_MAX_RANKS];
-	uint32_t applied_epoch;		/* control thread's */
-	cs_ns_t t_lost_seen;		/* when the last VIEW arrived */
+	uint32_t applied_epoch; /* control thread's */
+	cs_ns_t t_lost_seen; /* when the last VIEW arrived */
 };
 
 static cs_ns_t now_ns(void)
@@ -208,7 +209,8 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 				b->table[r].state = CS_MEMBER_LOST;
 			CS_ERR("peer lost: rank %u (group epoch now %u); "
 			       "in-flight operations fail with "
-			       "CS_ERR_PEER_LOST", r, b->ms.m.epoch);
+			       "CS_ERR_PEER_LOST",
+			       r, b->ms.m.epoch);
 			atomic_store(&v->lost_rank, (int)r);
 			atomic_fetch_add(&v->nlost, 1);
 		}
@@ -223,10 +225,9 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		       "live peers continue");
 		atomic_store(&v->coord_lost, true);
 	}
-	if (ev & CS_MSVC_FAILED) {	/* boot_svc.c logged why */
+	if (ev & CS_MSVC_FAILED) { /* boot_svc.c logged why */
 		atomic_store(&b->state, BS_FAILED);
-	} else if ((ev & CS_MSVC_READY) &&
-		   atomic_load(&b->state) == BS_WAIT) {
+	} else if ((ev & CS_MSVC_READY) && atomic_load(&b->state) == BS_WAIT) {
 		atomic_store_explicit(&v->epoch, b->ms.m.epoch,
 				      memory_order_release);
 		atomic_store(&b->state, BS_READY);
@@ -328,7 +329,7 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 			break;
 		struct timespec ts = { 0, 200 * 1000 * 1000 };
 
-		nanosleep(&ts, NULL);	/* the coordinator may start later */
+		nanosleep(&ts, NULL); /* the coordinator may start later */
 	}
 	if (ret) {
 		CS_ERR("bootstrap: coordinator %s:%u unreachable for %llu ms",
@@ -352,14 +353,15 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	switch (atomic_load(&b->state)) {
 	case BS_FAILED:
 		CS_ERR("bootstrap refused: %s", b->ms.m.error);
-		return strstr(b->ms.m.error, "token") ? CS_ERR_AUTH :
-		       -ECONNREFUSED;
+		return strstr(b->ms.m.error, "token") ? CS_ERR_AUTH
+						      : -ECONNREFUSED;
 	case BS_WAIT:
 		if (cs_daemon_signalled(d))
 			return -EINTR;
 		CS_ERR("bootstrap: no address table from %s:%u within %llu "
-		       "ms (is the whole group of boot.world started?)", ip,
-		       port, (unsigned long long)(c->timeout / CS_NS_PER_MS));
+		       "ms (is the whole group of boot.world started?)",
+		       ip, port,
+		       (unsigned long long)(c->timeout / CS_NS_PER_MS));
 		return -ETIMEDOUT;
 	default:
 		break;
@@ -368,7 +370,8 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	if (ret)
 		return ret;
 	CS_INFO("bootstrap: rank %u of %u, epoch %u, %u peers from the "
-		"coordinator", b->rank, b->world, b->epoch, d->drv.npeers);
+		"coordinator",
+		b->rank, b->world, b->epoch, d->drv.npeers);
 	return 0;
 }
 
@@ -390,8 +393,8 @@ void cs_daemon_boot_stop(struct cs_daemon *d)
 	d->boot = NULL;
 }
 
-int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
-			      char *msg, size_t mlen)
+int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
+			      size_t mlen)
 {
 	struct cs_boot_state *b = d->boot;
 	unsigned n = 0;
@@ -419,7 +422,8 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
 	pthread_mutex_unlock(&b->mu);
 	if (self < 0) {
 		if (msg)
-			snprintf(msg, mlen, "err this node (rank %u) is not in "
+			snprintf(msg, mlen,
+				 "err this node (rank %u) is not in "
 				 "the group's view (epoch %u): it must rejoin",
 				 b->rank, *epoch);
 		return CS_ERR_PEER_LOST;
@@ -430,7 +434,7 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
 	return 0;
 }
 
-#else	/* no io_uring: no TCP coordinator */
+#else /* no io_uring: no TCP coordinator */
 
 struct cs_boot_state {
 	int unused;
@@ -449,8 +453,8 @@ void cs_daemon_boot_stop(struct cs_daemon *d)
 	(void)d;
 }
 
-int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
-			      char *msg, size_t mlen)
+int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
+			      size_t mlen)
 {
 	(void)d;
 	(void)msg;
@@ -468,11 +472,13 @@ void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len)
 
 	if (l >= len)
 		return;
-	snprintf(out + l, len - l, " boot=%s epoch=%u lost=%d nlost=%u "
+	snprintf(out + l, len - l,
+		 " boot=%s epoch=%u lost=%d nlost=%u "
 		 "coordinator=%s rx_stale_epoch=%llu",
 		 d->boot ? "coordinator" : "static", atomic_load(&v->epoch),
 		 atomic_load(&v->lost_rank), atomic_load(&v->nlost),
-		 !d->boot ? "none" : atomic_load(&v->coord_lost) ? "lost" :
-		 "ok",
+		 !d->boot		       ? "none"
+		 : atomic_load(&v->coord_lost) ? "lost"
+					       : "ok",
 		 (unsigned long long)atomic_load(&v->rx_stale_epoch));
 }

@@ -20,12 +20,12 @@ struct cs_daemon_conf;
 struct cs_boot_state;
 
 struct cs_boot_conf {
-	bool coordinator;		/* this sidecar also runs the coordinator */
-	char addr[CS_CFG_STR_MAX];	/* coordinator ip:port; empty: static */
-	uint32_t world;			/* members the coordinator expects */
+	bool coordinator; /* this sidecar also runs the coordinator */
+	char addr[CS_CFG_STR_MAX]; /* coordinator ip:port; empty: static */
+	uint32_t world; /* members the coordinator expects */
 	char token[CS_CFG_STR_MAX];
 	char token_file[CS_CFG_STR_MAX];
-	uint64_t timeout;		/* ns to wait for the address table */
+	uint64_t timeout; /* ns to wait for the address table */
 	struct cs_member_params mp;
 };
 
@@ -34,11 +34,11 @@ struct cs_boot_conf {
  * epoch 0 means static peers: no view, nothing is ever stale.
  */
 struct cs_daemon_view {
-	atomic_uint epoch;		/* current group epoch */
-	atomic_int lost_rank;		/* the last rank lost, -1 none */
-	atomic_uint nlost;		/* ranks lost since the group formed */
-	atomic_bool coord_lost;		/* the coordinator went silent */
-	atomic_uint_fast64_t rx_stale_epoch;	/* frames of older epochs */
+	atomic_uint epoch; /* current group epoch */
+	atomic_int lost_rank; /* the last rank lost, -1 none */
+	atomic_uint nlost; /* ranks lost since the group formed */
+	atomic_bool coord_lost; /* the coordinator went silent */
+	atomic_uint_fast64_t rx_stale_epoch; /* frames of older epochs */
 };
 
 int cs_daemon_boot_conf_defaults(struct cs_boot_conf *b);
@@ -71,8 +71,8 @@ void cs_daemon_boot_stop(struct cs_daemon *d);
  * Returns: 0, or CS_ERR_PEER_LOST when this node itself is out of the
  * view (message in @msg).
  */
-int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch,
-			      char *msg, size_t mlen);
+int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
+			      size_t mlen);
 
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);

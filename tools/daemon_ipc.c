@@ -50,7 +50,7 @@
 #include "daemon.h"
 #include "daemon_ipc.h"
 
-#define IPCD_QUEUE 64		/* cross-node operations waiting (groups) */
+#define IPCD_QUEUE 64 /* cross-node operations waiting (groups) */
 #define IPCD_SOCK_NAME "collstack.sock"
 
 struct ipcd_conf {
@@ -91,11 +91,11 @@ struct cs_daemon_ipc {
 	pthread_t thr;
 	atomic_bool stop;
 	/* IPC thread only */
-	struct ipcd_op q[IPCD_QUEUE];	/* q[head] runs when running */
+	struct ipcd_op q[IPCD_QUEUE]; /* q[head] runs when running */
 	uint32_t head, count;
 	bool running;
-	atomic_int notify;		/* the lcore's verdict on q[head] */
-	bool installed;			/* an engine may still be installed */
+	atomic_int notify; /* the lcore's verdict on q[head] */
+	bool installed; /* an engine may still be installed */
 	cs_ns_t done_at;
 	int32_t barrier_word;
 	uint64_t started, finished, failed;
@@ -111,8 +111,7 @@ int cs_daemon_ipc_defaults(struct cs_daemon_conf *c)
 	struct ipcd_conf *ic = ipcd_conf(c);
 	int ret;
 
-	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
-			      &ic->ipc);
+	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc);
 	if (ret)
 		return ret;
 	/* empty: <run_dir>/collstack.sock, decided at start */
@@ -130,15 +129,15 @@ int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
-	return cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc,
-			  key, val, err, errlen);
+	return cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc, key,
+			  val, err, errlen);
 }
 
 void cs_daemon_ipc_help(FILE *out)
 {
 	fprintf(out, "\ntrainer IPC (libcollstack; ipc.socket default here: "
-		"<run_dir>/" IPCD_SOCK_NAME ", trainers find it through "
-		"$COLLSTACK_SOCKET):\n");
+		     "<run_dir>/" IPCD_SOCK_NAME ", trainers find it through "
+		     "$COLLSTACK_SOCKET):\n");
 	cs_cfg_help(ipcd_cfg, CS_ARRAY_SIZE(ipcd_cfg), out);
 	cs_cfg_help(cs_ipc_cfg_table, cs_ipc_cfg_table_len, out);
 }
@@ -214,11 +213,12 @@ static int launch(struct cs_daemon_ipc *x)
 		break;
 	default:
 		CS_WARN("group '%s': cross-node operation kind %d is not "
-			"supported", op->group, (int)op->kind);
+			"supported",
+			op->group, (int)op->kind);
 		return -EOPNOTSUPP;
 	}
 	if (!count)
-		return 1;	/* nothing to exchange: done now */
+		return 1; /* nothing to exchange: done now */
 	atomic_store(&x->notify, 0);
 	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, buf, count, dt, redop,
 				  &x->notify, msg, sizeof(msg));
@@ -261,9 +261,9 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
 			return work;
 		status = launch(x);
 		if (status == 1)
-			status = 0;	/* nothing to send: done now */
+			status = 0; /* nothing to send: done now */
 		else if (!status)
-			return work;	/* running */
+			return work; /* running */
 		/* else it failed at once: report it */
 	}
 }
@@ -278,7 +278,8 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 		return -EBUSY;
 	if (x->d->drv.npeers < 2) {
 		CS_WARN("group '%s' spans nodes but node.peers lists fewer "
-			"than 2 nodes", op->group);
+			"than 2 nodes",
+			op->group);
 		return -EOPNOTSUPP;
 	}
 	o = &x->q[(x->head + x->count) % IPCD_QUEUE];
@@ -286,7 +287,7 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op_id = op_id_of(op);
 	x->count++;
 	if (x->running || x->count > 1)
-		return 0;	/* started when the one before finishes */
+		return 0; /* started when the one before finishes */
 	ret = launch(x);
 	if (ret == 1) {
 		/* Nothing to exchange. inter_done may not be called from
@@ -388,7 +389,8 @@ static void *ipc_main(void *arg)
 
 		if (n < 0) {
 			CS_ERR("IPC listener broke: %s; trainers are no "
-			       "longer served", cs_strerror(n));
+			       "longer served",
+			       cs_strerror(n));
 			break;
 		}
 		n += (int)backend_poll(x, now);
@@ -427,7 +429,8 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	x->cf = cf;
 	atomic_init(&x->stop, false);
 	atomic_init(&x->notify, 0);
-	be = (struct cs_ipc_backend){ .ctx = x, .start_inter_node = be_start,
+	be = (struct cs_ipc_backend){ .ctx = x,
+				      .start_inter_node = be_start,
 				      .cancel = be_cancel };
 	ret = cs_ipc_server_create(&cf->ipc, &be, &x->srv);
 	if (ret) {
@@ -462,8 +465,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	if (x->installed)
 		cs_ar_svc_stop_ext(d->svc);
 	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed",
-		(unsigned long long)x->finished,
-		(unsigned long long)x->failed);
+		(unsigned long long)x->finished, (unsigned long long)x->failed);
 	free(x);
 	d->ipc = NULL;
 }

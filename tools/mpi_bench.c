@@ -72,8 +72,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 		}
 		break;
 	case OP_REDUCE_SCATTER:
-		MPI_Reduce_scatter_block(inplace ? MPI_IN_PLACE : send,
-					 recv, (int)per, MPI_FLOAT, MPI_SUM,
+		MPI_Reduce_scatter_block(inplace ? MPI_IN_PLACE : send, recv,
+					 (int)per, MPI_FLOAT, MPI_SUM,
 					 MPI_COMM_WORLD);
 		for (size_t i = 0; i < per; i++) {
 			float want = 0;
@@ -99,8 +99,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 	return wrong;
 }
 
-static void fill(enum op op, float *send, float *recv, size_t count,
-		 int rank, int n, int inplace)
+static void fill(enum op op, float *send, float *recv, size_t count, int rank,
+		 int n, int inplace)
 {
 	size_t per = count / (size_t)n;
 
@@ -151,8 +151,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-o")) {
 			for (unsigned k = 0; k < 4; k++)
 				if (!strcasecmp(argv[i + 1], op_names[k]) ||
-				    (k == 1 && !strcmp(argv[i + 1], "reduce-scatter")) ||
-				    (k == 2 && !strcmp(argv[i + 1], "all-gather")))
+				    (k == 1 &&
+				     !strcmp(argv[i + 1], "reduce-scatter")) ||
+				    (k == 2 &&
+				     !strcmp(argv[i + 1], "all-gather")))
 					op = (enum op)k;
 		}
 	}
@@ -203,9 +205,10 @@ int main(int argc, char **argv)
 				t0 = MPI_Wtime();
 				switch (op) {
 				case OP_ALLREDUCE:
-					MPI_Allreduce(inplace ? MPI_IN_PLACE : send,
-						      recv, (int)count, MPI_FLOAT,
-						      MPI_SUM, MPI_COMM_WORLD);
+					MPI_Allreduce(
+						inplace ? MPI_IN_PLACE : send,
+						recv, (int)count, MPI_FLOAT,
+						MPI_SUM, MPI_COMM_WORLD);
 					break;
 				case OP_REDUCE_SCATTER:
 					MPI_Reduce_scatter_block(
@@ -215,11 +218,12 @@ int main(int argc, char **argv)
 						MPI_COMM_WORLD);
 					break;
 				case OP_ALL_GATHER:
-					MPI_Allgather(inplace ? MPI_IN_PLACE : send,
-						      (int)(count / (size_t)n),
-						      MPI_FLOAT, recv,
-						      (int)(count / (size_t)n),
-						      MPI_FLOAT, MPI_COMM_WORLD);
+					MPI_Allgather(
+						inplace ? MPI_IN_PLACE : send,
+						(int)(count / (size_t)n),
+						MPI_FLOAT, recv,
+						(int)(count / (size_t)n),
+						MPI_FLOAT, MPI_COMM_WORLD);
 					break;
 				case OP_BROADCAST:
 					MPI_Bcast(recv, (int)count, MPI_FLOAT,
@@ -248,10 +252,11 @@ int main(int argc, char **argv)
 				      cmp_double);
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s\n",
 				       count * sizeof(float), count, "float",
-				       op == OP_BROADCAST || op == OP_ALL_GATHER ?
-					       "none" : "sum",
-				       op == OP_BROADCAST ? 0 : -1, t, alg,
-				       bus, total_wrong,
+				       op == OP_BROADCAST || op == OP_ALL_GATHER
+					       ? "none"
+					       : "sum",
+				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
+				       total_wrong,
 				       lat[(size_t)(iters - 1) / 2],
 				       lat[(size_t)ceil(0.99 * iters) - 1],
 				       inplace ? "in" : "out");

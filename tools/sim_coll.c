@@ -31,7 +31,7 @@
 #include "tests/sim/scen.h"
 #include "tests/sim/sim.h"
 
-#define SC_MAX_PATHS 2		/* ring and chain: successor, predecessor */
+#define SC_MAX_PATHS 2 /* ring and chain: successor, predecessor */
 
 struct sc_cfg {
 	enum cs_coll_kind kind;
@@ -50,28 +50,28 @@ struct sc_cfg {
 	double delay_us;
 	uint32_t root;
 	bool nodata, oop, alt_dir, verbose;
-	bool random_data;	/* full-mantissa floats, checked with a bound */
+	bool random_data; /* full-mantissa floats, checked with a bound */
 	double time_limit_ms;
 	struct cs_xport_params xp;
 	/* membership and failures (allreduce): see "Membership" below */
-	bool member;		/* star topology + coordinator + heartbeats */
-	int64_t fail_rank;	/* -1: none */
-	int64_t stall_rank;	/* -1: none */
+	bool member; /* star topology + coordinator + heartbeats */
+	int64_t fail_rank; /* -1: none */
+	int64_t stall_rank; /* -1: none */
 	cs_ns_t fail_at, stall_at;
-	cs_ns_t deadline;	/* per operation; 0: none */
+	cs_ns_t deadline; /* per operation; 0: none */
 	struct cs_member_params mp;
 	bool reform, grow;
-	uint32_t show_diag;	/* diagnostic lines printed */
+	uint32_t show_diag; /* diagnostic lines printed */
 };
 
 #define SC_MAX_VIEWS 4
-#define SC_OPS 2		/* the first allreduce, the one after */
+#define SC_OPS 2 /* the first allreduce, the one after */
 
 /* A group view: epoch and members (node ids, in ring order). */
 struct sc_view {
 	uint32_t epoch, n;
-	uint32_t *node;		/* node[group rank] */
-	uint32_t lost;		/* node lost to make this view, or NONE */
+	uint32_t *node; /* node[group rank] */
+	uint32_t lost; /* node lost to make this view, or NONE */
 };
 
 struct sc_rank;
@@ -92,25 +92,25 @@ struct sc_rank {
 	struct cs_path path[SC_MAX_PATHS];
 	uint32_t path_peer[SC_MAX_PATHS];
 	uint32_t npaths;
-	struct sc_sess *sess;	/* distinct (peer, channel) sessions */
+	struct sc_sess *sess; /* distinct (peer, channel) sessions */
 	uint32_t nsess;
-	struct sc_sess **snext, **sprev;	/* per channel, or NULL */
-	struct cs_coll_tx *pend;	/* per channel: pulled, not sent */
+	struct sc_sess **snext, **sprev; /* per channel, or NULL */
+	struct cs_coll_tx *pend; /* per channel: pulled, not sent */
 	bool *has_pend;
 	bool ready, done;
 	cs_ns_t ready_at;
 	uint64_t frame_bytes, frames, pure_acks, stale, fillers;
 	/* membership */
-	const struct sc_view *view;	/* the view rk->op runs in */
-	uint32_t grank;		/* rank in that view */
-	uint32_t epoch;		/* current epoch (headers, drop check) */
-	uint32_t opno;		/* 0: no op yet; 1, 2: which op */
-	uint32_t done_opno;	/* last op completed (sent with heartbeats) */
-	cs_ns_t asked_at;	/* last early heartbeat (missed view) */
+	const struct sc_view *view; /* the view rk->op runs in */
+	uint32_t grank; /* rank in that view */
+	uint32_t epoch; /* current epoch (headers, drop check) */
+	uint32_t opno; /* 0: no op yet; 1, 2: which op */
+	uint32_t done_opno; /* last op completed (sent with heartbeats) */
+	cs_ns_t asked_at; /* last early heartbeat (missed view) */
 	cs_ns_t op_start;
 	struct cs_member_fd mfd;
 	bool coord_lost;
-	int status[SC_OPS + 1];	/* per op: 0 ok, error, -EINPROGRESS */
+	int status[SC_OPS + 1]; /* per op: 0 ok, error, -EINPROGRESS */
 	uint32_t culprit[SC_OPS + 1];
 	cs_ns_t report_at[SC_OPS + 1];
 	bool reported[SC_OPS + 1];
@@ -125,23 +125,23 @@ struct sc_drv {
 	struct cs_sim *sim;
 	struct sc_rank *rk;
 	uint32_t n, ndone;
-	uint32_t nnodes;	/* rank structs: n, plus a joiner (--grow) */
+	uint32_t nnodes; /* rank structs: n, plus a joiner (--grow) */
 	/* membership: the coordinator, a node of its own on the switch */
 	uint32_t coord;
 	struct cs_coord_fd cfd;
 	struct sc_view views[SC_MAX_VIEWS];
 	uint32_t nviews;
-	uint32_t joiner;	/* node waiting to join, or NONE */
-	uint32_t *done_op;	/* per node: last op it reported done */
+	uint32_t joiner; /* node waiting to join, or NONE */
+	uint32_t *done_op; /* per node: last op it reported done */
 	uint32_t last_lost;
 	cs_ns_t declared_at;
 	uint32_t reports[SC_OPS + 1], finished[SC_OPS + 1];
-	cs_ns_t t0[SC_OPS + 1], t1[SC_OPS + 1];	/* first start, last result */
-	double *want1;		/* --grow: op 1's result, checked at its end */
+	cs_ns_t t0[SC_OPS + 1], t1[SC_OPS + 1]; /* first start, last result */
+	double *want1; /* --grow: op 1's result, checked at its end */
 	uint64_t wrong1;
 	char first1[160];
 	uint64_t injected, rel_failed;
-	size_t count;		/* elements (per rank for RS/AG) */
+	size_t count; /* elements (per rank for RS/AG) */
 	size_t esz;
 	uint64_t violations;
 	char why[200];
@@ -169,8 +169,9 @@ static void sc_xmit(struct sc_rank *rk, uint32_t dst, struct cs_pkt_hdr *h,
 	int ret = cs_sim_send(rk->d->sim, rk->id, dst, h, payload, len);
 
 	if (ret == -EINVAL)
-		sc_violation(rk->d, "rank %u: cs_sim_send refused (%" PRIu64
-				    ")", rk->id, len);
+		sc_violation(rk->d,
+			     "rank %u: cs_sim_send refused (%" PRIu64 ")",
+			     rk->id, len);
 	rk->frames++;
 	rk->frame_bytes += CS_PROTO_FRAME_OVERHEAD + len;
 }
@@ -187,8 +188,7 @@ static void sc_acked(void *owner, uint64_t cookie, uint32_t len)
 
 static const struct cs_rel_ops sc_rel_ops = { .acked = sc_acked };
 
-static struct sc_sess *sc_find(struct sc_rank *rk, uint32_t peer,
-			       uint32_t ch)
+static struct sc_sess *sc_find(struct sc_rank *rk, uint32_t peer, uint32_t ch)
 {
 	for (uint32_t i = 0; i < rk->nsess; i++)
 		if (rk->sess[i].peer == peer && rk->sess[i].ch == ch)
@@ -231,7 +231,8 @@ static void sc_service(struct sc_rank *rk, cs_ns_t now)
 				    !cs_coll_rx_has(d->rk[s->peer].op,
 						    tx.hdr.step, tx.hdr.channel,
 						    tx.hdr.offset))
-					sc_violation(d, "rank %u: stale retx "
+					sc_violation(d,
+						     "rank %u: stale retx "
 						     "of an undelivered packet"
 						     " (cookie %" PRIx64 ")",
 						     rk->id, cookie);
@@ -242,8 +243,10 @@ static void sc_service(struct sc_rank *rk, cs_ns_t now)
 				pl = NULL;
 				len = 0;
 			} else if (ret) {
-				sc_violation(d, "rank %u: rebuild failed for "
-					     "cookie %" PRIx64, rk->id, cookie);
+				sc_violation(d,
+					     "rank %u: rebuild failed for "
+					     "cookie %" PRIx64,
+					     rk->id, cookie);
 				return;
 			} else {
 				h = tx.hdr;
@@ -277,8 +280,8 @@ static void sc_service(struct sc_rank *rk, cs_ns_t now)
 			h = p->hdr;
 			if (cs_rel_stamp(&s->rel, &h, p->cookie, p->len, now))
 				break;
-			sc_xmit(rk, s->peer, &h, d->cfg->nodata ? NULL :
-				p->payload, p->len);
+			sc_xmit(rk, s->peer, &h,
+				d->cfg->nodata ? NULL : p->payload, p->len);
 			rk->has_pend[c] = false;
 		}
 	}
@@ -297,8 +300,10 @@ static void sc_service(struct sc_rank *rk, cs_ns_t now)
 			rk->pure_acks++;
 		}
 		if (cs_rel_failed(&s->rel) && !d->cfg->member)
-			sc_violation(d, "rank %u: session to rank %" PRIu64
-				     " failed (timeouts)", rk->id, s->peer);
+			sc_violation(d,
+				     "rank %u: session to rank %" PRIu64
+				     " failed (timeouts)",
+				     rk->id, s->peer);
 		wake = CS_MIN(wake, cs_rel_next_deadline(&s->rel));
 	}
 	if (!rk->ready && cs_coll_result_ready(rk->op)) {
@@ -333,8 +338,9 @@ static void sc_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 		return;
 	s = sc_find(rk, pkt->src, pkt->hdr.channel);
 	if (!s) {
-		sc_violation(rk->d, "rank %u: packet from unexpected rank %"
-			     PRIu64, rk->id, pkt->src);
+		sc_violation(rk->d,
+			     "rank %u: packet from unexpected rank %" PRIu64,
+			     rk->id, pkt->src);
 		return;
 	}
 	m = cs_rel_on_packet(&s->rel, &pkt->hdr, now);
@@ -343,9 +349,10 @@ static void sc_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 		if (ret == CS_COLL_RX_STALE)
 			rk->stale_dropped++;
 		if (ret < 0)
-			sc_violation(rk->d, "rank %u: engine rejected a "
-				     "packet at offset %" PRIu64, rk->id,
-				     pkt->hdr.offset);
+			sc_violation(rk->d,
+				     "rank %u: engine rejected a "
+				     "packet at offset %" PRIu64,
+				     rk->id, pkt->hdr.offset);
 	}
 	sc_service(rk, now);
 }
@@ -367,12 +374,12 @@ static const struct cs_sim_node_ops sc_node_ops = {
 	.timer = sc_timer,
 };
 
-static uint32_t sc_isn(uint32_t from, uint32_t to, uint32_t ch,
-		       uint32_t epoch)
+static uint32_t sc_isn(uint32_t from, uint32_t to, uint32_t ch, uint32_t epoch)
 {
 	/* near the wrap, so long runs cross it; a new epoch, new numbers */
-	return 0xfffff000u + (uint32_t)(cs_td_hash(ch | (uint64_t)epoch << 16,
-						   from, to) & 0xfff);
+	return 0xfffff000u +
+	       (uint32_t)(cs_td_hash(ch | (uint64_t)epoch << 16, from, to) &
+			  0xfff);
 }
 
 static struct cs_path *sc_path(struct sc_rank *rk, uint32_t peer)
@@ -420,20 +427,19 @@ static int sc_add_sess(struct sc_rank *rk, uint32_t peer, uint32_t ch,
 
 static size_t sc_send_elems(const struct sc_drv *d)
 {
-	return d->cfg->kind == CS_COLL_REDUCE_SCATTER ? d->n * d->count :
-							d->count;
+	return d->cfg->kind == CS_COLL_REDUCE_SCATTER ? d->n * d->count
+						      : d->count;
 }
 
 static size_t sc_recv_elems(const struct sc_drv *d)
 {
-	return d->cfg->kind == CS_COLL_ALL_GATHER ? d->n * d->count :
-						    d->count;
+	return d->cfg->kind == CS_COLL_ALL_GATHER ? d->n * d->count : d->count;
 }
 
 static uint64_t sc_in_index(const struct sc_drv *d, uint32_t r, size_t x)
 {
-	return d->cfg->kind == CS_COLL_ALL_GATHER ?
-	       (uint64_t)r * d->count + x : x;
+	return d->cfg->kind == CS_COLL_ALL_GATHER ? (uint64_t)r * d->count + x
+						  : x;
 }
 
 /* Rank r's input element for logical index i, as the dtype holds it. */
@@ -533,8 +539,9 @@ static double sc_reduce_ref(const struct sc_drv *d, uint64_t i, double *tol)
 	}
 	if (c->op == CS_PROD)
 		mag = fabs(acc) * 2;
-	*tol = c->op == CS_MIN || c->op == CS_MAX ? 0 :
-	       (d->n + 1) * cs_td_eps(c->dtype) * mag;
+	*tol = c->op == CS_MIN || c->op == CS_MAX
+		       ? 0
+		       : (d->n + 1) * cs_td_eps(c->dtype) * mag;
 	return acc;
 }
 
@@ -582,8 +589,8 @@ static uint64_t sc_verify(struct sc_drv *d, char *first, size_t flen)
 			if (!(fabs(got - want) <= tol) && !wrong++)
 				snprintf(first, flen,
 					 "rank %u elem %zu got %.9g want %.9g"
-					 " (tolerance %.3g)", r, x, got, want,
-					 tol);
+					 " (tolerance %.3g)",
+					 r, x, got, want, tol);
 			/* the same bits everywhere, not just close */
 			if (same_for_all && r &&
 			    memcmp(d->rk[r].recv + x * d->esz,
@@ -591,7 +598,8 @@ static uint64_t sc_verify(struct sc_drv *d, char *first, size_t flen)
 			    !wrong++)
 				snprintf(first, flen,
 					 "rank %u elem %zu not bit-identical "
-					 "to rank 0", r, x);
+					 "to rank 0",
+					 r, x);
 		}
 	}
 	return wrong;
@@ -760,7 +768,7 @@ static int sc_setup(struct sc_drv *d)
 		if (ret)
 			return ret;
 		if (r >= d->n)
-			continue;	/* the joiner: no op until admitted */
+			continue; /* the joiner: no op until admitted */
 		rk->opno = 1;
 		ret = sc_rank_open(d, rk, v0, r);
 		if (ret)
@@ -880,8 +888,7 @@ static void sc_ctl_hdr(struct cs_pkt_hdr *h, uint8_t type, uint32_t src,
 	h->epoch = epoch;
 }
 
-static const struct sc_view *sc_view_of(const struct sc_drv *d,
-					uint32_t epoch)
+static const struct sc_view *sc_view_of(const struct sc_drv *d, uint32_t epoch)
 {
 	for (uint32_t i = 0; i < d->nviews; i++)
 		if (d->views[i].epoch == epoch)
@@ -934,9 +941,10 @@ static void sc_check_op1(struct sc_drv *d, const struct sc_rank *rk)
 		double got = cs_td_load(cfg->dtype, rk->recv, x);
 
 		if (got != d->want1[x] && !d->wrong1++)
-			snprintf(d->first1, sizeof(d->first1), "op 1 rank %u "
-				 "elem %zu got %.9g want %.9g", rk->grank, x,
-				 got, d->want1[x]);
+			snprintf(d->first1, sizeof(d->first1),
+				 "op 1 rank %u "
+				 "elem %zu got %.9g want %.9g",
+				 rk->grank, x, got, d->want1[x]);
 	}
 }
 
@@ -971,8 +979,9 @@ static void sc_timeout(struct sc_rank *rk, cs_ns_t now)
 	rk->has_wait = rk->wait.kind != CS_COLL_WAIT_NONE;
 	cs_coll_wait_format(rk->op, &rk->wait, rk->diag, sizeof(rk->diag));
 	sc_report(rk, CS_ERR_TIMEOUT,
-		  rk->has_wait ? rk->view->node[rk->wait.peer] :
-				 CS_SIM_NODE_NONE, now);
+		  rk->has_wait ? rk->view->node[rk->wait.peer]
+			       : CS_SIM_NODE_NONE,
+		  now);
 }
 
 /* A new view: abort what runs in the old one; maybe start the next op. */
@@ -990,15 +999,16 @@ static void sc_new_view(struct sc_rank *rk, uint32_t epoch, cs_ns_t now)
 		return;
 	}
 	if (rk->op && cs_coll_status(rk->op, NULL) == -EINPROGRESS) {
-		int err = v->lost != CS_SIM_NODE_NONE ? CS_ERR_PEER_LOST :
-							CS_ERR_EPOCH;
-		int64_t cg = v->lost != CS_SIM_NODE_NONE ?
-			     sc_view_rank(rk->view, v->lost) : -1;
+		int err = v->lost != CS_SIM_NODE_NONE ? CS_ERR_PEER_LOST
+						      : CS_ERR_EPOCH;
+		int64_t cg = v->lost != CS_SIM_NODE_NONE
+				     ? sc_view_rank(rk->view, v->lost)
+				     : -1;
 
 		cs_coll_abort(rk->op, err, cg >= 0 ? (uint32_t)cg : UINT32_MAX);
 		sc_report(rk, err, v->lost, now);
 	}
-	rk->epoch = epoch;	/* older packets are stale from now on */
+	rk->epoch = epoch; /* older packets are stale from now on */
 	g = sc_view_rank(v, rk->id);
 	if (g < 0 || (v->lost != CS_SIM_NODE_NONE && !cfg->reform))
 		return;
@@ -1010,8 +1020,9 @@ static void sc_new_view(struct sc_rank *rk, uint32_t epoch, cs_ns_t now)
 	sc_fill(d, rk, v->n, (uint32_t)g, cfg->seed + rk->opno - 1);
 	ret = sc_rank_open(d, rk, v, (uint32_t)g);
 	if (ret) {
-		sc_violation(d, "rank %u: cannot start the next op (%" PRIu64
-			     ")", rk->id, (uint64_t)-ret);
+		sc_violation(d,
+			     "rank %u: cannot start the next op (%" PRIu64 ")",
+			     rk->id, (uint64_t)-ret);
 		return;
 	}
 	sc_service(rk, now);
@@ -1181,10 +1192,10 @@ static void sc_coord_rx(struct cs_sim *sim, void *ctx,
 			d->cfd.epoch++;
 			v = sc_coord_view(d, NULL, 0, d->joiner);
 			if (!v) {
-				sc_violation(d, "coordinator: no room for view"
+				sc_violation(d,
+					     "coordinator: no room for view"
 					     " %u (%" PRIu64 " views)",
-					     d->cfd.epoch,
-					     (uint64_t)d->nviews);
+					     d->cfd.epoch, (uint64_t)d->nviews);
 				return;
 			}
 			d->joiner = CS_SIM_NODE_NONE;
@@ -1205,9 +1216,11 @@ static void sc_coord_timer(struct cs_sim *sim, void *ctx, cs_ns_t now)
 	if (k) {
 		v = sc_coord_view(d, lost, k, CS_SIM_NODE_NONE);
 		if (!v) {
-			sc_violation(d, "coordinator: no room for view %u (%"
-				     PRIu64 " views)", d->cfd.epoch,
-				     (uint64_t)d->nviews);
+			sc_violation(
+				d,
+				"coordinator: no room for view %u (%" PRIu64
+				" views)",
+				d->cfd.epoch, (uint64_t)d->nviews);
 			return;
 		}
 		if (!d->declared_at)
@@ -1312,8 +1325,8 @@ static void sc_check_end(struct sc_drv *d)
 	} else if (cfg->fail_rank >= 0) {
 		if (cfg->reform && !d->injected && d->reports[1] >= d->n - 1)
 			sc_inject_stale(d, CS_SIM_NODE_NONE);
-		end = cfg->reform ? d->finished[2] >= d->n - 1 :
-				    d->reports[1] >= d->n - 1;
+		end = cfg->reform ? d->finished[2] >= d->n - 1
+				  : d->reports[1] >= d->n - 1;
 	} else if (cfg->grow) {
 		end = d->finished[2] >= d->n + 1;
 	} else {
@@ -1343,9 +1356,10 @@ static uint64_t sc_verify_view(struct sc_drv *d, const struct sc_view *v,
 			if ((got != want ||
 			     memcmp(b + x * d->esz, r0 + x * d->esz, d->esz)) &&
 			    !wrong++)
-				snprintf(first, flen, "rank %u (node %u) elem "
-					 "%zu got %.9g want %.9g", g,
-					 v->node[g], x, got, want);
+				snprintf(first, flen,
+					 "rank %u (node %u) elem "
+					 "%zu got %.9g want %.9g",
+					 g, v->node[g], x, got, want);
 		}
 	}
 	return wrong;
@@ -1397,11 +1411,13 @@ static int sc_member_result(struct sc_drv *d, int simret)
 			if (r == R)
 				continue;
 			want++;
-			us = rk->reported[1] ?
-			     ((double)rk->report_at[1] -
-			      (double)cfg->fail_at) / 1000 : 0;
-			if (rk->reported[1] && rk->status[1] == CS_ERR_PEER_LOST
-			    && rk->culprit[1] == R && us <= bound_us)
+			us = rk->reported[1] ? ((double)rk->report_at[1] -
+						(double)cfg->fail_at) /
+						       1000
+					     : 0;
+			if (rk->reported[1] &&
+			    rk->status[1] == CS_ERR_PEER_LOST &&
+			    rk->culprit[1] == R && us <= bound_us)
 				good++;
 			else if (bad == CS_SIM_NODE_NONE)
 				bad = r;
@@ -1413,34 +1429,39 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		       " survivors_reported=%u/%u max_report_us=%.3f"
 		       " bound_us=%.3f detect_us=%.3f"
 		       " epoch=%u stale_dropped=%" PRIu64 " injected=%" PRIu64
-		       "\n", name, rc ? "FAIL" : "ok", d->n, R, good, want,
-		       max_us, bound_us, d->declared_at ?
-		       ((double)d->declared_at - (double)cfg->fail_at) / 1000 :
-		       0, d->nviews > 1 ? d->views[1].epoch : 1, stale,
+		       "\n",
+		       name, rc ? "FAIL" : "ok", d->n, R, good, want, max_us,
+		       bound_us,
+		       d->declared_at ? ((double)d->declared_at -
+					 (double)cfg->fail_at) /
+						1000
+				      : 0,
+		       d->nviews > 1 ? d->views[1].epoch : 1, stale,
 		       d->injected);
 		if (bad != CS_SIM_NODE_NONE)
 			printf("  first bad survivor: rank %u reported=%d "
-			       "status=%s culprit=%d (sim run %d)\n", bad,
-			       d->rk[bad].reported[1],
+			       "status=%s culprit=%d (sim run %d)\n",
+			       bad, d->rk[bad].reported[1],
 			       cs_strerror(d->rk[bad].status[1]),
 			       (int)d->rk[bad].culprit[1], simret);
 		if (cfg->reform) {
-			const struct sc_view *v = d->nviews > 1 ?
-						  &d->views[1] : NULL;
+			const struct sc_view *v =
+				d->nviews > 1 ? &d->views[1] : NULL;
 
 			if (!v || d->finished[2] != v->n ||
 			    (d->injected && !stale)) {
 				printf("%s reform FAIL: %u of %u finished, "
 				       "stale_dropped=%" PRIu64 " (sim run %d)"
-				       "\n", name, d->finished[2],
-				       v ? v->n : 0, stale, simret);
+				       "\n",
+				       name, d->finished[2], v ? v->n : 0,
+				       stale, simret);
 				return 1;
 			}
 			wrong = sc_verify_view(d, v, 2, first, sizeof(first));
 			printf("%s reform %s ranks=%u epoch=%u bytes=%" PRIu64
 			       " time_us=%.3f wrong=%" PRIu64
-			       " future_dropped=%" PRIu64 "%s%s\n", name,
-			       wrong ? "FAIL" : "ok", v->n, v->epoch,
+			       " future_dropped=%" PRIu64 "%s%s\n",
+			       name, wrong ? "FAIL" : "ok", v->n, v->epoch,
 			       cfg->bytes, sc_op_us(d, v, 2), wrong, future,
 			       wrong ? ": " : "", first);
 			rc |= wrong ? 1 : 0;
@@ -1460,8 +1481,8 @@ static int sc_member_result(struct sc_drv *d, int simret)
 			if (!rk->reported[1] || rk->status[1] != CS_ERR_TIMEOUT)
 				continue;
 			good++;
-			max_us = CS_MAX(max_us,
-					(double)rk->report_at[1] / 1000);
+			max_us =
+				CS_MAX(max_us, (double)rk->report_at[1] / 1000);
 			direct += rk->culprit[1] == R;
 			/* follow "waits on" to the rank that did not report */
 			while (x != R && d->rk[x].has_wait && hops++ < d->n)
@@ -1472,9 +1493,9 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		printf("%s deadline %s ranks=%u stalled=%u"
 		       " reported_timeout=%u/%u stuck_rank_named=%u/%u"
 		       " waits_on_stalled_directly=%u"
-		       " deadline_us=%.3f max_report_us=%.3f epoch=%u\n", name,
-		       rc ? "FAIL" : "ok", d->n, R, good, want, named, want,
-		       direct, (double)cfg->deadline / 1000, max_us,
+		       " deadline_us=%.3f max_report_us=%.3f epoch=%u\n",
+		       name, rc ? "FAIL" : "ok", d->n, R, good, want, named,
+		       want, direct, (double)cfg->deadline / 1000, max_us,
 		       d->cfd.epoch);
 		/* the ranks next to the stalled one first, in ring order */
 		for (uint32_t k = 1; k < d->n && shown < cfg->show_diag; k++) {
@@ -1492,8 +1513,8 @@ static int sc_member_result(struct sc_drv *d, int simret)
 
 		if (!v || d->finished[2] != v->n || d->finished[1] != d->n) {
 			printf("%s grow FAIL: %u of %u finished the first op, "
-			       "%u of %u the second (sim run %d)\n", name,
-			       d->finished[1], d->n, d->finished[2],
+			       "%u of %u the second (sim run %d)\n",
+			       name, d->finished[1], d->n, d->finished[2],
 			       v ? v->n : 0, simret);
 			return 1;
 		}
@@ -1502,17 +1523,17 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		wrong += sc_verify_view(d, v, 2, first, sizeof(first));
 		rc = wrong ? 1 : 0;
 		printf("%s grow %s ranks=%u->%u epoch=%u bytes=%" PRIu64
-		       " time_us=%.3f,%.3f wrong=%" PRIu64 "%s%s\n", name,
-		       rc ? "FAIL" : "ok", d->n, v->n, v->epoch, cfg->bytes,
-		       sc_op_us(d, &d->views[0], 1), sc_op_us(d, v, 2), wrong,
-		       wrong ? ": " : "", first);
+		       " time_us=%.3f,%.3f wrong=%" PRIu64 "%s%s\n",
+		       name, rc ? "FAIL" : "ok", d->n, v->n, v->epoch,
+		       cfg->bytes, sc_op_us(d, &d->views[0], 1),
+		       sc_op_us(d, v, 2), wrong, wrong ? ": " : "", first);
 	} else {
 		wrong = sc_verify_view(d, &d->views[0], 1, first,
 				       sizeof(first));
 		rc = wrong || d->finished[1] != d->n ? 1 : 0;
 		printf("%s member %s ranks=%u bytes=%" PRIu64 " time_us=%.3f"
-		       " wrong=%" PRIu64 " finished=%u%s%s\n", name,
-		       rc ? "FAIL" : "ok", d->n, cfg->bytes,
+		       " wrong=%" PRIu64 " finished=%u%s%s\n",
+		       name, rc ? "FAIL" : "ok", d->n, cfg->bytes,
 		       sc_op_us(d, &d->views[0], 1), wrong, d->finished[1],
 		       wrong ? ": " : "", first);
 		for (uint32_t r = 0; r < d->n && d->reports[1]; r++) {
@@ -1525,7 +1546,8 @@ static int sc_member_result(struct sc_drv *d, int simret)
 		}
 	}
 	if (cfg->verbose)
-		fprintf(stderr, "  seed=%" PRIu64 " events=%" PRIu64
+		fprintf(stderr,
+			"  seed=%" PRIu64 " events=%" PRIu64
 			" hb_interval_us=%.3f fail_timeout_us=%.3f"
 			" stale_dropped=%" PRIu64 " future_dropped=%" PRIu64
 			" coord_lost_reports=%u views=%u sim_now_us=%.3f\n",
@@ -1576,8 +1598,9 @@ static int sc_run(const struct sc_cfg *cfg)
 				 ret);
 		t_end = CS_MAX(t_end, rk->ready_at);
 		max_sent = CS_MAX(max_sent, (double)rk->frame_bytes);
-		max_wire = CS_MAX(max_wire, (double)(rk->frame_bytes +
-				  CS_SIM_WIRE_EXTRA * rk->frames));
+		max_wire = CS_MAX(max_wire,
+				  (double)(rk->frame_bytes +
+					   CS_SIM_WIRE_EXTRA * rk->frames));
 		stale += rk->stale;
 		acks += rk->pure_acks;
 		for (uint32_t i = 0; i < rk->nsess; i++) {
@@ -1592,17 +1615,17 @@ static int sc_run(const struct sc_cfg *cfg)
 		snprintf(d.why, sizeof(d.why), "not every rank finished");
 	if (d.violations || d.ndone != d.n) {
 		printf("%s FAIL ranks=%u bytes=%" PRIu64 " seed=%" PRIu64
-		       ": %s\n", name, cfg->ranks, cfg->bytes, cfg->seed,
-		       d.why);
+		       ": %s\n",
+		       name, cfg->ranks, cfg->bytes, cfg->seed, d.why);
 		sc_teardown(&d);
 		return 1;
 	}
 	if (!cfg->nodata) {
 		wrong = sc_verify(&d, first, sizeof(first));
 		if (wrong) {
-			printf("%s FAIL ranks=%u bytes=%" PRIu64 " seed=%"
-			       PRIu64 " wrong=%" PRIu64 ": %s\n", name,
-			       cfg->ranks, cfg->bytes, cfg->seed, wrong,
+			printf("%s FAIL ranks=%u bytes=%" PRIu64
+			       " seed=%" PRIu64 " wrong=%" PRIu64 ": %s\n",
+			       name, cfg->ranks, cfg->bytes, cfg->seed, wrong,
 			       first);
 			sc_teardown(&d);
 			return 1;
@@ -1612,21 +1635,23 @@ static int sc_run(const struct sc_cfg *cfg)
 	bound_ns = sc_hops(cfg->kind, cfg->ranks) * cfg->delay_us * 1000 +
 		   f * (double)cfg->bytes * 8 / cfg->gbps;
 	if (cfg->kind == CS_COLL_BROADCAST)
-		bound_ns = sc_hops(cfg->kind, cfg->ranks) * cfg->delay_us *
-			   1000 + (double)cfg->bytes * 8 / cfg->gbps;
+		bound_ns =
+			sc_hops(cfg->kind, cfg->ranks) * cfg->delay_us * 1000 +
+			(double)cfg->bytes * 8 / cfg->gbps;
 	if (cfg->ranks < 2)
 		bound_ns = 0;
 	algbw = time_ns > 0 ? (double)cfg->bytes * 8 / time_ns : 0;
 	ideal = f * (double)cfg->bytes;
 	printf("%s ok ranks=%u bytes=%" PRIu64 " time_us=%.3f algbw_gbps=%.3f"
 	       " busbw_gbps=%.3f sent_per_rank_over_ideal=%.4f"
-	       " time_over_bound=%.4f\n", name, cfg->ranks, cfg->bytes,
-	       time_ns / 1000, algbw, algbw * (cfg->kind == CS_COLL_BROADCAST
-					       ? 1.0 : f),
+	       " time_over_bound=%.4f\n",
+	       name, cfg->ranks, cfg->bytes, time_ns / 1000, algbw,
+	       algbw * (cfg->kind == CS_COLL_BROADCAST ? 1.0 : f),
 	       ideal > 0 ? max_sent / ideal : 0,
 	       bound_ns > 0 ? time_ns / bound_ns : 0);
 	if (cfg->verbose)
-		fprintf(stderr, "  seed=%" PRIu64 " mtu=%u payload/pkt=%u "
+		fprintf(stderr,
+			"  seed=%" PRIu64 " mtu=%u payload/pkt=%u "
 			"channels=%u bound_us=%.3f retx=%" PRIu64
 			" timeouts=%" PRIu64 " stale_refused=%" PRIu64
 			" pure_acks=%" PRIu64 " events=%" PRIu64
@@ -1803,10 +1828,19 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 	};
 	const char *name = cs_coll_kind_name(kind);
 	struct sc_cfg cfg = {
-		.kind = kind, .ranks = 0, .dtype = CS_F32, .op = CS_SUM,
-		.mtu = 9000, .seed = 1, .gbps = 100, .delay_us = 1,
-		.reorder_ns = 5000, .time_limit_ms = 60000,
-		.fail_rank = -1, .stall_rank = -1, .show_diag = 8,
+		.kind = kind,
+		.ranks = 0,
+		.dtype = CS_F32,
+		.op = CS_SUM,
+		.mtu = 9000,
+		.seed = 1,
+		.gbps = 100,
+		.delay_us = 1,
+		.reorder_ns = 5000,
+		.time_limit_ms = 60000,
+		.fail_rank = -1,
+		.stall_rank = -1,
+		.show_diag = 8,
 	};
 	char err[160], *eq;
 	uint64_t v;
@@ -1954,12 +1988,12 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 			cfg.member = true;
 			break;
 		case 1009:
-			cfg.mp.hb_interval = (uint64_t)(strtod(optarg, NULL) *
-							1e6);
+			cfg.mp.hb_interval =
+				(uint64_t)(strtod(optarg, NULL) * 1e6);
 			break;
 		case 1010:
-			cfg.mp.fail_timeout = (uint64_t)(strtod(optarg, NULL) *
-							 1e6);
+			cfg.mp.fail_timeout =
+				(uint64_t)(strtod(optarg, NULL) * 1e6);
 			break;
 		default:
 			goto bad;
@@ -1972,16 +2006,18 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 	      cfg.reorder >= 0 && cfg.reorder <= 1))
 		goto bad;
 	v = cs_dtype_size(cfg.dtype) *
-	    ((kind == CS_COLL_REDUCE_SCATTER || kind == CS_COLL_ALL_GATHER) ?
-	     cfg.ranks : 1);
+	    ((kind == CS_COLL_REDUCE_SCATTER || kind == CS_COLL_ALL_GATHER)
+		     ? cfg.ranks
+		     : 1);
 	if (cfg.random_data && !cs_td_eps(cfg.dtype)) {
 		fprintf(stderr, "sim %s: --data random needs a floating type\n",
 			name);
 		return 2;
 	}
 	if (cfg.bytes % v) {
-		fprintf(stderr, "sim %s: --bytes must be a multiple of %" PRIu64
-			"\n", name, v);
+		fprintf(stderr,
+			"sim %s: --bytes must be a multiple of %" PRIu64 "\n",
+			name, v);
 		return 2;
 	}
 	if (cfg.member && sc_member_check(&cfg, name))

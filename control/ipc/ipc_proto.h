@@ -27,11 +27,11 @@
 #include "internal/util.h"
 
 #define CS_IPC_VERSION 1u
-#define CS_IPC_CTRL_MAGIC 0x4c52544353432325ull	/* "%#CSCTRL" */
-#define CS_IPC_NAME_MAX 64		/* group name, NUL included */
-#define CS_IPC_MSG_TEXT 96		/* reply text, NUL included */
-#define CS_IPC_RING_SLOTS 256u		/* submission and completion */
-#define CS_IPC_MAX_LOCAL 64u		/* trainers of one group per node */
+#define CS_IPC_CTRL_MAGIC 0x4c52544353432325ull /* "%#CSCTRL" */
+#define CS_IPC_NAME_MAX 64 /* group name, NUL included */
+#define CS_IPC_MSG_TEXT 96 /* reply text, NUL included */
+#define CS_IPC_RING_SLOTS 256u /* submission and completion */
+#define CS_IPC_MAX_LOCAL 64u /* trainers of one group per node */
 
 /* Collective operations (struct cs_ipc_sqe.op). */
 enum cs_ipc_opcode {
@@ -52,18 +52,18 @@ enum cs_ipc_opcode {
  * and all-gather (send). Barrier ignores buffers and needs count 0.
  */
 struct cs_ipc_sqe {
-	uint64_t user_id;	/* echoed in the completion */
-	uint32_t group;		/* the trainer's group handle */
-	uint8_t op;		/* enum cs_ipc_opcode */
-	uint8_t dtype;		/* enum cs_dtype */
-	uint8_t redop;		/* enum cs_redop */
-	uint8_t flags;		/* 0 */
+	uint64_t user_id; /* echoed in the completion */
+	uint32_t group; /* the trainer's group handle */
+	uint8_t op; /* enum cs_ipc_opcode */
+	uint8_t dtype; /* enum cs_dtype */
+	uint8_t redop; /* enum cs_redop */
+	uint8_t flags; /* 0 */
 	uint64_t count;
 	uint32_t send_seg;
 	uint32_t recv_seg;
 	uint64_t send_off;
 	uint64_t recv_off;
-	uint32_t root;		/* broadcast root rank */
+	uint32_t root; /* broadcast root rank */
 	uint32_t reserved0;
 	uint64_t reserved1;
 };
@@ -79,24 +79,24 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_COUNT,
 	CS_IPC_BAD_SEND_SEG,
 	CS_IPC_BAD_RECV_SEG,
-	CS_IPC_BAD_SEND_RANGE,	/* offset/length outside the segment */
+	CS_IPC_BAD_SEND_RANGE, /* offset/length outside the segment */
 	CS_IPC_BAD_RECV_RANGE,
-	CS_IPC_BAD_ALIGN,	/* offset not a multiple of the element size */
-	CS_IPC_BAD_OVERLAP,	/* send and recv overlap (not in place) */
+	CS_IPC_BAD_ALIGN, /* offset not a multiple of the element size */
+	CS_IPC_BAD_OVERLAP, /* send and recv overlap (not in place) */
 	CS_IPC_BAD_ROOT,
-	CS_IPC_BAD_FLAGS,	/* flags or reserved fields not zero */
-	CS_IPC_BAD_MISMATCH,	/* differs from the other ranks' descriptor */
-	CS_IPC_BAD_PEER,	/* another rank's descriptor was bad */
+	CS_IPC_BAD_FLAGS, /* flags or reserved fields not zero */
+	CS_IPC_BAD_MISMATCH, /* differs from the other ranks' descriptor */
+	CS_IPC_BAD_PEER, /* another rank's descriptor was bad */
 	CS_IPC_BAD_COUNT_
 };
 
 /* Completion, one 32-byte slot. */
 struct cs_ipc_cqe {
 	uint64_t user_id;
-	int32_t status;		/* 0 or negative errno / CS_ERR_* */
-	uint16_t detail;	/* enum cs_ipc_bad for CS_ERR_BAD_DESC */
+	int32_t status; /* 0 or negative errno / CS_ERR_* */
+	uint16_t detail; /* enum cs_ipc_bad for CS_ERR_BAD_DESC */
 	uint16_t reserved;
-	int32_t peer;		/* the rank at fault (bad peer, lost), or -1 */
+	int32_t peer; /* the rank at fault (bad peer, lost), or -1 */
 	uint32_t reserved1;
 	uint64_t reserved2;
 };
@@ -121,8 +121,8 @@ static_assert(offsetof(struct cs_ipc_ctrl, cq_armed) == CS_CACHE_LINE,
 	      "armed flag on its own line");
 
 enum cs_ipc_msg_type {
-	CS_IPC_MSG_HELLO = 1,	/* fds: control memfd, eventfd */
-	CS_IPC_MSG_REG_SEG = 2,	/* fd: a sealed memfd */
+	CS_IPC_MSG_HELLO = 1, /* fds: control memfd, eventfd */
+	CS_IPC_MSG_REG_SEG = 2, /* fd: a sealed memfd */
 	CS_IPC_MSG_UNREG_SEG = 3,
 	CS_IPC_MSG_JOIN = 4,
 	CS_IPC_MSG_LEAVE = 5,
@@ -154,8 +154,8 @@ struct cs_ipc_msg {
 			uint32_t group;
 		} leave;
 		struct {
-			int32_t status;		/* 0 or negative */
-			uint32_t value;		/* segment id, group handle */
+			int32_t status; /* 0 or negative */
+			uint32_t value; /* segment id, group handle */
 			char text[CS_IPC_MSG_TEXT];
 		} reply;
 	} u;

@@ -28,8 +28,8 @@ static uint16_t f32_to_bf16(float f)
 
 	memcpy(&u, &f, sizeof(u));
 	if (isnan(f))
-		return (uint16_t)((u >> 16) | 0x40);	/* stay a quiet NaN */
-	u += 0x7fff + ((u >> 16) & 1);		/* round to nearest even */
+		return (uint16_t)((u >> 16) | 0x40); /* stay a quiet NaN */
+	u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
 	return (uint16_t)(u >> 16);
 }
 
@@ -64,7 +64,7 @@ static uint16_t f32_to_f16(float f)
 	exp = (int)((u >> 23) & 0xff) - 127 + 15;
 	man = u & 0x7fffff;
 	if (exp >= 31)
-		return (uint16_t)(sign | 0x7c00);		/* inf */
+		return (uint16_t)(sign | 0x7c00); /* inf */
 	if (exp <= 0) {
 		/* subnormal half: round man|implicit to 10 - (1 - exp) bits */
 		if (exp < -10)
@@ -83,7 +83,7 @@ static uint16_t f32_to_f16(float f)
 	uint32_t rest = man & 0x1fff;
 
 	if (rest > 0x1000 || (rest == 0x1000 && (r & 1)))
-		r++;	/* may carry into the exponent: still correct */
+		r++; /* may carry into the exponent: still correct */
 	return (uint16_t)(sign | r);
 }
 
@@ -101,28 +101,28 @@ static float apply_f(float a, float b, enum cs_redop op)
 	}
 }
 
-#define REDUCE_LOOP(T, U, d, s, n, op)				\
-	do {								\
-		T *d_ = (T *)(d);					\
-		const T *s_ = (const T *)(s);				\
-		switch (op) {						\
-		case CS_SUM:						\
-			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = (T)((U)d_[i] + (U)s_[i]);	\
-			break;						\
-		case CS_PROD:						\
-			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = (T)((U)d_[i] * (U)s_[i]);	\
-			break;						\
-		case CS_MIN:						\
-			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];	\
-			break;						\
-		default:						\
-			for (size_t i = 0; i < (n); i++)		\
-				d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];	\
-			break;						\
-		}							\
+#define REDUCE_LOOP(T, U, d, s, n, op)                                         \
+	do {                                                                   \
+		T *d_ = (T *)(d);                                              \
+		const T *s_ = (const T *)(s);                                  \
+		switch (op) {                                                  \
+		case CS_SUM:                                                   \
+			for (size_t i = 0; i < (n); i++)                       \
+				d_[i] = (T)((U)d_[i] + (U)s_[i]);              \
+			break;                                                 \
+		case CS_PROD:                                                  \
+			for (size_t i = 0; i < (n); i++)                       \
+				d_[i] = (T)((U)d_[i] * (U)s_[i]);              \
+			break;                                                 \
+		case CS_MIN:                                                   \
+			for (size_t i = 0; i < (n); i++)                       \
+				d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];         \
+			break;                                                 \
+		default:                                                       \
+			for (size_t i = 0; i < (n); i++)                       \
+				d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];         \
+			break;                                                 \
+		}                                                              \
 	} while (0)
 
 void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,

@@ -18,11 +18,11 @@
 #include "internal/log.h"
 #include "ipc_server.h"
 
-#define IPC_MAX_FDS 4			/* fds accepted in one message */
-#define IPC_MSGS_PER_POLL 16		/* control messages per trainer */
-#define IPC_MAX_CTRL_BYTES (1u << 20)	/* control segment size limit */
+#define IPC_MAX_FDS 4 /* fds accepted in one message */
+#define IPC_MSGS_PER_POLL 16 /* control messages per trainer */
+#define IPC_MAX_CTRL_BYTES (1u << 20) /* control segment size limit */
 #define IPC_MAX_GROUP_SIZE (1u << 20)
-#define IPC_WINDOW CS_IPC_RING_SLOTS	/* ops in flight per group */
+#define IPC_WINDOW CS_IPC_RING_SLOTS /* ops in flight per group */
 
 const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
@@ -49,8 +49,8 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "32", 1, CS_IPC_RING_SLOTS,
 	  "descriptors taken from one trainer per poll" },
 	{ "ipc.allowed_gid", CS_CFG_U64,
-	  offsetof(struct cs_ipc_cfg, allowed_gid),
-	  "4294967295", 0, 4294967295.0,
+	  offsetof(struct cs_ipc_cfg, allowed_gid), "4294967295", 0,
+	  4294967295.0,
 	  "group id also allowed to connect (4294967295: none, only the "
 	  "sidecar's uid)" },
 };
@@ -59,7 +59,7 @@ const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 struct seg {
 	void *base;
 	size_t len;
-	uint32_t refs;		/* parts of pending ops naming it */
+	uint32_t refs; /* parts of pending ops naming it */
 	bool used;
 };
 
@@ -72,14 +72,14 @@ struct member {
 	struct trainer *t;
 	int32_t rank;
 	uint32_t local_rank;
-	uint32_t handle;	/* index in t->groups */
-	uint64_t seq;		/* sequence number of its next op */
+	uint32_t handle; /* index in t->groups */
+	uint64_t seq; /* sequence number of its next op */
 };
 
 /* One local rank's descriptor of one collective instance. */
 struct part {
 	bool arrived;
-	uint16_t bad;		/* enum cs_ipc_bad, 0 if valid */
+	uint16_t bad; /* enum cs_ipc_bad, 0 if valid */
 	struct trainer *t;
 	uint64_t user_id;
 	struct cs_ipc_sqe d;
@@ -90,11 +90,11 @@ struct part {
 /* The k-th op of a group: one part per local rank. */
 struct inst {
 	bool active;
-	bool inter;		/* waiting for the backend */
+	bool inter; /* waiting for the backend */
 	uint64_t seq;
 	uint32_t arrived;
 	uint64_t cookie;
-	struct part *parts;	/* local_size of them */
+	struct part *parts; /* local_size of them */
 };
 
 struct group {
@@ -102,13 +102,13 @@ struct group {
 	bool failed;
 	int32_t lost_rank;
 	uint32_t id;
-	uint32_t gen;		/* bumped when the slot is reused */
+	uint32_t gen; /* bumped when the slot is reused */
 	char name[CS_IPC_NAME_MAX];
 	uint32_t size, local_size, nmembers;
-	struct member *m[CS_IPC_MAX_LOCAL];	/* by local rank */
-	int32_t ranks[CS_IPC_MAX_LOCAL];	/* global rank by local rank */
+	struct member *m[CS_IPC_MAX_LOCAL]; /* by local rank */
+	int32_t ranks[CS_IPC_MAX_LOCAL]; /* global rank by local rank */
 	uint64_t next_done;
-	struct inst *win;			/* IPC_WINDOW of them */
+	struct inst *win; /* IPC_WINDOW of them */
 	struct part *part_mem;
 	void *staging;
 	size_t staging_len;
@@ -125,8 +125,8 @@ struct trainer {
 	struct cs_ipc_ctrl *ctrl;
 	struct cs_ring sq, cq;
 	struct seg *segs;
-	struct member **groups;		/* by handle */
-	uint32_t inflight;		/* taken, completion not in the CQ */
+	struct member **groups; /* by handle */
+	uint32_t inflight; /* taken, completion not in the CQ */
 	struct cs_ipc_cqe backlog[CS_IPC_RING_SLOTS];
 	uint32_t bl_head, bl_count;
 };
@@ -138,8 +138,8 @@ struct cs_ipc_server {
 	int lfd;
 	uid_t uid;
 	cs_ns_t next_sock_poll;
-	struct trainer **tr;		/* max_trainers slots */
-	struct group *groups;		/* max_groups slots */
+	struct trainer **tr; /* max_trainers slots */
+	struct group *groups; /* max_groups slots */
 	struct pollfd *pfd;
 	struct cs_ipc_stats st;
 };
@@ -184,8 +184,10 @@ static void complete(struct cs_ipc_server *s, struct trainer *t,
 		     int32_t peer)
 {
 	struct cs_ipc_cqe c = {
-		.user_id = user_id, .status = status,
-		.detail = (uint16_t)detail, .peer = peer,
+		.user_id = user_id,
+		.status = status,
+		.detail = (uint16_t)detail,
+		.peer = peer,
 	};
 
 	if (status)
@@ -298,8 +300,10 @@ static void fan_out(struct group *g, struct inst *in)
 			memcpy(p->recv, g->staging, blk);
 			break;
 		case CS_IPC_OP_REDUCE_SCATTER:
-			memcpy(p->recv, (uint8_t *)g->staging +
-			       (size_t)g->ranks[l] * blk, blk);
+			memcpy(p->recv,
+			       (uint8_t *)g->staging +
+				       (size_t)g->ranks[l] * blk,
+			       blk);
 			break;
 		case CS_IPC_OP_ALL_GATHER:
 			memcpy(p->recv, g->staging, blk * g->size);
@@ -311,8 +315,7 @@ static void fan_out(struct group *g, struct inst *in)
 }
 
 /* Every local rank is in and valid: run it on this node. */
-static void run_local(struct cs_ipc_server *s, struct group *g,
-		      struct inst *in)
+static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
@@ -351,29 +354,32 @@ static void run_local(struct cs_ipc_server *s, struct group *g,
 		root = local_of(g, p0->d.root);
 		for (uint32_t l = 0; l < g->local_size; l++)
 			if ((int)l != root)
-				memcpy(in->parts[l].recv,
-				       in->parts[root].recv, blk);
+				memcpy(in->parts[l].recv, in->parts[root].recv,
+				       blk);
 		break;
-	default:	/* barrier */
+	default: /* barrier */
 		break;
 	}
 	inst_finish(s, g, in, 0, 0, -1);
 }
 
 /* Part of the group is on other nodes: combine here, then the backend. */
-static void run_inter(struct cs_ipc_server *s, struct group *g,
-		      struct inst *in)
+static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
 	struct cs_ipc_inter_op op = {
 		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
 			  (in->seq & 0xffffffffu),
-		.group = g->name, .group_size = g->size,
-		.local_size = g->local_size, .local_ranks = g->ranks,
+		.group = g->name,
+		.group_size = g->size,
+		.local_size = g->local_size,
+		.local_ranks = g->ranks,
 		.dtype = (enum cs_dtype)p0->d.dtype,
 		.redop = (enum cs_redop)p0->d.redop,
-		.root = p0->d.root, .count = n, .block = n,
+		.root = p0->d.root,
+		.count = n,
+		.block = n,
 	};
 	size_t need = 0;
 	int root, ret;
@@ -416,7 +422,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g,
 		memset(g->staging, 0, need);
 		for (uint32_t l = 0; l < g->local_size; l++)
 			memcpy((uint8_t *)g->staging +
-			       (size_t)g->ranks[l] * blk,
+				       (size_t)g->ranks[l] * blk,
 			       in->parts[l].send, blk);
 		break;
 	case CS_IPC_OP_BROADCAST:
@@ -440,8 +446,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g,
 	}
 }
 
-static void try_run(struct cs_ipc_server *s, struct group *g,
-		    struct inst *in)
+static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	int32_t bad_rank = -1;
@@ -527,7 +532,8 @@ static void group_fail(struct cs_ipc_server *s, struct group *g,
 		g->failed = true;
 		g->lost_rank = lost_rank;
 		CS_INFO("group '%s': rank %d gone; pending and later "
-			"operations fail", g->name, (int)lost_rank);
+			"operations fail",
+			g->name, (int)lost_rank);
 	}
 	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
 		struct inst *in = &g->win[k];
@@ -610,8 +616,8 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	uint64_t slen = 0, rlen = 0, max_elems;
 	bool reducing = d->op == CS_IPC_OP_ALLREDUCE ||
 			d->op == CS_IPC_OP_REDUCE_SCATTER;
-	bool needs_send = d->op != CS_IPC_OP_BROADCAST &&
-			  d->op != CS_IPC_OP_BARRIER;
+	bool needs_send =
+		d->op != CS_IPC_OP_BROADCAST && d->op != CS_IPC_OP_BARRIER;
 
 	if (d->flags || d->reserved0 || d->reserved1)
 		return CS_IPC_BAD_FLAGS;
@@ -638,7 +644,7 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 		slen = d->count * esz;
 		rlen = d->count * esz * g->size;
 		break;
-	default:	/* broadcast: in place in the recv buffer */
+	default: /* broadcast: in place in the recv buffer */
 		if (d->root >= g->size)
 			return CS_IPC_BAD_ROOT;
 		rlen = d->count * esz;
@@ -968,8 +974,8 @@ static struct group *group_find(struct cs_ipc_server *s, const char *name)
 	return NULL;
 }
 
-static int group_new(struct cs_ipc_server *s, const char *name,
-		     uint32_t size, uint32_t local_size, struct group **out)
+static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
+		     uint32_t local_size, struct group **out)
 {
 	struct group *g = NULL;
 
@@ -979,8 +985,8 @@ static int group_new(struct cs_ipc_server *s, const char *name,
 	if (!g)
 		return -ENOSPC;
 	g->win = calloc(IPC_WINDOW, sizeof(*g->win));
-	g->part_mem = calloc((size_t)IPC_WINDOW * local_size,
-			     sizeof(*g->part_mem));
+	g->part_mem =
+		calloc((size_t)IPC_WINDOW * local_size, sizeof(*g->part_mem));
 	if (!g->win || !g->part_mem) {
 		free(g->win);
 		free(g->part_mem);
@@ -1002,8 +1008,8 @@ static int group_new(struct cs_ipc_server *s, const char *name,
 }
 
 static int handle_join(struct cs_ipc_server *s, struct trainer *t,
-		       const struct cs_ipc_msg *msg, uint32_t *val,
-		       char *why, size_t wl)
+		       const struct cs_ipc_msg *msg, uint32_t *val, char *why,
+		       size_t wl)
 {
 	char name[CS_IPC_NAME_MAX];
 	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
@@ -1034,19 +1040,25 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	g = group_find(s, name);
 	if (g) {
 		if (g->failed) {
-			snprintf(why, wl, "group '%.32s' lost rank %d; join "
-				 "a new group", name, (int)g->lost_rank);
+			snprintf(why, wl,
+				 "group '%.32s' lost rank %d; join "
+				 "a new group",
+				 name, (int)g->lost_rank);
 			return CS_ERR_EPOCH;
 		}
 		if (g->size != (uint32_t)size ||
 		    g->local_size != (uint32_t)ls) {
-			snprintf(why, wl, "group '%.32s' has size %u, "
-				 "local size %u", name, g->size, g->local_size);
+			snprintf(why, wl,
+				 "group '%.32s' has size %u, "
+				 "local size %u",
+				 name, g->size, g->local_size);
 			return -EINVAL;
 		}
 		if (g->m[lr] || local_of(g, (uint32_t)rank) >= 0) {
-			snprintf(why, wl, "rank %d / local rank %d already "
-				 "joined", (int)rank, (int)lr);
+			snprintf(why, wl,
+				 "rank %d / local rank %d already "
+				 "joined",
+				 (int)rank, (int)lr);
 			return -EEXIST;
 		}
 	} else {
@@ -1113,9 +1125,9 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 		} cb;
 		struct cs_ipc_msg msg;
 		char extra, why[CS_IPC_MSG_TEXT] = "";
-		struct iovec iov[2] = { { &msg, sizeof(msg) },
-					{ &extra, 1 } };
-		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2,
+		struct iovec iov[2] = { { &msg, sizeof(msg) }, { &extra, 1 } };
+		struct msghdr mh = { .msg_iov = iov,
+				     .msg_iovlen = 2,
 				     .msg_control = cb.buf,
 				     .msg_controllen = sizeof(cb.buf) };
 		int fds[IPC_MAX_FDS], nfd = 0, ret;
@@ -1187,7 +1199,7 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 		if (reply(t, ret, val, ret ? why : NULL))
 			return -EPIPE;
 		if (ret && !t->hello)
-			return ret;	/* a failed hello ends the session */
+			return ret; /* a failed hello ends the session */
 	}
 	return 0;
 }
@@ -1203,11 +1215,12 @@ static int accept_one(struct cs_ipc_server *s)
 	fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
 		return errno == EAGAIN || errno == EINTR ||
-		       errno == ECONNABORTED ? 0 : -errno;
+				       errno == ECONNABORTED
+			       ? 0
+			       : -errno;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) ||
-	    !(cr.uid == s->uid ||
-	      (s->cfg.allowed_gid < CS_IPC_NO_GID &&
-	       cr.gid == (gid_t)s->cfg.allowed_gid))) {
+	    !(cr.uid == s->uid || (s->cfg.allowed_gid < CS_IPC_NO_GID &&
+				   cr.gid == (gid_t)s->cfg.allowed_gid))) {
 		CS_WARN("refused a trainer: uid %d gid %d not allowed",
 			(int)cr.uid, (int)cr.gid);
 		s->st.refused++;
@@ -1257,8 +1270,8 @@ static int poll_sockets(struct cs_ipc_server *s)
 	for (uint32_t i = 0; i < s->cfg.max_trainers; i++) {
 		if (!s->tr[i])
 			continue;
-		s->pfd[n] = (struct pollfd){ .fd = s->tr[i]->fd,
-					     .events = POLLIN };
+		s->pfd[n] =
+			(struct pollfd){ .fd = s->tr[i]->fd, .events = POLLIN };
 		map[n++] = i;
 	}
 	if (!n || poll(s->pfd, n, 0) <= 0)
@@ -1273,8 +1286,9 @@ static int poll_sockets(struct cs_ipc_server *s)
 		if (!ret && (re & (POLLHUP | POLLERR)))
 			ret = -ECONNRESET;
 		if (ret < 0) {
-			trainer_drop(s, map[k], ret == -ECONNRESET ?
-				     "hung up" : "protocol error");
+			trainer_drop(s, map[k],
+				     ret == -ECONNRESET ? "hung up"
+							: "protocol error");
 			work++;
 		}
 	}
@@ -1381,8 +1395,7 @@ out_free:
 	return ret;
 }
 
-void cs_ipc_server_stats(const struct cs_ipc_server *s,
-			 struct cs_ipc_stats *st)
+void cs_ipc_server_stats(const struct cs_ipc_server *s, struct cs_ipc_stats *st)
 {
 	*st = s->st;
 }

@@ -36,19 +36,19 @@
 
 struct cs_ipc_server;
 
-#define CS_IPC_NO_GID 4294967295ull	/* (gid_t)-1: never a real group */
+#define CS_IPC_NO_GID 4294967295ull /* (gid_t)-1: never a real group */
 
 /* Runtime settings (see cs_ipc_cfg_table for names, defaults, bounds). */
 struct cs_ipc_cfg {
 	char socket_path[CS_CFG_STR_MAX];
 	uint32_t max_trainers;
-	uint32_t max_segments;		/* per trainer */
-	uint32_t max_groups;		/* per server and per trainer */
-	uint64_t max_op_bytes;		/* largest buffer an op may name */
+	uint32_t max_segments; /* per trainer */
+	uint32_t max_groups; /* per server and per trainer */
+	uint64_t max_op_bytes; /* largest buffer an op may name */
 	uint64_t max_segment_bytes;
 	cs_ns_t sock_poll_interval;
-	uint32_t sq_burst;		/* descriptors per trainer per poll */
-	uint64_t allowed_gid;		/* CS_IPC_NO_GID: only our uid */
+	uint32_t sq_burst; /* descriptors per trainer per poll */
+	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -56,26 +56,26 @@ extern const size_t cs_ipc_cfg_table_len;
 
 /* What the backend is asked to do across nodes, in place on @buf. */
 enum cs_ipc_inter_kind {
-	CS_IPC_INTER_ALLREDUCE = 1,	/* reduce @buf over nodes */
-	CS_IPC_INTER_ALL_GATHER = 2,	/* fill the blocks of remote ranks */
-	CS_IPC_INTER_BROADCAST = 3,	/* @buf from the root's node */
+	CS_IPC_INTER_ALLREDUCE = 1, /* reduce @buf over nodes */
+	CS_IPC_INTER_ALL_GATHER = 2, /* fill the blocks of remote ranks */
+	CS_IPC_INTER_BROADCAST = 3, /* @buf from the root's node */
 	CS_IPC_INTER_BARRIER = 4,
 };
 
 /* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */
 struct cs_ipc_inter_op {
-	uint64_t cookie;		/* hand back to inter_done / cancel */
-	const char *group;		/* group name */
-	uint32_t group_size;		/* ranks over all nodes */
+	uint64_t cookie; /* hand back to inter_done / cancel */
+	const char *group; /* group name */
+	uint32_t group_size; /* ranks over all nodes */
 	uint32_t local_size;
-	const int32_t *local_ranks;	/* global rank of each local rank */
+	const int32_t *local_ranks; /* global rank of each local rank */
 	enum cs_ipc_inter_kind kind;
 	enum cs_dtype dtype;
 	enum cs_redop redop;
-	uint32_t root;			/* broadcast root (global rank) */
-	void *buf;			/* server-owned staging buffer */
-	uint64_t count;			/* elements in @buf */
-	uint64_t block;			/* all-gather: elements per rank */
+	uint32_t root; /* broadcast root (global rank) */
+	void *buf; /* server-owned staging buffer */
+	uint64_t count; /* elements in @buf */
+	uint64_t block; /* all-gather: elements per rank */
 };
 
 /* The network side, supplied by the integrator (collstackd). */
@@ -89,15 +89,15 @@ struct cs_ipc_backend {
 
 /* Counters for tests, `collstack top` and metrics. */
 struct cs_ipc_stats {
-	uint64_t trainers;		/* connected now */
-	uint64_t accepted;		/* trainers accepted, ever */
-	uint64_t refused;		/* credentials or limits */
-	uint64_t ops_done;		/* completed with status 0 */
-	uint64_t ops_failed;		/* completed with an error */
-	uint64_t bad_desc;		/* descriptors rejected */
-	uint64_t bad_msg;		/* control messages rejected */
-	uint64_t trainers_lost;		/* hung up or killed */
-	uint64_t groups;		/* live groups */
+	uint64_t trainers; /* connected now */
+	uint64_t accepted; /* trainers accepted, ever */
+	uint64_t refused; /* credentials or limits */
+	uint64_t ops_done; /* completed with status 0 */
+	uint64_t ops_failed; /* completed with an error */
+	uint64_t bad_desc; /* descriptors rejected */
+	uint64_t bad_msg; /* control messages rejected */
+	uint64_t trainers_lost; /* hung up or killed */
+	uint64_t groups; /* live groups */
 };
 
 /**

@@ -201,9 +201,8 @@ int cs_group_leave(struct cs_group *g);
  * Returns: 0, -EFAULT (a pointer is outside this client's buffers),
  * -EAGAIN (too many unfinished requests), -ENOTCONN (sidecar gone).
  */
-int cs_allreduce(struct cs_group *g, const void *send, void *recv,
-		 size_t count, enum cs_dtype dtype, enum cs_redop op,
-		 cs_req_t *req);
+int cs_allreduce(struct cs_group *g, const void *send, void *recv, size_t count,
+		 enum cs_dtype dtype, enum cs_redop op, cs_req_t *req);
 
 /**
  * cs_reduce_scatter - post a reduction whose block r goes to rank r

@@ -37,13 +37,13 @@ enum cs_redop {
  */
 enum cs_err {
 	CS_ERR_BASE = 1000,
-	CS_ERR_PEER_LOST = -1001,	/* a member of the group was lost */
-	CS_ERR_TIMEOUT = -1002,		/* the operation's deadline passed */
-	CS_ERR_CANCELLED = -1003,	/* cancelled (trainer or group gone) */
-	CS_ERR_BAD_DESC = -1004,	/* malformed operation descriptor */
-	CS_ERR_EPOCH = -1005,		/* the group moved to a newer epoch */
-	CS_ERR_AUTH = -1006,		/* authentication failed */
-	CS_ERR_PROTO = -1007,		/* protocol violation by a peer */
+	CS_ERR_PEER_LOST = -1001, /* a member of the group was lost */
+	CS_ERR_TIMEOUT = -1002, /* the operation's deadline passed */
+	CS_ERR_CANCELLED = -1003, /* cancelled (trainer or group gone) */
+	CS_ERR_BAD_DESC = -1004, /* malformed operation descriptor */
+	CS_ERR_EPOCH = -1005, /* the group moved to a newer epoch */
+	CS_ERR_AUTH = -1006, /* authentication failed */
+	CS_ERR_PROTO = -1007, /* protocol violation by a peer */
 };
 
 /**

@@ -11,13 +11,13 @@
 #include <stdio.h>
 
 enum cs_cfg_type {
-	CS_CFG_U64,	/* unsigned integer; k/M/G (x1000) suffixes allowed */
-	CS_CFG_SIZE,	/* byte size; K/M/G (x1024) suffixes allowed */
+	CS_CFG_U64, /* unsigned integer; k/M/G (x1000) suffixes allowed */
+	CS_CFG_SIZE, /* byte size; K/M/G (x1024) suffixes allowed */
 	CS_CFG_U32,
 	CS_CFG_DOUBLE,
-	CS_CFG_BOOL,	/* 0/1, true/false, yes/no, on/off */
-	CS_CFG_STR,	/* char[] of CS_CFG_STR_MAX */
-	CS_CFG_NS,	/* duration into nanoseconds; ns/us/ms/s suffixes */
+	CS_CFG_BOOL, /* 0/1, true/false, yes/no, on/off */
+	CS_CFG_STR, /* char[] of CS_CFG_STR_MAX */
+	CS_CFG_NS, /* duration into nanoseconds; ns/us/ms/s suffixes */
 };
 
 #define CS_CFG_STR_MAX 128
@@ -25,9 +25,9 @@ enum cs_cfg_type {
 struct cs_cfg_entry {
 	const char *name;
 	enum cs_cfg_type type;
-	size_t offset;		/* offsetof() into the target struct */
-	const char *def;	/* default, as text (parsed like a user value) */
-	double min, max;	/* inclusive bounds for numbers; min > max: none */
+	size_t offset; /* offsetof() into the target struct */
+	const char *def; /* default, as text (parsed like a user value) */
+	double min, max; /* inclusive bounds for numbers; min > max: none */
 	const char *help;
 };
 

@@ -13,45 +13,45 @@
 #define CS_PROTO_VERSION 1
 
 enum cs_pkt_type {
-	CS_PKT_DATA = 1,	/* collective / p2p payload */
-	CS_PKT_ACK = 2,		/* pure acknowledgement */
-	CS_PKT_NACK = 3,	/* gap report: resend from ack */
-	CS_PKT_CREDIT = 4,	/* receiver-granted credit */
-	CS_PKT_HEARTBEAT = 5,	/* membership liveness */
-	CS_PKT_RAW = 6,		/* protocol-free blast (benchmarks) */
-	CS_PKT_CTRL = 7,	/* control message in the dataplane */
+	CS_PKT_DATA = 1, /* collective / p2p payload */
+	CS_PKT_ACK = 2, /* pure acknowledgement */
+	CS_PKT_NACK = 3, /* gap report: resend from ack */
+	CS_PKT_CREDIT = 4, /* receiver-granted credit */
+	CS_PKT_HEARTBEAT = 5, /* membership liveness */
+	CS_PKT_RAW = 6, /* protocol-free blast (benchmarks) */
+	CS_PKT_CTRL = 7, /* control message in the dataplane */
 	CS_PKT_TYPE_MAX = 7,
 };
 
 /* Header flags. */
-#define CS_PKT_F_ACK 0x0001	/* ack/sack/ts_echo fields are valid */
-#define CS_PKT_F_ECE 0x0002	/* ECN echo: the acked packet was CE-marked */
-#define CS_PKT_F_AUTH 0x0004	/* a CS_PROTO_TAG_LEN auth tag follows */
-#define CS_PKT_F_RETX 0x0008	/* this is a retransmission */
-#define CS_PKT_F_CE 0x0010	/* congestion experienced (switch mark) */
-#define CS_PKT_F_LAST 0x0020	/* last packet of a chunk */
+#define CS_PKT_F_ACK 0x0001 /* ack/sack/ts_echo fields are valid */
+#define CS_PKT_F_ECE 0x0002 /* ECN echo: the acked packet was CE-marked */
+#define CS_PKT_F_AUTH 0x0004 /* a CS_PROTO_TAG_LEN auth tag follows */
+#define CS_PKT_F_RETX 0x0008 /* this is a retransmission */
+#define CS_PKT_F_CE 0x0010 /* congestion experienced (switch mark) */
+#define CS_PKT_F_LAST 0x0020 /* last packet of a chunk */
 
 #define CS_PROTO_TAG_LEN 16
 
 struct cs_pkt_hdr {
-	uint8_t version;	/* CS_PROTO_VERSION */
-	uint8_t type;		/* enum cs_pkt_type */
-	uint16_t flags;		/* CS_PKT_F_* */
-	uint16_t src;		/* sender's rank (node id) in the group */
-	uint16_t channel;	/* flow / channel within an operation */
-	uint32_t group;		/* group id */
-	uint32_t epoch;		/* group epoch; older epochs are dropped */
-	uint32_t op;		/* operation id within the group */
-	uint32_t step;		/* collective step (ring step, phase) */
-	uint32_t seq;		/* reliability sequence number */
-	uint32_t ack;		/* cumulative: every seq before this arrived */
-	uint64_t sack;		/* bit i set: seq ack + 1 + i arrived */
-	uint64_t offset;	/* payload's byte offset in the op's buffer */
-	uint32_t len;		/* payload bytes after the header */
-	uint32_t credit;	/* receiver-granted credit (bytes) */
-	uint64_t ts;		/* sender's timestamp, ns */
-	uint64_t ts_echo;	/* ts of the packet this acknowledges */
-	uint8_t tag[CS_PROTO_TAG_LEN];	/* when CS_PKT_F_AUTH */
+	uint8_t version; /* CS_PROTO_VERSION */
+	uint8_t type; /* enum cs_pkt_type */
+	uint16_t flags; /* CS_PKT_F_* */
+	uint16_t src; /* sender's rank (node id) in the group */
+	uint16_t channel; /* flow / channel within an operation */
+	uint32_t group; /* group id */
+	uint32_t epoch; /* group epoch; older epochs are dropped */
+	uint32_t op; /* operation id within the group */
+	uint32_t step; /* collective step (ring step, phase) */
+	uint32_t seq; /* reliability sequence number */
+	uint32_t ack; /* cumulative: every seq before this arrived */
+	uint64_t sack; /* bit i set: seq ack + 1 + i arrived */
+	uint64_t offset; /* payload's byte offset in the op's buffer */
+	uint32_t len; /* payload bytes after the header */
+	uint32_t credit; /* receiver-granted credit (bytes) */
+	uint64_t ts; /* sender's timestamp, ns */
+	uint64_t ts_echo; /* ts of the packet this acknowledges */
+	uint8_t tag[CS_PROTO_TAG_LEN]; /* when CS_PKT_F_AUTH */
 };
 
 /* Bytes of the encoded collstack header, without the optional tag. */

@@ -17,10 +17,10 @@
 #define CS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CS_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CS_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define CS_DIV_ROUND_UP(n, d) (((n) + (d) - 1) / (d))
+#define CS_DIV_ROUND_UP(n, d) (((n) + (d)-1) / (d))
 
-#define cs_container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+#define cs_container_of(ptr, type, member)                                     \
+	((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Time in the engines is always nanoseconds handed in by the caller. */
 typedef uint64_t cs_ns_t;

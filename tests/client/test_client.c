@@ -25,7 +25,7 @@
 #include "shm_ring.h"
 #include "sidecar_loop.h"
 
-#define WAIT_NS (20 * 1000000000ll)	/* generous: loaded 2-core boxes */
+#define WAIT_NS (20 * 1000000000ll) /* generous: loaded 2-core boxes */
 
 /* ---- the sidecar, in a child process ---------------------------------- */
 
@@ -64,8 +64,8 @@ static void sidecar_start_be(struct sidecar *sc, const char *tag,
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		cs_log_level = CS_LOG_WARN;
-		_exit(cs_test_sidecar_loop(sc->path, &sc_stop, be, tick) ?
-		      1 : 0);
+		_exit(cs_test_sidecar_loop(sc->path, &sc_stop, be, tick) ? 1
+									 : 0);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
@@ -102,8 +102,8 @@ static int connect_retry(const char *path, struct cs_client **c)
 }
 
 /* Run @fn in a child; returns its pid. */
-static pid_t spawn(int (*fn)(const char *, int, int, void *),
-		   const char *path, int rank, int size, void *arg)
+static pid_t spawn(int (*fn)(const char *, int, int, void *), const char *path,
+		   int rank, int size, void *arg)
 {
 	pid_t pid = fork();
 
@@ -218,10 +218,10 @@ Test(client, api_round_trip, .timeout = 120)
 
 	for (int i = 0; i < 200; i++)
 		cr_assert_eq(cs_allreduce(g, x + i, x + i, 1, CS_F32, CS_SUM,
-					  &rs[i]), 0);
+					  &rs[i]),
+			     0);
 	for (int i = 199; i >= 0; i--)
-		cr_assert_eq(cs_wait(c, rs[i], WAIT_NS), 0, "%s",
-			     cs_errmsg(c));
+		cr_assert_eq(cs_wait(c, rs[i], WAIT_NS), 0, "%s", cs_errmsg(c));
 
 	/* the event fd: armed and signalled by a completion */
 	cr_assert_geq(cs_event_fd(c), 0);
@@ -254,7 +254,8 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 		struct cs_ipc_cfg cfg;
 
 		cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table,
-					     cs_ipc_cfg_table_len, &cfg), 0);
+					     cs_ipc_cfg_table_len, &cfg),
+			     0);
 		strcpy(cfg.socket_path, sc.path);
 		cr_assert_eq(cs_ipc_server_create(&cfg, NULL, &srv),
 			     -EADDRINUSE);
@@ -274,8 +275,7 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 	setenv("WORLD_SIZE", "2", 1);
 	setenv("LOCAL_RANK", "1", 1);
 	setenv("LOCAL_WORLD_SIZE", "2", 1);
-	cr_assert_eq(cs_group_join_env(c, "torch", &g2), 0, "%s",
-		     cs_errmsg(c));
+	cr_assert_eq(cs_group_join_env(c, "torch", &g2), 0, "%s", cs_errmsg(c));
 	cr_assert_eq(cs_group_rank(g2), 1);
 
 	/* disagreements with the group, taken ranks, bad numbers */
@@ -292,7 +292,7 @@ Test(client, join_env_and_join_errors, .timeout = 120)
 
 /* ---- 1, 2, 4 trainers ------------------------------------------------- */
 
-#define N_ELEMS 3001		/* not a multiple of anything convenient */
+#define N_ELEMS 3001 /* not a multiple of anything convenient */
 #define N_ITERS 20
 
 struct shared_out {
@@ -315,8 +315,7 @@ static int trainer_main(const char *path, int rank, int size, void *arg)
 	snprintf(name, sizeof(name), "world%d", size);
 	if (cs_group_join(c, name, rank, size, rank, size, &g))
 		return 3;
-	if (cs_buf_alloc(c, (2 * N_ELEMS + 2 * blk * size) * sizeof(float),
-			 &b))
+	if (cs_buf_alloc(c, (2 * N_ELEMS + 2 * blk * size) * sizeof(float), &b))
 		return 4;
 	x = cs_buf_ptr(b);
 	y = x + N_ELEMS;
@@ -324,8 +323,8 @@ static int trainer_main(const char *path, int rank, int size, void *arg)
 		/* exact integers: the sum is known */
 		for (int i = 0; i < N_ELEMS; i++)
 			x[i] = (float)(rank * 1000 + i % 97 + it);
-		if (cs_allreduce(g, x, it & 1 ? x : y, N_ELEMS, CS_F32,
-				 CS_SUM, &r) ||
+		if (cs_allreduce(g, x, it & 1 ? x : y, N_ELEMS, CS_F32, CS_SUM,
+				 &r) ||
 		    cs_wait(c, r, WAIT_NS)) {
 			fprintf(stderr, "%s\n", cs_errmsg(c));
 			return 5;
@@ -355,8 +354,8 @@ static int trainer_main(const char *path, int rank, int size, void *arg)
 	    cs_wait(c, r, WAIT_NS))
 		return 8;
 	for (size_t k = 0; k < blk; k++)
-		if (d[k] != (float)(size * (size - 1) / 2 +
-				    size * (rank * blk + k)))
+		if (d[k] !=
+		    (float)(size * (size - 1) / 2 + size * (rank * blk + k)))
 			return 9;
 	/* all-gather, in place: own block already in position */
 	for (size_t k = 0; k < blk; k++)
@@ -429,8 +428,11 @@ struct bad_case {
 	void (*mutate)(struct cs_ipc_sqe *d);
 };
 
-#define MUT(name, body) \
-	static void name(struct cs_ipc_sqe *d) { body; }
+#define MUT(name, body)                                                        \
+	static void name(struct cs_ipc_sqe *d)                                 \
+	{                                                                      \
+		body;                                                          \
+	}
 
 MUT(m_op0, d->op = 0)
 MUT(m_op99, d->op = 99)
@@ -447,14 +449,26 @@ MUT(m_send_wrap, d->send_off = UINT64_MAX - 3)
 MUT(m_recv_tail, d->recv_off = 8192 - 32)
 MUT(m_align, d->send_off = 2)
 MUT(m_overlap, d->recv_off = 32)
-MUT(m_root, { d->op = CS_IPC_OP_BROADCAST; d->send_seg = 0;
-	      d->send_off = 0; d->root = 5; })
-MUT(m_bcast_send, { d->op = CS_IPC_OP_BROADCAST; d->send_seg = 3; })
+MUT(m_root, {
+	d->op = CS_IPC_OP_BROADCAST;
+	d->send_seg = 0;
+	d->send_off = 0;
+	d->root = 5;
+})
+MUT(m_bcast_send, {
+	d->op = CS_IPC_OP_BROADCAST;
+	d->send_seg = 3;
+})
 MUT(m_flags, d->flags = 1)
 MUT(m_reserved, d->reserved1 = 7)
-MUT(m_barrier_count, { d->op = CS_IPC_OP_BARRIER; d->count = 3; })
-MUT(m_rs_overflow, { d->op = CS_IPC_OP_REDUCE_SCATTER;
-		     d->count = UINT64_MAX / 4; })
+MUT(m_barrier_count, {
+	d->op = CS_IPC_OP_BARRIER;
+	d->count = 3;
+})
+MUT(m_rs_overflow, {
+	d->op = CS_IPC_OP_REDUCE_SCATTER;
+	d->count = UINT64_MAX / 4;
+})
 
 static const struct bad_case bad_cases[] = {
 	{ "op 0", CS_IPC_BAD_OP, m_op0 },
@@ -497,10 +511,15 @@ Test(client, malformed_descriptors, .timeout = 120)
 	x = cs_buf_ptr(b);
 
 	const struct cs_ipc_sqe good = {
-		.group = cs__group_handle(g), .op = CS_IPC_OP_ALLREDUCE,
-		.dtype = CS_F32, .redop = CS_SUM, .count = 16,
-		.send_seg = cs__buf_seg(b), .send_off = 0,
-		.recv_seg = cs__buf_seg(b), .recv_off = 4096,
+		.group = cs__group_handle(g),
+		.op = CS_IPC_OP_ALLREDUCE,
+		.dtype = CS_F32,
+		.redop = CS_SUM,
+		.count = 16,
+		.send_seg = cs__buf_seg(b),
+		.send_off = 0,
+		.recv_seg = cs__buf_seg(b),
+		.recv_off = 4096,
 	};
 
 	for (size_t i = 0; i < CS_ARRAY_SIZE(bad_cases); i++) {
@@ -518,7 +537,7 @@ Test(client, malformed_descriptors, .timeout = 120)
 			     bad_cases[i].what, detail, bad_cases[i].detail,
 			     cs_errmsg(c));
 		cr_assert(strstr(cs_errmsg(c), "rank 0") ||
-			  d.group != good.group,
+				  d.group != good.group,
 			  "message names no rank: %s", cs_errmsg(c));
 	}
 	/* All of that left the sidecar and this trainer working. */
@@ -556,9 +575,13 @@ static int mismatch_main(const char *path, int rank, int size, void *arg)
 		return 4;
 	/* 2: rank 1 names a segment it does not have */
 	struct cs_ipc_sqe d = {
-		.group = cs__group_handle(g), .op = CS_IPC_OP_ALLREDUCE,
-		.dtype = CS_F32, .redop = CS_SUM, .count = 16,
-		.send_seg = cs__buf_seg(b), .recv_seg = cs__buf_seg(b),
+		.group = cs__group_handle(g),
+		.op = CS_IPC_OP_ALLREDUCE,
+		.dtype = CS_F32,
+		.redop = CS_SUM,
+		.count = 16,
+		.send_seg = cs__buf_seg(b),
+		.recv_seg = cs__buf_seg(b),
 	};
 	if (rank == 1)
 		d.recv_seg = 4242;
@@ -624,7 +647,8 @@ Test(client, corrupted_ring_drops_only_that_trainer, .timeout = 120)
 	cr_assert_eq(ret, -ENOTCONN, "corrupting trainer still served");
 	cs_disconnect(c);
 	cr_assert_eq(cs_allreduce(g, cs_buf_ptr(b), cs_buf_ptr(b), 8, CS_F32,
-				  CS_SUM, &r), 0);
+				  CS_SUM, &r),
+		     0);
 	cr_assert_eq(cs_wait(ok, r, WAIT_NS), 0, "%s", cs_errmsg(ok));
 	cs_disconnect(ok);
 	sidecar_stop(&sc);
@@ -649,8 +673,7 @@ static int raw_connect(const char *path)
 	return -1;
 }
 
-static int raw_send(int fd, const void *m, size_t len, const int *fds,
-		    int nfd)
+static int raw_send(int fd, const void *m, size_t len, const int *fds, int nfd)
 {
 	union {
 		char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -751,8 +774,8 @@ Test(client, hostile_control_messages, .timeout = 120)
 /* ---- a trainer killed mid-operation ----------------------------------- */
 
 struct kill_sync {
-	int posted[2];		/* victim -> parent: "op is in the sidecar" */
-	int go[2];		/* parent -> survivor: "the victim is dead" */
+	int posted[2]; /* victim -> parent: "op is in the sidecar" */
+	int go[2]; /* parent -> survivor: "the victim is dead" */
 };
 
 /* Posts op #2 on the group and then waits to be killed. */
@@ -955,10 +978,10 @@ static int fake_tick(struct cs_ipc_server *srv, void *ctx)
 	f->pending = false;
 	switch (op->kind) {
 	case CS_IPC_INTER_ALLREDUCE:
-		if (op->count == TN_COUNT) {		/* the allreduce */
+		if (op->count == TN_COUNT) { /* the allreduce */
 			for (uint64_t i = 0; i < op->count; i++)
 				b[i] += (float)(1000 + i) + (float)(3000 + i);
-		} else {				/* reduce-scatter */
+		} else { /* reduce-scatter */
 			for (uint64_t j = 0; j < op->count; j++)
 				b[j] += (float)(1 + j) + (float)(3 + j);
 		}
@@ -1023,8 +1046,7 @@ static int two_node_main(const char *path, int rank, int size, void *arg)
 			if (s[q * TN_BLK + k] != (float)(q * 100 + k))
 				return 8;
 	memset(d, 0, TN_BLK * sizeof(float));
-	if (cs_broadcast(g, d, TN_BLK, CS_F32, 1, &r) ||
-	    cs_wait(c, r, WAIT_NS))
+	if (cs_broadcast(g, d, TN_BLK, CS_F32, 1, &r) || cs_wait(c, r, WAIT_NS))
 		return 9;
 	for (int k = 0; k < TN_BLK; k++)
 		if (d[k] != (float)(7 * k + 1))
@@ -1039,7 +1061,8 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 {
 	static struct fake_be fake;
 	const struct cs_ipc_backend be = {
-		.ctx = &fake, .start_inter_node = fake_start,
+		.ctx = &fake,
+		.start_inter_node = fake_start,
 		.cancel = fake_cancel,
 	};
 	struct sidecar sc;
@@ -1067,10 +1090,10 @@ Test(client, multi_node_without_backend, .timeout = 120)
 	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
 	cr_assert_eq(cs_group_join(c, "wide", 3, 8, 0, 1, &g), 0);
 	cr_assert_eq(cs_allreduce(g, cs_buf_ptr(b), cs_buf_ptr(b), 4, CS_F32,
-				  CS_SUM, &r), 0);
+				  CS_SUM, &r),
+		     0);
 	cr_assert_eq(cs_wait(c, r, WAIT_NS), -EOPNOTSUPP);
-	cr_assert(strstr(cs_errmsg(c), "rank 3 allreduce"), "%s",
-		  cs_errmsg(c));
+	cr_assert(strstr(cs_errmsg(c), "rank 3 allreduce"), "%s", cs_errmsg(c));
 	cs_disconnect(c);
 	sidecar_stop(&sc);
 }
@@ -1109,24 +1132,29 @@ Test(client, random_descriptors, .timeout = 240)
 	cr_assert_eq(cs_group_join(c, "f2", 0, 1, 0, 1, &g[1]), 0);
 	cr_assert_eq(cs_group_join(c, "wide", 1, 4, 0, 1, &g[2]), 0);
 
-	const uint64_t segs[] = { cs__buf_seg(b[0]), cs__buf_seg(b[1]), 2,
-				  63, 64, UINT32_MAX };
+	const uint64_t segs[] = {
+		cs__buf_seg(b[0]), cs__buf_seg(b[1]), 2, 63, 64, UINT32_MAX
+	};
 	const uint64_t groups[] = { cs__group_handle(g[0]),
 				    cs__group_handle(g[1]),
 				    cs__group_handle(g[2]), 3, UINT32_MAX };
-	const uint64_t offs[] = { 0, 4, 8, 64, 4096 - 8, 4096, 4096 + 4,
-				  8192 - 8, 8192, 8192 + 8, UINT64_MAX - 7,
-				  1ull << 63 };
-	const uint64_t counts[] = { 0, 1, 2, 7, 512, 1023, 1024, 2048,
-				    1ull << 31, UINT64_MAX / 2, UINT64_MAX };
+	const uint64_t offs[] = {
+		0,	  4,	    8,	  64,	    4096 - 8,	    4096,
+		4096 + 4, 8192 - 8, 8192, 8192 + 8, UINT64_MAX - 7, 1ull << 63
+	};
+	const uint64_t counts[] = {
+		0,	   1,	 2,    7,	   512,
+		1023,	   1024, 2048, 1ull << 31, UINT64_MAX / 2,
+		UINT64_MAX
+	};
 
 	for (int round = 0; round < 20000 / 64; round++) {
 		for (int i = 0; i < 64; i++) {
 			/* A valid descriptor on one of the two 1-rank groups,
 			 * then 0..2 fields replaced by edge values. */
 			struct cs_ipc_sqe d = {
-				.group = (uint32_t)groups[cs_rand_next(&rng) %
-							 2],
+				.group = (uint32_t)
+					groups[cs_rand_next(&rng) % 2],
 				.op = (uint8_t)(1 + cs_rand_next(&rng) % 5),
 				.dtype = (uint8_t)(cs_rand_next(&rng) %
 						   CS_DTYPE_COUNT),
@@ -1134,8 +1162,8 @@ Test(client, random_descriptors, .timeout = 240)
 						   CS_REDOP_COUNT),
 				.count = 1 + cs_rand_next(&rng) % 256,
 				.send_seg = (uint32_t)segs[0],
-				.recv_seg = (uint32_t)segs[cs_rand_next(&rng) %
-							   2],
+				.recv_seg =
+					(uint32_t)segs[cs_rand_next(&rng) % 2],
 				.send_off = 0,
 				.recv_off = 0,
 			};
@@ -1149,31 +1177,31 @@ Test(client, random_descriptors, .timeout = 240)
 			for (int k = cs_rand_next(&rng) % 3; k > 0; k--) {
 				switch (cs_rand_next(&rng) % 10) {
 				case 0:
-					d.group = (uint32_t)pick(&rng, groups,
-								 5);
+					d.group =
+						(uint32_t)pick(&rng, groups, 5);
 					break;
 				case 1:
 					d.op = (uint8_t)(cs_rand_next(&rng) %
 							 8);
 					break;
 				case 2:
-					d.dtype = (uint8_t)(cs_rand_next(&rng)
-							    % 9);
+					d.dtype = (uint8_t)(cs_rand_next(&rng) %
+							    9);
 					break;
 				case 3:
-					d.redop = (uint8_t)(cs_rand_next(&rng)
-							    % 6);
+					d.redop = (uint8_t)(cs_rand_next(&rng) %
+							    6);
 					break;
 				case 4:
 					d.count = pick(&rng, counts, 11);
 					break;
 				case 5:
-					d.send_seg = (uint32_t)pick(&rng,
-								    segs, 6);
+					d.send_seg =
+						(uint32_t)pick(&rng, segs, 6);
 					break;
 				case 6:
-					d.recv_seg = (uint32_t)pick(&rng,
-								    segs, 6);
+					d.recv_seg =
+						(uint32_t)pick(&rng, segs, 6);
 					break;
 				case 7:
 					d.send_off = pick(&rng, offs, 12);
@@ -1182,8 +1210,8 @@ Test(client, random_descriptors, .timeout = 240)
 					d.recv_off = pick(&rng, offs, 12);
 					break;
 				default:
-					d.root = (uint32_t)(cs_rand_next(&rng)
-							    % 3);
+					d.root = (uint32_t)(cs_rand_next(&rng) %
+							    3);
 					d.flags = cs_rand_next(&rng) % 4 == 0;
 					break;
 				}
@@ -1203,7 +1231,7 @@ Test(client, random_descriptors, .timeout = 240)
 		}
 	}
 	fprintf(stderr, "random descriptors: %llu ok, %llu failed\n",
-		    (unsigned long long)ok, (unsigned long long)failed);
+		(unsigned long long)ok, (unsigned long long)failed);
 	cr_assert_gt(ok, 0, "no random descriptor was valid");
 	cr_assert_gt(failed, 0);
 	x = cs_buf_ptr(b[0]);
@@ -1229,7 +1257,7 @@ static int other_uid_main(const char *path, int rank, int size, void *arg)
 		return 2;
 	ret = connect_retry(path, &c);
 	if (ret == 0)
-		return 3;	/* served: the credential check is missing */
+		return 3; /* served: the credential check is missing */
 	return ret == -ECONNRESET ? 0 : 4;
 }
 
@@ -1280,11 +1308,12 @@ Test(client, busy_buffer_and_group, .timeout = 120)
 	 * caught up), it holds the buffer; the client holds the group. */
 	{
 		struct cs_ipc_ctrl *ctl = cs__client_ctrl(c0);
-		struct cs_ring_hdr *sq = (struct cs_ring_hdr *)((char *)ctl +
-								ctl->sq_off);
+		struct cs_ring_hdr *sq =
+			(struct cs_ring_hdr *)((char *)ctl + ctl->sq_off);
 
 		for (int i = 0; i < 4000 && atomic_load(&sq->cons) !=
-					    atomic_load(&sq->prod); i++)
+						    atomic_load(&sq->prod);
+		     i++)
 			usleep(5000);
 		cr_assert_eq(atomic_load(&sq->cons), atomic_load(&sq->prod));
 	}

@@ -7,8 +7,7 @@
 
 #include "control/ipc/ipc_server.h"
 
-static uint16_t r16(uint16_t a, uint16_t b, enum cs_dtype t,
-		    enum cs_redop op)
+static uint16_t r16(uint16_t a, uint16_t b, enum cs_dtype t, enum cs_redop op)
 {
 	cs_ipc_reduce(&a, &b, 1, t, op);
 	return a;
@@ -30,12 +29,12 @@ Test(ipc_reduce, f16_values)
 	cr_assert_eq(r16(0x3c00, 0xbc00, CS_F16, CS_MIN), 0xbc00);
 	cr_assert_eq(r16(0x3c00, 0xbc00, CS_F16, CS_MAX), 0x3c00);
 	cr_assert_eq(r16(0x4000, 0x3800, CS_F16, CS_PROD), 0x3c00); /* 2*.5 */
-	cr_assert_eq(r16(0x0001, 0x0001, CS_F16, CS_SUM), 0x0002);  /* subn. */
-	cr_assert_eq(r16(0x7bff, 0x7bff, CS_F16, CS_SUM), 0x7c00);  /* inf */
-	cr_assert_eq(r16(0x6800, 0x3c00, CS_F16, CS_SUM), 0x6800);  /* tie */
-	cr_assert_eq(r16(0x6800, 0x4200, CS_F16, CS_SUM), 0x6802);  /* 2051 */
-	cr_assert_eq(r16(0x0400, 0x8001, CS_F16, CS_SUM), 0x03ff);  /* norm-1 */
-	cr_assert(f16_nan(r16(0x7c00, 0xfc00, CS_F16, CS_SUM)));    /* inf-inf */
+	cr_assert_eq(r16(0x0001, 0x0001, CS_F16, CS_SUM), 0x0002); /* subn. */
+	cr_assert_eq(r16(0x7bff, 0x7bff, CS_F16, CS_SUM), 0x7c00); /* inf */
+	cr_assert_eq(r16(0x6800, 0x3c00, CS_F16, CS_SUM), 0x6800); /* tie */
+	cr_assert_eq(r16(0x6800, 0x4200, CS_F16, CS_SUM), 0x6802); /* 2051 */
+	cr_assert_eq(r16(0x0400, 0x8001, CS_F16, CS_SUM), 0x03ff); /* norm-1 */
+	cr_assert(f16_nan(r16(0x7c00, 0xfc00, CS_F16, CS_SUM))); /* inf-inf */
 }
 
 Test(ipc_reduce, bf16_values)

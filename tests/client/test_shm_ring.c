@@ -145,10 +145,10 @@ Test(shm_ring, corrupted_header_rejected)
 	struct cs_ring_hdr *h = m, save = *h;
 
 	expect_attach(m, len, 0, 64);
-	expect_attach(m, len, -EINVAL, 32);		/* unexpected size */
-	expect_attach(m, len - 64, -ENOSPC, 0);		/* slots past len */
+	expect_attach(m, len, -EINVAL, 32); /* unexpected size */
+	expect_attach(m, len - 64, -ENOSPC, 0); /* slots past len */
 	expect_attach(m, 100, -ENOSPC, 0);
-	expect_attach((char *)m + 8, len - 8, -EINVAL, 0);	/* misaligned */
+	expect_attach((char *)m + 8, len - 8, -EINVAL, 0); /* misaligned */
 	h->magic ^= 1;
 	expect_attach(m, len, -EPROTO, 0);
 	*h = save;
@@ -167,13 +167,13 @@ Test(shm_ring, corrupted_header_rejected)
 	h->slot_size = 60;
 	expect_attach(m, len, -EINVAL, 0);
 	*h = save;
-	h->slots_off = 8;			/* slots over the header */
+	h->slots_off = 8; /* slots over the header */
 	expect_attach(m, len, -EINVAL, 0);
 	*h = save;
-	h->slots_off = UINT64_MAX - 7;		/* overflow bait */
+	h->slots_off = UINT64_MAX - 7; /* overflow bait */
 	expect_attach(m, len, -ENOSPC, 0);
 	*h = save;
-	atomic_store(&h->prod, 17);		/* 17 filled of 16 */
+	atomic_store(&h->prod, 17); /* 17 filled of 16 */
 	expect_attach(m, len, -EPROTO, 0);
 	*h = save;
 	free(m);
@@ -209,7 +209,7 @@ Test(shm_ring, corrupted_indices_stay_in_bounds)
 	 */
 	uint64_t rng = 42;
 
-	cs_log_level = CS_LOG_ERR;	/* thousands of expected warnings */
+	cs_log_level = CS_LOG_ERR; /* thousands of expected warnings */
 
 	for (int i = 0; i < 20000; i++) {
 		struct cs_ring r;
@@ -218,14 +218,15 @@ Test(shm_ring, corrupted_indices_stay_in_bounds)
 
 		atomic_store(&h->prod, base + (i & 1 ? d : 0));
 		atomic_store(&h->cons, base + (i & 1 ? 0 : d));
-		if (cs_ring_attach(&r, m, len, i & 2 ? CS_RING_PRODUCER :
-				   CS_RING_CONSUMER, 64))
+		if (cs_ring_attach(&r, m, len,
+				   i & 2 ? CS_RING_PRODUCER : CS_RING_CONSUMER,
+				   64))
 			continue;
 		atomic_store(&h->prod, base + cs_rand_next(&rng) % 64);
 		atomic_store(&h->cons, base + cs_rand_next(&rng) % 64 - 32);
-		unsigned n = r.role == CS_RING_PRODUCER ?
-			     cs_ring_enqueue_burst(&r, buf, 64) :
-			     cs_ring_dequeue_burst(&r, buf, 64);
+		unsigned n = r.role == CS_RING_PRODUCER
+				     ? cs_ring_enqueue_burst(&r, buf, 64)
+				     : cs_ring_dequeue_burst(&r, buf, 64);
 		cr_assert_leq(n, 16);
 	}
 	free(m);

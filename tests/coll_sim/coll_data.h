@@ -67,8 +67,8 @@ static inline double cs_td_value(enum cs_dtype t, enum cs_redop op,
  * cs_td_random - rank @r's element @i for rounding tests: a float with
  * full mantissa bits, in [-1, 1) for sum/min/max and [0.5, 1.5) for prod
  */
-static inline double cs_td_random(enum cs_redop op, uint64_t seed,
-				  uint32_t r, uint64_t i)
+static inline double cs_td_random(enum cs_redop op, uint64_t seed, uint32_t r,
+				  uint64_t i)
 {
 	double u = (double)(cs_td_hash(seed, r, i) >> 11) *
 		   (1.0 / 9007199254740992.0);
@@ -134,7 +134,7 @@ static inline uint16_t cs_td_to_f16(float f)
 
 	memcpy(&x, &f, 4);
 	s = (uint16_t)((x >> 16) & 0x8000);
-	if ((x & 0x7fffffff) < 0x38800000)	/* below f16's normal range */
+	if ((x & 0x7fffffff) < 0x38800000) /* below f16's normal range */
 		return s;
 	e = (int)((x >> 23) & 0xff) - 127 + 15;
 	return (uint16_t)(s | (uint16_t)(e << 10) |
@@ -159,8 +159,7 @@ static inline float cs_td_from_f16(uint16_t h)
 	return f;
 }
 
-static inline void cs_td_store(enum cs_dtype t, void *buf, uint64_t i,
-			       double v)
+static inline void cs_td_store(enum cs_dtype t, void *buf, uint64_t i, double v)
 {
 	uint8_t *b = buf;
 	float f = (float)v;

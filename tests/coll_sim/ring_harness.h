@@ -19,10 +19,10 @@
 
 struct rh_msg {
 	uint32_t src, dst;
-	bool ack;		/* an acknowledgement of @cookie to @dst */
-	bool retx;		/* a retransmission entry (not yet rebuilt) */
+	bool ack; /* an acknowledgement of @cookie to @dst */
+	bool retx; /* a retransmission entry (not yet rebuilt) */
 	struct cs_pkt_hdr hdr;
-	uint8_t *data;		/* bytes of the ORIGINAL transmission */
+	uint8_t *data; /* bytes of the ORIGINAL transmission */
 	uint64_t cookie;
 };
 
@@ -35,7 +35,7 @@ struct rh_net {
 	double loss, dup, ackloss;
 	/* what happened */
 	uint64_t delivered, dups, retx, stale, bad;
-	const char *err;	/* first invariant broken, or NULL */
+	const char *err; /* first invariant broken, or NULL */
 };
 
 static inline void rh_push(struct rh_net *w, const struct rh_msg *m)
@@ -71,7 +71,9 @@ static inline void rh_pump(struct rh_net *w)
 
 		for (unsigned i = 0; i < k; i++) {
 			struct rh_msg m = {
-				.src = r, .dst = tx[i].dst, .hdr = tx[i].hdr,
+				.src = r,
+				.dst = tx[i].dst,
+				.hdr = tx[i].hdr,
 				.cookie = tx[i].cookie,
 				.data = rh_dup(tx[i].payload, tx[i].len),
 			};
@@ -120,7 +122,7 @@ static inline void rh_one(struct rh_net *w, struct rh_msg m)
 			rh_fail(w, "retransmission differs from original");
 		w->retx++;
 		m.retx = false;
-		rh_push(w, &m);	/* carries the original's bytes */
+		rh_push(w, &m); /* carries the original's bytes */
 		return;
 	}
 	if (m.ack) {
@@ -128,7 +130,7 @@ static inline void rh_one(struct rh_net *w, struct rh_msg m)
 			/* the sender never hears: it will resend */
 			m.ack = false;
 			m.retx = true;
-			m.dst = m.src;	/* ack went dst->src; swap back */
+			m.dst = m.src; /* ack went dst->src; swap back */
 			m.src = m.hdr.src;
 			rh_push(w, &m);
 			return;

@@ -19,7 +19,7 @@ struct run {
 	enum cs_dtype t;
 	enum cs_redop op;
 	bool inplace;
-	bool null_recv;		/* reduce: non-root ranks pass no recvbuf */
+	bool null_recv; /* reduce: non-root ranks pass no recvbuf */
 	double loss, dup, ackloss;
 	uint64_t seed;
 };
@@ -78,10 +78,10 @@ static void make_bufs(const struct run *R, struct bufs *B)
 		}
 		for (size_t x = 0; x < ns; x++)
 			cs_td_store(R->t, B->send[r], x,
-				    cs_td_value(R->t, R->op, R->n, R->seed,
-						r, in_index(R, r, x)));
-		if (R->null_recv && R->kind == CS_COLL_REDUCE &&
-		    r != R->root && !R->inplace)
+				    cs_td_value(R->t, R->op, R->n, R->seed, r,
+						in_index(R, r, x)));
+		if (R->null_recv && R->kind == CS_COLL_REDUCE && r != R->root &&
+		    !R->inplace)
 			B->recv[r] = NULL;
 	}
 }
@@ -131,10 +131,9 @@ static void check(const struct run *R, const struct bufs *B)
 			cr_assert_eq(got, exp,
 				     "%s n=%u count=%zu %s/%s inplace=%d "
 				     "rank %u elem %zu: got %g want %g",
-				     cs_coll_kind_name(R->kind), R->n,
-				     R->count, cs_dtype_name(R->t),
-				     cs_redop_name(R->op), R->inplace, r, x,
-				     got, exp);
+				     cs_coll_kind_name(R->kind), R->n, R->count,
+				     cs_dtype_name(R->t), cs_redop_name(R->op),
+				     R->inplace, r, x, got, exp);
 		}
 		/* nothing written past the end of the result */
 		if (!R->inplace || R->kind != CS_COLL_REDUCE_SCATTER)
@@ -147,8 +146,11 @@ static void run_one(const struct run *R)
 {
 	struct bufs B;
 	struct rh_net w = {
-		.n = R->n, .rng = R->seed * 7 + 1, .loss = R->loss,
-		.dup = R->dup, .ackloss = R->ackloss,
+		.n = R->n,
+		.rng = R->seed * 7 + 1,
+		.loss = R->loss,
+		.dup = R->dup,
+		.ackloss = R->ackloss,
 	};
 	struct cs_coll_params p;
 	uint64_t expect_rx = 0;
@@ -171,8 +173,7 @@ static void run_one(const struct run *R)
 		p.window = R->window ? R->window : 2;
 		p.mtu_payload = R->mtu ? R->mtu : 24;
 		p.flags = R->flags;
-		cr_assert_eq(cs_coll_init(&p, &w.ops[r]), 0, "init rank %u",
-			     r);
+		cr_assert_eq(cs_coll_init(&p, &w.ops[r]), 0, "init rank %u", r);
 	}
 	cr_assert(rh_run(&w, 50000000), "%s n=%u count=%zu: %s",
 		  cs_coll_kind_name(R->kind), R->n, R->count, w.err);
@@ -205,9 +206,12 @@ Test(ring, allreduce_shapes)
 			for (int ip = 0; ip < 2; ip++) {
 				struct run R = {
 					.kind = CS_COLL_ALLREDUCE,
-					.n = ranks[a], .count = counts[b],
-					.t = CS_F32, .op = CS_SUM,
-					.inplace = ip, .C = 1 + b % 3,
+					.n = ranks[a],
+					.count = counts[b],
+					.t = CS_F32,
+					.op = CS_SUM,
+					.inplace = ip,
+					.C = 1 + b % 3,
 					.flags = b & 1 ? CS_COLL_F_ALT_DIR : 0,
 					.seed = a * 100 + b * 10 + ip,
 				};
@@ -220,11 +224,17 @@ Test(ring, allreduce_loss_dup_reorder)
 	for (size_t a = 0; a < CS_ARRAY_SIZE(ranks); a++)
 		for (int ip = 0; ip < 2; ip++) {
 			struct run R = {
-				.kind = CS_COLL_ALLREDUCE, .n = ranks[a],
-				.count = 777, .t = CS_I32, .op = CS_SUM,
-				.inplace = ip, .C = 2,
-				.flags = CS_COLL_F_ALT_DIR, .loss = 0.1,
-				.dup = 0.1, .ackloss = 0.2,
+				.kind = CS_COLL_ALLREDUCE,
+				.n = ranks[a],
+				.count = 777,
+				.t = CS_I32,
+				.op = CS_SUM,
+				.inplace = ip,
+				.C = 2,
+				.flags = CS_COLL_F_ALT_DIR,
+				.loss = 0.1,
+				.dup = 0.1,
+				.ackloss = 0.2,
 				.seed = 1000 + a * 2 + ip,
 			};
 			run_one(&R);
@@ -237,10 +247,15 @@ Test(ring, allreduce_every_dtype_op)
 		for (int op = 0; op < CS_REDOP_COUNT; op++)
 			for (int ip = 0; ip < 2; ip++) {
 				struct run R = {
-					.kind = CS_COLL_ALLREDUCE, .n = 5,
-					.count = 203, .t = t, .op = op,
-					.inplace = ip, .C = 2,
-					.loss = 0.05, .dup = 0.05,
+					.kind = CS_COLL_ALLREDUCE,
+					.n = 5,
+					.count = 203,
+					.t = t,
+					.op = op,
+					.inplace = ip,
+					.C = 2,
+					.loss = 0.05,
+					.dup = 0.05,
 					.ackloss = 0.05,
 					.seed = 77 + t * 10 + op + ip,
 				};
@@ -251,8 +266,8 @@ Test(ring, allreduce_every_dtype_op)
 Test(ring, other_collectives)
 {
 	static const enum cs_coll_kind kinds[] = {
-		CS_COLL_REDUCE_SCATTER, CS_COLL_ALL_GATHER,
-		CS_COLL_BROADCAST, CS_COLL_REDUCE, CS_COLL_BARRIER,
+		CS_COLL_REDUCE_SCATTER, CS_COLL_ALL_GATHER, CS_COLL_BROADCAST,
+		CS_COLL_REDUCE,		CS_COLL_BARRIER,
 	};
 	static const size_t counts[] = { 0, 1, 2, 17, 300 };
 
@@ -271,7 +286,8 @@ Test(ring, other_collectives)
 						.null_recv = b & 1,
 						.C = 1 + (a % 3),
 						.flags = CS_COLL_F_ALT_DIR,
-						.loss = 0.05, .dup = 0.05,
+						.loss = 0.05,
+						.dup = 0.05,
 						.ackloss = 0.1,
 						.seed = k * 1000 + a * 10 + b,
 					};
@@ -285,9 +301,14 @@ Test(ring, every_dtype_op_other_collectives)
 		for (int t = 0; t < CS_DTYPE_COUNT; t++)
 			for (int op = 0; op < CS_REDOP_COUNT; op++) {
 				struct run R = {
-					.kind = k, .n = 4, .root = 3,
-					.count = 50, .t = t, .op = op,
-					.inplace = (t + op) & 1, .C = 2,
+					.kind = k,
+					.n = 4,
+					.root = 3,
+					.count = 50,
+					.t = t,
+					.op = op,
+					.inplace = (t + op) & 1,
+					.C = 2,
 					.seed = 5 + k * 100 + t * 10 + op,
 				};
 				run_one(&R);
@@ -301,7 +322,11 @@ Test(ring, float_results_bit_identical)
 	const uint32_t n = 7;
 	const size_t count = 1000;
 	struct rh_net w = {
-		.n = n, .rng = 99, .loss = 0.1, .dup = 0.1, .ackloss = 0.1,
+		.n = n,
+		.rng = 99,
+		.loss = 0.1,
+		.dup = 0.1,
+		.ackloss = 0.1,
 	};
 	struct cs_coll_params p;
 	float *buf[7];
@@ -336,7 +361,8 @@ Test(ring, float_results_bit_identical)
 			     "rank %u differs from rank 0", r);
 	for (size_t i = 0; i < count; i++)
 		cr_assert(fabs(buf[0][i] - ref[i]) <=
-			  1e-5 * (fabs(ref[i]) + powf(10, (float)(i % 7) - 3)),
+				  1e-5 * (fabs(ref[i]) +
+					  powf(10, (float)(i % 7) - 3)),
 			  "elem %zu: %g vs %g", i, buf[0][i], ref[i]);
 	for (uint32_t r = 0; r < n; r++) {
 		cs_coll_free(w.ops[r]);
@@ -368,8 +394,8 @@ static void pair_init(struct pair *P, uint32_t window)
 		p.dtype = CS_I32;
 		p.op = CS_SUM;
 		p.channels = 1;
-		p.chunk = 32;		/* 8 elements, 2 packets */
-		p.mtu_payload = 16;	/* 4 elements per packet */
+		p.chunk = 32; /* 8 elements, 2 packets */
+		p.mtu_payload = 16; /* 4 elements per packet */
 		p.window = window;
 		cr_assert_eq(cs_coll_init(&p, &P->op[r]), 0);
 	}
@@ -407,39 +433,31 @@ Test(ring, bad_packets_are_protocol_errors)
 	pair_init(&P, 4);
 	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, &tx, 1), 1);
 	h = tx.hdr;
-	h.src = 1;		/* not the predecessor */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.src = 1; /* not the predecessor */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.offset += 4;		/* not a packet boundary */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.offset += 4; /* not a packet boundary */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.offset += 2;		/* not element aligned */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.offset += 2; /* not element aligned */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.len -= 4;		/* wrong length */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.len -= 4; /* wrong length */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.step = 2;		/* no such step */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.step = 2; /* no such step */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.channel = 1;		/* no such channel */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.channel = 1; /* no such channel */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	h = tx.hdr;
-	h.offset = 0;		/* segment 0 is not what rank 1 receives */
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	h.offset = 0; /* segment 0 is not what rank 1 receives */
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	/* an all-gather packet for a region rank 1 has not sent yet */
 	h = tx.hdr;
 	h.step = 1;
 	h.offset = 0;
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_PROTO);
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_PROTO);
 	/* nothing was counted */
 	cr_assert_not(cs_coll_rx_has(P.op[1], 0, 0, tx.hdr.offset));
 	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &tx.hdr, tx.payload),
@@ -486,7 +504,7 @@ Test(ring, stale_retransmission_is_refused)
 	pair_init(&P, 64);
 	na = cs_coll_next_packets(P.op[0], 0, a, 64);
 	nb = cs_coll_next_packets(P.op[1], 0, b, 64);
-	cr_assert_eq(na, 8);	/* rank 0's reduce-scatter: 32 elements */
+	cr_assert_eq(na, 8); /* rank 0's reduce-scatter: 32 elements */
 	cr_assert_eq(nb, 8);
 	memcpy(orig, a[0].payload, 16);
 	/* rank 1 gets rank 0's first chunk, the acks are "lost" */
@@ -507,8 +525,7 @@ Test(ring, stale_retransmission_is_refused)
 	/* rank 0's region now holds the final value: different bytes */
 	cr_assert_neq(memcmp(a[0].payload, orig, 16), 0);
 	cr_assert_eq(cs_coll_rebuild(P.op[0], a[0].cookie, &rb), -ESTALE);
-	cr_assert(cs_coll_rx_has(P.op[1], a[0].hdr.step, 0,
-				 a[0].hdr.offset));
+	cr_assert(cs_coll_rx_has(P.op[1], a[0].hdr.step, 0, a[0].hdr.offset));
 	/* other packets are unaffected */
 	cr_assert_eq(cs_coll_rebuild(P.op[0], a[1].cookie, &rb), 0);
 	pair_fini(&P);
@@ -562,14 +579,13 @@ Test(ring, stale_epoch_is_dropped_and_counted)
 	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, &tx, 1), 1);
 	memcpy(snap, P.buf[1], sizeof(snap));
 	h = tx.hdr;
-	h.epoch = tx.hdr.epoch - 1;	/* older (wraps: serial compare) */
+	h.epoch = tx.hdr.epoch - 1; /* older (wraps: serial compare) */
 	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
 		     CS_COLL_RX_STALE);
 	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
 		     CS_COLL_RX_STALE);
 	h.epoch = tx.hdr.epoch + 1;
-	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload),
-		     CS_ERR_EPOCH);
+	cr_assert_eq(cs_coll_on_data(P.op[1], 0, &h, tx.payload), CS_ERR_EPOCH);
 	cr_assert_eq(memcmp(snap, P.buf[1], sizeof(snap)), 0);
 	cs_coll_get_stats(P.op[1], &st);
 	cr_assert_eq(st.rx_stale_epoch, 2);
@@ -600,7 +616,8 @@ Test(ring, waiting_on_names_the_rank_and_chunk)
 	cr_assert_eq(w.pkts_missing, 2);
 	cr_assert_eq(w.pkts_total, 2);
 	cs_coll_wait_format(P.op[1], &w, line, sizeof(line));
-	cr_assert_str_eq(line, "rank 1 waits on rank 0: allreduce op 0 "
+	cr_assert_str_eq(line,
+			 "rank 1 waits on rank 0: allreduce op 0 "
 			 "channel 0 reduce-scatter step 0 chunk 0 (packets 2 "
 			 "of 2 missing)");
 	/* one packet of the first chunk arrives: 1 of 2 missing */
@@ -616,7 +633,8 @@ Test(ring, waiting_on_names_the_rank_and_chunk)
 	cr_assert_eq(w.chunk, 0);
 	cr_assert_eq(w.pkts_missing, 2);
 	cs_coll_wait_format(P.op[0], &w, line, sizeof(line));
-	cr_assert(strstr(line, "rank 0 waits on rank 1: allreduce op 0 "
+	cr_assert(strstr(line,
+			 "rank 0 waits on rank 1: allreduce op 0 "
 			 "channel 0 acks for reduce-scatter step 0 chunk 0"),
 		  "%s", line);
 	cr_assert_eq(cs_coll_on_acked(P.op[0], tx[0].cookie), 0);
@@ -701,7 +719,8 @@ Test(ring, deadline_times_out_naming_the_rank)
 	cs_coll_abort_wait(c, &w);
 	cr_assert_eq(w.kind, CS_COLL_WAIT_DATA);
 	cs_coll_wait_format(c, &w, line, sizeof(line));
-	cr_assert_str_eq(line, "rank 2 waits on rank 1: allreduce op 12 "
+	cr_assert_str_eq(line,
+			 "rank 2 waits on rank 1: allreduce op 12 "
 			 "channel 0 reduce-scatter step 0 chunk 0 (packets 1 "
 			 "of 1 missing)");
 	cs_coll_free(c);

@@ -374,7 +374,7 @@ static size_t check_one(cs_reduce_fn fn, enum cs_dtype t, enum cs_redop op,
 	return bad;
 }
 
-static const char *const isa_name[CS_REDUCE_ISA_COUNT] = {"scalar", "avx2"};
+static const char *const isa_name[CS_REDUCE_ISA_COUNT] = { "scalar", "avx2" };
 
 static void all_lengths(enum cs_reduce_isa isa)
 {

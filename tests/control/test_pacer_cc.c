@@ -44,7 +44,7 @@ Test(pacer, long_run_rate_is_exact)
 	unsigned n = 100000;
 
 	p.burst_bytes = 9038;
-	cr_assert_eq(cs_pacer_init(&pc, &p, 12.5e9), 0);	/* 100 Gb/s */
+	cr_assert_eq(cs_pacer_init(&pc, &p, 12.5e9), 0); /* 100 Gb/s */
 	cr_assert_eq(cs_pacer_frame_bytes(&pc, 8896), 9038);
 	for (unsigned i = 0; i < n; i++) {
 		now = cs_pacer_next(&pc, now);
@@ -64,10 +64,10 @@ Test(pacer, burst_then_wait)
 	struct cs_pacer pc;
 
 	p.burst_bytes = 2 * 1142;
-	cr_assert_eq(cs_pacer_init(&pc, &p, 1e9), 0);	/* 1 byte per ns */
+	cr_assert_eq(cs_pacer_init(&pc, &p, 1e9), 0); /* 1 byte per ns */
 	/* a fresh bucket lets a burst go at once */
 	cr_assert_eq(cs_pacer_next(&pc, 0), 0);
-	cs_pacer_consume(&pc, 1000, 0);		/* 1142 bytes */
+	cs_pacer_consume(&pc, 1000, 0); /* 1142 bytes */
 	cr_assert_eq(cs_pacer_next(&pc, 0), 0);
 	cs_pacer_consume(&pc, 1000, 0);
 	cr_assert_eq(cs_pacer_next(&pc, 0), 0);
@@ -83,11 +83,11 @@ Test(pacer, rate_change_rescales_the_wait)
 	struct cs_pacer pc;
 
 	p.burst_bytes = 1142;
-	cr_assert_eq(cs_pacer_init(&pc, &p, 1e8), 0);	/* 0.1 byte/ns */
+	cr_assert_eq(cs_pacer_init(&pc, &p, 1e8), 0); /* 0.1 byte/ns */
 	cs_pacer_consume(&pc, 1000, 0);
 	cs_pacer_consume(&pc, 1000, 0);
 	cr_assert_eq(cs_pacer_next(&pc, 0), 11420);
-	cs_pacer_set_rate(&pc, 1e9, 0);		/* ten times faster */
+	cs_pacer_set_rate(&pc, 1e9, 0); /* ten times faster */
 	cr_assert_eq(cs_pacer_next(&pc, 0), 1142);
 }
 
@@ -128,9 +128,9 @@ Test(cc, multiplicative_decrease_scaled_and_once_per_rtt)
 	struct cs_cc c;
 	double r0, r1;
 
-	p.fs_range = 0;			/* plain target: 5 us */
+	p.fs_range = 0; /* plain target: 5 us */
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
-	cs_cc_on_ack(&c, 10000, 9000, false, 1000);	/* base RTT 10 us */
+	cs_cc_on_ack(&c, 10000, 9000, false, 1000); /* base RTT 10 us */
 	r0 = c.rate;
 	/* RTT 18 us: qdelay 8 us, over the target by 3 us:
 	 * rate *= 1 - 0.8 * 3 / 8 */
@@ -160,8 +160,8 @@ Test(cc, flow_scaling_raises_the_target_for_small_windows)
 
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
 	cs_cc_on_ack(&c, 5000, 9000, false, 1000);
-	t_big = c.target;	/* 100 Gb/s * 5 us = 6.9 packets */
-	c.rate = 0.5e9 / 8;	/* 0.5 Gb/s: 0.03 packets */
+	t_big = c.target; /* 100 Gb/s * 5 us = 6.9 packets */
+	c.rate = 0.5e9 / 8; /* 0.5 Gb/s: 0.03 packets */
 	cs_cc_on_ack(&c, 5000, 9000, false, 2000);
 	t_small = c.target;
 	cr_assert(t_big < t_small);
@@ -176,7 +176,7 @@ Test(cc, ecn_is_optional)
 
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
 	cs_cc_on_ack(&c, 5000, 9000, true, 1000);
-	cr_assert_float_eq(c.rate, 12.5e9, 1);	/* ecn off: ignored */
+	cr_assert_float_eq(c.rate, 12.5e9, 1); /* ecn off: ignored */
 	p.ecn = true;
 	cr_assert_eq(cs_cc_init(&c, &p), 0);
 	cs_cc_on_ack(&c, 5000, 9000, true, 1000);
@@ -207,18 +207,22 @@ Test(xport, keys_go_to_their_table)
 	cr_assert_eq(xp.pacer.frame_overhead, 142);
 	cr_assert_float_eq(xp.cc.line_gbps, 100, 1e-9);
 	cr_assert_eq(cs_xport_params_set(&xp, "rel.ack_every", "8", err,
-					 sizeof(err)), 0);
+					 sizeof(err)),
+		     0);
 	cr_assert_eq(xp.rel.ack_every, 8);
 	cr_assert_eq(cs_xport_params_set(&xp, "pacer.burst_bytes", "64K", err,
-					 sizeof(err)), 0);
+					 sizeof(err)),
+		     0);
 	cr_assert_eq(xp.pacer.burst_bytes, 65536);
 	cr_assert_eq(cs_xport_params_set(&xp, "cc.target_qdelay", "7us", err,
-					 sizeof(err)), 0);
+					 sizeof(err)),
+		     0);
 	cr_assert_eq(xp.cc.target_qdelay, 7000);
-	cr_assert_eq(cs_xport_params_set(&xp, "cc.beta", "2", err,
-					 sizeof(err)), -EINVAL);
+	cr_assert_eq(cs_xport_params_set(&xp, "cc.beta", "2", err, sizeof(err)),
+		     -EINVAL);
 	cr_assert(strstr(err, "cc.beta"));
-	cr_assert_eq(cs_xport_params_set(&xp, "wire.mtu", "1", err,
-					 sizeof(err)), -ENOENT);
+	cr_assert_eq(
+		cs_xport_params_set(&xp, "wire.mtu", "1", err, sizeof(err)),
+		-ENOENT);
 	cr_assert(strstr(err, "wire.mtu"));
 }

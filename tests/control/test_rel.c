@@ -38,7 +38,7 @@ static struct cs_rel_params params(void)
 	p.dupthresh = 3;
 	p.max_timeouts = 5;
 	p.reo_wnd = 2000;
-	p.tlp = false;		/* tested on its own below */
+	p.tlp = false; /* tested on its own below */
 	p.tlp_min = 10000;
 	return p;
 }
@@ -96,10 +96,10 @@ Test(rel, bad_params)
 	struct cs_rel_params p = params();
 	struct cs_rel r;
 
-	p.window = 100;		/* not a power of two */
+	p.window = 100; /* not a power of two */
 	cr_assert_eq(cs_rel_init(&r, &p, NULL, NULL, NULL, 0, 0), -EINVAL);
 	p = params();
-	p.window = 32;		/* smaller than the SACK bitmap */
+	p.window = 32; /* smaller than the SACK bitmap */
 	cr_assert_eq(cs_rel_init(&r, &p, NULL, NULL, NULL, 0, 0), -EINVAL);
 	p = params();
 	p.rto_min = p.rto_max + 1;
@@ -115,12 +115,15 @@ Test(rel, config_table)
 	cr_assert_eq(p.window, 512);
 	cr_assert_eq(p.ack_delay, 4000);
 	cr_assert_eq(cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &p, "rel.rto_min",
-				"50us", err, sizeof(err)), 0);
+				"50us", err, sizeof(err)),
+		     0);
 	cr_assert_eq(p.rto_min, 50000);
-	cr_assert_eq(cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &p, "rel.nope",
-				"1", err, sizeof(err)), -ENOENT);
+	cr_assert_eq(cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &p, "rel.nope", "1",
+				err, sizeof(err)),
+		     -ENOENT);
 	cr_assert_eq(cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &p, "rel.window",
-				"1", err, sizeof(err)), -EINVAL);
+				"1", err, sizeof(err)),
+		     -EINVAL);
 	cr_assert(strstr(err, "rel.window"));
 }
 
@@ -175,7 +178,7 @@ Test(rel, beyond_window_is_dropped)
 
 	pair(SEQ0);
 	h = data(&a, 0, 0);
-	h.seq = SEQ0 + 64;	/* window is 64: seqs SEQ0..SEQ0+63 */
+	h.seq = SEQ0 + 64; /* window is 64: seqs SEQ0..SEQ0+63 */
 	cr_assert_eq(cs_rel_on_packet(&b, &h, 1), CS_REL_STALE);
 	h.seq = SEQ0 + 63;
 	cr_assert_eq(cs_rel_on_packet(&b, &h, 1), CS_REL_DELIVER);
@@ -257,7 +260,7 @@ Test(rel, rto_backoff_karn_and_failure)
 	pair(SEQ0);
 	h = data(&a, 0, 0);
 	t = cs_rel_next_deadline(&a);
-	cr_assert_eq(t, 1000000);	/* rto_init */
+	cr_assert_eq(t, 1000000); /* rto_init */
 	cr_assert_eq(cs_rel_on_timer(&a, t - 1), 0);
 	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
 	/* doubled */
@@ -345,7 +348,7 @@ Test(rel, credit_blocks_until_granted)
 	struct cs_pkt_hdr h, ack;
 
 	p.credit = true;
-	p.credit_init = 250;	/* 2.5 packets of 100 bytes */
+	p.credit_init = 250; /* 2.5 packets of 100 bytes */
 	cr_assert_eq(cs_rel_init(&a, &p, NULL, NULL, NULL, SEQ0, 5), 0);
 	cr_assert_eq(cs_rel_init(&b, &p, NULL, NULL, NULL, 5, SEQ0), 0);
 	for (unsigned i = 0; i < 3; i++) {
@@ -402,7 +405,7 @@ Test(rel, sequence_wrap)
 	cr_assert_eq(delivered, 120);
 	cr_assert_eq(b.st.data_rcvd, 120);
 	cr_assert_eq(a.snd_nxt, 0xffffffe0u + 120);
-	cr_assert(a.snd_nxt < 100);	/* wrapped */
+	cr_assert(a.snd_nxt < 100); /* wrapped */
 	unpair();
 }
 
@@ -425,7 +428,7 @@ Test(rel, beyond_sack_reach_is_not_lost)
 			cs_rel_on_packet(&b, &h[i], 1000 + i);
 	ack = ack_of(&b, 1300);
 	cr_assert_eq(ack.ack, SEQ0);
-	cr_assert_eq(ack.sack, ~0ull);		/* seqs 1..64 */
+	cr_assert_eq(ack.sack, ~0ull); /* seqs 1..64 */
 	cr_assert(cs_rel_on_packet(&a, &ack, 1400) & CS_REL_LOST);
 	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
 	cr_assert_eq(seq, SEQ0);
@@ -468,7 +471,7 @@ Test(rel, rack_time_rule_for_small_windows)
 	cs_rel_on_packet(&a, &ack, 10000);
 	cr_assert_eq(a.srtt, 10000);
 
-	h[1] = data(&a, 1, 20000);	/* lost */
+	h[1] = data(&a, 1, 20000); /* lost */
 	h[2] = data(&a, 2, 21000);
 	cs_rel_on_packet(&b, &h[2], 26000);
 	ack = ack_of(&b, 26000);
@@ -500,8 +503,8 @@ Test(rel, tail_loss_probe)
 	h = data(&a, 0, 0);
 	cs_rel_on_packet(&b, &h, 5000);
 	ack = ack_of(&b, 5000);
-	cs_rel_on_packet(&a, &ack, 10000);	/* srtt 10 us */
-	h = data(&a, 1, 20000);			/* lost */
+	cs_rel_on_packet(&a, &ack, 10000); /* srtt 10 us */
+	h = data(&a, 1, 20000); /* lost */
 	d = cs_rel_next_deadline(&a);
 	/* max(2 srtt, srtt + 4 rttvar) + ack_delay, rttvar = srtt / 2 */
 	cr_assert_eq(d, 20000 + 30000 + 10000);
@@ -552,7 +555,7 @@ Test(rel, sack_extension_reports_far_holes)
 	cr_assert(ext.flags & CS_PKT_F_ACK);
 	cr_assert_eq(ext.seq, SEQ0 + 65);
 	cr_assert_eq(ext.ack, SEQ0);
-	cr_assert_eq(ext.sack, ~0ull);		/* 65..128 all arrived */
+	cr_assert_eq(ext.sack, ~0ull); /* 65..128 all arrived */
 	cr_assert(!cs_rel_ack_due(&b, 1300));
 	/* the next ACK is followed by the next block, with the hole at 150 */
 	b.ack_now = true;
@@ -565,7 +568,7 @@ Test(rel, sack_extension_reports_far_holes)
 	ack_of(&b, 1302);
 	ext = ack_of(&b, 1302);
 	cr_assert_eq(ext.seq, SEQ0 + 193);
-	cr_assert_eq(ext.sack, 0x7f);		/* 193..199 */
+	cr_assert_eq(ext.sack, 0x7f); /* 193..199 */
 	/* ... then it cycles back */
 	b.ack_now = true;
 	ack = ack_of(&b, 1303);
@@ -574,7 +577,7 @@ Test(rel, sack_extension_reports_far_holes)
 
 	/* the sender learns both holes and condemns nothing else */
 	cs_rel_on_packet(&a, &ack, 1400);
-	cs_rel_on_packet(&a, &ext, 1400);	/* 65..128 */
+	cs_rel_on_packet(&a, &ext, 1400); /* 65..128 */
 	ext.seq = SEQ0 + 129;
 	ext.sack = ~(1ull << 21);
 	cs_rel_on_packet(&a, &ext, 1400);
@@ -626,7 +629,7 @@ Test(rel, ack_of_an_original_does_not_condemn_the_rest)
 	ack = ack_of(&b, 30002);
 	cr_assert_eq(ack.ack, SEQ0 + 5);
 	cr_assert_eq(ack.sack, 1);
-	cs_rel_on_packet(&a, &ack, 31000);	/* 1 us after the resend */
+	cs_rel_on_packet(&a, &ack, 31000); /* 1 us after the resend */
 	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT,
 		     "seq %u condemned", seq);
 	unpair();

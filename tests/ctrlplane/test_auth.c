@@ -25,32 +25,44 @@ Test(auth, sha256_known_answers)
 	cs_sha256_update(&s, "abc", 3);
 	cs_sha256_final(&s, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	cr_assert_str_eq(
+		h,
+		"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 
 	cs_sha256_init(&s);
 	cs_sha256_final(&s, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	cr_assert_str_eq(
+		h,
+		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 
 	/* 56-byte message: padding spills into a second block. */
 	cs_sha256_init(&s);
-	cs_sha256_update(&s, "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56);
+	cs_sha256_update(
+		&s, "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+		56);
 	cs_sha256_final(&s, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	cr_assert_str_eq(
+		h,
+		"248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 
 	/* One million 'a' fed in odd-sized pieces. */
 	memset(million, 'a', sizeof(million));
 	cs_sha256_init(&s);
-	for (size_t off = 0, step = 1; off < sizeof(million); step = step * 3 % 997 + 1) {
-		size_t n = sizeof(million) - off < step ? sizeof(million) - off : step;
+	for (size_t off = 0, step = 1; off < sizeof(million);
+	     step = step * 3 % 997 + 1) {
+		size_t n = sizeof(million) - off < step ? sizeof(million) - off
+							: step;
 
 		cs_sha256_update(&s, million + off, n);
 		off += n;
 	}
 	cs_sha256_final(&s, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+	cr_assert_str_eq(
+		h,
+		"cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 Test(auth, hmac_rfc4231)
@@ -61,26 +73,39 @@ Test(auth, hmac_rfc4231)
 	memset(key, 0x0b, 20);
 	cs_hmac_sha256(key, 20, "Hi There", 8, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+	cr_assert_str_eq(
+		h,
+		"b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
 
 	cs_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+	cr_assert_str_eq(
+		h,
+		"5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 
 	memset(key, 0xaa, sizeof(key));
 	cs_hmac_sha256(key, sizeof(key),
 		       "Test Using Larger Than Block-Size Key - Hash Key First",
 		       54, d);
 	hex(d, 32, h);
-	cr_assert_str_eq(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+	cr_assert_str_eq(
+		h,
+		"60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
 static struct cs_pkt_hdr sample(void)
 {
 	struct cs_pkt_hdr h = {
-		.version = CS_PROTO_VERSION, .type = CS_PKT_DATA, .src = 3,
-		.group = 7, .epoch = 2, .op = 99, .seq = 12345, .offset = 4096,
-		.len = 64, .ts = 1000,
+		.version = CS_PROTO_VERSION,
+		.type = CS_PKT_DATA,
+		.src = 3,
+		.group = 7,
+		.epoch = 2,
+		.op = 99,
+		.seq = 12345,
+		.offset = 4096,
+		.len = 64,
+		.ts = 1000,
 	};
 	return h;
 }

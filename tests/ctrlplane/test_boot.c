@@ -10,7 +10,7 @@
 
 /* A driver double: records what the coordinator asked for. */
 struct rec {
-	unsigned sent[8][8];	/* [conn][type] */
+	unsigned sent[8][8]; /* [conn][type] */
 	uint32_t last_node[8];
 	uint32_t last_epoch[8];
 	uint8_t last_proof[8][32];
@@ -60,7 +60,8 @@ static void rec_lost(void *ctx, uint32_t rank, uint32_t epoch)
 }
 
 static const struct cs_member_params MP = {
-	.hb_interval = 100 * CS_NS_PER_MS, .fail_timeout = CS_NS_PER_S,
+	.hb_interval = 100 * CS_NS_PER_MS,
+	.fail_timeout = CS_NS_PER_S,
 };
 
 static struct cs_boot_msg join_msg(const char *token, const uint8_t *chal,
@@ -182,7 +183,8 @@ Test(boot, silent_member_lost_after_timeout)
 	for (t = 0; t <= 3 * CS_NS_PER_S; t += MP.hb_interval) {
 		for (uint32_t k = 0; k < 4; k++) {
 			struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT,
-						  .node = k, .epoch = 1 };
+						  .node = k,
+						  .epoch = 1 };
 
 			if (k != 1 && !r->closed[k])
 				cr_assert_eq(cs_coord_on_msg(&c, k, &hb, t, &o),
@@ -205,8 +207,9 @@ Test(boot, decoder_survives_hostile_bytes)
 	struct cs_node_addr tab[4];
 	uint32_t lost[4];
 	struct cs_boot_msg d = { .table = tab, .lost = lost, .cap = 4 };
-	struct cs_boot_msg m = { .type = CS_BOOT_TABLE, .epoch = 3, .n = 4,
-				 .table = tab };
+	struct cs_boot_msg m = {
+		.type = CS_BOOT_TABLE, .epoch = 3, .n = 4, .table = tab
+	};
 	uint8_t buf[512], junk[512];
 	uint64_t rng = 42;
 	int n;
@@ -290,8 +293,8 @@ static void deliver_to_member(struct net *n, uint32_t k,
 
 	cr_assert_eq(cs_boot_decode(n->buf, (size_t)len, &d), len);
 	o.ctx = n;
-	n->rc[k] = cs_boot_member_on_msg(&n->m[k], &d, 0, &reply,
-					 n->lost[k], 4, &nl);
+	n->rc[k] = cs_boot_member_on_msg(&n->m[k], &d, 0, &reply, n->lost[k], 4,
+					 &nl);
 	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_VIEW))
 		n->views[k]++;
 	if (n->rc[k] > 0 && (n->rc[k] & CS_BOOT_M_REPLY)) {
@@ -332,8 +335,7 @@ Test(boot, members_and_coordinator_end_to_end)
 		cr_assert_eq(n->m[k].world, 4);
 		cr_assert_eq(n->m[k].epoch, 1);
 		for (uint32_t r = 0; r < 4; r++)
-			cr_assert_eq(n->m[k].table[r].ip,
-				     n->c.table[r].ip);
+			cr_assert_eq(n->m[k].table[r].ip, n->c.table[r].ip);
 	}
 	/* Rank of member 2's sidecar dies: the others see a new view. */
 	uint32_t dead = n->m[2].rank;
@@ -356,7 +358,8 @@ Test(boot, member_refuses_impostor_coordinator)
 	struct cs_boot_member m;
 	struct cs_node_addr self = { .ip = 1 };
 	struct cs_boot_msg ch = { .type = CS_BOOT_CHALLENGE }, reply,
-			   w = { .type = CS_BOOT_WELCOME, .node = 0,
+			   w = { .type = CS_BOOT_WELCOME,
+				 .node = 0,
 				 .world = 2 };
 	unsigned nl;
 

@@ -18,7 +18,8 @@ static cs_ns_t now_ns(void)
 }
 
 static const struct cs_member_params MP = {
-	.hb_interval = 20 * CS_NS_PER_MS, .fail_timeout = 2 * CS_NS_PER_S,
+	.hb_interval = 20 * CS_NS_PER_MS,
+	.fail_timeout = 2 * CS_NS_PER_S,
 };
 
 #define N 4
@@ -55,16 +56,19 @@ Test(boot_tcp, form_refuse_lose_and_coordinator_loss, .timeout = 120)
 	cs_ns_t deadline;
 	int dead = 1;
 
-	cr_assert_eq(cs_coord_svc_start(&w->co, "127.0.0.1", 0, "tok", N, &MP,
-					 5), 0);
+	cr_assert_eq(
+		cs_coord_svc_start(&w->co, "127.0.0.1", 0, "tok", N, &MP, 5),
+		0);
 	/* An intruder first: refused with a reason, the group unaffected. */
 	struct cs_node_addr bad = { .ip = 99 };
 	cr_assert_eq(cs_member_svc_join(&w->m[N], "127.0.0.1", w->co.port,
-					"not-the-token", -1, &bad, &MP, 9,
-					5000, now_ns()), 0);
+					"not-the-token", -1, &bad, &MP, 9, 5000,
+					now_ns()),
+		     0);
 	w->live[N] = true;
 	for (unsigned k = 0; k < N; k++) {
-		struct cs_node_addr a = { .ip = 0x7f000001, .udp_port = 47000 + k };
+		struct cs_node_addr a = { .ip = 0x7f000001,
+					  .udp_port = 47000 + k };
 
 		cr_assert_eq(cs_member_svc_join(&w->m[k], "127.0.0.1",
 						w->co.port, "tok", (int)k, &a,
@@ -73,7 +77,8 @@ Test(boot_tcp, form_refuse_lose_and_coordinator_loss, .timeout = 120)
 		w->live[k] = true;
 	}
 	deadline = now_ns() + 30 * CS_NS_PER_S;
-	while (!(all_have(w, CS_MSVC_READY, -1) && (w->ev[N] & CS_MSVC_FAILED)) &&
+	while (!(all_have(w, CS_MSVC_READY, -1) &&
+		 (w->ev[N] & CS_MSVC_FAILED)) &&
 	       now_ns() < deadline)
 		pump(w, true);
 	cr_assert(w->ev[N] & CS_MSVC_FAILED, "intruder refused");

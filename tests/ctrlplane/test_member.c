@@ -88,8 +88,8 @@ Test(member, epoch_advances_with_wrap)
 
 	cs_member_fd_init(&m, &P, UINT32_MAX, 0);
 	cr_assert(!cs_member_fd_on_view(&m, UINT32_MAX, 1));
-	cr_assert(cs_member_fd_on_view(&m, 0, 2));	/* wrapped forward */
+	cr_assert(cs_member_fd_on_view(&m, 0, 2)); /* wrapped forward */
 	cr_assert_eq(m.epoch, 0);
-	cr_assert(!cs_member_fd_on_view(&m, UINT32_MAX, 3));	/* stale */
+	cr_assert(!cs_member_fd_on_view(&m, UINT32_MAX, 3)); /* stale */
 	cr_assert_eq(m.epoch, 0);
 }

@@ -64,8 +64,8 @@ static void pair_down(struct pair *pr)
 }
 
 /* Send one frame of @len bytes built by @fill from port a. */
-static void send_frame(struct pair *pr, void (*fill)(struct pair *, uint8_t *,
-						    uint32_t *))
+static void send_frame(struct pair *pr,
+		       void (*fill)(struct pair *, uint8_t *, uint32_t *))
 {
 	struct cs_pbuf b;
 
@@ -79,21 +79,21 @@ static void fill_arp(struct pair *pr, uint8_t *f, uint32_t *len)
 	(void)pr;
 	memset(f, 0, 60);
 	f[12] = 0x08;
-	f[13] = 0x06;	/* ARP */
+	f[13] = 0x06; /* ARP */
 	*len = 60;
 }
 
 static void fill_other_port(struct pair *pr, uint8_t *f, uint32_t *len)
 {
-	cs_port_frame_hdrs(f, 200, pr->a->mac, pr->b->mac, pr->a->ip,
-			   pr->b->ip, 7700, 7755);
+	cs_port_frame_hdrs(f, 200, pr->a->mac, pr->b->mac, pr->a->ip, pr->b->ip,
+			   7700, 7755);
 	*len = 200;
 }
 
 static void fill_garbage(struct pair *pr, uint8_t *f, uint32_t *len)
 {
-	cs_port_frame_hdrs(f, 200, pr->a->mac, pr->b->mac, pr->a->ip,
-			   pr->b->ip, 7700, 7700);
+	cs_port_frame_hdrs(f, 200, pr->a->mac, pr->b->mac, pr->a->ip, pr->b->ip,
+			   7700, 7700);
 	memset(f + CS_PORT_HDRS_LEN, 0x42, 200 - CS_PORT_HDRS_LEN);
 	*len = 200;
 }
@@ -175,7 +175,7 @@ Test(driver, raw_blast_counts_both_ends)
 		cs_drv_poll(&pr.da, 0, now);
 		cs_drv_poll(&pr.db, 0, now);
 	}
-	for (int i = 0; i < 60; i++, now++) {	/* past the end: drain */
+	for (int i = 0; i < 60; i++, now++) { /* past the end: drain */
 		cs_drv_poll(&pr.da, 0, now);
 		cs_drv_poll(&pr.db, 0, now);
 	}
@@ -239,7 +239,7 @@ static unsigned count_fn(void *arg, unsigned q, cs_ns_t now)
 	(void)q;
 	(void)now;
 	atomic_fetch_add(&calls, 1);
-	return 0;	/* idle: the adaptive lcore waits between polls */
+	return 0; /* idle: the adaptive lcore waits between polls */
 }
 
 Test(lcore, adaptive_lcore_polls_waits_and_stops)
@@ -252,7 +252,8 @@ Test(lcore, adaptive_lcore_polls_waits_and_stops)
 	lc.spin = 10;
 	open_loop(&p, "127.0.0.1", "");
 	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
-				    count_fn, NULL), 0);
+				    count_fn, NULL),
+		     0);
 	while (atomic_load(&calls) < 100)
 		usleep(1000);
 	cs_lcore_stop(&l);

@@ -122,10 +122,10 @@ Test(frame, headers_roundtrip_and_malformed)
 	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EPROTO,
 		     "foreign UDP port");
 	p.udp_port = 7700;
-	f[14 + 8] ^= 1;	/* TTL: breaks the IPv4 checksum */
+	f[14 + 8] ^= 1; /* TTL: breaks the IPv4 checksum */
 	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EBADMSG);
 	f[14 + 8] ^= 1;
-	f[12] = 0x86;	/* IPv6 ethertype */
+	f[12] = 0x86; /* IPv6 ethertype */
 	cr_assert_eq(cs_port_frame_check(&p, f, sizeof(f)), -EPROTO);
 }
 
@@ -147,13 +147,14 @@ Test(fault, none_passes_everything_in_order)
 
 static unsigned run_drop(uint64_t seed, uint32_t *ids, uint64_t *dropped)
 {
-	struct cs_fault_conf fc = { .seed = seed, .drop = 0.3,
+	struct cs_fault_conf fc = { .seed = seed,
+				    .drop = 0.3,
 				    .reorder_depth = 4 };
 	struct cs_port *p = shim_on_loop(&fc);
 	struct cs_port_stats st;
 	unsigned n = 0;
 
-	for (uint32_t r = 0; r < 4; r++) {	/* 4 x 500: under the rx ring */
+	for (uint32_t r = 0; r < 4; r++) { /* 4 x 500: under the rx ring */
 		send_range(p, r * 500, 500);
 		n += recv_all(p, ids + n, NFRAMES - n, NULL);
 	}
@@ -182,8 +183,7 @@ Test(fault, drop_is_counted_and_seeded)
 
 Test(fault, dup_sends_twice)
 {
-	struct cs_fault_conf fc = { .seed = 7, .dup = 1.0,
-				    .reorder_depth = 4 };
+	struct cs_fault_conf fc = { .seed = 7, .dup = 1.0, .reorder_depth = 4 };
 	struct cs_port *p = shim_on_loop(&fc);
 	static uint32_t ids[NFRAMES];
 	static unsigned count[NFRAMES];
@@ -206,7 +206,8 @@ Test(fault, dup_sends_twice)
 
 Test(fault, reorder_keeps_every_frame_once)
 {
-	struct cs_fault_conf fc = { .seed = 9, .reorder = 0.2,
+	struct cs_fault_conf fc = { .seed = 9,
+				    .reorder = 0.2,
 				    .delay_ns = 60ull * CS_NS_PER_S,
 				    .reorder_depth = 3 };
 	struct cs_port *p = shim_on_loop(&fc);
@@ -228,12 +229,13 @@ Test(fault, reorder_keeps_every_frame_once)
 	cr_assert_gt(inversions, 0, "20%% reorder produced no inversion");
 	for (unsigned i = 0; i < n; i++)
 		cr_assert_eq(count[ids[i]], 1, "frame %u twice", ids[i]);
-	cs_port_close(p);	/* frees frames still held */
+	cs_port_close(p); /* frees frames still held */
 }
 
 Test(fault, delay_holds_then_releases)
 {
-	struct cs_fault_conf fc = { .seed = 3, .delay = 1.0,
+	struct cs_fault_conf fc = { .seed = 3,
+				    .delay = 1.0,
 				    .delay_ns = 60ull * CS_NS_PER_S,
 				    .reorder_depth = 1 };
 	struct cs_port *p = shim_on_loop(&fc);
@@ -266,7 +268,8 @@ Test(fault, delay_holds_then_releases)
 
 Test(fault, corrupt_flips_one_payload_bit)
 {
-	struct cs_fault_conf fc = { .seed = 5, .corrupt = 1.0,
+	struct cs_fault_conf fc = { .seed = 5,
+				    .corrupt = 1.0,
 				    .reorder_depth = 1 };
 	struct cs_port *p = shim_on_loop(&fc);
 	struct cs_pbuf v[CS_PORT_BURST];
@@ -286,8 +289,8 @@ Test(fault, corrupt_flips_one_payload_bit)
 			for (unsigned j = 0; j < FLEN; j++)
 				bits += __builtin_popcount(ref[j] ^
 							   v[i].data[j]);
-			cr_assert_eq(bits, 1, "frame %u: %u bits differ",
-				     total, bits);
+			cr_assert_eq(bits, 1, "frame %u: %u bits differ", total,
+				     bits);
 			cr_assert_eq(memcmp(ref, v[i].data, CS_PORT_HDRS_LEN),
 				     0, "outer headers left alone");
 			total++;
@@ -360,13 +363,14 @@ Test(udp, loopback_exchange)
 		got = cs_port_rx_burst(b, 0, v, CS_PORT_BURST);
 		for (unsigned i = 0; i < got; i++) {
 			cr_assert_eq(v[i].len, FLEN);
-			cr_assert_eq(cs_port_frame_check(b, v[i].data,
-							 v[i].len),
-				     CS_PORT_HDRS_LEN);
-			cr_assert_eq(id_of(&v[i]), n + i, "udp on lo keeps order");
+			cr_assert_eq(
+				cs_port_frame_check(b, v[i].data, v[i].len),
+				CS_PORT_HDRS_LEN);
+			cr_assert_eq(id_of(&v[i]), n + i,
+				     "udp on lo keeps order");
 			cr_assert_eq(v[i].data[CS_PORT_L4_OFF] << 8 |
-				     v[i].data[CS_PORT_L4_OFF + 1], pa,
-				     "source port rebuilt");
+					     v[i].data[CS_PORT_L4_OFF + 1],
+				     pa, "source port rebuilt");
 			for (uint32_t j = CS_PORT_HDRS_LEN + 4; j < FLEN; j++)
 				cr_assert_eq(v[i].data[j],
 					     (uint8_t)(n + i + j));

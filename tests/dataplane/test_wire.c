@@ -12,13 +12,13 @@
 #define UDPOFF (CS_WIRE_ETH_LEN + CS_WIRE_IP_LEN)
 
 static const struct cs_wire_addr addr_a = {
-	.mac = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0a},
+	.mac = { 0x02, 0x00, 0x00, 0x00, 0x00, 0x0a },
 	.ip = 0x0a000001, /* 10.0.0.1 */
 	.port = 4791,
 };
 
 static const struct cs_wire_addr addr_b = {
-	.mac = {0x02, 0x00, 0x00, 0x00, 0x00, 0x0b},
+	.mac = { 0x02, 0x00, 0x00, 0x00, 0x00, 0x0b },
 	.ip = 0x0a000102, /* 10.0.1.2 */
 	.port = 4792,
 };
@@ -192,8 +192,8 @@ static void check_roundtrip(uint32_t len, uint16_t flags)
 
 Test(wire, roundtrip_sizes)
 {
-	static const uint32_t lens[] = {0,  1,	  7,	8,    63,
-					64, 1000, 1382, 4096, 8900};
+	static const uint32_t lens[] = { 0,  1,	   7,	 8,    63,
+					 64, 1000, 1382, 4096, 8900 };
 	size_t i;
 
 	for (i = 0; i < CS_ARRAY_SIZE(lens); i++) {
@@ -206,9 +206,9 @@ Test(wire, roundtrip_sizes)
 
 Test(wire, roundtrip_random)
 {
-	static const uint16_t fl[] = {CS_PKT_F_ACK,  CS_PKT_F_ECE,
-				      CS_PKT_F_AUTH, CS_PKT_F_RETX,
-				      CS_PKT_F_CE,   CS_PKT_F_LAST};
+	static const uint16_t fl[] = { CS_PKT_F_ACK,  CS_PKT_F_ECE,
+				       CS_PKT_F_AUTH, CS_PKT_F_RETX,
+				       CS_PKT_F_CE,   CS_PKT_F_LAST };
 	uint64_t rng = 7;
 	struct cs_wire_pkt pkt;
 	struct cs_pkt_hdr h;
@@ -286,7 +286,7 @@ Test(wire, golden_layout)
 		0x12, 0xb7, 0x12, 0xb8, 0x00, 0x66, 0x00, 0x00,
 	};
 	/* clang-format on */
-	uint8_t buf[256], pay[2] = {0xaa, 0xbb};
+	uint8_t buf[256], pay[2] = { 0xaa, 0xbb };
 	int n, i;
 
 	for (i = 0; i < CS_PROTO_TAG_LEN; i++)
@@ -452,7 +452,7 @@ Test(wire, truncation_every_prefix)
 
 Test(wire, ip_options)
 {
-	static const size_t extra[] = {4, 8, 20, 40};
+	static const size_t extra[] = { 4, 8, 20, 40 };
 	struct cs_wire_pkt pkt;
 	struct cs_pkt_hdr h;
 	uint8_t *f, *g;
@@ -691,7 +691,7 @@ Test(wire_reject, proto)
 
 Test(wire_reject, udp_len)
 {
-	static const int delta[] = {-1, 1, 100};
+	static const int delta[] = { -1, 1, 100 };
 	struct fixture x;
 	uint16_t ulen;
 	size_t i;
@@ -773,7 +773,7 @@ Test(wire_reject, version)
 
 Test(wire_reject, type)
 {
-	static const uint8_t bad[] = {0, CS_PKT_TYPE_MAX + 1, 0xff};
+	static const uint8_t bad[] = { 0, CS_PKT_TYPE_MAX + 1, 0xff };
 	struct fixture x;
 	size_t i;
 

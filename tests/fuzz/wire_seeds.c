@@ -12,12 +12,12 @@
 #include "internal/util.h"
 
 static const struct cs_wire_addr seed_src = {
-	.mac = {0x02, 0, 0, 0, 0, 0x01},
+	.mac = { 0x02, 0, 0, 0, 0, 0x01 },
 	.ip = 0x0a000001,
 	.port = 4791,
 };
 static const struct cs_wire_addr seed_dst = {
-	.mac = {0x02, 0, 0, 0, 0, 0x02},
+	.mac = { 0x02, 0, 0, 0, 0, 0x02 },
 	.ip = 0x0a000002,
 	.port = 4791,
 };
@@ -74,15 +74,15 @@ int main(int argc, char **argv)
 		uint32_t len;
 		int csum, opts;
 	} s[] = {
-		{CS_PKT_DATA, 0, 0, 0, 0},
-		{CS_PKT_DATA, CS_PKT_F_LAST, 64, 1, 0},
-		{CS_PKT_DATA, CS_PKT_F_AUTH | CS_PKT_F_RETX, 32, 0, 0},
-		{CS_PKT_ACK, CS_PKT_F_ACK | CS_PKT_F_ECE, 0, 1, 0},
-		{CS_PKT_NACK, CS_PKT_F_ACK, 0, 0, 1},
-		{CS_PKT_CREDIT, CS_PKT_F_AUTH, 0, 1, 1},
-		{CS_PKT_HEARTBEAT, 0, 8, 0, 0},
-		{CS_PKT_CTRL, CS_PKT_F_AUTH, 200, 1, 0},
-		{CS_PKT_RAW, 0, 1400, 0, 0},
+		{ CS_PKT_DATA, 0, 0, 0, 0 },
+		{ CS_PKT_DATA, CS_PKT_F_LAST, 64, 1, 0 },
+		{ CS_PKT_DATA, CS_PKT_F_AUTH | CS_PKT_F_RETX, 32, 0, 0 },
+		{ CS_PKT_ACK, CS_PKT_F_ACK | CS_PKT_F_ECE, 0, 1, 0 },
+		{ CS_PKT_NACK, CS_PKT_F_ACK, 0, 0, 1 },
+		{ CS_PKT_CREDIT, CS_PKT_F_AUTH, 0, 1, 1 },
+		{ CS_PKT_HEARTBEAT, 0, 8, 0, 0 },
+		{ CS_PKT_CTRL, CS_PKT_F_AUTH, 200, 1, 0 },
+		{ CS_PKT_RAW, 0, 1400, 0, 0 },
 	};
 	static uint8_t buf[2048], pay[1500];
 	struct cs_pkt_hdr h;

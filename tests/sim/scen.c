@@ -18,29 +18,29 @@
 struct flow {
 	struct cs_rel rel;
 	struct cs_path path;
-	uint32_t peer;		/* remote node */
+	uint32_t peer; /* remote node */
 	uint32_t payload;
 	uint64_t bytes;
 	/* sender */
 	bool sender;
-	const uint8_t *src;	/* NULL: synthetic payload */
+	const uint8_t *src; /* NULL: synthetic payload */
 	uint64_t next_off;
 	/* receiver */
 	uint8_t *dst;
-	uint8_t *seen;		/* deliveries per packet index */
+	uint8_t *seen; /* deliveries per packet index */
 	uint64_t rcvd;
 	uint64_t delivered_twice;
-	uint64_t bad;		/* offsets or lengths that make no sense */
+	uint64_t bad; /* offsets or lengths that make no sense */
 	cs_ns_t done_at;
-	cs_ns_t next_t;		/* when service() wants to run again */
+	cs_ns_t next_t; /* when service() wants to run again */
 };
 
 struct ep {
 	struct cs_sim *sim;
 	uint32_t id;
-	struct flow **flows;	/* by remote node id; NULL: none */
+	struct flow **flows; /* by remote node id; NULL: none */
 	uint32_t nflows_cap;
-	struct flow **list;	/* the flows of this endpoint */
+	struct flow **list; /* the flows of this endpoint */
 	uint32_t nlist;
 	uint64_t send_err;
 	/* after a delivery on @f, e.g. the receiver's credit scheduler */
@@ -53,8 +53,7 @@ static uint32_t pkt_len(const struct flow *f, uint64_t off)
 	return (uint32_t)CS_MIN((uint64_t)f->payload, f->bytes - off);
 }
 
-static void fill_hdr(struct cs_pkt_hdr *h, uint32_t me, uint64_t off,
-		     bool last)
+static void fill_hdr(struct cs_pkt_hdr *h, uint32_t me, uint64_t off, bool last)
 {
 	memset(h, 0, sizeof(*h));
 	h->version = CS_PROTO_VERSION;
@@ -73,7 +72,7 @@ static void xmit(struct ep *ep, struct flow *f, const struct cs_pkt_hdr *h,
 	const void *data = h->len && f->src ? f->src + off : NULL;
 
 	if (cs_sim_send(ep->sim, ep->id, f->peer, h, data, h->len))
-		ep->send_err++;	/* a NIC drop: repaired like any loss */
+		ep->send_err++; /* a NIC drop: repaired like any loss */
 }
 
 /* Send what may be sent now; return when to look again. */
@@ -147,13 +146,12 @@ static void rearm(struct ep *ep, cs_ns_t now)
 	cs_sim_timer(ep->sim, ep->id, next);
 }
 
-static void deliver(struct flow *f, const struct cs_sim_pkt *pkt,
-		    cs_ns_t now)
+static void deliver(struct flow *f, const struct cs_sim_pkt *pkt, cs_ns_t now)
 {
 	uint64_t off = pkt->hdr.offset, idx = off / f->payload;
 
 	if (!pkt->len)
-		return;		/* a filler (rel.h (b)): not sent here */
+		return; /* a filler (rel.h (b)): not sent here */
 	if (off % f->payload || off >= f->bytes ||
 	    pkt->len != pkt_len(f, off)) {
 		f->bad++;
@@ -174,8 +172,7 @@ static void ep_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 		  cs_ns_t now)
 {
 	struct ep *ep = ctx;
-	struct flow *f = pkt->src < ep->nflows_cap ? ep->flows[pkt->src] :
-						      NULL;
+	struct flow *f = pkt->src < ep->nflows_cap ? ep->flows[pkt->src] : NULL;
 	int m;
 
 	(void)sim;
@@ -241,8 +238,7 @@ static int flow_init(struct flow *f, struct ep *ep, uint32_t peer,
 	ret = cs_path_init(&f->path, &xp->pacer, &xp->cc);
 	if (ret)
 		return ret;
-	ret = cs_rel_init(&f->rel, &xp->rel, &f->path, NULL, f, isn_tx,
-			  isn_rx);
+	ret = cs_rel_init(&f->rel, &xp->rel, &f->path, NULL, f, isn_tx, isn_rx);
 	if (ret)
 		return ret;
 	if (recv) {
@@ -325,8 +321,7 @@ int cs_sim_p2p_run(const struct cs_sim_p2p_cfg *cfg,
 	int ret;
 
 	memset(res, 0, sizeof(*res));
-	if (!cfg->payload || cfg->payload > CS_SIM_MTU_PAYLOAD ||
-	    !cfg->bytes)
+	if (!cfg->payload || cfg->payload > CS_SIM_MTU_PAYLOAD || !cfg->bytes)
 		return -EINVAL;
 	xp.cc.line_gbps = cfg->link.gbps;
 	if (xp.cc.min_gbps > xp.cc.line_gbps)
@@ -426,15 +421,15 @@ struct credit_sched {
 	uint64_t budget, bytes;
 	uint32_t payload, frame;
 	bool fair;
-	uint8_t *state;		/* SCHED_* per sender */
-	uint64_t *granted_at;	/* rcvd when the grant was given */
+	uint8_t *state; /* SCHED_* per sender */
+	uint64_t *granted_at; /* rcvd when the grant was given */
 };
 
 static void grant(struct flow *f, uint64_t bytes)
 {
 	if (f->rel.grant != bytes) {
 		cs_rel_set_grant(&f->rel, bytes);
-		f->next_t = 0;	/* tell the sender now */
+		f->next_t = 0; /* tell the sender now */
 	}
 }
 
@@ -444,8 +439,8 @@ static void sched_share(struct credit_sched *s)
 {
 	s->fair = true;
 	for (uint32_t i = 0; i < s->n; i++)
-		grant(&s->rx[i], s->state[i] == SCHED_DONE ? 0 :
-				 s->budget / s->active);
+		grant(&s->rx[i],
+		      s->state[i] == SCHED_DONE ? 0 : s->budget / s->active);
 }
 
 /* After a delivery on @f (NULL: start): O(1) except when a sender
@@ -537,9 +532,10 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	 * budget holds a packet per sender, else none (the scheduler hands
 	 * out one-packet grants from t = 0). */
 	if (xp.rel.credit)
-		xp.rel.credit_init = cfg->credit_budget / n >= cfg->payload ?
-				     cfg->credit_budget / n : 0;
-	host.queue_bytes = 0;	/* NIC rings: the pacer bounds them */
+		xp.rel.credit_init = cfg->credit_budget / n >= cfg->payload
+					     ? cfg->credit_budget / n
+					     : 0;
+	host.queue_bytes = 0; /* NIC rings: the pacer bounds them */
 	port.queue_bytes = cfg->port_buffer;
 	port.ecn_bytes = cfg->ecn_bytes;
 
@@ -552,8 +548,7 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	ids = calloc(n + 1, sizeof(*ids));
 	cs.state = calloc(n, 1);
 	cs.granted_at = calloc(n, sizeof(*cs.granted_at));
-	ret = eps && tx && rx && ids && cs.state && cs.granted_at ?
-	      0 : -ENOMEM;
+	ret = eps && tx && rx && ids && cs.state && cs.granted_at ? 0 : -ENOMEM;
 	recv = eps ? &eps[n] : NULL;
 	for (uint32_t i = 0; !ret && i <= n; i++) {
 		ret = ep_init(&eps[i], sim, nodes, i == n ? n : 1);
@@ -564,13 +559,12 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 		ret = cs_sim_star(sim, ids, n + 1, &host, &port, &sw);
 	for (uint32_t i = 0; !ret && i < n; i++) {
 		/* Synthetic payloads: incast checks counts, not bytes. */
-		ret = flow_init(&tx[i], &eps[i], recv->id, &xp, 100 * i,
-				7 * i, cfg->bytes, cfg->payload, NULL, false,
-				false);
+		ret = flow_init(&tx[i], &eps[i], recv->id, &xp, 100 * i, 7 * i,
+				cfg->bytes, cfg->payload, NULL, false, false);
 		if (!ret)
 			ret = flow_init(&rx[i], recv, eps[i].id, &xp, 7 * i,
-					100 * i, cfg->bytes, cfg->payload,
-					NULL, true, false);
+					100 * i, cfg->bytes, cfg->payload, NULL,
+					true, false);
 	}
 	if (ret)
 		goto out;
@@ -603,11 +597,11 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 			if (res->ok)
 				snprintf(res->why, sizeof(res->why),
 					 "sender %u: %llu of %llu bytes, "
-					 "%llu twice", i,
-					 (unsigned long long)rx[i].rcvd,
+					 "%llu twice",
+					 i, (unsigned long long)rx[i].rcvd,
 					 (unsigned long long)cfg->bytes,
-					 (unsigned long long)
-					 rx[i].delivered_twice);
+					 (unsigned long long)rx[i]
+						 .delivered_twice);
 			res->ok = false;
 			continue;
 		}
@@ -621,8 +615,8 @@ int cs_sim_incast_run(const struct cs_sim_incast_cfg *cfg,
 	for (uint32_t l = 0; l < cs_sim_links(sim); l++) {
 		const struct cs_sim_link_stats *st = cs_sim_link_stats(sim, l);
 
-		res->drops += st->drop_queue + st->drop_loss +
-			      st->drop_outage + st->drop_corrupt;
+		res->drops += st->drop_queue + st->drop_loss + st->drop_outage +
+			      st->drop_corrupt;
 	}
 	res->time_ns = end;
 	res->events = cs_sim_events(sim);

@@ -16,7 +16,6 @@
 /* Payload per packet at MTU 9000: 9000 - IPv4 20 - UDP 8 - header 76. */
 #define CS_SIM_MTU_PAYLOAD 8896u
 
-
 /**
  * struct cs_sim_p2p_cfg - one sender, one receiver, a link each way
  * @bytes: bytes to move
@@ -103,12 +102,12 @@ struct cs_sim_incast_cfg {
 
 struct cs_sim_incast_result {
 	bool ok;
-	cs_ns_t time_ns;	/* first send to last byte delivered */
-	double util;		/* receiver link busy fraction */
-	double goodput_frac;	/* payload bits / (time * link rate) */
-	uint64_t queue_max;	/* switch port to the receiver, bytes */
-	uint64_t drops;		/* anywhere */
-	double jain;		/* over per-sender throughput */
+	cs_ns_t time_ns; /* first send to last byte delivered */
+	double util; /* receiver link busy fraction */
+	double goodput_frac; /* payload bits / (time * link rate) */
+	uint64_t queue_max; /* switch port to the receiver, bytes */
+	uint64_t drops; /* anywhere */
+	double jain; /* over per-sender throughput */
 	uint64_t retx, timeouts, events;
 	char why[160];
 };

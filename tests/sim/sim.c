@@ -10,19 +10,19 @@
 #define PS_PER_NS 1000ull
 #define PS_NEVER UINT64_MAX
 #define POOL_CHUNK 1024
-#define LINEAR_ROUTES 8		/* more links than this: a dense table */
+#define LINEAR_ROUTES 8 /* more links than this: a dense table */
 
 enum ev_type {
-	EV_TX_DONE,		/* a link serialized its head frame */
-	EV_ARRIVE,		/* a frame reaches the far end of a link */
-	EV_FORWARD,		/* a switch hands a frame to a port */
-	EV_TIMER,		/* an endpoint's timer */
-	EV_FAIL,		/* a node dies */
+	EV_TX_DONE, /* a link serialized its head frame */
+	EV_ARRIVE, /* a frame reaches the far end of a link */
+	EV_FORWARD, /* a switch hands a frame to a port */
+	EV_TIMER, /* an endpoint's timer */
+	EV_FAIL, /* a node dies */
 };
 
 struct ev {
-	uint64_t t;		/* ps */
-	uint64_t order;		/* insertion order: ties replay */
+	uint64_t t; /* ps */
+	uint64_t order; /* insertion order: ties replay */
 	void *ptr;
 	uint32_t type;
 	uint32_t idx;
@@ -31,8 +31,8 @@ struct ev {
 struct pkt {
 	struct cs_sim_pkt pub;
 	struct pkt *next;
-	uint8_t *buf;		/* max_payload bytes, allocated lazily */
-	uint32_t frame;		/* bytes of link time */
+	uint8_t *buf; /* max_payload bytes, allocated lazily */
+	uint32_t frame; /* bytes of link time */
 	bool corrupt;
 };
 
@@ -42,7 +42,7 @@ struct link {
 	double ps_per_byte;
 	uint64_t delay_ps;
 	struct pkt *head, *tail;
-	uint64_t qbytes;	/* queued, including the frame in service */
+	uint64_t qbytes; /* queued, including the frame in service */
 	bool busy;
 	uint32_t n_out;
 	uint64_t out_start[CS_SIM_MAX_OUTAGES], out_end[CS_SIM_MAX_OUTAGES];
@@ -55,19 +55,19 @@ struct node {
 	bool is_switch;
 	bool dead;
 	uint64_t latency_ps;
-	uint64_t timer_at;	/* ps; PS_NEVER: none */
-	uint64_t armed_at;	/* earliest timer event in the heap */
-	int64_t default_link;	/* -1: none */
-	uint32_t *links;	/* outgoing link ids */
+	uint64_t timer_at; /* ps; PS_NEVER: none */
+	uint64_t armed_at; /* earliest timer event in the heap */
+	int64_t default_link; /* -1: none */
+	uint32_t *links; /* outgoing link ids */
 	uint32_t nlinks, cap_links;
-	uint32_t *dense;	/* dst -> link + 1 (0: none) */
+	uint32_t *dense; /* dst -> link + 1 (0: none) */
 	uint32_t dense_nodes, dense_links;
 };
 
 struct cs_sim {
 	struct cs_sim_params p;
 	uint64_t rng;
-	uint64_t now;		/* ps */
+	uint64_t now; /* ps */
 	uint64_t order;
 	uint64_t events;
 	bool stop;
@@ -323,8 +323,8 @@ int cs_sim_link_add(struct cs_sim *sim, uint32_t from, uint32_t to,
 
 	if (from >= sim->nnodes || to >= sim->nnodes || from == to ||
 	    !(p->gbps > 0) || p->loss < 0 || p->loss > 1 || p->dup < 0 ||
-	    p->dup > 1 || p->reorder < 0 || p->reorder > 1 ||
-	    p->corrupt < 0 || p->corrupt > 1)
+	    p->dup > 1 || p->reorder < 0 || p->reorder > 1 || p->corrupt < 0 ||
+	    p->corrupt > 1)
 		return -EINVAL;
 	if (cs_sim_link_find(sim, from, to) >= 0)
 		return -EEXIST;
@@ -636,8 +636,7 @@ int cs_sim_send(struct cs_sim *sim, uint32_t node, uint32_t dst,
 	return enqueue(sim, (uint32_t)out, p);
 }
 
-uint64_t cs_sim_backlog(const struct cs_sim *sim, uint32_t node,
-			uint32_t dst)
+uint64_t cs_sim_backlog(const struct cs_sim *sim, uint32_t node, uint32_t dst)
 {
 	int l = route((struct cs_sim *)sim, node, dst);
 	const struct link *lk;
@@ -706,8 +705,8 @@ void cs_sim_stop(struct cs_sim *sim)
 
 int cs_sim_run(struct cs_sim *sim, cs_ns_t until)
 {
-	uint64_t until_ps = until >= UINT64_MAX / PS_PER_NS ?
-			    PS_NEVER : until * PS_PER_NS;
+	uint64_t until_ps =
+		until >= UINT64_MAX / PS_PER_NS ? PS_NEVER : until * PS_PER_NS;
 
 	sim->stop = false;
 	while (sim->nheap) {

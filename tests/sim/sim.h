@@ -47,10 +47,10 @@
 #include "internal/proto.h"
 #include "internal/util.h"
 
-#define CS_SIM_WIRE_EXTRA 24	/* preamble + IFG + FCS, bytes per frame */
+#define CS_SIM_WIRE_EXTRA 24 /* preamble + IFG + FCS, bytes per frame */
 #define CS_SIM_NODE_NONE UINT32_MAX
 #ifndef CS_NS_NEVER
-#define CS_NS_NEVER UINT64_MAX	/* no deadline (as control/pacer.h) */
+#define CS_NS_NEVER UINT64_MAX /* no deadline (as control/pacer.h) */
 #endif
 
 struct cs_sim;
@@ -122,20 +122,20 @@ struct cs_sim_node_ops {
 };
 
 struct cs_sim_link_stats {
-	uint64_t frames;	/* frames serialized onto the link */
-	uint64_t bytes;		/* frame bytes serialized, with extra */
-	uint64_t payload;	/* payload bytes serialized */
-	uint64_t delivered;	/* frames handed to the far node */
-	uint64_t drop_queue;	/* tail drops */
-	uint64_t drop_loss;	/* random loss */
+	uint64_t frames; /* frames serialized onto the link */
+	uint64_t bytes; /* frame bytes serialized, with extra */
+	uint64_t payload; /* payload bytes serialized */
+	uint64_t delivered; /* frames handed to the far node */
+	uint64_t drop_queue; /* tail drops */
+	uint64_t drop_loss; /* random loss */
 	uint64_t drop_outage;
-	uint64_t drop_corrupt;	/* corrupted, dropped by the FCS check */
-	uint64_t drop_dead;	/* to or from a failed node */
+	uint64_t drop_corrupt; /* corrupted, dropped by the FCS check */
+	uint64_t drop_dead; /* to or from a failed node */
 	uint64_t dups;
 	uint64_t reordered;
 	uint64_t ecn_marked;
-	uint64_t queue_max;	/* largest queue seen, bytes */
-	uint64_t busy_ps;	/* time spent serializing */
+	uint64_t queue_max; /* largest queue seen, bytes */
+	uint64_t busy_ps; /* time spent serializing */
 };
 
 /**
@@ -262,8 +262,7 @@ int cs_sim_send(struct cs_sim *sim, uint32_t node, uint32_t dst,
  * @dst: destination
  * Returns: bytes waiting (not counting the frame being serialized).
  */
-uint64_t cs_sim_backlog(const struct cs_sim *sim, uint32_t node,
-			uint32_t dst);
+uint64_t cs_sim_backlog(const struct cs_sim *sim, uint32_t node, uint32_t dst);
 
 /**
  * cs_sim_timer - ask for @node's timer callback at @at (ns)

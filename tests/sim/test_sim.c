@@ -74,8 +74,8 @@ Test(sim, serialization_and_delay_are_exact)
 	cr_assert_eq(cs_sim_run(sim, UINT64_MAX), 0);
 	cr_assert_eq(b.n, 10);
 	cr_assert_eq(b.first, 42);
-	cr_assert_eq(b.at[0], 723 + 1000);		/* 723.04 ns */
-	cr_assert_eq(b.at[9], 7230 + 1000);		/* 7230.4 ns */
+	cr_assert_eq(b.at[0], 723 + 1000); /* 723.04 ns */
+	cr_assert_eq(b.at[9], 7230 + 1000); /* 7230.4 ns */
 	cr_assert_eq(cs_sim_link_stats(sim, l)->bytes, 10 * 9038);
 	cr_assert_eq(cs_sim_link_stats(sim, l)->busy_ps, 10 * 723040);
 	cr_assert_eq(cs_sim_link_stats(sim, l)->queue_max, 10 * 9038);
@@ -87,7 +87,8 @@ Test(sim, tail_drop_and_ecn)
 {
 	struct cs_sim *sim = mk(1);
 	struct sink a = { 0 }, b = { 0 };
-	struct cs_sim_link_params lp = { .gbps = 10, .delay_ns = 100,
+	struct cs_sim_link_params lp = { .gbps = 10,
+					 .delay_ns = 100,
 					 .queue_bytes = 3 * 1142,
 					 .ecn_bytes = 1142 };
 	uint32_t na, nb, l;
@@ -129,7 +130,8 @@ Test(sim, switch_is_output_queued)
 	for (int s = 0; s < 3; s++)
 		for (int k = 0; k < 3; k++)
 			cr_assert_eq(cs_sim_send(sim, ids[s], ids[3], &hdr0,
-						 NULL, 8896), 0);
+						 NULL, 8896),
+				     0);
 	cs_sim_run(sim, UINT64_MAX);
 	down = cs_sim_link_find(sim, sw, ids[3]);
 	cr_assert(down >= 0);
@@ -145,9 +147,12 @@ static uint64_t impaired_run(uint64_t seed, struct cs_sim_link_stats *out,
 {
 	struct cs_sim *sim = mk(seed);
 	struct sink a = { 0 }, b = { 0 };
-	struct cs_sim_link_params lp = { .gbps = 100, .delay_ns = 1000,
-					 .loss = 0.1, .dup = 0.1,
-					 .reorder = 0.1, .reorder_ns = 5000,
+	struct cs_sim_link_params lp = { .gbps = 100,
+					 .delay_ns = 1000,
+					 .loss = 0.1,
+					 .dup = 0.1,
+					 .reorder = 0.1,
+					 .reorder_ns = 5000,
 					 .corrupt = 0.05 };
 	uint32_t na, nb, l;
 	uint64_t ev;
@@ -184,8 +189,8 @@ Test(sim, impairments_are_seeded_and_replay)
 	cr_assert(s1.dups > 100 && s1.reordered > 100);
 	cr_assert(s1.drop_corrupt > 30);
 	cr_assert_eq(g1, s1.delivered);
-	cr_assert_eq(2000 + s1.dups, s1.delivered + s1.drop_loss +
-				     s1.drop_corrupt);
+	cr_assert_eq(2000 + s1.dups,
+		     s1.delivered + s1.drop_loss + s1.drop_corrupt);
 }
 
 Test(sim, outage_and_node_failure)
@@ -204,7 +209,7 @@ Test(sim, outage_and_node_failure)
 	for (int i = 0; i < 10; i++)
 		cs_sim_send(sim, na, nb, &hdr0, NULL, 1000);
 	cr_assert_eq(cs_sim_node_fail_at(sim, nb, 80000), 0);
-	cs_sim_timer(sim, nb, 90000);	/* dead by then: never fires */
+	cs_sim_timer(sim, nb, 90000); /* dead by then: never fires */
 	cs_sim_run(sim, UINT64_MAX);
 	cr_assert_eq(cs_sim_link_stats(sim, l)->drop_outage, 2);
 	/* frames 9 and 10 arrive at 82 and 91 us, after the failure */
@@ -223,17 +228,17 @@ Test(sim, one_timer_per_node_latest_wins)
 
 	cs_sim_node_add(sim, &sink_ops, &a, &na);
 	cs_sim_timer(sim, na, 100);
-	cs_sim_timer(sim, na, 500);	/* later: replaces 100 */
+	cs_sim_timer(sim, na, 500); /* later: replaces 100 */
 	cs_sim_run(sim, UINT64_MAX);
 	cr_assert_eq(a.timers, 1);
 	cr_assert_eq(a.timer_at[0], 500);
 	cs_sim_timer(sim, na, 900);
-	cs_sim_timer(sim, na, 700);	/* earlier: replaces 900 */
+	cs_sim_timer(sim, na, 700); /* earlier: replaces 900 */
 	cs_sim_run(sim, UINT64_MAX);
 	cr_assert_eq(a.timers, 2);
 	cr_assert_eq(a.timer_at[1], 700);
 	cs_sim_timer(sim, na, 2000);
-	cs_sim_timer(sim, na, CS_NS_NEVER);	/* cancelled */
+	cs_sim_timer(sim, na, CS_NS_NEVER); /* cancelled */
 	cr_assert_eq(cs_sim_run(sim, UINT64_MAX), 0);
 	cr_assert_eq(a.timers, 2);
 	/* run() stops at @until, keeping later events */

@@ -18,8 +18,8 @@ static void expect_ok(const struct cs_sim_p2p_cfg *c,
 		      struct cs_sim_p2p_result *r)
 {
 	cr_assert_eq(cs_sim_p2p_run(c, r), 0);
-	cr_assert(r->ok, "seed %llu loss %.2f: %s",
-		  (unsigned long long)c->seed, c->link.loss, r->why);
+	cr_assert(r->ok, "seed %llu loss %.2f: %s", (unsigned long long)c->seed,
+		  c->link.loss, r->why);
 	cr_assert_eq(r->bytes_delivered, c->bytes);
 	cr_assert_eq(r->delivered_twice, 0);
 	cr_assert_eq(r->csum_src, r->csum_dst);
@@ -52,13 +52,22 @@ static void lossy(double loss)
 	cr_assert(r.dup_rcvd > 0);
 }
 
-Test(p2p, loss_1pct_dup_reorder) { lossy(0.01); }
-Test(p2p, loss_10pct_dup_reorder) { lossy(0.10); }
-Test(p2p, loss_30pct_dup_reorder) { lossy(0.30); }
+Test(p2p, loss_1pct_dup_reorder)
+{
+	lossy(0.01);
+}
+Test(p2p, loss_10pct_dup_reorder)
+{
+	lossy(0.10);
+}
+Test(p2p, loss_30pct_dup_reorder)
+{
+	lossy(0.30);
+}
 
 Test(p2p, sequence_wrap)
 {
-	struct cs_sim_p2p_cfg c = cfg(4 << 20);	/* 472 packets */
+	struct cs_sim_p2p_cfg c = cfg(4 << 20); /* 472 packets */
 	struct cs_sim_p2p_result r;
 
 	c.isn = 0xffffffffu - 200;
@@ -72,14 +81,14 @@ Test(p2p, recovers_after_100ms_outage)
 	struct cs_sim_p2p_cfg c = cfg(4 << 20);
 	struct cs_sim_p2p_result r;
 
-	c.outage_start = 100000;		/* 100 us in */
+	c.outage_start = 100000; /* 100 us in */
 	c.outage_len = 100 * CS_NS_PER_MS;
 	expect_ok(&c, &r);
 	cr_assert(r.time_ns > 100 * CS_NS_PER_MS);
 	cr_assert(r.timeouts > 0);
 	/* back within rto_max (10 ms) of the link returning */
-	cr_assert(r.time_ns < c.outage_start + c.outage_len +
-			      c.xp.rel.rto_max + CS_NS_PER_MS,
+	cr_assert(r.time_ns < c.outage_start + c.outage_len + c.xp.rel.rto_max +
+				      CS_NS_PER_MS,
 		  "time %llu", (unsigned long long)r.time_ns);
 }
 
@@ -135,7 +144,7 @@ Test(p2p, property_1000_seeds, .timeout = 240)
 		c.xp.rel.dupthresh = 1 + cs_rand_next(&s) % 6;
 		c.xp.rel.tlp = cs_rand_next(&s) & 1;
 		c.xp.cc.enable = (cs_rand_next(&s) % 4) != 0;
-		if (seed % 10 == 0) {	/* an outage now and then */
+		if (seed % 10 == 0) { /* an outage now and then */
 			c.outage_start = cs_rand_next(&s) % 200000;
 			c.outage_len = cs_rand_next(&s) % (5 * CS_NS_PER_MS);
 		}
@@ -192,8 +201,8 @@ Test(incast, many_senders_rotating_credit)
 	cr_assert_eq(cs_sim_incast_run(&c, &r), 0);
 	cr_assert(r.ok, "%s", r.why);
 	cr_assert_eq(r.drops, 0);
-	cr_assert(r.queue_max <= c.credit_budget,
-		  "queue %llu", (unsigned long long)r.queue_max);
+	cr_assert(r.queue_max <= c.credit_budget, "queue %llu",
+		  (unsigned long long)r.queue_max);
 }
 
 /* Lost credit ACKs must not strand a sender (credit refresh), and lost
