@@ -657,6 +657,45 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 	return 0;
 }
 
+/*
+ * The engine and the reliable sessions of @op (after its parameters are
+ * set): clamps the payload to the port's frames and the channels to
+ * AR_MAX_CH. On failure @msg says why; op_free() undoes what was done.
+ */
+static int op_build(struct cs_ar_svc *s, struct ar_op *op,
+		    struct cs_coll_params *p, uint32_t frame_max, char *msg,
+		    size_t mlen)
+{
+	int ret;
+
+	if (p->mtu_payload > frame_max - CS_PROTO_FRAME_OVERHEAD)
+		p->mtu_payload = frame_max - CS_PROTO_FRAME_OVERHEAD;
+	if (p->channels > AR_MAX_CH)
+		p->channels = AR_MAX_CH;
+	ret = cs_coll_init(p, &op->coll);
+	if (ret) {
+		snprintf(msg, mlen, "engine refused the operation: %s",
+			 cs_strerror(ret));
+		return ret;
+	}
+	op->nch = cs_coll_channels(op->coll);
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t nx, pv;
+
+		cs_coll_chan_peers(op->coll, c, &nx, &pv);
+		if (nx >= 0)
+			ret = add_sess(s, op, (uint32_t)nx, c, &op->snext[c]);
+		if (!ret && pv >= 0)
+			ret = add_sess(s, op, (uint32_t)pv, c, NULL);
+		if (ret) {
+			snprintf(msg, mlen, "session set-up failed: %s",
+				 cs_strerror(ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
 static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 		   enum cs_dtype dt, uint64_t seed, char *msg, size_t mlen)
 {
@@ -720,35 +759,15 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	p.op = CS_SUM;
 	p.op_id = op_id;
 	p.epoch = op->epoch; /* ctlplane */
-	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
-		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
-	if (p.channels > AR_MAX_CH)
-		p.channels = AR_MAX_CH;
-	ret = cs_coll_init(&p, &op->coll);
-	if (ret) {
-		snprintf(msg, mlen, "engine refused the operation: %s",
-			 cs_strerror(ret));
+	ret = op_build(s, op, &p, d->port->frame_max, msg, mlen);
+	if (ret)
 		goto out_free;
-	}
-	op->nch = cs_coll_channels(op->coll);
-	for (uint32_t c = 0; c < op->nch; c++) {
-		int64_t nx, pv;
-
-		cs_coll_chan_peers(op->coll, c, &nx, &pv);
-		if (nx >= 0 &&
-		    (ret = add_sess(s, op, (uint32_t)nx, c, &op->snext[c])))
-			goto out_sess;
-		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
-			goto out_sess;
-	}
 	install(s, op);
 	snprintf(msg, mlen,
 		 "ok op=%u rank=%u n=%u count=%zu channels=%u "
 		 "payload=%u",
 		 op_id, op->rank, op->n, op->count, op->nch, p.mtu_payload);
 	return 0;
-out_sess:
-	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
 out_free:
 	op_free(op);
 	return ret;
@@ -1001,31 +1020,11 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 	p.dtype = dt;
 	p.op = redop;
 	p.op_id = op_id;
-	if (p.mtu_payload > d->port->frame_max - CS_PROTO_FRAME_OVERHEAD)
-		p.mtu_payload = d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
-	if (p.channels > AR_MAX_CH)
-		p.channels = AR_MAX_CH;
-	ret = cs_coll_init(&p, &op->coll);
-	if (ret) {
-		snprintf(msg, mlen, "engine refused the operation: %s",
-			 cs_strerror(ret));
+	ret = op_build(s, op, &p, d->port->frame_max, msg, mlen);
+	if (ret)
 		goto out_free;
-	}
-	op->nch = cs_coll_channels(op->coll);
-	for (uint32_t c = 0; c < op->nch; c++) {
-		int64_t nx, pv;
-
-		cs_coll_chan_peers(op->coll, c, &nx, &pv);
-		if (nx >= 0 &&
-		    (ret = add_sess(s, op, (uint32_t)nx, c, &op->snext[c])))
-			goto out_sess;
-		if (pv >= 0 && (ret = add_sess(s, op, (uint32_t)pv, c, NULL)))
-			goto out_sess;
-	}
 	install_fast(s, op);
 	return 0;
-out_sess:
-	snprintf(msg, mlen, "session set-up failed: %s", cs_strerror(ret));
 out_free:
 	op_free(op);
 	return ret;

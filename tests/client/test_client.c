@@ -805,8 +805,8 @@ static int victim_main(const char *path, int rank, int size, void *arg)
 		struct cs_ring_hdr *sq =
 			(struct cs_ring_hdr *)((char *)ctl + ctl->sq_off);
 
-		for (int i = 0; i < 60000 &&
-				atomic_load(&sq->cons) != atomic_load(&sq->prod);
+		for (int i = 0; i < 60000 && atomic_load(&sq->cons) !=
+						     atomic_load(&sq->prod);
 		     i++)
 			usleep(1000);
 	}
@@ -851,8 +851,9 @@ static int survivor_main(const char *path, int rank, int size, void *arg)
 	 * fails naming rank 1. Either way nothing hangs.
 	 */
 	if (ret != 0 && (ret != CS_ERR_PEER_LOST || peer != 1)) {
-		fprintf(stderr, "survivor: op 2 ended with %d (%s), peer %d: %s\n",
-			ret, cs_strerror(ret), peer, cs_errmsg(c));
+		fprintf(stderr,
+			"survivor: op 2 ended with %d (%s), peer %d: %s\n", ret,
+			cs_strerror(ret), peer, cs_errmsg(c));
 		return 6;
 	}
 	if (ret != 0 && (!strstr(cs_errmsg(c), "rank 1 was lost") ||
