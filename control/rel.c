@@ -426,6 +426,16 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->ops->acked(r->owner, m->cookie, m->len);
 }
 
+void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
+{
+	if (!srtt)
+		return;
+	r->srtt = srtt;
+	r->rttvar = rttvar;
+	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+}
+
 static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 {
 	cs_ns_t err;

@@ -270,6 +270,17 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		uint32_t isn_tx, uint32_t isn_rx);
 
 /**
+ * cs_rel_seed_rtt - start @r from an RTT estimate learnt by an earlier
+ * session to the same peer, so that a fresh session does not wait a whole
+ * rel.rto_init for its first timeout. The first sample of @r replaces the
+ * estimate, as it would without this.
+ * @r: a session just set up, nothing sent yet
+ * @srtt: smoothed RTT, ns (0: no estimate, nothing changes)
+ * @rttvar: its variation, ns
+ */
+void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar);
+
+/**
  * cs_rel_fini - free what cs_rel_init() allocated
  * @r: the session
  */

@@ -216,14 +216,15 @@ static int fault_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return cs_port_unreg_mem(fp_of(p)->inner, addr, len);
 }
 
-static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns)
+static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		      int kick_fd)
 {
 	struct fault_port *fp = fp_of(p);
 
 	/* Held frames need flushing: do not sleep past their due time. */
 	if (fp->q[q].nheld && timeout_ns > fp->fc.delay_ns / 4)
 		timeout_ns = fp->fc.delay_ns / 4;
-	return cs_port_wait(fp->inner, q, timeout_ns);
+	return cs_port_wait(fp->inner, q, timeout_ns, kick_fd);
 }
 
 static int fault_thread_init(struct cs_port *p)

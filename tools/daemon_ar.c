@@ -46,8 +46,8 @@
 /* Frames of a trainer operation this node has not started yet are held
  * (up to AR_HOLD of at most AR_HOLD_BYTES of payload) and fed to it once
  * it is installed, instead of waiting for the sender's RTO. */
-#define AR_HOLD 128
-#define AR_HOLD_BYTES 2048
+#define AR_HOLD 256
+#define AR_HOLD_BYTES 9000 /* a jumbo frame's payload */
 #define AR_EXT_BIT 0x80000000u /* op ids of trainer operations */
 
 struct ar_held {
@@ -122,6 +122,10 @@ struct cs_ar_svc {
 	struct ar_held *hold;
 	unsigned nhold;
 	uint64_t rx_held, rx_replayed, rx_prev;
+	/* RTT to each peer as the last finished operation measured it
+	 * (written by the lcore, read when the next op's sessions start) */
+	_Atomic cs_ns_t rtt_srtt[CS_DRV_MAX_PEERS];
+	_Atomic cs_ns_t rtt_var[CS_DRV_MAX_PEERS];
 };
 
 static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
@@ -450,6 +454,22 @@ static bool acks_owed(const struct ar_op *op)
 	return false;
 }
 
+/* Keep what @op learnt of the RTT to its peers for the next op. */
+static void remember_rtt(struct cs_ar_svc *s, const struct ar_op *op)
+{
+	for (uint32_t i = 0; i < op->nsess; i++) {
+		const struct cs_rel *r = &op->sess[i].rel;
+
+		if (!cs_rel_stats(r)->rtt_samples ||
+		    op->sess[i].peer >= CS_DRV_MAX_PEERS)
+			continue;
+		atomic_store_explicit(&s->rtt_srtt[op->sess[i].peer], r->srtt,
+				      memory_order_relaxed);
+		atomic_store_explicit(&s->rtt_var[op->sess[i].peer], r->rttvar,
+				      memory_order_relaxed);
+	}
+}
+
 /* Pure ACKs the previous trainer op owes. */
 static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
 {
@@ -503,6 +523,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		    AR_PREPARED &&
 	    op->t_start && cs_coll_done(op->coll) && !acks_owed(op)) {
 		op->t_done = now;
+		remember_rtt(s, op);
 		atomic_store_explicit(&op->state, AR_DONE,
 				      memory_order_release);
 	}
@@ -551,6 +572,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
+	cs_lcore_kick(&s->d->lcores[0]);
 	/* Two polls later the lcore cannot hold the old pointer any more.
 	 * Never free it before: if a stop signal comes first, leave it
 	 * (the process is going away). */
@@ -562,6 +584,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 			break;
 		}
 		sleep_us(10);
+		cs_lcore_kick(&s->d->lcores[0]);
 	}
 	if (s->retired != s->prev_ctl)
 		op_free(s->prev_ctl);
@@ -571,6 +594,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	s->retired = NULL;
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	cs_lcore_kick(&s->d->lcores[0]);
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -589,6 +613,7 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 		     i++) {
 			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
 				break;
+			cs_lcore_kick(&s->d->lcores[0]);
 			sleep_us(10);
 		}
 		if (atomic_load(&s->gen) >= s->retired_gen + 2)
@@ -602,6 +627,7 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 	s->retired_gen = atomic_load(&s->gen);
 	s->prev_ctl = s->old;
 	s->old = op;
+	cs_lcore_kick(&s->d->lcores[0]);
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -648,6 +674,12 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 				  isn(op->op_id, peer, op->rank, ch));
 		if (ret)
 			return ret;
+		if (peer < CS_DRV_MAX_PEERS)
+			cs_rel_seed_rtt(&ss->rel,
+					atomic_load_explicit(&s->rtt_srtt[peer],
+							     memory_order_relaxed),
+					atomic_load_explicit(&s->rtt_var[peer],
+							     memory_order_relaxed));
 		ss->peer = peer;
 		ss->ch = ch;
 		op->nsess++;
@@ -941,6 +973,7 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		}
 		atomic_store_explicit(&s->old->started, true,
 				      memory_order_release);
+		cs_lcore_kick(&d->lcores[0]);
 		snprintf(out, len, "ok");
 		return 0;
 	}

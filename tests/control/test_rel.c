@@ -304,6 +304,33 @@ Test(rel, rto_backoff_karn_and_failure)
 	unpair();
 }
 
+Test(rel, seeded_rtt_sets_the_first_timeout)
+{
+	cs_ns_t t;
+
+	pair(SEQ0);
+	/* no estimate: nothing changes, the first RTO is rto_init */
+	cs_rel_seed_rtt(&a, 0, 0);
+	data(&a, 0, 0);
+	cr_assert_eq(cs_rel_next_deadline(&a), 1000000);
+	unpair();
+
+	/* an earlier session's estimate: RTO = srtt + 4 rttvar, clamped */
+	pair(SEQ0);
+	cs_rel_seed_rtt(&a, 300000, 100000);
+	data(&a, 0, 0);
+	cr_assert_eq(cs_rel_next_deadline(&a), 700000);
+	cr_assert_eq(a.st.rtt_samples, 0, "a seed is not a sample");
+	unpair();
+
+	pair(SEQ0);
+	cs_rel_seed_rtt(&a, 10, 1); /* far below rto_min */
+	data(&a, 0, 0);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(t, a.p.rto_min);
+	unpair();
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;
