@@ -176,6 +176,7 @@ struct cs_rel_stats {
 	uint64_t fast_retx; /* of which triggered by SACK */
 	uint64_t tlp; /* of which tail loss probes */
 	uint64_t timeouts;
+	uint64_t spurious_rto; /* timeouts the next ACK proved spurious */
 	uint64_t acks_sent; /* pure ACKs built */
 	uint64_t acks_piggy; /* ACKs carried on data */
 	uint64_t sack_ext; /* SACK extension blocks built */
@@ -223,6 +224,8 @@ struct cs_rel {
 	cs_ns_t srtt, rttvar, rto;
 	cs_ns_t min_rtt; /* smallest Karn sample */
 	uint32_t backoff; /* RTO doublings since the last sample */
+	bool frto; /* after a timeout: was it spurious? (rel.c) */
+	uint32_t frto_seq; /* the packet the timeout resent */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline; /* CS_NS_NEVER: not armed */
 	cs_ns_t rack_deadline; /* re-run loss detection (time rule) */

@@ -227,6 +227,11 @@ static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	return cs_port_wait(fp->inner, q, timeout_ns, kick_fd);
 }
 
+static bool fault_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return cs_port_wakes_on_rx(fp_of(p)->inner, q);
+}
+
 static int fault_thread_init(struct cs_port *p)
 {
 	return cs_port_thread_init(fp_of(p)->inner);
@@ -279,6 +284,7 @@ static const struct cs_port_ops fault_ops = {
 	.reg_mem = fault_reg_mem,
 	.unreg_mem = fault_unreg_mem,
 	.wait = fault_wait,
+	.wakes_on_rx = fault_wakes_on_rx,
 	.thread_init = fault_thread_init,
 	.stats = fault_stats,
 	.close = fault_close,

@@ -23,9 +23,13 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 	{ "lcore.cpus", CS_CFG_STR, LC(cpus), "", CS_CFG_NO_BOUNDS,
 	  "CPUs for the polling lcores, e.g. \"2,3\"; empty: CPUs of the "
 	  "port's NUMA node, spread by node.rank" },
-	{ "lcore.spin", CS_CFG_U32, LC(spin), "50", 0, 100000000,
-	  "adaptive: idle polls before the lcore waits (few: on a shared "
-	  "machine a spinning lcore delays the sidecar that has work)" },
+	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
+	  "adaptive: idle polls before the lcore waits, on ports whose wait "
+	  "is a plain nap (af_xdp, memif, tap)" },
+	{ "lcore.spin_wake", CS_CFG_U32, LC(spin_wake), "50", 0, 100000000,
+	  "adaptive: the same on ports whose wait ends when a frame "
+	  "arrives (af_packet, udp): few, since on a shared machine a "
+	  "spinning lcore delays the sidecar that has work" },
 	{ "lcore.sleep", CS_CFG_NS, LC(sleep_ns), "50us", 1000, 1e9,
 	  "adaptive: longest wait when idle; the wait ends early when a "
 	  "frame arrives (af_packet, udp) or new work is handed over" },
@@ -223,7 +227,7 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 	lc->fn = fn;
 	lc->arg = arg;
 	lc->mode = mode;
-	lc->spin = conf->spin;
+	lc->spin = cs_port_wakes_on_rx(port, q) ? conf->spin_wake : conf->spin;
 	lc->sleep_ns = conf->sleep_ns;
 	lc->quiet_after = conf->quiet_after;
 	lc->quiet_sleep_ns = conf->quiet_sleep_ns;

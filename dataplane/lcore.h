@@ -31,6 +31,7 @@ struct cs_lcore_conf {
 	char poll[CS_CFG_STR_MAX]; /* "busy", "adaptive" or "auto" */
 	char cpus[CS_CFG_STR_MAX]; /* "" (auto) or a list "2,3" */
 	uint32_t spin; /* idle polls before waiting */
+	uint32_t spin_wake; /* the same where the wait ends on receive */
 	cs_ns_t sleep_ns; /* longest wait when idle */
 	cs_ns_t quiet_after; /* no work this long: ... */
 	cs_ns_t quiet_sleep_ns; /* ... wait up to this long instead */

@@ -186,6 +186,11 @@ int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	return 0;
 }
 
+bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return p->ops->wakes_on_rx && p->ops->wakes_on_rx(p, q);
+}
+
 int cs_port_thread_init(struct cs_port *p)
 {
 	return p->ops->thread_init ? p->ops->thread_init(p) : 0;

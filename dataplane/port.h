@@ -133,6 +133,8 @@ struct cs_port_ops {
 	 * until @kick_fd (an eventfd, -1: none) is readable. */
 	int (*wait)(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 		    int kick_fd);
+	/* Does wait() end when a frame arrives on @q? (NULL: no) */
+	bool (*wakes_on_rx)(struct cs_port *p, unsigned q);
 	/* Called once by each lcore thread before it polls (DPDK: register
 	 * the thread as an EAL lcore so mempool caches work). */
 	int (*thread_init)(struct cs_port *p);
@@ -229,6 +231,12 @@ int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len);
  */
 int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 		 int kick_fd);
+
+/**
+ * cs_port_wakes_on_rx - does cs_port_wait() on @q end when a frame
+ * arrives (rather than only when its timeout passes)?
+ */
+bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q);
 
 int cs_port_thread_init(struct cs_port *p);
 void cs_port_stats(struct cs_port *p, struct cs_port_stats *st);

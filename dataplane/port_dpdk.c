@@ -69,6 +69,7 @@ struct dpdk_port {
 };
 
 static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq);
+static void find_xsk_fd(struct dpdk_port *dp, unsigned nq);
 
 static int eal_users;
 static char eal_runtime_dir[512];
@@ -775,12 +776,58 @@ out_eal:
  * same in every DPDK release that has the PMD). Take it only if it proves
  * to be a raw AF_PACKET socket; otherwise the lcore naps as before.
  */
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+
+/*
+ * af_xdp: the PMD's XDP socket is not reachable through a stable layout,
+ * but with one queue the process holds exactly one AF_XDP socket, which
+ * poll() reports readable when its receive ring has frames. With more
+ * queues (or anything ambiguous) the lcores nap.
+ */
+static void find_xsk_fd(struct dpdk_port *dp, unsigned nq)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	int found = -1, count = 0;
+
+	if (!dir)
+		return;
+	while ((e = readdir(dir))) {
+		int fd, dom = -1;
+		socklen_t l = sizeof(dom);
+		char *end;
+
+		fd = (int)strtol(e->d_name, &end, 10);
+		if (*end || fd == dirfd(dir))
+			continue;
+		if (!getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) &&
+		    dom == AF_XDP) {
+			found = fd;
+			count++;
+		}
+	}
+	closedir(dir);
+	if (nq == 1 && count == 1)
+		dp->rx_fd[0] = found;
+	CS_INFO("af_xdp: %s", dp->rx_fd[0] >= 0
+				      ? "idle lcores wake on receive"
+				      : "idle lcores nap (lcore.sleep): one "
+					"queue and one XDP socket needed to "
+					"wait on it");
+}
+
 static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 {
 	unsigned found = 0;
 
 	for (unsigned q = 0; q < CS_PORT_MAX_QUEUES; q++)
 		dp->rx_fd[q] = -1;
+	if (!strcmp(dev, "af_xdp")) {
+		find_xsk_fd(dp, nq);
+		return;
+	}
 	if (strcmp(dev, "af_packet"))
 		return;
 	for (unsigned q = 0; q < nq && q < CS_PORT_MAX_QUEUES; q++) {
@@ -824,6 +871,11 @@ static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	return ppoll(pfd, n, &ts, NULL) < 0 && errno != EINTR ? -errno : 0;
 }
 
+static bool dpdk_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return q < CS_PORT_MAX_QUEUES && dp_of(p)->rx_fd[q] >= 0;
+}
+
 const struct cs_port_ops cs_port_dpdk_ops = {
 	.name = "dpdk",
 	.open = dpdk_open,
@@ -836,6 +888,7 @@ const struct cs_port_ops cs_port_dpdk_ops = {
 	.unreg_mem = dpdk_unreg_mem,
 	.thread_init = dpdk_thread_init,
 	.wait = dpdk_wait,
+	.wakes_on_rx = dpdk_wakes_on_rx,
 	.stats = dpdk_stats,
 	.close = dpdk_close,
 };

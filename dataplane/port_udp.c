@@ -284,6 +284,13 @@ static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns,
 	return ret < 0 && ret != -ETIME && ret != -EINTR ? ret : 0;
 }
 
+static bool udp_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	(void)p;
+	(void)q;
+	return true; /* the ring's receive completes the wait */
+}
+
 static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
 {
 	struct udp_port *up = up_of(p);
@@ -444,6 +451,7 @@ const struct cs_port_ops cs_port_udp_ops = {
 	.release = udp_release,
 	.attach = udp_attach,
 	.wait = udp_wait,
+	.wakes_on_rx = udp_wakes_on_rx,
 	.stats = udp_stats,
 	.close = udp_close,
 };

@@ -881,18 +881,20 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 
 			tot.retx += rs->retx;
 			tot.timeouts += rs->timeouts;
+			tot.spurious_rto += rs->spurious_rto;
 			tot.dup_rcvd += rs->dup_rcvd;
 		}
 		snprintf(out, len,
 			 "ok op=%u ns=%llu ready_ns=%llu wrong=%llu "
-			 "frames=%llu retx=%llu timeouts=%llu dup=%llu "
-			 "fillers=%llu proto_err=%llu%s",
+			 "frames=%llu retx=%llu timeouts=%llu spurious=%llu "
+			 "dup=%llu fillers=%llu proto_err=%llu%s",
 			 op_id, (unsigned long long)(op->t_done - op->t_start),
 			 (unsigned long long)(op->t_ready - op->t_start),
 			 (unsigned long long)wrong,
 			 (unsigned long long)op->frames,
 			 (unsigned long long)tot.retx,
 			 (unsigned long long)tot.timeouts,
+			 (unsigned long long)tot.spurious_rto,
 			 (unsigned long long)tot.dup_rcvd,
 			 (unsigned long long)op->fillers,
 			 (unsigned long long)op->proto_err, first);
