@@ -79,8 +79,9 @@ struct ar_op {
 	size_t count, bytes;
 	uint8_t *buf;
 	struct cs_coll *coll;
-	struct cs_path path[2];
-	uint32_t path_peer[2], npaths;
+	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
+	struct cs_path path[AR_MAX_CH];
+	uint32_t path_peer[AR_MAX_CH], npaths;
 	struct ar_sess sess[2 * AR_MAX_CH];
 	uint32_t nsess, nch;
 	struct ar_sess *snext[AR_MAX_CH];
@@ -659,7 +660,7 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 			if (op->path_peer[i] == peer)
 				path = &op->path[i];
 		if (!path) {
-			if (op->npaths == 2)
+			if (op->npaths == AR_MAX_CH)
 				return -EINVAL;
 			path = &op->path[op->npaths];
 			ret = cs_path_init(path, &s->cf->xp.pacer,
@@ -704,6 +705,7 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 		p->mtu_payload = frame_max - CS_PROTO_FRAME_OVERHEAD;
 	if (p->channels > AR_MAX_CH)
 		p->channels = AR_MAX_CH;
+	p->max_direct_peers = AR_MAX_CH; /* a channel per peer */
 	ret = cs_coll_init(p, &op->coll);
 	if (ret) {
 		snprintf(msg, mlen, "engine refused the operation: %s",
