@@ -11,7 +11,11 @@
 # (all_gather and broadcast), kill_2x2 (a trainer killed mid-run: the
 # sidecars survive, the other trainers end with an error instead of
 # hanging, and a new run then works), python_2x1 (python/examples/
-# train_local.py across nodes).
+# train_local.py across nodes), peer_lost_4x1 (membership through the
+# bootstrap coordinator; kill -9 one sidecar during a loop of 16 MiB
+# allreduces: the 3 other trainers get CS_ERR_PEER_LOST naming its node
+# within 2 x member.fail_timeout, re-form a 3-rank group, and its
+# allreduces are correct; docs/peerlost.md).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -26,11 +30,15 @@ case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
 DAEMON=$BUILD/tools/collstackd
 TRAINER=$BUILD/tools/cs-trainer-bench
+PEERLOST=$BUILD/tools/cs-trainer-peerlost
 RUN=/run/collstack-ipcd
 ENV_FILE=$RUN/cluster.env
 BR=ipbr0
 UDP=7790
+BOOT_PORT=7791
+BOOT=0	# 1: membership from a coordinator in ipn0 (up's nodes, boot.*)
 PIDS=()
+TPIDS=()	# trainers of case_peer_lost, killed on the way out
 NODES=()
 MADE_BR=0
 MADE_RUN=0
@@ -59,6 +67,9 @@ fi
 [ "$PORT" = af_packet ] && ! command -v nft >/dev/null && PORT=udp
 
 down() {
+	for p in "${TPIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
 	for p in "${PIDS[@]}"; do
 		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] &&
 			kill -TERM "$p" 2>/dev/null
@@ -125,12 +136,20 @@ EOF
 		fi
 	done
 	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${NODES[*]}" "$RUN" >"$ENV_FILE"
+	[ $BOOT = 1 ] && (umask 077; od -An -tx1 -N32 /dev/urandom |
+		tr -d ' \n' >"$RUN/job.token")
 	for ((i = 0; i < n; i++)); do
 		local args=(--set name=ipn$i --set run_dir=$RUN/ipn$i
 			    --set node.rank=$i --set node.peers=$RUN/peers
 			    --set port.ip=10.79.0.$((i + 1))
 			    --set port.udp_port=$UDP
 			    --set rel.max_timeouts=400)
+		if [ $BOOT = 1 ]; then
+			args+=(--set node.peers= --set boot.addr=10.79.0.1:$BOOT_PORT
+			       --set boot.token_file=$RUN/job.token)
+			[ $i = 0 ] && args+=(--set boot.coordinator=1
+					     --set boot.world=$n)
+		fi
 		if [ "$PORT" = udp ]; then
 			args+=(--set port.type=udp --set cc.line_gbps=1)
 		else
@@ -264,6 +283,68 @@ case_python() {
 	sidecars_alive
 }
 
+# Each trainer of case_peer_lost writes $RUN/t<i>.out (cs-trainer-peerlost).
+case_peer_lost() {
+	local n=4 victim=2 fail_s=${IPCD_FAIL_TIMEOUT_S:-2} pids=() i k
+	local t_kill t_lost dt bound worst=0 rc
+	[ -x "$PEERLOST" ] || fail "not built: $PEERLOST"
+	BOOT=1
+	up $n --set member.hb_interval=200ms \
+		--set member.fail_timeout=${fail_s}s --set rel.max_timeouts=3000
+	for ((i = 0; i < n; i++)); do
+		ip netns exec "ipn$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
+			LOCAL_WORLD_SIZE=1 \
+			COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+			timeout 600 "$PEERLOST" -c 4M -g train -p 1 -r -m 3 \
+			>"$RUN/t$i.out" 2>&1 &
+		pids+=($!)
+		TPIDS+=($!)
+	done
+	# every trainer in its loop (2 allreduces of 16 MiB done), then kill
+	for ((i = 0; i < n; i++)); do
+		for _ in $(seq 1200); do
+			grep -q '^ok iter=1$' "$RUN/t$i.out" && break
+			kill -0 "${pids[$i]}" 2>/dev/null ||
+				{ cat "$RUN/t$i.out"; fail "trainer $i ended early"; }
+			sleep 0.1
+		done
+		grep -q '^ok iter=1$' "$RUN/t$i.out" ||
+			fail "trainer $i: no allreduce done in 120 s"
+	done
+	# the whole node goes: its sidecar and its trainer
+	t_kill=$(date +%s.%N)
+	kill -KILL "${PIDS[$victim]}" "${pids[$victim]}"
+	echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
+	bound=$((2 * fail_s))
+	for ((k = 0; k < n; k++)); do
+		[ $k = $victim ] && continue
+		wait "${pids[$k]}"
+		rc=$?
+		grep -v '^ok iter=' "$RUN/t$k.out" | sed "s/^/  rank $k: /"
+		[ $rc = 0 ] || fail "trainer rank $k exited $rc"
+		grep -q "^lost .* status=-1001 .* node=$victim msg=.*node $victim was lost" \
+			"$RUN/t$k.out" ||
+			fail "rank $k: no CS_ERR_PEER_LOST naming node $victim"
+		grep -q "^reformed group=train.lost$victim rank=$((k > victim ? k - 1 : k)) size=$((n - 1)) iters=3 wrong=0 " \
+			"$RUN/t$k.out" || fail "rank $k: the 3-rank group failed"
+		t_lost=$(sed -n 's/^lost t=\([0-9.]*\) .*/\1/p' "$RUN/t$k.out")
+		dt=$(awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { printf "%.3f", b - a }')
+		echo "rank $k: CS_ERR_PEER_LOST $dt s after the kill (bound ${bound} s)"
+		awk -v d="$dt" -v w="$worst" 'BEGIN { exit !(d > w) }' && worst=$dt
+		awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d >= 0 && d < b) }' ||
+			fail "rank $k: $dt s, bound 2 x fail_timeout = $bound s"
+	done
+	wait "${pids[$victim]}" 2>/dev/null
+	echo "slowest survivor: ${worst} s (bound ${bound} s)"
+	for ((i = 0; i < n; i++)); do
+		[ $i = $victim ] && continue
+		[ "$(cat /proc/${PIDS[$i]}/comm 2>/dev/null)" = collstackd ] ||
+			fail "sidecar of ipn$i died"
+		grep -E "view epoch|peer lost" "$RUN/ipn$i.log" | head -n 3 |
+			sed "s/^/  ipn$i: /"
+	done
+}
+
 case ${1:-} in
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
@@ -272,6 +353,7 @@ ar_4x2) case_ar 4 2 ;;
 gather_2x2) case_gather ;;
 kill_2x2) case_kill ;;
 python_2x1) case_python ;;
+peer_lost_4x1) case_peer_lost ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -290,7 +372,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|peer_lost_4x1|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
