@@ -211,7 +211,8 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 		struct ar_sess *ss;
 		int m;
 
-		if (h->op != op->op_id)
+		/* ctlplane: an op id of an older view's group is not ours */
+		if (h->op != op->op_id || h->epoch != op->epoch)
 			continue;
 		ss = find_sess(op, h->src, h->channel);
 		if (!ss)

@@ -15,7 +15,8 @@
 # bootstrap coordinator; kill -9 one sidecar during a loop of 16 MiB
 # allreduces: the 3 other trainers get CS_ERR_PEER_LOST naming its node
 # within 2 x member.fail_timeout, re-form a 3-rank group, and its
-# allreduces are correct; docs/peerlost.md).
+# allreduces are correct; IPCD_LOSS=link cuts the node's link instead, so
+# that only missed heartbeats tell; docs/peerlost.md).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -311,10 +312,17 @@ case_peer_lost() {
 		grep -q '^ok iter=1$' "$RUN/t$i.out" ||
 			fail "trainer $i: no allreduce done in 120 s"
 	done
-	# the whole node goes: its sidecar and its trainer
+	# the whole node goes: its sidecar and its trainer (IPCD_LOSS=link:
+	# its link goes down instead, so only the heartbeats can tell)
 	t_kill=$(date +%s.%N)
-	kill -KILL "${PIDS[$victim]}" "${pids[$victim]}"
-	echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
+	if [ "${IPCD_LOSS:-kill}" = link ]; then
+		ip link set "ipv$victim" down
+		kill -KILL "${pids[$victim]}"
+		echo "link of ipn$victim down at $t_kill (member.fail_timeout ${fail_s} s)"
+	else
+		kill -KILL "${PIDS[$victim]}" "${pids[$victim]}"
+		echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
+	fi
 	bound=$((2 * fail_s))
 	for ((k = 0; k < n; k++)); do
 		[ $k = $victim ] && continue
