@@ -115,11 +115,18 @@ up() {	# N [collstackd --set args...]
 		NODES+=("$ns")
 		printf '%d 10.79.0.%d 02:79:00:00:00:%02x %d %s\n' "$i" \
 			$((i + 1)) $((i + 1)) $UDP "$ns" >>"$RUN/peers"
+		# a namespace of the run before may still be going away
+		# with its veth (seen once: the next add then failed)
+		for _ in $(seq 100); do
+			ip link show "ipv$i" >/dev/null 2>&1 || break
+			sleep 0.1
+		done
 		ip netns add "$ns" || fail "netns $ns"
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
 		ip -n "$ns" link set lo up
-		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns"
+		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns" ||
+			fail "veth ipv$i"
 		ip link set "ipv$i" master "$BR" up
 		ip -n "$ns" link set "ipd$i" address \
 			"$(printf '02:79:00:00:00:%02x' $((i + 1)))"
@@ -337,7 +344,7 @@ case_peer_lost() {
 			"$RUN/t$k.out" || fail "rank $k: the 3-rank group failed"
 		t_lost=$(sed -n 's/^lost t=\([0-9.]*\) .*/\1/p' "$RUN/t$k.out")
 		dt=$(awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { printf "%.3f", b - a }')
-		echo "rank $k: CS_ERR_PEER_LOST $dt s after the kill (bound ${bound} s)"
+		echo "rank $k: CS_ERR_PEER_LOST $dt s after the loss (bound ${bound} s)"
 		awk -v d="$dt" -v w="$worst" 'BEGIN { exit !(d > w) }' && worst=$dt
 		awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d >= 0 && d < b) }' ||
 			fail "rank $k: $dt s, bound 2 x fail_timeout = $bound s"
