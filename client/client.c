@@ -749,8 +749,7 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
-	else if (q->status == CS_ERR_PEER_LOST &&
-		 q->detail == CS_IPC_LOST_NODE)
+	else if (q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE)
 		set_err(c,
 			"%s, op %llu of the group: node %d was lost (its "
 			"sidecar left the view, epoch %u); the group's ranks "
@@ -764,10 +763,10 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what, cs_strerror(q->status));
 	c->last_detail = q->detail;
 	c->last_peer = q->peer;
-	c->last_lost_node = q->status == CS_ERR_PEER_LOST &&
-					    q->detail == CS_IPC_LOST_NODE
-				    ? q->peer
-				    : -1;
+	c->last_lost_node =
+		q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE
+			? q->peer
+			: -1;
 }
 
 static int test_locked(struct cs_client *c, cs_req_t req)

@@ -61,8 +61,8 @@ static float val(int rank, size_t i)
 }
 
 /* One in-place allreduce of @count floats on @g; *@wrong counts misses. */
-static int allreduce_checked(struct cs_client *c, struct cs_group *g,
-			     float *x, size_t count, long *wrong)
+static int allreduce_checked(struct cs_client *c, struct cs_group *g, float *x,
+			     size_t count, long *wrong)
 {
 	int rank = cs_group_rank(g), n = cs_group_size(g);
 	float want[97];

@@ -231,8 +231,8 @@ static int launch(struct cs_daemon_ipc *x)
 	if (!count)
 		return 1; /* nothing to exchange: done now */
 	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, buf, count,
-				  dt, redop, &x->notify, msg, sizeof(msg));
+	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, buf, count, dt,
+				  redop, &x->notify, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret; /* the view moved: on_view() fails it */
 	if (ret) {
@@ -357,8 +357,8 @@ static void be_cancel(void *ctx, uint64_t cookie)
  */
 static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 {
-	uint32_t e = atomic_load_explicit(&x->d->view.epoch,
-					  memory_order_acquire);
+	uint32_t e =
+		atomic_load_explicit(&x->d->view.epoch, memory_order_acquire);
 	int lost = atomic_load(&x->d->view.lost_rank);
 	uint32_t ops = x->count;
 	bool running = x->running;

@@ -548,8 +548,8 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
  * CS_IPC_LOST_RANK: @lost is a rank of the group), or a whole node
  * (CS_IPC_LOST_NODE: @lost is its node rank, lost in view @epoch).
  */
-static void group_fail(struct cs_ipc_server *s, struct group *g,
-		       int32_t lost, unsigned detail, uint32_t epoch)
+static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
+		       unsigned detail, uint32_t epoch)
 {
 	if (!g->failed) {
 		g->failed = true;
