@@ -376,7 +376,7 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 	groups = cs_ipc_server_view(x->srv, e, lost);
 	/* None should be left (every queued op was of an older view's
 	 * group); a stray one fails too rather than run on the new ring. */
-	for (uint32_t k = x->count; k && x->count; k--) {
+	for (uint32_t k = x->count; k && x->count && !x->running; k--) {
 		uint64_t cookie = x->q[x->head].op.cookie;
 
 		pop(x);

@@ -16,7 +16,8 @@
 # allreduces: the 3 other trainers get CS_ERR_PEER_LOST naming its node
 # within 2 x member.fail_timeout, re-form a 3-rank group, and its
 # allreduces are correct; IPCD_LOSS=link cuts the node's link instead, so
-# that only missed heartbeats tell; docs/peerlost.md).
+# that only missed heartbeats tell; docs/peerlost.md), peer_lost_4x2 (the
+# same with 2 trainers per node, 4 MiB).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -291,65 +292,77 @@ case_python() {
 	sidecars_alive
 }
 
-# Each trainer of case_peer_lost writes $RUN/t<i>.out (cs-trainer-peerlost).
+# case_peer_lost N T COUNT: N nodes x T trainers (node i: ranks i*T..),
+# allreduces of COUNT f32. Trainer r writes $RUN/t<r>.out.
 case_peer_lost() {
-	local n=4 victim=2 fail_s=${IPCD_FAIL_TIMEOUT_S:-2} pids=() i k
-	local t_kill t_lost dt bound worst=0 rc
+	local n=$1 t=$2 count=$3 victim=2 fail_s=${IPCD_FAIL_TIMEOUT_S:-2}
+	local pids=() i l r nr t_kill t_lost dt bound worst=0 rc
 	[ -x "$PEERLOST" ] || fail "not built: $PEERLOST"
 	BOOT=1
-	up $n --set member.hb_interval=200ms \
+	up "$n" --set member.hb_interval=200ms \
 		--set member.fail_timeout=${fail_s}s --set rel.max_timeouts=3000
 	for ((i = 0; i < n; i++)); do
-		ip netns exec "ipn$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
-			LOCAL_WORLD_SIZE=1 \
-			COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
-			timeout 600 "$PEERLOST" -c 4M -g train -p 1 -r -m 3 \
-			>"$RUN/t$i.out" 2>&1 &
-		pids+=($!)
-		TPIDS+=($!)
+		for ((l = 0; l < t; l++)); do
+			r=$((i * t + l))
+			ip netns exec "ipn$i" env RANK=$r WORLD_SIZE=$((n * t)) \
+				LOCAL_RANK=$l LOCAL_WORLD_SIZE=$t \
+				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+				timeout 600 "$PEERLOST" -c "$count" -g train -p 1 \
+				-r -m 3 >"$RUN/t$r.out" 2>&1 &
+			pids+=($!)
+			TPIDS+=($!)
+		done
 	done
-	# every trainer in its loop (2 allreduces of 16 MiB done), then kill
-	for ((i = 0; i < n; i++)); do
+	# every trainer in its loop (2 allreduces done), then the loss
+	for ((r = 0; r < n * t; r++)); do
 		for _ in $(seq 1200); do
-			grep -q '^ok iter=1$' "$RUN/t$i.out" && break
-			kill -0 "${pids[$i]}" 2>/dev/null ||
-				{ cat "$RUN/t$i.out"; fail "trainer $i ended early"; }
+			grep -q '^ok iter=1$' "$RUN/t$r.out" && break
+			kill -0 "${pids[$r]}" 2>/dev/null ||
+				{ cat "$RUN/t$r.out"; fail "trainer $r ended early"; }
 			sleep 0.1
 		done
-		grep -q '^ok iter=1$' "$RUN/t$i.out" ||
-			fail "trainer $i: no allreduce done in 120 s"
+		grep -q '^ok iter=1$' "$RUN/t$r.out" ||
+			fail "trainer $r: no allreduce done in 120 s"
 	done
-	# the whole node goes: its sidecar and its trainer (IPCD_LOSS=link:
+	# the whole node goes: its sidecar and its trainers (IPCD_LOSS=link:
 	# its link goes down instead, so only the heartbeats can tell)
 	t_kill=$(date +%s.%N)
 	if [ "${IPCD_LOSS:-kill}" = link ]; then
 		ip link set "ipv$victim" down
-		kill -KILL "${pids[$victim]}"
+		for ((l = 0; l < t; l++)); do
+			kill -KILL "${pids[$((victim * t + l))]}"
+		done
 		echo "link of ipn$victim down at $t_kill (member.fail_timeout ${fail_s} s)"
 	else
-		kill -KILL "${PIDS[$victim]}" "${pids[$victim]}"
+		kill -KILL "${PIDS[$victim]}"
+		for ((l = 0; l < t; l++)); do
+			kill -KILL "${pids[$((victim * t + l))]}"
+		done
 		echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
 	fi
 	bound=$((2 * fail_s))
-	for ((k = 0; k < n; k++)); do
-		[ $k = $victim ] && continue
-		wait "${pids[$k]}"
+	for ((r = 0; r < n * t; r++)); do
+		[ $((r / t)) = $victim ] && continue
+		wait "${pids[$r]}"
 		rc=$?
-		grep -v '^ok iter=' "$RUN/t$k.out" | sed "s/^/  rank $k: /"
-		[ $rc = 0 ] || fail "trainer rank $k exited $rc"
+		grep -v '^ok iter=' "$RUN/t$r.out" | sed "s/^/  rank $r: /"
+		[ $rc = 0 ] || fail "trainer rank $r exited $rc"
 		grep -q "^lost .* status=-1001 .* node=$victim msg=.*node $victim was lost" \
-			"$RUN/t$k.out" ||
-			fail "rank $k: no CS_ERR_PEER_LOST naming node $victim"
-		grep -q "^reformed group=train.lost$victim rank=$((k > victim ? k - 1 : k)) size=$((n - 1)) iters=3 wrong=0 " \
-			"$RUN/t$k.out" || fail "rank $k: the 3-rank group failed"
-		t_lost=$(sed -n 's/^lost t=\([0-9.]*\) .*/\1/p' "$RUN/t$k.out")
+			"$RUN/t$r.out" ||
+			fail "rank $r: no CS_ERR_PEER_LOST naming node $victim"
+		nr=$((r / t > victim ? r - t : r))
+		grep -q "^reformed group=train.lost$victim rank=$nr size=$(((n - 1) * t)) iters=3 wrong=0 " \
+			"$RUN/t$r.out" || fail "rank $r: the group of the survivors failed"
+		t_lost=$(sed -n 's/^lost t=\([0-9.]*\) .*/\1/p' "$RUN/t$r.out")
 		dt=$(awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { printf "%.3f", b - a }')
-		echo "rank $k: CS_ERR_PEER_LOST $dt s after the loss (bound ${bound} s)"
+		echo "rank $r: CS_ERR_PEER_LOST $dt s after the loss (bound ${bound} s)"
 		awk -v d="$dt" -v w="$worst" 'BEGIN { exit !(d > w) }' && worst=$dt
 		awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d >= 0 && d < b) }' ||
-			fail "rank $k: $dt s, bound 2 x fail_timeout = $bound s"
+			fail "rank $r: $dt s, bound 2 x fail_timeout = $bound s"
 	done
-	wait "${pids[$victim]}" 2>/dev/null
+	for ((l = 0; l < t; l++)); do
+		wait "${pids[$((victim * t + l))]}" 2>/dev/null
+	done
 	echo "slowest survivor: ${worst} s (bound ${bound} s)"
 	for ((i = 0; i < n; i++)); do
 		[ $i = $victim ] && continue
@@ -368,7 +381,8 @@ ar_4x2) case_ar 4 2 ;;
 gather_2x2) case_gather ;;
 kill_2x2) case_kill ;;
 python_2x1) case_python ;;
-peer_lost_4x1) case_peer_lost ;;
+peer_lost_4x1) case_peer_lost 4 1 4M ;;
+peer_lost_4x2) case_peer_lost 4 2 1M ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -387,7 +401,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|peer_lost_4x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
