@@ -756,6 +756,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"there are gone: form a new group without them",
 			what, (unsigned long long)q->seq, (int)q->peer,
 			q->epoch);
+	else if (q->status == CS_ERR_PEER_LOST &&
+		 q->detail == CS_IPC_LOST_SESSION)
+		set_err(c,
+			"%s, op %llu of the group: node %d stopped answering "
+			"(its sidecar dropped the operation, or the node is "
+			"gone)",
+			what, (unsigned long long)q->seq, (int)q->peer);
 	else if (q->status == CS_ERR_PEER_LOST)
 		set_err(c, "%s, op %llu of the group: rank %d was lost", what,
 			(unsigned long long)q->seq, (int)q->peer);

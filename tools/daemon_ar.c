@@ -514,10 +514,13 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	    atomic_load_explicit(&op->state, memory_order_relaxed) !=
 		    AR_PREPARED) {
 		op->notified = true;
+		/* failed: a session gave up on its peer, or a protocol
+		 * error (failed_peer left at UINT64_MAX) */
 		atomic_store_explicit(op->notify,
-				      atomic_load(&op->state) == AR_DONE
-					      ? 1
-					      : CS_ERR_PEER_LOST,
+				      atomic_load(&op->state) == AR_DONE ? 1
+				      : op->failed_peer != UINT64_MAX
+					      ? CS_ERR_PEER_LOST
+					      : CS_ERR_PROTO,
 				      memory_order_release);
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
@@ -1065,6 +1068,7 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 	op->count = count;
 	op->bytes = count * cs_dtype_size(dt);
 	op->notify = notify;
+	op->failed_peer = UINT64_MAX; /* none: set when a session gives up */
 	atomic_init(&op->started, true);
 	atomic_init(&op->state, AR_PREPARED);
 	cs_coll_params_default(&p, &s->cf->coll);
@@ -1089,6 +1093,21 @@ out_free:
 out_unlock:
 	pthread_mutex_unlock(&s->view_lock);
 	return ret;
+}
+
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
+{
+	struct ar_op *op = s->old;
+	unsigned r;
+
+	if (!op || !op->notify || atomic_load(&op->state) != AR_FAILED ||
+	    op->failed_peer >= s->d->drv.npeers)
+		return -1;
+	if (!s->d->boot) /* static peers: ring index = node.rank */
+		return (int)op->failed_peer;
+	if (sscanf(s->d->drv.peers[op->failed_peer].name, "rank%u", &r) != 1)
+		return -1;
+	return (int)r;
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

@@ -258,8 +258,11 @@ static bool view_moved(const struct cs_daemon_ipc *x)
 	       x->epoch;
 }
 
-/* Finish q[head] with @status, then start what waits. Returns work done. */
-static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
+/*
+ * Finish q[head] with @status (@node: the node that stopped answering it,
+ * or -1), then start what waits. Returns work done.
+ */
+static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 				cs_ns_t now)
 {
 	unsigned work = 0;
@@ -275,7 +278,12 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
 		pop(x);
 		x->done_at = now;
 		/* may call start_inter_node() again (the next instance) */
-		cs_ipc_server_inter_done(x->srv, cookie, status);
+		if (status == CS_ERR_PEER_LOST && node >= 0)
+			cs_ipc_server_inter_fail(x->srv, cookie, status,
+						 CS_IPC_LOST_SESSION, node);
+		else
+			cs_ipc_server_inter_done(x->srv, cookie, status);
+		node = -1;
 		work++;
 		if (!x->count || x->running || view_moved(x))
 			return work; /* a moved view: on_view() next round */
@@ -401,7 +409,7 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 /* The IPC thread's share of the backend; returns the work done. */
 static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 {
-	int v, ret;
+	int v, ret, node;
 
 	if (unlikely(view_moved(x)))
 		return on_view(x, now);
@@ -410,9 +418,9 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		if (ret == -EAGAIN)
 			return 1; /* the view moved: on_view() next round */
 		if (ret == 1)
-			return finish_and_next(x, 0, now);
+			return finish_and_next(x, 0, -1, now);
 		if (ret < 0)
-			return finish_and_next(x, ret, now);
+			return finish_and_next(x, ret, -1, now);
 		return 1;
 	}
 	if (!x->running) {
@@ -432,11 +440,14 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
-	if (v < 0)
-		CS_WARN("group '%s' op %#x failed across nodes: %s",
-			x->q[x->head].op.group, x->q[x->head].op_id,
-			cs_strerror(v));
-	return finish_and_next(x, v > 0 ? 0 : v, now);
+	if (v > 0)
+		return finish_and_next(x, 0, -1, now);
+	node = cs_ar_svc_ext_failed_node(x->d->svc);
+	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
+		"answering)",
+		x->q[x->head].op.group, x->q[x->head].op_id, cs_strerror(v),
+		node);
+	return finish_and_next(x, v, node, now);
 }
 
 /* ---- the thread -------------------------------------------------------- */

@@ -53,6 +53,16 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 			size_t mlen);
 
 /**
+ * cs_ar_svc_ext_failed_node - the node whose session gave up, when the
+ * installed trainer operation failed that way
+ * @s: the collective service
+ *
+ * Returns: the node's rank (node.rank), or -1 (not failed, or failed
+ * otherwise).
+ */
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
+
+/**
  * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is
  * installed; on return the lcore no longer touches its buffer
  * @s: the collective service

@@ -97,6 +97,8 @@ enum cs_ipc_bad {
 enum cs_ipc_lost {
 	CS_IPC_LOST_RANK = 0, /* a rank of the group (trainer gone) */
 	CS_IPC_LOST_NODE = 1, /* a node (sidecar rank) lost from the view */
+	CS_IPC_LOST_SESSION = 2, /* a node stopped answering this operation
+				  * (the transport gave up on it) */
 };
 
 /* Completion, one 32-byte slot. */

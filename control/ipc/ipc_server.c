@@ -524,6 +524,12 @@ static void run_ready(struct cs_ipc_server *s, struct group *g)
 void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 			      int status)
 {
+	cs_ipc_server_inter_fail(s, cookie, status, 0, -1);
+}
+
+void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
+			      int status, unsigned detail, int32_t peer)
+{
 	uint32_t gid = (uint32_t)(cookie >> 48);
 	struct group *g;
 	struct inst *in;
@@ -539,7 +545,7 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 	if (!status)
 		fan_out(g, in);
 	in->inter = false;
-	inst_finish(s, g, in, status, 0, -1);
+	inst_finish(s, g, in, status, status ? detail : 0, status ? peer : -1);
 	run_ready(s, g);
 }
 

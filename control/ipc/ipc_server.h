@@ -138,6 +138,17 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 			      int status);
 
 /**
+ * cs_ipc_server_inter_fail - cs_ipc_server_inter_done() with the culprit
+ * @s: server
+ * @cookie: from the cs_ipc_inter_op
+ * @status: a negative error for every local rank (0: as inter_done)
+ * @detail: for the completions (enum cs_ipc_lost for CS_ERR_PEER_LOST)
+ * @peer: the rank or node @detail names, or -1
+ */
+void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
+			      int status, unsigned detail, int32_t peer);
+
+/**
  * cs_ipc_server_view - the backend's view of the nodes moved on
  * @s: server
  * @epoch: the new view (group epoch)

@@ -236,7 +236,7 @@ case_kill() {
 				LOCAL_WORLD_SIZE=$t \
 				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
 				"$TRAINER" -o allreduce -b 64K -e 64K -n 100000 \
-				-w 0 >/dev/null 2>&1 &
+				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
 			pids+=($!)
 		done
 	done
@@ -261,6 +261,7 @@ case_kill() {
 		rc=$?
 		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
 		echo "rank $k ended with status $rc (expected: an error)"
+		grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
 	done
 	wait "${pids[1]}" 2>/dev/null
 	sidecars_alive
