@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CS_LOG_MODULE "ar"
 #include "internal/log.h"
@@ -108,6 +109,8 @@ struct cs_ar_svc {
 	 * retransmissions (its last ACK may have been lost) */
 	_Atomic(struct ar_op *) prev;
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
+	atomic_int notify_fd; /* eventfd the lcore writes after a trainer op's
+			* verdict (-1: none), so the IPC thread need not nap */
 	struct ar_op *old; /* control thread's */
 	pthread_mutex_t install_lock; /* control vs. IPC thread */
 	/* ctlplane: applying a view (the peer table) and building an op on
@@ -544,6 +547,15 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 					      ? CS_ERR_PEER_LOST
 					      : CS_ERR_PROTO,
 				      memory_order_release);
+		int nfd = atomic_load_explicit(&s->notify_fd,
+					       memory_order_relaxed);
+
+		if (nfd >= 0) {
+			uint64_t one = 1;
+
+			/* EAGAIN: the counter is full, it is awake */
+			(void)!write(nfd, &one, sizeof(one));
+		}
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
 	 * (lcore.sleep, far below any RTO) and leaves the CPU to the other
@@ -950,6 +962,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
+	atomic_init(&s->notify_fd, -1);
 	pthread_mutex_init(&s->view_lock, NULL);
 	s->hold = calloc(AR_HOLD, sizeof(*s->hold)); /* NULL: no hold */
 	d->svc = s;
@@ -1145,6 +1158,11 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
 	if (sscanf(s->d->drv.peers[op->failed_peer].name, "rank%u", &r) != 1)
 		return -1;
 	return (int)r;
+}
+
+void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
+{
+	atomic_store(&s->notify_fd, fd);
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

@@ -52,6 +52,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <poll.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 
 #define CS_LOG_MODULE "ipcd"
 #include "internal/log.h"
@@ -80,7 +83,7 @@ static_assert(sizeof(struct ipcd_conf) <=
 static const struct cs_cfg_entry ipcd_cfg[] = {
 	{ "ipc.enable", CS_CFG_BOOL, IC(enable), "1", CS_CFG_NO_BOUNDS,
 	  "serve trainers (libcollstack) on ipc.socket" },
-	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "200us", 0, 1e10,
+	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "20us", 0, 1e10,
 	  "IPC thread: keep polling this long after the last work" },
 	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
 	  "IPC thread: then sleep this long per round" },
@@ -100,6 +103,7 @@ struct cs_daemon_ipc {
 	struct cs_ipc_server *srv;
 	pthread_t thr;
 	atomic_bool stop;
+	int efd; /* the lcore's verdicts wake the IPC thread (-1: naps) */
 	/* IPC thread only */
 	struct ipcd_op q[IPCD_QUEUE]; /* q[head] runs when running */
 	uint32_t head, count;
@@ -464,7 +468,9 @@ static void *ipc_main(void *arg)
 {
 	struct cs_daemon_ipc *x = arg;
 	struct timespec nap = { 0, (long)x->cf->idle_sleep };
+	struct pollfd pfd = { .fd = x->efd, .events = POLLIN };
 	cs_ns_t last = now_ns();
+	uint64_t v;
 
 	/* short naps stay short (the default slack is 50 us) */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
@@ -483,8 +489,15 @@ static void *ipc_main(void *arg)
 			last = now;
 			continue;
 		}
-		if (now - last >= x->cf->idle_spin)
+		if (now - last < x->cf->idle_spin)
+			continue;
+		/* nap; the lcore's verdict on a cross-node op ends it */
+		if (x->efd < 0) {
 			nanosleep(&nap, NULL);
+		} else if (ppoll(&pfd, 1, &nap, NULL) > 0 &&
+			   read(x->efd, &v, sizeof(v)) > 0) {
+			last = now_ns();
+		}
 	}
 	return NULL;
 }
@@ -512,6 +525,7 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		return -ENOMEM;
 	x->d = d;
 	x->cf = cf;
+	x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	atomic_init(&x->stop, false);
 	atomic_init(&x->notify, 0);
 	be = (struct cs_ipc_backend){ .ctx = x,
@@ -526,6 +540,7 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	/* ctlplane: groups formed from now on belong to this view */
 	x->epoch = atomic_load(&d->view.epoch);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
+	cs_ar_svc_set_notify_fd(d->svc, x->efd);
 	ret = -pthread_create(&x->thr, NULL, ipc_main, x);
 	if (ret)
 		goto out_srv;
@@ -534,8 +549,11 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		cf->ipc.socket_path, d->conf.rank, d->drv.npeers);
 	return 0;
 out_srv:
+	cs_ar_svc_set_notify_fd(d->svc, -1);
 	cs_ipc_server_destroy(x->srv);
 out_free:
+	if (x->efd >= 0)
+		close(x->efd);
 	free(x);
 	return ret;
 }
@@ -552,6 +570,10 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	cs_ipc_server_destroy(x->srv);
 	if (x->installed)
 		cs_ar_svc_stop_ext(d->svc);
+	/* no trainer op is installed now: the lcore writes no more */
+	cs_ar_svc_set_notify_fd(d->svc, -1);
+	if (x->efd >= 0)
+		close(x->efd);
 	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed "
 		"(%llu of them on a lost node)",
 		(unsigned long long)x->finished, (unsigned long long)x->failed,

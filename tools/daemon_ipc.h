@@ -47,6 +47,12 @@ void cs_daemon_ipc_stop(struct cs_daemon *d);
  * (nothing started), CS_ERR_PEER_LOST if this node is out of the view,
  * or a negative errno.
  */
+/**
+ * cs_ar_svc_set_notify_fd - an eventfd the lcore writes to after it stored
+ * the verdict of a trainer operation (-1: none); set before the first one
+ */
+void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd);
+
 int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 			void *buf, size_t count, enum cs_dtype dt,
 			enum cs_redop redop, atomic_int *notify, char *msg,
