@@ -9,7 +9,7 @@
 #                           [--ops all|allreduce,reduce_scatter,...]
 #                           [--conds clean,loss,rate] [--adverse-ops LIST]
 #                           [--sizes 4K:64M] [--loss PCT] [--rate 1gbit]
-#                           [--cluster auto|own|cluster] [--port P]
+#                           [--cluster auto|own|cluster] [--port P] [--mtu M]
 #                           [--no-offload] [--pause-sidecars] [--place out|in]
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
@@ -42,6 +42,7 @@ MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
+MTU=1500	# on every veth of the namespaces, for both stacks
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
 ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=3 WARM_LARGE=1
 
@@ -63,6 +64,7 @@ while [ $# -gt 0 ]; do
 	--rate) RATE=$2; shift 2 ;;
 	--cluster) CLUSTER=$2; shift 2 ;;
 	--port) PORT=$2; shift 2 ;;
+	--mtu) MTU=$2; shift 2 ;;
 	--no-offload) OFFLOAD=0; shift ;;
 	--pause-sidecars) PAUSE_SIDECARS=1; shift ;;
 	--place) PLACE=$2; shift 2 ;;
@@ -164,17 +166,20 @@ cluster_up() {
 	cluster)
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
 		if [ $daemons = 1 ]; then
-			scripts/cluster.sh up "$NODES_N" --port "$port" >&2
+			scripts/cluster.sh up "$NODES_N" --port "$port" \
+				--mtu "$MTU" >&2
 		else
-			scripts/cluster.sh up "$NODES_N" --no-daemons >&2
+			scripts/cluster.sh up "$NODES_N" --no-daemons \
+				--mtu "$MTU" >&2
 		fi
 		CLUSTER_ENV=/run/collstack/cluster.env
 		;;
 	own)
 		if [ $daemons = 1 ]; then
-			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" >&2
+			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" \
+				--mtu "$MTU" >&2
 		else
-			scripts/lib/netns.sh up "$NODES_N" >&2
+			scripts/lib/netns.sh up "$NODES_N" --mtu "$MTU" >&2
 		fi
 		CLUSTER_ENV=/run/collstack-bench/netns.env
 		;;
@@ -621,7 +626,7 @@ if [ $OFFLOAD = 0 ]; then
 fi
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
+	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2

@@ -8,7 +8,7 @@
 #   namespace-side veths csbd<i> (MAC 02:78:00:00:00:<i+1>,
 #   10.78.0.<i+1>/24).
 #
-#   scripts/lib/netns.sh up N [--daemons udp|af_packet]    (N: 2..32)
+#   scripts/lib/netns.sh up N [--daemons udp|af_packet] [--mtu M]  (N: 2..32)
 #   scripts/lib/netns.sh down
 #   scripts/lib/netns.sh status
 #
@@ -116,7 +116,7 @@ nb_daemons() {	# start collstackd in every namespace, wait until ready
 		args=(--set "name=$ns" --set "run_dir=$NB_RUN/$ns"
 		      --set "node.rank=$i" --set "node.peers=$NB_RUN/peers"
 		      --set "port.ip=$NB_NET.$((i + 1))"
-		      --set "port.udp_port=$NB_UDP_PORT" --set port.mtu=1500)
+		      --set "port.udp_port=$NB_UDP_PORT" --set "port.mtu=$NB_MTU")
 		if [ "$port" = udp ]; then
 			args+=(--set port.type=udp)
 		else
@@ -158,12 +158,16 @@ nb_up() {
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 32 ] ||
 		nb_die "usage: netns.sh up N (2..32) [--daemons udp|af_packet]"
 	shift
-	NB_PORT=""
-	case ${1:-} in
-	--daemons) NB_PORT=${2:?--daemons udp|af_packet} ;;
-	"") ;;
-	*) nb_die "unknown option $1" ;;
-	esac
+	NB_PORT="" NB_MTU=1500
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--daemons) NB_PORT=${2:?--daemons udp|af_packet}; shift 2 ;;
+		--mtu) NB_MTU=${2:?--mtu M}; shift 2
+			[[ "$NB_MTU" =~ ^[0-9]+$ ]] && [ "$NB_MTU" -ge 576 ] &&
+				[ "$NB_MTU" -le 9000 ] || nb_die "--mtu 576..9000" ;;
+		*) nb_die "unknown option $1" ;;
+		esac
+	done
 	[ "$(id -u)" -eq 0 ] || nb_die "needs root"
 	[ -f "$NB_ENV" ] && nb_die "already up ($NB_ENV): down first"
 	for ((i = 0; i < n; i++)); do
@@ -192,6 +196,8 @@ nb_up() {
 		ip -n "$ns" link set lo up
 		ip link add "${NB_PREFIX}v$i" type veth peer name \
 			"${NB_PREFIX}d$i" netns "$ns"
+		ip link set "${NB_PREFIX}v$i" mtu "$NB_MTU"
+		ip -n "$ns" link set "${NB_PREFIX}d$i" mtu "$NB_MTU"
 		ip link set "${NB_PREFIX}v$i" master "$NB_BR" up
 		ip -n "$ns" link set "${NB_PREFIX}d$i" address \
 			"$(printf '02:78:00:00:00:%02x' $((i + 1)))"
