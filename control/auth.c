@@ -220,3 +220,32 @@ int cs_auth_check(const uint8_t key[CS_AUTH_KEY_LEN],
 	cs_auth_tag(key, h, payload, tag);
 	return cs_auth_equal(tag, h->tag, sizeof(tag)) ? 0 : CS_ERR_AUTH;
 }
+
+void cs_auth_ctx_init(struct cs_auth_ctx *c, const uint8_t key[CS_AUTH_KEY_LEN])
+{
+	cs_hmac_init(&c->pre, key, CS_AUTH_KEY_LEN);
+}
+
+void cs_auth_ctx_tag(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		     const void *payload, uint8_t tag[CS_PROTO_TAG_LEN])
+{
+	uint8_t buf[17 * 8], mac[CS_SHA256_LEN];
+	struct cs_hmac m = c->pre;
+
+	cs_hmac_update(&m, buf, hdr_bytes(h, buf));
+	if (h->len && payload)
+		cs_hmac_update(&m, payload, h->len);
+	cs_hmac_final(&m, mac);
+	memcpy(tag, mac, CS_PROTO_TAG_LEN);
+}
+
+int cs_auth_ctx_check(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		      const void *payload)
+{
+	uint8_t tag[CS_PROTO_TAG_LEN];
+
+	if (!(h->flags & CS_PKT_F_AUTH))
+		return CS_ERR_AUTH;
+	cs_auth_ctx_tag(c, h, payload, tag);
+	return cs_auth_equal(tag, h->tag, sizeof(tag)) ? 0 : CS_ERR_AUTH;
+}
