@@ -26,6 +26,19 @@ void cs_sha256_init(struct cs_sha256 *s);
 void cs_sha256_update(struct cs_sha256 *s, const void *data, size_t len);
 void cs_sha256_final(struct cs_sha256 *s, uint8_t out[CS_SHA256_LEN]);
 
+/**
+ * cs_sha256_impl - the compression in use: "sha-ni" (x86 SHA extensions,
+ * picked when the CPU has them) or "portable"
+ */
+const char *cs_sha256_impl(void);
+
+/**
+ * cs_sha256_select - force the portable code (@hw false) or the SHA
+ * extensions (@hw true); for tests and benchmarks
+ * Returns: 0, or -ENOTSUP when @hw and the CPU lacks them.
+ */
+int cs_sha256_select(bool hw);
+
 struct cs_hmac {
 	struct cs_sha256 inner, outer;
 };
