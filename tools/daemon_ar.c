@@ -1004,7 +1004,8 @@ int cs_daemon_init(struct cs_daemon *d)
 		}
 		s->auth = true;
 		CS_INFO("packet authentication on: HMAC-SHA-256 tags under "
-			"per-epoch keys from the job token");
+			"per-epoch keys from the job token (SHA-256: %s)",
+			cs_sha256_impl());
 	}
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->prev, NULL);
@@ -1053,10 +1054,10 @@ static void ar_stats_auth(struct cs_ar_svc *s, char *out, size_t len)
 	pthread_mutex_unlock(&s->install_lock);
 	snprintf(out + l, len - l,
 		 " auth=%d rx_auth_fail=%llu rx_auth_notag=%llu "
-		 "auth_rekey=%llu last_op=%lld",
+		 "auth_rekey=%llu last_op=%lld sha256=%s",
 		 s->auth, (unsigned long long)s->rx_auth_fail,
 		 (unsigned long long)s->rx_auth_notag,
-		 (unsigned long long)s->auth_rekey, last);
+		 (unsigned long long)s->auth_rekey, last, cs_sha256_impl());
 }
 
 int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
