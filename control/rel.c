@@ -426,6 +426,16 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->ops->acked(r->owner, m->cookie, m->len);
 }
 
+void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
+{
+	if (!srtt)
+		return;
+	r->srtt = srtt;
+	r->rttvar = rttvar;
+	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+}
+
 static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 {
 	cs_ns_t err;
@@ -553,6 +563,24 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	}
 	if (missing)
 		res |= detect_lost(r, now);
+	if (r->frto && cs_seq_lt(r->frto_seq, r->snd_una)) {
+		/* the packet a timeout resent is acknowledged */
+		r->frto = false;
+		if (r->snd_una == r->frto_seq + 1 && !h->sack) {
+			/* and nothing sent before the timeout: lost */
+			for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt);
+			     s++) {
+				struct cs_rel_meta *m = meta_of(r, s);
+
+				if (m->state == M_INFLIGHT) {
+					mark_lost(r, s, m, LOST_BY_RTO);
+					res |= CS_REL_LOST;
+				}
+			}
+		} else {
+			r->st.spurious_rto++;
+		}
+	}
 	return res;
 }
 
@@ -745,12 +773,23 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 		CS_DEBUG("session failed after %u timeouts", r->consecutive_to);
 		return 0;
 	}
+	/*
+	 * Resend the oldest packet only (F-RTO, RFC 5682). A timeout on a
+	 * machine whose CPUs are shared is usually a descheduled peer, not a
+	 * lost window, and resending the whole window would cost a window of
+	 * duplicates. The ACK of this one tells: if it covers packets sent
+	 * before the timeout too, they were only late; if it covers this
+	 * one alone, the window was lost and process_ack() resends the rest.
+	 */
 	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state == M_INFLIGHT) {
 			mark_lost(r, s, m, LOST_BY_RTO);
 			res = CS_REL_LOST;
+			r->frto = true;
+			r->frto_seq = s;
+			break;
 		}
 	}
 	r->backoff++;

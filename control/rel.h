@@ -176,6 +176,7 @@ struct cs_rel_stats {
 	uint64_t fast_retx; /* of which triggered by SACK */
 	uint64_t tlp; /* of which tail loss probes */
 	uint64_t timeouts;
+	uint64_t spurious_rto; /* timeouts the next ACK proved spurious */
 	uint64_t acks_sent; /* pure ACKs built */
 	uint64_t acks_piggy; /* ACKs carried on data */
 	uint64_t sack_ext; /* SACK extension blocks built */
@@ -223,6 +224,8 @@ struct cs_rel {
 	cs_ns_t srtt, rttvar, rto;
 	cs_ns_t min_rtt; /* smallest Karn sample */
 	uint32_t backoff; /* RTO doublings since the last sample */
+	bool frto; /* after a timeout: was it spurious? (rel.c) */
+	uint32_t frto_seq; /* the packet the timeout resent */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline; /* CS_NS_NEVER: not armed */
 	cs_ns_t rack_deadline; /* re-run loss detection (time rule) */
@@ -268,6 +271,17 @@ struct cs_rel {
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 		struct cs_path *path, const struct cs_rel_ops *ops, void *owner,
 		uint32_t isn_tx, uint32_t isn_rx);
+
+/**
+ * cs_rel_seed_rtt - start @r from an RTT estimate learnt by an earlier
+ * session to the same peer, so that a fresh session does not wait a whole
+ * rel.rto_init for its first timeout. The first sample of @r replaces the
+ * estimate, as it would without this.
+ * @r: a session just set up, nothing sent yet
+ * @srtt: smoothed RTT, ns (0: no estimate, nothing changes)
+ * @rttvar: its variation, ns
+ */
+void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar);
 
 /**
  * cs_rel_fini - free what cs_rel_init() allocated

@@ -216,14 +216,20 @@ static int fault_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return cs_port_unreg_mem(fp_of(p)->inner, addr, len);
 }
 
-static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns)
+static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		      int kick_fd)
 {
 	struct fault_port *fp = fp_of(p);
 
 	/* Held frames need flushing: do not sleep past their due time. */
 	if (fp->q[q].nheld && timeout_ns > fp->fc.delay_ns / 4)
 		timeout_ns = fp->fc.delay_ns / 4;
-	return cs_port_wait(fp->inner, q, timeout_ns);
+	return cs_port_wait(fp->inner, q, timeout_ns, kick_fd);
+}
+
+static bool fault_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return cs_port_wakes_on_rx(fp_of(p)->inner, q);
 }
 
 static int fault_thread_init(struct cs_port *p)
@@ -278,6 +284,7 @@ static const struct cs_port_ops fault_ops = {
 	.reg_mem = fault_reg_mem,
 	.unreg_mem = fault_unreg_mem,
 	.wait = fault_wait,
+	.wakes_on_rx = fault_wakes_on_rx,
 	.thread_init = fault_thread_init,
 	.stats = fault_stats,
 	.close = fault_close,

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 
 #define CS_LOG_MODULE "lcore"
 #include "internal/log.h"
@@ -22,9 +24,21 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 	  "CPUs for the polling lcores, e.g. \"2,3\"; empty: CPUs of the "
 	  "port's NUMA node, spread by node.rank" },
 	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
-	  "adaptive: idle polls before the lcore waits" },
+	  "adaptive: idle polls before the lcore waits, on ports whose wait "
+	  "is a plain nap (af_xdp, memif, tap)" },
+	{ "lcore.spin_wake", CS_CFG_U32, LC(spin_wake), "50", 0, 100000000,
+	  "adaptive: the same on ports whose wait ends when a frame "
+	  "arrives (af_packet, udp): few, since on a shared machine a "
+	  "spinning lcore delays the sidecar that has work" },
 	{ "lcore.sleep", CS_CFG_NS, LC(sleep_ns), "50us", 1000, 1e9,
-	  "adaptive: longest wait when idle (wakes early on udp receive)" },
+	  "adaptive: longest wait when idle; the wait ends early when a "
+	  "frame arrives (af_packet, udp) or new work is handed over" },
+	{ "lcore.quiet_after", CS_CFG_NS, LC(quiet_after), "20ms", 0, 1e11,
+	  "adaptive: after this long without work ..." },
+	{ "lcore.quiet_sleep", CS_CFG_NS, LC(quiet_sleep_ns), "1ms", 1000,
+	  1e9,
+	  "... wait up to this long instead of lcore.sleep (an idle "
+	  "sidecar then costs almost no CPU; timers may fire this late)" },
 };
 
 const size_t cs_lcore_cfg_len = CS_ARRAY_SIZE(cs_lcore_cfg);
@@ -150,6 +164,7 @@ static void *lcore_main(void *arg)
 {
 	struct cs_lcore *lc = arg;
 	uint32_t idle = 0;
+	cs_ns_t last_work = cs_lcore_now();
 
 	/* A busy lcore owns its CPU. An adaptive one shares CPUs with other
 	 * sidecars, and pinned to one it could not move off a CPU that
@@ -168,16 +183,33 @@ static void *lcore_main(void *arg)
 	if (lc->init_err)
 		return NULL;
 	while (!atomic_load_explicit(&lc->stop, memory_order_relaxed)) {
-		unsigned did = lc->fn(lc->arg, lc->q, cs_lcore_now());
+		cs_ns_t now = cs_lcore_now();
+		unsigned did = lc->fn(lc->arg, lc->q, now);
 
 		lc->loops++;
 		if (did || lc->mode == CS_POLL_BUSY) {
 			idle = 0;
+			last_work = now;
 			continue;
 		}
 		if (++idle < lc->spin)
 			continue;
-		cs_port_wait(lc->port, lc->q, lc->sleep_ns);
+		atomic_store(&lc->waiting, true);
+		cs_port_wait(lc->port, lc->q,
+			     now - last_work >= lc->quiet_after
+				     ? lc->quiet_sleep_ns
+				     : lc->sleep_ns,
+			     lc->kick_fd);
+		atomic_store_explicit(&lc->waiting, false,
+				      memory_order_relaxed);
+		if (lc->kick_fd >= 0) {
+			uint64_t v;
+
+			if (read(lc->kick_fd, &v, sizeof(v)) > 0) {
+				idle = 0; /* kicked: new work, poll a while */
+				last_work = cs_lcore_now();
+			}
+		}
 		lc->idle_waits++;
 	}
 	return NULL;
@@ -195,25 +227,55 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 	lc->fn = fn;
 	lc->arg = arg;
 	lc->mode = mode;
-	lc->spin = conf->spin;
+	lc->spin = cs_port_wakes_on_rx(port, q) ? conf->spin_wake : conf->spin;
 	lc->sleep_ns = conf->sleep_ns;
+	lc->quiet_after = conf->quiet_after;
+	lc->quiet_sleep_ns = conf->quiet_sleep_ns;
 	lc->cpu = cpu;
 	atomic_init(&lc->stop, false);
 	atomic_init(&lc->running, false);
+	atomic_init(&lc->waiting, false);
+	/* without it a kick is seen at the end of the nap */
+	lc->kick_fd = mode == CS_POLL_ADAPTIVE
+			      ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+			      : -1;
 	ret = pthread_create(&lc->thread, NULL, lcore_main, lc);
-	if (ret)
+	if (ret) {
+		if (lc->kick_fd >= 0)
+			close(lc->kick_fd);
+		lc->kick_fd = -1;
 		return -ret;
+	}
 	while (!atomic_load(&lc->running))
 		sched_yield();
 	if (lc->init_err) {
 		pthread_join(lc->thread, NULL);
+		if (lc->kick_fd >= 0)
+			close(lc->kick_fd);
+		lc->kick_fd = -1;
 		return lc->init_err;
 	}
 	return 0;
 }
 
+void cs_lcore_kick(struct cs_lcore *lc)
+{
+	uint64_t one = 1;
+
+	if (!atomic_load_explicit(&lc->running, memory_order_acquire) ||
+	    lc->kick_fd < 0 || !atomic_load(&lc->waiting))
+		return;
+	if (write(lc->kick_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		CS_WARN("lcore %u: kick: %s", lc->q, strerror(errno));
+}
+
 void cs_lcore_stop(struct cs_lcore *lc)
 {
 	atomic_store(&lc->stop, true);
+	cs_lcore_kick(lc);
 	pthread_join(lc->thread, NULL);
+	atomic_store(&lc->running, false);
+	if (lc->kick_fd >= 0)
+		close(lc->kick_fd);
+	lc->kick_fd = -1;
 }

@@ -31,7 +31,10 @@ struct cs_lcore_conf {
 	char poll[CS_CFG_STR_MAX]; /* "busy", "adaptive" or "auto" */
 	char cpus[CS_CFG_STR_MAX]; /* "" (auto) or a list "2,3" */
 	uint32_t spin; /* idle polls before waiting */
+	uint32_t spin_wake; /* the same where the wait ends on receive */
 	cs_ns_t sleep_ns; /* longest wait when idle */
+	cs_ns_t quiet_after; /* no work this long: ... */
+	cs_ns_t quiet_sleep_ns; /* ... wait up to this long instead */
 };
 
 extern const struct cs_cfg_entry cs_lcore_cfg[];
@@ -52,10 +55,13 @@ struct cs_lcore {
 	enum cs_poll_mode mode;
 	uint32_t spin;
 	cs_ns_t sleep_ns;
+	cs_ns_t quiet_after, quiet_sleep_ns;
 	int cpu; /* -1: not pinned */
 	atomic_bool stop;
 	atomic_bool running;
 	int init_err;
+	int kick_fd; /* eventfd: cs_lcore_kick() wakes a waiting lcore */
+	atomic_bool waiting;
 	/* written by the lcore only */
 	uint64_t loops, idle_waits;
 };
@@ -96,6 +102,14 @@ enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
 int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 		   enum cs_poll_mode mode, const struct cs_lcore_conf *conf,
 		   int cpu, cs_lcore_fn fn, void *arg);
+
+/**
+ * cs_lcore_kick - wake the lcore if it waits (adaptive polling), e.g.
+ * because another thread handed it new work; costs a system call only
+ * then. Safe from any thread once cs_lcore_start() returned.
+ * @lc: the lcore
+ */
+void cs_lcore_kick(struct cs_lcore *lc);
 
 /**
  * cs_lcore_stop - ask the lcore to stop and join it

@@ -2,6 +2,7 @@
 /* Port set-up: the config table, back-end selection and frame helpers. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -168,16 +169,26 @@ int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
 }
 
-int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns)
+int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		 int kick_fd)
 {
 	struct timespec ts;
+	struct pollfd pfd = { .fd = kick_fd, .events = POLLIN };
 
 	if (p->ops->wait)
-		return p->ops->wait(p, q, timeout_ns);
-	ts.tv_sec = timeout_ns / CS_NS_PER_S;
-	ts.tv_nsec = timeout_ns % CS_NS_PER_S;
-	nanosleep(&ts, NULL);
+		return p->ops->wait(p, q, timeout_ns, kick_fd);
+	ts.tv_sec = (time_t)(timeout_ns / CS_NS_PER_S);
+	ts.tv_nsec = (long)(timeout_ns % CS_NS_PER_S);
+	if (kick_fd < 0)
+		nanosleep(&ts, NULL);
+	else if (ppoll(&pfd, 1, &ts, NULL) < 0 && errno != EINTR)
+		return -errno;
 	return 0;
+}
+
+bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return p->ops->wakes_on_rx && p->ops->wakes_on_rx(p, q);
 }
 
 int cs_port_thread_init(struct cs_port *p)

@@ -129,8 +129,12 @@ struct cs_port_ops {
 		      void *ext, uint32_t len);
 	int (*reg_mem)(struct cs_port *p, void *addr, size_t len);
 	int (*unreg_mem)(struct cs_port *p, void *addr, size_t len);
-	/* Block up to @timeout_ns for receive work (adaptive polling). */
-	int (*wait)(struct cs_port *p, unsigned q, cs_ns_t timeout_ns);
+	/* Block up to @timeout_ns for receive work (adaptive polling), or
+	 * until @kick_fd (an eventfd, -1: none) is readable. */
+	int (*wait)(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		    int kick_fd);
+	/* Does wait() end when a frame arrives on @q? (NULL: no) */
+	bool (*wakes_on_rx)(struct cs_port *p, unsigned q);
 	/* Called once by each lcore thread before it polls (DPDK: register
 	 * the thread as an EAL lcore so mempool caches work). */
 	int (*thread_init)(struct cs_port *p);
@@ -219,10 +223,20 @@ int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len);
 int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len);
 
 /**
- * cs_port_wait - sleep until receive work may be there or @timeout_ns
- * passed; ports that cannot wait on an event sleep for the timeout.
+ * cs_port_wait - sleep until receive work may be there, @kick_fd is
+ * readable, or @timeout_ns passed; ports that cannot wait on receive
+ * events wait on @kick_fd alone (the udp port on its ring alone).
+ * @kick_fd: an eventfd another thread writes to wake the lcore (-1: none);
+ *	the caller drains it
  */
-int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns);
+int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		 int kick_fd);
+
+/**
+ * cs_port_wakes_on_rx - does cs_port_wait() on @q end when a frame
+ * arrives (rather than only when its timeout passes)?
+ */
+bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q);
 
 int cs_port_thread_init(struct cs_port *p);
 void cs_port_stats(struct cs_port *p, struct cs_port_stats *st);

@@ -25,7 +25,9 @@
 #include <unistd.h>
 #include <dirent.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 
 /* rte_dev_dma_map() is still marked experimental in DPDK 22.11. */
 #define ALLOW_EXPERIMENTAL_API 1
@@ -63,7 +65,11 @@ struct dpdk_port {
 	struct ext_region ext[MAX_EXT];
 	unsigned next_ext;
 	uint64_t rx_multiseg; /* chained frames we could not take */
+	int rx_fd[CS_PORT_MAX_QUEUES]; /* af_packet: wait on these, or -1 */
 };
+
+static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq);
+static void find_xsk_fd(struct dpdk_port *dp, unsigned nq);
 
 static int eal_users;
 static char eal_runtime_dir[512];
@@ -742,6 +748,7 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 			c->mtu, nmbufs, room, socket, mac,
 			dp->multi_seg && c->zero_copy ? "on" : "off (copies)");
 	}
+	find_rx_fds(dp, c->dev, nq);
 	*out = &dp->port;
 	return 0;
 out_stop:
@@ -760,6 +767,115 @@ out_eal:
 	return ret;
 }
 
+/*
+ * An adaptive lcore that waits should wake when a frame arrives, not when
+ * its nap ends: on a machine where several sidecars share a core the nap
+ * is what each hop of a small collective costs. DPDK's af_packet PMD has
+ * no receive interrupt, but each of its receive queues is a packet socket
+ * whose descriptor is the first member of the queue's private data (the
+ * same in every DPDK release that has the PMD). Take it only if it proves
+ * to be a raw AF_PACKET socket; otherwise the lcore naps as before.
+ */
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+
+/*
+ * af_xdp: the PMD's XDP socket is not reachable through a stable layout,
+ * but with one queue the process holds exactly one AF_XDP socket, which
+ * poll() reports readable when its receive ring has frames. With more
+ * queues (or anything ambiguous) the lcores nap.
+ */
+static void find_xsk_fd(struct dpdk_port *dp, unsigned nq)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	int found = -1, count = 0;
+
+	if (!dir)
+		return;
+	while ((e = readdir(dir))) {
+		int fd, dom = -1;
+		socklen_t l = sizeof(dom);
+		char *end;
+
+		fd = (int)strtol(e->d_name, &end, 10);
+		if (*end || fd == dirfd(dir))
+			continue;
+		if (!getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) &&
+		    dom == AF_XDP) {
+			found = fd;
+			count++;
+		}
+	}
+	closedir(dir);
+	if (nq == 1 && count == 1)
+		dp->rx_fd[0] = found;
+	CS_INFO("af_xdp: %s", dp->rx_fd[0] >= 0
+				      ? "idle lcores wake on receive"
+				      : "idle lcores nap (lcore.sleep): one "
+					"queue and one XDP socket needed to "
+					"wait on it");
+}
+
+static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
+{
+	unsigned found = 0;
+
+	for (unsigned q = 0; q < CS_PORT_MAX_QUEUES; q++)
+		dp->rx_fd[q] = -1;
+	if (!strcmp(dev, "af_xdp")) {
+		find_xsk_fd(dp, nq);
+		return;
+	}
+	if (strcmp(dev, "af_packet"))
+		return;
+	for (unsigned q = 0; q < nq && q < CS_PORT_MAX_QUEUES; q++) {
+		void *rxq = rte_eth_fp_ops[dp->port_id].rxq.data[q];
+		int fd, dom = -1, type = -1;
+		socklen_t l = sizeof(int);
+
+		if (!rxq)
+			continue;
+		fd = *(const int *)rxq;
+		if (fd < 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) ||
+		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) ||
+		    dom != AF_PACKET || type != SOCK_RAW)
+			continue;
+		dp->rx_fd[q] = fd;
+		found++;
+	}
+	CS_INFO("af_packet: %s", found == nq ? "idle lcores wake on receive"
+		: "receive sockets not found: idle lcores nap (lcore.sleep)");
+}
+
+static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
+		     int kick_fd)
+{
+	struct dpdk_port *dp = dp_of(p);
+	struct timespec ts = { (time_t)(timeout_ns / CS_NS_PER_S),
+			       (long)(timeout_ns % CS_NS_PER_S) };
+	struct pollfd pfd[2];
+	nfds_t n = 0;
+
+	if (q < CS_PORT_MAX_QUEUES && dp->rx_fd[q] >= 0)
+		pfd[n++] = (struct pollfd){ .fd = dp->rx_fd[q],
+					    .events = POLLIN };
+	if (kick_fd >= 0)
+		pfd[n++] = (struct pollfd){ .fd = kick_fd, .events = POLLIN };
+	if (!n) {
+		nanosleep(&ts, NULL);
+		return 0;
+	}
+	return ppoll(pfd, n, &ts, NULL) < 0 && errno != EINTR ? -errno : 0;
+}
+
+static bool dpdk_wakes_on_rx(struct cs_port *p, unsigned q)
+{
+	return q < CS_PORT_MAX_QUEUES && dp_of(p)->rx_fd[q] >= 0;
+}
+
 const struct cs_port_ops cs_port_dpdk_ops = {
 	.name = "dpdk",
 	.open = dpdk_open,
@@ -771,6 +887,8 @@ const struct cs_port_ops cs_port_dpdk_ops = {
 	.reg_mem = dpdk_reg_mem,
 	.unreg_mem = dpdk_unreg_mem,
 	.thread_init = dpdk_thread_init,
+	.wait = dpdk_wait,
+	.wakes_on_rx = dpdk_wakes_on_rx,
 	.stats = dpdk_stats,
 	.close = dpdk_close,
 };

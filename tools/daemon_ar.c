@@ -47,8 +47,8 @@
 /* Frames of a trainer operation this node has not started yet are held
  * (up to AR_HOLD of at most AR_HOLD_BYTES of payload) and fed to it once
  * it is installed, instead of waiting for the sender's RTO. */
-#define AR_HOLD 128
-#define AR_HOLD_BYTES 2048
+#define AR_HOLD 256
+#define AR_HOLD_BYTES 9000 /* a jumbo frame's payload */
 #define AR_EXT_BIT 0x80000000u /* op ids of trainer operations */
 
 struct ar_held {
@@ -141,6 +141,10 @@ struct cs_ar_svc {
 	struct ar_held *hold;
 	unsigned nhold;
 	uint64_t rx_held, rx_replayed, rx_prev;
+	/* RTT to each peer as the last finished operation measured it
+	 * (written by the lcore, read when the next op's sessions start) */
+	_Atomic cs_ns_t rtt_srtt[CS_DRV_MAX_PEERS];
+	_Atomic cs_ns_t rtt_var[CS_DRV_MAX_PEERS];
 	/* packet authentication (auth.enable): set before the lcores
 	 * start, then lcore-only. key[0] follows the view's epoch, key[1]
 	 * holds the last other epoch a frame carried. */
@@ -564,6 +568,22 @@ static bool acks_owed(const struct ar_op *op)
 	return false;
 }
 
+/* Keep what @op learnt of the RTT to its peers for the next op. */
+static void remember_rtt(struct cs_ar_svc *s, const struct ar_op *op)
+{
+	for (uint32_t i = 0; i < op->nsess; i++) {
+		const struct cs_rel *r = &op->sess[i].rel;
+
+		if (!cs_rel_stats(r)->rtt_samples ||
+		    op->sess[i].peer >= CS_DRV_MAX_PEERS)
+			continue;
+		atomic_store_explicit(&s->rtt_srtt[op->sess[i].peer], r->srtt,
+				      memory_order_relaxed);
+		atomic_store_explicit(&s->rtt_var[op->sess[i].peer], r->rttvar,
+				      memory_order_relaxed);
+	}
+}
+
 /* Pure ACKs the previous trainer op owes. */
 static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
 {
@@ -617,6 +637,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		    AR_PREPARED &&
 	    op->t_start && cs_coll_done(op->coll) && !acks_owed(op)) {
 		op->t_done = now;
+		remember_rtt(s, op);
 		atomic_store_explicit(&op->state, AR_DONE,
 				      memory_order_release);
 	}
@@ -665,6 +686,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
+	cs_lcore_kick(&s->d->lcores[0]);
 	/* Two polls later the lcore cannot hold the old pointer any more.
 	 * Never free it before: if a stop signal comes first, leave it
 	 * (the process is going away). */
@@ -676,6 +698,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 			break;
 		}
 		sleep_us(10);
+		cs_lcore_kick(&s->d->lcores[0]);
 	}
 	if (s->retired != s->prev_ctl)
 		op_free(s->prev_ctl);
@@ -685,6 +708,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	s->retired = NULL;
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
+	cs_lcore_kick(&s->d->lcores[0]);
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -703,6 +727,7 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 		     i++) {
 			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
 				break;
+			cs_lcore_kick(&s->d->lcores[0]);
 			sleep_us(10);
 		}
 		if (atomic_load(&s->gen) >= s->retired_gen + 2)
@@ -716,6 +741,7 @@ static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 	s->retired_gen = atomic_load(&s->gen);
 	s->prev_ctl = s->old;
 	s->old = op;
+	cs_lcore_kick(&s->d->lcores[0]);
 	pthread_mutex_unlock(&s->install_lock);
 }
 
@@ -762,6 +788,12 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 				  isn(op->op_id, peer, op->rank, ch));
 		if (ret)
 			return ret;
+		if (peer < CS_DRV_MAX_PEERS)
+			cs_rel_seed_rtt(&ss->rel,
+					atomic_load_explicit(&s->rtt_srtt[peer],
+							     memory_order_relaxed),
+					atomic_load_explicit(&s->rtt_var[peer],
+							     memory_order_relaxed));
 		ss->peer = peer;
 		ss->ch = ch;
 		op->nsess++;
@@ -965,18 +997,20 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 
 			tot.retx += rs->retx;
 			tot.timeouts += rs->timeouts;
+			tot.spurious_rto += rs->spurious_rto;
 			tot.dup_rcvd += rs->dup_rcvd;
 		}
 		snprintf(out, len,
 			 "ok op=%u ns=%llu ready_ns=%llu wrong=%llu "
-			 "frames=%llu retx=%llu timeouts=%llu dup=%llu "
-			 "fillers=%llu proto_err=%llu%s",
+			 "frames=%llu retx=%llu timeouts=%llu spurious=%llu "
+			 "dup=%llu fillers=%llu proto_err=%llu%s",
 			 op_id, (unsigned long long)(op->t_done - op->t_start),
 			 (unsigned long long)(op->t_ready - op->t_start),
 			 (unsigned long long)wrong,
 			 (unsigned long long)op->frames,
 			 (unsigned long long)tot.retx,
 			 (unsigned long long)tot.timeouts,
+			 (unsigned long long)tot.spurious_rto,
 			 (unsigned long long)tot.dup_rcvd,
 			 (unsigned long long)op->fillers,
 			 (unsigned long long)op->proto_err, first);
@@ -1096,6 +1130,7 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		}
 		atomic_store_explicit(&s->old->started, true,
 				      memory_order_release);
+		cs_lcore_kick(&d->lcores[0]);
 		snprintf(out, len, "ok");
 		return 0;
 	}

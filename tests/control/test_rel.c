@@ -304,6 +304,94 @@ Test(rel, rto_backoff_karn_and_failure)
 	unpair();
 }
 
+Test(rel, seeded_rtt_sets_the_first_timeout)
+{
+	cs_ns_t t;
+
+	pair(SEQ0);
+	/* no estimate: nothing changes, the first RTO is rto_init */
+	cs_rel_seed_rtt(&a, 0, 0);
+	data(&a, 0, 0);
+	cr_assert_eq(cs_rel_next_deadline(&a), 1000000);
+	unpair();
+
+	/* an earlier session's estimate: RTO = srtt + 4 rttvar, clamped */
+	pair(SEQ0);
+	cs_rel_seed_rtt(&a, 300000, 100000);
+	data(&a, 0, 0);
+	cr_assert_eq(cs_rel_next_deadline(&a), 700000);
+	cr_assert_eq(a.st.rtt_samples, 0, "a seed is not a sample");
+	unpair();
+
+	pair(SEQ0);
+	cs_rel_seed_rtt(&a, 10, 1); /* far below rto_min */
+	data(&a, 0, 0);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(t, a.p.rto_min);
+	unpair();
+}
+
+/* F-RTO: a timeout resends one packet; its ACK decides about the rest. */
+Test(rel, timeout_resends_one_then_the_ack_decides)
+{
+	struct cs_pkt_hdr h[3], r = { .type = CS_PKT_DATA }, ack;
+	uint32_t seq, len;
+	uint64_t cookie;
+	unsigned n;
+	cs_ns_t t;
+
+	/* spurious: the originals were only late */
+	pair(SEQ0);
+	for (unsigned i = 0; i < 3; i++)
+		h[i] = data(&a, i, 0);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	n = 0;
+	while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
+		cr_assert_eq(seq, SEQ0, "only the oldest is resent");
+		cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
+		n++;
+	}
+	cr_assert_eq(n, 1);
+	for (unsigned i = 0; i < 3; i++)
+		cs_rel_on_packet(&b, &h[i], t + 10);
+	cs_rel_on_packet(&b, &r, t + 20); /* the duplicate */
+	ack = ack_of(&b, t + 20);
+	cs_rel_on_packet(&a, &ack, t + 30);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_neq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(a.st.spurious_rto, 1);
+	cr_assert_eq(a.st.retx, 1);
+	unpair();
+
+	/* real: the window was lost; only the resent packet arrives */
+	pair(SEQ0);
+	for (unsigned i = 0; i < 3; i++)
+		h[i] = data(&a, i, 0);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
+	cr_assert_neq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cs_rel_on_packet(&b, &r, t + 10);
+	ack = ack_of(&b, t + 10);
+	cr_assert(cs_rel_on_packet(&a, &ack, t + 20) & CS_REL_LOST,
+		  "the ACK of the resent packet alone marks the rest lost");
+	n = 0;
+	while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
+		cr_assert_eq(seq, SEQ0 + 1 + n);
+		cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t + 20), 0);
+		cs_rel_on_packet(&b, &r, t + 30);
+		n++;
+	}
+	cr_assert_eq(n, 2);
+	ack = ack_of(&b, t + 30);
+	cs_rel_on_packet(&a, &ack, t + 40);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(a.st.spurious_rto, 0);
+	unpair();
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;

@@ -261,3 +261,34 @@ Test(lcore, adaptive_lcore_polls_waits_and_stops)
 	cr_assert_geq(l.loops, 100);
 	cs_port_close(p);
 }
+
+Test(lcore, kick_wakes_a_waiting_lcore)
+{
+	struct cs_lcore_conf lc;
+	struct cs_lcore l;
+	struct cs_port *p;
+	unsigned before;
+
+	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &lc), 0);
+	lc.spin = 1;
+	lc.sleep_ns = 30 * CS_NS_PER_S; /* only a kick ends the wait */
+	lc.quiet_sleep_ns = 30 * CS_NS_PER_S;
+	atomic_store(&calls, 0);
+	open_loop(&p, "127.0.0.1", "");
+	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
+				    count_fn, NULL),
+		     0);
+	cr_assert_geq(l.kick_fd, 0);
+	while (!atomic_load(&l.waiting))
+		usleep(1000);
+	before = atomic_load(&calls);
+	cs_lcore_kick(&l);
+	/* generous: a loaded machine may take long to run it, but without
+	 * the kick it would sleep for 30 s */
+	for (unsigned i = 0; i < 10000 && atomic_load(&calls) == before; i++)
+		usleep(1000);
+	cr_assert_gt(atomic_load(&calls), before, "the kick woke the lcore");
+	cs_lcore_stop(&l); /* kicks it again: must not wait 30 s */
+	cr_assert_eq(l.kick_fd, -1);
+	cs_port_close(p);
+}
