@@ -70,12 +70,33 @@ static void compress(uint32_t h[8], const uint8_t p[64])
  * sha256rnds2, the message schedule by sha256msg1/msg2. The state is kept
  * as ABEF / CDGH, the order the instructions want.
  */
+/* message words 4i..4i+3 of the block, big-endian */
+#define LOADW(i)                                                               \
+	_mm_shuffle_epi8(                                                      \
+		_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * (i))), \
+		bswap)
+/* four rounds with the message words @w (and k256[4i..4i+3]) */
+#define QROUND(i, w)                                                           \
+	do {                                                                   \
+		msg = _mm_add_epi32(                                           \
+			(w), _mm_loadu_si128((const __m128i *)(const void *)&k256[4 * (i)])); \
+		st1 = _mm_sha256rnds2_epu32(st1, st0, msg);                    \
+		msg = _mm_shuffle_epi32(msg, 0x0e);                            \
+		st0 = _mm_sha256rnds2_epu32(st0, st1, msg);                    \
+	} while (0)
+/* @a = W(i-4) becomes W(i) from W(i-3) @b, W(i-2) @c, W(i-1) @d */
+#define SCHED(a, b, c, d)                                                      \
+	((a) = _mm_sha256msg2_epu32(                                           \
+		 _mm_add_epi32(_mm_sha256msg1_epu32((a), (b)),                 \
+			       _mm_alignr_epi8((d), (c), 4)),                  \
+		 (d)))
+
 __attribute__((target("sha,sse4.1,ssse3"))) static void
 compress_shani(uint32_t h[8], const uint8_t *p, size_t n)
 {
 	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL,
 					     0x0405060700010203ULL);
-	__m128i st0, st1, tmp, msg, abef, cdgh, w[4];
+	__m128i st0, st1, tmp, msg, abef, cdgh, w0, w1, w2, w3;
 
 	tmp = _mm_loadu_si128((const __m128i *)(const void *)&h[0]);
 	st1 = _mm_loadu_si128((const __m128i *)(const void *)&h[4]);
@@ -87,34 +108,23 @@ compress_shani(uint32_t h[8], const uint8_t *p, size_t n)
 	for (; n; n--, p += 64) {
 		abef = st0;
 		cdgh = st1;
-		for (unsigned i = 0; i < 16; i++) {
-			__m128i *wi = &w[i & 3];
-
-			if (i < 4) {
-				*wi = _mm_shuffle_epi8(
-					_mm_loadu_si128(
-						(const __m128i *)(const void *)(p +
-										16 * i)),
-					bswap);
-			} else {
-				/* w[i&3] holds W(i-4), the next ones
-				 * W(i-3), W(i-2), W(i-1) */
-				const __m128i w3 = w[(i + 1) & 3];
-				const __m128i w2 = w[(i + 2) & 3];
-				const __m128i w1 = w[(i + 3) & 3];
-
-				tmp = _mm_add_epi32(
-					_mm_sha256msg1_epu32(*wi, w3),
-					_mm_alignr_epi8(w1, w2, 4));
-				*wi = _mm_sha256msg2_epu32(tmp, w1);
-			}
-			msg = _mm_add_epi32(
-				*wi,
-				_mm_loadu_si128(
-					(const __m128i *)(const void *)&k256[4 * i]));
-			st1 = _mm_sha256rnds2_epu32(st1, st0, msg);
-			msg = _mm_shuffle_epi32(msg, 0x0e);
-			st0 = _mm_sha256rnds2_epu32(st0, st1, msg);
+		w0 = LOADW(0);
+		QROUND(0, w0);
+		w1 = LOADW(1);
+		QROUND(1, w1);
+		w2 = LOADW(2);
+		QROUND(2, w2);
+		w3 = LOADW(3);
+		QROUND(3, w3);
+		for (unsigned i = 4; i < 16; i += 4) {
+			SCHED(w0, w1, w2, w3);
+			QROUND(i, w0);
+			SCHED(w1, w2, w3, w0);
+			QROUND(i + 1, w1);
+			SCHED(w2, w3, w0, w1);
+			QROUND(i + 2, w2);
+			SCHED(w3, w0, w1, w2);
+			QROUND(i + 3, w3);
 		}
 		st0 = _mm_add_epi32(st0, abef);
 		st1 = _mm_add_epi32(st1, cdgh);
@@ -127,6 +137,9 @@ compress_shani(uint32_t h[8], const uint8_t *p, size_t n)
 	_mm_storeu_si128((__m128i *)(void *)&h[0], st0);
 	_mm_storeu_si128((__m128i *)(void *)&h[4], st1);
 }
+#undef LOADW
+#undef QROUND
+#undef SCHED
 
 static bool cpu_has_shani(void)
 {
