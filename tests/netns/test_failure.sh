@@ -22,6 +22,9 @@
 #                  tag or none are dropped and counted (ar_stats
 #                  rx_auth_fail, rx_auth_notag); a frame with the right
 #                  tag (key from the job token) passes the check
+#   boot_auth_kill boot_kill with auth.enable=1: the survivors re-form at
+#                  the new epoch under its new key (auth_rekey) with no
+#                  authentication failure, and the allreduce is correct
 #
 # Needs root, ip, nft, python3 (skips with 77 otherwise); uses the udp
 # port (CS_FAIL_PORT=af_packet for the DPDK one). Tears down by trap.
@@ -314,9 +317,25 @@ boot_auth() {
 		fail "authentication failures in the run after"
 }
 
+boot_auth_kill() {
+	local ar n
+	COMMON+=(--set auth.enable=1)
+	boot_kill
+	for n in 0 1 3; do
+		ar=$(ctl csn$n ar_stats)
+		echo "csn$n: $ar"
+		[ "$(kv "$ar" auth)" = 1 ] || fail "csn$n: not auth=1"
+		[ "$(kv "$ar" rx_auth_fail)" = 0 ] ||
+			fail "csn$n: authentication failures across the loss"
+		[ "$(kv "$ar" auth_rekey)" -ge 2 ] ||
+			fail "csn$n: no key for the new epoch"
+	done
+}
+
 case $CASE in
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
 boot_auth) $CASE ;;
+boot_auth_kill) $CASE ;;
 *) fail "unknown case $CASE" ;;
 esac
 echo "PASS: $CASE"
