@@ -27,7 +27,9 @@ struct req {
 	uint16_t detail;
 	int32_t status;
 	int32_t peer;
+	uint32_t epoch; /* CS_IPC_LOST_NODE: the view that lost @peer */
 	uint64_t count;
+	uint64_t seq; /* the group's k-th operation (k = seq) */
 	uint8_t dtype, redop;
 	struct cs_group *g;
 };
@@ -47,6 +49,7 @@ struct cs_group {
 	uint32_t handle;
 	int rank, size, local_rank, local_size;
 	uint64_t pending;
+	uint64_t posted; /* operations posted: the next one's index */
 	char name[CS_IPC_NAME_MAX];
 };
 
@@ -67,6 +70,7 @@ struct cs_client {
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
 	int last_peer;
+	int last_lost_node; /* node whose loss failed the last request */
 	char err[256];
 };
 
@@ -217,6 +221,7 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 		return -ENOMEM;
 	pthread_mutex_init(&c->lock, NULL);
 	c->ctrl_fd = c->efd = -1;
+	c->last_lost_node = -1;
 	c->next_id = 1;
 	c->spin_polls = CS_CLIENT_SPIN_POLLS;
 	{
@@ -306,6 +311,11 @@ cs_export void cs_disconnect(struct cs_client *c)
 cs_export const char *cs_errmsg(const struct cs_client *c)
 {
 	return c ? c->err : "no client";
+}
+
+cs_export int cs_lost_node(const struct cs_client *c)
+{
+	return c ? c->last_lost_node : -1;
 }
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -576,9 +586,12 @@ static int post_locked(struct cs_client *c, struct cs_group *g,
 			   .count = d->count,
 			   .dtype = d->dtype,
 			   .redop = d->redop,
+			   .seq = g ? g->posted : 0,
 			   .g = g };
-	if (g)
+	if (g) {
 		g->pending++;
+		g->posted++;
+	}
 	*req = c->next_id++;
 	return 0;
 }
@@ -695,6 +708,7 @@ static void reap(struct cs_client *c)
 			q->status = e[i].status;
 			q->detail = e[i].detail;
 			q->peer = e[i].peer;
+			q->epoch = e[i].epoch;
 		}
 	} while (n == CS_CLIENT_REAP_BURST);
 }
@@ -735,12 +749,31 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
+	else if (q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE)
+		set_err(c,
+			"%s, op %llu of the group: node %d was lost (its "
+			"sidecar left the view, epoch %u); the group's ranks "
+			"there are gone: form a new group without them",
+			what, (unsigned long long)q->seq, (int)q->peer,
+			q->epoch);
+	else if (q->status == CS_ERR_PEER_LOST &&
+		 q->detail == CS_IPC_LOST_SESSION)
+		set_err(c,
+			"%s, op %llu of the group: node %d stopped answering "
+			"(its sidecar dropped the operation, or the node is "
+			"gone)",
+			what, (unsigned long long)q->seq, (int)q->peer);
 	else if (q->status == CS_ERR_PEER_LOST)
-		set_err(c, "%s: rank %d was lost", what, (int)q->peer);
+		set_err(c, "%s, op %llu of the group: rank %d was lost", what,
+			(unsigned long long)q->seq, (int)q->peer);
 	else
 		set_err(c, "%s: %s", what, cs_strerror(q->status));
 	c->last_detail = q->detail;
 	c->last_peer = q->peer;
+	c->last_lost_node =
+		q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE
+			? q->peer
+			: -1;
 }
 
 static int test_locked(struct cs_client *c, cs_req_t req)

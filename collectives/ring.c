@@ -69,6 +69,19 @@
  * and is rejected as CS_ERR_PROTO.
  */
 
+/*
+ * DIRECT EXCHANGE (small allreduce, coll.direct_max): latency, not
+ * bandwidth, decides a small operation, and the ring's 2(n-1) dependent
+ * steps each cost a hop. Direct runs one step on n-1 channels: channel c
+ * sends this rank's whole input to rank r+c+1 and receives rank r-c-1's,
+ * so every rank gets every input at once. Inputs land in per-rank slots
+ * of a scratch buffer (this rank's own input is copied there first, so
+ * retransmissions read stable bytes even in place); once all have arrived
+ * the result is reduced from the slots in rank order 0, 1, ..., n-1, the
+ * same order on every rank: identical bits everywhere. Bytes sent per
+ * rank: (n-1) x the input, against the ring's 2(n-1)/n x.
+ */
+
 enum { RECV_NONE, RECV_REDUCE, RECV_COPY };
 
 struct cs_coll_chan {
@@ -87,6 +100,7 @@ struct cs_coll {
 	size_t esz;
 	uint32_t n, r, C;
 	bool nodata, barrier, chain, inplace;
+	bool direct; /* direct exchange (see above) */
 	uint32_t T; /* global steps of the operation */
 	uint32_t s_lo, s_n; /* this rank sends at steps [s_lo, s_lo+s_n) */
 	uint32_t r_lo, r_n; /* ... and receives at [r_lo, r_lo+r_n) */
@@ -123,6 +137,11 @@ const struct cs_cfg_entry cs_coll_cfg_table[] = {
 	{ "coll.mtu_payload", CS_CFG_U32,
 	  offsetof(struct cs_coll_cfg, mtu_payload), "8896", 8, 65536,
 	  "payload bytes per packet (MTU 9000 minus the 118-byte frame)" },
+	{ "coll.direct_max", CS_CFG_SIZE,
+	  offsetof(struct cs_coll_cfg, direct_max), "16K", 0, 1ull << 30,
+	  "allreduce of at most this many bytes: direct exchange (one step: "
+	  "every rank sends its input to all others and each reduces them "
+	  "in rank order) instead of the ring's 2(n-1) steps; 0: ring only" },
 	{ "coll.deadline", CS_CFG_NS, offsetof(struct cs_coll_cfg, deadline),
 	  "120s", 0, 3.6e12,
 	  "an operation not complete this long after it was posted fails "
@@ -161,6 +180,7 @@ void cs_coll_params_default(struct cs_coll_params *p,
 	p->window = cfg->window;
 	p->mtu_payload = cfg->mtu_payload;
 	p->deadline = cfg->deadline;
+	p->direct_max = cfg->direct_max;
 }
 
 /* ---- geometry ------------------------------------------------------- */
@@ -186,6 +206,8 @@ static uint32_t send_seg(const struct cs_coll *c, const struct cs_coll_chan *h,
 {
 	int64_t p = h->pos;
 
+	if (c->direct)
+		return 0; /* the whole vector */
 	switch (c->p.kind) {
 	case CS_COLL_ALLREDUCE:
 		if (t < c->n - 1)
@@ -225,6 +247,10 @@ static inline size_t sub_part(const struct cs_coll *c, uint32_t j, uint32_t ch,
 {
 	size_t cnt = seg_count(c, j), b = cnt / c->C, rm = cnt % c->C;
 
+	if (c->direct) { /* every channel carries all of it */
+		*lo = 0;
+		return cnt;
+	}
 	*lo = (size_t)ch * b + CS_MIN((size_t)ch, rm);
 	return b + (ch < rm);
 }
@@ -308,6 +334,8 @@ static inline bool recv_in_range(const struct cs_coll *c, uint32_t t)
 /* Does the send at global step t read the rank's input (not work)? */
 static inline bool send_from_src(const struct cs_coll *c, uint32_t t)
 {
+	if (c->direct)
+		return true;
 	if (c->p.kind == CS_COLL_ALL_GATHER || c->barrier)
 		return false;
 	return !(t > 0 && recv_in_range(c, t - 1));
@@ -315,6 +343,8 @@ static inline bool send_from_src(const struct cs_coll *c, uint32_t t)
 
 static int recv_mode(const struct cs_coll *c, uint32_t t)
 {
+	if (c->direct)
+		return RECV_COPY; /* into the sender's slot */
 	switch (c->p.kind) {
 	case CS_COLL_ALLREDUCE:
 		return t < c->n - 1 ? RECV_REDUCE : RECV_COPY;
@@ -337,6 +367,12 @@ static int setup_schedule(struct cs_coll *c)
 
 	switch (p->kind) {
 	case CS_COLL_ALLREDUCE:
+		if (c->direct) {
+			c->T = 1;
+			c->seg_base = p->count;
+			c->seg_rem = 0;
+			break;
+		}
 		c->T = 2 * (n - 1);
 		c->seg_base = p->count / n;
 		c->seg_rem = p->count % n;
@@ -377,7 +413,12 @@ static int setup_schedule(struct cs_coll *c)
 		h->dir = (p->flags & CS_COLL_F_ALT_DIR) && (i & 1) && !c->chain
 				 ? -1
 				 : 1;
-		if (c->chain) {
+		if (c->direct) {
+			h->dir = 1;
+			h->pos = r;
+			h->next = (r + i + 1) % n;
+			h->prev = (r + n - i - 1) % n;
+		} else if (c->chain) {
 			h->pos = c->s_lo;
 			h->next = (r + 1) % n;
 			h->prev = (r + n - 1) % n;
@@ -403,6 +444,16 @@ static int setup_buffers(struct cs_coll *c)
 	case CS_COLL_ALLREDUCE:
 		if (cnt && (!sb || !rb))
 			return CS_ERR_BAD_DESC;
+		if (c->direct) {
+			/* slot j of scratch: rank j's input; ours first */
+			c->scratch = malloc(c->n * rs);
+			if (!c->scratch)
+				return -ENOMEM;
+			memcpy((uint8_t *)c->scratch + c->r * rs, sb, rs);
+			c->src = (uint8_t *)c->scratch + c->r * rs;
+			c->work = rb;
+			break;
+		}
 		c->src = sb;
 		c->work = rb;
 		c->inplace = sb == rb;
@@ -487,6 +538,16 @@ static void count_work(struct cs_coll *c)
 	}
 }
 
+bool cs_coll_is_direct(const struct cs_coll_params *p)
+{
+	size_t esz = cs_dtype_size(p->dtype);
+
+	return p->kind == CS_COLL_ALLREDUCE && p->nranks > 1 && p->count &&
+	       esz && p->count <= p->direct_max / esz &&
+	       p->nranks - 1 <= (p->max_direct_peers ? p->max_direct_peers
+						     : CS_COLL_MAX_CHANNELS);
+}
+
 int cs_coll_init(const struct cs_coll_params *p, struct cs_coll **out)
 {
 	struct cs_coll *c;
@@ -508,6 +569,8 @@ int cs_coll_init(const struct cs_coll_params *p, struct cs_coll **out)
 	if (p->kind == CS_COLL_BARRIER || p->kind == CS_COLL_BROADCAST ||
 	    p->kind == CS_COLL_REDUCE)
 		C = p->kind == CS_COLL_BARRIER ? 1 : C;
+	if (cs_coll_is_direct(p))
+		C = p->nranks - 1; /* direct exchange: a channel per peer */
 
 	c = calloc(1, sizeof(*c) + C * sizeof(c->ch[0]));
 	if (!c)
@@ -520,6 +583,7 @@ int cs_coll_init(const struct cs_coll_params *p, struct cs_coll **out)
 	c->esz = cs_dtype_size(p->dtype);
 	c->nodata = p->flags & CS_COLL_F_NODATA;
 	c->barrier = p->kind == CS_COLL_BARRIER;
+	c->direct = cs_coll_is_direct(p);
 	c->reduce = cs_reduce_get(p->dtype, p->op);
 	if (!c->reduce) {
 		ret = -EINVAL;
@@ -775,7 +839,7 @@ int cs_coll_on_acked(struct cs_coll *c, uint64_t cookie)
 static bool send_overwritten(const struct cs_coll *c, uint32_t t, uint32_t ch,
 			     uint32_t idx)
 {
-	if (c->p.kind != CS_COLL_ALLREDUCE || t >= c->n - 1)
+	if (c->p.kind != CS_COLL_ALLREDUCE || c->direct || t >= c->n - 1)
 		return false;
 	return test_bit(c->rx_bits, bit(c, c->n - 1 + t - c->r_lo, ch, idx));
 }
@@ -851,6 +915,17 @@ static int rx_locate(const struct cs_coll *c, const struct cs_pkt_hdr *hd,
 	return 0;
 }
 
+/* Direct exchange: every input is in its slot; reduce in rank order. */
+static void direct_finish(struct cs_coll *c)
+{
+	size_t cnt = c->p.count, rs = cnt * c->esz;
+	const uint8_t *slots = c->scratch;
+
+	memcpy(c->work, slots, rs);
+	for (uint32_t j = 1; j < c->n; j++)
+		c->reduce(c->work, c->work, slots + j * rs, cnt);
+}
+
 int cs_coll_on_data(struct cs_coll *c, cs_ns_t now, const struct cs_pkt_hdr *hd,
 		    const void *payload)
 {
@@ -897,7 +972,10 @@ int cs_coll_on_data(struct cs_coll *c, cs_ns_t now, const struct cs_pkt_hdr *hd,
 	if (!c->nodata && cnt) {
 		if (!payload)
 			return CS_ERR_PROTO;
-		dst = work_ptr(c, j, g);
+		dst = c->direct ? (uint8_t *)c->scratch +
+					  ((size_t)hd->src * c->p.count + g) *
+						  c->esz
+				: work_ptr(c, j, g);
 		if (mode == RECV_REDUCE) {
 			c->reduce(dst, c->inplace ? dst : c->src + g * c->esz,
 				  payload, cnt);
@@ -911,6 +989,8 @@ int cs_coll_on_data(struct cs_coll *c, cs_ns_t now, const struct cs_pkt_hdr *hd,
 	c->st.rx_bytes += hd->len;
 	k = idx / c->ppc;
 	c->rx_cnt[slot(c, ls, hd->channel, k)]++;
+	if (c->direct && !c->rx_left && !c->nodata)
+		direct_finish(c);
 	return CS_COLL_RX_NEW;
 }
 
@@ -1124,7 +1204,9 @@ int cs_coll_wait_format(const struct cs_coll *c, const struct cs_coll_wait *w,
 				"%s",
 				w->rank, cs_coll_kind_name(c->p.kind), w->op_id,
 				c->err ? "aborted" : "complete");
-	if (c->p.kind == CS_COLL_ALLREDUCE) {
+	if (c->direct) {
+		phase = "direct exchange";
+	} else if (c->p.kind == CS_COLL_ALLREDUCE) {
 		phase = step < c->n - 1 ? "reduce-scatter" : "all-gather";
 		if (step >= c->n - 1)
 			step -= c->n - 1;

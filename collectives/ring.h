@@ -64,6 +64,7 @@ struct cs_coll_cfg {
 	uint32_t window; /* chunks in flight per channel */
 	uint32_t mtu_payload; /* payload bytes per packet */
 	uint64_t deadline; /* ns from post to CS_ERR_TIMEOUT; 0: none */
+	uint64_t direct_max; /* allreduce up to this many bytes: direct */
 };
 
 extern const struct cs_cfg_entry cs_coll_cfg_table[];
@@ -103,6 +104,11 @@ struct cs_coll_params {
 	uint32_t group, epoch, op_id; /* copied into every header */
 	cs_ns_t start; /* when posted (for the deadline) */
 	uint64_t deadline; /* ns after @start; 0: none (cfg default) */
+	/* An allreduce of at most this many bytes runs as a direct exchange
+	 * (one step, every rank sends its input to every other; see ring.c)
+	 * when nranks - 1 <= max_direct_peers. 0: always the ring. */
+	uint64_t direct_max;
+	uint32_t max_direct_peers; /* 0: CS_COLL_MAX_CHANNELS */
 };
 
 /* One packet to send: header fields set by the engine, seq/ack left to the
@@ -135,6 +141,13 @@ struct cs_coll;
  */
 void cs_coll_params_default(struct cs_coll_params *p,
 			    const struct cs_coll_cfg *cfg);
+
+/**
+ * cs_coll_is_direct - will cs_coll_init() run @p as a direct exchange
+ * (an allreduce of at most @p->direct_max bytes: one step, a channel per
+ * peer, so the sender talks to every rank, not just its ring neighbours)?
+ */
+bool cs_coll_is_direct(const struct cs_coll_params *p);
 
 /**
  * cs_coll_init - validate @p and allocate the state of one operation

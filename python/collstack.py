@@ -38,6 +38,7 @@ def _load():
         "cs_connect": (i, [ctypes.c_char_p, pp]),
         "cs_disconnect": (None, [p]),
         "cs_errmsg": (ctypes.c_char_p, [p]),
+        "cs_lost_node": (i, [p]),
         "cs_strerror": (ctypes.c_char_p, [i]),
         "cs_buf_alloc": (i, [p, sz, pp]),
         "cs_buf_ptr": (p, [p]),
@@ -202,6 +203,10 @@ class Client:
 
     def errmsg(self):
         return _lib.cs_errmsg(self._h).decode()
+
+    def lost_node(self):
+        """The node whose loss failed the last failed request, or -1."""
+        return _lib.cs_lost_node(self._h)
 
     def _check(self, ret):
         if ret:

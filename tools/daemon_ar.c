@@ -98,8 +98,9 @@ struct ar_op {
 	size_t count, bytes;
 	uint8_t *buf;
 	struct cs_coll *coll;
-	struct cs_path path[2];
-	uint32_t path_peer[2], npaths;
+	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
+	struct cs_path path[AR_MAX_CH];
+	uint32_t path_peer[AR_MAX_CH], npaths;
 	struct ar_sess sess[2 * AR_MAX_CH];
 	uint32_t nsess, nch;
 	struct ar_sess *snext[AR_MAX_CH];
@@ -128,6 +129,9 @@ struct cs_ar_svc {
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
 	struct ar_op *old; /* control thread's */
 	pthread_mutex_t install_lock; /* control vs. IPC thread */
+	/* ctlplane: applying a view (the peer table) and building an op on
+	 * it, control vs. IPC thread */
+	pthread_mutex_t view_lock;
 	struct ar_op *prev_ctl; /* what prev points to */
 	struct ar_op *retired; /* was prev; freed at a later install */
 	uint_fast64_t retired_gen;
@@ -247,7 +251,8 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 		struct ar_sess *ss;
 		int m;
 
-		if (h->op != op->op_id)
+		/* ctlplane: an op id of an older view's group is not ours */
+		if (h->op != op->op_id || h->epoch != op->epoch)
 			continue;
 		ss = find_sess(op, h->src, h->channel);
 		if (!ss)
@@ -645,10 +650,13 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	    atomic_load_explicit(&op->state, memory_order_relaxed) !=
 		    AR_PREPARED) {
 		op->notified = true;
+		/* failed: a session gave up on its peer, or a protocol
+		 * error (failed_peer left at UINT64_MAX) */
 		atomic_store_explicit(op->notify,
-				      atomic_load(&op->state) == AR_DONE
-					      ? 1
-					      : CS_ERR_PEER_LOST,
+				      atomic_load(&op->state) == AR_DONE ? 1
+				      : op->failed_peer != UINT64_MAX
+					      ? CS_ERR_PEER_LOST
+					      : CS_ERR_PROTO,
 				      memory_order_release);
 	}
 	/* No made-up work while waiting: an adaptive lcore then sleeps
@@ -773,7 +781,7 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 			if (op->path_peer[i] == peer)
 				path = &op->path[i];
 		if (!path) {
-			if (op->npaths == 2)
+			if (op->npaths == AR_MAX_CH)
 				return -EINVAL;
 			path = &op->path[op->npaths];
 			ret = cs_path_init(path, &s->cf->xp.pacer,
@@ -820,6 +828,7 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 		p->mtu_payload = frame_max - CS_PROTO_FRAME_OVERHEAD;
 	if (p->channels > AR_MAX_CH)
 		p->channels = AR_MAX_CH;
+	p->max_direct_peers = AR_MAX_CH; /* a channel per peer */
 	ret = cs_coll_init(p, &op->coll);
 	if (ret) {
 		snprintf(msg, mlen, "engine refused the operation: %s",
@@ -844,8 +853,35 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 	return 0;
 }
 
-static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
-		   enum cs_dtype dt, uint64_t seed, char *msg, size_t mlen)
+/*
+ * ctlplane: rebuild the ring from the alive members of the current view
+ * if it moved since the peer table was built (the lcore is quiesced
+ * first: it reads the peer table). view_lock held.
+ */
+static int apply_view(struct cs_ar_svc *s, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	int ret;
+
+	if (!d->boot || atomic_load(&d->view.epoch) == s->view_epoch)
+		return 0;
+	install(s, NULL);
+	ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
+	if (ret)
+		return ret;
+	if (d->drv.npeers < 2) {
+		snprintf(msg, mlen,
+			 "err fewer than 2 alive members "
+			 "in the view (epoch %u)",
+			 s->view_epoch);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int prepare_locked(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
+			  enum cs_dtype dt, uint64_t seed, char *msg,
+			  size_t mlen)
 {
 	struct cs_daemon *d = s->d;
 	size_t esz = cs_dtype_size(dt);
@@ -853,28 +889,9 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	struct ar_op *op;
 	int ret;
 
-	if (!esz || bytes % esz || d->drv.npeers < 2) {
-		snprintf(msg, mlen,
-			 "bytes must be a multiple of %zu and the "
-			 "peer table must list 2+ nodes",
-			 esz);
-		return -EINVAL;
-	}
-	/* ctlplane: the ring is rebuilt from the alive members of the
-	 * current view (quiesce the lcore first: it reads the peer table) */
-	if (d->boot && atomic_load(&d->view.epoch) != s->view_epoch) {
-		install(s, NULL);
-		ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
-		if (ret)
-			return ret;
-		if (d->drv.npeers < 2) {
-			snprintf(msg, mlen,
-				 "err fewer than 2 alive members "
-				 "in the view (epoch %u)",
-				 s->view_epoch);
-			return -EINVAL;
-		}
-	}
+	ret = apply_view(s, msg, mlen);
+	if (ret)
+		return ret;
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return -ENOMEM;
@@ -918,6 +935,26 @@ static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	return 0;
 out_free:
 	op_free(op);
+	return ret;
+}
+
+static int prepare(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
+		   enum cs_dtype dt, uint64_t seed, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	size_t esz = cs_dtype_size(dt);
+	int ret;
+
+	if (!esz || bytes % esz || d->drv.npeers < 2) {
+		snprintf(msg, mlen,
+			 "bytes must be a multiple of %zu and the "
+			 "peer table must list 2+ nodes",
+			 esz);
+		return -EINVAL;
+	}
+	pthread_mutex_lock(&s->view_lock);
+	ret = prepare_locked(s, op_id, bytes, dt, seed, msg, mlen);
+	pthread_mutex_unlock(&s->view_lock);
 	return ret;
 }
 
@@ -1045,6 +1082,7 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
+	pthread_mutex_init(&s->view_lock, NULL);
 	s->hold = calloc(AR_HOLD, sizeof(*s->hold)); /* NULL: no hold */
 	d->svc = s;
 	d->drv.rx_fn = ar_rx;
@@ -1066,6 +1104,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	op_free(s->retired);
 	op_free(s->prev_ctl);
 	pthread_mutex_destroy(&s->install_lock);
+	pthread_mutex_destroy(&s->view_lock);
 	free(s->hold);
 	explicit_bzero(s->token, sizeof(s->token));
 	explicit_bzero(s->key, sizeof(s->key));
@@ -1172,33 +1211,57 @@ void cs_daemon_tick(struct cs_daemon *d)
  * Like prepare(), but on the caller's buffer, with the caller's operation
  * id and reduction, started at once and reported through @notify. Kept
  * apart from prepare() (which fills and checks test data) so the two
- * services can change independently.
+ * services can change independently. As prepare(), it runs on the ring
+ * of the current view (applied first if it moved: the lcore is quiesced
+ * for that) and stamps the view's epoch on the engine and on every ACK.
  */
-int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
-			size_t count, enum cs_dtype dt, enum cs_redop redop,
-			atomic_int *notify, char *msg, size_t mlen)
+int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+			void *buf, size_t count, enum cs_dtype dt,
+			enum cs_redop redop, atomic_int *notify, char *msg,
+			size_t mlen)
 {
 	struct cs_daemon *d = s->d;
 	struct cs_coll_params p;
 	struct ar_op *op;
 	int ret;
 
+	pthread_mutex_lock(&s->view_lock);
+	/* ctlplane: never run an operation of one view on another's ring */
+	if (atomic_load_explicit(&d->view.epoch, memory_order_acquire) !=
+	    epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		ret = -EAGAIN;
+		goto out_unlock;
+	}
+	ret = apply_view(s, msg, mlen);
+	if (ret)
+		goto out_unlock;
+	if (d->boot && s->view_epoch != epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		ret = -EAGAIN;
+		goto out_unlock;
+	}
 	if (!cs_dtype_size(dt) || d->drv.npeers < 2) {
 		snprintf(msg, mlen,
 			 "bad type, or the peer table lists fewer "
 			 "than 2 nodes");
-		return -EINVAL;
+		ret = -EINVAL;
+		goto out_unlock;
 	}
 	op = calloc(1, sizeof(*op));
-	if (!op)
-		return -ENOMEM;
+	if (!op) {
+		ret = -ENOMEM;
+		goto out_unlock;
+	}
 	op->op_id = op_id;
 	op->n = d->drv.npeers;
-	op->rank = d->conf.rank;
+	op->rank = d->drv.rank; /* ctlplane: ring index (= node.rank static) */
+	op->epoch = epoch; /* 0: static peers */
 	op->dtype = dt;
 	op->count = count;
 	op->bytes = count * cs_dtype_size(dt);
 	op->notify = notify;
+	op->failed_peer = UINT64_MAX; /* none: set when a session gives up */
 	atomic_init(&op->started, true);
 	atomic_init(&op->state, AR_PREPARED);
 	cs_coll_params_default(&p, &s->cf->coll);
@@ -1211,14 +1274,33 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
 	p.dtype = dt;
 	p.op = redop;
 	p.op_id = op_id;
+	p.epoch = op->epoch; /* ctlplane */
 	ret = op_build(s, op, &p, d->port->frame_max, msg, mlen);
 	if (ret)
 		goto out_free;
 	install_fast(s, op);
+	pthread_mutex_unlock(&s->view_lock);
 	return 0;
 out_free:
 	op_free(op);
+out_unlock:
+	pthread_mutex_unlock(&s->view_lock);
 	return ret;
+}
+
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
+{
+	struct ar_op *op = s->old;
+	unsigned r;
+
+	if (!op || !op->notify || atomic_load(&op->state) != AR_FAILED ||
+	    op->failed_peer >= s->d->drv.npeers)
+		return -1;
+	if (!s->d->boot) /* static peers: ring index = node.rank */
+		return (int)op->failed_peer;
+	if (sscanf(s->d->drv.peers[op->failed_peer].name, "rank%u", &r) != 1)
+		return -1;
+	return (int)r;
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

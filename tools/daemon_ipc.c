@@ -34,6 +34,16 @@
  * the next one replaced it. Once no group is left on this node and
  * ipc.linger has passed, it is removed, so a later run that reuses a
  * group name (k restarts at 0) cannot meet a stale operation.
+ *
+ * Peer loss (ctlplane, with the bootstrap). Every cross-node operation
+ * belongs to the node view (group epoch) its group was formed in and runs
+ * on that view's ring. When the view moves on (a sidecar was lost), this
+ * thread notices it within one round: the running operation is taken off
+ * the lcore, and every cross-node group formed in the older view fails
+ * through the server (cs_ipc_server_view): its running, queued and later
+ * operations complete with CS_ERR_PEER_LOST naming the lost node and the
+ * epoch. The survivors' trainers then form a new group, which runs on
+ * the alive members only.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -98,7 +108,8 @@ struct cs_daemon_ipc {
 	bool installed; /* an engine may still be installed */
 	cs_ns_t done_at;
 	int32_t barrier_word;
-	uint64_t started, finished, failed;
+	uint32_t epoch; /* the node view the queued operations belong to */
+	uint64_t started, finished, failed, lost;
 };
 
 static struct ipcd_conf *ipcd_conf(struct cs_daemon_conf *c)
@@ -220,8 +231,10 @@ static int launch(struct cs_daemon_ipc *x)
 	if (!count)
 		return 1; /* nothing to exchange: done now */
 	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, buf, count, dt, redop,
-				  &x->notify, msg, sizeof(msg));
+	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, buf, count, dt,
+				  redop, &x->notify, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret; /* the view moved: on_view() fails it */
 	if (ret) {
 		CS_WARN("group '%s' op %#x: %s", op->group, o->op_id, msg);
 		return ret;
@@ -238,8 +251,18 @@ static void pop(struct cs_daemon_ipc *x)
 	x->count--;
 }
 
-/* Finish q[head] with @status, then start what waits. Returns work done. */
-static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
+/* ctlplane: the node view moved on since the queued ops were formed. */
+static bool view_moved(const struct cs_daemon_ipc *x)
+{
+	return atomic_load_explicit(&x->d->view.epoch, memory_order_acquire) !=
+	       x->epoch;
+}
+
+/*
+ * Finish q[head] with @status (@node: the node that stopped answering it,
+ * or -1), then start what waits. Returns work done.
+ */
+static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 				cs_ns_t now)
 {
 	unsigned work = 0;
@@ -255,15 +278,20 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status,
 		pop(x);
 		x->done_at = now;
 		/* may call start_inter_node() again (the next instance) */
-		cs_ipc_server_inter_done(x->srv, cookie, status);
+		if (status == CS_ERR_PEER_LOST && node >= 0)
+			cs_ipc_server_inter_fail(x->srv, cookie, status,
+						 CS_IPC_LOST_SESSION, node);
+		else
+			cs_ipc_server_inter_done(x->srv, cookie, status);
+		node = -1;
 		work++;
-		if (!x->count || x->running)
-			return work;
+		if (!x->count || x->running || view_moved(x))
+			return work; /* a moved view: on_view() next round */
 		status = launch(x);
 		if (status == 1)
 			status = 0; /* nothing to send: done now */
-		else if (!status)
-			return work; /* running */
+		else if (!status || status == -EAGAIN)
+			return work; /* running, or the view moved */
 		/* else it failed at once: report it */
 	}
 }
@@ -286,9 +314,11 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op = *op;
 	o->op_id = op_id_of(op);
 	x->count++;
-	if (x->running || x->count > 1)
+	if (x->running || x->count > 1 || view_moved(x))
 		return 0; /* started when the one before finishes */
 	ret = launch(x);
+	if (ret == -EAGAIN)
+		return 0; /* the view moved: on_view() fails it */
 	if (ret == 1) {
 		/* Nothing to exchange. inter_done may not be called from
 		 * inside start_inter_node: leave it to the poll loop. */
@@ -328,17 +358,69 @@ static void be_cancel(void *ctx, uint64_t cookie)
 	/* anything left waits for the next poll round to start */
 }
 
+/*
+ * ctlplane: the node view moved on (a sidecar was lost). Fail what runs
+ * and what waits at once, and with them every cross-node group of the
+ * older view; the next operations run on the new view's ring.
+ */
+static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	uint32_t e =
+		atomic_load_explicit(&x->d->view.epoch, memory_order_acquire);
+	int lost = atomic_load(&x->d->view.lost_rank);
+	uint32_t ops = x->count;
+	bool running = x->running;
+	unsigned groups;
+
+	if (x->running) {
+		/* the lcore lets go of the staging buffer before the server
+		 * completes the operation (and may reuse the buffer) */
+		cs_ar_svc_stop_ext(x->d->svc);
+		x->installed = false;
+		x->running = false;
+	}
+	x->epoch = e;
+	/* cancels (be_cancel) and fails the queued ops of those groups */
+	groups = cs_ipc_server_view(x->srv, e, lost);
+	/* None should be left (every queued op was of an older view's
+	 * group); a stray one fails too rather than run on the new ring. */
+	for (uint32_t k = x->count; k && x->count && !x->running; k--) {
+		uint64_t cookie = x->q[x->head].op.cookie;
+
+		pop(x);
+		cs_ipc_server_inter_done(x->srv, cookie, CS_ERR_PEER_LOST);
+	}
+	x->failed += ops;
+	x->lost += ops;
+	x->done_at = now;
+	if (ops || groups)
+		CS_ERR("view epoch %u: node %d lost; %u cross-node "
+		       "operation(s) (%s) of %u group(s) fail with "
+		       "CS_ERR_PEER_LOST",
+		       e, lost, ops, running ? "one running" : "none running",
+		       groups);
+	else
+		CS_INFO("view epoch %u: node %d lost; no cross-node "
+			"operation was pending",
+			e, lost);
+	return 1;
+}
+
 /* The IPC thread's share of the backend; returns the work done. */
 static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 {
-	int v, ret;
+	int v, ret, node;
 
+	if (unlikely(view_moved(x)))
+		return on_view(x, now);
 	if (x->count && !x->running) {
 		ret = launch(x);
+		if (ret == -EAGAIN)
+			return 1; /* the view moved: on_view() next round */
 		if (ret == 1)
-			return finish_and_next(x, 0, now);
+			return finish_and_next(x, 0, -1, now);
 		if (ret < 0)
-			return finish_and_next(x, ret, now);
+			return finish_and_next(x, ret, -1, now);
 		return 1;
 	}
 	if (!x->running) {
@@ -358,11 +440,14 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
-	if (v < 0)
-		CS_WARN("group '%s' op %#x failed across nodes: %s",
-			x->q[x->head].op.group, x->q[x->head].op_id,
-			cs_strerror(v));
-	return finish_and_next(x, v > 0 ? 0 : v, now);
+	if (v > 0)
+		return finish_and_next(x, 0, -1, now);
+	node = cs_ar_svc_ext_failed_node(x->d->svc);
+	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
+		"answering)",
+		x->q[x->head].op.group, x->q[x->head].op_id, cs_strerror(v),
+		node);
+	return finish_and_next(x, v, node, now);
 }
 
 /* ---- the thread -------------------------------------------------------- */
@@ -438,6 +523,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		       cs_strerror(ret));
 		goto out_free;
 	}
+	/* ctlplane: groups formed from now on belong to this view */
+	x->epoch = atomic_load(&d->view.epoch);
+	cs_ipc_server_view(x->srv, x->epoch, -1);
 	ret = -pthread_create(&x->thr, NULL, ipc_main, x);
 	if (ret)
 		goto out_srv;
@@ -464,8 +552,10 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	cs_ipc_server_destroy(x->srv);
 	if (x->installed)
 		cs_ar_svc_stop_ext(d->svc);
-	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed",
-		(unsigned long long)x->finished, (unsigned long long)x->failed);
+	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed "
+		"(%llu of them on a lost node)",
+		(unsigned long long)x->finished, (unsigned long long)x->failed,
+		(unsigned long long)x->lost);
 	free(x);
 	d->ipc = NULL;
 }

@@ -28,6 +28,8 @@ void cs_daemon_ipc_stop(struct cs_daemon *d);
  * cs_ar_svc_start_ext - run an allreduce across the nodes on @buf
  * @s: the collective service
  * @op_id: operation id, the same on every node
+ * @epoch: the node view (group epoch) the operation belongs to; 0 with
+ *	static peers
  * @buf: @count elements, in place; valid until *@notify is set or
  *	cs_ar_svc_stop_ext()
  * @count: elements
@@ -38,12 +40,27 @@ void cs_daemon_ipc_stop(struct cs_daemon *d);
  * @mlen: size of @msg
  *
  * Replaces the installed operation (frames of other operations are
- * dropped unacknowledged, so their senders retransmit). Control path:
- * allocates. Returns: 0 or a negative errno.
+ * dropped unacknowledged, so their senders retransmit). Runs on the ring
+ * of view @epoch (applied first if the peer table is older; the lcore is
+ * quiesced for that) with the ring index of this node. Control path:
+ * allocates. Returns: 0, -EAGAIN if the view is no longer @epoch
+ * (nothing started), CS_ERR_PEER_LOST if this node is out of the view,
+ * or a negative errno.
  */
-int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, void *buf,
-			size_t count, enum cs_dtype dt, enum cs_redop redop,
-			atomic_int *notify, char *msg, size_t mlen);
+int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+			void *buf, size_t count, enum cs_dtype dt,
+			enum cs_redop redop, atomic_int *notify, char *msg,
+			size_t mlen);
+
+/**
+ * cs_ar_svc_ext_failed_node - the node whose session gave up, when the
+ * installed trainer operation failed that way
+ * @s: the collective service
+ *
+ * Returns: the node's rank (node.rank), or -1 (not failed, or failed
+ * otherwise).
+ */
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
 
 /**
  * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is

@@ -31,7 +31,8 @@
 #include "tests/sim/scen.h"
 #include "tests/sim/sim.h"
 
-#define SC_MAX_PATHS 2 /* ring and chain: successor, predecessor */
+/* ring and chain: successor and predecessor; direct exchange: every peer */
+#define SC_MAX_PATHS CS_COLL_MAX_CHANNELS
 
 struct sc_cfg {
 	enum cs_coll_kind kind;
@@ -42,6 +43,7 @@ struct sc_cfg {
 	uint32_t channels;
 	uint64_t chunk;
 	uint32_t window;
+	int64_t direct_max; /* -1: coll.direct_max's default */
 	uint32_t mtu;
 	double loss, dup, reorder;
 	uint64_t reorder_ns;
@@ -628,6 +630,46 @@ static double sc_hops(enum cs_coll_kind k, uint32_t n)
 	return k == CS_COLL_ALLREDUCE ? 2.0 * (n - 1) : (double)(n - 1);
 }
 
+/* Will the engine run the first view's operation as a direct exchange? */
+static bool sc_direct(const struct sc_drv *d)
+{
+	const struct sc_cfg *cfg = d->cfg;
+	struct cs_coll_params p;
+
+	cs_coll_params_default(&p, NULL);
+	if (cfg->direct_max >= 0)
+		p.direct_max = (uint64_t)cfg->direct_max;
+	p.kind = cfg->kind;
+	p.nranks = d->n;
+	p.count = d->count;
+	p.dtype = cfg->dtype;
+	return cs_coll_is_direct(&p);
+}
+
+/* Every rank on one switch; host -> switch -> host is one link delay. */
+static int sc_star(struct sc_drv *d)
+{
+	const struct sc_cfg *cfg = d->cfg;
+	struct cs_sim_link_params lp = {
+		.gbps = cfg->gbps,
+		.delay_ns = (uint64_t)(cfg->delay_us * 500 + 0.5),
+		.loss = cfg->loss,
+		.dup = cfg->dup,
+		.reorder = cfg->reorder,
+		.reorder_ns = cfg->reorder_ns,
+	};
+	uint32_t *hosts = calloc(d->n, sizeof(*hosts));
+	int ret;
+
+	if (!hosts)
+		return -ENOMEM;
+	for (uint32_t r = 0; r < d->n; r++)
+		hosts[r] = r;
+	ret = cs_sim_star(d->sim, hosts, d->n, &lp, &lp, NULL);
+	free(hosts);
+	return ret;
+}
+
 /* Create rk's operation as rank g of view v, and its sessions. */
 static int sc_rank_open(struct sc_drv *d, struct sc_rank *rk,
 			const struct sc_view *v, uint32_t g)
@@ -653,6 +695,8 @@ static int sc_rank_open(struct sc_drv *d, struct sc_rank *rk,
 		p.chunk = cfg->chunk;
 	if (cfg->window)
 		p.window = cfg->window;
+	if (cfg->direct_max >= 0)
+		p.direct_max = (uint64_t)cfg->direct_max;
 	p.mtu_payload = cfg->mtu - 20 - 8 - CS_PROTO_HDR_WIRE_LEN;
 	p.flags = (cfg->nodata ? CS_COLL_F_NODATA : 0) |
 		  (cfg->alt_dir ? CS_COLL_F_ALT_DIR : 0);
@@ -776,6 +820,11 @@ static int sc_setup(struct sc_drv *d)
 	}
 	if (cfg->member) {
 		ret = sc_member_setup(d);
+		if (ret)
+			return ret;
+	} else if (sc_direct(d)) {
+		/* a direct exchange talks to every rank: a switch */
+		ret = sc_star(d);
 		if (ret)
 			return ret;
 	} else {
@@ -1705,6 +1754,9 @@ static void sc_usage(const char *name, FILE *out)
 		"  --channels C       rings (coll.channels)\n"
 		"  --chunk B          bytes per pipelined chunk (coll.chunk)\n"
 		"  --window W         unacknowledged chunks per channel\n"
+		"  --direct-max B     allreduce up to B bytes as a direct\n"
+		"                     exchange on a switch (coll.direct_max;\n"
+		"                     0: always the ring of links)\n"
 		"  --mtu M            IP MTU (9000: 8896 payload bytes)\n"
 		"  --loss P           frame loss probability per link\n"
 		"  --dup P            frame duplication probability\n"
@@ -1796,6 +1848,7 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 		{ "channels", required_argument, NULL, 'c' },
 		{ "chunk", required_argument, NULL, 'k' },
 		{ "window", required_argument, NULL, 'w' },
+		{ "direct-max", required_argument, NULL, 1011 },
 		{ "mtu", required_argument, NULL, 'm' },
 		{ "loss", required_argument, NULL, 'l' },
 		{ "dup", required_argument, NULL, 'D' },
@@ -1841,6 +1894,7 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 		.fail_rank = -1,
 		.stall_rank = -1,
 		.show_diag = 8,
+		.direct_max = -1,
 	};
 	char err[160], *eq;
 	uint64_t v;
@@ -1875,6 +1929,11 @@ static int sc_main(enum cs_coll_kind kind, int argc, char **argv)
 		case 'k':
 			if (sc_size(optarg, &cfg.chunk) || !cfg.chunk)
 				goto bad;
+			break;
+		case 1011:
+			if (sc_size(optarg, &v) || v > (1ull << 30))
+				goto bad;
+			cfg.direct_max = (int64_t)v;
 			break;
 		case 'w':
 			cfg.window = (uint32_t)strtoul(optarg, NULL, 0);

@@ -90,14 +90,27 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_COUNT_
 };
 
+/*
+ * What @peer of a CS_ERR_PEER_LOST completion names (its @detail). Older
+ * sidecars leave @detail 0 there: a rank of the group.
+ */
+enum cs_ipc_lost {
+	CS_IPC_LOST_RANK = 0, /* a rank of the group (trainer gone) */
+	CS_IPC_LOST_NODE = 1, /* a node (sidecar rank) lost from the view */
+	CS_IPC_LOST_SESSION = 2, /* a node stopped answering this operation
+				  * (the transport gave up on it) */
+};
+
 /* Completion, one 32-byte slot. */
 struct cs_ipc_cqe {
 	uint64_t user_id;
 	int32_t status; /* 0 or negative errno / CS_ERR_* */
-	uint16_t detail; /* enum cs_ipc_bad for CS_ERR_BAD_DESC */
+	uint16_t detail; /* enum cs_ipc_bad for CS_ERR_BAD_DESC,
+			  * enum cs_ipc_lost for CS_ERR_PEER_LOST */
 	uint16_t reserved;
 	int32_t peer; /* the rank at fault (bad peer, lost), or -1 */
-	uint32_t reserved1;
+	uint32_t epoch; /* CS_IPC_LOST_NODE: the view that lost it, else 0
+			 * (was reserved1, always 0 before) */
 	uint64_t reserved2;
 };
 static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");

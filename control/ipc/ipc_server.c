@@ -100,7 +100,10 @@ struct inst {
 struct group {
 	bool used;
 	bool failed;
-	int32_t lost_rank;
+	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
+	uint16_t lost_detail; /* enum cs_ipc_lost */
+	uint32_t lost_epoch; /* CS_IPC_LOST_NODE: the view that lost it */
+	uint32_t epoch; /* the node view it was formed in */
 	uint32_t id;
 	uint32_t gen; /* bumped when the slot is reused */
 	char name[CS_IPC_NAME_MAX];
@@ -142,6 +145,7 @@ struct cs_ipc_server {
 	struct group *groups; /* max_groups slots */
 	struct pollfd *pfd;
 	struct cs_ipc_stats st;
+	uint32_t epoch; /* the backend's node view (cs_ipc_server_view) */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -179,15 +183,16 @@ static int flush_backlog(struct trainer *t)
 }
 
 /* Complete one taken descriptor of @t. Never fails: see inflight. */
-static void complete(struct cs_ipc_server *s, struct trainer *t,
-		     uint64_t user_id, int status, unsigned detail,
-		     int32_t peer)
+static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
+			uint64_t user_id, int status, unsigned detail,
+			int32_t peer, uint32_t epoch)
 {
 	struct cs_ipc_cqe c = {
 		.user_id = user_id,
 		.status = status,
 		.detail = (uint16_t)detail,
 		.peer = peer,
+		.epoch = epoch,
 	};
 
 	if (status)
@@ -204,6 +209,13 @@ static void complete(struct cs_ipc_server *s, struct trainer *t,
 	/* inflight < CS_IPC_RING_SLOTS, so the backlog has room. */
 	t->backlog[(t->bl_head + t->bl_count) % CS_IPC_RING_SLOTS] = c;
 	t->bl_count++;
+}
+
+static void complete(struct cs_ipc_server *s, struct trainer *t,
+		     uint64_t user_id, int status, unsigned detail,
+		     int32_t peer)
+{
+	complete_ex(s, t, user_id, status, detail, peer, 0);
 }
 
 /* ---- groups and instances --------------------------------------------- */
@@ -224,6 +236,11 @@ static void inst_finish(struct cs_ipc_server *s, struct group *g,
 			struct inst *in, int status, unsigned detail,
 			int32_t peer)
 {
+	uint32_t epoch = status == CS_ERR_PEER_LOST && g->failed &&
+					 g->lost_detail == CS_IPC_LOST_NODE
+				 ? g->lost_epoch
+				 : 0;
+
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
@@ -232,7 +249,8 @@ static void inst_finish(struct cs_ipc_server *s, struct group *g,
 		if (p->bad && status == CS_ERR_BAD_DESC)
 			complete(s, p->t, p->user_id, status, p->bad, -1);
 		else
-			complete(s, p->t, p->user_id, status, detail, peer);
+			complete_ex(s, p->t, p->user_id, status, detail, peer,
+				    epoch);
 		part_release(p);
 	}
 	in->active = false;
@@ -380,6 +398,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		.root = p0->d.root,
 		.count = n,
 		.block = n,
+		.epoch = g->epoch,
 	};
 	size_t need = 0;
 	int root, ret;
@@ -505,6 +524,12 @@ static void run_ready(struct cs_ipc_server *s, struct group *g)
 void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 			      int status)
 {
+	cs_ipc_server_inter_fail(s, cookie, status, 0, -1);
+}
+
+void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
+			      int status, unsigned detail, int32_t peer)
+{
 	uint32_t gid = (uint32_t)(cookie >> 48);
 	struct group *g;
 	struct inst *in;
@@ -520,20 +545,31 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 	if (!status)
 		fan_out(g, in);
 	in->inter = false;
-	inst_finish(s, g, in, status, 0, -1);
+	inst_finish(s, g, in, status, status ? detail : 0, status ? peer : -1);
 	run_ready(s, g);
 }
 
-/* Fail every pending instance of @g: a member is gone. */
-static void group_fail(struct cs_ipc_server *s, struct group *g,
-		       int32_t lost_rank)
+/*
+ * Fail every pending instance of @g: a member is gone (@detail
+ * CS_IPC_LOST_RANK: @lost is a rank of the group), or a whole node
+ * (CS_IPC_LOST_NODE: @lost is its node rank, lost in view @epoch).
+ */
+static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
+		       unsigned detail, uint32_t epoch)
 {
 	if (!g->failed) {
 		g->failed = true;
-		g->lost_rank = lost_rank;
-		CS_INFO("group '%s': rank %d gone; pending and later "
-			"operations fail",
-			g->name, (int)lost_rank);
+		g->lost_rank = lost;
+		g->lost_detail = (uint16_t)detail;
+		g->lost_epoch = epoch;
+		if (detail == CS_IPC_LOST_NODE)
+			CS_INFO("group '%s': node %d lost (view epoch %u); "
+				"pending and later operations fail",
+				g->name, (int)lost, epoch);
+		else
+			CS_INFO("group '%s': rank %d gone; pending and later "
+				"operations fail",
+				g->name, (int)lost);
 	}
 	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
 		struct inst *in = &g->win[k];
@@ -542,8 +578,28 @@ static void group_fail(struct cs_ipc_server *s, struct group *g,
 			continue;
 		if (in->inter && s->have_be && s->be.cancel)
 			s->be.cancel(s->be.ctx, in->cookie);
-		inst_finish(s, g, in, CS_ERR_PEER_LOST, 0, lost_rank);
+		inst_finish(s, g, in, CS_ERR_PEER_LOST, g->lost_detail,
+			    g->lost_rank);
 	}
+}
+
+unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
+			    int32_t lost_node)
+{
+	unsigned n = 0;
+
+	s->epoch = epoch;
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
+		struct group *g = &s->groups[i];
+
+		/* groups on this node alone never used the lost node */
+		if (!g->used || g->local_size == g->size || g->epoch == epoch)
+			continue;
+		if (!g->failed)
+			n++;
+		group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
+	}
+	return n;
 }
 
 /* The last member left: drop its own pending parts quietly. */
@@ -710,7 +766,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	m = t->groups[d->group];
 	g = m->g;
 	if (g->failed) {
-		complete(s, t, d->user_id, CS_ERR_PEER_LOST, 0, g->lost_rank);
+		complete_ex(s, t, d->user_id, CS_ERR_PEER_LOST, g->lost_detail,
+			    g->lost_rank, g->lost_epoch);
 		return;
 	}
 	bad = validate(s, m, d, &tmp);
@@ -782,7 +839,7 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			continue;
 		/* Completions to @t itself are discarded below. */
 		if (m->g->nmembers > 1)
-			group_fail(s, m->g, m->rank);
+			group_fail(s, m->g, m->rank, CS_IPC_LOST_RANK, 0);
 		else
 			group_cancel(s, m->g);
 		member_remove(s, m);
@@ -1001,6 +1058,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	snprintf(g->name, sizeof(g->name), "%s", name);
 	g->size = size;
 	g->local_size = local_size;
+	g->epoch = s->epoch;
 	g->used = true;
 	s->st.groups++;
 	*out = g;
@@ -1039,6 +1097,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	}
 	g = group_find(s, name);
 	if (g) {
+		if (g->failed && g->lost_detail == CS_IPC_LOST_NODE) {
+			snprintf(why, wl,
+				 "group '%.32s' lost node %d (epoch %u); "
+				 "join a new group",
+				 name, (int)g->lost_rank, g->lost_epoch);
+			return CS_ERR_EPOCH;
+		}
 		if (g->failed) {
 			snprintf(why, wl,
 				 "group '%.32s' lost rank %d; join "
@@ -1110,7 +1175,7 @@ static int handle_leave(struct cs_ipc_server *s, struct trainer *t,
 	}
 	/* The others cannot run collectives without it any more. */
 	if (g->nmembers > 1)
-		group_fail(s, g, m->rank);
+		group_fail(s, g, m->rank, CS_IPC_LOST_RANK, 0);
 	member_remove(s, m);
 	return 0;
 }

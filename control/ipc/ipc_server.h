@@ -76,6 +76,7 @@ struct cs_ipc_inter_op {
 	void *buf; /* server-owned staging buffer */
 	uint64_t count; /* elements in @buf */
 	uint64_t block; /* all-gather: elements per rank */
+	uint32_t epoch; /* the node view the group was formed in */
 };
 
 /* The network side, supplied by the integrator (collstackd). */
@@ -135,6 +136,37 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now);
  */
 void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 			      int status);
+
+/**
+ * cs_ipc_server_inter_fail - cs_ipc_server_inter_done() with the culprit
+ * @s: server
+ * @cookie: from the cs_ipc_inter_op
+ * @status: a negative error for every local rank (0: as inter_done)
+ * @detail: for the completions (enum cs_ipc_lost for CS_ERR_PEER_LOST)
+ * @peer: the rank or node @detail names, or -1
+ */
+void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
+			      int status, unsigned detail, int32_t peer);
+
+/**
+ * cs_ipc_server_view - the backend's view of the nodes moved on
+ * @s: server
+ * @epoch: the new view (group epoch)
+ * @lost_node: the node (sidecar rank) the view lost, or -1 if unknown
+ *
+ * Groups formed from now on belong to @epoch. Every group spanning nodes
+ * that was formed in another view fails (views only move on when a node
+ * is lost; at start-up there are no groups yet): its
+ * operations still pending (a cross-node one is cancelled through the
+ * backend's cancel() first) and all its later ones complete with
+ * CS_ERR_PEER_LOST, detail CS_IPC_LOST_NODE, naming @lost_node and
+ * @epoch; joining it again is refused (CS_ERR_EPOCH), so the survivors
+ * form a new group. Call from the thread that calls cs_ipc_server_poll.
+ *
+ * Returns: the number of groups that failed.
+ */
+unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
+			    int32_t lost_node);
 
 /**
  * cs_ipc_server_stats - read the counters

@@ -89,6 +89,21 @@ void cs_disconnect(struct cs_client *c);
 const char *cs_errmsg(const struct cs_client *c);
 
 /**
+ * cs_lost_node - which node's loss failed the last failed request
+ * @c: client
+ *
+ * When a sidecar (a whole node) drops out of the group's view, every
+ * operation of a group spanning it completes with CS_ERR_PEER_LOST, and
+ * so does every later one on that group; cs_errmsg() names the node, the
+ * view epoch, the group and the operation. The survivors then form a new
+ * group (a new name, without the lost node's ranks).
+ *
+ * Returns: the lost node's rank (the sidecar's node.rank), or -1 if the
+ * last failed request was not failed by a lost node.
+ */
+int cs_lost_node(const struct cs_client *c);
+
+/**
  * cs_buf_alloc - allocate a buffer shared with the sidecar
  * @c: client
  * @len: bytes (rounded up to the page size)

@@ -1097,6 +1097,141 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 	sidecar_stop(&sc);
 }
 
+/*
+ * A node is lost (cs_ipc_server_view) while the group's second allreduce
+ * waits for the backend: it and every later op of the group fail with
+ * CS_ERR_PEER_LOST naming the node, the view and the op; a group formed
+ * afterwards belongs to the new view and works.
+ */
+#define NL_EPOCH 7
+#define NL_NODE 5
+
+struct lose_be {
+	bool pending;
+	struct cs_ipc_inter_op op;
+	int started;
+	bool lost;
+};
+
+static int lose_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct lose_be *f = ctx;
+
+	/* the group formed after the loss runs in the new view */
+	if (f->pending || op->epoch != (f->lost ? NL_EPOCH : 0))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static void lose_cancel(void *ctx, uint64_t cookie)
+{
+	struct lose_be *f = ctx;
+
+	if (f->pending && f->op.cookie == cookie)
+		f->pending = false;
+}
+
+static int lose_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct lose_be *f = ctx;
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	if (f->started == 2 && !f->lost) { /* the second op: lose a node */
+		f->lost = true;
+		if (cs_ipc_server_view(srv, NL_EPOCH, NL_NODE) != 1)
+			return -1; /* the test then times out: never */
+		return 1;
+	}
+	f->pending = false;
+	for (uint64_t i = 0; i < f->op.count; i++)
+		b[i] += (float)(1000 + i) + (float)(3000 + i);
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int lose_allreduce(struct cs_client *c, struct cs_group *g, float *x,
+			  int rank)
+{
+	cs_req_t r;
+	int ret;
+
+	for (int i = 0; i < TN_COUNT; i++)
+		x[i] = (float)(rank * 1000 + i);
+	ret = cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret)
+		return ret;
+	for (int i = 0; i < TN_COUNT; i++)
+		if (x[i] != (float)(6000 + 4 * i))
+			return -EBADMSG;
+	return 0;
+}
+
+static int node_lost_main(const char *path, int rank, int size, void *arg)
+{
+	int local = rank / 2;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	const char *m;
+	float *x;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "lose", rank, size, local, 2, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	if (cs_lost_node(c) != -1 || lose_allreduce(c, g, x, rank))
+		return 3;
+	if (lose_allreduce(c, g, x, rank) != CS_ERR_PEER_LOST ||
+	    cs_lost_node(c) != NL_NODE)
+		return 4;
+	m = cs_errmsg(c);
+	if (!strstr(m, "allreduce") || !strstr(m, "group 'lose'") ||
+	    !strstr(m, "op 1 of the group") || !strstr(m, "node 5 was lost") ||
+	    !strstr(m, "epoch 7")) {
+		fprintf(stderr, "rank %d: %s\n", rank, m);
+		return 5;
+	}
+	/* later ops on the group fail at once, naming the node too */
+	if (lose_allreduce(c, g, x, rank) != CS_ERR_PEER_LOST ||
+	    cs_lost_node(c) != NL_NODE || !strstr(cs_errmsg(c), "op 2 of"))
+		return 6;
+	if (cs_group_leave(g))
+		return 7;
+	/* the survivors' new group runs in the new view */
+	if (cs_group_join(c, "lose.b", rank, size, local, 2, &g) ||
+	    lose_allreduce(c, g, x, rank) || cs_lost_node(c) != NL_NODE)
+		return 8;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, node_lost_fails_the_group, .timeout = 120)
+{
+	static struct lose_be fake;
+	const struct cs_ipc_backend be = {
+		.ctx = &fake,
+		.start_inter_node = lose_start,
+		.cancel = lose_cancel,
+	};
+	struct sidecar sc;
+	pid_t a, b;
+
+	sidecar_start_be(&sc, "nodelost", &be, lose_tick);
+	a = spawn(node_lost_main, sc.path, 0, 4, NULL);
+	b = spawn(node_lost_main, sc.path, 2, 4, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 2");
+	sidecar_stop(&sc);
+}
+
 /* Without a backend, a group spanning nodes fails cleanly. */
 Test(client, multi_node_without_backend, .timeout = 120)
 {

@@ -22,6 +22,7 @@ struct run {
 	bool null_recv; /* reduce: non-root ranks pass no recvbuf */
 	double loss, dup, ackloss;
 	uint64_t seed;
+	uint64_t direct; /* coll.direct_max (0: the ring) */
 };
 
 struct bufs {
@@ -159,6 +160,7 @@ static void run_one(const struct run *R)
 	w.ops = calloc(R->n, sizeof(void *));
 	for (uint32_t r = 0; r < R->n; r++) {
 		cs_coll_params_default(&p, NULL);
+		p.direct_max = R->direct;
 		p.kind = R->kind;
 		p.nranks = R->n;
 		p.rank = r;
@@ -317,7 +319,7 @@ Test(ring, every_dtype_op_other_collectives)
 
 /* Random floats: rounding happens, and every rank must still hold the
  * same bits (each segment is reduced once, by one rank). */
-Test(ring, float_results_bit_identical)
+static void float_bit_identical(uint64_t direct_max)
 {
 	const uint32_t n = 7;
 	const size_t count = 1000;
@@ -342,6 +344,7 @@ Test(ring, float_results_bit_identical)
 			ref[i] += buf[r][i];
 		}
 		cs_coll_params_default(&p, NULL);
+		p.direct_max = direct_max;
 		p.kind = CS_COLL_ALLREDUCE;
 		p.nranks = n;
 		p.rank = r;
@@ -372,6 +375,17 @@ Test(ring, float_results_bit_identical)
 	free(ref);
 }
 
+Test(ring, float_results_bit_identical)
+{
+	float_bit_identical(0);
+}
+
+/* Direct exchange: each rank reduces the slots in rank order. */
+Test(ring, float_results_bit_identical_direct)
+{
+	float_bit_identical(1 << 20);
+}
+
 /* Two ranks driven by hand: init state, packets, acks. */
 struct pair {
 	struct cs_coll *op[2];
@@ -386,6 +400,7 @@ static void pair_init(struct pair *P, uint32_t window)
 		for (int i = 0; i < 64; i++)
 			P->buf[r][i] = (int32_t)(r * 1000 + i);
 		cs_coll_params_default(&p, NULL);
+		p.direct_max = 0; /* the ring's behaviour */
 		p.kind = CS_COLL_ALLREDUCE;
 		p.nranks = 2;
 		p.rank = r;
@@ -538,6 +553,7 @@ Test(ring, bad_parameters)
 	int32_t x[4];
 
 	cs_coll_params_default(&p, NULL);
+	p.direct_max = 0; /* the ring's behaviour */
 	p.kind = CS_COLL_ALLREDUCE;
 	p.nranks = 4;
 	p.rank = 4;
@@ -695,6 +711,7 @@ Test(ring, deadline_times_out_naming_the_rank)
 	uint32_t who;
 
 	cs_coll_params_default(&p, NULL);
+	p.direct_max = 0; /* the ring's behaviour */
 	cr_assert(p.deadline > 0, "coll.deadline has a default");
 	p.kind = CS_COLL_ALLREDUCE;
 	p.nranks = 4;
@@ -730,4 +747,68 @@ Test(ring, deadline_times_out_naming_the_rank)
 	cr_assert_eq(cs_coll_next_deadline(c), UINT64_MAX);
 	cr_assert_not(cs_coll_check_deadline(c, UINT64_MAX - 1));
 	cs_coll_free(c);
+}
+
+/* Direct exchange (coll.direct_max): every shape, rank count, type and op,
+ * under loss, duplication and lost ACKs; results as the ring's check. */
+Test(ring, direct_exchange_allreduce)
+{
+	static const enum cs_redop ops[] = { CS_SUM, CS_PROD, CS_MIN, CS_MAX };
+	uint64_t seed = 900;
+
+	for (size_t i = 0; i < CS_ARRAY_SIZE(ranks); i++)
+		for (size_t count = 1; count <= 70; count += 23)
+			for (int ip = 0; ip < 2; ip++) {
+				struct run R = {
+					.kind = CS_COLL_ALLREDUCE,
+					.n = ranks[i],
+					.count = count,
+					.t = CS_F32,
+					.op = ops[count % 4],
+					.inplace = ip,
+					.loss = 0.1,
+					.dup = 0.05,
+					.ackloss = 0.1,
+					.seed = seed++,
+					.direct = 1 << 20,
+				};
+
+				run_one(&R);
+			}
+}
+
+Test(ring, direct_exchange_is_chosen_by_size_and_ranks)
+{
+	struct cs_coll_params p;
+	struct cs_coll *c;
+	float buf[64] = { 0 };
+
+	cs_coll_params_default(&p, NULL);
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = 5;
+	p.rank = 1;
+	p.sendbuf = buf;
+	p.recvbuf = buf;
+	p.count = 64;
+	p.dtype = CS_F32;
+	p.direct_max = 256; /* exactly 64 floats */
+	cr_assert(cs_coll_is_direct(&p));
+	cr_assert_eq(cs_coll_init(&p, &c), 0);
+	cr_assert_eq(cs_coll_channels(c), 4, "a channel per peer");
+	for (uint32_t ch = 0; ch < 4; ch++) {
+		int64_t nx, pv;
+
+		cs_coll_chan_peers(c, ch, &nx, &pv);
+		cr_assert_eq(nx, (1 + ch + 1) % 5);
+		cr_assert_eq(pv, (1 + 5 - ch - 1) % 5);
+	}
+	cs_coll_free(c);
+	p.direct_max = 255; /* one byte short: the ring */
+	cr_assert(!cs_coll_is_direct(&p));
+	p.direct_max = 256;
+	p.max_direct_peers = 3; /* more peers than the caller can serve */
+	cr_assert(!cs_coll_is_direct(&p));
+	p.max_direct_peers = 0;
+	p.kind = CS_COLL_REDUCE_SCATTER; /* allreduce only */
+	cr_assert(!cs_coll_is_direct(&p));
 }

@@ -11,7 +11,13 @@
 # (all_gather and broadcast), kill_2x2 (a trainer killed mid-run: the
 # sidecars survive, the other trainers end with an error instead of
 # hanging, and a new run then works), python_2x1 (python/examples/
-# train_local.py across nodes).
+# train_local.py across nodes), peer_lost_4x1 (membership through the
+# bootstrap coordinator; kill -9 one sidecar during a loop of 16 MiB
+# allreduces: the 3 other trainers get CS_ERR_PEER_LOST naming its node
+# within 2 x member.fail_timeout, re-form a 3-rank group, and its
+# allreduces are correct; IPCD_LOSS=link cuts the node's link instead, so
+# that only missed heartbeats tell; docs/peerlost.md), peer_lost_4x2 (the
+# same with 2 trainers per node, 4 MiB).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -26,11 +32,15 @@ case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
 DAEMON=$BUILD/tools/collstackd
 TRAINER=$BUILD/tools/cs-trainer-bench
+PEERLOST=$BUILD/tools/cs-trainer-peerlost
 RUN=/run/collstack-ipcd
 ENV_FILE=$RUN/cluster.env
 BR=ipbr0
 UDP=7790
+BOOT_PORT=7791
+BOOT=0	# 1: membership from a coordinator in ipn0 (up's nodes, boot.*)
 PIDS=()
+TPIDS=()	# trainers of case_peer_lost, killed on the way out
 NODES=()
 MADE_BR=0
 MADE_RUN=0
@@ -59,6 +69,9 @@ fi
 [ "$PORT" = af_packet ] && ! command -v nft >/dev/null && PORT=udp
 
 down() {
+	for p in "${TPIDS[@]}"; do
+		kill -KILL "$p" 2>/dev/null
+	done
 	for p in "${PIDS[@]}"; do
 		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] &&
 			kill -TERM "$p" 2>/dev/null
@@ -103,11 +116,18 @@ up() {	# N [collstackd --set args...]
 		NODES+=("$ns")
 		printf '%d 10.79.0.%d 02:79:00:00:00:%02x %d %s\n' "$i" \
 			$((i + 1)) $((i + 1)) $UDP "$ns" >>"$RUN/peers"
+		# a namespace of the run before may still be going away
+		# with its veth (seen once: the next add then failed)
+		for _ in $(seq 100); do
+			ip link show "ipv$i" >/dev/null 2>&1 || break
+			sleep 0.1
+		done
 		ip netns add "$ns" || fail "netns $ns"
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
 		ip -n "$ns" link set lo up
-		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns"
+		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns" ||
+			fail "veth ipv$i"
 		ip link set "ipv$i" master "$BR" up
 		ip -n "$ns" link set "ipd$i" address \
 			"$(printf '02:79:00:00:00:%02x' $((i + 1)))"
@@ -125,12 +145,20 @@ EOF
 		fi
 	done
 	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${NODES[*]}" "$RUN" >"$ENV_FILE"
+	[ $BOOT = 1 ] && (umask 077; od -An -tx1 -N32 /dev/urandom |
+		tr -d ' \n' >"$RUN/job.token")
 	for ((i = 0; i < n; i++)); do
 		local args=(--set name=ipn$i --set run_dir=$RUN/ipn$i
 			    --set node.rank=$i --set node.peers=$RUN/peers
 			    --set port.ip=10.79.0.$((i + 1))
 			    --set port.udp_port=$UDP
 			    --set rel.max_timeouts=400)
+		if [ $BOOT = 1 ]; then
+			args+=(--set node.peers= --set boot.addr=10.79.0.1:$BOOT_PORT
+			       --set boot.token_file=$RUN/job.token)
+			[ $i = 0 ] && args+=(--set boot.coordinator=1
+					     --set boot.world=$n)
+		fi
 		if [ "$PORT" = udp ]; then
 			args+=(--set port.type=udp --set cc.line_gbps=1)
 		else
@@ -208,7 +236,7 @@ case_kill() {
 				LOCAL_WORLD_SIZE=$t \
 				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
 				"$TRAINER" -o allreduce -b 64K -e 64K -n 100000 \
-				-w 0 >/dev/null 2>&1 &
+				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
 			pids+=($!)
 		done
 	done
@@ -233,6 +261,7 @@ case_kill() {
 		rc=$?
 		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
 		echo "rank $k ended with status $rc (expected: an error)"
+		grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
 	done
 	wait "${pids[1]}" 2>/dev/null
 	sidecars_alive
@@ -264,6 +293,87 @@ case_python() {
 	sidecars_alive
 }
 
+# case_peer_lost N T COUNT: N nodes x T trainers (node i: ranks i*T..),
+# allreduces of COUNT f32. Trainer r writes $RUN/t<r>.out.
+case_peer_lost() {
+	local n=$1 t=$2 count=$3 victim=2 fail_s=${IPCD_FAIL_TIMEOUT_S:-2}
+	local pids=() i l r nr t_kill t_lost dt bound worst=0 rc
+	[ -x "$PEERLOST" ] || fail "not built: $PEERLOST"
+	BOOT=1
+	up "$n" --set member.hb_interval=200ms \
+		--set member.fail_timeout=${fail_s}s --set rel.max_timeouts=3000
+	for ((i = 0; i < n; i++)); do
+		for ((l = 0; l < t; l++)); do
+			r=$((i * t + l))
+			ip netns exec "ipn$i" env RANK=$r WORLD_SIZE=$((n * t)) \
+				LOCAL_RANK=$l LOCAL_WORLD_SIZE=$t \
+				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+				timeout 600 "$PEERLOST" -c "$count" -g train -p 1 \
+				-r -m 3 >"$RUN/t$r.out" 2>&1 &
+			pids+=($!)
+			TPIDS+=($!)
+		done
+	done
+	# every trainer in its loop (2 allreduces done), then the loss
+	for ((r = 0; r < n * t; r++)); do
+		for _ in $(seq 1200); do
+			grep -q '^ok iter=1$' "$RUN/t$r.out" && break
+			kill -0 "${pids[$r]}" 2>/dev/null ||
+				{ cat "$RUN/t$r.out"; fail "trainer $r ended early"; }
+			sleep 0.1
+		done
+		grep -q '^ok iter=1$' "$RUN/t$r.out" ||
+			fail "trainer $r: no allreduce done in 120 s"
+	done
+	# the whole node goes: its sidecar and its trainers (IPCD_LOSS=link:
+	# its link goes down instead, so only the heartbeats can tell)
+	t_kill=$(date +%s.%N)
+	if [ "${IPCD_LOSS:-kill}" = link ]; then
+		ip link set "ipv$victim" down
+		for ((l = 0; l < t; l++)); do
+			kill -KILL "${pids[$((victim * t + l))]}"
+		done
+		echo "link of ipn$victim down at $t_kill (member.fail_timeout ${fail_s} s)"
+	else
+		kill -KILL "${PIDS[$victim]}"
+		for ((l = 0; l < t; l++)); do
+			kill -KILL "${pids[$((victim * t + l))]}"
+		done
+		echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
+	fi
+	bound=$((2 * fail_s))
+	for ((r = 0; r < n * t; r++)); do
+		[ $((r / t)) = $victim ] && continue
+		wait "${pids[$r]}"
+		rc=$?
+		grep -v '^ok iter=' "$RUN/t$r.out" | sed "s/^/  rank $r: /"
+		[ $rc = 0 ] || fail "trainer rank $r exited $rc"
+		grep -q "^lost .* status=-1001 .* node=$victim msg=.*node $victim was lost" \
+			"$RUN/t$r.out" ||
+			fail "rank $r: no CS_ERR_PEER_LOST naming node $victim"
+		nr=$((r / t > victim ? r - t : r))
+		grep -q "^reformed group=train.lost$victim rank=$nr size=$(((n - 1) * t)) iters=3 wrong=0 " \
+			"$RUN/t$r.out" || fail "rank $r: the group of the survivors failed"
+		t_lost=$(sed -n 's/^lost t=\([0-9.]*\) .*/\1/p' "$RUN/t$r.out")
+		dt=$(awk -v a="$t_kill" -v b="$t_lost" 'BEGIN { printf "%.3f", b - a }')
+		echo "rank $r: CS_ERR_PEER_LOST $dt s after the loss (bound ${bound} s)"
+		awk -v d="$dt" -v w="$worst" 'BEGIN { exit !(d > w) }' && worst=$dt
+		awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d >= 0 && d < b) }' ||
+			fail "rank $r: $dt s, bound 2 x fail_timeout = $bound s"
+	done
+	for ((l = 0; l < t; l++)); do
+		wait "${pids[$((victim * t + l))]}" 2>/dev/null
+	done
+	echo "slowest survivor: ${worst} s (bound ${bound} s)"
+	for ((i = 0; i < n; i++)); do
+		[ $i = $victim ] && continue
+		[ "$(cat /proc/${PIDS[$i]}/comm 2>/dev/null)" = collstackd ] ||
+			fail "sidecar of ipn$i died"
+		grep -E "view epoch|peer lost" "$RUN/ipn$i.log" | head -n 3 |
+			sed "s/^/  ipn$i: /"
+	done
+}
+
 case ${1:-} in
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
@@ -272,6 +382,8 @@ ar_4x2) case_ar 4 2 ;;
 gather_2x2) case_gather ;;
 kill_2x2) case_kill ;;
 python_2x1) case_python ;;
+peer_lost_4x1) case_peer_lost 4 1 4M ;;
+peer_lost_4x2) case_peer_lost 4 2 1M ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -290,7 +402,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
