@@ -1,10 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* SHA-256 (FIPS 180-4), HMAC (RFC 2104) and collstack packet tags. */
+#include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include <collstack/types.h>
 
 #include "auth.h"
+#include "internal/util.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define CS_SHA_X86 1
+#else
+#define CS_SHA_X86 0
+#endif
 
 static const uint32_t k256[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
@@ -53,6 +64,147 @@ static void compress(uint32_t h[8], const uint8_t p[64])
 	h[4] += e, h[5] += f, h[6] += g, h[7] += hh;
 }
 
+#if CS_SHA_X86
+/*
+ * @n blocks with the x86 SHA extensions (SHA-NI): two rounds per
+ * sha256rnds2, the message schedule by sha256msg1/msg2. The state is kept
+ * as ABEF / CDGH, the order the instructions want.
+ */
+/* message words 4i..4i+3 of the block, big-endian */
+#define LOADW(i)                                                               \
+	_mm_shuffle_epi8(                                                      \
+		_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * (i))), \
+		bswap)
+/* four rounds with the message words @w (and k256[4i..4i+3]) */
+#define QROUND(i, w)                                                           \
+	do {                                                                   \
+		msg = _mm_add_epi32(                                           \
+			(w), _mm_loadu_si128((const __m128i *)(const void *)&k256[4 * (i)])); \
+		st1 = _mm_sha256rnds2_epu32(st1, st0, msg);                    \
+		msg = _mm_shuffle_epi32(msg, 0x0e);                            \
+		st0 = _mm_sha256rnds2_epu32(st0, st1, msg);                    \
+	} while (0)
+/* @a = W(i-4) becomes W(i) from W(i-3) @b, W(i-2) @c, W(i-1) @d */
+#define SCHED(a, b, c, d)                                                      \
+	((a) = _mm_sha256msg2_epu32(                                           \
+		 _mm_add_epi32(_mm_sha256msg1_epu32((a), (b)),                 \
+			       _mm_alignr_epi8((d), (c), 4)),                  \
+		 (d)))
+
+__attribute__((target("sha,sse4.1,ssse3"))) static void
+compress_shani(uint32_t h[8], const uint8_t *p, size_t n)
+{
+	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL,
+					     0x0405060700010203ULL);
+	__m128i st0, st1, tmp, msg, abef, cdgh, w0, w1, w2, w3;
+
+	tmp = _mm_loadu_si128((const __m128i *)(const void *)&h[0]);
+	st1 = _mm_loadu_si128((const __m128i *)(const void *)&h[4]);
+	tmp = _mm_shuffle_epi32(tmp, 0xb1); /* CDAB */
+	st1 = _mm_shuffle_epi32(st1, 0x1b); /* EFGH */
+	st0 = _mm_alignr_epi8(tmp, st1, 8); /* ABEF */
+	st1 = _mm_blend_epi16(st1, tmp, 0xf0); /* CDGH */
+
+	for (; n; n--, p += 64) {
+		abef = st0;
+		cdgh = st1;
+		w0 = LOADW(0);
+		QROUND(0, w0);
+		w1 = LOADW(1);
+		QROUND(1, w1);
+		w2 = LOADW(2);
+		QROUND(2, w2);
+		w3 = LOADW(3);
+		QROUND(3, w3);
+		for (unsigned i = 4; i < 16; i += 4) {
+			SCHED(w0, w1, w2, w3);
+			QROUND(i, w0);
+			SCHED(w1, w2, w3, w0);
+			QROUND(i + 1, w1);
+			SCHED(w2, w3, w0, w1);
+			QROUND(i + 2, w2);
+			SCHED(w3, w0, w1, w2);
+			QROUND(i + 3, w3);
+		}
+		st0 = _mm_add_epi32(st0, abef);
+		st1 = _mm_add_epi32(st1, cdgh);
+	}
+
+	tmp = _mm_shuffle_epi32(st0, 0x1b); /* FEBA */
+	st1 = _mm_shuffle_epi32(st1, 0xb1); /* DCHG */
+	st0 = _mm_blend_epi16(tmp, st1, 0xf0); /* DCBA */
+	st1 = _mm_alignr_epi8(st1, tmp, 8); /* HGFE */
+	_mm_storeu_si128((__m128i *)(void *)&h[0], st0);
+	_mm_storeu_si128((__m128i *)(void *)&h[4], st1);
+}
+#undef LOADW
+#undef QROUND
+#undef SCHED
+
+static bool cpu_has_shani(void)
+{
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) ||
+	    !(c & bit_SSE4_1))
+		return false;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return false;
+	return b & (1u << 29); /* SHA */
+}
+#endif
+
+/* -1: not looked at yet, 0: portable, 1: SHA-NI. cpuid is slow (a trap
+ * under some hypervisors): asked once. Races only ever store the same. */
+static atomic_int sha_impl = -1;
+
+static int impl_get(void)
+{
+	int v = atomic_load_explicit(&sha_impl, memory_order_relaxed);
+
+	if (unlikely(v < 0)) {
+#if CS_SHA_X86
+		v = cpu_has_shani();
+#else
+		v = 0;
+#endif
+		atomic_store_explicit(&sha_impl, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+static void compress_blocks(uint32_t h[8], const uint8_t *p, size_t n)
+{
+#if CS_SHA_X86
+	if (impl_get()) {
+		compress_shani(h, p, n);
+		return;
+	}
+#endif
+	for (; n; n--, p += 64)
+		compress(h, p);
+}
+
+const char *cs_sha256_impl(void)
+{
+	return impl_get() ? "sha-ni" : "portable";
+}
+
+int cs_sha256_select(bool hw)
+{
+#if CS_SHA_X86
+	if (hw && !cpu_has_shani())
+		return -ENOTSUP;
+	atomic_store_explicit(&sha_impl, hw, memory_order_relaxed);
+	return 0;
+#else
+	if (hw)
+		return -ENOTSUP;
+	atomic_store_explicit(&sha_impl, 0, memory_order_relaxed);
+	return 0;
+#endif
+}
+
 void cs_sha256_init(struct cs_sha256 *s)
 {
 	static const uint32_t iv[8] = {
@@ -79,11 +231,14 @@ void cs_sha256_update(struct cs_sha256 *s, const void *data, size_t len)
 		len -= take;
 		if (s->fill < 64)
 			return;
-		compress(s->h, s->buf);
+		compress_blocks(s->h, s->buf, 1);
 		s->fill = 0;
 	}
-	for (; len >= 64; p += 64, len -= 64)
-		compress(s->h, p);
+	if (len >= 64) {
+		compress_blocks(s->h, p, len / 64);
+		p += len & ~(size_t)63;
+		len &= 63;
+	}
 	memcpy(s->buf, p, len);
 	s->fill = len;
 }
@@ -95,13 +250,13 @@ void cs_sha256_final(struct cs_sha256 *s, uint8_t out[CS_SHA256_LEN])
 	s->buf[s->fill++] = 0x80;
 	if (s->fill > 56) {
 		memset(s->buf + s->fill, 0, 64 - s->fill);
-		compress(s->h, s->buf);
+		compress_blocks(s->h, s->buf, 1);
 		s->fill = 0;
 	}
 	memset(s->buf + s->fill, 0, 56 - s->fill);
 	for (unsigned i = 0; i < 8; i++)
 		s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-	compress(s->h, s->buf);
+	compress_blocks(s->h, s->buf, 1);
 	for (unsigned i = 0; i < 8; i++) {
 		out[4 * i] = (uint8_t)(s->h[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
@@ -218,5 +373,34 @@ int cs_auth_check(const uint8_t key[CS_AUTH_KEY_LEN],
 	if (!(h->flags & CS_PKT_F_AUTH))
 		return CS_ERR_AUTH;
 	cs_auth_tag(key, h, payload, tag);
+	return cs_auth_equal(tag, h->tag, sizeof(tag)) ? 0 : CS_ERR_AUTH;
+}
+
+void cs_auth_ctx_init(struct cs_auth_ctx *c, const uint8_t key[CS_AUTH_KEY_LEN])
+{
+	cs_hmac_init(&c->pre, key, CS_AUTH_KEY_LEN);
+}
+
+void cs_auth_ctx_tag(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		     const void *payload, uint8_t tag[CS_PROTO_TAG_LEN])
+{
+	uint8_t buf[17 * 8], mac[CS_SHA256_LEN];
+	struct cs_hmac m = c->pre;
+
+	cs_hmac_update(&m, buf, hdr_bytes(h, buf));
+	if (h->len && payload)
+		cs_hmac_update(&m, payload, h->len);
+	cs_hmac_final(&m, mac);
+	memcpy(tag, mac, CS_PROTO_TAG_LEN);
+}
+
+int cs_auth_ctx_check(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		      const void *payload)
+{
+	uint8_t tag[CS_PROTO_TAG_LEN];
+
+	if (!(h->flags & CS_PKT_F_AUTH))
+		return CS_ERR_AUTH;
+	cs_auth_ctx_tag(c, h, payload, tag);
 	return cs_auth_equal(tag, h->tag, sizeof(tag)) ? 0 : CS_ERR_AUTH;
 }

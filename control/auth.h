@@ -26,6 +26,19 @@ void cs_sha256_init(struct cs_sha256 *s);
 void cs_sha256_update(struct cs_sha256 *s, const void *data, size_t len);
 void cs_sha256_final(struct cs_sha256 *s, uint8_t out[CS_SHA256_LEN]);
 
+/**
+ * cs_sha256_impl - the compression in use: "sha-ni" (x86 SHA extensions,
+ * picked when the CPU has them) or "portable"
+ */
+const char *cs_sha256_impl(void);
+
+/**
+ * cs_sha256_select - force the portable code (@hw false) or the SHA
+ * extensions (@hw true); for tests and benchmarks
+ * Returns: 0, or -ENOTSUP when @hw and the CPU lacks them.
+ */
+int cs_sha256_select(bool hw);
+
 struct cs_hmac {
 	struct cs_sha256 inner, outer;
 };
@@ -75,5 +88,35 @@ void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN], const struct cs_pkt_hdr *h,
  */
 int cs_auth_check(const uint8_t key[CS_AUTH_KEY_LEN],
 		  const struct cs_pkt_hdr *h, const void *payload);
+
+/*
+ * A key made ready for many tags: the HMAC state after the key blocks, so
+ * that a tag costs two SHA-256 compressions less (what matters for ACKs
+ * and small frames). Plain data: copy it, no clean-up.
+ */
+struct cs_auth_ctx {
+	struct cs_hmac pre;
+};
+
+/**
+ * cs_auth_ctx_init - precompute the HMAC state of an epoch key
+ * @c: out
+ * @key: epoch key from cs_auth_epoch_key()
+ */
+void cs_auth_ctx_init(struct cs_auth_ctx *c, const uint8_t key[CS_AUTH_KEY_LEN]);
+
+/**
+ * cs_auth_ctx_tag - cs_auth_tag() with a precomputed key (same result)
+ */
+void cs_auth_ctx_tag(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		     const void *payload, uint8_t tag[CS_PROTO_TAG_LEN]);
+
+/**
+ * cs_auth_ctx_check - cs_auth_check() with a precomputed key
+ * Returns: 0 when the tag matches, CS_ERR_AUTH when it does not or the
+ * packet carries no tag.
+ */
+int cs_auth_ctx_check(const struct cs_auth_ctx *c, const struct cs_pkt_hdr *h,
+		      const void *payload);
 
 #endif

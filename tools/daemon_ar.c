@@ -35,6 +35,7 @@
 #define CS_LOG_MODULE "ar"
 #include "internal/log.h"
 #include "collectives/ring.h"
+#include "control/auth.h"
 #include "control/rel.h"
 #include "dataplane/wire.h"
 #include "tests/coll_sim/coll_data.h"
@@ -59,6 +60,24 @@ struct ar_held {
 struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
+	bool auth; /* auth.enable */
+};
+
+/* Packet authentication (docs/auth.md). */
+static const struct cs_cfg_entry auth_cfg[] = {
+	{ "auth.enable", CS_CFG_BOOL, offsetof(struct svc_conf, auth), "0", 0,
+	  1,
+	  "tag every frame with HMAC-SHA-256 under a per-epoch key derived "
+	  "from the job token (boot.token, boot.token_file, else "
+	  "$COLLSTACK_JOB_TOKEN; needed with static peers too) and drop "
+	  "frames without a valid tag (ar_stats rx_auth_fail)" },
+};
+
+/* An epoch's packet key, ready for tags. */
+struct ar_key {
+	bool valid;
+	uint32_t epoch;
+	struct cs_auth_ctx ctx;
 };
 
 static_assert(sizeof(struct svc_conf) <=
@@ -133,6 +152,13 @@ struct cs_ar_svc {
 	 * (written by the lcore, read when the next op's sessions start) */
 	_Atomic cs_ns_t rtt_srtt[CS_DRV_MAX_PEERS];
 	_Atomic cs_ns_t rtt_var[CS_DRV_MAX_PEERS];
+	/* packet authentication (auth.enable): set before the lcores
+	 * start, then lcore-only. key[0] follows the view's epoch, key[1]
+	 * holds the last other epoch a frame carried. */
+	bool auth;
+	char token[CS_CFG_STR_MAX];
+	struct ar_key key[2];
+	uint64_t rx_auth_fail, rx_auth_notag, auth_rekey;
 };
 
 static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
@@ -154,8 +180,11 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_xport_params_set(&sc->xp, "cc.enable", "0", NULL, 0);
 	if (ret)
 		return ret;
-	return cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len,
-			       &sc->coll);
+	ret = cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len,
+			      &sc->coll);
+	if (ret)
+		return ret;
+	return cs_cfg_defaults(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc);
 }
 
 int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
@@ -167,8 +196,12 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 	ret = cs_xport_params_set(&sc->xp, key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
-	return cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len, &sc->coll,
-			  key, val, err, errlen);
+	ret = cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len, &sc->coll,
+			 key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
+			  errlen);
 }
 
 void cs_daemon_help_config(FILE *out)
@@ -179,6 +212,8 @@ void cs_daemon_help_config(FILE *out)
 	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
 		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
+	fprintf(out, "\npacket authentication (docs/auth.md):\n");
+	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
 }
 
 /* ---- lcore side --------------------------------------------------------- */
@@ -255,6 +290,62 @@ static bool ack_prev(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
 	return true;
 }
 
+/*
+ * The packet key of @epoch (lcore only). Derived again only when the view
+ * moves to a new epoch or a frame carries another one than the last:
+ * never on the steady path, and never with a syscall or an allocation.
+ */
+static const struct cs_auth_ctx *auth_key(struct cs_ar_svc *s, uint32_t epoch)
+{
+	uint32_t cur =
+		atomic_load_explicit(&s->d->view.epoch, memory_order_relaxed);
+	struct ar_key *k = &s->key[epoch == cur ? 0 : 1];
+	uint8_t key[CS_AUTH_KEY_LEN];
+
+	if (unlikely(!k->valid || k->epoch != epoch)) {
+		cs_auth_epoch_key(s->token, 0, epoch, key);
+		cs_auth_ctx_init(&k->ctx, key);
+		memset(key, 0, sizeof(key));
+		k->epoch = epoch;
+		k->valid = true;
+		s->auth_rekey++;
+	}
+	return &k->ctx;
+}
+
+/*
+ * The header as the tag covers it: CE is left out, since a switch may set
+ * it on the way (the codec reports the IP header's CE mark in the flags).
+ */
+static const struct cs_pkt_hdr *auth_hdr(const struct cs_pkt_hdr *h,
+					 struct cs_pkt_hdr *tmp)
+{
+	if (likely(!(h->flags & CS_PKT_F_CE)))
+		return h;
+	*tmp = *h;
+	tmp->flags &= (uint16_t)~CS_PKT_F_CE;
+	return tmp;
+}
+
+/* A received frame's tag is right (counts the ones that are not). */
+static bool auth_ok(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
+		    const void *payload)
+{
+	struct cs_pkt_hdr tmp;
+
+	if (unlikely(!(h->flags & CS_PKT_F_AUTH))) {
+		s->rx_auth_notag++;
+		s->rx_auth_fail++;
+		return false;
+	}
+	if (unlikely(cs_auth_ctx_check(auth_key(s, h->epoch),
+				       auth_hdr(h, &tmp), payload))) {
+		s->rx_auth_fail++;
+		return false;
+	}
+	return true;
+}
+
 static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		  struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
@@ -284,6 +375,10 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 				memory_order_relaxed);
 			continue;
 		}
+		/* auth.enable: nothing unauthenticated reaches a session,
+		 * the hold or the engine */
+		if (s->auth && !auth_ok(s, h, pk[i].payload))
+			continue;
 		if (!op || h->op != op->op_id || h->group ||
 		    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK)) {
 			if (ack_prev(s, h, now))
@@ -340,16 +435,35 @@ static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		       struct cs_pkt_hdr *h, const void *payload, uint32_t len)
 {
 	struct cs_pbuf *b = &s->stash[s->nstash - 1];
+	uint32_t off = CS_PROTO_FRAME_OVERHEAD;
 	int flen;
 
+	if (s->auth) { /* the tag goes between header and payload */
+		off += CS_PROTO_TAG_LEN;
+		h->flags |= CS_PKT_F_AUTH;
+	}
+	if (unlikely(off + len > b->cap)) {
+		op->proto_err++;
+		return;
+	}
 	if (len)
-		memcpy(b->data + CS_PROTO_FRAME_OVERHEAD, payload, len);
+		memcpy(b->data + off, payload, len);
 	h->len = len;
 	flen = cs_drv_frame_hdr(&s->d->drv, b->data, b->cap, h, peer,
 				s->d->port->udp_port);
 	if (flen < 0) {
 		op->proto_err++;
 		return; /* the buffer stays in the stash */
+	}
+	if (s->auth) {
+		struct cs_pkt_hdr tmp;
+
+		/* over the header as sent (src, version set by the driver)
+		 * and the payload copy in the frame; UDP carries no
+		 * checksum, so the tag is written in place */
+		cs_auth_ctx_tag(auth_key(s, h->epoch), auth_hdr(h, &tmp),
+				b->data + off,
+				b->data + CS_PROTO_FRAME_OVERHEAD);
 	}
 	b->len = (uint32_t)flen;
 	s->txq[s->ntxq++] = *b;
@@ -720,6 +834,8 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 {
 	int ret;
 
+	if (s->auth) /* auth.enable: room for the tag */
+		frame_max -= CS_PROTO_TAG_LEN;
 	if (p->mtu_payload > frame_max - CS_PROTO_FRAME_OVERHEAD)
 		p->mtu_payload = frame_max - CS_PROTO_FRAME_OVERHEAD;
 	if (p->channels > AR_MAX_CH)
@@ -953,11 +1069,27 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 int cs_daemon_init(struct cs_daemon *d)
 {
 	struct cs_ar_svc *s = calloc(1, sizeof(*s));
+	int ret;
 
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
 	s->cf = svc_conf(&d->conf);
+	if (s->cf->auth) {
+		/* the same token as the bootstrap's, static peers too */
+		ret = cs_daemon_boot_load_token(&d->conf.boot, s->token,
+						sizeof(s->token));
+		if (ret) {
+			CS_ERR("auth.enable=1 needs the job token (boot.token, "
+			       "boot.token_file or $COLLSTACK_JOB_TOKEN)");
+			free(s);
+			return ret;
+		}
+		s->auth = true;
+		CS_INFO("packet authentication on: HMAC-SHA-256 tags under "
+			"per-epoch keys from the job token (SHA-256: %s)",
+			cs_sha256_impl());
+	}
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->gen, 0);
@@ -987,8 +1119,31 @@ void cs_daemon_fini(struct cs_daemon *d)
 	pthread_mutex_destroy(&s->install_lock);
 	pthread_mutex_destroy(&s->view_lock);
 	free(s->hold);
+	explicit_bzero(s->token, sizeof(s->token));
+	explicit_bzero(s->key, sizeof(s->key));
 	free(s);
 	d->svc = NULL;
+}
+
+/* Appends " auth=0|1 rx_auth_fail=.. rx_auth_notag=.. auth_rekey=..
+ * last_op=.." (last_op: the operation installed last, -1 none). */
+static void ar_stats_auth(struct cs_ar_svc *s, char *out, size_t len)
+{
+	size_t l = strlen(out);
+	long long last = -1;
+
+	if (l >= len)
+		return;
+	pthread_mutex_lock(&s->install_lock);
+	if (s->old)
+		last = s->old->op_id;
+	pthread_mutex_unlock(&s->install_lock);
+	snprintf(out + l, len - l,
+		 " auth=%d rx_auth_fail=%llu rx_auth_notag=%llu "
+		 "auth_rekey=%llu last_op=%lld sha256=%s",
+		 s->auth, (unsigned long long)s->rx_auth_fail,
+		 (unsigned long long)s->rx_auth_notag,
+		 (unsigned long long)s->auth_rekey, last, cs_sha256_impl());
 }
 
 int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
@@ -1052,6 +1207,7 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			 (unsigned long long)s->rx_held,
 			 (unsigned long long)s->rx_replayed,
 			 (unsigned long long)s->rx_prev);
+		ar_stats_auth(s, out, len);
 		return 0;
 	}
 	return -ENOENT;

@@ -151,6 +151,12 @@ static int load_token(const struct cs_boot_conf *b, char *tok, size_t len)
 	return 0;
 }
 
+int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
+			      size_t len)
+{
+	return load_token(b, tok, len);
+}
+
 #if CS_HAVE_URING
 
 enum { BS_WAIT = 0, BS_READY = 1, BS_FAILED = 2 };

@@ -74,6 +74,14 @@ void cs_daemon_boot_stop(struct cs_daemon *d);
 int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 			      size_t mlen);
 
+/**
+ * cs_daemon_boot_load_token - the job token from boot.token, else
+ * boot.token_file (first line), else $COLLSTACK_JOB_TOKEN
+ * Returns: 0, or a negative errno when there is none (logged).
+ */
+int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
+			      size_t len);
+
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);
 

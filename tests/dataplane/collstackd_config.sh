@@ -47,4 +47,20 @@ grep -q "loop port" "$tmp/log" || grep -q "ready: cfgtest rank 0, loop" "$tmp/lo
 kill -TERM $pid
 wait $pid || fail "exit status $? after SIGTERM"
 [ -e "$tmp/run" ] && fail "run folder left behind: $(ls "$tmp/run")"
+
+# auth.enable: documented; on without a job token it refuses to start,
+# saying why; with one (static peers) it starts and reports auth=1.
+grep -q "^  auth.enable " <<<"$help" || fail "key auth.enable missing from --help-config"
+out=$(env -u COLLSTACK_JOB_TOKEN "$D" --set port.type=loop --set name=authx \
+	--set run_dir="$tmp/runa" --set auth.enable=1 </dev/null 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "auth.enable=1 needs the job token" <<<"$out" ||
+	fail "auth.enable=1 without a token: rc $rc, '$out'"
+COLLSTACK_JOB_TOKEN=t0ken "$D" --set port.type=loop --set name=authy \
+	--set run_dir="$tmp/runb" --set auth.enable=1 >"$tmp/loga" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -f "$tmp/runb/ready" ] && break; sleep 0.1; done
+[ -f "$tmp/runb/ready" ] || { cat "$tmp/loga"; fail "auth sidecar not ready"; }
+grep -q "packet authentication on" "$tmp/loga" || fail "no auth log line"
+kill -TERM $pid
+wait $pid || fail "auth sidecar: exit status $? after SIGTERM"
 echo PASS

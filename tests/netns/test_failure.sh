@@ -17,6 +17,14 @@
 #                  after SIGCONT the next allreduce is correct
 #   boot_coord     kill -9 the coordinator's sidecar: members report
 #                  "coordinator lost" (log, ping)
+#   boot_auth      auth.enable=1: allreduces stay correct; frames of the
+#                  current epoch aimed at the last operation with a wrong
+#                  tag or none are dropped and counted (ar_stats
+#                  rx_auth_fail, rx_auth_notag); a frame with the right
+#                  tag (key from the job token) passes the check
+#   boot_auth_kill boot_kill with auth.enable=1: the survivors re-form at
+#                  the new epoch under its new key (auth_rekey) with no
+#                  authentication failure, and the allreduce is correct
 #
 # Needs root, ip, nft, python3 (skips with 77 otherwise); uses the udp
 # port (CS_FAIL_PORT=af_packet for the DPDK one). Tears down by trap.
@@ -231,8 +239,103 @@ boot_coord() {
 	grep "coordinator lost" $RUN/csn1.log || fail "no log line"
 }
 
+# DATA frames from csn1 to csn0 of epoch $1 for operation $2: $3 frames
+# each with (a) the AUTH flag and a wrong tag, (b) no tag, (c) the right
+# tag computed from the job token in $4 (for operation $5 instead: one
+# csn0 does not run, so a passed check only counts as rx_other_op).
+inject_auth() {
+	ip netns exec csn1 python3 - "$@" <<'PY'
+import hashlib, hmac, os, socket, struct, sys
+epoch, op, n, tokfile, op_ok = (int(sys.argv[1]), int(sys.argv[2]),
+                                int(sys.argv[3]), sys.argv[4],
+                                int(sys.argv[5]))
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, 11, 1)	# SO_NO_CHECK (see netns_test.sh)
+s.bind(("10.77.0.2", 7797))
+F_AUTH, F_LAST = 0x0004, 0x0020
+payload = b"\x7f" * 8
+def fields(flags, op, seq):
+    # version, type DATA, flags, src 1, channel 0, group 0, epoch, op,
+    # step, seq, ack, sack, offset, len, credit, ts, ts_echo
+    return (1, 1, flags, 1, 0, 0, epoch, op, 0, seq, 0, 0, 0,
+            len(payload), 0, 1, 0)
+def frame(flags, op, seq, tag=b""):
+    return (struct.pack("!BBHHHIIIIIIQQIIQQI", *fields(flags, op, seq), 0)
+            + tag + payload)
+def good_tag(flags, op, seq):
+    tok = open(tokfile, "rb").read().split(b"\n")[0].rstrip(b"\r")
+    key = hmac.new(tok, b"collstack-epoch-" + struct.pack("!II", 0, epoch),
+                   hashlib.sha256).digest()
+    msg = b"".join(struct.pack("!Q", v) for v in fields(flags, op, seq))
+    return hmac.new(key, msg + payload, hashlib.sha256).digest()[:16]
+dst = ("10.77.0.1", 7700)
+for i in range(n):	# (a) wrong tag
+    s.sendto(frame(F_AUTH | F_LAST, op, i, os.urandom(16)), dst)
+for i in range(n):	# (b) no tag
+    s.sendto(frame(F_LAST, op, i), dst)
+for i in range(n):	# (c) right tag, an operation csn0 does not run
+    s.sendto(frame(F_AUTH | F_LAST, op_ok, i,
+                   good_tag(F_AUTH | F_LAST, op_ok, i)), dst)
+PY
+	sleep 0.5
+}
+
+boot_auth() {
+	local st ar ep op fail0 notag0 other0 fail1 notag1 other1 n=5
+	up 2 --set auth.enable=1
+	grep -q "packet authentication on" $RUN/csn0.log ||
+		fail "csn0 did not turn authentication on"
+	run_ok
+	ar=$(ctl csn0 ar_stats)
+	echo "csn0 before: $ar"
+	[ "$(kv "$ar" auth)" = 1 ] || fail "ar_stats does not say auth=1"
+	fail0=$(kv "$ar" rx_auth_fail)
+	notag0=$(kv "$ar" rx_auth_notag)
+	other0=$(kv "$ar" rx_other_op)
+	[ "$fail0" = 0 ] || fail "authentication failures in a clean run: $ar"
+	op=$(kv "$ar" last_op)
+	[ -n "$op" ] && [ "$op" -ge 0 ] || fail "no operation ran: $ar"
+	st=$(ctl csn0 stats)
+	ep=$(kv "$st" epoch)
+	[ -n "$ep" ] && [ "$ep" -ge 1 ] || fail "no group epoch: $st"
+	inject_auth "$ep" "$op" $n "$RUN/cs-job.token" 2147418112
+	ar=$(ctl csn0 ar_stats)
+	echo "csn0 after: $ar"
+	fail1=$(kv "$ar" rx_auth_fail)
+	notag1=$(kv "$ar" rx_auth_notag)
+	other1=$(kv "$ar" rx_other_op)
+	[ $((fail1 - fail0)) = $((2 * n)) ] ||
+		fail "rx_auth_fail rose by $((fail1 - fail0)), want $((2 * n))"
+	[ $((notag1 - notag0)) = $n ] ||
+		fail "rx_auth_notag rose by $((notag1 - notag0)), want $n"
+	[ $((other1 - other0)) -ge $n ] ||
+		fail "rightly tagged frames did not pass the check"
+	[ "$(kv "$(ctl csn0 stats)" rx_stale_epoch)" = 0 ] ||
+		fail "the frames were taken for stale ones"
+	run_ok
+	[ "$(kv "$(ctl csn0 ar_stats)" rx_auth_fail)" = "$fail1" ] ||
+		fail "authentication failures in the run after"
+}
+
+boot_auth_kill() {
+	local ar n
+	COMMON+=(--set auth.enable=1)
+	boot_kill
+	for n in 0 1 3; do
+		ar=$(ctl csn$n ar_stats)
+		echo "csn$n: $ar"
+		[ "$(kv "$ar" auth)" = 1 ] || fail "csn$n: not auth=1"
+		[ "$(kv "$ar" rx_auth_fail)" = 0 ] ||
+			fail "csn$n: authentication failures across the loss"
+		[ "$(kv "$ar" auth_rekey)" -ge 2 ] ||
+			fail "csn$n: no key for the new epoch"
+	done
+}
+
 case $CASE in
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
+boot_auth) $CASE ;;
+boot_auth_kill) $CASE ;;
 *) fail "unknown case $CASE" ;;
 esac
 echo "PASS: $CASE"
