@@ -55,10 +55,10 @@ done
 [ -f $RUN/cluster.env ] && skip "a cluster is already up ($RUN/cluster.env)"
 ip netns list | grep -q '^csn' && skip "csn* namespaces exist (in use?)"
 if [ "$PORT" = udp ]; then
-	"$DAEMON" --help-config | grep -q 'port types:.* udp' ||
+	"$DAEMON" --help-config | grep 'port types:.* udp' >/dev/null ||
 		skip "collstackd built without io_uring (no udp port)"
 else
-	"$DAEMON" --help-config | grep -q 'port types:.* dpdk' ||
+	"$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null ||
 		skip "collstackd built without DPDK"
 fi
 
