@@ -211,9 +211,12 @@ out:
 int cs_cmd_bench(int argc, char **argv)
 {
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fprintf(argc < 2 ? stderr : stdout,
-			"usage: collstack bench raw [ARGS]  (raw port rate "
-			"between two sidecars)\n");
+		/* both: -o OP (trainers, cmd_bench.c) and raw */
+		char *help[] = { argv[0], "--help", NULL };
+
+		if (argc < 2)
+			fprintf(stderr, "collstack bench: which benchmark?\n");
+		cs_cmd_bench_ops(2, help);
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "raw"))
