@@ -646,11 +646,10 @@ static bool sc_direct(const struct sc_drv *d)
 	return cs_coll_is_direct(&p);
 }
 
-/* Every rank on one switch; host -> switch -> host is one link delay. */
-static int sc_star(struct sc_drv *d)
+/* A host's link to the switch: host -> switch -> host is one link delay. */
+static struct cs_sim_link_params sc_switch_link(const struct sc_cfg *cfg)
 {
-	const struct sc_cfg *cfg = d->cfg;
-	struct cs_sim_link_params lp = {
+	return (struct cs_sim_link_params){
 		.gbps = cfg->gbps,
 		.delay_ns = (uint64_t)(cfg->delay_us * 500 + 0.5),
 		.loss = cfg->loss,
@@ -658,6 +657,12 @@ static int sc_star(struct sc_drv *d)
 		.reorder = cfg->reorder,
 		.reorder_ns = cfg->reorder_ns,
 	};
+}
+
+/* Every rank on one switch. */
+static int sc_star(struct sc_drv *d)
+{
+	struct cs_sim_link_params lp = sc_switch_link(d->cfg);
 	uint32_t *hosts = calloc(d->n, sizeof(*hosts));
 	int ret;
 
@@ -1288,15 +1293,7 @@ static const struct cs_sim_node_ops sc_coord_ops = {
 static int sc_member_setup(struct sc_drv *d)
 {
 	const struct sc_cfg *cfg = d->cfg;
-	/* host -> switch -> host: half the one-hop delay each way */
-	struct cs_sim_link_params lp = {
-		.gbps = cfg->gbps,
-		.delay_ns = (uint64_t)(cfg->delay_us * 500 + 0.5),
-		.loss = cfg->loss,
-		.dup = cfg->dup,
-		.reorder = cfg->reorder,
-		.reorder_ns = cfg->reorder_ns,
-	};
+	struct cs_sim_link_params lp = sc_switch_link(cfg);
 	uint32_t *hosts;
 	int ret;
 
