@@ -73,13 +73,16 @@ static void compress(uint32_t h[8], const uint8_t p[64])
 /* message words 4i..4i+3 of the block, big-endian */
 #define LOADW(i)                                                               \
 	_mm_shuffle_epi8(                                                      \
-		_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * (i))), \
+		_mm_loadu_si128(                                               \
+			(const __m128i *)(const void *)(p + 16 * (i))),        \
 		bswap)
 /* four rounds with the message words @w (and k256[4i..4i+3]) */
 #define QROUND(i, w)                                                           \
 	do {                                                                   \
 		msg = _mm_add_epi32(                                           \
-			(w), _mm_loadu_si128((const __m128i *)(const void *)&k256[4 * (i)])); \
+			(w), _mm_loadu_si128((                                 \
+				     const __m128i                             \
+					     *)(const void *)&k256[4 * (i)])); \
 		st1 = _mm_sha256rnds2_epu32(st1, st0, msg);                    \
 		msg = _mm_shuffle_epi32(msg, 0x0e);                            \
 		st0 = _mm_sha256rnds2_epu32(st0, st1, msg);                    \
@@ -94,8 +97,8 @@ static void compress(uint32_t h[8], const uint8_t p[64])
 __attribute__((target("sha,sse4.1,ssse3"))) static void
 compress_shani(uint32_t h[8], const uint8_t *p, size_t n)
 {
-	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL,
-					     0x0405060700010203ULL);
+	const __m128i bswap =
+		_mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
 	__m128i st0, st1, tmp, msg, abef, cdgh, w0, w1, w2, w3;
 
 	tmp = _mm_loadu_si128((const __m128i *)(const void *)&h[0]);

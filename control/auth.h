@@ -103,7 +103,8 @@ struct cs_auth_ctx {
  * @c: out
  * @key: epoch key from cs_auth_epoch_key()
  */
-void cs_auth_ctx_init(struct cs_auth_ctx *c, const uint8_t key[CS_AUTH_KEY_LEN]);
+void cs_auth_ctx_init(struct cs_auth_ctx *c,
+		      const uint8_t key[CS_AUTH_KEY_LEN]);
 
 /**
  * cs_auth_ctx_tag - cs_auth_tag() with a precomputed key (same result)

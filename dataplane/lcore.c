@@ -25,18 +25,17 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 	  "port's NUMA node, spread by node.rank" },
 	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
 	  "adaptive: idle polls before the lcore waits, on ports whose wait "
-	  "is a plain nap (af_xdp, memif, tap)" },
+	  "is a plain nap (memif, tap, af_xdp with several queues)" },
 	{ "lcore.spin_wake", CS_CFG_U32, LC(spin_wake), "50", 0, 100000000,
 	  "adaptive: the same on ports whose wait ends when a frame "
-	  "arrives (af_packet, udp): few, since on a shared machine a "
-	  "spinning lcore delays the sidecar that has work" },
+	  "arrives (af_packet, af_xdp with one queue, udp): few, since on a "
+	  "shared machine a spinning lcore delays the sidecar that has work" },
 	{ "lcore.sleep", CS_CFG_NS, LC(sleep_ns), "50us", 1000, 1e9,
 	  "adaptive: longest wait when idle; the wait ends early when a "
 	  "frame arrives (af_packet, udp) or new work is handed over" },
 	{ "lcore.quiet_after", CS_CFG_NS, LC(quiet_after), "20ms", 0, 1e11,
 	  "adaptive: after this long without work ..." },
-	{ "lcore.quiet_sleep", CS_CFG_NS, LC(quiet_sleep_ns), "1ms", 1000,
-	  1e9,
+	{ "lcore.quiet_sleep", CS_CFG_NS, LC(quiet_sleep_ns), "1ms", 1000, 1e9,
 	  "... wait up to this long instead of lcore.sleep (an idle "
 	  "sidecar then costs almost no CPU; timers may fire this late)" },
 };

@@ -169,8 +169,7 @@ int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
 }
 
-int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
-		 int kick_fd)
+int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns, int kick_fd)
 {
 	struct timespec ts;
 	struct pollfd pfd = { .fd = kick_fd, .events = POLLIN };

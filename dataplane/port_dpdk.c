@@ -838,16 +838,17 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 		if (!rxq)
 			continue;
 		fd = *(const int *)rxq;
-		if (fd < 0 ||
-		    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) ||
+		if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) ||
 		    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l) ||
 		    dom != AF_PACKET || type != SOCK_RAW)
 			continue;
 		dp->rx_fd[q] = fd;
 		found++;
 	}
-	CS_INFO("af_packet: %s", found == nq ? "idle lcores wake on receive"
-		: "receive sockets not found: idle lcores nap (lcore.sleep)");
+	CS_INFO("af_packet: %s",
+		found == nq
+			? "idle lcores wake on receive"
+			: "receive sockets not found: idle lcores nap (lcore.sleep)");
 }
 
 static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
@@ -860,8 +861,8 @@ static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	nfds_t n = 0;
 
 	if (q < CS_PORT_MAX_QUEUES && dp->rx_fd[q] >= 0)
-		pfd[n++] = (struct pollfd){ .fd = dp->rx_fd[q],
-					    .events = POLLIN };
+		pfd[n++] =
+			(struct pollfd){ .fd = dp->rx_fd[q], .events = POLLIN };
 	if (kick_fd >= 0)
 		pfd[n++] = (struct pollfd){ .fd = kick_fd, .events = POLLIN };
 	if (!n) {

@@ -129,7 +129,8 @@ struct cs_ar_svc {
 	_Atomic(struct ar_op *) prev;
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
 	atomic_int notify_fd; /* eventfd the lcore writes after a trainer op's
-			* verdict (-1: none), so the IPC thread need not nap */
+			       * verdict (-1: none), so the IPC thread need not
+			       * nap */
 	struct ar_op *old; /* control thread's */
 	pthread_mutex_t install_lock; /* control vs. IPC thread */
 	/* ctlplane: applying a view (the peer table) and building an op on
@@ -338,8 +339,8 @@ static bool auth_ok(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
 		s->rx_auth_fail++;
 		return false;
 	}
-	if (unlikely(cs_auth_ctx_check(auth_key(s, h->epoch),
-				       auth_hdr(h, &tmp), payload))) {
+	if (unlikely(cs_auth_ctx_check(auth_key(s, h->epoch), auth_hdr(h, &tmp),
+				       payload))) {
 		s->rx_auth_fail++;
 		return false;
 	}
@@ -809,11 +810,12 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		if (ret)
 			return ret;
 		if (peer < CS_DRV_MAX_PEERS)
-			cs_rel_seed_rtt(&ss->rel,
-					atomic_load_explicit(&s->rtt_srtt[peer],
-							     memory_order_relaxed),
-					atomic_load_explicit(&s->rtt_var[peer],
-							     memory_order_relaxed));
+			cs_rel_seed_rtt(
+				&ss->rel,
+				atomic_load_explicit(&s->rtt_srtt[peer],
+						     memory_order_relaxed),
+				atomic_load_explicit(&s->rtt_var[peer],
+						     memory_order_relaxed));
 		ss->peer = peer;
 		ss->ch = ch;
 		op->nsess++;

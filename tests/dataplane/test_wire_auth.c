@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-/* Authenticated frames through the codec: tag placement, checks after decode. */
+/* Authenticated frames through the codec: tag placement, checks after decode.
+ */
 #include <criterion/criterion.h>
 #include <string.h>
 
