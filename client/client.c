@@ -66,6 +66,7 @@ struct cs_client {
 	struct cs_group *groups;
 	uint64_t next_id;
 	unsigned spin_polls;
+	unsigned spin_yield; /* sched_yield() every this many polls */
 	bool dead;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
@@ -229,6 +230,10 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 
 		if (e && *e)
 			c->spin_polls = (unsigned)strtoul(e, NULL, 10);
+		c->spin_yield = CS_CLIENT_SPIN_YIELD;
+		e = getenv(CS_CLIENT_SPIN_YIELD_ENV);
+		if (e && *e && strtoul(e, NULL, 10) > 0)
+			c->spin_yield = (unsigned)strtoul(e, NULL, 10);
 	}
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
@@ -860,7 +865,8 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 			return CS_ERR_TIMEOUT;
 		}
 		if (++spins < c->spin_polls) {
-			if (!(spins & 63))
+			if (spins > CS_CLIENT_SPIN_FREE &&
+			    !(spins % c->spin_yield))
 				sched_yield();
 			continue;
 		}

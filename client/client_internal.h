@@ -15,6 +15,14 @@
  */
 #define CS_CLIENT_SPIN_POLLS 2000
 #define CS_CLIENT_SPIN_ENV "COLLSTACK_SPIN_POLLS"
+/* While spinning, after the first CS_CLIENT_SPIN_FREE polls (an answer
+ * that comes at once costs no system call), sched_yield() every
+ * CS_CLIENT_SPIN_YIELD polls: when trainers and sidecar threads outnumber
+ * the cores, a spinner that never yields holds a core for a whole time
+ * slice (milliseconds) that the process it waits for needs. */
+#define CS_CLIENT_SPIN_FREE 32
+#define CS_CLIENT_SPIN_YIELD 1
+#define CS_CLIENT_SPIN_YIELD_ENV "COLLSTACK_SPIN_YIELD"
 /* Control-message replies slower than this mean the sidecar is gone. */
 #define CS_CLIENT_RPC_TIMEOUT_S 60
 /* Completions reaped from the ring per call. */

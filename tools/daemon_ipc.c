@@ -53,6 +53,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
 
@@ -489,8 +490,13 @@ static void *ipc_main(void *arg)
 			last = now;
 			continue;
 		}
-		if (now - last < x->cf->idle_spin)
+		if (now - last < x->cf->idle_spin) {
+			/* spin, but leave the CPU to whatever else is
+			 * runnable (trainers, lcores: on a shared machine
+			 * the one we wait for) */
+			sched_yield();
 			continue;
+		}
 		/* nap; the lcore's verdict on a cross-node op ends it */
 		if (x->efd < 0) {
 			nanosleep(&nap, NULL);

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* A minimal sidecar main loop around the IPC server, for tests and examples. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include "sidecar_loop.h"
@@ -11,6 +14,8 @@
 #define LOOP_IDLE_SPINS 256
 #define LOOP_IDLE_SLEEP_NS 50000
 #define LOOP_SOCK_POLL_NS 200000
+/* Busy mode: idle polls before each further one yields the CPU. */
+#define LOOP_BUSY_FREE 4
 
 static cs_ns_t now_ns(void)
 {
@@ -28,11 +33,15 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 	struct cs_ipc_cfg cfg;
 	unsigned idle = 0, idle_spins = LOOP_IDLE_SPINS;
 	const char *busy = getenv("COLLSTACK_SIDECAR_BUSY");
+	bool yield = false;
 	int ret;
 
-	/* Benchmarks of the polling path: never sleep. */
-	if (busy && *busy == '1')
+	/* Benchmarks of the polling path: never sleep; "yield": never
+	 * sleep, but yield the CPU when idle (more pollers than cores). */
+	if (busy && (*busy == '1' || !strcmp(busy, "yield")))
 		idle_spins = ~0u;
+	if (busy && !strcmp(busy, "yield"))
+		yield = true;
 
 	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg);
 	if (ret)
@@ -50,6 +59,13 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 			ret += tick(srv, be ? be->ctx : NULL);
 		if (ret > 0) {
 			idle = 0;
+			continue;
+		}
+		if (yield) {
+			/* after a few idle polls let a runnable trainer
+			 * have the CPU */
+			if (++idle > LOOP_BUSY_FREE)
+				sched_yield();
 			continue;
 		}
 		if (++idle >= idle_spins) {
