@@ -25,6 +25,8 @@
 
 #include <collstack/collstack.h>
 
+#include "bench_util.h"
+
 enum op { OP_ALLREDUCE, OP_ALL_GATHER, OP_BROADCAST };
 
 static const char *const op_names[] = { "allreduce", "all_gather",
@@ -36,27 +38,6 @@ struct bench {
 	int rank, n;
 	double *meta; /* inside a cs_buf: iters + 1 doubles */
 };
-
-static size_t parse_size(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-
-	if (*end == 'K' || *end == 'k')
-		v *= 1024;
-	else if (*end == 'M' || *end == 'm')
-		v *= 1024 * 1024;
-	else if (*end == 'G' || *end == 'g')
-		v *= 1024.0 * 1024 * 1024;
-	return (size_t)v;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
 
 static double now_us(void)
 {
@@ -174,11 +155,11 @@ int main(int argc, char **argv)
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "-b"))
-			minb = parse_size(argv[i + 1]);
+			minb = cs_bench_parse_size(argv[i + 1]);
 		else if (!strcmp(argv[i], "-e"))
-			maxb = parse_size(argv[i + 1]);
+			maxb = cs_bench_parse_size(argv[i + 1]);
 		else if (!strcmp(argv[i], "-f"))
-			factor = parse_size(argv[i + 1]);
+			factor = cs_bench_parse_size(argv[i + 1]);
 		else if (!strcmp(argv[i], "-n"))
 			iters = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-w"))
@@ -313,7 +294,7 @@ int main(int argc, char **argv)
 				else if (op == OP_ALL_GATHER)
 					bus = alg * (double)(b.n - 1) / b.n;
 				qsort(lat, (size_t)iters, sizeof(double),
-				      cmp_double);
+				      cs_bench_cmp_double);
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f "
 				       "%8.3f %6ld %10.1f %10.1f %6s\n",
 				       count * sizeof(float), count, "float",

@@ -27,17 +27,7 @@
 
 #include <collstack/collstack.h>
 
-static size_t parse_count(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-
-	if (*end == 'K' || *end == 'k')
-		v *= 1024;
-	else if (*end == 'M' || *end == 'm')
-		v *= 1024 * 1024;
-	return (size_t)v;
-}
+#include "bench_util.h"
 
 static int env_int(const char *name, int def)
 {
@@ -113,7 +103,7 @@ int main(int argc, char **argv)
 			goto usage;
 		i++;
 		if (!strcmp(a, "-c"))
-			count = parse_count(v);
+			count = cs_bench_parse_size(v);
 		else if (!strcmp(a, "-n"))
 			iters = atol(v);
 		else if (!strcmp(a, "-m"))
