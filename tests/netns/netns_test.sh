@@ -10,6 +10,7 @@
 # tears down what it made (trap), whatever happens.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/netns/lib.sh
 
 CASE=${1:?usage: netns_test.sh CASE}
 BUILD=${CS_BUILD_DIR:-build}
@@ -51,23 +52,8 @@ run_ar() {	# extra args of collstack run allreduce
 		fail "allreduce reported wrong elements or failed"
 }
 
-ctl() {		# node request -> reply line
-	python3 - "$1" "$2" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1] + "/ctl.sock")
-s.sendall((sys.argv[2] + "\n").encode())
-buf = b""
-while not buf.endswith(b"\n"):
-    c = s.recv(4096)
-    if not c:
-        break
-    buf += c
-print(buf.decode().strip())
-PY
-}
+ctl() { cs_ctl "$1" "$2"; }	# node request -> reply line
 
-kv() { sed -n "s/.*[ ]$2=\([0-9]*\).*/\1/p" <<<"$1"; }
 
 # Frames that are not ours, sent from node 1's kernel to node 0's port: a UDP
 # datagram that is not collstack, one to another UDP port, and a

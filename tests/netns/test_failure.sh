@@ -30,6 +30,7 @@
 # port (CS_FAIL_PORT=af_packet for the DPDK one). Tears down by trap.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/netns/lib.sh
 
 CASE=${1:?usage: test_failure.sh CASE}
 BUILD=${CS_BUILD_DIR:-build}
@@ -87,24 +88,8 @@ up() {	# N [more cluster.sh args]
 
 pid_of() { echo "$CS_PIDS" | cut -d' ' -f$(($1 + 1)); }
 
-ctl() {		# node request -> reply line
-	python3 - "$RUN/$1" "$2" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.settimeout(20)
-s.connect(sys.argv[1] + "/ctl.sock")
-s.sendall((sys.argv[2] + "\n").encode())
-buf = b""
-while not buf.endswith(b"\n"):
-    c = s.recv(4096)
-    if not c:
-        break
-    buf += c
-print(buf.decode().strip())
-PY
-}
+ctl() { cs_ctl "$RUN/$1" "$2"; }	# node request -> reply line
 
-kv() { sed -n "s/.*[ ]$2=\([-0-9]*\).*/\1/p" <<<"$1"; }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 

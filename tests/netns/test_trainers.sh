@@ -26,6 +26,7 @@
 # DPDK, else udp (IPCD_PORT=udp|af_packet overrides).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/netns/lib.sh
 
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
@@ -187,21 +188,7 @@ bench() {	# T args...
 		--timeout 300 "$@"
 }
 
-ctl() {		# run_dir request -> reply line
-	python3 - "$1" "$2" <<'PY'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1] + "/ctl.sock")
-s.sendall((sys.argv[2] + "\n").encode())
-buf = b""
-while not buf.endswith(b"\n"):
-    c = s.recv(4096)
-    if not c:
-        break
-    buf += c
-print(buf.decode().strip())
-PY
-}
+ctl() { cs_ctl "$1" "$2"; }	# run_dir request -> reply line
 
 sidecars_alive() {
 	for p in "${PIDS[@]}"; do
