@@ -171,7 +171,7 @@ nb_up() {
 	[ "$(id -u)" -eq 0 ] || nb_die "needs root"
 	[ -f "$NB_ENV" ] && nb_die "already up ($NB_ENV): down first"
 	for ((i = 0; i < n; i++)); do
-		ip netns list | grep -qw "$NB_PREFIX$i" &&
+		grep -qw "$NB_PREFIX$i" < <(ip netns list) &&
 			nb_die "namespace $NB_PREFIX$i exists but is not ours"
 		nodes+="$NB_PREFIX$i "
 		veths+="${NB_PREFIX}v$i "

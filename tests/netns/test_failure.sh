@@ -54,7 +54,7 @@ for t in ip nft python3; do
 	command -v $t >/dev/null || skip "missing tool: $t"
 done
 [ -f $RUN/cluster.env ] && skip "a cluster is already up ($RUN/cluster.env)"
-ip netns list | grep -q '^csn' && skip "csn* namespaces exist (in use?)"
+grep -q '^csn' < <(ip netns list) && skip "csn* namespaces exist (in use?)"
 if [ "$PORT" = udp ]; then
 	"$DAEMON" --help-config | grep 'port types:.* udp' >/dev/null ||
 		skip "collstackd built without io_uring (no udp port)"
@@ -204,7 +204,7 @@ boot_stall() {
 	[ $rc != 0 ] || fail "the run did not fail with a stalled sidecar"
 	grep -q "CS_ERR_TIMEOUT: csn$victim" "$TMP/stall.out" ||
 		fail "no CS_ERR_TIMEOUT naming csn$victim"
-	grep "CS_ERR_TIMEOUT" "$TMP/stall.out" | grep -qv "csn$victim " &&
+	[ -n "$(grep "CS_ERR_TIMEOUT" "$TMP/stall.out" | grep -v "csn$victim ")" ] &&
 		fail "a live sidecar was named as stalled"
 	grep -q "peer lost" $RUN/csn0.log && fail "a stall was taken for a loss"
 	run_ok

@@ -101,10 +101,10 @@ up() {	# N [collstackd --set args...]
 	local n=$1 i ns; shift
 	# someone else's run of this script: wait for it, never touch it
 	for _ in $(seq 120); do
-		ip netns list | grep -q '^ipn' || [ -d "$RUN" ] || break
+		grep -q '^ipn' < <(ip netns list) || [ -d "$RUN" ] || break
 		sleep 1
 	done
-	ip netns list | grep -q '^ipn' && skip "ipn* namespaces are in use"
+	grep -q '^ipn' < <(ip netns list) && skip "ipn* namespaces are in use"
 	[ -d "$RUN" ] && skip "$RUN exists: another run is active"
 	trap down EXIT
 	mkdir -p "$RUN" && MADE_RUN=1
