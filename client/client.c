@@ -566,6 +566,27 @@ cs_export int cs_group_leave(struct cs_group *g)
 
 /* ---- posting and completion ------------------------------------------- */
 
+/*
+ * The sidecar went to sleep on its sockets (idle for ipc.quiet_after):
+ * a message wakes it. Lock held (no reply comes, so no request/reply pair
+ * of another thread can be split).
+ */
+static void wake_sidecar(struct cs_client *c)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_WAKE,
+				.version = CS_IPC_VERSION };
+
+	/* Pairs with the sidecar's store of sq_asleep and its look at the
+	 * ring (cs_ipc_server_sleep_prepare). */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&c->ctrl->sq_asleep, memory_order_relaxed) ||
+	    !atomic_exchange_explicit(&c->ctrl->sq_asleep, 0,
+				      memory_order_relaxed))
+		return;
+	/* EAGAIN: messages wait unread, so the sidecar wakes anyway */
+	(void)send(c->fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 /* Post @d (user_id filled in here). Lock held. */
 static int post_locked(struct cs_client *c, struct cs_group *g,
 		       struct cs_ipc_sqe *d, cs_req_t *req)
@@ -585,6 +606,7 @@ static int post_locked(struct cs_client *c, struct cs_group *g,
 		set_err(c, "%s: submission ring full", op_name(d->op));
 		return -EAGAIN;
 	}
+	wake_sidecar(c);
 	*q = (struct req){ .id = c->next_id,
 			   .state = REQ_POSTED,
 			   .op = d->op,

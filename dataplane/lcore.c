@@ -245,6 +245,7 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 		lc->kick_fd = -1;
 		return -ret;
 	}
+	pthread_setname_np(lc->thread, "cs-lcore"); /* top -H, perf */
 	while (!atomic_load(&lc->running))
 		sched_yield();
 	if (lc->init_err) {

@@ -470,6 +470,7 @@ int main(int argc, char **argv)
 	if (cs_drv_init(&d.drv, d.port, c->rank))
 		goto out_port;
 	atomic_init(&d.view.lost_rank, -1);
+	atomic_init(&d.view.wake_fd, -1);
 	if (cs_daemon_boot_enabled(&d)) { /* peers from the coordinator */
 		if (cs_daemon_boot_start(&d)) {
 			ret = 3;

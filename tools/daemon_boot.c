@@ -186,6 +186,16 @@ static cs_ns_t now_ns(void)
 	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
 }
 
+/* The trainer IPC thread may sleep (daemon_ipc.c quiet()): a new view
+ * must reach its operations now. */
+static void wake_ipc(struct cs_daemon_view *v)
+{
+	int fd = atomic_load(&v->wake_fd);
+
+	if (fd >= 0)
+		(void)!write(fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+}
+
 static void snapshot(struct cs_boot_state *b)
 {
 	const struct cs_boot_member *m = &b->ms.m;
@@ -224,6 +234,7 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		pthread_mutex_unlock(&b->mu);
 		atomic_store_explicit(&v->epoch, b->ms.m.epoch,
 				      memory_order_release);
+		wake_ipc(v);
 	}
 	if ((ev & CS_MSVC_COORD_LOST) && !atomic_load(&v->coord_lost)) {
 		CS_ERR("coordinator lost: no membership changes can be "
@@ -347,6 +358,7 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	ret = pthread_create(&b->thr, NULL, boot_main, b);
 	if (ret)
 		return -ret;
+	pthread_setname_np(b->thr, "cs-boot");
 	b->thr_on = true;
 	CS_INFO("bootstrap: joining %s:%u (asking for rank %u)%s", ip, port,
 		d->conf.rank, b->coord_on ? ", coordinator here" : "");

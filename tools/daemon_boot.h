@@ -39,6 +39,7 @@ struct cs_daemon_view {
 	atomic_uint nlost; /* ranks lost since the group formed */
 	atomic_bool coord_lost; /* the coordinator went silent */
 	atomic_uint_fast64_t rx_stale_epoch; /* frames of older epochs */
+	atomic_int wake_fd; /* eventfd written when the epoch moves, or -1 */
 };
 
 int cs_daemon_boot_conf_defaults(struct cs_boot_conf *b);

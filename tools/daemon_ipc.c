@@ -7,8 +7,14 @@
  * Threads. The IPC server (control/ipc) is polled by a thread of its own:
  * the control thread blocks while it serves long requests (ar_wait), and
  * trainers must not wait for that. When the server and the backend have
- * had nothing to do for ipc.idle_spin, the thread sleeps ipc.idle_sleep
- * per round, so an idle sidecar costs almost no CPU on a shared machine.
+ * had nothing to do for ipc.idle_spin, the thread naps ipc.idle_sleep per
+ * round; after ipc.quiet_after it stops polling and sleeps in poll(2) on
+ * everything that can bring work: the listener, the trainers' sockets (a
+ * trainer that posts while the sidecar sleeps sends a wake-up message,
+ * see sq_asleep in ipc_proto.h), the lcore's eventfd (a cross-node
+ * verdict) and the boot thread's news of a new view; at most
+ * ipc.quiet_sleep. An idle sidecar thus costs no CPU, and a busy lcore on
+ * the same core is not preempted 20000 times a second for nothing.
  *
  * Cross-node step. The server hands over the node's combined data (the
  * local ranks already reduced, in local-rank order, into its staging
@@ -73,6 +79,8 @@ struct ipcd_conf {
 	cs_ns_t idle_spin;
 	cs_ns_t idle_sleep;
 	cs_ns_t linger;
+	cs_ns_t quiet_after;
+	cs_ns_t quiet_sleep;
 };
 
 static_assert(sizeof(struct ipcd_conf) <=
@@ -91,6 +99,11 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	{ "ipc.linger", CS_CFG_NS, IC(linger), "50ms", 0, 1e10,
 	  "once no group is left, keep the last cross-node operation "
 	  "acknowledging retransmissions this long, then remove it" },
+	{ "ipc.quiet_after", CS_CFG_NS, IC(quiet_after), "2ms", 0, 1e10,
+	  "IPC thread: after this long without work, sleep until a trainer, "
+	  "the lcore or a new view wakes it" },
+	{ "ipc.quiet_sleep", CS_CFG_NS, IC(quiet_sleep), "20ms", 1e5, 1e9,
+	  "IPC thread: the longest such sleep (housekeeping: ipc.linger)" },
 };
 
 struct ipcd_op {
@@ -105,6 +118,7 @@ struct cs_daemon_ipc {
 	pthread_t thr;
 	atomic_bool stop;
 	int efd; /* the lcore's verdicts wake the IPC thread (-1: naps) */
+	struct pollfd *pfd; /* quiet(): efd, listener, trainers (NULL: naps) */
 	/* IPC thread only */
 	struct ipcd_op q[IPCD_QUEUE]; /* q[head] runs when running */
 	uint32_t head, count;
@@ -465,6 +479,29 @@ static cs_ns_t now_ns(void)
 	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
 }
 
+/* Idle since ipc.quiet_after: sleep until something can bring work. */
+static void quiet(struct cs_daemon_ipc *x, cs_ns_t *last)
+{
+	struct timespec ts = { (time_t)(x->cf->quiet_sleep / CS_NS_PER_S),
+			       (long)(x->cf->quiet_sleep % CS_NS_PER_S) };
+	int n, ret;
+	uint64_t v;
+
+	x->pfd[0] = (struct pollfd){ .fd = x->efd, .events = POLLIN };
+	n = cs_ipc_server_sleep_prepare(x->srv, x->pfd + 1);
+	if (!n) { /* a trainer posted meanwhile */
+		*last = now_ns();
+		return;
+	}
+	ret = ppoll(x->pfd, (nfds_t)n + 1, &ts, NULL);
+	cs_ipc_server_sleep_done(x->srv);
+	if (ret > 0) { /* woken: poll again, spin a while */
+		if (x->pfd[0].revents)
+			(void)!read(x->efd, &v, sizeof(v));
+		*last = now_ns();
+	}
+}
+
 static void *ipc_main(void *arg)
 {
 	struct cs_daemon_ipc *x = arg;
@@ -495,6 +532,10 @@ static void *ipc_main(void *arg)
 			 * runnable (trainers, lcores: on a shared machine
 			 * the one we wait for) */
 			sched_yield();
+			continue;
+		}
+		if (x->pfd && now - last >= x->cf->quiet_after) {
+			quiet(x, &last);
 			continue;
 		}
 		/* nap; the lcore's verdict on a cross-node op ends it */
@@ -532,6 +573,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	x->d = d;
 	x->cf = cf;
 	x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (x->efd >= 0)
+		x->pfd = calloc(2 + (size_t)cf->ipc.max_trainers,
+				sizeof(*x->pfd));
 	atomic_init(&x->stop, false);
 	atomic_init(&x->notify, 0);
 	be = (struct cs_ipc_backend){ .ctx = x,
@@ -547,19 +591,23 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	x->epoch = atomic_load(&d->view.epoch);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
 	cs_ar_svc_set_notify_fd(d->svc, x->efd);
+	atomic_store(&d->view.wake_fd, x->efd); /* a new view wakes quiet() */
 	ret = -pthread_create(&x->thr, NULL, ipc_main, x);
 	if (ret)
 		goto out_srv;
+	pthread_setname_np(x->thr, "cs-ipc");
 	d->ipc = x;
 	CS_INFO("trainers: COLLSTACK_SOCKET=%s (node %u of %u)",
 		cf->ipc.socket_path, d->conf.rank, d->drv.npeers);
 	return 0;
 out_srv:
+	atomic_store(&d->view.wake_fd, -1);
 	cs_ar_svc_set_notify_fd(d->svc, -1);
 	cs_ipc_server_destroy(x->srv);
 out_free:
 	if (x->efd >= 0)
 		close(x->efd);
+	free(x->pfd);
 	free(x);
 	return ret;
 }
@@ -571,6 +619,9 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	if (!x)
 		return;
 	atomic_store(&x->stop, true);
+	atomic_store(&d->view.wake_fd, -1);
+	if (x->efd >= 0) /* out of a quiet() sleep now */
+		(void)!write(x->efd, &(uint64_t){ 1 }, sizeof(uint64_t));
 	pthread_join(x->thr, NULL);
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
@@ -584,6 +635,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		"(%llu of them on a lost node)",
 		(unsigned long long)x->finished, (unsigned long long)x->failed,
 		(unsigned long long)x->lost);
+	free(x->pfd);
 	free(x);
 	d->ipc = NULL;
 }

@@ -26,7 +26,7 @@
 
 #include "internal/util.h"
 
-#define CS_IPC_VERSION 1u
+#define CS_IPC_VERSION 2u /* 2: sq_asleep, CS_IPC_MSG_WAKE */
 #define CS_IPC_CTRL_MAGIC 0x4c52544353432325ull /* "%#CSCTRL" */
 #define CS_IPC_NAME_MAX 64 /* group name, NUL included */
 #define CS_IPC_MSG_TEXT 96 /* reply text, NUL included */
@@ -121,6 +121,12 @@ static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");
  * cq_armed: the trainer sets it before sleeping on its eventfd; the
  * sidecar, after publishing completions, swaps it to 0 and writes the
  * eventfd if it was set.
+ * sq_asleep: the mirror image. The sidecar sets it before it sleeps
+ * without polling the submission ring (idle for ipc.quiet_after); the
+ * trainer, after publishing a descriptor, swaps it to 0 and sends a
+ * CS_IPC_MSG_WAKE if it was set. Both sides fence between their store and
+ * their load, so either the sidecar sees the descriptor or the trainer
+ * sees the flag.
  */
 struct cs_ipc_ctrl {
 	uint64_t magic;
@@ -129,9 +135,12 @@ struct cs_ipc_ctrl {
 	uint64_t sq_off, sq_len;
 	uint64_t cq_off, cq_len;
 	alignas(CS_CACHE_LINE) _Atomic uint32_t cq_armed;
+	alignas(CS_CACHE_LINE) _Atomic uint32_t sq_asleep;
 };
 static_assert(offsetof(struct cs_ipc_ctrl, cq_armed) == CS_CACHE_LINE,
 	      "armed flag on its own line");
+static_assert(offsetof(struct cs_ipc_ctrl, sq_asleep) == 2 * CS_CACHE_LINE,
+	      "asleep flag on its own line");
 
 enum cs_ipc_msg_type {
 	CS_IPC_MSG_HELLO = 1, /* fds: control memfd, eventfd */
@@ -139,6 +148,7 @@ enum cs_ipc_msg_type {
 	CS_IPC_MSG_UNREG_SEG = 3,
 	CS_IPC_MSG_JOIN = 4,
 	CS_IPC_MSG_LEAVE = 5,
+	CS_IPC_MSG_WAKE = 6, /* no body, no reply: see sq_asleep */
 	CS_IPC_MSG_REPLY = 100,
 };
 

@@ -1249,6 +1249,10 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 				ret = handle_leave(s, t, &msg, why,
 						   sizeof(why));
 				break;
+			case CS_IPC_MSG_WAKE: /* its work is in the SQ */
+				for (int i = 0; i < nfd; i++)
+					close(fds[i]);
+				continue; /* no reply */
 			default:
 				snprintf(why, sizeof(why), "unknown message");
 				ret = -EPROTO;
@@ -1387,6 +1391,53 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 		if (s->tr[i] && s->tr[i]->hello)
 			kick_trainer(s->tr[i]);
 	return work;
+}
+
+int cs_ipc_server_sleep_prepare(struct cs_ipc_server *s, struct pollfd *pfd)
+{
+	bool work = false;
+	int n = 0;
+
+	pfd[n++] = (struct pollfd){ .fd = s->lfd, .events = POLLIN };
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++) {
+		struct trainer *t = s->tr[i];
+
+		if (!t)
+			continue;
+		pfd[n++] = (struct pollfd){ .fd = t->fd, .events = POLLIN };
+		if (!t->hello)
+			continue;
+		atomic_store_explicit(&t->ctrl->sq_asleep, 1,
+				      memory_order_seq_cst);
+		if (t->bl_count || t->kick)
+			work = true;
+	}
+	/* Pairs with the trainer's publish of a descriptor, then its look
+	 * at sq_asleep (client.c wake_sidecar). */
+	atomic_thread_fence(memory_order_seq_cst);
+	for (uint32_t i = 0; i < s->cfg.max_trainers && !work; i++) {
+		struct trainer *t = s->tr[i];
+
+		if (t && t->hello && cs__ring_avail(&t->sq, 1))
+			work = true;
+	}
+	if (work) {
+		cs_ipc_server_sleep_done(s);
+		return 0;
+	}
+	return n;
+}
+
+void cs_ipc_server_sleep_done(struct cs_ipc_server *s)
+{
+	for (uint32_t i = 0; i < s->cfg.max_trainers; i++) {
+		struct trainer *t = s->tr[i];
+
+		if (t && t->hello)
+			atomic_store_explicit(&t->ctrl->sq_asleep, 0,
+					      memory_order_relaxed);
+	}
+	s->next_sock_poll = 0; /* what woke us may be on a socket */
 }
 
 int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,

@@ -3,6 +3,7 @@
 #ifndef CS_IPC_SERVER_H
 #define CS_IPC_SERVER_H
 
+#include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -124,6 +125,23 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
  * idle, so the caller may back off. Negative only for a broken listener.
  */
 int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now);
+
+/**
+ * cs_ipc_server_sleep_prepare - get ready to sleep until a trainer acts
+ * @s: server
+ * @pfd: room for 1 + cfg.max_trainers entries
+ *
+ * For a caller that found the server idle for a while and wants to sleep
+ * in poll(2) rather than poll the submission rings: asks every trainer to
+ * send a wake-up message after it posts (sq_asleep), then looks at every
+ * ring once more. Returns the number of entries filled in @pfd (the
+ * listener and every trainer's socket: what to sleep on, besides the
+ * caller's own fds), or 0 when work came in after all (nothing is armed
+ * then: poll again instead of sleeping). After the sleep, whatever ended
+ * it, call cs_ipc_server_sleep_done().
+ */
+int cs_ipc_server_sleep_prepare(struct cs_ipc_server *s, struct pollfd *pfd);
+void cs_ipc_server_sleep_done(struct cs_ipc_server *s);
 
 /**
  * cs_ipc_server_inter_done - the backend finished a cross-node step

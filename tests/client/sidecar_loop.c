@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 
 #include "sidecar_loop.h"
@@ -25,6 +27,25 @@ static cs_ns_t now_ns(void)
 	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
 }
 
+/*
+ * Idle without a backend tick: sleep in poll(2) with no timeout until a
+ * trainer acts (cs_ipc_server_sleep_prepare). Nothing else wakes the
+ * loop, so a trainer that failed to wake a sleeping sidecar hangs its
+ * test (cs_wait times out) instead of being rescued by a timer. SIGTERM
+ * and SIGINT stay blocked outside the sleep, which they end (ppoll's
+ * mask), so a stop is never lost between the check and the sleep.
+ */
+static int sleep_on_fds(struct cs_ipc_server *srv, struct pollfd *pfd,
+			const sigset_t *open)
+{
+	int n = cs_ipc_server_sleep_prepare(srv, pfd);
+
+	if (n)
+		ppoll(pfd, (nfds_t)n, NULL, open);
+	cs_ipc_server_sleep_done(srv);
+	return n;
+}
+
 int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 			 const struct cs_ipc_backend *be,
 			 int (*tick)(struct cs_ipc_server *srv, void *ctx))
@@ -33,6 +54,8 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 	struct cs_ipc_cfg cfg;
 	unsigned idle = 0, idle_spins = LOOP_IDLE_SPINS;
 	const char *busy = getenv("COLLSTACK_SIDECAR_BUSY");
+	struct pollfd *pfd = NULL;
+	sigset_t stops, old, open;
 	bool yield = false;
 	int ret;
 
@@ -51,6 +74,20 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 	ret = cs_ipc_server_create(&cfg, be, &srv);
 	if (ret)
 		return ret;
+	if (!busy && !tick) {
+		pfd = calloc(1 + (size_t)cfg.max_trainers, sizeof(*pfd));
+		if (!pfd) {
+			cs_ipc_server_destroy(srv);
+			return -ENOMEM;
+		}
+		sigemptyset(&stops);
+		sigaddset(&stops, SIGTERM);
+		sigaddset(&stops, SIGINT);
+		sigprocmask(SIG_BLOCK, &stops, &old);
+		open = old;
+		sigdelset(&open, SIGTERM);
+		sigdelset(&open, SIGINT);
+	}
 	while (!*stop) {
 		ret = cs_ipc_server_poll(srv, now_ns());
 		if (ret < 0)
@@ -68,11 +105,18 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 				sched_yield();
 			continue;
 		}
-		if (++idle >= idle_spins) {
+		if (++idle >= idle_spins && pfd) {
+			if (sleep_on_fds(srv, pfd, &open))
+				idle = 0;
+		} else if (idle >= idle_spins) {
 			struct timespec ts = { 0, LOOP_IDLE_SLEEP_NS };
 
 			nanosleep(&ts, NULL);
 		}
+	}
+	if (pfd) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		free(pfd);
 	}
 	cs_ipc_server_destroy(srv);
 	return ret < 0 ? ret : 0;

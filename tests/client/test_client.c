@@ -240,6 +240,39 @@ Test(client, api_round_trip, .timeout = 120)
 	sidecar_stop(&sc);
 }
 
+/*
+ * The mini sidecar sleeps in poll(2), without a timeout, once idle
+ * (sidecar_loop.c): only the trainer's wake-up message (sq_asleep) can get
+ * an operation posted after a pause served.
+ */
+Test(client, post_wakes_a_sleeping_sidecar, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	sidecar_start(&sc, "wake");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	x = cs_buf_ptr(b);
+	cr_assert_eq(cs_group_join(c, "nap", 0, 1, 0, 1, &g), 0);
+	for (int i = 0; i < 10; i++) {
+		usleep(20000); /* the sidecar runs out of spins and sleeps */
+		x[0] = (float)i;
+		cr_assert_eq(cs_allreduce(g, x, x + 1, 1, CS_F32, CS_SUM, &r),
+			     0);
+		cr_assert_eq(cs_wait(c, r, 5ll * 1000000000), 0,
+			     "op %d after a pause: %s", i, cs_errmsg(c));
+		cr_assert_eq(x[1], (float)i);
+	}
+	cs_group_leave(g);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
 Test(client, join_env_and_join_errors, .timeout = 120)
 {
 	struct sidecar sc;
