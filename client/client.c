@@ -67,6 +67,7 @@ struct cs_client {
 	uint64_t next_id;
 	unsigned spin_polls;
 	unsigned spin_yield; /* sched_yield() every this many polls */
+	int64_t spin_ns; /* and spin at most this long */
 	bool dead;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
@@ -230,6 +231,10 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 
 		if (e && *e)
 			c->spin_polls = (unsigned)strtoul(e, NULL, 10);
+		c->spin_ns = CS_CLIENT_SPIN_US * 1000ll;
+		e = getenv(CS_CLIENT_SPIN_US_ENV);
+		if (e && *e)
+			c->spin_ns = (int64_t)strtoull(e, NULL, 10) * 1000;
 		c->spin_yield = CS_CLIENT_SPIN_YIELD;
 		e = getenv(CS_CLIENT_SPIN_YIELD_ENV);
 		if (e && *e && strtoul(e, NULL, 10) > 0)
@@ -863,7 +868,8 @@ static int64_t mono_ns(void)
 
 cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 {
-	int64_t deadline = timeout_ns < 0 ? INT64_MAX : mono_ns() + timeout_ns;
+	int64_t t0 = mono_ns(), now;
+	int64_t deadline = timeout_ns < 0 ? INT64_MAX : t0 + timeout_ns;
 	unsigned spins = 0;
 	int ret;
 
@@ -881,12 +887,13 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 			return -ENOTCONN;
 		}
 		pthread_mutex_unlock(&c->lock);
-		if (mono_ns() >= deadline) {
+		now = mono_ns();
+		if (now >= deadline) {
 			set_err(c, "request %llu: timed out",
 				(unsigned long long)req);
 			return CS_ERR_TIMEOUT;
 		}
-		if (++spins < c->spin_polls) {
+		if (++spins < c->spin_polls && now - t0 < c->spin_ns) {
 			if (spins > CS_CLIENT_SPIN_FREE &&
 			    !(spins % c->spin_yield))
 				sched_yield();

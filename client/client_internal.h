@@ -15,6 +15,13 @@
  */
 #define CS_CLIENT_SPIN_POLLS 2000
 #define CS_CLIENT_SPIN_ENV "COLLSTACK_SPIN_POLLS"
+/* ... and at most this long (microseconds): with more runnable threads
+ * than cores each sched_yield() may hand a whole time slice away, and a
+ * trainer spinning through 2000 of them takes milliseconds of CPU from the
+ * sidecar threads it waits for (4 nodes on 2 cores: 4 KiB allreduce
+ * 665-770 us spinning vs 420-430 us sleeping at once). */
+#define CS_CLIENT_SPIN_US 50
+#define CS_CLIENT_SPIN_US_ENV "COLLSTACK_SPIN_US"
 /* While spinning, after the first CS_CLIENT_SPIN_FREE polls (an answer
  * that comes at once costs no system call), sched_yield() every
  * CS_CLIENT_SPIN_YIELD polls: when trainers and sidecar threads outnumber

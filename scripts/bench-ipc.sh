@@ -26,7 +26,7 @@ cleanup() {
 	rm -rf "$dir"
 }
 trap cleanup EXIT
-export COLLSTACK_SOCKET=$dir/cs.sock COLLSTACK_SPIN_POLLS=100000000
+export COLLSTACK_SOCKET=$dir/cs.sock COLLSTACK_SPIN_POLLS=100000000 COLLSTACK_SPIN_US=100000000
 
 sidecar() {	# start the mini sidecar in mode $1 (COLLSTACK_SIDECAR_BUSY)
 	COLLSTACK_SIDECAR_BUSY=$1 "$B/tests/client/mini_sidecar" \
