@@ -394,7 +394,12 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			continue;
 		}
 		m = cs_rel_on_packet(&ss->rel, h, now);
+		/* A finished or failed op never writes its buffer again: it
+		 * may be a trainer's, released once the verdict is out
+		 * (daemon_ipc.c). Done means every byte came in already. */
 		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA && h->len &&
+		    atomic_load_explicit(&op->state, memory_order_relaxed) ==
+			    AR_PREPARED &&
 		    cs_coll_on_data(op->coll, now, h, pk[i].payload) < 0)
 			op->proto_err++;
 	}
@@ -481,8 +486,13 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	unsigned work = 0;
 	int ret;
 
-	/* 1. retransmissions, rebuilt from cookies */
-	for (uint32_t i = 0; i < op->nsess; i++) {
+	/* 1. retransmissions, rebuilt from cookies; a finished or failed op
+	 * reads its buffer no more (see ar_rx), it only acknowledges */
+	for (uint32_t i = 0;
+	     atomic_load_explicit(&op->state, memory_order_relaxed) ==
+		     AR_PREPARED &&
+	     i < op->nsess;
+	     i++) {
 		struct ar_sess *ss = &op->sess[i];
 
 		while (!cs_rel_next_retx(&ss->rel, &seq, &cookie, &len)) {
@@ -518,6 +528,8 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	/* 2. new data, per channel, once started */
 	for (uint32_t c = 0;
 	     atomic_load_explicit(&op->started, memory_order_relaxed) &&
+	     atomic_load_explicit(&op->state, memory_order_relaxed) ==
+		     AR_PREPARED &&
 	     c < op->nch;
 	     c++) {
 		struct ar_sess *ss = op->snext[c];

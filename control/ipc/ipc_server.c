@@ -91,6 +91,7 @@ struct part {
 struct inst {
 	bool active;
 	bool inter; /* waiting for the backend */
+	bool in_recv0; /* the backend works on local rank 0's recv buffer */
 	uint64_t seq;
 	uint32_t arrived;
 	uint64_t cookie;
@@ -315,7 +316,10 @@ static void fan_out(struct group *g, struct inst *in)
 		switch (p->d.op) {
 		case CS_IPC_OP_ALLREDUCE:
 		case CS_IPC_OP_BROADCAST:
-			memcpy(p->recv, g->staging, blk);
+			if (!in->in_recv0)
+				memcpy(p->recv, g->staging, blk);
+			else if (l) /* local rank 0 holds the result */
+				memcpy(p->recv, p0->recv, blk);
 			break;
 		case CS_IPC_OP_REDUCE_SCATTER:
 			memcpy(p->recv,
@@ -408,7 +412,8 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		return;
 	}
 	switch (p0->d.op) {
-	case CS_IPC_OP_ALLREDUCE:
+	case CS_IPC_OP_ALLREDUCE: /* in local rank 0's recv buffer */
+		break;
 	case CS_IPC_OP_BROADCAST:
 		need = blk;
 		break;
@@ -423,10 +428,22 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		inst_finish(s, g, in, -ENOMEM, 0, -1);
 		return;
 	}
+	in->in_recv0 = false;
 	switch (p0->d.op) {
 	case CS_IPC_OP_ALLREDUCE:
+		/*
+		 * Combined in local rank 0's recv buffer and reduced across
+		 * nodes right there: no staging copy in, one copy out fewer
+		 * (in place with one trainer per node: no copy at all). Safe
+		 * against that trainer's exit: its segments are unmapped only
+		 * after the backend's cancel() has let go of the buffer, and
+		 * a finished operation no longer touches its buffer
+		 * (daemon_ar.c).
+		 */
 		op.kind = CS_IPC_INTER_ALLREDUCE;
-		reduce_local(g, in, g->staging, n);
+		reduce_local(g, in, p0->recv, n);
+		op.buf = p0->recv;
+		in->in_recv0 = true;
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* Node sum of everything, allreduced; each rank keeps its
@@ -455,7 +472,8 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		op.count = 0;
 		break;
 	}
-	op.buf = g->staging;
+	if (!in->in_recv0)
+		op.buf = g->staging;
 	in->inter = true;
 	in->cookie = op.cookie;
 	ret = s->be.start_inter_node(s->be.ctx, &op);
