@@ -620,12 +620,22 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 	return n;
 }
 
-/* The last member left: drop its own pending parts quietly. */
+/*
+ * The last member left: drop its own pending parts quietly. A cross-node
+ * step still running is taken back from the backend first: it works in
+ * the staging buffer or the member's own segment, both about to go.
+ */
 static void group_cancel(struct cs_ipc_server *s, struct group *g)
 {
-	for (uint32_t k = 0; k < IPC_WINDOW; k++)
-		if (g->win[k].active)
-			inst_finish(s, g, &g->win[k], CS_ERR_CANCELLED, 0, -1);
+	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
+		struct inst *in = &g->win[k];
+
+		if (!in->active)
+			continue;
+		if (in->inter && s->have_be && s->be.cancel)
+			s->be.cancel(s->be.ctx, in->cookie);
+		inst_finish(s, g, in, CS_ERR_CANCELLED, 0, -1);
+	}
 }
 
 static void group_free(struct group *g)

@@ -1131,6 +1131,96 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 }
 
 /*
+ * The only local member of a cross-node group is killed while the backend
+ * works on its allreduce. The backend works in that trainer's own recv
+ * buffer, and keeps reading it on every tick until cancel(): cancel must
+ * come before the trainer's segments are unmapped, or the sidecar dies of
+ * SIGSEGV (sidecar_stop checks that it is alive and exits cleanly).
+ */
+struct hold_be {
+	bool pending;
+	struct cs_ipc_inter_op op;
+	volatile float sink;
+};
+
+static int hold_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct hold_be *f = ctx;
+
+	if (f->pending)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	return 0;
+}
+
+static void hold_cancel(void *ctx, uint64_t cookie)
+{
+	struct hold_be *f = ctx;
+
+	if (f->pending && f->op.cookie == cookie)
+		f->pending = false;
+}
+
+static int hold_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct hold_be *f = ctx;
+	const float *b = f->op.buf;
+
+	(void)srv;
+	if (f->pending) /* the lcore would be reading and writing it */
+		f->sink = b[0] + b[f->op.count - 1];
+	return 0;
+}
+
+static int hold_main(const char *path, int rank, int size, void *arg)
+{
+	int *ready = arg; /* a pipe to the test */
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 1 << 20, &b) ||
+	    cs_group_join(c, "held", rank, size, 0, 1, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	if (cs_allreduce(g, x, x, 1000, CS_F32, CS_SUM, &r))
+		return 3;
+	if (write(ready[1], "x", 1) != 1)
+		return 4;
+	cs_wait(c, r, WAIT_NS); /* killed in here */
+	return 5;
+}
+
+Test(client, sole_member_killed_mid_cross_node_op, .timeout = 120)
+{
+	static struct hold_be hold;
+	const struct cs_ipc_backend be = {
+		.ctx = &hold,
+		.start_inter_node = hold_start,
+		.cancel = hold_cancel,
+	};
+	struct sidecar sc;
+	int ready[2], st;
+	char x;
+	pid_t t;
+
+	cr_assert_eq(pipe(ready), 0);
+	sidecar_start_be(&sc, "held", &be, hold_tick);
+	t = spawn(hold_main, sc.path, 0, 2, ready);
+	cr_assert_eq(read(ready[0], &x, 1), 1, "trainer posted");
+	usleep(100000); /* the server hands it to the backend */
+	kill(t, SIGKILL);
+	cr_assert_eq(waitpid(t, &st, 0), t);
+	usleep(300000); /* the server notices, ticks go on */
+	sidecar_stop(&sc);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+/*
  * A node is lost (cs_ipc_server_view) while the group's second allreduce
  * waits for the backend: it and every later op of the group fail with
  * CS_ERR_PEER_LOST naming the node, the view and the op; a group formed
