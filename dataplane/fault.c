@@ -202,7 +202,18 @@ static int fault_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 			void *ext, uint32_t len)
 {
 	struct fault_port *fp = fp_of(p);
+	const struct cs_fault_conf *fc = &fp->fc;
 
+	/* Duplicates and corruption work on the frame's own bytes, held
+	 * frames leave later: those faults get copies, not references. */
+	if (fc->dup > 0 || fc->corrupt > 0 || fc->reorder > 0 ||
+	    fc->delay > 0) {
+		if (b->len + len > b->cap)
+			return -ENOSPC;
+		memcpy(b->data + b->len, ext, len);
+		b->len += len;
+		return 0;
+	}
 	return cs_port_attach(fp->inner, q, b, ext, len);
 }
 

@@ -49,9 +49,15 @@
 #define MAX_EAL_ARGS 32
 #define MAX_EXT 16
 
+/*
+ * A registered region. reg_mem/unreg_mem run on a control thread while
+ * the lcore's attach() looks regions up: @addr is published last (release)
+ * and withdrawn first, so the lcore sees a region whole or not at all.
+ */
 struct ext_region {
 	uint8_t *addr;
 	size_t len;
+	rte_iova_t iova; /* of @addr; the same offsets follow */
 	struct rte_mbuf_ext_shared_info shinfo;
 };
 
@@ -181,9 +187,10 @@ static struct ext_region *ext_find(struct dpdk_port *dp, const void *addr,
 {
 	for (unsigned i = 0; i < MAX_EXT; i++) {
 		struct ext_region *r = &dp->ext[i];
+		uint8_t *a = __atomic_load_n(&r->addr, __ATOMIC_ACQUIRE);
 
-		if (r->addr && (const uint8_t *)addr >= r->addr &&
-		    (const uint8_t *)addr + len <= r->addr + r->len)
+		if (a && (const uint8_t *)addr >= a &&
+		    (const uint8_t *)addr + len <= a + r->len)
 			return r;
 	}
 	return NULL;
@@ -211,9 +218,7 @@ static int dpdk_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 	seg = rte_pktmbuf_alloc(dp->pool);
 	if (unlikely(!seg))
 		return -ENOBUFS;
-	iova = rte_mem_virt2iova(ext);
-	if (iova == RTE_BAD_IOVA)
-		iova = (rte_iova_t)(uintptr_t)ext;
+	iova = r->iova + (rte_iova_t)((uint8_t *)ext - r->addr);
 	rte_mbuf_ext_refcnt_update(&r->shinfo, 1);
 	rte_pktmbuf_attach_extbuf(seg, ext, iova, (uint16_t)len, &r->shinfo);
 	seg->data_off = 0;
@@ -234,6 +239,8 @@ static int dpdk_reg_mem(struct cs_port *p, void *addr, size_t len)
 
 	if (((uintptr_t)addr | len) & (pg - 1))
 		return -EINVAL; /* rte_extmem_register wants whole pages */
+	if (!dp->port.conf.zero_copy || !dp->multi_seg)
+		return -ENOTSUP; /* attach() would copy anyway */
 	for (unsigned i = 0; i < MAX_EXT; i++)
 		if (!dp->ext[i].addr) {
 			r = &dp->ext[i];
@@ -253,11 +260,16 @@ static int dpdk_reg_mem(struct cs_port *p, void *addr, size_t len)
 		CS_WARN("dma map of %zu bytes failed: %s (copy mode for "
 			"this device)",
 			len, rte_strerror(rte_errno));
-	r->addr = addr;
 	r->len = len;
+	/* registered without page addresses: IOVA as VA (vdevs do not
+	 * care; a PCI device got the mapping above) */
+	r->iova = rte_mem_virt2iova(addr);
+	if (r->iova == RTE_BAD_IOVA)
+		r->iova = (rte_iova_t)(uintptr_t)addr;
 	r->shinfo.free_cb = ext_free_cb;
 	r->shinfo.fcb_opaque = NULL;
 	rte_mbuf_ext_refcnt_set(&r->shinfo, 1);
+	__atomic_store_n(&r->addr, (uint8_t *)addr, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -271,15 +283,19 @@ static int dpdk_unreg_mem(struct cs_port *p, void *addr, size_t len)
 
 		if (r->addr != addr || r->len != len)
 			continue;
-		/* Frames still in a TX ring point into it. */
-		if (rte_mbuf_ext_refcnt_read(&r->shinfo) != 1)
+		/* withdrawn first; frames still in a TX ring point into
+		 * it: then it stays */
+		__atomic_store_n(&r->addr, NULL, __ATOMIC_SEQ_CST);
+		if (rte_mbuf_ext_refcnt_read(&r->shinfo) != 1) {
+			__atomic_store_n(&r->addr, (uint8_t *)addr,
+					 __ATOMIC_RELEASE);
 			return -EBUSY;
+		}
 		if (rte_eth_dev_info_get(dp->port_id, &info) == 0 &&
 		    info.device)
 			rte_dev_dma_unmap(info.device, addr,
 					  (uint64_t)(uintptr_t)addr, len);
 		rte_extmem_unregister(addr, len);
-		r->addr = NULL;
 		return 0;
 	}
 	return -ENOENT;

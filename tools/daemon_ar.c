@@ -91,6 +91,9 @@ struct ar_sess {
 
 enum { AR_PREPARED = 0, AR_DONE = 1, AR_FAILED = 2 };
 
+/* Buffers of collstack run from this size are registered for zero copy. */
+#define AR_ZC_MIN (1u << 20)
+
 struct ar_op {
 	uint32_t op_id, n, rank;
 	uint32_t epoch; /* ctlplane: the group view it runs in */
@@ -98,6 +101,8 @@ struct ar_op {
 	uint64_t seed;
 	size_t count, bytes;
 	uint8_t *buf;
+	size_t buf_len; /* allocated (whole pages) */
+	struct cs_port *zc_port; /* @buf registered with it (zero copy) */
 	struct cs_coll *coll;
 	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
 	struct cs_path path[AR_MAX_CH];
@@ -452,8 +457,6 @@ static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		op->proto_err++;
 		return;
 	}
-	if (len)
-		memcpy(b->data + off, payload, len);
 	h->len = len;
 	flen = cs_drv_frame_hdr(&s->d->drv, b->data, b->cap, h, peer,
 				s->d->port->udp_port);
@@ -461,17 +464,23 @@ static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		op->proto_err++;
 		return; /* the buffer stays in the stash */
 	}
+	/* The payload: referenced where the port can send registered
+	 * memory as is (dpdk, port.zero_copy: a chained external mbuf the
+	 * PMD reads at transmission), else copied after the header. */
+	b->len = off;
+	if (len && cs_port_attach(s->d->port, 0, b, (void *)payload, len)) {
+		op->proto_err++;
+		return;
+	}
 	if (s->auth) {
 		struct cs_pkt_hdr tmp;
 
 		/* over the header as sent (src, version set by the driver)
-		 * and the payload copy in the frame; UDP carries no
-		 * checksum, so the tag is written in place */
+		 * and the payload; UDP carries no checksum, so the tag is
+		 * written in place */
 		cs_auth_ctx_tag(auth_key(s, h->epoch), auth_hdr(h, &tmp),
-				b->data + off,
-				b->data + CS_PROTO_FRAME_OVERHEAD);
+				payload, b->data + CS_PROTO_FRAME_OVERHEAD);
 	}
-	b->len = (uint32_t)flen;
 	s->txq[s->ntxq++] = *b;
 	s->nstash--;
 	op->frames++;
@@ -692,6 +701,13 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 
 /* ---- control side ------------------------------------------------------ */
 
+static void sleep_us(unsigned us)
+{
+	struct timespec ts = { 0, (long)us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
 static void op_free(struct ar_op *op)
 {
 	if (!op)
@@ -699,15 +715,25 @@ static void op_free(struct ar_op *op)
 	for (uint32_t i = 0; i < op->nsess; i++)
 		cs_rel_fini(&op->sess[i].rel);
 	cs_coll_free(op->coll);
+	/* Frames still queued may point into a registered buffer: the
+	 * lcore flushes them on its next rounds. Never free it under them
+	 * (after a second, leak it: the process is stuck anyway). */
+	for (unsigned i = 0; op->zc_port; i++) {
+		int ret = cs_port_unreg_mem(op->zc_port, op->buf, op->buf_len);
+
+		if (ret != -EBUSY)
+			break;
+		if (i == 100000) {
+			CS_WARN("op %#x: frames still point into its buffer; "
+				"leaving %zu bytes allocated",
+				op->op_id, op->buf_len);
+			free(op);
+			return;
+		}
+		sleep_us(10);
+	}
 	free(op->buf);
 	free(op);
-}
-
-static void sleep_us(unsigned us)
-{
-	struct timespec ts = { 0, (long)us * 1000 };
-
-	nanosleep(&ts, NULL);
 }
 
 /* Swap the lcore's operation; free the old one once it is surely unused. */
@@ -931,7 +957,8 @@ static int prepare_locked(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	op->count = bytes / esz;
 	atomic_init(&op->started, false);
 	atomic_init(&op->state, AR_PREPARED);
-	op->buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+	op->buf_len = (bytes + 4095) / 4096 * 4096 + 4096;
+	op->buf = aligned_alloc(4096, op->buf_len);
 	if (!op->buf) {
 		free(op);
 		return -ENOMEM;
@@ -939,6 +966,11 @@ static int prepare_locked(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 	for (size_t i = 0; i < op->count; i++)
 		cs_td_store(dt, op->buf, i,
 			    cs_td_value(dt, CS_SUM, op->n, seed, op->rank, i));
+	/* zero copy where the port can (its memory map changes: not for
+	 * the small ops, whose copy costs less) */
+	if (bytes >= AR_ZC_MIN &&
+	    cs_port_reg_mem(d->port, op->buf, op->buf_len) == 0)
+		op->zc_port = d->port;
 	cs_coll_params_default(&p, &s->cf->coll);
 	p.kind = CS_COLL_ALLREDUCE;
 	p.nranks = op->n;
