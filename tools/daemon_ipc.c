@@ -315,6 +315,44 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 	}
 }
 
+/* Trainer segments: registered with the port so that frames of a
+ * cross-node allreduce (in local rank 0's recv buffer) reference them
+ * instead of copying (dpdk, port.zero_copy). Whole pages: a mapping is. */
+static size_t page_len(size_t len)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (len + pg - 1) / pg * pg;
+}
+
+static void be_reg_mem(void *ctx, void *addr, size_t len)
+{
+	struct cs_daemon_ipc *x = ctx;
+	int ret = cs_port_reg_mem(x->d->port, addr, page_len(len));
+
+	if (ret && ret != -ENOTSUP)
+		CS_INFO("trainer segment of %zu bytes not registered (%s): "
+			"its frames are copied",
+			len, cs_strerror(ret));
+}
+
+static int be_unreg_mem(void *ctx, void *addr, size_t len)
+{
+	struct cs_daemon_ipc *x = ctx;
+	struct timespec ts = { 0, 10000 };
+
+	/* Frames the lcore still has to flush may point into it: they go
+	 * on its next rounds. */
+	for (unsigned i = 0; i < 100000; i++) {
+		int ret = cs_port_unreg_mem(x->d->port, addr, page_len(len));
+
+		if (ret != -EBUSY)
+			return 0; /* done, or never registered */
+		nanosleep(&ts, NULL);
+	}
+	return -EBUSY;
+}
+
 static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
 	struct cs_daemon_ipc *x = ctx;
@@ -580,7 +618,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	atomic_init(&x->notify, 0);
 	be = (struct cs_ipc_backend){ .ctx = x,
 				      .start_inter_node = be_start,
-				      .cancel = be_cancel };
+				      .cancel = be_cancel,
+				      .reg_mem = be_reg_mem,
+				      .unreg_mem = be_unreg_mem };
 	ret = cs_ipc_server_create(&cf->ipc, &be, &x->srv);
 	if (ret) {
 		CS_ERR("ipc.socket %s: %s", cf->ipc.socket_path,

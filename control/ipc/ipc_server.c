@@ -853,6 +853,8 @@ static int poll_sq(struct cs_ipc_server *s, struct trainer *t)
 
 /* ---- trainers --------------------------------------------------------- */
 
+static void seg_unmap(struct cs_ipc_server *s, struct seg *sg);
+
 static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			 const char *why)
 {
@@ -874,7 +876,7 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
 		if (t->segs[i].used)
-			cs_shm_unmap(t->segs[i].base, t->segs[i].len);
+			seg_unmap(s, &t->segs[i]);
 	if (t->ctrl_mem)
 		cs_shm_unmap(t->ctrl_mem, t->ctrl_len);
 	if (t->efd >= 0)
@@ -1029,8 +1031,23 @@ static int handle_reg(struct cs_ipc_server *s, struct trainer *t,
 		return -EINVAL;
 	}
 	t->segs[i] = (struct seg){ .base = m, .len = len, .used = true };
+	if (s->have_be && s->be.reg_mem)
+		s->be.reg_mem(s->be.ctx, m, len);
 	*val = i;
 	return 0;
+}
+
+/* Unmap a trainer's segment once the backend let go of it. */
+static void seg_unmap(struct cs_ipc_server *s, struct seg *sg)
+{
+	if (s->have_be && s->be.unreg_mem &&
+	    s->be.unreg_mem(s->be.ctx, sg->base, sg->len)) {
+		CS_ERR("a segment of %zu bytes is still referenced by the "
+		       "port; left mapped",
+		       sg->len);
+		return;
+	}
+	cs_shm_unmap(sg->base, sg->len);
 }
 
 static int handle_unreg(struct cs_ipc_server *s, struct trainer *t,
@@ -1046,7 +1063,7 @@ static int handle_unreg(struct cs_ipc_server *s, struct trainer *t,
 		snprintf(why, wl, "segment used by pending operations");
 		return -EBUSY;
 	}
-	cs_shm_unmap(sg->base, sg->len);
+	seg_unmap(s, sg);
 	memset(sg, 0, sizeof(*sg));
 	return 0;
 }

@@ -87,6 +87,11 @@ struct cs_ipc_backend {
 	int (*start_inter_node)(void *ctx, const struct cs_ipc_inter_op *op);
 	/* Forget @cookie (a local rank died); no inter_done must follow. */
 	void (*cancel)(void *ctx, uint64_t cookie);
+	/* Optional: a trainer's segment was mapped (register it with the
+	 * port for zero copy), or is about to be unmapped: return 0 once
+	 * nothing points into it any more, else it stays mapped (leaked). */
+	void (*reg_mem)(void *ctx, void *addr, size_t len);
+	int (*unreg_mem)(void *ctx, void *addr, size_t len);
 };
 
 /* Counters for tests, `collstack top` and metrics. */
