@@ -29,10 +29,10 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	  "packets in flight per session and receive tracking window "
 	  "(power of two, same on both ends)" },
 	{ "rel.ack_every", CS_CFG_U32,
-	  offsetof(struct cs_rel_params, ack_every), "4", 1, 1024,
+	  offsetof(struct cs_rel_params, ack_every), "32", 1, 1024,
 	  "acknowledge after this many data packets" },
 	{ "rel.ack_delay", CS_CFG_NS, offsetof(struct cs_rel_params, ack_delay),
-	  "4us", 0, 1e10,
+	  "20us", 0, 1e10,
 	  "... or this long after the first unacknowledged one" },
 	{ "rel.ack_ooo_now", CS_CFG_BOOL,
 	  offsetof(struct cs_rel_params, ack_ooo_now), "1", CS_CFG_NO_BOUNDS,

@@ -381,6 +381,19 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now);
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now);
 
 /**
+ * cs_rel_ack_at_once - acknowledge what came in without waiting for
+ * @ack_every packets or @ack_delay (the caller knows no more data follows
+ * soon: the single frame of a small operation, whose sender waits for this
+ * ACK to finish)
+ * @r: the session
+ */
+static inline void cs_rel_ack_at_once(struct cs_rel *r)
+{
+	if (r->ack_pending)
+		r->ack_now = true;
+}
+
+/**
  * cs_rel_build_ack - fill a pure ACK (type CS_PKT_ACK, len 0), or the
  * SACK extension that follows one (type CS_PKT_NACK, see above)
  * @r: the session

@@ -102,6 +102,7 @@ struct ar_op {
 	size_t count, bytes;
 	uint8_t *buf;
 	size_t buf_len; /* allocated (whole pages) */
+	bool direct; /* a direct exchange: one frame per peer, ACKed at once */
 	struct cs_port *zc_port; /* @buf registered with it (zero copy) */
 	struct cs_coll *coll;
 	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
@@ -407,6 +408,8 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			    AR_PREPARED &&
 		    cs_coll_on_data(op->coll, now, h, pk[i].payload) < 0)
 			op->proto_err++;
+		if (op->direct) /* the sender waits for this ACK to finish */
+			cs_rel_ack_at_once(&ss->rel);
 	}
 }
 
@@ -881,6 +884,7 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 	if (p->channels > AR_MAX_CH)
 		p->channels = AR_MAX_CH;
 	p->max_direct_peers = AR_MAX_CH; /* a channel per peer */
+	op->direct = cs_coll_is_direct(p);
 	ret = cs_coll_init(p, &op->coll);
 	if (ret) {
 		snprintf(msg, mlen, "engine refused the operation: %s",

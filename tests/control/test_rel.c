@@ -113,7 +113,8 @@ Test(rel, config_table)
 
 	cr_assert_eq(cs_rel_params_default(&p), 0);
 	cr_assert_eq(p.window, 512);
-	cr_assert_eq(p.ack_delay, 4000);
+	cr_assert_eq(p.ack_delay, 20000);
+	cr_assert_eq(p.ack_every, 32);
 	cr_assert_eq(cs_cfg_set(cs_rel_cfg, cs_rel_cfg_len, &p, "rel.rto_min",
 				"50us", err, sizeof(err)),
 		     0);
@@ -150,6 +151,25 @@ Test(rel, in_order_delivery_and_cumulative_ack)
 	cr_assert(cs_rel_idle(&a));
 	cr_assert_eq(own.nacked, 4);
 	cr_assert_eq(cs_rel_next_deadline(&a), CS_NS_NEVER);
+	unpair();
+}
+
+/* The single frame of a small op: its sender waits for the ACK. */
+Test(rel, ack_at_once)
+{
+	struct cs_pkt_hdr h;
+
+	pair(SEQ0);
+	cs_rel_ack_at_once(&b); /* nothing received: nothing to say */
+	cr_assert(!cs_rel_ack_due(&b, 0));
+	h = data(&a, 0, 0);
+	cr_assert_eq(cs_rel_on_packet(&b, &h, 100), CS_REL_DELIVER);
+	/* ack_every = 2, ack_delay = 10 us: not yet */
+	cr_assert(!cs_rel_ack_due(&b, 100));
+	cs_rel_ack_at_once(&b);
+	cr_assert(cs_rel_ack_due(&b, 100));
+	cr_assert_eq(ack_of(&b, 100).ack, SEQ0 + 1);
+	cr_assert(!cs_rel_ack_due(&b, 100));
 	unpair();
 }
 
