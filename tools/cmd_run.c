@@ -92,9 +92,45 @@ struct node {
  * a peer_lost reply is reported as CS_ERR_PEER_LOST naming the rank, a
  * sidecar that does not answer in time as CS_ERR_TIMEOUT naming it.
  */
+/*
+ * A sidecar's control connection broke (it died) between operations or
+ * while one was being set up: with the bootstrap, the survivors' view
+ * says which rank was lost once they have detected it (member.fail_
+ * timeout; a killed process at once). Ask them for up to 10 s, so the run
+ * ends with the same CS_ERR_PEER_LOST as when the loss hits an operation
+ * in flight. Returns CS_ERR_PEER_LOST, or 0 (static peers, or no view
+ * moved).
+ */
+static int explain_gone(struct node *nd, int n, const bool *gone)
+{
+	for (int round = 0; round < 100; round++) {
+		for (int i = 0; i < n; i++) {
+			double lost = -1, ep = 0;
+			char r[CS_CTL_LINE];
+
+			if (gone[i] || cs_ctl_send(nd[i].fd, "ping") ||
+			    cs_ctl_recv(nd[i].fd, r, sizeof(r), 2000) < 0)
+				continue;
+			if (strstr(r, "boot=static"))
+				return 0; /* no membership: nothing to ask */
+			if (!cs_ctl_kv(r, "lost", &lost) && lost >= 0 &&
+			    !cs_ctl_kv(r, "epoch", &ep)) {
+				fprintf(stderr,
+					"collstack: CS_ERR_PEER_LOST: rank %d "
+					"lost (group epoch %d), reported by "
+					"%s\n",
+					(int)lost, (int)ep, nd[i].name);
+				return CS_ERR_PEER_LOST;
+			}
+		}
+		usleep(100000);
+	}
+	return 0;
+}
+
 static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 {
-	bool sent[MAX_NODES];
+	bool sent[MAX_NODES], gone[MAX_NODES] = { false };
 	int err = 0;
 
 	for (int i = 0; i < n; i++) {
@@ -104,6 +140,7 @@ static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 				"collstack: %s: cannot send '%s': "
 				"sidecar gone\n",
 				nd[i].name, reqs[i]);
+			gone[i] = true;
 			err = -EIO;
 		}
 	}
@@ -148,6 +185,7 @@ static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 					"collstack: %s: no reply to "
 					"'%s': %s\n",
 					nd[i].name, reqs[i], strerror(-r));
+				gone[i] = true;
 				if (!err)
 					err = r;
 			} else if (strncmp(nd[i].reply, "ok", 2)) {
@@ -172,6 +210,11 @@ static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 				}
 			}
 		}
+	}
+	if (err && err != CS_ERR_PEER_LOST && err != CS_ERR_TIMEOUT) {
+		for (int i = 0; i < n; i++)
+			if (gone[i] && explain_gone(nd, n, gone))
+				return CS_ERR_PEER_LOST;
 	}
 	return err;
 }
