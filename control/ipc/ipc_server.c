@@ -568,6 +568,25 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 }
 
 /*
+ * End every pending instance of @g with @status. A cross-node step still
+ * running is taken back from the backend first: it works in the staging
+ * buffer or a member's own segment, which may be about to go.
+ */
+static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
+			unsigned detail, int32_t peer)
+{
+	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
+		struct inst *in = &g->win[k];
+
+		if (!in->active)
+			continue;
+		if (in->inter && s->have_be && s->be.cancel)
+			s->be.cancel(s->be.ctx, in->cookie);
+		inst_finish(s, g, in, status, detail, peer);
+	}
+}
+
+/*
  * Fail every pending instance of @g: a member is gone (@detail
  * CS_IPC_LOST_RANK: @lost is a rank of the group), or a whole node
  * (CS_IPC_LOST_NODE: @lost is its node rank, lost in view @epoch).
@@ -589,16 +608,7 @@ static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
 				"operations fail",
 				g->name, (int)lost);
 	}
-	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
-		struct inst *in = &g->win[k];
-
-		if (!in->active)
-			continue;
-		if (in->inter && s->have_be && s->be.cancel)
-			s->be.cancel(s->be.ctx, in->cookie);
-		inst_finish(s, g, in, CS_ERR_PEER_LOST, g->lost_detail,
-			    g->lost_rank);
-	}
+	end_pending(s, g, CS_ERR_PEER_LOST, g->lost_detail, g->lost_rank);
 }
 
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
@@ -620,22 +630,10 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 	return n;
 }
 
-/*
- * The last member left: drop its own pending parts quietly. A cross-node
- * step still running is taken back from the backend first: it works in
- * the staging buffer or the member's own segment, both about to go.
- */
+/* The last member left: drop its own pending parts quietly. */
 static void group_cancel(struct cs_ipc_server *s, struct group *g)
 {
-	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
-		struct inst *in = &g->win[k];
-
-		if (!in->active)
-			continue;
-		if (in->inter && s->have_be && s->be.cancel)
-			s->be.cancel(s->be.ctx, in->cookie);
-		inst_finish(s, g, in, CS_ERR_CANCELLED, 0, -1);
-	}
+	end_pending(s, g, CS_ERR_CANCELLED, 0, -1);
 }
 
 static void group_free(struct group *g)
