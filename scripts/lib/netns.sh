@@ -13,7 +13,7 @@
 #   scripts/lib/netns.sh status
 #
 # --daemons starts one collstackd per namespace the way scripts/cluster.sh
-# does (same settings, same nft input rule for DPDK ports), with its run
+# does (same settings, same nft ingress rule for DPDK ports), with its run
 # directory under /run/collstack-bench, so `collstack run allreduce
 # --cluster /run/collstack-bench/netns.env` works while a cluster.sh cluster
 # is up too.
@@ -122,11 +122,14 @@ nb_daemons() {	# start collstackd in every namespace, wait until ready
 		else
 			args+=(--set port.type=dpdk --set "port.dev=$port"
 			       --set "port.iface=${NB_PREFIX}d$i")
-			# The namespace kernel must not answer or eat our frames.
+			# The namespace kernel must not answer or eat our frames:
+			# dropped at ingress, after the packet socket's tap and
+			# before the IP stack (no routing, no ICMP), as in
+			# scripts/cluster.sh.
 			ip netns exec "$ns" nft -f - <<EOF
-table inet collstack {
-	chain input {
-		type filter hook input priority 0; policy accept;
+table netdev collstack {
+	chain ingress {
+		type filter hook ingress device ${NB_PREFIX}d$i priority 0; policy accept;
 		udp dport $NB_UDP_PORT drop
 	}
 }

@@ -136,9 +136,9 @@ up() {	# N [collstackd --set args...]
 		ip -n "$ns" link set "ipd$i" up
 		if [ "$PORT" = af_packet ]; then
 			ip netns exec "$ns" nft -f - <<EOF
-table inet collstack {
-	chain input {
-		type filter hook input priority 0; policy accept;
+table netdev collstack {
+	chain ingress {
+		type filter hook ingress device ipd$i priority 0; policy accept;
 		udp dport $UDP drop
 	}
 }
