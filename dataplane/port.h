@@ -100,6 +100,7 @@ struct cs_port_stats {
 			      */
 	uint64_t tx_errors; /* frames the back-end could not send */
 	uint64_t rx_nombuf;
+	uint64_t tx_zero_copy; /* payloads sent by reference (attach) */
 	/* fault shim */
 	uint64_t f_dropped, f_duplicated, f_reordered, f_delayed, f_corrupted;
 };

@@ -68,6 +68,7 @@ struct dpdk_port {
 	unsigned nq;
 	struct rte_mempool *pool;
 	bool multi_seg; /* TX may chain segments (zero-copy attach) */
+	uint64_t tx_zc; /* attach() by reference; queue 0's lcore only */
 	struct ext_region ext[MAX_EXT];
 	unsigned next_ext;
 	uint64_t rx_multiseg; /* chained frames we could not take */
@@ -226,6 +227,7 @@ static int dpdk_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 	seg->pkt_len = len;
 	h->next = seg;
 	h->nb_segs = 2;
+	__atomic_store_n(&dp->tx_zc, dp->tx_zc + 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -326,6 +328,7 @@ static void dpdk_stats(struct cs_port *p, struct cs_port_stats *st)
 	st->rx_dropped = es.imissed + es.ierrors + dp->rx_multiseg;
 	st->rx_nombuf = es.rx_nombuf;
 	st->tx_errors = es.oerrors;
+	st->tx_zero_copy = __atomic_load_n(&dp->tx_zc, __ATOMIC_RELAXED);
 }
 
 /* rm -r of EAL's runtime folder (a few sockets and fbarray files). */

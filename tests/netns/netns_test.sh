@@ -93,6 +93,16 @@ check_foreign_counted() {
 		fail "frames of an unknown operation were not counted"
 }
 
+# The 1 MiB..64 MiB operations of run_ar went out by reference: the
+# buffers are registered with the port and frames point into them.
+check_zero_copy() {
+	local st
+	st=$(ctl "$N0" stats)
+	echo "node 0: $st"
+	[ "$(kv "$st" tx_zero_copy)" -gt 0 ] ||
+		fail "no frame went out zero-copy (port.zero_copy is on)"
+}
+
 udp_local() {
 	local dir pids=() n=4 extra=("$@")
 	has_udp || skip "collstackd built without io_uring (no udp port)"
@@ -139,7 +149,7 @@ af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
-	af_packet_4) cluster_up 4 --port af_packet; run_ar ;;
+	af_packet_4) cluster_up 4 --port af_packet; run_ar; check_zero_copy ;;
 	af_packet_4_fault5)
 		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
 	af_packet_4_bridge1)

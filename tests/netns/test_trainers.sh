@@ -198,10 +198,17 @@ sidecars_alive() {
 }
 
 case_ar() {	# N T
+	local st
 	up "$1"
 	bench "$2" -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
 		fail "allreduce ${1}x$2: wrong elements or an error"
 	sidecars_alive
+	# trainer segments are registered with the (dpdk) port: the
+	# cross-node step's frames point into local rank 0's recv buffer
+	[ "$PORT" = af_packet ] || return 0
+	st=$(ctl "$RUN/ipn0" stats)
+	[ "$(kv "$st" tx_zero_copy)" -gt 0 ] ||
+		fail "no frame of a trainer op went out zero-copy: $st"
 }
 
 case_gather() {
