@@ -998,6 +998,7 @@ struct fake_be {
 	bool pending;
 	struct cs_ipc_inter_op op;
 	int started;
+	bool lost; /* lose_tick: the node is lost */
 };
 
 static int fake_start(void *ctx, const struct cs_ipc_inter_op *op)
@@ -1111,23 +1112,35 @@ static int two_node_main(const char *path, int rank, int size, void *arg)
 	return 0;
 }
 
-Test(client, two_nodes_through_backend, .timeout = 120)
+/* Ranks 0 and 2 of a 4-rank group on a sidecar whose backend is @start
+ * and @tick (with fake_cancel) plays the other node. */
+static void two_local_ranks(const char *tag,
+			    int (*start)(void *,
+					 const struct cs_ipc_inter_op *),
+			    int (*tick)(struct cs_ipc_server *, void *),
+			    int (*fn)(const char *, int, int, void *))
 {
 	static struct fake_be fake;
 	const struct cs_ipc_backend be = {
 		.ctx = &fake,
-		.start_inter_node = fake_start,
+		.start_inter_node = start,
 		.cancel = fake_cancel,
 	};
 	struct sidecar sc;
 	pid_t a, b;
 
-	sidecar_start_be(&sc, "twonode", &be, fake_tick);
-	a = spawn(two_node_main, sc.path, 0, 4, NULL);
-	b = spawn(two_node_main, sc.path, 2, 4, NULL);
+	memset(&fake, 0, sizeof(fake));
+	sidecar_start_be(&sc, tag, &be, tick);
+	a = spawn(fn, sc.path, 0, 4, NULL);
+	b = spawn(fn, sc.path, 2, 4, NULL);
 	expect_exit0(a, "rank 0");
 	expect_exit0(b, "rank 2");
 	sidecar_stop(&sc);
+}
+
+Test(client, two_nodes_through_backend, .timeout = 120)
+{
+	two_local_ranks("twonode", fake_start, fake_tick, two_node_main);
 }
 
 /*
@@ -1219,16 +1232,9 @@ Test(client, sole_member_killed_mid_cross_node_op, .timeout = 120)
 #define NL_EPOCH 7
 #define NL_NODE 5
 
-struct lose_be {
-	bool pending;
-	struct cs_ipc_inter_op op;
-	int started;
-	bool lost;
-};
-
 static int lose_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
-	struct lose_be *f = ctx;
+	struct fake_be *f = ctx;
 
 	/* the group formed after the loss runs in the new view */
 	if (f->pending || op->epoch != (f->lost ? NL_EPOCH : 0))
@@ -1239,17 +1245,9 @@ static int lose_start(void *ctx, const struct cs_ipc_inter_op *op)
 	return 0;
 }
 
-static void lose_cancel(void *ctx, uint64_t cookie)
-{
-	struct lose_be *f = ctx;
-
-	if (f->pending && f->op.cookie == cookie)
-		f->pending = false;
-}
-
 static int lose_tick(struct cs_ipc_server *srv, void *ctx)
 {
-	struct lose_be *f = ctx;
+	struct fake_be *f = ctx;
 	float *b = f->op.buf;
 
 	if (!f->pending)
@@ -1328,21 +1326,7 @@ static int node_lost_main(const char *path, int rank, int size, void *arg)
 
 Test(client, node_lost_fails_the_group, .timeout = 120)
 {
-	static struct lose_be fake;
-	const struct cs_ipc_backend be = {
-		.ctx = &fake,
-		.start_inter_node = lose_start,
-		.cancel = lose_cancel,
-	};
-	struct sidecar sc;
-	pid_t a, b;
-
-	sidecar_start_be(&sc, "nodelost", &be, lose_tick);
-	a = spawn(node_lost_main, sc.path, 0, 4, NULL);
-	b = spawn(node_lost_main, sc.path, 2, 4, NULL);
-	expect_exit0(a, "rank 0");
-	expect_exit0(b, "rank 2");
-	sidecar_stop(&sc);
+	two_local_ranks("nodelost", lose_start, lose_tick, node_lost_main);
 }
 
 /* Without a backend, a group spanning nodes fails cleanly. */
