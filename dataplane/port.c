@@ -169,6 +169,20 @@ int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
 }
 
+int cs_port_unreg_mem_wait(struct cs_port *p, void *addr, size_t len,
+			   cs_ns_t timeout_ns)
+{
+	const struct timespec ts = { 0, 10000 };
+	int ret;
+
+	for (cs_ns_t waited = 0;; waited += 10000) {
+		ret = cs_port_unreg_mem(p, addr, len);
+		if (ret != -EBUSY || waited >= timeout_ns)
+			return ret;
+		nanosleep(&ts, NULL);
+	}
+}
+
 int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns, int kick_fd)
 {
 	struct timespec ts;

@@ -224,6 +224,16 @@ int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len);
 int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len);
 
 /**
+ * cs_port_unreg_mem_wait - cs_port_unreg_mem(), waiting while frames still
+ * queued for transmission point into the memory (-EBUSY: the lcore sends
+ * them on its next rounds), for at most @timeout_ns
+ * Returns: as cs_port_unreg_mem(); -EBUSY after the timeout (then the
+ * memory must stay allocated and mapped).
+ */
+int cs_port_unreg_mem_wait(struct cs_port *p, void *addr, size_t len,
+			   cs_ns_t timeout_ns);
+
+/**
  * cs_port_wait - sleep until receive work may be there, @kick_fd is
  * readable, or @timeout_ns passed; ports that cannot wait on receive
  * events wait on @kick_fd alone (the udp port on its ring alone).

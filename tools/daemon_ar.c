@@ -507,14 +507,13 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	uint64_t cookie;
 	unsigned work = 0;
 	int ret;
+	/* A finished or failed op reads its buffer no more (see ar_rx): it
+	 * only acknowledges. */
+	bool live = atomic_load_explicit(&op->state, memory_order_relaxed) ==
+		    AR_PREPARED;
 
-	/* 1. retransmissions, rebuilt from cookies; a finished or failed op
-	 * reads its buffer no more (see ar_rx), it only acknowledges */
-	for (uint32_t i = 0;
-	     atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		     AR_PREPARED &&
-	     i < op->nsess;
-	     i++) {
+	/* 1. retransmissions, rebuilt from cookies */
+	for (uint32_t i = 0; live && i < op->nsess; i++) {
 		struct ar_sess *ss = &op->sess[i];
 
 		while (!cs_rel_next_retx(&ss->rel, &seq, &cookie, &len)) {
@@ -549,9 +548,7 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	}
 	/* 2. new data, per channel, once started */
 	for (uint32_t c = 0;
-	     atomic_load_explicit(&op->started, memory_order_relaxed) &&
-	     atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		     AR_PREPARED &&
+	     live && atomic_load_explicit(&op->started, memory_order_relaxed) &&
 	     c < op->nch;
 	     c++) {
 		struct ar_sess *ss = op->snext[c];
@@ -731,19 +728,14 @@ static void op_free(struct ar_op *op)
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
 	 * (after a second, leak it: the process is stuck anyway). */
-	for (unsigned i = 0; op->zc_port; i++) {
-		int ret = cs_port_unreg_mem(op->zc_port, op->buf, op->buf_len);
-
-		if (ret != -EBUSY)
-			break;
-		if (i == 100000) {
-			CS_WARN("op %#x: frames still point into its buffer; "
-				"leaving %zu bytes allocated",
-				op->op_id, op->buf_len);
-			free(op);
-			return;
-		}
-		sleep_us(10);
+	if (op->zc_port &&
+	    cs_port_unreg_mem_wait(op->zc_port, op->buf, op->buf_len,
+				   CS_NS_PER_S) == -EBUSY) {
+		CS_WARN("op %#x: frames still point into its buffer; leaving "
+			"%zu bytes allocated",
+			op->op_id, op->buf_len);
+		free(op);
+		return;
 	}
 	free(op->buf);
 	free(op);

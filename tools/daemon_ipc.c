@@ -339,18 +339,12 @@ static void be_reg_mem(void *ctx, void *addr, size_t len)
 static int be_unreg_mem(void *ctx, void *addr, size_t len)
 {
 	struct cs_daemon_ipc *x = ctx;
-	struct timespec ts = { 0, 10000 };
 
-	/* Frames the lcore still has to flush may point into it: they go
-	 * on its next rounds. */
-	for (unsigned i = 0; i < 100000; i++) {
-		int ret = cs_port_unreg_mem(x->d->port, addr, page_len(len));
-
-		if (ret != -EBUSY)
-			return 0; /* done, or never registered */
-		nanosleep(&ts, NULL);
-	}
-	return -EBUSY;
+	/* -ENOENT: never registered (copies) */
+	return cs_port_unreg_mem_wait(x->d->port, addr, page_len(len),
+				      CS_NS_PER_S) == -EBUSY
+		       ? -EBUSY
+		       : 0;
 }
 
 static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
