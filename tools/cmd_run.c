@@ -211,11 +211,14 @@ static int round_trip(struct node *nd, int n, char reqs[][128], int timeout_ms)
 			}
 		}
 	}
-	if (err && err != CS_ERR_PEER_LOST && err != CS_ERR_TIMEOUT) {
-		for (int i = 0; i < n; i++)
-			if (gone[i] && explain_gone(nd, n, gone))
+	for (int i = 0; i < n; i++)
+		if (gone[i]) {
+			/* once: the survivors' view names whoever was lost */
+			if (err != CS_ERR_PEER_LOST && err != CS_ERR_TIMEOUT &&
+			    explain_gone(nd, n, gone))
 				return CS_ERR_PEER_LOST;
-	}
+			break;
+		}
 	return err;
 }
 

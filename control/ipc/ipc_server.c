@@ -1233,6 +1233,7 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 		} cb;
 		struct cs_ipc_msg msg;
 		char extra, why[CS_IPC_MSG_TEXT] = "";
+		bool answer = true; /* every message but a wake-up gets one */
 		struct iovec iov[2] = { { &msg, sizeof(msg) }, { &extra, 1 } };
 		struct msghdr mh = { .msg_iov = iov,
 				     .msg_iovlen = 2,
@@ -1293,9 +1294,9 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 						   sizeof(why));
 				break;
 			case CS_IPC_MSG_WAKE: /* its work is in the SQ */
-				for (int i = 0; i < nfd; i++)
-					close(fds[i]);
-				continue; /* no reply */
+				ret = 0;
+				answer = false;
+				break;
 			default:
 				snprintf(why, sizeof(why), "unknown message");
 				ret = -EPROTO;
@@ -1306,6 +1307,8 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 		for (int i = 0; i < nfd; i++)
 			if (fds[i] >= 0)
 				close(fds[i]);
+		if (!answer)
+			continue;
 		if (ret)
 			s->st.bad_msg++;
 		if (reply(t, ret, val, ret ? why : NULL))
