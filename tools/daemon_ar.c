@@ -639,6 +639,7 @@ static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
 			h.version = CS_PROTO_VERSION;
 			h.channel = (uint16_t)ss->ch;
 			h.op = pv->op_id;
+			h.epoch = pv->epoch; /* else dropped as stale */
 			cs_rel_build_ack(&ss->rel, &h, now);
 			frame_send(s, pv, ss->peer, &h, NULL, 0);
 			work++;

@@ -211,6 +211,25 @@ case_ar() {	# N T
 		fail "no frame of a trainer op went out zero-copy: $st"
 }
 
+# Membership from the coordinator (view epoch > 0) and 5 % of the frames
+# dropped by the fault shim: every ACK, including the previous op's
+# answers to retransmissions, must carry the view's epoch, or the peer
+# drops it as stale and retransmits until it gives up.
+case_boot_fault() {
+	local n=0 st i
+	BOOT=1
+	up 4 --set fault.drop=0.05 --set fault.seed=7
+	bench 1 -o allreduce -b 64K -e 1M -f 4 -n 8 -w 1 ||
+		fail "allreduce with 5 % loss (boot): wrong elements or an error"
+	sidecars_alive
+	for ((i = 0; i < 4; i++)); do
+		st=$(ctl "$RUN/ipn$i" ar_stats)
+		n=$((n + $(kv "$st" rx_stale_epoch)))
+	done
+	echo "frames dropped as stale on the 4 sidecars: $n"
+	[ "$n" = 0 ] || fail "$n frames carried a stale epoch"
+}
+
 case_gather() {
 	up 2
 	bench 2 -o all_gather -b 4K -e 256K -f 8 -n 2 -w 1 ||
@@ -374,6 +393,7 @@ ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
 ar_4x2) case_ar 4 2 ;;
 gather_2x2) case_gather ;;
+boot_fault5) case_boot_fault ;;
 kill_2x2) case_kill ;;
 python_2x1) case_python ;;
 peer_lost_4x1) case_peer_lost 4 1 4M ;;
@@ -396,7 +416,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
