@@ -34,7 +34,7 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: collstack bench -o allreduce|all_gather|broadcast "
+		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast "
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [--trainers-per-node T] "
 		"[--cluster FILE]\n"

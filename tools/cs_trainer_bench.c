@@ -27,10 +27,12 @@
 
 #include "bench_util.h"
 
-enum op { OP_ALLREDUCE, OP_ALL_GATHER, OP_BROADCAST };
+enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
 
-static const char *const op_names[] = { "allreduce", "all_gather",
-					"broadcast" };
+/* the names and the order of tools/mpi_bench.c */
+static const char *const op_names[] = { "allreduce", "reduce_scatter",
+					"all_gather", "broadcast" };
+#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 struct bench {
 	struct cs_client *c;
@@ -80,6 +82,7 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 
 	switch (op) {
 	case OP_ALLREDUCE:
+	case OP_REDUCE_SCATTER:
 		for (size_t i = 0; i < count; i++)
 			in[i] = val(b->rank, i);
 		break;
@@ -103,6 +106,15 @@ static long check(enum op op, const struct bench *b, const float *recv,
 	size_t per = count / (size_t)b->n;
 	long wrong = 0;
 
+	if (op == OP_REDUCE_SCATTER) { /* block rank() of the sum */
+		size_t lo = per * (size_t)b->rank;
+
+		for (size_t i = 0; i < per; i++)
+			if (memcmp(&recv[i], &expect97[(lo + i) % 97],
+				   sizeof(float)))
+				wrong++;
+		return wrong;
+	}
 	for (size_t i = 0; i < count; i++) {
 		float want;
 
@@ -123,6 +135,16 @@ static long check(enum op op, const struct bench *b, const float *recv,
 	return wrong;
 }
 
+/* Where this rank's result is: in place, reduce-scatter's is the rank's
+ * block of the input. */
+static float *result(enum op op, const struct bench *b, float *recv,
+		     size_t count, int inplace)
+{
+	if (op == OP_REDUCE_SCATTER && inplace)
+		return recv + count / (size_t)b->n * (size_t)b->rank;
+	return recv;
+}
+
 static int post(enum op op, struct bench *b, float *send, float *recv,
 		size_t count, int inplace, cs_req_t *r)
 {
@@ -132,6 +154,11 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 	case OP_ALLREDUCE:
 		return cs_allreduce(b->g, inplace ? recv : send, recv, count,
 				    CS_F32, CS_SUM, r);
+	case OP_REDUCE_SCATTER: /* in place: the result in its own block */
+		return cs_reduce_scatter(b->g, inplace ? recv : send,
+					 inplace ? recv + per * (size_t)b->rank
+						 : recv,
+					 per, CS_F32, CS_SUM, r);
 	case OP_ALL_GATHER:
 		return cs_all_gather(
 			b->g, inplace ? recv + per * (size_t)b->rank : send,
@@ -169,13 +196,14 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-o")) {
 			unsigned k;
 
-			for (k = 0; k < 3; k++)
+			for (k = 0; k < NOPS; k++)
 				if (!strcmp(argv[i + 1], op_names[k]))
 					break;
-			if (k == 3) {
+			if (k == NOPS) {
 				fprintf(stderr,
-					"cs-trainer-bench: -o %s: "
-					"allreduce, all_gather or broadcast\n",
+					"cs-trainer-bench: -o %s: allreduce, "
+					"reduce_scatter, all_gather or "
+					"broadcast\n",
 					argv[i + 1]);
 				return 2;
 			}
@@ -265,7 +293,10 @@ int main(int argc, char **argv)
 				if (it < warmup)
 					continue;
 				lat[it - warmup] = dt;
-				wrong += check(op, &b, recv, count, expect97);
+				wrong += check(
+					op, &b,
+					result(op, &b, recv, count, inplace),
+					count, expect97);
 			}
 			/* slowest rank per iteration, wrong over ranks */
 			memcpy(b.meta, lat, sizeof(double) * (size_t)iters);
@@ -291,14 +322,17 @@ int main(int argc, char **argv)
 				bus = alg;
 				if (op == OP_ALLREDUCE)
 					bus = alg * 2.0 * (b.n - 1) / b.n;
-				else if (op == OP_ALL_GATHER)
+				else if (op != OP_BROADCAST)
 					bus = alg * (double)(b.n - 1) / b.n;
 				qsort(lat, (size_t)iters, sizeof(double),
 				      cs_bench_cmp_double);
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f "
 				       "%8.3f %6ld %10.1f %10.1f %6s\n",
 				       count * sizeof(float), count, "float",
-				       op == OP_ALLREDUCE ? "sum" : "none",
+				       op == OP_ALLREDUCE ||
+						       op == OP_REDUCE_SCATTER
+					       ? "sum"
+					       : "none",
 				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
 				       wrong, lat[(size_t)(iters - 1) / 2],
 				       lat[(size_t)ceil(0.99 * iters) - 1],

@@ -236,6 +236,8 @@ case_gather() {
 		fail "all_gather failed"
 	bench 2 -o broadcast -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "broadcast failed"
+	bench 2 -o reduce_scatter -b 4K -e 256K -f 8 -n 2 -w 1 ||
+		fail "reduce_scatter failed"
 	sidecars_alive
 }
 
