@@ -37,7 +37,14 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	{ "port.queues", CS_CFG_U32, PC(queues), "1", 1, CS_PORT_MAX_QUEUES,
 	  "rx/tx queue pairs, one polling lcore each" },
 	{ "port.rx_desc", CS_CFG_U32, PC(rx_desc), "512", 32, 16384,
-	  "receive descriptors per queue (udp: posted recvmsg slots)" },
+	  "receive descriptors per queue (udp: recvmsg slots)" },
+	{ "port.rx_posted", CS_CFG_U32, PC(rx_posted), "32", 1, 16384,
+	  "udp: recvmsg requests posted at once (at most port.rx_desc); "
+	  "each waits on the socket, and every datagram wakes them all" },
+	{ "port.rx_multishot", CS_CFG_BOOL, PC(rx_multishot), "true",
+	  CS_CFG_NO_BOUNDS,
+	  "udp: receive with one multishot recvmsg into the receive slots "
+	  "(kernel 6.0+; else port.rx_posted requests)" },
 	{ "port.tx_desc", CS_CFG_U32, PC(tx_desc), "512", 32, 16384,
 	  "transmit descriptors per queue (udp: sendmsg slots)" },
 	{ "port.pool_mbufs", CS_CFG_U32, PC(pool_mbufs), "0", 0, 1048576,

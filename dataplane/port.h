@@ -86,6 +86,8 @@ struct cs_port_conf {
 	uint32_t pool_mbufs; /* mbufs in the port's pool (0: auto) */
 	uint32_t pool_cache; /* per-lcore mempool cache */
 	uint64_t sock_buf; /* udp: SO_RCVBUF / SO_SNDBUF bytes */
+	uint32_t rx_posted; /* udp: recvmsg requests in the kernel at once */
+	bool rx_multishot; /* udp: one multishot recvmsg, provided buffers */
 	bool no_huge; /* dpdk: never use hugepages */
 	bool zero_copy; /* dpdk: attach external TX buffers */
 	int32_t numa; /* socket for memory, -1: the port's */

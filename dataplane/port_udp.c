@@ -13,12 +13,18 @@
  * the datagram, which recvmsg placed 42 bytes into the buffer.
  *
  * Each queue has its own socket (SO_REUSEPORT when there are several) and
- * its own ring: rx_desc recvmsg requests are kept posted, one per receive
- * slot; a slot handed to the caller is re-posted by release(). Transmit
+ * its own ring: of its rx_desc receive slots, up to rx_posted are posted
+ * as recvmsg requests at any time; the others wait on a free list, as does
+ * a slot the caller releases. Not all of them: on an empty socket each
+ * request becomes a poll waiter, and every datagram wakes every waiter
+ * (one receives, the rest find nothing and wait again). With 512 posted,
+ * that herd took three quarters of the lcore: 2.4 instead of 10.7 Gbit/s
+ * per direction on the raw blast. Transmit
  * slots come from a free list and return to it when their sendmsg
  * completes. At most one system call per burst, none for an idle poll.
  */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <netinet/in.h>
@@ -31,7 +37,18 @@
 #include "internal/log.h"
 #include "dataplane/port.h"
 
-enum { SLOT_RX = 1, SLOT_TX = 2 };
+enum { SLOT_RX = 1, SLOT_TX = 2, RX_MULTI = 3 };
+
+/* Multishot recvmsg writes this in front of the payload in its buffer:
+ * struct io_uring_recvmsg_out, then the sender's address. */
+#define MS_HDR                                                                 \
+	(sizeof(struct io_uring_recvmsg_out) + sizeof(struct sockaddr_in))
+static_assert(MS_HDR <= CS_PORT_HDRS_LEN,
+	      "the frame headers must cover the recvmsg header");
+/* so that the payload lands CS_PORT_HDRS_LEN into the slot, as with
+ * recvmsg, and the frame headers are written over the recvmsg header */
+#define MS_OFF (CS_PORT_HDRS_LEN - MS_HDR)
+#define MS_BGID 0
 
 struct slot {
 	struct msghdr mh;
@@ -48,8 +65,16 @@ struct udp_queue {
 	struct io_uring ring;
 	bool ring_ok;
 	unsigned nrx, ntx, ntx_free;
+	unsigned nrx_free, rx_posted, rx_post_max;
+	/* multishot recvmsg into a ring of provided buffers (the slots):
+	 * one request, one poll waiter, however many datagrams */
+	bool ms, ms_armed;
+	struct io_uring_buf_ring *br;
+	unsigned br_entries;
+	struct msghdr ms_mh; /* its template: the address length */
+	uint64_t rx_nobuf; /* the multishot stopped: no buffer was free */
 	struct slot *rx, *tx;
-	struct slot **tx_free;
+	struct slot **tx_free, **rx_free;
 	uint8_t *mem;
 	unsigned unsubmitted;
 	bool coop; /* COOP_TASKRUN + TASKRUN_FLAG ring */
@@ -99,6 +124,85 @@ static void post_recv(struct udp_port *up, struct udp_queue *q, struct slot *s)
 	q->unsubmitted++;
 }
 
+/* Give @s back to the kernel's buffer ring (multishot). */
+static void ms_give(struct udp_port *up, struct udp_queue *q, struct slot *s)
+{
+	io_uring_buf_ring_add(q->br, s->buf + MS_OFF,
+			      up->port.frame_max - MS_OFF,
+			      (unsigned short)s->idx,
+			      io_uring_buf_ring_mask(q->br_entries), 0);
+	io_uring_buf_ring_advance(q->br, 1);
+}
+
+/* Post free receive slots up to rx_post_max; or, multishot, the request
+ * itself when it has stopped. */
+static void refill(struct udp_port *up, struct udp_queue *q)
+{
+	if (q->ms) {
+		struct io_uring_sqe *sqe;
+
+		if (q->ms_armed || !(sqe = io_uring_get_sqe(&q->ring)))
+			return;
+		io_uring_prep_recvmsg_multishot(sqe, q->fd, &q->ms_mh, 0);
+		sqe->flags |= IOSQE_BUFFER_SELECT;
+		sqe->buf_group = MS_BGID;
+		io_uring_sqe_set_data64(sqe, ud_make(RX_MULTI, 0));
+		q->ms_armed = true;
+		q->unsubmitted++;
+		return;
+	}
+	while (q->rx_posted < q->rx_post_max && q->nrx_free) {
+		post_recv(up, q, q->rx_free[--q->nrx_free]);
+		q->rx_posted++;
+	}
+}
+
+/* A datagram the multishot request put in a provided buffer: the frame
+ * in @out (true), or dropped, its buffer given back (false). */
+static bool ms_frame(struct udp_port *up, struct udp_queue *q,
+		     const struct io_uring_cqe *cqe, struct cs_pbuf *out)
+{
+	struct cs_port *p = &up->port;
+	unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+	struct io_uring_recvmsg_out o;
+	struct sockaddr_in sa;
+	struct slot *s;
+	uint32_t flen;
+
+	if (bid >= q->nrx) { /* not one of ours: never given */
+		q->rx_dropped++;
+		return false;
+	}
+	s = &q->rx[bid];
+	/* The layout MS_HDR assumes (the header is read by copy: it sits
+	 * MS_OFF into the slot, not aligned for the struct). */
+	if (cqe->res >= (int)MS_HDR)
+		memcpy(&o, s->buf + MS_OFF, sizeof(o));
+	if (cqe->res < (int)MS_HDR || (o.flags & MSG_TRUNC) || o.controllen ||
+	    o.namelen != sizeof(sa)) {
+		q->rx_dropped++;
+		ms_give(up, q, s);
+		return false;
+	}
+	memcpy(&sa, s->buf + MS_OFF + sizeof(o), sizeof(sa));
+	if (sa.sin_family != AF_INET) {
+		q->rx_dropped++;
+		ms_give(up, q, s);
+		return false;
+	}
+	flen = CS_PORT_HDRS_LEN + (uint32_t)cqe->res - (uint32_t)MS_HDR;
+	cs_port_frame_hdrs(s->buf, flen, p->mac, p->mac, sa.sin_addr.s_addr,
+			   p->ip, ntohs(sa.sin_port), p->udp_port);
+	memset(s->buf + 6, 0, 6); /* source MAC: unknown */
+	out->data = s->buf;
+	out->len = flen;
+	out->cap = p->frame_max;
+	out->handle = s;
+	q->rx_pkts++;
+	q->rx_bytes += flen;
+	return true;
+}
+
 static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			     unsigned n)
 {
@@ -106,6 +210,8 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	struct udp_queue *q = &up->q[qi];
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0, got = 0;
+
+	refill(up, q);
 
 	/*
 	 * Enter the kernel only when there is something to do there:
@@ -133,15 +239,26 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			else
 				q->tx_bytes += (unsigned)cqe->res;
 			q->tx_free[q->ntx_free++] = s;
+		} else if ((ud >> 32) == RX_MULTI) {
+			if (got == n)
+				break; /* leave it for the next burst */
+			if (!(cqe->flags & IORING_CQE_F_MORE))
+				q->ms_armed = false; /* refill() re-arms */
+			if (cqe->res == -ENOBUFS)
+				q->rx_nobuf++;
+			if (cqe->flags & IORING_CQE_F_BUFFER &&
+			    ms_frame(up, q, cqe, &v[got]))
+				got++;
 		} else {
 			struct slot *s = &q->rx[idx];
 
 			if (got == n)
 				break; /* leave it for the next burst */
+			q->rx_posted--;
 			if (cqe->res <= 0 || (s->mh.msg_flags & MSG_TRUNC) ||
 			    s->sa.sin_family != AF_INET) {
 				q->rx_dropped++;
-				post_recv(up, q, s);
+				q->rx_free[q->nrx_free++] = s; /* next burst */
 			} else {
 				uint32_t flen =
 					CS_PORT_HDRS_LEN + (uint32_t)cqe->res;
@@ -195,8 +312,10 @@ static void udp_release(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	for (unsigned i = 0; i < n; i++) {
 		struct slot *s = v[i].handle;
 
-		if (s->kind == SLOT_RX)
-			post_recv(up, s->q, s);
+		if (s->kind == SLOT_RX && s->q->ms)
+			ms_give(up, s->q, s);
+		else if (s->kind == SLOT_RX) /* posted by the next burst */
+			s->q->rx_free[s->q->nrx_free++] = s;
 		else
 			s->q->tx_free[s->q->ntx_free++] = s;
 	}
@@ -303,6 +422,7 @@ static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
 		st->tx_pkts += q->tx_pkts;
 		st->tx_bytes += q->tx_bytes;
 		st->rx_dropped += q->rx_dropped;
+		st->rx_nombuf += q->rx_nobuf;
 		st->tx_errors += q->tx_errors;
 	}
 }
@@ -316,6 +436,8 @@ static void queue_fini(struct udp_queue *q)
 	free(q->rx);
 	free(q->tx);
 	free(q->tx_free);
+	free(q->rx_free);
+	free(q->br); /* the ring is gone: unregistered with it */
 	free(q->mem);
 }
 
@@ -326,6 +448,49 @@ static void udp_close(struct cs_port *p)
 	for (unsigned i = 0; i < up->nq; i++)
 		queue_fini(&up->q[i]);
 	free(up);
+}
+
+/*
+ * Multishot receive (kernel 6.0 and later): the receive slots become a
+ * ring of provided buffers (a power of two of them: the rest stay unused).
+ * Where the kernel refuses, receive falls back to port.rx_posted single
+ * requests.
+ */
+static void ms_init(struct udp_port *up, struct udp_queue *q)
+{
+	struct io_uring_buf_reg reg = { 0 };
+	unsigned n = 1;
+	size_t len;
+	int ret;
+
+	if (!up->port.conf.rx_multishot)
+		return;
+	while (n * 2 <= q->nrx && n * 2 <= 32768)
+		n *= 2;
+	len = (size_t)n * sizeof(struct io_uring_buf);
+	len = (len + 4095) & ~(size_t)4095;
+	q->br = aligned_alloc(4096, len);
+	if (!q->br)
+		return;
+	io_uring_buf_ring_init(q->br);
+	reg.ring_addr = (uint64_t)(uintptr_t)q->br;
+	reg.ring_entries = n;
+	reg.bgid = MS_BGID;
+	ret = io_uring_register_buf_ring(&q->ring, &reg, 0);
+	if (ret) {
+		CS_INFO("udp: no multishot receive (%s): %u recvmsg requests "
+			"posted at once instead",
+			strerror(-ret), q->rx_post_max);
+		free(q->br);
+		q->br = NULL;
+		return;
+	}
+	q->br_entries = n;
+	q->ms_mh.msg_namelen = sizeof(struct sockaddr_in);
+	for (unsigned i = 0; i < n; i++)
+		ms_give(up, q, &q->rx[i]);
+	q->nrx_free = 0; /* the free list is for single requests */
+	q->ms = true;
 }
 
 static int queue_init(struct udp_port *up, struct udp_queue *q)
@@ -359,6 +524,9 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 		return -errno;
 	q->nrx = c->rx_desc;
 	q->ntx = c->tx_desc;
+	q->rx_post_max = c->rx_posted < q->nrx ? c->rx_posted : q->nrx;
+	if (!q->rx_post_max)
+		q->rx_post_max = 1;
 	entries = q->nrx + q->ntx;
 	/* Completions run as task work of the submitting thread only when
 	 * it enters the kernel, and the ring flags say when it should. */
@@ -375,15 +543,18 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	q->rx = calloc(q->nrx, sizeof(*q->rx));
 	q->tx = calloc(q->ntx, sizeof(*q->tx));
 	q->tx_free = calloc(q->ntx, sizeof(*q->tx_free));
-	if (!q->mem || !q->rx || !q->tx || !q->tx_free)
+	q->rx_free = calloc(q->nrx, sizeof(*q->rx_free));
+	if (!q->mem || !q->rx || !q->tx || !q->tx_free || !q->rx_free)
 		return -ENOMEM;
-	for (unsigned i = 0; i < q->nrx; i++) {
+	for (unsigned i = q->nrx; i-- > 0;) {
 		q->rx[i] = (struct slot){ .buf = q->mem + (size_t)i * stride,
 					  .idx = i,
 					  .kind = SLOT_RX,
 					  .q = q };
-		post_recv(up, q, &q->rx[i]);
+		q->rx_free[q->nrx_free++] = &q->rx[i];
 	}
+	ms_init(up, q);
+	refill(up, q);
 	for (unsigned i = 0; i < q->ntx; i++) {
 		q->tx[i] = (struct slot){ .buf = q->mem +
 						 (size_t)(q->nrx + i) * stride,
@@ -434,10 +605,19 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 			return ret;
 		}
 	}
-	CS_INFO("udp port on %s:%u: %u queue(s), %u recv + %u send slots "
-		"each, frames up to %u bytes",
-		conf->ip, conf->udp_port, up->nq, conf->rx_desc, conf->tx_desc,
-		up->port.frame_max);
+	if (up->q[0].ms)
+		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots "
+			"(multishot recvmsg) + %u send slots each, frames up "
+			"to %u bytes",
+			conf->ip, conf->udp_port, up->nq, up->q[0].br_entries,
+			conf->tx_desc, up->port.frame_max);
+	else
+		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots (%u "
+			"posted at once) + %u send slots each, frames up to "
+			"%u bytes",
+			conf->ip, conf->udp_port, up->nq, conf->rx_desc,
+			up->q[0].rx_post_max, conf->tx_desc,
+			up->port.frame_max);
 	*out = &up->port;
 	return 0;
 }

@@ -259,10 +259,7 @@ EOF
 		      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
 		      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
 		case $port in
-		udp)	# The kernel path of a shared machine drains about a
-			# gigabit; pacing there keeps bursts within the socket
-			# buffers (--set cc.line_gbps=... overrides).
-			args+=(--set port.type=udp --set cc.line_gbps=1) ;;
+		udp)	args+=(--set port.type=udp) ;;
 		af_packet|af_xdp)
 			args+=(--set port.type=dpdk --set port.dev=$port
 			       --set port.iface=${P}d$i) ;;

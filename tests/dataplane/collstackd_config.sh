@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 help=$("$D" --help-config) || fail "--help-config failed"
 for k in name run_dir node.rank node.peers log.level port.type port.dev \
 	 port.iface port.ip port.mac port.udp_port port.mtu port.queues \
-	 port.rx_desc port.tx_desc port.pool_mbufs port.pool_cache \
+	 port.rx_desc port.rx_posted port.tx_desc port.pool_mbufs port.pool_cache \
 	 port.sock_buf port.no_huge port.zero_copy port.memif_role \
 	 port.memif_socket port.eal_args port.vdev_args fault.seed fault.drop \
 	 fault.dup fault.reorder fault.delay fault.corrupt fault.delay_ns \

@@ -161,7 +161,7 @@ EOF
 					     --set boot.world=$n)
 		fi
 		if [ "$PORT" = udp ]; then
-			args+=(--set port.type=udp --set cc.line_gbps=1)
+			args+=(--set port.type=udp)
 		else
 			args+=(--set port.type=dpdk --set port.dev=af_packet
 			       --set port.iface=ipd$i)
