@@ -140,6 +140,7 @@ read_nodes() {
 	done
 	read -r -a VETHS <<<"$CS_VETHS"
 	BR=$CS_BRIDGE
+	SWNS=${CS_SWITCH:-}
 	SIDECAR_PIDS=${CS_PIDS:-}
 }
 
@@ -199,10 +200,14 @@ cluster_down() {
 	CLUSTER_KIND=""
 }
 
-# --- adverse conditions, on the bridge and its host-side veths only.
+# --- adverse conditions, on the bridge and its switch-side veths only.
 
 NFT_TABLE=csbench	# bridge family; nothing else uses this name
 COND_NOW=""
+SWNS=""	# the namespace of the bridge (CS_SWITCH; none: the host's)
+sw() {	# run a command where the bridge is
+	if [ -n "$SWNS" ]; then ip netns exec "$SWNS" "$@"; else "$@"; fi
+}
 
 cond_apply() {
 	local c=$1 v set="" per10k
@@ -212,7 +217,7 @@ cond_apply() {
 	loss)
 		for v in "${VETHS[@]}"; do set+="\"$v\", "; done
 		per10k=$(awk -v p="$LOSS" 'BEGIN { printf "%d", p * 100 + 0.5 }')
-		nft -f - <<EOF
+		sw nft -f - <<EOF
 table bridge $NFT_TABLE {
 	chain forward {
 		type filter hook forward priority 0; policy accept;
@@ -224,8 +229,8 @@ EOF
 		;;
 	rate)
 		for v in "${VETHS[@]}"; do
-			tc qdisc replace dev "$v" root handle 1: htb default 1
-			tc class replace dev "$v" parent 1: classid 1:1 htb \
+			sw tc qdisc replace dev "$v" root handle 1: htb default 1
+			sw tc class replace dev "$v" parent 1: classid 1:1 htb \
 				rate "$RATE" ceil "$RATE" quantum 65536
 		done
 		log "condition rate: HTB $RATE on ${VETHS[*]} (towards each node)"
@@ -235,7 +240,7 @@ EOF
 }
 
 cond_counters() {	# the loss rule's counter: "packets N bytes B"
-	nft list table bridge $NFT_TABLE 2>/dev/null |
+	sw nft list table bridge $NFT_TABLE 2>/dev/null |
 		grep -o 'packets [0-9]* bytes [0-9]*' || true
 }
 
@@ -245,11 +250,11 @@ cond_clear() {
 	loss)
 		log "condition loss: dropped $(cond_counters)"
 		echo "# loss $LOSS%: the bridge dropped $(cond_counters)" >>"$OUT/bench-vs-mpi.env"
-		nft delete table bridge $NFT_TABLE 2>/dev/null || true
+		sw nft delete table bridge $NFT_TABLE 2>/dev/null || true
 		;;
 	rate)
 		for v in "${VETHS[@]}"; do
-			tc qdisc del dev "$v" root 2>/dev/null || true
+			sw tc qdisc del dev "$v" root 2>/dev/null || true
 		done
 		;;
 	esac
@@ -261,7 +266,7 @@ cleanup() {
 	trap - EXIT INT TERM
 	[ -n "$SIDECAR_PIDS" ] && sidecars CONT
 	[ -n "$COND_NOW" ] && cond_clear
-	nft delete table bridge $NFT_TABLE 2>/dev/null || true
+	sw nft delete table bridge $NFT_TABLE 2>/dev/null || true
 	[ -n "$CLUSTER_KIND" ] && cluster_down
 	exit $rc
 }

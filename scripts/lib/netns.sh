@@ -4,9 +4,11 @@
 # MPI side of bench-vs-mpi.sh, development runs). Names differ from
 # scripts/cluster.sh so both can be up at once:
 #
-#   namespaces csb0..csbN-1, bridge csbbr0, host-side veths csbv<i>,
-#   namespace-side veths csbd<i> (MAC 02:78:00:00:00:<i+1>,
-#   10.78.0.<i+1>/24).
+#   namespaces csb0..csbN-1, the switch namespace csbsw with the bridge
+#   csbbr0 and the switch-side veths csbv<i>, node-side veths csbd<i>
+#   (MAC 02:78:00:00:00:<i+1>, 10.78.0.<i+1>/24). As in cluster.sh, the
+#   bridge has a namespace of its own, where bridge-nf-call-iptables is
+#   off: the host's firewall never sees the frames of either stack.
 #
 #   scripts/lib/netns.sh up N [--daemons udp|af_packet] [--mtu M]  (N: 2..32)
 #   scripts/lib/netns.sh down
@@ -20,16 +22,17 @@
 #
 # State: /run/collstack-bench/netns.env, in the same variables as
 # cluster.sh's cluster.env (CS_NODES, CS_RUN, CS_BRIDGE, CS_VETHS, CS_PIDS,
-# CS_PEERS, ...) plus CS_IFACES and CS_ADDRS (namespace-side interface and
-# address of each node, in order). Only root namespace state it makes is
-# the bridge and the host-side veths; `down` removes exactly what the state
-# file lists and stops only the collstackd PIDs it lists.
+# CS_PEERS, CS_SWITCH, ...) plus CS_IFACES and CS_ADDRS (namespace-side
+# interface and address of each node, in order). It makes nothing in the
+# root namespace; `down` removes exactly what the state file lists and
+# stops only the collstackd PIDs it lists.
 set -euo pipefail
 
 NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench}
 NB_ENV=$NB_RUN/netns.env
 NB_PREFIX=csb
 NB_BR=csbbr0
+NB_SW=csbsw
 NB_NET=10.78.0
 NB_UDP_PORT=${CS_UDP_PORT:-7700}
 NB_BUILD=${CS_BUILD_DIR:-build}
@@ -49,10 +52,14 @@ nb_down() {
 		rm -rf "${NB_RUN:?}/$n" "$NB_RUN/$n.log"
 	done
 	rm -f "$NB_RUN/peers"
-	for v in ${CS_VETHS:-}; do
-		ip link del "$v" 2>/dev/null || true
-	done
-	ip link del "${CS_BRIDGE:-$NB_BR}" 2>/dev/null || true
+	if [ -n "${CS_SWITCH:-}" ]; then	# with the bridge and its veths
+		ip netns del "$CS_SWITCH" 2>/dev/null || true
+	else	# a state file of before the switch namespace
+		for v in ${CS_VETHS:-}; do
+			ip link del "$v" 2>/dev/null || true
+		done
+		ip link del "${CS_BRIDGE:-$NB_BR}" 2>/dev/null || true
+	fi
 	rm -f "$NB_ENV"
 	rmdir "$NB_RUN" 2>/dev/null || true
 	echo "netns: down"
@@ -88,6 +95,7 @@ CS_RUN=$NB_RUN
 CS_PORT=${NB_PORT:-none}
 CS_UDP_PORT=$NB_UDP_PORT
 CS_BRIDGE=$NB_BR
+CS_SWITCH=$NB_SW
 CS_VETHS="$NB_VETHS"
 CS_IFACES="$NB_IFACES"
 CS_ADDRS="$NB_ADDRS"
@@ -181,27 +189,34 @@ nb_up() {
 		ifaces+="${NB_PREFIX}d$i "
 		addrs+="$NB_NET.$((i + 1)) "
 	done
-	ip link show "$NB_BR" >/dev/null 2>&1 &&
-		nb_die "link $NB_BR exists but is not ours"
+	grep -qw "$NB_SW" < <(ip netns list) &&
+		nb_die "namespace $NB_SW exists but is not ours"
 	mkdir -p "$NB_RUN"
 	NB_N=$n NB_NODES=${nodes% } NB_VETHS=${veths% } NB_IFACES=${ifaces% }
 	NB_ADDRS=${addrs% } NB_PIDS=""
 	# Record first, so `down` can undo a half-made set-up.
 	nb_env
 	trap 'echo "netns: set-up failed, tearing down" >&2; nb_down; exit 1' ERR
-	ip link add "$NB_BR" type bridge
-	ip link set "$NB_BR" up
+	ip netns add "$NB_SW"
+	ip netns exec "$NB_SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+	ip netns exec "$NB_SW" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+	for f in iptables ip6tables arptables; do	# absent without br_netfilter
+		ip netns exec "$NB_SW" sysctl -qw \
+			"net.bridge.bridge-nf-call-$f=0" 2>/dev/null || true
+	done
+	ip -n "$NB_SW" link add "$NB_BR" type bridge
+	ip -n "$NB_SW" link set "$NB_BR" up
 	for ((i = 0; i < n; i++)); do
 		local ns=$NB_PREFIX$i
 		ip netns add "$ns"
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
 		ip -n "$ns" link set lo up
-		ip link add "${NB_PREFIX}v$i" type veth peer name \
+		ip -n "$NB_SW" link add "${NB_PREFIX}v$i" type veth peer name \
 			"${NB_PREFIX}d$i" netns "$ns"
-		ip link set "${NB_PREFIX}v$i" mtu "$NB_MTU"
+		ip -n "$NB_SW" link set "${NB_PREFIX}v$i" mtu "$NB_MTU"
 		ip -n "$ns" link set "${NB_PREFIX}d$i" mtu "$NB_MTU"
-		ip link set "${NB_PREFIX}v$i" master "$NB_BR" up
+		ip -n "$NB_SW" link set "${NB_PREFIX}v$i" master "$NB_BR" up
 		ip -n "$ns" link set "${NB_PREFIX}d$i" address \
 			"$(printf '02:78:00:00:00:%02x' $((i + 1)))"
 		ip -n "$ns" addr add "$NB_NET.$((i + 1))/24" dev "${NB_PREFIX}d$i"

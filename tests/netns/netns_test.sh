@@ -154,7 +154,8 @@ af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
 		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
 	af_packet_4_bridge1)
 		cluster_up 4 --port af_packet --bridge-loss 1; run_ar
-		grep -q 'packets [1-9]' < <(nft list table bridge "${CS_CLUSTER}loss") ||
+		grep -q 'packets [1-9]' < <(ip netns exec "${CS_CLUSTER}sw" \
+			nft list table bridge "${CS_CLUSTER}loss") ||
 			fail "the bridge dropped nothing" ;;
 	af_packet_foreign)
 		cluster_up 2 --port af_packet

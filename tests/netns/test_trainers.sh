@@ -37,6 +37,7 @@ PEERLOST=$BUILD/tools/cs-trainer-peerlost
 RUN=/run/collstack-ipcd
 ENV_FILE=$RUN/cluster.env
 BR=ipbr0
+SW=ipsw	# the bridge's own namespace (as in scripts/cluster.sh)
 UDP=7790
 BOOT_PORT=7791
 BOOT=0	# 1: membership from a coordinator in ipn0 (up's nodes, boot.*)
@@ -89,7 +90,7 @@ down() {
 		ip netns del "$n" 2>/dev/null
 		rm -rf "/var/run/dpdk/cs-$n"
 	done
-	[ $MADE_BR = 1 ] && ip link del "$BR" 2>/dev/null
+	[ $MADE_BR = 1 ] && ip netns del "$SW" 2>/dev/null
 	[ $MADE_RUN = 1 ] && rm -rf "$RUN"
 	NODES=()
 	PIDS=()
@@ -108,28 +109,29 @@ up() {	# N [collstackd --set args...]
 	[ -d "$RUN" ] && skip "$RUN exists: another run is active"
 	trap down EXIT
 	mkdir -p "$RUN" && MADE_RUN=1
-	ip link add "$BR" type bridge || fail "bridge $BR"
+	ip netns add "$SW" || fail "netns $SW"
 	MADE_BR=1
-	ip link set "$BR" up
+	ip netns exec "$SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+	ip netns exec "$SW" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+	for f in iptables ip6tables arptables; do
+		ip netns exec "$SW" sysctl -qw \
+			"net.bridge.bridge-nf-call-$f=0" 2>/dev/null
+	done
+	ip -n "$SW" link add "$BR" type bridge || fail "bridge $BR"
+	ip -n "$SW" link set "$BR" up
 	: >"$RUN/peers"
 	for ((i = 0; i < n; i++)); do
 		ns=ipn$i
 		NODES+=("$ns")
 		printf '%d 10.79.0.%d 02:79:00:00:00:%02x %d %s\n' "$i" \
 			$((i + 1)) $((i + 1)) $UDP "$ns" >>"$RUN/peers"
-		# a namespace of the run before may still be going away
-		# with its veth (seen once: the next add then failed)
-		for _ in $(seq 100); do
-			ip link show "ipv$i" >/dev/null 2>&1 || break
-			sleep 0.1
-		done
 		ip netns add "$ns" || fail "netns $ns"
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
 		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
 		ip -n "$ns" link set lo up
-		ip link add "ipv$i" type veth peer name "ipd$i" netns "$ns" ||
-			fail "veth ipv$i"
-		ip link set "ipv$i" master "$BR" up
+		ip -n "$SW" link add "ipv$i" type veth peer name "ipd$i" \
+			netns "$ns" || fail "veth ipv$i"
+		ip -n "$SW" link set "ipv$i" master "$BR" up
 		ip -n "$ns" link set "ipd$i" address \
 			"$(printf '02:79:00:00:00:%02x' $((i + 1)))"
 		ip -n "$ns" addr add "10.79.0.$((i + 1))/24" dev "ipd$i"
