@@ -13,25 +13,59 @@
 #
 #   scripts/bench-linerate.sh [--port af_packet|af_xdp|memif|udp] [--mtu M]
 #                             [--seconds S] [--nodes4] [--no-testpmd]
+#   scripts/bench-linerate.sh --all [--seconds S] [--nodes4] [--no-testpmd]
+#
+# --all runs every port kind in turn (af_packet at MTU 1500 and 9000,
+# af_xdp at 3500, memif at 1500, udp at 9000; --nodes4 with af_packet 9000)
+# and ends with one table of (a), (b), (c) and (c)/(b) per port.
 #
 # Needs root (namespaces). Prints everything it measures; nothing is
 # estimated. Uses scripts/cluster.sh, so no cluster may be up already.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PORT=af_packet MTU=9000 SECS=5 NODES4=0 TESTPMD=1
+PORT=af_packet MTU=9000 SECS=5 NODES4=0 TESTPMD=1 ALL=0
 while [ $# -gt 0 ]; do
 	case $1 in
+	--all) ALL=1; shift ;;
 	--port) PORT=$2; shift 2 ;;
 	--mtu) MTU=$2; shift 2 ;;
 	--seconds) SECS=$2; shift 2 ;;
 	--nodes4) NODES4=1; shift ;;
 	--no-testpmd) TESTPMD=0; shift ;;
-	*) echo "usage: $0 [--port P] [--mtu M] [--seconds S] [--nodes4] [--no-testpmd]" >&2
+	*) echo "usage: $0 [--port P] [--mtu M] | --all [--seconds S] [--nodes4] [--no-testpmd]" >&2
 	   exit 2 ;;
 	esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench-linerate: needs root" >&2; exit 1; }
+
+if [ $ALL = 1 ]; then
+	# One run of this script per port kind, then their figures side by
+	# side (copied from the runs' own lines, nothing recomputed).
+	sum=$(mktemp /tmp/cs-linerate-all.XXXXXX)
+	trap 'rm -f "$sum"' EXIT
+	rc=0
+	for pm in af_packet:1500 af_packet:9000 af_xdp:3500 memif:1500 udp:9000; do
+		args=(--port "${pm%%:*}" --mtu "${pm##*:}" --seconds "$SECS")
+		[ $TESTPMD = 0 ] && args+=(--no-testpmd)
+		[ $NODES4 = 1 ] && [ "$pm" = af_packet:9000 ] && args+=(--nodes4)
+		"$0" "${args[@]}" | tee -a "$sum" || rc=1
+		echo
+	done
+	echo "# summary (Gbit/s per direction; (c) = 2-node 64 MiB allreduce busbw)"
+	awk '/^# bench-linerate: port/ { port = $4; sub(",", "", port); mtu = $6 }
+	     /^\(a\) testpmd .* one way:/ { a[port mtu] = $(NF - 5) }
+	     /^# \(a\) skipped/ { a[port mtu] = "-" }
+	     /^\(a\) testpmd: no traffic/ { a[port mtu] = "none" }
+	     /# bidirectional:/ { b[port mtu] = $3 }
+	     /^\(c\) busbw/ { c[port mtu] = $3; r[port mtu] = $6 }
+	     /^# bench-linerate: port/ { order[++n] = port " " mtu }
+	     END { printf "%-10s %5s %10s %10s %10s %8s\n", "port", "MTU", "(a)", "(b)", "(c)", "(c)/(b)"
+	           for (i = 1; i <= n; i++) { split(order[i], k, " "); key = k[1] k[2]
+	               printf "%-10s %5s %10s %10s %10s %8s\n", k[1], k[2], a[key] ? a[key] : "NA",
+	                      b[key] ? b[key] : "NA", c[key] ? c[key] : "NA", r[key] ? r[key] : "NA" } }' "$sum"
+	exit $rc
+fi
 # Our own cluster names (see scripts/cluster.sh, CS_CLUSTER).
 P=${CS_CLUSTER:-csb}
 export CS_CLUSTER=$P
