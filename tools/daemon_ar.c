@@ -61,7 +61,12 @@ struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
 	bool auth; /* auth.enable */
+	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
 };
+
+/* The pacer's burst unless pacer.burst_bytes is set: this many frames of
+ * the port (cs_daemon_init()). */
+#define AR_BURST_FRAMES 16u
 
 /* Packet authentication (docs/auth.md). */
 static const struct cs_cfg_entry auth_cfg[] = {
@@ -187,15 +192,9 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_xport_params_set(&sc->xp, "cc.enable", "0", NULL, 0);
 	if (ret)
 		return ret;
-	/* The pacer's bucket is also the largest burst handed to the port
-	 * at once, and a kernel-backed port (af_packet: one sendto() per
-	 * burst) pays per burst: 16 jumbo frames, not 2. 2-node 64 MiB over
-	 * af_packet, MTU 9000: 0.88-1.02 GB/s with 18K, 1.15-1.18 with
-	 * 144K. The simulator keeps the 18K of the table (switch queues). */
-	ret = cs_xport_params_set(&sc->xp, "pacer.burst_bytes", "144K", NULL,
-				  0);
-	if (ret)
-		return ret;
+	/* pacer.burst_bytes: AR_BURST_FRAMES frames of the port, set in
+	 * cs_daemon_init() once the port is open, unless given. */
+	sc->burst_set = false;
 	ret = cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len,
 			      &sc->coll);
 	if (ret)
@@ -210,6 +209,8 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 	int ret;
 
 	ret = cs_xport_params_set(&sc->xp, key, val, err, errlen);
+	if (!ret && !strcmp(key, "pacer.burst_bytes"))
+		sc->burst_set = true;
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len, &sc->coll,
@@ -223,8 +224,8 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 void cs_daemon_help_config(FILE *out)
 {
 	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
-		     "collstackd sets cc.enable=0 and pacer.burst_bytes=144K "
-		     "by default):\n");
+		     "collstackd sets cc.enable=0, and pacer.burst_bytes to 16 "
+		     "frames of the port, e.g. 144K at MTU 9000):\n");
 	cs_xport_params_help(out);
 	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
 		     "port's frames):\n");
@@ -1142,6 +1143,26 @@ int cs_daemon_init(struct cs_daemon *d)
 		CS_INFO("packet authentication on: HMAC-SHA-256 tags under "
 			"per-epoch keys from the job token (SHA-256: %s)",
 			cs_sha256_impl());
+	}
+	if (!s->cf->burst_set) {
+		/*
+		 * The pacer's bucket is also the largest burst handed to
+		 * the port at once. A kernel-backed port pays per burst
+		 * (af_packet: one sendto()), so not 2 jumbo frames but 16
+		 * (2 nodes, 64 MiB, MTU 9000: 0.88-1.02 GB/s with 18K,
+		 * 1.15-1.18 with 144K); and no more than 16 frames of any
+		 * size, or the receiving kernel drops them (MTU 1500 with
+		 * 144K, i.e. 97 frames: 15057 retransmissions in four 64
+		 * MiB allreduces, 456 with 24K). The simulator keeps the
+		 * table's 18K (switch queues).
+		 */
+		s->cf->xp.pacer.burst_bytes =
+			AR_BURST_FRAMES * (uint64_t)(d->port->frame_max +
+						     s->cf->xp.pacer.frame_overhead);
+		CS_INFO("pacer: bursts of up to %llu bytes (%u frames of "
+			"%u bytes; pacer.burst_bytes sets it)",
+			(unsigned long long)s->cf->xp.pacer.burst_bytes,
+			AR_BURST_FRAMES, d->port->frame_max);
 	}
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->prev, NULL);
