@@ -13,13 +13,17 @@
  * the datagram, which recvmsg placed 42 bytes into the buffer.
  *
  * Each queue has its own socket (SO_REUSEPORT when there are several) and
- * its own ring: of its rx_desc receive slots, up to rx_posted are posted
- * as recvmsg requests at any time; the others wait on a free list, as does
- * a slot the caller releases. Not all of them: on an empty socket each
- * request becomes a poll waiter, and every datagram wakes every waiter
- * (one receives, the rest find nothing and wait again). With 512 posted,
- * that herd took three quarters of the lcore: 2.4 instead of 10.7 Gbit/s
- * per direction on the raw blast. Transmit
+ * its own ring. Receive is one multishot recvmsg request whose buffers are
+ * the receive slots, registered as a ring of provided buffers: release()
+ * gives a slot back to that ring, and when the kernel finds it empty the
+ * request stops and the next rx_burst() arms it again. Where the kernel
+ * has no multishot receive, up to rx_posted single recvmsg requests are
+ * posted at a time and the other slots (and the released ones) wait on a
+ * free list. Never one request per slot: on an empty socket each request
+ * is a poll waiter, and every datagram wakes every waiter (one receives,
+ * the rest find nothing and wait again); with 512 posted that herd took
+ * three quarters of the lcore: 2.4 instead of 10.7 Gbit/s per direction on
+ * the raw blast. Transmit
  * slots come from a free list and return to it when their sendmsg
  * completes. At most one system call per burst, none for an idle poll.
  */
@@ -169,7 +173,7 @@ static bool ms_frame(struct udp_port *up, struct udp_queue *q,
 	struct slot *s;
 	uint32_t flen;
 
-	if (bid >= q->nrx) { /* not one of ours: never given */
+	if (bid >= q->br_entries) { /* not one of ours: never given */
 		q->rx_dropped++;
 		return false;
 	}
