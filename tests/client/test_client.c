@@ -101,6 +101,18 @@ static int connect_retry(const char *path, struct cs_client **c)
 	return ret;
 }
 
+/* A sidecar and one trainer on it with a buffer of @bytes, joined to the
+ * one-rank group @group. */
+static void solo_trainer(struct sidecar *sc, const char *tag, size_t bytes,
+			 const char *group, struct cs_client **c,
+			 struct cs_buf **b, struct cs_group **g)
+{
+	sidecar_start(sc, tag);
+	cr_assert_eq(connect_retry(sc->path, c), 0);
+	cr_assert_eq(cs_buf_alloc(*c, bytes, b), 0);
+	cr_assert_eq(cs_group_join(*c, group, 0, 1, 0, 1, g), 0);
+}
+
 /* Run @fn in a child; returns its pid. */
 static pid_t spawn(int (*fn)(const char *, int, int, void *), const char *path,
 		   int rank, int size, void *arg)
@@ -159,12 +171,9 @@ Test(client, api_round_trip, .timeout = 120)
 	double *d;
 	float on_heap[4];
 
-	sidecar_start(&sc, "api");
-	cr_assert_eq(connect_retry(sc.path, &c), 0);
-	cr_assert_eq(cs_buf_alloc(c, 10000, &b), 0);
+	solo_trainer(&sc, "api", 10000, "solo", &c, &b, &g);
 	cr_assert_geq(cs_buf_len(b), 10000);
 	x = cs_buf_ptr(b);
-	cr_assert_eq(cs_group_join(c, "solo", 0, 1, 0, 1, &g), 0);
 	cr_assert_eq(cs_group_rank(g), 0);
 	cr_assert_eq(cs_group_size(g), 1);
 
@@ -254,11 +263,8 @@ Test(client, post_wakes_a_sleeping_sidecar, .timeout = 120)
 	cs_req_t r;
 	float *x;
 
-	sidecar_start(&sc, "wake");
-	cr_assert_eq(connect_retry(sc.path, &c), 0);
-	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	solo_trainer(&sc, "wake", 4096, "nap", &c, &b, &g);
 	x = cs_buf_ptr(b);
-	cr_assert_eq(cs_group_join(c, "nap", 0, 1, 0, 1, &g), 0);
 	for (int i = 0; i < 10; i++) {
 		usleep(20000); /* the sidecar runs out of spins and sleeps */
 		x[0] = (float)i;
@@ -536,11 +542,8 @@ Test(client, malformed_descriptors, .timeout = 120)
 	cs_req_t r;
 	float *x;
 
-	sidecar_start(&sc, "bad");
-	cr_assert_eq(connect_retry(sc.path, &c), 0);
-	cr_assert_eq(cs_buf_alloc(c, 8192, &b), 0);
+	solo_trainer(&sc, "bad", 8192, "g", &c, &b, &g);
 	cr_assert_eq(cs_buf_len(b), 8192);
-	cr_assert_eq(cs_group_join(c, "g", 0, 1, 0, 1, &g), 0);
 	x = cs_buf_ptr(b);
 
 	const struct cs_ipc_sqe good = {
