@@ -508,6 +508,26 @@ static void frame_send(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 	op->frames++;
 }
 
+/* The pure ACK @ss owes, if one is due and a buffer is in hand; true if
+ * it was queued. It carries the op's view epoch, or the peer drops it as
+ * stale. */
+static bool pure_ack(struct cs_ar_svc *s, struct ar_op *op, struct ar_sess *ss,
+		     cs_ns_t now)
+{
+	struct cs_pkt_hdr h;
+
+	if (!cs_rel_ack_due(&ss->rel, now) || !frame_buf(s))
+		return false;
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.channel = (uint16_t)ss->ch;
+	h.op = op->op_id;
+	h.epoch = op->epoch; /* ctlplane */
+	cs_rel_build_ack(&ss->rel, &h, now);
+	frame_send(s, op, ss->peer, &h, NULL, 0);
+	return true;
+}
+
 static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 {
 	struct cs_coll_tx tx;
@@ -586,14 +606,7 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	for (uint32_t i = 0; i < op->nsess; i++) {
 		struct ar_sess *ss = &op->sess[i];
 
-		if (cs_rel_ack_due(&ss->rel, now) && frame_buf(s)) {
-			memset(&h, 0, sizeof(h));
-			h.version = CS_PROTO_VERSION;
-			h.channel = (uint16_t)ss->ch;
-			h.op = op->op_id;
-			h.epoch = op->epoch; /* ctlplane */
-			cs_rel_build_ack(&ss->rel, &h, now);
-			frame_send(s, op, ss->peer, &h, NULL, 0);
+		if (pure_ack(s, op, ss, now)) {
 			op->pure_acks++;
 			work++;
 		}
@@ -637,23 +650,10 @@ static void remember_rtt(struct cs_ar_svc *s, const struct ar_op *op)
 static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
 {
 	struct ar_op *pv = atomic_load_explicit(&s->prev, memory_order_acquire);
-	struct cs_pkt_hdr h;
 	unsigned work = 0;
 
-	for (uint32_t i = 0; pv && i < pv->nsess; i++) {
-		struct ar_sess *ss = &pv->sess[i];
-
-		if (cs_rel_ack_due(&ss->rel, now) && frame_buf(s)) {
-			memset(&h, 0, sizeof(h));
-			h.version = CS_PROTO_VERSION;
-			h.channel = (uint16_t)ss->ch;
-			h.op = pv->op_id;
-			h.epoch = pv->epoch; /* else dropped as stale */
-			cs_rel_build_ack(&ss->rel, &h, now);
-			frame_send(s, pv, ss->peer, &h, NULL, 0);
-			work++;
-		}
-	}
+	for (uint32_t i = 0; pv && i < pv->nsess; i++)
+		work += pure_ack(s, pv, &pv->sess[i], now);
 	return work;
 }
 
