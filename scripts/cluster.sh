@@ -43,6 +43,7 @@
 # CS_READY_TIMEOUT seconds (60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/switch.sh
 
 RUN=/run/collstack
 P=${CS_CLUSTER:-cs}
@@ -205,16 +206,7 @@ EOF
 	done
 
 	if [ "$port" != memif ]; then
-		ip netns add "$SW"
-		ip netns exec "$SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-		ip netns exec "$SW" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-		# per namespace; absent without br_netfilter
-		for f in iptables ip6tables arptables; do
-			ip netns exec "$SW" sysctl -qw \
-				"net.bridge.bridge-nf-call-$f=0" 2>/dev/null || true
-		done
-		ip -n "$SW" link add "$BR" type bridge
-		ip -n "$SW" link set "$BR" mtu "$mtu" up
+		cs_switch_up "$SW" "$BR" "$mtu"
 	fi
 	for ((i = 0; i < n; i++)); do
 		local ns=${P}n$i

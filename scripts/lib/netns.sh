@@ -27,6 +27,7 @@
 # root namespace; `down` removes exactly what the state file lists and
 # stops only the collstackd PIDs it lists.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/switch.sh"
 
 NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench}
 NB_ENV=$NB_RUN/netns.env
@@ -197,15 +198,7 @@ nb_up() {
 	# Record first, so `down` can undo a half-made set-up.
 	nb_env
 	trap 'echo "netns: set-up failed, tearing down" >&2; nb_down; exit 1' ERR
-	ip netns add "$NB_SW"
-	ip netns exec "$NB_SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-	ip netns exec "$NB_SW" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-	for f in iptables ip6tables arptables; do	# absent without br_netfilter
-		ip netns exec "$NB_SW" sysctl -qw \
-			"net.bridge.bridge-nf-call-$f=0" 2>/dev/null || true
-	done
-	ip -n "$NB_SW" link add "$NB_BR" type bridge
-	ip -n "$NB_SW" link set "$NB_BR" up
+	cs_switch_up "$NB_SW" "$NB_BR"
 	for ((i = 0; i < n; i++)); do
 		local ns=$NB_PREFIX$i
 		ip netns add "$ns"

@@ -27,6 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . tests/netns/lib.sh
+. scripts/lib/switch.sh
 
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
@@ -109,16 +110,8 @@ up() {	# N [collstackd --set args...]
 	[ -d "$RUN" ] && skip "$RUN exists: another run is active"
 	trap down EXIT
 	mkdir -p "$RUN" && MADE_RUN=1
-	ip netns add "$SW" || fail "netns $SW"
 	MADE_BR=1
-	ip netns exec "$SW" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-	ip netns exec "$SW" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-	for f in iptables ip6tables arptables; do
-		ip netns exec "$SW" sysctl -qw \
-			"net.bridge.bridge-nf-call-$f=0" 2>/dev/null
-	done
-	ip -n "$SW" link add "$BR" type bridge || fail "bridge $BR"
-	ip -n "$SW" link set "$BR" up
+	cs_switch_up "$SW" "$BR" || fail "switch namespace $SW, bridge $BR"
 	: >"$RUN/peers"
 	for ((i = 0; i < n; i++)); do
 		ns=ipn$i
