@@ -1025,6 +1025,17 @@ static void fake_cancel(void *ctx, uint64_t cookie)
 		f->pending = false;
 }
 
+/* A backend over @f (cleared) whose operations go to @start. */
+static struct cs_ipc_backend
+fake_backend(struct fake_be *f,
+	     int (*start)(void *, const struct cs_ipc_inter_op *))
+{
+	memset(f, 0, sizeof(*f));
+	return (struct cs_ipc_backend){ .ctx = f,
+					.start_inter_node = start,
+					.cancel = fake_cancel };
+}
+
 static int fake_tick(struct cs_ipc_server *srv, void *ctx)
 {
 	struct fake_be *f = ctx;
@@ -1124,15 +1135,10 @@ static void two_local_ranks(const char *tag,
 			    int (*fn)(const char *, int, int, void *))
 {
 	static struct fake_be fake;
-	const struct cs_ipc_backend be = {
-		.ctx = &fake,
-		.start_inter_node = start,
-		.cancel = fake_cancel,
-	};
+	const struct cs_ipc_backend be = fake_backend(&fake, start);
 	struct sidecar sc;
 	pid_t a, b;
 
-	memset(&fake, 0, sizeof(fake));
 	sidecar_start_be(&sc, tag, &be, tick);
 	a = spawn(fn, sc.path, 0, 4, NULL);
 	b = spawn(fn, sc.path, 2, 4, NULL);
@@ -1203,11 +1209,7 @@ static int hold_main(const char *path, int rank, int size, void *arg)
 Test(client, sole_member_killed_mid_cross_node_op, .timeout = 120)
 {
 	static struct fake_be hold;
-	const struct cs_ipc_backend be = {
-		.ctx = &hold,
-		.start_inter_node = hold_start,
-		.cancel = fake_cancel,
-	};
+	const struct cs_ipc_backend be = fake_backend(&hold, hold_start);
 	struct sidecar sc;
 	int ready[2], st;
 	char x;
