@@ -67,6 +67,10 @@ struct cs_client {
 	uint64_t next_id;
 	unsigned spin_polls;
 	unsigned spin_yield; /* sched_yield() every this many polls */
+	unsigned spin_free; /* ... after this many (a quick answer) */
+	/* CS_CLIENT_SLOW_MEMORY after a wait outlasted CS_CLIENT_QUICK_NS,
+	 * one less per quick one: while > 0, cs_wait() yields at once */
+	unsigned slow_answers;
 	int64_t spin_ns; /* and spin at most this long */
 	bool dead;
 	struct req reqs[CS_IPC_RING_SLOTS];
@@ -235,6 +239,10 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 		e = getenv(CS_CLIENT_SPIN_US_ENV);
 		if (e && *e)
 			c->spin_ns = (int64_t)strtoull(e, NULL, 10) * 1000;
+		c->spin_free = CS_CLIENT_SPIN_FREE;
+		e = getenv(CS_CLIENT_SPIN_FREE_ENV);
+		if (e && *e)
+			c->spin_free = (unsigned)strtoul(e, NULL, 10);
 		c->spin_yield = CS_CLIENT_SPIN_YIELD;
 		e = getenv(CS_CLIENT_SPIN_YIELD_ENV);
 		if (e && *e && strtoul(e, NULL, 10) > 0)
@@ -877,6 +885,10 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 		pthread_mutex_lock(&c->lock);
 		ret = test_locked(c, req);
 		if (ret != -EINPROGRESS) {
+			if (spins && mono_ns() - t0 > CS_CLIENT_QUICK_NS)
+				c->slow_answers = CS_CLIENT_SLOW_MEMORY;
+			else if (c->slow_answers)
+				c->slow_answers--;
 			pthread_mutex_unlock(&c->lock);
 			return ret;
 		}
@@ -894,7 +906,7 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 			return CS_ERR_TIMEOUT;
 		}
 		if (++spins < c->spin_polls && now - t0 < c->spin_ns) {
-			if (spins > CS_CLIENT_SPIN_FREE &&
+			if ((spins > c->spin_free || c->slow_answers) &&
 			    !(spins % c->spin_yield))
 				sched_yield();
 			continue;
@@ -922,6 +934,26 @@ cs_export int cs_wait(struct cs_client *c, cs_req_t req, int64_t timeout_ns)
 }
 
 /* ---- test hooks ------------------------------------------------------- */
+
+unsigned cs__client_slow_answers(struct cs_client *c)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->slow_answers;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+bool cs__client_answer_ready(struct cs_client *c)
+{
+	bool ready;
+
+	pthread_mutex_lock(&c->lock);
+	ready = cs_ring_count(&c->cq) > 0;
+	pthread_mutex_unlock(&c->lock);
+	return ready;
+}
 
 int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 			cs_req_t *req)

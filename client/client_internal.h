@@ -3,6 +3,7 @@
 #ifndef CS_CLIENT_INTERNAL_H
 #define CS_CLIENT_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "collstack/collstack.h"
@@ -28,6 +29,15 @@
  * the cores, a spinner that never yields holds a core for a whole time
  * slice (milliseconds) that the process it waits for needs. */
 #define CS_CLIENT_SPIN_FREE 32
+#define CS_CLIENT_SPIN_FREE_ENV "COLLSTACK_SPIN_FREE"
+/* A wait longer than this (ns) had an answer that needed other processes
+ * to run (the group's other trainers, the sidecar); the free polls then
+ * only keep the CPU from them, so the next CS_CLIENT_SLOW_MEMORY waits
+ * yield from their first poll (one less per quicker wait). 4 trainers, 8
+ * bytes, 2 cores: slowest-rank median 7.0-8.4 us with the free polls,
+ * 4.2-5.3 us without. */
+#define CS_CLIENT_QUICK_NS 2000
+#define CS_CLIENT_SLOW_MEMORY 8
 #define CS_CLIENT_SPIN_YIELD 1
 #define CS_CLIENT_SPIN_YIELD_ENV "COLLSTACK_SPIN_YIELD"
 /* Control-message replies slower than this mean the sidecar is gone. */
@@ -49,6 +59,12 @@ int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 /* The sidecar's id for @b, and the sidecar's handle for @g (test hooks). */
 uint32_t cs__buf_seg(const struct cs_buf *b);
 uint32_t cs__group_handle(const struct cs_group *g);
+
+/* How many more waits of @c yield from their first poll (test hook). */
+unsigned cs__client_slow_answers(struct cs_client *c);
+
+/* Whether a completion waits in @c's ring, not yet reaped (test hook). */
+bool cs__client_answer_ready(struct cs_client *c);
 
 /* The control segment (test hook: lets a test corrupt its own rings). */
 struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c);

@@ -295,7 +295,10 @@ int cs_test(struct cs_client *c, cs_req_t req);
  * Spins briefly, then sleeps on the eventfd: at most COLLSTACK_SPIN_POLLS
  * polls (default 2000) and COLLSTACK_SPIN_US microseconds (default 50),
  * read from the environment at cs_connect(); while spinning it yields the
- * CPU every COLLSTACK_SPIN_YIELD polls (default 1) after the first 32.
+ * CPU every COLLSTACK_SPIN_YIELD polls (default 1) after the first
+ * COLLSTACK_SPIN_FREE (default 32), or from the first poll for 8 waits
+ * after one that took longer than 2 microseconds (its answer needed other
+ * processes, which need the CPU).
  *
  * Returns: as cs_test(), or CS_ERR_TIMEOUT (the request stays pending),
  * or -ENOTCONN if the sidecar went away.

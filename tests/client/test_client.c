@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -457,6 +458,76 @@ Test(client, two_trainers, .timeout = 120)
 Test(client, four_trainers, .timeout = 120)
 {
 	run_world(4);
+}
+
+/*
+ * cs_wait() spins a few polls before it yields the CPU, so that an answer
+ * that comes at once costs no system call; but once a wait outlasted
+ * CS_CLIENT_QUICK_NS (the answer needed other trainers, which need the
+ * CPU), the next CS_CLIENT_SLOW_MEMORY waits yield from their first poll.
+ * Here a wait on a two-trainer allreduce whose partner posts 20 ms later
+ * is slow; waits on answers already in the completion ring are quick.
+ */
+struct late_partner {
+	struct cs_group *g;
+	float *x;
+	cs_req_t r;
+	int ret;
+};
+
+static void *post_late(void *arg)
+{
+	struct late_partner *p = arg;
+
+	usleep(20000);
+	p->ret = cs_allreduce(p->g, p->x, p->x, 4, CS_F32, CS_SUM, &p->r);
+	return NULL;
+}
+
+Test(client, wait_yields_at_once_after_slow_answers, .timeout = 120)
+{
+	struct cs_client *c0, *c1;
+	struct cs_group *g0, *g1, *solo;
+	struct cs_buf *b0, *b1;
+	struct late_partner late;
+	struct sidecar sc;
+	pthread_t t;
+	cs_req_t r;
+	float *x0;
+
+	solo_trainer(&sc, "slow", 4096, "solo", &c0, &b0, &solo);
+	cr_assert_eq(connect_retry(sc.path, &c1), 0);
+	cr_assert_eq(cs_buf_alloc(c1, 4096, &b1), 0);
+	cr_assert_eq(cs_group_join(c0, "pair", 0, 2, 0, 2, &g0), 0);
+	cr_assert_eq(cs_group_join(c1, "pair", 1, 2, 1, 2, &g1), 0);
+	cr_assert_eq(cs__client_slow_answers(c0), 0, "a new client spins");
+	x0 = cs_buf_ptr(b0);
+	late = (struct late_partner){ .g = g1, .x = cs_buf_ptr(b1) };
+	for (int i = 0; i < 4; i++)
+		x0[i] = late.x[i] = (float)i;
+	cr_assert_eq(cs_allreduce(g0, x0, x0, 4, CS_F32, CS_SUM, &r), 0);
+	cr_assert_eq(pthread_create(&t, NULL, post_late, &late), 0);
+	cr_assert_eq(cs_wait(c0, r, WAIT_NS), 0, "%s", cs_errmsg(c0));
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	cr_assert_eq(late.ret, 0);
+	cr_assert_eq(cs_wait(c1, late.r, WAIT_NS), 0, "%s", cs_errmsg(c1));
+	cr_assert_eq(x0[3], 6.0f);
+	cr_assert_eq(cs__client_slow_answers(c0), CS_CLIENT_SLOW_MEMORY,
+		     "a 20 ms wait is slow");
+	for (unsigned i = 1; i <= CS_CLIENT_SLOW_MEMORY; i++) {
+		cr_assert_eq(cs_barrier(solo, &r), 0);
+		/* the answer is in the ring before the wait begins */
+		for (int k = 0; k < 1000 && !cs__client_answer_ready(c0); k++)
+			usleep(1000);
+		cr_assert_eq(cs_wait(c0, r, WAIT_NS), 0, "%s", cs_errmsg(c0));
+		cr_assert_eq(cs__client_slow_answers(c0),
+			     CS_CLIENT_SLOW_MEMORY - i,
+			     "quick answer %u of %u", i,
+			     CS_CLIENT_SLOW_MEMORY);
+	}
+	cs_disconnect(c1);
+	cs_disconnect(c0);
+	sidecar_stop(&sc);
 }
 
 /* ---- malformed descriptors -------------------------------------------- */
