@@ -521,9 +521,8 @@ Test(client, wait_yields_at_once_after_slow_answers, .timeout = 120)
 			usleep(1000);
 		cr_assert_eq(cs_wait(c0, r, WAIT_NS), 0, "%s", cs_errmsg(c0));
 		cr_assert_eq(cs__client_slow_answers(c0),
-			     CS_CLIENT_SLOW_MEMORY - i,
-			     "quick answer %u of %u", i,
-			     CS_CLIENT_SLOW_MEMORY);
+			     CS_CLIENT_SLOW_MEMORY - i, "quick answer %u of %u",
+			     i, CS_CLIENT_SLOW_MEMORY);
 	}
 	cs_disconnect(c1);
 	cs_disconnect(c0);
