@@ -33,16 +33,38 @@ static void usage(FILE *out)
 		"[--dtype T]\n"
 		"          [--iters I] [--warmup W] [--seed N] [--timeout MS] "
 		"[--cluster FILE]\n"
-		"          [--exclude-lost]\n\n"
+		"          [--exclude-lost] [--per-op]\n\n"
 		"Sizes take K/M/G suffixes; -b/-e run every power-of-two step "
 		"from MIN to MAX.\nThe sidecars come from the state file of "
 		"scripts/cluster.sh (default\n$CS_CLUSTER_ENV or %s).\n"
 		"--exclude-lost skips sidecars that are gone (after a peer "
 		"was lost, the\nsurvivors rebuild their ring from the group "
-		"view).\nA lost peer ends the run with CS_ERR_PEER_LOST "
+		"view).\n--per-op prints every sidecar's account of every timed "
+		"operation (time to\nresult and to the last acknowledgement, "
+		"frames, retransmissions, timeouts).\nA lost peer ends the run with CS_ERR_PEER_LOST "
 		"naming its rank; a stalled\nsidecar with CS_ERR_TIMEOUT "
 		"naming it.\n",
 		DEFAULT_ENV);
+}
+
+/* A whole number in [min, 2^31): iterations, warm-ups, milliseconds. */
+static int parse_count(const char *s, unsigned min, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min ||
+	    v > 0x7fffffffUL) {
+		fprintf(stderr,
+			"collstack run: '%s' is not a whole number "
+			"from %u\n",
+			s, min);
+		return -1;
+	}
+	*out = (unsigned)v;
+	return 0;
 }
 
 static int parse_size(const char *s, unsigned long long *out)
@@ -243,6 +265,7 @@ static int run_allreduce(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "exclude-lost", no_argument, NULL, 'x' },
+		{ "per-op", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -259,6 +282,7 @@ static int run_allreduce(int argc, char **argv)
 	uint32_t op_id;
 	int n, o, ret = 1;
 	bool exclude_lost = false; /* ctlplane */
+	bool per_op = false;
 
 	while ((o = getopt_long(argc, argv, "b:e:n:w:t:h", opts, NULL)) != -1) {
 		switch (o) {
@@ -280,19 +304,25 @@ static int run_allreduce(int argc, char **argv)
 			dts = optarg;
 			break;
 		case 'n':
-			iters = (unsigned)atoi(optarg);
+			if (parse_count(optarg, 1, &iters))
+				goto bad;
 			break;
 		case 'w':
-			warmup = (unsigned)atoi(optarg);
+			if (parse_count(optarg, 0, &warmup))
+				goto bad;
 			break;
 		case 's':
 			seed = strtoull(optarg, NULL, 0);
 			break;
 		case 'T':
-			timeout = (unsigned)atoi(optarg);
+			if (parse_count(optarg, 1, &timeout))
+				goto bad;
 			break;
 		case 'x':
 			exclude_lost = true;
+			break;
+		case 'v':
+			per_op = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -386,6 +416,10 @@ static int run_allreduce(int argc, char **argv)
 				if (kv(nd[i].reply, "wrong") > 0)
 					fprintf(stderr, "# %s: %s\n",
 						nd[i].name, nd[i].reply);
+				else if (per_op && it >= warmup)
+					printf("#   %s iter %u: %s\n",
+					       nd[i].name, it - warmup,
+					       nd[i].reply);
 			}
 			if (it >= warmup)
 				tsum += tmax;

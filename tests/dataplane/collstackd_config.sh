@@ -63,4 +63,16 @@ for _ in $(seq 100); do [ -f "$tmp/runb/ready" ] && break; sleep 0.1; done
 grep -q "packet authentication on" "$tmp/loga" || fail "no auth log line"
 kill -TERM $pid
 wait $pid || fail "auth sidecar: exit status $? after SIGTERM"
+
+# collstack run's counts: a bad one is refused before any sidecar is asked.
+C=${CS_BUILD_DIR:?}/tools/collstack
+for a in "--iters 0" "--iters -1" "--iters 3x" "--warmup -2" "--timeout 0" \
+	 "--iters 99999999999"; do
+	out=$("$C" run allreduce --cluster "$tmp/none.env" $a 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "usage: collstack run allreduce" <<<"$out" ||
+		fail "collstack run allreduce $a: rc $rc, '$out'"
+done
+out=$("$C" run allreduce --cluster "$tmp/none.env" --iters 2 --per-op 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
+	fail "collstack run without a cluster: rc $rc, '$out'"
 echo PASS
