@@ -632,7 +632,8 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	pthread_setname_np(x->thr, "cs-ipc");
 	d->ipc = x;
 	CS_INFO("trainers: COLLSTACK_SOCKET=%s (node %u of %u)",
-		cf->ipc.socket_path, d->conf.rank, d->drv.npeers);
+		cf->ipc.socket_path, d->conf.rank,
+		d->drv.npeers ? d->drv.npeers : 1); /* no peers: this node */
 	return 0;
 out_srv:
 	atomic_store(&d->view.wake_fd, -1);
