@@ -16,6 +16,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,62 @@ static void usage(FILE *out)
 		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
 		"(sidecars on loopback).\n",
 		BENCH_ENV);
+}
+
+/* A whole number in [min, max], nothing else. */
+static bool whole(const char *s, unsigned long min, unsigned long max,
+		  unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* "4096", "4K", "64M", "1G": at least one byte, nothing after the unit. */
+static bool size_ok(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || !(v >= 1))
+		return false;
+	if (*end == 'K' || *end == 'k' || *end == 'M' || *end == 'm' ||
+	    *end == 'G' || *end == 'g')
+		end++;
+	return !*end;
+}
+
+/*
+ * The options passed on to every trainer are checked here, once: a bad
+ * one would otherwise fail (or be half read) in each trainer of each
+ * namespace.
+ */
+static bool pass_ok(int o, const char *v)
+{
+	unsigned long x;
+
+	switch (o) {
+	case 'o':
+		return !strcmp(v, "allreduce") ||
+		       !strcmp(v, "reduce_scatter") ||
+		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast");
+	case 'b':
+	case 'e':
+		return size_ok(v);
+	case 'f':
+		return whole(v, 2, 1024, &x);
+	case 'n':
+		return whole(v, 1, 100000000, &x);
+	case 'w':
+		return whole(v, 0, 100000000, &x);
+	}
+	return false;
 }
 
 static int default_trainer(char *out, size_t len)
@@ -94,6 +151,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	static pid_t pids[BENCH_MAX_NODES * BENCH_MAX_TPN];
 	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1;
 	unsigned timeout = 600;
+	unsigned long num;
 	time_t deadline;
 
 	trainer[0] = 0;
@@ -109,13 +167,27 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			env = optarg;
 			break;
 		case 'T':
-			tpn = atoi(optarg);
+			if (!whole(optarg, 1, BENCH_MAX_TPN, &num)) {
+				fprintf(stderr,
+					"collstack bench: --trainers-per-node "
+					"%s: a whole number from 1 to %d\n",
+					optarg, BENCH_MAX_TPN);
+				return 2;
+			}
+			tpn = (int)num;
 			break;
 		case 'p':
 			snprintf(trainer, sizeof(trainer), "%s", optarg);
 			break;
 		case 't':
-			timeout = (unsigned)atoi(optarg);
+			if (!whole(optarg, 1, 86400, &num)) {
+				fprintf(stderr,
+					"collstack bench: --timeout %s: whole "
+					"seconds from 1 to 86400\n",
+					optarg);
+				return 2;
+			}
+			timeout = (unsigned)num;
 			break;
 		case 'N':
 			netns = 0;
@@ -125,6 +197,14 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			return 0;
 		default:
 			if (!strchr(pass_opts, o) || ntargs + 3 >= 32) {
+				usage(stderr);
+				return 2;
+			}
+			if (!pass_ok(o, optarg)) {
+				fprintf(stderr,
+					"collstack bench: -%c %s: not a "
+					"valid value\n",
+					o, optarg);
 				usage(stderr);
 				return 2;
 			}

@@ -64,7 +64,8 @@ grep -q "packet authentication on" "$tmp/loga" || fail "no auth log line"
 kill -TERM $pid
 wait $pid || fail "auth sidecar: exit status $? after SIGTERM"
 
-# collstack run's counts: a bad one is refused before any sidecar is asked.
+# collstack run's and collstack bench's arguments: a bad one is refused
+# before any sidecar is asked or any trainer started.
 C=${CS_BUILD_DIR:?}/tools/collstack
 for a in "--iters 0" "--iters -1" "--iters 3x" "--warmup -2" "--timeout 0" \
 	 "--iters 99999999999"; do
@@ -72,6 +73,16 @@ for a in "--iters 0" "--iters -1" "--iters 3x" "--warmup -2" "--timeout 0" \
 	[ $rc -eq 2 ] && grep -q "usage: collstack run allreduce" <<<"$out" ||
 		fail "collstack run allreduce $a: rc $rc, '$out'"
 done
+for a in "-n 0" "-n 3x" "-w -1" "-f 1" "-b 4X" "-e 0" "-o allgather" \
+	 "--trainers-per-node 0" "--trainers-per-node 2x" "--timeout 0"; do
+	out=$("$C" bench $a --cluster "$tmp/none.env" 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "collstack bench" <<<"$out" ||
+		fail "collstack bench $a: rc $rc, '$out'"
+done
+out=$("$C" bench -o all_gather -b 4K -e 1M -f 4 -n 3 -w 0 \
+	--trainers-per-node 2 --timeout 30 --cluster "$tmp/none.env" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
+	fail "collstack bench, good arguments, no cluster: rc $rc, '$out'"
 out=$("$C" run allreduce --cluster "$tmp/none.env" --iters 2 --per-op 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
 	fail "collstack run without a cluster: rc $rc, '$out'"
