@@ -1372,9 +1372,9 @@ void cs_daemon_tick(struct cs_daemon *d)
  * for that) and stamps the view's epoch on the engine and on every ACK.
  */
 int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
-			void *buf, size_t count, enum cs_dtype dt,
-			enum cs_redop redop, atomic_int *notify, char *msg,
-			size_t mlen)
+			const void *sendbuf, void *buf, size_t count,
+			enum cs_dtype dt, enum cs_redop redop,
+			atomic_int *notify, char *msg, size_t mlen)
 {
 	struct cs_daemon *d = s->d;
 	struct cs_coll_params p;
@@ -1424,7 +1424,7 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 	p.kind = CS_COLL_ALLREDUCE;
 	p.nranks = op->n;
 	p.rank = op->rank;
-	p.sendbuf = buf;
+	p.sendbuf = sendbuf ? sendbuf : buf;
 	p.recvbuf = buf;
 	p.count = count;
 	p.dtype = dt;

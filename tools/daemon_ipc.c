@@ -213,11 +213,13 @@ static int launch(struct cs_daemon_ipc *x)
 	enum cs_redop redop = op->redop;
 	size_t count = op->count;
 	void *buf = op->buf;
+	const void *sendbuf = NULL;
 	char msg[160];
 	int ret;
 
 	switch (op->kind) {
 	case CS_IPC_INTER_ALLREDUCE:
+		sendbuf = op->sendbuf; /* out of place: the engine reads it */
 		break;
 	case CS_IPC_INTER_BROADCAST:
 		if (!root_is_local(op))
@@ -250,8 +252,9 @@ static int launch(struct cs_daemon_ipc *x)
 	if (!count)
 		return 1; /* nothing to exchange: done now */
 	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, buf, count, dt,
-				  redop, &x->notify, msg, sizeof(msg));
+	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, sendbuf, buf,
+				  count, dt, redop, &x->notify, msg,
+				  sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret; /* the view moved: on_view() fails it */
 	if (ret) {

@@ -30,8 +30,9 @@ void cs_daemon_ipc_stop(struct cs_daemon *d);
  * @op_id: operation id, the same on every node
  * @epoch: the node view (group epoch) the operation belongs to; 0 with
  *	static peers
- * @buf: @count elements, in place; valid until *@notify is set or
- *	cs_ar_svc_stop_ext()
+ * @sendbuf: the input, or NULL: in place in @buf; must not overlap @buf
+ * @buf: @count elements, the result (and the input without @sendbuf);
+ *	both valid until *@notify is set or cs_ar_svc_stop_ext()
  * @count: elements
  * @dt: element type
  * @redop: reduction
@@ -54,7 +55,8 @@ void cs_daemon_ipc_stop(struct cs_daemon *d);
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd);
 
 int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
-			void *buf, size_t count, enum cs_dtype dt,
+			const void *sendbuf, void *buf, size_t count,
+			enum cs_dtype dt,
 			enum cs_redop redop, atomic_int *notify, char *msg,
 			size_t mlen);
 

@@ -1223,6 +1223,104 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 }
 
 /*
+ * One local rank (rank 0 of 2; the backend plays rank 1, whose x[i] is
+ * 5000 + i). Out of place the backend must get the send buffer as
+ * @sendbuf and the recv buffer, still untouched, as @buf; in place only
+ * @buf. solo_start checks which it got and solo_tick computes from it,
+ * so a server that passed the wrong buffer, or copied send into recv as
+ * well, fails the trainer's operation (and solo_main exits non-zero).
+ */
+#define SOLO_N 700
+
+static int solo_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+	/* solo_main alternates: out of place first, then in place */
+	bool oop = f->started % 2 == 0;
+
+	if (f->pending || op->kind != CS_IPC_INTER_ALLREDUCE ||
+	    op->group_size != 2 || op->local_size != 1 || op->count != SOLO_N ||
+	    oop != (op->sendbuf != NULL) || op->sendbuf == op->buf)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int solo_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const struct cs_ipc_inter_op *op = &f->op;
+	const float *in = op->sendbuf ? op->sendbuf : op->buf;
+	float *out = op->buf;
+	int st = 0;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	for (uint64_t i = 0; i < op->count; i++) {
+		/* out of place: recv still holds the trainer's marker */
+		if (op->sendbuf && out[i] != -1.0f)
+			st = -EPROTO;
+		out[i] = in[i] + (float)(5000 + i);
+	}
+	cs_ipc_server_inter_done(srv, op->cookie, st);
+	return 1;
+}
+
+static int solo_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x, *y;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 3 * SOLO_N * 4, &b) ||
+	    cs_group_join(c, "solo", rank, size, 0, 1, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	y = x + SOLO_N;
+	for (int it = 0; it < 3; it++) {
+		for (int i = 0; i < SOLO_N; i++) {
+			x[i] = (float)(it * 10 + i);
+			y[i] = -1.0f;
+		}
+		if (cs_allreduce(g, x, y, SOLO_N, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 3;
+		for (int i = 0; i < SOLO_N; i++)
+			if (y[i] != (float)(it * 10 + i) + (float)(5000 + i) ||
+			    x[i] != (float)(it * 10 + i))
+				return 4;
+		/* and in place */
+		if (cs_allreduce(g, x, x, SOLO_N, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 5;
+		for (int i = 0; i < SOLO_N; i++)
+			if (x[i] != (float)(it * 10 + i) + (float)(5000 + i))
+				return 6;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, one_local_rank_out_of_place_through_backend, .timeout = 120)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = fake_backend(&fake, solo_start);
+	struct sidecar sc;
+	pid_t a;
+
+	sidecar_start_be(&sc, "solo", &be, solo_tick);
+	a = spawn(solo_main, sc.path, 0, 2, NULL);
+	expect_exit0(a, "rank 0"); /* solo_start and solo_tick check */
+	sidecar_stop(&sc);
+}
+
+/*
  * The only local member of a cross-node group is killed while the backend
  * works on its allreduce. The backend works in that trainer's own recv
  * buffer, and keeps reading it on every tick until cancel(): cancel must
