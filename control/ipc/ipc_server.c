@@ -458,6 +458,13 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		 * block. Correct, not bandwidth-optimal across nodes. */
 		op.kind = CS_IPC_INTER_ALLREDUCE;
 		op.count = n * g->size;
+		/* one local rank: the network reads its send buffer into
+		 * the staging buffer (a recv inside it is written only
+		 * by fan_out(), after the network is done with it) */
+		if (g->local_size == 1) {
+			op.sendbuf = p0->send;
+			break;
+		}
 		reduce_local(g, in, g->staging, n * g->size);
 		break;
 	case CS_IPC_OP_ALL_GATHER:

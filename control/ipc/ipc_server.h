@@ -76,9 +76,9 @@ struct cs_ipc_inter_op {
 	uint32_t root; /* broadcast root (global rank) */
 	void *buf; /* server-owned staging buffer */
 	/* allreduce only: the input when it is not @buf (NULL: in place in
-	 * @buf). Set with one local rank and distinct buffers: its send
-	 * buffer, and @buf is its recv buffer, which holds nothing yet.
-	 * Stays mapped as long as @buf does. */
+	 * @buf). Set with one local rank: its send buffer, and @buf (its
+	 * recv buffer, or the staging buffer of a reduce-scatter) holds
+	 * nothing yet. Stays mapped as long as @buf does. */
 	const void *sendbuf;
 	uint64_t count; /* elements in @buf */
 	uint64_t block; /* all-gather: elements per rank */

@@ -1226,8 +1226,9 @@ Test(client, two_nodes_through_backend, .timeout = 120)
  * One local rank (rank 0 of 2; the backend plays rank 1, whose x[i] is
  * 5000 + i). Out of place the backend must get the send buffer as
  * @sendbuf and the recv buffer, still untouched, as @buf; in place only
- * @buf. solo_start checks which it got and solo_tick computes from it,
- * so a server that passed the wrong buffer, or copied send into recv as
+ * @buf; a reduce-scatter the send buffer as @sendbuf and the staging
+ * buffer as @buf. solo_start checks which it got and solo_tick computes from
+ * it, so a server that passed the wrong buffer, or copied send into recv as
  * well, fails the trainer's operation (and solo_main exits non-zero).
  */
 #define SOLO_N 700
@@ -1235,8 +1236,9 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 static int solo_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
 	struct fake_be *f = ctx;
-	/* solo_main alternates: out of place first, then in place */
-	bool oop = f->started % 2 == 0;
+	/* solo_main's round: allreduce out of place, in place, then a
+	 * reduce-scatter (an allreduce of everything across nodes) */
+	bool oop = f->started % 3 != 1;
 
 	if (f->pending || op->kind != CS_IPC_INTER_ALLREDUCE ||
 	    op->group_size != 2 || op->local_size != 1 || op->count != SOLO_N ||
@@ -1260,8 +1262,8 @@ static int solo_tick(struct cs_ipc_server *srv, void *ctx)
 		return 0;
 	f->pending = false;
 	for (uint64_t i = 0; i < op->count; i++) {
-		/* out of place: recv still holds the trainer's marker */
-		if (op->sendbuf && out[i] != -1.0f)
+		/* allreduce out of place: recv still holds the marker */
+		if ((f->started - 1) % 3 == 0 && out[i] != -1.0f)
 			st = -EPROTO;
 		out[i] = in[i] + (float)(5000 + i);
 	}
@@ -1302,6 +1304,16 @@ static int solo_main(const char *path, int rank, int size, void *arg)
 		for (int i = 0; i < SOLO_N; i++)
 			if (x[i] != (float)(it * 10 + i) + (float)(5000 + i))
 				return 6;
+		/* reduce-scatter: rank 0 keeps block 0 of SOLO_N / 2 */
+		for (int i = 0; i < SOLO_N; i++)
+			x[i] = (float)(it * 7 + i);
+		if (cs_reduce_scatter(g, x, y, SOLO_N / 2, CS_F32, CS_SUM,
+				      &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 7;
+		for (int i = 0; i < SOLO_N / 2; i++)
+			if (y[i] != (float)(it * 7 + i) + (float)(5000 + i))
+				return 8;
 	}
 	cs_disconnect(c);
 	return 0;
