@@ -101,63 +101,71 @@ static float apply_f(float a, float b, enum cs_redop op)
 	}
 }
 
-#define REDUCE_LOOP(T, U, d, s, n, op)                                         \
+/* d[i] = a[i] op s[i]; @d may be @a (in place), never partly over it. */
+#define REDUCE_LOOP(T, U, d, a, s, n, op)                                      \
 	do {                                                                   \
 		T *d_ = (T *)(d);                                              \
+		const T *a_ = (const T *)(a);                                  \
 		const T *s_ = (const T *)(s);                                  \
 		switch (op) {                                                  \
 		case CS_SUM:                                                   \
 			for (size_t i = 0; i < (n); i++)                       \
-				d_[i] = (T)((U)d_[i] + (U)s_[i]);              \
+				d_[i] = (T)((U)a_[i] + (U)s_[i]);              \
 			break;                                                 \
 		case CS_PROD:                                                  \
 			for (size_t i = 0; i < (n); i++)                       \
-				d_[i] = (T)((U)d_[i] * (U)s_[i]);              \
+				d_[i] = (T)((U)a_[i] * (U)s_[i]);              \
 			break;                                                 \
 		case CS_MIN:                                                   \
 			for (size_t i = 0; i < (n); i++)                       \
-				d_[i] = s_[i] < d_[i] ? s_[i] : d_[i];         \
+				d_[i] = s_[i] < a_[i] ? s_[i] : a_[i];         \
 			break;                                                 \
 		default:                                                       \
 			for (size_t i = 0; i < (n); i++)                       \
-				d_[i] = s_[i] > d_[i] ? s_[i] : d_[i];         \
+				d_[i] = s_[i] > a_[i] ? s_[i] : a_[i];         \
 			break;                                                 \
 		}                                                              \
 	} while (0)
 
-void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
-		   enum cs_redop op)
+void cs_ipc_reduce_into(void *dst, const void *a, const void *src, size_t n,
+			enum cs_dtype t, enum cs_redop op)
 {
 	uint16_t *d16 = dst;
-	const uint16_t *s16 = src;
+	const uint16_t *a16 = a, *s16 = src;
 
 	switch (t) {
 	case CS_F32:
-		REDUCE_LOOP(float, float, dst, src, n, op);
+		REDUCE_LOOP(float, float, dst, a, src, n, op);
 		break;
 	case CS_F64:
-		REDUCE_LOOP(double, double, dst, src, n, op);
+		REDUCE_LOOP(double, double, dst, a, src, n, op);
 		break;
 	case CS_I32:
-		REDUCE_LOOP(int32_t, uint32_t, dst, src, n, op);
+		REDUCE_LOOP(int32_t, uint32_t, dst, a, src, n, op);
 		break;
 	case CS_I64:
-		REDUCE_LOOP(int64_t, uint64_t, dst, src, n, op);
+		REDUCE_LOOP(int64_t, uint64_t, dst, a, src, n, op);
 		break;
 	case CS_U8:
-		REDUCE_LOOP(uint8_t, unsigned, dst, src, n, op);
+		REDUCE_LOOP(uint8_t, unsigned, dst, a, src, n, op);
 		break;
 	case CS_F16:
 		for (size_t i = 0; i < n; i++)
-			d16[i] = f32_to_f16(apply_f(f16_to_f32(d16[i]),
+			d16[i] = f32_to_f16(apply_f(f16_to_f32(a16[i]),
 						    f16_to_f32(s16[i]), op));
 		break;
 	case CS_BF16:
 		for (size_t i = 0; i < n; i++)
-			d16[i] = f32_to_bf16(apply_f(bf16_to_f32(d16[i]),
+			d16[i] = f32_to_bf16(apply_f(bf16_to_f32(a16[i]),
 						     bf16_to_f32(s16[i]), op));
 		break;
 	default:
 		break;
 	}
+}
+
+void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
+		   enum cs_redop op)
+{
+	cs_ipc_reduce_into(dst, dst, src, n, t, op);
 }

@@ -296,12 +296,18 @@ static void reduce_local(struct group *g, struct inst *in, uint8_t *acc,
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0);
 
-	if (acc != p0->send)
+	enum cs_dtype t = (enum cs_dtype)p0->d.dtype;
+	enum cs_redop op = (enum cs_redop)p0->d.redop;
+	uint32_t l = 1;
+
+	/* acc is local rank 0's send (in place) or clear of every send */
+	if (g->local_size > 1) /* acc = send0 op send1: no copy first */
+		cs_ipc_reduce_into(acc, p0->send, in->parts[l++].send, n, t,
+				   op);
+	else if (acc != p0->send)
 		memmove(acc, p0->send, n * esz);
-	for (uint32_t l = 1; l < g->local_size; l++)
-		cs_ipc_reduce(acc, in->parts[l].send, n,
-			      (enum cs_dtype)p0->d.dtype,
-			      (enum cs_redop)p0->d.redop);
+	for (; l < g->local_size; l++)
+		cs_ipc_reduce(acc, in->parts[l].send, n, t, op);
 }
 
 /* Copy the result from the staging buffer to every local rank. */

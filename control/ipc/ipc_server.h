@@ -223,4 +223,19 @@ void cs_ipc_server_destroy(struct cs_ipc_server *s);
 void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
 		   enum cs_redop op);
 
+/**
+ * cs_ipc_reduce_into - @dst[i] = @a[i] op @src[i] for @n elements
+ * @dst: result; may be @a, must not overlap @a otherwise, nor @src
+ * @a: first operand
+ * @src: second operand
+ * @n: elements
+ * @t: element type
+ * @op: operator
+ *
+ * cs_ipc_reduce() is cs_ipc_reduce_into(dst, dst, src, ...): the same
+ * bits, one pass fewer when the first operand is not the result yet.
+ */
+void cs_ipc_reduce_into(void *dst, const void *a, const void *src, size_t n,
+			enum cs_dtype t, enum cs_redop op);
+
 #endif

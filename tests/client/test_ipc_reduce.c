@@ -97,3 +97,49 @@ Test(ipc_reduce, integers_and_floats)
 	cs_ipc_reduce(d, e, 2, CS_F64, CS_PROD);
 	cr_assert(isinf(d[0]));
 }
+
+/* reduce_into(d, a, s) gives what reduce(d = a, s) gives, bit for bit,
+ * with d apart from a and with d == a, for every type and operator. */
+Test(ipc_reduce, into_equals_copy_then_reduce)
+{
+	static const enum cs_dtype types[] = { CS_F32, CS_F64, CS_I32, CS_I64,
+					       CS_U8,  CS_F16, CS_BF16 };
+	static const enum cs_redop ops[] = { CS_SUM, CS_PROD, CS_MIN, CS_MAX };
+	enum { N = 257 };
+	uint8_t a[N * 8], s[N * 8], want[N * 8], got[N * 8 + 1], self[N * 8];
+	uint32_t x = 12345;
+
+	for (size_t i = 0; i < sizeof(a); i++) {
+		x = x * 1103515245u + 12345u;
+		a[i] = (uint8_t)(x >> 16);
+		x = x * 1103515245u + 12345u;
+		s[i] = (uint8_t)(x >> 16);
+	}
+	for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+		for (size_t oi = 0; oi < sizeof(ops) / sizeof(ops[0]); oi++) {
+			enum cs_dtype t = types[ti];
+			enum cs_redop op = ops[oi];
+
+			memcpy(want, a, sizeof(a));
+			cs_ipc_reduce(want, s, N, t, op);
+			memset(got, 0xa5, sizeof(got)); /* and one byte more */
+			cs_ipc_reduce_into(got, a, s, N, t, op);
+			memcpy(self, a, sizeof(a));
+			cs_ipc_reduce_into(self, self, s, N, t, op);
+			/* only the first N elements are the result */
+			size_t bytes = N * (t == CS_F64 || t == CS_I64	  ? 8
+					    : t == CS_U8		  ? 1
+					    : t == CS_F16 || t == CS_BF16 ? 2
+									  : 4);
+
+			cr_assert(!memcmp(got, want, bytes),
+				  "type %d op %d: into differs", (int)t,
+				  (int)op);
+			cr_assert(!memcmp(self, want, bytes),
+				  "type %d op %d: in place differs", (int)t,
+				  (int)op);
+			cr_assert(got[bytes] == 0xa5,
+				  "type %d op %d: wrote past n (%zu: %#x)",
+				  (int)t, (int)op, bytes, got[bytes]);
+		}
+}
