@@ -334,7 +334,10 @@ static void fan_out(struct group *g, struct inst *in)
 			       blk);
 			break;
 		case CS_IPC_OP_ALL_GATHER:
-			memcpy(p->recv, g->staging, blk * g->size);
+			if (!in->in_recv0)
+				memcpy(p->recv, g->staging, blk * g->size);
+			else if (l)
+				memcpy(p->recv, p0->recv, blk * g->size);
 			break;
 		default:
 			break;
@@ -476,6 +479,23 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_ALL_GATHER:
 		op.kind = CS_IPC_INTER_ALL_GATHER;
 		op.count = n * g->size;
+		if (g->local_size == 1) {
+			/* One local rank: the sum over zeros runs in its recv
+			 * buffer, so fan_out() has nothing to copy. Its own
+			 * block (there already when in place), zeros around. */
+			uint8_t *r = p0->recv,
+				*own = r + (size_t)g->ranks[0] * blk;
+
+			if (p0->send != own)
+				memcpy(own, p0->send, blk);
+			memset(r, 0, (size_t)(own - r));
+			memset(own + blk, 0,
+			       (size_t)(g->size - 1 - (uint32_t)g->ranks[0]) *
+				       blk);
+			op.buf = p0->recv;
+			in->in_recv0 = true;
+			break;
+		}
 		memset(g->staging, 0, need);
 		for (uint32_t l = 0; l < g->local_size; l++)
 			memcpy((uint8_t *)g->staging +
@@ -484,6 +504,13 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		break;
 	case CS_IPC_OP_BROADCAST:
 		op.kind = CS_IPC_INTER_BROADCAST;
+		if (g->local_size == 1) {
+			/* in its recv buffer: the root's data is there, and
+			 * the backend zeroes it on a node without the root */
+			op.buf = p0->recv;
+			in->in_recv0 = true;
+			break;
+		}
 		root = local_of(g, p0->d.root);
 		if (root >= 0)
 			memcpy(g->staging, in->parts[root].recv, blk);

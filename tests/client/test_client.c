@@ -1333,6 +1333,115 @@ Test(client, one_local_rank_out_of_place_through_backend, .timeout = 120)
 }
 
 /*
+ * One local rank (rank 0 of 2), all-gather and broadcast: the backend
+ * plays rank 1 (its block is 100 + k; as the broadcast root it sends
+ * 7k + 1). It checks what the server handed it: this rank's block and
+ * zeros for an all-gather, the root's data for a broadcast from rank 0.
+ */
+#define SOLO_BLK 64
+
+static int solo2_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->group_size != 2 || op->local_size != 1 ||
+	    (op->kind != CS_IPC_INTER_ALL_GATHER &&
+	     op->kind != CS_IPC_INTER_BROADCAST))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int solo2_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const struct cs_ipc_inter_op *op = &f->op;
+	float *b = op->buf;
+	int st = 0;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	if (op->kind == CS_IPC_INTER_ALL_GATHER) {
+		if (op->count != 2 * SOLO_BLK)
+			st = -EPROTO;
+		for (int k = 0; !st && k < SOLO_BLK; k++) {
+			if (b[k] != (float)k || b[SOLO_BLK + k] != 0.0f)
+				st = -EPROTO;
+			b[SOLO_BLK + k] = (float)(100 + k);
+		}
+	} else if (op->count != SOLO_BLK) {
+		st = -EPROTO;
+	} else {
+		for (int k = 0; k < SOLO_BLK; k++) {
+			if (op->root == 1)
+				b[k] = (float)(7 * k + 1);
+			else if (b[k] != (float)(3 * k + 2))
+				st = -EPROTO;
+		}
+	}
+	cs_ipc_server_inter_done(srv, op->cookie, st);
+	return 1;
+}
+
+static int solo2_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *d, *s;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 4 * SOLO_BLK * 4, &b) ||
+	    cs_group_join(c, "solo2", rank, size, 0, 1, &g))
+		return 2;
+	d = cs_buf_ptr(b);
+	s = d + SOLO_BLK;
+	for (int in_place = 0; in_place < 2; in_place++) {
+		for (int k = 0; k < 2 * SOLO_BLK; k++)
+			s[k] = -1.0f;
+		for (int k = 0; k < SOLO_BLK; k++)
+			(in_place ? s : d)[k] = (float)k;
+		if (cs_all_gather(g, in_place ? s : d, s, SOLO_BLK, CS_F32,
+				  &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 3;
+		for (int k = 0; k < SOLO_BLK; k++)
+			if (s[k] != (float)k || s[SOLO_BLK + k] != 100 + k)
+				return 4;
+	}
+	for (int root = 0; root < 2; root++) {
+		for (int k = 0; k < SOLO_BLK; k++)
+			d[k] = root ? -5.0f : (float)(3 * k + 2);
+		if (cs_broadcast(g, d, SOLO_BLK, CS_F32, root, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 5;
+		for (int k = 0; k < SOLO_BLK; k++)
+			if (d[k] != (float)(root ? 7 * k + 1 : 3 * k + 2))
+				return 6;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, one_local_rank_gather_and_broadcast_through_backend,
+     .timeout = 120)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = fake_backend(&fake, solo2_start);
+	struct sidecar sc;
+	pid_t a;
+
+	sidecar_start_be(&sc, "solo2", &be, solo2_tick);
+	a = spawn(solo2_main, sc.path, 0, 2, NULL);
+	expect_exit0(a, "rank 0"); /* solo2_tick checks what it got */
+	sidecar_stop(&sc);
+}
+
+/*
  * The only local member of a cross-node group is killed while the backend
  * works on its allreduce. The backend works in that trainer's own recv
  * buffer, and keeps reading it on every tick until cancel(): cancel must
