@@ -129,7 +129,7 @@ struct ar_op {
 	/* written by the lcore, read after state != AR_PREPARED */
 	cs_ns_t t_start, t_ready, t_done;
 	uint64_t frames, pure_acks, fillers, proto_err, failed_peer;
-	/* trainer ops (cs_ar_svc_start_ext): the caller owns the buffer
+	/* trainer ops (cs_ar_svc_start_coll): the caller owns the buffer
 	 * and learns the outcome through *notify (daemon_ipc.c) */
 	atomic_int *notify;
 	bool notified;
@@ -1363,18 +1363,53 @@ void cs_daemon_tick(struct cs_daemon *d)
 
 /* ---- trainer operations (tools/daemon_ipc.c) --------------------------- */
 
+/* The view @epoch applied (view_lock held); 0, -EAGAIN or an error. */
+static int view_for(struct cs_ar_svc *s, uint32_t epoch, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	int ret;
+
+	/* ctlplane: never run an operation of one view on another's ring */
+	if (atomic_load_explicit(&d->view.epoch, memory_order_acquire) !=
+	    epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		return -EAGAIN;
+	}
+	ret = apply_view(s, msg, mlen);
+	if (ret)
+		return ret;
+	if (d->boot && s->view_epoch != epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
+		       uint32_t *n)
+{
+	char msg[160];
+	int ret;
+
+	pthread_mutex_lock(&s->view_lock);
+	ret = view_for(s, epoch, msg, sizeof(msg));
+	*rank = s->d->drv.rank;
+	*n = s->d->drv.npeers;
+	pthread_mutex_unlock(&s->view_lock);
+	return ret;
+}
+
 /*
- * Like prepare(), but on the caller's buffer, with the caller's operation
- * id and reduction, started at once and reported through @notify. Kept
- * apart from prepare() (which fills and checks test data) so the two
- * services can change independently. As prepare(), it runs on the ring
- * of the current view (applied first if it moved: the lcore is quiesced
- * for that) and stamps the view's epoch on the engine and on every ACK.
+ * Like prepare(), but on the caller's buffers, with the caller's
+ * operation id, kind and reduction, started at once and reported through
+ * @notify. Kept apart from prepare() (which fills and checks test data)
+ * so the two services can change independently. As prepare(), it runs on
+ * the ring of the current view (applied first if it moved: the lcore is
+ * quiesced for that) and stamps the view's epoch on the engine and on
+ * every ACK.
  */
-int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
-			const void *sendbuf, void *buf, size_t count,
-			enum cs_dtype dt, enum cs_redop redop,
-			atomic_int *notify, char *msg, size_t mlen)
+int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
+			 char *msg, size_t mlen)
 {
 	struct cs_daemon *d = s->d;
 	struct cs_coll_params p;
@@ -1382,25 +1417,21 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 	int ret;
 
 	pthread_mutex_lock(&s->view_lock);
-	/* ctlplane: never run an operation of one view on another's ring */
-	if (atomic_load_explicit(&d->view.epoch, memory_order_acquire) !=
-	    epoch) {
-		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
-		ret = -EAGAIN;
-		goto out_unlock;
-	}
-	ret = apply_view(s, msg, mlen);
+	ret = view_for(s, c->epoch, msg, mlen);
 	if (ret)
 		goto out_unlock;
-	if (d->boot && s->view_epoch != epoch) {
-		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
-		ret = -EAGAIN;
-		goto out_unlock;
-	}
-	if (!cs_dtype_size(dt) || d->drv.npeers < 2) {
+	if (!cs_dtype_size(c->dtype) || d->drv.npeers < 2) {
 		snprintf(msg, mlen,
 			 "bad type, or the peer table lists fewer "
 			 "than 2 nodes");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	if (c->kind != CS_COLL_ALLREDUCE && c->rank != d->drv.rank) {
+		snprintf(msg, mlen,
+			 "buffers laid out for ring index %u, this node "
+			 "is %u",
+			 c->rank, d->drv.rank);
 		ret = -EINVAL;
 		goto out_unlock;
 	}
@@ -1409,27 +1440,28 @@ int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 		ret = -ENOMEM;
 		goto out_unlock;
 	}
-	op->op_id = op_id;
+	op->op_id = c->op_id;
 	op->n = d->drv.npeers;
 	op->rank = d->drv.rank; /* ctlplane: ring index (= node.rank static) */
-	op->epoch = epoch; /* 0: static peers */
-	op->dtype = dt;
-	op->count = count;
-	op->bytes = count * cs_dtype_size(dt);
-	op->notify = notify;
+	op->epoch = c->epoch; /* 0: static peers */
+	op->dtype = c->dtype;
+	op->count = c->count;
+	op->bytes = c->count * cs_dtype_size(c->dtype);
+	op->notify = c->notify;
 	op->failed_peer = UINT64_MAX; /* none: set when a session gives up */
 	atomic_init(&op->started, true);
 	atomic_init(&op->state, AR_PREPARED);
 	cs_coll_params_default(&p, &s->cf->coll);
-	p.kind = CS_COLL_ALLREDUCE;
+	p.kind = c->kind;
 	p.nranks = op->n;
 	p.rank = op->rank;
-	p.sendbuf = sendbuf ? sendbuf : buf;
-	p.recvbuf = buf;
-	p.count = count;
-	p.dtype = dt;
-	p.op = redop;
-	p.op_id = op_id;
+	p.root = c->root;
+	p.sendbuf = c->sendbuf ? c->sendbuf : c->recvbuf;
+	p.recvbuf = c->recvbuf;
+	p.count = c->count;
+	p.dtype = c->dtype;
+	p.op = c->redop;
+	p.op_id = c->op_id;
 	p.epoch = op->epoch; /* ctlplane */
 	ret = op_build(s, op, &p, d->port->frame_max, msg, mlen);
 	if (ret)

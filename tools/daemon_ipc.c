@@ -23,7 +23,9 @@
  * reliable sessions) on lcore 0. All-gather and broadcast ride the same
  * allreduce as an integer sum over the raw bytes (every byte is zero
  * except the ones one node supplies, so the sum is that node's bytes,
- * bit for bit); a barrier is a one-element allreduce.
+ * bit for bit); a barrier is a one-element allreduce. With one trainer
+ * per node, reduce-scatter and all-gather run as such (launch()), with
+ * half the bytes.
  *
  * Operation ids need no orchestrator: the k-th operation of a group has
  * the same k on every node (every node's server numbers a group's
@@ -186,12 +188,13 @@ static uint32_t name_hash(const char *s)
 
 /*
  * The id of the k-th operation of a group: the top bit keeps it apart from
- * `collstack run` ids, 7 bits of the name's hash, 24 bits of k. k is the
+ * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
+ * by launch()), then 6 bits of the name's hash, 24 bits of k. k is the
  * low half of the server's cookie (the instance's sequence number).
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
-	return 0x80000000u | (name_hash(op->group) & 0x7f) << 24 |
+	return 0x80000000u | (name_hash(op->group) & 0x3f) << 24 |
 	       ((uint32_t)op->cookie & 0xffffff);
 }
 
@@ -203,45 +206,118 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 	return false;
 }
 
-/* Start q[head] on the port; returns 0 or a negative error. */
+/* Op ids of the ring kinds below (reduce-scatter, all-gather as such):
+ * never the id of the same op run as a sum elsewhere. */
+#define OP_ID_RING_KIND 0x40000000u
+
+/* The sum trick: the blocks of ranks not on this node are zero. */
+static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
+{
+	size_t blk = (size_t)op->block * esz;
+
+	for (uint32_t r = 0; r < op->group_size; r++) {
+		bool local = false;
+
+		for (uint32_t l = 0; l < op->local_size && !local; l++)
+			local = (uint32_t)op->local_ranks[l] == r;
+		if (!local)
+			memset((uint8_t *)op->buf + (size_t)r * blk, 0, blk);
+	}
+}
+
+/*
+ * Start q[head] on the port; returns 0, 1 (nothing to exchange) or a
+ * negative error.
+ *
+ * With one trainer on every node and node i holding rank i (what
+ * docs/ipcd.md asks of a multi-node group: every node takes part, node
+ * order = rank order), reduce-scatter and all-gather run as such on the
+ * ring: (n-1)/n of the buffer across each link instead of the sum's
+ * 2(n-1)/n. Each needs every node's data, so no node finishes one before
+ * every node finished the one before (what the single `prev` operation
+ * of daemon_ar.c relies on to answer late retransmissions). Every node then
+ * sees the same and decides the same; should one not (ranks out of node order),
+ * its op id differs (OP_ID_RING_KIND) and the op fails on a timeout instead of
+ * mixing frames of two algorithms. Otherwise they ride an allreduce: all-gather
+ * and broadcast as an integer sum over the raw bytes (every byte zero
+ * except the ones one node supplies, so the sum is those bytes bit for
+ * bit), reduce-scatter as the allreduce of everything.
+ */
 static int launch(struct cs_daemon_ipc *x)
 {
 	struct ipcd_op *o = &x->q[x->head];
 	const struct cs_ipc_inter_op *op = &o->op;
-	size_t bytes = op->count * cs_dtype_size(op->dtype);
-	enum cs_dtype dt = op->dtype;
-	enum cs_redop redop = op->redop;
-	size_t count = op->count;
-	void *buf = op->buf;
-	const void *sendbuf = NULL;
+	size_t esz = cs_dtype_size(op->dtype), bytes = op->count * esz;
+	struct cs_ar_coll c = {
+		.op_id = o->op_id,
+		.epoch = x->epoch,
+		.kind = CS_COLL_ALLREDUCE,
+		.recvbuf = op->buf,
+		.count = op->count,
+		.dtype = op->dtype,
+		.redop = op->redop,
+		.notify = &x->notify,
+	};
+	uint32_t pos = 0, nn = 0;
+	bool ring;
 	char msg[160];
 	int ret;
 
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn);
+	if (ret)
+		return ret; /* -EAGAIN: the view moved, on_view() fails it */
+	ring = op->local_size == 1 && op->group_size == nn &&
+	       (uint32_t)op->local_ranks[0] == pos && op->block;
 	switch (op->kind) {
 	case CS_IPC_INTER_ALLREDUCE:
-		sendbuf = op->sendbuf; /* out of place: the engine reads it */
+		c.sendbuf = op->sendbuf; /* out of place: the engine reads it */
+		break;
+	case CS_IPC_INTER_REDUCE_SCATTER:
+		c.sendbuf = op->sendbuf;
+		if (ring) { /* this node's block of the node sums, in @buf */
+			c.kind = CS_COLL_REDUCE_SCATTER;
+			c.count = op->block;
+			c.sendbuf = op->sendbuf ? op->sendbuf : op->buf;
+			c.recvbuf = (uint8_t *)op->buf +
+				    (size_t)pos * op->block * esz;
+		}
 		break;
 	case CS_IPC_INTER_BROADCAST:
+		/* Not the engine's chain: its root is done once the next
+		 * node has everything, and may then run two operations ahead
+		 * of a node that still waits for the root's last ACK of an
+		 * earlier one (only the operation before is kept to answer
+		 * it). An allreduce needs every node, so no node gets more
+		 * than one ahead. */
 		if (!root_is_local(op))
-			memset(buf, 0, bytes);
-		/* fall through */
+			memset(op->buf, 0, bytes);
+		goto sum_of_bytes;
 	case CS_IPC_INTER_ALL_GATHER:
+		if (ring) {
+			c.kind = CS_COLL_ALL_GATHER;
+			c.count = op->block;
+			c.sendbuf = (uint8_t *)op->buf +
+				    (size_t)pos * op->block * esz;
+			break;
+		}
+		zero_remote_blocks(op, esz);
+	sum_of_bytes:
 		/* x + 0 + ... + 0 == x exactly for integers */
-		redop = CS_SUM;
+		c.redop = CS_SUM;
 		if (bytes % 4 == 0) {
-			dt = CS_I32;
-			count = bytes / 4;
+			c.dtype = CS_I32;
+			c.count = bytes / 4;
 		} else {
-			dt = CS_U8;
-			count = bytes;
+			c.dtype = CS_U8;
+			c.count = bytes;
 		}
 		break;
 	case CS_IPC_INTER_BARRIER:
 		x->barrier_word = 0;
-		buf = &x->barrier_word;
-		dt = CS_I32;
-		redop = CS_SUM;
-		count = 1;
+		c.recvbuf = &x->barrier_word;
+		c.dtype = CS_I32;
+		c.redop = CS_SUM;
+		c.count = 1;
 		break;
 	default:
 		CS_WARN("group '%s': cross-node operation kind %d is not "
@@ -249,16 +325,18 @@ static int launch(struct cs_daemon_ipc *x)
 			op->group, (int)op->kind);
 		return -EOPNOTSUPP;
 	}
-	if (!count)
+	if (!c.count)
 		return 1; /* nothing to exchange: done now */
+	if (c.kind != CS_COLL_ALLREDUCE) {
+		c.op_id |= OP_ID_RING_KIND;
+		c.rank = pos;
+	}
 	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_ext(x->d->svc, o->op_id, x->epoch, sendbuf, buf,
-				  count, dt, redop, &x->notify, msg,
-				  sizeof(msg));
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret; /* the view moved: on_view() fails it */
 	if (ret) {
-		CS_WARN("group '%s' op %#x: %s", op->group, o->op_id, msg);
+		CS_WARN("group '%s' op %#x: %s", op->group, c.op_id, msg);
 		return ret;
 	}
 	x->installed = true;

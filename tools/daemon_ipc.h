@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "collstack/types.h"
+#include "collectives/ring.h"
 
 struct cs_daemon;
 struct cs_daemon_conf;
@@ -24,41 +25,56 @@ int cs_daemon_ipc_start(struct cs_daemon *d);
 /* Before the lcores stop (no-op if not started). */
 void cs_daemon_ipc_stop(struct cs_daemon *d);
 
+/* One cross-node collective for cs_ar_svc_start_coll(). */
+struct cs_ar_coll {
+	uint32_t op_id; /* the same on every node */
+	uint32_t epoch; /* the node view (group epoch); 0 with static peers */
+	enum cs_coll_kind kind; /* allreduce, reduce-scatter, all-gather,
+				 * broadcast (collectives/ring.h) */
+	uint32_t root; /* broadcast: ring index of the root's node */
+	uint32_t rank; /* not allreduce: the ring index the buffers were laid
+			* out for (cs_ar_svc_ring_pos); checked */
+	const void *sendbuf; /* NULL: in place in @recvbuf */
+	void *recvbuf;
+	size_t count; /* elements, as struct cs_coll_params counts them */
+	enum cs_dtype dtype;
+	enum cs_redop redop;
+	atomic_int *notify; /* set by the lcore to 1 or a negative error */
+};
+
 /**
- * cs_ar_svc_start_ext - run an allreduce across the nodes on @buf
+ * cs_ar_svc_start_coll - run a collective across the nodes
  * @s: the collective service
- * @op_id: operation id, the same on every node
- * @epoch: the node view (group epoch) the operation belongs to; 0 with
- *	static peers
- * @sendbuf: the input, or NULL: in place in @buf; must not overlap @buf
- * @buf: @count elements, the result (and the input without @sendbuf);
- *	both valid until *@notify is set or cs_ar_svc_stop_ext()
- * @count: elements
- * @dt: element type
- * @redop: reduction
- * @notify: set by the lcore to 1 (done) or a negative error
+ * @c: what, on which buffers (NCCL's conventions, collectives/ring.h);
+ *	the buffers stay valid until *@c->notify is set or
+ *	cs_ar_svc_stop_ext()
  * @msg: why it failed
  * @mlen: size of @msg
  *
  * Replaces the installed operation (frames of other operations are
  * dropped unacknowledged, so their senders retransmit). Runs on the ring
- * of view @epoch (applied first if the peer table is older; the lcore is
- * quiesced for that) with the ring index of this node. Control path:
- * allocates. Returns: 0, -EAGAIN if the view is no longer @epoch
+ * of view @c->epoch (applied first if the peer table is older; the lcore
+ * is quiesced for that) with the ring index of this node. Control path:
+ * allocates. Returns: 0, -EAGAIN if the view is no longer @c->epoch
  * (nothing started), CS_ERR_PEER_LOST if this node is out of the view,
  * or a negative errno.
  */
+int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
+			 char *msg, size_t mlen);
+
+/**
+ * cs_ar_svc_ring_pos - this node's ring index and the ring's size in view
+ *	@epoch (applied first, as cs_ar_svc_start_coll() does)
+ * Returns 0, -EAGAIN if the view is no longer @epoch, or an error.
+ */
+int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
+		       uint32_t *n);
+
 /**
  * cs_ar_svc_set_notify_fd - an eventfd the lcore writes to after it stored
  * the verdict of a trainer operation (-1: none); set before the first one
  */
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd);
-
-int cs_ar_svc_start_ext(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
-			const void *sendbuf, void *buf, size_t count,
-			enum cs_dtype dt,
-			enum cs_redop redop, atomic_int *notify, char *msg,
-			size_t mlen);
 
 /**
  * cs_ar_svc_ext_failed_node - the node whose session gave up, when the

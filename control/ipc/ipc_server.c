@@ -465,7 +465,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* Node sum of everything, allreduced; each rank keeps its
 		 * block. Correct, not bandwidth-optimal across nodes. */
-		op.kind = CS_IPC_INTER_ALLREDUCE;
+		op.kind = CS_IPC_INTER_REDUCE_SCATTER;
 		op.count = n * g->size;
 		/* one local rank: the network reads its send buffer into
 		 * the staging buffer (a recv inside it is written only
@@ -480,23 +480,17 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		op.kind = CS_IPC_INTER_ALL_GATHER;
 		op.count = n * g->size;
 		if (g->local_size == 1) {
-			/* One local rank: the sum over zeros runs in its recv
-			 * buffer, so fan_out() has nothing to copy. Its own
-			 * block (there already when in place), zeros around. */
-			uint8_t *r = p0->recv,
-				*own = r + (size_t)g->ranks[0] * blk;
+			/* One local rank: in its recv buffer, so fan_out()
+			 * has nothing to copy. Its own block (there already
+			 * when in place); the backend fills the others. */
+			uint8_t *own = p0->recv + (size_t)g->ranks[0] * blk;
 
 			if (p0->send != own)
 				memcpy(own, p0->send, blk);
-			memset(r, 0, (size_t)(own - r));
-			memset(own + blk, 0,
-			       (size_t)(g->size - 1 - (uint32_t)g->ranks[0]) *
-				       blk);
 			op.buf = p0->recv;
 			in->in_recv0 = true;
 			break;
 		}
-		memset(g->staging, 0, need);
 		for (uint32_t l = 0; l < g->local_size; l++)
 			memcpy((uint8_t *)g->staging +
 				       (size_t)g->ranks[l] * blk,

@@ -55,12 +55,19 @@ struct cs_ipc_cfg {
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
 extern const size_t cs_ipc_cfg_table_len;
 
-/* What the backend is asked to do across nodes, in place on @buf. */
+/* What the backend is asked to do across nodes, on @buf. */
 enum cs_ipc_inter_kind {
 	CS_IPC_INTER_ALLREDUCE = 1, /* reduce @buf over nodes */
-	CS_IPC_INTER_ALL_GATHER = 2, /* fill the blocks of remote ranks */
+	/* @buf holds the local ranks' blocks (@block elements each) at
+	 * their global offsets; fill in the other blocks (what they hold
+	 * before is undefined) */
+	CS_IPC_INTER_ALL_GATHER = 2,
 	CS_IPC_INTER_BROADCAST = 3, /* @buf from the root's node */
 	CS_IPC_INTER_BARRIER = 4,
+	/* @count = group size x @block elements, the node's sum (in @buf,
+	 * or @sendbuf); reduce over nodes at least the blocks of the local
+	 * ranks, into @buf at their global offsets */
+	CS_IPC_INTER_REDUCE_SCATTER = 5,
 };
 
 /* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */
@@ -75,13 +82,13 @@ struct cs_ipc_inter_op {
 	enum cs_redop redop;
 	uint32_t root; /* broadcast root (global rank) */
 	void *buf; /* server-owned staging buffer */
-	/* allreduce only: the input when it is not @buf (NULL: in place in
-	 * @buf). Set with one local rank: its send buffer, and @buf (its
-	 * recv buffer, or the staging buffer of a reduce-scatter) holds
-	 * nothing yet. Stays mapped as long as @buf does. */
+	/* allreduce, reduce-scatter: the input when it is not @buf (NULL:
+	 * in place in @buf). Set with one local rank: its send buffer, and
+	 * @buf (its recv buffer, or the staging buffer of a reduce-scatter)
+	 * holds nothing yet. Stays mapped as long as @buf does. */
 	const void *sendbuf;
 	uint64_t count; /* elements in @buf */
-	uint64_t block; /* all-gather: elements per rank */
+	uint64_t block; /* elements per rank (all-gather, reduce-scatter) */
 	uint32_t epoch; /* the node view the group was formed in */
 };
 
