@@ -1221,6 +1221,36 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 	two_local_ranks("twonode", fake_start, fake_tick, two_node_main);
 }
 
+/* Rank @rank of @size, the only local rank, with @bytes of shared buffer. */
+static int join_alone(const char *path, const char *name, int rank, int size,
+		      size_t bytes, struct cs_client **c, struct cs_group **g,
+		      float **base)
+{
+	struct cs_buf *b;
+
+	if (connect_retry(path, c) || cs_buf_alloc(*c, bytes, &b) ||
+	    cs_group_join(*c, name, rank, size, 0, 1, g))
+		return -1;
+	*base = cs_buf_ptr(b);
+	return 0;
+}
+
+/* Rank 0 of 2 alone on a sidecar whose backend (@start, @tick) plays the
+ * other node; @fn exits non-zero if what it got back was wrong. */
+static void one_local_rank(const char *tag,
+			   int (*start)(void *, const struct cs_ipc_inter_op *),
+			   int (*tick)(struct cs_ipc_server *, void *),
+			   int (*fn)(const char *, int, int, void *))
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = fake_backend(&fake, start);
+	struct sidecar sc;
+
+	sidecar_start_be(&sc, tag, &be, tick);
+	expect_exit0(spawn(fn, sc.path, 0, 2, NULL), "rank 0");
+	sidecar_stop(&sc);
+}
+
 /*
  * One local rank (rank 0 of 2; the backend plays rank 1, whose x[i] is
  * 5000 + i). Out of place the backend must get the send buffer as
@@ -1277,15 +1307,12 @@ static int solo_main(const char *path, int rank, int size, void *arg)
 {
 	struct cs_client *c;
 	struct cs_group *g;
-	struct cs_buf *b;
 	float *x, *y;
 	cs_req_t r;
 
 	(void)arg;
-	if (connect_retry(path, &c) || cs_buf_alloc(c, 3 * SOLO_N * 4, &b) ||
-	    cs_group_join(c, "solo", rank, size, 0, 1, &g))
+	if (join_alone(path, "solo", rank, size, 3 * SOLO_N * 4, &c, &g, &x))
 		return 2;
-	x = cs_buf_ptr(b);
 	y = x + SOLO_N;
 	for (int it = 0; it < 3; it++) {
 		for (int i = 0; i < SOLO_N; i++) {
@@ -1323,15 +1350,7 @@ static int solo_main(const char *path, int rank, int size, void *arg)
 
 Test(client, one_local_rank_out_of_place_through_backend, .timeout = 120)
 {
-	static struct fake_be fake;
-	const struct cs_ipc_backend be = fake_backend(&fake, solo_start);
-	struct sidecar sc;
-	pid_t a;
-
-	sidecar_start_be(&sc, "solo", &be, solo_tick);
-	a = spawn(solo_main, sc.path, 0, 2, NULL);
-	expect_exit0(a, "rank 0"); /* solo_start and solo_tick check */
-	sidecar_stop(&sc);
+	one_local_rank("solo", solo_start, solo_tick, solo_main);
 }
 
 /*
@@ -1392,15 +1411,12 @@ static int solo2_main(const char *path, int rank, int size, void *arg)
 {
 	struct cs_client *c;
 	struct cs_group *g;
-	struct cs_buf *b;
 	float *d, *s;
 	cs_req_t r;
 
 	(void)arg;
-	if (connect_retry(path, &c) || cs_buf_alloc(c, 4 * SOLO_BLK * 4, &b) ||
-	    cs_group_join(c, "solo2", rank, size, 0, 1, &g))
+	if (join_alone(path, "solo2", rank, size, 4 * SOLO_BLK * 4, &c, &g, &d))
 		return 2;
-	d = cs_buf_ptr(b);
 	s = d + SOLO_BLK;
 	for (int in_place = 0; in_place < 2; in_place++) {
 		for (int k = 0; k < 2 * SOLO_BLK; k++)
@@ -1432,15 +1448,7 @@ static int solo2_main(const char *path, int rank, int size, void *arg)
 Test(client, one_local_rank_gather_and_broadcast_through_backend,
      .timeout = 120)
 {
-	static struct fake_be fake;
-	const struct cs_ipc_backend be = fake_backend(&fake, solo2_start);
-	struct sidecar sc;
-	pid_t a;
-
-	sidecar_start_be(&sc, "solo2", &be, solo2_tick);
-	a = spawn(solo2_main, sc.path, 0, 2, NULL);
-	expect_exit0(a, "rank 0"); /* solo2_tick checks what it got */
-	sidecar_stop(&sc);
+	one_local_rank("solo2", solo2_start, solo2_tick, solo2_main);
 }
 
 /*
