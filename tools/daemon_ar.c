@@ -1386,13 +1386,12 @@ static int view_for(struct cs_ar_svc *s, uint32_t epoch, char *msg, size_t mlen)
 }
 
 int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
-		       uint32_t *n)
+		       uint32_t *n, char *msg, size_t mlen)
 {
-	char msg[160];
 	int ret;
 
 	pthread_mutex_lock(&s->view_lock);
-	ret = view_for(s, epoch, msg, sizeof(msg));
+	ret = view_for(s, epoch, msg, mlen);
 	*rank = s->d->drv.rank;
 	*n = s->d->drv.npeers;
 	pthread_mutex_unlock(&s->view_lock);

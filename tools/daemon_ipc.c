@@ -226,6 +226,30 @@ static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
 }
 
 /*
+ * Whether @op (a reduce-scatter or all-gather) may run as such on the
+ * ring (see launch()): 1 with *@pos this node's ring index, 0, or a
+ * negative error (-EAGAIN: the view moved).
+ */
+static int ring_layout(struct cs_daemon_ipc *x,
+		       const struct cs_ipc_inter_op *op, uint32_t *pos)
+{
+	uint32_t nn;
+	char msg[160];
+	int ret;
+
+	if (op->local_size != 1 || !op->block)
+		return 0;
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, &nn, msg,
+				 sizeof(msg));
+	if (ret) {
+		if (ret != -EAGAIN)
+			CS_WARN("group '%s': %s", op->group, msg);
+		return ret;
+	}
+	return op->group_size == nn && (uint32_t)op->local_ranks[0] == *pos;
+}
+
+/*
  * Start q[head] on the port; returns 0, 1 (nothing to exchange) or a
  * negative error.
  *
@@ -235,13 +259,13 @@ static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
  * ring: (n-1)/n of the buffer across each link instead of the sum's
  * 2(n-1)/n. Each needs every node's data, so no node finishes one before
  * every node finished the one before (what the single `prev` operation
- * of daemon_ar.c relies on to answer late retransmissions). Every node then
- * sees the same and decides the same; should one not (ranks out of node order),
- * its op id differs (OP_ID_RING_KIND) and the op fails on a timeout instead of
- * mixing frames of two algorithms. Otherwise they ride an allreduce: all-gather
- * and broadcast as an integer sum over the raw bytes (every byte zero
- * except the ones one node supplies, so the sum is those bytes bit for
- * bit), reduce-scatter as the allreduce of everything.
+ * of daemon_ar.c relies on to answer late retransmissions). Every node
+ * sees the same and decides the same; should one not (ranks out of node
+ * order), its op id differs (OP_ID_RING_KIND) and the op fails on a
+ * timeout instead of mixing frames of two algorithms. Otherwise they ride
+ * an allreduce: all-gather and broadcast as an integer sum over the raw
+ * bytes (every byte zero except the ones one node supplies, so the sum is
+ * those bytes bit for bit), reduce-scatter as the allreduce of everything.
  */
 static int launch(struct cs_daemon_ipc *x)
 {
@@ -258,16 +282,17 @@ static int launch(struct cs_daemon_ipc *x)
 		.redop = op->redop,
 		.notify = &x->notify,
 	};
-	uint32_t pos = 0, nn = 0;
-	bool ring;
+	uint32_t pos = 0;
+	int ring = 0;
 	char msg[160];
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn);
-	if (ret)
-		return ret; /* -EAGAIN: the view moved, on_view() fails it */
-	ring = op->local_size == 1 && op->group_size == nn &&
-	       (uint32_t)op->local_ranks[0] == pos && op->block;
+	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
+	    op->kind == CS_IPC_INTER_ALL_GATHER) {
+		ring = ring_layout(x, op, &pos);
+		if (ring < 0)
+			return ring; /* -EAGAIN: on_view() fails it */
+	}
 	switch (op->kind) {
 	case CS_IPC_INTER_ALLREDUCE:
 		c.sendbuf = op->sendbuf; /* out of place: the engine reads it */

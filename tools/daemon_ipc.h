@@ -65,10 +65,11 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 /**
  * cs_ar_svc_ring_pos - this node's ring index and the ring's size in view
  *	@epoch (applied first, as cs_ar_svc_start_coll() does)
- * Returns 0, -EAGAIN if the view is no longer @epoch, or an error.
+ * Returns 0, -EAGAIN if the view is no longer @epoch, or an error (@msg
+ * says why).
  */
 int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
-		       uint32_t *n);
+		       uint32_t *n, char *msg, size_t mlen);
 
 /**
  * cs_ar_svc_set_notify_fd - an eventfd the lcore writes to after it stored
