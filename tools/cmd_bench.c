@@ -50,35 +50,6 @@ static void usage(FILE *out)
 		BENCH_ENV);
 }
 
-/* A whole number in [min, max], nothing else. */
-static bool whole(const char *s, unsigned long min, unsigned long max,
-		  unsigned long *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < min || v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
-/* "4096", "4K", "64M", "1G": at least one byte, nothing after the unit. */
-static bool size_ok(const char *s)
-{
-	char *end;
-	double v = strtod(s, &end);
-
-	if (end == s || !(v >= 1))
-		return false;
-	if (*end == 'K' || *end == 'k' || *end == 'M' || *end == 'm' ||
-	    *end == 'G' || *end == 'g')
-		end++;
-	return !*end;
-}
-
 /*
  * The options passed on to every trainer are checked here, once: a bad
  * one would otherwise fail (or be half read) in each trainer of each
@@ -86,6 +57,7 @@ static bool size_ok(const char *s)
  */
 static bool pass_ok(int o, const char *v)
 {
+	unsigned long long sz;
 	unsigned long x;
 
 	switch (o) {
@@ -95,13 +67,13 @@ static bool pass_ok(int o, const char *v)
 		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast");
 	case 'b':
 	case 'e':
-		return size_ok(v);
+		return !cs_sim_parse_size(v, &sz) && sz >= 1;
 	case 'f':
-		return whole(v, 2, 1024, &x);
+		return !cs_parse_whole(v, 2, 1024, &x);
 	case 'n':
-		return whole(v, 1, 100000000, &x);
+		return !cs_parse_whole(v, 1, 100000000, &x);
 	case 'w':
-		return whole(v, 0, 100000000, &x);
+		return !cs_parse_whole(v, 0, 100000000, &x);
 	}
 	return false;
 }
@@ -167,7 +139,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			env = optarg;
 			break;
 		case 'T':
-			if (!whole(optarg, 1, BENCH_MAX_TPN, &num)) {
+			if (cs_parse_whole(optarg, 1, BENCH_MAX_TPN, &num)) {
 				fprintf(stderr,
 					"collstack bench: --trainers-per-node "
 					"%s: a whole number from 1 to %d\n",
@@ -180,7 +152,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			snprintf(trainer, sizeof(trainer), "%s", optarg);
 			break;
 		case 't':
-			if (!whole(optarg, 1, 86400, &num)) {
+			if (cs_parse_whole(optarg, 1, 86400, &num)) {
 				fprintf(stderr,
 					"collstack bench: --timeout %s: whole "
 					"seconds from 1 to 86400\n",

@@ -41,8 +41,9 @@ static void usage(FILE *out)
 		"was lost, the\nsurvivors rebuild their ring from the group "
 		"view).\n--per-op prints every sidecar's account of every timed "
 		"operation (time to\nresult and to the last acknowledgement, "
-		"frames, retransmissions, timeouts).\nA lost peer ends the run with CS_ERR_PEER_LOST "
-		"naming its rank; a stalled\nsidecar with CS_ERR_TIMEOUT "
+		"frames, retransmissions, timeouts).\nA lost peer ends the "
+		"run with CS_ERR_PEER_LOST naming its rank; a stalled\nsidecar "
+		"with CS_ERR_TIMEOUT "
 		"naming it.\n",
 		DEFAULT_ENV);
 }
@@ -50,13 +51,9 @@ static void usage(FILE *out)
 /* A whole number in [min, 2^31): iterations, warm-ups, milliseconds. */
 static int parse_count(const char *s, unsigned min, unsigned *out)
 {
-	char *end;
 	unsigned long v;
 
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < min ||
-	    v > 0x7fffffffUL) {
+	if (cs_parse_whole(s, min, 0x7fffffffUL, &v)) {
 		fprintf(stderr,
 			"collstack run: '%s' is not a whole number "
 			"from %u\n",

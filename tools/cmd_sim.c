@@ -69,13 +69,27 @@ int cs_sim_parse_size(const char *s, unsigned long long *out)
 		;
 	else if (!strcmp(end, "K") || !strcmp(end, "k") || !strcmp(end, "KiB"))
 		v *= 1024;
-	else if (!strcmp(end, "M") || !strcmp(end, "MiB"))
+	else if (!strcmp(end, "M") || !strcmp(end, "m") || !strcmp(end, "MiB"))
 		v *= 1024 * 1024;
-	else if (!strcmp(end, "G") || !strcmp(end, "GiB"))
+	else if (!strcmp(end, "G") || !strcmp(end, "g") || !strcmp(end, "GiB"))
 		v *= 1024.0 * 1024 * 1024;
 	else
 		return -EINVAL;
 	*out = (unsigned long long)v;
+	return 0;
+}
+
+int cs_parse_whole(const char *s, unsigned long min, unsigned long max,
+		   unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		return -EINVAL;
+	*out = v;
 	return 0;
 }
 
