@@ -463,8 +463,10 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		reduce_local(g, in, p0->recv, n);
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
-		/* Node sum of everything, allreduced; each rank keeps its
-		 * block. Correct, not bandwidth-optimal across nodes. */
+		/* The node sum of everything; across nodes the backend
+		 * reduces at least the local ranks' blocks (as a ring
+		 * reduce-scatter with one trainer per node, else as an
+		 * allreduce of it all); each rank keeps its block. */
 		op.kind = CS_IPC_INTER_REDUCE_SCATTER;
 		op.count = n * g->size;
 		/* one local rank: the network reads its send buffer into
