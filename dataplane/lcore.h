@@ -6,9 +6,10 @@
  * shares CPUs with other sidecars and must be free to move.
  *
  * Poll modes: busy (spin forever: lowest latency, one core per queue) and
- * adaptive (spin while there is work; after lcore.spin idle polls, wait up
- * to lcore.sleep on the port — io_uring wait on the udp port, a sleep on
- * others — so several sidecars can share a core).
+ * adaptive (spin while there is work; after lcore.spin idle polls, poll
+ * with sched_yield() until lcore.yield has passed since the last work,
+ * then wait up to lcore.sleep on the port — io_uring wait on the udp
+ * port, a sleep on others — so several sidecars can share a core).
  */
 #ifndef CS_DATAPLANE_LCORE_H
 #define CS_DATAPLANE_LCORE_H
@@ -32,6 +33,7 @@ struct cs_lcore_conf {
 	char cpus[CS_CFG_STR_MAX]; /* "" (auto) or a list "2,3" */
 	uint32_t spin; /* idle polls before waiting */
 	uint32_t spin_wake; /* the same where the wait ends on receive */
+	cs_ns_t yield_ns; /* then poll and yield this long since work */
 	cs_ns_t sleep_ns; /* longest wait when idle */
 	cs_ns_t quiet_after; /* no work this long: ... */
 	cs_ns_t quiet_sleep_ns; /* ... wait up to this long instead */
@@ -54,7 +56,7 @@ struct cs_lcore {
 	void *arg;
 	enum cs_poll_mode mode;
 	uint32_t spin;
-	cs_ns_t sleep_ns;
+	cs_ns_t yield_ns, sleep_ns;
 	cs_ns_t quiet_after, quiet_sleep_ns;
 	int cpu; /* -1: not pinned */
 	atomic_bool stop;

@@ -94,7 +94,7 @@ static_assert(sizeof(struct ipcd_conf) <=
 static const struct cs_cfg_entry ipcd_cfg[] = {
 	{ "ipc.enable", CS_CFG_BOOL, IC(enable), "1", CS_CFG_NO_BOUNDS,
 	  "serve trainers (libcollstack) on ipc.socket" },
-	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "20us", 0, 1e10,
+	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "200us", 0, 1e10,
 	  "IPC thread: keep polling this long after the last work" },
 	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
 	  "IPC thread: then sleep this long per round" },

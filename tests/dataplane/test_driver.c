@@ -262,6 +262,40 @@ Test(lcore, adaptive_lcore_polls_waits_and_stops)
 	cs_port_close(p);
 }
 
+/* lcore.yield: an idle lcore keeps polling (yielding the CPU between
+ * polls) until lcore.yield has passed since its last work, and only then
+ * waits on the port. */
+Test(lcore, idle_lcore_yields_before_it_waits)
+{
+	struct cs_lcore_conf lc;
+	struct cs_lcore l;
+	struct cs_port *p;
+
+	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &lc), 0);
+	lc.spin = 1;
+	lc.yield_ns = 60 * CS_NS_PER_S; /* longer than the test */
+	atomic_store(&calls, 0);
+	open_loop(&p, "127.0.0.1", "");
+	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
+				    count_fn, NULL),
+		     0);
+	while (atomic_load(&calls) < 2000)
+		usleep(1000);
+	cs_lcore_stop(&l);
+	cr_assert_eq(l.idle_waits, 0, "waited within lcore.yield");
+
+	lc.yield_ns = 0; /* wait at once */
+	atomic_store(&calls, 0);
+	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
+				    count_fn, NULL),
+		     0);
+	while (atomic_load(&calls) < 20)
+		usleep(1000);
+	cs_lcore_stop(&l);
+	cr_assert_gt(l.idle_waits, 0, "lcore.yield=0 waits after the spin");
+	cs_port_close(p);
+}
+
 Test(lcore, kick_wakes_a_waiting_lcore)
 {
 	struct cs_lcore_conf lc;
