@@ -1154,6 +1154,11 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 	wrong = verify(op, first, sizeof(first));
 	{
 		struct cs_rel_stats tot = { 0 };
+		/* 0: every peer's data was in before this node started (a
+		 * prepared op receives) */
+		cs_ns_t ready = op->t_ready > op->t_start
+					? op->t_ready - op->t_start
+					: 0;
 
 		for (uint32_t i = 0; i < op->nsess; i++) {
 			const struct cs_rel_stats *rs =
@@ -1169,8 +1174,7 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 			 "frames=%llu retx=%llu timeouts=%llu spurious=%llu "
 			 "dup=%llu fillers=%llu proto_err=%llu%s",
 			 op_id, (unsigned long long)(op->t_done - op->t_start),
-			 (unsigned long long)(op->t_ready - op->t_start),
-			 (unsigned long long)wrong,
+			 (unsigned long long)ready, (unsigned long long)wrong,
 			 (unsigned long long)op->frames,
 			 (unsigned long long)tot.retx,
 			 (unsigned long long)tot.timeouts,

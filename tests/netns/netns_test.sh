@@ -54,6 +54,30 @@ run_ar() {	# extra args of collstack run allreduce
 
 ctl() { cs_ctl "$1" "$2"; }	# node request -> reply line
 
+# --per-op: one account per sidecar and operation, each with its result
+# no later than its last acknowledgement (ready_ns is 0, not a wrapped
+# negative, when every peer's data came in before the sidecar's own start:
+# frequent at 4 KiB, a direct exchange).
+check_per_op() {
+	local out n
+	out=$("$CLI" run allreduce --bytes 4K --iters 20 --warmup 0 \
+		--timeout 300000 --per-op) ||
+		fail "collstack run --per-op failed: $out"
+	n=$(awk -v nodes="$1" '/ iter [0-9]+: ok / {
+		for (i = 1; i <= NF; i++) {
+			split($i, kv, "=")
+			v[kv[1]] = kv[2]
+		}
+		if (v["ready_ns"] + 0 > v["ns"] + 0 || v["wrong"] != 0) {
+			print "bad: " $0 > "/dev/stderr"
+			bad = 1
+		}
+		lines++
+	} END { print (bad ? -1 : lines) }' <<<"$out")
+	[ "$n" = $((20 * $1)) ] ||
+		fail "collstack run --per-op: $n good accounts, not $((20 * $1))"
+}
+
 
 # Frames that are not ours, sent from node 1's kernel to node 0's port: a UDP
 # datagram that is not collstack, one to another UDP port, and a
@@ -149,7 +173,8 @@ af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
-	af_packet_4) cluster_up 4 --port af_packet; run_ar; check_zero_copy ;;
+	af_packet_4) cluster_up 4 --port af_packet; run_ar; check_zero_copy
+		check_per_op 4 ;;
 	af_packet_4_fault5)
 		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
 	af_packet_4_bridge1)
