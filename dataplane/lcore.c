@@ -24,12 +24,14 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 	  "CPUs for the polling lcores, e.g. \"2,3\"; empty: CPUs of the "
 	  "port's NUMA node, spread by node.rank" },
 	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
-	  "adaptive: idle polls before the lcore waits, on ports whose wait "
-	  "is a plain nap (memif, tap, af_xdp with several queues)" },
-	{ "lcore.spin_wake", CS_CFG_U32, LC(spin_wake), "50", 0, 100000000,
+	  "adaptive: idle polls without yielding before lcore.yield, on "
+	  "ports whose wait is a plain nap (memif, tap, af_xdp with several "
+	  "queues)" },
+	{ "lcore.spin_wake", CS_CFG_U32, LC(spin_wake), "0", 0, 100000000,
 	  "adaptive: the same on ports whose wait ends when a frame "
-	  "arrives (af_packet, af_xdp with one queue, udp): few, since on a "
-	  "shared machine a spinning lcore delays the sidecar that has work" },
+	  "arrives (af_packet, af_xdp with one queue, udp): none, since on "
+	  "a shared machine an lcore that spins without yielding delays the "
+	  "sidecar that has work" },
 	{ "lcore.yield", CS_CFG_NS, LC(yield_ns), "200us", 0, 1e9,
 	  "adaptive: after the idle polls, keep polling this long since the "
 	  "last work, yielding the CPU between polls, before waiting: a "
