@@ -23,6 +23,10 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 	{ "lcore.cpus", CS_CFG_STR, LC(cpus), "", CS_CFG_NO_BOUNDS,
 	  "CPUs for the polling lcores, e.g. \"2,3\"; empty: CPUs of the "
 	  "port's NUMA node, spread by node.rank" },
+	{ "lcore.pin", CS_CFG_STR, LC(pin), "auto", CS_CFG_NO_BOUNDS,
+	  "pin each lcore to its CPU (lcore.cpus, else one of the port's "
+	  "NUMA node spread by node.rank): on, off, or auto (busy lcores "
+	  "only)" },
 	{ "lcore.spin", CS_CFG_U32, LC(spin), "2000", 0, 100000000,
 	  "adaptive: idle polls without yielding before lcore.yield, on "
 	  "ports whose wait is a plain nap (memif, tap, af_xdp with several "
@@ -48,6 +52,36 @@ const struct cs_cfg_entry cs_lcore_cfg[] = {
 };
 
 const size_t cs_lcore_cfg_len = CS_ARRAY_SIZE(cs_lcore_cfg);
+
+bool cs_lcore_will_pin(const struct cs_lcore_conf *conf, enum cs_poll_mode mode)
+{
+	return !strcmp(conf->pin, "on") ||
+	       (!strcmp(conf->pin, "auto") && mode == CS_POLL_BUSY);
+}
+
+int cs_lcore_conf_check(const struct cs_lcore_conf *conf, char *err, size_t len)
+{
+	static const char *const polls[] = { "auto", "busy", "adaptive" };
+	static const char *const pins[] = { "auto", "on", "off" };
+	bool poll_ok = false, pin_ok = false;
+
+	for (unsigned i = 0; i < CS_ARRAY_SIZE(polls); i++)
+		poll_ok |= !strcmp(conf->poll, polls[i]);
+	for (unsigned i = 0; i < CS_ARRAY_SIZE(pins); i++)
+		pin_ok |= !strcmp(conf->pin, pins[i]);
+	if (!poll_ok) {
+		snprintf(err, len,
+			 "lcore.poll: '%s' is not busy, adaptive or auto",
+			 conf->poll);
+		return -EINVAL;
+	}
+	if (!pin_ok) {
+		snprintf(err, len, "lcore.pin: '%s' is not on, off or auto",
+			 conf->pin);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 /* Parse a kernel cpulist ("0-3,8,10-11") into @set. */
 static int parse_cpulist(const char *s, cpu_set_t *set)
@@ -174,8 +208,9 @@ static void *lcore_main(void *arg)
 
 	/* A busy lcore owns its CPU. An adaptive one shares CPUs with other
 	 * sidecars, and pinned to one it could not move off a CPU that
-	 * something else saturates: it keeps the process's CPU set. */
-	if (lc->cpu >= 0 && lc->mode == CS_POLL_BUSY) {
+	 * something else saturates: unless lcore.pin=on it keeps the
+	 * process's CPU set. */
+	if (lc->cpu >= 0 && lc->pin) {
 		cpu_set_t set;
 
 		CPU_ZERO(&set);
@@ -244,6 +279,7 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 	lc->quiet_after = conf->quiet_after;
 	lc->quiet_sleep_ns = conf->quiet_sleep_ns;
 	lc->cpu = cpu;
+	lc->pin = cs_lcore_will_pin(conf, mode);
 	atomic_init(&lc->stop, false);
 	atomic_init(&lc->running, false);
 	atomic_init(&lc->waiting, false);

@@ -31,6 +31,7 @@ enum cs_poll_mode {
 struct cs_lcore_conf {
 	char poll[CS_CFG_STR_MAX]; /* "busy", "adaptive" or "auto" */
 	char cpus[CS_CFG_STR_MAX]; /* "" (auto) or a list "2,3" */
+	char pin[CS_CFG_STR_MAX]; /* "auto" (busy only), "on" or "off" */
 	uint32_t spin; /* idle polls before waiting */
 	uint32_t spin_wake; /* the same where the wait ends on receive */
 	cs_ns_t yield_ns; /* then poll and yield this long since work */
@@ -58,7 +59,8 @@ struct cs_lcore {
 	uint32_t spin;
 	cs_ns_t yield_ns, sleep_ns;
 	cs_ns_t quiet_after, quiet_sleep_ns;
-	int cpu; /* -1: not pinned */
+	int cpu; /* the chosen CPU, -1: none */
+	bool pin; /* pinned to @cpu */
 	atomic_bool stop;
 	atomic_bool running;
 	int init_err;
@@ -76,6 +78,23 @@ static inline cs_ns_t cs_lcore_now(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
 }
+
+/**
+ * cs_lcore_will_pin - is an lcore of @mode pinned to its CPU (lcore.pin)?
+ */
+bool cs_lcore_will_pin(const struct cs_lcore_conf *conf,
+		       enum cs_poll_mode mode);
+
+/**
+ * cs_lcore_conf_check - are lcore.poll and lcore.pin among their values?
+ * @conf: lcore settings
+ * @err: room for a message naming the key
+ * @len: its size
+ *
+ * Returns: 0 or -EINVAL.
+ */
+int cs_lcore_conf_check(const struct cs_lcore_conf *conf, char *err,
+			size_t len);
 
 /**
  * cs_lcore_pick_cpu - choose the CPU for the @index-th lcore

@@ -96,6 +96,8 @@ static int set_key(struct cs_daemon_conf *c, const char *key, const char *val,
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,
 			 err, errlen);
+	if (!ret)
+		ret = cs_lcore_conf_check(&c->lcore, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_daemon_boot_set_key(&c->boot, key, val, err, errlen);
@@ -490,10 +492,11 @@ int main(int argc, char **argv)
 		int cpu = cs_lcore_pick_cpu(&c->lcore, d.port->numa, nl,
 					    c->rank, why, sizeof(why));
 
-		if (d.mode == CS_POLL_BUSY)
+		if (cs_lcore_will_pin(&c->lcore, d.mode) && cpu >= 0)
 			CS_INFO("lcore %u: queue %u, pinned to CPU %d (%s), "
-				"busy polling",
-				nl, nl, cpu, why);
+				"%s polling",
+				nl, nl, cpu, why,
+				d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
 		else
 			CS_INFO("lcore %u: queue %u, adaptive polling, not "
 				"pinned: shares the process's CPUs with other "

@@ -16,6 +16,7 @@ for k in name run_dir node.rank node.peers log.level port.type port.dev \
 	 port.memif_socket port.eal_args port.vdev_args fault.seed fault.drop \
 	 fault.dup fault.reorder fault.delay fault.corrupt fault.delay_ns \
 	 fault.reorder_depth lcore.poll lcore.cpus lcore.spin lcore.sleep \
+	 lcore.pin lcore.yield lcore.spin_wake ipc.idle_spin \
 	 rel.window rel.rto_min cc.enable coll.channels coll.chunk; do
 	grep -q "^  $k " <<<"$help" || fail "key $k missing from --help-config"
 done
@@ -26,6 +27,14 @@ out=$("$D" --set port.mtu=100 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "port.mtu" <<<"$out" || fail "out of range: rc $rc, '$out'"
 out=$("$D" --set fault.drop=abc 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "fault.drop" <<<"$out" || fail "bad value: rc $rc, '$out'"
+# string keys with a fixed set of values
+for kv in lcore.poll=banana lcore.pin=maybe lcore.pin=; do
+	# (not refused, the sidecar would start: timeout ends it)
+	out=$(timeout 10 "$D" --set "$kv" --set port.type=loop \
+		--set run_dir="$tmp/runk" 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "${kv%%=*}: '.*' is not" <<<"$out" ||
+		fail "bad value $kv: rc $rc, '$out'"
+done
 printf '# comment\nport.type = udp\n\nbogus line\n' >"$tmp/c.conf"
 out=$("$D" --config "$tmp/c.conf" 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "c.conf:4" <<<"$out" || fail "bad line: rc $rc, '$out'"
@@ -47,6 +56,17 @@ grep -q "loop port" "$tmp/log" || grep -q "ready: cfgtest rank 0, loop" "$tmp/lo
 kill -TERM $pid
 wait $pid || fail "exit status $? after SIGTERM"
 [ -e "$tmp/run" ] && fail "run folder left behind: $(ls "$tmp/run")"
+
+# lcore.pin=on pins an adaptive lcore and says so
+"$D" --set port.type=loop --set name=pintest --set lcore.pin=on \
+	--set run_dir="$tmp/runp" >"$tmp/logp" 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -f "$tmp/runp/ready" ] && break; sleep 0.1; done
+[ -f "$tmp/runp/ready" ] || { cat "$tmp/logp"; fail "lcore.pin=on: not ready"; }
+grep -q "lcore 0: queue 0, pinned to CPU [0-9]* (.*), adaptive polling" "$tmp/logp" ||
+	fail "lcore.pin=on: $(grep 'lcore 0' "$tmp/logp")"
+kill -TERM $pid
+wait $pid || fail "lcore.pin=on: exit status $? after SIGTERM"
 
 # auth.enable: documented; on without a job token it refuses to start,
 # saying why; with one (static peers) it starts and reports auth=1.
