@@ -497,10 +497,15 @@ int main(int argc, char **argv)
 				"%s polling",
 				nl, nl, cpu, why,
 				d.mode == CS_POLL_BUSY ? "busy" : "adaptive");
+		else if (d.mode == CS_POLL_BUSY)
+			CS_INFO("lcore %u: queue %u, busy polling, not pinned "
+				"(lcore.pin=off; CPU %d: %s)",
+				nl, nl, cpu, why);
 		else
 			CS_INFO("lcore %u: queue %u, adaptive polling, not "
 				"pinned: shares the process's CPUs with other "
-				"sidecars (busy mode would take CPU %d: %s)",
+				"sidecars (lcore.pin=on or busy mode would take "
+				"CPU %d: %s)",
 				nl, nl, cpu, why);
 		if (cs_lcore_start(&d.lcores[nl], d.port, nl, d.mode, &c->lcore,
 				   cpu, cs_drv_poll, &d.drv)) {
