@@ -3,7 +3,8 @@
  * collstackd's collective service: real allreduces across the cluster over
  * the port, with the sans-IO engines — collectives/ring.h for the schedule
  * and the reduction, control/rel.h for reliability (one session per
- * (peer, channel), one pacer/controller path per peer).
+ * (peer, channel), per peer for a direct exchange (sess_ch()), one
+ * pacer/controller path per peer).
  *
  * The control thread builds an operation (buffers, engine, sessions: all
  * allocation happens here) on "ar_prepare", publishes it to the lcore with
@@ -247,8 +248,22 @@ void cs_daemon_help_config(FILE *out)
 
 /* ---- lcore side --------------------------------------------------------- */
 
+/*
+ * The session of channel @ch's frames to or from @peer. A direct exchange
+ * talks to each peer on one channel each way, but not the same one (rank
+ * r sends to r+c+1 on channel c, and hears from it on channel n-2-c): one
+ * session per peer for both, so that the ACK of a peer's frame rides on
+ * this rank's own frame to it when that leaves later, instead of a frame
+ * of its own through the kernel and the bridge.
+ */
+static uint32_t sess_ch(const struct ar_op *op, uint32_t ch)
+{
+	return op->direct ? 0 : ch;
+}
+
 static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer, uint32_t ch)
 {
+	ch = sess_ch(op, ch);
 	for (uint32_t i = 0; i < op->nsess; i++)
 		if (op->sess[i].peer == peer && op->sess[i].ch == ch)
 			return &op->sess[i];
@@ -868,9 +883,12 @@ static uint32_t isn(uint32_t op_id, uint32_t from, uint32_t to, uint32_t ch)
 static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		    uint32_t ch, struct ar_sess **out)
 {
-	struct ar_sess *ss = find_sess(op, peer, ch);
 	struct cs_path *path = NULL;
+	struct ar_sess *ss;
 	int ret;
+
+	ch = sess_ch(op, ch); /* both ends seed the sequence numbers alike */
+	ss = find_sess(op, peer, ch);
 
 	if (!ss) {
 		for (uint32_t i = 0; i < op->npaths; i++)
