@@ -242,20 +242,42 @@ static unsigned count_fn(void *arg, unsigned q, cs_ns_t now)
 	return 0; /* idle: the adaptive lcore waits between polls */
 }
 
+/* lcore defaults with @spin idle polls, and a loop port to poll. */
+static struct cs_port *lcore_setup(struct cs_lcore_conf *lc, uint32_t spin)
+{
+	struct cs_port *p;
+
+	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, lc), 0);
+	lc->spin = spin;
+	open_loop(&p, "127.0.0.1", "");
+	return p;
+}
+
+/* An adaptive lcore on @p running count_fn, with the call count reset. */
+static void start_counting(struct cs_lcore *l, struct cs_port *p,
+			   const struct cs_lcore_conf *lc)
+{
+	atomic_store(&calls, 0);
+	cr_assert_eq(cs_lcore_start(l, p, 0, CS_POLL_ADAPTIVE, lc, -1, count_fn,
+				    NULL),
+		     0);
+}
+
+/* Wait (generously: a loaded machine) until count_fn ran @n times. */
+static void wait_calls(unsigned n)
+{
+	while (atomic_load(&calls) < n)
+		usleep(1000);
+}
+
 Test(lcore, adaptive_lcore_polls_waits_and_stops)
 {
 	struct cs_lcore_conf lc;
 	struct cs_lcore l;
-	struct cs_port *p;
+	struct cs_port *p = lcore_setup(&lc, 10);
 
-	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &lc), 0);
-	lc.spin = 10;
-	open_loop(&p, "127.0.0.1", "");
-	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
-				    count_fn, NULL),
-		     0);
-	while (atomic_load(&calls) < 100)
-		usleep(1000);
+	start_counting(&l, p, &lc);
+	wait_calls(100);
 	cs_lcore_stop(&l);
 	cr_assert_gt(l.idle_waits, 0, "an idle adaptive lcore waits");
 	cr_assert_geq(l.loops, 100);
@@ -269,28 +291,17 @@ Test(lcore, idle_lcore_yields_before_it_waits)
 {
 	struct cs_lcore_conf lc;
 	struct cs_lcore l;
-	struct cs_port *p;
+	struct cs_port *p = lcore_setup(&lc, 1);
 
-	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &lc), 0);
-	lc.spin = 1;
 	lc.yield_ns = 60 * CS_NS_PER_S; /* longer than the test */
-	atomic_store(&calls, 0);
-	open_loop(&p, "127.0.0.1", "");
-	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
-				    count_fn, NULL),
-		     0);
-	while (atomic_load(&calls) < 2000)
-		usleep(1000);
+	start_counting(&l, p, &lc);
+	wait_calls(2000);
 	cs_lcore_stop(&l);
 	cr_assert_eq(l.idle_waits, 0, "waited within lcore.yield");
 
 	lc.yield_ns = 0; /* wait at once */
-	atomic_store(&calls, 0);
-	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
-				    count_fn, NULL),
-		     0);
-	while (atomic_load(&calls) < 20)
-		usleep(1000);
+	start_counting(&l, p, &lc);
+	wait_calls(20);
 	cs_lcore_stop(&l);
 	cr_assert_gt(l.idle_waits, 0, "lcore.yield=0 waits after the spin");
 	cs_port_close(p);
@@ -300,18 +311,12 @@ Test(lcore, kick_wakes_a_waiting_lcore)
 {
 	struct cs_lcore_conf lc;
 	struct cs_lcore l;
-	struct cs_port *p;
+	struct cs_port *p = lcore_setup(&lc, 1);
 	unsigned before;
 
-	cr_assert_eq(cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &lc), 0);
-	lc.spin = 1;
 	lc.sleep_ns = 30 * CS_NS_PER_S; /* only a kick ends the wait */
 	lc.quiet_sleep_ns = 30 * CS_NS_PER_S;
-	atomic_store(&calls, 0);
-	open_loop(&p, "127.0.0.1", "");
-	cr_assert_eq(cs_lcore_start(&l, p, 0, CS_POLL_ADAPTIVE, &lc, -1,
-				    count_fn, NULL),
-		     0);
+	start_counting(&l, p, &lc);
 	cr_assert_geq(l.kick_fd, 0);
 	while (!atomic_load(&l.waiting))
 		usleep(1000);
