@@ -179,6 +179,7 @@ int main(int argc, char **argv)
 	float expect97[97];
 	double *lat = NULL;
 	float *send, *recv;
+	FILE *trace = NULL;
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "-b"))
@@ -267,6 +268,26 @@ int main(int argc, char **argv)
 		       op_names[op], b.n, "size", "count", "type", "redop",
 		       "root", "time(us)", "algbw", "busbw", "#wrong",
 		       "p50(us)", "p99(us)", "place");
+	/* $COLLSTACK_BENCH_TRACE_DIR: every operation's post and completion
+	 * (CLOCK_MONOTONIC ns) in <dir>/trainer-<rank>.txt, to set against
+	 * the sidecars' ipc.trace_dir (scripts/op-breakdown.py) */
+	if (getenv("COLLSTACK_BENCH_TRACE_DIR") &&
+	    *getenv("COLLSTACK_BENCH_TRACE_DIR")) {
+		char path[4096];
+
+		snprintf(path, sizeof(path), "%s/trainer-%d.txt",
+			 getenv("COLLSTACK_BENCH_TRACE_DIR"), b.rank);
+		trace = fopen(path, "w");
+		if (!trace)
+			fprintf(stderr, "cs-trainer-bench: %s: %s\n", path,
+				strerror(errno));
+		else
+			fprintf(trace,
+				"# rank %d of %d, op %s: bytes place "
+				"iteration (negative: warm-up) posted "
+				"completed (CLOCK_MONOTONIC ns)\n",
+				b.rank, b.n, op_names[op]);
+	}
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
@@ -290,6 +311,12 @@ int main(int argc, char **argv)
 				if (finish(&b, ret, r, op_names[op]))
 					goto out_fail;
 				dt = now_us() - t0;
+				if (trace)
+					fprintf(trace, "%zu %s %d %.0f %.0f\n",
+						count * sizeof(float),
+						inplace ? "in" : "out",
+						it - warmup, t0 * 1e3,
+						(t0 + dt) * 1e3);
 				if (it < warmup)
 					continue;
 				lat[it - warmup] = dt;
@@ -347,6 +374,9 @@ int main(int argc, char **argv)
 out_fail:
 	ret = 1;
 out_bufs:
+	if (trace && fclose(trace))
+		fprintf(stderr, "cs-trainer-bench: trace: %s\n",
+			strerror(errno));
 	free(lat);
 	cs_buf_free(bm);
 	cs_buf_free(br);

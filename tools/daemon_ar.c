@@ -1512,6 +1512,20 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
 	return (int)r;
 }
 
+int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
+			cs_ns_t *done)
+{
+	struct ar_op *op = s->old;
+
+	/* written by the lcore before it stored the verdict */
+	if (!op || !op->notify || !op->notified)
+		return -ENOENT;
+	*picked = op->t_start;
+	*ready = op->t_ready;
+	*done = op->t_done;
+	return 0;
+}
+
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 {
 	atomic_store(&s->notify_fd, fd);

@@ -83,6 +83,7 @@ struct ipcd_conf {
 	cs_ns_t linger;
 	cs_ns_t quiet_after;
 	cs_ns_t quiet_sleep;
+	char trace_dir[CS_CFG_STR_MAX];
 };
 
 static_assert(sizeof(struct ipcd_conf) <=
@@ -106,11 +107,28 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	  "the lcore or a new view wakes it" },
 	{ "ipc.quiet_sleep", CS_CFG_NS, IC(quiet_sleep), "20ms", 1e5, 1e9,
 	  "IPC thread: the longest such sleep (housekeeping: ipc.linger)" },
+	{ "ipc.trace_dir", CS_CFG_STR, IC(trace_dir), "", CS_CFG_NO_BOUNDS,
+	  "if set, time every cross-node operation (launched, picked up by "
+	  "the lcore, result ready, last ACK, verdict seen; the first "
+	  "65536) and write them to <dir>/ipc-<node.rank>.txt at exit "
+	  "(scripts/op-breakdown.py)" },
 };
+
+/* One cross-node operation's timestamps (CLOCK_MONOTONIC ns), when
+ * ipc.trace_dir is set. */
+struct ipcd_trace {
+	uint32_t op_id;
+	uint32_t kind;
+	uint64_t bytes;
+	cs_ns_t launched, picked, ready, done, seen;
+};
+
+#define IPCD_TRACE_MAX 65536
 
 struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
+	cs_ns_t launched; /* ipc.trace_dir */
 };
 
 struct cs_daemon_ipc {
@@ -131,6 +149,8 @@ struct cs_daemon_ipc {
 	int32_t barrier_word;
 	uint32_t epoch; /* the node view the queued operations belong to */
 	uint64_t started, finished, failed, lost;
+	struct ipcd_trace *trace; /* ipc.trace_dir: IPCD_TRACE_MAX of them */
+	uint32_t ntrace;
 };
 
 static struct ipcd_conf *ipcd_conf(struct cs_daemon_conf *c)
@@ -175,6 +195,68 @@ void cs_daemon_ipc_help(FILE *out)
 }
 
 /* ---- the backend ------------------------------------------------------- */
+
+static cs_ns_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
+}
+
+/* ipc.trace_dir: the timestamps of q[head], whose verdict was just seen */
+static void trace_op(struct cs_daemon_ipc *x, cs_ns_t seen)
+{
+	const struct ipcd_op *o = &x->q[x->head];
+	struct ipcd_trace *t;
+
+	if (!x->trace || x->ntrace == IPCD_TRACE_MAX)
+		return;
+	t = &x->trace[x->ntrace];
+	if (cs_ar_svc_ext_times(x->d->svc, &t->picked, &t->ready, &t->done))
+		return;
+	t->op_id = o->op_id;
+	t->kind = (uint32_t)o->op.kind;
+	t->bytes = (uint64_t)o->op.count * cs_dtype_size(o->op.dtype);
+	t->launched = o->launched;
+	t->seen = seen;
+	x->ntrace++;
+}
+
+/* ipc.trace_dir: <dir>/ipc-<rank>.txt, one line per operation */
+static void trace_write(struct cs_daemon_ipc *x)
+{
+	char path[2 * CS_CFG_STR_MAX];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/ipc-%u.txt", x->cf->trace_dir,
+		 x->d->conf.rank);
+	f = fopen(path, "w");
+	if (!f) {
+		CS_WARN("ipc.trace_dir: %s: %s", path, strerror(errno));
+		return;
+	}
+	fprintf(f,
+		"# collstackd node %u: cross-node operations, "
+		"CLOCK_MONOTONIC ns\n# op_id kind bytes launched picked "
+		"ready done seen\n",
+		x->d->conf.rank);
+	for (uint32_t i = 0; i < x->ntrace; i++) {
+		const struct ipcd_trace *t = &x->trace[i];
+
+		fprintf(f, "%u %u %llu %llu %llu %llu %llu %llu\n", t->op_id,
+			t->kind, (unsigned long long)t->bytes,
+			(unsigned long long)t->launched,
+			(unsigned long long)t->picked,
+			(unsigned long long)t->ready,
+			(unsigned long long)t->done,
+			(unsigned long long)t->seen);
+	}
+	if (fclose(f))
+		CS_WARN("ipc.trace_dir: %s: %s", path, strerror(errno));
+	else
+		CS_INFO("ipc.trace_dir: %u operations in %s", x->ntrace, path);
+}
 
 /* FNV-1a of the group name: 7 bits of the id keep groups apart. */
 static uint32_t name_hash(const char *s)
@@ -357,6 +439,8 @@ static int launch(struct cs_daemon_ipc *x)
 		c.rank = pos;
 	}
 	atomic_store(&x->notify, 0);
+	if (x->trace)
+		o->launched = now_ns();
 	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret; /* the view moved: on_view() fails it */
@@ -597,8 +681,10 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
-	if (v > 0)
+	if (v > 0) {
+		trace_op(x, now_ns());
 		return finish_and_next(x, 0, -1, now);
+	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
 	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
 		"answering)",
@@ -608,14 +694,6 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 }
 
 /* ---- the thread -------------------------------------------------------- */
-
-static cs_ns_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
-}
 
 /* Idle since ipc.quiet_after: sleep until something can bring work. */
 static void quiet(struct cs_daemon_ipc *x, cs_ns_t *last)
@@ -710,6 +788,20 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		return -ENOMEM;
 	x->d = d;
 	x->cf = cf;
+	if (cf->trace_dir[0]) {
+		if (access(cf->trace_dir, W_OK)) {
+			ret = -errno;
+			CS_ERR("ipc.trace_dir %s: %s", cf->trace_dir,
+			       strerror(-ret));
+			free(x);
+			return ret;
+		}
+		x->trace = calloc(IPCD_TRACE_MAX, sizeof(*x->trace));
+		if (!x->trace) {
+			free(x);
+			return -ENOMEM;
+		}
+	}
 	x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (x->efd >= 0)
 		x->pfd = calloc(2 + (size_t)cf->ipc.max_trainers,
@@ -749,6 +841,7 @@ out_free:
 	if (x->efd >= 0)
 		close(x->efd);
 	free(x->pfd);
+	free(x->trace);
 	free(x);
 	return ret;
 }
@@ -776,7 +869,10 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		"(%llu of them on a lost node)",
 		(unsigned long long)x->finished, (unsigned long long)x->failed,
 		(unsigned long long)x->lost);
+	if (x->trace)
+		trace_write(x);
 	free(x->pfd);
+	free(x->trace);
 	free(x);
 	d->ipc = NULL;
 }

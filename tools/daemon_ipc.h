@@ -72,6 +72,15 @@ int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
 		       uint32_t *n, char *msg, size_t mlen);
 
 /**
+ * cs_ar_svc_ext_times - when the lcore picked up the installed trainer
+ *	operation, when its result was ready and when its last frame was
+ *	acknowledged (CLOCK_MONOTONIC ns); for ipc.trace_dir
+ * Call after its verdict (*notify) was seen. Returns 0 or -ENOENT.
+ */
+int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
+			cs_ns_t *done);
+
+/**
  * cs_ar_svc_set_notify_fd - an eventfd the lcore writes to after it stored
  * the verdict of a trainer operation (-1: none); set before the first one
  */

@@ -57,6 +57,12 @@ kill -TERM $pid
 wait $pid || fail "exit status $? after SIGTERM"
 [ -e "$tmp/run" ] && fail "run folder left behind: $(ls "$tmp/run")"
 
+# ipc.trace_dir must be a folder it can write to: else it does not start
+out=$(timeout 10 "$D" --set port.type=loop --set name=tracex \
+	--set run_dir="$tmp/runt" --set ipc.trace_dir="$tmp/nosuch" 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ipc.trace_dir $tmp/nosuch" <<<"$out" ||
+	fail "ipc.trace_dir that does not exist: rc $rc, '$out'"
+
 # lcore.pin=on pins an adaptive lcore and says so
 "$D" --set port.type=loop --set name=pintest --set lcore.pin=on \
 	--set run_dir="$tmp/runp" >"$tmp/logp" 2>&1 &

@@ -402,6 +402,30 @@ case_peer_lost() {
 	done
 }
 
+# ipc.trace_dir and COLLSTACK_BENCH_TRACE_DIR: every operation of a run is
+# timed on both sides, and scripts/op-breakdown.py matches each trainer
+# operation with its sidecar's record on every node.
+case_trace() {
+	local t out
+	[ -x /usr/bin/python3 ] || skip "no /usr/bin/python3"
+	t=$(mktemp -d)
+	up 4 --set ipc.trace_dir="$t"
+	COLLSTACK_BENCH_TRACE_DIR=$t bench 1 -o allreduce -b 4K -e 64K -f 16 \
+		-n 20 -w 2 || fail "traced allreduce: wrong elements or an error"
+	down	# the sidecars write their records as they stop
+	out=$(/usr/bin/python3 scripts/op-breakdown.py "$t" 2>&1) ||
+		fail "op-breakdown: $out"
+	rm -rf "$t"
+	echo "$out"
+	grep -q "4 nodes, one trainer each; 0 trainer operations not matched" \
+		<<<"$out" || fail "not every operation was matched"
+	[ "$(grep -c "bytes, .* of place, 20 operations" <<<"$out")" = 4 ] ||
+		fail "expected 2 sizes x 2 places x 20 operations"
+	# no step may come out negative: each record is in the order taken
+	grep -E "^  [a-z].* -[0-9]" <<<"$out" && fail "a negative step"
+	return 0
+}
+
 case ${1:-} in
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
@@ -414,6 +438,7 @@ kill_2x2) case_kill ;;
 python_2x1) case_python ;;
 peer_lost_4x1) case_peer_lost 4 1 4M ;;
 peer_lost_4x2) case_peer_lost 4 2 1M ;;
+trace_4x1) case_trace ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -432,7 +457,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
