@@ -700,6 +700,11 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	if (!op->ready && cs_coll_result_ready(op->coll)) {
 		op->ready = true;
 		op->t_ready = now;
+		/* Nothing more comes in: the peers' last frames need not wait
+		 * for rel.ack_delay or rel.ack_every (their senders are not
+		 * done before these ACKs are in). */
+		for (uint32_t i = 0; i < op->nsess; i++)
+			cs_rel_ack_at_once(&op->sess[i].rel);
 	}
 	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
 		    AR_PREPARED &&
