@@ -180,6 +180,7 @@ int main(int argc, char **argv)
 	double *lat = NULL;
 	float *send, *recv;
 	FILE *trace = NULL;
+	const char *trace_dir = getenv("COLLSTACK_BENCH_TRACE_DIR");
 
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "-b"))
@@ -271,12 +272,11 @@ int main(int argc, char **argv)
 	/* $COLLSTACK_BENCH_TRACE_DIR: every operation's post and completion
 	 * (CLOCK_MONOTONIC ns) in <dir>/trainer-<rank>.txt, to set against
 	 * the sidecars' ipc.trace_dir (scripts/op-breakdown.py) */
-	if (getenv("COLLSTACK_BENCH_TRACE_DIR") &&
-	    *getenv("COLLSTACK_BENCH_TRACE_DIR")) {
+	if (trace_dir && *trace_dir) {
 		char path[4096];
 
-		snprintf(path, sizeof(path), "%s/trainer-%d.txt",
-			 getenv("COLLSTACK_BENCH_TRACE_DIR"), b.rank);
+		snprintf(path, sizeof(path), "%s/trainer-%d.txt", trace_dir,
+			 b.rank);
 		trace = fopen(path, "w");
 		if (!trace)
 			fprintf(stderr, "cs-trainer-bench: %s: %s\n", path,

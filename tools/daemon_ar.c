@@ -1522,8 +1522,9 @@ int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 {
 	struct ar_op *op = s->old;
 
-	/* written by the lcore before it stored the verdict */
-	if (!op || !op->notify || !op->notified)
+	/* written by the lcore before it stored the verdict, which the
+	 * caller has seen */
+	if (!op || !op->notify)
 		return -ENOENT;
 	*picked = op->t_start;
 	*ready = op->t_ready;

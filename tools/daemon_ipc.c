@@ -210,7 +210,7 @@ static void trace_op(struct cs_daemon_ipc *x, cs_ns_t seen)
 	const struct ipcd_op *o = &x->q[x->head];
 	struct ipcd_trace *t;
 
-	if (!x->trace || x->ntrace == IPCD_TRACE_MAX)
+	if (x->ntrace == IPCD_TRACE_MAX)
 		return;
 	t = &x->trace[x->ntrace];
 	if (cs_ar_svc_ext_times(x->d->svc, &t->picked, &t->ready, &t->done))
@@ -682,7 +682,8 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	if (!v)
 		return 0;
 	if (v > 0) {
-		trace_op(x, now_ns());
+		if (x->trace) /* no clock read on the hot path otherwise */
+			trace_op(x, now_ns());
 		return finish_and_next(x, 0, -1, now);
 	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
