@@ -238,6 +238,11 @@ static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	return cs_port_wait(fp->inner, q, timeout_ns, kick_fd);
 }
 
+static bool fault_wait_sees_fd(struct cs_port *p)
+{
+	return cs_port_wait_sees_fd(fp_of(p)->inner);
+}
+
 static bool fault_wakes_on_rx(struct cs_port *p, unsigned q)
 {
 	return cs_port_wakes_on_rx(fp_of(p)->inner, q);
@@ -296,6 +301,7 @@ static const struct cs_port_ops fault_ops = {
 	.unreg_mem = fault_unreg_mem,
 	.wait = fault_wait,
 	.wakes_on_rx = fault_wakes_on_rx,
+	.wait_sees_fd = fault_wait_sees_fd,
 	.thread_init = fault_thread_init,
 	.stats = fault_stats,
 	.close = fault_close,

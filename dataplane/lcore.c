@@ -225,8 +225,17 @@ static void *lcore_main(void *arg)
 		return NULL;
 	while (!atomic_load_explicit(&lc->stop, memory_order_relaxed)) {
 		cs_ns_t now = cs_lcore_now();
-		unsigned did = lc->fn(lc->arg, lc->q, now);
+		const struct cs_lcore_side *side;
+		unsigned did;
+		int wfd;
 
+		/* cs_lcore_set_side(NULL): once this moved on twice, the
+		 * old side is not used any more */
+		atomic_fetch_add(&lc->rounds, 1);
+		side = atomic_load(&lc->side);
+		did = lc->fn(lc->arg, lc->q, now);
+		if (side)
+			did += side->fn(side->arg, lc->q, now);
 		lc->loops++;
 		if (did || lc->mode == CS_POLL_BUSY) {
 			idle = 0;
@@ -240,14 +249,25 @@ static void *lcore_main(void *arg)
 			sched_yield();
 			continue;
 		}
+		wfd = lc->kick_fd;
+		if (side && side->prepare) {
+			wfd = side->prepare(side->arg);
+			if (wfd < 0) { /* new side work: no wait */
+				idle = 0;
+				last_work = now;
+				continue;
+			}
+		}
 		atomic_store(&lc->waiting, true);
 		cs_port_wait(lc->port, lc->q,
 			     now - last_work >= lc->quiet_after
 				     ? lc->quiet_sleep_ns
 				     : lc->sleep_ns,
-			     lc->kick_fd);
+			     wfd);
 		atomic_store_explicit(&lc->waiting, false,
 				      memory_order_relaxed);
+		if (side && side->done)
+			side->done(side->arg);
 		if (lc->kick_fd >= 0) {
 			uint64_t v;
 
@@ -258,6 +278,7 @@ static void *lcore_main(void *arg)
 		}
 		lc->idle_waits++;
 	}
+	atomic_store(&lc->exited, true);
 	return NULL;
 }
 
@@ -283,6 +304,9 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 	atomic_init(&lc->stop, false);
 	atomic_init(&lc->running, false);
 	atomic_init(&lc->waiting, false);
+	atomic_init(&lc->side, NULL);
+	atomic_init(&lc->rounds, 0);
+	atomic_init(&lc->exited, false);
 	/* without it a kick is seen at the end of the nap */
 	lc->kick_fd = mode == CS_POLL_ADAPTIVE
 			      ? eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
@@ -299,6 +323,7 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 		sched_yield();
 	if (lc->init_err) {
 		pthread_join(lc->thread, NULL);
+		atomic_store(&lc->running, false);
 		if (lc->kick_fd >= 0)
 			close(lc->kick_fd);
 		lc->kick_fd = -1;
@@ -318,8 +343,36 @@ void cs_lcore_kick(struct cs_lcore *lc)
 		CS_WARN("lcore %u: kick: %s", lc->q, strerror(errno));
 }
 
+void cs_lcore_set_side(struct cs_lcore *lc, const struct cs_lcore_side *side)
+{
+	uint_fast64_t r;
+
+	atomic_store(&lc->side, side);
+	if (side) {
+		cs_lcore_kick(lc);
+		return;
+	}
+	if (!atomic_load(&lc->running))
+		return;
+	/* a round that began before the store may still run the old one */
+	r = atomic_load(&lc->rounds);
+	while (atomic_load(&lc->rounds) < r + 2 && atomic_load(&lc->running) &&
+	       !atomic_load(&lc->exited)) {
+		cs_lcore_kick(lc);
+		usleep(10);
+	}
+}
+
+bool cs_lcore_is_self(const struct cs_lcore *lc)
+{
+	return atomic_load(&lc->running) &&
+	       pthread_equal(pthread_self(), lc->thread);
+}
+
 void cs_lcore_stop(struct cs_lcore *lc)
 {
+	if (!atomic_load(&lc->running))
+		return; /* never started, or stopped already */
 	atomic_store(&lc->stop, true);
 	cs_lcore_kick(lc);
 	pthread_join(lc->thread, NULL);

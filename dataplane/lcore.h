@@ -49,6 +49,21 @@ extern const size_t cs_lcore_cfg_len;
  */
 typedef unsigned (*cs_lcore_fn)(void *arg, unsigned q, cs_ns_t now);
 
+/*
+ * Second work run on the lcore thread (ipc.on_lcore: the trainer
+ * service), after the work function each round. @prepare, if set, is
+ * called before an adaptive lcore waits: it returns an fd to wait on
+ * instead of the kick eventfd (one that also becomes readable on a kick,
+ * e.g. an epoll set holding it), or a negative value: work came in, do
+ * not wait. @done follows every such wait.
+ */
+struct cs_lcore_side {
+	cs_lcore_fn fn;
+	int (*prepare)(void *arg);
+	void (*done)(void *arg);
+	void *arg;
+};
+
 struct cs_lcore {
 	pthread_t thread;
 	struct cs_port *port;
@@ -66,6 +81,10 @@ struct cs_lcore {
 	int init_err;
 	int kick_fd; /* eventfd: cs_lcore_kick() wakes a waiting lcore */
 	atomic_bool waiting;
+	/* cs_lcore_set_side() */
+	_Atomic(const struct cs_lcore_side *) side;
+	atomic_uint_fast64_t rounds; /* rounds begun */
+	atomic_bool exited; /* out of its loop */
 	/* written by the lcore only */
 	uint64_t loops, idle_waits;
 };
@@ -133,7 +152,20 @@ int cs_lcore_start(struct cs_lcore *lc, struct cs_port *port, unsigned q,
 void cs_lcore_kick(struct cs_lcore *lc);
 
 /**
- * cs_lcore_stop - ask the lcore to stop and join it
+ * cs_lcore_set_side - run @side on the lcore every round from now on
+ * (NULL: no more). @side must stay put until it is taken off; once this
+ * returns with NULL, the lcore no longer runs the old one. Not from the
+ * lcore itself.
+ */
+void cs_lcore_set_side(struct cs_lcore *lc, const struct cs_lcore_side *side);
+
+/**
+ * cs_lcore_is_self - is the calling thread this lcore?
+ */
+bool cs_lcore_is_self(const struct cs_lcore *lc);
+
+/**
+ * cs_lcore_stop - ask the lcore to stop and join it (again: nothing)
  */
 void cs_lcore_stop(struct cs_lcore *lc);
 

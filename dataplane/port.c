@@ -206,6 +206,13 @@ int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns, int kick_fd)
 	return 0;
 }
 
+bool cs_port_wait_sees_fd(struct cs_port *p)
+{
+	if (p->ops->wait_sees_fd)
+		return p->ops->wait_sees_fd(p);
+	return !p->ops->wait;
+}
+
 bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q)
 {
 	return p->ops->wakes_on_rx && p->ops->wakes_on_rx(p, q);

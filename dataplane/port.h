@@ -138,6 +138,9 @@ struct cs_port_ops {
 		    int kick_fd);
 	/* Does wait() end when a frame arrives on @q? (NULL: no) */
 	bool (*wakes_on_rx)(struct cs_port *p, unsigned q);
+	/* Does wait() end when @kick_fd is readable? (NULL: only without
+	 * a wait() of its own, whose stand-in ppoll()s it) */
+	bool (*wait_sees_fd)(struct cs_port *p);
 	/* Called once by each lcore thread before it polls (DPDK: register
 	 * the thread as an EAL lcore so mempool caches work). */
 	int (*thread_init)(struct cs_port *p);
@@ -250,6 +253,12 @@ int cs_port_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
  * arrives (rather than only when its timeout passes)?
  */
 bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q);
+
+/**
+ * cs_port_wait_sees_fd - does cs_port_wait() end as soon as its @kick_fd
+ * is readable (rather than at the end of its timeout)?
+ */
+bool cs_port_wait_sees_fd(struct cs_port *p);
 
 int cs_port_thread_init(struct cs_port *p);
 void cs_port_stats(struct cs_port *p, struct cs_port_stats *st);

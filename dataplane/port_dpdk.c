@@ -891,6 +891,12 @@ static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 	return ppoll(pfd, n, &ts, NULL) < 0 && errno != EINTR ? -errno : 0;
 }
 
+static bool dpdk_wait_sees_fd(struct cs_port *p)
+{
+	(void)p;
+	return true;
+}
+
 static bool dpdk_wakes_on_rx(struct cs_port *p, unsigned q)
 {
 	return q < CS_PORT_MAX_QUEUES && dp_of(p)->rx_fd[q] >= 0;
@@ -909,6 +915,7 @@ const struct cs_port_ops cs_port_dpdk_ops = {
 	.thread_init = dpdk_thread_init,
 	.wait = dpdk_wait,
 	.wakes_on_rx = dpdk_wakes_on_rx,
+	.wait_sees_fd = dpdk_wait_sees_fd,
 	.stats = dpdk_stats,
 	.close = dpdk_close,
 };

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -783,12 +784,43 @@ static void op_free(struct ar_op *op)
 	free(op);
 }
 
+/* Called on lcore 0 itself (ipc.on_lcore: between two of its calls into
+ * ar_rx/ar_tx, which load the ops afresh each time), nothing can hold an
+ * old op: no waiting for it to go round. Queued frames are sent first, so
+ * that none points into a buffer about to go. */
+static bool on_lcore(struct cs_ar_svc *s)
+{
+	if (!cs_lcore_is_self(&s->d->lcores[0]))
+		return false;
+	flush(s);
+	return true;
+}
+
+/*
+ * Take @m (view_lock, install_lock). On lcore 0 (ipc.on_lcore) never block
+ * on it: the control thread may hold it while it waits for the lcore to go
+ * round (install()) or fills a buffer; until it lets go, the lcore counts
+ * rounds as if it went round (it holds no op here, see on_lcore()).
+ */
+static void svc_lock(struct cs_ar_svc *s, pthread_mutex_t *m)
+{
+	if (!cs_lcore_is_self(&s->d->lcores[0])) {
+		pthread_mutex_lock(m);
+		return;
+	}
+	while (pthread_mutex_trylock(m)) {
+		atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
+		sched_yield();
+	}
+}
+
 /* Swap the lcore's operation; free the old one once it is surely unused. */
 static void install(struct cs_ar_svc *s, struct ar_op *op)
 {
 	uint_fast64_t g;
+	bool self = on_lcore(s);
 
-	pthread_mutex_lock(&s->install_lock);
+	svc_lock(s, &s->install_lock);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
@@ -796,7 +828,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	/* Two polls later the lcore cannot hold the old pointer any more.
 	 * Never free it before: if a stop signal comes first, leave it
 	 * (the process is going away). */
-	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
+	for (unsigned i = 0; !self && atomic_load(&s->gen) < g + 2; i++) {
 		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
 			s->old = NULL;
 			s->prev_ctl = NULL;
@@ -824,6 +856,8 @@ static bool free_retired(struct cs_ar_svc *s, bool wait)
 {
 	uint_fast64_t g = s->retired[0].gen + 2;
 
+	if (on_lcore(s))
+		g = 0; /* surely unused */
 	for (unsigned i = 0; wait && atomic_load(&s->gen) < g; i++) {
 		if (i % 1000 == 999 && cs_daemon_signalled(s->d))
 			break;
@@ -852,7 +886,7 @@ static bool free_retired(struct cs_ar_svc *s, bool wait)
  */
 static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 {
-	pthread_mutex_lock(&s->install_lock);
+	svc_lock(s, &s->install_lock);
 	while (s->nretired && free_retired(s, s->nretired == AR_RETIRED))
 		;
 	/* the replaced op keeps acknowledging; the one before goes */
@@ -1417,7 +1451,7 @@ int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
 {
 	int ret;
 
-	pthread_mutex_lock(&s->view_lock);
+	svc_lock(s, &s->view_lock);
 	ret = view_for(s, epoch, msg, mlen);
 	*rank = s->d->drv.rank;
 	*n = s->d->drv.npeers;
@@ -1442,7 +1476,7 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 	struct ar_op *op;
 	int ret;
 
-	pthread_mutex_lock(&s->view_lock);
+	svc_lock(s, &s->view_lock);
 	ret = view_for(s, c->epoch, msg, mlen);
 	if (ret)
 		goto out_unlock;
@@ -1535,6 +1569,11 @@ int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 {
 	atomic_store(&s->notify_fd, fd);
+}
+
+void cs_ar_svc_flush(struct cs_ar_svc *s)
+{
+	on_lcore(s);
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

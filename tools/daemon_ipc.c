@@ -63,6 +63,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <unistd.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 #define CS_LOG_MODULE "ipcd"
@@ -78,6 +79,7 @@
 struct ipcd_conf {
 	struct cs_ipc_cfg ipc;
 	bool enable;
+	bool on_lcore;
 	cs_ns_t idle_spin;
 	cs_ns_t idle_sleep;
 	cs_ns_t linger;
@@ -95,6 +97,12 @@ static_assert(sizeof(struct ipcd_conf) <=
 static const struct cs_cfg_entry ipcd_cfg[] = {
 	{ "ipc.enable", CS_CFG_BOOL, IC(enable), "1", CS_CFG_NO_BOUNDS,
 	  "serve trainers (libcollstack) on ipc.socket" },
+	{ "ipc.on_lcore", CS_CFG_BOOL, IC(on_lcore), "1", CS_CFG_NO_BOUNDS,
+	  "serve trainers on lcore 0 itself, after its port work each "
+	  "round, instead of on a thread of their own: no hand-off between "
+	  "the two on a trainer operation's path (the ipc.idle_* and "
+	  "ipc.quiet_* keys then do not apply; the udp port, whose wait "
+	  "watches no trainer socket, keeps the thread)" },
 	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "200us", 0, 1e10,
 	  "IPC thread: keep polling this long after the last work" },
 	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
@@ -137,6 +145,10 @@ struct cs_daemon_ipc {
 	struct cs_ipc_server *srv;
 	pthread_t thr;
 	atomic_bool stop;
+	bool hosted; /* ipc.on_lcore: lcore 0 runs ipc_side() */
+	bool broken; /* ipc.on_lcore: the listener broke */
+	struct cs_lcore_side side; /* ipc.on_lcore */
+	int epfd; /* ipc.on_lcore: lcore 0 waits on it */
 	int efd; /* the lcore's verdicts wake the IPC thread (-1: naps) */
 	struct pollfd *pfd; /* quiet(): efd, listener, trainers (NULL: naps) */
 	/* IPC thread only */
@@ -530,9 +542,12 @@ static int be_unreg_mem(void *ctx, void *addr, size_t len)
 {
 	struct cs_daemon_ipc *x = ctx;
 
+	/* On the lcore (ipc.on_lcore) nothing else sends its queued
+	 * frames: it does so now, and then no frame can still point here. */
+	cs_ar_svc_flush(x->d->svc);
 	/* -ENOENT: never registered (copies) */
 	return cs_port_unreg_mem_wait(x->d->port, addr, page_len(len),
-				      CS_NS_PER_S) == -EBUSY
+				      x->hosted ? 0 : CS_NS_PER_S) == -EBUSY
 		       ? -EBUSY
 		       : 0;
 }
@@ -766,6 +781,91 @@ static void *ipc_main(void *arg)
 	return NULL;
 }
 
+/* ipc.on_lcore: before lcore 0 waits, what quiet() waits on joins its
+ * wait: the listener and the trainers' sockets (a trainer that posts to a
+ * sleeping sidecar writes to its socket) in an epoll set that also holds
+ * the lcore's kick eventfd. -EAGAIN: a trainer posted meanwhile. */
+static int ipc_side_prepare(void *arg)
+{
+	struct cs_daemon_ipc *x = arg;
+	int n;
+
+	if (x->broken)
+		return x->epfd;
+	n = cs_ipc_server_sleep_prepare(x->srv, x->pfd);
+	if (!n)
+		return -EAGAIN;
+	/* a closed socket left the set by itself, so a reused fd number
+	 * is added again; one already in it gives EEXIST */
+	for (int i = 0; i < n; i++) {
+		struct epoll_event ev = { .events = EPOLLIN,
+					  .data.fd = x->pfd[i].fd };
+
+		if (epoll_ctl(x->epfd, EPOLL_CTL_ADD, x->pfd[i].fd, &ev) &&
+		    errno != EEXIST)
+			CS_WARN("ipc.on_lcore: epoll fd %d: %s", x->pfd[i].fd,
+				strerror(errno));
+	}
+	return x->epfd;
+}
+
+static void ipc_side_done(void *arg)
+{
+	struct cs_daemon_ipc *x = arg;
+
+	if (!x->broken)
+		cs_ipc_server_sleep_done(x->srv);
+}
+
+/* ipc.on_lcore: the IPC thread's round, on lcore 0 after its own work. */
+static unsigned ipc_side(void *arg, unsigned q, cs_ns_t now)
+{
+	struct cs_daemon_ipc *x = arg;
+	int n;
+
+	(void)q;
+	if (unlikely(x->broken))
+		return 0;
+	n = cs_ipc_server_poll(x->srv, now);
+	if (n < 0) {
+		CS_ERR("IPC listener broke: %s; trainers are no longer served",
+		       cs_strerror(n));
+		x->broken = true;
+		return 0;
+	}
+	return (unsigned)n + backend_poll(x, now);
+}
+
+/* ipc.on_lcore: the epoll set lcore 0 waits on (its kick eventfd in it:
+ * kicks and new views wake it); the lcore sees its own verdicts, so no
+ * eventfd of ours. */
+static int hosted_init(struct cs_daemon_ipc *x)
+{
+	struct cs_lcore *l = &x->d->lcores[0];
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = l->kick_fd };
+	int ret;
+
+	x->efd = -1;
+	x->side = (struct cs_lcore_side){ .fn = ipc_side, .arg = x };
+	if (l->kick_fd < 0)
+		return 0; /* a busy lcore never waits */
+	x->pfd = calloc(1 + (size_t)x->cf->ipc.max_trainers, sizeof(*x->pfd));
+	if (!x->pfd)
+		return -ENOMEM;
+	x->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (x->epfd < 0 || epoll_ctl(x->epfd, EPOLL_CTL_ADD, l->kick_fd, &ev)) {
+		ret = -errno;
+		CS_ERR("ipc.on_lcore: epoll: %s", strerror(errno));
+		if (x->epfd >= 0)
+			close(x->epfd);
+		free(x->pfd);
+		return ret;
+	}
+	x->side.prepare = ipc_side_prepare;
+	x->side.done = ipc_side_done;
+	return 0;
+}
+
 int cs_daemon_ipc_start(struct cs_daemon *d)
 {
 	struct ipcd_conf *cf = ipcd_conf(&d->conf);
@@ -803,10 +903,27 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 			return -ENOMEM;
 		}
 	}
-	x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (x->efd >= 0)
-		x->pfd = calloc(2 + (size_t)cf->ipc.max_trainers,
-				sizeof(*x->pfd));
+	/* The udp port's wait (io_uring) does not watch an fd: there a
+	 * trainer's post would wait for the end of the lcore's sleep. */
+	x->hosted = cf->on_lcore && cs_port_wait_sees_fd(d->port);
+	if (cf->on_lcore && !x->hosted)
+		CS_INFO("ipc.on_lcore: the %s port's wait does not watch the "
+			"trainers' sockets: they are served by a thread",
+			d->port->conf.type);
+	x->epfd = -1;
+	if (x->hosted) {
+		ret = hosted_init(x);
+		if (ret) {
+			free(x->trace);
+			free(x);
+			return ret;
+		}
+	} else {
+		x->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (x->efd >= 0)
+			x->pfd = calloc(2 + (size_t)cf->ipc.max_trainers,
+					sizeof(*x->pfd));
+	}
 	atomic_init(&x->stop, false);
 	atomic_init(&x->notify, 0);
 	be = (struct cs_ipc_backend){ .ctx = x,
@@ -824,11 +941,18 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	x->epoch = atomic_load(&d->view.epoch);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
 	cs_ar_svc_set_notify_fd(d->svc, x->efd);
-	atomic_store(&d->view.wake_fd, x->efd); /* a new view wakes quiet() */
-	ret = -pthread_create(&x->thr, NULL, ipc_main, x);
-	if (ret)
-		goto out_srv;
-	pthread_setname_np(x->thr, "cs-ipc");
+	/* a new view wakes quiet(), or the lcore */
+	atomic_store(&d->view.wake_fd,
+		     x->hosted ? d->lcores[0].kick_fd : x->efd);
+	if (x->hosted) {
+		cs_lcore_set_side(&d->lcores[0], &x->side);
+		CS_INFO("ipc.on_lcore: trainers are served by lcore 0");
+	} else {
+		ret = -pthread_create(&x->thr, NULL, ipc_main, x);
+		if (ret)
+			goto out_srv;
+		pthread_setname_np(x->thr, "cs-ipc");
+	}
 	d->ipc = x;
 	CS_INFO("trainers: COLLSTACK_SOCKET=%s (node %u of %u)",
 		cf->ipc.socket_path, d->conf.rank,
@@ -841,6 +965,8 @@ out_srv:
 out_free:
 	if (x->efd >= 0)
 		close(x->efd);
+	if (x->epfd >= 0)
+		close(x->epfd);
 	free(x->pfd);
 	free(x->trace);
 	free(x);
@@ -855,9 +981,15 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		return;
 	atomic_store(&x->stop, true);
 	atomic_store(&d->view.wake_fd, -1);
-	if (x->efd >= 0) /* out of a quiet() sleep now */
-		(void)!write(x->efd, &(uint64_t){ 1 }, sizeof(uint64_t));
-	pthread_join(x->thr, NULL);
+	if (x->hosted) {
+		/* from here on only this thread touches the server */
+		cs_lcore_set_side(&d->lcores[0], NULL);
+	} else {
+		if (x->efd >= 0) /* out of a quiet() sleep now */
+			(void)!write(x->efd, &(uint64_t){ 1 },
+				     sizeof(uint64_t));
+		pthread_join(x->thr, NULL);
+	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
 	if (x->installed)
@@ -866,6 +998,8 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	cs_ar_svc_set_notify_fd(d->svc, -1);
 	if (x->efd >= 0)
 		close(x->efd);
+	if (x->epfd >= 0)
+		close(x->epfd);
 	CS_INFO("trainer IPC stopped: %llu cross-node ops done, %llu failed "
 		"(%llu of them on a lost node)",
 		(unsigned long long)x->finished, (unsigned long long)x->failed,

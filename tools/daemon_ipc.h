@@ -103,4 +103,11 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
  */
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s);
 
+/**
+ * cs_ar_svc_flush - on lcore 0 (ipc.on_lcore): hand the frames it queued
+ * to the port now (before trainer memory they may point into goes);
+ * elsewhere nothing
+ */
+void cs_ar_svc_flush(struct cs_ar_svc *s);
+
 #endif

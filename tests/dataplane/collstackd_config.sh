@@ -16,7 +16,7 @@ for k in name run_dir node.rank node.peers log.level port.type port.dev \
 	 port.memif_socket port.eal_args port.vdev_args fault.seed fault.drop \
 	 fault.dup fault.reorder fault.delay fault.corrupt fault.delay_ns \
 	 fault.reorder_depth lcore.poll lcore.cpus lcore.spin lcore.sleep \
-	 lcore.pin lcore.yield lcore.spin_wake ipc.idle_spin \
+	 lcore.pin lcore.yield lcore.spin_wake ipc.idle_spin ipc.on_lcore \
 	 rel.window rel.rto_min cc.enable coll.channels coll.chunk; do
 	grep -q "^  $k " <<<"$help" || fail "key $k missing from --help-config"
 done

@@ -310,6 +310,45 @@ Test(lcore, idle_lcore_yields_before_it_waits)
 	cs_port_close(p);
 }
 
+static atomic_uint side_calls;
+static atomic_bool side_on_lcore;
+
+static unsigned side_fn(void *arg, unsigned q, cs_ns_t now)
+{
+	(void)q;
+	(void)now;
+	atomic_store(&side_on_lcore, cs_lcore_is_self(arg));
+	atomic_fetch_add(&side_calls, 1);
+	return 0;
+}
+
+/* ipc.on_lcore: a second work function runs on the lcore thread each
+ * round until it is taken off; once cs_lcore_set_side(NULL) returns it is
+ * never called again. */
+Test(lcore, side_work_runs_on_the_lcore_until_taken_off)
+{
+	struct cs_lcore_conf lc;
+	struct cs_lcore l;
+	struct cs_port *p = lcore_setup(&lc, 10);
+	struct cs_lcore_side side = { .fn = side_fn, .arg = &l };
+	unsigned n;
+
+	start_counting(&l, p, &lc);
+	cr_assert_not(cs_lcore_is_self(&l), "the test thread is not it");
+	atomic_store(&side_calls, 0);
+	cs_lcore_set_side(&l, &side);
+	while (atomic_load(&side_calls) < 50)
+		usleep(1000);
+	cr_assert(atomic_load(&side_on_lcore), "ran on the lcore thread");
+	cs_lcore_set_side(&l, NULL);
+	n = atomic_load(&side_calls);
+	wait_calls(atomic_load(&calls) + 50); /* the lcore goes on */
+	cr_assert_eq(atomic_load(&side_calls), n, "called after removal");
+	cs_lcore_stop(&l);
+	cs_lcore_stop(&l); /* twice: nothing */
+	cs_port_close(p);
+}
+
 Test(lcore, kick_wakes_a_waiting_lcore)
 {
 	struct cs_lcore_conf lc;

@@ -7,7 +7,9 @@
 #   test_trainers.sh bench N T [collstack bench args...]   (figures)
 #
 # Cases: ar_2x1, ar_2x2, ar_4x1, ar_4x2 (nodes x trainers per node: every
-# element of every iteration checked bit for bit on every rank), gather_2x2
+# element of every iteration checked bit for bit on every rank; lcore 0
+# serves the trainers, ipc.on_lcore), ar_4x2_thread (the same with a
+# thread of its own serving them, ipc.on_lcore=0), gather_2x2
 # (all_gather, broadcast, reduce_scatter), gather_4x1 (the same with one
 # trainer per node: reduce_scatter and all_gather on the ring itself, 3 %
 # loss), kill_2x2 (a trainer killed mid-run: the
@@ -194,12 +196,19 @@ sidecars_alive() {
 	done
 }
 
-case_ar() {	# N T
-	local st
-	up "$1"
-	bench "$2" -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
-		fail "allreduce ${1}x$2: wrong elements or an error"
+case_ar() {	# N T [collstackd --set args...]
+	local st n=$1 t=$2 want="served by lcore 0"
+	shift 2
+	up "$n" "$@"
+	bench "$t" -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "allreduce ${n}x$t: wrong elements or an error"
 	sidecars_alive
+	# ipc.on_lcore (default 1): lcore 0 serves the trainers, except on
+	# the udp port or when turned off (then a thread of its own does)
+	[ "$PORT" = udp ] || [ $# -gt 0 ] || grep -q "$want" "$RUN/ipn0.log" ||
+		fail "ipc.on_lcore: no '$want' in ipn0's log"
+	[ $# -eq 0 ] || ! grep -q "$want" "$RUN/ipn0.log" ||
+		fail "ipc.on_lcore=0: '$want' in ipn0's log"
 	# trainer segments are registered with the (dpdk) port: the
 	# cross-node step's frames point into local rank 0's recv buffer
 	[ "$PORT" = af_packet ] || return 0
@@ -431,6 +440,7 @@ ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
 ar_4x2) case_ar 4 2 ;;
+ar_4x2_thread) case_ar 4 2 --set ipc.on_lcore=0 ;;
 gather_2x2) case_gather ;;
 gather_4x1) case_gather_ring ;;
 boot_fault5) case_boot_fault ;;
@@ -457,7 +467,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
