@@ -5,10 +5,12 @@
 Reads what a traced run left in DIR:
 
   ipc-<node>.txt      collstackd with --set ipc.trace_dir=DIR: per
-                      cross-node operation, when the IPC thread launched
-                      it, the lcore picked it up, its result was ready,
-                      its last frame was acknowledged, and the IPC thread
-                      saw the verdict (written when the sidecar stops)
+                      cross-node operation, when the trainer service
+                      (lcore 0 with ipc.on_lcore, else the IPC thread)
+                      launched it, the lcore picked it up, its result was
+                      ready, its last frame was acknowledged, and the
+                      service saw the verdict (written when the sidecar
+                      stops)
   trainer-<rank>.txt  cs-trainer-bench (collstack bench) with
                       COLLSTACK_BENCH_TRACE_DIR=DIR: per operation, when
                       the trainer posted it and saw it complete
@@ -35,12 +37,12 @@ BARRIER = 4  # CS_IPC_INTER_BARRIER (control/ipc/ipc_server.h)
 
 STEPS = [
     ("the trainers' posts, first to last", "spread"),
-    ("trainer post -> IPC thread launches it", "launch"),
+    ("trainer post -> sidecar launches it", "launch"),
     ("launch -> lcore picks it up", "pick"),
     ("lcore picks it up -> every peer's data in", "ready"),
     ("result ready -> last ACK in", "done"),
-    ("last ACK -> IPC thread sees it", "seen"),
-    ("IPC thread -> trainer sees completion", "end"),
+    ("last ACK -> sidecar sees the verdict", "seen"),
+    ("sidecar -> trainer sees completion", "end"),
     ("last post -> last completion (critical path)", "critical"),
     ("reported time (slowest rank, post -> completion)", "reported"),
 ]
