@@ -289,29 +289,64 @@ static int local_of(const struct group *g, uint32_t r)
 	return -1;
 }
 
-/* Reduce every local send buffer into @acc, in local-rank order. */
-static void reduce_local(struct group *g, struct inst *in, uint8_t *acc,
-			 size_t n)
+/* Long reductions and copies run in pieces of IPC_PIECE bytes with the
+ * backend's progress hook between them (cs_ipc_backend.progress). */
+#define IPC_PIECE ((size_t)4 << 20)
+
+static void progress(struct cs_ipc_server *s)
+{
+	if (s->have_be && s->be.progress)
+		s->be.progress(s->be.ctx);
+}
+
+/* memcpy() of @len bytes in pieces (the two do not overlap). */
+static void copy_pieces(struct cs_ipc_server *s, void *dst, const void *src,
+			size_t len)
+{
+	for (size_t off = 0; off < len; off += IPC_PIECE) {
+		size_t m = CS_MIN(IPC_PIECE, len - off);
+
+		memcpy((uint8_t *)dst + off, (const uint8_t *)src + off, m);
+		if (off + m < len)
+			progress(s);
+	}
+}
+
+/* Reduce every local send buffer into @acc, in local-rank order, piece
+ * by piece (element by element the same operations in the same order,
+ * so the same bits). */
+static void reduce_local(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in, uint8_t *acc, size_t n)
 {
 	struct part *p0 = &in->parts[0];
-	size_t esz = esz_of(p0);
-
+	size_t esz = esz_of(p0), piece = IPC_PIECE / esz;
 	enum cs_dtype t = (enum cs_dtype)p0->d.dtype;
 	enum cs_redop op = (enum cs_redop)p0->d.redop;
-	uint32_t l = 1;
 
 	/* acc is local rank 0's send (in place) or clear of every send */
-	if (g->local_size > 1) /* acc = send0 op send1: no copy first */
-		cs_ipc_reduce_into(acc, p0->send, in->parts[l++].send, n, t,
+	if (g->local_size == 1) {
+		if (acc != p0->send)
+			copy_pieces(s, acc, p0->send, n * esz);
+		return;
+	}
+	for (size_t off = 0; off < n; off += piece) {
+		size_t m = CS_MIN(piece, n - off), b = off * esz;
+		uint32_t l = 1;
+
+		/* acc = send0 op send1: no copy first */
+		cs_ipc_reduce_into(acc + b, (uint8_t *)p0->send + b,
+				   (uint8_t *)in->parts[l++].send + b, m, t,
 				   op);
-	else if (acc != p0->send)
-		memmove(acc, p0->send, n * esz);
-	for (; l < g->local_size; l++)
-		cs_ipc_reduce(acc, in->parts[l].send, n, t, op);
+		for (; l < g->local_size; l++)
+			cs_ipc_reduce(acc + b, (uint8_t *)in->parts[l].send + b,
+				      m, t, op);
+		if (off + m < n)
+			progress(s);
+	}
 }
 
 /* Copy the result from the staging buffer to every local rank. */
-static void fan_out(struct group *g, struct inst *in)
+static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), blk = p0->d.count * esz;
@@ -323,21 +358,23 @@ static void fan_out(struct group *g, struct inst *in)
 		case CS_IPC_OP_ALLREDUCE:
 		case CS_IPC_OP_BROADCAST:
 			if (!in->in_recv0)
-				memcpy(p->recv, g->staging, blk);
+				copy_pieces(s, p->recv, g->staging, blk);
 			else if (l) /* local rank 0 holds the result */
-				memcpy(p->recv, p0->recv, blk);
+				copy_pieces(s, p->recv, p0->recv, blk);
 			break;
 		case CS_IPC_OP_REDUCE_SCATTER:
-			memcpy(p->recv,
-			       (uint8_t *)g->staging +
-				       (size_t)g->ranks[l] * blk,
-			       blk);
+			copy_pieces(s, p->recv,
+				    (uint8_t *)g->staging +
+					    (size_t)g->ranks[l] * blk,
+				    blk);
 			break;
 		case CS_IPC_OP_ALL_GATHER:
 			if (!in->in_recv0)
-				memcpy(p->recv, g->staging, blk * g->size);
+				copy_pieces(s, p->recv, g->staging,
+					    blk * g->size);
 			else if (l)
-				memcpy(p->recv, p0->recv, blk * g->size);
+				copy_pieces(s, p->recv, p0->recv,
+					    blk * g->size);
 			break;
 		default:
 			break;
@@ -355,9 +392,9 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	switch (p0->d.op) {
 	case CS_IPC_OP_ALLREDUCE:
 		/* One reduction into rank 0's buffer, then only copies. */
-		reduce_local(g, in, p0->recv, n);
+		reduce_local(s, g, in, p0->recv, n);
 		for (uint32_t l = 1; l < g->local_size; l++)
-			memcpy(in->parts[l].recv, p0->recv, blk);
+			copy_pieces(s, in->parts[l].recv, p0->recv, blk);
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* Staged: a rank's recv may sit inside its send (in place). */
@@ -365,8 +402,8 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			inst_finish(s, g, in, -ENOMEM, 0, -1);
 			return;
 		}
-		reduce_local(g, in, g->staging, n * g->size);
-		fan_out(g, in);
+		reduce_local(s, g, in, g->staging, n * g->size);
+		fan_out(s, g, in);
 		break;
 	case CS_IPC_OP_ALL_GATHER:
 		for (uint32_t l = 0; l < g->local_size; l++) {
@@ -460,7 +497,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			op.sendbuf = p0->send;
 			break;
 		}
-		reduce_local(g, in, p0->recv, n);
+		reduce_local(s, g, in, p0->recv, n);
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* The node sum of everything; across nodes the backend
@@ -476,7 +513,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			op.sendbuf = p0->send;
 			break;
 		}
-		reduce_local(g, in, g->staging, n * g->size);
+		reduce_local(s, g, in, g->staging, n * g->size);
 		break;
 	case CS_IPC_OP_ALL_GATHER:
 		op.kind = CS_IPC_INTER_ALL_GATHER;
@@ -605,7 +642,7 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	if (!in->active || !in->inter || in->cookie != cookie)
 		return;
 	if (!status)
-		fan_out(g, in);
+		fan_out(s, g, in);
 	in->inter = false;
 	inst_finish(s, g, in, status, status ? detail : 0, status ? peer : -1);
 	run_ready(s, g);

@@ -104,6 +104,10 @@ struct cs_ipc_backend {
 	 * nothing points into it any more, else it stays mapped (leaked). */
 	void (*reg_mem)(void *ctx, void *addr, size_t len);
 	int (*unreg_mem)(void *ctx, void *addr, size_t len);
+	/* Optional: called between the pieces (IPC_PIECE bytes) of a long
+	 * intra-node reduction or copy, so that a server polled by a
+	 * port's lcore (collstackd ipc.on_lcore) keeps serving the port. */
+	void (*progress)(void *ctx);
 };
 
 /* Counters for tests, `collstack top` and metrics. */

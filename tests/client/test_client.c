@@ -1221,6 +1221,86 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 	two_local_ranks("twonode", fake_start, fake_tick, two_node_main);
 }
 
+/*
+ * A long intra-node reduction runs in pieces (IPC_PIECE, 4 MiB) with the
+ * backend's progress hook between them: collstackd's lcore, which polls
+ * the server itself (ipc.on_lcore), serves its port meanwhile. 24 MiB of
+ * f32 from two local ranks: the cross-node step may start only after at
+ * least 5 calls (6 pieces), and the result is still exact.
+ */
+#define BIG_N ((size_t)6 << 20)
+
+static int progress_calls; /* in the sidecar process */
+
+static void count_progress(void *ctx)
+{
+	(void)ctx;
+	progress_calls++;
+}
+
+static int big_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	if (progress_calls < 5 || op->count != BIG_N)
+		return -EPROTO;
+	return fake_start(ctx, op);
+}
+
+static int big_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	for (uint64_t i = 0; i < f->op.count; i++)
+		b[i] += 2.0f; /* what ranks 1 and 3 add, net */
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int big_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, BIG_N * 4, &b) ||
+	    cs_group_join(c, "big", rank, size, rank / 2, 2, &g))
+		return 2;
+	x = cs_buf_ptr(b);
+	for (size_t i = 0; i < BIG_N; i++)
+		x[i] = (float)(rank + 1 + (int)(i & 255));
+	if (cs_allreduce(g, x, x, BIG_N, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 3;
+	/* (1 + k) + (3 + k) here, 2 from the other node */
+	for (size_t i = 0; i < BIG_N; i++)
+		if (x[i] != (float)(6 + 2 * (int)(i & 255)))
+			return 4;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, long_local_reduction_calls_progress, .timeout = 120)
+{
+	static struct fake_be fake;
+	struct cs_ipc_backend be = fake_backend(&fake, big_start);
+	struct sidecar sc;
+	pid_t a, b;
+
+	be.progress = count_progress;
+	sidecar_start_be(&sc, "big", &be, big_tick);
+	a = spawn(big_main, sc.path, 0, 4, NULL);
+	b = spawn(big_main, sc.path, 2, 4, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 2");
+	sidecar_stop(&sc);
+}
+
 /* Rank @rank of @size, the only local rank, with @bytes of shared buffer. */
 static int join_alone(const char *path, const char *name, int rank, int size,
 		      size_t bytes, struct cs_client **c, struct cs_group **g,
