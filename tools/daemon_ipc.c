@@ -149,6 +149,7 @@ struct cs_daemon_ipc {
 	bool broken; /* ipc.on_lcore: the listener broke */
 	struct cs_lcore_side side; /* ipc.on_lcore */
 	int epfd; /* ipc.on_lcore: lcore 0 waits on it */
+	uint64_t ep_accepted, ep_lost; /* trainers when epfd was filled */
 	int efd; /* the lcore's verdicts wake the IPC thread (-1: naps) */
 	struct pollfd *pfd; /* quiet(): efd, listener, trainers (NULL: naps) */
 	/* IPC thread only */
@@ -801,6 +802,7 @@ static void *ipc_main(void *arg)
 static int ipc_side_prepare(void *arg)
 {
 	struct cs_daemon_ipc *x = arg;
+	struct cs_ipc_stats st;
 	int n;
 
 	if (x->broken)
@@ -808,8 +810,15 @@ static int ipc_side_prepare(void *arg)
 	n = cs_ipc_server_sleep_prepare(x->srv, x->pfd);
 	if (!n)
 		return -EAGAIN;
-	/* a closed socket left the set by itself, so a reused fd number
-	 * is added again; one already in it gives EEXIST */
+	/* The set changes only when a trainer comes or goes (a closed
+	 * socket leaves it by itself; a reused fd number must be added
+	 * again): no system calls for it otherwise. */
+	cs_ipc_server_stats(x->srv, &st);
+	if (st.accepted == x->ep_accepted && st.trainers_lost == x->ep_lost)
+		return x->epfd;
+	x->ep_accepted = st.accepted;
+	x->ep_lost = st.trainers_lost;
+	/* one already in it gives EEXIST */
 	for (int i = 0; i < n; i++) {
 		struct epoll_event ev = { .events = EPOLLIN,
 					  .data.fd = x->pfd[i].fd };
@@ -874,6 +883,7 @@ static int hosted_init(struct cs_daemon_ipc *x)
 		free(x->pfd);
 		return ret;
 	}
+	x->ep_accepted = UINT64_MAX; /* the listener is not in it yet */
 	x->side.prepare = ipc_side_prepare;
 	x->side.done = ipc_side_done;
 	return 0;
