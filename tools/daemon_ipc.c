@@ -928,11 +928,13 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	}
 	/* The udp port's wait (io_uring) does not watch an fd: there a
 	 * trainer's post would wait for the end of the lcore's sleep. */
-	x->hosted = cf->on_lcore && cs_port_wait_sees_fd(d->port);
-	if (cf->on_lcore && !x->hosted)
+	x->hosted = cf->on_lcore && atomic_load(&d->lcores[0].running);
+	if (x->hosted && !cs_port_wait_sees_fd(d->port)) {
+		x->hosted = false;
 		CS_INFO("ipc.on_lcore: the %s port's wait does not watch the "
 			"trainers' sockets: they are served by a thread",
 			d->port->conf.type);
+	}
 	x->epfd = -1;
 	if (x->hosted) {
 		ret = hosted_init(x);
