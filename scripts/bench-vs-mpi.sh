@@ -13,6 +13,7 @@
 #                           [--no-offload] [--pause-sidecars] [--place out|in]
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
+#                           [--iters-small N]
 #
 # Open MPI ranks: one per namespace, launched by mpirun in the first
 # namespace through scripts/netns-rsh.sh (an rsh agent that runs the orted
@@ -27,6 +28,8 @@
 # (the table), bw-OP.png and lat-OP.png, logs/. Full (not --quick) runs also
 # copy the plots to docs/img/bench-vs-mpi-*.png. --report-only redoes the
 # table, CSV and plots from an existing bench-vs-mpi-raw.csv in --out.
+# --iters-small N: timed iterations per size up to 1 MiB (default 20; the
+# p50 of 20 samples moves a lot on a shared machine), both stacks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
 	--no-mpi) DO_MPI=0; shift ;;
 	--no-collstack) DO_CS=0; shift ;;
 	--report-only) REPORT_ONLY=1; shift ;;
+	--iters-small) ITERS_SMALL=$2; ITERS_SMALL_SET=1; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	*) die "unknown option $1 (--help)" ;;
 	esac
@@ -80,12 +84,15 @@ done
 
 if [ $QUICK = 1 ]; then
 	: "${REPS:=1}" "${SIZES:=4K:1M}" "${OPS:=allreduce}"
-	ITERS_SMALL=10 WARM_SMALL=2
+	[ -n "${ITERS_SMALL_SET:-}" ] || ITERS_SMALL=10
+	WARM_SMALL=2
 else
 	: "${REPS:=3}" "${SIZES:=4K:64M}"
 	: "${OPS:=auto}"
 fi
 [[ "$REPS" =~ ^[0-9]+$ ]] && [ "$REPS" -ge 1 ] || die "--reps wants a count"
+[[ "$ITERS_SMALL" =~ ^[0-9]+$ ]] && [ "$ITERS_SMALL" -ge 1 ] &&
+	[ "$ITERS_SMALL" -le 100000 ] || die "--iters-small wants a count (1..100000)"
 [[ "$NODES_N" =~ ^[0-9]+$ ]] && [ "$NODES_N" -ge 2 ] || die "--nodes wants >= 2"
 case $PLACE in out|in) ;; *) die "--place out|in" ;; esac
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nft, tc)"
