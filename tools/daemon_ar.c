@@ -784,43 +784,36 @@ static void op_free(struct ar_op *op)
 	free(op);
 }
 
-/* Called on lcore 0 itself (ipc.on_lcore: between two of its calls into
- * ar_rx/ar_tx, which load the ops afresh each time), nothing can hold an
- * old op: no waiting for it to go round. Queued frames are sent first, so
- * that none points into a buffer about to go. */
-static bool on_lcore(struct cs_ar_svc *s)
-{
-	if (!cs_lcore_is_self(&s->d->lcores[0]))
-		return false;
-	flush(s);
-	return true;
-}
-
 /*
- * Take @m (view_lock, install_lock). On lcore 0 (ipc.on_lcore) never block
- * on it: the control thread may hold it while it waits for the lcore to go
- * round (install()) or fills a buffer; until it lets go, the lcore counts
- * rounds as if it went round (it holds no op here, see on_lcore()).
+ * Take @m (view_lock, install_lock); returns whether the caller is lcore 0
+ * itself (ipc.on_lcore). There, between two of its calls into ar_rx/ar_tx
+ * (which load the ops afresh each time), nothing can hold an old op, so
+ * nothing need wait for it to go round; and it never blocks on @m: the
+ * control thread may hold it while it waits for the lcore to go round
+ * (install()) or fills a buffer, so until it lets go the lcore counts
+ * rounds as if it went round.
  */
-static void svc_lock(struct cs_ar_svc *s, pthread_mutex_t *m)
+static bool svc_lock(struct cs_ar_svc *s, pthread_mutex_t *m)
 {
 	if (!cs_lcore_is_self(&s->d->lcores[0])) {
 		pthread_mutex_lock(m);
-		return;
+		return false;
 	}
 	while (pthread_mutex_trylock(m)) {
 		atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
 		sched_yield();
 	}
+	return true;
 }
 
 /* Swap the lcore's operation; free the old one once it is surely unused. */
 static void install(struct cs_ar_svc *s, struct ar_op *op)
 {
 	uint_fast64_t g;
-	bool self = on_lcore(s);
+	bool self = svc_lock(s, &s->install_lock);
 
-	svc_lock(s, &s->install_lock);
+	if (self) /* no frame may point into a buffer about to go */
+		flush(s);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
@@ -851,13 +844,12 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 }
 
 /* Free the oldest retired op (install_fast()); with @wait, once the lcore
- * can no longer hold it, else only if it already cannot. */
-static bool free_retired(struct cs_ar_svc *s, bool wait)
+ * can no longer hold it, else only if it already cannot; @self: called on
+ * the lcore (svc_lock()), which holds none. */
+static bool free_retired(struct cs_ar_svc *s, bool wait, bool self)
 {
-	uint_fast64_t g = s->retired[0].gen + 2;
+	uint_fast64_t g = self ? 0 : s->retired[0].gen + 2;
 
-	if (on_lcore(s))
-		g = 0; /* surely unused */
 	for (unsigned i = 0; wait && atomic_load(&s->gen) < g; i++) {
 		if (i % 1000 == 999 && cs_daemon_signalled(s->d))
 			break;
@@ -886,8 +878,11 @@ static bool free_retired(struct cs_ar_svc *s, bool wait)
  */
 static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 {
-	svc_lock(s, &s->install_lock);
-	while (s->nretired && free_retired(s, s->nretired == AR_RETIRED))
+	bool self = svc_lock(s, &s->install_lock);
+
+	if (self)
+		flush(s);
+	while (s->nretired && free_retired(s, s->nretired == AR_RETIRED, self))
 		;
 	/* the replaced op keeps acknowledging; the one before goes */
 	atomic_store_explicit(&s->prev, s->old, memory_order_release);
@@ -1573,7 +1568,8 @@ void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 
 void cs_ar_svc_flush(struct cs_ar_svc *s)
 {
-	on_lcore(s);
+	if (cs_lcore_is_self(&s->d->lcores[0]))
+		flush(s);
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

@@ -151,7 +151,9 @@ struct cs_daemon_ipc {
 	int epfd; /* ipc.on_lcore: lcore 0 waits on it */
 	uint64_t ep_accepted, ep_lost; /* trainers when epfd was filled */
 	int efd; /* the lcore's verdicts wake the IPC thread (-1: naps) */
-	struct pollfd *pfd; /* quiet(): efd, listener, trainers (NULL: naps) */
+	/* quiet(): efd, listener, trainers (NULL: naps); ipc.on_lcore:
+	 * listener, trainers */
+	struct pollfd *pfd;
 	/* IPC thread only */
 	struct ipcd_op q[IPCD_QUEUE]; /* q[head] runs when running */
 	uint32_t head, count;
@@ -725,6 +727,21 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 
 /* ---- the thread -------------------------------------------------------- */
 
+/* One round of the trainer service (IPC thread or lcore 0): the server,
+ * then the backend. Returns the work done, or a negative error once the
+ * listener broke (trainers are no longer served). */
+static int serve_round(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	int n = cs_ipc_server_poll(x->srv, now);
+
+	if (n < 0) {
+		CS_ERR("IPC listener broke: %s; trainers are no longer served",
+		       cs_strerror(n));
+		return n;
+	}
+	return n + (int)backend_poll(x, now);
+}
+
 /* Idle since ipc.quiet_after: sleep until something can bring work. */
 static void quiet(struct cs_daemon_ipc *x, cs_ns_t *last)
 {
@@ -760,15 +777,10 @@ static void *ipc_main(void *arg)
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	while (!atomic_load_explicit(&x->stop, memory_order_relaxed)) {
 		cs_ns_t now = now_ns();
-		int n = cs_ipc_server_poll(x->srv, now);
+		int n = serve_round(x, now);
 
-		if (n < 0) {
-			CS_ERR("IPC listener broke: %s; trainers are no "
-			       "longer served",
-			       cs_strerror(n));
+		if (n < 0)
 			break;
-		}
-		n += (int)backend_poll(x, now);
 		if (n > 0) {
 			last = now;
 			continue;
@@ -848,14 +860,9 @@ static unsigned ipc_side(void *arg, unsigned q, cs_ns_t now)
 	(void)q;
 	if (unlikely(x->broken))
 		return 0;
-	n = cs_ipc_server_poll(x->srv, now);
-	if (n < 0) {
-		CS_ERR("IPC listener broke: %s; trainers are no longer served",
-		       cs_strerror(n));
-		x->broken = true;
-		return 0;
-	}
-	return (unsigned)n + backend_poll(x, now);
+	n = serve_round(x, now);
+	x->broken = n < 0;
+	return n < 0 ? 0 : (unsigned)n;
 }
 
 /* ipc.on_lcore: the epoll set lcore 0 waits on (its kick eventfd in it:
