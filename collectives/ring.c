@@ -118,6 +118,7 @@ struct cs_coll {
 	uint64_t *ack_bits; /* [s_n][C][maxpk] */
 	uint64_t rx_left; /* packets still to receive */
 	uint64_t ack_left; /* packets still to be acknowledged */
+	uint64_t tx_left; /* packets never handed out yet */
 	uint64_t ideal_tx; /* payload bytes this rank sends once */
 	int err; /* cs_coll_abort(): the error, or 0 */
 	uint32_t culprit;
@@ -528,6 +529,7 @@ static void count_work(struct cs_coll *c)
 					      ch, &lo);
 
 			c->ack_left += n_pkts(c, len);
+			c->tx_left += n_pkts(c, len);
 			c->ideal_tx += len * c->esz;
 		}
 		for (uint32_t s = 0; s < c->r_n; s++)
@@ -723,6 +725,7 @@ static unsigned chan_next(struct cs_coll *c, uint32_t ch, struct cs_coll_tx *tx)
 		fill_tx(c, t, ch, h->k * c->ppc + h->i, tx);
 		c->st.tx_pkts++;
 		c->st.tx_bytes += tx->len;
+		c->tx_left--;
 		if (++h->i == npk) {
 			h->i = 0;
 			h->k++;
@@ -1023,6 +1026,11 @@ bool cs_coll_rx_has(const struct cs_coll *c, uint32_t step, uint32_t channel,
 bool cs_coll_result_ready(const struct cs_coll *c)
 {
 	return !c->err && c->rx_left == 0;
+}
+
+bool cs_coll_all_sent(const struct cs_coll *c)
+{
+	return c->err || c->tx_left == 0;
 }
 
 bool cs_coll_done(const struct cs_coll *c)

@@ -270,6 +270,13 @@ int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie, struct cs_coll_tx *out);
 bool cs_coll_result_ready(const struct cs_coll *c);
 
 /**
+ * cs_coll_all_sent - every packet this rank sends has been handed out by
+ * cs_coll_next_packets()/cs_coll_next_on() once (acknowledged or not)
+ * @c: the operation
+ */
+bool cs_coll_all_sent(const struct cs_coll *c);
+
+/**
  * cs_coll_done - result final and every packet sent was acknowledged
  * @c: the operation
  *

@@ -695,6 +695,34 @@ static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	r->st.sack_ext++;
 }
 
+uint32_t cs_rel_ack_all(struct cs_rel *r)
+{
+	uint32_t n = 0;
+
+	while (cs_seq_lt(r->snd_una, r->snd_nxt)) {
+		struct cs_rel_meta *m = meta_of(r, r->snd_una);
+
+		if (m->state != M_SACKED) {
+			if (r->ops && r->ops->acked)
+				r->ops->acked(r->owner, m->cookie, m->len);
+			n++;
+		}
+		m->state = M_FREE;
+		m->xmits = 0;
+		r->snd_una++;
+	}
+	r->n_lost = 0;
+	r->n_sacked = 0;
+	r->retx_hint = r->snd_una;
+	r->frto = false;
+	r->consecutive_to = 0;
+	r->rto_deadline = CS_NS_NEVER;
+	r->rack_deadline = CS_NS_NEVER;
+	r->tlp_deadline = CS_NS_NEVER;
+	r->st.implied_acks += n;
+	return n;
+}
+
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 {
 	if (r->ext_due && !r->ack_now && !r->ack_pending) {

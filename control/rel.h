@@ -186,6 +186,7 @@ struct cs_rel_stats {
 	uint64_t stale_rcvd; /* beyond the window, dropped */
 	uint64_t bad_acks; /* ack fields that made no sense, ignored */
 	uint64_t rtt_samples;
+	uint64_t implied_acks; /* packets cs_rel_ack_all() took as acked */
 };
 
 /* Per-seq sender metadata; the engine's own, not the owner's business. */
@@ -391,6 +392,31 @@ static inline void cs_rel_ack_at_once(struct cs_rel *r)
 {
 	if (r->ack_pending)
 		r->ack_now = true;
+}
+
+/**
+ * cs_rel_ack_all - the peer holds everything sent so far: it said so
+ * another way than an ACK (it sent data of a later operation, which it
+ * starts only once it has all of this one's). Every packet in flight is
+ * reported through @ops->acked and nothing is resent; no RTT sample is
+ * taken (the proof came late, not the packets) and the path learns
+ * nothing.
+ * @r: the session
+ * Returns: the number of packets newly acknowledged.
+ */
+uint32_t cs_rel_ack_all(struct cs_rel *r);
+
+/**
+ * cs_rel_ack_drop - forget the ACK this end owes: the peer learns that
+ * its data arrived another way (see cs_rel_ack_all()). A duplicate that
+ * arrives later is still acknowledged.
+ * @r: the session
+ */
+static inline void cs_rel_ack_drop(struct cs_rel *r)
+{
+	r->ack_pending = 0;
+	r->ack_now = false;
+	r->ack_deadline = CS_NS_NEVER;
 }
 
 /**

@@ -68,6 +68,7 @@ struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
 	bool auth; /* auth.enable */
+	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
 };
 
@@ -83,6 +84,18 @@ static const struct cs_cfg_entry auth_cfg[] = {
 	  "from the job token (boot.token, boot.token_file, else "
 	  "$COLLSTACK_JOB_TOKEN; needed with static peers too) and drop "
 	  "frames without a valid tag (ar_stats rx_auth_fail)" },
+};
+
+/* Trainer operations. */
+static const struct cs_cfg_entry early_cfg[] = {
+	{ "coll.direct_early", CS_CFG_BOOL,
+	  offsetof(struct svc_conf, direct_early), "1", 0, 1,
+	  "a trainer's direct exchange (allreduce up to coll.direct_max) "
+	  "completes once its result is in, without waiting for the peers' "
+	  "ACKs of its own frames: it keeps resending them until the peers "
+	  "acknowledge them or send data of their next operation, which "
+	  "they start only once they hold all of this one's; its ACKs wait "
+	  "up to max(rel.ack_delay, rel.rto_min / 2) to ride on that data" },
 };
 
 /* An epoch's packet key, ready for tags. */
@@ -115,6 +128,11 @@ struct ar_op {
 	uint8_t *buf;
 	size_t buf_len; /* allocated (whole pages) */
 	bool direct; /* a direct exchange: one frame per peer, ACKed at once */
+	/* a trainer's direct exchange done at result-ready (coll.direct_early):
+	 * it keeps resending its frames from the engine's copy (as cur, then
+	 * as prev) until they are acknowledged, or implied (implied_ack()) */
+	bool early;
+	atomic_bool settled; /* early: every frame acknowledged, or failed */
 	struct cs_port *zc_port; /* @buf registered with it (zero copy) */
 	struct cs_coll *coll;
 	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
@@ -145,6 +163,12 @@ struct cs_ar_svc {
 	/* the trainer op cur replaced: still acknowledges the peers'
 	 * retransmissions (its last ACK may have been lost) */
 	_Atomic(struct ar_op *) prev;
+	/* an early op that stopped being prev with frames not yet
+	 * acknowledged: it goes on resending (one at a time; a second one
+	 * pushes it out, counted in early_dropped) */
+	_Atomic(struct ar_op *) linger;
+	struct ar_op *linger_ctl; /* what linger points to */
+	atomic_uint_fast64_t early_dropped;
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
 	int done_fd; /* eventfd the lcore writes when a control op ends */
 	atomic_int notify_fd; /* eventfd the lcore writes after a trainer op's
@@ -173,6 +197,9 @@ struct cs_ar_svc {
 	struct ar_held *hold;
 	unsigned nhold;
 	uint64_t rx_held, rx_replayed, rx_prev;
+	/* early ops (coll.direct_early): done at result-ready, frames
+	 * taken as delivered by implied_ack(), resent as prev or linger */
+	uint64_t early_ops, tx_implied, prev_resent;
 	/* RTT to each peer as the last finished operation measured it
 	 * (written by the lcore, read when the next op's sessions start) */
 	_Atomic cs_ns_t rtt_srtt[CS_DRV_MAX_PEERS];
@@ -212,6 +239,9 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 			      &sc->coll);
 	if (ret)
 		return ret;
+	ret = cs_cfg_defaults(early_cfg, CS_ARRAY_SIZE(early_cfg), sc);
+	if (ret)
+		return ret;
 	return cs_cfg_defaults(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc);
 }
 
@@ -230,6 +260,10 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 			 key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
+	ret = cs_cfg_set(early_cfg, CS_ARRAY_SIZE(early_cfg), sc, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
 	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
 			  errlen);
 }
@@ -243,6 +277,7 @@ void cs_daemon_help_config(FILE *out)
 	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
 		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
+	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
 }
@@ -269,6 +304,47 @@ static struct ar_sess *find_sess(struct ar_op *op, uint32_t peer, uint32_t ch)
 		if (op->sess[i].peer == peer && op->sess[i].ch == ch)
 			return &op->sess[i];
 	return NULL;
+}
+
+/* The ops before the current one: 0 prev, 1 linger (lcore). */
+static struct ar_op *earlier(struct cs_ar_svc *s, unsigned b)
+{
+	return atomic_load_explicit(b ? &s->linger : &s->prev,
+				    memory_order_acquire);
+}
+
+/*
+ * Data of the current operation came from @peer: it started this op, so it
+ * finished the one before, and a finished op holds everything its peers
+ * sent it (its result is in; an early op is done no sooner). What prev
+ * still has in flight to @peer has arrived: stop resending it.
+ */
+static void implied_ack(struct cs_ar_svc *s, uint32_t peer)
+{
+	for (unsigned b = 0; b < 2; b++) {
+		struct ar_op *pv = earlier(s, b);
+
+		for (uint32_t i = 0; pv && i < pv->nsess; i++)
+			if (pv->sess[i].peer == peer &&
+			    cs_rel_in_flight(&pv->sess[i].rel))
+				s->tx_implied +=
+					cs_rel_ack_all(&pv->sess[i].rel);
+	}
+}
+
+/* This node sends @peer data of the current op: that tells the peer what
+ * an ACK of an early prev's frames would (implied_ack() there), so none is
+ * owed. (A peer that is not early waits for the ACK itself.) */
+static void ack_implied(struct cs_ar_svc *s, uint32_t peer)
+{
+	for (unsigned b = 0; b < 2; b++) {
+		struct ar_op *pv = earlier(s, b);
+
+		for (uint32_t i = 0; pv && pv->early && i < pv->nsess; i++)
+			if (pv->sess[i].peer == peer &&
+			    pv->sess[i].rel.ack_pending)
+				cs_rel_ack_drop(&pv->sess[i].rel);
+	}
 }
 
 /* Keep a frame of a trainer operation that may be about to start. */
@@ -309,6 +385,8 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 		if ((m & CS_REL_DELIVER) && h->type == CS_PKT_DATA && h->len &&
 		    cs_coll_on_data(op->coll, now, h, s->hold[i].data) < 0)
 			op->proto_err++;
+		if (h->type == CS_PKT_DATA)
+			implied_ack(s, h->src);
 		s->rx_replayed++;
 	}
 	s->nhold = 0;
@@ -322,9 +400,11 @@ static void replay(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 static bool ack_prev(struct cs_ar_svc *s, const struct cs_pkt_hdr *h,
 		     cs_ns_t now)
 {
-	struct ar_op *pv = atomic_load_explicit(&s->prev, memory_order_acquire);
+	struct ar_op *pv = earlier(s, 0);
 	struct ar_sess *ss;
 
+	if (pv && h->op != pv->op_id)
+		pv = earlier(s, 1);
 	if (!pv || h->op != pv->op_id || h->group ||
 	    (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK))
 		return false;
@@ -446,7 +526,11 @@ static void ar_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			    AR_PREPARED &&
 		    cs_coll_on_data(op->coll, now, h, pk[i].payload) < 0)
 			op->proto_err++;
-		if (op->direct) /* the sender waits for this ACK to finish */
+		if (h->type == CS_PKT_DATA)
+			implied_ack(s, h->src);
+		/* the sender waits for this ACK to finish (an early op does
+		 * not: the delayed ACK, or our next op's data, will do) */
+		if (op->direct && !op->early)
 			cs_rel_ack_at_once(&ss->rel);
 	}
 }
@@ -547,7 +631,8 @@ static bool pure_ack(struct cs_ar_svc *s, struct ar_op *op, struct ar_sess *ss,
 	return true;
 }
 
-static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
+/* Retransmissions @op's sessions want now, rebuilt from cookies. */
+static unsigned resend(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 {
 	struct cs_coll_tx tx;
 	struct cs_pkt_hdr h;
@@ -555,13 +640,8 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 	uint64_t cookie;
 	unsigned work = 0;
 	int ret;
-	/* A finished or failed op reads its buffer no more (see ar_rx): it
-	 * only acknowledges. */
-	bool live = atomic_load_explicit(&op->state, memory_order_relaxed) ==
-		    AR_PREPARED;
 
-	/* 1. retransmissions, rebuilt from cookies */
-	for (uint32_t i = 0; live && i < op->nsess; i++) {
+	for (uint32_t i = 0; i < op->nsess; i++) {
 		struct ar_sess *ss = &op->sess[i];
 
 		while (!cs_rel_next_retx(&ss->rel, &seq, &cookie, &len)) {
@@ -594,6 +674,30 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 			work++;
 		}
 	}
+	return work;
+}
+
+/* May @op still resend? A finished or failed op reads its buffer no more
+ * (see ar_rx), except an early op (finished, not yet acknowledged): it
+ * resends from the engine's own copy of its input. */
+static bool may_resend(const struct ar_op *op)
+{
+	int st = atomic_load_explicit(&op->state, memory_order_relaxed);
+
+	return st == AR_PREPARED || (op->early && st == AR_DONE);
+}
+
+static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
+{
+	struct cs_pkt_hdr h;
+	unsigned work = 0;
+	/* A finished or failed op sends no new data (see may_resend()). */
+	bool live = atomic_load_explicit(&op->state, memory_order_relaxed) ==
+		    AR_PREPARED;
+
+	/* 1. retransmissions */
+	if (may_resend(op))
+		work += resend(s, op, now);
 	/* 2. new data, per channel, once started */
 	for (uint32_t c = 0;
 	     live && atomic_load_explicit(&op->started, memory_order_relaxed) &&
@@ -618,6 +722,7 @@ static unsigned service(struct cs_ar_svc *s, struct ar_op *op, cs_ns_t now)
 				break;
 			frame_send(s, op, ss->peer, &h, p->payload, p->len);
 			op->has_pend[c] = false;
+			ack_implied(s, ss->peer);
 			work++;
 		}
 	}
@@ -665,15 +770,58 @@ static void remember_rtt(struct cs_ar_svc *s, const struct ar_op *op)
 	}
 }
 
-/* Pure ACKs the previous trainer op owes. */
-static unsigned prev_acks(struct cs_ar_svc *s, cs_ns_t now)
+/* An early op whose frames are all acknowledged (or that failed) has
+ * nothing left to resend: it need not linger (install_fast()). */
+static void settle(struct ar_op *op)
 {
-	struct ar_op *pv = atomic_load_explicit(&s->prev, memory_order_acquire);
+	bool idle = true;
+
+	if (!op->early ||
+	    atomic_load_explicit(&op->settled, memory_order_relaxed))
+		return;
+	for (uint32_t i = 0; idle && i < op->nsess; i++)
+		idle = cs_rel_idle(&op->sess[i].rel);
+	if (idle || !may_resend(op))
+		atomic_store_explicit(&op->settled, true, memory_order_release);
+}
+
+/* The trainer ops before the current one (prev, linger): the pure ACKs
+ * they owe, and (early ops) their timers and retransmissions. */
+static unsigned prev_service(struct cs_ar_svc *s, cs_ns_t now)
+{
 	unsigned work = 0;
 
-	for (uint32_t i = 0; pv && i < pv->nsess; i++)
-		work += pure_ack(s, pv, &pv->sess[i], now);
+	for (unsigned b = 0; b < 2; b++) {
+		struct ar_op *pv = earlier(s, b);
+		unsigned n;
+
+		if (!pv)
+			continue;
+		if (may_resend(pv)) {
+			for (uint32_t i = 0; i < pv->nsess; i++)
+				if (now >=
+				    cs_rel_next_deadline(&pv->sess[i].rel))
+					cs_rel_on_timer(&pv->sess[i].rel, now);
+			n = resend(s, pv, now);
+			s->prev_resent += n;
+			work += n;
+		}
+		for (uint32_t i = 0; i < pv->nsess; i++)
+			work += pure_ack(s, pv, &pv->sess[i], now);
+		settle(pv);
+	}
 	return work;
+}
+
+/* Is @op complete? Its result is final and every frame was sent; and
+ * acknowledged, unless it is early (then prev_service() resends). The
+ * peers' last frames must be acknowledged too unless it is early: the next
+ * op replaces this one, and a replaced op acknowledges only as prev. */
+static bool op_complete(const struct ar_op *op)
+{
+	if (op->early)
+		return op->ready && cs_coll_all_sent(op->coll);
+	return cs_coll_done(op->coll) && !acks_owed(op);
 }
 
 static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
@@ -696,7 +844,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 	    atomic_load_explicit(&op->started, memory_order_acquire))
 		op->t_start = now;
 	work = service(s, op, now);
-	work += prev_acks(s, now);
+	work += prev_service(s, now);
 	flush(s);
 	if (!op->ready && cs_coll_result_ready(op->coll)) {
 		op->ready = true;
@@ -704,13 +852,14 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 		/* Nothing more comes in: the peers' last frames need not wait
 		 * for rel.ack_delay or rel.ack_every (their senders are not
 		 * done before these ACKs are in). */
-		for (uint32_t i = 0; i < op->nsess; i++)
+		for (uint32_t i = 0; !op->early && i < op->nsess; i++)
 			cs_rel_ack_at_once(&op->sess[i].rel);
 	}
 	if (atomic_load_explicit(&op->state, memory_order_relaxed) ==
 		    AR_PREPARED &&
-	    op->t_start && cs_coll_done(op->coll) && !acks_owed(op)) {
+	    op->t_start && op_complete(op)) {
 		op->t_done = now;
+		s->early_ops += op->early;
 		remember_rtt(s, op);
 		atomic_store_explicit(&op->state, AR_DONE,
 				      memory_order_release);
@@ -816,6 +965,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 		flush(s);
 	atomic_store_explicit(&s->cur, NULL, memory_order_release);
 	atomic_store_explicit(&s->prev, NULL, memory_order_release);
+	atomic_store_explicit(&s->linger, NULL, memory_order_release);
 	g = atomic_load(&s->gen);
 	cs_lcore_kick(&s->d->lcores[0]);
 	/* Two polls later the lcore cannot hold the old pointer any more.
@@ -825,6 +975,7 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 		if (i % 1000 == 999 && cs_daemon_signalled(s->d)) {
 			s->old = NULL;
 			s->prev_ctl = NULL;
+			s->linger_ctl = NULL;
 			s->nretired = 0;
 			break;
 		}
@@ -833,6 +984,8 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 	}
 	op_free(s->prev_ctl);
 	s->prev_ctl = NULL;
+	op_free(s->linger_ctl);
+	s->linger_ctl = NULL;
 	op_free(s->old);
 	for (unsigned i = 0; i < s->nretired; i++)
 		op_free(s->retired[i].op);
@@ -868,6 +1021,14 @@ static bool free_retired(struct cs_ar_svc *s, bool wait, bool self)
 	return true;
 }
 
+/* Hand @op to the retired list: freed once the lcore cannot hold it. */
+static void retire(struct cs_ar_svc *s, struct ar_op *op)
+{
+	s->retired[s->nretired].op = op;
+	s->retired[s->nretired].gen = atomic_load(&s->gen);
+	s->nretired++;
+}
+
 /*
  * install() without the wait (trainer ops, one after the other): the op
  * that stops being prev is retired and freed at a later install, once the
@@ -879,19 +1040,38 @@ static bool free_retired(struct cs_ar_svc *s, bool wait, bool self)
 static void install_fast(struct cs_ar_svc *s, struct ar_op *op)
 {
 	bool self = svc_lock(s, &s->install_lock);
+	struct ar_op *go = s->prev_ctl;
 
 	if (self)
 		flush(s);
-	while (s->nretired && free_retired(s, s->nretired == AR_RETIRED, self))
+	/* room for two: the op that stops being prev, and one lingering */
+	while (s->nretired &&
+	       free_retired(s, s->nretired > AR_RETIRED - 2, self))
 		;
-	/* the replaced op keeps acknowledging; the one before goes */
+	/* The one that stops being prev goes, unless it is an early op
+	 * with frames not yet acknowledged: the op that replaces it may not
+	 * prove them delivered (a broadcast involves not every peer), so it
+	 * lingers until they are, or until the next such op pushes it out
+	 * (early_dropped). */
+	if (s->linger_ctl &&
+	    (atomic_load(&s->linger_ctl->settled) ||
+	     (go && go->early && !atomic_load(&go->settled)))) {
+		if (!atomic_load(&s->linger_ctl->settled))
+			atomic_fetch_add(&s->early_dropped, 1);
+		retire(s, s->linger_ctl);
+		s->linger_ctl = NULL;
+		atomic_store_explicit(&s->linger, NULL, memory_order_release);
+	}
+	if (go && go->early && !atomic_load(&go->settled) && !s->linger_ctl) {
+		s->linger_ctl = go;
+		atomic_store_explicit(&s->linger, go, memory_order_release);
+		go = NULL;
+	}
+	/* the replaced op keeps acknowledging (and an early one resending) */
 	atomic_store_explicit(&s->prev, s->old, memory_order_release);
 	atomic_store_explicit(&s->cur, op, memory_order_release);
-	if (s->prev_ctl) {
-		s->retired[s->nretired].op = s->prev_ctl;
-		s->retired[s->nretired].gen = atomic_load(&s->gen);
-		s->nretired++;
-	}
+	if (go)
+		retire(s, go);
 	s->prev_ctl = s->old;
 	s->old = op;
 	cs_lcore_kick(&s->d->lcores[0]);
@@ -918,6 +1098,7 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		    uint32_t ch, struct ar_sess **out)
 {
 	struct cs_path *path = NULL;
+	struct cs_rel_params rp;
 	struct ar_sess *ss;
 	int ret;
 
@@ -939,8 +1120,16 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 			op->path_peer[op->npaths++] = peer;
 		}
 		ss = &op->sess[op->nsess];
-		ret = cs_rel_init(&ss->rel, &s->cf->xp.rel, path, &ar_rel_ops,
-				  op, isn(op->op_id, op->rank, peer, ch),
+		rp = s->cf->xp.rel;
+		/* An early op's peers do not wait for its ACKs: they may wait
+		 * up to half the lowest RTO for the next op's data to carry
+		 * them (ack_implied()), so that a loop of small ops sends no
+		 * pure ACK at all. Both ends derive the same delay, which the
+		 * sender's probe timer allows for. */
+		if (op->early && rp.ack_delay < rp.rto_min / 2)
+			rp.ack_delay = rp.rto_min / 2;
+		ret = cs_rel_init(&ss->rel, &rp, path, &ar_rel_ops, op,
+				  isn(op->op_id, op->rank, peer, ch),
 				  isn(op->op_id, peer, op->rank, ch));
 		if (ret)
 			return ret;
@@ -979,6 +1168,7 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 		p->channels = AR_MAX_CH;
 	p->max_direct_peers = AR_MAX_CH; /* a channel per peer */
 	op->direct = cs_coll_is_direct(p);
+	op->early = op->direct && op->notify && s->cf->direct_early;
 	ret = cs_coll_init(p, &op->coll);
 	if (ret) {
 		snprintf(msg, mlen, "engine refused the operation: %s",
@@ -1284,6 +1474,8 @@ int cs_daemon_init(struct cs_daemon *d)
 	}
 	atomic_init(&s->cur, NULL);
 	atomic_init(&s->prev, NULL);
+	atomic_init(&s->linger, NULL);
+	atomic_init(&s->early_dropped, 0);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
 	atomic_init(&s->notify_fd, -1);
@@ -1313,6 +1505,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	for (unsigned i = 0; i < s->nretired; i++)
 		op_free(s->retired[i].op);
 	op_free(s->prev_ctl);
+	op_free(s->linger_ctl);
 	pthread_mutex_destroy(&s->install_lock);
 	pthread_mutex_destroy(&s->view_lock);
 	if (s->done_fd >= 0)
@@ -1397,7 +1590,8 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		snprintf(out, len,
 			 "ok rx_other_op=%llu rx_no_sess=%llu "
 			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
-			 "rx_replayed=%llu rx_prev=%llu",
+			 "rx_replayed=%llu rx_prev=%llu early_ops=%llu "
+			 "tx_implied=%llu prev_resent=%llu early_dropped=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
@@ -1405,7 +1599,11 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 				 &d->view.rx_stale_epoch),
 			 (unsigned long long)s->rx_held,
 			 (unsigned long long)s->rx_replayed,
-			 (unsigned long long)s->rx_prev);
+			 (unsigned long long)s->rx_prev,
+			 (unsigned long long)s->early_ops,
+			 (unsigned long long)s->tx_implied,
+			 (unsigned long long)s->prev_resent,
+			 (unsigned long long)atomic_load(&s->early_dropped));
 		ar_stats_auth(s, out, len);
 		return 0;
 	}

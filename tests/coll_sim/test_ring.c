@@ -491,6 +491,7 @@ Test(ring, window_limits_unacknowledged_chunks)
 	/* window 1: one chunk (2 packets) then nothing until acked */
 	k = cs_coll_next_packets(P.op[0], 0, tx, 16);
 	cr_assert_eq(k, 2);
+	cr_assert(!cs_coll_all_sent(P.op[0]), "the window holds the rest");
 	cr_assert(tx[1].hdr.flags & CS_PKT_F_LAST);
 	cr_assert_eq(cs_coll_next_packets(P.op[0], 0, tx + 2, 14), 0);
 	cr_assert_eq(cs_coll_on_acked(P.op[0], tx[0].cookie), 0);
@@ -802,6 +803,17 @@ Test(ring, direct_exchange_is_chosen_by_size_and_ranks)
 		cr_assert_eq(nx, (1 + ch + 1) % 5);
 		cr_assert_eq(pv, (1 + 5 - ch - 1) % 5);
 	}
+	/* all sent once every channel's one packet was handed out, long
+	 * before anything is acknowledged or received */
+	for (uint32_t ch = 0; ch < 4; ch++) {
+		struct cs_coll_tx tx;
+
+		cr_assert(!cs_coll_all_sent(c));
+		cr_assert_eq(cs_coll_next_on(c, 0, ch, &tx, 1), 1);
+	}
+	cr_assert(cs_coll_all_sent(c));
+	cr_assert(!cs_coll_result_ready(c));
+	cr_assert(!cs_coll_done(c));
 	cs_coll_free(c);
 	p.direct_max = 255; /* one byte short: the ring */
 	cr_assert(!cs_coll_is_direct(&p));

@@ -742,3 +742,70 @@ Test(rel, ack_of_an_original_does_not_condemn_the_rest)
 		     "seq %u condemned", seq);
 	unpair();
 }
+
+/* The peer proved delivery another way (data of its next operation): all
+ * in flight is reported acknowledged once, nothing is resent, no timer is
+ * left, and no RTT sample is taken from the late proof. */
+Test(rel, ack_all_takes_everything_as_delivered)
+{
+	struct cs_pkt_hdr h[4], ack;
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t t;
+
+	pair(SEQ0);
+	for (unsigned i = 0; i < 4; i++)
+		h[i] = data(&a, i, 0);
+	/* the first two were SACK-free acked the ordinary way */
+	cs_rel_on_packet(&b, &h[0], 10);
+	cs_rel_on_packet(&b, &h[1], 10);
+	ack = ack_of(&b, 10);
+	cs_rel_on_packet(&a, &ack, 20);
+	cr_assert_eq(own.nacked, 2);
+	cr_assert_eq(cs_rel_in_flight(&a), 2);
+	/* an RTO marks the rest lost: it must not resend after ack_all */
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_ack_all(&a), 2);
+	cr_assert_eq(own.nacked, 4);
+	cr_assert_eq(own.acked[2], 2);
+	cr_assert_eq(own.acked[3], 3);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_neq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_next_deadline(&a), CS_NS_NEVER);
+	cr_assert_eq(a.st.implied_acks, 2);
+	cr_assert_eq(a.st.rtt_samples, 1, "only the real ACK gave a sample");
+	/* nothing left: a second call reports nothing; the real ACK that
+	 * comes late is harmless */
+	cr_assert_eq(cs_rel_ack_all(&a), 0);
+	cs_rel_on_packet(&b, &h[2], t + 10);
+	cs_rel_on_packet(&b, &h[3], t + 10);
+	ack = ack_of(&b, t + 10);
+	cs_rel_on_packet(&a, &ack, t + 20);
+	cr_assert_eq(own.nacked, 4, "no cookie is reported twice");
+	cr_assert_eq(a.st.bad_acks, 0);
+	/* new data after it is tracked as usual */
+	h[0] = data(&a, 9, t + 30);
+	cr_assert_eq(cs_rel_in_flight(&a), 1);
+	cr_assert_neq(cs_rel_next_deadline(&a), CS_NS_NEVER);
+	unpair();
+}
+
+Test(rel, ack_drop_forgets_an_owed_ack_not_a_duplicate)
+{
+	struct cs_pkt_hdr h = { 0 };
+
+	pair(SEQ0);
+	h = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h, 5);
+	cr_assert(b.ack_pending);
+	cr_assert(cs_rel_ack_due(&b, 5 + 10000), "the delayed ACK is due");
+	cs_rel_ack_drop(&b);
+	cr_assert(!cs_rel_ack_due(&b, 1000000));
+	cr_assert_eq(cs_rel_next_deadline(&b), CS_NS_NEVER);
+	/* the sender resends anyway (it never learnt): answered at once */
+	cr_assert_eq(cs_rel_on_packet(&b, &h, 2000000), CS_REL_DUP);
+	cr_assert(cs_rel_ack_due(&b, 2000000));
+	unpair();
+}

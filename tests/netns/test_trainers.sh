@@ -21,7 +21,10 @@
 # within 2 x member.fail_timeout, re-form a 3-rank group, and its
 # allreduces are correct; IPCD_LOSS=link cuts the node's link instead, so
 # that only missed heartbeats tell; docs/peerlost.md), peer_lost_4x2 (the
-# same with 2 trainers per node, 4 MiB).
+# same with 2 trainers per node, 4 MiB), early_4x1 (small allreduces done
+# at result-ready, coll.direct_early, with 5 % loss: frames of finished ops
+# resent, delivery implied by the peers' next op; reduce_scatter on the
+# ring in between; then the same with coll.direct_early=0: none early).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -234,6 +237,42 @@ case_boot_fault() {
 	done
 	echo "frames dropped as stale on the 4 sidecars: $n"
 	[ "$n" = 0 ] || fail "$n frames carried a stale epoch"
+}
+
+# Small allreduces (direct exchanges) are done at result-ready with
+# coll.direct_early (default): a lost frame is then resent by a finished
+# op, as prev or lingering behind a ring op (reduce_scatter runs on the
+# ring with one trainer per node), and delivery is mostly implied by the
+# peer's next op. 5 % loss; every element of every iteration checked.
+case_early() {
+	local st i early=0 implied=0 resent=0 dropped=0
+	up 4 --set fault.drop=0.05 --set fault.seed=5
+	bench 1 -o allreduce -b 64 -e 16K -f 4 -n 60 -w 1 ||
+		fail "small allreduces, 5 % loss: wrong elements or an error"
+	bench 1 -o reduce_scatter -b 4K -e 16K -f 4 -n 20 -w 1 ||
+		fail "barriers and reduce_scatter, 5 % loss: failed"
+	sidecars_alive
+	for ((i = 0; i < 4; i++)); do
+		st=$(ctl "$RUN/ipn$i" ar_stats)
+		early=$((early + $(kv "$st" early_ops)))
+		implied=$((implied + $(kv "$st" tx_implied)))
+		resent=$((resent + $(kv "$st" prev_resent)))
+		dropped=$((dropped + $(kv "$st" early_dropped)))
+	done
+	echo "early ops $early, frames implied delivered $implied," \
+		"resent by finished ops $resent, early ops pushed out $dropped"
+	[ "$early" -gt 0 ] || fail "no op completed early"
+	[ "$implied" -gt 0 ] || fail "no delivery was implied"
+	[ "$resent" -gt 0 ] || fail "no finished op resent a lost frame"
+	down
+	up 4 --set coll.direct_early=0
+	bench 1 -o allreduce -b 64 -e 16K -f 4 -n 5 -w 1 ||
+		fail "small allreduces, coll.direct_early=0: failed"
+	for ((i = 0; i < 4; i++)); do
+		st=$(ctl "$RUN/ipn$i" ar_stats)
+		[ "$(kv "$st" early_ops)" = 0 ] ||
+			fail "coll.direct_early=0, yet ops completed early: $st"
+	done
 }
 
 case_gather() {
@@ -449,6 +488,7 @@ python_2x1) case_python ;;
 peer_lost_4x1) case_peer_lost 4 1 4M ;;
 peer_lost_4x2) case_peer_lost 4 2 1M ;;
 trace_4x1) case_trace ;;
+early_4x1) case_early ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -467,7 +507,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|early_4x1|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
