@@ -770,18 +770,22 @@ static void remember_rtt(struct cs_ar_svc *s, const struct ar_op *op)
 	}
 }
 
-/* An early op whose frames are all acknowledged (or that failed) has
- * nothing left to resend: it need not linger (install_fast()). */
-static void settle(struct ar_op *op)
+/* A done early op whose frames are all acknowledged has nothing left to
+ * resend: it need not linger (install_fast()), nor be kept
+ * (cs_ar_svc_ext_unsettled()). Neither need one that failed, or that was
+ * replaced (@replaced) before it was done (abandoned: cancelled). */
+static void settle(struct ar_op *op, bool replaced)
 {
+	int st = atomic_load_explicit(&op->state, memory_order_relaxed);
 	bool idle = true;
 
 	if (!op->early ||
-	    atomic_load_explicit(&op->settled, memory_order_relaxed))
+	    atomic_load_explicit(&op->settled, memory_order_relaxed) ||
+	    (st == AR_PREPARED && !replaced))
 		return;
-	for (uint32_t i = 0; idle && i < op->nsess; i++)
+	for (uint32_t i = 0; st == AR_DONE && idle && i < op->nsess; i++)
 		idle = cs_rel_idle(&op->sess[i].rel);
-	if (idle || !may_resend(op))
+	if (idle)
 		atomic_store_explicit(&op->settled, true, memory_order_release);
 }
 
@@ -797,7 +801,11 @@ static unsigned prev_service(struct cs_ar_svc *s, cs_ns_t now)
 
 		if (!pv)
 			continue;
-		if (may_resend(pv)) {
+		/* only a done early op: one replaced while running was
+		 * abandoned, and its buffer may be gone */
+		if (pv->early &&
+		    atomic_load_explicit(&pv->state, memory_order_relaxed) ==
+			    AR_DONE) {
 			for (uint32_t i = 0; i < pv->nsess; i++)
 				if (now >=
 				    cs_rel_next_deadline(&pv->sess[i].rel))
@@ -808,7 +816,7 @@ static unsigned prev_service(struct cs_ar_svc *s, cs_ns_t now)
 		}
 		for (uint32_t i = 0; i < pv->nsess; i++)
 			work += pure_ack(s, pv, &pv->sess[i], now);
-		settle(pv);
+		settle(pv, true);
 	}
 	return work;
 }
@@ -895,6 +903,7 @@ static unsigned ar_tx(void *arg, unsigned q, cs_ns_t now)
 			(void)!write(nfd, &one, sizeof(one));
 		}
 	}
+	settle(op, false);
 	/* No made-up work while waiting: an adaptive lcore then sleeps
 	 * (lcore.sleep, far below any RTO) and leaves the CPU to the other
 	 * sidecars that share it. */
@@ -1768,6 +1777,16 @@ void cs_ar_svc_flush(struct cs_ar_svc *s)
 {
 	if (cs_lcore_is_self(&s->d->lcores[0]))
 		flush(s);
+}
+
+bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s)
+{
+	const struct ar_op *ops[] = { s->old, s->prev_ctl, s->linger_ctl };
+
+	for (unsigned i = 0; i < CS_ARRAY_SIZE(ops); i++)
+		if (ops[i] && ops[i]->early && !atomic_load(&ops[i]->settled))
+			return true;
+	return false;
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

@@ -703,6 +703,11 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		/* While a group lives its next op replaces this one; only
 		 * once no group is left may nothing acknowledge it. */
 		cs_ipc_server_stats(x->srv, &st);
+		/* an early op still resending what a peer may lack is kept
+		 * (up to 20 x ipc.linger: a peer that long silent is gone) */
+		if (!st.groups && cs_ar_svc_ext_unsettled(x->d->svc) &&
+		    now - x->done_at < 20 * x->cf->linger)
+			return 0;
 		if (!st.groups) {
 			cs_ar_svc_stop_ext(x->d->svc);
 			x->installed = false;

@@ -97,6 +97,14 @@ void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd);
 int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
 
 /**
+ * cs_ar_svc_ext_unsettled - does a finished trainer op still resend frames
+ * no peer has acknowledged (an early op, coll.direct_early)? Uninstalling
+ * it now could leave a peer without them.
+ * @s: the collective service
+ */
+bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s);
+
+/**
  * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is
  * installed; on return the lcore no longer touches its buffer
  * @s: the collective service
