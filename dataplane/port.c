@@ -2,6 +2,7 @@
 /* Port set-up: the config table, back-end selection and frame helpers. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -166,14 +167,30 @@ int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
 	return 0;
 }
 
+/* Registrations of every port in the process, one at a time: they come
+ * from several threads (trainer segments from the IPC side, collstack
+ * run's buffers from the control thread) and a back-end's table of
+ * regions is not built for two writers. attach() takes no lock. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+
 int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len)
 {
-	return p->ops->reg_mem ? p->ops->reg_mem(p, addr, len) : 0;
+	int ret;
+
+	pthread_mutex_lock(&reg_lock);
+	ret = p->ops->reg_mem ? p->ops->reg_mem(p, addr, len) : 0;
+	pthread_mutex_unlock(&reg_lock);
+	return ret;
 }
 
 int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len)
 {
-	return p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
+	int ret;
+
+	pthread_mutex_lock(&reg_lock);
+	ret = p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
+	pthread_mutex_unlock(&reg_lock);
+	return ret;
 }
 
 int cs_port_unreg_mem_wait(struct cs_port *p, void *addr, size_t len,

@@ -223,6 +223,11 @@ int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
 
 /**
  * cs_port_reg_mem - register memory that attach() may point at
+ *
+ * Any thread may register and unregister; calls are serialized by one
+ * lock for the process (a DPDK registration of 256 MiB took 3.4-4.4 ms
+ * here: keep it off an lcore). attach() on the lcore takes no lock and
+ * copies until the region is registered.
  * Returns: 0 (also when the back-end needs nothing), or a negative errno.
  */
 int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len);

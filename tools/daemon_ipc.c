@@ -139,6 +139,29 @@ struct ipcd_op {
 	cs_ns_t launched; /* ipc.trace_dir */
 };
 
+/*
+ * ipc.on_lcore: trainer segments are registered with the port by a thread
+ * of its own, not by lcore 0 (rte_extmem_register and a DMA map took
+ * 3.4-4.4 ms for a 256 MiB segment here: the lcore's peers would wait).
+ * Until a segment is registered its frames are copied.
+ */
+#define IPCD_REGQ 32
+
+struct ipcd_reg {
+	pthread_t thr;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct {
+		void *addr;
+		size_t len;
+	} q[IPCD_REGQ];
+	unsigned n;
+	void *busy; /* being registered now (NULL: none) */
+	bool stop;
+	bool started; /* else be_reg_mem() registers at once */
+	uint64_t done, full;
+};
+
 struct cs_daemon_ipc {
 	struct cs_daemon *d;
 	struct ipcd_conf *cf;
@@ -166,6 +189,7 @@ struct cs_daemon_ipc {
 	uint64_t started, finished, failed, lost;
 	struct ipcd_trace *trace; /* ipc.trace_dir: IPCD_TRACE_MAX of them */
 	uint32_t ntrace;
+	struct ipcd_reg reg; /* ipc.on_lcore */
 };
 
 static struct ipcd_conf *ipcd_conf(struct cs_daemon_conf *c)
@@ -530,9 +554,8 @@ static size_t page_len(size_t len)
 	return (len + pg - 1) / pg * pg;
 }
 
-static void be_reg_mem(void *ctx, void *addr, size_t len)
+static void reg_now(struct cs_daemon_ipc *x, void *addr, size_t len)
 {
-	struct cs_daemon_ipc *x = ctx;
 	int ret = cs_port_reg_mem(x->d->port, addr, page_len(len));
 
 	if (ret && ret != -ENOTSUP)
@@ -541,9 +564,122 @@ static void be_reg_mem(void *ctx, void *addr, size_t len)
 			len, cs_strerror(ret));
 }
 
+static void *reg_main(void *arg)
+{
+	struct cs_daemon_ipc *x = arg;
+	struct ipcd_reg *r = &x->reg;
+
+	pthread_mutex_lock(&r->mu);
+	for (;;) {
+		void *addr;
+		size_t len;
+
+		while (!r->n && !r->stop)
+			pthread_cond_wait(&r->cv, &r->mu);
+		if (r->stop)
+			break;
+		addr = r->q[0].addr;
+		len = r->q[0].len;
+		r->n--;
+		memmove(&r->q[0], &r->q[1], r->n * sizeof(r->q[0]));
+		r->busy = addr;
+		pthread_mutex_unlock(&r->mu);
+		reg_now(x, addr, len);
+		pthread_mutex_lock(&r->mu);
+		r->busy = NULL;
+		r->done++;
+		pthread_cond_broadcast(&r->cv);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+static void reg_start(struct cs_daemon_ipc *x)
+{
+	struct ipcd_reg *r = &x->reg;
+	int ret;
+
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	ret = pthread_create(&r->thr, NULL, reg_main, x);
+	if (ret) {
+		CS_WARN("no thread for registering trainer segments (%s): "
+			"lcore 0 registers them itself",
+			strerror(ret));
+		pthread_cond_destroy(&r->cv);
+		pthread_mutex_destroy(&r->mu);
+		return;
+	}
+	pthread_setname_np(r->thr, "cs-reg");
+	r->started = true;
+}
+
+/* After the server is gone: nothing is queued any more. */
+static void reg_stop(struct cs_daemon_ipc *x)
+{
+	struct ipcd_reg *r = &x->reg;
+
+	if (!r->started)
+		return;
+	pthread_mutex_lock(&r->mu);
+	r->stop = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	pthread_join(r->thr, NULL);
+	r->started = false;
+	pthread_cond_destroy(&r->cv);
+	pthread_mutex_destroy(&r->mu);
+	CS_INFO("trainer segments: %llu registered by a thread of their own, "
+		"%llu left unregistered (queue full)",
+		(unsigned long long)r->done, (unsigned long long)r->full);
+}
+
+static void be_reg_mem(void *ctx, void *addr, size_t len)
+{
+	struct cs_daemon_ipc *x = ctx;
+	struct ipcd_reg *r = &x->reg;
+
+	if (!r->started) {
+		reg_now(x, addr, len);
+		return;
+	}
+	pthread_mutex_lock(&r->mu);
+	if (r->n == IPCD_REGQ) {
+		r->full++;
+		pthread_mutex_unlock(&r->mu);
+		CS_INFO("trainer segment of %zu bytes not registered (%u "
+			"waiting already): its frames are copied",
+			len, IPCD_REGQ);
+		return;
+	}
+	r->q[r->n].addr = addr;
+	r->q[r->n].len = len;
+	r->n++;
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
 static int be_unreg_mem(void *ctx, void *addr, size_t len)
 {
 	struct cs_daemon_ipc *x = ctx;
+	struct ipcd_reg *r = &x->reg;
+
+	/* Not registered yet: take it off the queue, or wait for the
+	 * registration under way (a trainer that leaves right after it
+	 * came; the only wait of the lcore here). */
+	if (r->started) {
+		pthread_mutex_lock(&r->mu);
+		for (unsigned i = 0; i < r->n; i++)
+			if (r->q[i].addr == addr) {
+				r->n--;
+				memmove(&r->q[i], &r->q[i + 1],
+					(r->n - i) * sizeof(r->q[0]));
+				break;
+			}
+		while (r->busy == addr)
+			pthread_cond_wait(&r->cv, &r->mu);
+		pthread_mutex_unlock(&r->mu);
+	}
 
 	/* On the lcore (ipc.on_lcore) nothing else sends its queued
 	 * frames: it does so now, and then no frame can still point here. */
@@ -984,8 +1120,10 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	atomic_store(&d->view.wake_fd,
 		     x->hosted ? d->lcores[0].kick_fd : x->efd);
 	if (x->hosted) {
+		reg_start(x);
 		cs_lcore_set_side(&d->lcores[0], &x->side);
-		CS_INFO("ipc.on_lcore: trainers are served by lcore 0");
+		CS_INFO("ipc.on_lcore: trainers are served by lcore 0 (their "
+			"segments registered by a thread of their own)");
 	} else {
 		ret = -pthread_create(&x->thr, NULL, ipc_main, x);
 		if (ret)
@@ -1031,6 +1169,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
+	reg_stop(x);
 	if (x->installed)
 		cs_ar_svc_stop_ext(d->svc);
 	/* no trainer op is installed now: the lcore writes no more */
