@@ -191,6 +191,13 @@ bench() {	# T args...
 }
 
 ctl() { cs_ctl "$1" "$2"; }	# run_dir request -> reply line
+ar_sum() {	# KEY: ar_stats KEY summed over the nodes
+	local ns n=0
+	for ns in "${NODES[@]}"; do
+		n=$((n + $(kv "$(ctl "$RUN/$ns" ar_stats)" "$1")))
+	done
+	echo "$n"
+}
 
 sidecars_alive() {
 	for p in "${PIDS[@]}"; do
@@ -225,16 +232,13 @@ case_ar() {	# N T [collstackd --set args...]
 # answers to retransmissions, must carry the view's epoch, or the peer
 # drops it as stale and retransmits until it gives up.
 case_boot_fault() {
-	local n=0 st i
+	local n
 	BOOT=1
 	up 4 --set fault.drop=0.05 --set fault.seed=7
 	bench 1 -o allreduce -b 64K -e 1M -f 4 -n 8 -w 1 ||
 		fail "allreduce with 5 % loss (boot): wrong elements or an error"
 	sidecars_alive
-	for ((i = 0; i < 4; i++)); do
-		st=$(ctl "$RUN/ipn$i" ar_stats)
-		n=$((n + $(kv "$st" rx_stale_epoch)))
-	done
+	n=$(ar_sum rx_stale_epoch)
 	echo "frames dropped as stale on the 4 sidecars: $n"
 	[ "$n" = 0 ] || fail "$n frames carried a stale epoch"
 }
@@ -245,20 +249,17 @@ case_boot_fault() {
 # ring with one trainer per node), and delivery is mostly implied by the
 # peer's next op. 5 % loss; every element of every iteration checked.
 case_early() {
-	local st i early=0 implied=0 resent=0 dropped=0
+	local early implied resent dropped
 	up 4 --set fault.drop=0.05 --set fault.seed=5
 	bench 1 -o allreduce -b 64 -e 16K -f 4 -n 60 -w 1 ||
 		fail "small allreduces, 5 % loss: wrong elements or an error"
 	bench 1 -o reduce_scatter -b 4K -e 16K -f 4 -n 20 -w 1 ||
 		fail "barriers and reduce_scatter, 5 % loss: failed"
 	sidecars_alive
-	for ((i = 0; i < 4; i++)); do
-		st=$(ctl "$RUN/ipn$i" ar_stats)
-		early=$((early + $(kv "$st" early_ops)))
-		implied=$((implied + $(kv "$st" tx_implied)))
-		resent=$((resent + $(kv "$st" prev_resent)))
-		dropped=$((dropped + $(kv "$st" early_dropped)))
-	done
+	early=$(ar_sum early_ops)
+	implied=$(ar_sum tx_implied)
+	resent=$(ar_sum prev_resent)
+	dropped=$(ar_sum early_dropped)
 	echo "early ops $early, frames implied delivered $implied," \
 		"resent by finished ops $resent, early ops pushed out $dropped"
 	[ "$early" -gt 0 ] || fail "no op completed early"
@@ -268,11 +269,9 @@ case_early() {
 	up 4 --set coll.direct_early=0
 	bench 1 -o allreduce -b 64 -e 16K -f 4 -n 5 -w 1 ||
 		fail "small allreduces, coll.direct_early=0: failed"
-	for ((i = 0; i < 4; i++)); do
-		st=$(ctl "$RUN/ipn$i" ar_stats)
-		[ "$(kv "$st" early_ops)" = 0 ] ||
-			fail "coll.direct_early=0, yet ops completed early: $st"
-	done
+	early=$(ar_sum early_ops)
+	[ "$early" = 0 ] ||
+		fail "coll.direct_early=0, yet $early ops completed early"
 }
 
 case_gather() {
