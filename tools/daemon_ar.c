@@ -324,7 +324,12 @@ static void implied_ack(struct cs_ar_svc *s, uint32_t peer)
 	for (unsigned b = 0; b < 2; b++) {
 		struct ar_op *pv = earlier(s, b);
 
-		for (uint32_t i = 0; pv && i < pv->nsess; i++)
+		/* only an early op finishes with frames in flight: this runs
+		 * for every data frame, a 64 MiB op's too */
+		if (!pv || !pv->early ||
+		    atomic_load_explicit(&pv->settled, memory_order_relaxed))
+			continue;
+		for (uint32_t i = 0; i < pv->nsess; i++)
 			if (pv->sess[i].peer == peer &&
 			    cs_rel_in_flight(&pv->sess[i].rel))
 				s->tx_implied +=
