@@ -219,17 +219,13 @@ static int fault_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b,
 
 static int fault_reg_mem(struct cs_port *p, void *addr, size_t len)
 {
-	struct cs_port *in = fp_of(p)->inner;
-
 	/* cs_port_reg_mem() holds the registration lock already */
-	return in->ops->reg_mem ? in->ops->reg_mem(in, addr, len) : 0;
+	return cs_port_reg_mem_locked(fp_of(p)->inner, addr, len);
 }
 
 static int fault_unreg_mem(struct cs_port *p, void *addr, size_t len)
 {
-	struct cs_port *in = fp_of(p)->inner;
-
-	return in->ops->unreg_mem ? in->ops->unreg_mem(in, addr, len) : 0;
+	return cs_port_unreg_mem_locked(fp_of(p)->inner, addr, len);
 }
 
 static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,

@@ -173,12 +173,22 @@ int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
  * regions is not built for two writers. attach() takes no lock. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 
+int cs_port_reg_mem_locked(struct cs_port *p, void *addr, size_t len)
+{
+	return p->ops->reg_mem ? p->ops->reg_mem(p, addr, len) : 0;
+}
+
+int cs_port_unreg_mem_locked(struct cs_port *p, void *addr, size_t len)
+{
+	return p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
+}
+
 int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len)
 {
 	int ret;
 
 	pthread_mutex_lock(&reg_lock);
-	ret = p->ops->reg_mem ? p->ops->reg_mem(p, addr, len) : 0;
+	ret = cs_port_reg_mem_locked(p, addr, len);
 	pthread_mutex_unlock(&reg_lock);
 	return ret;
 }
@@ -188,7 +198,7 @@ int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	int ret;
 
 	pthread_mutex_lock(&reg_lock);
-	ret = p->ops->unreg_mem ? p->ops->unreg_mem(p, addr, len) : 0;
+	ret = cs_port_unreg_mem_locked(p, addr, len);
 	pthread_mutex_unlock(&reg_lock);
 	return ret;
 }

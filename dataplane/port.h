@@ -232,6 +232,10 @@ int cs_port_attach(struct cs_port *p, unsigned q, struct cs_pbuf *b, void *ext,
  */
 int cs_port_reg_mem(struct cs_port *p, void *addr, size_t len);
 int cs_port_unreg_mem(struct cs_port *p, void *addr, size_t len);
+/* The same with the registration lock already held: for a port that
+ * wraps another (the fault shim). */
+int cs_port_reg_mem_locked(struct cs_port *p, void *addr, size_t len);
+int cs_port_unreg_mem_locked(struct cs_port *p, void *addr, size_t len);
 
 /**
  * cs_port_unreg_mem_wait - cs_port_unreg_mem(), waiting while frames still
