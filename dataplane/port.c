@@ -48,6 +48,10 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "(kernel 6.0+; else port.rx_posted requests)" },
 	{ "port.tx_desc", CS_CFG_U32, PC(tx_desc), "512", 32, 16384,
 	  "transmit descriptors per queue (udp: sendmsg slots)" },
+	{ "port.afp_frames", CS_CFG_U32, PC(afp_frames), "256", 0, 16384,
+	  "dpdk af_packet: frames in each PACKET_MMAP ring (receive and "
+	  "transmit, per queue); 0: port.rx_desc. Kept small so the rings "
+	  "of the sidecars that share a machine stay in its cache" },
 	{ "port.pool_mbufs", CS_CFG_U32, PC(pool_mbufs), "0", 0, 1048576,
 	  "dpdk: mbufs in the pool; 0 sizes it from the rings, the burst "
 	  "and the cache (kept small: several sidecars share hugepages)" },
@@ -93,6 +97,18 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 };
 
 const size_t cs_port_cfg_len = CS_ARRAY_SIZE(cs_port_cfg);
+
+int cs_port_conf_check(const struct cs_port_conf *conf, char *err, size_t len)
+{
+	if (conf->afp_frames && conf->afp_frames < 32) {
+		snprintf(err, len,
+			 "port.afp_frames: %u is neither 0 (port.rx_desc) nor "
+			 "at least 32",
+			 conf->afp_frames);
+		return -EINVAL;
+	}
+	return 0;
+}
 
 int cs_port_conf_defaults(struct cs_port_conf *conf)
 {

@@ -83,6 +83,7 @@ struct cs_port_conf {
 	uint32_t queues; /* rx/tx queue pairs */
 	uint32_t rx_desc; /* descriptors (dpdk) / recv slots (udp) */
 	uint32_t tx_desc;
+	uint32_t afp_frames; /* af_packet ring frames (0: rx_desc) */
 	uint32_t pool_mbufs; /* mbufs in the port's pool (0: auto) */
 	uint32_t pool_cache; /* per-lcore mempool cache */
 	uint64_t sock_buf; /* udp: SO_RCVBUF / SO_SNDBUF bytes */
@@ -171,6 +172,17 @@ struct cs_port {
 /* The runtime config table of a port (prefix "port." and "fault."). */
 extern const struct cs_cfg_entry cs_port_cfg[];
 extern const size_t cs_port_cfg_len;
+
+/**
+ * cs_port_conf_check - values the table's ranges cannot express
+ * (port.afp_frames: 0 or at least 32)
+ * @conf: the configuration
+ * @err: message naming the key
+ * @len: size of @err
+ *
+ * Return: 0, or -EINVAL with @err set.
+ */
+int cs_port_conf_check(const struct cs_port_conf *conf, char *err, size_t len);
 
 /**
  * cs_port_open - open a port of type @conf->type, wrapped in the fault

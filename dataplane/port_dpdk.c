@@ -507,7 +507,8 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 			 "%s,iface=%s,qpairs=%u,framesz=%u,blocksz=%u,"
 			 "framecnt=%u,qdisc_bypass=1",
 			 name, c->iface, q, fsz, bsz,
-			 round_up(c->rx_desc, bsz / fsz));
+			 round_up(c->afp_frames ? c->afp_frames : c->rx_desc,
+				  bsz / fsz));
 	} else if (!strcmp(d, "af_xdp")) {
 		snprintf(name, nlen, "net_af_xdp_%s", c->name);
 		snprintf(spec, slen, "%s,iface=%s,start_queue=0,queue_count=%u",

@@ -92,6 +92,8 @@ static int set_key(struct cs_daemon_conf *c, const char *key, const char *val,
 		return ret;
 	ret = cs_cfg_set(cs_port_cfg, cs_port_cfg_len, &c->port, key, val, err,
 			 errlen);
+	if (!ret)
+		ret = cs_port_conf_check(&c->port, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_cfg_set(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore, key, val,

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 help=$("$D" --help-config) || fail "--help-config failed"
 for k in name run_dir node.rank node.peers log.level port.type port.dev \
 	 port.iface port.ip port.mac port.udp_port port.mtu port.queues \
-	 port.rx_desc port.rx_posted port.tx_desc port.pool_mbufs port.pool_cache \
+	 port.rx_desc port.rx_posted port.tx_desc port.afp_frames port.pool_mbufs port.pool_cache \
 	 port.sock_buf port.no_huge port.zero_copy port.memif_role \
 	 port.memif_socket port.eal_args port.vdev_args fault.seed fault.drop \
 	 fault.dup fault.reorder fault.delay fault.corrupt fault.delay_ns \
@@ -25,6 +25,8 @@ out=$("$D" --set nosuch.key=1 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "nosuch.key" <<<"$out" || fail "unknown key: rc $rc, '$out'"
 out=$("$D" --set port.mtu=100 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "port.mtu" <<<"$out" || fail "out of range: rc $rc, '$out'"
+out=$("$D" --set port.afp_frames=8 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "port.afp_frames: 8 is neither" <<<"$out" || fail "afp_frames 8: rc $rc, '$out'"
 out=$("$D" --set fault.drop=abc 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "fault.drop" <<<"$out" || fail "bad value: rc $rc, '$out'"
 # string keys with a fixed set of values
