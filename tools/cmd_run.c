@@ -5,9 +5,11 @@
  * by every sidecar; nccl-tests-style rows (size first, #wrong last).
  *
  * Per operation: "ar_prepare" to every sidecar (each builds its buffer,
- * engine and sessions), then "ar_start" to every one, then "ar_wait". The
- * time of an operation is the slowest rank's, from its own start to its
- * last acknowledgement; the row shows the mean over --iters.
+ * engine and sessions), then "ar_start" to every one, then "ar_wait ...
+ * nocheck", then "ar_check" (each checks every element of its result once
+ * all are done). The time of an operation is the slowest rank's, from its
+ * own start to its last acknowledgement; the row shows the mean over
+ * --iters.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -398,7 +400,8 @@ static int run_allreduce(int argc, char **argv)
 				goto out;
 			for (int i = 0; i < n; i++)
 				snprintf(reqs[i], sizeof(reqs[i]),
-					 "ar_wait %u %u", op_id, timeout);
+					 "ar_wait %u %u nocheck", op_id,
+					 timeout);
 			/* the sidecars give up after --timeout themselves */
 			if (round_trip(nd, n, reqs, timeout + 30000))
 				goto out;
@@ -407,16 +410,26 @@ static int run_allreduce(int argc, char **argv)
 
 				if (t > tmax)
 					tmax = t;
-				wrong += (uint64_t)kv(nd[i].reply, "wrong");
 				if (it >= warmup)
 					retx += kv(nd[i].reply, "retx");
-				if (kv(nd[i].reply, "wrong") > 0)
-					fprintf(stderr, "# %s: %s\n",
-						nd[i].name, nd[i].reply);
-				else if (per_op && it >= warmup)
+				if (per_op && it >= warmup)
 					printf("#   %s iter %u: %s\n",
 					       nd[i].name, it - warmup,
 					       nd[i].reply);
+			}
+			/* Every sidecar checks every element, once all are
+			 * done: a check on a shared core would otherwise
+			 * slow a sidecar that is still finishing. */
+			for (int i = 0; i < n; i++)
+				snprintf(reqs[i], sizeof(reqs[i]),
+					 "ar_check %u", op_id);
+			if (round_trip(nd, n, reqs, timeout + 30000))
+				goto out;
+			for (int i = 0; i < n; i++) {
+				wrong += (uint64_t)kv(nd[i].reply, "wrong");
+				if (kv(nd[i].reply, "wrong") > 0)
+					fprintf(stderr, "# %s: %s\n",
+						nd[i].name, nd[i].reply);
 			}
 			if (it >= warmup)
 				tsum += tmax;

@@ -13,7 +13,9 @@
  * Timing: every iteration starts with a barrier; the time of an iteration
  * is the slowest rank's, from its post to its completion (an allreduce of
  * the per-iteration times with MAX at the end of each size); time(us) is
- * the mean over the timed iterations, p50/p99 their percentiles.
+ * the mean over the timed iterations, p50/p99 their percentiles. A timed
+ * iteration's check waits for a second barrier, so that no rank checks
+ * while another's operation still runs.
  */
 #include <errno.h>
 #include <math.h>
@@ -320,6 +322,13 @@ int main(int argc, char **argv)
 				if (it < warmup)
 					continue;
 				lat[it - warmup] = dt;
+				/* No rank checks (or fills) while another's
+				 * operation still runs: on shared cores that
+				 * work would land in the slowest rank's time
+				 * (tools/mpi_bench.c checks in a loop of its
+				 * own, untimed) */
+				if (barrier(&b))
+					goto out_fail;
 				wrong += check(
 					op, &b,
 					result(op, &b, recv, count, inplace),

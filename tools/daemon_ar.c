@@ -1358,8 +1358,30 @@ static void wait_done(struct cs_ar_svc *s, cs_ns_t deadline)
 		(void)!read(s->done_fd, &v, sizeof(v));
 }
 
-static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
-		    size_t len)
+/* "ar_check OP": check every element of a finished operation. */
+static void check_op(struct cs_ar_svc *s, uint32_t op_id, char *out,
+		     size_t len)
+{
+	struct ar_op *op = s->old;
+	char first[128];
+	uint64_t wrong;
+
+	if (!op || op->op_id != op_id ||
+	    atomic_load_explicit(&op->state, memory_order_acquire) !=
+		    AR_DONE) {
+		snprintf(out, len, "err no finished operation %u", op_id);
+		return;
+	}
+	wrong = verify(op, first, sizeof(first));
+	snprintf(out, len, "ok op=%u wrong=%llu%s", op_id,
+		 (unsigned long long)wrong, first);
+}
+
+/* @check false ("ar_wait OP MS nocheck"): the reply has no wrong=; the
+ * caller asks "ar_check OP" once every sidecar is done, so that no check
+ * runs while another sidecar's operation still does. */
+static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
+		    bool check, char *out, size_t len)
 {
 	struct ar_op *op = s->old;
 	char first[128];
@@ -1407,7 +1429,9 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 			 (unsigned long long)op->proto_err);
 		return;
 	}
-	wrong = verify(op, first, sizeof(first));
+	wrong = check ? verify(op, first, sizeof(first)) : 0;
+	if (!check)
+		first[0] = 0;
 	{
 		struct cs_rel_stats tot = { 0 };
 		/* 0: every peer's data was in before this node started (a
@@ -1425,12 +1449,17 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms, char *out,
 			tot.spurious_rto += rs->spurious_rto;
 			tot.dup_rcvd += rs->dup_rcvd;
 		}
+		char w[40] = "";
+
+		if (check)
+			snprintf(w, sizeof(w), " wrong=%llu",
+				 (unsigned long long)wrong);
 		snprintf(out, len,
-			 "ok op=%u ns=%llu ready_ns=%llu wrong=%llu "
+			 "ok op=%u ns=%llu ready_ns=%llu%s "
 			 "frames=%llu retx=%llu timeouts=%llu spurious=%llu "
 			 "dup=%llu fillers=%llu proto_err=%llu%s",
 			 op_id, (unsigned long long)(op->t_done - op->t_start),
-			 (unsigned long long)ready, (unsigned long long)wrong,
+			 (unsigned long long)ready, w,
 			 (unsigned long long)op->frames,
 			 (unsigned long long)tot.retx,
 			 (unsigned long long)tot.timeouts,
@@ -1593,11 +1622,23 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		return 0;
 	}
 	if (!strcmp(req, "ar_wait")) {
-		if (sscanf(args, "%u %u", &op_id, &ms) != 2) {
-			snprintf(out, len, "err usage: ar_wait OP MS");
+		char flag[16] = "";
+		int nf = sscanf(args, "%u %u %15s", &op_id, &ms, flag);
+
+		if (nf < 2 || (nf == 3 && strcmp(flag, "nocheck"))) {
+			snprintf(out, len,
+				 "err usage: ar_wait OP MS [nocheck]");
 			return 0;
 		}
-		wait_op(s, op_id, ms, out, len);
+		wait_op(s, op_id, ms, nf < 3, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ar_check")) {
+		if (sscanf(args, "%u", &op_id) != 1) {
+			snprintf(out, len, "err usage: ar_check OP");
+			return 0;
+		}
+		check_op(s, op_id, out, len);
 		return 0;
 	}
 	if (!strcmp(req, "ar_stats")) {
