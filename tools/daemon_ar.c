@@ -1359,16 +1359,14 @@ static void wait_done(struct cs_ar_svc *s, cs_ns_t deadline)
 }
 
 /* "ar_check OP": check every element of a finished operation. */
-static void check_op(struct cs_ar_svc *s, uint32_t op_id, char *out,
-		     size_t len)
+static void check_op(struct cs_ar_svc *s, uint32_t op_id, char *out, size_t len)
 {
 	struct ar_op *op = s->old;
 	char first[128];
 	uint64_t wrong;
 
 	if (!op || op->op_id != op_id ||
-	    atomic_load_explicit(&op->state, memory_order_acquire) !=
-		    AR_DONE) {
+	    atomic_load_explicit(&op->state, memory_order_acquire) != AR_DONE) {
 		snprintf(out, len, "err no finished operation %u", op_id);
 		return;
 	}
