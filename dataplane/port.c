@@ -48,10 +48,11 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "(kernel 6.0+; else port.rx_posted requests)" },
 	{ "port.tx_desc", CS_CFG_U32, PC(tx_desc), "512", 32, 16384,
 	  "transmit descriptors per queue (udp: sendmsg slots)" },
-	{ "port.afp_frames", CS_CFG_U32, PC(afp_frames), "256", 0, 16384,
+	{ "port.afp_frames", CS_CFG_U32, PC(afp_frames), "0", 0, 16384,
 	  "dpdk af_packet: frames in each PACKET_MMAP ring (receive and "
-	  "transmit, per queue); 0: port.rx_desc. Kept small so the rings "
-	  "of the sidecars that share a machine stay in its cache" },
+	  "transmit, per queue); 0: as many as 2.5 MiB holds (256 at MTU "
+	  "9000, 1280 at 1500): small enough to stay in cache, enough for "
+	  "what the senders keep in flight" },
 	{ "port.pool_mbufs", CS_CFG_U32, PC(pool_mbufs), "0", 0, 1048576,
 	  "dpdk: mbufs in the pool; 0 sizes it from the rings, the burst "
 	  "and the cache (kept small: several sidecars share hugepages)" },
@@ -102,8 +103,8 @@ int cs_port_conf_check(const struct cs_port_conf *conf, char *err, size_t len)
 {
 	if (conf->afp_frames && conf->afp_frames < 32) {
 		snprintf(err, len,
-			 "port.afp_frames: %u is neither 0 (port.rx_desc) nor "
-			 "at least 32",
+			 "port.afp_frames: %u is neither 0 (auto) nor at least "
+			 "32",
 			 conf->afp_frames);
 		return -EINVAL;
 	}

@@ -83,7 +83,7 @@ struct cs_port_conf {
 	uint32_t queues; /* rx/tx queue pairs */
 	uint32_t rx_desc; /* descriptors (dpdk) / recv slots (udp) */
 	uint32_t tx_desc;
-	uint32_t afp_frames; /* af_packet ring frames (0: rx_desc) */
+	uint32_t afp_frames; /* af_packet ring frames (0: 2.5 MiB's worth) */
 	uint32_t pool_mbufs; /* mbufs in the port's pool (0: auto) */
 	uint32_t pool_cache; /* per-lcore mempool cache */
 	uint64_t sock_buf; /* udp: SO_RCVBUF / SO_SNDBUF bytes */

@@ -438,6 +438,24 @@ static uint32_t afp_blocksz(uint32_t fsz)
 }
 
 /*
+ * Frames per af_packet ring: port.afp_frames, or as many as AFP_RING_BYTES
+ * holds. The kernel copies every frame into a ring and the PMD copies it
+ * out, so the rings are cache footprint: at 512 frames of 10 KiB, four
+ * sidecars on one machine held 42 MB of rings, and a 64 MiB allreduce ran
+ * about 12 % slower than with 256 (BENCHMARKS.md). Counted in bytes, not
+ * frames, because the senders keep bytes in flight: at MTU 1500 a
+ * 256-frame ring overflowed (about 90,000 retransmissions per run).
+ */
+#define AFP_RING_BYTES (5u << 19) /* 2.5 MiB */
+
+static uint32_t afp_frames(const struct cs_port_conf *c, uint32_t fsz)
+{
+	if (c->afp_frames)
+		return c->afp_frames;
+	return AFP_RING_BYTES / fsz > 32 ? AFP_RING_BYTES / fsz : 32;
+}
+
+/*
  * Each mbuf holds a whole frame (no chained receive). af_packet needs room
  * for its ring frame; af_xdp uses the pool as its umem, whose chunks (the
  * whole mbuf object) may not exceed a page — hence its MTU limit.
@@ -507,8 +525,7 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 			 "%s,iface=%s,qpairs=%u,framesz=%u,blocksz=%u,"
 			 "framecnt=%u,qdisc_bypass=1",
 			 name, c->iface, q, fsz, bsz,
-			 round_up(c->afp_frames ? c->afp_frames : c->rx_desc,
-				  bsz / fsz));
+			 round_up(afp_frames(c, fsz), bsz / fsz));
 	} else if (!strcmp(d, "af_xdp")) {
 		snprintf(name, nlen, "net_af_xdp_%s", c->name);
 		snprintf(spec, slen, "%s,iface=%s,start_queue=0,queue_count=%u",
