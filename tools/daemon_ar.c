@@ -1427,9 +1427,8 @@ static void wait_op(struct cs_ar_svc *s, uint32_t op_id, unsigned ms,
 			 (unsigned long long)op->proto_err);
 		return;
 	}
+	first[0] = 0;
 	wrong = check ? verify(op, first, sizeof(first)) : 0;
-	if (!check)
-		first[0] = 0;
 	{
 		struct cs_rel_stats tot = { 0 };
 		/* 0: every peer's data was in before this node started (a
