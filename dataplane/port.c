@@ -67,6 +67,14 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  CS_CFG_NO_BOUNDS,
 	  "dpdk: transmit registered memory as attached external mbufs "
 	  "instead of copying it" },
+	{ "port.rx_filter", CS_CFG_BOOL, PC(rx_filter), "true",
+	  CS_CFG_NO_BOUNDS,
+	  "dpdk af_packet: a kernel socket filter passes only IPv4 UDP to "
+	  "port.udp_port into the rings, and frames the namespace sends are "
+	  "ignored; the interface's other traffic (TCP, ARP, other ports) "
+	  "then costs the sidecar no copy and no wake-up. Off: every frame "
+	  "reaches the lcore, which drops and counts the foreign ones "
+	  "(rx_foreign)" },
 	{ "port.memif_role", CS_CFG_STR, PC(memif_role), "client",
 	  CS_CFG_NO_BOUNDS, "dpdk memif: server or client" },
 	{ "port.memif_socket", CS_CFG_STR, PC(memif_socket), "",

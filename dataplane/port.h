@@ -91,6 +91,7 @@ struct cs_port_conf {
 	bool rx_multishot; /* udp: one multishot recvmsg, provided buffers */
 	bool no_huge; /* dpdk: never use hugepages */
 	bool zero_copy; /* dpdk: attach external TX buffers */
+	bool rx_filter; /* dpdk af_packet: kernel filter on port.udp_port */
 	int32_t numa; /* socket for memory, -1: the port's */
 	struct cs_fault_conf fault;
 };

@@ -28,6 +28,8 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
+#include <linux/filter.h>
+#include <linux/if_packet.h>
 
 /* rte_dev_dma_map() is still marked experimental in DPDK 22.11. */
 #define ALLOW_EXPERIMENTAL_API 1
@@ -855,9 +857,52 @@ static void find_xsk_fd(struct dpdk_port *dp, unsigned nq)
 					"wait on it");
 }
 
+#ifndef PACKET_IGNORE_OUTGOING
+#define PACKET_IGNORE_OUTGOING 23
+#endif
+
+/*
+ * The PMD's packet sockets are bound to ETH_P_ALL: without a filter the
+ * kernel copies every frame the interface carries into our ring (the
+ * namespace's own TCP both ways, ARP, other UDP) and wakes a waiting lcore
+ * for it, only for the codec to drop it. On a machine the sidecar shares,
+ * that is a copy and a wake-up per frame of every other program's traffic
+ * (Open MPI's TCP ran 2-3x slower beside idle sidecars: BENCHMARKS.md).
+ * So each socket gets a classic BPF filter, as a NIC's flow rule would:
+ * IPv4, UDP, first fragment, destination port.udp_port; and it ignores
+ * frames the namespace itself sends. The codec still checks everything
+ * that passes (malformed frames to our port are counted as before).
+ */
+static int afp_filter(int fd, uint16_t udp_port)
+{
+	struct sock_filter code[] = {
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12), /* ethertype */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0800, 0, 8),
+		BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 23), /* IP protocol */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 6),
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 20), /* fragment offset */
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1fff, 4, 0),
+		BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 14), /* X = IP header */
+		BPF_STMT(BPF_LD | BPF_H | BPF_IND, 16), /* UDP dest port */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, udp_port, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, 0x7fffffff), /* whole frame */
+		BPF_STMT(BPF_RET | BPF_K, 0), /* not ours */
+	};
+	struct sock_fprog prog = { .len = sizeof(code) / sizeof(code[0]),
+				   .filter = code };
+	int one = 1;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)))
+		return -errno;
+	/* Linux 4.20+; older kernels only see our filter's verdict */
+	(void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one,
+			 sizeof(one));
+	return 0;
+}
+
 static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 {
-	unsigned found = 0;
+	unsigned found = 0, filtered = 0;
 
 	for (unsigned q = 0; q < CS_PORT_MAX_QUEUES; q++)
 		dp->rx_fd[q] = -1;
@@ -881,11 +926,28 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 			continue;
 		dp->rx_fd[q] = fd;
 		found++;
+		if (dp->port.conf.rx_filter) {
+			int ret = afp_filter(fd, dp->port.udp_port);
+
+			if (ret)
+				CS_WARN("af_packet: socket filter on queue "
+					"%u: %s (every frame on the "
+					"interface reaches the lcore)",
+					q, strerror(-ret));
+			else
+				filtered++;
+		}
 	}
 	CS_INFO("af_packet: %s",
 		found == nq
 			? "idle lcores wake on receive"
 			: "receive sockets not found: idle lcores nap (lcore.sleep)");
+	CS_INFO("af_packet: %s",
+		filtered == nq
+			? "kernel filter: only UDP to port.udp_port reaches "
+			  "the rings"
+			: "no kernel filter: every frame on the interface "
+			  "reaches the rings (port.rx_filter)");
 }
 
 static int dpdk_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,

@@ -6,7 +6,9 @@
 # CS_RSH_MAP (lines "ADDRESS NAMESPACE"), and COMMAND (the orted launch line,
 # a shell command) runs in that namespace, in a UTS namespace of its own
 # whose hostname is the namespace name (so daemons and ranks see distinct
-# hosts and session directories, as on a real cluster):
+# hosts and session directories, as on a real cluster). A third column
+# in the map, a CPU list ("ADDRESS NAMESPACE CPUS"), runs the orted, and
+# so the ranks it starts (mpirun --bind-to none), on those CPUs only:
 #
 #   CS_RSH_MAP=hosts.map mpirun --mca plm_rsh_agent scripts/netns-rsh.sh ...
 set -euo pipefail
@@ -19,7 +21,9 @@ done
 host=$1
 shift
 map=${CS_RSH_MAP:?netns-rsh: CS_RSH_MAP (address-to-namespace file) unset}
-ns=$(awk -v h="$host" '$1 == h || $2 == h { print $2; exit }' "$map")
-[ -n "$ns" ] || { echo "netns-rsh: $host not in $map" >&2; exit 255; }
-exec ip netns exec "$ns" unshare --uts /bin/sh -c \
+read -r ns cpus < <(awk -v h="$host" '$1 == h || $2 == h { print $2, $3; exit }' "$map") || true
+[ -n "${ns:-}" ] || { echo "netns-rsh: $host not in $map" >&2; exit 255; }
+pin=()
+[ -n "${cpus:-}" ] && pin=(taskset -c "$cpus")
+exec ip netns exec "$ns" "${pin[@]}" unshare --uts /bin/sh -c \
 	'hostname "$0" && exec /bin/sh -c "$1"' "$ns" "$*"

@@ -118,6 +118,22 @@ check_foreign_counted() {
 		fail "frames of an unknown operation were not counted"
 }
 
+# The 3 datagrams to another UDP port: with the af_packet socket filter
+# (port.rx_filter, the default) the kernel keeps them from the port, so
+# the lcore never sees a foreign frame; without it the lcore drops and
+# counts them.
+check_foreign_filtered() {	# want: "none" | "counted"
+	local st f
+	st=$(ctl "$N0" stats)
+	f=$(kv "$st" rx_foreign)
+	case $1 in
+	none) [ "$f" -eq 0 ] ||
+		fail "the socket filter let $f foreign frames through" ;;
+	counted) [ "$f" -ge 3 ] ||
+		fail "without the filter, only $f foreign frames counted" ;;
+	esac
+}
+
 # Bad allreduce requests on the control socket get an error line, and
 # the sidecar goes on answering.
 check_ctl_errors() {
@@ -184,7 +200,8 @@ udp_local() {
 case $CASE in
 udp_local) udp_local ;;
 udp_local_fault5) udp_local --set fault.drop=0.05 ;;
-af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
+af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
+af_packet_nofilter|memif_2)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
@@ -201,8 +218,15 @@ af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|memif_2)
 		cluster_up 2 --port af_packet
 		inject_foreign
 		check_foreign_counted
+		check_foreign_filtered none
 		SIZES=(-b 1K -e 1M); run_ar
 		check_ctl_errors ;;
+	af_packet_nofilter)
+		cluster_up 2 --port af_packet --set port.rx_filter=0
+		inject_foreign
+		check_foreign_counted
+		check_foreign_filtered counted
+		SIZES=(-b 1K -e 64K); run_ar ;;
 	memif_2) cluster_up 2 --port memif; run_ar ;;
 	esac ;;
 udp_4|udp_4_fault5|udp_foreign)
