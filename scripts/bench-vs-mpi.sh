@@ -13,12 +13,20 @@
 #                           [--no-offload] [--pause-sidecars] [--place out|in]
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
-#                           [--iters-small N]
+#                           [--iters-small N] [--cpus auto|none|LIST]
+#                           [--pin-mpi]
 #
 # Open MPI ranks: one per namespace, launched by mpirun in the first
 # namespace through scripts/netns-rsh.sh (an rsh agent that runs the orted
 # line with `ip netns exec`), TCP BTL on the bridge subnet only,
 # --mca mpi_yield_when_idle 1 (ranks share the cores), --bind-to none.
+# --cpus (default auto): one CPU per node, node i on the (i mod k)-th CPU
+# this script may use (scripts/lib/switch.sh cs_node_cpus): node i's
+# sidecar and its trainers run there; none: unpinned. Open MPI's ranks
+# float (--bind-to none) unless --pin-mpi puts rank i on node i's CPU too
+# (its orted starts under taskset): pinned beside the idle pinned
+# sidecars, Open MPI 4.1's TCP BTL often failed to connect ("connect()
+# ... Operation now in progress (115)"; docs/bench-vs-mpi.md).
 # The collstack side is `build/tools/collstack bench -o OP ...` against the
 # sidecars of scripts/cluster.sh; where that command or the cluster is
 # missing its cells are NA. See docs/bench-vs-mpi.md.
@@ -45,6 +53,7 @@ MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
+CPUS=auto PIN_MPI=0
 MTU=1500	# on every veth of the namespaces, for both stacks
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
 ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=3 WARM_LARGE=1
@@ -77,6 +86,8 @@ while [ $# -gt 0 ]; do
 	--no-collstack) DO_CS=0; shift ;;
 	--report-only) REPORT_ONLY=1; shift ;;
 	--iters-small) ITERS_SMALL=$2; ITERS_SMALL_SET=1; shift 2 ;;
+	--cpus) CPUS=$2; shift 2 ;;
+	--pin-mpi) PIN_MPI=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) die "unknown option $1 (--help)" ;;
 	esac
@@ -116,7 +127,7 @@ MAXB=$(to_bytes "${SIZES##*:}")
 
 # --- the cluster: cluster.sh (sidecars, both stacks) or our own namespaces.
 
-NODES=() ADDRS=() IFACES=() VETHS=() BR="" SIDECAR_PIDS="" CLUSTER_KIND=""
+NODES=() ADDRS=() NODE_CPUS=() IFACES=() VETHS=() BR="" SIDECAR_PIDS="" CLUSTER_KIND=""
 CLUSTER_ENV=""	# the state file collstack's CLI finds the sidecars in
 
 # How the collstack side runs: "bench" (collstack bench -o OP ..., every
@@ -146,6 +157,7 @@ read_nodes() {
 		IFACES+=("$i") ADDRS+=("$a")
 	done
 	read -r -a VETHS <<<"$CS_VETHS"
+	read -r -a NODE_CPUS <<<"${CS_CPUS:-}"
 	BR=$CS_BRIDGE
 	SWNS=${CS_SWITCH:-}
 	SIDECAR_PIDS=${CS_PIDS:-}
@@ -175,19 +187,20 @@ cluster_up() {
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
 		if [ $daemons = 1 ]; then
 			scripts/cluster.sh up "$NODES_N" --port "$port" \
-				--mtu "$MTU" >&2
+				--mtu "$MTU" --cpus "$CPUS" >&2
 		else
 			scripts/cluster.sh up "$NODES_N" --no-daemons \
-				--mtu "$MTU" >&2
+				--mtu "$MTU" --cpus "$CPUS" >&2
 		fi
 		CLUSTER_ENV=/run/collstack/cluster.env
 		;;
 	own)
 		if [ $daemons = 1 ]; then
 			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" \
-				--mtu "$MTU" >&2
+				--mtu "$MTU" --cpus "$CPUS" >&2
 		else
-			scripts/lib/netns.sh up "$NODES_N" --mtu "$MTU" >&2
+			scripts/lib/netns.sh up "$NODES_N" --mtu "$MTU" \
+				--cpus "$CPUS" >&2
 		fi
 		CLUSTER_ENV=/run/collstack-bench/netns.env
 		;;
@@ -300,7 +313,8 @@ mpi_setup() {
 	: >"$MPI_DIR/hosts.map"
 	for i in "${!NODES[@]}"; do
 		echo "${ADDRS[$i]} slots=1" >>"$MPI_DIR/hostfile"
-		echo "${ADDRS[$i]} ${NODES[$i]}" >>"$MPI_DIR/hosts.map"
+		# third column: the node's CPU (scripts/netns-rsh.sh)
+		echo "${ADDRS[$i]} ${NODES[$i]} $([ $PIN_MPI = 1 ] && echo "${NODE_CPUS[i]:-}")" >>"$MPI_DIR/hosts.map"
 	done
 	MPI_NET=${ADDRS[0]%.*}.0/24
 }
@@ -319,11 +333,15 @@ mpi_ranks_up() {	# a cs-mpi-bench process in every namespace?
 
 mpi_bench() {	# op minb maxb iters warmup logfile
 	[ -x "$MPI_BENCH" ] || { echo "cs-mpi-bench not built" >"$6"; return 1; }
-	local rc=0 pid attempt t started
+	local rc=0 pid attempt t started pin=()
+	# mpirun starts the first namespace's rank itself, not via the agent
+	if [ $PIN_MPI = 1 ] && [ -n "${NODE_CPUS[0]:-}" ]; then
+		pin=(taskset -c "${NODE_CPUS[0]}")
+	fi
 	sidecars STOP
 	for attempt in 1 2 3; do
 		# mpirun runs in the first namespace, hostname = its name.
-		timeout "$RUN_TIMEOUT" ip netns exec "${NODES[0]}" \
+		timeout "$RUN_TIMEOUT" ip netns exec "${NODES[0]}" "${pin[@]}" \
 			env CS_RSH_MAP="$MPI_DIR/hosts.map" \
 			unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' \
 			"${NODES[0]}" \
@@ -638,7 +656,7 @@ if [ $OFFLOAD = 0 ]; then
 fi
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
+	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, CPUs per node ${NODE_CPUS[*]:-any} ($([ $PIN_MPI = 1 ] && echo 'both stacks' || echo 'collstack; Open MPI ranks float')), offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2

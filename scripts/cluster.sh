@@ -5,6 +5,7 @@
 #
 #   scripts/cluster.sh up N [--port af_packet|af_xdp|memif|udp] [--mtu M]
 #                           [--bridge-loss PCT] [--set KEY=VALUE]...
+#                           [--cpus auto|none|LIST]
 #                           [--no-daemons]   (network only, e.g. for testpmd)
 #                           [--boot]   (membership from the coordinator in
 #                                       ${P}n0, job token in $RUN/$P-job.token)
@@ -35,6 +36,11 @@
 # unreachable) nor processes frames the DPDK port also sees (af_packet's
 # tap runs before the ingress hook and gets every frame). The udp port
 # needs the kernel, so it gets no such rule; memif has no veth.
+#
+# --cpus: node i's sidecar runs on one CPU, the (i mod k)-th of LIST (auto,
+# the default: the CPUs this script may use; none: unpinned). `collstack
+# bench` starts each trainer on its sidecar's CPUs. See cs_node_cpus in
+# scripts/lib/switch.sh.
 #
 # --bridge-loss PCT adds an nft rule on the bridge that drops PCT percent
 # of the dataplane frames it forwards (real network loss, below the ports).
@@ -142,7 +148,7 @@ status() {
 
 up() {
 	local n=${1:-}; shift || true
-	local port=af_packet mtu=1500 loss="" sets=() daemons=1 boot=0
+	local port=af_packet mtu=1500 loss="" sets=() daemons=1 boot=0 cpus=auto
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
 		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
 	while [ $# -gt 0 ]; do
@@ -153,6 +159,7 @@ up() {
 		--set) sets+=(--set "$2"); shift 2 ;;
 		--no-daemons) daemons=0; shift ;;
 		--boot) boot=1; shift ;;
+		--cpus) cpus=$2; shift 2 ;;
 		*) die "unknown option $1" ;;
 		esac
 	done
@@ -170,6 +177,10 @@ up() {
 	   ! "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null; then
 		die "collstackd was built without DPDK: only --port udp works"
 	fi
+	local node_cpus=() cpu_words
+	cpu_words=$(cs_node_cpus "$cpus" "$n") ||
+		die "--cpus auto, none or a CPU list like 0,2-3 (got '$cpus')"
+	read -r -a node_cpus <<<"$cpu_words"
 	[ -f "$ENV_FILE" ] && die "a cluster is up already ($ENV_FILE): down first"
 	mkdir -p "$RUN"
 
@@ -190,6 +201,7 @@ CS_SWITCH=$3
 CS_VETHS="$1"
 CS_PIDS="$2"
 CS_PEERS=$PEERS
+CS_CPUS="${node_cpus[*]}"
 EOF
 	}
 	local veths="" sw=""
@@ -293,7 +305,11 @@ EOF
 				       --set boot.world=$n)
 			fi
 		fi
-		ip netns exec "$ns" "$DAEMON" "${args[@]}" "${sets[@]}" \
+		local pin=()
+		if [ ${#node_cpus[@]} -gt 0 ]; then
+			pin=(taskset -c "${node_cpus[i]}")
+		fi
+		ip netns exec "$ns" "${pin[@]}" "$DAEMON" "${args[@]}" "${sets[@]}" \
 			</dev/null >"$RUN/$ns.log" 2>&1 &
 		pids+="$! "
 		write_env "$veths" "$pids" "$sw"
@@ -327,13 +343,13 @@ EOF
 			sleep 0.1
 		done
 	done
-	log "up: $n nodes ($nodes), port $port, MTU $mtu, state in $ENV_FILE"
+	log "up: $n nodes ($nodes), port $port, MTU $mtu, CPUs ${node_cpus[*]:-any}, state in $ENV_FILE"
 }
 
 case ${1:-} in
 up) shift; up "$@" ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--boot] [--set K=V]... | down | status" >&2
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--cpus auto|none|LIST] [--boot] [--set K=V]... | down | status" >&2
    exit 2 ;;
 esac

@@ -10,6 +10,11 @@
  * Ranks: node i's trainers are global ranks i*T .. i*T+T-1 (node order of
  * the cluster file), so node rank = the node's place in the cross-node
  * ring, as collstackd assumes.
+ *
+ * CPUs: a trainer starts on its sidecar's CPUs when the sidecar is pinned
+ * to fewer CPUs than this command may use (scripts/cluster.sh --cpus, the
+ * default), as a real node's trainers share its cores; --no-pin leaves the
+ * trainers where the scheduler puts them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,14 +45,17 @@ static void usage(FILE *out)
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [--trainers-per-node T] "
 		"[--cluster FILE]\n"
-		"          [--trainer PATH] [--timeout S] [--no-netns]\n"
+		"          [--trainer PATH] [--timeout S] [--no-netns] "
+		"[--no-pin]\n"
 		"       collstack bench raw ...   (raw port rate)\n\n"
 		"Starts T trainers per node (cs-trainer-bench, next to this "
 		"binary) in each\nnamespace of the cluster (default %s), "
 		"connected to that node's\nsidecar; prints rank 0's rows: "
 		"size count type redop root time(us) algbw\nbusbw #wrong "
 		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
-		"(sidecars on loopback).\n",
+		"(sidecars on loopback).\nA trainer runs on its sidecar's "
+		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
+		"--no-pin: anywhere.\n",
 		BENCH_ENV);
 }
 
@@ -103,6 +112,41 @@ static void kill_all(pid_t *pids, int n)
 			kill(pids[i], SIGTERM);
 }
 
+/*
+ * The CPUs of node @name's sidecar (its pid file in the cluster's run
+ * folder), if it is pinned to fewer CPUs than we may use; else false.
+ */
+static bool sidecar_cpus(const char *root, const char *name, cpu_set_t *set)
+{
+	char path[PATH_MAX], comm[32] = "";
+	cpu_set_t mine;
+	long pid = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s/pid", root, name);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (fscanf(f, "%ld", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	if (pid <= 0 || pid > INT_MAX)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = 0;
+	fclose(f);
+	if (strcmp(comm, "collstackd\n"))
+		return false; /* a stale pid file */
+	if (sched_getaffinity((pid_t)pid, sizeof(*set), set) ||
+	    sched_getaffinity(0, sizeof(mine), &mine))
+		return false;
+	return CPU_COUNT(set) < CPU_COUNT(&mine);
+}
+
 /* Bench options that pass through to every trainer. */
 static const char pass_opts[] = "obefnw";
 
@@ -114,6 +158,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 		{ "trainer", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "no-netns", no_argument, NULL, 'N' },
+		{ "no-pin", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -121,7 +166,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	char trainer[PATH_MAX], *targs[32];
 	const char *env = BENCH_ENV;
 	static pid_t pids[BENCH_MAX_NODES * BENCH_MAX_TPN];
-	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1;
+	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1, pin = 1;
 	unsigned timeout = 600;
 	unsigned long num;
 	time_t deadline;
@@ -163,6 +208,9 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			break;
 		case 'N':
 			netns = 0;
+			break;
+		case 'P':
+			pin = 0;
 			break;
 		case 'h':
 			usage(stdout);
@@ -213,6 +261,9 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	       n, tpn, names[0], names[n - 1], env);
 	fflush(stdout);
 	for (int i = 0; i < n; i++) {
+		cpu_set_t cpus;
+		bool pinned = pin && sidecar_cpus(root, names[i], &cpus);
+
 		for (int l = 0; l < tpn; l++) {
 			char v[5][PATH_MAX];
 			pid_t p;
@@ -234,6 +285,12 @@ int cs_cmd_bench_ops(int argc, char **argv)
 				setenv("LOCAL_RANK", v[2], 1);
 				setenv("LOCAL_WORLD_SIZE", v[3], 1);
 				setenv("COLLSTACK_SOCKET", v[4], 1);
+				if (pinned &&
+				    sched_setaffinity(0, sizeof(cpus), &cpus))
+					fprintf(stderr,
+						"collstack bench: trainer %s "
+						"on its sidecar's CPUs: %s\n",
+						v[0], strerror(errno));
 				if (i || l) {
 					int fd = open("/dev/null", O_WRONLY);
 

@@ -11,6 +11,7 @@
 #   off: the host's firewall never sees the frames of either stack.
 #
 #   scripts/lib/netns.sh up N [--daemons udp|af_packet] [--mtu M]  (N: 2..32)
+#                             [--cpus auto|none|LIST]
 #   scripts/lib/netns.sh down
 #   scripts/lib/netns.sh status
 #
@@ -18,7 +19,10 @@
 # does (same settings, same nft ingress rule for DPDK ports), with its run
 # directory under /run/collstack-bench, so `collstack run allreduce
 # --cluster /run/collstack-bench/netns.env` works while a cluster.sh cluster
-# is up too.
+# is up too. --cpus picks one CPU per node as cluster.sh does (the
+# default, auto: node i on the (i mod k)-th CPU this script may use); the
+# sidecars run there, and CS_CPUS in the state file tells bench-vs-mpi.sh
+# where to run each node's Open MPI rank.
 #
 # State: /run/collstack-bench/netns.env, in the same variables as
 # cluster.sh's cluster.env (CS_NODES, CS_RUN, CS_BRIDGE, CS_VETHS, CS_PIDS,
@@ -103,6 +107,7 @@ CS_ADDRS="$NB_ADDRS"
 CS_PREFIXLEN=24
 CS_PIDS="$NB_PIDS"
 CS_PEERS=$NB_RUN/peers
+CS_CPUS="${NB_CPUS[*]}"
 EOF
 }
 
@@ -144,7 +149,11 @@ table netdev collstack {
 }
 EOF
 		fi
-		ip netns exec "$ns" "$NB_DAEMON" "${args[@]}" \
+		local pin=()
+		if [ ${#NB_CPUS[@]} -gt 0 ]; then
+			pin=(taskset -c "${NB_CPUS[i]}")
+		fi
+		ip netns exec "$ns" "${pin[@]}" "$NB_DAEMON" "${args[@]}" \
 			</dev/null >"$NB_RUN/$ns.log" 2>&1 &
 		NB_PIDS+="$! "
 		nb_env
@@ -170,9 +179,11 @@ nb_up() {
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 32 ] ||
 		nb_die "usage: netns.sh up N (2..32) [--daemons udp|af_packet]"
 	shift
-	NB_PORT="" NB_MTU=1500
+	NB_PORT="" NB_MTU=1500 NB_CPUS=()
+	local cpus=auto cpu_words
 	while [ $# -gt 0 ]; do
 		case $1 in
+		--cpus) cpus=${2:?--cpus auto|none|LIST}; shift 2 ;;
 		--daemons) NB_PORT=${2:?--daemons udp|af_packet}; shift 2 ;;
 		--mtu) NB_MTU=${2:?--mtu M}; shift 2
 			[[ "$NB_MTU" =~ ^[0-9]+$ ]] && [ "$NB_MTU" -ge 576 ] &&
@@ -181,6 +192,9 @@ nb_up() {
 		esac
 	done
 	[ "$(id -u)" -eq 0 ] || nb_die "needs root"
+	cpu_words=$(cs_node_cpus "$cpus" "$n") ||
+		nb_die "--cpus auto, none or a CPU list like 0,2-3 (got '$cpus')"
+	read -r -a NB_CPUS <<<"$cpu_words"
 	[ -f "$NB_ENV" ] && nb_die "already up ($NB_ENV): down first"
 	for ((i = 0; i < n; i++)); do
 		grep -qw "$NB_PREFIX$i" < <(ip netns list) &&
@@ -219,7 +233,7 @@ nb_up() {
 		nb_daemons "$NB_PORT" || { nb_down; exit 1; }
 	fi
 	trap - ERR
-	echo "netns: up: $n namespaces (${nodes% }), bridge $NB_BR, $NB_NET.0/24${NB_PORT:+, collstackd on port $NB_PORT}"
+	echo "netns: up: $n namespaces (${nodes% }), bridge $NB_BR, $NB_NET.0/24, CPUs ${NB_CPUS[*]:-any}${NB_PORT:+, collstackd on port $NB_PORT}"
 }
 
 nb_status() {

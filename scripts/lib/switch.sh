@@ -21,3 +21,35 @@ cs_switch_up() {	# NS BR [MTU]; non-zero if NS or BR cannot be made
 	ip -n "$1" link add "$2" type bridge || return
 	ip -n "$1" link set "$2" ${3:+mtu "$3"} up
 }
+
+# The CPU of each node of a cluster on one machine: node i runs on the
+# (i mod k)-th of the k CPUs this shell may use (its affinity), so each
+# node's sidecar, and the trainers `collstack bench` starts beside it
+# (they follow the sidecar's affinity), share a CPU as a real node's
+# processes share its cores. On a 2-core machine with 4 nodes this halved
+# the 4 KiB allreduce time (docs/dataplane.md): a hand-off between a
+# trainer and its sidecar, or between two sidecars on one CPU, is a
+# context switch instead of a wake-up on another, possibly halted, CPU.
+#   cs_node_cpus MODE N    MODE: auto, none, or a CPU list ("0,2-3") to
+#                          use instead of the affinity
+# Prints N words (empty for none); non-zero on a bad MODE.
+cs_node_cpus() {
+	local mode=$1 n=$2 list part a b c i cpus=() parts=()
+	case $mode in
+	none) return 0 ;;
+	auto) list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status) ;;
+	*) list=$mode ;;
+	esac
+	[[ "$list" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] || return 1
+	IFS=, read -r -a parts <<<"$list"
+	for part in "${parts[@]}"; do
+		a=${part%-*} b=${part#*-}
+		[ "$b" -ge "$a" ] || return 1
+		for ((c = a; c <= b; c++)); do cpus+=("$c"); done
+	done
+	[ ${#cpus[@]} -ge 1 ] || return 1
+	for ((i = 0; i < n; i++)); do
+		printf '%s%s' "$([ $i = 0 ] || echo ' ')" "${cpus[i % ${#cpus[@]}]}"
+	done
+	echo
+}
