@@ -46,6 +46,10 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  CS_CFG_NO_BOUNDS,
 	  "udp: receive with one multishot recvmsg into the receive slots "
 	  "(kernel 6.0+; else port.rx_posted requests)" },
+	{ "port.udp_gso", CS_CFG_BOOL, PC(udp_gso), "true", CS_CFG_NO_BOUNDS,
+	  "udp: a run of frames in a burst to one peer with one datagram "
+	  "size goes out as one sendmsg with UDP_SEGMENT (the kernel cuts it "
+	  "into the same datagrams); off: one sendmsg per datagram" },
 	{ "port.tx_desc", CS_CFG_U32, PC(tx_desc), "512", 32, 16384,
 	  "transmit descriptors per queue (udp: sendmsg slots)" },
 	{ "port.afp_frames", CS_CFG_U32, PC(afp_frames), "0", 0, 16384,

@@ -89,6 +89,7 @@ struct cs_port_conf {
 	uint64_t sock_buf; /* udp: SO_RCVBUF / SO_SNDBUF bytes */
 	uint32_t rx_posted; /* udp: recvmsg requests in the kernel at once */
 	bool rx_multishot; /* udp: one multishot recvmsg, provided buffers */
+	bool udp_gso; /* udp: same-size runs to one peer as one GSO send */
 	bool no_huge; /* dpdk: never use hugepages */
 	bool zero_copy; /* dpdk: attach external TX buffers */
 	bool rx_filter; /* dpdk af_packet: kernel filter on port.udp_port */
@@ -105,6 +106,7 @@ struct cs_port_stats {
 	uint64_t tx_errors; /* frames the back-end could not send */
 	uint64_t rx_nombuf;
 	uint64_t tx_zero_copy; /* payloads sent by reference (attach) */
+	uint64_t tx_gso; /* udp: frames sent in GSO sends of several */
 	/* fault shim */
 	uint64_t f_dropped, f_duplicated, f_reordered, f_delayed, f_corrupted;
 };

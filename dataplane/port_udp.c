@@ -26,12 +26,23 @@
  * the raw blast. Transmit
  * slots come from a free list and return to it when their sendmsg
  * completes. At most one system call per burst, none for an idle poll.
+ *
+ * UDP GSO (port.udp_gso): a run of frames in a burst to one peer whose
+ * datagrams have one size (the last may be shorter) goes out as one
+ * sendmsg with UDP_SEGMENT, its iovecs gathered from every frame: the
+ * kernel cuts the payload at that size, so each datagram on the wire is
+ * exactly one of our frames, header included. The run crosses the IP
+ * output path, the veths and the bridge as one packet and is cut into
+ * datagrams at the receiving socket (or by a device that cannot carry
+ * it). The first frame's slot leads the run and frees the others when
+ * its sendmsg completes.
  */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -54,9 +65,23 @@ static_assert(MS_HDR <= CS_PORT_HDRS_LEN,
 #define MS_OFF (CS_PORT_HDRS_LEN - MS_HDR)
 #define MS_BGID 0
 
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+/* frames in one GSO send; its payload stays under the 64 KiB an IPv4
+ * packet (and so a GSO skb) may hold */
+#define GSO_FRAMES CS_PORT_BURST
+#define GSO_BYTES 65000u
+
 struct slot {
 	struct msghdr mh;
 	struct iovec iov[2];
+	struct slot *gnext; /* the rest of a GSO run this slot leads */
+	struct iovec *giov; /* a leader's gathered iovecs (2 per frame) */
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} cmsg;
 	struct sockaddr_in sa;
 	uint8_t *buf;
 	uint32_t idx;
@@ -82,8 +107,11 @@ struct udp_queue {
 	uint8_t *mem;
 	unsigned unsubmitted;
 	bool coop; /* COOP_TASKRUN + TASKRUN_FLAG ring */
+	bool gso; /* port.udp_gso, until the kernel refuses one */
+	struct iovec *giov_mem;
 	/* counters, written by this queue's lcore only */
 	uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, rx_dropped, tx_errors;
+	uint64_t tx_gso; /* frames that left in a GSO send of several */
 };
 
 struct udp_port {
@@ -236,13 +264,28 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 		uint32_t idx = (uint32_t)ud;
 
 		if ((ud >> 32) == SLOT_TX) {
-			struct slot *s = &q->tx[idx];
+			struct slot *s = &q->tx[idx], *nx;
+			unsigned frames = 0;
 
-			if (cqe->res < 0)
-				q->tx_errors++;
-			else
+			for (; s; s = nx) { /* the leader and its run */
+				nx = s->gnext;
+				s->gnext = NULL;
+				q->tx_free[q->ntx_free++] = s;
+				frames++;
+			}
+			if (cqe->res < 0) {
+				q->tx_errors += frames;
+				if (frames > 1 && q->gso &&
+				    (cqe->res == -EINVAL || cqe->res == -EIO)) {
+					q->gso = false;
+					CS_WARN("udp: the kernel refused a GSO "
+						"send (%s): one datagram per "
+						"send from now on",
+						strerror(-cqe->res));
+				}
+			} else {
 				q->tx_bytes += (unsigned)cqe->res;
-			q->tx_free[q->ntx_free++] = s;
+			}
 		} else if ((ud >> 32) == RX_MULTI) {
 			if (got == n)
 				break; /* leave it for the next burst */
@@ -326,6 +369,58 @@ static void udp_release(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	(void)q;
 }
 
+static inline bool tx_ipv4(const struct cs_pbuf *b)
+{
+	return b->len >= CS_PORT_HDRS_LEN && b->data[12] == 0x08 &&
+	       b->data[13] == 0x00;
+}
+
+/* Bytes of the datagram frame @b sends: after its headers, attachment
+ * included. */
+static inline uint32_t tx_dgram_len(const struct cs_pbuf *b)
+{
+	const struct slot *s = b->handle;
+
+	return b->len - CS_PORT_HDRS_LEN + (uint32_t)s->iov[1].iov_len;
+}
+
+/* Same destination address and port as the frame @a? */
+static inline bool tx_same_peer(const struct cs_pbuf *a,
+				const struct cs_pbuf *b)
+{
+	return !memcmp(a->data + CS_PORT_ETH_LEN + 16,
+		       b->data + CS_PORT_ETH_LEN + 16, 4) &&
+	       !memcmp(a->data + CS_PORT_L4_OFF + 2,
+		       b->data + CS_PORT_L4_OFF + 2, 2);
+}
+
+/*
+ * How many frames from v[0] go in one GSO send: the following frames to
+ * the same peer with the same datagram size, the last of them possibly
+ * shorter, within GSO_FRAMES and GSO_BYTES.
+ */
+static unsigned gso_run(const struct udp_queue *q, const struct cs_pbuf *v,
+			unsigned n)
+{
+	uint32_t seg = tx_dgram_len(&v[0]), total = seg;
+	unsigned k = 1;
+
+	if (!q->gso)
+		return 1;
+	while (k < n && k < GSO_FRAMES && tx_ipv4(&v[k]) &&
+	       tx_same_peer(&v[0], &v[k])) {
+		uint32_t l = tx_dgram_len(&v[k]);
+
+		if (l > seg || !l || total + l > GSO_BYTES)
+			break;
+		total += l;
+		k++;
+		if (l < seg)
+			break; /* a shorter one ends the run */
+	}
+	return k;
+}
+
 static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			     unsigned n)
 {
@@ -333,16 +428,17 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	struct udp_queue *q = &up->q[qi];
 	unsigned i;
 
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n;) {
 		struct slot *s = v[i].handle;
 		const uint8_t *f = v[i].data;
 		struct io_uring_sqe *sqe;
+		unsigned k;
 
-		if (unlikely(v[i].len < CS_PORT_HDRS_LEN || f[12] != 0x08 ||
-			     f[13] != 0x00)) {
+		if (unlikely(!tx_ipv4(&v[i]))) {
 			/* Not an IPv4 frame: nothing we can address. */
 			q->tx_errors++;
 			s->q->tx_free[s->q->ntx_free++] = s;
+			i++;
 			continue;
 		}
 		sqe = io_uring_get_sqe(&q->ring);
@@ -360,10 +456,45 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 		s->mh.msg_control = NULL;
 		s->mh.msg_controllen = 0;
 		s->mh.msg_flags = 0;
+		s->gnext = NULL;
+		k = gso_run(q, v + i, n - i);
+		if (k > 1) {
+			struct slot **link = &s->gnext;
+			unsigned nio = 0;
+			struct cmsghdr *cm;
+			uint16_t seg = (uint16_t)tx_dgram_len(&v[i]);
+
+			for (unsigned j = 0; j < k; j++) {
+				struct slot *m = v[i + j].handle;
+
+				s->giov[nio].iov_base =
+					v[i + j].data + CS_PORT_HDRS_LEN;
+				s->giov[nio++].iov_len =
+					v[i + j].len - CS_PORT_HDRS_LEN;
+				if (m->iov[1].iov_len)
+					s->giov[nio++] = m->iov[1];
+				if (j) {
+					*link = m;
+					link = &m->gnext;
+					m->gnext = NULL;
+				}
+			}
+			s->mh.msg_iov = s->giov;
+			s->mh.msg_iovlen = nio;
+			s->mh.msg_control = s->cmsg.buf;
+			s->mh.msg_controllen = sizeof(s->cmsg.buf);
+			cm = CMSG_FIRSTHDR(&s->mh);
+			cm->cmsg_level = SOL_UDP;
+			cm->cmsg_type = UDP_SEGMENT;
+			cm->cmsg_len = CMSG_LEN(sizeof(seg));
+			memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+			q->tx_gso += k;
+		}
 		io_uring_prep_sendmsg(sqe, q->fd, &s->mh, 0);
 		io_uring_sqe_set_data64(sqe, ud_make(SLOT_TX, s->idx));
-		q->tx_pkts++;
+		q->tx_pkts += k;
 		q->unsubmitted++;
+		i += k;
 	}
 	if (q->unsubmitted) {
 		io_uring_submit(&q->ring);
@@ -428,6 +559,7 @@ static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
 		st->rx_dropped += q->rx_dropped;
 		st->rx_nombuf += q->rx_nobuf;
 		st->tx_errors += q->tx_errors;
+		st->tx_gso += q->tx_gso;
 	}
 }
 
@@ -443,6 +575,7 @@ static void queue_fini(struct udp_queue *q)
 	free(q->rx_free);
 	free(q->br); /* the ring is gone: unregistered with it */
 	free(q->mem);
+	free(q->giov_mem);
 }
 
 static void udp_close(struct cs_port *p)
@@ -559,12 +692,22 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	}
 	ms_init(up, q);
 	refill(up, q);
+	q->gso = c->udp_gso;
+	if (q->gso) {
+		q->giov_mem =
+			calloc((size_t)q->ntx * 2 * GSO_FRAMES, sizeof(struct iovec));
+		if (!q->giov_mem)
+			return -ENOMEM;
+	}
 	for (unsigned i = 0; i < q->ntx; i++) {
-		q->tx[i] = (struct slot){ .buf = q->mem +
-						 (size_t)(q->nrx + i) * stride,
-					  .idx = i,
-					  .kind = SLOT_TX,
-					  .q = q };
+		q->tx[i] = (struct slot){
+			.buf = q->mem + (size_t)(q->nrx + i) * stride,
+			.idx = i,
+			.kind = SLOT_TX,
+			.q = q,
+			.giov = q->gso ? q->giov_mem + (size_t)i * 2 * GSO_FRAMES
+				       : NULL
+		};
 		q->tx_free[q->ntx_free++] = &q->tx[i];
 	}
 	/* Not submitted here: the first rx_burst() does it from the lcore,
@@ -612,16 +755,17 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 	if (up->q[0].ms)
 		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots "
 			"(multishot recvmsg) + %u send slots each, frames up "
-			"to %u bytes",
+			"to %u bytes, GSO %s",
 			conf->ip, conf->udp_port, up->nq, up->q[0].br_entries,
-			conf->tx_desc, up->port.frame_max);
+			conf->tx_desc, up->port.frame_max,
+			conf->udp_gso ? "on" : "off");
 	else
 		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots (%u "
 			"posted at once) + %u send slots each, frames up to "
-			"%u bytes",
+			"%u bytes, GSO %s",
 			conf->ip, conf->udp_port, up->nq, conf->rx_desc,
 			up->q[0].rx_post_max, conf->tx_desc,
-			up->port.frame_max);
+			up->port.frame_max, conf->udp_gso ? "on" : "off");
 	*out = &up->port;
 	return 0;
 }

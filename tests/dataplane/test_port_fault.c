@@ -336,7 +336,7 @@ Test(port, unknown_type_and_bad_address)
  */
 static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 			 unsigned total, unsigned hold,
-			 struct cs_port_stats *bst)
+			 struct cs_port_stats *bst, bool gso)
 {
 	struct cs_port_conf ca, cb;
 	struct cs_port *a, *b;
@@ -356,6 +356,7 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 	cb.rx_desc = rx_desc;
 	cb.rx_posted = posted;
 	ca.rx_multishot = cb.rx_multishot = multishot;
+	ca.udp_gso = gso;
 	ca.tx_desc = cb.tx_desc = 256;
 	cr_assert_eq(cs_port_open(&ca, &a), 0);
 	cr_assert_eq(cs_port_open(&cb, &b), 0);
@@ -409,6 +410,13 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 	cr_assert_eq(bst->rx_pkts, total);
 	cs_port_stats(a, &st);
 	cr_assert_eq(st.tx_pkts, total);
+	/* bursts of 16 same-size frames to one peer: every burst of two or
+	 * more frames is one GSO send */
+	if (gso && total > 1)
+		cr_assert_eq(st.tx_gso, total, "%llu of %u frames in GSO sends",
+			     (unsigned long long)st.tx_gso, total);
+	else
+		cr_assert_eq(st.tx_gso, 0);
 	cs_port_close(a);
 	cs_port_close(b);
 }
@@ -417,8 +425,108 @@ Test(udp, loopback_exchange)
 {
 	struct cs_port_stats st;
 
-	udp_exchange(true, 256, 32, 16, 1, &st);
-	udp_exchange(false, 256, 32, 16, 1, &st);
+	udp_exchange(true, 256, 32, 16, 1, &st, true);
+	udp_exchange(false, 256, 32, 16, 1, &st, true);
+	udp_exchange(true, 256, 32, 16, 1, &st, false);
+}
+
+/*
+ * GSO runs: one burst to two peers with mixed sizes and an attachment.
+ * Runs end at another peer, a longer frame, or right after a shorter one;
+ * each datagram must arrive whole, as sent, at its own peer.
+ */
+Test(udp, gso_runs_keep_every_datagram)
+{
+	static const struct {
+		int peer; /* 0: b, 1: c */
+		uint32_t len; /* frame length */
+		bool attach; /* last 64 bytes attached, not inline */
+	} plan[] = {
+		{ 0, FLEN, false },	 { 0, FLEN, true },  { 0, FLEN - 60, false },
+		{ 0, FLEN, false },	 { 0, FLEN, false }, { 1, FLEN, false },
+		{ 1, FLEN, true },	 { 0, FLEN, false }, { 0, FLEN + 40, false },
+		{ 0, FLEN + 40, false }, { 0, 60, false },
+	};
+	enum { N = sizeof(plan) / sizeof(plan[0]) };
+	static unsigned call;
+	uint16_t pa = (uint16_t)(30000 + getpid() % 5000 * 4 + 3 * call++);
+	uint32_t lo = htonl(0x7f000001);
+	struct cs_port_conf ca, cb;
+	struct cs_port *a, *rx[2];
+	struct cs_pbuf v[CS_PORT_BURST];
+	static uint8_t ext[N][64];
+	unsigned seen[2] = { 0, 0 }, want[2] = { 0, 0 };
+	struct cs_port_stats st;
+	struct timespec t0, t;
+
+	conf_of(&ca, "udp", pa);
+	ca.rx_desc = ca.tx_desc = 64;
+	cr_assert_eq(cs_port_open(&ca, &a), 0);
+	for (int r = 0; r < 2; r++) {
+		conf_of(&cb, "udp", (uint16_t)(pa + 1 + r));
+		cb.rx_desc = cb.tx_desc = 64;
+		cr_assert_eq(cs_port_open(&cb, &rx[r]), 0);
+	}
+	cr_assert_eq(cs_port_tx_alloc(a, 0, v, N), N);
+	for (unsigned i = 0; i < N; i++) {
+		uint32_t inl = plan[i].attach ? plan[i].len - 64 : plan[i].len;
+
+		want[plan[i].peer]++;
+		cs_port_frame_hdrs(v[i].data, plan[i].len, mac_a, mac_b, lo, lo,
+				   pa, (uint16_t)(pa + 1 + plan[i].peer));
+		memcpy(v[i].data + CS_PORT_HDRS_LEN, &i, 4);
+		for (uint32_t j = CS_PORT_HDRS_LEN + 4; j < plan[i].len; j++) {
+			uint8_t x = (uint8_t)(i * 31 + j);
+
+			if (j < inl)
+				v[i].data[j] = x;
+			else
+				ext[i][j - inl] = x;
+		}
+		v[i].len = inl;
+		if (plan[i].attach)
+			cr_assert_eq(cs_port_attach(a, 0, &v[i], ext[i], 64), 0);
+	}
+	cr_assert_eq(cs_port_tx_burst(a, 0, v, N), N);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (int r = 0; r < 2; r++) {
+			unsigned got = cs_port_rx_burst(rx[r], 0, v, CS_PORT_BURST);
+
+			for (unsigned g = 0; g < got; g++) {
+				uint32_t i = id_of(&v[g]);
+
+				cr_assert_lt(i, N);
+				cr_assert_eq(plan[i].peer, r, "frame %u at peer %d",
+					     i, r);
+				cr_assert_eq(v[g].len, plan[i].len,
+					     "frame %u: %u bytes, sent %u", i,
+					     v[g].len, plan[i].len);
+				for (uint32_t j = CS_PORT_HDRS_LEN + 4;
+				     j < plan[i].len; j++)
+					cr_assert_eq(v[g].data[j],
+						     (uint8_t)(i * 31 + j),
+						     "frame %u byte %u", i, j);
+			}
+			seen[r] += got;
+			cs_port_release(rx[r], 0, v, got);
+		}
+		cs_port_rx_burst(a, 0, v, CS_PORT_BURST); /* completions */
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((seen[0] < want[0] || seen[1] < want[1]) &&
+		 t.tv_sec - t0.tv_sec < 30);
+	cr_assert_eq(seen[0], want[0]);
+	cr_assert_eq(seen[1], want[1]);
+	cs_port_stats(a, &st);
+	cr_assert_eq(st.tx_pkts, N);
+	cr_assert_eq(st.tx_errors, 0);
+	/* runs: 0-2 (ends after the shorter), 3-4, 5-6 (peer c), 7 alone
+	 * (a longer one follows), 8-10 (60 bytes ends it) */
+	cr_assert_eq(st.tx_gso, 10, "%llu frames in GSO sends",
+		     (unsigned long long)st.tx_gso);
+	cs_port_close(a);
+	cs_port_close(rx[0]);
+	cs_port_close(rx[1]);
 }
 
 /* Receive slots run out while the caller holds them: the multishot
@@ -428,8 +536,8 @@ Test(udp, receive_buffers_run_out_and_come_back)
 {
 	struct cs_port_stats st;
 
-	udp_exchange(true, 8, 32, 300, 8, &st);
+	udp_exchange(true, 8, 32, 300, 8, &st, true);
 	cr_assert_gt(st.rx_nombuf, 0, "the 8 buffers never ran out");
-	udp_exchange(false, 8, 4, 300, 8, &st);
+	udp_exchange(false, 8, 4, 300, 8, &st, true);
 }
 #endif
