@@ -694,8 +694,8 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	refill(up, q);
 	q->gso = c->udp_gso;
 	if (q->gso) {
-		q->giov_mem =
-			calloc((size_t)q->ntx * 2 * GSO_FRAMES, sizeof(struct iovec));
+		q->giov_mem = calloc((size_t)q->ntx * 2 * GSO_FRAMES,
+				     sizeof(struct iovec));
 		if (!q->giov_mem)
 			return -ENOMEM;
 	}
@@ -705,7 +705,8 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 			.idx = i,
 			.kind = SLOT_TX,
 			.q = q,
-			.giov = q->gso ? q->giov_mem + (size_t)i * 2 * GSO_FRAMES
+			.giov = q->gso ? q->giov_mem +
+						 (size_t)i * 2 * GSO_FRAMES
 				       : NULL
 		};
 		q->tx_free[q->ntx_free++] = &q->tx[i];
@@ -764,8 +765,8 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 			"posted at once) + %u send slots each, frames up to "
 			"%u bytes, GSO %s",
 			conf->ip, conf->udp_port, up->nq, conf->rx_desc,
-			up->q[0].rx_post_max, conf->tx_desc,
-			up->port.frame_max, conf->udp_gso ? "on" : "off");
+			up->q[0].rx_post_max, conf->tx_desc, up->port.frame_max,
+			conf->udp_gso ? "on" : "off");
 	*out = &up->port;
 	return 0;
 }

@@ -442,10 +442,12 @@ Test(udp, gso_runs_keep_every_datagram)
 		uint32_t len; /* frame length */
 		bool attach; /* last 64 bytes attached, not inline */
 	} plan[] = {
-		{ 0, FLEN, false },	 { 0, FLEN, true },  { 0, FLEN - 60, false },
-		{ 0, FLEN, false },	 { 0, FLEN, false }, { 1, FLEN, false },
-		{ 1, FLEN, true },	 { 0, FLEN, false }, { 0, FLEN + 40, false },
-		{ 0, FLEN + 40, false }, { 0, 60, false },
+		{ 0, FLEN, false },	 { 0, FLEN, true },
+		{ 0, FLEN - 60, false }, { 0, FLEN, false },
+		{ 0, FLEN, false },	 { 1, FLEN, false },
+		{ 1, FLEN, true },	 { 0, FLEN, false },
+		{ 0, FLEN + 40, false }, { 0, FLEN + 40, false },
+		{ 0, 60, false },
 	};
 	enum { N = sizeof(plan) / sizeof(plan[0]) };
 	static unsigned call;
@@ -485,20 +487,22 @@ Test(udp, gso_runs_keep_every_datagram)
 		}
 		v[i].len = inl;
 		if (plan[i].attach)
-			cr_assert_eq(cs_port_attach(a, 0, &v[i], ext[i], 64), 0);
+			cr_assert_eq(cs_port_attach(a, 0, &v[i], ext[i], 64),
+				     0);
 	}
 	cr_assert_eq(cs_port_tx_burst(a, 0, v, N), N);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
 		for (int r = 0; r < 2; r++) {
-			unsigned got = cs_port_rx_burst(rx[r], 0, v, CS_PORT_BURST);
+			unsigned got =
+				cs_port_rx_burst(rx[r], 0, v, CS_PORT_BURST);
 
 			for (unsigned g = 0; g < got; g++) {
 				uint32_t i = id_of(&v[g]);
 
 				cr_assert_lt(i, N);
-				cr_assert_eq(plan[i].peer, r, "frame %u at peer %d",
-					     i, r);
+				cr_assert_eq(plan[i].peer, r,
+					     "frame %u at peer %d", i, r);
 				cr_assert_eq(v[g].len, plan[i].len,
 					     "frame %u: %u bytes, sent %u", i,
 					     v[g].len, plan[i].len);

@@ -134,6 +134,15 @@ check_foreign_filtered() {	# want: "none" | "counted"
 	esac
 }
 
+# The udp port's 64 KiB..64 MiB operations sent runs of frames as UDP GSO
+# sends (port.udp_gso).
+check_gso() {
+	local st
+	st=$(ctl "$N0" stats)
+	echo "node 0: tx_gso=$(kv "$st" tx_gso) of tx_pkts=$(kv "$st" tx_pkts)"
+	[ "$(kv "$st" tx_gso)" -gt 0 ] || fail "no frame left in a GSO send"
+}
+
 # Bad allreduce requests on the control socket get an error line, and
 # the sidecar goes on answering.
 check_ctl_errors() {
@@ -233,7 +242,7 @@ udp_4|udp_4_fault5|udp_foreign)
 	need_netns
 	has_udp || skip "collstackd built without io_uring (no udp port)"
 	case $CASE in
-	udp_4) cluster_up 4 --port udp; run_ar ;;
+	udp_4) cluster_up 4 --port udp; run_ar; check_gso ;;
 	udp_4_fault5) cluster_up 4 --port udp --set fault.drop=0.05; run_ar ;;
 	udp_foreign)
 		cluster_up 2 --port udp
