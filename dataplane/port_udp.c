@@ -78,10 +78,9 @@ struct slot {
 	struct iovec iov[2];
 	struct slot *gnext; /* the rest of a GSO run this slot leads */
 	struct iovec *giov; /* a leader's gathered iovecs (2 per frame) */
-	union {
-		char buf[CMSG_SPACE(sizeof(uint16_t))];
-		struct cmsghdr align;
-	} cmsg;
+	/* UDP_SEGMENT's control message (CMSG_SPACE(2): 24 bytes here; not
+	 * a constant expression for every compiler, hence checked at open) */
+	uint64_t cmsg[4];
 	struct sockaddr_in sa;
 	uint8_t *buf;
 	uint32_t idx;
@@ -481,8 +480,8 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			}
 			s->mh.msg_iov = s->giov;
 			s->mh.msg_iovlen = nio;
-			s->mh.msg_control = s->cmsg.buf;
-			s->mh.msg_controllen = sizeof(s->cmsg.buf);
+			s->mh.msg_control = s->cmsg;
+			s->mh.msg_controllen = CMSG_SPACE(sizeof(seg));
 			cm = CMSG_FIRSTHDR(&s->mh);
 			cm->cmsg_level = SOL_UDP;
 			cm->cmsg_type = UDP_SEGMENT;
@@ -692,7 +691,8 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	}
 	ms_init(up, q);
 	refill(up, q);
-	q->gso = c->udp_gso;
+	q->gso = c->udp_gso &&
+		 CMSG_SPACE(sizeof(uint16_t)) <= sizeof(q->tx[0].cmsg);
 	if (q->gso) {
 		q->giov_mem = calloc((size_t)q->ntx * 2 * GSO_FRAMES,
 				     sizeof(struct iovec));
