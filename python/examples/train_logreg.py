@@ -81,9 +81,11 @@ def main():
         curves = every.numpy().reshape(g.size, STEPS)
         identical = all(curves[r].tobytes() == curve.tobytes()
                         for r in range(g.size))
-        print(f"rank {g.rank}/{g.size}: loss {curve[0]:.6f} -> "
-              f"{curve[-1]:.6f}, curves bit-identical on all ranks: "
-              f"{identical}", flush=True)
+        # one write per line: the ranks share the terminal
+        sys.stdout.write(f"rank {g.rank}/{g.size}: loss {curve[0]:.6f} -> "
+                         f"{curve[-1]:.6f}, curves bit-identical on all "
+                         f"ranks: {identical}\n")
+        sys.stdout.flush()
         ok = identical
         if g.rank == 0:
             ref, _ = train(lambda w, b: grad_loss(w, b, x, y))
