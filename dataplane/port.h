@@ -107,6 +107,11 @@ struct cs_port_stats {
 	uint64_t rx_nombuf;
 	uint64_t tx_zero_copy; /* payloads sent by reference (attach) */
 	uint64_t tx_gso; /* udp: frames sent in GSO sends of several */
+	uint64_t rx_filtered; /* af_packet with port.rx_filter: frames the
+			       * interface received that the kernel filter kept
+			       * from the rings (interface rx_packets - ring
+			       * frames - ring drops; approximate while frames
+			       * wait in a ring) */
 	/* fault shim */
 	uint64_t f_dropped, f_duplicated, f_reordered, f_delayed, f_corrupted;
 };

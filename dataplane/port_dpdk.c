@@ -75,6 +75,7 @@ struct dpdk_port {
 	unsigned next_ext;
 	uint64_t rx_multiseg; /* chained frames we could not take */
 	int rx_fd[CS_PORT_MAX_QUEUES]; /* af_packet: wait on these, or -1 */
+	bool rx_filtered; /* af_packet: every queue's socket is filtered */
 };
 
 static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq);
@@ -331,6 +332,25 @@ static void dpdk_stats(struct cs_port *p, struct cs_port_stats *st)
 	st->rx_nombuf = es.rx_nombuf;
 	st->tx_errors = es.oerrors;
 	st->tx_zero_copy = __atomic_load_n(&dp->tx_zc, __ATOMIC_RELAXED);
+	if (dp->rx_filtered) {
+		/* what the interface got and the rings did not: the frames
+		 * the socket filter turned away */
+		unsigned long long rx = 0;
+		char path[CS_CFG_STR_MAX + 48];
+		FILE *f;
+
+		snprintf(path, sizeof(path),
+			 "/sys/class/net/%s/statistics/rx_packets",
+			 dp->port.conf.iface);
+		f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%llu", &rx) != 1)
+				rx = 0;
+			fclose(f);
+		}
+		if (rx > es.ipackets + es.imissed)
+			st->rx_filtered = rx - es.ipackets - es.imissed;
+	}
 }
 
 /* rm -r of EAL's runtime folder (a few sockets and fbarray files). */
@@ -942,6 +962,7 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 		found == nq
 			? "idle lcores wake on receive"
 			: "receive sockets not found: idle lcores nap (lcore.sleep)");
+	dp->rx_filtered = nq && filtered == nq;
 	CS_INFO("af_packet: %s",
 		filtered == nq
 			? "kernel filter: only UDP to port.udp_port reaches "

@@ -128,7 +128,10 @@ check_foreign_filtered() {	# want: "none" | "counted"
 	f=$(kv "$st" rx_foreign)
 	case $1 in
 	none) [ "$f" -eq 0 ] ||
-		fail "the socket filter let $f foreign frames through" ;;
+		fail "the socket filter let $f foreign frames through"
+		# ... and they are counted as filtered
+		[ "$(kv "$st" rx_filtered)" -ge 3 ] ||
+			fail "rx_filtered $(kv "$st" rx_filtered): the 3 datagrams to another port not counted" ;;
 	counted) [ "$f" -ge 3 ] ||
 		fail "without the filter, only $f foreign frames counted" ;;
 	esac
