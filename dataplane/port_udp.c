@@ -43,6 +43,7 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -52,7 +53,7 @@
 #include "internal/log.h"
 #include "dataplane/port.h"
 
-enum { SLOT_RX = 1, SLOT_TX = 2, RX_MULTI = 3 };
+enum { SLOT_RX = 1, SLOT_TX = 2, RX_MULTI = 3, KICK_POLL = 4 };
 
 /* Multishot recvmsg writes this in front of the payload in its buffer:
  * struct io_uring_recvmsg_out, then the sender's address. */
@@ -107,6 +108,10 @@ struct udp_queue {
 	unsigned unsubmitted;
 	bool coop; /* COOP_TASKRUN + TASKRUN_FLAG ring */
 	bool gso; /* port.udp_gso, until the kernel refuses one */
+	/* wait(): a poll request on its kick fd, so that the ring's wait
+	 * ends when that fd is readable (one at a time) */
+	int poll_fd;
+	bool poll_armed;
 	struct iovec *giov_mem;
 	/* counters, written by this queue's lcore only */
 	uint64_t rx_pkts, rx_bytes, tx_pkts, tx_bytes, rx_dropped, tx_errors;
@@ -262,7 +267,9 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		uint32_t idx = (uint32_t)ud;
 
-		if ((ud >> 32) == SLOT_TX) {
+		if ((ud >> 32) == KICK_POLL) {
+			q->poll_armed = false; /* the next wait arms it again */
+		} else if ((ud >> 32) == SLOT_TX) {
 			struct slot *s = &q->tx[idx], *nx;
 			unsigned frames = 0;
 
@@ -518,8 +525,9 @@ static int udp_attach(struct cs_port *p, unsigned qi, struct cs_pbuf *b,
 	return 0;
 }
 
-/* Wakes on receive; a kick is seen at the end of the nap (no eventfd in
- * the ring). */
+/* Wakes on receive, on a send's completion, and when @kick_fd is
+ * readable: a poll request on it joins the ring (one at a time; its
+ * completion is reaped by the next rx_burst). */
 static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns,
 		    int kick_fd)
 {
@@ -531,10 +539,25 @@ static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns,
 	struct io_uring_cqe *cqe;
 	int ret;
 
-	(void)kick_fd;
+	if (kick_fd >= 0 && (!q->poll_armed || q->poll_fd != kick_fd)) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+
+		if (sqe) {
+			io_uring_prep_poll_add(sqe, kick_fd, POLLIN);
+			io_uring_sqe_set_data64(sqe, ud_make(KICK_POLL, 0));
+			q->poll_armed = true;
+			q->poll_fd = kick_fd;
+		}
+	}
 	ret = io_uring_submit_and_wait_timeout(&q->ring, &cqe, 1, &ts, NULL);
 	q->unsubmitted = 0;
 	return ret < 0 && ret != -ETIME && ret != -EINTR ? ret : 0;
+}
+
+static bool udp_wait_sees_fd(struct cs_port *p)
+{
+	(void)p;
+	return true;
 }
 
 static bool udp_wakes_on_rx(struct cs_port *p, unsigned q)
@@ -781,6 +804,7 @@ const struct cs_port_ops cs_port_udp_ops = {
 	.attach = udp_attach,
 	.wait = udp_wait,
 	.wakes_on_rx = udp_wakes_on_rx,
+	.wait_sees_fd = udp_wait_sees_fd,
 	.stats = udp_stats,
 	.close = udp_close,
 };

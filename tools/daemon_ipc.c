@@ -101,8 +101,8 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	  "serve trainers on lcore 0 itself, after its port work each "
 	  "round, instead of on a thread of their own: no hand-off between "
 	  "the two on a trainer operation's path (the ipc.idle_* and "
-	  "ipc.quiet_* keys then do not apply; the udp port, whose wait "
-	  "watches no trainer socket, keeps the thread)" },
+	  "ipc.quiet_* keys then do not apply; a port whose wait watches "
+	  "no trainer socket keeps the thread)" },
 	{ "ipc.idle_spin", CS_CFG_NS, IC(idle_spin), "200us", 0, 1e10,
 	  "IPC thread: keep polling this long after the last work" },
 	{ "ipc.idle_sleep", CS_CFG_NS, IC(idle_sleep), "50us", 1000, 1e9,
@@ -1074,8 +1074,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 			return -ENOMEM;
 		}
 	}
-	/* The udp port's wait (io_uring) does not watch an fd: there a
-	 * trainer's post would wait for the end of the lcore's sleep. */
+	/* A port whose wait does not watch an fd: there a trainer's post
+	 * would wait for the end of the lcore's sleep. (dpdk ppoll()s it,
+	 * udp polls it through its ring.) */
 	x->hosted = cf->on_lcore && atomic_load(&d->lcores[0].running);
 	if (x->hosted && !cs_port_wait_sees_fd(d->port)) {
 		x->hosted = false;

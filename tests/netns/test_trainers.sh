@@ -213,9 +213,9 @@ case_ar() {	# N T [collstackd --set args...]
 	bench "$t" -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
 		fail "allreduce ${n}x$t: wrong elements or an error"
 	sidecars_alive
-	# ipc.on_lcore (default 1): lcore 0 serves the trainers, except on
-	# the udp port or when turned off (then a thread of its own does)
-	[ "$PORT" = udp ] || [ $# -gt 0 ] || grep -q "$want" "$RUN/ipn0.log" ||
+	# ipc.on_lcore (default 1): lcore 0 serves the trainers, on every
+	# port, unless turned off (then a thread of its own does)
+	[ $# -gt 0 ] || grep -q "$want" "$RUN/ipn0.log" ||
 		fail "ipc.on_lcore: no '$want' in ipn0's log"
 	[ $# -eq 0 ] || ! grep -q "$want" "$RUN/ipn0.log" ||
 		fail "ipc.on_lcore=0: '$want' in ipn0's log"
