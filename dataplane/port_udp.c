@@ -427,6 +427,43 @@ static unsigned gso_run(const struct udp_queue *q, const struct cs_pbuf *v,
 	return k;
 }
 
+/*
+ * Leader @s sends the run v[0..k-1] (gso_run()) as one sendmsg: every
+ * frame's datagram bytes, attachments included, gathered into its iovecs,
+ * UDP_SEGMENT set to the first one's size, and the others' slots chained
+ * to it so that its completion frees them.
+ */
+static void gso_prepare(struct slot *s, const struct cs_pbuf *v, unsigned k)
+{
+	uint16_t seg = (uint16_t)tx_dgram_len(&v[0]);
+	struct slot **link = &s->gnext;
+	struct cmsghdr *cm;
+	unsigned nio = 0;
+
+	for (unsigned j = 0; j < k; j++) {
+		struct slot *m = v[j].handle;
+
+		s->giov[nio].iov_base = v[j].data + CS_PORT_HDRS_LEN;
+		s->giov[nio++].iov_len = v[j].len - CS_PORT_HDRS_LEN;
+		if (m->iov[1].iov_len)
+			s->giov[nio++] = m->iov[1];
+		if (j) {
+			*link = m;
+			link = &m->gnext;
+			m->gnext = NULL;
+		}
+	}
+	s->mh.msg_iov = s->giov;
+	s->mh.msg_iovlen = nio;
+	s->mh.msg_control = s->cmsg;
+	s->mh.msg_controllen = CMSG_SPACE(sizeof(seg));
+	cm = CMSG_FIRSTHDR(&s->mh);
+	cm->cmsg_level = SOL_UDP;
+	cm->cmsg_type = UDP_SEGMENT;
+	cm->cmsg_len = CMSG_LEN(sizeof(seg));
+	memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+}
+
 static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			     unsigned n)
 {
@@ -453,48 +490,21 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 		s->sa.sin_family = AF_INET;
 		memcpy(&s->sa.sin_addr.s_addr, f + CS_PORT_ETH_LEN + 16, 4);
 		memcpy(&s->sa.sin_port, f + CS_PORT_L4_OFF + 2, 2);
-		s->iov[0].iov_base = s->buf + CS_PORT_HDRS_LEN;
-		s->iov[0].iov_len = v[i].len - CS_PORT_HDRS_LEN;
 		s->mh.msg_name = &s->sa;
 		s->mh.msg_namelen = sizeof(s->sa);
-		s->mh.msg_iov = s->iov;
-		s->mh.msg_iovlen = s->iov[1].iov_len ? 2 : 1;
-		s->mh.msg_control = NULL;
-		s->mh.msg_controllen = 0;
 		s->mh.msg_flags = 0;
 		s->gnext = NULL;
 		k = gso_run(q, v + i, n - i);
 		if (k > 1) {
-			struct slot **link = &s->gnext;
-			unsigned nio = 0;
-			struct cmsghdr *cm;
-			uint16_t seg = (uint16_t)tx_dgram_len(&v[i]);
-
-			for (unsigned j = 0; j < k; j++) {
-				struct slot *m = v[i + j].handle;
-
-				s->giov[nio].iov_base =
-					v[i + j].data + CS_PORT_HDRS_LEN;
-				s->giov[nio++].iov_len =
-					v[i + j].len - CS_PORT_HDRS_LEN;
-				if (m->iov[1].iov_len)
-					s->giov[nio++] = m->iov[1];
-				if (j) {
-					*link = m;
-					link = &m->gnext;
-					m->gnext = NULL;
-				}
-			}
-			s->mh.msg_iov = s->giov;
-			s->mh.msg_iovlen = nio;
-			s->mh.msg_control = s->cmsg;
-			s->mh.msg_controllen = CMSG_SPACE(sizeof(seg));
-			cm = CMSG_FIRSTHDR(&s->mh);
-			cm->cmsg_level = SOL_UDP;
-			cm->cmsg_type = UDP_SEGMENT;
-			cm->cmsg_len = CMSG_LEN(sizeof(seg));
-			memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+			gso_prepare(s, v + i, k);
 			q->tx_gso += k;
+		} else {
+			s->iov[0].iov_base = s->buf + CS_PORT_HDRS_LEN;
+			s->iov[0].iov_len = v[i].len - CS_PORT_HDRS_LEN;
+			s->mh.msg_iov = s->iov;
+			s->mh.msg_iovlen = s->iov[1].iov_len ? 2 : 1;
+			s->mh.msg_control = NULL;
+			s->mh.msg_controllen = 0;
 		}
 		io_uring_prep_sendmsg(sqe, q->fd, &s->mh, 0);
 		io_uring_sqe_set_data64(sqe, ud_make(SLOT_TX, s->idx));
