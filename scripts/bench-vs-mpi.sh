@@ -32,7 +32,9 @@
 # missing its cells are NA. See docs/bench-vs-mpi.md.
 #
 # Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
-# ratios), bench-vs-mpi-raw.csv (every row of every run), bench-vs-mpi.txt
+# ratios), bench-vs-mpi-raw.csv (every row of every run),
+# bench-vs-mpi-steal.csv (the host's steal time during each benchmark
+# invocation, from /proc/stat), bench-vs-mpi.txt
 # (the table), bw-OP.png and lat-OP.png, logs/. Full (not --quick) runs also
 # copy the plots to docs/img/bench-vs-mpi-*.png. --report-only redoes the
 # table, CSV and plots from an existing bench-vs-mpi-raw.csv in --out.
@@ -434,8 +436,12 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 # --- runs and results.
 
 RAW=""	# the raw CSV
+STEAL=""	# the host's steal per benchmark invocation (CSV)
+cpu_ticks() {	# "busy+idle steal" ticks of all CPUs so far (/proc/stat)
+	awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9 }' /proc/stat
+}
 run_one() {	# cond rep stack op
-	local cond=$1 rep=$2 stack=$3 op=$4 b e=0 fn lf part rc ok=0 n w
+	local cond=$1 rep=$2 stack=$3 op=$4 b e=0 fn lf part rc ok=0 n w t0 t1
 	fn=mpi_bench
 	[ "$stack" = collstack ] && fn=collstack_bench
 	# Small sizes get more iterations than the large ones.
@@ -459,7 +465,17 @@ run_one() {	# cond rep stack op
 		log "$cond rep $rep: $stack $op $b..$e B (-n $n -w $w)"
 		rc=0
 		: >"$lf"
+		t0=$(cpu_ticks)
 		$fn "$op" "$b" "$e" "$n" "$w" "$lf" || rc=$?
+		# Steal: time the hypervisor ran something else while a vCPU
+		# of this machine wanted to run. A rep that the host slowed
+		# shows here (docs/bench-vs-mpi.md).
+		t1=$(cpu_ticks)
+		awk -v a="$t0" -v b="$t1" -v k="$cond,$rep,$stack,$op,$part" 'BEGIN {
+			split(a, x, " "); split(b, y, " "); t = y[1] - x[1]
+			printf "%s,%d,%d,%.1f\n", k, t, y[2] - x[2], (t > 0 ? 100 * (y[2] - x[2]) / t : 0)
+		}' >>"$STEAL"
+		log "  host steal: $(tail -1 "$STEAL" | cut -d, -f8)% of the CPU time"
 		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$(head -c 9 "$lf")" = collstack ]; } ||
 			log "  $stack $op failed (rc $rc), see $lf: $(tail -1 "$lf")"
 		# size count type redop root time algbw busbw #wrong p50 p99 place
@@ -561,7 +577,16 @@ summarize() {
 			"$([ "$wrong" = 0 ] || echo "  WRONG=$wrong")" >>"$txt"
 	done
 	goals >>"$txt"
+	steal_summary >>"$txt"
 	cat "$txt"
+}
+
+steal_summary() {	# the host's steal per stack, where the run recorded it
+	local f=$OUT/bench-vs-mpi-steal.csv
+	[ -s "$f" ] || return 0
+	awk -F, 'NR > 1 { n[$3]++; s[$3] += $8
+		if (!($3 in m) || $8 > m[$3]) { m[$3] = $8; w[$3] = $1 " rep " $2 " " $5 } }
+		END { for (k in n) printf "#   host steal, %s runs: mean %.1f%%, most %.1f%% (%s)\n", k, s[k] / n[k], m[k], w[k] }' "$f" | sort
 }
 
 goals() {	# the three headline figures, where the run has them
@@ -643,6 +668,8 @@ if [ $REPORT_ONLY = 1 ]; then
 	exit 0
 fi
 echo "cond,rep,stack,op,size,place,time_us,algbw_GBps,busbw_GBps,wrong,p50_us,p99_us" >"$RAW"
+STEAL=$OUT/bench-vs-mpi-steal.csv
+echo "cond,rep,stack,op,part,cpu_ticks,steal_ticks,steal_pct" >"$STEAL"
 rm -f "$OUT"/logs/*.log "$OUT"/*.png "$OUT"/plot-*.dat
 
 start=$SECONDS

@@ -286,8 +286,17 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 	struct cs_port_stats st;
 	struct cs_drv_totals t;
 
+	uint64_t loops = 0, waits = 0;
+
 	cs_port_stats(d->port, &st);
 	cs_drv_totals(&d->drv, &t);
+	/* the lcores' own counters, read while they run (no tearing on
+	 * an aligned 64-bit word) */
+	for (unsigned q = 0; q < d->drv.nq; q++) {
+		loops += __atomic_load_n(&d->lcores[q].loops, __ATOMIC_RELAXED);
+		waits += __atomic_load_n(&d->lcores[q].idle_waits,
+					 __ATOMIC_RELAXED);
+	}
 	snprintf(
 		out, len,
 		"ok rx_pkts=%llu rx_bytes=%llu tx_pkts=%llu tx_bytes=%llu "
@@ -296,7 +305,8 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		"rx_unhandled=%llu tx_nobuf=%llu tx_zero_copy=%llu tx_gso=%llu "
 		"rx_filtered=%llu "
 		"f_dropped=%llu f_duplicated=%llu f_reordered=%llu "
-		"f_delayed=%llu f_corrupted=%llu",
+		"f_delayed=%llu f_corrupted=%llu lcore_loops=%llu "
+		"lcore_waits=%llu",
 		(unsigned long long)st.rx_pkts, (unsigned long long)st.rx_bytes,
 		(unsigned long long)st.tx_pkts, (unsigned long long)st.tx_bytes,
 		(unsigned long long)st.rx_dropped,
@@ -314,7 +324,8 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		(unsigned long long)st.f_duplicated,
 		(unsigned long long)st.f_reordered,
 		(unsigned long long)st.f_delayed,
-		(unsigned long long)st.f_corrupted);
+		(unsigned long long)st.f_corrupted, (unsigned long long)loops,
+		(unsigned long long)waits);
 }
 
 bool cs_daemon_signalled(const struct cs_daemon *d)

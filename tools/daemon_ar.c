@@ -169,6 +169,9 @@ struct cs_ar_svc {
 	_Atomic(struct ar_op *) linger;
 	struct ar_op *linger_ctl; /* what linger points to */
 	atomic_uint_fast64_t early_dropped;
+	/* the sessions of every freed op, summed (ar_stats): op_free() */
+	atomic_uint_fast64_t ops_freed, t_data_sent, t_retx, t_fast_retx, t_tlp,
+		t_timeouts, t_spurious, t_dup_rcvd;
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
 	int done_fd; /* eventfd the lcore writes when a control op ends */
 	atomic_int notify_fd; /* eventfd the lcore writes after a trainer op's
@@ -924,10 +927,36 @@ static void sleep_us(unsigned us)
 	nanosleep(&ts, NULL);
 }
 
-static void op_free(struct ar_op *op)
+/* Adds @op's transport counters to the service's totals (ar_stats). */
+static void op_count(struct cs_ar_svc *s, const struct ar_op *op)
+{
+	for (uint32_t i = 0; i < op->nsess; i++) {
+		const struct cs_rel_stats *rs = cs_rel_stats(&op->sess[i].rel);
+
+		atomic_fetch_add_explicit(&s->t_data_sent, rs->data_sent,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_retx, rs->retx,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_fast_retx, rs->fast_retx,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_tlp, rs->tlp,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_timeouts, rs->timeouts,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_spurious, rs->spurious_rto,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->t_dup_rcvd, rs->dup_rcvd,
+					  memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&s->ops_freed, 1, memory_order_relaxed);
+}
+
+/* Frees @op, whose sessions the lcore no longer runs, and counts them. */
+static void op_free(struct cs_ar_svc *s, struct ar_op *op)
 {
 	if (!op)
 		return;
+	op_count(s, op);
 	for (uint32_t i = 0; i < op->nsess; i++)
 		cs_rel_fini(&op->sess[i].rel);
 	cs_coll_free(op->coll);
@@ -996,13 +1025,13 @@ static void install(struct cs_ar_svc *s, struct ar_op *op)
 		sleep_us(10);
 		cs_lcore_kick(&s->d->lcores[0]);
 	}
-	op_free(s->prev_ctl);
+	op_free(s, s->prev_ctl);
 	s->prev_ctl = NULL;
-	op_free(s->linger_ctl);
+	op_free(s, s->linger_ctl);
 	s->linger_ctl = NULL;
-	op_free(s->old);
+	op_free(s, s->old);
 	for (unsigned i = 0; i < s->nretired; i++)
-		op_free(s->retired[i].op);
+		op_free(s, s->retired[i].op);
 	s->nretired = 0;
 	s->old = op;
 	atomic_store_explicit(&s->cur, op, memory_order_release);
@@ -1028,7 +1057,7 @@ static bool free_retired(struct cs_ar_svc *s, bool wait, bool self)
 			return false;
 		s->retired[0].op = NULL; /* stopping: leave it */
 	}
-	op_free(s->retired[0].op);
+	op_free(s, s->retired[0].op);
 	s->nretired--;
 	memmove(&s->retired[0], &s->retired[1],
 		s->nretired * sizeof(s->retired[0]));
@@ -1294,7 +1323,7 @@ static int prepare_locked(struct cs_ar_svc *s, uint32_t op_id, size_t bytes,
 		 op_id, op->rank, op->n, op->count, op->nch, p.mtu_payload);
 	return 0;
 out_free:
-	op_free(op);
+	op_free(s, op);
 	return ret;
 }
 
@@ -1516,6 +1545,14 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->linger, NULL);
 	atomic_init(&s->early_dropped, 0);
+	atomic_init(&s->ops_freed, 0);
+	atomic_init(&s->t_data_sent, 0);
+	atomic_init(&s->t_retx, 0);
+	atomic_init(&s->t_fast_retx, 0);
+	atomic_init(&s->t_tlp, 0);
+	atomic_init(&s->t_timeouts, 0);
+	atomic_init(&s->t_spurious, 0);
+	atomic_init(&s->t_dup_rcvd, 0);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
 	atomic_init(&s->notify_fd, -1);
@@ -1541,11 +1578,11 @@ void cs_daemon_fini(struct cs_daemon *d)
 	/* the lcores are stopped: return what they held */
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
-	op_free(s->old);
+	op_free(s, s->old);
 	for (unsigned i = 0; i < s->nretired; i++)
-		op_free(s->retired[i].op);
-	op_free(s->prev_ctl);
-	op_free(s->linger_ctl);
+		op_free(s, s->retired[i].op);
+	op_free(s, s->prev_ctl);
+	op_free(s, s->linger_ctl);
 	pthread_mutex_destroy(&s->install_lock);
 	pthread_mutex_destroy(&s->view_lock);
 	if (s->done_fd >= 0)
@@ -1643,7 +1680,10 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			 "ok rx_other_op=%llu rx_no_sess=%llu "
 			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
 			 "rx_replayed=%llu rx_prev=%llu early_ops=%llu "
-			 "tx_implied=%llu prev_resent=%llu early_dropped=%llu",
+			 "tx_implied=%llu prev_resent=%llu early_dropped=%llu "
+			 "ops_freed=%llu data_sent=%llu retx=%llu "
+			 "fast_retx=%llu tlp=%llu timeouts=%llu spurious=%llu "
+			 "dup_rcvd=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
@@ -1655,7 +1695,15 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			 (unsigned long long)s->early_ops,
 			 (unsigned long long)s->tx_implied,
 			 (unsigned long long)s->prev_resent,
-			 (unsigned long long)atomic_load(&s->early_dropped));
+			 (unsigned long long)atomic_load(&s->early_dropped),
+			 (unsigned long long)atomic_load(&s->ops_freed),
+			 (unsigned long long)atomic_load(&s->t_data_sent),
+			 (unsigned long long)atomic_load(&s->t_retx),
+			 (unsigned long long)atomic_load(&s->t_fast_retx),
+			 (unsigned long long)atomic_load(&s->t_tlp),
+			 (unsigned long long)atomic_load(&s->t_timeouts),
+			 (unsigned long long)atomic_load(&s->t_spurious),
+			 (unsigned long long)atomic_load(&s->t_dup_rcvd));
 		ar_stats_auth(s, out, len);
 		return 0;
 	}
@@ -1775,7 +1823,7 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 	pthread_mutex_unlock(&s->view_lock);
 	return 0;
 out_free:
-	op_free(op);
+	op_free(s, op);
 out_unlock:
 	pthread_mutex_unlock(&s->view_lock);
 	return ret;

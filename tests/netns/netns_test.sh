@@ -170,6 +170,21 @@ check_zero_copy() {
 		fail "no frame went out zero-copy (port.zero_copy is on)"
 }
 
+# The transport's totals over the finished operations (ar_stats) and the
+# lcores' counters (stats): with frames dropped by the fault shim, node 0
+# must have resent some.
+check_transport_totals() {
+	local st ar
+	st=$(ctl "$N0" stats)
+	ar=$(ctl "$N0" ar_stats)
+	echo "node 0: f_dropped=$(kv "$st" f_dropped) lcore_loops=$(kv "$st" lcore_loops) ops_freed=$(kv "$ar" ops_freed) data_sent=$(kv "$ar" data_sent) retx=$(kv "$ar" retx) timeouts=$(kv "$ar" timeouts)"
+	[ "$(kv "$st" lcore_loops)" -gt 0 ] || fail "stats: lcore_loops is 0"
+	[ "$(kv "$ar" ops_freed)" -gt 0 ] || fail "ar_stats: no op counted"
+	[ "$(kv "$ar" data_sent)" -gt 0 ] || fail "ar_stats: no data frame counted"
+	[ "$(kv "$st" f_dropped)" -gt 0 ] || fail "the fault shim dropped nothing"
+	[ "$(kv "$ar" retx)" -gt 0 ] || fail "ar_stats: frames were dropped, none resent"
+}
+
 udp_local() {
 	local dir pids=() n=4 extra=("$@")
 	has_udp || skip "collstackd built without io_uring (no udp port)"
@@ -220,7 +235,8 @@ af_packet_nofilter|memif_2)
 	af_packet_4) cluster_up 4 --port af_packet; run_ar; check_zero_copy
 		check_per_op 4 ;;
 	af_packet_4_fault5)
-		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar ;;
+		cluster_up 4 --port af_packet --set fault.drop=0.05; run_ar
+		check_transport_totals ;;
 	af_packet_4_bridge1)
 		cluster_up 4 --port af_packet --bridge-loss 1; run_ar
 		grep -q 'packets [1-9]' < <(ip netns exec "${CS_CLUSTER}sw" \
