@@ -334,4 +334,7 @@ extern const struct cs_port_ops cs_port_dpdk_ops;
  */
 int cs_port_loop_connect(struct cs_port *a, struct cs_port *b);
 
+/* Test hook: the socket of queue @q of udp port @p (-1: no such queue). */
+int cs__udp_port_fd(struct cs_port *p, unsigned q);
+
 #endif

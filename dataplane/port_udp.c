@@ -291,6 +291,8 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 				}
 			} else {
 				q->tx_bytes += (unsigned)cqe->res;
+				if (frames > 1) /* a GSO send */
+					q->tx_gso += frames;
 			}
 		} else if ((ud >> 32) == RX_MULTI) {
 			if (got == n)
@@ -497,7 +499,6 @@ static unsigned udp_tx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 		k = gso_run(q, v + i, n - i);
 		if (k > 1) {
 			gso_prepare(s, v + i, k);
-			q->tx_gso += k;
 		} else {
 			s->iov[0].iov_base = s->buf + CS_PORT_HDRS_LEN;
 			s->iov[0].iov_len = v[i].len - CS_PORT_HDRS_LEN;
@@ -818,3 +819,11 @@ const struct cs_port_ops cs_port_udp_ops = {
 	.stats = udp_stats,
 	.close = udp_close,
 };
+
+/* Test hook: the socket of queue @q of a udp port (tests/dataplane). */
+int cs__udp_port_fd(struct cs_port *p, unsigned q)
+{
+	struct udp_port *up = up_of(p);
+
+	return q < up->nq ? up->q[q].fd : -1;
+}

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -428,6 +429,78 @@ Test(udp, loopback_exchange)
 	udp_exchange(true, 256, 32, 16, 1, &st, true);
 	udp_exchange(false, 256, 32, 16, 1, &st, true);
 	udp_exchange(true, 256, 32, 16, 1, &st, false);
+}
+
+/*
+ * The kernel refuses a GSO send: the udp port gives GSO up for good and
+ * sends one datagram per sendmsg. The refused run's frames are lost and
+ * counted (tx_errors; the reliability layer resends them); every frame
+ * of the next burst arrives. A socket without UDP checksums
+ * (SO_NO_CHECK) is what makes the kernel say EINVAL here.
+ */
+Test(udp, gso_refused_falls_back)
+{
+	static unsigned call;
+	uint16_t pa = (uint16_t)(40000 + getpid() % 5000 * 4 + 2 * call++),
+		 pb = pa + 1;
+	uint32_t lo = htonl(0x7f000001);
+	struct cs_port_conf ca, cb;
+	struct cs_port *a, *b;
+	struct cs_pbuf v[CS_PORT_BURST];
+	struct cs_port_stats st;
+	struct timespec t0, t;
+	unsigned n = 0, got;
+	int one = 1;
+
+	conf_of(&ca, "udp", pa);
+	conf_of(&cb, "udp", pb);
+	ca.rx_desc = ca.tx_desc = cb.rx_desc = cb.tx_desc = 64;
+	ca.udp_gso = true;
+	cr_assert_eq(cs_port_open(&ca, &a), 0);
+	cr_assert_eq(cs_port_open(&cb, &b), 0);
+	cr_assert_eq(setsockopt(cs__udp_port_fd(a, 0), SOL_SOCKET, SO_NO_CHECK,
+				&one, sizeof(one)),
+		     0);
+	for (int burst = 0; burst < 2; burst++) {
+		cr_assert_eq(cs_port_tx_alloc(a, 0, v, 16), 16);
+		for (unsigned i = 0; i < 16; i++) {
+			fill(&v[i], (uint32_t)(burst * 16 + i), lo);
+			cs_port_frame_hdrs(v[i].data, FLEN, mac_a, mac_b, lo,
+					   lo, pa, pb);
+		}
+		cr_assert_eq(cs_port_tx_burst(a, 0, v, 16), 16);
+		/* the first burst's completion: refused, all 16 counted */
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		do {
+			cs_port_rx_burst(a, 0, v, CS_PORT_BURST);
+			cs_port_stats(a, &st);
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		} while (burst == 0 && st.tx_errors < 16 &&
+			 t.tv_sec - t0.tv_sec < 30);
+		cr_assert_eq(st.tx_errors, 16, "burst %d: %llu tx errors",
+			     burst, (unsigned long long)st.tx_errors);
+		cr_assert_eq(st.tx_gso, 0, "a refused GSO send counted");
+	}
+	/* the second burst arrives whole, datagram by datagram */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		got = cs_port_rx_burst(b, 0, v, CS_PORT_BURST);
+		for (unsigned i = 0; i < got; i++) {
+			cr_assert_eq(v[i].len, FLEN);
+			cr_assert_eq(id_of(&v[i]), 16 + n + i,
+				     "only the second burst arrives, in order");
+		}
+		n += got;
+		cs_port_release(b, 0, v, got);
+		cs_port_rx_burst(a, 0, v, CS_PORT_BURST); /* completions */
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (n < 16 && t.tv_sec - t0.tv_sec < 30);
+	cr_assert_eq(n, 16, "%u of 16 frames after the fall-back", n);
+	cs_port_stats(a, &st);
+	cr_assert_eq(st.tx_errors, 16);
+	cr_assert_eq(st.tx_gso, 0);
+	cs_port_close(a);
+	cs_port_close(b);
 }
 
 /*
