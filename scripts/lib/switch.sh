@@ -22,6 +22,17 @@ cs_switch_up() {	# NS BR [MTU]; non-zero if NS or BR cannot be made
 	ip -n "$1" link set "$2" ${3:+mtu "$3"} up
 }
 
+cs_cpu_list() {	# LIST ("0,2-3") -> the CPUs, one word each; non-zero if bad
+	local part a b c parts=()
+	[[ "$1" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] || return 1
+	IFS=, read -r -a parts <<<"$1"
+	for part in "${parts[@]}"; do
+		a=${part%-*} b=${part#*-}
+		[ "$b" -ge "$a" ] || return 1
+		for ((c = a; c <= b; c++)); do printf '%s ' "$c"; done
+	done
+}
+
 # The CPU of each node of a cluster on one machine: node i runs on the
 # (i mod k)-th of the k CPUs this shell may use (its affinity), so each
 # node's sidecar, and the trainers `collstack bench` starts beside it
@@ -32,22 +43,28 @@ cs_switch_up() {	# NS BR [MTU]; non-zero if NS or BR cannot be made
 # context switch instead of a wake-up on another, possibly halted, CPU.
 #   cs_node_cpus MODE N    MODE: auto, none, or a CPU list ("0,2-3") to
 #                          use instead of the affinity
-# Prints N words (empty for none); non-zero on a bad MODE.
+# Prints N words (empty for none); non-zero on a bad MODE, or (with a
+# message) on a CPU outside this shell's affinity.
 cs_node_cpus() {
-	local mode=$1 n=$2 list part a b c i cpus=() parts=()
+	local mode=$1 n=$2 allowed list c i cpus=()
+	allowed=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
 	case $mode in
 	none) return 0 ;;
-	auto) list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status) ;;
+	auto) list=$allowed ;;
 	*) list=$mode ;;
 	esac
-	[[ "$list" =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] || return 1
-	IFS=, read -r -a parts <<<"$list"
-	for part in "${parts[@]}"; do
-		a=${part%-*} b=${part#*-}
-		[ "$b" -ge "$a" ] || return 1
-		for ((c = a; c <= b; c++)); do cpus+=("$c"); done
-	done
+	list=$(cs_cpu_list "$list") || return 1
+	read -r -a cpus <<<"$list"
 	[ ${#cpus[@]} -ge 1 ] || return 1
+	if [ "$mode" != auto ]; then	# only CPUs this process may run on
+		allowed=" $(cs_cpu_list "$allowed")"
+		for c in "${cpus[@]}"; do
+			[[ $allowed == *" $c "* ]] || {
+				echo "CPU $c is not one this shell may run on (allowed: $(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status))" >&2
+				return 1
+			}
+		done
+	fi
 	for ((i = 0; i < n; i++)); do
 		printf '%s%s' "$([ $i = 0 ] || echo ' ')" "${cpus[i % ${#cpus[@]}]}"
 	done
