@@ -138,7 +138,10 @@ struct ar_op {
 	/* one per peer: ring 2, direct exchange up to AR_MAX_CH */
 	struct cs_path path[AR_MAX_CH];
 	uint32_t path_peer[AR_MAX_CH], npaths;
-	struct ar_sess sess[2 * AR_MAX_CH];
+	/* two per channel at most (op_build()): allocated to size, so that
+	 * a small op does not clear room for 2 * AR_MAX_CH of them */
+	struct ar_sess *sess;
+	uint32_t sess_cap;
 	uint32_t nsess, nch;
 	struct ar_sess *snext[AR_MAX_CH];
 	struct cs_coll_tx pend[AR_MAX_CH];
@@ -959,6 +962,7 @@ static void op_free(struct cs_ar_svc *s, struct ar_op *op)
 	op_count(s, op);
 	for (uint32_t i = 0; i < op->nsess; i++)
 		cs_rel_fini(&op->sess[i].rel);
+	free(op->sess);
 	cs_coll_free(op->coll);
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
@@ -1137,6 +1141,27 @@ static uint32_t isn(uint32_t op_id, uint32_t from, uint32_t to, uint32_t ch)
 	return (uint32_t)cs_td_hash(op_id, (uint64_t)from << 16 | to, ch);
 }
 
+/*
+ * The window of a direct exchange's sessions: each carries one rank's
+ * input to one peer, at most @op->bytes, so it never has more frames in
+ * flight than that many bytes make at AR_MIN_PAYLOAD a frame. Both ends
+ * derive the same power of two from the operation alone (it must match,
+ * like rel.window), at least 64 (the SACK bitmap) and at most @cfg.
+ * Small operations then allocate and clear a few KiB per session instead
+ * of rel.window's metadata (24 KiB at 512): per operation, on the lcore
+ * that launches it.
+ */
+#define AR_MIN_PAYLOAD 256
+static uint32_t direct_window(const struct ar_op *op, uint32_t cfg)
+{
+	uint64_t frames = (op->bytes + AR_MIN_PAYLOAD - 1) / AR_MIN_PAYLOAD;
+	uint32_t w = 64;
+
+	while (w < cfg && w < frames)
+		w *= 2;
+	return w;
+}
+
 static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		    uint32_t ch, struct ar_sess **out)
 {
@@ -1162,6 +1187,8 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 				return ret;
 			op->path_peer[op->npaths++] = peer;
 		}
+		if (op->nsess == op->sess_cap)
+			return -EINVAL;
 		ss = &op->sess[op->nsess];
 		rp = s->cf->xp.rel;
 		/* An early op's peers do not wait for its ACKs: they may wait
@@ -1171,6 +1198,8 @@ static int add_sess(struct cs_ar_svc *s, struct ar_op *op, uint32_t peer,
 		 * sender's probe timer allows for. */
 		if (op->early && rp.ack_delay < rp.rto_min / 2)
 			rp.ack_delay = rp.rto_min / 2;
+		if (op->direct)
+			rp.window = direct_window(op, rp.window);
 		ret = cs_rel_init(&ss->rel, &rp, path, &ar_rel_ops, op,
 				  isn(op->op_id, op->rank, peer, ch),
 				  isn(op->op_id, peer, op->rank, ch));
@@ -1219,6 +1248,12 @@ static int op_build(struct cs_ar_svc *s, struct ar_op *op,
 		return ret;
 	}
 	op->nch = cs_coll_channels(op->coll);
+	op->sess_cap = 2 * op->nch;
+	op->sess = calloc(op->sess_cap, sizeof(*op->sess));
+	if (!op->sess) {
+		snprintf(msg, mlen, "no memory for %u sessions", op->sess_cap);
+		return -ENOMEM;
+	}
 	for (uint32_t c = 0; c < op->nch; c++) {
 		int64_t nx, pv;
 
