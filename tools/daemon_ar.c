@@ -159,6 +159,19 @@ struct ar_op {
 	bool replayed; /* lcore: held frames were fed */
 };
 
+/* Totals over freed ops (ar_stats), in its order: op_count(). */
+enum {
+	AR_TOT_OPS,
+	AR_TOT_DATA_SENT,
+	AR_TOT_RETX,
+	AR_TOT_FAST_RETX,
+	AR_TOT_TLP,
+	AR_TOT_TIMEOUTS,
+	AR_TOT_SPURIOUS,
+	AR_TOT_DUP_RCVD,
+	AR_TOT_N
+};
+
 struct cs_ar_svc {
 	struct cs_daemon *d;
 	struct svc_conf *cf;
@@ -173,8 +186,7 @@ struct cs_ar_svc {
 	struct ar_op *linger_ctl; /* what linger points to */
 	atomic_uint_fast64_t early_dropped;
 	/* the sessions of every freed op, summed (ar_stats): op_free() */
-	atomic_uint_fast64_t ops_freed, t_data_sent, t_retx, t_fast_retx, t_tlp,
-		t_timeouts, t_spurious, t_dup_rcvd;
+	atomic_uint_fast64_t tot[AR_TOT_N];
 	atomic_uint_fast64_t gen; /* lcore polls, for retiring ops */
 	int done_fd; /* eventfd the lcore writes when a control op ends */
 	atomic_int notify_fd; /* eventfd the lcore writes after a trainer op's
@@ -933,25 +945,22 @@ static void sleep_us(unsigned us)
 /* Adds @op's transport counters to the service's totals (ar_stats). */
 static void op_count(struct cs_ar_svc *s, const struct ar_op *op)
 {
+	uint64_t add[AR_TOT_N] = { [AR_TOT_OPS] = 1 };
+
 	for (uint32_t i = 0; i < op->nsess; i++) {
 		const struct cs_rel_stats *rs = cs_rel_stats(&op->sess[i].rel);
 
-		atomic_fetch_add_explicit(&s->t_data_sent, rs->data_sent,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_retx, rs->retx,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_fast_retx, rs->fast_retx,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_tlp, rs->tlp,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_timeouts, rs->timeouts,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_spurious, rs->spurious_rto,
-					  memory_order_relaxed);
-		atomic_fetch_add_explicit(&s->t_dup_rcvd, rs->dup_rcvd,
-					  memory_order_relaxed);
+		add[AR_TOT_DATA_SENT] += rs->data_sent;
+		add[AR_TOT_RETX] += rs->retx;
+		add[AR_TOT_FAST_RETX] += rs->fast_retx;
+		add[AR_TOT_TLP] += rs->tlp;
+		add[AR_TOT_TIMEOUTS] += rs->timeouts;
+		add[AR_TOT_SPURIOUS] += rs->spurious_rto;
+		add[AR_TOT_DUP_RCVD] += rs->dup_rcvd;
 	}
-	atomic_fetch_add_explicit(&s->ops_freed, 1, memory_order_relaxed);
+	for (unsigned k = 0; k < AR_TOT_N; k++)
+		atomic_fetch_add_explicit(&s->tot[k], add[k],
+					  memory_order_relaxed);
 }
 
 /* Frees @op, whose sessions the lcore no longer runs, and counts them. */
@@ -1580,14 +1589,8 @@ int cs_daemon_init(struct cs_daemon *d)
 	atomic_init(&s->prev, NULL);
 	atomic_init(&s->linger, NULL);
 	atomic_init(&s->early_dropped, 0);
-	atomic_init(&s->ops_freed, 0);
-	atomic_init(&s->t_data_sent, 0);
-	atomic_init(&s->t_retx, 0);
-	atomic_init(&s->t_fast_retx, 0);
-	atomic_init(&s->t_tlp, 0);
-	atomic_init(&s->t_timeouts, 0);
-	atomic_init(&s->t_spurious, 0);
-	atomic_init(&s->t_dup_rcvd, 0);
+	for (unsigned k = 0; k < AR_TOT_N; k++)
+		atomic_init(&s->tot[k], 0);
 	atomic_init(&s->gen, 0);
 	pthread_mutex_init(&s->install_lock, NULL);
 	atomic_init(&s->notify_fd, -1);
@@ -1631,6 +1634,30 @@ void cs_daemon_fini(struct cs_daemon *d)
 
 /* Appends " auth=0|1 rx_auth_fail=.. rx_auth_notag=.. auth_rekey=..
  * last_op=.." (last_op: the operation installed last, -1 none). */
+/* ar_stats: the totals over freed ops, appended to @out */
+static void ar_stats_totals(struct cs_ar_svc *s, char *out, size_t len)
+{
+	static const char *const names[AR_TOT_N] = {
+		[AR_TOT_OPS] = "ops_freed",
+		[AR_TOT_DATA_SENT] = "data_sent",
+		[AR_TOT_RETX] = "retx",
+		[AR_TOT_FAST_RETX] = "fast_retx",
+		[AR_TOT_TLP] = "tlp",
+		[AR_TOT_TIMEOUTS] = "timeouts",
+		[AR_TOT_SPURIOUS] = "spurious",
+		[AR_TOT_DUP_RCVD] = "dup_rcvd",
+	};
+
+	for (unsigned k = 0; k < AR_TOT_N; k++) {
+		size_t l = strlen(out);
+
+		if (l >= len)
+			return;
+		snprintf(out + l, len - l, " %s=%llu", names[k],
+			 (unsigned long long)atomic_load(&s->tot[k]));
+	}
+}
+
 static void ar_stats_auth(struct cs_ar_svc *s, char *out, size_t len)
 {
 	size_t l = strlen(out);
@@ -1715,10 +1742,7 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			 "ok rx_other_op=%llu rx_no_sess=%llu "
 			 "tx_retry=%llu rx_stale_epoch=%llu rx_held=%llu "
 			 "rx_replayed=%llu rx_prev=%llu early_ops=%llu "
-			 "tx_implied=%llu prev_resent=%llu early_dropped=%llu "
-			 "ops_freed=%llu data_sent=%llu retx=%llu "
-			 "fast_retx=%llu tlp=%llu timeouts=%llu spurious=%llu "
-			 "dup_rcvd=%llu",
+			 "tx_implied=%llu prev_resent=%llu early_dropped=%llu",
 			 (unsigned long long)s->rx_other_op,
 			 (unsigned long long)s->rx_no_sess,
 			 (unsigned long long)s->tx_retry,
@@ -1730,15 +1754,8 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			 (unsigned long long)s->early_ops,
 			 (unsigned long long)s->tx_implied,
 			 (unsigned long long)s->prev_resent,
-			 (unsigned long long)atomic_load(&s->early_dropped),
-			 (unsigned long long)atomic_load(&s->ops_freed),
-			 (unsigned long long)atomic_load(&s->t_data_sent),
-			 (unsigned long long)atomic_load(&s->t_retx),
-			 (unsigned long long)atomic_load(&s->t_fast_retx),
-			 (unsigned long long)atomic_load(&s->t_tlp),
-			 (unsigned long long)atomic_load(&s->t_timeouts),
-			 (unsigned long long)atomic_load(&s->t_spurious),
-			 (unsigned long long)atomic_load(&s->t_dup_rcvd));
+			 (unsigned long long)atomic_load(&s->early_dropped));
+		ar_stats_totals(s, out, len);
 		ar_stats_auth(s, out, len);
 		return 0;
 	}
