@@ -1632,9 +1632,8 @@ void cs_daemon_fini(struct cs_daemon *d)
 	d->svc = NULL;
 }
 
-/* Appends " auth=0|1 rx_auth_fail=.. rx_auth_notag=.. auth_rekey=..
- * last_op=.." (last_op: the operation installed last, -1 none). */
-/* ar_stats: the totals over freed ops, appended to @out */
+/* Appends " ops_freed=.. data_sent=.. ... dup_rcvd=..": the totals over
+ * freed ops (op_count()). */
 static void ar_stats_totals(struct cs_ar_svc *s, char *out, size_t len)
 {
 	static const char *const names[AR_TOT_N] = {
@@ -1658,6 +1657,8 @@ static void ar_stats_totals(struct cs_ar_svc *s, char *out, size_t len)
 	}
 }
 
+/* Appends " auth=0|1 rx_auth_fail=.. rx_auth_notag=.. auth_rekey=..
+ * last_op=.." (last_op: the operation installed last, -1 none). */
 static void ar_stats_auth(struct cs_ar_svc *s, char *out, size_t len)
 {
 	size_t l = strlen(out);
