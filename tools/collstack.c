@@ -25,6 +25,8 @@ static const struct cmd cmds[] = {
 	  "bench raw: bidirectional raw port rate of 2 sidecars" },
 	{ "run", cs_cmd_run,
 	  "run allreduce: real allreduces across the cluster's sidecars" },
+	{ "stats", cs_cmd_stats,
+	  "health counters of the cluster's sidecars, one row per node" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
 };
 

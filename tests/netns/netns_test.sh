@@ -183,6 +183,23 @@ check_transport_totals() {
 	[ "$(kv "$ar" data_sent)" -gt 0 ] || fail "ar_stats: no data frame counted"
 	[ "$(kv "$st" f_dropped)" -gt 0 ] || fail "the fault shim dropped nothing"
 	[ "$(kv "$ar" retx)" -gt 0 ] || fail "ar_stats: frames were dropped, none resent"
+	# collstack stats: one row per node, node 0's as its sidecar says
+	local out r0
+	out=$("$CLI" stats) || fail "collstack stats failed: $out"
+	echo "$out"
+	[ "$(grep -c "^${CS_CLUSTER}n[0-9] " <<<"$out")" = 4 ] ||
+		fail "collstack stats: not one row per node"
+	r0=$(grep "^${CS_CLUSTER}n0 " <<<"$out")
+	[ "$(awk '{ print $6 }' <<<"$r0")" = "$(kv "$(ctl "$N0" stats)" f_dropped)" ] ||
+		fail "collstack stats: node 0's fault column is not its f_dropped"
+	[ "$(awk '{ print $9 }' <<<"$r0")" = "$(kv "$ar" retx)($(kv "$ar" fast_retx),$(kv "$ar" tlp))" ] ||
+		fail "collstack stats: node 0's retx column is not its ar_stats"
+	# a sidecar that is gone: its row says so, and the exit status
+	kill "$(cat "/run/collstack/${CS_CLUSTER}n3/pid")"
+	for _ in $(seq 50); do [ -S "/run/collstack/${CS_CLUSTER}n3/ctl.sock" ] || break; sleep 0.1; done
+	out=$("$CLI" stats) && fail "collstack stats: exit 0 with a sidecar gone"
+	grep -q "^${CS_CLUSTER}n3 *unreachable" <<<"$out" ||
+		fail "collstack stats: no 'unreachable' row for the stopped sidecar: $out"
 }
 
 udp_local() {
