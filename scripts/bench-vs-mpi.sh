@@ -404,7 +404,12 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 		# shellcheck disable=SC2086
 		timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
 			-f "$FACTOR" -n "$4" -w "$5" --cluster "$CLUSTER_ENV" \
-			$CS_BENCH_ARGS >"$6" 2>&1
+			$CS_BENCH_ARGS >"$6" 2>&1 || rc=$?
+		# The sidecars' health counters after it (cumulative since
+		# they started): what a slow rep resent, dropped or waited.
+		"$CLI" stats --cluster "$CLUSTER_ENV" 2>&1 |
+			sed 's/^/# after: /' >"${6%.log}.stats.log" || true
+		return $rc
 		;;
 	run)
 		# One call per size (ours go up by FACTOR, run's by 2);
