@@ -33,7 +33,6 @@
 #include "cmds.h"
 #include "ctl.h"
 
-#define BENCH_ENV "/run/collstack/cluster.env"
 #define BENCH_MAX_NODES 64
 #define BENCH_MAX_TPN 16
 #define BENCH_SOCK "collstack.sock"
@@ -49,14 +48,14 @@ static void usage(FILE *out)
 		"[--no-pin]\n"
 		"       collstack bench raw ...   (raw port rate)\n\n"
 		"Starts T trainers per node (cs-trainer-bench, next to this "
-		"binary) in each\nnamespace of the cluster (default %s), "
+		"binary) in each\nnamespace of the cluster (default $CS_CLUSTER_ENV or %s), "
 		"connected to that node's\nsidecar; prints rank 0's rows: "
 		"size count type redop root time(us) algbw\nbusbw #wrong "
 		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
 		"--no-pin: anywhere.\n",
-		BENCH_ENV);
+		CS_CTL_DEFAULT_ENV);
 }
 
 /*
@@ -164,7 +163,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	};
 	char names[BENCH_MAX_NODES][CS_CTL_NAME_MAX], root[256];
 	char trainer[PATH_MAX], *targs[32];
-	const char *env = BENCH_ENV;
+	const char *env = cs_ctl_env();
 	static pid_t pids[BENCH_MAX_NODES * BENCH_MAX_TPN];
 	int tpn = 1, n, nt = 0, o, ntargs = 0, ret = 0, netns = 1, pin = 1;
 	unsigned timeout = 600;
@@ -248,14 +247,10 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			strerror(-ret));
 		return 1;
 	}
-	n = cs_ctl_cluster(env, names, BENCH_MAX_NODES, root, sizeof(root));
-	if (n < 1) {
-		fprintf(stderr,
-			"collstack bench: %s: %s (start one with "
-			"scripts/cluster.sh up N)\n",
-			env, n < 0 ? strerror(-n) : "no nodes");
+	n = cs_ctl_cluster_cli("collstack bench", env, names, BENCH_MAX_NODES,
+			       root, sizeof(root), 1);
+	if (n < 0)
 		return 1;
-	}
 	printf("# collstack bench: %d node(s) x %d trainer(s) (%s..%s), "
 	       "sidecars from %s\n",
 	       n, tpn, names[0], names[n - 1], env);

@@ -16,8 +16,6 @@
 #include "ctl.h"
 #include "internal/proto.h"
 
-#define DEFAULT_ENV "/run/collstack/cluster.env"
-
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -29,7 +27,7 @@ static void usage(FILE *out)
 		"carries. Sidecars are found through\nthe state file of "
 		"scripts/cluster.sh (default $CS_CLUSTER_ENV or %s);\n--a/--b default to its "
 		"first two nodes.\n",
-		DEFAULT_ENV);
+		CS_CTL_DEFAULT_ENV);
 }
 
 struct side {
@@ -89,9 +87,7 @@ static int bench_raw(int argc, char **argv)
 		{ 0 }
 	};
 	char names[64][CS_CTL_NAME_MAX], root[256], req[128];
-	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV")
-						   : DEFAULT_ENV,
-		   *a = NULL, *b = NULL;
+	const char *env = cs_ctl_env(), *a = NULL, *b = NULL;
 	struct side s[2] = { 0 };
 	double secs = 5, size = 0;
 	int n, o, ret = 1;
@@ -125,14 +121,10 @@ static int bench_raw(int argc, char **argv)
 		fprintf(stderr, "collstack: --seconds must be in (0, 600]\n");
 		return 2;
 	}
-	n = cs_ctl_cluster(env, names, 64, root, sizeof(root));
-	if (n < 0) {
-		fprintf(stderr,
-			"collstack: %s: %s (start a cluster with "
-			"scripts/cluster.sh up N)\n",
-			env, strerror(-n));
+	n = cs_ctl_cluster_cli("collstack bench raw", env, names, 64, root,
+			       sizeof(root), 1);
+	if (n < 0)
 		return 1;
-	}
 	if ((!a || !b) && n < 2) {
 		fprintf(stderr, "collstack: %s lists %d node(s), need 2\n", env,
 			n);

@@ -25,7 +25,6 @@
 #include "cmds.h"
 #include "ctl.h"
 
-#define DEFAULT_ENV "/run/collstack/cluster.env"
 #define MAX_NODES 64
 
 static void usage(FILE *out)
@@ -47,7 +46,7 @@ static void usage(FILE *out)
 		"run with CS_ERR_PEER_LOST naming its rank; a stalled\nsidecar "
 		"with CS_ERR_TIMEOUT "
 		"naming it.\n",
-		DEFAULT_ENV);
+		CS_CTL_DEFAULT_ENV);
 }
 
 /* A whole number in [min, 2^31): iterations, warm-ups, milliseconds. */
@@ -271,9 +270,7 @@ static int run_allreduce(int argc, char **argv)
 	static struct node nd[MAX_NODES];
 	static char reqs[MAX_NODES][128];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256];
-	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV")
-						   : DEFAULT_ENV,
-		   *dts = "f32";
+	const char *env = cs_ctl_env(), *dts = "f32";
 	unsigned long long lo = 1 << 20, hi = 0, seed = 1;
 	unsigned iters = 5, warmup = 1, timeout = 60000;
 	uint64_t wrong_all = 0;
@@ -338,14 +335,10 @@ static int run_allreduce(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	n = cs_ctl_cluster(env, names, MAX_NODES, root, sizeof(root));
-	if (n < 2) {
-		fprintf(stderr,
-			"collstack: %s: %s (start one with "
-			"scripts/cluster.sh up N)\n",
-			env, n < 0 ? strerror(-n) : "fewer than 2 nodes");
+	n = cs_ctl_cluster_cli("collstack run", env, names, MAX_NODES, root,
+			       sizeof(root), 2);
+	if (n < 0)
 		return 1;
-	}
 	for (int i = 0; i < n; i++) {
 		snprintf(nd[i].name, sizeof(nd[i].name), "%.63s", names[i]);
 		snprintf(nd[i].dir, sizeof(nd[i].dir), "%.255s/%.63s", root,

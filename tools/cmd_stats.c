@@ -21,7 +21,6 @@
 #include "cmds.h"
 #include "ctl.h"
 
-#define DEFAULT_ENV "/run/collstack/cluster.env"
 #define MAX_NODES 64
 #define TIMEOUT_MS 5000
 
@@ -47,7 +46,7 @@ static void usage(FILE *out)
 		"The sidecars come from the state file of scripts/cluster.sh "
 		"(default\n$CS_CLUSTER_ENV or %s). --raw prints each sidecar's "
 		"'stats' and\n'ar_stats' replies as they are.\n",
-		DEFAULT_ENV);
+		CS_CTL_DEFAULT_ENV);
 }
 
 /* One request, one reply line; false (with @why set) if none came. */
@@ -108,8 +107,7 @@ int cs_cmd_stats(int argc, char **argv)
 	};
 	static char st[CS_CTL_LINE], ar[CS_CTL_LINE];
 	char names[MAX_NODES][CS_CTL_NAME_MAX], root[256], dir[512];
-	const char *env = getenv("CS_CLUSTER_ENV") ? getenv("CS_CLUSTER_ENV")
-						   : DEFAULT_ENV;
+	const char *env = cs_ctl_env();
 	bool raw = false;
 	int n, o, ret = 0;
 
@@ -135,14 +133,10 @@ int cs_cmd_stats(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	n = cs_ctl_cluster(env, names, MAX_NODES, root, sizeof(root));
-	if (n < 1) {
-		fprintf(stderr,
-			"collstack stats: %s: %s (start one with "
-			"scripts/cluster.sh up N)\n",
-			env, n < 0 ? strerror(-n) : "no nodes");
+	n = cs_ctl_cluster_cli("collstack stats", env, names, MAX_NODES, root,
+			       sizeof(root), 1);
+	if (n < 0)
 		return 1;
-	}
 	printf("# collstack stats: %d sidecar(s) from %s\n", n, env);
 	if (!raw)
 		printf("%-10s %12s %12s %8s %6s %8s %10s %8s %16s %11s %8s "

@@ -149,3 +149,29 @@ int cs_ctl_cluster(const char *env_file, char (*names)[CS_CTL_NAME_MAX],
 	fclose(f);
 	return run_root[0] ? n : -EINVAL;
 }
+
+const char *cs_ctl_env(void)
+{
+	const char *e = getenv("CS_CLUSTER_ENV");
+
+	return e && *e ? e : CS_CTL_DEFAULT_ENV;
+}
+
+int cs_ctl_cluster_cli(const char *cmd, const char *env_file,
+		       char (*names)[CS_CTL_NAME_MAX], int max, char *run_root,
+		       size_t run_len, int min)
+{
+	int n = cs_ctl_cluster(env_file, names, max, run_root, run_len);
+
+	if (n >= min)
+		return n;
+	if (n < 0)
+		fprintf(stderr,
+			"%s: %s: %s (start a cluster with scripts/cluster.sh "
+			"up N)\n",
+			cmd, env_file, strerror(-n));
+	else
+		fprintf(stderr, "%s: %s lists %d node(s), need %d\n", cmd,
+			env_file, n, min);
+	return -1;
+}

@@ -58,4 +58,22 @@ int cs_ctl_kv(const char *line, const char *key, double *out);
 int cs_ctl_cluster(const char *env_file, char (*names)[CS_CTL_NAME_MAX],
 		   int max, char *run_root, size_t run_len);
 
+/* The state file scripts/cluster.sh writes by default. */
+#define CS_CTL_DEFAULT_ENV "/run/collstack/cluster.env"
+
+/**
+ * cs_ctl_env - the state file a CLI command reads: $CS_CLUSTER_ENV if set,
+ * else CS_CTL_DEFAULT_ENV
+ */
+const char *cs_ctl_env(void);
+
+/**
+ * cs_ctl_cluster_cli - cs_ctl_cluster() for a CLI command: with fewer than
+ * @min nodes (or none readable) it says why on stderr, prefixed by @cmd
+ * Returns: the number of nodes, or -1.
+ */
+int cs_ctl_cluster_cli(const char *cmd, const char *env_file,
+		       char (*names)[CS_CTL_NAME_MAX], int max, char *run_root,
+		       size_t run_len, int min);
+
 #endif
