@@ -77,6 +77,7 @@ struct dpdk_port {
 	int rx_fd[CS_PORT_MAX_QUEUES]; /* af_packet: wait on these, or -1 */
 	bool rx_filtered; /* af_packet: every queue's socket is filtered */
 	bool afp; /* rx_fd are af_packet sockets (ring_drops) */
+	bool xdp; /* an af_xdp vdev: its interface counts the drops */
 	/* af_packet: frames the kernel dropped because a queue's ring was
 	 * full, summed from PACKET_STATISTICS (which resets on each read;
 	 * DPDK 22.11's PMD does not report them as imissed) */
@@ -322,6 +323,25 @@ static int dpdk_thread_init(struct cs_port *p)
 	return 0;
 }
 
+/* A counter of the port's interface (sysfs statistics/@name), 0 if none. */
+static unsigned long long iface_counter(const struct dpdk_port *dp,
+					const char *name)
+{
+	char path[CS_CFG_STR_MAX + 48];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s",
+		 dp->port.conf.iface, name);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
 static void dpdk_stats(struct cs_port *p, struct cs_port_stats *st)
 {
 	struct dpdk_port *dp = dp_of(p);
@@ -343,6 +363,16 @@ static void dpdk_stats(struct cs_port *p, struct cs_port_stats *st)
 			__atomic_add_fetch(&dp->ring_drops, ts.tp_drops,
 					   __ATOMIC_RELAXED);
 	}
+	/* af_xdp: a frame the XDP program could not hand to a full socket
+	 * ring is dropped, and counted, by the interface; the PMD's imissed
+	 * (the socket's rx_dropped) counts only some of those, and none of
+	 * the full-ring ones */
+	if (dp->xdp) {
+		unsigned long long link = iface_counter(dp, "rx_dropped");
+
+		if (link > es.imissed)
+			es.imissed = link;
+	}
 	st->rx_dropped = es.imissed + es.ierrors + dp->rx_multiseg +
 			 __atomic_load_n(&dp->ring_drops, __ATOMIC_RELAXED);
 	st->rx_nombuf = es.rx_nombuf;
@@ -351,19 +381,8 @@ static void dpdk_stats(struct cs_port *p, struct cs_port_stats *st)
 	if (dp->rx_filtered) {
 		/* what the interface got and the rings did not: the frames
 		 * the socket filter turned away */
-		unsigned long long rx = 0;
-		char path[CS_CFG_STR_MAX + 48];
-		FILE *f;
+		unsigned long long rx = iface_counter(dp, "rx_packets");
 
-		snprintf(path, sizeof(path),
-			 "/sys/class/net/%s/statistics/rx_packets",
-			 dp->port.conf.iface);
-		f = fopen(path, "r");
-		if (f) {
-			if (fscanf(f, "%llu", &rx) != 1)
-				rx = 0;
-			fclose(f);
-		}
 		if (rx > es.ipackets + st->rx_dropped)
 			st->rx_filtered = rx - es.ipackets - st->rx_dropped;
 	}
@@ -943,6 +962,7 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 	for (unsigned q = 0; q < CS_PORT_MAX_QUEUES; q++)
 		dp->rx_fd[q] = -1;
 	if (!strcmp(dev, "af_xdp")) {
+		dp->xdp = true;
 		find_xsk_fd(dp, nq);
 		return;
 	}
