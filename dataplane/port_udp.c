@@ -40,6 +40,7 @@
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <linux/sock_diag.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -590,6 +591,17 @@ static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
 		st->tx_pkts += q->tx_pkts;
 		st->tx_bytes += q->tx_bytes;
 		st->rx_dropped += q->rx_dropped;
+		/* datagrams the kernel dropped before they reached us: a
+		 * full receive buffer (SO_MEMINFO, Linux 4.12+) */
+		if (q->fd >= 0) {
+			uint32_t mi[SK_MEMINFO_VARS];
+			socklen_t l = sizeof(mi);
+
+			if (!getsockopt(q->fd, SOL_SOCKET, SO_MEMINFO, mi,
+					&l) &&
+			    l > SK_MEMINFO_DROPS * sizeof(mi[0]))
+				st->rx_dropped += mi[SK_MEMINFO_DROPS];
+		}
 		st->rx_nombuf += q->rx_nobuf;
 		st->tx_errors += q->tx_errors;
 		st->tx_gso += q->tx_gso;

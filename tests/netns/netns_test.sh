@@ -188,8 +188,9 @@ check_ring_drops() {
 }
 
 # Every frame a 1 s raw blast sent is received or counted as dropped at
-# the other end (af_xdp: the interface counts what the XDP program could
-# not hand to a full socket ring; the PMD's imissed does not).
+# the other end: af_packet's full rings (PACKET_STATISTICS), af_xdp's
+# (the interface's rx_dropped; the PMD's imissed misses them), the udp
+# port's full receive buffer (SO_MEMINFO).
 check_drops_accounted() {
 	local a0 a1 b0 b1 sent got lost raw
 	a0=$(ctl "$N0" stats) b0=$(ctl "/run/collstack/$NS1" stats)
@@ -325,7 +326,8 @@ udp_4|udp_4_fault5|udp_foreign)
 		cluster_up 2 --port udp
 		inject_foreign
 		check_foreign_counted
-		SIZES=(-b 1K -e 1M); run_ar ;;
+		SIZES=(-b 1K -e 1M); run_ar
+		check_drops_accounted ;;
 	esac ;;
 *) fail "unknown case $CASE" ;;
 esac
