@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cmds.h"
 #include "ctl.h"
@@ -47,29 +46,6 @@ static void usage(FILE *out)
 		"(default\n$CS_CLUSTER_ENV or %s). --raw prints each sidecar's "
 		"'stats' and\n'ar_stats' replies as they are.\n",
 		CS_CTL_DEFAULT_ENV);
-}
-
-/* One request, one reply line; false (with @why set) if none came. */
-static bool ask(int fd, const char *req, char *reply, size_t len,
-		const char **why)
-{
-	int r;
-
-	if (cs_ctl_send(fd, req)) {
-		*why = "the control socket broke";
-		return false;
-	}
-	r = cs_ctl_recv(fd, reply, len, TIMEOUT_MS);
-	if (r < 0) {
-		*why = r == -ETIMEDOUT ? "no answer within 5 s"
-				       : "the control socket broke";
-		return false;
-	}
-	if (strncmp(reply, "ok", 2)) {
-		*why = reply;
-		return false;
-	}
-	return true;
 }
 
 static unsigned long long kv(const char *line, const char *key)
@@ -144,28 +120,27 @@ int cs_cmd_stats(int argc, char **argv)
 		       "# node", "rx", "tx", "drop", "bad", "fault", "waits",
 		       "ops", "retx(sack,tlp)", "rto(spur)", "dup", "lost");
 	for (int i = 0; i < n; i++) {
-		const char *why = NULL;
-		int fd;
+		const char *last = st; /* the reply a failure left */
+		int r;
 
 		snprintf(dir, sizeof(dir), "%.255s/%.63s", root, names[i]);
-		fd = cs_ctl_connect(dir);
-		if (fd < 0) {
-			printf("%-10s unreachable: %s\n", names[i],
-			       strerror(-fd));
-			ret = 1;
-			continue;
+		r = cs_ctl_call(dir, "stats", st, sizeof(st), TIMEOUT_MS);
+		if (!r) {
+			last = ar;
+			r = cs_ctl_call(dir, "ar_stats", ar, sizeof(ar),
+					TIMEOUT_MS);
 		}
-		if (!ask(fd, "stats", st, sizeof(st), &why) ||
-		    !ask(fd, "ar_stats", ar, sizeof(ar), &why)) {
-			printf("%-10s no stats: %s\n", names[i], why);
-			ret = 1;
-		} else if (raw) {
+		if (r == -EPROTO) /* an "err ..." reply: say it */
+			printf("%-10s no stats: %s\n", names[i], last);
+		else if (r)
+			printf("%-10s unreachable: %s\n", names[i],
+			       strerror(-r));
+		else if (raw)
 			printf("%s stats: %s\n%s ar_stats: %s\n", names[i], st,
 			       names[i], ar);
-		} else {
+		else
 			row(names[i], st, ar);
-		}
-		close(fd);
+		ret |= r != 0;
 	}
 	return ret;
 }

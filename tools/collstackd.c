@@ -285,7 +285,6 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 {
 	struct cs_port_stats st;
 	struct cs_drv_totals t;
-
 	uint64_t loops = 0, waits = 0;
 
 	cs_port_stats(d->port, &st);
