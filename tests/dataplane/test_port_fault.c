@@ -330,6 +330,48 @@ Test(port, unknown_type_and_bad_address)
 
 #if CS_HAVE_URING
 /*
+ * @n consecutive UDP ports on 127.0.0.1 that nothing holds now: the first
+ * one the kernel's choice (port 0), the others checked by binding them.
+ * Fixed ranges collided with the other tests' ports (and with this file's
+ * closed ports, which a ring lets go of late).
+ */
+static uint16_t free_udp_ports(unsigned n)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		socklen_t l = sizeof(sa);
+		int fd[4] = { -1, -1, -1, -1 };
+		unsigned k = 0;
+		uint16_t base = 0;
+		bool ok = n <= 4;
+
+		sa.sin_addr.s_addr = htonl(0x7f000001);
+		for (; ok && k < n; k++) {
+			fd[k] = socket(AF_INET, SOCK_DGRAM, 0);
+			sa.sin_port = htons(k ? (uint16_t)(base + k) : 0);
+			if (fd[k] < 0 ||
+			    bind(fd[k], (struct sockaddr *)&sa, sizeof(sa)) ||
+			    (!k &&
+			     getsockname(fd[k], (struct sockaddr *)&sa, &l))) {
+				ok = false;
+				break;
+			}
+			if (!k) {
+				base = ntohs(sa.sin_port);
+				ok = base <= 65535 - n;
+			}
+		}
+		for (unsigned j = 0; j <= k && j < n; j++)
+			if (fd[j] >= 0)
+				close(fd[j]);
+		if (ok)
+			return base;
+	}
+	cr_assert_fail("no %u free consecutive UDP ports on 127.0.0.1", n);
+	return 0;
+}
+
+/*
  * Two udp ports on 127.0.0.1: a sends @total frames to b, 16 at a time;
  * b checks each (rebuilt headers that pass the frame check, order, bytes)
  * and gives its buffers back only once it holds @hold of them or nothing
@@ -342,9 +384,7 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 	struct cs_port_conf ca, cb;
 	struct cs_port *a, *b;
 	/* fresh ports per call: a closed ring lets go of its socket late */
-	static unsigned call;
-	uint16_t pa = (uint16_t)(20000 + getpid() % 5000 * 4 + 2 * call++),
-		 pb = pa + 1;
+	uint16_t pa = free_udp_ports(2), pb = pa + 1;
 	uint32_t lo = htonl(0x7f000001);
 	struct cs_pbuf v[CS_PORT_BURST], held[512];
 	unsigned got, n = 0, sent = 0, nheld = 0;
@@ -440,9 +480,7 @@ Test(udp, loopback_exchange)
  */
 Test(udp, gso_refused_falls_back)
 {
-	static unsigned call;
-	uint16_t pa = (uint16_t)(40000 + getpid() % 5000 * 4 + 2 * call++),
-		 pb = pa + 1;
+	uint16_t pa = free_udp_ports(2), pb = pa + 1;
 	uint32_t lo = htonl(0x7f000001);
 	struct cs_port_conf ca, cb;
 	struct cs_port *a, *b;
@@ -523,8 +561,7 @@ Test(udp, gso_runs_keep_every_datagram)
 		{ 0, 60, false },
 	};
 	enum { N = sizeof(plan) / sizeof(plan[0]) };
-	static unsigned call;
-	uint16_t pa = (uint16_t)(30000 + getpid() % 5000 * 4 + 3 * call++);
+	uint16_t pa = free_udp_ports(3);
 	uint32_t lo = htonl(0x7f000001);
 	struct cs_port_conf ca, cb;
 	struct cs_port *a, *rx[2];
