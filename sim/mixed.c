@@ -40,6 +40,10 @@ struct mx_group {
 	uint32_t *nodes; /* nodes[rank] */
 	int32_t *rank_of; /* [ranks] */
 	struct mx_desc *ops; /* [ops] */
+	/* per op: the reduced values every rank's result is checked
+	 * against, computed once and freed when the last rank is done */
+	double **want;
+	uint32_t *pending; /* ranks not done with it */
 };
 
 struct mx;
@@ -150,15 +154,36 @@ static double mx_red(enum cs_redop op, double a, double b)
 }
 
 /* The reduction over the group's ranks of element @i of their inputs. */
-static double mx_reduced(const struct mx *m, const struct mx_inst *in,
+static double mx_reduced(const struct mx *m, uint32_t gi, uint32_t k,
 			 const struct mx_desc *d, uint64_t i)
 {
-	const struct mx_group *g = &m->g[in->g];
-	double v = mx_value(m, in->g, in->k, d, 0, i);
+	const struct mx_group *g = &m->g[gi];
+	double v = mx_value(m, gi, k, d, 0, i);
 
 	for (uint32_t r = 1; r < g->n; r++)
-		v = mx_red(d->op, v, mx_value(m, in->g, in->k, d, r, i));
+		v = mx_red(d->op, v, mx_value(m, gi, k, d, r, i));
 	return v;
+}
+
+static bool mx_reducing(enum cs_coll_kind k)
+{
+	return k == CS_COLL_ALLREDUCE || k == CS_COLL_REDUCE ||
+	       k == CS_COLL_REDUCE_SCATTER;
+}
+
+/* The reduced vector of op @k of group @gi (NULL: no memory). */
+static const double *mx_want(struct mx *m, uint32_t gi, uint32_t k)
+{
+	struct mx_group *g = &m->g[gi];
+	const struct mx_desc *d = &g->ops[k];
+	size_t n = d->count * (d->kind == CS_COLL_REDUCE_SCATTER ? g->n : 1);
+
+	if (!g->want[k]) {
+		g->want[k] = malloc((n ? n : 1) * sizeof(double));
+		for (size_t i = 0; g->want[k] && i < n; i++)
+			g->want[k][i] = mx_reduced(m, gi, k, d, i);
+	}
+	return g->want[k];
 }
 
 /* Elements of the send and receive buffers of rank @r. */
@@ -185,18 +210,19 @@ static void mx_sizes(const struct mx_desc *d, uint32_t n, size_t *ns,
 
 /* What rank @r's receive buffer must hold at element @x. */
 static double mx_expect(const struct mx *m, const struct mx_inst *in,
-			const struct mx_desc *d, uint32_t r, size_t x)
+			const struct mx_desc *d, const double *want,
+			uint32_t r, size_t x)
 {
 	switch (d->kind) {
 	case CS_COLL_REDUCE_SCATTER:
-		return mx_reduced(m, in, d, (uint64_t)r * d->count + x);
+		return want[(uint64_t)r * d->count + x];
 	case CS_COLL_ALL_GATHER:
 		return mx_value(m, in->g, in->k, d, (uint32_t)(x / d->count),
 				x % d->count);
 	case CS_COLL_BROADCAST:
 		return mx_value(m, in->g, in->k, d, d->root, x);
 	default:
-		return mx_reduced(m, in, d, x);
+		return want[x];
 	}
 }
 
@@ -208,11 +234,22 @@ static void mx_verify(struct mx *m, struct mx_inst *in)
 	size_t ns, nr;
 	uint64_t bad = 0;
 
+	const double *wv = NULL;
+
 	mx_sizes(d, g->n, &ns, &nr);
 	if (d->kind == CS_COLL_REDUCE && r != d->root)
 		nr = 0; /* a non-root's buffer holds partial sums */
+	if (nr && mx_reducing(d->kind)) {
+		wv = mx_want(m, in->g, in->k);
+		if (!wv) {
+			m->failed++;
+			snprintf(m->first, sizeof(m->first),
+				 "out of memory checking results");
+			return;
+		}
+	}
 	for (size_t x = 0; x < nr; x++) {
-		double want = mx_expect(m, in, d, r, x);
+		double want = mx_expect(m, in, d, wv, r, x);
 		double got = mx_get(d->dtype, in->recv, x);
 
 		if (got != want && !bad++ && !m->wrong)
@@ -261,6 +298,10 @@ static void mx_done(void *owner, void *user, int status, uint32_t culprit)
 				 cs_strerror(status), culprit);
 	} else if (!m->cfg->nodata) {
 		mx_verify(m, in);
+	}
+	if (!--m->g[in->g].pending[in->k]) {
+		free(m->g[in->g].want[in->k]);
+		m->g[in->g].want[in->k] = NULL;
 	}
 	cs_coll_free(in->c);
 	in->c = NULL;
@@ -427,7 +468,10 @@ static int mx_groups(struct mx *m, uint64_t *rng)
 		g->nodes = malloc(g->n * sizeof(*g->nodes));
 		g->rank_of = malloc(c->ranks * sizeof(*g->rank_of));
 		g->ops = calloc(c->ops, sizeof(*g->ops));
-		if (!g->nodes || !g->rank_of || !g->ops) {
+		g->want = calloc(c->ops, sizeof(*g->want));
+		g->pending = calloc(c->ops, sizeof(*g->pending));
+		if (!g->nodes || !g->rank_of || !g->ops || !g->want ||
+		    !g->pending) {
 			free(perm);
 			return -ENOMEM;
 		}
@@ -449,7 +493,12 @@ static int mx_groups(struct mx *m, uint64_t *rng)
 						CS_REDOP_COUNT);
 			d->root = (uint32_t)(cs_rand_next(rng) % g->n);
 			esz = cs_dtype_size(d->dtype);
+			/* the size is the op's largest buffer */
+			if (d->kind == CS_COLL_REDUCE_SCATTER ||
+			    d->kind == CS_COLL_ALL_GATHER)
+				b /= g->n;
 			d->count = (size_t)b / esz ? (size_t)b / esz : 1;
+			g->pending[k] = g->n;
 			if (d->kind == CS_COLL_BARRIER)
 				d->count = 0;
 		}
@@ -544,6 +593,10 @@ static void mx_free(struct mx *m)
 		free(m->g[gi].nodes);
 		free(m->g[gi].rank_of);
 		free(m->g[gi].ops);
+		for (uint32_t k = 0; m->g[gi].want && k < m->cfg->ops; k++)
+			free(m->g[gi].want[k]);
+		free(m->g[gi].want);
+		free(m->g[gi].pending);
 	}
 	free(m->g);
 	free(m->nd);

@@ -94,6 +94,7 @@ struct tp_op {
 	uint32_t nch;
 	struct cs_flow_tx *pend; /* per channel: pulled, not sent */
 	bool *has_pend;
+	struct tp_sess **sess; /* per channel: where it sends (NULL: nothing) */
 	uint32_t slots; /* frames in flight in sessions */
 	struct tp_op *hnext;
 };
@@ -466,6 +467,7 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	struct tp_group *g = tp_group(tp, group);
 	struct tp_op *op;
 	uint32_t h, culprit;
+	int ret = -ENOMEM;
 
 	if (!g)
 		return -ENOENT;
@@ -479,11 +481,24 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	op->nch = ops->channels(flow);
 	op->pend = calloc(op->nch ? op->nch : 1, sizeof(*op->pend));
 	op->has_pend = calloc(op->nch ? op->nch : 1, sizeof(*op->has_pend));
-	if (!op->pend || !op->has_pend) {
-		free(op->pend);
-		free(op->has_pend);
-		free(op);
-		return -ENOMEM;
+	op->sess = calloc(op->nch ? op->nch : 1, sizeof(*op->sess));
+	if (!op->pend || !op->has_pend || !op->sess)
+		goto out_free;
+	/* the sessions each channel sends on, set up now rather than on
+	 * the packet path */
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t peer = ops->chan_peer(flow, c);
+
+		if (peer < 0)
+			continue;
+		if ((uint64_t)peer >= g->n) {
+			ret = -EINVAL;
+			goto out_free;
+		}
+		op->sess[c] = tp_sess(tp, g->nodes[peer],
+				      c % tp->p.sess_channels);
+		if (!op->sess[c])
+			goto out_free;
 	}
 	op->g = g;
 	op->id = op_id;
@@ -506,6 +521,12 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	else
 		tp_replay(tp, op, now);
 	return 0;
+out_free:
+	free(op->sess);
+	free(op->pend);
+	free(op->has_pend);
+	free(op);
+	return ret;
 }
 
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
@@ -550,6 +571,7 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		tp->st.ops_done++;
 	free(op->pend);
 	free(op->has_pend);
+	free(op->sess);
 	tp->io->done(tp->owner, op->user, status, culprit);
 	free(op);
 }
@@ -691,15 +713,10 @@ static unsigned tp_serve(struct cs_tp *tp, struct tp_op *op, cs_ns_t now,
 
 	for (uint32_t c = 0; c < op->nch && sent < quota; c++) {
 		struct cs_flow_tx *p = &op->pend[c];
-		int64_t peer = o->chan_peer(op->flow, c);
-		struct tp_sess *s;
-		uint32_t node, idx;
+		struct tp_sess *s = op->sess[c];
 		struct cs_pkt_hdr h;
+		uint32_t idx;
 
-		if (peer < 0 || (uint64_t)peer >= op->g->n)
-			continue;
-		node = op->g->nodes[peer];
-		s = tp_sess(tp, node, c % tp->p.sess_channels);
 		if (!s)
 			continue;
 		while (sent < quota) {
@@ -723,7 +740,7 @@ static unsigned tp_serve(struct cs_tp *tp, struct tp_op *op, cs_ns_t now,
 			s->slot[idx].op = op;
 			s->slot[idx].cookie = p->cookie;
 			op->slots++;
-			tp_xmit(tp, node, &h, p->payload, p->len);
+			tp_xmit(tp, s->node, &h, p->payload, p->len);
 			tp->st.tx_data++;
 			op->has_pend[c] = false;
 			sent++;
@@ -809,6 +826,14 @@ static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
 	}
 }
 
+int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node)
+{
+	if (node >= tp->p.max_nodes || node == tp->self || !tp_peer(tp, node))
+		return -EINVAL;
+	tp_peer_lost(tp, node);
+	return 0;
+}
+
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 {
 	unsigned work = 0;
@@ -860,19 +885,10 @@ cs_ns_t cs_tp_next_deadline(const struct cs_tp *tp, cs_ns_t now)
 			t = CS_MIN(t, op->ops->deadline(op->flow));
 		/* a paced frame waiting for its time */
 		for (uint32_t c = 0; c < op->nch; c++) {
-			int64_t peer;
-			const struct tp_peer *pr;
-			const struct tp_sess *s;
+			const struct tp_sess *s = op->sess[c];
 			cs_ns_t w;
 
-			if (!op->has_pend[c])
-				continue;
-			peer = op->ops->chan_peer(op->flow, c);
-			if (peer < 0 || (uint64_t)peer >= op->g->n)
-				continue;
-			pr = tp->peer[op->g->nodes[peer]];
-			s = pr ? pr->sess[c % tp->p.sess_channels] : NULL;
-			if (!s)
+			if (!op->has_pend[c] || !s)
 				continue;
 			w = cs_rel_tx_time(&s->rel, op->pend[c].len, now);
 			if (w != CS_NS_NEVER)
@@ -974,6 +990,7 @@ void cs_tp_destroy(struct cs_tp *tp)
 	for (uint32_t i = 0; i < tp->nops; i++) {
 		free(tp->ops[i]->pend);
 		free(tp->ops[i]->has_pend);
+		free(tp->ops[i]->sess);
 		free(tp->ops[i]);
 	}
 	for (uint32_t i = 0; i < tp->nsess; i++) {

@@ -181,6 +181,15 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 
 /**
+ * cs_tp_peer_lost - membership declared @node lost: every operation of a
+ * group that holds it ends with CS_ERR_PEER_LOST naming its rank, and so
+ * does every later one, until the core is replaced for a new epoch. (A
+ * session that gives up on its peer after rel.max_timeouts does the same.)
+ * Returns: 0 or -EINVAL.
+ */
+int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node);
+
+/**
  * cs_tp_rx - a frame from node @src arrived
  * @tp: the core
  * @src: sending node (as the port or the simulator knows it)
