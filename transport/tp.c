@@ -80,6 +80,7 @@ struct tp_group {
 	uint32_t *nodes; /* nodes[rank] */
 	int32_t *rank_of; /* [max_nodes], -1: not a member */
 	uint32_t live; /* ops in flight */
+	bool reuse; /* cs_tp_group_reuse_ids() */
 	uint32_t done_id[TP_DONE_WIN];
 	uint64_t done_valid[TP_DONE_WIN / 64];
 };
@@ -148,7 +149,7 @@ static void tp_acked(void *owner, uint64_t cookie, uint32_t len)
 	sl->op = NULL;
 	op->slots--;
 	if (op->ops->on_acked(op->flow, sl->cookie))
-		s->tp->st.rx_proto++;
+		s->tp->st.bad_acked++;
 }
 
 static const struct cs_rel_ops tp_rel_ops = { .acked = tp_acked };
@@ -240,7 +241,7 @@ static bool tp_recently_done(const struct tp_group *g, uint32_t id)
 {
 	uint32_t i = id % TP_DONE_WIN;
 
-	return (g->done_valid[i / 64] >> (i % 64) & 1) && g->done_id[i] == id;
+	return !g->reuse && (g->done_valid[i / 64] >> (i % 64) & 1) && g->done_id[i] == id;
 }
 
 static void tp_mark_done(struct tp_group *g, uint32_t id)
@@ -529,6 +530,16 @@ out_free:
 	return ret;
 }
 
+int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id)
+{
+	struct tp_group *g = tp_group(tp, id);
+
+	if (!g)
+		return -ENOENT;
+	g->reuse = true;
+	return 0;
+}
+
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 {
 	struct tp_op *op = tp_op_find(tp, group, op_id);
@@ -674,7 +685,7 @@ static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 			if (ret && ret != -ESTALE) {
 				sl->op->ops->abort(sl->op->flow, CS_ERR_PROTO,
 						   UINT32_MAX);
-				tp->st.rx_proto++;
+				tp->st.bad_rebuild++;
 			}
 		}
 		if (!ret) {
@@ -808,14 +819,9 @@ static unsigned tp_acks(struct cs_tp *tp, cs_ns_t now)
 	return sent;
 }
 
-/* A session gave up on its peer: every op whose group holds it ends. */
-static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
+/* Every op whose group holds @node ends with CS_ERR_PEER_LOST. */
+static void tp_fail_ops_of(struct cs_tp *tp, uint32_t node)
 {
-	struct tp_peer *pr = tp->peer[node];
-
-	if (pr->lost)
-		return;
-	pr->lost = true;
 	for (uint32_t i = 0; i < tp->nops; i++) {
 		struct tp_op *op = tp->ops[i];
 		int32_t r = op->g->rank_of[node];
@@ -824,6 +830,30 @@ static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
 			op->ops->abort(op->flow, CS_ERR_PEER_LOST,
 				       (uint32_t)r);
 	}
+}
+
+/* Membership lost @node: its ops end, and every later one at its post. */
+static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
+{
+	struct tp_peer *pr = tp->peer[node];
+
+	if (pr->lost)
+		return;
+	pr->lost = true;
+	tp_fail_ops_of(tp, node);
+}
+
+/*
+ * A session gave up on its peer (rel.max_timeouts without progress): the
+ * ops in flight to it end with CS_ERR_PEER_LOST naming it, and the session
+ * goes on (the peer may only have been slow to post, or descheduled): only
+ * membership says a node is gone for good (cs_tp_peer_lost()).
+ */
+static void tp_sess_failed(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
+{
+	tp->st.sess_failed++;
+	tp_fail_ops_of(tp, s->node);
+	cs_rel_revive(&s->rel, now);
 }
 
 int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node)
@@ -847,7 +877,7 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 		if (now >= cs_rel_next_deadline(&s->rel))
 			cs_rel_on_timer(&s->rel, now);
 		if (unlikely(cs_rel_failed(&s->rel)))
-			tp_peer_lost(tp, s->node);
+			tp_sess_failed(tp, s, now);
 	}
 	for (uint32_t i = 0; i < tp->nsess; i++)
 		work += tp_resend(tp, tp->sess[i], now);
@@ -934,13 +964,16 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
-		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64 "\n",
+		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
+		" bad_acked=%" PRIu64 " bad_rebuild=%" PRIu64
+		" sess_failed=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_posted, st->ops_done,
-		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts);
+		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
+		st->bad_acked, st->bad_rebuild, st->sess_failed);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

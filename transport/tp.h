@@ -95,10 +95,13 @@ struct cs_tp_stats {
 	uint64_t rx_not_member; /* sender is not in the op's group */
 	uint64_t rx_done_op; /* new data for an op finished here */
 	uint64_t rx_proto; /* the engine refused the frame */
+	uint64_t bad_acked; /* the engine knew no such frame acknowledged */
+	uint64_t bad_rebuild; /* the engine could not rebuild a frame */
 	uint64_t rx_held, rx_replayed, rx_hold_full, rx_hold_expired;
 	uint64_t tx_frames, tx_data, tx_retx, tx_fillers, tx_acks;
 	uint64_t ops_posted, ops_done, ops_failed;
 	uint64_t sessions; /* sessions set up */
+	uint64_t sess_failed; /* gave up on their peer's ops (revived) */
 	uint64_t peak_ops; /* most operations in flight at once */
 	/* summed over every session (reliability) */
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
@@ -174,6 +177,17 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	       void *user, cs_ns_t now);
 
 /**
+ * cs_tp_group_reuse_ids - op ids of group @id may be posted again once
+ * finished: for owners whose ids restart when a group of the same name is
+ * formed again (collstackd's trainer groups). A frame for a finished id is
+ * then held for the next operation with that id instead of dropped (a
+ * retransmission of the finished one is a duplicate at its session and
+ * never gets that far).
+ * Returns: 0 or -ENOENT.
+ */
+int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
+
+/**
  * cs_tp_cancel - abort operation (@group, @op_id) with @err; its io->done
  * follows from the next cs_tp_poll()
  * Returns: 0 or -ENOENT.
@@ -184,7 +198,8 @@ int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
  * cs_tp_peer_lost - membership declared @node lost: every operation of a
  * group that holds it ends with CS_ERR_PEER_LOST naming its rank, and so
  * does every later one, until the core is replaced for a new epoch. (A
- * session that gives up on its peer after rel.max_timeouts does the same.)
+ * session that gives up after rel.max_timeouts ends the ops in flight to
+ * its peer the same way, but not the later ones: the session goes on.)
  * Returns: 0 or -EINVAL.
  */
 int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node);

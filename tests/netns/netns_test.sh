@@ -284,8 +284,11 @@ udp_local() {
 case $CASE in
 udp_local) udp_local ;;
 udp_local_fault5) udp_local --set fault.drop=0.05 ;;
+# the same over the transport core (svc.core=1, docs/transport-core.md)
+udp_local_core) udp_local --set svc.core=1 ;;
+udp_local_core_fault5) udp_local --set svc.core=1 --set fault.drop=0.05 ;;
 af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
-af_packet_nofilter|memif_2|af_xdp_2)
+af_packet_nofilter|memif_2|af_xdp_2|af_packet_4_core_bridge1)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
@@ -315,6 +318,11 @@ af_packet_nofilter|memif_2|af_xdp_2)
 		check_foreign_filtered counted
 		SIZES=(-b 1K -e 64K); run_ar ;;
 	memif_2) cluster_up 2 --port memif; run_ar ;;
+	af_packet_4_core_bridge1)	# the transport core, 1 % lost on the wire
+		cluster_up 4 --port af_packet --set svc.core=1 --bridge-loss 1
+		run_ar
+		grep -q 'core=1' <<<"$(ctl "$N0" ar_stats)" ||
+			fail "node 0 does not run the transport core" ;;
 	af_xdp_2)
 		cluster_up 2 --port af_xdp --mtu 3500; run_ar
 		check_drops_accounted ;;

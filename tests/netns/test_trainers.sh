@@ -473,7 +473,23 @@ case_trace() {
 	return 0
 }
 
+# Every cross-node step on the transport core (svc.core=1): allreduce and
+# the ring collectives from two trainers per node, 5 % of frames dropped.
+case_core() {
+	local op
+	BOOT=1
+	up 4 --set svc.core=1 --set fault.drop=0.05 --set fault.seed=3
+	for op in allreduce reduce_scatter all_gather broadcast; do
+		bench 2 -o "$op" -b 4K -e 1M -f 16 -n 3 -w 1 ||
+			fail "$op 4x2 on the transport core: wrong or failed"
+	done
+	sidecars_alive
+	grep -q "core=1" <<<"$(ctl "$RUN/ipn0" ar_stats)" ||
+		fail "ipn0 does not run the transport core"
+}
+
 case ${1:-} in
+core_4x2) case_core ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
