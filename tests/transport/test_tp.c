@@ -360,7 +360,8 @@ Test(tp, disagreeing_membership_never_mixes)
 }
 
 /* Node 1 dies mid-operation: the others' ops end with CS_ERR_PEER_LOST
- * naming its rank, and an op posted afterwards ends at once. */
+ * naming its rank (node 2's session gives up, node 0 hears it from
+ * membership), and an op posted after membership said so ends at once. */
 Test(tp, lost_peer_named)
 {
 	const uint32_t ring[] = { 2, 1, 0 }; /* node 1 is rank 1 */
