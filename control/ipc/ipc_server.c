@@ -15,6 +15,7 @@
 
 #define CS_LOG_MODULE "ipc"
 #include "client/shm_ring.h"
+#include "collectives/reduce.h"
 #include "internal/log.h"
 #include "ipc_server.h"
 
@@ -316,16 +317,22 @@ static void copy_pieces(struct cs_ipc_server *s, void *dst, const void *src,
 	}
 }
 
-/* Reduce every local send buffer into @acc, in local-rank order, piece
- * by piece (element by element the same operations in the same order,
- * so the same bits). */
+/*
+ * Reduce every local send buffer into @acc, in local-rank order, piece by
+ * piece (element by element the same operations in the same order, so the
+ * same bits). The kernels are collectives/reduce.h's, the ones the
+ * cross-node engines use: one set of NaN, tie and signed-zero rules for
+ * both levels, and acc = op(acc, send[l]) in rank order is exactly the
+ * direct exchange's order (ring.c), so a group reduced here and the same
+ * group spread over nodes give the same bits.
+ */
 static void reduce_local(struct cs_ipc_server *s, struct group *g,
 			 struct inst *in, uint8_t *acc, size_t n)
 {
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), piece = IPC_PIECE / esz;
-	enum cs_dtype t = (enum cs_dtype)p0->d.dtype;
-	enum cs_redop op = (enum cs_redop)p0->d.redop;
+	cs_reduce_fn fn = cs_reduce_get((enum cs_dtype)p0->d.dtype,
+					(enum cs_redop)p0->d.redop);
 
 	/* acc is local rank 0's send (in place) or clear of every send */
 	if (g->local_size == 1) {
@@ -333,17 +340,18 @@ static void reduce_local(struct cs_ipc_server *s, struct group *g,
 			copy_pieces(s, acc, p0->send, n * esz);
 		return;
 	}
+	if (!fn) /* validate() let no bad dtype or redop through */
+		return;
 	for (size_t off = 0; off < n; off += piece) {
 		size_t m = CS_MIN(piece, n - off), b = off * esz;
 		uint32_t l = 1;
 
 		/* acc = send0 op send1: no copy first */
-		cs_ipc_reduce_into(acc + b, (uint8_t *)p0->send + b,
-				   (uint8_t *)in->parts[l++].send + b, m, t,
-				   op);
+		fn(acc + b, (uint8_t *)p0->send + b,
+		   (uint8_t *)in->parts[l++].send + b, m);
 		for (; l < g->local_size; l++)
-			cs_ipc_reduce(acc + b, (uint8_t *)in->parts[l].send + b,
-				      m, t, op);
+			fn(acc + b, acc + b, (uint8_t *)in->parts[l].send + b,
+			   m);
 		if (off + m < n)
 			progress(s);
 	}

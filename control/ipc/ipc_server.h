@@ -32,7 +32,10 @@
  * operations complete with -EOPNOTSUPP.
  *
  * Results are bit-identical on every local rank: the reduction is done
- * once, in local-rank order, into one buffer, and then only copied.
+ * once, in local-rank order, into one buffer, and then only copied. It uses
+ * the kernels of collectives/reduce.h (the cross-node engines' kernels, with
+ * their NaN, tie and signed-zero rules), so a node-local reduction gives the
+ * bits the direct exchange gives for the same inputs spread over nodes.
  */
 
 struct cs_ipc_server;
@@ -220,33 +223,5 @@ void cs_ipc_server_stats(const struct cs_ipc_server *s,
  * @s: server (may be NULL)
  */
 void cs_ipc_server_destroy(struct cs_ipc_server *s);
-
-/**
- * cs_ipc_reduce - @dst[i] = @dst[i] op @src[i] for @n elements
- * @dst: accumulator
- * @src: contribution
- * @n: elements
- * @t: element type
- * @op: operator
- *
- * The local reduction the server uses; f16/bf16 go through float.
- */
-void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
-		   enum cs_redop op);
-
-/**
- * cs_ipc_reduce_into - @dst[i] = @a[i] op @src[i] for @n elements
- * @dst: result; may be @a, must not overlap @a otherwise, nor @src
- * @a: first operand
- * @src: second operand
- * @n: elements
- * @t: element type
- * @op: operator
- *
- * cs_ipc_reduce() is cs_ipc_reduce_into(dst, dst, src, ...): the same
- * bits, one pass fewer when the first operand is not the result yet.
- */
-void cs_ipc_reduce_into(void *dst, const void *a, const void *src, size_t n,
-			enum cs_dtype t, enum cs_redop op);
 
 #endif
