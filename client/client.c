@@ -806,6 +806,23 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 	else if (q->status == CS_ERR_PEER_LOST)
 		set_err(c, "%s, op %llu of the group: rank %d was lost", what,
 			(unsigned long long)q->seq, (int)q->peer);
+	else if (q->status == CS_ERR_TIMEOUT &&
+		 q->detail == CS_IPC_TIMEOUT_UNPOSTED && q->peer >= 0)
+		set_err(c,
+			"%s, op %llu of the group: timed out: rank %d (local "
+			"rank %u on this node) did not post it within "
+			"ipc.match_deadline; the group is failed: form a new "
+			"one",
+			what, (unsigned long long)q->seq, (int)q->peer,
+			q->epoch);
+	else if (q->status == CS_ERR_TIMEOUT &&
+		 q->detail == CS_IPC_TIMEOUT_UNPOSTED)
+		set_err(c,
+			"%s, op %llu of the group: timed out: local rank %u "
+			"on this node never joined the group (within "
+			"ipc.match_deadline); the group is failed: form a new "
+			"one",
+			what, (unsigned long long)q->seq, q->epoch);
 	else
 		set_err(c, "%s: %s", what, cs_strerror(q->status));
 	c->last_detail = q->detail;

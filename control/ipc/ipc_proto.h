@@ -101,16 +101,28 @@ enum cs_ipc_lost {
 				  * (the transport gave up on it) */
 };
 
+/* What a CS_ERR_TIMEOUT completion's @peer names (its @detail). */
+enum cs_ipc_timeout {
+	CS_IPC_TIMEOUT_OTHER = 0, /* the operation's own deadline */
+	/* ipc.match_deadline: @peer is the group rank of a trainer on this
+	 * node that did not post the operation (-1: its local rank never
+	 * joined), @epoch its local rank; the group is failed */
+	CS_IPC_TIMEOUT_UNPOSTED = 1,
+};
+
 /* Completion, one 32-byte slot. */
 struct cs_ipc_cqe {
 	uint64_t user_id;
 	int32_t status; /* 0 or negative errno / CS_ERR_* */
 	uint16_t detail; /* enum cs_ipc_bad for CS_ERR_BAD_DESC,
-			  * enum cs_ipc_lost for CS_ERR_PEER_LOST */
+			  * enum cs_ipc_lost for CS_ERR_PEER_LOST,
+			  * enum cs_ipc_timeout for CS_ERR_TIMEOUT */
 	uint16_t reserved;
 	int32_t peer; /* the rank at fault (bad peer, lost), or -1 */
-	uint32_t epoch; /* CS_IPC_LOST_NODE: the view that lost it, else 0
-			 * (was reserved1, always 0 before) */
+	/* an aux word (was reserved1, always 0 before): CS_IPC_LOST_NODE:
+	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank
+	 * that did not post; else 0 */
+	uint32_t epoch;
 	uint64_t reserved2;
 };
 static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");

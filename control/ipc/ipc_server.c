@@ -54,6 +54,12 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  4294967295.0,
 	  "group id also allowed to connect (4294967295: none, only the "
 	  "sidecar's uid)" },
+	{ "ipc.match_deadline", CS_CFG_NS,
+	  offsetof(struct cs_ipc_cfg, match_deadline), "120s", 0, 3.6e12,
+	  "an operation some trainers of a group on this node posted fails "
+	  "with CS_ERR_TIMEOUT, naming a local rank that did not post it, "
+	  "when that rank has not posted it this long (0: never); the group "
+	  "is then failed (as coll.deadline, its default)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -95,6 +101,7 @@ struct inst {
 	bool in_recv0; /* the backend works on local rank 0's recv buffer */
 	uint64_t seq;
 	uint32_t arrived;
+	cs_ns_t first_at; /* when its first part arrived */
 	uint64_t cookie;
 	struct part *parts; /* local_size of them */
 };
@@ -102,9 +109,13 @@ struct inst {
 struct group {
 	bool used;
 	bool failed;
+	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
-	uint16_t lost_detail; /* enum cs_ipc_lost */
-	uint32_t lost_epoch; /* CS_IPC_LOST_NODE: the view that lost it */
+	uint16_t lost_detail; /* enum cs_ipc_lost, cs_ipc_timeout, ... */
+	/* the completions' aux word (cs_ipc_cqe.epoch): CS_IPC_LOST_NODE:
+	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank */
+	uint32_t lost_epoch;
+	cs_ns_t head_at; /* when its oldest pending op became the oldest */
 	uint32_t epoch; /* the node view it was formed in */
 	uint32_t id;
 	uint32_t gen; /* bumped when the slot is reused */
@@ -152,6 +163,7 @@ struct cs_ipc_server {
 	struct pollfd *pfd;
 	struct cs_ipc_stats st;
 	uint32_t epoch; /* the backend's node view (cs_ipc_server_view) */
+	cs_ns_t now; /* of the current cs_ipc_server_poll() */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -237,16 +249,12 @@ static void part_release(struct part *p)
 	p->t = NULL;
 }
 
-/* Complete every arrived part of @in with the same status. */
-static void inst_finish(struct cs_ipc_server *s, struct group *g,
-			struct inst *in, int status, unsigned detail,
-			int32_t peer)
+/* Complete every arrived part of @in with the same status; @aux goes to
+ * the completions' aux word (cs_ipc_cqe.epoch). */
+static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
+			   struct inst *in, int status, unsigned detail,
+			   int32_t peer, uint32_t aux)
 {
-	uint32_t epoch = status == CS_ERR_PEER_LOST && g->failed &&
-					 g->lost_detail == CS_IPC_LOST_NODE
-				 ? g->lost_epoch
-				 : 0;
-
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
@@ -256,14 +264,25 @@ static void inst_finish(struct cs_ipc_server *s, struct group *g,
 			complete(s, p->t, p->user_id, status, p->bad, -1);
 		else
 			complete_ex(s, p->t, p->user_id, status, detail, peer,
-				    epoch);
+				    aux);
 		part_release(p);
 	}
 	in->active = false;
 	in->inter = false;
 	in->arrived = 0;
-	if (in->seq == g->next_done)
+	if (in->seq == g->next_done) {
 		g->next_done++;
+		g->head_at = s->now;
+	}
+}
+
+static void inst_finish(struct cs_ipc_server *s, struct group *g,
+			struct inst *in, int status, unsigned detail,
+			int32_t peer)
+{
+	inst_finish_ex(s, g, in, status, detail, peer,
+		       g->failed && status == g->fail_status ? g->lost_epoch
+							      : 0);
 }
 
 static size_t esz_of(const struct part *p)
@@ -666,7 +685,7 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
  * buffer or a member's own segment, which may be about to go.
  */
 static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
-			unsigned detail, int32_t peer)
+			unsigned detail, int32_t peer, uint32_t aux)
 {
 	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
 		struct inst *in = &g->win[k];
@@ -675,7 +694,7 @@ static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
 			continue;
 		if (in->inter && s->have_be && s->be.cancel)
 			s->be.cancel(s->be.ctx, in->cookie);
-		inst_finish(s, g, in, status, detail, peer);
+		inst_finish_ex(s, g, in, status, detail, peer, aux);
 	}
 }
 
@@ -689,6 +708,7 @@ static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
 {
 	if (!g->failed) {
 		g->failed = true;
+		g->fail_status = CS_ERR_PEER_LOST;
 		g->lost_rank = lost;
 		g->lost_detail = (uint16_t)detail;
 		g->lost_epoch = epoch;
@@ -701,7 +721,98 @@ static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
 				"operations fail",
 				g->name, (int)lost);
 	}
-	end_pending(s, g, CS_ERR_PEER_LOST, g->lost_detail, g->lost_rank);
+	end_pending(s, g, g->fail_status, g->lost_detail, g->lost_rank,
+		    g->lost_epoch);
+}
+
+/*
+ * Fail @g for good with @status (not a lost member): its pending and later
+ * operations complete with it, @detail, @peer and @aux (the completions'
+ * aux word); joining it again is refused, so the trainers form a new one.
+ */
+static void group_break(struct cs_ipc_server *s, struct group *g, int status,
+			unsigned detail, int32_t peer, uint32_t aux)
+{
+	if (!g->failed) {
+		g->failed = true;
+		g->fail_status = status;
+		g->lost_rank = peer;
+		g->lost_detail = (uint16_t)detail;
+		g->lost_epoch = aux;
+	}
+	end_pending(s, g, g->fail_status, g->lost_detail, g->lost_rank,
+		    g->lost_epoch);
+}
+
+/*
+ * ipc.match_deadline: the oldest pending operation of a group waits for a
+ * local rank that does not post it (a live trainer stuck elsewhere, or a
+ * local rank that never joined). Its parts that did arrive complete with
+ * CS_ERR_TIMEOUT naming that rank, and the group fails: the late rank's
+ * operation would pair with the others' next one otherwise. Counted from
+ * the first part's arrival, or from when the operation became the
+ * group's oldest (the ranks may wait for the one before to post it).
+ * Returns the number of groups failed.
+ */
+static int check_deadlines(struct cs_ipc_server *s, cs_ns_t now)
+{
+	int n = 0;
+
+	if (!s->cfg.match_deadline)
+		return 0;
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
+		struct group *g = &s->groups[i];
+		struct inst *in;
+		cs_ns_t since;
+		uint32_t l;
+
+		if (!g->used || g->failed)
+			continue;
+		in = &g->win[g->next_done % IPC_WINDOW];
+		if (!in->active || in->seq != g->next_done || in->inter ||
+		    !in->arrived || in->arrived >= g->local_size)
+			continue;
+		since = CS_MAX(in->first_at, g->head_at);
+		if (now - since < s->cfg.match_deadline)
+			continue;
+		for (l = 0; l < g->local_size && in->parts[l].arrived; l++)
+			;
+		CS_WARN("group '%s': op %llu: local rank %u (rank %d) did "
+			"not post it within ipc.match_deadline (%llu ms); %u "
+			"of %u posted; the group fails with CS_ERR_TIMEOUT",
+			g->name, (unsigned long long)in->seq, l,
+			(int)g->ranks[l],
+			(unsigned long long)(s->cfg.match_deadline / 1000000),
+			in->arrived, g->local_size);
+		group_break(s, g, CS_ERR_TIMEOUT, CS_IPC_TIMEOUT_UNPOSTED,
+			    g->ranks[l], l);
+		n++;
+	}
+	return n;
+}
+
+cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
+{
+	cs_ns_t next = 0;
+
+	if (!s->cfg.match_deadline)
+		return 0;
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
+		const struct group *g = &s->groups[i];
+		const struct inst *in;
+		cs_ns_t at;
+
+		if (!g->used || g->failed)
+			continue;
+		in = &g->win[g->next_done % IPC_WINDOW];
+		if (!in->active || in->seq != g->next_done || in->inter ||
+		    !in->arrived || in->arrived >= g->local_size)
+			continue;
+		at = CS_MAX(in->first_at, g->head_at) + s->cfg.match_deadline;
+		if (!next || at < next)
+			next = at;
+	}
+	return next;
 }
 
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
@@ -726,7 +837,7 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 /* The last member left: drop its own pending parts quietly. */
 static void group_cancel(struct cs_ipc_server *s, struct group *g)
 {
-	end_pending(s, g, CS_ERR_CANCELLED, 0, -1);
+	end_pending(s, g, CS_ERR_CANCELLED, 0, -1, 0);
 }
 
 static void group_free(struct group *g)
@@ -885,7 +996,7 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	m = t->groups[d->group];
 	g = m->g;
 	if (g->failed) {
-		complete_ex(s, t, d->user_id, CS_ERR_PEER_LOST, g->lost_detail,
+		complete_ex(s, t, d->user_id, g->fail_status, g->lost_detail,
 			    g->lost_rank, g->lost_epoch);
 		return;
 	}
@@ -902,6 +1013,7 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		in->active = true;
 		in->seq = m->seq;
 		in->arrived = 0;
+		in->first_at = s->now;
 	}
 	p = &in->parts[m->local_rank];
 	if (in->seq != m->seq || p->arrived) {
@@ -1197,6 +1309,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->size = size;
 	g->local_size = local_size;
 	g->epoch = s->epoch;
+	g->head_at = s->now;
 	g->used = true;
 	s->st.groups++;
 	*out = g;
@@ -1240,6 +1353,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "group '%.32s' lost node %d (epoch %u); "
 				 "join a new group",
 				 name, (int)g->lost_rank, g->lost_epoch);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_TIMEOUT) {
+			snprintf(why, wl,
+				 "group '%.32s' timed out waiting for rank "
+				 "%d; join a new group",
+				 name, (int)g->lost_rank);
 			return CS_ERR_EPOCH;
 		}
 		if (g->failed) {
@@ -1511,12 +1631,13 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 {
 	int work = 0, ret;
 
+	s->now = now;
 	if (now >= s->next_sock_poll) {
 		s->next_sock_poll = now + s->cfg.sock_poll_interval;
 		ret = poll_sockets(s);
 		if (ret < 0)
 			return ret;
-		work += ret;
+		work += ret + check_deadlines(s, now);
 	}
 	for (uint32_t i = 0; i < s->tr_end; i++) {
 		struct trainer *t = s->tr[i];

@@ -21,7 +21,9 @@
  *    submission ring (no system call), validates each one, matches it with
  *    the other local ranks' descriptors of the same group and, once all
  *    local ranks are in, runs the operation;
- *  - publishes completions and kicks eventfds of trainers that sleep.
+ *  - publishes completions and kicks eventfds of trainers that sleep;
+ *  - every sock_poll_interval: fails groups whose oldest operation waited
+ *    ipc.match_deadline for a local rank that did not post it.
  *
  * Groups: a group is (name, size); the trainers on this node are its local
  * ranks 0..local_size-1. When local_size == size the whole group is on this
@@ -53,6 +55,7 @@ struct cs_ipc_cfg {
 	cs_ns_t sock_poll_interval;
 	uint32_t sq_burst; /* descriptors per trainer per poll */
 	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
+	cs_ns_t match_deadline; /* 0: local matching waits forever */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -166,6 +169,19 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now);
  */
 int cs_ipc_server_sleep_prepare(struct cs_ipc_server *s, struct pollfd *pfd);
 void cs_ipc_server_sleep_done(struct cs_ipc_server *s);
+
+/**
+ * cs_ipc_server_next_deadline - when a local match may next time out
+ * @s: server
+ *
+ * A caller that sleeps (cs_ipc_server_sleep_prepare) must poll again by
+ * then: an operation that some local ranks of a group posted and another
+ * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT.
+ *
+ * Returns: the time (the clock of cs_ipc_server_poll's @now), or 0 if no
+ * operation waits for a local rank.
+ */
+cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s);
 
 /**
  * cs_ipc_server_inter_done - the backend finished a cross-node step
