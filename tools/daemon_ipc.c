@@ -136,8 +136,20 @@ struct ipcd_trace {
 struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
+	bool check; /* the group's membership check runs first */
 	cs_ns_t launched; /* ipc.trace_dir */
 };
+
+/*
+ * The membership check (before a group's first cross-node operation):
+ * every node of the ring puts its view of the group into its own slot of
+ * a buffer of ring-size slots and the buffer is summed across the nodes
+ * (the other slots are zero, so every node ends with every slot). Words
+ * of a slot: present (1), node rank, group size, local size, then the
+ * group rank + 1 of each local rank (0: none).
+ */
+#define IPCD_CHK_HDR 4
+#define IPCD_CHK_WORDS (IPCD_CHK_HDR + CS_IPC_MAX_LOCAL)
 
 /*
  * ipc.on_lcore: trainer segments are registered with the port by a thread
@@ -185,6 +197,9 @@ struct cs_daemon_ipc {
 	bool installed; /* an engine may still be installed */
 	cs_ns_t done_at;
 	int32_t barrier_word;
+	bool checking; /* what runs is q[head]'s membership check */
+	int32_t *chk; /* its buffer: chk_n slots of IPCD_CHK_WORDS */
+	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
 	uint32_t epoch; /* the node view the queued operations belong to */
 	uint64_t started, finished, failed, lost;
 	struct ipcd_trace *trace; /* ipc.trace_dir: IPCD_TRACE_MAX of them */
@@ -330,6 +345,148 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 /* Op ids of the ring kinds below (reduce-scatter, all-gather as such):
  * never the id of the same op run as a sum elsewhere. */
 #define OP_ID_RING_KIND 0x40000000u
+/* The membership check's id: a ring kind's id with k = 0xffffff, which
+ * no group reaches while its check could still be installed. */
+#define OP_ID_CHECK_K 0xffffffu
+
+/* Start q[head]'s membership check (see IPCD_CHK_WORDS); as launch(). */
+static int launch_check(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	const struct cs_ipc_inter_op *op = &o->op;
+	struct cs_ar_coll c = {
+		.op_id = (op_id_of(op) & ~0xffffffu) | OP_ID_RING_KIND |
+			 OP_ID_CHECK_K,
+		.epoch = x->epoch,
+		.kind = CS_COLL_ALLREDUCE,
+		.dtype = CS_I32,
+		.redop = CS_SUM,
+		.notify = &x->notify,
+	};
+	uint32_t pos, nn;
+	int32_t *slot;
+	char msg[160];
+	int ret;
+
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
+				 sizeof(msg));
+	if (ret) {
+		if (ret != -EAGAIN)
+			CS_WARN("group '%s': %s", op->group, msg);
+		return ret;
+	}
+	free(x->chk);
+	x->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*x->chk));
+	if (!x->chk)
+		return -ENOMEM;
+	x->chk_n = nn;
+	x->chk_pos = pos;
+	slot = x->chk + (size_t)pos * IPCD_CHK_WORDS;
+	slot[0] = 1;
+	slot[1] = (int32_t)x->d->conf.rank;
+	slot[2] = (int32_t)op->group_size;
+	slot[3] = (int32_t)op->local_size;
+	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
+		slot[IPCD_CHK_HDR + l] = op->local_ranks[l] + 1;
+	c.recvbuf = x->chk;
+	c.count = (size_t)nn * IPCD_CHK_WORDS;
+	atomic_store(&x->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret;
+	if (ret) {
+		CS_WARN("group '%s' membership check %#x: %s", op->group,
+			c.op_id, msg);
+		return ret;
+	}
+	x->installed = true;
+	x->running = true;
+	x->checking = true;
+	return 0;
+}
+
+/*
+ * What every node said about q[head]'s group (x->chk after the check):
+ * false if they agree, else true with what to fail the group with. Every
+ * node sees the same slots; each names a node other than itself.
+ */
+static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
+			  int32_t *peer, uint32_t *aux)
+{
+	const struct cs_ipc_inter_op *op = &x->q[x->head].op;
+	uint32_t size = op->group_size, n = x->chk_n;
+	uint32_t *owner = NULL; /* node slot + 1 claiming each rank */
+	bool refused = false;
+
+	/* sizes, and every slot filled (a node without the group) */
+	for (uint32_t j = 0; j < n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		if (j == x->chk_pos)
+			continue;
+		if (sl[0] != 1 || (uint32_t)sl[2] != size) {
+			*detail = CS_IPC_BAD_GROUP_SIZE;
+			*peer = sl[0] == 1 ? sl[1] : (int32_t)j;
+			*aux = sl[0] == 1 ? (uint32_t)sl[2] : 0;
+			CS_ERR("group '%s' refused: node %d joined it with "
+			       "size %u, this node (%u) with size %u",
+			       op->group, (int)*peer, *aux, x->d->conf.rank,
+			       size);
+			return true;
+		}
+	}
+	owner = calloc(size, sizeof(*owner));
+	if (!owner) { /* cannot tell: let the group run unchecked */
+		CS_WARN("group '%s': membership not checked (no memory)",
+			op->group);
+		return false;
+	}
+	/* ranks claimed twice; this node's slot first, so that a rank it
+	 * claims names the other node */
+	for (uint32_t j = 0; j < n && !refused; j++) {
+		uint32_t jj = j == 0 ? x->chk_pos : j == x->chk_pos ? 0 : j;
+		const int32_t *sl = x->chk + (size_t)jj * IPCD_CHK_WORDS;
+
+		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL; l++) {
+			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
+
+			if (r < 0 || (uint32_t)r >= size)
+				continue;
+			if (!owner[r]) {
+				owner[r] = jj + 1;
+				continue;
+			}
+			/* the first claim was this node's or another's */
+			if (owner[r] - 1 != x->chk_pos)
+				jj = owner[r] - 1;
+			*detail = CS_IPC_BAD_GROUP_RANK;
+			*peer = x->chk[(size_t)jj * IPCD_CHK_WORDS + 1];
+			*aux = (uint32_t)r;
+			refused = true;
+			break;
+		}
+	}
+	if (refused) {
+		CS_ERR("group '%s' refused: rank %u is claimed by node %d "
+		       "and by another node",
+		       op->group, *aux, (int)*peer);
+		free(owner);
+		return true;
+	}
+	for (uint32_t r = 0; r < size; r++)
+		if (!owner[r]) {
+			*detail = CS_IPC_BAD_GROUP_MISSING;
+			*peer = -1;
+			*aux = r;
+			CS_ERR("group '%s' refused: rank %u (of %u) is on no "
+			       "node",
+			       op->group, r, size);
+			refused = true;
+			break;
+		}
+	free(owner);
+	return refused;
+}
 
 /* The sum trick: the blocks of ranks not on this node are zero. */
 static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
@@ -408,6 +565,8 @@ static int launch(struct cs_daemon_ipc *x)
 	char msg[160];
 	int ret;
 
+	if (o->check)
+		return launch_check(x);
 	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
 	    op->kind == CS_IPC_INTER_ALL_GATHER) {
 		ring = ring_layout(x, op, &pos);
@@ -506,12 +665,21 @@ static bool view_moved(const struct cs_daemon_ipc *x)
 	       x->epoch;
 }
 
+/* A refusal of q[head]'s group by its membership check. */
+struct ipcd_refusal {
+	unsigned detail;
+	int32_t peer;
+	uint32_t aux;
+};
+
 /*
  * Finish q[head] with @status (@node: the node that stopped answering it,
- * or -1), then start what waits. Returns work done.
+ * or -1; @ref: its group is refused, or NULL), then start what waits.
+ * Returns work done.
  */
-static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
-				cs_ns_t now)
+static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, int status,
+				   int node, const struct ipcd_refusal *ref,
+				   cs_ns_t now)
 {
 	unsigned work = 0;
 
@@ -519,6 +687,7 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 		uint64_t cookie = x->q[x->head].op.cookie;
 
 		x->running = false;
+		x->checking = false;
 		if (status)
 			x->failed++;
 		else
@@ -526,12 +695,17 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 		pop(x);
 		x->done_at = now;
 		/* may call start_inter_node() again (the next instance) */
-		if (status == CS_ERR_PEER_LOST && node >= 0)
+		if (ref)
+			cs_ipc_server_inter_refuse(x->srv, cookie, status,
+						   ref->detail, ref->peer,
+						   ref->aux);
+		else if (status == CS_ERR_PEER_LOST && node >= 0)
 			cs_ipc_server_inter_fail(x->srv, cookie, status,
 						 CS_IPC_LOST_SESSION, node);
 		else
 			cs_ipc_server_inter_done(x->srv, cookie, status);
 		node = -1;
+		ref = NULL;
 		work++;
 		if (!x->count || x->running || view_moved(x))
 			return work; /* a moved view: on_view() next round */
@@ -542,6 +716,37 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 			return work; /* running, or the view moved */
 		/* else it failed at once: report it */
 	}
+}
+
+static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
+				cs_ns_t now)
+{
+	return finish_and_next_ex(x, status, node, NULL, now);
+}
+
+/*
+ * q[head]'s membership check is done: refuse its group if the nodes
+ * disagree (every node does, each naming another node), else run the
+ * operation itself. Returns work done.
+ */
+static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	struct ipcd_refusal ref;
+	int ret;
+
+	x->checking = false;
+	x->running = false;
+	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
+		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
+	x->q[x->head].check = false;
+	if (view_moved(x))
+		return 1; /* on_view() fails it */
+	ret = launch(x);
+	if (ret == 1)
+		return finish_and_next(x, 0, -1, now);
+	if (ret < 0 && ret != -EAGAIN)
+		return finish_and_next(x, ret, -1, now);
+	return 1;
 }
 
 /* Trainer segments: registered with the port so that frames of a
@@ -721,6 +926,9 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o = &x->q[(x->head + x->count) % IPCD_QUEUE];
 	o->op = *op;
 	o->op_id = op_id_of(op);
+	/* a group's first operation (k = 0 on every node): its nodes check
+	 * first that they agree on who is in it (launch_check) */
+	o->check = (uint32_t)op->cookie == 0;
 	x->count++;
 	if (x->running || x->count > 1 || view_moved(x))
 		return 0; /* started when the one before finishes */
@@ -757,6 +965,7 @@ static void be_cancel(void *ctx, uint64_t cookie)
 		cs_ar_svc_stop_ext(x->d->svc);
 		x->installed = false;
 		x->running = false;
+		x->checking = false;
 		x->failed++;
 	}
 	for (k = i; k + 1 < x->count; k++)
@@ -786,6 +995,7 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 		cs_ar_svc_stop_ext(x->d->svc);
 		x->installed = false;
 		x->running = false;
+		x->checking = false;
 	}
 	x->epoch = e;
 	/* cancels (be_cancel) and fails the queued ops of those groups */
@@ -853,6 +1063,8 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
+	if (v > 0 && x->checking)
+		return check_done(x, now);
 	if (v > 0) {
 		if (x->trace) /* no clock read on the hot path otherwise */
 			trace_op(x, now_ns());
@@ -1185,6 +1397,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		(unsigned long long)x->lost);
 	if (x->trace)
 		trace_write(x);
+	free(x->chk);
 	free(x->pfd);
 	free(x->trace);
 	free(x);

@@ -87,6 +87,17 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_FLAGS, /* flags or reserved fields not zero */
 	CS_IPC_BAD_MISMATCH, /* differs from the other ranks' descriptor */
 	CS_IPC_BAD_PEER, /* another rank's descriptor was bad */
+	/*
+	 * The group's nodes disagree on its membership (checked across the
+	 * nodes before a group's first cross-node operation; the group is
+	 * failed). @peer: the node (sidecar rank) that disagrees; the aux
+	 * word (@epoch): the size it joined the group with (GROUP_SIZE), the
+	 * rank it claims as well (GROUP_RANK); GROUP_MISSING: @peer -1, the
+	 * aux word a rank no node has.
+	 */
+	CS_IPC_BAD_GROUP_SIZE,
+	CS_IPC_BAD_GROUP_RANK,
+	CS_IPC_BAD_GROUP_MISSING,
 	CS_IPC_BAD_COUNT_
 };
 
@@ -121,7 +132,7 @@ struct cs_ipc_cqe {
 	int32_t peer; /* the rank at fault (bad peer, lost), or -1 */
 	/* an aux word (was reserved1, always 0 before): CS_IPC_LOST_NODE:
 	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank
-	 * that did not post; else 0 */
+	 * that did not post; CS_IPC_BAD_GROUP_*: see there; else 0 */
 	uint32_t epoch;
 	uint64_t reserved2;
 };

@@ -679,6 +679,30 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	run_ready(s, g);
 }
 
+static void group_break(struct cs_ipc_server *s, struct group *g, int status,
+			unsigned detail, int32_t peer, uint32_t aux);
+
+void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
+				int status, unsigned detail, int32_t peer,
+				uint32_t aux)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+	struct inst *in;
+
+	if (gid >= s->cfg.max_groups || !status)
+		return;
+	g = &s->groups[gid];
+	if (!g->used)
+		return;
+	in = &g->win[g->next_done % IPC_WINDOW];
+	if (!in->active || !in->inter || in->cookie != cookie)
+		return;
+	/* the backend let go of it: no cancel() from end_pending() */
+	in->inter = false;
+	group_break(s, g, status, detail, peer, aux);
+}
+
 /*
  * End every pending instance of @g with @status. A cross-node step still
  * running is taken back from the backend first: it works in the staging
@@ -1353,6 +1377,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "group '%.32s' lost node %d (epoch %u); "
 				 "join a new group",
 				 name, (int)g->lost_rank, g->lost_epoch);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_BAD_DESC) {
+			snprintf(why, wl,
+				 "group '%.32s' refused: nodes disagree on "
+				 "it (node %d); join a new one",
+				 name, (int)g->lost_rank);
 			return CS_ERR_EPOCH;
 		}
 		if (g->failed && g->fail_status == CS_ERR_TIMEOUT) {

@@ -207,6 +207,24 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 			      int status, unsigned detail, int32_t peer);
 
 /**
+ * cs_ipc_server_inter_refuse - the backend refuses a group's cross-node step
+ * @s: server
+ * @cookie: from the cs_ipc_inter_op
+ * @status: a negative error (CS_ERR_BAD_DESC for a membership the nodes
+ *	disagree on)
+ * @detail: for the completions (enum cs_ipc_bad: CS_IPC_BAD_GROUP_*)
+ * @peer: the node (or rank) @detail names, or -1
+ * @aux: the completions' aux word (cs_ipc_cqe.epoch)
+ *
+ * As cs_ipc_server_inter_fail(), and the whole group fails with it: its
+ * pending and later operations complete with the same error, joining it
+ * again is refused. Call from the thread that calls cs_ipc_server_poll.
+ */
+void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
+				int status, unsigned detail, int32_t peer,
+				uint32_t aux);
+
+/**
  * cs_ipc_server_view - the backend's view of the nodes moved on
  * @s: server
  * @epoch: the new view (group epoch)
