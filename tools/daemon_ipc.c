@@ -137,6 +137,14 @@ struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
 	bool check; /* the group's membership check runs first */
+	/* it failed on a silent node (@pm_node): the verdict exchange runs
+	 * to learn whether a node refused it (see launch_verdict) */
+	bool postmortem;
+	int pm_status, pm_node;
+	unsigned tries; /* CS_IPC_INTER_VERDICT: attempts so far */
+	/* the group's name: a verdict's group may be gone (op.group is the
+	 * server's, valid only while the op is pending there) */
+	char name[CS_IPC_NAME_MAX];
 	cs_ns_t launched; /* ipc.trace_dir */
 };
 
@@ -150,6 +158,13 @@ struct ipcd_op {
  */
 #define IPCD_CHK_HDR 4
 #define IPCD_CHK_WORDS (IPCD_CHK_HDR + CS_IPC_MAX_LOCAL)
+/* The verdict exchange: per node present (1), node rank, status, detail,
+ * peer + 1 (status 0: this node did not refuse the operation). */
+#define IPCD_VERDICT_WORDS 5
+/* Attempts of a refusing node's verdict exchange: the other nodes join it
+ * only after their own part of the op gave up on this node, which takes
+ * as long as one attempt may wait (rel.max_timeouts x rel.rto_max). */
+#define IPCD_VERDICT_TRIES 4
 
 /*
  * ipc.on_lcore: trainer segments are registered with the port by a thread
@@ -198,6 +213,7 @@ struct cs_daemon_ipc {
 	cs_ns_t done_at;
 	int32_t barrier_word;
 	bool checking; /* what runs is q[head]'s membership check */
+	bool verdicting; /* ... or its verdict exchange */
 	int32_t *chk; /* its buffer: chk_n slots of IPCD_CHK_WORDS */
 	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
 	uint32_t epoch; /* the node view the queued operations belong to */
@@ -325,12 +341,14 @@ static uint32_t name_hash(const char *s)
 /*
  * The id of the k-th operation of a group: the top bit keeps it apart from
  * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
- * by launch()), then 6 bits of the name's hash, 24 bits of k. k is the
- * low half of the server's cookie (the instance's sequence number).
+ * by launch()), the next a control exchange of the group's (OP_ID_CTRL:
+ * its membership check, a verdict), then 5 bits of the name's hash, 24
+ * bits of k. k is the low half of the server's cookie (the instance's
+ * sequence number).
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
-	return 0x80000000u | (name_hash(op->group) & 0x3f) << 24 |
+	return 0x80000000u | (name_hash(op->group) & 0x1f) << 24 |
 	       ((uint32_t)op->cookie & 0xffffff);
 }
 
@@ -345,9 +363,78 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 /* Op ids of the ring kinds below (reduce-scatter, all-gather as such):
  * never the id of the same op run as a sum elsewhere. */
 #define OP_ID_RING_KIND 0x40000000u
-/* The membership check's id: a ring kind's id with k = 0xffffff, which
- * no group reaches while its check could still be installed. */
-#define OP_ID_CHECK_K 0xffffffu
+/* Control exchanges of a group: its membership check (op k = 0's id with
+ * this bit) and the verdict of op k (op k's id with this bit and
+ * OP_ID_RING_KIND): never a data operation's id. */
+#define OP_ID_CTRL 0x20000000u
+#define OP_ID_CHECK(id) ((id) | OP_ID_CTRL)
+#define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
+
+/*
+ * Operation k of a group was refused on some node (a bad or mismatched
+ * descriptor of a trainer there: CS_IPC_INTER_VERDICT from its server),
+ * and that node never ran its part, so the other nodes' part failed on a
+ * silent node. To tell those ranks why, every node runs one more small
+ * exchange for op k: the refusing node at once (the verdict takes op k's
+ * place in its queue), the others once op k failed on a silent node (the
+ * post-mortem). Each node's slot says whether it refused and with what;
+ * a refusal found there completes op k with that error instead of
+ * CS_ERR_PEER_LOST. If no node refused (a node really went silent), the
+ * exchange fails the same way and op k keeps its own error. As launch().
+ */
+static int launch_verdict(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	const struct cs_ipc_inter_op *op = &o->op;
+	struct cs_ar_coll c = {
+		.op_id = OP_ID_VERDICT(o->op_id),
+		.epoch = x->epoch,
+		.kind = CS_COLL_ALLREDUCE,
+		.dtype = CS_I32,
+		.redop = CS_SUM,
+		.notify = &x->notify,
+	};
+	uint32_t pos, nn;
+	int32_t *slot;
+	char msg[160];
+	int ret;
+
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
+				 sizeof(msg));
+	if (ret) {
+		if (ret != -EAGAIN)
+			CS_WARN("group '%s': %s", o->name, msg);
+		return ret;
+	}
+	free(x->chk);
+	x->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*x->chk));
+	if (!x->chk)
+		return -ENOMEM;
+	x->chk_n = nn;
+	x->chk_pos = pos;
+	slot = x->chk + (size_t)pos * IPCD_VERDICT_WORDS;
+	slot[0] = 1;
+	slot[1] = (int32_t)x->d->conf.rank;
+	if (op->kind == CS_IPC_INTER_VERDICT) {
+		slot[2] = op->status;
+		slot[3] = op->detail;
+		slot[4] = op->peer + 1;
+	}
+	c.recvbuf = x->chk;
+	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
+	atomic_store(&x->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret;
+	if (ret) {
+		CS_WARN("group '%s' verdict %#x: %s", o->name, c.op_id, msg);
+		return ret;
+	}
+	x->installed = true;
+	x->running = true;
+	x->verdicting = true;
+	return 0;
+}
 
 /* Start q[head]'s membership check (see IPCD_CHK_WORDS); as launch(). */
 static int launch_check(struct cs_daemon_ipc *x)
@@ -355,8 +442,7 @@ static int launch_check(struct cs_daemon_ipc *x)
 	struct ipcd_op *o = &x->q[x->head];
 	const struct cs_ipc_inter_op *op = &o->op;
 	struct cs_ar_coll c = {
-		.op_id = (op_id_of(op) & ~0xffffffu) | OP_ID_RING_KIND |
-			 OP_ID_CHECK_K,
+		.op_id = OP_ID_CHECK(o->op_id),
 		.epoch = x->epoch,
 		.kind = CS_COLL_ALLREDUCE,
 		.dtype = CS_I32,
@@ -565,6 +651,8 @@ static int launch(struct cs_daemon_ipc *x)
 	char msg[160];
 	int ret;
 
+	if (op->kind == CS_IPC_INTER_VERDICT || o->postmortem)
+		return launch_verdict(x);
 	if (o->check)
 		return launch_check(x);
 	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
@@ -665,8 +753,10 @@ static bool view_moved(const struct cs_daemon_ipc *x)
 	       x->epoch;
 }
 
-/* A refusal of q[head]'s group by its membership check. */
+/* A refusal of q[head]'s group by its membership check (@group), or of
+ * q[head] alone by another node (its verdict). */
 struct ipcd_refusal {
+	bool group;
 	unsigned detail;
 	int32_t peer;
 	uint32_t aux;
@@ -688,6 +778,7 @@ static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, int status,
 
 		x->running = false;
 		x->checking = false;
+		x->verdicting = false;
 		if (status)
 			x->failed++;
 		else
@@ -695,10 +786,13 @@ static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, int status,
 		pop(x);
 		x->done_at = now;
 		/* may call start_inter_node() again (the next instance) */
-		if (ref)
+		if (ref && ref->group)
 			cs_ipc_server_inter_refuse(x->srv, cookie, status,
 						   ref->detail, ref->peer,
 						   ref->aux);
+		else if (ref)
+			cs_ipc_server_inter_fail(x->srv, cookie, status,
+						 ref->detail, ref->peer);
 		else if (status == CS_ERR_PEER_LOST && node >= 0)
 			cs_ipc_server_inter_fail(x->srv, cookie, status,
 						 CS_IPC_LOST_SESSION, node);
@@ -729,6 +823,8 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
  * disagree (every node does, each naming another node), else run the
  * operation itself. Returns work done.
  */
+static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now);
+
 static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
 {
 	struct ipcd_refusal ref;
@@ -736,6 +832,7 @@ static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
 
 	x->checking = false;
 	x->running = false;
+	ref.group = true;
 	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
 	x->q[x->head].check = false;
@@ -928,7 +1025,11 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op_id = op_id_of(op);
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
-	o->check = (uint32_t)op->cookie == 0;
+	o->check = op->kind != CS_IPC_INTER_VERDICT &&
+		   (uint32_t)op->cookie == 0;
+	o->postmortem = false;
+	o->tries = 0;
+	snprintf(o->name, sizeof(o->name), "%s", op->group);
 	x->count++;
 	if (x->running || x->count > 1 || view_moved(x))
 		return 0; /* started when the one before finishes */
@@ -966,6 +1067,7 @@ static void be_cancel(void *ctx, uint64_t cookie)
 		x->installed = false;
 		x->running = false;
 		x->checking = false;
+		x->verdicting = false;
 		x->failed++;
 	}
 	for (k = i; k + 1 < x->count; k++)
@@ -996,6 +1098,7 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 		x->installed = false;
 		x->running = false;
 		x->checking = false;
+		x->verdicting = false;
 	}
 	x->epoch = e;
 	/* cancels (be_cancel) and fails the queued ops of those groups */
@@ -1063,6 +1166,8 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
+	if (x->verdicting)
+		return verdict_done(x, v, now);
 	if (v > 0 && x->checking)
 		return check_done(x, now);
 	if (v > 0) {
@@ -1071,11 +1176,72 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		return finish_and_next(x, 0, -1, now);
 	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
+	if (v == CS_ERR_PEER_LOST && node >= 0 && !view_moved(x)) {
+		/* a silent node: did it refuse the op? (launch_verdict) */
+		struct ipcd_op *o = &x->q[x->head];
+		int ret;
+
+		o->postmortem = true;
+		o->pm_status = v;
+		o->pm_node = node;
+		x->running = false;
+		x->checking = false;
+		ret = launch(x);
+		if (!ret)
+			return 1;
+		if (ret == -EAGAIN)
+			return 1; /* on_view() fails it */
+	}
 	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
 		"answering)",
 		x->q[x->head].op.group, x->q[x->head].op_id, cs_strerror(v),
 		node);
 	return finish_and_next(x, v, node, now);
+}
+
+/*
+ * q[head]'s verdict exchange ended (@v: its notify value). The refusing
+ * node's own verdict: nothing more to do (its ranks have the error).
+ * A post-mortem: a node's refusal becomes op k's error; else op k keeps
+ * its own.
+ */
+static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	struct ipcd_refusal ref = { .group = false };
+
+	x->verdicting = false;
+	x->running = false;
+	if (o->op.kind == CS_IPC_INTER_VERDICT) {
+		if (v < 0 && ++o->tries < IPCD_VERDICT_TRIES &&
+		    !view_moved(x) && !launch(x))
+			return 1; /* the others may not be there yet */
+		if (v < 0)
+			CS_WARN("group '%s': the other nodes were not told why "
+				"op %u failed here (%s)",
+				o->name, (uint32_t)o->op.cookie,
+				cs_strerror(v));
+		/* the server ignores it: that instance is finished */
+		return finish_and_next(x, v < 0 ? v : 0, -1, now);
+	}
+	for (uint32_t j = 0; v > 0 && j < x->chk_n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_VERDICT_WORDS;
+
+		if (j == x->chk_pos || sl[0] != 1 || !sl[2])
+			continue;
+		ref.detail = (unsigned)sl[3];
+		ref.peer = sl[4] - 1;
+		CS_WARN("group '%s' op %#x: refused on node %d (%s, rank %d); "
+			"its ranks here fail with that",
+			o->name, o->op_id, (int)sl[1], cs_strerror(sl[2]),
+			(int)ref.peer);
+		return finish_and_next_ex(x, sl[2], -1, &ref, now);
+	}
+	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
+		"answering%s)",
+		o->name, o->op_id, cs_strerror(o->pm_status), o->pm_node,
+		v > 0 ? "; it refused nothing" : "");
+	return finish_and_next(x, o->pm_status, o->pm_node, now);
 }
 
 /* ---- the thread -------------------------------------------------------- */

@@ -595,6 +595,41 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	}
 }
 
+/*
+ * @in of a group spanning nodes is refused here (@status, @detail, @peer):
+ * the other nodes run their part of it and would wait for this node's
+ * until their transport gives up on it ("stopped answering"). The
+ * backend tells them why instead (CS_IPC_INTER_VERDICT).
+ */
+static void send_verdict(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in, int status, unsigned detail,
+			 int32_t peer)
+{
+	struct cs_ipc_inter_op op = {
+		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
+			  (in->seq & 0xffffffffu),
+		.group = g->name,
+		.group_size = g->size,
+		.local_size = g->local_size,
+		.local_ranks = g->ranks,
+		.kind = CS_IPC_INTER_VERDICT,
+		.epoch = g->epoch,
+		.status = status,
+		.detail = (uint16_t)detail,
+		.peer = peer,
+	};
+	int ret;
+
+	if (!s->have_be || g->local_size == g->size)
+		return;
+	ret = s->be.start_inter_node(s->be.ctx, &op);
+	if (ret)
+		CS_WARN("group '%s' op %llu: the other nodes are not told "
+			"why it failed here (%s)",
+			g->name, (unsigned long long)in->seq,
+			cs_strerror(ret));
+}
+
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
@@ -612,6 +647,8 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			bad_rank = g->ranks[l];
 	}
 	if (bad_rank >= 0) {
+		send_verdict(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
+			     bad_rank);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			    bad_rank);
 		return;
@@ -625,6 +662,8 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		      a->op == CS_IPC_OP_REDUCE_SCATTER) &&
 		     a->redop != b->redop) ||
 		    (a->op == CS_IPC_OP_BROADCAST && a->root != b->root)) {
+			send_verdict(s, g, in, CS_ERR_BAD_DESC,
+				     CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			inst_finish(s, g, in, CS_ERR_BAD_DESC,
 				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			return;

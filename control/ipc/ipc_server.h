@@ -74,6 +74,15 @@ enum cs_ipc_inter_kind {
 	 * or @sendbuf); reduce over nodes at least the blocks of the local
 	 * ranks, into @buf at their global offsets */
 	CS_IPC_INTER_REDUCE_SCATTER = 5,
+	/*
+	 * This node refused the group's operation (a bad or mismatched
+	 * descriptor of a local rank); its ranks here already have the error
+	 * (@status, @detail, @peer). Tell the other nodes, whose ranks wait
+	 * for this node in the same operation, so that theirs end with it
+	 * too and not as a lost peer. No buffer; no inter_done needed (one
+	 * is ignored).
+	 */
+	CS_IPC_INTER_VERDICT = 6,
 };
 
 /* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */
@@ -96,6 +105,10 @@ struct cs_ipc_inter_op {
 	uint64_t count; /* elements in @buf */
 	uint64_t block; /* elements per rank (all-gather, reduce-scatter) */
 	uint32_t epoch; /* the node view the group was formed in */
+	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
+	int32_t status;
+	uint16_t detail;
+	int32_t peer;
 };
 
 /* The network side, supplied by the integrator (collstackd). */

@@ -5,7 +5,10 @@
  * posts one collective, then reports what came back.
  *
  *   COLLSTACK_SOCKET=... cs-trainer-join GROUP RANK SIZE LOCAL_RANK \
- *	LOCAL_SIZE allreduce|all_gather|barrier [N_OPS]
+ *	LOCAL_SIZE allreduce|all_gather|barrier [N_OPS [COUNT]]
+ *
+ * COUNT: elements per operation (default 1024; a rank that posts another
+ * count than its peers on the node has its operation refused there).
  *
  * Output, one line per operation (flushed): "ok op=K sum=<f32 sum of the
  * result>" or "error op=K status=<code> msg=<cs_errmsg>".
@@ -18,22 +21,24 @@
 
 #include <collstack/collstack.h>
 
-#define JOIN_COUNT 1024
+#define JOIN_COUNT 1024 /* elements, default */
 #define JOIN_WAIT_NS (300 * 1000000000ll)
 
 int main(int argc, char **argv)
 {
 	int rank, size, lr, ls, nops = 1, ret;
+	size_t count = JOIN_COUNT;
 	struct cs_client *c;
 	struct cs_group *g;
 	struct cs_buf *b;
 	const char *op;
 	float *x, *y;
 
-	if (argc < 7 || argc > 8) {
+	if (argc < 7 || argc > 9) {
 		fprintf(stderr, "usage: cs-trainer-join GROUP RANK SIZE "
 				"LOCAL_RANK LOCAL_SIZE "
-				"allreduce|all_gather|barrier [N_OPS]\n");
+				"allreduce|all_gather|barrier [N_OPS "
+				"[COUNT]]\n");
 		return 2;
 	}
 	rank = atoi(argv[2]);
@@ -41,8 +46,14 @@ int main(int argc, char **argv)
 	lr = atoi(argv[4]);
 	ls = atoi(argv[5]);
 	op = argv[6];
-	if (argc == 8)
+	if (argc >= 8)
 		nops = atoi(argv[7]);
+	if (argc == 9)
+		count = (size_t)atol(argv[8]);
+	if (size < 1 || !count || count > (1 << 24)) {
+		fprintf(stderr, "bad SIZE or COUNT\n");
+		return 2;
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	ret = cs_connect(NULL, &c);
 	if (ret) {
@@ -54,27 +65,25 @@ int main(int argc, char **argv)
 		printf("setup join: %s: %s\n", cs_strerror(ret), cs_errmsg(c));
 		return 1;
 	}
-	ret = cs_buf_alloc(c, (size_t)(size + 1) * JOIN_COUNT * sizeof(float),
-			   &b);
+	ret = cs_buf_alloc(c, (size_t)(size + 1) * count * sizeof(float), &b);
 	if (ret) {
 		printf("setup buffer: %s\n", cs_strerror(ret));
 		return 1;
 	}
 	x = cs_buf_ptr(b);
-	y = x + JOIN_COUNT;
+	y = x + count;
 	for (int k = 0; k < nops; k++) {
-		size_t n = JOIN_COUNT;
+		size_t n = count;
 		cs_req_t r;
 		double sum = 0;
 
-		for (size_t i = 0; i < JOIN_COUNT; i++)
+		for (size_t i = 0; i < count; i++)
 			x[i] = (float)(rank + 1);
 		if (!strcmp(op, "allreduce")) {
-			ret = cs_allreduce(g, x, y, JOIN_COUNT, CS_F32, CS_SUM,
-					   &r);
+			ret = cs_allreduce(g, x, y, count, CS_F32, CS_SUM, &r);
 		} else if (!strcmp(op, "all_gather")) {
-			ret = cs_all_gather(g, x, y, JOIN_COUNT, CS_F32, &r);
-			n = (size_t)size * JOIN_COUNT;
+			ret = cs_all_gather(g, x, y, count, CS_F32, &r);
+			n = (size_t)size * count;
 		} else if (!strcmp(op, "barrier")) {
 			ret = cs_barrier(g, &r);
 			n = 0;
