@@ -1025,8 +1025,8 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op_id = op_id_of(op);
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
-	o->check = op->kind != CS_IPC_INTER_VERDICT &&
-		   (uint32_t)op->cookie == 0;
+	o->check =
+		op->kind != CS_IPC_INTER_VERDICT && (uint32_t)op->cookie == 0;
 	o->postmortem = false;
 	o->tries = 0;
 	snprintf(o->name, sizeof(o->name), "%s", op->group);

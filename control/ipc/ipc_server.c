@@ -282,7 +282,7 @@ static void inst_finish(struct cs_ipc_server *s, struct group *g,
 {
 	inst_finish_ex(s, g, in, status, detail, peer,
 		       g->failed && status == g->fail_status ? g->lost_epoch
-							      : 0);
+							     : 0);
 }
 
 static size_t esz_of(const struct part *p)
@@ -626,8 +626,7 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g,
 	if (ret)
 		CS_WARN("group '%s' op %llu: the other nodes are not told "
 			"why it failed here (%s)",
-			g->name, (unsigned long long)in->seq,
-			cs_strerror(ret));
+			g->name, (unsigned long long)in->seq, cs_strerror(ret));
 }
 
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
