@@ -1484,7 +1484,8 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 				      .reg_mem = be_reg_mem,
 				      .unreg_mem = be_unreg_mem,
 				      .progress =
-					      x->hosted ? be_progress : NULL };
+					      x->hosted ? be_progress : NULL,
+				      .verdicts = true };
 	ret = cs_ipc_server_create(&cf->ipc, &be, &x->srv);
 	if (ret) {
 		CS_ERR("ipc.socket %s: %s", cf->ipc.socket_path,

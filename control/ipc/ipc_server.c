@@ -601,13 +601,12 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
  * until their transport gives up on it ("stopped answering"). The
  * backend tells them why instead (CS_IPC_INTER_VERDICT).
  */
-static void send_verdict(struct cs_ipc_server *s, struct group *g,
-			 struct inst *in, int status, unsigned detail,
-			 int32_t peer)
+static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
+			 int status, unsigned detail, int32_t peer)
 {
 	struct cs_ipc_inter_op op = {
 		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
-			  (in->seq & 0xffffffffu),
+			  (seq & 0xffffffffu),
 		.group = g->name,
 		.group_size = g->size,
 		.local_size = g->local_size,
@@ -620,13 +619,13 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g,
 	};
 	int ret;
 
-	if (!s->have_be || g->local_size == g->size)
+	if (!s->have_be || !s->be.verdicts || g->local_size == g->size)
 		return;
 	ret = s->be.start_inter_node(s->be.ctx, &op);
 	if (ret)
 		CS_WARN("group '%s' op %llu: the other nodes are not told "
 			"why it failed here (%s)",
-			g->name, (unsigned long long)in->seq, cs_strerror(ret));
+			g->name, (unsigned long long)seq, cs_strerror(ret));
 }
 
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
@@ -646,7 +645,7 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			bad_rank = g->ranks[l];
 	}
 	if (bad_rank >= 0) {
-		send_verdict(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
+		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			     bad_rank);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			    bad_rank);
@@ -661,7 +660,7 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		      a->op == CS_IPC_OP_REDUCE_SCATTER) &&
 		     a->redop != b->redop) ||
 		    (a->op == CS_IPC_OP_BROADCAST && a->root != b->root)) {
-			send_verdict(s, g, in, CS_ERR_BAD_DESC,
+			send_verdict(s, g, in->seq, CS_ERR_BAD_DESC,
 				     CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			inst_finish(s, g, in, CS_ERR_BAD_DESC,
 				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
@@ -1132,11 +1131,22 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 
 		if (!m)
 			continue;
+		struct group *g = m->g;
+		struct inst *head = &g->win[g->next_done % IPC_WINDOW];
+		/* the other nodes wait for this one in that op: tell them
+		 * the rank is lost (after the backend let go of the op) */
+		bool tell =
+			!g->failed && head->active && head->seq == g->next_done;
+		uint64_t seq = g->next_done;
+
 		/* Completions to @t itself are discarded below. */
-		if (m->g->nmembers > 1)
-			group_fail(s, m->g, m->rank, CS_IPC_LOST_RANK, 0);
+		if (g->nmembers > 1)
+			group_fail(s, g, m->rank, CS_IPC_LOST_RANK, 0);
 		else
-			group_cancel(s, m->g);
+			group_cancel(s, g);
+		if (tell)
+			send_verdict(s, g, seq, CS_ERR_PEER_LOST,
+				     CS_IPC_LOST_RANK, m->rank);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)

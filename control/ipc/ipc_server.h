@@ -4,6 +4,7 @@
 #define CS_IPC_SERVER_H
 
 #include <poll.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,11 +77,12 @@ enum cs_ipc_inter_kind {
 	CS_IPC_INTER_REDUCE_SCATTER = 5,
 	/*
 	 * This node refused the group's operation (a bad or mismatched
-	 * descriptor of a local rank); its ranks here already have the error
+	 * descriptor of a local rank), or lost a local rank while the
+	 * operation was pending; its ranks here already have the error
 	 * (@status, @detail, @peer). Tell the other nodes, whose ranks wait
 	 * for this node in the same operation, so that theirs end with it
-	 * too and not as a lost peer. No buffer; no inter_done needed (one
-	 * is ignored).
+	 * too and not as a silent node. No buffer; no inter_done needed (one
+	 * is ignored). Only to a backend with cs_ipc_backend.verdicts.
 	 */
 	CS_IPC_INTER_VERDICT = 6,
 };
@@ -127,6 +129,9 @@ struct cs_ipc_backend {
 	 * intra-node reduction or copy, so that a server polled by a
 	 * port's lcore (collstackd ipc.on_lcore) keeps serving the port. */
 	void (*progress)(void *ctx);
+	/* The backend takes CS_IPC_INTER_VERDICT steps (without it none is
+	 * handed to it). */
+	bool verdicts;
 };
 
 /* Counters for tests, `collstack top` and metrics. */
