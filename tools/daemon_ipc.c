@@ -823,8 +823,6 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
  * disagree (every node does, each naming another node), else run the
  * operation itself. Returns work done.
  */
-static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now);
-
 static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
 {
 	struct ipcd_refusal ref;
@@ -1126,6 +1124,8 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 			e, lost);
 	return 1;
 }
+
+static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now);
 
 /* The IPC thread's share of the backend; returns the work done. */
 static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
