@@ -59,6 +59,16 @@ struct core_op {
 	atomic_int *notify; /* trainer op: 1 or an error */
 	cs_ns_t t_post, t_ready, t_done;
 	struct core_op *next; /* inbox, graveyard */
+	/* collstack run mixed: a group of its own over @nodes (its ranks),
+	 * an op of any ring kind; or, with @forget, the group's end */
+	uint32_t group;
+	uint32_t *nodes;
+	enum cs_coll_kind kind;
+	enum cs_redop redop;
+	uint32_t root;
+	uint8_t *sbuf; /* its send buffer, when not in place */
+	bool forget;
+	struct core_op *mx_next; /* the control side's list */
 };
 
 struct cs_core_svc {
@@ -88,6 +98,7 @@ struct cs_core_svc {
 	struct core_op *run_op; /* collstack run's last prepared */
 	struct core_op *ext_op; /* the last trainer op */
 	struct core_op *grave; /* replaced, not released yet */
+	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
 	int done_fd;
 	atomic_int notify_fd;
 };
@@ -264,11 +275,29 @@ static void core_take(struct cs_core_svc *s, cs_ns_t now)
 			core_verdict(s, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
 			continue;
 		}
+		if (list->forget) {
+			cs_tp_group_remove(s->tp, list->group);
+			core_verdict(s, list, 0, UINT32_MAX, now);
+			continue;
+		}
+		/* run mixed: its group on first use (the same member list on
+		 * every node: collstack run mixed sends it to each) */
+		if (list->group && list->nodes) {
+			ret = cs_tp_group_add(s->tp, list->group, list->nodes,
+					      list->n, NULL);
+			if (ret && ret != -EEXIST) {
+				s->post_refused++;
+				core_verdict(s, list, CS_ERR_BAD_DESC,
+					     UINT32_MAX, now);
+				continue;
+			}
+		}
 		ret = s->nlive == CORE_MAX_LIVE
 			      ? -ENOSPC
 			      : cs_tp_post(s->tp,
-					   list->notify ? CORE_TRAINERS
-							: CORE_GROUP,
+					   list->group    ? list->group
+					   : list->notify ? CORE_TRAINERS
+							  : CORE_GROUP,
 					   list->op_id,
 					   &cs_coll_flow_ops, list->coll,
 					   list->bytes, list, now);
@@ -321,8 +350,9 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		if (atomic_load_explicit(&s->live[i]->cancel,
 					 memory_order_relaxed))
 			cs_tp_cancel(s->tp,
-				     s->live[i]->notify ? CORE_TRAINERS
-							: CORE_GROUP,
+				     s->live[i]->group    ? s->live[i]->group
+				     : s->live[i]->notify ? CORE_TRAINERS
+							  : CORE_GROUP,
 				     s->live[i]->op_id, CS_ERR_CANCELLED);
 	if (atomic_load_explicit(&s->pending, memory_order_acquire))
 		core_take(s, now);
@@ -354,6 +384,8 @@ static void op_free(struct core_op *op)
 		return;
 	cs_coll_free(op->coll);
 	free(op->buf);
+	free(op->sbuf);
+	free(op->nodes);
 	free(op);
 }
 
@@ -580,6 +612,239 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
 		 st.rx_proto, first);
 }
 
+/* ---- collstack run mixed ---------------------------------------------- */
+
+/*
+ * "mx_post GROUP OP KIND COUNT DTYPE REDOP ROOT SEED N0,N1,...": an op of
+ * a group over nodes N0.. (ranks in that order), on buffers of its own
+ * filled from SEED (tests/coll_sim/coll_data.h), posted at once. Groups
+ * below 16 are the service's own.
+ */
+static void mx_post(struct cs_core_svc *s, const char *args, char *out,
+		    size_t len)
+{
+	unsigned group, op_id, kind, root;
+	unsigned long long count, seed;
+	char dts[16], rops[16], list[2048], *save = NULL, *tok;
+	uint32_t nodes[CS_DRV_MAX_PEERS], n = 0;
+	int64_t me = -1;
+	struct cs_coll_params p;
+	struct core_op *op;
+	enum cs_dtype dt;
+	enum cs_redop ro;
+	size_t ns, nr, esz;
+
+	if (sscanf(args, "%u %u %u %llu %15s %15s %u %llu %2047s", &group,
+		   &op_id, &kind, &count, dts, rops, &root, &seed,
+		   list) != 9 ||
+	    cs_dtype_parse(dts, &dt) || cs_redop_parse(rops, &ro) ||
+	    group < 16 || kind >= CS_COLL_BARRIER || !count ||
+	    count > (1ull << 32)) {
+		snprintf(out, len,
+			 "err usage: mx_post GROUP(>=16) OP KIND(0-4) COUNT "
+			 "DTYPE REDOP ROOT SEED N0,N1,...");
+		return;
+	}
+	for (tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		unsigned long v = strtoul(tok, NULL, 10);
+
+		if (n == CS_DRV_MAX_PEERS || v >= s->d->drv.npeers) {
+			snprintf(out, len, "err node %s: not in the view", tok);
+			return;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			if (nodes[i] == v) {
+				snprintf(out, len, "err node %lu twice", v);
+				return;
+			}
+		if (v == s->d->drv.rank)
+			me = n;
+		nodes[n++] = (uint32_t)v;
+	}
+	if (n < 2 || me < 0 || root >= n) {
+		snprintf(out, len,
+			 "err a group of 2+ nodes with this one, root inside");
+		return;
+	}
+	op = op_new(op_id, atomic_load(&s->d->view.epoch));
+	if (!op) {
+		snprintf(out, len, "err no memory");
+		return;
+	}
+	esz = cs_dtype_size(dt);
+	ns = nr = count;
+	if (kind == CS_COLL_REDUCE_SCATTER)
+		ns = n * count;
+	if (kind == CS_COLL_ALL_GATHER)
+		nr = n * count;
+	op->group = group;
+	op->n = n;
+	op->rank = (uint32_t)me;
+	op->kind = kind;
+	op->dtype = dt;
+	op->redop = ro;
+	op->root = root;
+	op->seed = seed;
+	op->count = count;
+	op->bytes = CS_MAX(ns, nr) * esz;
+	op->nodes = malloc(n * sizeof(*op->nodes));
+	op->sbuf = malloc(ns * esz);
+	op->buf = calloc(nr, esz);
+	if (!op->nodes || !op->sbuf || !op->buf) {
+		op_free(op);
+		snprintf(out, len, "err no memory for %llu elements", count);
+		return;
+	}
+	memcpy(op->nodes, nodes, n * sizeof(*nodes));
+	for (size_t x = 0; x < ns; x++)
+		cs_td_store(dt, op->sbuf, x,
+			    cs_td_value(dt, ro, n, seed, op->rank, x));
+	cs_coll_params_default(&p, &s->coll);
+	p.kind = kind;
+	p.nranks = n;
+	p.rank = op->rank;
+	p.root = root;
+	p.sendbuf = op->sbuf;
+	p.recvbuf = op->buf;
+	p.count = count;
+	p.dtype = dt;
+	p.op = ro;
+	if (op_engine(s, op, &p, out, len)) {
+		op_free(op);
+		return;
+	}
+	pthread_mutex_lock(&s->ctl);
+	op->mx_next = s->mx;
+	s->mx = op;
+	core_hand(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	snprintf(out, len, "ok group=%u op=%u rank=%u n=%u", group, op_id,
+		 op->rank, n);
+}
+
+static uint64_t mx_verify(const struct core_op *op, char *first, size_t flen)
+{
+	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
+						    : op->count;
+	uint64_t wrong = 0;
+
+	first[0] = 0;
+	if (op->kind == CS_COLL_REDUCE && op->rank != op->root)
+		return 0; /* a partial sum there */
+	for (size_t x = 0; x < nr; x++) {
+		double want, got = cs_td_load(op->dtype, op->buf, x);
+
+		switch (op->kind) {
+		case CS_COLL_REDUCE_SCATTER:
+			want = cs_td_expect(op->dtype, op->redop, op->n,
+					    op->seed,
+					    (uint64_t)op->rank * op->count + x);
+			break;
+		case CS_COLL_ALL_GATHER:
+			want = cs_td_value(op->dtype, op->redop, op->n,
+					   op->seed, (uint32_t)(x / op->count),
+					   x % op->count);
+			break;
+		case CS_COLL_BROADCAST:
+			want = cs_td_value(op->dtype, op->redop, op->n,
+					   op->seed, op->root, x);
+			break;
+		default:
+			want = cs_td_expect(op->dtype, op->redop, op->n,
+					    op->seed, x);
+			break;
+		}
+		if (got != want && !wrong++)
+			snprintf(first, flen, " first_wrong=%zu got=%g want=%g",
+				 x, got, want);
+	}
+	return wrong;
+}
+
+/* "mx_wait GROUP OP MS": its verdict and every element checked. */
+static void mx_wait(struct cs_core_svc *s, const char *args, char *out,
+		    size_t len)
+{
+	struct pollfd pf = { .fd = s->done_fd, .events = POLLIN };
+	unsigned group, op_id, ms;
+	struct core_op *op, **pp;
+	char first[128];
+	cs_ns_t deadline;
+	int state;
+	uint64_t v;
+
+	if (sscanf(args, "%u %u %u", &group, &op_id, &ms) != 3) {
+		snprintf(out, len, "err usage: mx_wait GROUP OP MS");
+		return;
+	}
+	pthread_mutex_lock(&s->ctl);
+	for (pp = &s->mx; *pp; pp = &(*pp)->mx_next)
+		if ((*pp)->group == group && (*pp)->op_id == op_id)
+			break;
+	op = *pp;
+	if (op)
+		*pp = op->mx_next;
+	pthread_mutex_unlock(&s->ctl);
+	if (!op) {
+		snprintf(out, len, "err no operation %u of group %u", op_id,
+			 group);
+		return;
+	}
+	deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+	for (;;) {
+		state = atomic_load_explicit(&op->state, memory_order_acquire);
+		if (state != OP_PREPARED || cs_lcore_now() >= deadline ||
+		    cs_daemon_signalled(s->d))
+			break;
+		if (poll(&pf, 1, 10) > 0)
+			(void)!read(s->done_fd, &v, sizeof(v));
+	}
+	if (state == OP_PREPARED) {
+		atomic_store(&op->cancel, true);
+		snprintf(out, len, "err group %u op %u timed out after %u ms",
+			 group, op_id, ms);
+	} else if (state == OP_FAILED) {
+		snprintf(out, len, "err group %u op %u failed: %s (rank %d)",
+			 group, op_id, cs_strerror(op->status),
+			 op->culprit == UINT32_MAX ? -1 : (int)op->culprit);
+	} else {
+		uint64_t wrong = mx_verify(op, first, sizeof(first));
+
+		snprintf(out, len,
+			 "ok group=%u op=%u ns=%" PRIu64 " wrong=%" PRIu64 "%s",
+			 group, op_id, op->t_done - op->t_post, wrong, first);
+	}
+	pthread_mutex_lock(&s->ctl);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+}
+
+/* "mx_forget GROUP": the group ends (after its ops were waited for). */
+static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
+		      size_t len)
+{
+	struct core_op *op;
+	unsigned group;
+
+	if (sscanf(args, "%u", &group) != 1 || group < 16) {
+		snprintf(out, len, "err usage: mx_forget GROUP(>=16)");
+		return;
+	}
+	op = op_new(0, atomic_load(&s->d->view.epoch));
+	if (!op) {
+		snprintf(out, len, "err no memory");
+		return;
+	}
+	op->group = group;
+	op->forget = true;
+	pthread_mutex_lock(&s->ctl);
+	core_hand(s, op);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	snprintf(out, len, "ok");
+}
+
 int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		    char *out, size_t len)
 {
@@ -641,6 +906,23 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		}
 		snprintf(out, len, "ok op=%u wrong=%" PRIu64 "%s", op_id,
 			 run_verify(op, first, sizeof(first)), first);
+		return 0;
+	}
+	if (!strcmp(req, "mx_rank")) {
+		snprintf(out, len, "ok rank=%u n=%u", s->d->drv.rank,
+			 s->d->drv.npeers);
+		return 0;
+	}
+	if (!strcmp(req, "mx_post")) {
+		mx_post(s, args, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "mx_wait")) {
+		mx_wait(s, args, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "mx_forget")) {
+		mx_forget(s, args, out, len);
 		return 0;
 	}
 	if (!strcmp(req, "ar_stats")) {
@@ -838,6 +1120,10 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 		atomic_store(&s->live[i]->released, true);
 	for (struct core_op *op = s->grave; op; op = op->next)
 		atomic_store(&op->released, true);
+	for (struct core_op *op = s->mx, *nx; op; op = nx) {
+		nx = op->mx_next;
+		op_free(op);
+	}
 	core_bury(s, NULL);
 	op_free(s->run_op);
 	op_free(s->ext_op);
