@@ -288,3 +288,143 @@ out:
 	free(op);
 	return ret;
 }
+
+/*
+ * `collstack run buckets`: DDP's gradient buckets. --buckets allreduces of
+ * --bytes over every sidecar, posted back to back (all in flight) or, with
+ * --serial, each waited for before the next is posted; one line with the
+ * time of the whole set. scripts/bench-overlap.sh compares the two.
+ */
+int cs_cmd_run_buckets(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "buckets", required_argument, NULL, 'n' },
+		{ "bytes", required_argument, NULL, 'B' },
+		{ "serial", no_argument, NULL, 'S' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	char names[MX_MAX_NODES][CS_CTL_NAME_MAX], root[256];
+	char dirs[MX_MAX_NODES][320], req[4096], reply[512], list[1024];
+	unsigned long buckets = 16, timeout = 120000;
+	uint64_t bytes = 4u << 20, wrong = 0, failed = 0;
+	const char *env = cs_ctl_env();
+	bool serial = false;
+	uint32_t group;
+	size_t l = 0;
+	cs_ns_t t0, t1;
+	double v;
+	int n, o;
+
+	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n':
+			if (cs_parse_whole(optarg, 1, 100000, &buckets))
+				goto bad;
+			break;
+		case 'B':
+			if (mx_size(optarg, &bytes) || bytes < 4)
+				goto bad;
+			break;
+		case 'S':
+			serial = true;
+			break;
+		case 'T':
+			if (cs_parse_whole(optarg, 1, 1ul << 31, &timeout))
+				goto bad;
+			break;
+		case 'c':
+			env = optarg;
+			break;
+		case 'h':
+			printf("usage: collstack run buckets [--buckets N] "
+			       "[--bytes B] [--serial] [--timeout MS]\n");
+			return 0;
+		default:
+		bad:
+			fprintf(stderr, "usage: collstack run buckets "
+					"[--buckets N] [--bytes B] [--serial] "
+					"[--timeout MS]\n");
+			return 2;
+		}
+	}
+	n = cs_ctl_cluster_cli("collstack run buckets", env, names,
+			       MX_MAX_NODES, root, sizeof(root), 2);
+	if (n < 0)
+		return 1;
+	for (int i = 0; i < n; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%.255s/%.63s", root,
+			 names[i]);
+		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
+				10000) ||
+		    cs_ctl_kv(reply, "rank", &v)) {
+			fprintf(stderr,
+				"collstack run buckets: %s: %s (svc.core=1?)\n",
+				names[i], reply);
+			return 1;
+		}
+		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%u",
+				      i ? "," : "", (unsigned)v);
+	}
+	group = 16 + (uint32_t)((uint64_t)time(NULL) % 1000000) * 1024 + 1023;
+	t0 = cs_lcore_now();
+	for (uint32_t b = 0; b < buckets; b++) {
+		uint32_t last = serial ? b : (uint32_t)buckets - 1;
+
+		for (int i = 0; i < n; i++) {
+			snprintf(req, sizeof(req),
+				 "mx_post %u %u 0 %" PRIu64 " f32 sum 0 %u %s",
+				 group, b + 1, bytes / 4, b + 1, list);
+			if (cs_ctl_call(dirs[i], req, reply, sizeof(reply),
+					10000)) {
+				fprintf(stderr, "# %s: %s\n", names[i], reply);
+				failed++;
+			}
+		}
+		if (b != last)
+			continue;
+		/* wait for what was posted: one bucket, or all of them */
+		for (uint32_t w = serial ? b : 0; w <= b; w++)
+			for (int i = 0; i < n; i++) {
+				snprintf(req, sizeof(req),
+					 "mx_wait %u %u %lu nocheck", group,
+					 w + 1, timeout);
+				if (cs_ctl_call(dirs[i], req, reply,
+						sizeof(reply),
+						(int)timeout + 10000)) {
+					fprintf(stderr, "# %s: %s\n",
+						names[i], reply);
+					failed++;
+				}
+			}
+	}
+	t1 = cs_lcore_now();
+	/* then every element of every bucket, untimed */
+	for (uint32_t b = 0; b < buckets; b++)
+		for (int i = 0; i < n; i++) {
+			snprintf(req, sizeof(req), "mx_wait %u %u %lu", group,
+				 b + 1, timeout);
+			if (cs_ctl_call(dirs[i], req, reply, sizeof(reply),
+					(int)timeout + 10000) ||
+			    cs_ctl_kv(reply, "wrong", &v)) {
+				if (!failed++)
+					fprintf(stderr, "# %s: %s\n", names[i],
+						reply);
+			} else {
+				wrong += (uint64_t)v;
+			}
+		}
+	for (int i = 0; i < n; i++) {
+		snprintf(req, sizeof(req), "mx_forget %u", group);
+		(void)cs_ctl_call(dirs[i], req, reply, sizeof(reply), 10000);
+	}
+	printf("buckets %s mode=%s sidecars=%d buckets=%lu bytes=%" PRIu64
+	       " time_us=%.1f per_bucket_us=%.1f failed=%" PRIu64
+	       " wrong=%" PRIu64 "\n",
+	       failed || wrong ? "FAILED" : "ok",
+	       serial ? "serial" : "overlapped", n, buckets, bytes,
+	       (t1 - t0) / 1e3, (t1 - t0) / 1e3 / buckets, failed, wrong);
+	return failed || wrong ? 1 : 0;
+}

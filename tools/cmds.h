@@ -12,6 +12,7 @@ int cs_cmd_bench(int argc, char **argv);
 int cs_cmd_bench_ops(int argc, char **argv);
 int cs_cmd_run(int argc, char **argv);
 int cs_cmd_run_mixed(int argc, char **argv);
+int cs_cmd_run_buckets(int argc, char **argv);
 int cs_cmd_stats(int argc, char **argv);
 int cs_cmd_sim(int argc, char **argv);
 int cs_cmd_sim_p2p(int argc, char **argv);
