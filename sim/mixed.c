@@ -492,6 +492,13 @@ static int mx_groups(struct mx *m, uint64_t *rng)
 			d->op = (enum cs_redop)(cs_rand_next(rng) %
 						CS_REDOP_COUNT);
 			d->root = (uint32_t)(cs_rand_next(rng) % g->n);
+			if (c->kind >= 0) {
+				d->kind = (enum cs_coll_kind)c->kind;
+				d->dtype = CS_F32;
+				d->op = CS_SUM;
+				d->root = 0;
+				b = (double)c->bytes;
+			}
 			esz = cs_dtype_size(d->dtype);
 			/* the size is the op's largest buffer */
 			if (d->kind == CS_COLL_REDUCE_SCATTER ||
@@ -535,11 +542,22 @@ static int mx_nodes(struct mx *m, uint64_t *rng)
 		if (ret)
 			return ret;
 	}
-	ret = cs_sim_switch_add(m->sim, 500, &sw);
-	for (uint32_t i = 0; !ret && i < c->ranks; i++) {
-		ret = cs_sim_link_pair(m->sim, i, sw, &lp, &up, NULL);
-		if (!ret)
-			ret = cs_sim_route_default(m->sim, i, up);
+	if (c->ring) { /* neighbours only: ring traffic of group 1 */
+		ret = 0;
+		for (uint32_t i = 0; !ret && i < c->ranks; i++)
+			if (c->ranks > 2 || i == 0)
+				ret = cs_sim_link_pair(m->sim, i,
+						       (i + 1) % c->ranks, &lp,
+						       NULL, NULL);
+		(void)sw;
+		(void)up;
+	} else {
+		ret = cs_sim_switch_add(m->sim, 500, &sw);
+		for (uint32_t i = 0; !ret && i < c->ranks; i++) {
+			ret = cs_sim_link_pair(m->sim, i, sw, &lp, &up, NULL);
+			if (!ret)
+				ret = cs_sim_route_default(m->sim, i, up);
+		}
 	}
 	for (uint32_t i = 0; !ret && i < c->ranks; i++) {
 		struct mx_node *nd = &m->nd[i];
@@ -618,6 +636,7 @@ int cs_mixed_cfg_default(struct cs_mixed_cfg *c)
 	c->post_gap_ns = 5000;
 	c->seed = 1;
 	c->time_limit_ns = 60 * CS_NS_PER_S;
+	c->kind = -1;
 	ret = cs_xport_params_default(&c->xp);
 	if (!ret)
 		ret = cs_tp_params_default(&c->tp);
@@ -638,7 +657,8 @@ int cs_mixed_run(const struct cs_mixed_cfg *c, struct cs_mixed_result *res)
 	memset(res, 0, sizeof(*res));
 	if (c->ranks < 2 || !c->groups || !c->ops ||
 	    c->min_bytes > c->max_bytes || !c->min_bytes ||
-	    c->tp.max_nodes <= c->ranks)
+	    c->tp.max_nodes <= c->ranks || (c->kind >= 0 && !c->bytes) ||
+	    c->kind >= CS_COLL_KIND_COUNT || (c->ring && c->groups > 1))
 		return -EINVAL;
 	sp.max_payload = c->coll.mtu_payload;
 	ret = cs_sim_create(&m.sim, &sp);

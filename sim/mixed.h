@@ -24,6 +24,10 @@ struct cs_mixed_cfg {
 	uint64_t seed;
 	uint64_t time_limit_ns; /* simulated */
 	bool nodata; /* timing only: no bytes, nothing verified */
+	int kind; /* every op this enum cs_coll_kind (f32 sum), -1: random */
+	uint64_t bytes; /* with @kind: every op this size */
+	bool ring; /* links between ring neighbours, no switch (group 1
+		    * keeps node order) */
 	struct cs_xport_params xp;
 	struct cs_tp_params tp;
 	struct cs_coll_cfg coll;

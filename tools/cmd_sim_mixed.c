@@ -16,7 +16,9 @@ static void mixed_usage(FILE *out)
 		"usage: collstack sim mixed [--ranks N] [--groups G] [--ops K]\n"
 		"       [--loss P] [--seed S] [--min-bytes B] [--max-bytes B]\n"
 		"       [--link-gbps G] [--delay-us D] [--post-gap-us D]\n"
-		"       [--time-limit-ms T] [--nodata] [--set key=value]...\n\n"
+		"       [--time-limit-ms T] [--nodata] [--set key=value]...\n"
+		"       [--kind allreduce|reduce-scatter|all-gather|broadcast\n"
+		"        --bytes S [--ring]]\n\n"
 		"G groups (group 1 over every rank, the others over random\n"
 		"subsets in random ring order), each posting K operations of\n"
 		"random kinds (allreduce, reduce-scatter, all-gather,\n"
@@ -26,7 +28,12 @@ static void mixed_usage(FILE *out)
 		"core; every element is checked. Prints 'mixed ok ...' or\n"
 		"'mixed FAILED ...' (exit 1). Defaults: 8 ranks, 4 groups,\n"
 		"64 ops, no loss, seed 1, 100 Gb/s, 1 us per link.\n"
-		"--set takes rel.*, pacer.*, cc.*, tp.* and coll.* keys.\n");
+		"--set takes rel.*, pacer.*, cc.*, tp.* and coll.* keys.\n"
+		"--kind/--bytes: every op that kind and size (f32 sum); with\n"
+		"--ring (one group) the links join ring neighbours and the\n"
+		"line ends with time_over_bound, the time over the alpha-beta\n"
+		"bound hops * delay + f * S / rate (as collstack sim\n"
+		"allreduce prints it).\n");
 }
 
 static int mixed_set(struct cs_mixed_cfg *c, const char *kv)
@@ -77,6 +84,9 @@ int cs_cmd_sim_mixed(int argc, char **argv)
 		} else if (!strcmp(o, "--nodata")) {
 			c.nodata = true;
 			continue;
+		} else if (!strcmp(o, "--ring")) {
+			c.ring = true;
+			continue;
 		} else if (!v) {
 			bad = 1;
 		} else if (!strcmp(o, "--ranks")) {
@@ -94,6 +104,16 @@ int cs_cmd_sim_mixed(int argc, char **argv)
 		} else if (!strcmp(o, "--max-bytes")) {
 			bad = cs_sim_parse_size(v, &sz) || !sz;
 			c.max_bytes = sz;
+		} else if (!strcmp(o, "--kind")) {
+			c.kind = -1;
+			for (int k = 0; k < CS_COLL_BARRIER; k++)
+				if (!strcmp(v, cs_coll_kind_name(
+						       (enum cs_coll_kind)k)))
+					c.kind = k;
+			bad = c.kind < 0;
+		} else if (!strcmp(o, "--bytes")) {
+			bad = cs_sim_parse_size(v, &sz) || !sz;
+			c.bytes = sz;
 		} else if (!strcmp(o, "--seed")) {
 			c.seed = strtoull(v, &end, 0);
 			bad = end == v || *end;
@@ -152,6 +172,20 @@ int cs_cmd_sim_mixed(int argc, char **argv)
 	       r.failed, r.wrong, r.time_ns / 1e3, r.peak_in_flight, r.held,
 	       r.retx, r.fillers, r.hold_full, r.proto, r.sessions, c.loss,
 	       c.seed);
+	if (ok && c.kind >= 0 && c.ring) {
+		double n = c.ranks, f, hops, bound;
+
+		f = c.kind == CS_COLL_ALLREDUCE	  ? 2 * (n - 1) / n
+		    : c.kind == CS_COLL_BROADCAST ? 1
+						  : (n - 1) / n;
+		hops = c.kind == CS_COLL_ALLREDUCE ? 2 * (n - 1) : n - 1;
+		bound = hops * (double)c.delay_ns +
+			f * (double)c.bytes * 8 / c.gbps;
+		printf("mixed bound kind=%s bytes=%" PRIu64
+		       " time_us=%.3f bound_us=%.3f time_over_bound=%.4f\n",
+		       cs_coll_kind_name((enum cs_coll_kind)c.kind), c.bytes,
+		       r.time_ns / 1e3, bound / 1e3, r.time_ns / bound);
+	}
 	if (!ok)
 		printf("mixed: %s\n",
 		       r.first[0] ? r.first
