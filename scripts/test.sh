@@ -3,7 +3,8 @@
 # Run every default test suite and print "N passed, N failed[, N skipped]"
 # counted from meson's own results (<build>/meson-logs/testlog.json).
 #
-#   build/        unit, sim and netns suites (netns needs root; skips else)
+#   build/        unit, sim, simlong and netns suites (netns needs root;
+#                 skips else)
 #   build-asan/   unit and sim suites under ASan+UBSan
 #   build-fuzz/   the libFuzzer targets (clang), CS_FUZZ_SECONDS each (60)
 #
@@ -27,7 +28,7 @@ run_suites() {	# build-dir suites...
 	[ -f "$dir/meson-logs/testlog.json" ] && logs+=("$dir/meson-logs/testlog.json")
 }
 
-run_suites build unit sim netns
+run_suites build unit sim simlong netns
 
 if [ "${CS_TEST_QUICK:-0}" != 1 ]; then
 	if [ ! -f build-asan/build.ninja ]; then
