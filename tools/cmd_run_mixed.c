@@ -73,6 +73,34 @@ static void mx_shuffle(uint32_t *v, uint32_t n, uint64_t *rng)
 	}
 }
 
+/* The cluster's control folders and each sidecar's node id in the view
+ * (mx_rank); returns the number of sidecars or -1 (said why). */
+static int mx_cluster(const char *cmd, const char *env,
+		      char (*names)[CS_CTL_NAME_MAX], char (*dirs)[320],
+		      uint32_t *rank_of)
+{
+	char root[256], reply[512];
+	double v;
+	int n;
+
+	n = cs_ctl_cluster_cli(cmd, env, names, MX_MAX_NODES, root,
+			       sizeof(root), 2);
+	for (int i = 0; i < n; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%.255s/%.63s", root,
+			 names[i]);
+		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
+				10000) ||
+		    cs_ctl_kv(reply, "rank", &v)) {
+			fprintf(stderr, "%s: %s: %s (is it running with "
+					"svc.core=1?)\n",
+				cmd, names[i], reply);
+			return -1;
+		}
+		rank_of[i] = (uint32_t)v;
+	}
+	return n;
+}
+
 int cs_cmd_run_mixed(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -87,7 +115,7 @@ int cs_cmd_run_mixed(int argc, char **argv)
 		{ 0 }
 	};
 	static const enum cs_dtype types[] = { CS_F32, CS_F64, CS_I32, CS_I64 };
-	char names[MX_MAX_NODES][CS_CTL_NAME_MAX], root[256];
+	char names[MX_MAX_NODES][CS_CTL_NAME_MAX];
 	char dirs[MX_MAX_NODES][320], req[4096], reply[512];
 	unsigned long groups = 4, ops = 16, timeout = 120000;
 	uint64_t lo = 4, hi = 1 << 20, seed = 1, rng, wrong = 0;
@@ -141,24 +169,9 @@ int cs_cmd_run_mixed(int argc, char **argv)
 		mx_usage(stderr);
 		return 2;
 	}
-	n = cs_ctl_cluster_cli("collstack run mixed", env, names, MX_MAX_NODES,
-			       root, sizeof(root), 2);
+	n = mx_cluster("collstack run mixed", env, names, dirs, rank_of);
 	if (n < 0)
 		return 1;
-	for (int i = 0; i < n; i++) {
-		snprintf(dirs[i], sizeof(dirs[i]), "%.255s/%.63s", root,
-			 names[i]);
-		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
-				10000) ||
-		    cs_ctl_kv(reply, "rank", &v)) {
-			fprintf(stderr,
-				"collstack run mixed: %s: %s (is it running "
-				"with svc.core=1?)\n",
-				names[i], reply);
-			return 1;
-		}
-		rank_of[i] = (uint32_t)v;
-	}
 	rng = seed * 0x9e3779b97f4a7c15ull + 1;
 	g = calloc(groups, sizeof(*g));
 	op = calloc(groups * ops, sizeof(*op));
@@ -306,8 +319,9 @@ int cs_cmd_run_buckets(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	char names[MX_MAX_NODES][CS_CTL_NAME_MAX], root[256];
+	char names[MX_MAX_NODES][CS_CTL_NAME_MAX];
 	char dirs[MX_MAX_NODES][320], req[4096], reply[512], list[1024];
+	uint32_t rank_of[MX_MAX_NODES];
 	unsigned long buckets = 16, timeout = 120000;
 	uint64_t bytes = 4u << 20, wrong = 0, failed = 0;
 	const char *env = cs_ctl_env();
@@ -350,24 +364,12 @@ int cs_cmd_run_buckets(int argc, char **argv)
 			return 2;
 		}
 	}
-	n = cs_ctl_cluster_cli("collstack run buckets", env, names,
-			       MX_MAX_NODES, root, sizeof(root), 2);
+	n = mx_cluster("collstack run buckets", env, names, dirs, rank_of);
 	if (n < 0)
 		return 1;
-	for (int i = 0; i < n; i++) {
-		snprintf(dirs[i], sizeof(dirs[i]), "%.255s/%.63s", root,
-			 names[i]);
-		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
-				10000) ||
-		    cs_ctl_kv(reply, "rank", &v)) {
-			fprintf(stderr,
-				"collstack run buckets: %s: %s (svc.core=1?)\n",
-				names[i], reply);
-			return 1;
-		}
+	for (int i = 0; i < n; i++)
 		l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%u",
-				      i ? "," : "", (unsigned)v);
-	}
+				      i ? "," : "", rank_of[i]);
 	group = 16 + (uint32_t)((uint64_t)time(NULL) % 1000000) * 1024 + 1023;
 	t0 = cs_lcore_now();
 	for (uint32_t b = 0; b < buckets; b++) {

@@ -478,6 +478,46 @@ static int op_engine(struct cs_core_svc *s, struct core_op *op,
 	return ret;
 }
 
+/* Every element of @op's result, against tests/coll_sim/coll_data.h. */
+static uint64_t op_verify(const struct core_op *op, char *first, size_t flen)
+{
+	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
+						    : op->count;
+	uint64_t wrong = 0;
+
+	first[0] = 0;
+	if (op->kind == CS_COLL_REDUCE && op->rank != op->root)
+		return 0; /* a partial sum there */
+	for (size_t x = 0; x < nr; x++) {
+		double want, got = cs_td_load(op->dtype, op->buf, x);
+
+		switch (op->kind) {
+		case CS_COLL_REDUCE_SCATTER:
+			want = cs_td_expect(op->dtype, op->redop, op->n,
+					    op->seed,
+					    (uint64_t)op->rank * op->count + x);
+			break;
+		case CS_COLL_ALL_GATHER:
+			want = cs_td_value(op->dtype, op->redop, op->n,
+					   op->seed, (uint32_t)(x / op->count),
+					   x % op->count);
+			break;
+		case CS_COLL_BROADCAST:
+			want = cs_td_value(op->dtype, op->redop, op->n,
+					   op->seed, op->root, x);
+			break;
+		default:
+			want = cs_td_expect(op->dtype, op->redop, op->n,
+					    op->seed, x);
+			break;
+		}
+		if (got != want && !wrong++)
+			snprintf(first, flen, " first_wrong=%zu got=%g want=%g",
+				 x, got, want);
+	}
+	return wrong;
+}
+
 static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 		       enum cs_dtype dt, uint64_t seed, char *out, size_t len)
 {
@@ -535,23 +575,6 @@ static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 	return 0;
 }
 
-static uint64_t run_verify(const struct core_op *op, char *first, size_t flen)
-{
-	uint64_t wrong = 0;
-
-	first[0] = 0;
-	for (size_t i = 0; i < op->count; i++) {
-		double want =
-			cs_td_expect(op->dtype, CS_SUM, op->n, op->seed, i);
-		double got = cs_td_load(op->dtype, op->buf, i);
-
-		if (got != want && !wrong++)
-			snprintf(first, flen, " first_wrong=%zu got=%g want=%g",
-				 i, got, want);
-	}
-	return wrong;
-}
-
 static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
 		     bool check, char *out, size_t len)
 {
@@ -598,7 +621,7 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
 	}
 	if (check)
 		snprintf(w, sizeof(w), " wrong=%" PRIu64,
-			 run_verify(op, first, sizeof(first)));
+			 op_verify(op, first, sizeof(first)));
 	pthread_mutex_lock(&s->lock);
 	st = s->snap;
 	pthread_mutex_unlock(&s->lock);
@@ -723,45 +746,6 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		 op->rank, n);
 }
 
-static uint64_t mx_verify(const struct core_op *op, char *first, size_t flen)
-{
-	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
-						    : op->count;
-	uint64_t wrong = 0;
-
-	first[0] = 0;
-	if (op->kind == CS_COLL_REDUCE && op->rank != op->root)
-		return 0; /* a partial sum there */
-	for (size_t x = 0; x < nr; x++) {
-		double want, got = cs_td_load(op->dtype, op->buf, x);
-
-		switch (op->kind) {
-		case CS_COLL_REDUCE_SCATTER:
-			want = cs_td_expect(op->dtype, op->redop, op->n,
-					    op->seed,
-					    (uint64_t)op->rank * op->count + x);
-			break;
-		case CS_COLL_ALL_GATHER:
-			want = cs_td_value(op->dtype, op->redop, op->n,
-					   op->seed, (uint32_t)(x / op->count),
-					   x % op->count);
-			break;
-		case CS_COLL_BROADCAST:
-			want = cs_td_value(op->dtype, op->redop, op->n,
-					   op->seed, op->root, x);
-			break;
-		default:
-			want = cs_td_expect(op->dtype, op->redop, op->n,
-					    op->seed, x);
-			break;
-		}
-		if (got != want && !wrong++)
-			snprintf(first, flen, " first_wrong=%zu got=%g want=%g",
-				 x, got, want);
-	}
-	return wrong;
-}
-
 /* "mx_wait GROUP OP MS [nocheck]": its verdict and every element checked;
  * with nocheck the op stays for a later mx_wait that checks (so that a
  * timed loop does not time the checks). */
@@ -820,7 +804,7 @@ static void mx_wait(struct cs_core_svc *s, const char *args, char *out,
 		pthread_mutex_unlock(&s->ctl);
 		return;
 	} else {
-		uint64_t wrong = mx_verify(op, first, sizeof(first));
+		uint64_t wrong = op_verify(op, first, sizeof(first));
 
 		snprintf(out, len,
 			 "ok group=%u op=%u ns=%" PRIu64 " wrong=%" PRIu64 "%s",
@@ -916,7 +900,7 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			return 0;
 		}
 		snprintf(out, len, "ok op=%u wrong=%" PRIu64 "%s", op_id,
-			 run_verify(op, first, sizeof(first)), first);
+			 op_verify(op, first, sizeof(first)), first);
 		return 0;
 	}
 	if (!strcmp(req, "mx_rank")) {
