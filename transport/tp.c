@@ -949,6 +949,7 @@ void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st)
 		st->rel_retx += rs->retx;
 		st->rel_timeouts += rs->timeouts;
 		st->rel_dup_rcvd += rs->dup_rcvd;
+		st->rel_stale_rcvd += rs->stale_rcvd;
 	}
 }
 
@@ -966,14 +967,15 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
 		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
 		" bad_acked=%" PRIu64 " bad_rebuild=%" PRIu64
-		" sess_failed=%" PRIu64 "\n",
+		" sess_failed=%" PRIu64 " rel_stale_rcvd=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
-		st->bad_acked, st->bad_rebuild, st->sess_failed);
+		st->bad_acked, st->bad_rebuild, st->sess_failed,
+		st->rel_stale_rcvd);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

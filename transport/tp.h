@@ -105,6 +105,7 @@ struct cs_tp_stats {
 	uint64_t peak_ops; /* most operations in flight at once */
 	/* summed over every session (reliability) */
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
+	uint64_t rel_stale_rcvd; /* outside the receive window: dropped */
 };
 
 struct cs_tp;

@@ -132,6 +132,24 @@ check_foreign_counted() {
 		fail "frames of an unknown operation were not counted"
 }
 
+# The same on the transport core (svc.core=1): the malformed ones counted
+# by the port; the well-formed DATA frame of an operation nobody posted
+# lies outside its session's window (dropped there) or is held, never
+# handed to an engine; nothing reaches an operation or fails one.
+check_core_foreign() {
+	local st ar
+	st=$(ctl "$N0" stats)
+	ar=$(ctl "$N0" ar_stats)
+	echo "node 0: $ar"
+	[ "$(kv "$st" rx_malformed)" -ge 3 ] ||
+		fail "malformed frames were not counted"
+	[ $(($(kv "$ar" rel_stale_rcvd) + $(kv "$ar" rx_held) + \
+	     $(kv "$ar" rel_dup_rcvd))) -ge 3 ] ||
+		fail "the frames of an unknown operation were not counted"
+	[ "$(kv "$ar" rx_proto)" = 0 ] || fail "an engine saw a foreign frame"
+	[ "$(kv "$ar" ops_failed)" = 0 ] || fail "an operation failed"
+}
+
 # The 3 datagrams to another UDP port: with the af_packet socket filter
 # (port.rx_filter, the default) the kernel keeps them from the port, so
 # the lcore never sees a foreign frame; without it the lcore drops and
@@ -300,7 +318,7 @@ udp_local_core) udp_local --set svc.core=1 ;;
 udp_local_core_fault5) udp_local --set svc.core=1 --set fault.drop=0.05 ;;
 af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
 af_packet_nofilter|memif_2|af_xdp_2|af_packet_4_core_bridge1|\
-af_packet_4_mixed|af_packet_4_mixed_bridge1)
+af_packet_4_mixed|af_packet_4_mixed_bridge1|af_packet_core_foreign)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
@@ -340,6 +358,12 @@ af_packet_4_mixed|af_packet_4_mixed_bridge1)
 				--bridge-loss 1
 		fi
 		run_mixed ;;
+	af_packet_core_foreign)	# foreign frames into the transport core
+		cluster_up 2 --port af_packet --set svc.core=1
+		inject_foreign
+		check_core_foreign
+		SIZES=(-b 1K -e 1M); run_ar
+		check_core_foreign ;;
 	af_packet_4_core_bridge1)	# the transport core, 1 % lost on the wire
 		cluster_up 4 --port af_packet --set svc.core=1 --bridge-loss 1
 		run_ar
