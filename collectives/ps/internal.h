@@ -6,6 +6,8 @@
 #include "collectives/ps/ps.h"
 
 #define CS_PS_NO_FRAME UINT32_MAX
+/* owner of a frame handed out by the eviction now running */
+#define CS_PS_FRAME_BUSY (UINT32_MAX - 1)
 
 /* One row's bookkeeping; always in memory (about 40 bytes a row). */
 struct cs_ps_ent {

@@ -249,7 +249,8 @@ struct cs_ps_store_cfg {
 	uint32_t server; /* this node's server id (for the shard check) */
 	const struct cs_ps_shardmap *map; /* NULL: accept every key */
 	size_t msg_max; /* largest reply this store builds */
-	uint32_t parked_max; /* pulls waiting at once (others -EBUSY) */
+	uint32_t parked_max; /* pulls waiting at once (others -EBUSY); a
+			      * copy of a waiting pull does not count */
 };
 
 struct cs_ps_store_stats {
@@ -261,6 +262,7 @@ struct cs_ps_store_stats {
 	uint64_t grads_in; /* gradient rows received (after worker combine) */
 	uint64_t pulls_served;
 	uint64_t pulls_parked;
+	uint64_t pull_dup; /* a copy of a pull already waiting: dropped */
 	uint64_t rows_served;
 	uint64_t spill_writes, spill_reads; /* rows */
 	uint32_t max_staleness; /* ssp: largest t - min clock at a serve */

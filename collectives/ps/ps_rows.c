@@ -169,20 +169,33 @@ static int frame_new(struct cs_ps_rows *r, uint32_t *out)
 	return 0;
 }
 
+/* Frames taken but not given an owner go back to the free state. */
+static void frames_release(struct cs_ps_rows *r, const uint32_t *f,
+			   uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		r->owner[f[i]] = CS_PS_NO_FRAME;
+}
+
 /*
  * Take @n frames for new or faulting rows, evicting cold ones; the dirty
  * victims are written in one batch before their frames are reused.
  */
 static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
 {
+	uint32_t vic_e[ROWS_BATCH_MAX], vic_f[ROWS_BATCH_MAX];
 	uint32_t got = 0, nw = 0, scanned = 0;
 	int rc;
+
+	if (n > ROWS_BATCH_MAX)
+		return -E2BIG;
 
 	while (got < n) {
 		uint32_t f, e;
 		struct cs_ps_ent *v;
 
 		if (frame_new(r, &f) == 0) {
+			r->owner[f] = CS_PS_FRAME_BUSY;
 			out[got++] = f;
 			continue;
 		}
@@ -194,6 +207,8 @@ static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
 		r->hand = (r->hand + 1) % r->nframes;
 		scanned++;
 		e = r->owner[f];
+		if (e == CS_PS_FRAME_BUSY)
+			continue; /* taken earlier in this call */
 		if (e == CS_PS_NO_FRAME)
 			goto take;
 		v = &r->ents[e];
@@ -211,6 +226,8 @@ static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
 		if (v->dirty || !v->disk) {
 			if (!v->disk)
 				v->disk = ++r->disk_slots;
+			vic_e[nw] = e;
+			vic_f[nw] = f;
 			r->reqs[nw++] = (struct cs_ps_io_req){
 				.off = (v->disk - 1) * r->frame_bytes,
 				.buf = r->mem + (size_t)f * r->frame_bytes,
@@ -219,17 +236,23 @@ static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
 		}
 		v->frame = CS_PS_NO_FRAME;
 		v->dirty = 0;
-		r->owner[f] = CS_PS_NO_FRAME;
 take:
-		/* pinned by the caller until it owns the frame */
-		r->owner[f] = CS_PS_NO_FRAME;
+		r->owner[f] = CS_PS_FRAME_BUSY;
 		out[got++] = f;
 		scanned = 0;
 	}
 	if (nw) {
 		rc = r->spill.ops->write(r->spill.ctx, r->reqs, nw);
-		if (rc)
+		if (rc) {
+			/* not on disk: the victims stay in memory, dirty */
+			frames_release(r, out, got);
+			for (uint32_t i = 0; i < nw; i++) {
+				r->ents[vic_e[i]].frame = vic_f[i];
+				r->ents[vic_e[i]].dirty = 1;
+				r->owner[vic_f[i]] = vic_e[i];
+			}
 			return rc;
+		}
 		if (r->n_wr)
 			*r->n_wr += nw;
 	}
@@ -283,8 +306,10 @@ int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 		};
 	}
 	rc = r->spill.ops->read(r->spill.ctx, r->reqs, nwant);
-	if (rc)
-		return rc; /* the frames stay free (owner none) */
+	if (rc) {
+		frames_release(r, frames, nwant);
+		return rc;
+	}
 	if (r->n_rd)
 		*r->n_rd += nwant;
 	for (i = 0; i < nwant; i++) {
@@ -315,8 +340,10 @@ int64_t cs_ps_rows_get(struct cs_ps_rows *r, uint64_t key)
 	if (rc)
 		return rc;
 	e = ent_add(r, key);
-	if (e < 0)
-		return e; /* the frame stays free */
+	if (e < 0) {
+		frames_release(r, &f, 1);
+		return e;
+	}
 	ue = (uint32_t)e;
 	r->ents[ue].frame = f;
 	r->ents[ue].ref = 1;
@@ -491,8 +518,10 @@ int cs_ps_rows_load(struct cs_ps_rows *r, const struct cs_ps_rec_head *h,
 	if (rc)
 		return rc;
 	e = ent_add(r, h->key);
-	if (e < 0)
+	if (e < 0) {
+		frames_release(r, &f, 1);
 		return (int)e;
+	}
 	r->ents[e].frame = f;
 	r->ents[e].step = h->step;
 	r->ents[e].dirty = 1;

@@ -524,6 +524,17 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		refuse(st, m, -EMSGSIZE); /* the reply would not fit */
 		return 0;
 	}
+	/* a retransmission of a pull still waiting: it is answered once */
+	for (uint32_t i = 0; i < st->nparked; i++) {
+		struct cs_ps_msg p;
+
+		cs_ps_wire_decode(st->parked[i].msg, st->parked[i].len, &p);
+		if (p.table == m->table && p.worker == m->worker &&
+		    p.id == m->id) {
+			st->st.pull_dup++;
+			return 0;
+		}
+	}
 	if (st->nparked == st->cfg.parked_max) {
 		refuse(st, m, -EBUSY);
 		return 0;
@@ -725,11 +736,11 @@ int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 		return 0;
 	}
 	e = cs_ps_rows_get(&t->rows, key);
-	if (e < 0)
-		return (int)e;
-	memcpy(row, cs_ps_rows_frame(&t->rows, (uint32_t)e),
-	       cs_ps_row_bytes(&t->spec));
-	return 0;
+	if (e >= 0)
+		memcpy(row, cs_ps_rows_frame(&t->rows, (uint32_t)e),
+		       cs_ps_row_bytes(&t->spec));
+	cs_ps_rows_unpin(&t->rows);
+	return e < 0 ? (int)e : 0;
 }
 
 uint64_t cs_ps_store_clock(struct cs_ps_store *st, uint32_t table)
