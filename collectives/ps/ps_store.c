@@ -53,6 +53,7 @@ struct ps_table {
 	struct cs_ps_rows rows;
 	struct ps_wstate *ws; /* [workers] */
 	uint64_t applied; /* sync: versions applied */
+	bool sync_pending; /* the aggregate holds version @applied */
 	struct ps_buf *sync; /* [CS_PS_AHEAD][workers]: (key, f32 row)... */
 
 	/* aggregate: key -> f32 row */
@@ -271,25 +272,51 @@ static int agg_add(struct ps_table *t, uint64_t key, const float *g)
 	return 0;
 }
 
-/* One optimizer step per aggregated key, then the aggregate is empty. */
+/* Keep the aggregate's keys from @from on (an I/O error stopped the
+ * apply there); the ones before were applied. */
+static void agg_keep_from(struct ps_table *t, uint32_t from)
+{
+	uint32_t d = t->spec.dim, n = t->agg_n - from;
+
+	memmove(t->agg_keys, t->agg_keys + from, sizeof(uint64_t) * n);
+	memmove(t->agg_rows, t->agg_rows + (size_t)from * d,
+		sizeof(float) * d * (size_t)n);
+	t->agg_n = n;
+	memset(t->agg_idx, 0, sizeof(*t->agg_idx) * (t->agg_mask + 1ull));
+	for (uint32_t s = 0; s < n; s++) {
+		uint32_t i = agg_hash(t->agg_keys[s]) & t->agg_mask;
+
+		while (t->agg_idx[i])
+			i = (i + 1) & t->agg_mask;
+		t->agg_idx[i] = s + 1;
+	}
+}
+
+/*
+ * One optimizer step per aggregated key, then the aggregate is empty. On
+ * a spill I/O error the keys not yet applied stay for the next flush, so
+ * an acknowledged push is neither lost nor applied twice.
+ */
 static int agg_apply(struct cs_ps_store *st, struct ps_table *t)
 {
 	struct cs_ps_rows *r = &t->rows;
 	uint32_t d = t->spec.dim, bmax = cs_ps_rows_batch(r);
+	uint32_t s = 0;
 	int rc = 0;
 
 	for (uint32_t s0 = 0; s0 < t->agg_n && !rc; s0 += bmax) {
 		uint32_t n = CS_MIN(bmax, t->agg_n - s0), nb = 0;
 
 		/* existing rows of this batch that are on disk: one read */
-		for (uint32_t s = s0; s < s0 + n; s++) {
+		for (s = s0; s < s0 + n; s++) {
 			int64_t e = cs_ps_rows_find(r, t->agg_keys[s]);
 
 			if (e >= 0)
 				t->batch[nb++] = (uint32_t)e;
 		}
+		s = s0;
 		rc = cs_ps_rows_fault_in(r, t->batch, nb);
-		for (uint32_t s = s0; s < s0 + n && !rc; s++) {
+		for (; s < s0 + n && !rc; s++) {
 			int64_t e = cs_ps_rows_get(r, t->agg_keys[s]);
 			uint8_t *fr;
 
@@ -310,9 +337,13 @@ static int agg_apply(struct cs_ps_store *st, struct ps_table *t)
 		}
 		cs_ps_rows_unpin(r);
 	}
+	if (rc) {
+		agg_keep_from(t, s);
+		return rc;
+	}
 	t->agg_n = 0;
 	memset(t->agg_idx, 0, sizeof(*t->agg_idx) * (t->agg_mask + 1ull));
-	return rc;
+	return 0;
 }
 
 /* ---- replies ------------------------------------------------------------ */
@@ -571,34 +602,45 @@ int cs_ps_store_rx(struct cs_ps_store *st, const void *msg, size_t len)
 
 /* ---- flush: apply, then serve ------------------------------------------- */
 
+/*
+ * Apply every version all workers completed. The version's aggregate is
+ * built whole (workers in rank order) before its buffers are dropped; an
+ * apply cut short by an I/O error leaves the rest of that aggregate for
+ * the next flush (sync_pending), so nothing is added twice.
+ */
 static int sync_apply(struct cs_ps_store *st, struct ps_table *t)
 {
-	uint32_t d = t->spec.dim;
+	uint32_t d = t->spec.dim, nw = t->spec.workers;
 	size_t rec = sizeof(uint64_t) + sizeof(float) * d;
 	int rc;
 
-	while (min_clock(t) > t->applied) {
-		struct ps_buf *b = &t->sync[(t->applied % CS_PS_AHEAD) *
-					    t->spec.workers];
+	while (t->sync_pending || min_clock(t) > t->applied) {
+		struct ps_buf *b = &t->sync[(t->applied % CS_PS_AHEAD) * nw];
 
-		for (uint32_t w = 0; w < t->spec.workers; w++) {
+		for (uint32_t w = 0; w < nw && !t->sync_pending; w++) {
 			for (size_t off = 0; off < b[w].len; off += rec) {
 				uint64_t k;
 
 				memcpy(&k, b[w].p + off, sizeof(k));
-				/* rows are 8-aligned in the buffer: the
-				 * record is 8 + 4 * d bytes, re-aligned */
+				/* the record's floats may be unaligned */
 				memcpy(t->work, b[w].p + off + sizeof(k),
 				       sizeof(float) * d);
 				rc = agg_add(t, k, t->work);
-				if (rc)
+				if (rc) {
+					agg_keep_from(t, t->agg_n);
 					return rc;
+				}
 			}
-			b[w].len = 0;
+		}
+		if (!t->sync_pending) {
+			for (uint32_t w = 0; w < nw; w++)
+				b[w].len = 0;
+			t->sync_pending = true;
 		}
 		rc = agg_apply(st, t);
 		if (rc)
 			return rc;
+		t->sync_pending = false;
 		t->applied++;
 	}
 	return 0;
