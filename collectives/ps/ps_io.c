@@ -630,15 +630,15 @@ int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table,
 	    h.hdr_bytes != CS_PS_CKPT_HDR ||
 	    h.hdr_sum != fnv(FNV_OFF, &h, offsetof(struct ckpt_hdr, hdr_sum)))
 		goto out;
-	if (h.data_bytes != len - CS_PS_CKPT_HDR ||
-	    h.data_bytes % rec || h.data_bytes / rec != h.nrec)
-		goto out; /* truncated or padded */
-	rc = -EINVAL;
+	rc = -EINVAL; /* a sound file of another table */
 	if (h.frame_bytes != fb || h.id != want.id || h.dim != want.dim ||
 	    h.dtype != want.dtype || h.key_max != want.key_max ||
 	    h.opt_kind != want.opt_kind)
 		goto out;
 	rc = -EBADMSG;
+	if (h.data_bytes != len - CS_PS_CKPT_HDR ||
+	    h.data_bytes % rec || h.data_bytes / rec != h.nrec)
+		goto out; /* truncated or padded */
 	if (fnv(FNV_OFF, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
 		goto out;
 	for (uint64_t i = 0; i < h.nrec; i++) {
