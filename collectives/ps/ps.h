@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <collstack/ps.h>
 #include <collstack/types.h>
 
 #include "internal/util.h"
@@ -36,42 +37,8 @@
 #define CS_PS_MSG_MIN 256u /* smallest msg_max accepted */
 #define CS_PS_MSG_MAX (1u << 24) /* largest message */
 
-enum cs_ps_mode {
-	CS_PS_SYNC = 0, /* version v applied once every worker pushed v */
-	CS_PS_ASYNC = 1, /* applied on arrival, pulls never wait */
-	CS_PS_SSP = 2, /* applied on arrival; a pull at clock t waits while
-			* any worker has completed fewer than t - s versions */
-};
-
-enum cs_ps_opt_kind {
-	CS_PS_OPT_SGD = 0,
-	CS_PS_OPT_MOMENTUM = 1,
-	CS_PS_OPT_ADAGRAD = 2,
-	CS_PS_OPT_ADAM = 3,
-	CS_PS_OPT_COUNT
-};
-
-enum cs_ps_init_kind {
-	CS_PS_INIT_ZERO = 0,
-	CS_PS_INIT_CONST = 1, /* every value = scale */
-	CS_PS_INIT_UNIFORM = 2, /* U(-scale, scale) from (seed, key, index) */
-	CS_PS_INIT_COUNT
-};
-
-struct cs_ps_opt {
-	enum cs_ps_opt_kind kind;
-	float lr;
-	float momentum; /* momentum */
-	float beta1, beta2; /* adam */
-	float eps; /* adagrad, adam */
-	float initial_acc; /* adagrad: accumulator start value */
-};
-
-struct cs_ps_init {
-	enum cs_ps_init_kind kind;
-	uint64_t seed;
-	float scale;
-};
+/* enum cs_ps_mode, cs_ps_opt_kind, cs_ps_init_kind, struct cs_ps_opt and
+ * struct cs_ps_init are in <collstack/ps.h>: the trainer API shares them. */
 
 /**
  * struct cs_ps_table_spec - what a table is; identical on every node
