@@ -393,6 +393,16 @@ int cs_ps_worker_rx(struct cs_ps_worker *w, uint32_t from, const void *msg,
 /* Retransmit what timed out, send what the window now allows. Returns
  * the next time tick should be called (UINT64_MAX: nothing pending). */
 cs_ns_t cs_ps_worker_tick(struct cs_ps_worker *w, cs_ns_t now);
+/**
+ * cs_ps_worker_reset - start over after a recovery
+ *
+ * Every operation in flight completes with CS_ERR_CANCELLED and the push
+ * ids to every server start from 0 again: what a worker does when the job
+ * rolled its servers back to a checkpoint (their exactly-once windows
+ * start over too). Messages of before the reset must not reach the
+ * restored servers: the transport core drops them by epoch.
+ */
+void cs_ps_worker_reset(struct cs_ps_worker *w);
 /* Operations not yet done. */
 uint32_t cs_ps_worker_inflight(const struct cs_ps_worker *w);
 const struct cs_ps_worker_stats *cs_ps_worker_stats(struct cs_ps_worker *w);

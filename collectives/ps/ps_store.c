@@ -562,7 +562,11 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		cs_ps_wire_decode(st->parked[i].msg, st->parked[i].len, &p);
 		if (p.table == m->table && p.worker == m->worker &&
 		    p.id == m->id) {
+			/* tell the worker it waits on us, not on a dead
+			 * server: its retransmission count starts over */
 			st->st.pull_dup++;
+			reply_status(st, m, CS_PS_MSG_PULL_REPLY, -EINPROGRESS,
+				     0);
 			return 0;
 		}
 	}

@@ -608,6 +608,23 @@ out_free:
 	return rc;
 }
 
+void cs_ps_worker_reset(struct cs_ps_worker *w)
+{
+	for (uint32_t i = 0; i < w->nmsgs; i++)
+		free(w->msgs[i].buf);
+	w->nmsgs = 0;
+	for (unsigned t = 0; t < CS_PS_TABLES_MAX; t++)
+		if (w->tab[t])
+			memset(w->tab[t]->srv, 0,
+			       sizeof(*w->tab[t]->srv) * w->cfg.map->nservers);
+	for (uint32_t i = 0; i < w->nops_cap; i++) {
+		if (!w->ops[i].used)
+			continue;
+		w->ops[i].rc = CS_ERR_CANCELLED;
+		op_finish(w, i);
+	}
+}
+
 static void ack_push(struct wsrv *s, uint64_t id)
 {
 	if (id < s->acked_below || id - s->acked_below >= 64)
@@ -655,8 +672,12 @@ int cs_ps_worker_rx(struct cs_ps_worker *w, uint32_t from, const void *buf,
 	w->st.replies++;
 	oi = q->op;
 	o = &w->ops[oi];
-	if (m.status == -EBUSY && m.type == CS_PS_MSG_PULL_REPLY) {
-		/* the server's pull queue was full: ask again later */
+	if ((m.status == -EBUSY || m.status == -EINPROGRESS) &&
+	    m.type == CS_PS_MSG_PULL_REPLY) {
+		/* the server's pull queue was full (ask again later), or
+		 * the pull waits there for its clock: the server is alive,
+		 * so the count towards CS_ERR_PEER_LOST starts over */
+		q->tries = 0;
 		q->deadline = now + q->rto;
 		return 0;
 	}

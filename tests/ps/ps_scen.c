@@ -16,6 +16,17 @@
  *           [--opt sgd|momentum|adagrad|adam] [--dtype f32|f16|bf16|f64]
  *           [--skew Z] [--loss P] [--dup P] [--seed N] [--msg-max B]
  *           [--slow W] [--budget ROWS] [--vnodes V]
+ *           [--ckpt-at C --kill-server K --kill-at T]
+ *
+ * With --kill-server, every server checkpoints its table (a snapshot into
+ * memory) when all workers finished iteration C; server K dies when
+ * worker 0 reaches iteration T. The first worker operation that fails
+ * must fail with CS_ERR_PEER_LOST naming server K; the job then recovers
+ * as a PS job does: every worker cancels what it had in flight
+ * (cs_ps_worker_reset), messages of the old epoch are dropped (the
+ * transport core does that by epoch), every server restarts from its
+ * checkpoint, and training goes on from iteration C. The final table must
+ * still match the reference (bit for bit in sync).
  *
  * Prints one line "ps ok ..." (exit 0) or "ps FAIL ..." (exit 1).
  */
@@ -47,6 +58,8 @@ struct opts {
 	size_t msg_max;
 	int slow;
 	uint32_t budget;
+	uint32_t ckpt_at, kill_at;
+	int kill; /* server index killed at iteration kill_at, or -1 */
 };
 
 #define SRV_BASE 1000u
@@ -79,6 +92,18 @@ struct wstate {
 };
 static struct wstate *ws;
 static uint64_t *pushes_issued; /* per worker: versions pushed so far */
+
+/* kill and recovery */
+struct snapcap {
+	uint8_t *p;
+	size_t len;
+	uint64_t nrec;
+	int ended, rc;
+};
+static struct snapcap *ckpt; /* per server */
+static bool ckpt_taken, killed, recovered, resetting;
+static uint32_t nfail, first_fail_peer;
+static int first_fail_rc;
 static double *zipf_cdf;
 
 static void die(const char *fmt, ...)
@@ -152,6 +177,15 @@ static void wk_done(void *ctx, uint64_t op, int rc, uint32_t peer)
 	if (op != s->op)
 		die("worker %u: completion of unknown op %llu",
 		    (unsigned)(uintptr_t)ctx, (unsigned long long)op);
+	if (resetting && rc == CS_ERR_CANCELLED)
+		return;
+	if (rc && o.kill >= 0) {
+		if (!nfail++) {
+			first_fail_peer = peer;
+			first_fail_rc = rc;
+		}
+		return;
+	}
 	if (rc)
 		die("worker %u: op failed: %d (server %u)",
 		    (unsigned)(uintptr_t)ctx, rc, peer);
@@ -310,7 +344,9 @@ static void ref_run(void)
 			u = cs_ps_combine(keys, gf, P, d);
 			if (u < 0)
 				die("combine");
-			ref_grads += (uint64_t)u;
+			if (o.kill < 0 || t >= o.ckpt_at)
+				ref_grads += (uint64_t)u; /* after a restore the
+							   * servers count anew */
 			/* the wire carries the dtype */
 			for (int i = 0; i < u; i++) {
 				float *a = acc + (size_t)d * keys[i];
@@ -357,7 +393,9 @@ static void deliver(struct qmsg *m)
 {
 	int rc;
 
-	if (m->dst >= SRV_BASE) {
+	if (m->dst >= SRV_BASE && !srv[m->dst - SRV_BASE]) {
+		/* a dead server */
+	} else if (m->dst >= SRV_BASE) {
 		rc = cs_ps_store_rx(srv[m->dst - SRV_BASE], m->buf, m->len);
 		if (rc)
 			die("store rx: %d", rc);
@@ -384,6 +422,8 @@ static void worker_step(uint32_t w)
 	size_t rb = cs_ps_row_bytes(&spec);
 	int rc;
 
+	if (s->phase == 0 && o.kill >= 0 && !ckpt_taken && s->t == o.ckpt_at)
+		return; /* wait for the checkpoint */
 	if (s->phase == 0 && now >= s->ready_at) {
 		if (s->t == o.iters) {
 			s->phase = 3;
@@ -437,7 +477,8 @@ static void usage(void)
 		"[--dim D] [--keys-per-push P] [--iters I] "
 		"[--mode sync|async|ssp:S] [--opt sgd|momentum|adagrad|adam] "
 		"[--dtype T] [--skew Z] [--loss P] [--dup P] [--seed N] "
-		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V]\n");
+		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V] "
+		"[--ckpt-at C --kill-server K --kill-at T]\n");
 	exit(2);
 }
 
@@ -448,7 +489,7 @@ static void parse(int argc, char **argv)
 			   .mode = CS_PS_SYNC, .opt = CS_PS_OPT_ADAM,
 			   .dtype = CS_F32, .skew = 1.1, .loss = 0.02,
 			   .dup = 0.02, .seed = 1, .msg_max = 1400,
-			   .slow = -1 };
+			   .slow = -1, .kill = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -492,6 +533,12 @@ static void parse(int argc, char **argv)
 			o.slow = atoi(v);
 		else if (!strcmp(a, "--budget"))
 			o.budget = (uint32_t)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--ckpt-at"))
+			o.ckpt_at = (uint32_t)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--kill-server"))
+			o.kill = atoi(v);
+		else if (!strcmp(a, "--kill-at"))
+			o.kill_at = (uint32_t)strtoul(v, NULL, 0);
 		else
 			usage();
 	}
@@ -499,11 +546,141 @@ static void parse(int argc, char **argv)
 	    o.servers > 256 || !o.rows || !o.dim || o.dim > 4096 || !o.kpp ||
 	    o.loss < 0 || o.loss >= 0.5 || o.dup < 0 || o.dup > 0.5)
 		usage();
+	if (o.kill >= 0 && ((uint32_t)o.kill >= o.servers ||
+			    o.ckpt_at >= o.kill_at || o.kill_at >= o.iters))
+		usage();
+}
+
+static struct memspill *mspill;
+
+static void make_store(uint32_t k)
+{
+	struct cs_ps_store_cfg cfg = { .server = SRV_BASE + k, .map = &map,
+				       .msg_max = o.msg_max,
+				       .parked_max = 4 * o.workers };
+	struct cs_ps_store_io io = { srv_send,
+				     (void *)(uintptr_t)(SRV_BASE + k) };
+	struct cs_ps_spill sp = { &ms_ops, &mspill[k] };
+	size_t rb = cs_ps_row_bytes(&spec);
+	size_t frame = ((rb + 7) & ~7ul) +
+		       ((cs_ps_state_floats(&spec) * 4 + 7) & ~7ul);
+	int rc;
+
+	rc = cs_ps_store_create(&srv[k], &cfg, &io);
+	if (rc)
+		die("store create: %d", rc);
+	rc = cs_ps_store_add_table(srv[k], &spec,
+				   o.budget ? o.budget * frame : 0,
+				   o.budget ? &sp : NULL);
+	if (rc)
+		die("add table: %d", rc);
+}
+
+static int cap_chunk(void *ctx, void *buf, size_t len, uint64_t nrec)
+{
+	struct snapcap *c = ctx;
+
+	c->p = realloc(c->p, c->len + len);
+	if (!c->p)
+		die("out of memory");
+	memcpy(c->p + c->len, buf, len);
+	c->len += len;
+	c->nrec += nrec;
+	free(buf);
+	return 0;
+}
+
+static void cap_end(void *ctx, uint64_t nrec, int rc)
+{
+	struct snapcap *c = ctx;
+
+	c->ended = 1;
+	c->rc = rc;
+	if (nrec != c->nrec)
+		die("snapshot counted %llu records, handed %llu",
+		    (unsigned long long)nrec, (unsigned long long)c->nrec);
+}
+
+/* Every worker finished iteration C (and, in sync, every server applied
+ * it): snapshot every server, in steps, as a pump would. */
+static void maybe_checkpoint(void)
+{
+	if (o.kill < 0 || ckpt_taken)
+		return;
+	for (uint32_t w = 0; w < o.workers; w++)
+		if (ws[w].phase != 0 || ws[w].t != o.ckpt_at)
+			return;
+	for (uint32_t k = 0; k < o.servers; k++)
+		if (o.mode == CS_PS_SYNC &&
+		    cs_ps_store_clock(srv[k], spec.id) != o.ckpt_at)
+			return;
+	for (uint32_t k = 0; k < o.servers; k++) {
+		struct cs_ps_snap_sink sink = { cap_chunk, cap_end, &ckpt[k] };
+		int rc = cs_ps_store_snap_begin(srv[k], spec.id, &sink, 8192);
+
+		while (rc == 0 && !ckpt[k].ended)
+			rc = cs_ps_store_snap_step(srv[k], 100) < 0 ? -1 : 0;
+		if (rc || ckpt[k].rc)
+			die("checkpoint of server %u failed", k);
+	}
+	ckpt_taken = true;
+}
+
+static void maybe_kill(void)
+{
+	if (o.kill < 0 || killed || !ckpt_taken || ws[0].t < o.kill_at)
+		return;
+	cs_ps_store_destroy(srv[o.kill]);
+	srv[o.kill] = NULL;
+	killed = true;
+}
+
+/* The first failure: check it names the dead server, then roll the job
+ * back to the checkpoint. */
+static void maybe_recover(void)
+{
+	size_t fb, rec;
+
+	if (!nfail || recovered)
+		return;
+	if (first_fail_rc != CS_ERR_PEER_LOST ||
+	    first_fail_peer != SRV_BASE + (uint32_t)o.kill)
+		die("first failure: %d naming server %u; want "
+		    "CS_ERR_PEER_LOST naming %u",
+		    first_fail_rc, first_fail_peer, SRV_BASE + o.kill);
+	resetting = true;
+	for (uint32_t w = 0; w < o.workers; w++) {
+		cs_ps_worker_reset(wk[w]);
+		ws[w].t = o.ckpt_at;
+		ws[w].phase = 0;
+		ws[w].ready_at = now;
+		pushes_issued[w] = o.ckpt_at;
+	}
+	resetting = false;
+	for (uint32_t i = 0; i < nq; i++) /* the old epoch's messages */
+		free(q[i].buf);
+	nq = 0;
+	for (uint32_t k = 0; k < o.servers; k++) {
+		cs_ps_store_destroy(srv[k]);
+		make_store(k);
+		fb = cs_ps_store_frame_bytes(srv[k], spec.id);
+		rec = sizeof(struct cs_ps_rec_head) + fb;
+		for (size_t off = 0; off < ckpt[k].len; off += rec) {
+			struct cs_ps_rec_head h;
+
+			memcpy(&h, ckpt[k].p + off, sizeof(h));
+			if (cs_ps_store_load_rec(srv[k], spec.id, &h,
+						 ckpt[k].p + off + sizeof(h),
+						 fb))
+				die("restore of server %u failed", k);
+		}
+		cs_ps_store_set_clock(srv[k], spec.id, o.ckpt_at);
+	}
+	recovered = true;
 }
 
 int main(int argc, char **argv)
 {
-	struct memspill *mspill;
 	uint32_t *sids;
 	size_t rb;
 	double zsum = 0;
@@ -546,25 +723,9 @@ int main(int argc, char **argv)
 		die("shard map");
 	srv = calloc(o.servers, sizeof(*srv));
 	mspill = calloc(o.servers, sizeof(*mspill));
-	for (uint32_t k = 0; k < o.servers; k++) {
-		struct cs_ps_store_cfg cfg = { .server = sids[k], .map = &map,
-					       .msg_max = o.msg_max,
-					       .parked_max = 4 * o.workers };
-		struct cs_ps_store_io io = { srv_send,
-					     (void *)(uintptr_t)sids[k] };
-		struct cs_ps_spill sp = { &ms_ops, &mspill[k] };
-		size_t frame = ((rb + 7) & ~7ul) +
-			       ((cs_ps_state_floats(&spec) * 4 + 7) & ~7ul);
-
-		rc = cs_ps_store_create(&srv[k], &cfg, &io);
-		if (rc)
-			die("store create: %d", rc);
-		rc = cs_ps_store_add_table(srv[k], &spec,
-					   o.budget ? o.budget * frame : 0,
-					   o.budget ? &sp : NULL);
-		if (rc)
-			die("add table: %d", rc);
-	}
+	ckpt = calloc(o.servers, sizeof(*ckpt));
+	for (uint32_t k = 0; k < o.servers; k++)
+		make_store(k);
 	wk = calloc(o.workers, sizeof(*wk));
 	ws = calloc(o.workers, sizeof(*ws));
 	pushes_issued = calloc(o.workers, sizeof(*pushes_issued));
@@ -572,6 +733,9 @@ int main(int argc, char **argv)
 		struct cs_ps_worker_cfg cfg = {
 			.rank = w, .map = &map, .msg_max = o.msg_max,
 			.rto = 20 * LINK_NS, .rto_max = 200 * LINK_NS,
+			/* a dead server is declared after 12 sends; a
+			 * waiting one answers "in progress" */
+			.max_tries = o.kill >= 0 ? 12 : 0,
 		};
 		struct cs_ps_worker_io io = { wk_send, wk_done,
 					      (void *)(uintptr_t)w };
@@ -607,16 +771,24 @@ int main(int argc, char **argv)
 			free(batch);
 		}
 		for (uint32_t k = 0; k < o.servers; k++) {
-			rc = cs_ps_store_flush(srv[k]);
+			rc = srv[k] ? cs_ps_store_flush(srv[k]) : 0;
 			if (rc)
 				die("flush: %d", rc);
 		}
+		maybe_checkpoint();
+		maybe_kill();
 		for (uint32_t w = 0; w < o.workers; w++) {
 			worker_step(w);
 			next = CS_MIN(next, cs_ps_worker_tick(wk[w], now));
 			fin += ws[w].phase == 3;
-			if (ws[w].phase == 0)
+			/* (a worker held for the checkpoint waits for
+			 * the others, not for a time) */
+			if (ws[w].phase == 0 && ws[w].ready_at > now)
 				next = CS_MIN(next, ws[w].ready_at);
+		}
+		if (nfail && !recovered) {
+			maybe_recover();
+			continue;
 		}
 		if (fin == o.workers && !nq)
 			break;
@@ -665,6 +837,8 @@ int main(int argc, char **argv)
 		retx += cs_ps_worker_stats(wk[w])->retransmits;
 		combined += cs_ps_worker_stats(wk[w])->keys_combined;
 	}
+	if (o.kill >= 0 && !recovered)
+		die("server %d was never found dead", o.kill);
 	if (grads_in != ref_grads)
 		die("servers took %llu gradient rows, workers pushed %llu",
 		    (unsigned long long)grads_in,
@@ -719,7 +893,7 @@ int main(int argc, char **argv)
 	       "rows=%u iters=%u msgs=%llu lost=%llu dup=%llu retx=%llu "
 	       "server_dups=%llu combined=%llu push_msgs=%llu "
 	       "max_staleness=%u spill_rd=%llu spill_wr=%llu "
-	       "max_server_share=%.2f %s virt_ms=%.3f\n",
+	       "max_server_share=%.2f %s%s virt_ms=%.3f\n",
 	       cs_ps_mode_name(o.mode), o.mode == CS_PS_SSP ? ":" : "",
 	       o.mode == CS_PS_SSP ? o.stale : 0u, cs_ps_opt_name(o.opt),
 	       cs_dtype_name(o.dtype), o.workers, o.servers, o.rows, o.iters,
@@ -732,6 +906,7 @@ int main(int argc, char **argv)
 	       o.mode == CS_PS_SYNC ? "exact=bitwise"
 	       : o.opt == CS_PS_OPT_SGD ? "within=1e-4"
 					: "conserved",
+	       recovered ? " recovered_from_lost_server=1" : "",
 	       (double)now / 1e6);
 	for (uint32_t w = 0; w < o.workers; w++) {
 		cs_ps_worker_destroy(wk[w]);

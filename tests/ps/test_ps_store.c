@@ -404,7 +404,10 @@ Test(ps_store, pull_too_big_and_queue_full)
 		cs_ps_store_rx(st, msg, pull(&s, 0, id, 1, k, 1));
 		cs_ps_store_rx(st, msg, pull(&s, 0, id, 1, k, 1));
 	}
-	cr_assert_eq(nrep, 1);
+	/* the refusal, then one "still waiting" per copy */
+	cr_assert_eq(nrep, 5);
+	for (unsigned i = 1; i < 5; i++)
+		cr_assert_eq(rep[i].m.status, -EINPROGRESS);
 	cr_assert_eq(cs_ps_store_stats(st)->pull_dup, 4);
 	expect_refused(st, pull(&s, 1, 9, 1, k, 1), -EBUSY);
 	cs_ps_store_destroy(st);
