@@ -278,9 +278,11 @@ static void agg_keep_from(struct ps_table *t, uint32_t from)
 {
 	uint32_t d = t->spec.dim, n = t->agg_n - from;
 
-	memmove(t->agg_keys, t->agg_keys + from, sizeof(uint64_t) * n);
-	memmove(t->agg_rows, t->agg_rows + (size_t)from * d,
-		sizeof(float) * d * (size_t)n);
+	if (n) {
+		memmove(t->agg_keys, t->agg_keys + from, sizeof(uint64_t) * n);
+		memmove(t->agg_rows, t->agg_rows + (size_t)from * d,
+			sizeof(float) * d * (size_t)n);
+	}
 	t->agg_n = n;
 	memset(t->agg_idx, 0, sizeof(*t->agg_idx) * (t->agg_mask + 1ull));
 	for (uint32_t s = 0; s < n; s++) {
@@ -416,6 +418,8 @@ static bool id_taken(const struct ps_wstate *w, uint64_t id)
 {
 	if (id < w->done_below)
 		return true;
+	if (id - w->done_below >= CS_PS_DEDUP_WINDOW)
+		return false;
 	return (w->bits >> (id - w->done_below)) & 1;
 }
 

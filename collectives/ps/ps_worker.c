@@ -370,7 +370,8 @@ int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table,
 		rc = -ENOMEM;
 		goto out_free;
 	}
-	memcpy(ukeys, keys, sizeof(*ukeys) * n);
+	if (n)
+		memcpy(ukeys, keys, sizeof(*ukeys) * n);
 	for (uint32_t i = 0; i < n; i++)
 		cs_ps_row_to_f32(t->spec.dtype, (const uint8_t *)rows + rb * i,
 				 f + (size_t)d * i, d);

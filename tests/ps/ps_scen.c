@@ -755,7 +755,8 @@ int main(int argc, char **argv)
 		uint32_t fin = 0, i;
 
 		/* deliver every message due now, in time order */
-		qsort(q, nq, sizeof(*q), qcmp);
+		if (nq)
+			qsort(q, nq, sizeof(*q), qcmp);
 		for (i = 0; i < nq && q[i].at <= now; i++)
 			;
 		{
@@ -763,8 +764,10 @@ int main(int argc, char **argv)
 			struct qmsg *batch = malloc(sizeof(*batch) *
 						    (due ? due : 1));
 
-			memcpy(batch, q, sizeof(*q) * due);
-			memmove(q, q + due, sizeof(*q) * (nq - due));
+			if (due) {
+				memcpy(batch, q, sizeof(*q) * due);
+				memmove(q, q + due, sizeof(*q) * (nq - due));
+			}
 			nq -= due;
 			for (i = 0; i < due; i++)
 				deliver(&batch[i]);
@@ -919,5 +922,20 @@ int main(int argc, char **argv)
 		free(mspill[k].p);
 	}
 	cs_ps_shardmap_fini(&map);
+	for (uint32_t k = 0; k < o.servers; k++)
+		free(ckpt[k].p);
+	free(ckpt);
+	free(mspill);
+	free(srv);
+	free(wk);
+	free(ws);
+	free(pushes_issued);
+	free(sids);
+	free(zipf_cdf);
+	free(q);
+	free(ref.val);
+	free(ref.state);
+	free(ref.step);
+	free(ref.exists);
 	return 0;
 }

@@ -85,8 +85,10 @@ static size_t push(const struct cs_ps_table_spec *s, uint32_t worker,
 
 	cs_ps_wire_put_hdr(msg, &m);
 	for (uint32_t i = 0; i < n; i++) {
-		float row[2] = { g[i], 2 * g[i] };
+		double row[4] = { 0 }; /* room for the malformed dims */
+		float f[2] = { g[i], 2 * g[i] };
 
+		memcpy(row, f, sizeof(f));
 		cs_ps_wire_put_key(msg, i, keys[i]);
 		cs_ps_wire_put_row(msg, &m, i, row);
 	}
