@@ -16,7 +16,10 @@
  *           [--opt sgd|momentum|adagrad|adam] [--dtype f32|f16|bf16|f64]
  *           [--skew Z] [--loss P] [--dup P] [--seed N] [--msg-max B]
  *           [--slow W] [--budget ROWS] [--vnodes V]
- *           [--ckpt-at C --kill-server K --kill-at T]
+ *           [--ckpt-at C --kill-server K --kill-at T] [--max-share X]
+ *
+ * max_server_share is the largest server's count of gradient rows taken
+ * over the mean; --max-share fails the run above X.
  *
  * With --kill-server, every server checkpoints its table (a snapshot into
  * memory) when all workers finished iteration C; server K dies when
@@ -59,6 +62,7 @@ struct opts {
 	int slow;
 	uint32_t budget;
 	uint32_t ckpt_at, kill_at;
+	double max_share; /* fail above this (0: no check) */
 	int kill; /* server index killed at iteration kill_at, or -1 */
 };
 
@@ -478,7 +482,7 @@ static void usage(void)
 		"[--mode sync|async|ssp:S] [--opt sgd|momentum|adagrad|adam] "
 		"[--dtype T] [--skew Z] [--loss P] [--dup P] [--seed N] "
 		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V] "
-		"[--ckpt-at C --kill-server K --kill-at T]\n");
+		"[--ckpt-at C --kill-server K --kill-at T] [--max-share X]\n");
 	exit(2);
 }
 
@@ -533,6 +537,8 @@ static void parse(int argc, char **argv)
 			o.slow = atoi(v);
 		else if (!strcmp(a, "--budget"))
 			o.budget = (uint32_t)strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--max-share"))
+			o.max_share = strtod(v, NULL);
 		else if (!strcmp(a, "--ckpt-at"))
 			o.ckpt_at = (uint32_t)strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--kill-server"))
@@ -846,6 +852,13 @@ int main(int argc, char **argv)
 		die("servers took %llu gradient rows, workers pushed %llu",
 		    (unsigned long long)grads_in,
 		    (unsigned long long)ref_grads);
+	if (o.max_share > 0 &&
+	    (double)rows_max * o.servers / (double)(grads_in ? grads_in : 1) >
+		    o.max_share)
+		die("a server took %.2f x the mean load (limit %.2f)",
+		    (double)rows_max * o.servers /
+			    (double)(grads_in ? grads_in : 1),
+		    o.max_share);
 	if (o.mode == CS_PS_SSP && max_stale > o.stale)
 		die("a pull was served %u versions stale (s=%u)", max_stale,
 		    o.stale);
