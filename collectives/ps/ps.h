@@ -82,8 +82,7 @@ size_t cs_ps_row_bytes(const struct cs_ps_table_spec *s);
 unsigned cs_ps_state_floats(const struct cs_ps_table_spec *s);
 
 /* Row <-> f32 (host order). f16/bf16 round to nearest even. */
-void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst,
-		      uint32_t n);
+void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst, uint32_t n);
 void cs_ps_row_from_f32(enum cs_dtype t, const float *src, void *dst,
 			uint32_t n);
 
@@ -96,8 +95,7 @@ void cs_ps_row_from_f32(enum cs_dtype t, const float *src, void *dst,
  * A pure function of (seed, table id, key, index): every node, every
  * restart and the reference compute the same row.
  */
-void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key,
-		    void *row);
+void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key, void *row);
 
 /**
  * cs_ps_opt_apply - one optimizer step on one row
@@ -110,8 +108,8 @@ void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key,
  * Sparse semantics: a row's state advances only on the steps that touch
  * the row (as PyTorch's SparseAdam / TF's sparse apply do).
  */
-void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w,
-		     float *state, uint32_t *step, const float *g);
+void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w, float *state,
+		     uint32_t *step, const float *g);
 
 /* The initial optimizer state of a new row. */
 void cs_ps_opt_state_init(const struct cs_ps_table_spec *s, float *state);
@@ -285,8 +283,8 @@ int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 /* Versions applied (sync) or the smallest worker clock (ssp, async). */
 uint64_t cs_ps_store_clock(struct cs_ps_store *st, uint32_t table);
 /* Rows held (memory + spilled) and rows in memory. */
-void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table,
-		       uint64_t *total, uint64_t *resident);
+void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,
+		       uint64_t *resident);
 const struct cs_ps_store_stats *cs_ps_store_stats(struct cs_ps_store *st);
 
 /**
@@ -369,10 +367,9 @@ int cs_ps_worker_add_table(struct cs_ps_worker *w,
  * version is complete. The rows are copied; the caller may reuse them.
  * Returns: 0, -EINVAL (bad table, key out of range), -ENOMEM.
  */
-int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table,
-		      uint64_t version, const uint64_t *keys,
-		      const void *rows, uint32_t n, cs_ns_t now,
-		      uint64_t *op);
+int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table, uint64_t version,
+		      const uint64_t *keys, const void *rows, uint32_t n,
+		      cs_ns_t now, uint64_t *op);
 
 /**
  * cs_ps_worker_pull - pull rows
@@ -382,9 +379,9 @@ int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table,
  *
  * Duplicate keys are asked once. @out must stay valid until done.
  */
-int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table,
-		      uint64_t clock, const uint64_t *keys, uint32_t n,
-		      void *out, cs_ns_t now, uint64_t *op);
+int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table, uint64_t clock,
+		      const uint64_t *keys, uint32_t n, void *out, cs_ns_t now,
+		      uint64_t *op);
 
 /* A message from server @from (untrusted; the carrier says who sent it).
  * Returns 0 (a bad one is counted and dropped) or -ENOMEM. */

@@ -205,7 +205,8 @@ static void hdr_fill(struct ckpt_hdr *h, const struct cs_ps_table_spec *s,
 	h->init_scale = s->init.scale;
 }
 
-/* ---- checkpoint writer ----------------------------------------------------- */
+/* ---- checkpoint writer -----------------------------------------------------
+ */
 
 struct ckpt_item {
 	struct ckpt_item *next;
@@ -395,8 +396,8 @@ static void *ckpt_thread(void *arg)
 
 				if (io_uring_wait_cqe(&ring, &cqe))
 					continue;
-				w = (struct ckpt_item *)
-					io_uring_cqe_get_data(cqe);
+				w = (struct ckpt_item *)io_uring_cqe_get_data(
+					cqe);
 				if (cqe->res != (int)w->len && !rc)
 					rc = cqe->res < 0 ? cqe->res : -EIO;
 				io_uring_cqe_seen(&ring, cqe);
@@ -546,7 +547,8 @@ int cs_ps_ckpt_wait(struct cs_ps_ckpt *c)
 	return rc;
 }
 
-/* ---- restore -------------------------------------------------------------- */
+/* ---- restore --------------------------------------------------------------
+ */
 
 static int read_all(const char *path, uint8_t **out, size_t *len)
 {
@@ -563,7 +565,8 @@ static int read_all(const char *path, uint8_t **out, size_t *len)
 		rc = -errno;
 		goto out_close;
 	}
-	if (sb.st_size < CS_PS_CKPT_HDR || (uint64_t)sb.st_size > SIZE_MAX / 2) {
+	if (sb.st_size < CS_PS_CKPT_HDR ||
+	    (uint64_t)sb.st_size > SIZE_MAX / 2) {
 		rc = -EBADMSG;
 		goto out_close;
 	}
@@ -602,8 +605,7 @@ out_close:
 	return rc;
 }
 
-int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table,
-		       const char *path)
+int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table, const char *path)
 {
 	const struct cs_ps_table_spec *spec = cs_ps_store_spec(st, table);
 	struct ckpt_hdr h, want;
@@ -636,8 +638,8 @@ int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table,
 	    h.opt_kind != want.opt_kind)
 		goto out;
 	rc = -EBADMSG;
-	if (h.data_bytes != len - CS_PS_CKPT_HDR ||
-	    h.data_bytes % rec || h.data_bytes / rec != h.nrec)
+	if (h.data_bytes != len - CS_PS_CKPT_HDR || h.data_bytes % rec ||
+	    h.data_bytes / rec != h.nrec)
 		goto out; /* truncated or padded */
 	if (fnv(FNV_OFF, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
 		goto out;

@@ -20,8 +20,7 @@ int cs_ps_ckpt_start(struct cs_ps_ckpt **out, const char *path,
 		     struct cs_ps_store *st, uint32_t table, unsigned qdepth,
 		     struct cs_ps_snap_sink *sink)
 {
-	(void)out, (void)path, (void)st, (void)table, (void)qdepth,
-		(void)sink;
+	(void)out, (void)path, (void)st, (void)table, (void)qdepth, (void)sink;
 	return -ENOTSUP;
 }
 
@@ -48,8 +47,7 @@ int cs_ps_ckpt_wait(struct cs_ps_ckpt *c)
 	return -ENOTSUP;
 }
 
-int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table,
-		       const char *path)
+int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table, const char *path)
 {
 	(void)st, (void)table, (void)path;
 	return -ENOTSUP;

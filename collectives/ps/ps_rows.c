@@ -170,8 +170,7 @@ static int frame_new(struct cs_ps_rows *r, uint32_t *out)
 }
 
 /* Frames taken but not given an owner go back to the free state. */
-static void frames_release(struct cs_ps_rows *r, const uint32_t *f,
-			   uint32_t n)
+static void frames_release(struct cs_ps_rows *r, const uint32_t *f, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
 		r->owner[f[i]] = CS_PS_NO_FRAME;
@@ -236,7 +235,7 @@ static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
 		}
 		v->frame = CS_PS_NO_FRAME;
 		v->dirty = 0;
-take:
+	take:
 		r->owner[f] = CS_PS_FRAME_BUSY;
 		out[got++] = f;
 		scanned = 0;
@@ -369,8 +368,7 @@ static int chunk_flush(struct cs_ps_rows *r)
 
 	if (!r->chunk_len)
 		return 0;
-	rc = r->sink.chunk(r->sink.ctx, r->chunk, r->chunk_len,
-			   r->chunk_nrec);
+	rc = r->sink.chunk(r->sink.ctx, r->chunk, r->chunk_len, r->chunk_nrec);
 	r->chunk = NULL; /* the sink owns it now */
 	r->chunk_len = 0;
 	r->chunk_nrec = 0;

@@ -514,10 +514,9 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 			}
 		}
 		if (t->spec.mode == CS_PS_SYNC) {
-			struct ps_buf *b =
-				&t->sync[(m->version % CS_PS_AHEAD) *
-						 t->spec.workers +
-					 m->worker];
+			struct ps_buf *b = &t->sync[(m->version % CS_PS_AHEAD) *
+							    t->spec.workers +
+						    m->worker];
 
 			rc = buf_put(b, &k, sizeof(k));
 			if (!rc)
@@ -526,7 +525,8 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 			rc = agg_add(t, k, g);
 		}
 		if (rc)
-			return rc; /* nothing acknowledged: the worker resends */
+			return rc; /* nothing acknowledged: the worker resends
+				    */
 	}
 	st->st.grads_in += m->nkeys;
 	st->st.push_applied++;
@@ -706,9 +706,9 @@ static int serve(struct cs_ps_store *st, struct ps_table *t,
 			int64_t e = cs_ps_rows_find(r, k);
 
 			if (e >= 0) {
-				cs_ps_wire_put_row(st->reply, &m, i,
-						   cs_ps_rows_frame(
-							   r, (uint32_t)e));
+				cs_ps_wire_put_row(
+					st->reply, &m, i,
+					cs_ps_rows_frame(r, (uint32_t)e));
 			} else {
 				cs_ps_init_row(&t->spec, k, row);
 				cs_ps_wire_put_row(st->reply, &m, i, row);
@@ -802,8 +802,8 @@ uint64_t cs_ps_store_clock(struct cs_ps_store *st, uint32_t table)
 	return t->spec.mode == CS_PS_SYNC ? t->applied : min_clock(t);
 }
 
-void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table,
-		       uint64_t *total, uint64_t *resident)
+void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,
+		       uint64_t *resident)
 {
 	struct ps_table *t = table < CS_PS_TABLES_MAX ? st->tab[table] : NULL;
 	uint64_t res = 0;

@@ -140,8 +140,7 @@ unsigned cs_ps_state_floats(const struct cs_ps_table_spec *s)
 	}
 }
 
-void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst,
-		      uint32_t n)
+void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst, uint32_t n)
 {
 	const uint8_t *p = src;
 
@@ -214,8 +213,7 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key,
-		    void *row)
+void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key, void *row)
 {
 	float v[256];
 	uint64_t base;
@@ -230,8 +228,8 @@ void cs_ps_init_row(const struct cs_ps_table_spec *s, uint64_t key,
 	for (j = 0; j < s->dim; j += n) {
 		n = CS_MIN(s->dim - j, 256u);
 		for (k = 0; k < n; k++) {
-			uint64_t r = mix64(base + 0x9e3779b97f4a7c15ull *
-							  (j + k + 1));
+			uint64_t r = mix64(base +
+					   0x9e3779b97f4a7c15ull * (j + k + 1));
 			double u = (double)(r >> 11) * 0x1p-53;
 
 			switch (s->init.kind) {
@@ -262,8 +260,8 @@ void cs_ps_opt_state_init(const struct cs_ps_table_spec *s, float *state)
 		state[i] = v;
 }
 
-void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w,
-		     float *state, uint32_t *step, const float *g)
+void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w, float *state,
+		     uint32_t *step, const float *g)
 {
 	const struct cs_ps_opt *o = &s->opt;
 	uint32_t d = s->dim, j;
@@ -295,7 +293,8 @@ void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w,
 			float mh, vh;
 
 			m[j] = o->beta1 * m[j] + (1.0f - o->beta1) * g[j];
-			v[j] = o->beta2 * v[j] + (1.0f - o->beta2) * g[j] * g[j];
+			v[j] = o->beta2 * v[j] +
+			       (1.0f - o->beta2) * g[j] * g[j];
 			mh = m[j] / c1;
 			vh = v[j] / c2;
 			w[j] -= o->lr * mh / (sqrtf(vh) + o->eps);

@@ -77,10 +77,9 @@ int cs_ps_worker_create(struct cs_ps_worker **out,
 {
 	struct cs_ps_worker *w;
 
-	if (!cfg->map || !cfg->map->nservers || !io || !io->send ||
-	    !io->done || cfg->msg_max < CS_PS_MSG_MIN ||
-	    cfg->msg_max > CS_PS_MSG_MAX || cfg->rto == 0 ||
-	    cfg->rto_max < cfg->rto)
+	if (!cfg->map || !cfg->map->nservers || !io || !io->send || !io->done ||
+	    cfg->msg_max < CS_PS_MSG_MIN || cfg->msg_max > CS_PS_MSG_MAX ||
+	    cfg->rto == 0 || cfg->rto_max < cfg->rto)
 		return -EINVAL;
 	w = calloc(1, sizeof(*w));
 	if (!w)
@@ -285,8 +284,7 @@ cs_ns_t cs_ps_worker_tick(struct cs_ps_worker *w, cs_ns_t now)
 	return next;
 }
 
-static int check_keys(const struct wtable *t, const uint64_t *keys,
-		      uint32_t n)
+static int check_keys(const struct wtable *t, const uint64_t *keys, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
 		if (keys[i] >= t->spec.key_max)
@@ -295,9 +293,8 @@ static int check_keys(const struct wtable *t, const uint64_t *keys,
 }
 
 /* Keys grouped by server index, stable: order[] of positions, start[]. */
-static int group(struct cs_ps_worker *w, uint32_t table,
-		 const uint64_t *keys, uint32_t n, uint32_t **order,
-		 uint32_t **start)
+static int group(struct cs_ps_worker *w, uint32_t table, const uint64_t *keys,
+		 uint32_t n, uint32_t **order, uint32_t **start)
 {
 	const struct cs_ps_shardmap *map = w->cfg.map;
 	uint32_t ns = map->nservers, *sidx, *o, *s;
@@ -339,10 +336,9 @@ static int group(struct cs_ps_worker *w, uint32_t table,
 	return 0;
 }
 
-int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table,
-		      uint64_t version, const uint64_t *keys,
-		      const void *rows, uint32_t n, cs_ns_t now,
-		      uint64_t *op)
+int cs_ps_worker_push(struct cs_ps_worker *w, uint32_t table, uint64_t version,
+		      const uint64_t *keys, const void *rows, uint32_t n,
+		      cs_ns_t now, uint64_t *op)
 {
 	struct wtable *t = table < CS_PS_TABLES_MAX ? w->tab[table] : NULL;
 	uint32_t *order = NULL, *start = NULL, oi, d, per, ns;
@@ -477,9 +473,9 @@ static int pos_key_cmp(const void *a, const void *b)
 	return x->pos < y->pos ? -1 : (x->pos > y->pos);
 }
 
-int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table,
-		      uint64_t clock, const uint64_t *keys, uint32_t n,
-		      void *out, cs_ns_t now, uint64_t *op)
+int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table, uint64_t clock,
+		      const uint64_t *keys, uint32_t n, void *out, cs_ns_t now,
+		      uint64_t *op)
 {
 	struct wtable *t = table < CS_PS_TABLES_MAX ? w->tab[table] : NULL;
 	uint32_t *order = NULL, *start = NULL, oi, per, nu = 0;
@@ -563,9 +559,9 @@ int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table,
 			}
 			cs_ps_wire_put_hdr(wm.buf, &m);
 			for (uint32_t k = 0; k < nk; k++)
-				cs_ps_wire_put_key(wm.buf, k,
-						   ukeys[order[start[s] + k0 +
-							       k]]);
+				cs_ps_wire_put_key(
+					wm.buf, k,
+					ukeys[order[start[s] + k0 + k]]);
 			rc = msg_add(w, &wm);
 			if (rc) {
 				free(wm.buf);
@@ -576,8 +572,8 @@ int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table,
 	}
 	/* keep the order so a reply row finds its unique key */
 	{
-		uint32_t *pos_u = o->pos_u, *inv = malloc(sizeof(*inv) *
-							 (nu ? nu : 1));
+		uint32_t *pos_u = o->pos_u,
+			 *inv = malloc(sizeof(*inv) * (nu ? nu : 1));
 
 		if (!inv) {
 			rc = -ENOMEM;

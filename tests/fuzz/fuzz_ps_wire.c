@@ -35,8 +35,12 @@ static const struct cs_ps_table_spec fuzz_spec = {
 	.key_max = 1000,
 	.mode = CS_PS_SYNC,
 	.workers = 4,
-	.opt = { .kind = CS_PS_OPT_ADAM, .lr = 0.01f, .momentum = 0.9f,
-		 .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f },
+	.opt = { .kind = CS_PS_OPT_ADAM,
+		 .lr = 0.01f,
+		 .momentum = 0.9f,
+		 .beta1 = 0.9f,
+		 .beta2 = 0.999f,
+		 .eps = 1e-8f },
 	.init = { .kind = CS_PS_INIT_UNIFORM, .seed = 1, .scale = 0.1f },
 };
 
@@ -66,7 +70,8 @@ static void on_done(void *ctx, uint64_t op, int rc, uint32_t peer)
 static void check_store(const uint8_t *data, size_t size,
 			const struct cs_ps_msg *m)
 {
-	struct cs_ps_store_cfg cfg = { .server = 0, .msg_max = 4096,
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 4096,
 				       .parked_max = 4 };
 	struct cs_ps_store_io io = { .send = on_reply };
 	const struct cs_ps_store_stats *st;
@@ -94,9 +99,12 @@ static void check_worker(const uint8_t *data, size_t size)
 {
 	uint32_t servers[2] = { 0, 1 };
 	struct cs_ps_shardmap map;
-	struct cs_ps_worker_cfg cfg = { .rank = 1, .map = &map,
-					.msg_max = 4096, .rto = 1000,
-					.rto_max = 8000, .max_tries = 2 };
+	struct cs_ps_worker_cfg cfg = { .rank = 1,
+					.map = &map,
+					.msg_max = 4096,
+					.rto = 1000,
+					.rto_max = 8000,
+					.max_tries = 2 };
 	struct cs_ps_worker_io io = { on_send, on_done, NULL };
 	struct cs_ps_worker *w;
 	uint64_t keys[3] = { 1, 2, 1 }, op;
@@ -119,8 +127,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct cs_ps_msg m;
 	int rc = cs_ps_wire_decode(data, size, &m);
 
-	fuzz_assert(rc == 0 || (rc <= -(CS_PS_WIRE_E_BASE + 1) &&
-				rc >= -(CS_PS_WIRE_E_BASE + CS_PS_WIRE_E_COUNT)));
+	fuzz_assert(rc == 0 ||
+		    (rc <= -(CS_PS_WIRE_E_BASE + 1) &&
+		     rc >= -(CS_PS_WIRE_E_BASE + CS_PS_WIRE_E_COUNT)));
 	fuzz_assert(strcmp(cs_ps_wire_strerror(rc), "unknown ps wire error"));
 	if (rc == 0) {
 		size_t n = cs_ps_wire_len(m.type, m.nkeys, m.dim, m.dtype,
@@ -134,7 +143,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.rows)
 			fuzz_assert(m.rows >= data + CS_PS_WIRE_HDR &&
 				    m.rows + (size_t)m.nkeys * m.dim *
-						     cs_dtype_size(m.dtype) ==
+							    cs_dtype_size(
+								    m.dtype) ==
 					    data + size);
 		if (hl == CS_PS_WIRE_HDR) {
 			uint8_t *buf = malloc(n);
@@ -145,9 +155,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			for (uint32_t i = 0; m.keys && i < m.nkeys; i++)
 				cs_ps_wire_put_key(buf, i,
 						   cs_ps_wire_key(&m, i));
-			for (uint32_t i = 0; m.rows && i < m.nkeys &&
-					     m.dim <= 64;
-			     i++) {
+			for (uint32_t i = 0;
+			     m.rows && i < m.nkeys && m.dim <= 64; i++) {
 				cs_ps_wire_row(&m, i, row);
 				cs_ps_wire_put_row(buf, &m, i, row);
 			}

@@ -57,8 +57,9 @@ static int make(const char *dir, int i, struct cs_ps_msg m)
 
 int main(int argc, char **argv)
 {
-	struct cs_ps_msg b = { .table = 1, .worker = 2, .dim = 4,
-			       .dtype = CS_F32, .nparts = 1 };
+	struct cs_ps_msg b = {
+		.table = 1, .worker = 2, .dim = 4, .dtype = CS_F32, .nparts = 1
+	};
 	struct cs_ps_msg m;
 	int rc = 0;
 

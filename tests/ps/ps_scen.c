@@ -293,7 +293,8 @@ static void make_grad(uint32_t w, uint32_t t, uint64_t key,
 	cs_ps_row_from_f32(o.dtype, gf, g, o.dim);
 }
 
-/* ---- serial reference ----------------------------------------------------- */
+/* ---- serial reference -----------------------------------------------------
+ */
 
 struct ref {
 	uint8_t *val;
@@ -349,8 +350,9 @@ static void ref_run(void)
 			if (u < 0)
 				die("combine");
 			if (o.kill < 0 || t >= o.ckpt_at)
-				ref_grads += (uint64_t)u; /* after a restore the
-							   * servers count anew */
+				ref_grads +=
+					(uint64_t)u; /* after a restore the
+						      * servers count anew */
 			/* the wire carries the dtype */
 			for (int i = 0; i < u; i++) {
 				float *a = acc + (size_t)d * keys[i];
@@ -361,7 +363,9 @@ static void ref_run(void)
 						 gf + (size_t)d * i, d);
 				for (uint32_t j = 0; j < d; j++)
 					a[j] = has[keys[i]]
-						       ? a[j] + gf[(size_t)d * i + j]
+						       ? a[j] + gf[(size_t)d *
+									   i +
+								   j]
 						       : gf[(size_t)d * i + j];
 				has[keys[i]] = 1;
 			}
@@ -371,8 +375,8 @@ static void ref_run(void)
 				continue;
 			if (!ref.exists[k]) {
 				cs_ps_init_row(&spec, k, ref.val + rb * k);
-				cs_ps_opt_state_init(&spec,
-						     ref.state + (size_t)sfl * k);
+				cs_ps_opt_state_init(
+					&spec, ref.state + (size_t)sfl * k);
 				ref.exists[k] = 1;
 			}
 			cs_ps_row_to_f32(o.dtype, ref.val + rb * k, w32, d);
@@ -469,8 +473,7 @@ static void worker_step(uint32_t w)
 	if (s->phase == 2 && s->op_done) {
 		s->t++;
 		s->phase = 0;
-		s->ready_at = now + COMPUTE_NS *
-					    ((int)w == o.slow ? 8 : 1);
+		s->ready_at = now + COMPUTE_NS * ((int)w == o.slow ? 8 : 1);
 	}
 }
 
@@ -488,12 +491,23 @@ static void usage(void)
 
 static void parse(int argc, char **argv)
 {
-	o = (struct opts){ .workers = 8, .servers = 4, .rows = 2000,
-			   .dim = 8, .kpp = 64, .iters = 20, .vnodes = 128,
-			   .mode = CS_PS_SYNC, .opt = CS_PS_OPT_ADAM,
-			   .dtype = CS_F32, .skew = 1.1, .loss = 0.02,
-			   .dup = 0.02, .seed = 1, .msg_max = 1400,
-			   .slow = -1, .kill = -1 };
+	o = (struct opts){ .workers = 8,
+			   .servers = 4,
+			   .rows = 2000,
+			   .dim = 8,
+			   .kpp = 64,
+			   .iters = 20,
+			   .vnodes = 128,
+			   .mode = CS_PS_SYNC,
+			   .opt = CS_PS_OPT_ADAM,
+			   .dtype = CS_F32,
+			   .skew = 1.1,
+			   .loss = 0.02,
+			   .dup = 0.02,
+			   .seed = 1,
+			   .msg_max = 1400,
+			   .slow = -1,
+			   .kill = -1 };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -548,9 +562,9 @@ static void parse(int argc, char **argv)
 		else
 			usage();
 	}
-	if (!o.workers || o.workers > 1024 || !o.servers ||
-	    o.servers > 256 || !o.rows || !o.dim || o.dim > 4096 || !o.kpp ||
-	    o.loss < 0 || o.loss >= 0.5 || o.dup < 0 || o.dup > 0.5)
+	if (!o.workers || o.workers > 1024 || !o.servers || o.servers > 256 ||
+	    !o.rows || !o.dim || o.dim > 4096 || !o.kpp || o.loss < 0 ||
+	    o.loss >= 0.5 || o.dup < 0 || o.dup > 0.5)
 		usage();
 	if (o.kill >= 0 && ((uint32_t)o.kill >= o.servers ||
 			    o.ckpt_at >= o.kill_at || o.kill_at >= o.iters))
@@ -561,7 +575,8 @@ static struct memspill *mspill;
 
 static void make_store(uint32_t k)
 {
-	struct cs_ps_store_cfg cfg = { .server = SRV_BASE + k, .map = &map,
+	struct cs_ps_store_cfg cfg = { .server = SRV_BASE + k,
+				       .map = &map,
 				       .msg_max = o.msg_max,
 				       .parked_max = 4 * o.workers };
 	struct cs_ps_store_io io = { srv_send,
@@ -737,8 +752,11 @@ int main(int argc, char **argv)
 	pushes_issued = calloc(o.workers, sizeof(*pushes_issued));
 	for (uint32_t w = 0; w < o.workers; w++) {
 		struct cs_ps_worker_cfg cfg = {
-			.rank = w, .map = &map, .msg_max = o.msg_max,
-			.rto = 20 * LINK_NS, .rto_max = 200 * LINK_NS,
+			.rank = w,
+			.map = &map,
+			.msg_max = o.msg_max,
+			.rto = 20 * LINK_NS,
+			.rto_max = 200 * LINK_NS,
 			/* a dead server is declared after 12 sends; a
 			 * waiting one answers "in progress" */
 			.max_tries = o.kill >= 0 ? 12 : 0,
@@ -767,8 +785,8 @@ int main(int argc, char **argv)
 			;
 		{
 			uint32_t due = i;
-			struct qmsg *batch = malloc(sizeof(*batch) *
-						    (due ? due : 1));
+			struct qmsg *batch =
+				malloc(sizeof(*batch) * (due ? due : 1));
 
 			if (due) {
 				memcpy(batch, q, sizeof(*q) * due);
@@ -919,7 +937,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)applied, max_stale,
 	       (unsigned long long)spill_rd, (unsigned long long)spill_wr,
 	       (double)rows_max * o.servers / (double)(grads_in ? grads_in : 1),
-	       o.mode == CS_PS_SYNC ? "exact=bitwise"
+	       o.mode == CS_PS_SYNC	? "exact=bitwise"
 	       : o.opt == CS_PS_OPT_SGD ? "within=1e-4"
 					: "conserved",
 	       recovered ? " recovered_from_lost_server=1" : "",

@@ -76,10 +76,10 @@ static struct cs_ps_table_spec mkspec(uint32_t dim)
 }
 
 static struct cs_ps_store *mkstore(const struct cs_ps_table_spec *s,
-				   size_t budget,
-				   const struct cs_ps_spill *sp)
+				   size_t budget, const struct cs_ps_spill *sp)
 {
-	struct cs_ps_store_cfg cfg = { .server = 0, .msg_max = 1 << 16,
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 1 << 16,
 				       .parked_max = 4 };
 	struct cs_ps_store_io io = { .send = drop };
 	struct cs_ps_store *st;
@@ -96,9 +96,13 @@ static uint64_t next_id;
 static void push_to(struct cs_ps_store **sts, int n,
 		    const struct cs_ps_table_spec *s, uint64_t base, float g)
 {
-	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH, .table = s->id,
-			       .id = next_id++, .nparts = 1, .nkeys = 500,
-			       .dim = s->dim, .dtype = s->dtype };
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+			       .table = s->id,
+			       .id = next_id++,
+			       .nparts = 1,
+			       .nkeys = 500,
+			       .dim = s->dim,
+			       .dtype = s->dtype };
 	size_t len = cs_ps_wire_len(m.type, 500, s->dim, s->dtype, 0);
 	float row[8];
 
@@ -336,4 +340,38 @@ Test(ps_io, spill_file_round_trip, .init = setup, .fini = teardown)
 	cs_ps_store_destroy(b);
 	cs_ps_spill_close(u);
 	cr_assert_eq(cs_ps_spill_open(&u, path, 0, &sp), -EINVAL);
+}
+
+/*
+ * Without liburing, or where the kernel refuses io_uring (a seccomp
+ * profile, io_uring_disabled), the whole test skips with the reason and
+ * exit status 77, as the suites expect.
+ */
+int main(int argc, char *argv[])
+{
+	struct criterion_test_set *tests;
+	struct cs_ps_uring_spill *u;
+	struct cs_ps_spill sp;
+	char path[] = "/tmp/cs-ps-probe.XXXXXX";
+	int fd = mkstemp(path), rc;
+
+	if (fd < 0) {
+		perror("mkstemp");
+		return 1;
+	}
+	close(fd);
+	rc = cs_ps_spill_open(&u, path, 4, &sp);
+	unlink(path);
+	if (rc) {
+		printf("SKIP: %s\n", rc == -ENOTSUP ? "built without liburing"
+						    : strerror(-rc));
+		return 77;
+	}
+	cs_ps_spill_close(u);
+	tests = criterion_initialize();
+	rc = 0;
+	if (criterion_handle_args(argc, argv, true))
+		rc = !criterion_run_all_tests(tests);
+	criterion_finalize(tests);
+	return rc;
 }

@@ -35,8 +35,7 @@ static int cap_send(void *ctx, uint32_t worker, const void *msg, size_t len)
 }
 
 static struct cs_ps_table_spec mkspec(enum cs_ps_mode mode, uint32_t stale,
-				      uint32_t workers,
-				      enum cs_ps_opt_kind opt)
+				      uint32_t workers, enum cs_ps_opt_kind opt)
 {
 	struct cs_ps_table_spec s;
 
@@ -59,7 +58,8 @@ static struct cs_ps_store *mkstore(const struct cs_ps_table_spec *s,
 				   size_t budget,
 				   const struct cs_ps_spill *spill)
 {
-	struct cs_ps_store_cfg cfg = { .server = 0, .msg_max = 4096,
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 4096,
 				       .parked_max = 4 };
 	struct cs_ps_store_io io = { .send = cap_send };
 	struct cs_ps_store *st;
@@ -77,10 +77,16 @@ static size_t push(const struct cs_ps_table_spec *s, uint32_t worker,
 		   uint64_t id, uint64_t version, const uint64_t *keys,
 		   const float *g, uint32_t n, uint16_t part, uint16_t nparts)
 {
-	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH, .table = s->id,
-			       .worker = worker, .id = id, .version = version,
-			       .part = part, .nparts = nparts, .nkeys = n,
-			       .dim = s->dim, .dtype = s->dtype };
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+			       .table = s->id,
+			       .worker = worker,
+			       .id = id,
+			       .version = version,
+			       .part = part,
+			       .nparts = nparts,
+			       .nkeys = n,
+			       .dim = s->dim,
+			       .dtype = s->dtype };
 	size_t len = cs_ps_wire_len(m.type, n, m.dim, m.dtype, 0);
 
 	cs_ps_wire_put_hdr(msg, &m);
@@ -99,9 +105,14 @@ static size_t pull(const struct cs_ps_table_spec *s, uint32_t worker,
 		   uint64_t id, uint64_t clock, const uint64_t *keys,
 		   uint32_t n)
 {
-	struct cs_ps_msg m = { .type = CS_PS_MSG_PULL, .table = s->id,
-			       .worker = worker, .id = id, .version = clock,
-			       .nparts = 1, .nkeys = n, .dim = s->dim,
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PULL,
+			       .table = s->id,
+			       .worker = worker,
+			       .id = id,
+			       .version = clock,
+			       .nparts = 1,
+			       .nkeys = n,
+			       .dim = s->dim,
 			       .dtype = s->dtype };
 
 	cs_ps_wire_put_hdr(msg, &m);
@@ -303,8 +314,9 @@ Test(ps_store, key_of_another_shard_refused)
 	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
 	uint32_t servers[2] = { 0, 1 };
 	struct cs_ps_shardmap map;
-	struct cs_ps_store_cfg cfg = { .server = 0, .map = &map,
-				       .msg_max = 4096, .parked_max = 4 };
+	struct cs_ps_store_cfg cfg = {
+		.server = 0, .map = &map, .msg_max = 4096, .parked_max = 4
+	};
 	struct cs_ps_store_io io = { .send = cap_send };
 	struct cs_ps_store *st;
 	uint64_t k = 0;
@@ -467,8 +479,8 @@ Test(ps_store, spill_keeps_rows_and_state)
 
 	s.init.kind = CS_PS_INIT_UNIFORM;
 	s.init.seed = 3;
-	cr_assert_eq(cs_ps_store_add_table(
-			     (a = mkstore(&s, 0, NULL), a), &s, 0, NULL),
+	cr_assert_eq(cs_ps_store_add_table((a = mkstore(&s, 0, NULL), a), &s, 0,
+					   NULL),
 		     -EEXIST);
 	b = mkstore(&s, 64 * 24, &sp);
 	cr_assert_eq(cs_ps_store_add_table(b, &s, 10, &sp), -EEXIST);
@@ -541,7 +553,8 @@ Test(ps_store, spill_keeps_rows_and_state)
 Test(ps_store, budget_needs_a_spill_and_room)
 {
 	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
-	struct cs_ps_store_cfg cfg = { .server = 0, .msg_max = 4096,
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 4096,
 				       .parked_max = 4 };
 	struct cs_ps_store_io io = { .send = cap_send };
 	static struct memfile mf;
@@ -558,7 +571,8 @@ Test(ps_store, budget_needs_a_spill_and_room)
 	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), -EINVAL);
 }
 
-/* ---- snapshot: copy on write ---------------------------------------------- */
+/* ---- snapshot: copy on write ----------------------------------------------
+ */
 
 struct snapcap {
 	uint8_t *p;

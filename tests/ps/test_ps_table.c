@@ -169,7 +169,8 @@ Test(ps_table, optimizers_match_formulas)
 					break;
 				case CS_PS_OPT_ADAGRAD:
 					v[j] += g * g;
-					rw[j] -= 0.1 * g / (sqrt(v[j]) + o->eps);
+					rw[j] -=
+						0.1 * g / (sqrt(v[j]) + o->eps);
 					break;
 				default: {
 					double b1 = o->beta1, b2 = o->beta2;
@@ -237,7 +238,8 @@ Test(ps_table, shardmap_balance_and_order_free)
 	for (uint32_t k = 0; k < NKEYS; k++)
 		cnt[oa[k] - 10]++;
 	for (int s = 0; s < 4; s++)
-		cr_assert(cnt[s] > NKEYS / 4 * 0.75 && cnt[s] < NKEYS / 4 * 1.25,
+		cr_assert(cnt[s] > NKEYS / 4 * 0.75 &&
+				  cnt[s] < NKEYS / 4 * 1.25,
 			  "server %d holds %u of %u keys", s, cnt[s], NKEYS);
 	cs_ps_shardmap_fini(&ma);
 	cs_ps_shardmap_fini(&mb);
@@ -265,8 +267,8 @@ Test(ps_table, shardmap_stable_under_membership_change)
 	for (uint32_t k = 0; k < NKEYS; k++) {
 		if (o4[k] != o5[k]) {
 			moved++;
-			cr_assert_eq(o5[k], 5, "key %u moved between old servers",
-				     k);
+			cr_assert_eq(o5[k], 5,
+				     "key %u moved between old servers", k);
 		}
 	}
 	cr_log_info("add a 5th server: %u of %u keys moved (ideal %u)", moved,

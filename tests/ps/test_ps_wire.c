@@ -14,9 +14,16 @@ static uint8_t buf[1 << 16];
 static size_t push_msg(enum cs_dtype t, uint32_t nkeys, uint32_t dim)
 {
 	struct cs_ps_msg m = {
-		.type = CS_PS_MSG_PUSH, .table = 7, .worker = 3, .id = 99,
-		.version = 0x0102030405060708ull, .part = 1, .nparts = 3,
-		.nkeys = nkeys, .dim = dim, .dtype = t,
+		.type = CS_PS_MSG_PUSH,
+		.table = 7,
+		.worker = 3,
+		.id = 99,
+		.version = 0x0102030405060708ull,
+		.part = 1,
+		.nparts = 3,
+		.nkeys = nkeys,
+		.dim = dim,
+		.dtype = t,
 	};
 	size_t n = cs_ps_wire_len(m.type, nkeys, dim, t, 0);
 	uint8_t row[8 * 16];
@@ -78,9 +85,13 @@ Test(ps_wire, network_byte_order)
 
 Test(ps_wire, replies_and_pull)
 {
-	struct cs_ps_msg m = { .type = CS_PS_MSG_PULL_REPLY, .worker = 2,
-			       .nkeys = 4, .dim = 2, .dtype = CS_F16,
-			       .nparts = 1, .status = -ERANGE };
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PULL_REPLY,
+			       .worker = 2,
+			       .nkeys = 4,
+			       .dim = 2,
+			       .dtype = CS_F16,
+			       .nparts = 1,
+			       .status = -ERANGE };
 	struct cs_ps_msg d;
 	size_t n = cs_ps_wire_len(m.type, 4, 2, CS_F16, m.status);
 
@@ -108,8 +119,8 @@ static void expect(size_t n, int code)
 {
 	struct cs_ps_msg m;
 
-	cr_assert_eq(cs_ps_wire_decode(buf, n, &m), -code, "want %d (%s)",
-		     code, cs_ps_wire_strerror(-code));
+	cr_assert_eq(cs_ps_wire_decode(buf, n, &m), -code, "want %d (%s)", code,
+		     cs_ps_wire_strerror(-code));
 	cr_assert_str_neq(cs_ps_wire_strerror(-code), "unknown ps wire error");
 }
 
@@ -171,6 +182,5 @@ Test(ps_wire, longer_header_is_skipped)
 	cr_assert_eq(cs_ps_wire_decode(big, n + 8, &m), 0);
 	cr_assert_eq(cs_ps_wire_key(&m, 0), 1000);
 	big[47] = 52; /* not a multiple of 8 */
-	cr_assert_eq(cs_ps_wire_decode(big, n + 8, &m),
-		     -CS_PS_WIRE_E_HDR_LEN);
+	cr_assert_eq(cs_ps_wire_decode(big, n + 8, &m), -CS_PS_WIRE_E_HDR_LEN);
 }

@@ -53,8 +53,10 @@ static struct cs_ps_worker *mk(enum cs_ps_mode mode, size_t msg_max,
 			       uint32_t max_tries)
 {
 	uint32_t servers[2] = { 100, 200 };
-	struct cs_ps_worker_cfg cfg = { .rank = 1, .map = &map,
-					.msg_max = msg_max, .rto = 1000,
+	struct cs_ps_worker_cfg cfg = { .rank = 1,
+					.map = &map,
+					.msg_max = msg_max,
+					.rto = 1000,
 					.rto_max = 4000,
 					.max_tries = max_tries };
 	struct cs_ps_worker_io io = { cap_send, cap_done, NULL };
@@ -89,7 +91,7 @@ static size_t ack(const struct sent *s, uint8_t *buf, int status)
 	struct cs_ps_msg m = s->m;
 
 	m.type = s->m.type == CS_PS_MSG_PUSH ? CS_PS_MSG_PUSH_ACK
-					      : CS_PS_MSG_PULL_REPLY;
+					     : CS_PS_MSG_PULL_REPLY;
 	m.status = status;
 	m.nkeys = 0;
 	m.part = 0;
@@ -102,7 +104,7 @@ Test(ps_worker, push_combines_and_splits_by_shard)
 {
 	struct cs_ps_worker *w = mk(CS_PS_SYNC, 4096, 0);
 	uint64_t keys[6] = { 5, 9, 5, 77, 9, 5 }, op;
-	float rows[6][2] = { { 1, 2 }, { 3, 4 }, { 5, 6 },
+	float rows[6][2] = { { 1, 2 }, { 3, 4 },  { 5, 6 },
 			     { 7, 8 }, { 9, 10 }, { 11, 12 } };
 	unsigned seen = 0;
 
@@ -185,9 +187,9 @@ Test(ps_worker, parts_and_window)
 
 			total += out[i].m.nkeys;
 			out[i].len = 0;
-			cr_assert_eq(cs_ps_worker_rx(w, out[i].server, buf, n,
-						     1),
-				     0);
+			cr_assert_eq(
+				cs_ps_worker_rx(w, out[i].server, buf, n, 1),
+				0);
 		}
 		cr_assert(nout > first || ndone, "no progress");
 	}
@@ -308,9 +310,9 @@ Test(ps_worker, error_reply_fails_the_op_with_the_server)
 Test(ps_worker, bad_arguments)
 {
 	struct cs_ps_worker *w = mk(CS_PS_ASYNC, 4096, 0);
-	struct cs_ps_worker_cfg cfg = { .rank = 0, .map = &map,
-					.msg_max = 100, .rto = 1,
-					.rto_max = 1 };
+	struct cs_ps_worker_cfg cfg = {
+		.rank = 0, .map = &map, .msg_max = 100, .rto = 1, .rto_max = 1
+	};
 	struct cs_ps_worker_io io = { cap_send, cap_done, NULL };
 	struct cs_ps_worker *x;
 	uint64_t op, k = 1 << 20;
@@ -375,8 +377,7 @@ static void pump(void)
 			cr_assert_eq(cs_ps_store_rx(loop_store, b, len), 0);
 			cr_assert_eq(cs_ps_store_flush(loop_store), 0);
 		} else {
-			cr_assert_eq(cs_ps_worker_rx(loop_worker, 7, b, len,
-						     0),
+			cr_assert_eq(cs_ps_worker_rx(loop_worker, 7, b, len, 0),
 				     0);
 		}
 	}
@@ -386,12 +387,13 @@ Test(ps_worker, round_trip_with_a_store)
 {
 	uint32_t sid = 7;
 	struct cs_ps_shardmap m1;
-	struct cs_ps_store_cfg scfg = { .server = 7, .map = &m1,
-					.msg_max = 4096, .parked_max = 8 };
+	struct cs_ps_store_cfg scfg = {
+		.server = 7, .map = &m1, .msg_max = 4096, .parked_max = 8
+	};
 	struct cs_ps_store_io sio = { to_worker, NULL };
-	struct cs_ps_worker_cfg wcfg = { .rank = 0, .map = &m1,
-					 .msg_max = 4096, .rto = 10,
-					 .rto_max = 10 };
+	struct cs_ps_worker_cfg wcfg = {
+		.rank = 0, .map = &m1, .msg_max = 4096, .rto = 10, .rto_max = 10
+	};
 	struct cs_ps_worker_io wio = { to_store, cap_done, NULL };
 	struct cs_ps_table_spec s;
 	uint64_t keys[3] = { 2, 2, 9 }, op;
@@ -413,8 +415,7 @@ Test(ps_worker, round_trip_with_a_store)
 	cr_assert_eq(cs_ps_worker_create(&loop_worker, &wcfg, &wio), 0);
 	cr_assert_eq(cs_ps_worker_add_table(loop_worker, &s), 0);
 	/* the pull at clock 1 goes first and waits for version 0 */
-	cr_assert_eq(cs_ps_worker_pull(loop_worker, 0, 1, keys, 3, res, 0,
-				       &op),
+	cr_assert_eq(cs_ps_worker_pull(loop_worker, 0, 1, keys, 3, res, 0, &op),
 		     0);
 	pump();
 	cr_assert_eq(ndone, 0);
