@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* PS persistence over io_uring: checkpoint round trip while pushes go on,
- * restore refusing damaged or foreign files, the SSD spill file. Each
- * test skips, saying why, where liburing is missing or the kernel
- * refuses io_uring. */
+ * restore refusing damaged or foreign files, the SSD spill file. The
+ * binary exits 77, saying why, where liburing is missing or the kernel
+ * refuses io_uring (main() at the end). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
