@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 				       .parked_max = 1024 };
 	struct cs_ps_store_io io = { .send = count_send };
 	uint8_t *push[NMSG], *pull[NMSG];
-	uint64_t rng = 42, rows, nrows, id = 0;
+	uint64_t rng = 42, rows, nrows, id = 0, pull_id = 0;
 	float *row;
 	int rc;
 
@@ -176,7 +176,7 @@ int main(int argc, char **argv)
 	t0 = now_s();
 	do {
 		for (int i = 0; i < NMSG; i++) {
-			put_id(pull[i], id++);
+			put_id(pull[i], pull_id++);
 			cs_ps_store_rx(st, pull[i], len_pull);
 			cs_ps_store_flush(st);
 			rows += kpm;
@@ -218,6 +218,11 @@ int main(int argc, char **argv)
 		t = now_s() - t0;
 		rc = cs_ps_ckpt_wait(c);
 		t_ck = now_s() - t0;
+		if (cs_ps_store_stats(st)->push_early ||
+		    cs_ps_store_stats(st)->rejected) {
+			fprintf(stderr, "ps_bench: pushes dropped\n");
+			return 1;
+		}
 		printf("ps_bench ckpt rc=%d shard_mib=%zu step_rows=%u "
 		       "snapshot_secs=%.2f written_secs=%.2f "
 		       "push_rows_per_s_during=%.0f baseline=%.0f "
