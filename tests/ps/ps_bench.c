@@ -52,8 +52,7 @@ int main(int argc, char **argv)
 	const char *ckpt_path = NULL;
 	struct cs_ps_table_spec s;
 	struct cs_ps_store *st;
-	struct cs_ps_store_cfg cfg = { .msg_max = 1 << 20,
-				       .parked_max = 1024 };
+	struct cs_ps_store_cfg cfg = { .msg_max = 1 << 20, .parked_max = 1024 };
 	struct cs_ps_store_io io = { .send = count_send };
 	uint8_t *push[NMSG], *pull[NMSG];
 	uint64_t rng = 42, rows, nrows, id = 0, pull_id = 0;
@@ -106,8 +105,10 @@ int main(int argc, char **argv)
 	    kpm * rb + CS_PS_WIRE_HDR > cfg.msg_max)
 		return 2;
 	for (int i = 0; i < NMSG; i++) {
-		struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH, .nparts = 1,
-				       .nkeys = kpm, .dim = dim,
+		struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+				       .nparts = 1,
+				       .nkeys = kpm,
+				       .dim = dim,
 				       .dtype = CS_F32 };
 
 		push[i] = malloc(len_push);
@@ -128,14 +129,16 @@ int main(int argc, char **argv)
 	/* fill: every row exists (the shard is mb MiB of values) */
 	t0 = now_s();
 	{
-		struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH, .nparts = 1,
-				       .nkeys = kpm, .dim = dim,
+		struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+				       .nparts = 1,
+				       .nkeys = kpm,
+				       .dim = dim,
 				       .dtype = CS_F32 };
 		uint8_t *b = malloc(len_push);
 
 		for (uint64_t k0 = 0; k0 < nrows; k0 += kpm) {
-			uint32_t n = (uint32_t)CS_MIN((uint64_t)kpm,
-						      nrows - k0);
+			uint32_t n =
+				(uint32_t)CS_MIN((uint64_t)kpm, nrows - k0);
 
 			m.nkeys = n;
 			m.id = id++;

@@ -431,3 +431,32 @@ Test(ps_worker, round_trip_with_a_store)
 	cs_ps_store_destroy(loop_store);
 	cs_ps_shardmap_fini(&m1);
 }
+
+/* A pull waiting at a live server is answered "in progress": the count of
+ * sends towards CS_ERR_PEER_LOST starts over, so only a silent server is
+ * declared lost. */
+Test(ps_worker, in_progress_is_not_lost)
+{
+	struct cs_ps_worker *w = mk(CS_PS_SYNC, 4096, 3);
+	uint64_t op, k = 12;
+	float res[2];
+	uint8_t buf[64];
+	cs_ns_t t = 0;
+
+	cr_assert_eq(cs_ps_worker_pull(w, 4, 5, &k, 1, res, t, &op), 0);
+	cr_assert_eq(nout, 1);
+	t = cs_ps_worker_tick(w, 1000); /* send 2 */
+	t = cs_ps_worker_tick(w, t); /* send 3 */
+	cr_assert_eq(nout, 3);
+	cs_ps_worker_rx(w, out[2].server, buf, ack(&out[2], buf, -EINPROGRESS),
+			t);
+	for (int i = 0; i < 3; i++) /* three more sends allowed */
+		t = cs_ps_worker_tick(w, t + 100000);
+	cr_assert_eq(nout, 6);
+	cr_assert_eq(ndone, 0);
+	cs_ps_worker_tick(w, t + 100000);
+	cr_assert_eq(ndone, 1);
+	cr_assert_eq(done_rc, CS_ERR_PEER_LOST);
+	cr_assert_eq(done_peer, out[0].server);
+	fini(w);
+}
