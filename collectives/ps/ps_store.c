@@ -36,9 +36,15 @@ struct ps_buf {
 	size_t len, cap;
 };
 
+/* Refused push ids remembered per (table, worker), for their copies. */
+#define PS_REFUSED_KEEP 8u
+
 struct ps_wstate {
 	uint64_t done_below; /* every push id below was taken */
 	uint64_t bits; /* bit i: id done_below + i taken */
+	uint64_t ref_id[PS_REFUSED_KEEP];
+	int32_t ref_st[PS_REFUSED_KEEP]; /* 0: slot unused */
+	uint32_t ref_next;
 	uint64_t clock; /* versions complete */
 	uint16_t parts[CS_PS_AHEAD], nparts[CS_PS_AHEAD];
 };
@@ -446,6 +452,29 @@ static void clock_advance(struct ps_wstate *w)
 	}
 }
 
+/* The status a taken id was refused with, or 0 (it was applied). */
+static int refusal_of(const struct ps_wstate *w, uint64_t id)
+{
+	for (unsigned i = 0; i < PS_REFUSED_KEEP; i++)
+		if (w->ref_st[i] && w->ref_id[i] == id)
+			return w->ref_st[i];
+	return 0;
+}
+
+/* Refuse a push whose id has a window: the id is taken (the window moves
+ * on, as the worker's does on any answer) and its status kept, so a copy
+ * gets the same answer. */
+static void refuse_push(struct cs_ps_store *st, struct ps_wstate *w,
+			const struct cs_ps_msg *m, int status)
+{
+	unsigned i = w->ref_next++ % PS_REFUSED_KEEP;
+
+	id_take(w, m->id);
+	w->ref_id[i] = m->id;
+	w->ref_st[i] = status;
+	refuse(st, m, status);
+}
+
 static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 {
 	uint32_t d = m->dim;
@@ -454,19 +483,27 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 	unsigned slot;
 	int rc;
 
-	rc = check_common(st, m, &t);
-	if (rc) {
-		refuse(st, m, rc);
+	t = m->table < CS_PS_TABLES_MAX ? st->tab[m->table] : NULL;
+	if (!t || m->worker >= t->spec.workers) {
+		/* no (table, worker) to keep an id for: refused each time */
+		refuse(st, m, t ? -EINVAL : -ENOENT);
 		return 0;
 	}
 	w = &t->ws[m->worker];
 	if (id_taken(w, m->id)) {
+		/* a copy: the same answer as the first time */
 		st->st.push_dup++;
-		reply_status(st, m, CS_PS_MSG_PUSH_ACK, 0, m->version);
+		reply_status(st, m, CS_PS_MSG_PUSH_ACK, refusal_of(w, m->id),
+			     m->version);
 		return 0;
 	}
 	if (m->id - w->done_below >= CS_PS_DEDUP_WINDOW) {
 		st->st.push_early++;
+		return 0;
+	}
+	rc = check_common(st, m, &t);
+	if (rc) {
+		refuse_push(st, w, m, rc);
 		return 0;
 	}
 	if (t->spec.mode != CS_PS_ASYNC) {
@@ -475,8 +512,8 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 		if (t->spec.mode == CS_PS_SYNC)
 			lim = CS_MIN(lim, t->applied + CS_PS_AHEAD);
 		if (m->version < w->clock) {
-			id_take(w, m->id);
-			refuse(st, m, CS_ERR_PROTO); /* version already done */
+			/* version already done */
+			refuse_push(st, w, m, CS_ERR_PROTO);
 			return 0;
 		}
 		if (m->version >= lim) {
@@ -485,8 +522,7 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 		}
 		slot = (unsigned)(m->version % CS_PS_AHEAD);
 		if (w->nparts[slot] && w->nparts[slot] != m->nparts) {
-			id_take(w, m->id);
-			refuse(st, m, CS_ERR_PROTO);
+			refuse_push(st, w, m, CS_ERR_PROTO);
 			return 0;
 		}
 	}

@@ -281,14 +281,14 @@ Test(ps_store, malformed_pushes_refused_nothing_applied)
 	/* one key outside the table's range: the whole push is refused */
 	n = push(&s, 0, 0, 0, k, g, 2, 0, 1);
 	expect_refused(st, n, -ERANGE);
-	other.id = 9; /* unknown table */
-	n = push(&other, 0, 1, 0, k, g, 1, 0, 1);
+	other.id = 9; /* unknown table (ids count per table) */
+	n = push(&other, 0, 0, 0, k, g, 1, 0, 1);
 	expect_refused(st, n, -ENOENT);
 	other = s, other.dim = 3; /* row size mismatch */
-	n = push(&other, 0, 2, 0, k, g, 1, 0, 1);
+	n = push(&other, 0, 1, 0, k, g, 1, 0, 1);
 	expect_refused(st, n, -EBADMSG);
 	other = s, other.dtype = CS_BF16;
-	n = push(&other, 0, 3, 0, k, g, 1, 0, 1);
+	n = push(&other, 0, 2, 0, k, g, 1, 0, 1);
 	expect_refused(st, n, -EBADMSG);
 	n = push(&s, 5, 0, 0, k, g, 1, 0, 1); /* no such worker */
 	expect_refused(st, n, -EINVAL);
@@ -299,6 +299,12 @@ Test(ps_store, malformed_pushes_refused_nothing_applied)
 	cs_ps_store_flush(st);
 	cr_assert_eq(val(st, 3, 0), 10.0f);
 	cr_assert_eq(cs_ps_store_stats(st)->rejected, 6);
+	/* a copy of a refused push gets the same answer, not an "ok" */
+	n = push(&s, 0, 0, 0, k, g, 2, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	cr_assert_eq(nrep, 6);
+	cr_assert_eq(rep[5].m.status, -ERANGE);
+	cr_assert_eq(cs_ps_store_stats(st)->push_dup, 1);
 	cr_assert_eq(cs_ps_store_stats(st)->push_applied, 0);
 	{
 		uint64_t total, res;
@@ -306,6 +312,13 @@ Test(ps_store, malformed_pushes_refused_nothing_applied)
 		cs_ps_store_nrows(st, 2, &total, &res);
 		cr_assert_eq(total, 0);
 	}
+	/* the refused ids moved the window: 64 more pushes are taken */
+	nrep = 0;
+	for (uint64_t id = 3; id < 3 + CS_PS_DEDUP_WINDOW; id++)
+		cs_ps_store_rx(st, msg, push(&s, 0, id, 0, k, g, 1, 0, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(cs_ps_store_stats(st)->push_applied, CS_PS_DEDUP_WINDOW);
+	cr_assert_eq(cs_ps_store_stats(st)->push_early, 0);
 	cs_ps_store_destroy(st);
 }
 
