@@ -119,6 +119,7 @@ void cs_ps_opt_state_init(const struct cs_ps_table_spec *s, float *state);
 struct cs_ps_vnode {
 	uint64_t point;
 	uint32_t server;
+	uint32_t idx; /* of server in cs_ps_shardmap.servers */
 };
 
 /**
@@ -143,6 +144,9 @@ void cs_ps_shardmap_fini(struct cs_ps_shardmap *m);
 /* Server id owning (table, key). The map must hold at least one server. */
 uint32_t cs_ps_shard_of(const struct cs_ps_shardmap *m, uint32_t table,
 			uint64_t key);
+/* Index in m->servers of the server owning (table, key). */
+uint32_t cs_ps_shard_index_of(const struct cs_ps_shardmap *m, uint32_t table,
+			      uint64_t key);
 /* Index of @server in m->servers, or -ENOENT. */
 int cs_ps_shardmap_index(const struct cs_ps_shardmap *m, uint32_t server);
 

@@ -59,6 +59,7 @@ int cs_ps_shardmap_init(struct cs_ps_shardmap *m, const uint32_t *servers,
 
 			v->point = mix64(base ^ mix64(k));
 			v->server = servers[i];
+			v->idx = i;
 		}
 	}
 	qsort(m->pts, m->npts, sizeof(*m->pts), vnode_cmp);
@@ -72,8 +73,8 @@ void cs_ps_shardmap_fini(struct cs_ps_shardmap *m)
 	memset(m, 0, sizeof(*m));
 }
 
-uint32_t cs_ps_shard_of(const struct cs_ps_shardmap *m, uint32_t table,
-			uint64_t key)
+static const struct cs_ps_vnode *owner(const struct cs_ps_shardmap *m,
+				       uint32_t table, uint64_t key)
 {
 	uint64_t h = mix64(key ^ mix64(0x7461626c65ull + table));
 	uint32_t lo = 0, hi = m->npts;
@@ -87,7 +88,19 @@ uint32_t cs_ps_shard_of(const struct cs_ps_shardmap *m, uint32_t table,
 		else
 			hi = mid;
 	}
-	return m->pts[lo == m->npts ? 0 : lo].server;
+	return &m->pts[lo == m->npts ? 0 : lo];
+}
+
+uint32_t cs_ps_shard_of(const struct cs_ps_shardmap *m, uint32_t table,
+			uint64_t key)
+{
+	return owner(m, table, key)->server;
+}
+
+uint32_t cs_ps_shard_index_of(const struct cs_ps_shardmap *m, uint32_t table,
+			      uint64_t key)
+{
+	return owner(m, table, key)->idx;
 }
 
 int cs_ps_shardmap_index(const struct cs_ps_shardmap *m, uint32_t server)

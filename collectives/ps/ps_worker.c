@@ -309,9 +309,7 @@ static int group(struct cs_ps_worker *w, uint32_t table, const uint64_t *keys,
 		return -ENOMEM;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t srv = cs_ps_shard_of(map, table, keys[i]);
-
-		sidx[i] = (uint32_t)cs_ps_shardmap_index(map, srv);
+		sidx[i] = cs_ps_shard_index_of(map, table, keys[i]);
 		s[sidx[i] + 1]++;
 	}
 	for (uint32_t k = 0; k < ns; k++)

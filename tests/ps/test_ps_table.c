@@ -235,8 +235,11 @@ Test(ps_table, shardmap_balance_and_order_free)
 	owners(&mb, ob, NKEYS);
 	cr_assert_eq(memcmp(oa, ob, 4 * NKEYS), 0,
 		     "ownership depends on the member order");
-	for (uint32_t k = 0; k < NKEYS; k++)
+	for (uint32_t k = 0; k < NKEYS; k++) {
 		cnt[oa[k] - 10]++;
+		cr_assert_eq(ma.servers[cs_ps_shard_index_of(&ma, 5, k)],
+			     oa[k]);
+	}
 	for (int s = 0; s < 4; s++)
 		cr_assert(cnt[s] > NKEYS / 4 * 0.75 &&
 				  cnt[s] < NKEYS / 4 * 1.25,
