@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* PS internals shared by the store's files: the row tiers. */
+#ifndef CS_COLLECTIVES_PS_INTERNAL_H
+#define CS_COLLECTIVES_PS_INTERNAL_H
+
+#include "collectives/ps/ps.h"
+
+#define CS_PS_NO_FRAME UINT32_MAX
+/* owner of a frame handed out by the eviction now running */
+#define CS_PS_FRAME_BUSY (UINT32_MAX - 1)
+
+/* One row's bookkeeping; always in memory (about 40 bytes a row). */
+struct cs_ps_ent {
+	uint64_t key;
+	uint64_t disk; /* spill slot + 1; 0: never written to the file */
+	uint32_t frame; /* memory frame, or CS_PS_NO_FRAME (on disk) */
+	uint32_t step; /* optimizer steps taken */
+	uint32_t snap_gen; /* == rows->snap_gen: already in the snapshot */
+	uint32_t pin; /* == rows->pin_gen: must stay in memory */
+	uint8_t dirty; /* memory newer than the file */
+	uint8_t ref; /* clock bit: used since the hand last passed */
+};
+
+struct cs_ps_rows {
+	const struct cs_ps_table_spec *spec;
+	size_t vbytes; /* values in the dtype */
+	size_t voff_state; /* offset of the state in a frame */
+	size_t frame_bytes;
+	unsigned sfl; /* state floats */
+
+	uint32_t *idx; /* open addressing: entry + 1, 0 empty */
+	uint32_t idx_mask;
+	struct cs_ps_ent *ents;
+	uint32_t nents, ents_cap;
+
+	uint8_t *mem; /* frames */
+	uint32_t *owner; /* frame -> entry */
+	uint32_t nframes, frames_cap;
+	uint32_t frames_max; /* 0: no limit, no spill */
+	uint32_t hand; /* clock hand over frames */
+	uint32_t pin_gen;
+	struct cs_ps_spill spill;
+	uint64_t disk_slots;
+	uint64_t *n_wr, *n_rd; /* the store's counters */
+	struct cs_ps_io_req *reqs;
+
+	/* snapshot */
+	bool snap;
+	uint32_t snap_gen;
+	uint32_t snap_n, snap_cur;
+	struct cs_ps_snap_sink sink;
+	uint8_t *chunk;
+	size_t chunk_len, chunk_cap;
+	uint64_t chunk_nrec, snap_nrec;
+	int snap_rc;
+};
+
+int cs_ps_rows_init(struct cs_ps_rows *r, const struct cs_ps_table_spec *s,
+		    size_t mem_budget, const struct cs_ps_spill *spill);
+void cs_ps_rows_fini(struct cs_ps_rows *r);
+/* Entry of @key, or -1. */
+int64_t cs_ps_rows_find(const struct cs_ps_rows *r, uint64_t key);
+/* Entry of @key, created from the initializer when absent, in memory.
+ * Returns the entry (>= 0) or -errno. */
+int64_t cs_ps_rows_get(struct cs_ps_rows *r, uint64_t key);
+/* Bring entries @e[0..n) into memory (one batch of reads) and pin them
+ * until the next cs_ps_rows_unpin(). n <= cs_ps_rows_batch(). */
+int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n);
+void cs_ps_rows_unpin(struct cs_ps_rows *r);
+/* Largest batch cs_ps_rows_fault_in takes. */
+uint32_t cs_ps_rows_batch(const struct cs_ps_rows *r);
+
+static inline uint8_t *cs_ps_rows_frame(struct cs_ps_rows *r, uint32_t e)
+{
+	return r->mem + (size_t)r->ents[e].frame * r->frame_bytes;
+}
+
+/* Before entry @e changes: copy it into a running snapshot if due. */
+int cs_ps_rows_cow(struct cs_ps_rows *r, uint32_t e);
+int cs_ps_rows_snap_begin(struct cs_ps_rows *r,
+			  const struct cs_ps_snap_sink *sink,
+			  size_t chunk_bytes);
+int cs_ps_rows_snap_step(struct cs_ps_rows *r, uint32_t max_rows);
+int cs_ps_rows_load(struct cs_ps_rows *r, const struct cs_ps_rec_head *h,
+		    const void *frame);
+
+#endif

@@ -1,0 +1,529 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Row tiers of one table on one shard: an index (key -> entry), memory
+ * frames up to a budget, and the SSD tier behind them. A frame is the
+ * row's values (table dtype) padded to 8 bytes, then its f32 optimizer
+ * state; the spill file holds frame images at slot * frame_bytes, so a
+ * row read back is exactly the row written.
+ *
+ * Eviction is CLOCK over the frames: a row used since the hand last
+ * passed gets a second chance; rows pinned by the batch being served are
+ * skipped. Victims that changed since they were last written are written
+ * in one batch, then the batch's reads are issued in one batch.
+ *
+ * The snapshot copies rows out in bounded steps with copy on write: an
+ * entry about to change before the step reached it is copied first, so
+ * the snapshot is the table at snap_begin.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/ps/internal.h"
+
+#define ROWS_IDX_MIN 64u
+#define ROWS_BATCH_MAX 1024u
+
+static uint64_t hkey(uint64_t k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdull;
+	k ^= k >> 33;
+	return k;
+}
+
+int cs_ps_rows_init(struct cs_ps_rows *r, const struct cs_ps_table_spec *s,
+		    size_t mem_budget, const struct cs_ps_spill *spill)
+{
+	memset(r, 0, sizeof(*r));
+	r->spec = s;
+	r->vbytes = cs_ps_row_bytes(s);
+	r->voff_state = (r->vbytes + 7) & ~(size_t)7;
+	r->sfl = cs_ps_state_floats(s);
+	r->frame_bytes = r->voff_state + (((size_t)r->sfl * 4 + 7) & ~7ul);
+	if (mem_budget) {
+		if (!spill || !spill->ops)
+			return -EINVAL;
+		if (mem_budget / r->frame_bytes < 64)
+			return -EINVAL;
+		if (mem_budget / r->frame_bytes > UINT32_MAX / 2)
+			return -EINVAL;
+		r->frames_max = (uint32_t)(mem_budget / r->frame_bytes);
+		r->spill = *spill;
+		r->reqs = malloc(sizeof(*r->reqs) * ROWS_BATCH_MAX);
+		if (!r->reqs)
+			return -ENOMEM;
+	}
+	r->idx = calloc(ROWS_IDX_MIN, sizeof(*r->idx));
+	if (!r->idx) {
+		free(r->reqs);
+		return -ENOMEM;
+	}
+	r->idx_mask = ROWS_IDX_MIN - 1;
+	r->pin_gen = 1;
+	r->snap_gen = 0;
+	return 0;
+}
+
+void cs_ps_rows_fini(struct cs_ps_rows *r)
+{
+	free(r->idx);
+	free(r->ents);
+	free(r->mem);
+	free(r->owner);
+	free(r->reqs);
+	free(r->chunk);
+	memset(r, 0, sizeof(*r));
+}
+
+int64_t cs_ps_rows_find(const struct cs_ps_rows *r, uint64_t key)
+{
+	uint32_t i = (uint32_t)hkey(key) & r->idx_mask;
+
+	for (;; i = (i + 1) & r->idx_mask) {
+		uint32_t e = r->idx[i];
+
+		if (!e)
+			return -1;
+		if (r->ents[e - 1].key == key)
+			return e - 1;
+	}
+}
+
+static int idx_grow(struct cs_ps_rows *r)
+{
+	uint32_t cap = (r->idx_mask + 1) * 2, mask = cap - 1;
+	uint32_t *n = calloc(cap, sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	for (uint32_t e = 0; e < r->nents; e++) {
+		uint32_t i = (uint32_t)hkey(r->ents[e].key) & mask;
+
+		while (n[i])
+			i = (i + 1) & mask;
+		n[i] = e + 1;
+	}
+	free(r->idx);
+	r->idx = n;
+	r->idx_mask = mask;
+	return 0;
+}
+
+static int64_t ent_add(struct cs_ps_rows *r, uint64_t key)
+{
+	uint32_t i;
+	int rc;
+
+	if (r->nents == UINT32_MAX - 1)
+		return -ENOSPC;
+	if ((uint64_t)(r->nents + 1) * 2 > (uint64_t)r->idx_mask + 1) {
+		rc = idx_grow(r);
+		if (rc)
+			return rc;
+	}
+	if (r->nents == r->ents_cap) {
+		uint32_t cap = r->ents_cap ? r->ents_cap * 2 : 64;
+		struct cs_ps_ent *n = realloc(r->ents, sizeof(*n) * cap);
+
+		if (!n)
+			return -ENOMEM;
+		r->ents = n;
+		r->ents_cap = cap;
+	}
+	memset(&r->ents[r->nents], 0, sizeof(r->ents[0]));
+	r->ents[r->nents].key = key;
+	r->ents[r->nents].frame = CS_PS_NO_FRAME;
+	/* not part of a running snapshot: created after its begin */
+	r->ents[r->nents].snap_gen = r->snap_gen;
+	i = (uint32_t)hkey(key) & r->idx_mask;
+	while (r->idx[i])
+		i = (i + 1) & r->idx_mask;
+	r->idx[i] = r->nents + 1;
+	return r->nents++;
+}
+
+/* A frame that has never been used, when the budget allows one more. */
+static int frame_new(struct cs_ps_rows *r, uint32_t *out)
+{
+	if (r->frames_max && r->nframes >= r->frames_max)
+		return -ENOSPC;
+	if (r->nframes == r->frames_cap) {
+		uint32_t cap = r->frames_cap ? r->frames_cap * 2 : 64;
+		uint8_t *m;
+		uint32_t *o;
+
+		if (r->frames_max && cap > r->frames_max)
+			cap = r->frames_max;
+		m = realloc(r->mem, r->frame_bytes * cap);
+		if (!m)
+			return -ENOMEM;
+		r->mem = m;
+		o = realloc(r->owner, sizeof(*o) * cap);
+		if (!o)
+			return -ENOMEM;
+		r->owner = o;
+		r->frames_cap = cap;
+	}
+	*out = r->nframes++;
+	return 0;
+}
+
+/* Frames taken but not given an owner go back to the free state. */
+static void frames_release(struct cs_ps_rows *r, const uint32_t *f, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		r->owner[f[i]] = CS_PS_NO_FRAME;
+}
+
+/*
+ * Take @n frames for new or faulting rows, evicting cold ones; the dirty
+ * victims are written in one batch before their frames are reused.
+ */
+static int frames_take(struct cs_ps_rows *r, uint32_t *out, uint32_t n)
+{
+	uint32_t vic_e[ROWS_BATCH_MAX], vic_f[ROWS_BATCH_MAX];
+	uint32_t got = 0, nw = 0, scanned = 0;
+	int rc;
+
+	if (n > ROWS_BATCH_MAX)
+		return -E2BIG;
+
+	while (got < n) {
+		uint32_t f, e;
+		struct cs_ps_ent *v;
+
+		if (frame_new(r, &f) == 0) {
+			r->owner[f] = CS_PS_FRAME_BUSY;
+			out[got++] = f;
+			continue;
+		}
+		if (!r->frames_max)
+			return -ENOMEM;
+		if (scanned > 2u * r->nframes + 2)
+			return -ENOSPC; /* everything pinned */
+		f = r->hand;
+		r->hand = (r->hand + 1) % r->nframes;
+		scanned++;
+		e = r->owner[f];
+		if (e == CS_PS_FRAME_BUSY)
+			continue; /* taken earlier in this call */
+		if (e == CS_PS_NO_FRAME)
+			goto take;
+		v = &r->ents[e];
+		if (v->pin == r->pin_gen)
+			continue;
+		if (v->ref) {
+			v->ref = 0;
+			continue;
+		}
+		/* a row leaving memory keeps its place in a snapshot: copy it
+		 * now if the snapshot has not reached it yet */
+		rc = cs_ps_rows_cow(r, e);
+		if (rc)
+			return rc;
+		if (v->dirty || !v->disk) {
+			if (!v->disk)
+				v->disk = ++r->disk_slots;
+			vic_e[nw] = e;
+			vic_f[nw] = f;
+			r->reqs[nw++] = (struct cs_ps_io_req){
+				.off = (v->disk - 1) * r->frame_bytes,
+				.buf = r->mem + (size_t)f * r->frame_bytes,
+				.len = (uint32_t)r->frame_bytes,
+			};
+		}
+		v->frame = CS_PS_NO_FRAME;
+		v->dirty = 0;
+	take:
+		r->owner[f] = CS_PS_FRAME_BUSY;
+		out[got++] = f;
+		scanned = 0;
+	}
+	if (nw) {
+		rc = r->spill.ops->write(r->spill.ctx, r->reqs, nw);
+		if (rc) {
+			/* not on disk: the victims stay in memory, dirty */
+			frames_release(r, out, got);
+			for (uint32_t i = 0; i < nw; i++) {
+				r->ents[vic_e[i]].frame = vic_f[i];
+				r->ents[vic_e[i]].dirty = 1;
+				r->owner[vic_f[i]] = vic_e[i];
+			}
+			return rc;
+		}
+		if (r->n_wr)
+			*r->n_wr += nw;
+	}
+	return 0;
+}
+
+uint32_t cs_ps_rows_batch(const struct cs_ps_rows *r)
+{
+	if (!r->frames_max)
+		return ROWS_BATCH_MAX;
+	return CS_MIN(ROWS_BATCH_MAX, r->frames_max / 2);
+}
+
+void cs_ps_rows_unpin(struct cs_ps_rows *r)
+{
+	r->pin_gen++;
+	if (r->pin_gen == 0)
+		r->pin_gen = 1;
+}
+
+int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
+{
+	uint32_t frames[ROWS_BATCH_MAX], want[ROWS_BATCH_MAX];
+	uint32_t nwant = 0, i;
+	int rc;
+
+	if (n > cs_ps_rows_batch(r))
+		return -E2BIG;
+	for (i = 0; i < n; i++) {
+		struct cs_ps_ent *v = &r->ents[e[i]];
+
+		if (v->pin == r->pin_gen)
+			continue; /* a key twice in the batch */
+		v->pin = r->pin_gen;
+		v->ref = 1;
+		if (v->frame == CS_PS_NO_FRAME)
+			want[nwant++] = e[i];
+	}
+	if (!nwant)
+		return 0;
+	rc = frames_take(r, frames, nwant);
+	if (rc)
+		return rc;
+	for (i = 0; i < nwant; i++) {
+		struct cs_ps_ent *v = &r->ents[want[i]];
+
+		r->reqs[i] = (struct cs_ps_io_req){
+			.off = (v->disk - 1) * r->frame_bytes,
+			.buf = r->mem + (size_t)frames[i] * r->frame_bytes,
+			.len = (uint32_t)r->frame_bytes,
+		};
+	}
+	rc = r->spill.ops->read(r->spill.ctx, r->reqs, nwant);
+	if (rc) {
+		frames_release(r, frames, nwant);
+		return rc;
+	}
+	if (r->n_rd)
+		*r->n_rd += nwant;
+	for (i = 0; i < nwant; i++) {
+		r->ents[want[i]].frame = frames[i];
+		r->owner[frames[i]] = want[i];
+	}
+	return 0;
+}
+
+int64_t cs_ps_rows_get(struct cs_ps_rows *r, uint64_t key)
+{
+	int64_t e = cs_ps_rows_find(r, key);
+	uint32_t f, ue;
+	uint8_t *fr;
+	int rc;
+
+	if (e >= 0) {
+		ue = (uint32_t)e;
+		if (r->ents[ue].frame == CS_PS_NO_FRAME) {
+			rc = cs_ps_rows_fault_in(r, &ue, 1);
+			if (rc)
+				return rc;
+		}
+		r->ents[ue].ref = 1;
+		return e;
+	}
+	rc = frames_take(r, &f, 1);
+	if (rc)
+		return rc;
+	e = ent_add(r, key);
+	if (e < 0) {
+		frames_release(r, &f, 1);
+		return e;
+	}
+	ue = (uint32_t)e;
+	r->ents[ue].frame = f;
+	r->ents[ue].ref = 1;
+	r->ents[ue].dirty = 1;
+	r->owner[f] = ue;
+	fr = cs_ps_rows_frame(r, ue);
+	memset(fr, 0, r->frame_bytes);
+	cs_ps_init_row(r->spec, key, fr);
+	cs_ps_opt_state_init(r->spec, (float *)(fr + r->voff_state));
+	return e;
+}
+
+/* ---- snapshot ---------------------------------------------------------- */
+
+static size_t rec_bytes(const struct cs_ps_rows *r)
+{
+	return sizeof(struct cs_ps_rec_head) + r->frame_bytes;
+}
+
+static int chunk_flush(struct cs_ps_rows *r)
+{
+	int rc;
+
+	if (!r->chunk_len)
+		return 0;
+	rc = r->sink.chunk(r->sink.ctx, r->chunk, r->chunk_len, r->chunk_nrec);
+	r->chunk = NULL; /* the sink owns it now */
+	r->chunk_len = 0;
+	r->chunk_nrec = 0;
+	return rc ? -EIO : 0;
+}
+
+static int chunk_room(struct cs_ps_rows *r)
+{
+	int rc;
+
+	if (r->chunk && r->chunk_len + rec_bytes(r) <= r->chunk_cap)
+		return 0;
+	rc = chunk_flush(r);
+	if (rc)
+		return rc;
+	r->chunk = malloc(r->chunk_cap);
+	return r->chunk ? 0 : -ENOMEM;
+}
+
+/* Append entry @e's record; its bytes come from memory or the file. */
+static int snap_emit(struct cs_ps_rows *r, uint32_t e)
+{
+	struct cs_ps_ent *v = &r->ents[e];
+	struct cs_ps_rec_head h = { .key = v->key, .step = v->step };
+	uint8_t *dst;
+	int rc;
+
+	rc = chunk_room(r);
+	if (rc)
+		return rc;
+	dst = r->chunk + r->chunk_len;
+	memcpy(dst, &h, sizeof(h));
+	dst += sizeof(h);
+	if (v->frame != CS_PS_NO_FRAME) {
+		memcpy(dst, cs_ps_rows_frame(r, e), r->frame_bytes);
+	} else {
+		struct cs_ps_io_req q = {
+			.off = (v->disk - 1) * r->frame_bytes,
+			.buf = dst,
+			.len = (uint32_t)r->frame_bytes,
+		};
+
+		rc = r->spill.ops->read(r->spill.ctx, &q, 1);
+		if (rc)
+			return rc;
+		if (r->n_rd)
+			*r->n_rd += 1;
+	}
+	r->chunk_len += rec_bytes(r);
+	r->chunk_nrec++;
+	r->snap_nrec++;
+	v->snap_gen = r->snap_gen;
+	return 0;
+}
+
+int cs_ps_rows_cow(struct cs_ps_rows *r, uint32_t e)
+{
+	int rc;
+
+	if (!r->snap || e >= r->snap_n || r->ents[e].snap_gen == r->snap_gen)
+		return 0;
+	rc = snap_emit(r, e);
+	if (rc)
+		r->snap_rc = rc;
+	return 0; /* a failed snapshot does not fail the update */
+}
+
+int cs_ps_rows_snap_begin(struct cs_ps_rows *r,
+			  const struct cs_ps_snap_sink *sink,
+			  size_t chunk_bytes)
+{
+	if (r->snap)
+		return -EBUSY;
+	if (chunk_bytes < rec_bytes(r))
+		chunk_bytes = rec_bytes(r);
+	r->sink = *sink;
+	r->chunk_cap = chunk_bytes;
+	r->chunk = NULL;
+	r->chunk_len = 0;
+	r->chunk_nrec = 0;
+	r->snap_nrec = 0;
+	r->snap_rc = 0;
+	r->snap_gen++;
+	if (r->snap_gen == 0) {
+		/* wrapped: no entry may look already copied */
+		for (uint32_t e = 0; e < r->nents; e++)
+			r->ents[e].snap_gen = 0;
+		r->snap_gen = 1;
+	}
+	r->snap_n = r->nents;
+	r->snap_cur = 0;
+	r->snap = true;
+	return 0;
+}
+
+static void snap_end(struct cs_ps_rows *r, int rc)
+{
+	free(r->chunk);
+	r->chunk = NULL;
+	r->snap = false;
+	r->sink.end(r->sink.ctx, r->snap_nrec, rc);
+}
+
+int cs_ps_rows_snap_step(struct cs_ps_rows *r, uint32_t max_rows)
+{
+	uint32_t done = 0;
+	int rc;
+
+	if (!r->snap)
+		return 0;
+	while (r->snap_cur < r->snap_n && done < max_rows && !r->snap_rc) {
+		uint32_t e = r->snap_cur++;
+
+		if (r->ents[e].snap_gen == r->snap_gen)
+			continue;
+		rc = snap_emit(r, e);
+		if (rc)
+			r->snap_rc = rc;
+		done++;
+	}
+	if (r->snap_rc) {
+		rc = r->snap_rc;
+		snap_end(r, rc);
+		return rc;
+	}
+	if (r->snap_cur < r->snap_n)
+		return 1;
+	rc = chunk_flush(r);
+	snap_end(r, rc);
+	return rc;
+}
+
+int cs_ps_rows_load(struct cs_ps_rows *r, const struct cs_ps_rec_head *h,
+		    const void *frame)
+{
+	int64_t e;
+	uint32_t f;
+	int rc;
+
+	if (h->key >= r->spec->key_max)
+		return -EINVAL;
+	if (cs_ps_rows_find(r, h->key) >= 0)
+		return -EEXIST;
+	rc = frames_take(r, &f, 1);
+	if (rc)
+		return rc;
+	e = ent_add(r, h->key);
+	if (e < 0) {
+		frames_release(r, &f, 1);
+		return (int)e;
+	}
+	r->ents[e].frame = f;
+	r->ents[e].step = h->step;
+	r->ents[e].dirty = 1;
+	r->owner[f] = (uint32_t)e;
+	memcpy(cs_ps_rows_frame(r, (uint32_t)e), frame, r->frame_bytes);
+	return 0;
+}

@@ -1,0 +1,668 @@
+/* SPDX-License-Identifier: MIT */
+/* Shard store: update modes, exactly-once pushes, hot-key aggregation,
+ * refused messages, the SSD tier and the copy-on-write snapshot. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/ps/ps.h"
+#include "collectives/ps/ps_wire.h"
+
+#define MAXR 64
+
+struct reply {
+	struct cs_ps_msg m;
+	uint8_t raw[4096];
+	size_t len;
+};
+
+static struct reply rep[MAXR];
+static unsigned nrep;
+
+static int cap_send(void *ctx, uint32_t worker, const void *msg, size_t len)
+{
+	(void)ctx;
+	cr_assert_lt(nrep, MAXR);
+	cr_assert_leq(len, sizeof(rep[0].raw));
+	memcpy(rep[nrep].raw, msg, len);
+	rep[nrep].len = len;
+	cr_assert_eq(cs_ps_wire_decode(rep[nrep].raw, len, &rep[nrep].m), 0);
+	cr_assert_eq(rep[nrep].m.worker, worker);
+	nrep++;
+	return 0;
+}
+
+static struct cs_ps_table_spec mkspec(enum cs_ps_mode mode, uint32_t stale,
+				      uint32_t workers, enum cs_ps_opt_kind opt)
+{
+	struct cs_ps_table_spec s;
+
+	memset(&s, 0, sizeof(s));
+	s.id = 2;
+	s.dim = 2;
+	s.dtype = CS_F32;
+	s.key_max = 100000;
+	s.mode = mode;
+	s.staleness = stale;
+	s.workers = workers;
+	cs_ps_opt_defaults(&s.opt, opt);
+	s.opt.lr = 1.0f;
+	s.init.kind = CS_PS_INIT_CONST;
+	s.init.scale = 10.0f;
+	return s;
+}
+
+static struct cs_ps_store *mkstore(const struct cs_ps_table_spec *s,
+				   size_t budget,
+				   const struct cs_ps_spill *spill)
+{
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 4096,
+				       .parked_max = 4 };
+	struct cs_ps_store_io io = { .send = cap_send };
+	struct cs_ps_store *st;
+
+	nrep = 0;
+	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), 0);
+	cr_assert_eq(cs_ps_store_add_table(st, s, budget, spill), 0);
+	return st;
+}
+
+static uint8_t msg[1 << 16];
+
+/* A push of @n keys, row i = { g[i], 2 * g[i] }. */
+static size_t push(const struct cs_ps_table_spec *s, uint32_t worker,
+		   uint64_t id, uint64_t version, const uint64_t *keys,
+		   const float *g, uint32_t n, uint16_t part, uint16_t nparts)
+{
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+			       .table = s->id,
+			       .worker = worker,
+			       .id = id,
+			       .version = version,
+			       .part = part,
+			       .nparts = nparts,
+			       .nkeys = n,
+			       .dim = s->dim,
+			       .dtype = s->dtype };
+	size_t len = cs_ps_wire_len(m.type, n, m.dim, m.dtype, 0);
+
+	cs_ps_wire_put_hdr(msg, &m);
+	for (uint32_t i = 0; i < n; i++) {
+		double row[4] = { 0 }; /* room for the malformed dims */
+		float f[2] = { g[i], 2 * g[i] };
+
+		memcpy(row, f, sizeof(f));
+		cs_ps_wire_put_key(msg, i, keys[i]);
+		cs_ps_wire_put_row(msg, &m, i, row);
+	}
+	return len;
+}
+
+static size_t pull(const struct cs_ps_table_spec *s, uint32_t worker,
+		   uint64_t id, uint64_t clock, const uint64_t *keys,
+		   uint32_t n)
+{
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PULL,
+			       .table = s->id,
+			       .worker = worker,
+			       .id = id,
+			       .version = clock,
+			       .nparts = 1,
+			       .nkeys = n,
+			       .dim = s->dim,
+			       .dtype = s->dtype };
+
+	cs_ps_wire_put_hdr(msg, &m);
+	for (uint32_t i = 0; i < n; i++)
+		cs_ps_wire_put_key(msg, i, keys[i]);
+	return cs_ps_wire_len(m.type, n, m.dim, m.dtype, 0);
+}
+
+static float val(struct cs_ps_store *st, uint64_t key, int j)
+{
+	float row[2];
+
+	cr_assert_eq(cs_ps_store_peek(st, 2, key, row), 0);
+	return row[j];
+}
+
+Test(ps_store, duplicate_push_applied_once)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 5;
+	float g = 1.0f;
+	size_t n = push(&s, 1, 0, 0, &k, &g, 1, 0, 1);
+
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0); /* network copy */
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0); /* late retransmit */
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(val(st, 5, 0), 9.0f);
+	cr_assert_eq(val(st, 5, 1), 8.0f);
+	cr_assert_eq(cs_ps_store_stats(st)->push_dup, 2);
+	cr_assert_eq(cs_ps_store_stats(st)->push_applied, 1);
+	/* every copy acknowledged, so the worker stops sending */
+	cr_assert_eq(nrep, 3);
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert_eq(rep[i].m.type, CS_PS_MSG_PUSH_ACK);
+		cr_assert_eq(rep[i].m.status, 0);
+		cr_assert_eq(rep[i].m.id, 0);
+	}
+	/* the same push id from another worker is another push */
+	n = push(&s, 0, 0, 0, &k, &g, 1, 0, 1);
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(val(st, 5, 0), 8.0f);
+	cs_ps_store_destroy(st);
+}
+
+Test(ps_store, out_of_order_ids_and_window)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 1;
+	float g = 1.0f;
+	size_t n;
+
+	/* ids 2, 0, 1 (reordered), then a copy of 2 */
+	n = push(&s, 0, 2, 0, &k, &g, 1, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	n = push(&s, 0, 0, 0, &k, &g, 1, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	n = push(&s, 0, 1, 0, &k, &g, 1, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	n = push(&s, 0, 2, 0, &k, &g, 1, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	cs_ps_store_flush(st);
+	cr_assert_eq(val(st, 1, 0), 7.0f);
+	/* beyond the window: dropped without an ack, applied later */
+	nrep = 0;
+	n = push(&s, 0, 3 + CS_PS_DEDUP_WINDOW, 0, &k, &g, 1, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 0);
+	cr_assert_eq(cs_ps_store_stats(st)->push_early, 1);
+	cr_assert_eq(val(st, 1, 0), 7.0f);
+	cs_ps_store_destroy(st);
+}
+
+/* Sync: a version is applied only when every worker's push (all its
+ * parts) arrived; a pull at clock 1 waits for it. */
+Test(ps_store, sync_waits_for_every_worker)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SYNC, 0, 3, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k[2] = { 7, 8 };
+	float g[2] = { 1.0f, 0.5f };
+	size_t n;
+
+	n = push(&s, 0, 0, 0, k, g, 2, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	n = pull(&s, 0, 0, 1, k, 2);
+	cs_ps_store_rx(st, msg, n);
+	/* worker 1 sends its version in two parts; part 1 first */
+	n = push(&s, 1, 0, 0, &k[1], &g[1], 1, 1, 2);
+	cs_ps_store_rx(st, msg, n);
+	n = push(&s, 2, 0, 0, NULL, NULL, 0, 0, 1); /* nothing but a clock */
+	cs_ps_store_rx(st, msg, n);
+	cs_ps_store_flush(st);
+	cr_assert_eq(cs_ps_store_clock(st, 2), 0);
+	cr_assert_eq(val(st, 7, 0), 10.0f);
+	cr_assert_eq(nrep, 3); /* acks only, the pull waits */
+	n = push(&s, 1, 1, 0, &k[0], &g[0], 1, 0, 2);
+	cs_ps_store_rx(st, msg, n);
+	cs_ps_store_flush(st);
+	cr_assert_eq(cs_ps_store_clock(st, 2), 1);
+	cr_assert_eq(val(st, 7, 0), 8.0f); /* 10 - (1 + 1) */
+	cr_assert_eq(val(st, 8, 0), 9.0f); /* 10 - (0.5 + 0.5) */
+	cr_assert_eq(nrep, 5);
+	cr_assert_eq(rep[4].m.type, CS_PS_MSG_PULL_REPLY);
+	cr_assert_eq(rep[4].m.status, 0);
+	cr_assert_eq(rep[4].m.version, 1);
+	{
+		float row[2];
+
+		cs_ps_wire_row(&rep[4].m, 0, row);
+		cr_assert_eq(row[0], 8.0f);
+		cs_ps_wire_row(&rep[4].m, 1, row);
+		cr_assert_eq(row[1], 8.0f); /* 10 - 2 * 1 */
+	}
+	cs_ps_store_destroy(st);
+}
+
+/* Many workers push one hot key before a flush: one optimizer step on
+ * the sum, not one per push (Adam's step count says which). */
+Test(ps_store, hot_key_aggregated_before_apply)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 4, CS_PS_OPT_ADAM);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 42;
+	float g = 0.25f, w[2] = { 10.0f, 10.0f }, state[4] = { 0 };
+	float sum[2] = { 1.0f, 2.0f };
+	uint32_t step = 0;
+
+	for (uint32_t i = 0; i < 4; i++) {
+		size_t n = push(&s, i, 0, 0, &k, &g, 1, 0, 1);
+
+		cs_ps_store_rx(st, msg, n);
+	}
+	cs_ps_store_flush(st);
+	cr_assert_eq(cs_ps_store_stats(st)->rows_updated, 1);
+	cs_ps_opt_apply(&s, w, state, &step, sum);
+	cr_assert_eq(val(st, 42, 0), w[0]);
+	cr_assert_eq(val(st, 42, 1), w[1]);
+	cs_ps_store_destroy(st);
+}
+
+static void expect_refused(struct cs_ps_store *st, size_t n, int status)
+{
+	unsigned before = nrep;
+
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	cr_assert_eq(nrep, before + 1);
+	cr_assert_eq(rep[before].m.status, status, "status %d, want %d",
+		     rep[before].m.status, status);
+}
+
+Test(ps_store, malformed_pushes_refused_nothing_applied)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 2, CS_PS_OPT_SGD);
+	struct cs_ps_table_spec other = s;
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k[2] = { 3, 100000 };
+	float g[2] = { 1.0f, 1.0f };
+	size_t n;
+
+	/* one key outside the table's range: the whole push is refused */
+	n = push(&s, 0, 0, 0, k, g, 2, 0, 1);
+	expect_refused(st, n, -ERANGE);
+	other.id = 9; /* unknown table (ids count per table) */
+	n = push(&other, 0, 0, 0, k, g, 1, 0, 1);
+	expect_refused(st, n, -ENOENT);
+	other = s, other.dim = 3; /* row size mismatch */
+	n = push(&other, 0, 1, 0, k, g, 1, 0, 1);
+	expect_refused(st, n, -EBADMSG);
+	other = s, other.dtype = CS_BF16;
+	n = push(&other, 0, 2, 0, k, g, 1, 0, 1);
+	expect_refused(st, n, -EBADMSG);
+	n = push(&s, 5, 0, 0, k, g, 1, 0, 1); /* no such worker */
+	expect_refused(st, n, -EINVAL);
+	/* garbage: counted, no reply (no one to answer) */
+	memset(msg, 0x5a, 100);
+	cr_assert_eq(cs_ps_store_rx(st, msg, 100), 0);
+	cr_assert_eq(nrep, 5);
+	cs_ps_store_flush(st);
+	cr_assert_eq(val(st, 3, 0), 10.0f);
+	cr_assert_eq(cs_ps_store_stats(st)->rejected, 6);
+	/* a copy of a refused push gets the same answer, not an "ok" */
+	n = push(&s, 0, 0, 0, k, g, 2, 0, 1);
+	cs_ps_store_rx(st, msg, n);
+	cr_assert_eq(nrep, 6);
+	cr_assert_eq(rep[5].m.status, -ERANGE);
+	cr_assert_eq(cs_ps_store_stats(st)->push_dup, 1);
+	cr_assert_eq(cs_ps_store_stats(st)->push_applied, 0);
+	{
+		uint64_t total, res;
+
+		cs_ps_store_nrows(st, 2, &total, &res);
+		cr_assert_eq(total, 0);
+	}
+	/* the refused ids moved the window: 64 more pushes are taken */
+	nrep = 0;
+	for (uint64_t id = 3; id < 3 + CS_PS_DEDUP_WINDOW; id++)
+		cs_ps_store_rx(st, msg, push(&s, 0, id, 0, k, g, 1, 0, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(cs_ps_store_stats(st)->push_applied, CS_PS_DEDUP_WINDOW);
+	cr_assert_eq(cs_ps_store_stats(st)->push_early, 0);
+	cs_ps_store_destroy(st);
+}
+
+Test(ps_store, key_of_another_shard_refused)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
+	uint32_t servers[2] = { 0, 1 };
+	struct cs_ps_shardmap map;
+	struct cs_ps_store_cfg cfg = {
+		.server = 0, .map = &map, .msg_max = 4096, .parked_max = 4
+	};
+	struct cs_ps_store_io io = { .send = cap_send };
+	struct cs_ps_store *st;
+	uint64_t k = 0;
+	float g = 1.0f;
+
+	cr_assert_eq(cs_ps_shardmap_init(&map, servers, 2, 16), 0);
+	while (cs_ps_shard_of(&map, 2, k) == 0)
+		k++;
+	nrep = 0;
+	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), 0);
+	cr_assert_eq(cs_ps_store_add_table(st, &s, 0, NULL), 0);
+	expect_refused(st, push(&s, 0, 0, 0, &k, &g, 1, 0, 1), -ENXIO);
+	expect_refused(st, pull(&s, 0, 0, 0, &k, 1), -ENXIO);
+	cs_ps_store_destroy(st);
+	cs_ps_shardmap_fini(&map);
+}
+
+/* A push for a version the worker already completed, under a new id, is
+ * a protocol error; nparts changing within a version too. */
+Test(ps_store, late_version_and_parts_mismatch)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SSP, 1, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 1;
+	float g = 1.0f;
+
+	cs_ps_store_rx(st, msg, push(&s, 0, 0, 0, &k, &g, 1, 0, 1));
+	expect_refused(st, push(&s, 0, 1, 0, &k, &g, 1, 0, 1), CS_ERR_PROTO);
+	cs_ps_store_rx(st, msg, push(&s, 0, 2, 1, &k, &g, 1, 0, 3));
+	expect_refused(st, push(&s, 0, 3, 1, &k, &g, 1, 1, 2), CS_ERR_PROTO);
+	cs_ps_store_flush(st);
+	cr_assert_eq(val(st, 1, 0), 8.0f);
+	cs_ps_store_destroy(st);
+}
+
+/* ssp:1, two workers: worker 0 runs ahead; its pull at clock 3 waits
+ * until worker 1 completed 2 versions. */
+Test(ps_store, ssp_pull_waits_for_the_slow_worker)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SSP, 1, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 1;
+	float g = 1.0f;
+
+	for (uint64_t v = 0; v < 3; v++)
+		cs_ps_store_rx(st, msg, push(&s, 0, v, v, &k, &g, 1, 0, 1));
+	cs_ps_store_rx(st, msg, pull(&s, 0, 0, 3, &k, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 3); /* three acks, no reply */
+	cr_assert_eq(val(st, 1, 0), 7.0f); /* async application */
+	cs_ps_store_rx(st, msg, push(&s, 1, 0, 0, &k, &g, 1, 0, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 4);
+	cs_ps_store_rx(st, msg, push(&s, 1, 1, 1, &k, &g, 1, 0, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 6);
+	cr_assert_eq(rep[5].m.type, CS_PS_MSG_PULL_REPLY);
+	cr_assert_eq(rep[5].m.version, 2); /* the slowest clock served */
+	cr_assert_leq(cs_ps_store_stats(st)->max_staleness, 1);
+	/* a pull within the bound goes at once; async at any clock */
+	cs_ps_store_rx(st, msg, pull(&s, 1, 1, 3, &k, 1));
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 7);
+	cs_ps_store_destroy(st);
+}
+
+Test(ps_store, pulls_of_absent_keys_create_nothing)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_ADAM);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k[3] = { 11, 12, 11 }, total, res;
+	float row[2];
+
+	s.init.kind = CS_PS_INIT_UNIFORM;
+	cs_ps_store_rx(st, msg, pull(&s, 0, 0, 0, k, 3));
+	cs_ps_store_flush(st);
+	cr_assert_eq(nrep, 1);
+	cr_assert_eq(rep[0].m.nkeys, 3);
+	cs_ps_wire_row(&rep[0].m, 2, row);
+	cr_assert_eq(row[0], 10.0f);
+	cs_ps_store_nrows(st, 2, &total, &res);
+	cr_assert_eq(total, 0);
+	cs_ps_store_destroy(st);
+}
+
+Test(ps_store, pull_too_big_and_queue_full)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SYNC, 0, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	static uint64_t k[1000];
+
+	for (int i = 0; i < 1000; i++)
+		k[i] = (uint64_t)i;
+	/* 1000 rows of 8 bytes do not fit a 4096-byte reply */
+	expect_refused(st, pull(&s, 0, 0, 0, k, 1000), -EMSGSIZE);
+	/* four pulls wait (clock 1, nothing applied); copies do not count;
+	 * the fifth is told to come back later */
+	for (uint64_t id = 1; id <= 4; id++) {
+		cs_ps_store_rx(st, msg, pull(&s, 0, id, 1, k, 1));
+		cs_ps_store_rx(st, msg, pull(&s, 0, id, 1, k, 1));
+	}
+	/* the refusal, then one "still waiting" per copy */
+	cr_assert_eq(nrep, 5);
+	for (unsigned i = 1; i < 5; i++)
+		cr_assert_eq(rep[i].m.status, -EINPROGRESS);
+	cr_assert_eq(cs_ps_store_stats(st)->pull_dup, 4);
+	expect_refused(st, pull(&s, 1, 9, 1, k, 1), -EBUSY);
+	cs_ps_store_destroy(st);
+}
+
+/* ---- SSD tier: an in-memory file ---------------------------------------- */
+
+struct memfile {
+	uint8_t p[1 << 20];
+	unsigned reads, writes;
+	bool fail;
+};
+
+static int mf_write(void *ctx, struct cs_ps_io_req *r, unsigned n)
+{
+	struct memfile *f = ctx;
+
+	if (f->fail)
+		return -EIO;
+	for (unsigned i = 0; i < n; i++) {
+		cr_assert_leq(r[i].off + r[i].len, sizeof(f->p));
+		memcpy(f->p + r[i].off, r[i].buf, r[i].len);
+		f->writes++;
+	}
+	return 0;
+}
+
+static int mf_read(void *ctx, struct cs_ps_io_req *r, unsigned n)
+{
+	struct memfile *f = ctx;
+
+	if (f->fail)
+		return -EIO;
+	for (unsigned i = 0; i < n; i++) {
+		cr_assert_leq(r[i].off + r[i].len, sizeof(f->p));
+		memcpy(r[i].buf, f->p + r[i].off, r[i].len);
+		f->reads++;
+	}
+	return 0;
+}
+
+static const struct cs_ps_spill_ops mf_ops = { mf_write, mf_read };
+
+/* Adam rows (values + 2 state vectors: 24 bytes a frame) with room for
+ * 64 in memory; 1000 rows pushed twice each, against a store without a
+ * budget: same values, state kept across the trip to disk. */
+Test(ps_store, spill_keeps_rows_and_state)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_ADAM);
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_ops, &mf };
+	struct cs_ps_store *a, *b;
+	uint64_t keys[50], total, res;
+	float g[50];
+
+	s.init.kind = CS_PS_INIT_UNIFORM;
+	s.init.seed = 3;
+	cr_assert_eq(cs_ps_store_add_table((a = mkstore(&s, 0, NULL), a), &s, 0,
+					   NULL),
+		     -EEXIST);
+	b = mkstore(&s, 64 * 24, &sp);
+	cr_assert_eq(cs_ps_store_add_table(b, &s, 10, &sp), -EEXIST);
+	for (uint64_t id = 0; id < 40; id++) {
+		for (int i = 0; i < 50; i++) {
+			keys[i] = (id * 50 + (uint64_t)i) % 1000;
+			g[i] = 0.01f * (float)(i + 1) * (id % 3 ? 1 : -1);
+		}
+		nrep = 0;
+		size_t n = push(&s, 0, id, 0, keys, g, 50, 0, 1);
+
+		cs_ps_store_rx(a, msg, n);
+		cs_ps_store_rx(b, msg, n);
+		cs_ps_store_flush(a);
+		cs_ps_store_flush(b);
+	}
+	cs_ps_store_nrows(b, 2, &total, &res);
+	cr_assert_eq(total, 1000);
+	cr_assert_leq(res, 64);
+	cr_assert_gt(mf.writes, 900);
+	cr_assert_gt(mf.reads, 900);
+	/* a pull of cold rows reads them back */
+	for (int i = 0; i < 50; i++)
+		keys[i] = (uint64_t)(i * 19);
+	nrep = 0;
+	cs_ps_store_rx(a, msg, pull(&s, 0, 0, 0, keys, 50));
+	cs_ps_store_rx(b, msg, pull(&s, 0, 0, 0, keys, 50));
+	cs_ps_store_flush(a);
+	cs_ps_store_flush(b);
+	cr_assert_eq(nrep, 2);
+	cr_assert_eq(rep[0].len, rep[1].len);
+	cr_assert_eq(memcmp(rep[0].raw, rep[1].raw, rep[0].len), 0);
+	for (uint64_t k = 0; k < 1000; k++) {
+		float ra[2], rb[2];
+
+		cr_assert_eq(cs_ps_store_peek(a, 2, k, ra), 0);
+		cr_assert_eq(cs_ps_store_peek(b, 2, k, rb), 0);
+		cr_assert_eq(memcmp(ra, rb, sizeof(ra)), 0, "key %llu",
+			     (unsigned long long)k);
+	}
+	cr_assert_gt(cs_ps_store_stats(b)->spill_reads, 0);
+	/* the file fails: an error, not a crash, and no row is lost */
+	mf.fail = true;
+	keys[0] = 999;
+	keys[1] = 5;
+	g[0] = 1.0f;
+	g[1] = -1.0f;
+	cs_ps_store_rx(a, msg, push(&s, 0, 40, 0, keys, g, 2, 0, 1));
+	cs_ps_store_flush(a);
+	cs_ps_store_rx(b, msg, push(&s, 0, 40, 0, keys, g, 2, 0, 1));
+	for (int i = 0; i < 50; i++)
+		keys[i] = (uint64_t)(i * 7);
+	cs_ps_store_rx(b, msg, pull(&s, 0, 1, 0, keys, 50));
+	cr_assert_eq(cs_ps_store_flush(b), -EIO);
+	mf.fail = false;
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	/* the acknowledged push was applied once, after the error */
+	for (uint64_t k = 0; k < 1000; k++) {
+		float ra[2], rb[2];
+
+		cr_assert_eq(cs_ps_store_peek(a, 2, k, ra), 0);
+		cr_assert_eq(cs_ps_store_peek(b, 2, k, rb), 0);
+		cr_assert_eq(memcmp(ra, rb, sizeof(ra)), 0, "key %llu",
+			     (unsigned long long)k);
+	}
+	cs_ps_store_destroy(a);
+	cs_ps_store_destroy(b);
+}
+
+Test(ps_store, budget_needs_a_spill_and_room)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
+	struct cs_ps_store_cfg cfg = { .server = 0,
+				       .msg_max = 4096,
+				       .parked_max = 4 };
+	struct cs_ps_store_io io = { .send = cap_send };
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_ops, &mf };
+	struct cs_ps_store *st;
+
+	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), 0);
+	cr_assert_eq(cs_ps_store_add_table(st, &s, 1 << 20, NULL), -EINVAL);
+	cr_assert_eq(cs_ps_store_add_table(st, &s, 8 * 10, &sp), -EINVAL);
+	s.dim = 0;
+	cr_assert_eq(cs_ps_store_add_table(st, &s, 0, NULL), -EINVAL);
+	cs_ps_store_destroy(st);
+	cfg.msg_max = 10;
+	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), -EINVAL);
+}
+
+/* ---- snapshot: copy on write ----------------------------------------------
+ */
+
+struct snapcap {
+	uint8_t *p;
+	size_t len;
+	uint64_t nrec;
+	int ended, rc;
+};
+
+static int cap_chunk(void *ctx, void *buf, size_t len, uint64_t nrec)
+{
+	struct snapcap *c = ctx;
+
+	c->p = realloc(c->p, c->len + len);
+	memcpy(c->p + c->len, buf, len);
+	c->len += len;
+	c->nrec += nrec;
+	free(buf);
+	return 0;
+}
+
+static void cap_end(void *ctx, uint64_t nrec, int rc)
+{
+	struct snapcap *c = ctx;
+
+	c->ended++;
+	c->rc = rc;
+	cr_assert_eq(nrec, c->nrec);
+}
+
+Test(ps_store, snapshot_is_the_table_at_begin)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	struct snapcap cap = { 0 };
+	struct cs_ps_snap_sink sink = { cap_chunk, cap_end, &cap };
+	uint64_t keys[100];
+	float g[100], at_begin[100][2];
+	size_t fb = cs_ps_store_frame_bytes(st, 2), rec;
+	uint64_t id = 0;
+	int rc;
+
+	for (int i = 0; i < 100; i++)
+		keys[i] = (uint64_t)i, g[i] = (float)i;
+	cs_ps_store_rx(st, msg, push(&s, 0, id++, 0, keys, g, 100, 0, 1));
+	cs_ps_store_flush(st);
+	for (int i = 0; i < 100; i++)
+		cr_assert_eq(cs_ps_store_peek(st, 2, (uint64_t)i, at_begin[i]),
+			     0);
+	cr_assert_eq(cs_ps_store_snap_begin(st, 2, &sink, 256), 0);
+	cr_assert_eq(cs_ps_store_snap_begin(st, 2, &sink, 256), -EBUSY);
+	do {
+		/* between steps every row changes and new ones appear */
+		for (int i = 0; i < 100; i++)
+			keys[i] = (uint64_t)(i * 3 % 100) + (id % 2) * 100;
+		cs_ps_store_rx(st, msg,
+			       push(&s, 0, id++, 0, keys, g, 100, 0, 1));
+		cs_ps_store_flush(st);
+		rc = cs_ps_store_snap_step(st, 7);
+	} while (rc == 1);
+	cr_assert_eq(rc, 0);
+	cr_assert_eq(cap.ended, 1);
+	cr_assert_eq(cap.rc, 0);
+	cr_assert_eq(cap.nrec, 100);
+	rec = sizeof(struct cs_ps_rec_head) + fb;
+	cr_assert_eq(cap.len, 100 * rec);
+	for (int i = 0; i < 100; i++) {
+		struct cs_ps_rec_head h;
+		float v[2];
+
+		memcpy(&h, cap.p + rec * (size_t)i, sizeof(h));
+		cr_assert_lt(h.key, 100);
+		memcpy(v, cap.p + rec * (size_t)i + sizeof(h), sizeof(v));
+		cr_assert_eq(v[0], at_begin[h.key][0], "key %llu",
+			     (unsigned long long)h.key);
+		cr_assert_eq(v[1], at_begin[h.key][1]);
+		cr_assert_eq(h.step, 1);
+	}
+	free(cap.p);
+	cs_ps_store_destroy(st);
+}
