@@ -107,8 +107,7 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_MISMATCH] = "differs from another rank's call",
 	[CS_IPC_BAD_PEER] = "another rank posted a bad call",
 	[CS_IPC_BAD_GROUP_SIZE] = "the nodes disagree on the group's size",
-	[CS_IPC_BAD_GROUP_RANK] = "a rank of the group is claimed on two "
-				  "nodes",
+	[CS_IPC_BAD_GROUP_RANK] = "a rank of the group is on two nodes",
 	[CS_IPC_BAD_GROUP_MISSING] = "a rank of the group is on no node",
 };
 
