@@ -34,12 +34,15 @@ struct a2a_local {
 	struct cs_a2a_params p;
 	uint64_t *sc, *sd, *rc, *rd; /* copies: the caller's may change */
 	uint64_t left; /* bytes of its result still due from other nodes */
+	uint64_t used; /* RECV_DYNAMIC: elements of recvbuf placed so far */
 };
 
 struct cs_a2a_node {
 	uint32_t G, n, M, node;
 	uint32_t esz, mtu;
-	bool bucket, nodata;
+	bool bucket, nodata, dyn;
+	uint32_t dyn_streams; /* RECV_DYNAMIC: streams into the node not
+			       * complete (counts and data) */
 	int err; /* the first abort of a local engine, shared */
 	uint32_t culprit;
 	void (*notify)(void *arg, uint32_t local);
@@ -60,6 +63,10 @@ struct a2a_stream {
 	uint64_t *bits; /* receive: frames placed; send: frames acked */
 	uint32_t left; /* receive: frames missing; send: not acked */
 	uint32_t cur; /* send: next frame to hand out */
+	uint32_t base; /* 1: frame 0 is the count frame (RECV_DYNAMIC) */
+	bool known; /* receive: sizes known (always, unless dynamic) */
+	uint64_t cap; /* receive: frames the bitmap holds */
+	uint64_t *cnt; /* send, dynamic: the count frame's payload */
 };
 
 struct cs_a2a {
@@ -166,7 +173,13 @@ static int check_local(const struct cs_a2a_params *p,
 	    p->flags != p0->flags || p->group != p0->group ||
 	    p->epoch != p0->epoch || p->op_id != p0->op_id)
 		return -EINVAL;
-	if (!p->sendcounts || !p->sdispls || !p->recvcounts || !p->rdispls)
+	if ((p->flags & CS_A2A_F_RECV_DYNAMIC) &&
+	    (p->flags & CS_A2A_F_NODATA))
+		return -EINVAL;
+	if (!p->sendcounts || !p->sdispls)
+		return CS_ERR_BAD_DESC;
+	if (!(p->flags & CS_A2A_F_RECV_DYNAMIC) &&
+	    (!p->recvcounts || !p->rdispls))
 		return CS_ERR_BAD_DESC;
 	if (p->send_count > UINT64_MAX / p->esz ||
 	    p->recv_count > UINT64_MAX / p->esz)
@@ -174,7 +187,9 @@ static int check_local(const struct cs_a2a_params *p,
 	if (!(p->flags & CS_A2A_F_NODATA) &&
 	    ((p->send_count && !p->sendbuf) || (p->recv_count && !p->recvbuf)))
 		return CS_ERR_BAD_DESC;
-	if (check_blocks(p->sendcounts, p->sdispls, p->nranks, p->send_count) ||
+	if (check_blocks(p->sendcounts, p->sdispls, p->nranks, p->send_count))
+		return CS_ERR_BAD_DESC;
+	if (!(p->flags & CS_A2A_F_RECV_DYNAMIC) &&
 	    check_blocks(p->recvcounts, p->rdispls, p->nranks, p->recv_count))
 		return CS_ERR_BAD_DESC;
 	return 0;
@@ -229,6 +244,8 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 	nd->mtu = local[0].mtu_payload;
 	nd->bucket = !(local[0].flags & CS_A2A_F_NO_BUCKET);
 	nd->nodata = local[0].flags & CS_A2A_F_NODATA;
+	nd->dyn = local[0].flags & CS_A2A_F_RECV_DYNAMIC;
+	nd->dyn_streams = nd->M - 1;
 	base = nd->node * G;
 	for (uint32_t k = 0; k < G; k++) {
 		struct a2a_local *l = &nd->loc[k];
@@ -236,11 +253,19 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 		l->p = local[k];
 		l->sc = dup_counts(local[k].sendcounts, n);
 		l->sd = dup_counts(local[k].sdispls, n);
-		l->rc = dup_counts(local[k].recvcounts, n);
-		l->rd = dup_counts(local[k].rdispls, n);
+		l->rc = nd->dyn ? calloc(n, sizeof(uint64_t))
+				: dup_counts(local[k].recvcounts, n);
+		l->rd = nd->dyn ? calloc(n, sizeof(uint64_t))
+				: dup_counts(local[k].rdispls, n);
 		ret = -ENOMEM;
 		if (!l->sc || !l->sd || !l->rc || !l->rd)
 			goto out_free;
+		if (nd->dyn) {
+			ret = check_blocks(l->sc, l->sd, n, l->p.send_count);
+			if (ret)
+				goto out_free;
+			continue;
+		}
 		/* re-check the copies: the caller's arrays may be shared
 		 * memory a hostile trainer writes while we read */
 		ret = check_blocks(l->sc, l->sd, n, l->p.send_count);
@@ -253,6 +278,22 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 		for (uint32_t s = 0; s < n; s++)
 			if (s / G != nd->node)
 				l->left += l->rc[s] * nd->esz;
+	}
+	/* dynamic: the node's own blocks go first, in local order */
+	for (uint32_t k = 0; nd->dyn && k < G; k++) {
+		struct a2a_local *l = &nd->loc[k];
+
+		for (uint32_t j = 0; j < G; j++) {
+			uint64_t c = nd->loc[j].sc[base + k];
+
+			if (c > l->p.recv_count - l->used) {
+				ret = CS_ERR_BAD_DESC;
+				goto out_free;
+			}
+			l->rc[base + j] = c;
+			l->rd[base + j] = l->used;
+			l->used += c;
+		}
 	}
 	/* inside the node both ends are known: they must agree */
 	for (uint32_t j = 0; j < G; j++)
@@ -324,12 +365,39 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 {
 	const struct cs_a2a_node *nd = a->nd;
 	uint32_t G = nd->G, nb = G * G;
-	uint64_t fr = 0;
+	uint64_t fr = 0, cap = 0;
 
 	s->boff = calloc(nb + 1, sizeof(*s->boff));
 	s->foff = calloc(nb + 1, sizeof(*s->foff));
 	if (!s->boff || !s->foff)
 		return -ENOMEM;
+	s->known = true;
+	if (nd->dyn) {
+		s->base = 1;
+		s->on = true; /* an empty stream still sends its counts */
+	}
+	if (nd->dyn && !tx) {
+		/* sizes come with frame 0; the bitmap is sized for the most
+		 * the node's receive buffers can take */
+		for (uint32_t k = 0; k < G; k++)
+			cap += nd->loc[k].p.recv_count * nd->esz;
+		cap = cap / nd->mtu + nb + 2;
+		if (cap >= UINT32_MAX / 2)
+			return -E2BIG;
+		s->known = false;
+		s->cap = cap;
+		s->left = 1;
+		s->bits = calloc(CS_DIV_ROUND_UP(cap, 64) + 1,
+				 sizeof(uint64_t));
+		return s->bits ? 0 : -ENOMEM;
+	}
+	if (nd->dyn) {
+		s->cnt = calloc(nb, sizeof(*s->cnt));
+		if (!s->cnt)
+			return -ENOMEM;
+		for (uint32_t b = 0; b < nb; b++)
+			s->cnt[b] = nd->loc[b / G].sc[pnode * G + b % G];
+	}
 	for (uint32_t b = 0; b < nb; b++) {
 		uint32_t j = b / G, k = b % G;
 		uint64_t cnt = tx ? nd->loc[j].sc[pnode * G + k]
@@ -347,9 +415,10 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 	if (fr >= UINT32_MAX / 2)
 		return -E2BIG;
 	s->nfr = (uint32_t)fr;
-	s->on = s->nfr > 0;
-	s->left = s->nfr;
-	s->bits = calloc(CS_DIV_ROUND_UP(fr, 64) + 1, sizeof(uint64_t));
+	s->on = s->nfr > 0 || nd->dyn;
+	s->left = s->nfr + s->base;
+	s->cap = fr + s->base;
+	s->bits = calloc(CS_DIV_ROUND_UP(s->cap, 64) + 1, sizeof(uint64_t));
 	return s->bits ? 0 : -ENOMEM;
 }
 
@@ -380,6 +449,7 @@ void cs_a2a_free(struct cs_a2a *a)
 		free(a->tx[c].boff);
 		free(a->tx[c].foff);
 		free(a->tx[c].bits);
+		free(a->tx[c].cnt);
 		free(a->rx[c].boff);
 		free(a->rx[c].foff);
 		free(a->rx[c].bits);
@@ -429,8 +499,8 @@ int cs_a2a_init(struct cs_a2a_node *nd, uint32_t local, struct cs_a2a **out)
 		a->tx[c].peer = b * G + local;
 		a->rx[c].pnode = src;
 		a->rx[c].peer = src * G + local;
-		a->ack_left += a->tx[c].nfr;
-		a->rx_left += a->rx[c].nfr;
+		a->ack_left += a->tx[c].left;
+		a->rx_left += a->rx[c].left;
 		a->st.tx_streams += a->tx[c].on;
 		a->st.rx_streams += a->rx[c].on;
 		if (G > 1 && !nd->nodata)
@@ -473,6 +543,13 @@ void cs_a2a_get_stats(const struct cs_a2a *a, struct cs_a2a_stats *st)
 	*st = a->st;
 }
 
+void cs_a2a_recv_layout(const struct cs_a2a *a, const uint64_t **counts,
+			const uint64_t **displs)
+{
+	*counts = a->nd->loc[a->me].rc;
+	*displs = a->nd->loc[a->me].rd;
+}
+
 /* ---- transmit ----------------------------------------------------------- */
 
 static void fill_tx(const struct cs_a2a *a, uint32_t c, uint32_t f,
@@ -484,11 +561,16 @@ static void fill_tx(const struct cs_a2a *a, uint32_t c, uint32_t f,
 	uint64_t off;
 	uint32_t len;
 
-	frame_geom(a->nd, s, f, &off, &len);
+	if (s->base && !f) { /* the count frame */
+		off = 0;
+		len = a->nd->G * a->nd->G * sizeof(uint64_t);
+	} else {
+		frame_geom(a->nd, s, f - s->base, &off, &len);
+	}
 	memset(h, 0, sizeof(*h));
 	h->version = CS_PROTO_VERSION;
 	h->type = CS_PKT_DATA;
-	if (f + 1 == s->nfr)
+	if (f + 1 == s->nfr + s->base)
 		h->flags = CS_PKT_F_LAST;
 	h->src = (uint16_t)a->rank;
 	h->channel = (uint16_t)c;
@@ -500,7 +582,10 @@ static void fill_tx(const struct cs_a2a *a, uint32_t c, uint32_t f,
 	h->len = len;
 	tx->dst = s->peer;
 	tx->len = len;
-	tx->payload = s->data ? s->data + off : NULL;
+	if (s->base && !f)
+		tx->payload = s->cnt;
+	else
+		tx->payload = s->data ? s->data + off : NULL;
 	tx->cookie = (uint64_t)c << 32 | f;
 }
 
@@ -525,7 +610,10 @@ unsigned cs_a2a_next(struct cs_a2a *a, uint32_t ch, struct cs_flow_tx *out,
 	if (ch >= a->C || a->err || a->nd->err)
 		return 0;
 	s = &a->tx[ch];
-	while (s->on && n < max && s->cur < s->nfr) {
+	while (s->on && n < max && s->cur < s->nfr + s->base) {
+		/* data only once the receiver holds the counts */
+		if (s->base && s->cur && !test_bit(s->bits, 0))
+			break;
 		fill_tx(a, ch, s->cur++, &out[n]);
 		a->st.tx_frames++;
 		a->st.tx_bytes += out[n].len;
@@ -611,10 +699,86 @@ static void scatter(struct cs_a2a *a, const struct a2a_stream *s, uint32_t a0,
 				       (pos - s->boff[b]),
 			       pl + (pos - off), piece);
 		pos += piece;
+		if (nd->dyn)
+			continue;
 		l->left -= piece;
 		if (!l->left && k != a->me && nd->notify)
 			nd->notify(nd->notify_arg, k);
 	}
+}
+
+/* RECV_DYNAMIC: a stream into the node is complete. */
+static void stream_done(struct cs_a2a *a)
+{
+	struct cs_a2a_node *nd = a->nd;
+
+	if (--nd->dyn_streams)
+		return;
+	for (uint32_t k = 0; k < nd->G; k++)
+		if (k != a->me && nd->notify)
+			nd->notify(nd->notify_arg, k);
+}
+
+/*
+ * RECV_DYNAMIC: the count frame of stream @s. Each block is given room
+ * in its local receiver's buffer, in arrival order; a block that does not
+ * fit ends the operation with -ENOSPC naming its sender (the caller's
+ * buffer is too small for what the peers send).
+ */
+static int rx_counts(struct cs_a2a *a, struct a2a_stream *s,
+		     const struct cs_pkt_hdr *h, const void *payload)
+{
+	struct cs_a2a_node *nd = a->nd;
+	uint32_t G = nd->G, nb = G * G;
+	uint64_t cnt, fr = 0, need[CS_A2A_MAX_RPN] = { 0 };
+
+	if (h->offset || h->len != nb * sizeof(uint64_t) || !payload)
+		return CS_ERR_PROTO;
+	if (test_bit(s->bits, 0)) {
+		a->st.rx_dup++;
+		return CS_A2A_RX_DUP;
+	}
+	for (uint32_t b = 0; b < nb; b++) {
+		uint32_t k = b % G;
+
+		memcpy(&cnt, (const uint8_t *)payload + b * sizeof(cnt),
+		       sizeof(cnt));
+		if (cnt > nd->loc[k].p.recv_count - nd->loc[k].used ||
+		    need[k] > nd->loc[k].p.recv_count - nd->loc[k].used - cnt) {
+			cs_a2a_abort(a, -ENOSPC, s->pnode * G + b / G);
+			return CS_ERR_PROTO;
+		}
+		need[k] += cnt;
+	}
+	for (uint32_t b = 0; b < nb; b++) {
+		struct a2a_local *l = &nd->loc[b % G];
+		uint32_t src = s->pnode * G + b / G;
+		uint64_t by;
+
+		memcpy(&cnt, (const uint8_t *)payload + b * sizeof(cnt),
+		       sizeof(cnt));
+		by = cnt * nd->esz;
+		l->rc[src] = cnt;
+		l->rd[src] = l->used;
+		l->used += cnt;
+		s->boff[b + 1] = s->boff[b] + by;
+		s->foff[b] = fr;
+		fr += CS_DIV_ROUND_UP(by, nd->mtu);
+	}
+	s->foff[nb] = fr;
+	s->bytes = s->boff[nb];
+	if (nd->bucket)
+		fr = CS_DIV_ROUND_UP(s->bytes, nd->mtu);
+	s->nfr = (uint32_t)fr; /* < cap: the sizes fit the buffers */
+	s->known = true;
+	set_bit(s->bits, 0);
+	s->left += s->nfr - 1;
+	a->rx_left += s->nfr;
+	a->rx_left--;
+	a->st.rx_frames++;
+	if (!s->left)
+		stream_done(a);
+	return CS_A2A_RX_NEW;
 }
 
 int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
@@ -636,9 +800,14 @@ int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
 		return CS_ERR_PROTO;
 	s = &a->rx[h->channel];
 	/* the stream must be ours, from the rank that owns it */
-	if (!s->on || h->src != s->peer || h->step >= s->nfr)
+	if (!s->on || h->src != s->peer)
 		return CS_ERR_PROTO;
-	frame_geom(a->nd, s, h->step, &off, &len);
+	if (s->base && !h->step)
+		return rx_counts(a, s, h, payload);
+	/* a correct sender sends data only after its counts were acked */
+	if (!s->known || h->step < s->base || h->step - s->base >= s->nfr)
+		return CS_ERR_PROTO;
+	frame_geom(a->nd, s, h->step - s->base, &off, &len);
 	if (h->offset != off || h->len != len)
 		return CS_ERR_PROTO;
 	if (!payload && !a->nd->nodata)
@@ -653,6 +822,8 @@ int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
 	a->st.rx_frames++;
 	a->st.rx_bytes += len;
 	scatter(a, s, s->pnode, off, len, a->nd->nodata ? NULL : payload);
+	if (a->nd->dyn && !s->left)
+		stream_done(a);
 	return CS_A2A_RX_NEW;
 }
 
@@ -661,7 +832,7 @@ int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
 bool cs_a2a_result_ready(const struct cs_a2a *a)
 {
 	return !a->err && !a->nd->err && !a->rx_left &&
-	       !a->nd->loc[a->me].left;
+	       !(a->nd->dyn ? a->nd->dyn_streams : a->nd->loc[a->me].left);
 }
 
 int cs_a2a_status(const struct cs_a2a *a, uint32_t *culprit)
@@ -675,7 +846,8 @@ int cs_a2a_status(const struct cs_a2a *a, uint32_t *culprit)
 			*culprit = a->err ? a->culprit : nd->culprit;
 		return a->err ? a->err : nd->err;
 	}
-	if (a->rx_left || a->ack_left || nd->loc[a->me].left)
+	if (a->rx_left || a->ack_left ||
+	    (nd->dyn ? nd->dyn_streams : nd->loc[a->me].left))
 		return -EINPROGRESS;
 	return 0;
 }

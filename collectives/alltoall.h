@@ -48,6 +48,19 @@
 /* Flags of struct cs_a2a_params. */
 #define CS_A2A_F_NODATA 0x1u /* timing only: buffers are never touched */
 #define CS_A2A_F_NO_BUCKET 0x2u /* every block starts a new frame */
+/*
+ * Counts in the same operation: receivers do not know what they will get
+ * (recvcounts and rdispls are ignored, may be NULL). Every stream starts
+ * with a count frame (frame 0: the G*G block sizes, u64 elements, host
+ * order) and its data frames leave only once that frame is acknowledged,
+ * so a receiver never sees data it cannot place (one extra round trip,
+ * for every stream at once). A block is placed where its count frame
+ * found room: the receive buffer (recv_count elements) fills in arrival
+ * order; cs_a2a_recv_layout() tells where each source's block went.
+ * Blocks inside the node are placed first, in local order. Not with
+ * CS_A2A_F_NODATA.
+ */
+#define CS_A2A_F_RECV_DYNAMIC 0x4u
 
 #define CS_A2A_MAX_RANKS 16384
 #define CS_A2A_MAX_RPN 64 /* ranks per node */
@@ -158,6 +171,16 @@ struct cs_a2a_stats {
 };
 
 void cs_a2a_get_stats(const struct cs_a2a *a, struct cs_a2a_stats *st);
+
+/**
+ * cs_a2a_recv_layout - where each source's block landed in this rank's
+ * receive buffer: @counts[s] elements at @displs[s] (arrays of nranks,
+ * owned by the node; final once cs_a2a_status() is 0). With
+ * CS_A2A_F_RECV_DYNAMIC this is how the counts arrive; without, they are
+ * a copy of the caller's.
+ */
+void cs_a2a_recv_layout(const struct cs_a2a *a, const uint64_t **counts,
+			const uint64_t **displs);
 
 /**
  * cs_a2a_stream_frames - frames of a stream of blocks, as both ends cut

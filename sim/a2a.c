@@ -115,11 +115,21 @@ static void as_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 
 static void as_verify(struct as *m, struct as_rank *r)
 {
+	const uint64_t *rc = r->rc, *rd = r->rd;
 	uint32_t d = r->id;
 
-	for (uint32_t s = 0; s < m->n; s++)
-		for (uint64_t x = 0; x < r->rc[s]; x++) {
-			uint32_t got = r->recv[r->rd[s] + x];
+	/* dynamic: where the engine put them (and the counts it learnt) */
+	if (m->cfg->dynamic)
+		cs_a2a_recv_layout(r->eng, &rc, &rd);
+	for (uint32_t s = 0; s < m->n; s++) {
+		if (rc[s] != r->rc[s] && !m->wrong++)
+			snprintf(m->first, sizeof(m->first),
+				 "rank %u: %llu elements from rank %u, want "
+				 "%llu",
+				 d, (unsigned long long)rc[s], s,
+				 (unsigned long long)r->rc[s]);
+		for (uint64_t x = 0; x < CS_MIN(rc[s], r->rc[s]); x++) {
+			uint32_t got = r->recv[rd[s] + x];
 			uint32_t want = as_value(m->cfg->seed, s, d, x);
 
 			m->checked++;
@@ -130,6 +140,7 @@ static void as_verify(struct as *m, struct as_rank *r)
 					 d, (unsigned long long)x, s, got,
 					 want);
 		}
+	}
 }
 
 static void as_done(void *owner, void *user, int status, uint32_t culprit)
@@ -281,11 +292,13 @@ static int as_engines(struct as *m)
 			p->recv_count = r->nr;
 			p->sendcounts = r->sc;
 			p->sdispls = r->sd;
-			p->recvcounts = r->rc;
-			p->rdispls = r->rd;
+			/* dynamic: the receiver knows only its room */
+			p->recvcounts = c->dynamic ? NULL : r->rc;
+			p->rdispls = c->dynamic ? NULL : r->rd;
 			p->mtu_payload = c->mtu;
 			p->flags = (c->nodata ? CS_A2A_F_NODATA : 0) |
-				   (c->no_bucket ? CS_A2A_F_NO_BUCKET : 0);
+				   (c->no_bucket ? CS_A2A_F_NO_BUCKET : 0) |
+				   (c->dynamic ? CS_A2A_F_RECV_DYNAMIC : 0);
 			p->group = A2A_GROUP;
 			p->epoch = 1;
 			p->op_id = A2A_OP;
@@ -420,7 +433,8 @@ int cs_a2a_sim_run(const struct cs_a2a_sim_cfg *c,
 	memset(res, 0, sizeof(*res));
 	if (c->ranks < 2 || c->ranks > CS_A2A_MAX_RANKS || !c->rpn ||
 	    c->rpn > CS_A2A_MAX_RPN || c->ranks % c->rpn || !c->mtu ||
-	    !c->gbps || !c->nic_ring || c->tp.max_nodes <= c->ranks)
+	    !c->gbps || !c->nic_ring || c->tp.max_nodes <= c->ranks ||
+	    (c->dynamic && c->nodata))
 		return -EINVAL;
 	res->algo = as_algo(c);
 	if (res->algo == CS_A2A_TWO_LEVEL && c->ranks / c->rpn < 2)

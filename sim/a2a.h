@@ -36,6 +36,8 @@
  * @seed: everything random comes from it
  * @time_limit_ns: simulated
  * @nodata: timing only, nothing verified
+ * @dynamic: receivers do not know their counts: they arrive in the same
+ *	operation (CS_A2A_F_RECV_DYNAMIC)
  */
 struct cs_a2a_sim_cfg {
 	uint32_t ranks, rpn;
@@ -47,7 +49,7 @@ struct cs_a2a_sim_cfg {
 	uint64_t delay_ns, port_buffer, nic_ring, credit;
 	uint32_t mtu;
 	uint64_t seed, time_limit_ns;
-	bool nodata;
+	bool nodata, dynamic;
 	struct cs_xport_params xp;
 	struct cs_tp_params tp;
 };

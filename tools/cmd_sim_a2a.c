@@ -18,12 +18,13 @@ static void a2a_usage(FILE *out)
 		"       [--algo flat|two-level|auto] [--no-bucket] [--loss P]\n"
 		"       [--seed K] [--credit B] [--link-gbps G] [--delay-us D]\n"
 		"       [--port-buffer B] [--mtu B] [--time-limit-ms T]\n"
-		"       [--nodata] [--set key=value]...\n\n"
+		"       [--nodata] [--dynamic] [--set key=value]...\n\n"
 		"One all-to-all over N ranks (N = M x L with --nodes), each\n"
 		"rank with its own link to one switch; ranks of a node share\n"
 		"memory (the two-level algorithm's intra-node stage). S is a\n"
 		"rank's send buffer (N blocks of S/N; --uneven: skewed sizes,\n"
-		"some empty: all-to-all-v). Every element is checked. Prints\n"
+		"some empty: all-to-all-v). --dynamic: receivers learn their\n"
+		"counts in the same operation. Every element is checked. Prints\n"
 		"'alltoall ok ...' or 'alltoall FAILED ...' (exit 1).\n"
 		"busbw = algbw x (N-1)/N; bound_us: the largest send buffer's\n"
 		"network share at the link rate. Defaults: 8 ranks, L 1,\n"
@@ -89,6 +90,9 @@ int cs_cmd_sim_alltoall(int argc, char **argv)
 			continue;
 		} else if (!strcmp(o, "--nodata")) {
 			c.nodata = true;
+			continue;
+		} else if (!strcmp(o, "--dynamic")) {
+			c.dynamic = true;
 			continue;
 		} else if (!v) {
 			bad = 1;
@@ -181,14 +185,14 @@ int cs_cmd_sim_alltoall(int argc, char **argv)
 			  : 0;
 	bound = (double)r.max_bytes * (c.ranks - 1) / c.ranks * 8 / c.gbps;
 	printf("alltoall %s ranks=%u ranks_per_node=%u algo=%s%s bytes=%" PRIu64
-	       "%s time_us=%.1f busbw_gbps=%.2f bound_us=%.1f"
+	       "%s%s time_us=%.1f busbw_gbps=%.2f bound_us=%.1f"
 	       " max_queue_bytes=%" PRIu64 " drops=%" PRIu64
 	       " frames=%" PRIu64 " retx=%" PRIu64 " staged=%" PRIu64
 	       " checked=%" PRIu64 " wrong=%" PRIu64 " loss=%g seed=%" PRIu64
 	       "\n",
 	       ok ? "ok" : "FAILED", c.ranks, c.rpn, algo_name(r.algo),
 	       c.no_bucket ? "(unbucketed)" : "", c.bytes,
-	       c.uneven ? " uneven" : "", r.time_ns / 1e3, busbw, bound / 1e3,
+	       c.uneven ? " uneven" : "", c.dynamic ? " dynamic" : "", r.time_ns / 1e3, busbw, bound / 1e3,
 	       r.max_queue, r.drops, r.frames, r.retx, r.staged, r.checked,
 	       r.wrong, c.loss, c.seed);
 	if (!ok)
