@@ -437,3 +437,96 @@ Test(alltoall, choice_rule)
 	cr_assert_eq(cs_a2a_choose(8, 8, 4096), CS_A2A_FLAT, "one node");
 	cr_assert_eq(cs_a2a_choose(12, 8, 4096), CS_A2A_FLAT, "8 ∤ 12");
 }
+
+/* ---- counts in the same operation --------------------------------------- */
+
+/* Rounds of: every frame that may leave, delivered, acknowledged. */
+static void w_exchange_rounds(struct world *w, bool strict)
+{
+	struct cs_flow_tx tx;
+	bool more = true;
+
+	for (int round = 0; more && round < 1000; round++) {
+		more = false;
+		for (uint32_t i = 0; i < w->n; i++)
+			for (uint32_t c = 0; c < cs_a2a_channels(w->eng[i]);
+			     c++)
+				while (cs_a2a_next(w->eng[i], c, &tx, 1)) {
+					struct cs_pkt_hdr h = tx.hdr;
+					int ret = cs_a2a_on_data(w->eng[tx.dst],
+								 &h, tx.payload);
+
+					cr_assert(!strict || ret == CS_A2A_RX_NEW);
+					cr_assert_eq(cs_a2a_on_acked(w->eng[i],
+								     tx.cookie),
+						     0);
+					more = true;
+				}
+	}
+}
+
+static void w_dynamic(struct world *w)
+{
+	for (uint32_t i = 0; i < w->n; i++) {
+		w->p[i].flags |= CS_A2A_F_RECV_DYNAMIC;
+		w->p[i].recvcounts = NULL;
+		w->p[i].rdispls = NULL;
+	}
+}
+
+Test(alltoall, dynamic_counts_arrive_with_the_data)
+{
+	for (uint32_t G = 1; G <= 3; G++) {
+		struct world w;
+		struct cs_flow_tx tx;
+
+		w_counts(&w, 6, G, false, 41);
+		w_params(&w, 128, 0);
+		w_dynamic(&w);
+		w_init(&w);
+		/* the count frame first; no data before it is acknowledged */
+		for (uint32_t c = 0; c < cs_a2a_channels(w.eng[0]); c++) {
+			if (cs_a2a_chan_peer(w.eng[0], c) < 0)
+				continue;
+			cr_assert_eq(cs_a2a_next(w.eng[0], c, &tx, 4), 1);
+			cr_assert_eq(tx.hdr.step, 0);
+			cr_assert_eq(tx.len, G * G * 8);
+			cr_assert_eq(cs_a2a_on_data(w.eng[tx.dst], &tx.hdr,
+						    tx.payload),
+				     CS_A2A_RX_NEW);
+			cr_assert_eq(cs_a2a_next(w.eng[0], c, &tx, 1), 0);
+			cr_assert_eq(cs_a2a_on_acked(w.eng[0], tx.cookie), 0);
+		}
+		w_exchange_rounds(&w, true);
+		for (uint32_t d = 0; d < w.n; d++) {
+			const uint64_t *rc, *rd;
+
+			cr_assert_eq(cs_a2a_status(w.eng[d], NULL), 0);
+			cs_a2a_recv_layout(w.eng[d], &rc, &rd);
+			for (uint32_t s = 0; s < w.n; s++) {
+				cr_assert_eq(rc[s], w.cnt[s][d]);
+				for (uint64_t x = 0; x < rc[s]; x++)
+					cr_assert_eq(w.recv[d][rd[s] + x],
+						     val(s, d, x));
+			}
+		}
+		w_fini(&w);
+	}
+}
+
+Test(alltoall, dynamic_receive_buffer_too_small)
+{
+	struct world w;
+	uint32_t culprit;
+
+	w_counts(&w, 4, 1, true, 50);
+	w_params(&w, 128, 0);
+	w_dynamic(&w);
+	w.p[2].recv_count = 120; /* 200 will come */
+	w_init(&w);
+	w_exchange_rounds(&w, false);
+	cr_assert_eq(cs_a2a_status(w.eng[2], &culprit), -ENOSPC);
+	cr_assert_lt(culprit, 4u);
+	cr_assert_neq(culprit, 2u);
+	w_fini(&w);
+}
