@@ -778,7 +778,8 @@ static int rx_counts(struct cs_a2a *a, struct a2a_stream *s,
 	a->st.rx_frames++;
 	if (!s->left)
 		stream_done(a);
-	return CS_A2A_RX_NEW;
+	/* the sender sends its data only once this is acknowledged */
+	return CS_FLOW_RX_ACK_NOW;
 }
 
 int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
@@ -822,9 +823,12 @@ int cs_a2a_on_data(struct cs_a2a *a, const struct cs_pkt_hdr *h,
 	a->st.rx_frames++;
 	a->st.rx_bytes += len;
 	scatter(a, s, s->pnode, off, len, a->nd->nodata ? NULL : payload);
-	if (a->nd->dyn && !s->left)
+	if (s->left)
+		return CS_A2A_RX_NEW;
+	if (a->nd->dyn)
 		stream_done(a);
-	return CS_A2A_RX_NEW;
+	/* the stream is complete: its sender waits for this ACK */
+	return CS_FLOW_RX_ACK_NOW;
 }
 
 /* ---- state -------------------------------------------------------------- */

@@ -111,7 +111,8 @@ struct cs_a2a_params {
 	uint64_t deadline;
 };
 
-/* Return values of cs_a2a_on_data() >= 0. */
+/* Return values of cs_a2a_on_data() >= 0 (and CS_FLOW_RX_ACK_NOW: new,
+ * the last frame of its stream or a count frame). */
 #define CS_A2A_RX_NEW 0
 #define CS_A2A_RX_DUP 1
 #define CS_A2A_RX_STALE 2 /* older epoch */
