@@ -113,6 +113,10 @@ enum cs_a2a_algo cs_a2a_choose(uint32_t n, uint32_t rpn, uint64_t block_bytes)
 {
 	if (rpn < 2 || rpn > CS_A2A_MAX_RPN || n % rpn || n / rpn < 2)
 		return CS_A2A_FLAT;
+	/* a node sends its M-1 streams from M-1 of its rpn NICs: with few
+	 * nodes most NICs would idle (4 nodes of 8: 3 of 8 busy) */
+	if (4 * (n / rpn - 1) < 3 * rpn)
+		return CS_A2A_FLAT;
 	return block_bytes <= CS_A2A_TWO_LEVEL_MAX_BLOCK ? CS_A2A_TWO_LEVEL
 							  : CS_A2A_FLAT;
 }

@@ -195,7 +195,10 @@ uint64_t cs_a2a_stream_frames(const uint64_t *blk, uint32_t nblk, uint32_t mtu,
 /**
  * cs_a2a_choose - flat or two-level for @n ranks, @rpn per node and
  * @block_bytes, the mean block size (docs/alltoall.md: the rule and the
- * measurements behind it)
+ * measurements behind it). Two-level when there are at least 2 nodes,
+ * at least 3/4 of a node's NICs carry a stream (4 (M - 1) >= 3 rpn: the
+ * node pairs are spread over the local ranks) and the mean block is at
+ * most CS_A2A_TWO_LEVEL_MAX_BLOCK; flat otherwise.
  * Returns: CS_A2A_FLAT or CS_A2A_TWO_LEVEL.
  */
 enum cs_a2a_algo cs_a2a_choose(uint32_t n, uint32_t rpn, uint64_t block_bytes);

@@ -437,6 +437,9 @@ Test(alltoall, choice_rule)
 	cr_assert_eq(cs_a2a_choose(64, 8, 1 << 20), CS_A2A_FLAT);
 	cr_assert_eq(cs_a2a_choose(8, 8, 4096), CS_A2A_FLAT, "one node");
 	cr_assert_eq(cs_a2a_choose(12, 8, 4096), CS_A2A_FLAT, "8 ∤ 12");
+	cr_assert_eq(cs_a2a_choose(32, 8, 4096), CS_A2A_FLAT,
+		     "4 nodes of 8: 3 NICs of 8 would carry it all");
+	cr_assert_eq(cs_a2a_choose(512, 8, 4096), CS_A2A_TWO_LEVEL);
 }
 
 /* ---- counts in the same operation --------------------------------------- */
