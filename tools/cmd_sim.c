@@ -25,6 +25,9 @@ static const struct sim_cmd sim_cmds[] = {
 	{ "broadcast", cs_cmd_sim_broadcast, "pipelined chain" },
 	{ "mixed", cs_cmd_sim_mixed,
 	  "many groups and ops in flight over the transport core" },
+	{ "alltoall", cs_cmd_sim_alltoall,
+	  "all-to-all(v), flat or two-level, over the transport core" },
+	{ "moe", cs_cmd_sim_moe, "MoE dispatch and combine over all-to-all" },
 };
 
 static void sim_usage(FILE *out)

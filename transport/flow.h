@@ -48,7 +48,9 @@ struct cs_flow_tx {
  * @next: up to @max new frames of channel @ch that may leave now
  * @on_data: a new DATA frame of this operation (header src is the
  *	sender's rank); returns >= 0 or a negative error for a frame that
- *	does not belong to the schedule
+ *	does not belong to the schedule; CS_FLOW_RX_ACK_NOW asks the core
+ *	to acknowledge at once (its sender waits for this ACK: the last
+ *	frame of a stream, a frame the next ones depend on)
  * @on_acked: a frame the engine handed out was acknowledged
  * @rebuild: rebuild a frame for retransmission (0, -ESTALE, or an error)
  * @status: 0 once complete (results final, every frame acknowledged),
@@ -61,6 +63,9 @@ struct cs_flow_tx {
  * @result_ready: every element of this rank's result is final (optional:
  *	the core then acknowledges the peers' last frames at once)
  */
+/* on_data(): acknowledge this frame at once (no coalescing delay). */
+#define CS_FLOW_RX_ACK_NOW 16
+
 struct cs_flow_ops {
 	uint32_t (*channels)(const void *f);
 	int64_t (*chan_peer)(const void *f, uint32_t ch);

@@ -352,6 +352,7 @@ static void tp_deliver(struct cs_tp *tp, struct tp_op *op, struct tp_sess *s,
 {
 	int32_t rank = op->g->rank_of[src];
 	struct cs_pkt_hdr hh;
+	int ret;
 
 	if (rank < 0) {
 		tp->st.rx_not_member++;
@@ -359,12 +360,16 @@ static void tp_deliver(struct cs_tp *tp, struct tp_op *op, struct tp_sess *s,
 	}
 	hh = *h;
 	hh.src = (uint16_t)rank;
-	if (op->ops->on_data(op->flow, now, &hh, payload) < 0)
+	ret = op->ops->on_data(op->flow, now, &hh, payload);
+	if (ret < 0)
 		tp->st.rx_proto++;
 	/* the senders of a small op, and of an op's last frames, wait for
-	 * these ACKs to finish: no coalescing delay for them */
-	if (s && (op->latency || (op->ops->result_ready &&
-				  op->ops->result_ready(op->flow))))
+	 * these ACKs to finish: no coalescing delay for them. An engine
+	 * whose streams end at different times (all-to-all: a stream per
+	 * peer) names each stream's last frame itself (CS_FLOW_RX_ACK_NOW),
+	 * else every sender but the last waits rel.ack_delay for it. */
+	if (s && (op->latency || ret == CS_FLOW_RX_ACK_NOW ||
+		  (op->ops->result_ready && op->ops->result_ready(op->flow))))
 		cs_rel_ack_at_once(&s->rel);
 }
 

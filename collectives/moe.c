@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/* MoE dispatch and combine on the all-to-all engine (moe.h). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/moe.h"
+#include "collstack/types.h"
+
+/*
+ * Rows on the wire (u32 words, host order like the rest of the payload):
+ *   dispatch: token, slot mask, expert[K], x[H]     (f32 values)
+ *   combine:  token, slot, y[H]
+ * The engine's element is one row, so counts are rows.
+ */
+
+struct cs_moe {
+	struct cs_moe_cfg c;
+	uint32_t *erank;
+	const float *x, *w;
+	const int32_t *idx;
+	uint32_t n, K, H, T;
+	size_t drow, crow; /* row bytes */
+	/* dispatch */
+	uint64_t *dsc, *dsd;
+	uint8_t *dsend, *drecv;
+	uint64_t dsend_rows, drecv_cap;
+	/* local experts and what they received */
+	uint32_t nloc;
+	uint32_t *loc_e, *loc_cnt;
+	uint64_t *loc_off;
+	int32_t *loc_of; /* [E]: local index or -1 */
+	uint64_t ltotal;
+	float *lrows, *lout;
+	uint32_t *lsrc, *ltok, *lslot;
+	/* combine */
+	uint64_t *csc, *csd, *crc, *crd;
+	uint8_t *csend, *crecv;
+};
+
+static uint32_t slot_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t j = 0; j < m->K; j++) {
+		int32_t e = m->idx[(size_t)t * m->K + j];
+
+		if (e >= 0 && m->erank[e] == d)
+			mask |= 1u << j;
+	}
+	return mask;
+}
+
+static uint32_t *row_u32(uint8_t *base, size_t row, uint64_t i)
+{
+	return (uint32_t *)(base + i * row);
+}
+
+void cs_moe_free(struct cs_moe *m)
+{
+	if (!m)
+		return;
+	free(m->erank);
+	free(m->dsc);
+	free(m->dsd);
+	free(m->dsend);
+	free(m->drecv);
+	free(m->loc_e);
+	free(m->loc_cnt);
+	free(m->loc_off);
+	free(m->loc_of);
+	free(m->lrows);
+	free(m->lout);
+	free(m->lsrc);
+	free(m->ltok);
+	free(m->lslot);
+	free(m->csc);
+	free(m->csd);
+	free(m->crc);
+	free(m->crd);
+	free(m->csend);
+	free(m->crecv);
+	free(m);
+}
+
+static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
+{
+	if (!c->nranks || c->rank >= c->nranks || !c->topk ||
+	    c->topk > CS_MOE_MAX_TOPK || !c->hidden || !c->experts ||
+	    c->tokens > c->max_tokens || !c->expert_rank)
+		return -EINVAL;
+	for (uint32_t e = 0; e < c->experts; e++)
+		if (c->expert_rank[e] >= c->nranks)
+			return CS_ERR_BAD_DESC;
+	for (uint32_t t = 0; t < c->tokens; t++)
+		for (uint32_t j = 0; j < c->topk; j++) {
+			int32_t e = idx[(size_t)t * c->topk + j];
+
+			if (e == -1)
+				continue;
+			if (e < 0 || (uint32_t)e >= c->experts)
+				return CS_ERR_BAD_DESC;
+			for (uint32_t i = 0; i < j; i++)
+				if (idx[(size_t)t * c->topk + i] == e)
+					return CS_ERR_BAD_DESC;
+		}
+	return 0;
+}
+
+int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
+		  const int32_t *idx, const float *w, struct cs_moe **out)
+{
+	struct cs_moe *m;
+	uint64_t rows = 0;
+	int ret;
+
+	*out = NULL;
+	if (!cfg || (cfg->tokens && (!x || !idx || !w)))
+		return -EINVAL;
+	ret = moe_check(cfg, idx);
+	if (ret)
+		return ret;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->c = *cfg;
+	m->x = x;
+	m->idx = idx;
+	m->w = w;
+	m->n = cfg->nranks;
+	m->K = cfg->topk;
+	m->H = cfg->hidden;
+	m->T = cfg->tokens;
+	m->drow = 4 * ((size_t)2 + m->K + m->H);
+	m->crow = 4 * ((size_t)2 + m->H);
+	m->erank = malloc(cfg->experts * sizeof(*m->erank));
+	m->dsc = calloc(m->n, sizeof(uint64_t));
+	m->dsd = calloc(m->n, sizeof(uint64_t));
+	m->drecv_cap = (uint64_t)cfg->max_tokens * m->n;
+	ret = -ENOMEM;
+	if (!m->erank || !m->dsc || !m->dsd)
+		goto out_free;
+	memcpy(m->erank, cfg->expert_rank, cfg->experts * sizeof(*m->erank));
+	m->c.expert_rank = m->erank;
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->dsd[d] = rows;
+		for (uint32_t t = 0; t < m->T; t++)
+			m->dsc[d] += slot_mask(m, t, d) != 0;
+		rows += m->dsc[d];
+	}
+	m->dsend_rows = rows;
+	m->dsend = malloc(rows ? rows * m->drow : 1);
+	m->drecv = malloc(m->drecv_cap ? m->drecv_cap * m->drow : 1);
+	if (!m->dsend || !m->drecv)
+		goto out_free;
+	rows = 0;
+	for (uint32_t d = 0; d < m->n; d++)
+		for (uint32_t t = 0; t < m->T; t++) {
+			uint32_t mask = slot_mask(m, t, d), *r;
+
+			if (!mask)
+				continue;
+			r = row_u32(m->dsend, m->drow, rows++);
+			r[0] = t;
+			r[1] = mask;
+			memcpy(&r[2], &idx[(size_t)t * m->K], 4 * m->K);
+			memcpy(&r[2 + m->K], &x[(size_t)t * m->H], 4 * m->H);
+		}
+	*out = m;
+	return 0;
+out_free:
+	cs_moe_free(m);
+	return ret;
+}
+
+static void moe_params(const struct cs_moe *m, struct cs_a2a_params *p,
+		       size_t row, uint32_t op)
+{
+	memset(p, 0, sizeof(*p));
+	p->nranks = m->n;
+	p->rank = m->c.rank;
+	p->ranks_per_node = m->c.ranks_per_node;
+	p->esz = (uint32_t)row;
+	p->mtu_payload = m->c.mtu_payload;
+	p->flags = m->c.flags & CS_A2A_F_NO_BUCKET;
+	p->group = m->c.group;
+	p->epoch = m->c.epoch;
+	p->op_id = op;
+}
+
+void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p)
+{
+	moe_params(m, p, m->drow, m->c.op_dispatch);
+	p->flags |= CS_A2A_F_RECV_DYNAMIC;
+	p->sendbuf = m->dsend;
+	p->send_count = m->dsend_rows;
+	p->recvbuf = m->drecv;
+	p->recv_count = m->drecv_cap;
+	p->sendcounts = m->dsc;
+	p->sdispls = m->dsd;
+}
+
+/* A received dispatch row: every slot of its mask names an expert here. */
+static int row_ok(const struct cs_moe *m, const uint32_t *r)
+{
+	if (r[0] >= m->c.max_tokens || !r[1] ||
+	    (m->K < 32 && r[1] >> m->K))
+		return CS_ERR_PROTO;
+	for (uint32_t j = 0; j < m->K; j++) {
+		int32_t e = (int32_t)r[2 + j];
+
+		if (!(r[1] >> j & 1))
+			continue;
+		if (e < 0 || (uint32_t)e >= m->c.experts || m->loc_of[e] < 0)
+			return CS_ERR_PROTO;
+	}
+	return 0;
+}
+
+int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a)
+{
+	const uint64_t *rc, *rd;
+	uint32_t *fill;
+	int ret;
+
+	cs_a2a_recv_layout(a, &rc, &rd);
+	m->loc_of = malloc(m->c.experts * sizeof(*m->loc_of));
+	m->loc_e = malloc(m->c.experts * sizeof(*m->loc_e));
+	m->loc_cnt = calloc(m->c.experts, sizeof(*m->loc_cnt));
+	m->loc_off = calloc(m->c.experts + 1, sizeof(*m->loc_off));
+	if (!m->loc_of || !m->loc_e || !m->loc_cnt || !m->loc_off)
+		return -ENOMEM;
+	for (uint32_t e = 0; e < m->c.experts; e++) {
+		m->loc_of[e] = -1;
+		if (m->erank[e] == m->c.rank) {
+			m->loc_of[e] = (int32_t)m->nloc;
+			m->loc_e[m->nloc++] = e;
+		}
+	}
+	/* count, checking every row */
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < rc[s]; i++) {
+			const uint32_t *r = row_u32(m->drecv, m->drow, rd[s] + i);
+
+			ret = row_ok(m, r);
+			if (ret)
+				return ret;
+			for (uint32_t j = 0; j < m->K; j++)
+				if (r[1] >> j & 1)
+					m->loc_cnt[m->loc_of[r[2 + j]]]++;
+		}
+	for (uint32_t l = 0; l < m->nloc; l++)
+		m->loc_off[l + 1] = m->loc_off[l] + m->loc_cnt[l];
+	m->ltotal = m->loc_off[m->nloc];
+	m->lrows = malloc((m->ltotal ? m->ltotal : 1) * m->H * sizeof(float));
+	m->lout = calloc((m->ltotal ? m->ltotal : 1) * m->H, sizeof(float));
+	m->lsrc = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
+	m->ltok = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
+	m->lslot = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
+	fill = calloc(m->nloc ? m->nloc : 1, sizeof(*fill));
+	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot ||
+	    !fill) {
+		free(fill);
+		return -ENOMEM;
+	}
+	/* (source, token) order within each expert: sources ascending,
+	 * each source's rows in its token order */
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < rc[s]; i++) {
+			const uint32_t *r = row_u32(m->drecv, m->drow, rd[s] + i);
+
+			for (uint32_t j = 0; j < m->K; j++) {
+				uint32_t l;
+				uint64_t at;
+
+				if (!(r[1] >> j & 1))
+					continue;
+				l = (uint32_t)m->loc_of[r[2 + j]];
+				at = m->loc_off[l] + fill[l]++;
+				m->lsrc[at] = s;
+				m->ltok[at] = r[0];
+				m->lslot[at] = j;
+				memcpy(&m->lrows[at * m->H], &r[2 + m->K],
+				       4 * m->H);
+			}
+		}
+	free(fill);
+	return 0;
+}
+
+int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,
+		 uint32_t *count, const float **rows,
+		 const uint32_t **src_rank, const uint32_t **src_token,
+		 const uint32_t **src_slot)
+{
+	uint64_t o;
+
+	if (!m->loc_off || i >= m->nloc)
+		return -ENOENT;
+	o = m->loc_off[i];
+	*expert = m->loc_e[i];
+	*count = m->loc_cnt[i];
+	*rows = &m->lrows[o * m->H];
+	*src_rank = &m->lsrc[o];
+	*src_token = &m->ltok[o];
+	*src_slot = &m->lslot[o];
+	return 0;
+}
+
+float *cs_moe_expert_out(struct cs_moe *m, uint32_t i)
+{
+	if (!m->loc_off || i >= m->nloc)
+		return NULL;
+	return &m->lout[m->loc_off[i] * m->H];
+}
+
+void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
+{
+	uint64_t rows = 0, rr = 0;
+
+	moe_params(m, p, m->crow, m->c.op_combine);
+	m->csc = calloc(m->n, sizeof(uint64_t));
+	m->csd = calloc(m->n, sizeof(uint64_t));
+	m->crc = calloc(m->n, sizeof(uint64_t));
+	m->crd = calloc(m->n, sizeof(uint64_t));
+	if (!m->csc || !m->csd || !m->crc || !m->crd)
+		return; /* cs_a2a_node_init() refuses the NULL arrays */
+	for (uint64_t i = 0; i < m->ltotal; i++)
+		m->csc[m->lsrc[i]]++;
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->csd[d] = rows;
+		rows += m->csc[d];
+		/* what rank d returns: one row per slot of ours it holds */
+		for (uint32_t t = 0; t < m->T; t++)
+			m->crc[d] += (uint64_t)__builtin_popcount(
+				slot_mask(m, t, d));
+		m->crd[d] = rr;
+		rr += m->crc[d];
+	}
+	m->csend = malloc(rows ? rows * m->crow : 1);
+	m->crecv = malloc(rr ? rr * m->crow : 1);
+	if (!m->csend || !m->crecv)
+		return;
+	{
+		uint64_t *fill = calloc(m->n, sizeof(*fill));
+
+		if (!fill)
+			return;
+		for (uint64_t i = 0; i < m->ltotal; i++) {
+			uint32_t s = m->lsrc[i], *r;
+
+			r = row_u32(m->csend, m->crow, m->csd[s] + fill[s]++);
+			r[0] = m->ltok[i];
+			r[1] = m->lslot[i];
+			memcpy(&r[2], &m->lout[i * m->H], 4 * m->H);
+		}
+		free(fill);
+	}
+	p->sendbuf = m->csend;
+	p->send_count = rows;
+	p->recvbuf = m->crecv;
+	p->recv_count = rr;
+	p->sendcounts = m->csc;
+	p->sdispls = m->csd;
+	p->recvcounts = m->crc;
+	p->rdispls = m->crd;
+}
+
+int cs_moe_combine_finish(struct cs_moe *m, float *out)
+{
+	size_t slots = (size_t)m->T * m->K;
+	const float **y = calloc(slots ? slots : 1, sizeof(*y));
+	int ret = 0;
+
+	if (!y)
+		return -ENOMEM;
+	for (uint32_t d = 0; d < m->n && !ret; d++)
+		for (uint64_t i = 0; i < m->crc[d] && !ret; i++) {
+			const uint32_t *r =
+				row_u32(m->crecv, m->crow, m->crd[d] + i);
+			size_t at = (size_t)r[0] * m->K + r[1];
+			int32_t e;
+
+			if (r[0] >= m->T || r[1] >= m->K || y[at]) {
+				ret = CS_ERR_PROTO;
+				break;
+			}
+			e = m->idx[at];
+			if (e < 0 || m->erank[e] != d) {
+				ret = CS_ERR_PROTO;
+				break;
+			}
+			y[at] = (const float *)&r[2];
+		}
+	/* fixed order: slot 0, 1, ..., k-1, whatever arrived when */
+	for (uint32_t t = 0; t < m->T && !ret; t++)
+		for (uint32_t h = 0; h < m->H; h++) {
+			float acc = 0.0f;
+
+			for (uint32_t j = 0; j < m->K; j++) {
+				size_t at = (size_t)t * m->K + j;
+
+				if (m->idx[at] < 0)
+					continue;
+				if (!y[at]) {
+					ret = CS_ERR_PROTO;
+					break;
+				}
+				acc += m->w[at] * y[at][h];
+			}
+			out[(size_t)t * m->H + h] = acc;
+		}
+	free(y);
+	return ret;
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * MoE dispatch and combine on the all-to-all engine (alltoall.h).
+ *
+ * dispatch: every token (a row of H f32 values) travels once to every
+ * rank that holds one of its top-k experts (not once per expert: DeepEP's
+ * rule), as a row [token, slot mask, the k expert ids, H values]. The
+ * receivers do not know how many rows come: the counts travel in the same
+ * operation (CS_A2A_F_RECV_DYNAMIC). Each rank then holds, per local
+ * expert (in expert order), its rows in (source rank, token) order, with
+ * the source rank, token and top-k slot of each.
+ *
+ * combine: each rank returns its experts' outputs, one row [token, slot,
+ * H values] per (token, slot), to the token's owner (counts known to both
+ * ends: an ordinary all-to-all-v), which sums w[t][j] * y[t][j] over
+ * j = 0 .. k-1 in that fixed order: the result is bit-identical across
+ * runs, arrival orders and algorithms.
+ *
+ * Top-k index -1 means "no expert" (the slot is skipped); any other index
+ * outside [0, E), a repeated expert in one token's top-k, or an expert
+ * mapped to no rank is refused (CS_ERR_BAD_DESC) before anything is sent.
+ */
+#ifndef CS_COLLECTIVES_MOE_H
+#define CS_COLLECTIVES_MOE_H
+
+#include <stdint.h>
+
+#include "collectives/alltoall.h"
+
+#define CS_MOE_MAX_TOPK 32
+
+/**
+ * struct cs_moe_cfg - one rank's MoE layer
+ * @nranks, @rank, @ranks_per_node: as struct cs_a2a_params (G)
+ * @tokens: T, this rank's tokens
+ * @max_tokens: the most tokens any rank has (bounds the receive room)
+ * @hidden: H values per token
+ * @topk: K
+ * @experts: E
+ * @expert_rank: [E] the rank holding each expert
+ * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET), @group, @epoch
+ * @op_dispatch, @op_combine: the two operations' ids
+ */
+struct cs_moe_cfg {
+	uint32_t nranks, rank, ranks_per_node;
+	uint32_t tokens, max_tokens, hidden, topk, experts;
+	const uint32_t *expert_rank;
+	uint32_t mtu_payload, flags, group, epoch;
+	uint32_t op_dispatch, op_combine;
+};
+
+struct cs_moe;
+
+/**
+ * cs_moe_create - validate a rank's tokens and build its dispatch
+ * @cfg: the layer (copied; expert_rank is copied)
+ * @x: [tokens][hidden] inputs
+ * @idx: [tokens][topk] expert indices (-1: none)
+ * @w: [tokens][topk] weights
+ * @out: the layer's state for this rank (x, idx and w are read here and
+ *	in cs_moe_combine_finish(): keep them)
+ * Returns: 0, CS_ERR_BAD_DESC, -EINVAL, -ENOMEM.
+ */
+int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
+		  const int32_t *idx, const float *w, struct cs_moe **out);
+
+void cs_moe_free(struct cs_moe *m);
+
+/**
+ * cs_moe_dispatch_params - the all-to-all of the dispatch (RECV_DYNAMIC):
+ * build a struct cs_a2a_node from the node's ranks' params, an engine,
+ * post it with op id cfg->op_dispatch
+ */
+void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p);
+
+/**
+ * cs_moe_dispatch_finish - the dispatch engine @a completed: lay out the
+ * rows per local expert
+ * Returns: 0, CS_ERR_PROTO (a row naming an expert not here, a bad
+ *	token), -ENOMEM.
+ */
+int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a);
+
+/**
+ * cs_moe_local - what dispatch delivered for local expert number @i
+ * (local experts in increasing expert id)
+ * @expert: out: its id
+ * @count: out: rows
+ * @rows: out: [count][hidden]
+ * @src_rank, @src_token, @src_slot: out: [count] where each row came from
+ * Returns: 0 or -ENOENT (no such local expert).
+ */
+int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,
+		 uint32_t *count, const float **rows,
+		 const uint32_t **src_rank, const uint32_t **src_token,
+		 const uint32_t **src_slot);
+
+/**
+ * cs_moe_expert_out - where local expert @i's outputs go: [count][hidden]
+ * (write them before cs_moe_combine_params())
+ */
+float *cs_moe_expert_out(struct cs_moe *m, uint32_t i);
+
+/**
+ * cs_moe_combine_params - pack the outputs and describe the combine
+ * all-to-all-v (post with op id cfg->op_combine)
+ */
+void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p);
+
+/**
+ * cs_moe_combine_finish - the combine completed: @out[t] = sum over
+ * j = 0 .. k-1 of w[t][j] * y[t][j], in that order
+ * @out: [tokens][hidden]
+ * Returns: 0 or CS_ERR_PROTO (a row for a (token, slot) that was not
+ *	sent to that rank, or came twice).
+ */
+int cs_moe_combine_finish(struct cs_moe *m, float *out);
+
+#endif

@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstack sim moe: dispatch (op 1), the experts, combine (op 2) over the
+ * transport core, one core per rank, every rank's NIC on one switch (as
+ * sim/a2a.c). A node's combine starts once every rank of the node has its
+ * dispatch (the node's engines share their descriptors). Values are small
+ * multiples of 1/256 and the experts affine maps, so the reference below
+ * does the same float operations in the same order: equal bits or wrong.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/moe.h"
+#include "collstack/types.h"
+#include "sim/moe.h"
+#include "tests/sim/sim.h"
+
+#define MO_GROUP 1
+
+struct mo;
+
+struct mo_rank {
+	struct mo *m;
+	uint32_t id;
+	struct cs_tp *tp;
+	float *x, *w, *out;
+	int32_t *idx;
+	struct cs_moe *moe;
+	struct cs_a2a *eng[2];
+	uint32_t phase; /* ops done */
+	bool posted[2];
+};
+
+struct mo {
+	const struct cs_moe_sim_cfg *cfg;
+	struct cs_sim *sim;
+	uint32_t n, G;
+	uint32_t *erank;
+	struct mo_rank *rk;
+	struct cs_a2a_node **node[2]; /* [n / G] per op */
+	uint32_t *node_left; /* ranks of the node without their dispatch */
+	uint32_t ndone, nfailed, ndisp;
+	cs_ns_t t_disp, t_end;
+	uint64_t wrong, checked, rows;
+	char first[200];
+};
+
+static uint64_t mo_hash(uint64_t a, uint64_t b, uint64_t c)
+{
+	uint64_t z = a ^ (b * 0x9e3779b97f4a7c15ull) ^
+		     (c * 0xd1b54a32d192ed03ull);
+
+	z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 32)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static float mo_expert(uint32_t e, float v)
+{
+	return v * (1.0f + (float)e / 64.0f) + (float)e * 0.25f;
+}
+
+static void mo_fail(struct mo *m, const char *what, uint32_t r, int err)
+{
+	if (!m->nfailed++ && !m->wrong)
+		snprintf(m->first, sizeof(m->first), "rank %u: %s: %s", r,
+			 what, cs_strerror(err));
+	cs_sim_stop(m->sim);
+}
+
+/* ---- tokens and the reference ------------------------------------------- */
+
+static void mo_tokens(struct mo *m, struct mo_rank *r, const double *cdf)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	uint64_t rng = mo_hash(c->net.seed, r->id, 77) | 1;
+
+	for (uint64_t i = 0; i < (uint64_t)c->tokens * c->hidden; i++)
+		r->x[i] = (float)((int)(mo_hash(c->net.seed, r->id, i) % 2001) -
+				  1000) /
+			  256.0f;
+	for (uint32_t t = 0; t < c->tokens; t++)
+		for (uint32_t j = 0; j < c->topk; j++) {
+			int32_t *s = &r->idx[(size_t)t * c->topk + j];
+			bool dup;
+
+			r->w[(size_t)t * c->topk + j] =
+				(float)(cs_rand_next(&rng) % 1000 + 1) /
+				1024.0f;
+			if (cs_rand_next(&rng) % 16 == 0) {
+				*s = -1; /* "none" */
+				continue;
+			}
+			do { /* inverse CDF, distinct within the token */
+				double u = cs_rand_unit(&rng);
+				uint32_t lo = 0, hi = c->experts - 1;
+
+				while (lo < hi) {
+					uint32_t mid = (lo + hi) / 2;
+
+					if (cdf[mid] < u)
+						lo = mid + 1;
+					else
+						hi = mid;
+				}
+				*s = (int32_t)lo;
+				dup = false;
+				for (uint32_t i = 0; i < j; i++)
+					dup |= r->idx[(size_t)t * c->topk + i] ==
+					       *s;
+			} while (dup);
+		}
+}
+
+/* Dispatch at rank @d: every local expert's rows, in (source, token)
+ * order, with the right values and origins. */
+static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	uint32_t e, cnt;
+	const float *rows;
+	const uint32_t *src, *tok, *slot;
+
+	for (uint32_t i = 0; !cs_moe_local(r->moe, i, &e, &cnt, &rows, &src,
+					   &tok, &slot);
+	     i++) {
+		uint64_t k = 0;
+
+		for (uint32_t s = 0; s < m->n; s++)
+			for (uint32_t t = 0; t < c->tokens; t++)
+				for (uint32_t j = 0; j < c->topk; j++) {
+					const struct mo_rank *q = &m->rk[s];
+
+					if (q->idx[(size_t)t * c->topk + j] !=
+					    (int32_t)e)
+						continue;
+					m->checked++;
+					if (k >= cnt || src[k] != s ||
+					    tok[k] != t || slot[k] != j ||
+					    memcmp(&rows[k * c->hidden],
+						   &q->x[(size_t)t * c->hidden],
+						   4 * c->hidden)) {
+						if (!m->wrong++)
+							snprintf(
+								m->first,
+								sizeof(m->first),
+								"rank %u expert %u row %llu: not "
+								"rank %u token %u slot %u",
+								r->id, e,
+								(unsigned long long)k,
+								s, t, j);
+					}
+					k++;
+				}
+		if (k != cnt && !m->wrong++)
+			snprintf(m->first, sizeof(m->first),
+				 "rank %u expert %u: %u rows, want %llu",
+				 r->id, e, cnt, (unsigned long long)k);
+	}
+}
+
+static void mo_check_combine(struct mo *m, struct mo_rank *r)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+
+	for (uint32_t t = 0; t < c->tokens; t++)
+		for (uint32_t h = 0; h < c->hidden; h++) {
+			float acc = 0.0f, got;
+
+			for (uint32_t j = 0; j < c->topk; j++) {
+				size_t at = (size_t)t * c->topk + j;
+
+				if (r->idx[at] < 0)
+					continue;
+				acc += r->w[at] *
+				       mo_expert((uint32_t)r->idx[at],
+						 r->x[(size_t)t * c->hidden + h]);
+			}
+			got = r->out[(size_t)t * c->hidden + h];
+			m->checked++;
+			if (memcmp(&got, &acc, sizeof(acc)) && !m->wrong++)
+				snprintf(m->first, sizeof(m->first),
+					 "rank %u token %u value %u: got %a "
+					 "want %a",
+					 r->id, t, h, (double)got, (double)acc);
+		}
+}
+
+/* ---- the ranks ---------------------------------------------------------- */
+
+static unsigned mo_room(void *owner)
+{
+	struct mo_rank *r = owner;
+	const struct cs_a2a_sim_cfg *c = &r->m->cfg->net;
+	uint64_t q = cs_sim_backlog(r->m->sim, r->id, (r->id + 1) % r->m->n);
+
+	if (q >= c->nic_ring)
+		return 0;
+	return (unsigned)((c->nic_ring - q) / (c->mtu + 142) + 1);
+}
+
+static void mo_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
+		    const void *payload, uint32_t len)
+{
+	struct mo_rank *r = owner;
+
+	(void)cs_sim_send(r->m->sim, r->id, node, h, payload, len);
+}
+
+static void mo_notify(void *arg, uint32_t local);
+
+/* Every rank of node @b has its dispatch: the experts run, the combine
+ * of the node is set up (posted by each rank's next service). */
+static void mo_node_combine(struct mo *m, uint32_t b)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	struct cs_a2a_params p[CS_A2A_MAX_RPN];
+	int ret = 0;
+
+	for (uint32_t k = 0; !ret && k < m->G; k++) {
+		struct mo_rank *r = &m->rk[b * m->G + k];
+		uint32_t e, cnt;
+		const float *rows;
+		const uint32_t *src, *tok, *slot;
+
+		ret = cs_moe_dispatch_finish(r->moe, r->eng[0]);
+		if (ret) {
+			mo_fail(m, "dispatch result", r->id, ret);
+			return;
+		}
+		mo_check_dispatch(m, r);
+		for (uint32_t i = 0; !cs_moe_local(r->moe, i, &e, &cnt, &rows,
+						   &src, &tok, &slot);
+		     i++) {
+			float *y = cs_moe_expert_out(r->moe, i);
+
+			for (uint64_t v = 0; v < (uint64_t)cnt * c->hidden; v++)
+				y[v] = mo_expert(e, rows[v]);
+		}
+		cs_moe_combine_params(r->moe, &p[k]);
+		p[k].deadline = c->net.time_limit_ns;
+		p[k].start = cs_sim_now(m->sim);
+	}
+	ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
+	if (!ret)
+		cs_a2a_node_set_notify(m->node[1][b], mo_notify,
+				       &m->rk[b * m->G]);
+	for (uint32_t k = 0; !ret && k < m->G; k++)
+		ret = cs_a2a_init(m->node[1][b], k, &m->rk[b * m->G + k].eng[1]);
+	if (ret) {
+		mo_fail(m, "combine set-up", b * m->G, ret);
+		return;
+	}
+	for (uint32_t k = 0; k < m->G; k++)
+		cs_sim_timer(m->sim, m->rk[b * m->G + k].id, cs_sim_now(m->sim));
+}
+
+static void mo_done(void *owner, void *user, int status, uint32_t culprit)
+{
+	struct mo_rank *r = owner;
+	struct mo *m = r->m;
+	uint32_t b = r->id / m->G;
+
+	(void)user;
+	if (status) {
+		char what[32];
+
+		snprintf(what, sizeof(what), "op %u (rank %u)", r->phase + 1,
+			 culprit);
+		mo_fail(m, what, r->id, status);
+		return;
+	}
+	if (r->phase++ == 0) {
+		if (++m->ndisp == m->n)
+			m->t_disp = cs_sim_now(m->sim);
+		if (!--m->node_left[b]) {
+			/* combine: set up by the node's next service */
+			m->node_left[b] = UINT32_MAX;
+			cs_sim_timer(m->sim, r->id, cs_sim_now(m->sim));
+		}
+		return;
+	}
+	if (cs_moe_combine_finish(r->moe, r->out)) {
+		mo_fail(m, "combine result", r->id, CS_ERR_PROTO);
+		return;
+	}
+	mo_check_combine(m, r);
+	if (++m->ndone == m->n) {
+		m->t_end = cs_sim_now(m->sim);
+		cs_sim_stop(m->sim);
+	}
+}
+
+static const struct cs_tp_io mo_io = {
+	.tx_room = mo_room,
+	.xmit = mo_xmit,
+	.done = mo_done,
+};
+
+static void mo_service(struct mo_rank *r, cs_ns_t now)
+{
+	struct mo *m = r->m;
+	const struct cs_a2a_sim_cfg *c = &m->cfg->net;
+	uint32_t b = r->id / m->G;
+	uint64_t q;
+	cs_ns_t wake;
+	int ret;
+
+	if (m->node_left[b] == UINT32_MAX) {
+		m->node_left[b] = 0;
+		mo_node_combine(m, b);
+		if (m->nfailed)
+			return;
+	}
+	for (uint32_t op = 0; op < 2; op++) {
+		if (r->posted[op] || !r->eng[op])
+			continue;
+		r->posted[op] = true;
+		ret = cs_tp_post(r->tp, MO_GROUP, op + 1, &cs_a2a_flow_ops,
+				 r->eng[op], 1u << 20, r, now);
+		if (ret) {
+			mo_fail(m, "post", r->id, ret);
+			return;
+		}
+	}
+	cs_tp_poll(r->tp, now);
+	wake = cs_tp_next_deadline(r->tp, now);
+	q = cs_sim_backlog(m->sim, r->id, (r->id + 1) % m->n);
+	if (q >= c->nic_ring / 2)
+		wake = CS_MIN(wake, now + (cs_ns_t)((double)q * 8 / c->gbps /
+						    2) + 1);
+	if (m->node_left[b] == UINT32_MAX)
+		wake = now + 1;
+	if (wake != CS_NS_NEVER)
+		cs_sim_timer(m->sim, r->id, wake <= now ? now + 1 : wake);
+}
+
+static void mo_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
+		  cs_ns_t now)
+{
+	struct mo_rank *r = ctx;
+
+	(void)sim;
+	cs_tp_rx(r->tp, pkt->src, &pkt->hdr, pkt->data, now);
+	mo_service(r, now);
+}
+
+static void mo_timer(struct cs_sim *sim, void *ctx, cs_ns_t now)
+{
+	(void)sim;
+	mo_service(ctx, now);
+}
+
+static const struct cs_sim_node_ops mo_ops = {
+	.rx = mo_rx,
+	.timer = mo_timer,
+};
+
+static void mo_notify(void *arg, uint32_t local)
+{
+	struct mo_rank *first = arg;
+
+	cs_sim_timer(first->m->sim, first->id + local,
+		     cs_sim_now(first->m->sim));
+}
+
+/* ---- set-up ------------------------------------------------------------- */
+
+static int mo_setup(struct mo *m)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	const struct cs_a2a_sim_cfg *nc = &c->net;
+	struct cs_sim_link_params host = {
+		.gbps = nc->gbps, .delay_ns = nc->delay_ns, .loss = nc->loss,
+	};
+	struct cs_sim_link_params port = host;
+	struct cs_xport_params xp = nc->xp;
+	struct cs_a2a_params p[CS_A2A_MAX_RPN];
+	uint32_t *ids = malloc(m->n * sizeof(*ids));
+	double *cdf = malloc(c->experts * sizeof(*cdf)), sum = 0;
+	int ret = ids && cdf ? 0 : -ENOMEM;
+
+	port.queue_bytes = nc->port_buffer;
+	xp.cc.line_gbps = nc->gbps;
+	if (xp.cc.min_gbps > xp.cc.line_gbps)
+		xp.cc.min_gbps = xp.cc.line_gbps;
+	for (uint32_t e = 0; !ret && e < c->experts; e++) {
+		sum += 1.0 / pow(e + 1.0, c->skew);
+		cdf[e] = sum;
+		m->erank[e] = (uint32_t)((uint64_t)e * m->n / c->experts);
+	}
+	for (uint32_t e = 0; !ret && e < c->experts; e++)
+		cdf[e] /= sum;
+	for (uint32_t i = 0; !ret && i < m->n; i++) {
+		struct mo_rank *r = &m->rk[i];
+		size_t tk = (size_t)c->tokens * c->topk;
+
+		r->m = m;
+		ret = cs_sim_node_add(m->sim, &mo_ops, r, &r->id);
+		if (!ret)
+			ret = cs_tp_create(&nc->tp, &xp, &mo_io, r, r->id, 1,
+					   &r->tp);
+		ids[i] = r->id;
+		r->x = malloc(((size_t)c->tokens * c->hidden + 1) * 4);
+		r->out = malloc(((size_t)c->tokens * c->hidden + 1) * 4);
+		r->w = malloc((tk + 1) * 4);
+		r->idx = malloc((tk + 1) * 4);
+		if (!ret && (!r->x || !r->out || !r->w || !r->idx))
+			ret = -ENOMEM;
+		if (!ret)
+			mo_tokens(m, r, cdf);
+	}
+	if (!ret)
+		ret = cs_sim_star(m->sim, ids, m->n, &host, &port, NULL);
+	for (uint32_t i = 0; !ret && i < m->n; i++)
+		ret = cs_tp_group_add(m->rk[i].tp, MO_GROUP, ids, m->n, NULL);
+	for (uint32_t b = 0; !ret && b < m->n / m->G; b++) {
+		for (uint32_t k = 0; !ret && k < m->G; k++) {
+			struct mo_rank *r = &m->rk[b * m->G + k];
+			struct cs_moe_cfg mc = {
+				.nranks = m->n,
+				.rank = r->id,
+				.ranks_per_node = m->G,
+				.tokens = c->tokens,
+				.max_tokens = c->tokens,
+				.hidden = c->hidden,
+				.topk = c->topk,
+				.experts = c->experts,
+				.expert_rank = m->erank,
+				.mtu_payload = nc->mtu,
+				.flags = nc->no_bucket ? CS_A2A_F_NO_BUCKET : 0,
+				.group = MO_GROUP,
+				.epoch = 1,
+				.op_dispatch = 1,
+				.op_combine = 2,
+			};
+
+			ret = cs_moe_create(&mc, r->x, r->idx, r->w, &r->moe);
+			if (!ret) {
+				cs_moe_dispatch_params(r->moe, &p[k]);
+				p[k].deadline = nc->time_limit_ns;
+			}
+		}
+		if (!ret)
+			ret = cs_a2a_node_init(p, m->G, &m->node[0][b]);
+		for (uint32_t k = 0; !ret && k < m->G; k++)
+			ret = cs_a2a_init(m->node[0][b], k,
+					  &m->rk[b * m->G + k].eng[0]);
+		if (!ret) {
+			cs_a2a_node_set_notify(m->node[0][b], mo_notify,
+					       &m->rk[b * m->G]);
+			m->node_left[b] = m->G;
+		}
+	}
+	free(ids);
+	free(cdf);
+	return ret;
+}
+
+static void mo_free(struct mo *m)
+{
+	for (uint32_t i = 0; m->rk && i < m->n; i++) {
+		struct mo_rank *r = &m->rk[i];
+
+		cs_tp_destroy(r->tp);
+		cs_a2a_free(r->eng[0]);
+		cs_a2a_free(r->eng[1]);
+		cs_moe_free(r->moe);
+		free(r->x);
+		free(r->out);
+		free(r->w);
+		free(r->idx);
+	}
+	for (uint32_t b = 0; m->node[0] && b < m->n / m->G; b++) {
+		cs_a2a_node_free(m->node[0][b]);
+		cs_a2a_node_free(m->node[1][b]);
+	}
+	free(m->node[0]);
+	free(m->node[1]);
+	free(m->node_left);
+	free(m->rk);
+	free(m->erank);
+	cs_sim_destroy(m->sim);
+}
+
+int cs_moe_sim_cfg_default(struct cs_moe_sim_cfg *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->tokens = 128;
+	c->hidden = 256;
+	c->topk = 4;
+	c->experts = 32;
+	return cs_a2a_sim_cfg_default(&c->net);
+}
+
+int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
+		   struct cs_moe_sim_result *res)
+{
+	const struct cs_a2a_sim_cfg *nc = &c->net;
+	struct cs_sim_params sp = { .seed = nc->seed };
+	struct mo m = { .cfg = c };
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	if (nc->ranks < 2 || nc->ranks > CS_A2A_MAX_RANKS || !nc->rpn ||
+	    nc->rpn > CS_A2A_MAX_RPN || nc->ranks % nc->rpn || !c->hidden ||
+	    !c->topk || c->topk > CS_MOE_MAX_TOPK || c->topk > c->experts ||
+	    !c->experts || nc->nodata || nc->tp.max_nodes <= nc->ranks)
+		return -EINVAL;
+	res->algo = nc->algo != CS_A2A_AUTO
+			    ? nc->algo
+			    : cs_a2a_choose(nc->ranks, nc->rpn,
+					    (uint64_t)c->tokens * c->hidden *
+						    4 * c->topk / nc->ranks);
+	if (res->algo == CS_A2A_TWO_LEVEL && nc->ranks / nc->rpn < 2)
+		return -EINVAL;
+	m.n = nc->ranks;
+	m.G = res->algo == CS_A2A_TWO_LEVEL ? nc->rpn : 1;
+	sp.max_payload = nc->mtu;
+	ret = cs_sim_create(&m.sim, &sp);
+	if (ret)
+		return ret;
+	m.rk = calloc(m.n, sizeof(*m.rk));
+	m.erank = calloc(c->experts, sizeof(*m.erank));
+	m.node[0] = calloc(m.n / m.G, sizeof(*m.node[0]));
+	m.node[1] = calloc(m.n / m.G, sizeof(*m.node[1]));
+	m.node_left = calloc(m.n / m.G, sizeof(*m.node_left));
+	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left
+		      ? mo_setup(&m)
+		      : -ENOMEM;
+	if (ret)
+		goto out;
+	for (uint32_t i = 0; i < m.n; i++)
+		cs_sim_timer(m.sim, m.rk[i].id, 0);
+	ret = cs_sim_run(m.sim, nc->time_limit_ns + CS_NS_PER_S);
+	if (ret > 0)
+		ret = 0;
+	res->done = m.ndone;
+	res->failed = m.nfailed;
+	res->wrong = m.wrong;
+	res->checked = m.checked;
+	res->t_dispatch_ns = m.t_disp;
+	res->time_ns = m.t_end;
+	snprintf(res->first, sizeof(res->first), "%s", m.first);
+	for (uint32_t i = 0; i < m.n; i++) {
+		struct cs_tp_stats ts;
+		int l = cs_sim_link_find(m.sim, cs_sim_nodes(m.sim) - 1,
+					 m.rk[i].id);
+		const struct cs_sim_link_stats *ls =
+			l >= 0 ? cs_sim_link_stats(m.sim, (uint32_t)l) : NULL;
+		struct cs_a2a_stats es;
+
+		cs_tp_get_stats(m.rk[i].tp, &ts);
+		res->retx += ts.tx_retx;
+		if (m.rk[i].eng[0]) {
+			cs_a2a_get_stats(m.rk[i].eng[0], &es);
+			res->disp_bytes += es.tx_bytes;
+		}
+		if (ls) {
+			res->max_queue = CS_MAX(res->max_queue, ls->queue_max);
+			res->drops += ls->drop_queue;
+		}
+	}
+out:
+	mo_free(&m);
+	return ret;
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The MoE scenario of the simulator (collstack sim moe): dispatch, the
+ * experts, combine, over the transport core, one core per rank (the
+ * network of sim/a2a.c); every dispatched row and every combined value is
+ * checked bit for bit against a single-process reference.
+ */
+#ifndef CS_SIM_MOE_H
+#define CS_SIM_MOE_H
+
+#include "sim/a2a.h"
+
+/**
+ * struct cs_moe_sim_cfg - the network (@net: ranks, rpn, algo, loss,
+ * links, seed ...; bytes and uneven unused) and the layer
+ * @tokens: per rank, @hidden: H, @topk: K, @experts: E
+ * @skew: Zipf exponent of the expert choice (0: uniform)
+ */
+struct cs_moe_sim_cfg {
+	struct cs_a2a_sim_cfg net;
+	uint32_t tokens, hidden, topk, experts;
+	double skew;
+};
+
+struct cs_moe_sim_result {
+	enum cs_a2a_algo algo;
+	uint32_t done, failed;
+	uint64_t wrong, checked; /* dispatched rows and combined values */
+	uint64_t disp_bytes; /* dispatch bytes sent over the network */
+	uint64_t t_dispatch_ns; /* last rank's dispatch done */
+	uint64_t time_ns; /* last rank's combine done */
+	uint64_t max_queue, drops, retx;
+	char first[200];
+};
+
+int cs_moe_sim_cfg_default(struct cs_moe_sim_cfg *c);
+int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
+		   struct cs_moe_sim_result *res);
+
+#endif
