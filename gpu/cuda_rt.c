@@ -87,7 +87,10 @@ int cs_gpu_available(char *why, size_t whylen)
 	cudaError_t e = cudaGetDeviceCount(&n);
 
 	if (e != cudaSuccess) {
-		snprintf(why, whylen, "no usable CUDA device: %s (%s)",
+		snprintf(why, whylen, "no usable CUDA device%s: %s (%s)",
+			 access("/dev/nvidiactl", F_OK) ?
+				 " (no NVIDIA driver: /dev/nvidiactl absent)" :
+				 "",
 			 cudaGetErrorString(e), cudaGetErrorName(e));
 		cudaGetLastError();
 		return 0;
@@ -131,7 +134,8 @@ int cs_gpu_discover(int ordinal, struct cs_gpu_dev *out)
 	}
 	drv_load();
 	out->ordinal = ordinal;
-	snprintf(out->name, sizeof(out->name), "%s", p.name);
+	p.name[sizeof(out->name) - 1] = 0; /* the name fits in 64 */
+	memcpy(out->name, p.name, sizeof(out->name));
 	snprintf(out->bdf, sizeof(out->bdf), "%04x:%02x:%02x.0",
 		 (unsigned)p.pciDomainID, (unsigned)p.pciBusID,
 		 (unsigned)p.pciDeviceID);
