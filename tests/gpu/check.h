@@ -25,6 +25,7 @@ static int check_count;
 static inline int check_report(const char *name)
 {
 	printf("%s: %d checks, %d failed\n", name, check_count, check_failed);
+	fflush(stdout); /* children leave with _exit() */
 	return check_failed ? 1 : 0;
 }
 
