@@ -30,7 +30,7 @@ if [ "${1:-}" = pack ]; then
 	ninja -C build-gpu -j"${CS_JOBS:-2}" tools/collstackd \
 		tests/gpu/test_gpu_core tests/gpu/test_ipc_dev \
 		tests/gpu/test_gpu_dev tests/gpu/cs-gpu-bench \
-		tests/gpu/cs-gpu-allreduce client/libcollstack.so
+		tests/gpu/cs-gpu-allreduce client/libcollstack.so.0.1.0
 	rm -rf build-gpu/carry
 	mkdir -p build-gpu/carry/bin build-gpu/carry/lib
 	cp build-gpu/tools/collstackd build-gpu/tests/gpu/test_gpu_core \
@@ -181,7 +181,10 @@ allreduce() {
 	stop_cluster
 	return $rc
 }
-if [ $has_gpu = 1 ]; then
+# CS_GPU_HOST_ONLY=1: run the allreduce rows without a GPU, host buffers
+# only (checks this harness on a development machine)
+if [ $has_gpu = 1 ] || [ -n "${CS_GPU_HOST_ONLY:-}" ]; then
+	export CS_GPU_HOST_ONLY
 	for n in 2 4; do
 		echo
 		echo "=== allreduce-$n ($(date -u +%H:%M:%S) UTC, trainers'" \
