@@ -377,6 +377,7 @@ static void test_map(void)
 	}
 	memcpy(cfg.uuid, my_uuid, CS_GPU_UUID_LEN);
 	CHECK(cs_gpu_map_create(&cfg, &fake_map_ops, NULL, &m) == 0, "create");
+	cs_gpu_map_destroy(m);
 	cfg.max_entries = 0;
 	CHECK(cs_gpu_map_create(&cfg, &fake_map_ops, NULL, &m) == -EINVAL,
 	      "0 entries refused");
