@@ -38,6 +38,9 @@ if [ "${1:-}" = pack ]; then
 		build-gpu/tests/gpu/cs-gpu-bench \
 		build-gpu/tests/gpu/cs-gpu-allreduce build-gpu/carry/bin/
 	cp -L build-gpu/client/libcollstack.so.0 build-gpu/carry/lib/
+	git rev-parse --short HEAD >build-gpu/carry/COMMIT
+	git status --porcelain --untracked-files=no | grep -q . &&
+		echo "(with uncommitted changes)" >>build-gpu/carry/COMMIT
 	for b in build-gpu/carry/bin/*; do
 		ldd "$b" | awk '/=> \// { print $3 }'
 	done | sort -u | while read -r lib; do
@@ -86,8 +89,8 @@ step() { # name limit_s command...
 }
 
 echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M:%S') UTC on $(hostname)," \
-	"$(nproc) CPUs, commit $(git rev-parse --short HEAD 2>/dev/null ||
-	echo '?')"
+	"$(nproc) CPUs, binaries of commit $(tr '\n' ' ' <"$CARRY/COMMIT" \
+	2>/dev/null || echo '?')"
 if command -v nvidia-smi >/dev/null; then
 	nvidia-smi --query-gpu=name,pci.bus_id,driver_version,memory.total \
 		--format=csv,noheader || true
@@ -96,13 +99,13 @@ else
 	echo "nvidia-smi: not here"
 fi
 has_gpu=0
-[ -e /dev/nvidiactl ] && has_gpu=1
+[ -e /dev/nvidiactl ] || nvidia-smi -L >/dev/null 2>&1 && has_gpu=1
 
-step test_gpu_core 60 "$BIN/test_gpu_core"
-step test_ipc_dev 60 "$BIN/test_ipc_dev"
-step test_gpu_dev 150 "$BIN/test_gpu_dev"
+step test_gpu_core 30 "$BIN/test_gpu_core"
+step test_ipc_dev 30 "$BIN/test_ipc_dev"
+step test_gpu_dev 75 "$BIN/test_gpu_dev"
 if [ $has_gpu = 1 ]; then
-	step cs-gpu-bench 90 "$BIN/cs-gpu-bench"
+	step cs-gpu-bench 45 "$BIN/cs-gpu-bench"
 else
 	echo; echo "=== cs-gpu-bench: skipped, no GPU (/dev/nvidiactl absent)"
 	summary+=("SKIP cs-gpu-bench (no GPU)"); skips=$((skips + 1))
@@ -149,7 +152,7 @@ allreduce() {
 		fi
 	done
 	for ((i = 0; i < n; i++)); do
-		COLLSTACK_SOCKET=$RUN/n$n-$i/collstack.sock timeout -k 5 90 \
+		COLLSTACK_SOCKET=$RUN/n$n-$i/collstack.sock timeout -k 5 50 \
 			"$BIN/cs-gpu-allreduce" $i "$n" >"$RUN/tr$n-$i.out" 2>&1 &
 		tp+=($!)
 	done
@@ -166,7 +169,7 @@ allreduce() {
 		for ((i = 0; i < n; i++)); do
 			COLLSTACK_SOCKET=$RUN/n$n-$i/collstack.sock \
 			COLLSTACK_LIB=$CARRY/lib/libcollstack.so.0 \
-				timeout -k 5 90 python3 python/examples/gpu_allreduce.py \
+				timeout -k 5 40 python3 python/examples/gpu_allreduce.py \
 				$i "$n" >"$RUN/py$n-$i.out" 2>&1 &
 			tp+=($!)
 		done
@@ -188,7 +191,7 @@ if [ $has_gpu = 1 ] || [ -n "${CS_GPU_HOST_ONLY:-}" ]; then
 	for n in 2 4; do
 		echo
 		echo "=== allreduce-$n ($(date -u +%H:%M:%S) UTC, trainers'" \
-			"limit 90s)"
+			"limit 50s)"
 		allreduce "$n"
 		rc=$?
 		case $rc in

@@ -41,8 +41,11 @@ static void test_discover(void)
 	       dev0.mem_bytes / (1024.0 * 1024 * 1024), dev0.cc_major,
 	       dev0.cc_minor, dev0.dmabuf, dev0.gdr, dev0.vmm_fd);
 	CHECK(dev0.mem_bytes > 0 && dev0.bdf[0], "device described");
+	/* the placement logic is checked on a fake tree (test_gpu_core);
+	 * here it reports what this machine's sysfs says */
 	err = cs_gpu_placement("/sys", dev0.bdf, NULL, &p);
-	CHECK(!err && p.path == CS_GPU_PATH_NONE, "placement: %d", err);
+	if (err)
+		printf("device 0 not found in /sys/bus/pci/devices: %d\n", err);
 	/* every network interface with a PCI device behind it */
 	dir = opendir("/sys/class/net");
 	while (dir && (d = readdir(dir))) {
