@@ -23,6 +23,9 @@
 #define IPC_MAX_CTRL_BYTES (1u << 20) /* control segment size limit */
 #define IPC_MAX_GROUP_SIZE (1u << 20)
 #define IPC_WINDOW CS_IPC_RING_SLOTS /* ops in flight per group */
+/* Long reductions and copies run in pieces of IPC_PIECE bytes with the
+ * backend's progress hook between them (cs_ipc_backend.progress). */
+#define IPC_PIECE ((size_t)4 << 20)
 
 const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
@@ -266,20 +269,42 @@ static void op_lens(const struct group *g, const struct cs_ipc_sqe *d,
 	}
 }
 
+static void progress(struct cs_ipc_server *s);
+
+/*
+ * Copy [@off, @off + @len) of a device segment to its shadow (@in) or back,
+ * in IPC_PIECE pieces with the backend's progress hook between them: a
+ * polling lcore serving the IPC keeps serving its port.
+ */
+static int dev_copy(struct cs_ipc_server *s, struct seg *sg, uint8_t *host,
+		    size_t len, bool in)
+{
+	uint64_t off = (uint64_t)(host - (uint8_t *)sg->base);
+
+	for (size_t done = 0; done < len;) {
+		size_t n = CS_MIN(len - done, IPC_PIECE);
+		int err = in ? s->dev_ops->to_host(s->dev_ctx, sg->dev,
+						   off + done, host + done, n) :
+			       s->dev_ops->from_host(s->dev_ctx, sg->dev,
+						     off + done, host + done,
+						     n);
+
+		if (err)
+			return -EIO;
+		done += n;
+		if (done < len)
+			progress(s);
+	}
+	return 0;
+}
+
 /* A device recv range: the result goes from the shadow to the device. */
 static int dev_out(struct cs_ipc_server *s, struct group *g, struct part *p)
 {
-	struct seg *sg = p->recv_seg;
 	size_t slen, rlen;
 
 	op_lens(g, &p->d, &slen, &rlen);
-	if (!rlen)
-		return 0;
-	return s->dev_ops->from_host(s->dev_ctx, sg->dev,
-				     (uint64_t)(p->recv - (uint8_t *)sg->base),
-				     p->recv, rlen) ?
-		       -EIO :
-		       0;
+	return dev_copy(s, p->recv_seg, p->recv, rlen, false);
 }
 
 /* Device send ranges (and a broadcast's recv) into their shadows. */
@@ -291,17 +316,10 @@ static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		size_t slen, rlen;
 
 		op_lens(g, &p->d, &slen, &rlen);
-		if (ss && ss->dev && slen &&
-		    s->dev_ops->to_host(s->dev_ctx, ss->dev,
-					(uint64_t)(p->send -
-						   (uint8_t *)ss->base),
-					p->send, slen))
+		if (ss && ss->dev && dev_copy(s, ss, p->send, slen, true))
 			return -EIO;
 		if (rs && rs->dev && p->d.op == CS_IPC_OP_BROADCAST &&
-		    s->dev_ops->to_host(s->dev_ctx, rs->dev,
-					(uint64_t)(p->recv -
-						   (uint8_t *)rs->base),
-					p->recv, rlen))
+		    dev_copy(s, rs, p->recv, rlen, true))
 			return -EIO;
 	}
 	return 0;
@@ -370,9 +388,6 @@ static int local_of(const struct group *g, uint32_t r)
 	return -1;
 }
 
-/* Long reductions and copies run in pieces of IPC_PIECE bytes with the
- * backend's progress hook between them (cs_ipc_backend.progress). */
-#define IPC_PIECE ((size_t)4 << 20)
 
 static void progress(struct cs_ipc_server *s)
 {

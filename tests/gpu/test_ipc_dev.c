@@ -21,9 +21,9 @@
 #include "control/ipc/ipc_server.h"
 #include "check.h"
 
-#define ALLOC_LEN (1u << 20)
+#define ALLOC_LEN (8u << 20)
 #define RANGE_OFF 4096u
-#define COUNT 4096u /* floats */
+#define COUNT ((5u << 20) / 4 + 3) /* floats: two 4 MiB pieces of copying */
 
 static const unsigned char the_uuid[16] = { 0x42, 0x42 };
 
@@ -253,7 +253,7 @@ static int trainer(const char *path, int rank, int size)
 	/* refusals */
 	err = cs_buf_register_dev(c, &m, ALLOC_LEN - 4096, 8192, &bad);
 	CHECK(err == -EINVAL, "range past the allocation (client): %d", err);
-	m.alloc_len = 4u << 20; /* lie about the size: the sidecar checks */
+	m.alloc_len = 2 * ALLOC_LEN; /* a lie about the size: the sidecar checks */
 	err = cs_buf_register_dev(c, &m, ALLOC_LEN - 4096, 8192, &bad);
 	CHECK(err == -EINVAL && strstr(cs_errmsg(c), "past the allocation"),
 	      "range past the allocation (sidecar): %d '%s'", err,
