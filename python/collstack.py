@@ -246,8 +246,8 @@ def _device_array(obj):
     cai = None
     try:
         cai = obj.__cuda_array_interface__
-    except (AttributeError, TypeError, RuntimeError):
-        pass    # torch raises TypeError for bf16 here: DLPack below
+    except Exception:   # noqa: BLE001 - torch refuses bf16 here
+        pass            # (TypeError or KeyError by version): DLPack below
     if cai is not None:
         dtype = _CAI_TYPES.get(cai["typestr"])
         if dtype is None:
