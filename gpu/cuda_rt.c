@@ -327,6 +327,13 @@ const struct cs_gpu_export_ops cs_gpu_cuda_export_ops = {
 struct cs_gpu_cuda_copier {
 	cudaStream_t stream;
 	unsigned depth;
+	/* reduce mode (cs_gpu_cuda_copier_reduce): an incoming chunk is
+	 * copied into its slot's device scratch, then reduced into place */
+	bool reduce;
+	enum cs_dtype t;
+	enum cs_redop op;
+	size_t chunk;
+	uint8_t *scratch;
 	cudaEvent_t ev[];
 };
 
@@ -367,10 +374,35 @@ void cs_gpu_cuda_copier_destroy(struct cs_gpu_cuda_copier *cp)
 	if (!cp)
 		return;
 	cudaStreamSynchronize(cp->stream);
+	if (cp->scratch)
+		cudaFree(cp->scratch);
 	for (unsigned i = 0; i < cp->depth; i++)
 		cudaEventDestroy(cp->ev[i]);
 	cudaStreamDestroy(cp->stream);
 	free(cp);
+}
+
+int cs_gpu_cuda_copier_reduce(struct cs_gpu_cuda_copier *cp, size_t chunk,
+			      enum cs_dtype t, enum cs_redop op)
+{
+	size_t esz = cs_dtype_size(t);
+
+	if (!esz || (unsigned)op >= CS_REDOP_COUNT || !chunk || chunk % esz ||
+	    cp->scratch)
+		return -EINVAL;
+	if (t != CS_F32 && t != CS_F64 && t != CS_F16 && t != CS_BF16)
+		return -EOPNOTSUPP;
+	if (cudaMalloc((void **)&cp->scratch, chunk * cp->depth) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		cp->scratch = NULL;
+		return -ENOMEM;
+	}
+	cp->reduce = true;
+	cp->t = t;
+	cp->op = op;
+	cp->chunk = chunk;
+	return 0;
 }
 
 static int cu_copy_start(void *ctx, void *dst, const void *src, size_t len,
@@ -380,9 +412,25 @@ static int cu_copy_start(void *ctx, void *dst, const void *src, size_t len,
 	enum cudaMemcpyKind k = dir == CS_GPU_STAGE_OUT ?
 					cudaMemcpyDeviceToHost :
 					cudaMemcpyHostToDevice;
+	size_t esz = cs_dtype_size(cp->t);
 
 	if (slot >= cp->depth)
 		return -EINVAL;
+	if (dir == CS_GPU_STAGE_IN && cp->reduce) {
+		uint8_t *scr = cp->scratch + (size_t)slot * cp->chunk;
+
+		if (len > cp->chunk || len % esz || (uintptr_t)dst % esz)
+			return -EINVAL;
+		if (cudaMemcpyAsync(scr, src, len, k, cp->stream) !=
+			    cudaSuccess ||
+		    cs_gpu_reduce(dst, scr, len / esz, cp->t, cp->op,
+				  cp->stream) ||
+		    cudaEventRecord(cp->ev[slot], cp->stream) != cudaSuccess) {
+			cudaGetLastError();
+			return -EIO;
+		}
+		return 0;
+	}
 	if (cudaMemcpyAsync(dst, src, len, k, cp->stream) != cudaSuccess ||
 	    cudaEventRecord(cp->ev[slot], cp->stream) != cudaSuccess) {
 		cudaGetLastError();

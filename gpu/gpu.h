@@ -356,6 +356,21 @@ extern const struct cs_gpu_export_ops cs_gpu_cuda_export_ops;
 struct cs_gpu_cuda_copier;
 int cs_gpu_cuda_copier_create(unsigned depth, struct cs_gpu_cuda_copier **out);
 void cs_gpu_cuda_copier_destroy(struct cs_gpu_cuda_copier *cp);
+
+/**
+ * cs_gpu_cuda_copier_reduce - reduce incoming chunks where they land
+ * @cp: the copier of an in (wire -> device) staging engine
+ * @chunk: the engine's chunk size (a multiple of the element size)
+ * @t: CS_F32, CS_F64, CS_F16 or CS_BF16
+ * @op: the operator
+ *
+ * From then on an incoming chunk is copied into a device scratch slot and
+ * reduced into the destination by cs_gpu_reduce (dst = op(dst, chunk)) on
+ * the copier's stream, instead of overwriting it.
+ * Returns: 0, -EINVAL, -EOPNOTSUPP (a type without a GPU kernel), -ENOMEM.
+ */
+int cs_gpu_cuda_copier_reduce(struct cs_gpu_cuda_copier *cp, size_t chunk,
+			      enum cs_dtype t, enum cs_redop op);
 extern const struct cs_gpu_copy_ops cs_gpu_cuda_copy_ops;
 
 /**

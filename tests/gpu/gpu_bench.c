@@ -163,6 +163,37 @@ next:
 		cs_gpu_cuda_copier_destroy(cp);
 		pinned_shm_free(slots, cfg.chunk * cfg.depth);
 			}
+	/* in, reduced where it lands (f32 sum into the device buffer) */
+	printf("# h2d-reduce: each incoming chunk copied to a device scratch "
+	       "slot and summed (f32) into the destination on the copier's "
+	       "stream\n");
+	for (size_t ci = 1; ci < 3; ci++) {
+		struct cs_gpu_stage_cfg cfg = { .chunk = chunks[ci], .depth = 4 };
+		struct cs_gpu_cuda_copier *cp = NULL;
+		struct cs_gpu_stage *st = NULL;
+		void *slots = pinned_shm(cfg.chunk * cfg.depth);
+		int err = -1;
+		double in;
+
+		if (slots && !cs_gpu_cuda_copier_create(cfg.depth, &cp) &&
+		    !cs_gpu_cuda_copier_reduce(cp, cfg.chunk, CS_F32, CS_SUM) &&
+		    !cs_gpu_stage_create(&cfg, slots, &cs_gpu_cuda_copy_ops, cp,
+					 &st)) {
+			cudaMemset(dev, 0, len);
+			err = stage_in_run(st, dev, len, NULL, cfg.chunk);
+			t = now_s();
+			for (int i = 0; i < iters; i++)
+				err |= stage_in_run(st, dev, len, NULL,
+						    cfg.chunk);
+			in = (double)len * iters / (now_s() - t) / 1e9;
+			printf("%-4s %-7s %10zu %6u %10.1f %8.2f%s\n",
+			       "h2d+", "none", cfg.chunk, cfg.depth, in,
+			       in / pin_in, err ? "  ERROR" : "");
+		}
+		cs_gpu_stage_destroy(st);
+		cs_gpu_cuda_copier_destroy(cp);
+		pinned_shm_free(slots, cfg.chunk * cfg.depth);
+	}
 	cudaFree(dev);
 	pinned_shm_free(pin, len);
 	free(host);

@@ -205,6 +205,48 @@ static void test_kernels(void)
 
 /* ---- staging over CUDA streams -------------------------------------------- */
 
+/* incoming chunks reduced into device memory where they land: @dev holds
+ * f32 values, @in arrives from the wire; checked against cs_reduce */
+static void test_stage_reduce(void *dev, const void *in)
+{
+	const size_t len = (16u << 20) + 12, chunk = 1u << 20;
+	struct cs_gpu_stage_cfg cfg = { .chunk = chunk, .depth = 4 };
+	struct cs_gpu_cuda_copier *cp = NULL;
+	struct cs_gpu_stage *st = NULL;
+	void *slots = pinned_shm(chunk * cfg.depth);
+	float *ref = malloc(len), *got = malloc(len);
+	size_t bad = 0;
+	int err;
+
+	cudaMemcpy(ref, dev, len, cudaMemcpyDeviceToHost);
+	cs_reduce(ref, in, len / 4, CS_F32, CS_SUM);
+	err = cs_gpu_cuda_copier_create(cfg.depth, &cp);
+	if (!err)
+		err = cs_gpu_cuda_copier_reduce(cp, chunk, CS_F32, CS_SUM);
+	if (!err)
+		err = cs_gpu_stage_create(&cfg, slots, &cs_gpu_cuda_copy_ops,
+					  cp, &st);
+	CHECK(!err && slots, "reducing stage: %d", err);
+	CHECK(cp && cs_gpu_cuda_copier_reduce(cp, chunk, CS_I32, CS_SUM) ==
+			    -EINVAL,
+	      "reduce mode set twice");
+	if (!err && slots)
+		err = stage_in_run(st, dev, len, in, chunk);
+	cudaMemcpy(got, dev, len, cudaMemcpyDeviceToHost);
+	for (size_t i = 0; i < len / 4; i++)
+		if (memcmp(&got[i], &ref[i], 4) &&
+		    !(is_nan(&got[i], CS_F32) && is_nan(&ref[i], CS_F32)))
+			bad++;
+	CHECK(!err && !bad,
+	      "wire -> device reduced where it lands: %d, %zu of %zu differ",
+	      err, bad, len / 4);
+	cs_gpu_stage_destroy(st);
+	cs_gpu_cuda_copier_destroy(cp);
+	pinned_shm_free(slots, chunk * cfg.depth);
+	free(ref);
+	free(got);
+}
+
 static void test_stage(void)
 {
 	const size_t len = (64u << 20) + 12345, chunk = 1u << 20;
@@ -234,6 +276,7 @@ static void test_stage(void)
 	memset(dst, 0, len);
 	cudaMemcpy(dst, d2, len, cudaMemcpyDeviceToHost);
 	CHECK(!err && !memcmp(src, dst, len), "wire -> device intact: %d", err);
+	test_stage_reduce(d2, src);
 out:
 	cs_gpu_stage_destroy(st);
 	cs_gpu_cuda_copier_destroy(cp);
