@@ -258,6 +258,11 @@ static int trainer(const char *path, int rank, int size)
 	CHECK(err == -EINVAL && strstr(cs_errmsg(c), "past the allocation"),
 	      "range past the allocation (sidecar): %d '%s'", err,
 	      cs_errmsg(c));
+	m.alloc_len = 1ull << 40; /* beyond ipc.max_segment_bytes (64G) */
+	err = cs_buf_register_dev(c, &m, 0, 65ull << 30, &bad);
+	CHECK(err == -EINVAL && strstr(cs_errmsg(c), "size out of range"),
+	      "a range beyond ipc.max_segment_bytes: %d '%s'", err,
+	      cs_errmsg(c));
 	m.alloc_len = ALLOC_LEN;
 	m.uuid[0] ^= 1;
 	err = cs_buf_register_dev(c, &m, 0, 4096, &bad);
