@@ -37,11 +37,21 @@ struct req {
 struct cs_buf {
 	struct cs_client *c;
 	struct cs_buf *next;
-	int fd;
+	int fd; /* -1 for a device range */
 	void *mem;
 	size_t len;
 	uint32_t seg;
+	bool dev; /* a device range: nothing mapped here */
 };
+
+static void buf_release(struct cs_buf *b)
+{
+	if (!b->dev)
+		cs_shm_unmap(b->mem, b->len);
+	if (b->fd >= 0)
+		close(b->fd);
+	free(b);
+}
 
 struct cs_group {
 	struct cs_client *c;
@@ -312,9 +322,7 @@ cs_export void cs_disconnect(struct cs_client *c)
 		struct cs_buf *b = c->bufs;
 
 		c->bufs = b->next;
-		cs_shm_unmap(b->mem, b->len);
-		close(b->fd);
-		free(b);
+		buf_release(b);
 	}
 	while (c->groups) {
 		struct cs_group *g = c->groups;
@@ -384,6 +392,50 @@ out_free:
 	return ret;
 }
 
+cs_export int cs_buf_register_dev(struct cs_client *c, const struct cs_dev_mem *m,
+				  size_t off, size_t len, struct cs_buf **out)
+{
+	struct cs_ipc_msg msg = { .type = CS_IPC_MSG_REG_DEV }, r;
+	int fd = -1, ret;
+	struct cs_buf *b;
+
+	if (!c || !m || !out || !len || !m->base ||
+	    (m->kind != CS_DEV_CUDA_IPC && m->kind != CS_DEV_POSIX_FD) ||
+	    off > m->alloc_len || len > m->alloc_len - off ||
+	    (m->kind == CS_DEV_POSIX_FD && m->fd < 0))
+		return -EINVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	b->c = c;
+	b->fd = -1;
+	b->dev = true;
+	b->mem = (uint8_t *)m->base + off;
+	b->len = len;
+	msg.u.dev.off = off;
+	msg.u.dev.len = len;
+	msg.u.dev.kind = (uint32_t)m->kind;
+	memcpy(msg.u.dev.uuid, m->uuid, sizeof(msg.u.dev.uuid));
+	memcpy(msg.u.dev.handle, m->handle, sizeof(msg.u.dev.handle));
+	if (m->kind == CS_DEV_POSIX_FD)
+		fd = m->fd;
+	pthread_mutex_lock(&c->lock);
+	ret = rpc(c, &msg, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &r);
+	if (ret) {
+		set_err(c, "register device range of %zu bytes: %s", len,
+			ret == -ENOTCONN ? "sidecar gone" : r.u.reply.text);
+		pthread_mutex_unlock(&c->lock);
+		free(b);
+		return ret;
+	}
+	b->seg = r.u.reply.value;
+	b->next = c->bufs;
+	c->bufs = b;
+	pthread_mutex_unlock(&c->lock);
+	*out = b;
+	return 0;
+}
+
 cs_export void *cs_buf_ptr(const struct cs_buf *b)
 {
 	return b->mem;
@@ -418,9 +470,7 @@ cs_export int cs_buf_free(struct cs_buf *b)
 			break;
 		}
 	pthread_mutex_unlock(&c->lock);
-	cs_shm_unmap(b->mem, b->len);
-	close(b->fd);
-	free(b);
+	buf_release(b);
 	return 0;
 }
 

@@ -57,8 +57,11 @@ def _load():
         "cs_barrier": (i, [p, ctypes.POINTER(u64)]),
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
+        "cs_buf_register_dev": (i, [p, p, sz, sz, pp]),
     }
     for fn, (res, args) in sigs.items():
+        if fn == "cs_buf_register_dev" and not hasattr(lib, fn):
+            continue            # a libcollstack older than 0.3
         f = getattr(lib, fn)
         f.restype = res
         f.argtypes = args
@@ -154,6 +157,180 @@ class Buffer:
                              count=self.count)
 
 
+# ---- device memory (docs/gpu.md) --------------------------------------------
+
+class _DevMem(ctypes.Structure):
+    """struct cs_dev_mem of collstack/collstack.h."""
+    _fields_ = [("kind", ctypes.c_int), ("fd", ctypes.c_int),
+                ("handle", ctypes.c_ubyte * 64),
+                ("uuid", ctypes.c_ubyte * 16),
+                ("base", ctypes.c_void_p), ("alloc_len", ctypes.c_size_t)]
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_CAI_TYPES = {"<f4": "f32", "<f8": "f64", "<f2": "f16", "<i4": "i32",
+              "<i8": "i64", "|u1": "u8", "<u1": "u8"}
+# DLPack (code, bits) -> collstack type; code 0 int, 1 uint, 2 float, 4 bf
+_DL_TYPES = {(2, 32): "f32", (2, 64): "f64", (2, 16): "f16",
+             (4, 16): "bf16", (0, 32): "i32", (0, 64): "i64", (1, 8): "u8"}
+_KDLCUDA = 2
+
+
+class _Cuda:
+    """The few CUDA driver calls the binding needs (libcuda.so.1)."""
+    _lib = None
+
+    @classmethod
+    def lib(cls):
+        if cls._lib is None:
+            cu = ctypes.CDLL("libcuda.so.1")
+            cu.cuInit(0)
+            cls._lib = cu
+        return cls._lib
+
+    @classmethod
+    def call(cls, name, *args):
+        ret = getattr(cls.lib(), name)(*args)
+        if ret:
+            raise CollstackError(-5, f"{name} failed (CUresult {ret})")
+
+    @classmethod
+    def describe(cls, ptr):
+        """_DevMem of the allocation holding device address ptr."""
+        ordinal = ctypes.c_int()
+        ctx = ctypes.c_void_p()
+        cls.lib().cuCtxGetCurrent(ctypes.byref(ctx))
+        if not ctx.value:        # no context on this thread yet
+            dev = ctypes.c_int()
+            cls.call("cuDeviceGet", ctypes.byref(dev), 0)
+            cls.call("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+            cls.call("cuCtxSetCurrent", ctx)
+        cls.call("cuPointerGetAttribute", ctypes.byref(ordinal), 9,
+                 ctypes.c_uint64(ptr))   # ..._DEVICE_ORDINAL
+        base, size = ctypes.c_uint64(), ctypes.c_size_t()
+        cls.call("cuMemGetAddressRange_v2", ctypes.byref(base),
+                 ctypes.byref(size), ctypes.c_uint64(ptr))
+        m = _DevMem(kind=1, fd=-1, base=base.value, alloc_len=size.value)
+        cls.call("cuIpcGetMemHandle", m.handle, ctypes.c_uint64(base.value))
+        dev = ctypes.c_int()
+        cls.call("cuDeviceGet", ctypes.byref(dev), ordinal.value)
+        cls.call("cuDeviceGetUuid_v2", m.uuid, dev)
+        return m
+
+    @classmethod
+    def sync(cls):
+        cls.call("cuCtxSynchronize")
+
+
+def _device_array(obj):
+    """(pointer, element count, collstack dtype) of a contiguous GPU array
+    given by __cuda_array_interface__ or DLPack, or None for anything else
+    (host memory included)."""
+    cai = None
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception:   # noqa: BLE001 - torch refuses bf16 here
+        pass            # (TypeError or KeyError by version): DLPack below
+    if cai is not None:
+        dtype = _CAI_TYPES.get(cai["typestr"])
+        if dtype is None:
+            raise ValueError(f"unsupported type {cai['typestr']}")
+        n = 1
+        for d in cai["shape"]:
+            n *= d
+        if cai.get("strides") not in (None, ()):
+            esz = int(cai["typestr"][2:])
+            want = esz
+            for d, st in reversed(list(zip(cai["shape"], cai["strides"]))):
+                if d > 1 and st != want:
+                    raise ValueError("not a contiguous array")
+                want *= d
+        return cai["data"][0], n, dtype
+    if not hasattr(obj, "__dlpack__"):
+        return None
+    dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") \
+        else None
+    if dev is not None and dev[0] != _KDLCUDA:
+        return None
+    cap = obj.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(cap, b"dltensor"))   # DLManagedTensor
+    if t.device.device_type != _KDLCUDA:                # starts with it
+        return None
+    dtype = _DL_TYPES.get((t.dtype.code, t.dtype.bits))
+    if dtype is None or t.dtype.lanes != 1:
+        raise ValueError("unsupported DLPack type")
+    n, want = 1, 1
+    shape = [t.shape[i] for i in range(t.ndim)]
+    for i in reversed(range(t.ndim)):
+        if t.strides and shape[i] > 1 and t.strides[i] != want:
+            raise ValueError("not a contiguous array")
+        want *= shape[i]
+    for d in shape:
+        n *= d
+    return t.data + t.byte_offset, n, dtype
+
+
+class DeviceBuffer:
+    """A GPU array shared with the sidecar, without a copy by the trainer.
+
+    `obj` is anything with __cuda_array_interface__ (CuPy, Numba, PyTorch)
+    or DLPack (__dlpack__: PyTorch bf16 too). Its allocation is exported
+    as a CUDA IPC handle; the sidecar maps each allocation once and caches
+    the mapping. Collectives on it synchronise the device first (the
+    kernels writing it must be done). Keep this object (or use
+    Client.device_buffer, which caches it) for the next steps."""
+
+    def __init__(self, client, obj):
+        arr = _device_array(obj)
+        if arr is None:
+            raise TypeError("not a CUDA array (__cuda_array_interface__ "
+                            "or DLPack on a CUDA device)")
+        ptr, n, dtype = arr
+        code, ctype = _DTYPES[dtype]
+        m = _Cuda.describe(ptr)
+        h = ctypes.c_void_p()
+        nbytes = n * ctypes.sizeof(ctype)
+        client._check(_lib.cs_buf_register_dev(
+            client._h, ctypes.byref(m), ptr - m.base, nbytes,
+            ctypes.byref(h)))
+        self._h = h
+        self._obj = obj             # keeps the memory alive
+        self.dtype, self.code, self.count = dtype, code, n
+        self.ptr = ptr
+        self.device = True
+
+    def addr(self, index=0):
+        return self.ptr + index * ctypes.sizeof(_DTYPES[self.dtype][1])
+
+    def __len__(self):
+        return self.count
+
+    def free(self):
+        if self._h:
+            _lib.cs_buf_free(self._h)
+            self._h = None
+
+
 class Group:
     def __init__(self, client, h):
         self._c = client
@@ -162,12 +339,22 @@ class Group:
         self.size = _lib.cs_group_size(h)
 
     def _post(self, fn, *args, keep=()):
+        if any(getattr(b, "device", False) for b in keep):
+            _Cuda.sync()        # the trainer's kernels wrote the input
         req = ctypes.c_uint64()
         self._c._check(fn(self._h, *args, ctypes.byref(req)))
         return Request(self._c, req.value, keep)
 
+    def _buf(self, b):
+        """A Buffer or DeviceBuffer as is; a GPU array: its DeviceBuffer."""
+        if b is None or isinstance(b, (Buffer, DeviceBuffer)):
+            return b
+        return self._c.device_buffer(b)
+
     def allreduce(self, send, recv=None, op="sum", count=None):
-        """Post recv = op over ranks of send (in place if recv is None)."""
+        """Post recv = op over ranks of send (in place if recv is None).
+        send/recv: Buffers, or GPU arrays (torch, CuPy: see DeviceBuffer)."""
+        send, recv = self._buf(send), self._buf(recv)
         recv = recv or send
         n = count or send.count
         return self._post(_lib.cs_allreduce, send.addr(), recv.addr(), n,
@@ -183,6 +370,7 @@ class Group:
                           send.count, send.code, keep=(send, recv))
 
     def broadcast(self, buf, root=0):
+        buf = self._buf(buf)
         return self._post(_lib.cs_broadcast, buf.addr(), buf.count,
                           buf.code, root, keep=(buf,))
 
@@ -200,6 +388,18 @@ class Client:
         if ret:
             raise CollstackError(ret, f"connect to {path or 'sidecar'}")
         self._h = h
+        self._dev = {}
+
+    def device_buffer(self, obj):
+        """The DeviceBuffer of a GPU array, registered once per
+        (address, length, type) and cached."""
+        arr = _device_array(obj)
+        if arr is None:
+            raise TypeError("not a CUDA array")
+        b = self._dev.get(arr)
+        if b is None:
+            b = self._dev[arr] = DeviceBuffer(self, obj)
+        return b
 
     def errmsg(self):
         return _lib.cs_errmsg(self._h).decode()
@@ -232,6 +432,7 @@ class Client:
 
     def close(self):
         if self._h:
+            self._dev.clear()
             _lib.cs_disconnect(self._h)
             self._h = None
 

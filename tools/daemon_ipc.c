@@ -72,6 +72,10 @@
 #include "control/ipc/ipc_server.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "cs_config.h"
+#if CS_HAVE_CUDA
+#include "gpu/ipc_dev.h" /* trainers' device buffers (docs/gpu.md) */
+#endif
 
 #define IPCD_QUEUE 64 /* cross-node operations waiting (groups) */
 #define IPCD_SOCK_NAME "collstack.sock"
@@ -193,6 +197,7 @@ struct cs_daemon_ipc {
 	struct cs_daemon *d;
 	struct ipcd_conf *cf;
 	struct cs_ipc_server *srv;
+	struct cs_gpu_ipc *gpu; /* device buffers: NULL without a GPU */
 	pthread_t thr;
 	atomic_bool stop;
 	bool hosted; /* ipc.on_lcore: lcore 0 runs ipc_side() */
@@ -1492,6 +1497,10 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		       cs_strerror(ret));
 		goto out_free;
 	}
+#if CS_HAVE_CUDA
+	if (!cs_gpu_ipc_create(0, d->conf.port.type, &x->gpu))
+		cs_ipc_server_set_dev(x->srv, &cs_gpu_ipc_ops, x->gpu);
+#endif
 	/* ctlplane: groups formed from now on belong to this view */
 	x->epoch = atomic_load(&d->view.epoch);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
@@ -1549,6 +1558,9 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
+#if CS_HAVE_CUDA
+	cs_gpu_ipc_destroy(x->gpu);
+#endif
 	reg_stop(x);
 	if (x->installed)
 		cs_ar_svc_stop_ext(d->svc);

@@ -172,7 +172,16 @@ enum cs_ipc_msg_type {
 	CS_IPC_MSG_JOIN = 4,
 	CS_IPC_MSG_LEAVE = 5,
 	CS_IPC_MSG_WAKE = 6, /* no body, no reply: see sq_asleep */
+	CS_IPC_MSG_REG_DEV = 7, /* a device range (gpu/); fd: a VMM
+				 * allocation's, for CS_IPC_DEV_POSIX_FD */
 	CS_IPC_MSG_REPLY = 100,
+};
+
+/* How a trainer shares a device allocation (struct cs_ipc_msg.u.dev). */
+enum cs_ipc_dev_kind {
+	CS_IPC_DEV_CUDA_IPC = 1, /* a CUDA IPC handle in @handle */
+	CS_IPC_DEV_POSIX_FD = 2, /* a CUDA VMM allocation's POSIX fd, sent
+				  * with the message */
 };
 
 /* One control message or reply; always exactly this size on the wire. */
@@ -191,6 +200,16 @@ struct cs_ipc_msg {
 		struct {
 			uint32_t seg;
 		} unreg;
+		/* [off, off + len) of a device allocation (unregister it with
+		 * CS_IPC_MSG_UNREG_SEG like any segment) */
+		struct {
+			uint64_t off;
+			uint64_t len;
+			uint32_t kind; /* enum cs_ipc_dev_kind */
+			uint32_t pad; /* 0 */
+			uint8_t uuid[16]; /* the device's */
+			uint8_t handle[64]; /* cudaIpcMemHandle_t */
+		} dev;
 		struct {
 			char name[CS_IPC_NAME_MAX];
 			int32_t rank, size;
@@ -206,5 +225,7 @@ struct cs_ipc_msg {
 		} reply;
 	} u;
 };
+static_assert(sizeof(struct cs_ipc_msg) == 112,
+	      "the device registration fits the old message size");
 
 #endif

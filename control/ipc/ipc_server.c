@@ -24,6 +24,9 @@
 #define IPC_MAX_CTRL_BYTES (1u << 20) /* control segment size limit */
 #define IPC_MAX_GROUP_SIZE (1u << 20)
 #define IPC_WINDOW CS_IPC_RING_SLOTS /* ops in flight per group */
+/* Long reductions and copies run in pieces of IPC_PIECE bytes with the
+ * backend's progress hook between them (cs_ipc_backend.progress). */
+#define IPC_PIECE ((size_t)4 << 20)
 
 const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
@@ -64,10 +67,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
 struct seg {
-	void *base;
+	void *base; /* a device segment: its host shadow */
 	size_t len;
 	uint32_t refs; /* parts of pending ops naming it */
 	bool used;
+	void *dev; /* a device segment: the device ops' cookie, else NULL */
 };
 
 struct trainer;
@@ -151,6 +155,8 @@ struct cs_ipc_server {
 	struct cs_ipc_cfg cfg;
 	struct cs_ipc_backend be;
 	bool have_be;
+	const struct cs_ipc_dev_ops *dev_ops;
+	void *dev_ctx;
 	int lfd;
 	uid_t uid;
 	cs_ns_t next_sock_poll;
@@ -249,18 +255,107 @@ static void part_release(struct part *p)
 	p->t = NULL;
 }
 
-/* Complete every arrived part of @in with the same status; @aux goes to
- * the completions' aux word (cs_ipc_cqe.epoch). */
+/* Bytes an operation reads from its send buffer and writes to its recv. */
+static void op_lens(const struct group *g, const struct cs_ipc_sqe *d,
+		    size_t *slen, size_t *rlen)
+{
+	size_t n = d->count * cs_dtype_size((enum cs_dtype)d->dtype);
+
+	*slen = *rlen = 0;
+	switch (d->op) {
+	case CS_IPC_OP_ALLREDUCE:
+		*slen = *rlen = n;
+		break;
+	case CS_IPC_OP_REDUCE_SCATTER:
+		*slen = n * g->size;
+		*rlen = n;
+		break;
+	case CS_IPC_OP_ALL_GATHER:
+		*slen = n;
+		*rlen = n * g->size;
+		break;
+	case CS_IPC_OP_BROADCAST:
+		*rlen = n;
+		break;
+	default:
+		break;
+	}
+}
+
+static void progress(struct cs_ipc_server *s);
+
+/*
+ * Copy [@off, @off + @len) of a device segment to its shadow (@in) or back,
+ * in IPC_PIECE pieces with the backend's progress hook between them: a
+ * polling lcore serving the IPC keeps serving its port.
+ */
+static int dev_copy(struct cs_ipc_server *s, struct seg *sg, uint8_t *host,
+		    size_t len, bool in)
+{
+	uint64_t off = (uint64_t)(host - (uint8_t *)sg->base);
+
+	for (size_t done = 0; done < len;) {
+		size_t n = CS_MIN(len - done, IPC_PIECE);
+		int err = in ? s->dev_ops->to_host(s->dev_ctx, sg->dev,
+						   off + done, host + done, n) :
+			       s->dev_ops->from_host(s->dev_ctx, sg->dev,
+						     off + done, host + done,
+						     n);
+
+		if (err)
+			return -EIO;
+		done += n;
+		if (done < len)
+			progress(s);
+	}
+	return 0;
+}
+
+/* A device recv range: the result goes from the shadow to the device. */
+static int dev_out(struct cs_ipc_server *s, struct group *g, struct part *p)
+{
+	size_t slen, rlen;
+
+	op_lens(g, &p->d, &slen, &rlen);
+	return dev_copy(s, p->recv_seg, p->recv, rlen, false);
+}
+
+/* Device send ranges (and a broadcast's recv) into their shadows. */
+static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		struct part *p = &in->parts[l];
+		struct seg *ss = p->send_seg, *rs = p->recv_seg;
+		size_t slen, rlen;
+
+		op_lens(g, &p->d, &slen, &rlen);
+		if (ss && ss->dev && dev_copy(s, ss, p->send, slen, true))
+			return -EIO;
+		if (rs && rs->dev && p->d.op == CS_IPC_OP_BROADCAST &&
+		    dev_copy(s, rs, p->recv, rlen, true))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* Complete every arrived part of @in with the same status (a part whose
+ * device result could not be written back gets -EIO); @aux goes to the
+ * completions' aux word (cs_ipc_cqe.epoch). */
 static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 			   struct inst *in, int status, unsigned detail,
 			   int32_t peer, uint32_t aux)
 {
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
+		int st = status;
 
 		if (!p->arrived)
 			continue;
-		if (p->bad && status == CS_ERR_BAD_DESC)
+		if (!st && p->recv_seg && p->recv_seg->dev)
+			st = dev_out(s, g, p);
+		if (st != status)
+			complete(s, p->t, p->user_id, st, 0, -1);
+		else if (p->bad && status == CS_ERR_BAD_DESC)
 			complete(s, p->t, p->user_id, status, p->bad, -1);
 		else
 			complete_ex(s, p->t, p->user_id, status, detail, peer,
@@ -313,9 +408,6 @@ static int local_of(const struct group *g, uint32_t r)
 	return -1;
 }
 
-/* Long reductions and copies run in pieces of IPC_PIECE bytes with the
- * backend's progress hook between them (cs_ipc_backend.progress). */
-#define IPC_PIECE ((size_t)4 << 20)
 
 static void progress(struct cs_ipc_server *s)
 {
@@ -666,6 +758,10 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			return;
 		}
+	}
+	if (s->dev_ops && dev_in(s, g, in)) {
+		inst_finish(s, g, in, -EIO, 0, -1);
+		return;
 	}
 	if (g->local_size == g->size)
 		run_local(s, g, in);
@@ -1314,6 +1410,64 @@ static int handle_reg(struct cs_ipc_server *s, struct trainer *t,
 	return 0;
 }
 
+/* A range of a device allocation (gpu/ maps it), used through a shadow. */
+static int handle_reg_dev(struct cs_ipc_server *s, struct trainer *t,
+			  const struct cs_ipc_msg *msg, int *fds, int nfd,
+			  uint32_t *val, char *why, size_t wl)
+{
+	size_t len = msg->u.dev.len;
+	void *cookie = NULL, *shadow;
+	uint32_t i;
+	int ret;
+
+	if (!s->dev_ops) {
+		snprintf(why, wl, "this sidecar has no GPU support");
+		return -EOPNOTSUPP;
+	}
+	if (nfd > 1 || (nfd == 1) != (msg->u.dev.kind == CS_IPC_DEV_POSIX_FD)) {
+		snprintf(why, wl, "device registration: 1 fd for a POSIX-fd "
+				  "handle, none otherwise");
+		return -EPROTO;
+	}
+	if (!len || len > s->cfg.max_segment_bytes || msg->u.dev.pad) {
+		snprintf(why, wl, "device range size out of range");
+		return -EINVAL;
+	}
+	for (i = 0; i < s->cfg.max_segments && t->segs[i].used; i++)
+		;
+	if (i == s->cfg.max_segments) {
+		snprintf(why, wl, "too many segments (ipc.max_segments)");
+		return -ENOSPC;
+	}
+	ret = s->dev_ops->map(s->dev_ctx, (uint32_t)t->pid, msg->u.dev.kind,
+			      msg->u.dev.handle, msg->u.dev.uuid,
+			      msg->u.dev.off, len, nfd ? fds[0] : -1, &cookie,
+			      why, wl);
+	if (nfd)
+		fds[0] = -1; /* taken over */
+	if (ret)
+		return ret;
+	shadow = s->dev_ops->shadow_alloc(s->dev_ctx, len);
+	if (!shadow) {
+		s->dev_ops->unmap(s->dev_ctx, cookie);
+		snprintf(why, wl, "no memory for a %zu-byte host shadow", len);
+		return -ENOMEM;
+	}
+	t->segs[i] = (struct seg){ .base = shadow, .len = len, .used = true,
+				   .dev = cookie };
+	if (s->have_be && s->be.reg_mem)
+		s->be.reg_mem(s->be.ctx, shadow, len);
+	*val = i;
+	return 0;
+}
+
+void cs_ipc_server_set_dev(struct cs_ipc_server *s,
+			   const struct cs_ipc_dev_ops *ops, void *ctx)
+{
+	s->dev_ops = ops;
+	s->dev_ctx = ctx;
+}
+
 /* Unmap a trainer's segment once the backend let go of it. */
 static void seg_unmap(struct cs_ipc_server *s, struct seg *sg)
 {
@@ -1322,6 +1476,11 @@ static void seg_unmap(struct cs_ipc_server *s, struct seg *sg)
 		CS_ERR("a segment of %zu bytes is still referenced by the "
 		       "port; left mapped",
 		       sg->len);
+		return;
+	}
+	if (sg->dev) {
+		s->dev_ops->unmap(s->dev_ctx, sg->dev);
+		s->dev_ops->shadow_free(s->dev_ctx, sg->base, sg->len);
 		return;
 	}
 	cs_shm_unmap(sg->base, sg->len);
@@ -1578,6 +1737,10 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 			case CS_IPC_MSG_UNREG_SEG:
 				ret = handle_unreg(s, t, &msg, why,
 						   sizeof(why));
+				break;
+			case CS_IPC_MSG_REG_DEV:
+				ret = handle_reg_dev(s, t, &msg, fds, nfd,
+						     &val, why, sizeof(why));
 				break;
 			case CS_IPC_MSG_JOIN:
 				ret = handle_join(s, t, &msg, &val, why,

@@ -134,6 +134,40 @@ struct cs_ipc_backend {
 	bool verdicts;
 };
 
+/*
+ * Device memory, supplied by gpu/ (collstackd built with CUDA): a trainer
+ * registers a range of a device allocation (CS_IPC_MSG_REG_DEV) and uses
+ * it like any segment. The server keeps a host copy of the range (the
+ * shadow, from @shadow_alloc: pinned), fills the part an operation reads
+ * from the device before it runs and writes the part it wrote back after
+ * it succeeded; everything in between runs on the shadow. @owner is the
+ * trainer's pid.
+ */
+struct cs_ipc_dev_ops {
+	/* map the range; @fd (-1 if none) is taken over; *cookie names it */
+	int (*map)(void *ctx, uint32_t owner, uint32_t kind,
+		   const uint8_t *handle, const uint8_t *uuid, uint64_t off,
+		   uint64_t len, int fd, void **cookie, char *why,
+		   size_t whylen);
+	void (*unmap)(void *ctx, void *cookie);
+	/* copy @len bytes at @off of the range to @host / from @host */
+	int (*to_host)(void *ctx, void *cookie, uint64_t off, void *host,
+		       size_t len);
+	int (*from_host)(void *ctx, void *cookie, uint64_t off,
+			 const void *host, size_t len);
+	void *(*shadow_alloc)(void *ctx, size_t len);
+	void (*shadow_free)(void *ctx, void *p, size_t len);
+};
+
+/**
+ * cs_ipc_server_set_dev - let trainers register device memory
+ * @s: server
+ * @ops: the device side (NULL: refuse device registrations, the default)
+ * @ctx: for @ops
+ */
+void cs_ipc_server_set_dev(struct cs_ipc_server *s,
+			   const struct cs_ipc_dev_ops *ops, void *ctx);
+
 /* Counters for tests, `collstack top` and metrics. */
 struct cs_ipc_stats {
 	uint64_t trainers; /* connected now */

@@ -138,6 +138,46 @@ size_t cs_buf_len(const struct cs_buf *b);
  */
 int cs_buf_free(struct cs_buf *b);
 
+/* How a device allocation is shared with the sidecar (cs_buf_register_dev). */
+enum cs_dev_kind {
+	CS_DEV_CUDA_IPC = 1, /* cudaIpcGetMemHandle() of the allocation */
+	CS_DEV_POSIX_FD = 2, /* a CUDA VMM allocation exported as a POSIX fd */
+};
+
+/* A device allocation of this process, described for the sidecar. */
+struct cs_dev_mem {
+	enum cs_dev_kind kind;
+	int fd; /* CS_DEV_POSIX_FD: the allocation's fd (stays the caller's) */
+	unsigned char handle[64]; /* CS_DEV_CUDA_IPC: the cudaIpcMemHandle_t */
+	unsigned char uuid[16]; /* the device's (cudaDeviceProp.uuid) */
+	void *base; /* the allocation's start in this process */
+	size_t alloc_len; /* its size (cuMemGetAddressRange) */
+};
+
+/**
+ * cs_buf_register_dev - share a range of a device allocation
+ * @c: client
+ * @m: the allocation
+ * @off: start of the range inside it
+ * @len: bytes
+ * @out: the buffer: cs_buf_ptr() is @m->base + @off, a device address
+ *
+ * Pointers inside the range may then be passed to the collectives like
+ * those of cs_buf_alloc() buffers. The sidecar maps the allocation once
+ * (later ranges of it reuse the mapping), reads a range an operation
+ * reads when the operation starts and writes its result back before the
+ * completion: finish the kernels that write the send buffer before
+ * posting (e.g. cudaStreamSynchronize). Free with cs_buf_free().
+ *
+ * Returns: 0, -EOPNOTSUPP (the sidecar has no GPU support), -ENODEV (the
+ * allocation is on another device than the sidecar's), -ENOENT (the
+ * sidecar cannot open it: freed, or not an allocation), -EINVAL (the range
+ * runs past the allocation), or another negative errno; cs_errmsg() says
+ * which.
+ */
+int cs_buf_register_dev(struct cs_client *c, const struct cs_dev_mem *m,
+			size_t off, size_t len, struct cs_buf **out);
+
 /**
  * cs_group_join - create or join a group
  * @c: client

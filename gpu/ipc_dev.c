@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+/* Trainers' device buffers in the sidecar: the device side of the IPC
+ * server (cs_ipc_dev_ops) over the mapping cache, the registrar and CUDA
+ * copies into pinned host shadows. Only built with CS_HAVE_CUDA. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#define CS_LOG_MODULE "gpu"
+#include "internal/log.h"
+
+#include "gpu/gpu.h"
+#include "gpu/ipc_dev.h"
+
+struct cs_gpu_ipc {
+	struct cs_gpu_map *map;
+	struct cs_gpu_dev dev;
+	struct cs_gpu_host_caps host;
+	struct cs_gpu_nic nic;
+	char nic_name[32];
+	cudaStream_t stream;
+};
+
+/* one registered range: what the server's cookie points to */
+struct range {
+	uint32_t owner, id;
+	uint64_t off, len;
+	struct cs_gpu_mr mr;
+};
+
+int cs_gpu_ipc_create(int ordinal, const char *port_name,
+		      struct cs_gpu_ipc **out)
+{
+	struct cs_gpu_map_cfg cfg = { .max_entries = 1024 };
+	char why[CS_GPU_WHY_LEN];
+	struct cs_gpu_ipc *x;
+	int n = cs_gpu_available(why, sizeof(why)), err;
+
+	if (n <= ordinal) {
+		CS_INFO("no device memory for trainers: %s",
+			n > 0 ? "no such device" : why);
+		return -ENODEV;
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	err = cs_gpu_discover(ordinal, &x->dev);
+	if (err)
+		goto out_free;
+	if (cudaSetDevice(ordinal) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking) !=
+		    cudaSuccess) {
+		cudaGetLastError();
+		err = -EIO;
+		goto out_free;
+	}
+	memcpy(cfg.uuid, x->dev.uuid, CS_GPU_UUID_LEN);
+	err = cs_gpu_map_create(&cfg, &cs_gpu_cuda_map_ops, NULL, &x->map);
+	if (err)
+		goto out_stream;
+	cs_gpu_host_caps_read("/sys", &x->host);
+	/* The ports have no device-memory hooks yet (dpdk: extmem + DMA map
+	 * of a dma-buf; verbs: ibv_reg_dmabuf_mr): the registrar says so and
+	 * chooses staging. */
+	snprintf(x->nic_name, sizeof(x->nic_name), "port %s",
+		 port_name ? port_name : "?");
+	x->nic.name = x->nic_name;
+	CS_INFO("device memory for trainers: GPU %d %s (PCI %s, NUMA %d, "
+		"dma-buf %d, GPUDirect RDMA %d, peer memory module %d)",
+		ordinal, x->dev.name, x->dev.bdf, x->dev.numa, x->dev.dmabuf,
+		x->dev.gdr, x->host.peermem);
+	*out = x;
+	return 0;
+
+out_stream:
+	cudaStreamDestroy(x->stream);
+out_free:
+	free(x);
+	return err;
+}
+
+void cs_gpu_ipc_destroy(struct cs_gpu_ipc *x)
+{
+	if (!x)
+		return;
+	cs_gpu_map_destroy(x->map);
+	cudaStreamDestroy(x->stream);
+	free(x);
+}
+
+static int gi_map(void *ctx, uint32_t owner, uint32_t kind,
+		  const uint8_t *handle, const uint8_t *uuid, uint64_t off,
+		  uint64_t len, int fd, void **cookie, char *why, size_t whylen)
+{
+	struct cs_gpu_ipc *x = ctx;
+	struct cs_gpu_handle h = { .kind = kind };
+	struct range *r;
+	void *va;
+	int err;
+
+	if (off + len < off) {
+		snprintf(why, whylen, "offset + length overflow");
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOMEM;
+	}
+	h.len = off + len; /* the allocation must reach the range's end */
+	memcpy(h.uuid, uuid, CS_GPU_UUID_LEN);
+	memcpy(h.ipc, handle, CS_GPU_IPC_HANDLE_LEN);
+	err = cs_gpu_map_get(x->map, owner, &h, fd, &r->id, why, whylen);
+	if (err) {
+		CS_INFO("trainer %u: device range refused: %s", owner, why);
+		free(r);
+		return err;
+	}
+	r->owner = owner;
+	r->off = off;
+	r->len = len;
+	err = cs_gpu_map_addr(x->map, owner, r->id, off, len, &va);
+	if (!err)
+		err = cs_gpu_register(&x->dev, &x->host, &x->nic,
+				      &cs_gpu_cuda_export_ops, NULL, va, len,
+				      &r->mr);
+	if (err) {
+		snprintf(why, whylen, "device range: %s", strerror(-err));
+		cs_gpu_map_put(x->map, owner, r->id);
+		free(r);
+		return err;
+	}
+	*cookie = r;
+	return 0;
+}
+
+static void gi_unmap(void *ctx, void *cookie)
+{
+	struct cs_gpu_ipc *x = ctx;
+	struct range *r = cookie;
+
+	cs_gpu_deregister(&x->nic, &r->mr);
+	cs_gpu_map_put(x->map, r->owner, r->id);
+	free(r);
+}
+
+static int gi_copy(struct cs_gpu_ipc *x, struct range *r, uint64_t off,
+		   void *host, size_t len, bool to_host)
+{
+	void *va;
+
+	if (off > r->len || len > r->len - off ||
+	    cs_gpu_map_addr(x->map, r->owner, r->id, r->off + off, len, &va))
+		return -ERANGE;
+	if ((to_host ? cudaMemcpyAsync(host, va, len, cudaMemcpyDeviceToHost,
+				       x->stream) :
+		       cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
+				       x->stream)) != cudaSuccess ||
+	    cudaStreamSynchronize(x->stream) != cudaSuccess) {
+		CS_ERR("device copy of %zu bytes failed: %s", len,
+		       cudaGetErrorString(cudaGetLastError()));
+		return -EIO;
+	}
+	return 0;
+}
+
+static int gi_to_host(void *ctx, void *cookie, uint64_t off, void *host,
+		      size_t len)
+{
+	return gi_copy(ctx, cookie, off, host, len, true);
+}
+
+static int gi_from_host(void *ctx, void *cookie, uint64_t off,
+			const void *host, size_t len)
+{
+	return gi_copy(ctx, cookie, off, (void *)host, len, false);
+}
+
+static void *gi_shadow_alloc(void *ctx, size_t len)
+{
+	void *p = NULL;
+
+	(void)ctx;
+	if (cudaHostAlloc(&p, len, cudaHostAllocPortable) != cudaSuccess) {
+		cudaGetLastError();
+		return NULL;
+	}
+	return p;
+}
+
+static void gi_shadow_free(void *ctx, void *p, size_t len)
+{
+	(void)ctx;
+	(void)len;
+	cudaFreeHost(p);
+}
+
+const struct cs_ipc_dev_ops cs_gpu_ipc_ops = {
+	.map = gi_map,
+	.unmap = gi_unmap,
+	.to_host = gi_to_host,
+	.from_host = gi_from_host,
+	.shadow_alloc = gi_shadow_alloc,
+	.shadow_free = gi_shadow_free,
+};
