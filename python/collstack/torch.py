@@ -28,6 +28,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -59,72 +60,100 @@ def _err(op, msg):
 
 # ---- the process's client, its shared segments and the progress thread ----
 
-class _Segment:
-    __slots__ = ("buf", "start", "end", "u8")
+def _u8_at(addr, n):
+    """A uint8 tensor over n bytes at addr, and the ctypes array it holds
+    (the tensor and all its views keep the array alive)."""
+    arr = (ctypes.c_uint8 * n).from_address(addr)
+    return torch.frombuffer(arr, dtype=torch.uint8), arr
 
-    def __init__(self, buf, nbytes):
-        self.buf = buf
-        self.start = buf.ptr
-        self.end = buf.ptr + nbytes
-        arr = (ctypes.c_uint8 * nbytes).from_address(buf.ptr)
-        self.u8 = torch.frombuffer(arr, dtype=torch.uint8)
+
+class _Block:
+    """Bytes carved from an arena (a collstack shared segment)."""
+    __slots__ = ("start", "cls", "u8")
+
+    def __init__(self, start, cls):
+        self.start = start
+        self.cls = cls
+        self.u8, _ = _u8_at(start, cls)
+
+
+def _size_class(nbytes):
+    cls = 256
+    while cls < nbytes:
+        cls *= 2
+    return cls
 
 
 class _Runtime:
-    """One per process: the client, the segment registry, the pool, the
-    progress thread."""
+    """One per process: the client, the arenas (collstack shared
+    segments, ipc.max_segments of them at most per trainer, 64 by
+    default) with a power-of-two block allocator, the progress thread."""
 
     def __init__(self):
-        self.client = _cs.Client(os.environ.get(_cs_socket_env()) or None)
+        self.client = _cs.Client(os.environ.get("COLLSTACK_SOCKET") or None)
         self.h = self.client._h
         self.lock = threading.Lock()
         self.cv = threading.Condition(self.lock)
         self.pending = collections.deque()
-        self.starts = []        # sorted segment starts (zero-copy lookup)
-        self.segs = []
-        self.pool = {}          # size class -> [free _Segment]
+        self.arena_bytes = int(os.environ.get("COLLSTACK_TORCH_ARENA",
+                                              32 << 20))
+        self.starts = []        # sorted arena starts (zero-copy lookup)
+        self.ends = []
+        self.bufs = []
+        self.cur = None         # [next, end] of the arena being carved
+        self.free = {}          # size class -> [free block starts]
         self.thread = threading.Thread(target=self._progress,
                                        name="collstack-progress",
                                        daemon=True)
         self.thread.start()
 
-    # segments
-    def new_segment(self, nbytes):
-        buf = self.client.buffer(max(nbytes, 1), "u8")
-        seg = _Segment(buf, max(nbytes, 1))
+    # memory
+    def alloc(self, nbytes):
+        """(start, size class) of a block of at least nbytes."""
+        cls = _size_class(nbytes)
         with self.lock:
-            i = bisect.bisect(self.starts, seg.start)
-            self.starts.insert(i, seg.start)
-            self.segs.insert(i, seg)
-        return seg
+            free = self.free.get(cls)
+            if free:
+                return free.pop(), cls
+            if self.cur is None or self.cur[0] + cls > self.cur[1]:
+                n = max(self.arena_bytes, cls)
+                try:
+                    buf = self.client.buffer(n, "u8")
+                except _cs.CollstackError as e:
+                    raise CollstackTorchError(
+                        f"collstack: no shared memory for {nbytes} bytes: "
+                        f"{e}") from None
+                i = bisect.bisect(self.starts, buf.ptr)
+                self.starts.insert(i, buf.ptr)
+                self.ends.insert(i, buf.ptr + n)
+                self.bufs.insert(i, buf)
+                self.cur = [buf.ptr, buf.ptr + n]
+            start = self.cur[0]
+            self.cur[0] += cls
+            return start, cls
+
+    def release(self, start, cls):
+        with self.lock:
+            self.free.setdefault(cls, []).append(start)
 
     def find(self, t):
-        """The segment holding all of contiguous tensor t, or None."""
+        """True if contiguous CPU tensor t lies in an arena."""
         if t.device.type != "cpu" or not t.is_contiguous():
-            return None
+            return False
         p = t.data_ptr()
         n = t.numel() * t.element_size()
         with self.lock:
             i = bisect.bisect(self.starts, p) - 1
-            if i >= 0 and p + n <= self.segs[i].end:
-                return self.segs[i]
-        return None
+            return i >= 0 and p + n <= self.ends[i]
 
     def stage(self, nbytes):
-        """A pooled staging segment of at least nbytes."""
-        cls = 4096
-        while cls < nbytes:
-            cls *= 2
-        with self.lock:
-            free = self.pool.get(cls)
-            if free:
-                return free.pop()
-        return self.new_segment(cls)
+        """A staging block of at least nbytes (back with unstage)."""
+        start, cls = self.alloc(nbytes)
+        return _Block(start, cls)
 
-    def unstage(self, segs):
-        with self.lock:
-            for s in segs:
-                self.pool.setdefault(len(s.u8), []).append(s)
+    def unstage(self, blocks):
+        for b in blocks:
+            self.release(b.start, b.cls)
 
     # completions
     def submit(self, op):
@@ -193,10 +222,6 @@ class _Runtime:
                     self._finish(o, r, m)
 
 
-def _cs_socket_env():
-    return "COLLSTACK_SOCKET"
-
-
 _RT = None
 _RT_LOCK = threading.Lock()
 
@@ -227,8 +252,12 @@ def empty(*size, dtype=torch.float32):
     for s in size:
         n *= int(s)
     esz = torch.empty((), dtype=dtype).element_size()
-    seg = _runtime().new_segment(n * esz)
-    return seg.u8[:n * esz].view(dtype).view(size)
+    rt = _runtime()
+    start, cls = rt.alloc(n * esz)
+    u8, arr = _u8_at(start, max(n * esz, 1))
+    # the block goes back to the pool once no view of it is left
+    weakref.finalize(arr, rt.release, start, cls)
+    return u8[:n * esz].view(dtype).view(size)
 
 
 def zeros(*size, dtype=torch.float32):
@@ -239,7 +268,7 @@ def zeros(*size, dtype=torch.float32):
 
 def is_shared(t):
     """True if t lies in a collstack shared segment (sent without copy)."""
-    return _runtime().find(t) is not None
+    return _runtime().find(t)
 
 
 # ---- Work -----------------------------------------------------------------
@@ -547,8 +576,7 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     def _in(self, t, staged):
         """(address, segment) of t's bytes for the sidecar to read."""
-        seg = self._rt.find(t)
-        if seg is not None:
+        if self._rt.find(t):
             return t.data_ptr(), None
         n = _nbytes(t)
         s = self._rt.stage(n)
@@ -559,8 +587,7 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     def _out(self, t, staged):
         """(address, copy-out or None) for the sidecar to write t."""
-        seg = self._rt.find(t)
-        if seg is not None:
+        if self._rt.find(t):
             return t.data_ptr(), None
         n = _nbytes(t)
         s = self._rt.stage(n)
@@ -572,8 +599,7 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         return s.start, back
 
     def _inout(self, t, staged):
-        seg = self._rt.find(t)
-        if seg is not None:
+        if self._rt.find(t):
             return t.data_ptr(), None
         addr, s = self._in(t, staged)
         n = _nbytes(t)
@@ -697,8 +723,7 @@ class ProcessGroupCollstack(dist.ProcessGroup):
             dst = self._rt.stage(nbytes * self._size)
             staged.append(dst)
         return self._post(name, _lib.cs_all_gather,
-                          (src, dst.start if isinstance(dst, _Segment)
-                           else dst, nbytes, _U8), staged,
+                          (src, dst.start, nbytes, _U8), staged,
                           lambda: outs_done(dst), result)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
