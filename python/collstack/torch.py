@@ -17,6 +17,7 @@ shared) are handed to the sidecar without a copy; others are copied once
 into a pooled shared segment and the result copied back. CPU tensors only.
 """
 
+import atexit
 import bisect
 import collections
 import ctypes
@@ -102,6 +103,7 @@ class _Runtime:
         self.bufs = []
         self.cur = None         # [next, end] of the arena being carved
         self.free = {}          # size class -> [free block starts]
+        self.stopping = False
         self.thread = threading.Thread(target=self._progress,
                                        name="collstack-progress",
                                        daemon=True)
@@ -173,12 +175,22 @@ class _Runtime:
         finally:
             self.unstage(op.staged)
 
+    def stop(self):
+        """At exit: end the progress thread before the interpreter goes
+        (a daemon thread stopped inside torch's C++ would abort)."""
+        with self.cv:
+            self.stopping = True
+            self.cv.notify()
+        self.thread.join(5)
+
     def _progress(self):
         h = self.h
         while True:
             with self.cv:
-                while not self.pending:
+                while not self.pending and not self.stopping:
                     self.cv.wait()
+                if self.stopping:
+                    return
                 ops = list(self.pending)
             done = []
             first = ops[0]
@@ -231,6 +243,7 @@ def _runtime():
     with _RT_LOCK:
         if _RT is None:
             _RT = _Runtime()
+            atexit.register(_RT.stop)
         return _RT
 
 
@@ -288,7 +301,12 @@ class _Work(dist.Work):
     def __init__(self, pg, name, result):
         super().__init__()
         self._pg = pg
-        self._fut = torch.futures.Future()
+        # torch 1.13 crashes (SIGSEGV in backward) when DDP meets a Future
+        # failed with set_exception() from Python; an exception raised in
+        # a then() callback is stored as a C++ error and works. So the raw
+        # future always gets a result and the one handed out raises.
+        self._raw = torch.futures.Future()
+        self._fut = self._raw.then(self._unwrap)
         self._result = result
         self._exc = None
         self._done = threading.Event()
@@ -296,13 +314,15 @@ class _Work(dist.Work):
         self.name = name
         pg._live.add(self)
 
+    def _unwrap(self, _):
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
     def _complete(self, exc):
         self._exc = exc
         self._done.set()
-        if exc is None:
-            self._fut.set_result(self._result)
-        else:
-            self._fut.set_exception(exc)
+        self._raw.set_result(None)
         self._release()
 
     def _release(self):
@@ -505,11 +525,16 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         try:
             store.wait(keys, datetime.timedelta(seconds=wait_s))
         except Exception as e:
-            missing = [k for k in keys if not store.check([k])]
+            missing = []
+            for r in range(size):
+                try:
+                    store.wait([f"cs/who{r}"],
+                               datetime.timedelta(milliseconds=50))
+                except Exception:  # noqa: BLE001
+                    missing.append(r)
             raise CollstackTorchError(
                 f"collstack: init: rank {rank} of {size}: ranks "
-                f"{[k[6:] for k in missing if k.startswith('cs/who')]} "
-                f"never joined within {wait_s:.0f} s "
+                f"{missing} never joined within {wait_s:.0f} s "
                 "(COLLSTACK_INIT_TIMEOUT): is world_size right? "
                 f"({e})") from None
         who = [json.loads(store.get(f"cs/who{r}")) for r in range(size)]

@@ -3,7 +3,10 @@
 ranks of a torch script beside it, torchrun's variables set; exit with the
 worst rank's status (77: skipped, torch missing).
 
-usage: run_ranks.py COLLSTACKD LIBCOLLSTACK N SCRIPT [ARGS...]
+usage: run_ranks.py [--victim R] COLLSTACKD LIBCOLLSTACK N SCRIPT [ARGS...]
+
+A rank killed by a signal fails the run, except rank R of --victim (the
+one a test kills on purpose).
 """
 
 import os
@@ -21,9 +24,14 @@ def free_port():
 
 
 def main():
-    daemon, lib, n, script = sys.argv[1:5]
+    argv = sys.argv[1:]
+    victim = None
+    if argv[:1] == ["--victim"]:
+        victim = int(argv[1])
+        argv = argv[2:]
+    daemon, lib, n, script = argv[:4]
     n = int(n)
-    args = sys.argv[5:]
+    args = argv[4:]
     try:
         import torch.distributed as dist
         if not dist.is_available() or not dist.is_gloo_available():
@@ -71,7 +79,15 @@ def main():
                 except subprocess.TimeoutExpired:
                     print("FAIL: a rank hung")
                     rcs.append(1)
-            return max(rcs)
+            worst = 0
+            for r, rc in enumerate(rcs):
+                if rc:
+                    print(f"run_ranks: rank {r} exited with {rc}")
+                if rc < 0 and r != victim:
+                    worst = 1
+                elif rc > 0:
+                    worst = max(worst, rc)
+            return worst
         finally:
             for p in ranks:
                 if p.poll() is None:

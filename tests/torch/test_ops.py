@@ -333,6 +333,7 @@ def main():
           f"({counts['gloo_unsupported']} cases gloo cannot do), "
           f"{len(failures)} failed")
     sys.stdout.flush()
+    dist.destroy_process_group()
     return 1 if failures else 0
 
 
