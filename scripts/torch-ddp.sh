@@ -11,7 +11,13 @@
 # here (not root, no torch for /usr/bin/python3, not built).
 #
 #   scripts/torch-ddp.sh [--nodes N] [--trainers T] [--steps S]
-#                        [--port P] [--width W] [--batch B]
+#                        [--port P] [--width W] [--batch B] [--bench]
+#
+# --bench: afterwards, on the same cluster, a 64 MiB f32 allreduce through
+# torch.distributed (python/examples/torch_allreduce_bench.py: a tensor in
+# a shared segment, and an ordinary one) and through `collstack bench`
+# (the same trainers-per-node), 5 timed iterations each; their lines are
+# printed after the ddp line.
 #
 # Environment: CS_BUILD_DIR (build), CS_CLUSTER (torch: namespaces
 # torchn0.., its own cluster state file), CS_TORCH_MASTER_PORT (29533).
@@ -20,7 +26,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-NODES=4 T=2 STEPS=30 PORT=af_packet WIDTH=512 BATCH=64
+NODES=4 T=2 STEPS=30 PORT=af_packet WIDTH=512 BATCH=64 BENCH=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--nodes) NODES=$2; shift 2 ;;
@@ -29,7 +35,8 @@ while [ $# -gt 0 ]; do
 	--port) PORT=$2; shift 2 ;;
 	--width) WIDTH=$2; shift 2 ;;
 	--batch) BATCH=$2; shift 2 ;;
-	*) echo "usage: $0 [--nodes N] [--trainers T] [--steps S] [--port P] [--width W] [--batch B]" >&2
+	--bench) BENCH=1; shift ;;
+	*) echo "usage: $0 [--nodes N] [--trainers T] [--steps S] [--port P] [--width W] [--batch B] [--bench]" >&2
 	   exit 2 ;;
 	esac
 done
@@ -73,30 +80,38 @@ read -r -a nodes <<<"$CS_NODES"
 read -r -a cpus <<<"${CS_CPUS:-}"
 
 world=$((NODES * T))
-for ((i = 0; i < NODES; i++)); do
-	ns=${nodes[$i]}
-	pin=()
-	[ -n "${cpus[$i]:-}" ] && pin=(taskset -c "${cpus[$i]}")
-	for ((l = 0; l < T; l++)); do
-		r=$((i * T + l))
-		ip netns exec "$ns" env RANK=$r WORLD_SIZE=$world \
-			LOCAL_RANK=$l LOCAL_WORLD_SIZE=$T \
-			MASTER_ADDR=10.77.0.1 MASTER_PORT="$MPORT" \
-			GLOO_SOCKET_IFNAME="${CS_CLUSTER}d$i" \
-			COLLSTACK_SOCKET="$CS_RUN/$ns/collstack.sock" \
-			COLLSTACK_LIB="$LIB" PYTHONPATH="$PWD/python" \
-			PYTHONWARNINGS=ignore OMP_NUM_THREADS=1 \
-			timeout 900 "${pin[@]}" "$PY" python/examples/ddp_mlp.py \
-			--steps "$STEPS" --width "$WIDTH" --batch "$BATCH" \
-			>"$LOGS/rank$r.log" 2>&1 &
-		pids+=($!)
+# launch SCRIPT ARGS...: every trainer, rank r's output in $LOGS/<tag>$r.log
+launch() {
+	local tag=$1 i l r ns pin
+	shift
+	for ((i = 0; i < NODES; i++)); do
+		ns=${nodes[$i]}
+		pin=()
+		[ -n "${cpus[$i]:-}" ] && pin=(taskset -c "${cpus[$i]}")
+		for ((l = 0; l < T; l++)); do
+			r=$((i * T + l))
+			ip netns exec "$ns" env RANK=$r WORLD_SIZE=$world \
+				LOCAL_RANK=$l LOCAL_WORLD_SIZE=$T \
+				MASTER_ADDR=10.77.0.1 MASTER_PORT="$MPORT" \
+				GLOO_SOCKET_IFNAME="${CS_CLUSTER}d$i" \
+				COLLSTACK_SOCKET="$CS_RUN/$ns/collstack.sock" \
+				COLLSTACK_LIB="$LIB" PYTHONPATH="$PWD/python" \
+				PYTHONWARNINGS=ignore OMP_NUM_THREADS=1 \
+				timeout 900 "${pin[@]}" "$PY" "$@" \
+				>"$LOGS/$tag$r.log" 2>&1 &
+			pids+=($!)
+		done
 	done
-done
+	rc=0
+	for p in "${pids[@]}"; do
+		wait "$p" || rc=1
+	done
+	pids=()
+	return $rc
+}
 rc=0
-for p in "${pids[@]}"; do
-	wait "$p" || rc=1
-done
-pids=()
+launch rank python/examples/ddp_mlp.py --steps "$STEPS" --width "$WIDTH" \
+	--batch "$BATCH" || rc=1
 line=$(grep -h '^ddp ' "$LOGS/rank0.log" || true)
 if [ $rc != 0 ] || [ -z "$line" ] || [[ $line != "ddp ok"* ]]; then
 	echo "${line:-ddp FAIL: no result from rank 0}"
@@ -108,5 +123,17 @@ if [ $rc != 0 ] || [ -z "$line" ] || [[ $line != "ddp ok"* ]]; then
 	exit 1
 fi
 echo "$line"
+if [ $BENCH = 1 ]; then
+	launch bench python/examples/torch_allreduce_bench.py \
+		--bytes $((64 << 20)) --iters 5 --warmup 1 || {
+		for f in "$LOGS"/bench*.log; do echo "--- $f"; tail -n 5 "$f"; done
+		echo "torch allreduce bench FAIL (logs in $LOGS)"
+		exit 1
+	}
+	grep -h '^torch allreduce' "$LOGS/bench0.log"
+	"$BUILD/tools/collstack" bench --cluster "$ENV_FILE" -o allreduce \
+		-b 64M -e 64M -n 5 -w 1 --trainers-per-node "$T" 2>&1 |
+		grep -v '^#' | sed 's/^/collstack bench: /'
+fi
 [ -z "${CS_TORCH_LOG_DIR:-}" ] && rm -rf "$LOGS"
 exit 0
