@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """collstack: a ctypes binding of libcollstack (the trainer API).
 
+`import collstack.torch` adds a torch.distributed backend (docs/torch.md).
+
 Standard library only. Buffers are ctypes arrays over the shared memory,
 so they support indexing, slicing and the buffer protocol (memoryview,
 numpy.frombuffer / torch.frombuffer where available) without copies.
@@ -58,6 +60,8 @@ def _load():
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
         "cs_buf_register_dev": (i, [p, p, sz, sz, pp]),
+        "cs_event_fd": (i, [p]),
+        "cs_event_arm": (i, [p]),
     }
     for fn, (res, args) in sigs.items():
         if fn == "cs_buf_register_dev" and not hasattr(lib, fn):
@@ -147,6 +151,16 @@ class Buffer:
 
     def addr(self, index=0):
         return self.ptr + index * ctypes.sizeof(self.array._type_)
+
+    def free(self):
+        """Unregister and unmap the buffer (CollstackError -EBUSY while an
+        operation naming it is pending)."""
+        if self._h:
+            ret = _lib.cs_buf_free(self._h)
+            if ret:
+                raise CollstackError(ret, "free buffer")
+            self._h = None
+            self.array = None
 
     def numpy(self):
         """A numpy array over the shared memory itself (no copy): what the
