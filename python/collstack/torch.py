@@ -286,9 +286,7 @@ def is_shared(t):
 
 # ---- Work -----------------------------------------------------------------
 
-# Completed Works nobody claimed yet (an async_op Work the caller has not
-# waited for, or dropped): the last 128 stay referenced.
-_KEEP_DONE = collections.deque(maxlen=128)
+_KEEP_DONE = collections.deque(maxlen=4096)
 
 
 class _Work(dist.Work):
@@ -296,10 +294,9 @@ class _Work(dist.Work):
 
     pybind11 forgets the Python half of a Work returned to C++ (DDP) once
     Python holds no reference to it, and C++ would then wait on the base
-    class forever: the process group keeps every Work until it completed,
-    and the last 128 completed ones that were neither waited on nor had
-    their future taken (C++ callers, DDP among them, take the future or
-    wait at once)."""
+    class forever: the process group keeps every Work until it completed
+    and was waited on (or its future taken), and the last 4096 completed
+    ones in any case."""
 
     def __init__(self, pg, name, result):
         super().__init__()
@@ -330,9 +327,9 @@ class _Work(dist.Work):
 
     def _release(self):
         if self._done.is_set():
-            self._pg._live.discard(self)
-            if not self._claimed:
-                _KEEP_DONE.append(self)
+            _KEEP_DONE.append(self)
+            if self._claimed:
+                self._pg._live.discard(self)
 
     def wait(self, timeout=None):
         self._claimed = True
