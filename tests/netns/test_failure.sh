@@ -230,7 +230,9 @@ boot_coord() {
 # csn0 does not run, so a passed check only counts as rx_other_op).
 inject_auth() {
 	ip netns exec csn1 python3 - "$@" <<'PY'
-import hashlib, hmac, os, socket, struct, sys
+import os, socket, struct, sys
+sys.path.insert(0, "tests/netns")
+import cs_auth
 epoch, op, n, tokfile, op_ok = (int(sys.argv[1]), int(sys.argv[2]),
                                 int(sys.argv[3]), sys.argv[4],
                                 int(sys.argv[5]))
@@ -249,10 +251,8 @@ def frame(flags, op, seq, tag=b""):
             + tag + payload)
 def good_tag(flags, op, seq):
     tok = open(tokfile, "rb").read().split(b"\n")[0].rstrip(b"\r")
-    key = hmac.new(tok, b"collstack-epoch-" + struct.pack("!II", 0, epoch),
-                   hashlib.sha256).digest()
-    msg = b"".join(struct.pack("!Q", v) for v in fields(flags, op, seq))
-    return hmac.new(key, msg + payload, hashlib.sha256).digest()[:16]
+    return cs_auth.tag(cs_auth.epoch_key(tok, 0, epoch),
+                       fields(flags, op, seq), payload)
 dst = ("10.77.0.1", 7700)
 for i in range(n):	# (a) wrong tag
     s.sendto(frame(F_AUTH | F_LAST, op, i, os.urandom(16)), dst)
