@@ -17,6 +17,7 @@ BUILD=${CS_BUILD_DIR:-build}
 PKGS=(
 	build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
 	libcriterion-dev liburing-dev libnuma-dev libhwloc-dev libsodium-dev
+	libjansson-dev etcd-server
 	dpdk libdpdk-dev libibverbs-dev rdma-core libxdp-dev libbpf-dev
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox
 	python3 python3-numpy python3-cffi
