@@ -567,6 +567,7 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 	struct etcd_rdzv *r = impl;
 	cs_ns_t until = now + (cs_ns_t)timeout_ms * CS_NS_PER_MS;
 	unsigned ev = 0;
+	bool answered = false; /* a request of this call got an answer */
 	int err = 0;
 
 	(void)now; /* the store's pace is real time */
@@ -586,8 +587,10 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 				       "rank %u from the view; it must rejoin",
 				       (long long)r->ttl, r->rank);
 			}
-			if (!err || err == -ENOENT)
+			if (!err || err == -ENOENT) {
 				r->last_ok = now;
+				answered = true;
+			}
 		}
 		if (now >= r->next_poll) {
 			ev |= sync_store(r, &err);
@@ -595,8 +598,10 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 				r->next_poll = now + r->mp.hb_interval;
 			else
 				r->next_poll = now + r->mp.hb_interval / 8;
-			if (!err)
+			if (!err) {
 				r->last_ok = now;
+				answered = true;
+			}
 		}
 		if (err && err != -ENOENT)
 			CS_DEBUG("etcd: %s", r->e.err);
@@ -609,7 +614,7 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 			       (unsigned long long)((now - r->last_ok) /
 						    CS_NS_PER_MS),
 			       r->e.err);
-		} else if (r->store_lost && !err) {
+		} else if (r->store_lost && answered) {
 			r->store_lost = false;
 			CS_INFO("etcd %s answers again", r->e.where);
 		}

@@ -596,6 +596,13 @@ Test(etcd_real, rendezvous_form_lose_and_store_loss)
 
 		wait_all(w, CS_MSVC_COORD_LOST, "the store's loss");
 		cr_assert_lt(now_ns() - t0, 30 * CS_NS_PER_S);
+		/* once, not at every poll */
+		memset(w->ev, 0, sizeof(w->ev));
+		t0 = now_ns();
+		while (now_ns() - t0 < CS_NS_PER_S)
+			rpump(w);
+		cr_assert_eq(w->ev[1] & CS_MSVC_COORD_LOST, 0,
+			     "the loss was reported again");
 	}
 	cs_rendezvous_etcd.leave(w->impl[1]);
 	free(w);
