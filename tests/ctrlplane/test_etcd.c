@@ -144,6 +144,49 @@ Test(etcd, http_framing)
 	}
 }
 
+/* Seeded mutations of valid responses: the parser answers within the
+ * bytes it was given, whatever they are. */
+Test(etcd, http_framing_mutations)
+{
+	static const char *base[] = {
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		"3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n",
+		"HTTP/1.1 404 No\r\nTransfer-Encoding: chunked\r\n"
+		"Connection: close\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n"
+		"Grpc-Trailer-Content-Type: x\r\n\r\n",
+	};
+	uint64_t rng = 29;
+
+	for (unsigned it = 0; it < 200000; it++) {
+		const char *b = base[it % CS_ARRAY_SIZE(base)];
+		char buf[256];
+		size_t len = strlen(b), body, blen;
+		unsigned nmut = 1 + (unsigned)(cs_rand_next(&rng) % 4);
+		bool cl;
+		int st, r;
+
+		memcpy(buf, b, len);
+		for (unsigned m = 0; m < nmut; m++) {
+			size_t at = cs_rand_next(&rng) % len;
+			uint64_t x = cs_rand_next(&rng);
+
+			buf[at] = (x & 1) ? (char)(x >> 8)
+					  : "0123456789abcdef\r\n:; "[x % 21];
+		}
+		if (cs_rand_next(&rng) % 4 == 0)
+			len = cs_rand_next(&rng) % (len + 1);
+		r = cs_http_parse(buf, len, &st, &body, &blen, &cl);
+		cr_assert(r == 0 || r == -EPROTO || r == -EMSGSIZE ||
+				  (r > 0 && (size_t)r <= len),
+			  "iteration %u: %d", it, r);
+		if (r > 0)
+			cr_assert(body <= (size_t)r && blen <= (size_t)r - body,
+				  "iteration %u: body %zu+%zu of %d", it, body,
+				  blen, r);
+	}
+}
+
 Test(etcd, url)
 {
 	char host[64], prefix[64], err[128];
