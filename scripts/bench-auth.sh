@@ -50,6 +50,12 @@ for n in "${NODES[@]}"; do
 			c1=$(cpu_of) t1=$(date +%s.%N)
 			scripts/cluster.sh down >/dev/null 2>&1
 			row=$(grep -E '^ *[0-9]+ +[0-9]+ +f32' <<<"$out" | tail -1)
+			if [ -z "$row" ]; then	# say why, keep going
+				printf '%s nodes auth.enable=%s %s: no result: %s\n' \
+					"$n" "$a" "$(date -u +%T)" \
+					"$(grep -v '^#' <<<"$out" | tail -2 | tr '\n' ' ')"
+				continue
+			fi
 			read -r _ _ _ _ tus alg bus wrong <<<"$row"
 			printf '%s nodes auth.enable=%s %s loadavg %s: time_us=%s algbw=%s busbw=%s wrong=%s %s, %s | sidecars CPU %.2f s, wall %.2f s\n' \
 				"$n" "$a" "$(date -u +%T)" \
