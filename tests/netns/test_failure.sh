@@ -23,6 +23,9 @@
 #   etcd_kill_mid  the same with csn2
 #   etcd_store_kill   kill -9 etcd: every member names its loss (log,
 #                  ping) within fail_timeout + 5 s; allreduces go on
+#   etcd_partition csn2's link down: declared lost (lease expiry); link
+#                  up: csn2 finds its lease gone, refuses operations as
+#                  stale ("must rejoin"); the other three run
 #   etcd_token     a sidecar with another job token is refused by the
 #                  etcd rendezvous (exit 3, the reason in its log)
 #   boot_auth      auth.enable=1: allreduces stay correct; frames of the
@@ -281,6 +284,40 @@ etcd_store_kill() {	# etcd dies: named on every member; peers go on
 	run_ok
 }
 
+etcd_partition() {	# cut csn2 off; healed, it is stale until it rejoins
+	local st t0
+	up 4 --rendezvous etcd
+	run_ok
+	t0=$(now)
+	ip -n cssw link set csv2 down
+	for _ in $(seq $((FAIL_S * 10 + 300))); do
+		st=$(ctl csn1 ping)
+		[ "$(kv "$st" lost)" = 2 ] && break
+		sleep 0.1
+	done
+	echo "csn1: $st"
+	[ "$(kv "$st" lost)" = 2 ] || fail "csn2 was not declared lost"
+	echo "csn2 cut off -> declared lost after $(secs "$t0" "$(now)") s"
+	ip -n cssw link set csv2 up
+	# healed: csn2 finds its lease gone and itself out of the view
+	for _ in $(seq 600); do
+		grep -q "our lease expired" $RUN/csn2.log && break
+		sleep 0.1
+	done
+	grep "our lease expired" $RUN/csn2.log ||
+		fail "csn2 did not notice that its lease expired"
+	"$CLI" run allreduce -b 1K -e 1K --iters 1 --warmup 0 \
+		--timeout 20000 >"$TMP/stale.out" 2>&1 &&
+		fail "an allreduce with the stale csn2 in it succeeded"
+	cat "$TMP/stale.out"
+	grep -q "rank 2) is not in the group's view.*must rejoin" \
+		"$TMP/stale.out" || fail "csn2 was not refused as stale"
+	sed 's/^CS_NODES=.*/CS_NODES="csn0 csn1 csn3"/' $RUN/cluster.env \
+		>"$TMP/three.env"
+	run_ok --cluster "$TMP/three.env"
+	grep -q '3 ranks' "$TMP/ok.out" || fail "the three did not run"
+}
+
 etcd_token() {	# a sidecar with another job token is refused
 	local rc
 	up 2 --rendezvous etcd
@@ -394,7 +431,7 @@ boot_auth_kill() {
 case $CASE in
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
 boot_coord_stall) $CASE ;;
-etcd_kill_first|etcd_kill_mid|etcd_store_kill|etcd_token)
+etcd_kill_first|etcd_kill_mid|etcd_store_kill|etcd_token|etcd_partition)
 	command -v etcd >/dev/null ||
 		skip "no etcd binary (Debian's etcd-server)"
 	$CASE ;;
