@@ -39,8 +39,8 @@ static const char *hdr_value(const char *h, size_t hlen, const char *name,
 			while (v < p + ll && (*v == ' ' || *v == '\t'))
 				v++;
 			*vlen = (size_t)(p + ll - v);
-			while (*vlen && (v[*vlen - 1] == '\r' ||
-					 v[*vlen - 1] == ' '))
+			while (*vlen &&
+			       (v[*vlen - 1] == '\r' || v[*vlen - 1] == ' '))
 				(*vlen)--;
 			return v;
 		}
@@ -153,8 +153,8 @@ int cs_http_parse(char *buf, size_t len, int *status, size_t *body,
 			if (!memcmp(buf + p, "\r\n", 2)) {
 				endp = p + 2;
 			} else {
-				const char *t = memmem(buf + p, len - p,
-						       "\r\n\r\n", 4);
+				const char *t =
+					memmem(buf + p, len - p, "\r\n\r\n", 4);
 
 				if (!t)
 					return len - p > CS_HTTP_MAX_HDR
@@ -164,8 +164,8 @@ int cs_http_parse(char *buf, size_t len, int *status, size_t *body,
 			}
 			out = off;
 			for (size_t q = off;;) {
-				const char *c2 = memmem(buf + q, endp - q,
-							"\r\n", 2);
+				const char *c2 =
+					memmem(buf + q, endp - q, "\r\n", 2);
 				int64_t m = parse_num(buf + q,
 						      (size_t)(c2 - buf) - q,
 						      true, CS_ETCD_MAX_RESP);
@@ -209,8 +209,8 @@ static int wait_fd(int fd, short ev, cs_ns_t deadline)
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		r = poll(&p, 1, (int)CS_DIV_ROUND_UP(deadline - now,
-						     CS_NS_PER_MS));
+		r = poll(&p, 1,
+			 (int)CS_DIV_ROUND_UP(deadline - now, CS_NS_PER_MS));
 		if (r > 0)
 			return 0;
 		if (r < 0 && errno != EINTR)
@@ -362,7 +362,8 @@ static int http_post(struct cs_etcd *e, const char *path, const char *body,
 
 static char *b64(const void *p, size_t n)
 {
-	size_t cap = sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+	size_t cap =
+		sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
 	char *o = malloc(cap);
 
 	if (o)
@@ -406,8 +407,7 @@ static int jint(json_t *o, const char *k, int64_t *v)
  * (json_decref it). An HTTP error or an etcd error object is -EIO with
  * the message in e->err.
  */
-static int call(struct cs_etcd *e, const char *path, json_t *req,
-		json_t **resp)
+static int call(struct cs_etcd *e, const char *path, json_t *req, json_t **resp)
 {
 	char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
 	json_error_t jerr;
@@ -447,10 +447,9 @@ static int call(struct cs_etcd *e, const char *path, json_t *req,
 	if ((m = json_object_get(r, "error"))) {
 		json_t *msg = json_object_get(m, "message");
 
-		snprintf(e->err, sizeof(e->err), "etcd %s%s: %s", e->where,
-			 path,
-			 json_is_string(msg) ? json_string_value(msg)
-					     : "error");
+		snprintf(
+			e->err, sizeof(e->err), "etcd %s%s: %s", e->where, path,
+			json_is_string(msg) ? json_string_value(msg) : "error");
 		json_decref(r);
 		return -EIO;
 	}
@@ -548,7 +547,8 @@ int cs_etcd_parse_url(const char *url, char *host, size_t hlen, uint16_t *port,
 		if (!isgraph((unsigned char)*c)) {
 			snprintf(err, errlen,
 				 "'%s': the prefix must be printable, no "
-				 "spaces", url);
+				 "spaces",
+				 url);
 			return -EINVAL;
 		}
 	snprintf(prefix, plen, "%s", slash);
@@ -599,7 +599,8 @@ int cs_etcd_put(struct cs_etcd *e, const char *key, const void *val,
 	int ret;
 
 	if (!q)
-		return !*key || strlen(key) > CS_ETCD_MAX_KEY ? -EINVAL : -ENOMEM;
+		return !*key || strlen(key) > CS_ETCD_MAX_KEY ? -EINVAL
+							      : -ENOMEM;
 	ret = call(e, "/v3/kv/put", q, &r);
 	json_decref(r);
 	return ret;
@@ -621,7 +622,8 @@ static int parse_kvs(struct cs_etcd *e, json_t *r, struct cs_etcd_range *out)
 	out->kvs = calloc(json_array_size(kvs) + 1, sizeof(*out->kvs));
 	if (!out->kvs)
 		return -ENOMEM;
-	json_array_foreach(kvs, i, kv) {
+	json_array_foreach(kvs, i, kv)
+	{
 		struct cs_etcd_kv *o = &out->kvs[out->n];
 		json_t *k = json_object_get(kv, "key");
 		json_t *v = json_object_get(kv, "value");
@@ -631,9 +633,9 @@ static int parse_kvs(struct cs_etcd *e, json_t *r, struct cs_etcd_range *out)
 		    unb64(json_string_value(k), o->key, CS_ETCD_MAX_KEY, &n) ||
 		    strlen(o->key) != n)
 			goto bad;
-		if (v && (!json_is_string(v) ||
-			  unb64(json_string_value(v), o->val, CS_ETCD_MAX_VAL,
-				&o->vlen)))
+		if (v &&
+		    (!json_is_string(v) || unb64(json_string_value(v), o->val,
+						 CS_ETCD_MAX_VAL, &o->vlen)))
 			goto bad;
 		if (jint(kv, "create_revision", &o->create_rev) ||
 		    jint(kv, "mod_revision", &o->mod_rev) ||
@@ -709,14 +711,15 @@ int cs_etcd_put_if(struct cs_etcd *e, const char *key, int64_t mod_rev,
 	snprintf(rev, sizeof(rev), "%lld", (long long)mod_rev);
 	if (!cmp || !put || put_key(cmp, key, false) ||
 	    json_object_set_new(cmp, "result", json_string("EQUAL")) ||
-	    json_object_set_new(cmp, "target", json_string(mod_rev ? "MOD"
-								   : "CREATE")) ||
-	    json_object_set_new(cmp, mod_rev ? "mod_revision"
-					     : "create_revision",
+	    json_object_set_new(cmp, "target",
+				json_string(mod_rev ? "MOD" : "CREATE")) ||
+	    json_object_set_new(cmp,
+				mod_rev ? "mod_revision" : "create_revision",
 				json_string(rev))) {
 		json_decref(cmp);
 		json_decref(put);
-		return !*key || strlen(key) > CS_ETCD_MAX_KEY ? -EINVAL : -ENOMEM;
+		return !*key || strlen(key) > CS_ETCD_MAX_KEY ? -EINVAL
+							      : -ENOMEM;
 	}
 	q = json_pack("{s:[o],s:[{s:o}]}", "compare", cmp, "success",
 		      "request_put", put);

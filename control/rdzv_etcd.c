@@ -225,10 +225,9 @@ static int parse_view(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
 
 	if (!mac_ok(r, "collstack-etcd-view ", kv->key, kv->val, &tlen))
 		return CS_ERR_AUTH;
-	if (sscanf(kv->val, "v1 epoch=%10u world=%5u lost=%n", &e, &w,
-		   &used) != 2 ||
-	    !used || w != r->world || tlen - (size_t)used != (w + 3) / 4 ||
-	    !e)
+	if (sscanf(kv->val, "v1 epoch=%10u world=%5u lost=%n", &e, &w, &used) !=
+		    2 ||
+	    !used || w != r->world || tlen - (size_t)used != (w + 3) / 4 || !e)
 		return -EPROTO;
 	for (uint32_t i = 0; i < w; i++) {
 		char c = kv->val[used + i / 4];
@@ -373,10 +372,10 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 		cs_etcd_range_free(&rg);
 		return -EPERM;
 	}
-	ret = cs_etcd_lease_grant(&r->e,
-				  (int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout,
-							   CS_NS_PER_S),
-				  &r->lease, &r->ttl);
+	ret = cs_etcd_lease_grant(
+		&r->e,
+		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
+		&r->lease, &r->ttl);
 	if (ret)
 		goto out_err;
 	for (;;) {
@@ -438,8 +437,7 @@ static unsigned adopt_view(struct etcd_rdzv *r, const struct cs_etcd_kv *kv)
 	if (ret) {
 		if (!r->bad_records++)
 			CS_ERR("etcd: ignoring %s: %s", kv->key,
-			       ret == CS_ERR_AUTH ? "wrong HMAC"
-						  : "malformed");
+			       ret == CS_ERR_AUTH ? "wrong HMAC" : "malformed");
 		return 0;
 	}
 	if (r->state == R_READY && epoch <= r->epoch)
@@ -577,9 +575,9 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 			int64_t ttl;
 
 			err = cs_etcd_lease_keepalive(&r->e, r->lease, &ttl);
-			r->next_ka = now + (err ? 100 * CS_NS_PER_MS
-						: (cs_ns_t)r->ttl *
-							  CS_NS_PER_S / 3);
+			r->next_ka =
+				now + (err ? 100 * CS_NS_PER_MS
+					   : (cs_ns_t)r->ttl * CS_NS_PER_S / 3);
 			if (err == -ENOENT && !r->self_expired) {
 				r->self_expired = true;
 				CS_ERR("etcd: our lease expired (silent for "

@@ -255,8 +255,7 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		}
 		b->epoch = m.epoch;
 		pthread_mutex_unlock(&b->mu);
-		atomic_store_explicit(&v->epoch, m.epoch,
-				      memory_order_release);
+		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		wake_ipc(v);
 	}
 	if ((ev & CS_MSVC_COORD_LOST) && !atomic_load(&v->coord_lost)) {
@@ -269,8 +268,7 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 	if (ev & CS_MSVC_FAILED) { /* the back-end logged why */
 		atomic_store(&b->state, BS_FAILED);
 	} else if ((ev & CS_MSVC_READY) && atomic_load(&b->state) == BS_WAIT) {
-		atomic_store_explicit(&v->epoch, m.epoch,
-				      memory_order_release);
+		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		atomic_store(&b->state, BS_READY);
 	}
 }
@@ -571,11 +569,11 @@ void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len)
 	snprintf(out + l, len - l,
 		 " boot=%s epoch=%u lost=%d nlost=%u "
 		 "coordinator=%s rx_stale_epoch=%llu",
-		 !d->boot			? "static"
+		 !d->boot		    ? "static"
 		 : rdzv_etcd(&d->conf.boot) ? "etcd"
 					    : "coordinator",
-		 atomic_load(&v->epoch),
-		 atomic_load(&v->lost_rank), atomic_load(&v->nlost),
+		 atomic_load(&v->epoch), atomic_load(&v->lost_rank),
+		 atomic_load(&v->nlost),
 		 !d->boot		       ? "none"
 		 : atomic_load(&v->coord_lost) ? "lost"
 					       : "ok",

@@ -102,33 +102,38 @@ Test(etcd, http_framing)
 			   NULL),
 		     -EPROTO);
 	cr_assert_eq(parse("HTTP/1.1 200 OK\r\n\r\n", &st, NULL), -EPROTO);
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-			   &st, NULL),
+	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", &st,
+			   NULL),
 		     -EPROTO);
 	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nContent-Length: "
 			   "99999999999\r\n\r\n",
 			   &st, NULL),
 		     -EMSGSIZE);
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n"
-			   "Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
-			   &st, NULL),
-		     -EPROTO);
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-			   "fffffffffffffff\r\n",
-			   &st, NULL),
-		     -EPROTO);
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-			   "7ffff0\r\n",
-			   &st, NULL),
-		     0); /* within the limit: waits for the bytes */
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-			   "900000\r\n",
-			   &st, NULL),
-		     -EMSGSIZE);
-	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-			   "2\r\nabc\r\n0\r\n\r\n",
-			   &st, NULL),
-		     -EPROTO);
+	cr_assert_eq(
+		parse("HTTP/1.1 200 OK\r\nContent-Length: 1\r\n"
+		      "Transfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n",
+		      &st, NULL),
+		-EPROTO);
+	cr_assert_eq(
+		parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		      "fffffffffffffff\r\n",
+		      &st, NULL),
+		-EPROTO);
+	cr_assert_eq(
+		parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		      "7ffff0\r\n",
+		      &st, NULL),
+		0); /* within the limit: waits for the bytes */
+	cr_assert_eq(
+		parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		      "900000\r\n",
+		      &st, NULL),
+		-EMSGSIZE);
+	cr_assert_eq(
+		parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		      "2\r\nabc\r\n0\r\n\r\n",
+		      &st, NULL),
+		-EPROTO);
 	cr_assert_eq(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
 			   &st, NULL),
 		     -EPROTO);
@@ -204,8 +209,8 @@ Test(etcd, url)
 				       sizeof(err)),
 		     0);
 	cr_assert_str_eq(prefix, "/collstack");
-	static const char *bad[] = { "http://h:1/x",  "etcd://h/x",
-				     "etcd://:1/x",   "etcd://h:0/x",
+	static const char *bad[] = { "http://h:1/x",	 "etcd://h/x",
+				     "etcd://:1/x",	 "etcd://h:0/x",
 				     "etcd://h:70000/x", "etcd://h:1x/p",
 				     "etcd://h:1/a b" };
 	for (unsigned i = 0; i < CS_ARRAY_SIZE(bad); i++)
@@ -260,12 +265,12 @@ static void fake_start(struct fake *f, const char *reply)
 Test(etcd, hostile_servers, .timeout = 60)
 {
 	static const char *bodies[] = {
-		"200 OK", "not json!",
-		"200 OK", "[]",
-		"200 OK", "{\"kvs\":[{\"key\":\"%%%\"}],\"x\":1}",
-		"200 OK", "{\"header\":{\"revision\":\"x\"},\"kvs\":[]}",
-		"200 OK", "{\"header\":{\"revision\":\"1\"},\"kvs\":7}",
-		"200 OK", "{\"header\":{},\"kvs\":[{\"key\":\"!!\"}]}",
+		"200 OK",   "not json!",
+		"200 OK",   "[]",
+		"200 OK",   "{\"kvs\":[{\"key\":\"%%%\"}],\"x\":1}",
+		"200 OK",   "{\"header\":{\"revision\":\"x\"},\"kvs\":[]}",
+		"200 OK",   "{\"header\":{\"revision\":\"1\"},\"kvs\":7}",
+		"200 OK",   "{\"header\":{},\"kvs\":[{\"key\":\"!!\"}]}",
 		"500 Oops", "{\"error\":\"broken\"}",
 	};
 	static char replies[CS_ARRAY_SIZE(bodies) / 2 + 1][256];
@@ -285,9 +290,9 @@ Test(etcd, hostile_servers, .timeout = 60)
 		int r;
 
 		fake_start(&f, replies[i]);
-		cr_assert_eq(cs_etcd_init(&e, "127.0.0.1", f.port,
-					  2 * CS_NS_PER_S),
-			     0);
+		cr_assert_eq(
+			cs_etcd_init(&e, "127.0.0.1", f.port, 2 * CS_NS_PER_S),
+			0);
 		r = cs_etcd_range(&e, "/k", false, false, &rg);
 		cr_assert(r == -EPROTO || r == -EIO, "reply %u: %d (%s)", i, r,
 			  e.err);
@@ -425,8 +430,7 @@ Test(etcd_real, kv_txn_and_leases)
 	cs_ns_t deadline;
 
 	etcd_start(&ep);
-	cr_assert_eq(cs_etcd_init(&e, "localhost", ep.client,
-				  5 * CS_NS_PER_S),
+	cr_assert_eq(cs_etcd_init(&e, "localhost", ep.client, 5 * CS_NS_PER_S),
 		     0);
 	cr_assert_eq(cs_etcd_put(&e, "/t/a", "one", 3, 0), 0, "%s", e.err);
 	cr_assert_eq(cs_etcd_put(&e, "/t/b", "t\"w\n\0o", 6, 0), 0);
@@ -458,20 +462,17 @@ Test(etcd_real, kv_txn_and_leases)
 	cr_assert(!done);
 	cr_assert_eq(cs_etcd_put_if(&e, "/t/a", rev, "two", 3, 0, &done), 0);
 	cr_assert(done);
-	cr_assert_eq(cs_etcd_put_if(&e, "/t/a", rev, "three", 5, 0, &done),
-		     0);
+	cr_assert_eq(cs_etcd_put_if(&e, "/t/a", rev, "three", 5, 0, &done), 0);
 	cr_assert(!done, "a stale revision must not win");
 	cr_assert_eq(cs_etcd_range(&e, "/t/a", false, false, &rg), 0);
 	cr_assert_str_eq(rg.kvs[0].val, "two");
 	cs_etcd_range_free(&rg);
 
 	/* a lease: kept alive, then revoked (its keys go), then gone */
-	cr_assert_eq(cs_etcd_lease_grant(&e, 30, &lease, &ttl), 0, "%s",
-		     e.err);
+	cr_assert_eq(cs_etcd_lease_grant(&e, 30, &lease, &ttl), 0, "%s", e.err);
 	cr_assert_geq(ttl, 30);
 	cr_assert_eq(cs_etcd_put(&e, "/l/k", "v", 1, lease), 0);
-	cr_assert_eq(cs_etcd_lease_keepalive(&e, lease, &left), 0, "%s",
-		     e.err);
+	cr_assert_eq(cs_etcd_lease_keepalive(&e, lease, &left), 0, "%s", e.err);
 	cr_assert_gt(left, 0);
 	cr_assert_eq(cs_etcd_lease_revoke(&e, lease), 0);
 	cr_assert_eq(cs_etcd_range(&e, "/l/k", false, false, &rg), 0);
@@ -522,9 +523,9 @@ static void rjoin(struct members *w, unsigned k, const char *url,
 	cr_assert_eq(cs_rendezvous_etcd.create(&w->impl[k], url, M, &RMP, err,
 					       sizeof(err)),
 		     0, "%s", err);
-	cr_assert_eq(cs_rendezvous_etcd.join(w->impl[k], token, rank, &self,
-					     20000),
-		     expect);
+	cr_assert_eq(
+		cs_rendezvous_etcd.join(w->impl[k], token, rank, &self, 20000),
+		expect);
 	w->live[k] = !expect;
 }
 
@@ -532,8 +533,8 @@ static void rpump(struct members *w)
 {
 	for (unsigned k = 0; k <= M; k++)
 		if (w->live[k])
-			w->ev[k] |= cs_rendezvous_etcd.poll(w->impl[k], now_ns(),
-							    0);
+			w->ev[k] |= cs_rendezvous_etcd.poll(w->impl[k],
+							    now_ns(), 0);
 	usleep(10 * 1000);
 }
 
@@ -586,8 +587,7 @@ Test(etcd_real, rendezvous_form_lose_and_store_loss)
 		cs_rendezvous_etcd.view(w->impl[k], &v);
 		cr_assert_eq(v.rank, k);
 		cr_assert_eq(v.epoch, 1);
-		cr_assert_eq(memcmp(v.table, v0.table,
-				    M * sizeof(v.table[0])),
+		cr_assert_eq(memcmp(v.table, v0.table, M * sizeof(v.table[0])),
 			     0, "member %u sees another table", k);
 		cr_assert_eq(v.table[k].udp_port, 7700 + k);
 		cr_assert_eq(v.table[k].ip, 0x0a000001 + k);
