@@ -225,7 +225,8 @@ static void conn_close(struct cs_etcd *e)
 	e->fd = -1;
 }
 
-static int conn_open(struct cs_etcd *e, cs_ns_t deadline)
+static int tcp_connect(const struct sockaddr_in *sa, cs_ns_t deadline,
+		       int *out)
 {
 	int fd, err = 0, one = 1;
 	socklen_t sl = sizeof(err);
@@ -234,7 +235,7 @@ static int conn_open(struct cs_etcd *e, cs_ns_t deadline)
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, (struct sockaddr *)&e->sa, sizeof(e->sa)) &&
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) &&
 	    errno != EINPROGRESS) {
 		err = -errno;
 		goto out_close;
@@ -246,12 +247,17 @@ static int conn_open(struct cs_etcd *e, cs_ns_t deadline)
 		err = -(err ? err : errno);
 		goto out_close;
 	}
-	e->fd = fd;
+	*out = fd;
 	return 0;
 
 out_close:
 	close(fd);
 	return err;
+}
+
+static int conn_open(struct cs_etcd *e, cs_ns_t deadline)
+{
+	return tcp_connect(&e->sa, deadline, &e->fd);
 }
 
 static int send_all(int fd, const char *p, size_t n, cs_ns_t deadline)
@@ -789,4 +795,158 @@ int cs_etcd_lease_revoke(struct cs_etcd *e, int64_t id)
 	ret = call(e, "/v3/lease/revoke", q, &r);
 	json_decref(r);
 	return ret;
+}
+
+/* ---- watch ---- */
+
+enum { W_HDR = 0, W_SIZE, W_DATA, W_END };
+
+int cs_etcd_watch_feed(struct cs_etcd_watch *w, const char *p, size_t n)
+{
+	uint64_t before = w->msgs;
+
+	while (n) {
+		switch (w->phase) {
+		case W_HDR:
+		case W_SIZE: {
+			const char *v;
+			size_t vl;
+			int64_t sz;
+
+			if (w->llen >= (w->phase == W_HDR ? sizeof(w->line)
+							  : 64))
+				return w->phase == W_HDR ? -EMSGSIZE : -EPROTO;
+			w->line[w->llen++] = *p++;
+			n--;
+			if (w->phase == W_HDR) {
+				if (w->llen < 4 ||
+				    memcmp(w->line + w->llen - 4, "\r\n\r\n", 4))
+					break;
+				if (w->llen < 12 || memcmp(w->line, "HTTP/1.", 7) ||
+				    memcmp(w->line + 8, " 200", 4))
+					return -EPROTO;
+				v = hdr_value(w->line, w->llen,
+					      "transfer-encoding:", &vl);
+				if (!v || vl != 7 || strncasecmp(v, "chunked", 7))
+					return -EPROTO;
+				w->phase = W_SIZE;
+				w->llen = 0;
+				break;
+			}
+			if (w->llen < 2 || memcmp(w->line + w->llen - 2, "\r\n", 2))
+				break;
+			sz = parse_num(w->line, w->llen - 2, true,
+				       CS_ETCD_MAX_RESP);
+			if (sz < 0)
+				return -EPROTO;
+			if (!sz)
+				return -ECONNRESET; /* the stream ended */
+			w->left = (size_t)sz;
+			w->llen = 0;
+			w->phase = W_DATA;
+			break;
+		}
+		case W_DATA: {
+			size_t k = w->left < n ? w->left : n;
+
+			for (size_t i = 0; i < k; i++)
+				w->msgs += p[i] == '\n';
+			p += k;
+			n -= k;
+			w->left -= k;
+			if (!w->left) {
+				w->phase = W_END;
+				w->llen = 0;
+			}
+			break;
+		}
+		case W_END:
+			if (*p != "\r\n"[w->llen])
+				return -EPROTO;
+			p++;
+			n--;
+			if (++w->llen == 2) {
+				w->llen = 0;
+				w->phase = W_SIZE;
+			}
+			break;
+		}
+	}
+	return (int)(w->msgs - before);
+}
+
+int cs_etcd_watch_start(struct cs_etcd *e, struct cs_etcd_watch *w,
+			const char *key, bool prefix)
+{
+	cs_ns_t deadline = mono_ns() + e->timeout;
+	json_t *cr = json_object(), *q;
+	char head[256], *body;
+	int hl, ret;
+
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+	if (!cr)
+		return -ENOMEM;
+	ret = put_key(cr, key, prefix);
+	if (ret) {
+		json_decref(cr);
+		return ret;
+	}
+	q = json_pack("{s:o}", "create_request", cr);
+	body = q ? json_dumps(q, JSON_COMPACT) : NULL;
+	json_decref(q);
+	if (!body)
+		return -ENOMEM;
+	hl = snprintf(head, sizeof(head),
+		      "POST /v3/watch HTTP/1.1\r\nHost: %s\r\n"
+		      "Content-Type: application/json\r\n"
+		      "Content-Length: %zu\r\n\r\n",
+		      e->where, strlen(body));
+	ret = hl > 0 && (size_t)hl < sizeof(head) ? 0 : -ENAMETOOLONG;
+	if (!ret)
+		ret = tcp_connect(&e->sa, deadline, &w->fd);
+	if (!ret)
+		ret = send_all(w->fd, head, (size_t)hl, deadline);
+	if (!ret)
+		ret = send_all(w->fd, body, strlen(body), deadline);
+	free(body);
+	if (ret) {
+		snprintf(e->err, sizeof(e->err), "etcd %s/v3/watch: %s",
+			 e->where, strerror(-ret));
+		cs_etcd_watch_stop(w);
+	}
+	return ret;
+}
+
+int cs_etcd_watch_read(struct cs_etcd_watch *w)
+{
+	char buf[16384];
+	int got = 0;
+
+	if (w->fd < 0)
+		return -ENOTCONN;
+	for (;;) {
+		ssize_t r = recv(w->fd, buf, sizeof(buf), 0);
+		int m;
+
+		if (r > 0) {
+			m = cs_etcd_watch_feed(w, buf, (size_t)r);
+			if (m < 0)
+				return m;
+			got += m;
+		} else if (r == 0) {
+			return -ECONNRESET;
+		} else if (errno == EAGAIN || errno == EINTR) {
+			return got;
+		} else {
+			return -errno;
+		}
+	}
+}
+
+void cs_etcd_watch_stop(struct cs_etcd_watch *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = -1;
 }

@@ -113,4 +113,42 @@ int cs_etcd_lease_grant(struct cs_etcd *e, int64_t ttl, int64_t *id,
 int cs_etcd_lease_keepalive(struct cs_etcd *e, int64_t id, int64_t *ttl);
 int cs_etcd_lease_revoke(struct cs_etcd *e, int64_t id);
 
+/*
+ * A watch (/v3/watch) on a connection of its own, read without blocking:
+ * the member learns that something under its prefix changed as soon as
+ * etcd says so, instead of at its next poll. Only the number of messages
+ * is kept: the caller reads the store again when it moves.
+ */
+struct cs_etcd_watch {
+	int fd; /* -1: not started */
+	int phase; /* headers, chunk size, chunk data, chunk end */
+	size_t left; /* bytes of the current chunk still to come */
+	char line[CS_HTTP_MAX_HDR];
+	size_t llen;
+	uint64_t msgs; /* messages received (each ends with a newline) */
+};
+
+/**
+ * cs_etcd_watch_feed - decode received bytes of a watch response
+ * (sans-IO: status, chunked framing, messages)
+ * Returns: the number of messages completed by these bytes, or -EPROTO
+ * (not a 200 chunked stream, a bad chunk), -EMSGSIZE (headers too long),
+ * -ECONNRESET (the stream ended).
+ */
+int cs_etcd_watch_feed(struct cs_etcd_watch *w, const char *p, size_t n);
+
+/**
+ * cs_etcd_watch_start - watch @key (every key under it with @prefix)
+ * Returns: 0 or a negative errno (e->err says why).
+ */
+int cs_etcd_watch_start(struct cs_etcd *e, struct cs_etcd_watch *w,
+			const char *key, bool prefix);
+/**
+ * cs_etcd_watch_read - what has arrived, without waiting
+ * Returns: new messages (>= 0), or a negative errno: the stream broke or
+ * ended (stop it and start again).
+ */
+int cs_etcd_watch_read(struct cs_etcd_watch *w);
+void cs_etcd_watch_stop(struct cs_etcd_watch *w);
+
 #endif

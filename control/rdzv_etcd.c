@@ -26,13 +26,16 @@
  * so only holders of the token can add a member or move the view; records
  * that fail it are ignored and counted.
  *
- * Every member polls the store every member.hb_interval (a range of P/view
- * and of the member keys, keys only once the group formed). A loss is seen
- * within the lease's TTL plus etcd's expiry scan (<= 0.5 s) plus one
- * interval; etcd unreachable for member.fail_timeout is reported as the
+ * Every member watches the prefix (/v3/watch) and reads the store (a range
+ * of P/view and of the member keys, keys only once the group formed) when
+ * the watch reports a change, and every max(hb_interval, fail_timeout)
+ * in any case (every hb_interval while it has no watch). A loss is seen
+ * within the lease's TTL plus etcd's expiry scan (<= 0.5 s) plus a round
+ * trip; etcd unreachable for member.fail_timeout is reported as the
  * store's loss (CS_MSVC_COORD_LOST).
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +63,8 @@ struct etcd_rdzv {
 	int state;
 	uint32_t epoch;
 	int64_t view_rev; /* mod revision of the view adopted */
-	cs_ns_t next_poll, next_ka, last_ok;
+	cs_ns_t next_poll, next_ka, last_ok, next_watch;
+	struct cs_etcd_watch w; /* changes under the prefix, as they happen */
 	bool store_lost, self_expired;
 	uint64_t bad_records;
 	uint8_t lost_mask[CS_BOOT_MAX_RANKS];
@@ -279,6 +283,7 @@ static int etcd_create(void **impl, const char *where, uint32_t world,
 	}
 	r->world = world;
 	r->mp = *mp;
+	r->w.fd = -1;
 	*impl = r;
 	return 0;
 
@@ -560,6 +565,45 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 	return ev;
 }
 
+/*
+ * How often the store is read in full: every member.hb_interval without a
+ * watch; with one, the watch says when to read and a full read every
+ * max(hb_interval, fail_timeout) only covers what a broken stream missed.
+ */
+static cs_ns_t poll_period(const struct etcd_rdzv *r)
+{
+	return r->w.fd >= 0 ? CS_MAX(r->mp.hb_interval, r->mp.fail_timeout)
+			    : r->mp.hb_interval;
+}
+
+/* Keep a watch on the prefix; anything it reports means: read now. */
+static void watch(struct etcd_rdzv *r, cs_ns_t now)
+{
+	char key[256];
+	int m;
+
+	if (r->w.fd < 0 && now >= r->next_watch) {
+		snprintf(key, sizeof(key), "%s/", r->prefix);
+		if (cs_etcd_watch_start(&r->e, &r->w, key, true)) {
+			r->next_watch = now + r->mp.hb_interval;
+			return;
+		}
+		r->next_poll = now; /* what changed before it was in place */
+	}
+	if (r->w.fd < 0)
+		return;
+	m = cs_etcd_watch_read(&r->w);
+	if (m > 0) {
+		r->next_poll = now;
+	} else if (m < 0) {
+		CS_DEBUG("etcd: watch ended (%s): polling until it is back",
+			 strerror(-m));
+		cs_etcd_watch_stop(&r->w);
+		r->next_watch = now + r->mp.hb_interval;
+		r->next_poll = now;
+	}
+}
+
 static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 {
 	struct etcd_rdzv *r = impl;
@@ -570,6 +614,8 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 
 	(void)now; /* the store's pace is real time */
 	now = mono_ns();
+	if (r->state == R_WAIT || r->state == R_READY)
+		watch(r, now);
 	if (r->state == R_WAIT || r->state == R_READY) {
 		if (now >= r->next_ka) {
 			int64_t ttl;
@@ -593,7 +639,7 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 		if (now >= r->next_poll) {
 			ev |= sync_store(r, &err);
 			if (r->next_poll)
-				r->next_poll = now + r->mp.hb_interval;
+				r->next_poll = now + poll_period(r);
 			else
 				r->next_poll = now + r->mp.hb_interval / 8;
 			if (!err) {
@@ -622,8 +668,14 @@ static unsigned etcd_poll(void *impl, cs_ns_t now, int timeout_ms)
 		cs_ns_t next = CS_MIN(r->next_ka, r->next_poll);
 
 		next = CS_MIN(next, until);
-		if (next > now)
+		if (next > now && r->w.fd >= 0) {
+			struct pollfd p = { .fd = r->w.fd, .events = POLLIN };
+
+			poll(&p, 1,
+			     (int)CS_DIV_ROUND_UP(next - now, CS_NS_PER_MS));
+		} else if (next > now) {
 			sleep_ns(next - now);
+		}
 	}
 	return ev;
 }
@@ -650,6 +702,7 @@ static void etcd_leave(void *impl)
 	if (r->lease && cs_etcd_lease_revoke(&r->e, r->lease))
 		CS_WARN("etcd: could not revoke lease %llx: %s",
 			(unsigned long long)r->lease, r->e.err);
+	cs_etcd_watch_stop(&r->w);
 	cs_etcd_fini(&r->e);
 	sodium_memzero(r->token, sizeof(r->token));
 	free(r);

@@ -192,6 +192,56 @@ Test(etcd, http_framing_mutations)
 	}
 }
 
+/* The watch stream's decoder, fed in every split, and hostile streams. */
+Test(etcd, watch_stream)
+{
+	const char *st = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+			 "Content-Type: application/json\r\n\r\n"
+			 "6\r\n{\"a\":1\r\n2\r\n}\n\r\n"
+			 "9\r\n{\"b\":2}\n{\r\n4\r\n\"c\"}\r\n1\r\n\n\r\n";
+	struct cs_etcd_watch w;
+	size_t n = strlen(st);
+
+	for (size_t cut = 0; cut <= n; cut++) {
+		int a, b;
+
+		memset(&w, 0, sizeof(w));
+		a = cs_etcd_watch_feed(&w, st, cut);
+		b = cs_etcd_watch_feed(&w, st + cut, n - cut);
+		cr_assert(a >= 0 && b >= 0, "cut %zu: %d %d", cut, a, b);
+		cr_assert_eq(a + b, 3, "cut %zu", cut);
+	}
+	memset(&w, 0, sizeof(w));
+	for (size_t i = 0; i < n; i++) /* byte by byte */
+		cr_assert_geq(cs_etcd_watch_feed(&w, st + i, 1), 0);
+	cr_assert_eq(w.msgs, 3);
+	cr_assert_eq(cs_etcd_watch_feed(&w, "0\r\n\r\n", 5), -ECONNRESET);
+
+	static const char *bad[] = {
+		"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		"2\r\nabXY",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+		"fffffffffffffffffffff\r\n",
+		"SSH-2.0-OpenSSH\r\n\r\n",
+	};
+	for (unsigned i = 0; i < CS_ARRAY_SIZE(bad); i++) {
+		memset(&w, 0, sizeof(w));
+		cr_assert_eq(cs_etcd_watch_feed(&w, bad[i], strlen(bad[i])),
+			     -EPROTO, "bad stream %u", i);
+	}
+	{ /* headers that never end */
+		static char big[CS_HTTP_MAX_HDR + 16];
+
+		memset(big, 'h', sizeof(big));
+		memset(&w, 0, sizeof(w));
+		cr_assert_eq(cs_etcd_watch_feed(&w, big, sizeof(big)),
+			     -EMSGSIZE);
+	}
+}
+
 Test(etcd, url)
 {
 	char host[64], prefix[64], err[128];
@@ -491,6 +541,35 @@ Test(etcd_real, kv_txn_and_leases)
 	/* a put under an unknown lease is etcd's error, reported */
 	cr_assert_eq(cs_etcd_put(&e, "/l/k3", "v", 1, 12345), -EIO);
 	cr_assert(strstr(e.err, "lease"), "%s", e.err);
+	/* a watch sees a put under its prefix, not one outside it */
+	{
+		struct cs_etcd_watch w;
+		cs_ns_t dl = now_ns() + 60 * CS_NS_PER_S;
+		int m, got = 0;
+
+		cr_assert_eq(cs_etcd_watch_start(&e, &w, "/w/", true), 0, "%s",
+			     e.err);
+		while (!got) { /* the "created" answer */
+			cr_assert_lt(now_ns(), dl, "no created message");
+			m = cs_etcd_watch_read(&w);
+			cr_assert_geq(m, 0);
+			got += m;
+			usleep(10 * 1000);
+		}
+		cr_assert_eq(cs_etcd_put(&e, "/x/outside", "v", 1, 0), 0);
+		cr_assert_eq(cs_etcd_put(&e, "/w/inside", "v", 1, 0), 0);
+		got = 0;
+		while (!got) {
+			cr_assert_lt(now_ns(), dl, "no event");
+			m = cs_etcd_watch_read(&w);
+			cr_assert_geq(m, 0);
+			got += m;
+			usleep(10 * 1000);
+		}
+		cr_assert_eq(w.msgs, 2, "one event, for the key inside");
+		cs_etcd_watch_stop(&w);
+		cr_assert_eq(cs_etcd_watch_read(&w), -ENOTCONN);
+	}
 	/* bad keys */
 	cr_assert_eq(cs_etcd_put(&e, "", "v", 1, 0), -EINVAL);
 	cs_etcd_fini(&e);
