@@ -699,9 +699,14 @@ static void etcd_leave(void *impl)
 	struct etcd_rdzv *r = impl;
 
 	/* the others see this member go at once, not after the TTL */
-	if (r->lease && cs_etcd_lease_revoke(&r->e, r->lease))
-		CS_WARN("etcd: could not revoke lease %llx: %s",
-			(unsigned long long)r->lease, r->e.err);
+	if (r->lease && cs_etcd_lease_revoke(&r->e, r->lease)) {
+		if (r->self_expired) /* etcd dropped it already */
+			CS_INFO("etcd: lease %llx had expired already",
+				(unsigned long long)r->lease);
+		else
+			CS_WARN("etcd: could not revoke lease %llx: %s",
+				(unsigned long long)r->lease, r->e.err);
+	}
 	cs_etcd_watch_stop(&r->w);
 	cs_etcd_fini(&r->e);
 	sodium_memzero(r->token, sizeof(r->token));
