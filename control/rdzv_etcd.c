@@ -487,6 +487,14 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 		int ret;
 
 		if (r->state == R_READY) { /* keys only: the rank */
+			const struct cs_etcd_kv *kv = &mem.kvs[i];
+
+			/* a member writes its record once, under its
+			 * lease: one rewritten or without a lease is not
+			 * the member's any more (someone with access to
+			 * etcd, not the token) and counts as gone */
+			if (!kv->lease || kv->mod_rev != kv->create_rev)
+				continue;
 			char pre[256], tail[2];
 			unsigned x;
 
@@ -551,8 +559,10 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 			}
 		if (nmiss && !(ev & CS_MSVC_VIEW) &&
 		    !view_record(r, r->epoch + 1, next, rec, sizeof(rec))) {
-			*err = cs_etcd_put_if(&r->e, key, r->view_rev, rec,
-					      strlen(rec), 0, &done);
+			/* on the view as read: one that failed its HMAC (a
+			 * forgery) is overwritten, not waited on forever */
+			*err = cs_etcd_put_if(&r->e, key, view.kvs[0].mod_rev,
+					      rec, strlen(rec), 0, &done);
 			if (!*err && done)
 				CS_INFO("etcd: %u member key(s) expired: "
 					"proposed epoch %u",

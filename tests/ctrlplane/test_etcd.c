@@ -682,6 +682,20 @@ Test(etcd_real, rendezvous_form_lose_and_store_loss)
 		     -EPERM);
 	cs_rendezvous_etcd.leave(impl);
 
+	/* a client of etcd without the token forges a view (every rank
+	 * lost, epoch 9): it is ignored, and the next real view replaces it */
+	{
+		struct cs_etcd e;
+		char v[512];
+
+		cr_assert_eq(cs_etcd_init(&e, "127.0.0.1", ep.client,
+					  5 * CS_NS_PER_S),
+			     0);
+		snprintf(v, sizeof(v), "v1 epoch=9 world=3 lost=7 auth=%064d",
+			 0);
+		cr_assert_eq(cs_etcd_put(&e, "/job1/view", v, strlen(v), 0), 0);
+		cs_etcd_fini(&e);
+	}
 	/* rank 0, "the first one", goes silent (no keepalives, as after
 	 * kill -9): its lease expires and the others move to epoch 2 */
 	memset(w->ev, 0, sizeof(w->ev));
@@ -697,15 +711,34 @@ Test(etcd_real, rendezvous_form_lose_and_store_loss)
 	}
 	cs_rendezvous_etcd.leave(w->impl[0]);
 
-	/* rank 2 leaves (its lease revoked): rank 1 sees it at once */
-	memset(w->ev, 0, sizeof(w->ev));
-	cs_rendezvous_etcd.leave(w->impl[2]);
-	w->live[2] = false;
+	/* rank 2's record is overwritten from outside (no lease, another
+	 * address): it is not rank 2's any more, which counts as gone */
+	{
+		struct cs_etcd e;
+		char v[512];
+
+		cr_assert_eq(cs_etcd_init(&e, "127.0.0.1", ep.client,
+					  5 * CS_NS_PER_S),
+			     0);
+		snprintf(v, sizeof(v),
+			 "v1 ip=01020304 port=1 mac=00:00:00:00:00:00 "
+			 "queues=1 numa=0 qpn=0 auth=%064d",
+			 0);
+		memset(w->ev, 0, sizeof(w->ev));
+		cr_assert_eq(cs_etcd_put(&e, "/job1/members/0002", v,
+					 strlen(v), 0),
+			     0);
+		cs_etcd_fini(&e);
+	}
 	wait_all(w, CS_MSVC_VIEW, "the view without rank 2");
 	cs_rendezvous_etcd.view(w->impl[1], &v);
 	cr_assert_eq(v.epoch, 3);
 	cr_assert_eq(v.nlost, 1);
 	cr_assert_eq(v.lost[0], 2);
+	cs_rendezvous_etcd.view(w->impl[2], &v);
+	cr_assert_eq(v.epoch, 3, "rank 2 sees itself out too");
+	cs_rendezvous_etcd.leave(w->impl[2]);
+	w->live[2] = false;
 
 	/* etcd itself dies: reported once, within the detection time,
 	 * and poll keeps returning */
