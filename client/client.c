@@ -106,6 +106,10 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_FLAGS] = "reserved fields not zero",
 	[CS_IPC_BAD_MISMATCH] = "differs from another rank's call",
 	[CS_IPC_BAD_PEER] = "another rank posted a bad call",
+	[CS_IPC_BAD_GROUP_SIZE] = "the nodes disagree on the group's size",
+	[CS_IPC_BAD_GROUP_RANK] = "a rank of the group is claimed on two "
+				  "nodes",
+	[CS_IPC_BAD_GROUP_MISSING] = "a rank of the group is on no node",
 };
 
 static const char *op_name(unsigned op)
@@ -780,7 +784,27 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 					 q->op == CS_IPC_OP_REDUCE_SCATTER
 				 ? cs_redop_name((enum cs_redop)q->redop)
 				 : "");
-	if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
+	if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_GROUP_SIZE)
+		set_err(c,
+			"%s: refused: node %d joined the group with size %u "
+			"(the nodes disagree on its membership); the group is "
+			"failed: form it again with one size on every node",
+			what, (int)q->peer, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC &&
+		 q->detail == CS_IPC_BAD_GROUP_RANK)
+		set_err(c,
+			"%s: refused: node %d claims rank %u of the group, "
+			"which another node claims too (the nodes disagree on "
+			"its membership); the group is failed",
+			what, (int)q->peer, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC &&
+		 q->detail == CS_IPC_BAD_GROUP_MISSING)
+		set_err(c,
+			"%s: refused: rank %u of the group is on no node (the "
+			"nodes disagree on its membership); the group is "
+			"failed",
+			what, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor",
@@ -806,6 +830,23 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 	else if (q->status == CS_ERR_PEER_LOST)
 		set_err(c, "%s, op %llu of the group: rank %d was lost", what,
 			(unsigned long long)q->seq, (int)q->peer);
+	else if (q->status == CS_ERR_TIMEOUT &&
+		 q->detail == CS_IPC_TIMEOUT_UNPOSTED && q->peer >= 0)
+		set_err(c,
+			"%s, op %llu of the group: timed out: rank %d (local "
+			"rank %u on this node) did not post it within "
+			"ipc.match_deadline; the group is failed: form a new "
+			"one",
+			what, (unsigned long long)q->seq, (int)q->peer,
+			q->epoch);
+	else if (q->status == CS_ERR_TIMEOUT &&
+		 q->detail == CS_IPC_TIMEOUT_UNPOSTED)
+		set_err(c,
+			"%s, op %llu of the group: timed out: local rank %u "
+			"on this node never joined the group (within "
+			"ipc.match_deadline); the group is failed: form a new "
+			"one",
+			what, (unsigned long long)q->seq, q->epoch);
 	else
 		set_err(c, "%s: %s", what, cs_strerror(q->status));
 	c->last_detail = q->detail;

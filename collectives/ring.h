@@ -31,6 +31,7 @@
 #include "internal/config.h"
 #include "internal/proto.h"
 #include "internal/util.h"
+#include "transport/flow.h"
 
 enum cs_coll_kind {
 	CS_COLL_ALLREDUCE = 0,
@@ -430,5 +431,11 @@ void cs_coll_abort_wait(const struct cs_coll *c, struct cs_coll_wait *w);
  */
 int cs_coll_wait_format(const struct cs_coll *c, const struct cs_coll_wait *w,
 			char *buf, size_t len);
+
+/**
+ * cs_coll_flow_ops - a struct cs_coll as an engine of the transport core
+ * (transport/flow.h): the flow pointer is the struct cs_coll itself
+ */
+extern const struct cs_flow_ops cs_coll_flow_ops;
 
 #endif

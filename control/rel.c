@@ -584,6 +584,25 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	return res;
 }
 
+void cs_rel_revive(struct cs_rel *r, cs_ns_t now)
+{
+	if (!r->failed)
+		return;
+	r->failed = false;
+	r->consecutive_to = 0;
+	r->backoff = 0;
+	r->rto_deadline = CS_NS_NEVER;
+	if (r->snd_una != r->snd_nxt)
+		arm_rto(r, now);
+}
+
+bool cs_rel_rx_new(const struct cs_rel *r, uint32_t seq)
+{
+	uint32_t off = seq - r->rcv_nxt;
+
+	return (int32_t)off >= 0 && off < r->p.window && !rcv_bit(r, seq);
+}
+
 static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			cs_ns_t now)
 {

@@ -369,6 +369,26 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now);
 
 /**
+ * cs_rel_revive - a failed session goes on: its owner gave up on what the
+ * session carried (the operations behind it ended), not on the peer. What
+ * is in flight stays in flight under the same sequence numbers (the peer
+ * still expects them), the back-off starts over.
+ * @r: the session
+ * @now: current time
+ */
+void cs_rel_revive(struct cs_rel *r, cs_ns_t now);
+
+/**
+ * cs_rel_rx_new - would a DATA packet with sequence number @seq be new
+ * here (inside the receive window, not received yet)? Lets an owner that
+ * cannot take a packet now (no room to keep it) leave it unacknowledged
+ * while still passing duplicates on, so that their ACK is repeated.
+ * @r: the session
+ * @seq: the packet's sequence number
+ */
+bool cs_rel_rx_new(const struct cs_rel *r, uint32_t seq);
+
+/**
  * cs_rel_ack_due - must a pure ACK be sent now?
  * @r: the session
  * @now: current time, ns

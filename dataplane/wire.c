@@ -53,7 +53,7 @@ static_assert(CS_FSZ(tag) == CS_PROTO_TAG_LEN, "tag size");
 
 #define CS_WIRE_KNOWN_FLAGS                                                    \
 	(CS_PKT_F_ACK | CS_PKT_F_ECE | CS_PKT_F_AUTH | CS_PKT_F_RETX |         \
-	 CS_PKT_F_CE | CS_PKT_F_LAST)
+	 CS_PKT_F_CE | CS_PKT_F_LAST | CS_PKT_F_FILLER)
 
 /* IPv4 header offsets. */
 enum {

@@ -461,11 +461,19 @@ int cs_cmd_run(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fprintf(argc < 2 ? stderr : stdout,
 			"usage: collstack run allreduce [ARGS]  (allreduce "
-			"across the cluster's sidecars)\n");
+			"across the cluster's sidecars)\n"
+			"       collstack run mixed [ARGS]      (many groups "
+			"and ops in flight, svc.core=1)\n"
+			"       collstack run buckets [ARGS]    (DDP buckets, "
+			"overlapped or --serial, svc.core=1)\n");
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "allreduce"))
 		return run_allreduce(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "mixed"))
+		return cs_cmd_run_mixed(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "buckets"))
+		return cs_cmd_run_buckets(argc - 1, argv + 1);
 	fprintf(stderr, "collstack run: unknown collective '%s'\n", argv[1]);
 	return 2;
 }

@@ -23,6 +23,8 @@ static const struct sim_cmd sim_cmds[] = {
 	{ "reduce-scatter", cs_cmd_sim_reduce_scatter, "ring reduce-scatter" },
 	{ "all-gather", cs_cmd_sim_all_gather, "ring all-gather" },
 	{ "broadcast", cs_cmd_sim_broadcast, "pipelined chain" },
+	{ "mixed", cs_cmd_sim_mixed,
+	  "many groups and ops in flight over the transport core" },
 };
 
 static void sim_usage(FILE *out)

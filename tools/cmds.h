@@ -11,6 +11,8 @@ int cs_cmd_bench_ring(int argc, char **argv);
 int cs_cmd_bench(int argc, char **argv);
 int cs_cmd_bench_ops(int argc, char **argv);
 int cs_cmd_run(int argc, char **argv);
+int cs_cmd_run_mixed(int argc, char **argv);
+int cs_cmd_run_buckets(int argc, char **argv);
 int cs_cmd_stats(int argc, char **argv);
 int cs_cmd_sim(int argc, char **argv);
 int cs_cmd_sim_p2p(int argc, char **argv);
@@ -19,6 +21,7 @@ int cs_cmd_sim_allreduce(int argc, char **argv);
 int cs_cmd_sim_reduce_scatter(int argc, char **argv);
 int cs_cmd_sim_all_gather(int argc, char **argv);
 int cs_cmd_sim_broadcast(int argc, char **argv);
+int cs_cmd_sim_mixed(int argc, char **argv);
 /* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */
 int cs_sim_parse_size(const char *s, unsigned long long *out);
 /* A whole number in [min, max], nothing before or after it; 0 or -EINVAL. */

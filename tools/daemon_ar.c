@@ -46,6 +46,7 @@
 #include "tests/sim/scen.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "svc_core.h"
 
 #define AR_MAX_CH 16
 #define AR_TXQ CS_PORT_BURST
@@ -70,6 +71,7 @@ struct svc_conf {
 	bool auth; /* auth.enable */
 	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
+	bool core; /* svc.core */
 };
 
 /* The pacer's burst unless pacer.burst_bytes is set: this many frames of
@@ -96,6 +98,15 @@ static const struct cs_cfg_entry early_cfg[] = {
 	  "acknowledge them or send data of their next operation, which "
 	  "they start only once they hold all of this one's; its ACKs wait "
 	  "up to max(rel.ack_delay, rel.rto_min / 2) to ride on that data" },
+};
+
+/* The service itself: this file's, or the transport core's. */
+static const struct cs_cfg_entry core_cfg[] = {
+	{ "svc.core", CS_CFG_BOOL, offsetof(struct svc_conf, core), "0", 0, 1,
+	  "run every cross-node operation (collstack run's and trainers') "
+	  "on the transport core (tools/svc_core.c, docs/transport-core.md):"
+	  " sessions per peer that outlive operations; without zero copy, "
+	  "packet authentication or early small ops yet" },
 };
 
 /* An epoch's packet key, ready for tags. */
@@ -226,6 +237,7 @@ struct cs_ar_svc {
 	 * start, then lcore-only. key[0] follows the view's epoch, key[1]
 	 * holds the last other epoch a frame carried. */
 	bool auth;
+	struct cs_core_svc *core; /* svc.core: everything goes there */
 	char token[CS_CFG_STR_MAX];
 	struct ar_key key[2];
 	uint64_t rx_auth_fail, rx_auth_notag, auth_rekey;
@@ -260,6 +272,9 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_cfg_defaults(early_cfg, CS_ARRAY_SIZE(early_cfg), sc);
 	if (ret)
 		return ret;
+	ret = cs_cfg_defaults(core_cfg, CS_ARRAY_SIZE(core_cfg), sc);
+	if (ret)
+		return ret;
 	return cs_cfg_defaults(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc);
 }
 
@@ -282,6 +297,10 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
+	ret = cs_cfg_set(core_cfg, CS_ARRAY_SIZE(core_cfg), sc, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
 	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
 			  errlen);
 }
@@ -296,6 +315,7 @@ void cs_daemon_help_config(FILE *out)
 		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
 	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
+	cs_cfg_help(core_cfg, CS_ARRAY_SIZE(core_cfg), out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
 }
@@ -1292,8 +1312,13 @@ static int apply_view(struct cs_ar_svc *s, char *msg, size_t mlen)
 
 	if (!d->boot || atomic_load(&d->view.epoch) == s->view_epoch)
 		return 0;
-	install(s, NULL);
+	if (s->core)
+		cs_core_svc_pause(s->core);
+	else
+		install(s, NULL);
 	ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
+	if (s->core)
+		cs_core_svc_resume(s->core);
 	if (ret)
 		return ret;
 	if (d->drv.npeers < 2) {
@@ -1601,6 +1626,18 @@ int cs_daemon_init(struct cs_daemon *d)
 	pthread_mutex_init(&s->view_lock, NULL);
 	s->hold = calloc(AR_HOLD, sizeof(*s->hold)); /* NULL: no hold */
 	d->svc = s;
+	if (s->cf->core) {
+		if (s->auth) {
+			CS_ERR("svc.core=1 does not authenticate frames yet: "
+			       "leave auth.enable off with it");
+			d->svc = NULL;
+			free(s->hold);
+			free(s);
+			return -EINVAL;
+		}
+		/* sets the driver's rx/tx to its own */
+		return cs_core_svc_init(d, &s->cf->xp, &s->cf->coll, &s->core);
+	}
 	d->drv.rx_fn = ar_rx;
 	d->drv.tx_fn = ar_tx;
 	d->drv.fn_arg = s;
@@ -1614,6 +1651,7 @@ void cs_daemon_fini(struct cs_daemon *d)
 	if (!s)
 		return;
 	/* the lcores are stopped: return what they held */
+	cs_core_svc_fini(s->core);
 	cs_port_release(d->port, 0, s->txq, s->ntxq);
 	cs_port_release(d->port, 0, s->stash, s->nstash);
 	op_free(s, s->old);
@@ -1687,6 +1725,21 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 	char dt[16];
 	enum cs_dtype dtype;
 
+	if (s->core) {
+		int ret;
+
+		/* collstack run's prepare applies the view first */
+		if (!strcmp(req, "ar_prepare")) {
+			pthread_mutex_lock(&s->view_lock);
+			ret = apply_view(s, out, len);
+			pthread_mutex_unlock(&s->view_lock);
+			if (ret)
+				return 0;
+		}
+		ret = cs_core_svc_ctl(s->core, req, args, out, len);
+		if (ret != -ENOENT)
+			return ret;
+	}
 	if (!strcmp(req, "ar_prepare")) {
 		if (sscanf(args, "%u %llu %15s %llu", &op_id, &bytes, dt,
 			   &seed) != 4 ||
@@ -1841,6 +1894,11 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 		ret = -EINVAL;
 		goto out_unlock;
 	}
+	if (s->core) {
+		ret = cs_core_svc_start(s->core, c, d->drv.npeers, d->drv.rank,
+					msg, mlen);
+		goto out_unlock;
+	}
 	op = calloc(1, sizeof(*op));
 	if (!op) {
 		ret = -ENOMEM;
@@ -1885,14 +1943,20 @@ out_unlock:
 int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
 {
 	struct ar_op *op = s->old;
+	int64_t peer;
 	unsigned r;
 
-	if (!op || !op->notify || atomic_load(&op->state) != AR_FAILED ||
-	    op->failed_peer >= s->d->drv.npeers)
+	if (s->core)
+		peer = cs_core_svc_failed_peer(s->core);
+	else if (!op || !op->notify || atomic_load(&op->state) != AR_FAILED)
+		return -1;
+	else
+		peer = (int64_t)op->failed_peer;
+	if (peer < 0 || peer >= s->d->drv.npeers)
 		return -1;
 	if (!s->d->boot) /* static peers: ring index = node.rank */
-		return (int)op->failed_peer;
-	if (sscanf(s->d->drv.peers[op->failed_peer].name, "rank%u", &r) != 1)
+		return (int)peer;
+	if (sscanf(s->d->drv.peers[peer].name, "rank%u", &r) != 1)
 		return -1;
 	return (int)r;
 }
@@ -1902,6 +1966,8 @@ int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 {
 	struct ar_op *op = s->old;
 
+	if (s->core)
+		return cs_core_svc_times(s->core, picked, ready, done);
 	/* written by the lcore before it stored the verdict, which the
 	 * caller has seen */
 	if (!op || !op->notify)
@@ -1914,12 +1980,16 @@ int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 {
+	if (s->core)
+		cs_core_svc_set_notify_fd(s->core, fd);
 	atomic_store(&s->notify_fd, fd);
 }
 
 void cs_ar_svc_flush(struct cs_ar_svc *s)
 {
-	if (cs_lcore_is_self(&s->d->lcores[0]))
+	if (s->core)
+		cs_core_svc_flush(s->core);
+	else if (cs_lcore_is_self(&s->d->lcores[0]))
 		flush(s);
 }
 
@@ -1935,6 +2005,8 @@ bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s)
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
 {
-	if (s->old && s->old->notify)
+	if (s->core)
+		cs_core_svc_stop_ext(s->core);
+	else if (s->old && s->old->notify)
 		install(s, NULL);
 }

@@ -136,8 +136,35 @@ struct ipcd_trace {
 struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
+	bool check; /* the group's membership check runs first */
+	/* it failed on a silent node (@pm_node): the verdict exchange runs
+	 * to learn whether a node refused it (see launch_verdict) */
+	bool postmortem;
+	int pm_status, pm_node;
+	unsigned tries; /* CS_IPC_INTER_VERDICT: attempts so far */
+	/* the group's name: a verdict's group may be gone (op.group is the
+	 * server's, valid only while the op is pending there) */
+	char name[CS_IPC_NAME_MAX];
 	cs_ns_t launched; /* ipc.trace_dir */
 };
+
+/*
+ * The membership check (before a group's first cross-node operation):
+ * every node of the ring puts its view of the group into its own slot of
+ * a buffer of ring-size slots and the buffer is summed across the nodes
+ * (the other slots are zero, so every node ends with every slot). Words
+ * of a slot: present (1), node rank, group size, local size, then the
+ * group rank + 1 of each local rank (0: none).
+ */
+#define IPCD_CHK_HDR 4
+#define IPCD_CHK_WORDS (IPCD_CHK_HDR + CS_IPC_MAX_LOCAL)
+/* The verdict exchange: per node present (1), node rank, status, detail,
+ * peer + 1 (status 0: this node did not refuse the operation). */
+#define IPCD_VERDICT_WORDS 5
+/* Attempts of a refusing node's verdict exchange: the other nodes join it
+ * only after their own part of the op gave up on this node, which takes
+ * as long as one attempt may wait (rel.max_timeouts x rel.rto_max). */
+#define IPCD_VERDICT_TRIES 4
 
 /*
  * ipc.on_lcore: trainer segments are registered with the port by a thread
@@ -185,6 +212,10 @@ struct cs_daemon_ipc {
 	bool installed; /* an engine may still be installed */
 	cs_ns_t done_at;
 	int32_t barrier_word;
+	bool checking; /* what runs is q[head]'s membership check */
+	bool verdicting; /* ... or its verdict exchange */
+	int32_t *chk; /* its buffer: chk_n slots of IPCD_CHK_WORDS */
+	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
 	uint32_t epoch; /* the node view the queued operations belong to */
 	uint64_t started, finished, failed, lost;
 	struct ipcd_trace *trace; /* ipc.trace_dir: IPCD_TRACE_MAX of them */
@@ -310,12 +341,14 @@ static uint32_t name_hash(const char *s)
 /*
  * The id of the k-th operation of a group: the top bit keeps it apart from
  * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
- * by launch()), then 6 bits of the name's hash, 24 bits of k. k is the
- * low half of the server's cookie (the instance's sequence number).
+ * by launch()), the next a control exchange of the group's (OP_ID_CTRL:
+ * its membership check, a verdict), then 5 bits of the name's hash, 24
+ * bits of k. k is the low half of the server's cookie (the instance's
+ * sequence number).
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
-	return 0x80000000u | (name_hash(op->group) & 0x3f) << 24 |
+	return 0x80000000u | (name_hash(op->group) & 0x1f) << 24 |
 	       ((uint32_t)op->cookie & 0xffffff);
 }
 
@@ -330,6 +363,216 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 /* Op ids of the ring kinds below (reduce-scatter, all-gather as such):
  * never the id of the same op run as a sum elsewhere. */
 #define OP_ID_RING_KIND 0x40000000u
+/* Control exchanges of a group: its membership check (op k = 0's id with
+ * this bit) and the verdict of op k (op k's id with this bit and
+ * OP_ID_RING_KIND): never a data operation's id. */
+#define OP_ID_CTRL 0x20000000u
+#define OP_ID_CHECK(id) ((id) | OP_ID_CTRL)
+#define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
+
+/*
+ * Operation k of a group was refused on some node (a bad or mismatched
+ * descriptor of a trainer there: CS_IPC_INTER_VERDICT from its server),
+ * and that node never ran its part, so the other nodes' part failed on a
+ * silent node. To tell those ranks why, every node runs one more small
+ * exchange for op k: the refusing node at once (the verdict takes op k's
+ * place in its queue), the others once op k failed on a silent node (the
+ * post-mortem). Each node's slot says whether it refused and with what;
+ * a refusal found there completes op k with that error instead of
+ * CS_ERR_PEER_LOST. If no node refused (a node really went silent), the
+ * exchange fails the same way and op k keeps its own error. As launch().
+ */
+static int launch_verdict(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	const struct cs_ipc_inter_op *op = &o->op;
+	struct cs_ar_coll c = {
+		.op_id = OP_ID_VERDICT(o->op_id),
+		.epoch = x->epoch,
+		.kind = CS_COLL_ALLREDUCE,
+		.dtype = CS_I32,
+		.redop = CS_SUM,
+		.notify = &x->notify,
+	};
+	uint32_t pos, nn;
+	int32_t *slot;
+	char msg[160];
+	int ret;
+
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
+				 sizeof(msg));
+	if (ret) {
+		if (ret != -EAGAIN)
+			CS_WARN("group '%s': %s", o->name, msg);
+		return ret;
+	}
+	free(x->chk);
+	x->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*x->chk));
+	if (!x->chk)
+		return -ENOMEM;
+	x->chk_n = nn;
+	x->chk_pos = pos;
+	slot = x->chk + (size_t)pos * IPCD_VERDICT_WORDS;
+	slot[0] = 1;
+	slot[1] = (int32_t)x->d->conf.rank;
+	if (op->kind == CS_IPC_INTER_VERDICT) {
+		slot[2] = op->status;
+		slot[3] = op->detail;
+		slot[4] = op->peer + 1;
+	}
+	c.recvbuf = x->chk;
+	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
+	atomic_store(&x->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret;
+	if (ret) {
+		CS_WARN("group '%s' verdict %#x: %s", o->name, c.op_id, msg);
+		return ret;
+	}
+	x->installed = true;
+	x->running = true;
+	x->verdicting = true;
+	return 0;
+}
+
+/* Start q[head]'s membership check (see IPCD_CHK_WORDS); as launch(). */
+static int launch_check(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	const struct cs_ipc_inter_op *op = &o->op;
+	struct cs_ar_coll c = {
+		.op_id = OP_ID_CHECK(o->op_id),
+		.epoch = x->epoch,
+		.kind = CS_COLL_ALLREDUCE,
+		.dtype = CS_I32,
+		.redop = CS_SUM,
+		.notify = &x->notify,
+	};
+	uint32_t pos, nn;
+	int32_t *slot;
+	char msg[160];
+	int ret;
+
+	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
+				 sizeof(msg));
+	if (ret) {
+		if (ret != -EAGAIN)
+			CS_WARN("group '%s': %s", op->group, msg);
+		return ret;
+	}
+	free(x->chk);
+	x->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*x->chk));
+	if (!x->chk)
+		return -ENOMEM;
+	x->chk_n = nn;
+	x->chk_pos = pos;
+	slot = x->chk + (size_t)pos * IPCD_CHK_WORDS;
+	slot[0] = 1;
+	slot[1] = (int32_t)x->d->conf.rank;
+	slot[2] = (int32_t)op->group_size;
+	slot[3] = (int32_t)op->local_size;
+	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
+		slot[IPCD_CHK_HDR + l] = op->local_ranks[l] + 1;
+	c.recvbuf = x->chk;
+	c.count = (size_t)nn * IPCD_CHK_WORDS;
+	atomic_store(&x->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret;
+	if (ret) {
+		CS_WARN("group '%s' membership check %#x: %s", op->group,
+			c.op_id, msg);
+		return ret;
+	}
+	x->installed = true;
+	x->running = true;
+	x->checking = true;
+	return 0;
+}
+
+/*
+ * What every node said about q[head]'s group (x->chk after the check):
+ * false if they agree, else true with what to fail the group with. Every
+ * node sees the same slots; each names a node other than itself.
+ */
+static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
+			  int32_t *peer, uint32_t *aux)
+{
+	const struct cs_ipc_inter_op *op = &x->q[x->head].op;
+	uint32_t size = op->group_size, n = x->chk_n;
+	uint32_t *owner = NULL; /* node slot + 1 claiming each rank */
+	bool refused = false;
+
+	/* sizes, and every slot filled (a node without the group) */
+	for (uint32_t j = 0; j < n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		if (j == x->chk_pos)
+			continue;
+		if (sl[0] != 1 || (uint32_t)sl[2] != size) {
+			*detail = CS_IPC_BAD_GROUP_SIZE;
+			*peer = sl[0] == 1 ? sl[1] : (int32_t)j;
+			*aux = sl[0] == 1 ? (uint32_t)sl[2] : 0;
+			CS_ERR("group '%s' refused: node %d joined it with "
+			       "size %u, this node (%u) with size %u",
+			       op->group, (int)*peer, *aux, x->d->conf.rank,
+			       size);
+			return true;
+		}
+	}
+	owner = calloc(size, sizeof(*owner));
+	if (!owner) { /* cannot tell: let the group run unchecked */
+		CS_WARN("group '%s': membership not checked (no memory)",
+			op->group);
+		return false;
+	}
+	/* ranks claimed twice; this node's slot first, so that a rank it
+	 * claims names the other node */
+	for (uint32_t j = 0; j < n && !refused; j++) {
+		uint32_t jj = j == 0 ? x->chk_pos : j == x->chk_pos ? 0 : j;
+		const int32_t *sl = x->chk + (size_t)jj * IPCD_CHK_WORDS;
+
+		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL; l++) {
+			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
+
+			if (r < 0 || (uint32_t)r >= size)
+				continue;
+			if (!owner[r]) {
+				owner[r] = jj + 1;
+				continue;
+			}
+			/* the first claim was this node's or another's */
+			if (owner[r] - 1 != x->chk_pos)
+				jj = owner[r] - 1;
+			*detail = CS_IPC_BAD_GROUP_RANK;
+			*peer = x->chk[(size_t)jj * IPCD_CHK_WORDS + 1];
+			*aux = (uint32_t)r;
+			refused = true;
+			break;
+		}
+	}
+	if (refused) {
+		CS_ERR("group '%s' refused: rank %u is claimed by node %d "
+		       "and by another node",
+		       op->group, *aux, (int)*peer);
+		free(owner);
+		return true;
+	}
+	for (uint32_t r = 0; r < size; r++)
+		if (!owner[r]) {
+			*detail = CS_IPC_BAD_GROUP_MISSING;
+			*peer = -1;
+			*aux = r;
+			CS_ERR("group '%s' refused: rank %u (of %u) is on no "
+			       "node",
+			       op->group, r, size);
+			refused = true;
+			break;
+		}
+	free(owner);
+	return refused;
+}
 
 /* The sum trick: the blocks of ranks not on this node are zero. */
 static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
@@ -408,6 +651,10 @@ static int launch(struct cs_daemon_ipc *x)
 	char msg[160];
 	int ret;
 
+	if (op->kind == CS_IPC_INTER_VERDICT || o->postmortem)
+		return launch_verdict(x);
+	if (o->check)
+		return launch_check(x);
 	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
 	    op->kind == CS_IPC_INTER_ALL_GATHER) {
 		ring = ring_layout(x, op, &pos);
@@ -506,12 +753,23 @@ static bool view_moved(const struct cs_daemon_ipc *x)
 	       x->epoch;
 }
 
+/* A refusal of q[head]'s group by its membership check (@group), or of
+ * q[head] alone by another node (its verdict). */
+struct ipcd_refusal {
+	bool group;
+	unsigned detail;
+	int32_t peer;
+	uint32_t aux;
+};
+
 /*
  * Finish q[head] with @status (@node: the node that stopped answering it,
- * or -1), then start what waits. Returns work done.
+ * or -1; @ref: its group is refused, or NULL), then start what waits.
+ * Returns work done.
  */
-static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
-				cs_ns_t now)
+static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, int status,
+				   int node, const struct ipcd_refusal *ref,
+				   cs_ns_t now)
 {
 	unsigned work = 0;
 
@@ -519,6 +777,8 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 		uint64_t cookie = x->q[x->head].op.cookie;
 
 		x->running = false;
+		x->checking = false;
+		x->verdicting = false;
 		if (status)
 			x->failed++;
 		else
@@ -526,12 +786,20 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 		pop(x);
 		x->done_at = now;
 		/* may call start_inter_node() again (the next instance) */
-		if (status == CS_ERR_PEER_LOST && node >= 0)
+		if (ref && ref->group)
+			cs_ipc_server_inter_refuse(x->srv, cookie, status,
+						   ref->detail, ref->peer,
+						   ref->aux);
+		else if (ref)
+			cs_ipc_server_inter_fail(x->srv, cookie, status,
+						 ref->detail, ref->peer);
+		else if (status == CS_ERR_PEER_LOST && node >= 0)
 			cs_ipc_server_inter_fail(x->srv, cookie, status,
 						 CS_IPC_LOST_SESSION, node);
 		else
 			cs_ipc_server_inter_done(x->srv, cookie, status);
 		node = -1;
+		ref = NULL;
 		work++;
 		if (!x->count || x->running || view_moved(x))
 			return work; /* a moved view: on_view() next round */
@@ -542,6 +810,38 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
 			return work; /* running, or the view moved */
 		/* else it failed at once: report it */
 	}
+}
+
+static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
+				cs_ns_t now)
+{
+	return finish_and_next_ex(x, status, node, NULL, now);
+}
+
+/*
+ * q[head]'s membership check is done: refuse its group if the nodes
+ * disagree (every node does, each naming another node), else run the
+ * operation itself. Returns work done.
+ */
+static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	struct ipcd_refusal ref;
+	int ret;
+
+	x->checking = false;
+	x->running = false;
+	ref.group = true;
+	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
+		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
+	x->q[x->head].check = false;
+	if (view_moved(x))
+		return 1; /* on_view() fails it */
+	ret = launch(x);
+	if (ret == 1)
+		return finish_and_next(x, 0, -1, now);
+	if (ret < 0 && ret != -EAGAIN)
+		return finish_and_next(x, ret, -1, now);
+	return 1;
 }
 
 /* Trainer segments: registered with the port so that frames of a
@@ -721,6 +1021,13 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o = &x->q[(x->head + x->count) % IPCD_QUEUE];
 	o->op = *op;
 	o->op_id = op_id_of(op);
+	/* a group's first operation (k = 0 on every node): its nodes check
+	 * first that they agree on who is in it (launch_check) */
+	o->check =
+		op->kind != CS_IPC_INTER_VERDICT && (uint32_t)op->cookie == 0;
+	o->postmortem = false;
+	o->tries = 0;
+	snprintf(o->name, sizeof(o->name), "%s", op->group);
 	x->count++;
 	if (x->running || x->count > 1 || view_moved(x))
 		return 0; /* started when the one before finishes */
@@ -757,6 +1064,8 @@ static void be_cancel(void *ctx, uint64_t cookie)
 		cs_ar_svc_stop_ext(x->d->svc);
 		x->installed = false;
 		x->running = false;
+		x->checking = false;
+		x->verdicting = false;
 		x->failed++;
 	}
 	for (k = i; k + 1 < x->count; k++)
@@ -786,6 +1095,8 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 		cs_ar_svc_stop_ext(x->d->svc);
 		x->installed = false;
 		x->running = false;
+		x->checking = false;
+		x->verdicting = false;
 	}
 	x->epoch = e;
 	/* cancels (be_cancel) and fails the queued ops of those groups */
@@ -813,6 +1124,8 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 			e, lost);
 	return 1;
 }
+
+static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now);
 
 /* The IPC thread's share of the backend; returns the work done. */
 static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
@@ -853,17 +1166,82 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	v = atomic_load_explicit(&x->notify, memory_order_acquire);
 	if (!v)
 		return 0;
+	if (x->verdicting)
+		return verdict_done(x, v, now);
+	if (v > 0 && x->checking)
+		return check_done(x, now);
 	if (v > 0) {
 		if (x->trace) /* no clock read on the hot path otherwise */
 			trace_op(x, now_ns());
 		return finish_and_next(x, 0, -1, now);
 	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
+	if (v == CS_ERR_PEER_LOST && node >= 0 && !view_moved(x)) {
+		/* a silent node: did it refuse the op? (launch_verdict) */
+		struct ipcd_op *o = &x->q[x->head];
+		int ret;
+
+		o->postmortem = true;
+		o->pm_status = v;
+		o->pm_node = node;
+		x->running = false;
+		x->checking = false;
+		ret = launch(x);
+		if (!ret)
+			return 1;
+		if (ret == -EAGAIN)
+			return 1; /* on_view() fails it */
+	}
 	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
 		"answering)",
 		x->q[x->head].op.group, x->q[x->head].op_id, cs_strerror(v),
 		node);
 	return finish_and_next(x, v, node, now);
+}
+
+/*
+ * q[head]'s verdict exchange ended (@v: its notify value). The refusing
+ * node's own verdict: nothing more to do (its ranks have the error).
+ * A post-mortem: a node's refusal becomes op k's error; else op k keeps
+ * its own.
+ */
+static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	struct ipcd_refusal ref = { .group = false };
+
+	x->verdicting = false;
+	x->running = false;
+	if (o->op.kind == CS_IPC_INTER_VERDICT) {
+		if (v < 0 && ++o->tries < IPCD_VERDICT_TRIES &&
+		    !view_moved(x) && !launch(x))
+			return 1; /* the others may not be there yet */
+		if (v < 0)
+			CS_WARN("group '%s': the other nodes were not told why "
+				"op %u failed here (%s)",
+				o->name, (uint32_t)o->op.cookie,
+				cs_strerror(v));
+		/* the server ignores it: that instance is finished */
+		return finish_and_next(x, v < 0 ? v : 0, -1, now);
+	}
+	for (uint32_t j = 0; v > 0 && j < x->chk_n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_VERDICT_WORDS;
+
+		if (j == x->chk_pos || sl[0] != 1 || !sl[2])
+			continue;
+		ref.detail = (unsigned)sl[3];
+		ref.peer = sl[4] - 1;
+		CS_WARN("group '%s' op %#x: refused on node %d (%s, rank %d); "
+			"its ranks here fail with that",
+			o->name, o->op_id, (int)sl[1], cs_strerror(sl[2]),
+			(int)ref.peer);
+		return finish_and_next_ex(x, sl[2], -1, &ref, now);
+	}
+	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
+		"answering%s)",
+		o->name, o->op_id, cs_strerror(o->pm_status), o->pm_node,
+		v > 0 ? "; it refused nothing" : "");
+	return finish_and_next(x, o->pm_status, o->pm_node, now);
 }
 
 /* ---- the thread -------------------------------------------------------- */
@@ -1106,7 +1484,8 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 				      .reg_mem = be_reg_mem,
 				      .unreg_mem = be_unreg_mem,
 				      .progress =
-					      x->hosted ? be_progress : NULL };
+					      x->hosted ? be_progress : NULL,
+				      .verdicts = true };
 	ret = cs_ipc_server_create(&cf->ipc, &be, &x->srv);
 	if (ret) {
 		CS_ERR("ipc.socket %s: %s", cf->ipc.socket_path,
@@ -1185,6 +1564,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		(unsigned long long)x->lost);
 	if (x->trace)
 		trace_write(x);
+	free(x->chk);
 	free(x->pfd);
 	free(x->trace);
 	free(x);

@@ -87,6 +87,17 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_FLAGS, /* flags or reserved fields not zero */
 	CS_IPC_BAD_MISMATCH, /* differs from the other ranks' descriptor */
 	CS_IPC_BAD_PEER, /* another rank's descriptor was bad */
+	/*
+	 * The group's nodes disagree on its membership (checked across the
+	 * nodes before a group's first cross-node operation; the group is
+	 * failed). @peer: the node (sidecar rank) that disagrees; the aux
+	 * word (@epoch): the size it joined the group with (GROUP_SIZE), the
+	 * rank it claims as well (GROUP_RANK); GROUP_MISSING: @peer -1, the
+	 * aux word a rank no node has.
+	 */
+	CS_IPC_BAD_GROUP_SIZE,
+	CS_IPC_BAD_GROUP_RANK,
+	CS_IPC_BAD_GROUP_MISSING,
 	CS_IPC_BAD_COUNT_
 };
 
@@ -101,16 +112,28 @@ enum cs_ipc_lost {
 				  * (the transport gave up on it) */
 };
 
+/* What a CS_ERR_TIMEOUT completion's @peer names (its @detail). */
+enum cs_ipc_timeout {
+	CS_IPC_TIMEOUT_OTHER = 0, /* the operation's own deadline */
+	/* ipc.match_deadline: @peer is the group rank of a trainer on this
+	 * node that did not post the operation (-1: its local rank never
+	 * joined), @epoch its local rank; the group is failed */
+	CS_IPC_TIMEOUT_UNPOSTED = 1,
+};
+
 /* Completion, one 32-byte slot. */
 struct cs_ipc_cqe {
 	uint64_t user_id;
 	int32_t status; /* 0 or negative errno / CS_ERR_* */
 	uint16_t detail; /* enum cs_ipc_bad for CS_ERR_BAD_DESC,
-			  * enum cs_ipc_lost for CS_ERR_PEER_LOST */
+			  * enum cs_ipc_lost for CS_ERR_PEER_LOST,
+			  * enum cs_ipc_timeout for CS_ERR_TIMEOUT */
 	uint16_t reserved;
 	int32_t peer; /* the rank at fault (bad peer, lost), or -1 */
-	uint32_t epoch; /* CS_IPC_LOST_NODE: the view that lost it, else 0
-			 * (was reserved1, always 0 before) */
+	/* an aux word (was reserved1, always 0 before): CS_IPC_LOST_NODE:
+	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank
+	 * that did not post; CS_IPC_BAD_GROUP_*: see there; else 0 */
+	uint32_t epoch;
 	uint64_t reserved2;
 };
 static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");

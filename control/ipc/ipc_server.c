@@ -15,6 +15,7 @@
 
 #define CS_LOG_MODULE "ipc"
 #include "client/shm_ring.h"
+#include "collectives/reduce.h"
 #include "internal/log.h"
 #include "ipc_server.h"
 
@@ -53,6 +54,12 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  4294967295.0,
 	  "group id also allowed to connect (4294967295: none, only the "
 	  "sidecar's uid)" },
+	{ "ipc.match_deadline", CS_CFG_NS,
+	  offsetof(struct cs_ipc_cfg, match_deadline), "120s", 0, 3.6e12,
+	  "an operation some trainers of a group on this node posted fails "
+	  "with CS_ERR_TIMEOUT, naming a local rank that did not post it, "
+	  "when that rank has not posted it this long (0: never); the group "
+	  "is then failed (as coll.deadline, its default)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -94,6 +101,7 @@ struct inst {
 	bool in_recv0; /* the backend works on local rank 0's recv buffer */
 	uint64_t seq;
 	uint32_t arrived;
+	cs_ns_t first_at; /* when its first part arrived */
 	uint64_t cookie;
 	struct part *parts; /* local_size of them */
 };
@@ -101,9 +109,13 @@ struct inst {
 struct group {
 	bool used;
 	bool failed;
+	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
-	uint16_t lost_detail; /* enum cs_ipc_lost */
-	uint32_t lost_epoch; /* CS_IPC_LOST_NODE: the view that lost it */
+	uint16_t lost_detail; /* enum cs_ipc_lost, cs_ipc_timeout, ... */
+	/* the completions' aux word (cs_ipc_cqe.epoch): CS_IPC_LOST_NODE:
+	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank */
+	uint32_t lost_epoch;
+	cs_ns_t head_at; /* when its oldest pending op became the oldest */
 	uint32_t epoch; /* the node view it was formed in */
 	uint32_t id;
 	uint32_t gen; /* bumped when the slot is reused */
@@ -151,6 +163,7 @@ struct cs_ipc_server {
 	struct pollfd *pfd;
 	struct cs_ipc_stats st;
 	uint32_t epoch; /* the backend's node view (cs_ipc_server_view) */
+	cs_ns_t now; /* of the current cs_ipc_server_poll() */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -236,16 +249,12 @@ static void part_release(struct part *p)
 	p->t = NULL;
 }
 
-/* Complete every arrived part of @in with the same status. */
-static void inst_finish(struct cs_ipc_server *s, struct group *g,
-			struct inst *in, int status, unsigned detail,
-			int32_t peer)
+/* Complete every arrived part of @in with the same status; @aux goes to
+ * the completions' aux word (cs_ipc_cqe.epoch). */
+static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
+			   struct inst *in, int status, unsigned detail,
+			   int32_t peer, uint32_t aux)
 {
-	uint32_t epoch = status == CS_ERR_PEER_LOST && g->failed &&
-					 g->lost_detail == CS_IPC_LOST_NODE
-				 ? g->lost_epoch
-				 : 0;
-
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
@@ -255,14 +264,25 @@ static void inst_finish(struct cs_ipc_server *s, struct group *g,
 			complete(s, p->t, p->user_id, status, p->bad, -1);
 		else
 			complete_ex(s, p->t, p->user_id, status, detail, peer,
-				    epoch);
+				    aux);
 		part_release(p);
 	}
 	in->active = false;
 	in->inter = false;
 	in->arrived = 0;
-	if (in->seq == g->next_done)
+	if (in->seq == g->next_done) {
 		g->next_done++;
+		g->head_at = s->now;
+	}
+}
+
+static void inst_finish(struct cs_ipc_server *s, struct group *g,
+			struct inst *in, int status, unsigned detail,
+			int32_t peer)
+{
+	inst_finish_ex(s, g, in, status, detail, peer,
+		       g->failed && status == g->fail_status ? g->lost_epoch
+							     : 0);
 }
 
 static size_t esz_of(const struct part *p)
@@ -316,16 +336,22 @@ static void copy_pieces(struct cs_ipc_server *s, void *dst, const void *src,
 	}
 }
 
-/* Reduce every local send buffer into @acc, in local-rank order, piece
- * by piece (element by element the same operations in the same order,
- * so the same bits). */
+/*
+ * Reduce every local send buffer into @acc, in local-rank order, piece by
+ * piece (element by element the same operations in the same order, so the
+ * same bits). The kernels are collectives/reduce.h's, the ones the
+ * cross-node engines use: one set of NaN, tie and signed-zero rules for
+ * both levels, and acc = op(acc, send[l]) in rank order is exactly the
+ * direct exchange's order (ring.c), so a group reduced here and the same
+ * group spread over nodes give the same bits.
+ */
 static void reduce_local(struct cs_ipc_server *s, struct group *g,
 			 struct inst *in, uint8_t *acc, size_t n)
 {
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), piece = IPC_PIECE / esz;
-	enum cs_dtype t = (enum cs_dtype)p0->d.dtype;
-	enum cs_redop op = (enum cs_redop)p0->d.redop;
+	cs_reduce_fn fn = cs_reduce_get((enum cs_dtype)p0->d.dtype,
+					(enum cs_redop)p0->d.redop);
 
 	/* acc is local rank 0's send (in place) or clear of every send */
 	if (g->local_size == 1) {
@@ -333,17 +359,18 @@ static void reduce_local(struct cs_ipc_server *s, struct group *g,
 			copy_pieces(s, acc, p0->send, n * esz);
 		return;
 	}
+	if (!fn) /* validate() let no bad dtype or redop through */
+		return;
 	for (size_t off = 0; off < n; off += piece) {
 		size_t m = CS_MIN(piece, n - off), b = off * esz;
 		uint32_t l = 1;
 
 		/* acc = send0 op send1: no copy first */
-		cs_ipc_reduce_into(acc + b, (uint8_t *)p0->send + b,
-				   (uint8_t *)in->parts[l++].send + b, m, t,
-				   op);
+		fn(acc + b, (uint8_t *)p0->send + b,
+		   (uint8_t *)in->parts[l++].send + b, m);
 		for (; l < g->local_size; l++)
-			cs_ipc_reduce(acc + b, (uint8_t *)in->parts[l].send + b,
-				      m, t, op);
+			fn(acc + b, acc + b, (uint8_t *)in->parts[l].send + b,
+			   m);
 		if (off + m < n)
 			progress(s);
 	}
@@ -568,6 +595,39 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	}
 }
 
+/*
+ * @in of a group spanning nodes is refused here (@status, @detail, @peer):
+ * the other nodes run their part of it and would wait for this node's
+ * until their transport gives up on it ("stopped answering"). The
+ * backend tells them why instead (CS_IPC_INTER_VERDICT).
+ */
+static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
+			 int status, unsigned detail, int32_t peer)
+{
+	struct cs_ipc_inter_op op = {
+		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
+			  (seq & 0xffffffffu),
+		.group = g->name,
+		.group_size = g->size,
+		.local_size = g->local_size,
+		.local_ranks = g->ranks,
+		.kind = CS_IPC_INTER_VERDICT,
+		.epoch = g->epoch,
+		.status = status,
+		.detail = (uint16_t)detail,
+		.peer = peer,
+	};
+	int ret;
+
+	if (!s->have_be || !s->be.verdicts || g->local_size == g->size)
+		return;
+	ret = s->be.start_inter_node(s->be.ctx, &op);
+	if (ret)
+		CS_WARN("group '%s' op %llu: the other nodes are not told "
+			"why it failed here (%s)",
+			g->name, (unsigned long long)seq, cs_strerror(ret));
+}
+
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
@@ -585,6 +645,8 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			bad_rank = g->ranks[l];
 	}
 	if (bad_rank >= 0) {
+		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
+			     bad_rank);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			    bad_rank);
 		return;
@@ -598,6 +660,8 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		      a->op == CS_IPC_OP_REDUCE_SCATTER) &&
 		     a->redop != b->redop) ||
 		    (a->op == CS_IPC_OP_BROADCAST && a->root != b->root)) {
+			send_verdict(s, g, in->seq, CS_ERR_BAD_DESC,
+				     CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			inst_finish(s, g, in, CS_ERR_BAD_DESC,
 				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			return;
@@ -652,13 +716,37 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	run_ready(s, g);
 }
 
+static void group_break(struct cs_ipc_server *s, struct group *g, int status,
+			unsigned detail, int32_t peer, uint32_t aux);
+
+void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
+				int status, unsigned detail, int32_t peer,
+				uint32_t aux)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+	struct inst *in;
+
+	if (gid >= s->cfg.max_groups || !status)
+		return;
+	g = &s->groups[gid];
+	if (!g->used)
+		return;
+	in = &g->win[g->next_done % IPC_WINDOW];
+	if (!in->active || !in->inter || in->cookie != cookie)
+		return;
+	/* the backend let go of it: no cancel() from end_pending() */
+	in->inter = false;
+	group_break(s, g, status, detail, peer, aux);
+}
+
 /*
  * End every pending instance of @g with @status. A cross-node step still
  * running is taken back from the backend first: it works in the staging
  * buffer or a member's own segment, which may be about to go.
  */
 static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
-			unsigned detail, int32_t peer)
+			unsigned detail, int32_t peer, uint32_t aux)
 {
 	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
 		struct inst *in = &g->win[k];
@@ -667,7 +755,7 @@ static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
 			continue;
 		if (in->inter && s->have_be && s->be.cancel)
 			s->be.cancel(s->be.ctx, in->cookie);
-		inst_finish(s, g, in, status, detail, peer);
+		inst_finish_ex(s, g, in, status, detail, peer, aux);
 	}
 }
 
@@ -681,6 +769,7 @@ static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
 {
 	if (!g->failed) {
 		g->failed = true;
+		g->fail_status = CS_ERR_PEER_LOST;
 		g->lost_rank = lost;
 		g->lost_detail = (uint16_t)detail;
 		g->lost_epoch = epoch;
@@ -693,7 +782,98 @@ static void group_fail(struct cs_ipc_server *s, struct group *g, int32_t lost,
 				"operations fail",
 				g->name, (int)lost);
 	}
-	end_pending(s, g, CS_ERR_PEER_LOST, g->lost_detail, g->lost_rank);
+	end_pending(s, g, g->fail_status, g->lost_detail, g->lost_rank,
+		    g->lost_epoch);
+}
+
+/*
+ * Fail @g for good with @status (not a lost member): its pending and later
+ * operations complete with it, @detail, @peer and @aux (the completions'
+ * aux word); joining it again is refused, so the trainers form a new one.
+ */
+static void group_break(struct cs_ipc_server *s, struct group *g, int status,
+			unsigned detail, int32_t peer, uint32_t aux)
+{
+	if (!g->failed) {
+		g->failed = true;
+		g->fail_status = status;
+		g->lost_rank = peer;
+		g->lost_detail = (uint16_t)detail;
+		g->lost_epoch = aux;
+	}
+	end_pending(s, g, g->fail_status, g->lost_detail, g->lost_rank,
+		    g->lost_epoch);
+}
+
+/*
+ * ipc.match_deadline: the oldest pending operation of a group waits for a
+ * local rank that does not post it (a live trainer stuck elsewhere, or a
+ * local rank that never joined). Its parts that did arrive complete with
+ * CS_ERR_TIMEOUT naming that rank, and the group fails: the late rank's
+ * operation would pair with the others' next one otherwise. Counted from
+ * the first part's arrival, or from when the operation became the
+ * group's oldest (the ranks may wait for the one before to post it).
+ * Returns the number of groups failed.
+ */
+static int check_deadlines(struct cs_ipc_server *s, cs_ns_t now)
+{
+	int n = 0;
+
+	if (!s->cfg.match_deadline)
+		return 0;
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
+		struct group *g = &s->groups[i];
+		struct inst *in;
+		cs_ns_t since;
+		uint32_t l;
+
+		if (!g->used || g->failed)
+			continue;
+		in = &g->win[g->next_done % IPC_WINDOW];
+		if (!in->active || in->seq != g->next_done || in->inter ||
+		    !in->arrived || in->arrived >= g->local_size)
+			continue;
+		since = CS_MAX(in->first_at, g->head_at);
+		if (now - since < s->cfg.match_deadline)
+			continue;
+		for (l = 0; l < g->local_size && in->parts[l].arrived; l++)
+			;
+		CS_WARN("group '%s': op %llu: local rank %u (rank %d) did "
+			"not post it within ipc.match_deadline (%llu ms); %u "
+			"of %u posted; the group fails with CS_ERR_TIMEOUT",
+			g->name, (unsigned long long)in->seq, l,
+			(int)g->ranks[l],
+			(unsigned long long)(s->cfg.match_deadline / 1000000),
+			in->arrived, g->local_size);
+		group_break(s, g, CS_ERR_TIMEOUT, CS_IPC_TIMEOUT_UNPOSTED,
+			    g->ranks[l], l);
+		n++;
+	}
+	return n;
+}
+
+cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
+{
+	cs_ns_t next = 0;
+
+	if (!s->cfg.match_deadline)
+		return 0;
+	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
+		const struct group *g = &s->groups[i];
+		const struct inst *in;
+		cs_ns_t at;
+
+		if (!g->used || g->failed)
+			continue;
+		in = &g->win[g->next_done % IPC_WINDOW];
+		if (!in->active || in->seq != g->next_done || in->inter ||
+		    !in->arrived || in->arrived >= g->local_size)
+			continue;
+		at = CS_MAX(in->first_at, g->head_at) + s->cfg.match_deadline;
+		if (!next || at < next)
+			next = at;
+	}
+	return next;
 }
 
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
@@ -718,7 +898,7 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 /* The last member left: drop its own pending parts quietly. */
 static void group_cancel(struct cs_ipc_server *s, struct group *g)
 {
-	end_pending(s, g, CS_ERR_CANCELLED, 0, -1);
+	end_pending(s, g, CS_ERR_CANCELLED, 0, -1, 0);
 }
 
 static void group_free(struct group *g)
@@ -877,7 +1057,7 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	m = t->groups[d->group];
 	g = m->g;
 	if (g->failed) {
-		complete_ex(s, t, d->user_id, CS_ERR_PEER_LOST, g->lost_detail,
+		complete_ex(s, t, d->user_id, g->fail_status, g->lost_detail,
 			    g->lost_rank, g->lost_epoch);
 		return;
 	}
@@ -894,6 +1074,7 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		in->active = true;
 		in->seq = m->seq;
 		in->arrived = 0;
+		in->first_at = s->now;
 	}
 	p = &in->parts[m->local_rank];
 	if (in->seq != m->seq || p->arrived) {
@@ -950,11 +1131,22 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 
 		if (!m)
 			continue;
+		struct group *g = m->g;
+		struct inst *head = &g->win[g->next_done % IPC_WINDOW];
+		/* the other nodes wait for this one in that op: tell them
+		 * the rank is lost (after the backend let go of the op) */
+		bool tell =
+			!g->failed && head->active && head->seq == g->next_done;
+		uint64_t seq = g->next_done;
+
 		/* Completions to @t itself are discarded below. */
-		if (m->g->nmembers > 1)
-			group_fail(s, m->g, m->rank, CS_IPC_LOST_RANK, 0);
+		if (g->nmembers > 1)
+			group_fail(s, g, m->rank, CS_IPC_LOST_RANK, 0);
 		else
-			group_cancel(s, m->g);
+			group_cancel(s, g);
+		if (tell)
+			send_verdict(s, g, seq, CS_ERR_PEER_LOST,
+				     CS_IPC_LOST_RANK, m->rank);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
@@ -1189,6 +1381,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->size = size;
 	g->local_size = local_size;
 	g->epoch = s->epoch;
+	g->head_at = s->now;
 	g->used = true;
 	s->st.groups++;
 	*out = g;
@@ -1232,6 +1425,20 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "group '%.32s' lost node %d (epoch %u); "
 				 "join a new group",
 				 name, (int)g->lost_rank, g->lost_epoch);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_BAD_DESC) {
+			snprintf(why, wl,
+				 "group '%.32s' refused: nodes disagree on "
+				 "it (node %d); join a new one",
+				 name, (int)g->lost_rank);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_TIMEOUT) {
+			snprintf(why, wl,
+				 "group '%.32s' timed out waiting for rank "
+				 "%d; join a new group",
+				 name, (int)g->lost_rank);
 			return CS_ERR_EPOCH;
 		}
 		if (g->failed) {
@@ -1503,12 +1710,13 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 {
 	int work = 0, ret;
 
+	s->now = now;
 	if (now >= s->next_sock_poll) {
 		s->next_sock_poll = now + s->cfg.sock_poll_interval;
 		ret = poll_sockets(s);
 		if (ret < 0)
 			return ret;
-		work += ret;
+		work += ret + check_deadlines(s, now);
 	}
 	for (uint32_t i = 0; i < s->tr_end; i++) {
 		struct trainer *t = s->tr[i];

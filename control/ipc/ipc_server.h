@@ -4,6 +4,7 @@
 #define CS_IPC_SERVER_H
 
 #include <poll.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,7 +22,9 @@
  *    submission ring (no system call), validates each one, matches it with
  *    the other local ranks' descriptors of the same group and, once all
  *    local ranks are in, runs the operation;
- *  - publishes completions and kicks eventfds of trainers that sleep.
+ *  - publishes completions and kicks eventfds of trainers that sleep;
+ *  - every sock_poll_interval: fails groups whose oldest operation waited
+ *    ipc.match_deadline for a local rank that did not post it.
  *
  * Groups: a group is (name, size); the trainers on this node are its local
  * ranks 0..local_size-1. When local_size == size the whole group is on this
@@ -32,7 +35,10 @@
  * operations complete with -EOPNOTSUPP.
  *
  * Results are bit-identical on every local rank: the reduction is done
- * once, in local-rank order, into one buffer, and then only copied.
+ * once, in local-rank order, into one buffer, and then only copied. It uses
+ * the kernels of collectives/reduce.h (the cross-node engines' kernels, with
+ * their NaN, tie and signed-zero rules), so a node-local reduction gives the
+ * bits the direct exchange gives for the same inputs spread over nodes.
  */
 
 struct cs_ipc_server;
@@ -50,6 +56,7 @@ struct cs_ipc_cfg {
 	cs_ns_t sock_poll_interval;
 	uint32_t sq_burst; /* descriptors per trainer per poll */
 	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
+	cs_ns_t match_deadline; /* 0: local matching waits forever */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -68,6 +75,16 @@ enum cs_ipc_inter_kind {
 	 * or @sendbuf); reduce over nodes at least the blocks of the local
 	 * ranks, into @buf at their global offsets */
 	CS_IPC_INTER_REDUCE_SCATTER = 5,
+	/*
+	 * This node refused the group's operation (a bad or mismatched
+	 * descriptor of a local rank), or lost a local rank while the
+	 * operation was pending; its ranks here already have the error
+	 * (@status, @detail, @peer). Tell the other nodes, whose ranks wait
+	 * for this node in the same operation, so that theirs end with it
+	 * too and not as a silent node. No buffer; no inter_done needed (one
+	 * is ignored). Only to a backend with cs_ipc_backend.verdicts.
+	 */
+	CS_IPC_INTER_VERDICT = 6,
 };
 
 /* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */
@@ -90,6 +107,10 @@ struct cs_ipc_inter_op {
 	uint64_t count; /* elements in @buf */
 	uint64_t block; /* elements per rank (all-gather, reduce-scatter) */
 	uint32_t epoch; /* the node view the group was formed in */
+	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
+	int32_t status;
+	uint16_t detail;
+	int32_t peer;
 };
 
 /* The network side, supplied by the integrator (collstackd). */
@@ -108,6 +129,9 @@ struct cs_ipc_backend {
 	 * intra-node reduction or copy, so that a server polled by a
 	 * port's lcore (collstackd ipc.on_lcore) keeps serving the port. */
 	void (*progress)(void *ctx);
+	/* The backend takes CS_IPC_INTER_VERDICT steps (without it none is
+	 * handed to it). */
+	bool verdicts;
 };
 
 /* Counters for tests, `collstack top` and metrics. */
@@ -165,6 +189,19 @@ int cs_ipc_server_sleep_prepare(struct cs_ipc_server *s, struct pollfd *pfd);
 void cs_ipc_server_sleep_done(struct cs_ipc_server *s);
 
 /**
+ * cs_ipc_server_next_deadline - when a local match may next time out
+ * @s: server
+ *
+ * A caller that sleeps (cs_ipc_server_sleep_prepare) must poll again by
+ * then: an operation that some local ranks of a group posted and another
+ * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT.
+ *
+ * Returns: the time (the clock of cs_ipc_server_poll's @now), or 0 if no
+ * operation waits for a local rank.
+ */
+cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s);
+
+/**
  * cs_ipc_server_inter_done - the backend finished a cross-node step
  * @s: server
  * @cookie: from the cs_ipc_inter_op
@@ -186,6 +223,24 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
  */
 void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 			      int status, unsigned detail, int32_t peer);
+
+/**
+ * cs_ipc_server_inter_refuse - the backend refuses a group's cross-node step
+ * @s: server
+ * @cookie: from the cs_ipc_inter_op
+ * @status: a negative error (CS_ERR_BAD_DESC for a membership the nodes
+ *	disagree on)
+ * @detail: for the completions (enum cs_ipc_bad: CS_IPC_BAD_GROUP_*)
+ * @peer: the node (or rank) @detail names, or -1
+ * @aux: the completions' aux word (cs_ipc_cqe.epoch)
+ *
+ * As cs_ipc_server_inter_fail(), and the whole group fails with it: its
+ * pending and later operations complete with the same error, joining it
+ * again is refused. Call from the thread that calls cs_ipc_server_poll.
+ */
+void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
+				int status, unsigned detail, int32_t peer,
+				uint32_t aux);
 
 /**
  * cs_ipc_server_view - the backend's view of the nodes moved on
@@ -220,33 +275,5 @@ void cs_ipc_server_stats(const struct cs_ipc_server *s,
  * @s: server (may be NULL)
  */
 void cs_ipc_server_destroy(struct cs_ipc_server *s);
-
-/**
- * cs_ipc_reduce - @dst[i] = @dst[i] op @src[i] for @n elements
- * @dst: accumulator
- * @src: contribution
- * @n: elements
- * @t: element type
- * @op: operator
- *
- * The local reduction the server uses; f16/bf16 go through float.
- */
-void cs_ipc_reduce(void *dst, const void *src, size_t n, enum cs_dtype t,
-		   enum cs_redop op);
-
-/**
- * cs_ipc_reduce_into - @dst[i] = @a[i] op @src[i] for @n elements
- * @dst: result; may be @a, must not overlap @a otherwise, nor @src
- * @a: first operand
- * @src: second operand
- * @n: elements
- * @t: element type
- * @op: operator
- *
- * cs_ipc_reduce() is cs_ipc_reduce_into(dst, dst, src, ...): the same
- * bits, one pass fewer when the first operand is not the result yet.
- */
-void cs_ipc_reduce_into(void *dst, const void *a, const void *src, size_t n,
-			enum cs_dtype t, enum cs_redop op);
 
 #endif

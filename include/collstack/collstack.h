@@ -150,7 +150,13 @@ int cs_buf_free(struct cs_buf *b);
  *
  * Operations may be posted at once; they run when every local rank has
  * posted its matching operation (the k-th operation of each rank on a group
- * forms one collective).
+ * forms one collective). One that a local rank does not post within the
+ * sidecar's ipc.match_deadline finishes with CS_ERR_TIMEOUT on the ranks
+ * that did (cs_errmsg() names the missing rank; unlike cs_wait()'s own
+ * timeout the request is finished) and the group fails. Before a group's
+ * first operation across nodes the nodes check that they agree on its
+ * membership; if not (another size, a rank on two nodes or on none) its
+ * operations finish with CS_ERR_BAD_DESC naming the disagreeing node.
  *
  * Returns: 0, -EINVAL (bad numbers, or they disagree with the group),
  * -EEXIST (rank taken), CS_ERR_EPOCH (the group lost a rank), -ENOSPC.

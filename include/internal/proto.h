@@ -30,6 +30,11 @@ enum cs_pkt_type {
 #define CS_PKT_F_RETX 0x0008 /* this is a retransmission */
 #define CS_PKT_F_CE 0x0010 /* congestion experienced (switch mark) */
 #define CS_PKT_F_LAST 0x0020 /* last packet of a chunk */
+/* A zero-length DATA frame that only fills a sequence number: its
+ * original's bytes may no longer exist, and the receiver provably had them
+ * (control/rel.h, "What a retransmission carries"); never handed to an
+ * engine. */
+#define CS_PKT_F_FILLER 0x0040
 
 #define CS_PROTO_TAG_LEN 16
 

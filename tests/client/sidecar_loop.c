@@ -39,9 +39,18 @@ static int sleep_on_fds(struct cs_ipc_server *srv, struct pollfd *pfd,
 			const sigset_t *open)
 {
 	int n = cs_ipc_server_sleep_prepare(srv, pfd);
+	cs_ns_t at = cs_ipc_server_next_deadline(srv), now;
+	struct timespec ts;
 
+	/* ... or until a local match times out (ipc.match_deadline) */
+	if (n && at) {
+		now = now_ns();
+		at = at > now ? at - now : 0;
+		ts = (struct timespec){ (time_t)(at / CS_NS_PER_S),
+					(long)(at % CS_NS_PER_S) };
+	}
 	if (n)
-		ppoll(pfd, (nfds_t)n, NULL, open);
+		ppoll(pfd, (nfds_t)n, at ? &ts : NULL, open);
 	cs_ipc_server_sleep_done(srv);
 	return n;
 }
@@ -50,8 +59,23 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 			 const struct cs_ipc_backend *be,
 			 int (*tick)(struct cs_ipc_server *srv, void *ctx))
 {
-	struct cs_ipc_server *srv;
 	struct cs_ipc_cfg cfg;
+	int ret;
+
+	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg);
+	if (ret)
+		return ret;
+	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", path);
+	return cs_test_sidecar_loop_cfg(&cfg, stop, be, tick);
+}
+
+int cs_test_sidecar_loop_cfg(const struct cs_ipc_cfg *base,
+			     volatile sig_atomic_t *stop,
+			     const struct cs_ipc_backend *be,
+			     int (*tick)(struct cs_ipc_server *srv, void *ctx))
+{
+	struct cs_ipc_server *srv;
+	struct cs_ipc_cfg cfg = *base;
 	unsigned idle = 0, idle_spins = LOOP_IDLE_SPINS;
 	const char *busy = getenv("COLLSTACK_SIDECAR_BUSY");
 	struct pollfd *pfd = NULL;
@@ -66,10 +90,6 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 	if (busy && !strcmp(busy, "yield"))
 		yield = true;
 
-	ret = cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg);
-	if (ret)
-		return ret;
-	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", path);
 	cfg.sock_poll_interval = LOOP_SOCK_POLL_NS;
 	ret = cs_ipc_server_create(&cfg, be, &srv);
 	if (ret)

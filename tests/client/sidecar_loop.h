@@ -23,4 +23,19 @@ int cs_test_sidecar_loop(const char *path, volatile sig_atomic_t *stop,
 			 const struct cs_ipc_backend *be,
 			 int (*tick)(struct cs_ipc_server *srv, void *ctx));
 
+/**
+ * cs_test_sidecar_loop_cfg - cs_test_sidecar_loop() with settings
+ * @cfg: the server's settings (socket path included; sock_poll_interval
+ *	is the loop's own)
+ * @stop: as cs_test_sidecar_loop()
+ * @be: as cs_test_sidecar_loop()
+ * @tick: as cs_test_sidecar_loop()
+ *
+ * Returns: 0, or a negative errno from the server.
+ */
+int cs_test_sidecar_loop_cfg(const struct cs_ipc_cfg *cfg,
+			     volatile sig_atomic_t *stop,
+			     const struct cs_ipc_backend *be,
+			     int (*tick)(struct cs_ipc_server *srv, void *ctx));
+
 #endif

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1971,4 +1972,151 @@ Test(client, busy_buffer_and_group, .timeout = 120)
 	cs_disconnect(c0);
 	cs_disconnect(c1);
 	sidecar_stop(&sc);
+}
+
+/* ---- ipc.match_deadline: a live trainer that never posts --------------- */
+
+/*
+ * Group "dl" of 3 on this node. Ranks 0 and 2 post an allreduce; rank 1 is
+ * alive and joined but does not post until they are done. They must get
+ * CS_ERR_TIMEOUT naming rank 1 (ipc.match_deadline), rank 1's late post
+ * the same at once (the group is failed), and a new group of the three
+ * must then work. No timing is asserted: only that it ends that way.
+ */
+#define DL_DEADLINE_NS (5 * 1000000000ll)
+
+struct dl_sync {
+	_Atomic int joined, timed_out, late_done;
+	int status[3], peer[3];
+	unsigned detail[3];
+	char msg[3][256];
+};
+
+static void dl_wait_for(_Atomic int *v, int want)
+{
+	/* an event from another process, not a timed sleep */
+	while (atomic_load(v) < want)
+		usleep(1000);
+}
+
+static int dl_reform(struct cs_client *c, int rank)
+{
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	if (cs_group_join(c, "dl2", rank, 3, rank, 3, &g) ||
+	    cs_buf_alloc(c, 64 * sizeof(float), &b))
+		return 20;
+	x = cs_buf_ptr(b);
+	for (int i = 0; i < 64; i++)
+		x[i] = (float)(rank + i);
+	if (cs_allreduce(g, x, x, 64, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 21;
+	for (int i = 0; i < 64; i++)
+		if (x[i] != (float)(3 + 3 * i))
+			return 22;
+	return 0;
+}
+
+static int dl_main(const char *path, int rank, int size, void *arg)
+{
+	struct dl_sync *o = arg;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+	int ret;
+
+	(void)size;
+	if (connect_retry(path, &c) ||
+	    cs_group_join(c, "dl", rank, 3, rank, 3, &g) ||
+	    cs_buf_alloc(c, 64 * sizeof(float), &b))
+		return 2;
+	x = cs_buf_ptr(b);
+	atomic_fetch_add(&o->joined, 1);
+	dl_wait_for(&o->joined, 3);
+	if (rank == 1) /* stuck elsewhere until the others gave up */
+		dl_wait_for(&o->timed_out, 2);
+	if (cs_allreduce(g, x, x, 64, CS_F32, CS_SUM, &r))
+		return 3;
+	ret = cs_wait(c, r, WAIT_NS);
+	o->status[rank] = ret;
+	cs__client_last_fail(c, &o->detail[rank], &o->peer[rank]);
+	snprintf(o->msg[rank], sizeof(o->msg[rank]), "%s", cs_errmsg(c));
+	if (rank == 1) {
+		atomic_store(&o->late_done, 1);
+	} else {
+		atomic_fetch_add(&o->timed_out, 1);
+		dl_wait_for(&o->late_done, 1);
+	}
+	ret = dl_reform(c, rank);
+	cs_disconnect(c);
+	return ret;
+}
+
+static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
+				   cs_ns_t deadline)
+{
+	struct cs_ipc_cfg cfg;
+	sigset_t block, old;
+
+	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
+				     &cfg),
+		     0);
+	cfg.match_deadline = deadline;
+	snprintf(sc->path, sizeof(sc->path), "/tmp/cs-test-%d-%s.sock",
+		 (int)getpid(), tag);
+	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", sc->path);
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	sc->pid = fork();
+	cr_assert_geq(sc->pid, 0);
+	if (sc->pid == 0) {
+		struct sigaction sa = { .sa_handler = sc_on_term };
+
+		sigaction(SIGTERM, &sa, NULL);
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		cs_log_level = CS_LOG_ERR;
+		_exit(cs_test_sidecar_loop_cfg(&cfg, &sc_stop, NULL, NULL) ? 1
+									    : 0);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+Test(client, match_deadline_names_the_rank_that_did_not_post,
+     .timeout = 120)
+{
+	struct sidecar sc;
+	struct dl_sync *o;
+	pid_t pid[3];
+
+	o = mmap(NULL, sizeof(*o), PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(o, MAP_FAILED);
+	memset(o, 0, sizeof(*o));
+	/* the sidecar sleeps in poll(2) while the two wait: the deadline
+	 * must wake it (cs_ipc_server_next_deadline) */
+	sidecar_start_deadline(&sc, "dl", DL_DEADLINE_NS);
+	for (int r = 0; r < 3; r++)
+		pid[r] = spawn(dl_main, sc.path, r, 3, o);
+	for (int r = 0; r < 3; r++)
+		expect_exit0(pid[r], "trainer");
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(o->status[r], CS_ERR_TIMEOUT, "rank %d: %d (%s)",
+			     r, o->status[r], o->msg[r]);
+		cr_assert_eq(o->detail[r], CS_IPC_TIMEOUT_UNPOSTED);
+		cr_assert_eq(o->peer[r], 1, "rank %d: names %d", r,
+			     o->peer[r]);
+		cr_assert(strstr(o->msg[r], "rank 1 (local rank 1 on this "
+					    "node) did not post"),
+			  "rank %d: %s", r, o->msg[r]);
+	}
+	sidecar_stop(&sc);
+	munmap(o, sizeof(*o));
 }

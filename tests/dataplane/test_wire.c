@@ -792,7 +792,7 @@ Test(wire_reject, flags)
 
 	fx_make(&x, 16, 0);
 	fl = x.h.flags;
-	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0040));
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0080));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x8000));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);

@@ -54,6 +54,17 @@ run_ar() {	# extra args of collstack run allreduce
 
 ctl() { cs_ctl "$1" "$2"; }	# node request -> reply line
 
+run_mixed() {	# collstack run mixed: 4 groups x 32 ops, two seeds
+	local out s
+	for s in 1 2; do
+		out=$("$CLI" run mixed --groups 4 --ops 32 --seed $s) ||
+			fail "run mixed (seed $s): $out"
+		grep -q '^mixed ok .* wrong=0 ' <<<"$out" ||
+			fail "run mixed (seed $s): $out"
+		echo "$out" | tail -1
+	done
+}
+
 # --per-op: one account per sidecar and operation, each with its result
 # no later than its last acknowledgement (ready_ns is 0, not a wrapped
 # negative, when every peer's data came in before the sidecar's own start:
@@ -284,8 +295,12 @@ udp_local() {
 case $CASE in
 udp_local) udp_local ;;
 udp_local_fault5) udp_local --set fault.drop=0.05 ;;
+# the same over the transport core (svc.core=1, docs/transport-core.md)
+udp_local_core) udp_local --set svc.core=1 ;;
+udp_local_core_fault5) udp_local --set svc.core=1 --set fault.drop=0.05 ;;
 af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
-af_packet_nofilter|memif_2|af_xdp_2)
+af_packet_nofilter|memif_2|af_xdp_2|af_packet_4_core_bridge1|\
+af_packet_4_mixed|af_packet_4_mixed_bridge1)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
@@ -315,16 +330,35 @@ af_packet_nofilter|memif_2|af_xdp_2)
 		check_foreign_filtered counted
 		SIZES=(-b 1K -e 64K); run_ar ;;
 	memif_2) cluster_up 2 --port memif; run_ar ;;
+	af_packet_4_mixed|af_packet_4_mixed_bridge1)
+		# many groups over subsets, posted in other orders on every
+		# node, all in flight on the transport core
+		if [ "$CASE" = af_packet_4_mixed ]; then
+			cluster_up 4 --port af_packet --set svc.core=1
+		else
+			cluster_up 4 --port af_packet --set svc.core=1 \
+				--bridge-loss 1
+		fi
+		run_mixed ;;
+	af_packet_4_core_bridge1)	# the transport core, 1 % lost on the wire
+		cluster_up 4 --port af_packet --set svc.core=1 --bridge-loss 1
+		run_ar
+		grep -q 'core=1' <<<"$(ctl "$N0" ar_stats)" ||
+			fail "node 0 does not run the transport core" ;;
 	af_xdp_2)
 		cluster_up 2 --port af_xdp --mtu 3500; run_ar
 		check_drops_accounted ;;
 	esac ;;
-udp_4|udp_4_fault5|udp_foreign)
+udp_4|udp_4_fault5|udp_foreign|udp_4_mixed|udp_4_mixed_bridge1)
 	need_netns
 	has_udp || skip "collstackd built without io_uring (no udp port)"
 	case $CASE in
 	udp_4) cluster_up 4 --port udp; run_ar; check_gso ;;
 	udp_4_fault5) cluster_up 4 --port udp --set fault.drop=0.05; run_ar ;;
+	udp_4_mixed) cluster_up 4 --port udp --set svc.core=1; run_mixed ;;
+	udp_4_mixed_bridge1)
+		cluster_up 4 --port udp --set svc.core=1 --bridge-loss 1
+		run_mixed ;;
 	udp_foreign)
 		cluster_up 2 --port udp
 		inject_foreign

@@ -26,7 +26,15 @@
 # 10.79.0.254, and node 0 lost: no coordinator goes with it), early_4x1 (small allreduces done
 # at result-ready, coll.direct_early, with 5 % loss: frames of finished ops
 # resent, delivery implied by the peers' next op; reduce_scatter on the
-# ring in between; then the same with coll.direct_early=0: none early).
+# ring in between; then the same with coll.direct_early=0: none early),
+# members_size_2x1 (hostile joins: a group joined as size 2 on one node
+# and size 3 on the other, then one whose rank 2 is on no node: both
+# refused at their first operation on both nodes, each naming the other
+# node, the next operation too, and a proper group then works),
+# members_rank_2x1 (the same rank claimed on both nodes, for an allreduce
+# and for an all-gather: refused naming the other node, not "peer lost"),
+# members_desc_2x2 (a descriptor one node refuses reaches the other node's
+# rank as that error, not as a lost peer).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -44,6 +52,7 @@ CLI=$BUILD/tools/collstack
 DAEMON=$BUILD/tools/collstackd
 TRAINER=$BUILD/tools/cs-trainer-bench
 PEERLOST=$BUILD/tools/cs-trainer-peerlost
+JOIN=$BUILD/tests/netns/cs-trainer-join
 RUN=/run/collstack-ipcd
 ENV_FILE=$RUN/cluster.env
 BR=ipbr0
@@ -481,6 +490,107 @@ case_peer_lost() {
 	done
 }
 
+# Trainers joining as told: join_run NAME OP NOPS SPEC...; SPEC is
+# "NODE RANK SIZE [LOCAL_RANK LOCAL_SIZE [COUNT]]" (default 0 1 1024);
+# the k-th SPEC's output goes to $RUN/j<k>.out.
+join_run() {
+	local name=$1 op=$2 nops=$3 k=0 pids=() spec
+	shift 3
+	[ -x "$JOIN" ] || fail "not built: $JOIN"
+	for spec in "$@"; do
+		# shellcheck disable=SC2086
+		set -- $spec
+		ip netns exec "ipn$1" env \
+			COLLSTACK_SOCKET=$RUN/ipn$1/collstack.sock \
+			timeout 300 "$JOIN" "$name" "$2" "$3" "${4:-0}" "${5:-1}" \
+			"$op" "$nops" "${6:-1024}" >"$RUN/j$k.out" 2>&1 &
+		pids+=($!)
+		k=$((k + 1))
+	done
+	for ((k = 0; k < ${#pids[@]}; k++)); do
+		wait "${pids[$k]}" ||
+			{ cat "$RUN/j$k.out"; fail "trainer $k of '$name' exited $?"; }
+		sed "s/^/  $name trainer $k: /" "$RUN/j$k.out"
+	done
+}
+
+# expect K PATTERN: trainer K's output has a line matching it
+expect() {
+	grep -qE "$2" "$RUN/j$1.out" || fail "trainer $1: no line matching '$2'"
+}
+
+# Nobody may report the disagreement as a lost or silent peer.
+no_peer_lost() {
+	local i
+	for i in "$@"; do
+		! grep -qE "was lost|stopped answering|status=-1001" \
+			"$RUN/j$i.out" || fail "trainer $i: reported as a lost peer"
+	done
+}
+
+case_members_size() {
+	up 2
+	# size 2 on ipn0 (rank 0), size 3 on ipn1 (rank 1): today the
+	# allreduce "succeeded" with the sum of the two ranks that exist
+	join_run gs allreduce 2 "0 0 2" "1 1 3"
+	expect 0 '^error op=0 status=-1004 msg=.*refused: node 1 joined the group with size 3'
+	expect 1 '^error op=0 status=-1004 msg=.*refused: node 0 joined the group with size 2'
+	expect 0 '^error op=1 status=-1004 msg=.*node 1 joined the group with size 3'
+	expect 1 '^error op=1 status=-1004 msg=.*node 0 joined the group with size 2'
+	no_peer_lost 0 1
+	# size 3 everywhere, but rank 2 nowhere
+	join_run gm allreduce 1 "0 0 3" "1 1 3"
+	expect 0 '^error op=0 status=-1004 msg=.*refused: rank 2 of the group is on no node'
+	expect 1 '^error op=0 status=-1004 msg=.*refused: rank 2 of the group is on no node'
+	no_peer_lost 0 1
+	# a proper group on the same sidecars: (1 + 2) x 1024
+	join_run ok allreduce 2 "0 0 2" "1 1 2"
+	expect 0 '^ok op=1 sum=3072$'
+	expect 1 '^ok op=1 sum=3072$'
+	grep -h "refused" "$RUN/ipn0.log" "$RUN/ipn1.log" | head -n 4 |
+		sed 's/^/  log: /'
+	sidecars_alive
+}
+
+case_members_rank() {
+	up 2
+	# rank 0 of a group of 2 claimed on both nodes: today the allreduce
+	# "succeeded" and the all-gather failed as a lost peer
+	join_run ga allreduce 1 "0 0 2" "1 0 2"
+	expect 0 '^error op=0 status=-1004 msg=.*refused: node 1 claims rank 0 of the group'
+	expect 1 '^error op=0 status=-1004 msg=.*refused: node 0 claims rank 0 of the group'
+	no_peer_lost 0 1
+	join_run gb all_gather 1 "0 0 2" "1 0 2"
+	expect 0 '^error op=0 status=-1004 msg=.*refused: node 1 claims rank 0 of the group'
+	expect 1 '^error op=0 status=-1004 msg=.*refused: node 0 claims rank 0 of the group'
+	no_peer_lost 0 1
+	# and a proper all-gather then works: blocks of 1s and 2s
+	join_run ok all_gather 1 "0 0 2" "1 1 2"
+	expect 0 '^ok op=0 sum=3072$'
+	expect 1 '^ok op=0 sum=3072$'
+	sidecars_alive
+}
+
+# A descriptor one node refuses: ranks 0 and 1 on ipn0 post different
+# counts (refused there as a mismatch naming rank 1), rank 2 on ipn1 waits
+# for ipn0 in the cross-node step. Rank 2 must end with ipn0's error (the
+# verdict exchange after its step gave up on the silent node), not as a
+# lost peer; the group then goes on (op 1 is refused the same way) and a
+# proper group works.
+case_members_desc() {
+	up 2 --set rel.max_timeouts=64
+	join_run gd allreduce 2 "0 0 3 0 2 1024" "0 1 3 1 2 512" "1 2 3 0 1"
+	expect 0 '^error op=0 status=-1004 msg=.*differs from another rank.s call: rank 1$'
+	expect 1 '^error op=0 status=-1004 msg=.*differs from another rank.s call: rank 1$'
+	expect 2 '^error op=0 status=-1004 msg=.*differs from another rank.s call: rank 1$'
+	expect 2 '^error op=1 status=-1004 msg=.*differs from another rank.s call: rank 1$'
+	no_peer_lost 0 1 2
+	join_run ok allreduce 1 "0 0 3 0 2" "0 1 3 1 2" "1 2 3 0 1"
+	expect 2 '^ok op=0 sum=6144$'
+	grep -h "refused on node" "$RUN/ipn1.log" | head -n 2 | sed 's/^/  log: /'
+	sidecars_alive
+}
+
 # ipc.trace_dir and COLLSTACK_BENCH_TRACE_DIR: every operation of a run is
 # timed on both sides, and scripts/op-breakdown.py matches each trainer
 # operation with its sidecar's record on every node.
@@ -505,7 +615,23 @@ case_trace() {
 	return 0
 }
 
+# Every cross-node step on the transport core (svc.core=1): allreduce and
+# the ring collectives from two trainers per node, 5 % of frames dropped.
+case_core() {
+	local op
+	BOOT=1
+	up 4 --set svc.core=1 --set fault.drop=0.05 --set fault.seed=3
+	for op in allreduce reduce_scatter all_gather broadcast; do
+		bench 2 -o "$op" -b 4K -e 1M -f 16 -n 3 -w 1 ||
+			fail "$op 4x2 on the transport core: wrong or failed"
+	done
+	sidecars_alive
+	grep -q "core=1" <<<"$(ctl "$RUN/ipn0" ar_stats)" ||
+		fail "ipn0 does not run the transport core"
+}
+
 case ${1:-} in
+core_4x2) case_core ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
@@ -524,6 +650,9 @@ peer_lost_etcd_4x1)	# no coordinator: node 0 is lost like any other
 peer_lost_4x2) case_peer_lost 4 2 1M ;;
 trace_4x1) case_trace ;;
 early_4x1) case_early ;;
+members_size_2x1) case_members_size ;;
+members_rank_2x1) case_members_rank ;;
+members_desc_2x2) case_members_desc ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -542,7 +671,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"

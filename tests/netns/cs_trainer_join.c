@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cs-trainer-join: one trainer that joins a group as told (a hostile
+ * trainer's join, for tests/netns/test_trainers.sh membership cases) and
+ * posts one collective, then reports what came back.
+ *
+ *   COLLSTACK_SOCKET=... cs-trainer-join GROUP RANK SIZE LOCAL_RANK \
+ *	LOCAL_SIZE allreduce|all_gather|barrier [N_OPS [COUNT]]
+ *
+ * COUNT: elements per operation (default 1024; a rank that posts another
+ * count than its peers on the node has its operation refused there).
+ *
+ * Output, one line per operation (flushed): "ok op=K sum=<f32 sum of the
+ * result>" or "error op=K status=<code> msg=<cs_errmsg>".
+ * Each rank contributes rank + 1 to every element. Exit 0 once every
+ * operation reported (success or error), 1 when setup failed, 2 on usage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <collstack/collstack.h>
+
+#define JOIN_COUNT 1024 /* elements, default */
+#define JOIN_WAIT_NS (300 * 1000000000ll)
+
+int main(int argc, char **argv)
+{
+	int rank, size, lr, ls, nops = 1, ret;
+	size_t count = JOIN_COUNT;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	const char *op;
+	float *x, *y;
+
+	if (argc < 7 || argc > 9) {
+		fprintf(stderr, "usage: cs-trainer-join GROUP RANK SIZE "
+				"LOCAL_RANK LOCAL_SIZE "
+				"allreduce|all_gather|barrier [N_OPS "
+				"[COUNT]]\n");
+		return 2;
+	}
+	rank = atoi(argv[2]);
+	size = atoi(argv[3]);
+	lr = atoi(argv[4]);
+	ls = atoi(argv[5]);
+	op = argv[6];
+	if (argc >= 8)
+		nops = atoi(argv[7]);
+	if (argc == 9)
+		count = (size_t)atol(argv[8]);
+	if (size < 1 || !count || count > (1 << 24)) {
+		fprintf(stderr, "bad SIZE or COUNT\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ret = cs_connect(NULL, &c);
+	if (ret) {
+		printf("setup connect: %s\n", cs_strerror(ret));
+		return 1;
+	}
+	ret = cs_group_join(c, argv[1], rank, size, lr, ls, &g);
+	if (ret) {
+		printf("setup join: %s: %s\n", cs_strerror(ret), cs_errmsg(c));
+		return 1;
+	}
+	ret = cs_buf_alloc(c, (size_t)(size + 1) * count * sizeof(float), &b);
+	if (ret) {
+		printf("setup buffer: %s\n", cs_strerror(ret));
+		return 1;
+	}
+	x = cs_buf_ptr(b);
+	y = x + count;
+	for (int k = 0; k < nops; k++) {
+		size_t n = count;
+		cs_req_t r;
+		double sum = 0;
+
+		for (size_t i = 0; i < count; i++)
+			x[i] = (float)(rank + 1);
+		if (!strcmp(op, "allreduce")) {
+			ret = cs_allreduce(g, x, y, count, CS_F32, CS_SUM, &r);
+		} else if (!strcmp(op, "all_gather")) {
+			ret = cs_all_gather(g, x, y, count, CS_F32, &r);
+			n = (size_t)size * count;
+		} else if (!strcmp(op, "barrier")) {
+			ret = cs_barrier(g, &r);
+			n = 0;
+		} else {
+			fprintf(stderr, "unknown operation %s\n", op);
+			return 2;
+		}
+		if (!ret)
+			ret = cs_wait(c, r, JOIN_WAIT_NS);
+		if (ret) { /* the public API's view: code and message */
+			printf("error op=%d status=%d msg=%s\n", k, ret,
+			       cs_errmsg(c));
+			continue;
+		}
+		for (size_t i = 0; i < n; i++)
+			sum += y[i];
+		printf("ok op=%d sum=%.0f\n", k, sum);
+	}
+	cs_disconnect(c);
+	return 0;
+}

@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The transport core (transport/tp.h) between three nodes joined by an
+ * in-memory wire with a fake clock: groups over subsets posted in
+ * different orders, op id reuse, frames of unknown operations, stale
+ * epochs, foreign sources, membership that disagrees, a lost peer.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collectives/ring.h"
+#include "collstack/types.h"
+#include "transport/tp.h"
+
+#define NODES 3
+#define QMAX 65536
+
+struct frame {
+	uint32_t src, dst;
+	struct cs_pkt_hdr h;
+	uint8_t *data;
+};
+
+struct node {
+	uint32_t id;
+	struct cs_tp *tp;
+	int status[64];
+	uint32_t culprit[64];
+	int ndone;
+};
+
+static struct frame q[QMAX];
+static unsigned qn;
+static struct node nodes[NODES];
+static bool dead[NODES];
+static cs_ns_t now;
+
+static unsigned t_room(void *owner)
+{
+	(void)owner;
+	return 64;
+}
+
+static void t_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
+		   const void *payload, uint32_t len)
+{
+	struct node *nd = owner;
+	struct frame *f;
+
+	cr_assert_lt(qn, QMAX);
+	f = &q[qn++];
+	f->src = nd->id;
+	f->dst = node;
+	f->h = *h;
+	f->data = NULL;
+	if (len) {
+		f->data = malloc(len);
+		memcpy(f->data, payload, len);
+	}
+}
+
+static void t_done(void *owner, void *user, int status, uint32_t culprit)
+{
+	struct node *nd = owner;
+	uintptr_t slot = (uintptr_t)user;
+
+	nd->status[slot] = status;
+	nd->culprit[slot] = culprit;
+	nd->ndone++;
+}
+
+static const struct cs_tp_io t_io = { t_room, t_xmit, t_done };
+
+static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
+{
+	struct cs_tp_params tp;
+	struct cs_xport_params xp;
+
+	cr_assert_eq(cs_tp_params_default(&tp), 0);
+	cr_assert_eq(cs_xport_params_default(&xp), 0);
+	tp.max_nodes = 16;
+	tp.hold_frames = hold;
+	tp.hold_ttl = 1000000; /* 1 ms */
+	xp.rel.max_timeouts = max_timeouts;
+	memset(nodes, 0, sizeof(nodes));
+	memset(dead, 0, sizeof(dead));
+	qn = 0;
+	now = 1000;
+	for (uint32_t i = 0; i < NODES; i++) {
+		nodes[i].id = i;
+		for (int k = 0; k < 64; k++)
+			nodes[i].status[k] = -EINPROGRESS;
+		cr_assert_eq(cs_tp_create(&tp, &xp, &t_io, &nodes[i], i, 5,
+					  &nodes[i].tp),
+			     0);
+	}
+}
+
+static void teardown_nodes(void)
+{
+	for (uint32_t i = 0; i < NODES; i++)
+		cs_tp_destroy(nodes[i].tp);
+	for (unsigned i = 0; i < qn; i++)
+		free(q[i].data);
+	qn = 0;
+}
+
+/* Deliver what is queued (to and from live nodes), then poll everyone;
+ * the clock moves 1 us a round. */
+static void pump(unsigned rounds)
+{
+	static struct frame cur[QMAX];
+
+	for (unsigned r = 0; r < rounds; r++) {
+		unsigned n = qn;
+
+		memcpy(cur, q, n * sizeof(cur[0]));
+		qn = 0;
+		for (unsigned i = 0; i < n; i++) {
+			if (!dead[cur[i].src] && !dead[cur[i].dst])
+				cs_tp_rx(nodes[cur[i].dst].tp, cur[i].src,
+					 &cur[i].h, cur[i].data, now);
+			free(cur[i].data);
+		}
+		for (uint32_t k = 0; k < NODES; k++)
+			if (!dead[k])
+				cs_tp_poll(nodes[k].tp, now);
+		now += 1000;
+	}
+}
+
+/* An allreduce (sum of f32 rank + 1 + i) of @count elements on @nd. */
+struct ar {
+	struct cs_coll *c;
+	float *buf;
+	size_t count;
+	uint32_t n;
+};
+
+static void ar_post(struct ar *a, struct node *nd, uint32_t group,
+		    uint32_t op_id, uint32_t n, uint32_t rank, size_t count,
+		    uintptr_t slot, uint64_t deadline)
+{
+	struct cs_coll_params p;
+
+	a->buf = malloc(count * sizeof(float));
+	a->count = count;
+	a->n = n;
+	for (size_t i = 0; i < count; i++)
+		a->buf[i] = (float)(rank + 1 + i % 7);
+	cs_coll_params_default(&p, NULL);
+	p.kind = CS_COLL_ALLREDUCE;
+	p.nranks = n;
+	p.rank = rank;
+	p.sendbuf = a->buf;
+	p.recvbuf = a->buf;
+	p.count = count;
+	p.dtype = CS_F32;
+	p.op = CS_SUM;
+	p.epoch = cs_tp_epoch(nd->tp);
+	p.start = now;
+	p.deadline = deadline;
+	cr_assert_eq(cs_coll_init(&p, &a->c), 0);
+	cr_assert_eq(cs_tp_post(nd->tp, group, op_id, &cs_coll_flow_ops, a->c,
+				count * sizeof(float), (void *)slot, now),
+		     0);
+}
+
+static void ar_check(const struct ar *a)
+{
+	for (size_t i = 0; i < a->count; i++) {
+		float want = 0;
+
+		for (uint32_t r = 0; r < a->n; r++)
+			want += (float)(r + 1 + i % 7);
+		cr_assert_eq(a->buf[i], want, "element %zu: %g, want %g", i,
+			     a->buf[i], want);
+	}
+}
+
+static void ar_free(struct ar *a)
+{
+	cs_coll_free(a->c);
+	free(a->buf);
+}
+
+Test(tp, groups_posted_in_opposite_orders)
+{
+	const uint32_t all[] = { 0, 1, 2 }, sub[] = { 2, 0 };
+	struct ar a[NODES], b[2];
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+	cr_assert_eq(cs_tp_group_add(nodes[2].tp, 20, sub, 2, NULL), 0);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 20, sub, 2, NULL), 0);
+	/* node 0: group 10, then 20; node 2: 20 first, 10 only later */
+	ar_post(&a[0], &nodes[0], 10, 1, 3, 0, 100000, 0, 0);
+	ar_post(&b[1], &nodes[0], 20, 1, 2, 1, 3000, 1, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 3, 1, 100000, 0, 0);
+	ar_post(&b[0], &nodes[2], 20, 1, 2, 0, 3000, 1, 0);
+	pump(50);
+	ar_post(&a[2], &nodes[2], 10, 1, 3, 2, 100000, 0, 0);
+	pump(2000);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+	}
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[2].status[1], 0);
+	ar_check(&b[0]);
+	ar_check(&b[1]);
+	ar_free(&b[0]);
+	ar_free(&b[1]);
+	{
+		struct cs_tp_stats st;
+
+		cs_tp_get_stats(nodes[2].tp, &st);
+		/* group 10's frames reached node 2 before it posted */
+		cr_assert_gt(st.rx_held, 0);
+		cr_assert_eq(st.rx_replayed, st.rx_held);
+		cr_assert_eq(st.rx_not_member + st.rx_proto + st.rx_bad_src,
+			     0);
+	}
+	teardown_nodes();
+}
+
+Test(tp, op_id_reuse_refused)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES];
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+		ar_post(&a[i], &nodes[i], 10, 7, 3, i, 1000, 0, 0);
+	}
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops,
+				a[0].c, 4000, NULL, now),
+		     -EEXIST);
+	pump(500);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(nodes[i].status[0], 0);
+		ar_check(&a[i]);
+	}
+	/* finished: its id stays taken */
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops,
+				a[0].c, 4000, NULL, now),
+		     -EEXIST);
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 99, 1, &cs_coll_flow_ops,
+				a[0].c, 4000, NULL, now),
+		     -ENOENT);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 10, all, 3, NULL), -EEXIST);
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_free(&a[i]);
+	teardown_nodes();
+}
+
+Test(tp, bad_groups_refused)
+{
+	const uint32_t dup[] = { 0, 1, 0 }, far[] = { 0, 99 },
+		       without_me[] = { 1, 2 };
+
+	setup_nodes(8, 256);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 1, dup, 3, NULL), -EINVAL);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 1, far, 2, NULL), -EINVAL);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 1, without_me, 2, NULL),
+		     -EINVAL);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 0, dup, 2, NULL), -EINVAL);
+	teardown_nodes();
+}
+
+/* Frames that must never reach an engine: counted and dropped. */
+Test(tp, foreign_and_stale_frames)
+{
+	struct cs_pkt_hdr h;
+	struct cs_tp_stats st;
+	uint8_t pl[16] = { 0 };
+
+	setup_nodes(8, 4);
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.type = CS_PKT_DATA;
+	h.epoch = 5;
+	h.group = 7;
+	h.op = 9;
+	h.len = sizeof(pl);
+	cs_tp_rx(nodes[0].tp, 0, &h, pl, now); /* from itself */
+	cs_tp_rx(nodes[0].tp, 1000, &h, pl, now); /* no such node */
+	h.epoch = 4;
+	cs_tp_rx(nodes[0].tp, 1, &h, pl, now);
+	h.epoch = 6;
+	cs_tp_rx(nodes[0].tp, 1, &h, pl, now);
+	h.epoch = 5;
+	h.type = CS_PKT_HEARTBEAT;
+	cs_tp_rx(nodes[0].tp, 1, &h, pl, now);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.rx_bad_src, 3);
+	cr_assert_eq(st.rx_stale_epoch, 1);
+	cr_assert_eq(st.rx_future_epoch, 1);
+	cr_assert_eq(st.rx_held, 0);
+	teardown_nodes();
+}
+
+/* A frame of an op nobody posts here is held, then dropped at its ttl;
+ * once the hold is full, new ones are left unacknowledged. */
+Test(tp, held_frames_expire_and_hold_is_bounded)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct cs_tp_stats st;
+	struct ar a;
+
+	setup_nodes(8, 2);
+	cr_assert_eq(cs_tp_group_add(nodes[1].tp, 10, all, 3, NULL), 0);
+	/* node 1 alone posts an op of group 10: node 2 never learns of it,
+	 * node 0 never posts */
+	ar_post(&a, &nodes[1], 10, 1, 3, 1, 64 * 1024, 0, 500000);
+	pump(100);
+	cs_tp_get_stats(nodes[2].tp, &st);
+	cr_assert_eq(st.rx_held, 2, "held %lu", (unsigned long)st.rx_held);
+	cr_assert_gt(st.rx_hold_full, 0);
+	pump(1200); /* past the hold ttl (1 ms) and the op's deadline */
+	cs_tp_get_stats(nodes[2].tp, &st);
+	cr_assert_eq(st.rx_hold_expired, 2);
+	cr_assert_eq(nodes[1].status[0], CS_ERR_TIMEOUT);
+	ar_free(&a);
+	teardown_nodes();
+}
+
+/*
+ * Node 0 thinks group 10 is {0, 1}; node 2 thinks it is {0, 2}: node 2's
+ * frames reach node 0 as a non-member's and never its op; both end at
+ * their deadline instead of summing the wrong ranks.
+ */
+Test(tp, disagreeing_membership_never_mixes)
+{
+	const uint32_t g01[] = { 0, 1 }, g02[] = { 0, 2 };
+	struct cs_tp_stats st;
+	struct ar a0, a2;
+
+	setup_nodes(8, 256);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 10, g01, 2, NULL), 0);
+	cr_assert_eq(cs_tp_group_add(nodes[2].tp, 10, g02, 2, NULL), 0);
+	ar_post(&a0, &nodes[0], 10, 1, 2, 0, 1000, 0, 300000);
+	ar_post(&a2, &nodes[2], 10, 1, 2, 1, 1000, 0, 300000);
+	pump(400);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_gt(st.rx_not_member, 0);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_TIMEOUT);
+	cr_assert_eq(nodes[2].status[0], CS_ERR_TIMEOUT);
+	ar_free(&a0);
+	ar_free(&a2);
+	teardown_nodes();
+}
+
+/* Node 1 dies mid-operation: the others' ops end with CS_ERR_PEER_LOST
+ * naming its rank (node 2's session gives up, node 0 hears it from
+ * membership), and an op posted after membership said so ends at once. */
+Test(tp, lost_peer_named)
+{
+	const uint32_t ring[] = { 2, 1, 0 }; /* node 1 is rank 1 */
+	struct ar a[NODES], late;
+
+	setup_nodes(3, 256);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, ring, 3, NULL),
+			     0);
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_post(&a[i], &nodes[i], 10, 1, 3, 2 - i, 4u << 20, 0, 0);
+	pump(3);
+	dead[1] = true;
+	/* node 2 (rank 0) sends to rank 1: its session gives up */
+	for (unsigned k = 0; k < 200000 && !nodes[2].ndone; k++)
+		pump(1);
+	cr_assert_eq(nodes[2].status[0], CS_ERR_PEER_LOST);
+	cr_assert_eq(nodes[2].culprit[0], 1);
+	/* node 0 only hears from it: membership tells it */
+	cr_assert_eq(nodes[0].ndone, 0);
+	cr_assert_eq(cs_tp_peer_lost(nodes[0].tp, 1), 0);
+	pump(1);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_PEER_LOST);
+	cr_assert_eq(nodes[0].culprit[0], 1);
+	ar_post(&late, &nodes[0], 10, 2, 3, 2, 1000, 1, 0);
+	pump(1);
+	cr_assert_eq(nodes[0].status[1], CS_ERR_PEER_LOST);
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_free(&a[i]);
+	ar_free(&late);
+	teardown_nodes();
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's collective service on the transport core (transport/tp.h),
+ * chosen with svc.core=1: lcore 0 runs one struct cs_tp over the port,
+ * every operation (collstack run's and trainers') is posted to it, and
+ * the sessions belong to the peers, not to the operations. The hooks of
+ * tools/daemon_ar.c delegate here when it is on; docs/transport-core.md.
+ */
+#ifndef CS_TOOLS_SVC_CORE_H
+#define CS_TOOLS_SVC_CORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collectives/ring.h"
+#include "control/xport.h"
+#include "daemon.h"
+#include "daemon_ipc.h"
+
+struct cs_core_svc;
+
+/* Set up (before the lcores start); installs its rx/tx on the driver. */
+int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
+		     const struct cs_coll_cfg *coll, struct cs_core_svc **out);
+void cs_core_svc_fini(struct cs_core_svc *s);
+
+/* Stop the lcore's use of the peer table (a new view is applied), and
+ * let it go on with a core for the new epoch. */
+void cs_core_svc_pause(struct cs_core_svc *s);
+void cs_core_svc_resume(struct cs_core_svc *s);
+
+/* "ar_prepare/ar_start/ar_wait/ar_check/ar_stats" (collstack run);
+ * -ENOENT for another request. */
+int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
+		    char *out, size_t len);
+
+/* A trainer operation across the nodes (cs_ar_svc_start_coll()): @n ring
+ * members, this node at @rank, in view @epoch. */
+int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
+		      uint32_t n, uint32_t rank, char *msg, size_t mlen);
+/* The ring index the last failed trainer op blames, or -1. */
+int cs_core_svc_failed_peer(struct cs_core_svc *s);
+int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
+		      cs_ns_t *done);
+void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd);
+void cs_core_svc_flush(struct cs_core_svc *s);
+void cs_core_svc_stop_ext(struct cs_core_svc *s);
+
+#endif

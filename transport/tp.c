@@ -1,0 +1,1050 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The transport core (tp.h): sessions per (peer, session channel) that
+ * outlive operations, routing of frames to operations by (epoch, group,
+ * op id), a hold for frames of operations not posted yet, and the
+ * scheduler between operations. docs/transport-core.md draws a frame's
+ * path.
+ *
+ * How a frame finds its operation again on retransmission: every session
+ * keeps one slot per sequence number in its window (seq & mask), holding
+ * the operation and the engine's cookie; the cookie cs_rel keeps is the
+ * slot's index. At most a window of sequence numbers is in flight, so a
+ * slot is free again before its index comes round. An operation that ends
+ * with frames still in flight (aborted) clears its slots: those sequence
+ * numbers are then resent as zero-length fillers (CS_PKT_F_FILLER), which
+ * the receiving core never hands to an engine.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "collstack/types.h"
+#include "transport/tp.h"
+
+#define TP_DONE_WIN 1024u /* finished op ids remembered per group */
+
+const struct cs_cfg_entry cs_tp_cfg[] = {
+	{ "tp.sess_channels", CS_CFG_U32,
+	  offsetof(struct cs_tp_params, sess_channels), "4", 1, 64,
+	  "reliable sessions per peer; engine channel c uses session "
+	  "c % this (same on every node)" },
+	{ "tp.small_bytes", CS_CFG_SIZE,
+	  offsetof(struct cs_tp_params, small_bytes), "64K", 0, 1e12,
+	  "operations of at most this size are latency class: they send "
+	  "before bulk ones and their frames are acknowledged at once" },
+	{ "tp.quantum", CS_CFG_U32, offsetof(struct cs_tp_params, quantum),
+	  "16", 1, 65536,
+	  "frames a bulk operation sends per round-robin turn" },
+	{ "tp.hold_frames", CS_CFG_U32,
+	  offsetof(struct cs_tp_params, hold_frames), "256", 0, 1 << 20,
+	  "frames of operations not posted here yet that are kept (beyond "
+	  "it they are left unacknowledged, and resent by their sender)" },
+	{ "tp.hold_ttl", CS_CFG_NS, offsetof(struct cs_tp_params, hold_ttl),
+	  "30s", 1000, 1e13,
+	  "a held frame whose operation is not posted within this long is "
+	  "dropped and counted (rx_hold_expired)" },
+	{ "tp.max_ops", CS_CFG_U32, offsetof(struct cs_tp_params, max_ops),
+	  "1024", 1, 1 << 20, "operations in flight at once per core" },
+	{ "tp.max_groups", CS_CFG_U32,
+	  offsetof(struct cs_tp_params, max_groups), "256", 1, 1 << 16,
+	  "groups known at once per core" },
+	{ "tp.max_nodes", CS_CFG_U32, offsetof(struct cs_tp_params, max_nodes),
+	  "1024", 2, 1 << 16, "node ids are below this" },
+};
+const size_t cs_tp_cfg_len = CS_ARRAY_SIZE(cs_tp_cfg);
+
+struct tp_op;
+
+struct tp_slot {
+	struct tp_op *op; /* NULL: resend as a filler */
+	uint64_t cookie; /* the engine's */
+};
+
+struct tp_sess {
+	struct cs_rel rel;
+	struct cs_tp *tp;
+	struct tp_slot *slot; /* window entries, by seq & mask */
+	uint32_t node, ch;
+};
+
+struct tp_peer {
+	struct cs_path path;
+	bool lost; /* a session to it failed */
+	struct tp_sess *sess[]; /* sess_channels, set up on first use */
+};
+
+struct tp_group {
+	uint32_t id, n, rank;
+	uint32_t *nodes; /* nodes[rank] */
+	int32_t *rank_of; /* [max_nodes], -1: not a member */
+	uint32_t live; /* ops in flight */
+	bool reuse; /* cs_tp_group_reuse_ids() */
+	uint32_t done_id[TP_DONE_WIN];
+	uint64_t done_valid[TP_DONE_WIN / 64];
+};
+
+struct tp_op {
+	struct tp_group *g;
+	uint32_t id;
+	const struct cs_flow_ops *ops;
+	void *flow;
+	void *user;
+	bool latency;
+	uint32_t nch;
+	struct cs_flow_tx *pend; /* per channel: pulled, not sent */
+	bool *has_pend;
+	struct tp_sess **sess; /* per channel: where it sends (NULL: nothing) */
+	uint32_t slots; /* frames in flight in sessions */
+	struct tp_op *hnext;
+};
+
+struct tp_held {
+	struct cs_pkt_hdr hdr;
+	uint32_t src;
+	cs_ns_t at;
+	uint8_t *data; /* kept for reuse; grown to the largest frame */
+	uint32_t cap;
+};
+
+struct cs_tp {
+	struct cs_tp_params p;
+	struct cs_xport_params xp;
+	const struct cs_tp_io *io;
+	void *owner;
+	uint32_t self, epoch;
+	struct tp_peer **peer; /* [max_nodes] */
+	struct tp_sess **sess; /* every session, for timers and ACKs */
+	uint32_t nsess, sess_cap;
+	struct tp_group **groups;
+	uint32_t ngroups;
+	struct tp_op **ops; /* in flight, in posting order */
+	uint32_t nops;
+	struct tp_op **hash;
+	uint32_t hmask;
+	struct tp_held *held;
+	uint32_t nheld;
+	uint32_t rr; /* next bulk op's turn */
+	unsigned room; /* frames io->xmit takes in this poll */
+	struct cs_tp_stats st;
+};
+
+int cs_tp_params_default(struct cs_tp_params *p)
+{
+	return cs_cfg_defaults(cs_tp_cfg, cs_tp_cfg_len, p);
+}
+
+/* ---- sessions ---------------------------------------------------------- */
+
+static void tp_acked(void *owner, uint64_t cookie, uint32_t len)
+{
+	struct tp_sess *s = owner;
+	struct tp_slot *sl = &s->slot[cookie & s->rel.mask];
+	struct tp_op *op = sl->op;
+
+	(void)len;
+	if (!op)
+		return;
+	sl->op = NULL;
+	op->slots--;
+	if (op->ops->on_acked(op->flow, sl->cookie))
+		s->tp->st.bad_acked++;
+}
+
+static const struct cs_rel_ops tp_rel_ops = { .acked = tp_acked };
+
+/* Both ends derive a session's first sequence numbers from who talks to
+ * whom on which session channel in which epoch; near the wrap, so long
+ * runs cross it. */
+static uint32_t tp_isn(uint32_t from, uint32_t to, uint32_t ch, uint32_t epoch)
+{
+	uint64_t z = (uint64_t)from * 0x9e3779b97f4a7c15ull ^
+		     (uint64_t)to * 0xd1b54a32d192ed03ull ^
+		     ((uint64_t)ch << 32 | epoch);
+
+	z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
+	z ^= z >> 32;
+	return 0xfffff000u + (uint32_t)(z & 0xfff);
+}
+
+static struct tp_peer *tp_peer(struct cs_tp *tp, uint32_t node)
+{
+	struct tp_peer *pr = tp->peer[node];
+
+	if (pr)
+		return pr;
+	pr = calloc(1, sizeof(*pr) +
+			       tp->p.sess_channels * sizeof(pr->sess[0]));
+	if (!pr)
+		return NULL;
+	if (cs_path_init(&pr->path, &tp->xp.pacer, &tp->xp.cc)) {
+		free(pr);
+		return NULL;
+	}
+	tp->peer[node] = pr;
+	return pr;
+}
+
+/* The session to @node on session channel @ch, set up on first use (the
+ * only allocation a frame can cause: once per peer and channel). */
+static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
+{
+	struct tp_peer *pr = tp_peer(tp, node);
+	struct tp_sess *s;
+
+	if (!pr)
+		return NULL;
+	if (pr->sess[ch])
+		return pr->sess[ch];
+	if (tp->nsess == tp->sess_cap) {
+		uint32_t cap = tp->sess_cap ? 2 * tp->sess_cap : 16;
+		struct tp_sess **v = realloc(tp->sess, cap * sizeof(*v));
+
+		if (!v)
+			return NULL;
+		tp->sess = v;
+		tp->sess_cap = cap;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->slot = calloc(tp->xp.rel.window, sizeof(*s->slot));
+	if (!s->slot ||
+	    cs_rel_init(&s->rel, &tp->xp.rel, &pr->path, &tp_rel_ops, s,
+			tp_isn(tp->self, node, ch, tp->epoch),
+			tp_isn(node, tp->self, ch, tp->epoch))) {
+		free(s->slot);
+		free(s);
+		return NULL;
+	}
+	s->tp = tp;
+	s->node = node;
+	s->ch = ch;
+	pr->sess[ch] = s;
+	tp->sess[tp->nsess++] = s;
+	tp->st.sessions++;
+	return s;
+}
+
+/* ---- groups and operations -------------------------------------------- */
+
+static struct tp_group *tp_group(const struct cs_tp *tp, uint32_t id)
+{
+	for (uint32_t i = 0; i < tp->ngroups; i++)
+		if (tp->groups[i]->id == id)
+			return tp->groups[i];
+	return NULL;
+}
+
+static bool tp_recently_done(const struct tp_group *g, uint32_t id)
+{
+	uint32_t i = id % TP_DONE_WIN;
+
+	return !g->reuse && (g->done_valid[i / 64] >> (i % 64) & 1) && g->done_id[i] == id;
+}
+
+static void tp_mark_done(struct tp_group *g, uint32_t id)
+{
+	uint32_t i = id % TP_DONE_WIN;
+
+	g->done_valid[i / 64] |= 1ull << (i % 64);
+	g->done_id[i] = id;
+}
+
+static uint32_t tp_hash(const struct cs_tp *tp, uint32_t group, uint32_t id)
+{
+	uint64_t z = ((uint64_t)group << 32 | id) * 0x9e3779b97f4a7c15ull;
+
+	return (uint32_t)(z >> 40) & tp->hmask;
+}
+
+static struct tp_op *tp_op_find(const struct cs_tp *tp, uint32_t group,
+				uint32_t id)
+{
+	struct tp_op *op = tp->hash[tp_hash(tp, group, id)];
+
+	while (op && (op->g->id != group || op->id != id))
+		op = op->hnext;
+	return op;
+}
+
+static void tp_op_unhash(struct cs_tp *tp, struct tp_op *op)
+{
+	struct tp_op **pp = &tp->hash[tp_hash(tp, op->g->id, op->id)];
+
+	while (*pp != op)
+		pp = &(*pp)->hnext;
+	*pp = op->hnext;
+}
+
+int cs_tp_group_add(struct cs_tp *tp, uint32_t id, const uint32_t *nodes,
+		    uint32_t n, uint32_t *rank)
+{
+	struct tp_group *g;
+	int64_t me = -1;
+
+	if (!id || !n || !nodes)
+		return -EINVAL;
+	if (tp_group(tp, id))
+		return -EEXIST;
+	if (tp->ngroups == tp->p.max_groups)
+		return -ENOSPC;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->nodes = malloc(n * sizeof(*g->nodes));
+	g->rank_of = malloc(tp->p.max_nodes * sizeof(*g->rank_of));
+	if (!g->nodes || !g->rank_of)
+		goto out_free;
+	memset(g->rank_of, 0xff, tp->p.max_nodes * sizeof(*g->rank_of));
+	for (uint32_t r = 0; r < n; r++) {
+		if (nodes[r] >= tp->p.max_nodes || g->rank_of[nodes[r]] >= 0)
+			goto out_inval;
+		g->rank_of[nodes[r]] = (int32_t)r;
+		g->nodes[r] = nodes[r];
+		if (nodes[r] == tp->self)
+			me = r;
+	}
+	if (me < 0)
+		goto out_inval;
+	g->id = id;
+	g->n = n;
+	g->rank = (uint32_t)me;
+	tp->groups[tp->ngroups++] = g;
+	if (rank)
+		*rank = g->rank;
+	return 0;
+out_inval:
+	free(g->rank_of);
+	free(g->nodes);
+	free(g);
+	return -EINVAL;
+out_free:
+	free(g->rank_of);
+	free(g->nodes);
+	free(g);
+	return -ENOMEM;
+}
+
+int cs_tp_group_remove(struct cs_tp *tp, uint32_t id)
+{
+	for (uint32_t i = 0; i < tp->ngroups; i++) {
+		struct tp_group *g = tp->groups[i];
+
+		if (g->id != id)
+			continue;
+		if (g->live)
+			return -EBUSY;
+		tp->groups[i] = tp->groups[--tp->ngroups];
+		free(g->rank_of);
+		free(g->nodes);
+		free(g);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* A new DATA frame for @op from node @src: to its engine, in ranks. */
+static void tp_deliver(struct cs_tp *tp, struct tp_op *op, struct tp_sess *s,
+		       uint32_t src, const struct cs_pkt_hdr *h,
+		       const void *payload, cs_ns_t now)
+{
+	int32_t rank = op->g->rank_of[src];
+	struct cs_pkt_hdr hh;
+
+	if (rank < 0) {
+		tp->st.rx_not_member++;
+		return;
+	}
+	hh = *h;
+	hh.src = (uint16_t)rank;
+	if (op->ops->on_data(op->flow, now, &hh, payload) < 0)
+		tp->st.rx_proto++;
+	/* the senders of a small op, and of an op's last frames, wait for
+	 * these ACKs to finish: no coalescing delay for them */
+	if (s && (op->latency || (op->ops->result_ready &&
+				  op->ops->result_ready(op->flow))))
+		cs_rel_ack_at_once(&s->rel);
+}
+
+/* Keep a frame of an operation not posted here yet (room was checked). */
+static void tp_hold(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
+		    const void *payload, cs_ns_t now)
+{
+	struct tp_held *k = &tp->held[tp->nheld];
+
+	if (h->len > k->cap) {
+		uint8_t *d = realloc(k->data, h->len);
+
+		if (!d) {
+			/* not kept, but acknowledged: the op will miss it and
+			 * end at its deadline; counted like an expiry */
+			tp->st.rx_hold_expired++;
+			return;
+		}
+		k->data = d;
+		k->cap = h->len;
+	}
+	k->hdr = *h;
+	k->src = src;
+	k->at = now;
+	if (h->len)
+		memcpy(k->data, payload, h->len);
+	tp->nheld++;
+	tp->st.rx_held++;
+}
+
+/* Feed @op the frames held for it; keep the others in order. */
+static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < tp->nheld; i++) {
+		struct tp_held *k = &tp->held[i];
+
+		if (k->hdr.group == op->g->id && k->hdr.op == op->id) {
+			struct tp_sess *s = tp->peer[k->src]
+						    ? tp->peer[k->src]->sess
+							      [k->hdr.channel %
+							       tp->p.sess_channels]
+						    : NULL;
+
+			tp_deliver(tp, op, s, k->src, &k->hdr, k->data, now);
+			tp->st.rx_replayed++;
+			continue;
+		}
+		if (i != j) { /* swap, so that buffers are kept */
+			struct tp_held t = tp->held[j];
+
+			tp->held[j] = *k;
+			*k = t;
+		}
+		j++;
+	}
+	tp->nheld = j;
+}
+
+static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < tp->nheld; i++) {
+		struct tp_held *k = &tp->held[i];
+
+		if (now - k->at >= tp->p.hold_ttl) {
+			tp->st.rx_hold_expired++;
+			continue;
+		}
+		if (i != j) {
+			struct tp_held t = tp->held[j];
+
+			tp->held[j] = *k;
+			*k = t;
+		}
+		j++;
+	}
+	tp->nheld = j;
+}
+
+static bool tp_group_lost(const struct cs_tp *tp, const struct tp_group *g,
+			  uint32_t *rank)
+{
+	for (uint32_t r = 0; r < g->n; r++) {
+		const struct tp_peer *pr = tp->peer[g->nodes[r]];
+
+		if (pr && pr->lost) {
+			*rank = r;
+			return true;
+		}
+	}
+	return false;
+}
+
+int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
+	       const struct cs_flow_ops *ops, void *flow, uint64_t bytes,
+	       void *user, cs_ns_t now)
+{
+	struct tp_group *g = tp_group(tp, group);
+	struct tp_op *op;
+	uint32_t h, culprit;
+	int ret = -ENOMEM;
+
+	if (!g)
+		return -ENOENT;
+	if (tp_op_find(tp, group, op_id) || tp_recently_done(g, op_id))
+		return -EEXIST;
+	if (tp->nops == tp->p.max_ops)
+		return -ENOSPC;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	op->nch = ops->channels(flow);
+	op->pend = calloc(op->nch ? op->nch : 1, sizeof(*op->pend));
+	op->has_pend = calloc(op->nch ? op->nch : 1, sizeof(*op->has_pend));
+	op->sess = calloc(op->nch ? op->nch : 1, sizeof(*op->sess));
+	if (!op->pend || !op->has_pend || !op->sess)
+		goto out_free;
+	/* the sessions each channel sends on, set up now rather than on
+	 * the packet path */
+	for (uint32_t c = 0; c < op->nch; c++) {
+		int64_t peer = ops->chan_peer(flow, c);
+
+		if (peer < 0)
+			continue;
+		if ((uint64_t)peer >= g->n) {
+			ret = -EINVAL;
+			goto out_free;
+		}
+		op->sess[c] = tp_sess(tp, g->nodes[peer],
+				      c % tp->p.sess_channels);
+		if (!op->sess[c])
+			goto out_free;
+	}
+	op->g = g;
+	op->id = op_id;
+	op->ops = ops;
+	op->flow = flow;
+	op->user = user;
+	op->latency = bytes <= tp->p.small_bytes;
+	h = tp_hash(tp, group, op_id);
+	op->hnext = tp->hash[h];
+	tp->hash[h] = op;
+	tp->ops[tp->nops++] = op;
+	g->live++;
+	tp->st.ops_posted++;
+	if (tp->nops > tp->st.peak_ops)
+		tp->st.peak_ops = tp->nops;
+	/* a member already lost: it ends at the next poll, not at its
+	 * deadline */
+	if (tp_group_lost(tp, g, &culprit))
+		ops->abort(flow, CS_ERR_PEER_LOST, culprit);
+	else
+		tp_replay(tp, op, now);
+	return 0;
+out_free:
+	free(op->sess);
+	free(op->pend);
+	free(op->has_pend);
+	free(op);
+	return ret;
+}
+
+int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id)
+{
+	struct tp_group *g = tp_group(tp, id);
+
+	if (!g)
+		return -ENOENT;
+	g->reuse = true;
+	return 0;
+}
+
+int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
+{
+	struct tp_op *op = tp_op_find(tp, group, op_id);
+
+	if (!op)
+		return -ENOENT;
+	op->ops->abort(op->flow, err, UINT32_MAX);
+	return 0;
+}
+
+/* @op ended: forget it, clear its slots, tell the owner. */
+static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
+		      uint32_t culprit)
+{
+	struct tp_op *op = tp->ops[idx];
+	struct tp_group *g = op->g;
+
+	tp_op_unhash(tp, op);
+	memmove(&tp->ops[idx], &tp->ops[idx + 1],
+		(tp->nops - idx - 1) * sizeof(tp->ops[0]));
+	tp->nops--;
+	g->live--;
+	tp_mark_done(g, op->id);
+	for (uint32_t r = 0; op->slots && r < g->n; r++) {
+		struct tp_peer *pr = tp->peer[g->nodes[r]];
+
+		for (uint32_t c = 0; pr && c < tp->p.sess_channels; c++) {
+			struct tp_sess *s = pr->sess[c];
+
+			for (uint32_t i = 0; s && i <= s->rel.mask; i++)
+				if (s->slot[i].op == op) {
+					s->slot[i].op = NULL;
+					op->slots--;
+				}
+		}
+	}
+	if (status)
+		tp->st.ops_failed++;
+	else
+		tp->st.ops_done++;
+	free(op->pend);
+	free(op->has_pend);
+	free(op->sess);
+	tp->io->done(tp->owner, op->user, status, culprit);
+	free(op);
+}
+
+/* ---- receive ----------------------------------------------------------- */
+
+void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
+	      const void *payload, cs_ns_t now)
+{
+	struct tp_op *op = NULL;
+	struct tp_group *g = NULL;
+	struct tp_sess *s;
+	bool data, hold = false;
+	int m;
+
+	tp->st.rx_frames++;
+	if (unlikely(src >= tp->p.max_nodes || src == tp->self ||
+		     (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK &&
+		      h->type != CS_PKT_NACK))) {
+		tp->st.rx_bad_src++;
+		return;
+	}
+	if (unlikely(h->epoch != tp->epoch)) {
+		if ((int32_t)(h->epoch - tp->epoch) < 0)
+			tp->st.rx_stale_epoch++;
+		else
+			tp->st.rx_future_epoch++;
+		return;
+	}
+	data = h->type == CS_PKT_DATA && !(h->flags & CS_PKT_F_FILLER);
+	if (data) {
+		op = tp_op_find(tp, h->group, h->op);
+		if (!op) {
+			g = tp_group(tp, h->group);
+			hold = !g || !tp_recently_done(g, h->op);
+		}
+	}
+	s = tp_sess(tp, src, h->channel % tp->p.sess_channels);
+	if (unlikely(!s)) {
+		tp->st.rx_bad_src++;
+		return;
+	}
+	/* No room to keep it: leave it unacknowledged (its sender resends
+	 * it), but let a duplicate through so that its ACK is repeated. */
+	if (hold && tp->nheld == tp->p.hold_frames &&
+	    cs_rel_rx_new(&s->rel, h->seq)) {
+		tp->st.rx_hold_full++;
+		return;
+	}
+	m = cs_rel_on_packet(&s->rel, h, now);
+	if (!(m & CS_REL_DELIVER) || !data)
+		return;
+	if (op)
+		tp_deliver(tp, op, s, src, h, payload, now);
+	else if (hold)
+		tp_hold(tp, src, h, payload, now);
+	else
+		tp->st.rx_done_op++;
+}
+
+/* ---- transmit ---------------------------------------------------------- */
+
+static bool tp_room(struct cs_tp *tp)
+{
+	if (!tp->room)
+		tp->room = tp->io->tx_room(tp->owner);
+	return tp->room != 0;
+}
+
+static void tp_xmit(struct cs_tp *tp, uint32_t node, struct cs_pkt_hdr *h,
+		    const void *payload, uint32_t len)
+{
+	h->src = (uint16_t)tp->self;
+	h->epoch = tp->epoch;
+	h->len = len;
+	tp->io->xmit(tp->owner, node, h, payload, len);
+	tp->room--;
+	tp->st.tx_frames++;
+}
+
+/* Retransmissions @s wants now, rebuilt from the slots. */
+static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
+{
+	struct cs_flow_tx tx;
+	struct cs_pkt_hdr h;
+	unsigned sent = 0;
+	uint32_t seq, len;
+	uint64_t cookie;
+
+	while (!cs_rel_next_retx(&s->rel, &seq, &cookie, &len)) {
+		struct tp_slot *sl = &s->slot[cookie & s->rel.mask];
+		const void *pl = NULL;
+		int ret = -ESTALE;
+
+		if (cs_rel_retx_time(&s->rel, len, now) > now || !tp_room(tp))
+			break;
+		if (sl->op) {
+			ret = sl->op->ops->rebuild(sl->op->flow, sl->cookie,
+						   &tx);
+			if (ret && ret != -ESTALE) {
+				sl->op->ops->abort(sl->op->flow, CS_ERR_PROTO,
+						   UINT32_MAX);
+				tp->st.bad_rebuild++;
+			}
+		}
+		if (!ret) {
+			h = tx.hdr;
+			h.group = sl->op->g->id;
+			h.op = sl->op->id;
+			pl = tx.payload;
+			len = tx.len;
+		} else {
+			/* the receiver provably holds it, or nobody needs it
+			 * any more: keep the sequence number, send no bytes */
+			memset(&h, 0, sizeof(h));
+			h.version = CS_PROTO_VERSION;
+			h.type = CS_PKT_DATA;
+			h.flags = CS_PKT_F_FILLER;
+			h.channel = (uint16_t)s->ch;
+			len = 0;
+			tp->st.tx_fillers++;
+		}
+		h.len = len;
+		if (cs_rel_stamp_retx(&s->rel, &h, seq, now))
+			break;
+		tp_xmit(tp, s->node, &h, pl, len);
+		tp->st.tx_retx++;
+		sent++;
+	}
+	return sent;
+}
+
+/* New frames of @op, up to @quota; false once the port has no room. */
+static unsigned tp_serve(struct cs_tp *tp, struct tp_op *op, cs_ns_t now,
+			 unsigned quota, bool *full)
+{
+	const struct cs_flow_ops *o = op->ops;
+	unsigned sent = 0;
+
+	for (uint32_t c = 0; c < op->nch && sent < quota; c++) {
+		struct cs_flow_tx *p = &op->pend[c];
+		struct tp_sess *s = op->sess[c];
+		struct cs_pkt_hdr h;
+		uint32_t idx;
+
+		if (!s)
+			continue;
+		while (sent < quota) {
+			if (!op->has_pend[c]) {
+				if (!o->next(op->flow, now, c, p, 1))
+					break;
+				op->has_pend[c] = true;
+			}
+			if (cs_rel_tx_time(&s->rel, p->len, now) > now)
+				break;
+			if (!tp_room(tp)) {
+				*full = true;
+				return sent;
+			}
+			h = p->hdr;
+			h.group = op->g->id;
+			h.op = op->id;
+			idx = s->rel.snd_nxt & s->rel.mask;
+			if (cs_rel_stamp(&s->rel, &h, idx, p->len, now))
+				break;
+			s->slot[idx].op = op;
+			s->slot[idx].cookie = p->cookie;
+			op->slots++;
+			tp_xmit(tp, s->node, &h, p->payload, p->len);
+			tp->st.tx_data++;
+			op->has_pend[c] = false;
+			sent++;
+		}
+	}
+	return sent;
+}
+
+/* Latency class first, as much as it has; then the bulk ops in turn, a
+ * quantum each, until none sends or the port is full. */
+static unsigned tp_schedule(struct cs_tp *tp, cs_ns_t now)
+{
+	unsigned sent = 0, round;
+	bool full = false;
+	uint32_t nbulk = 0;
+
+	for (uint32_t i = 0; i < tp->nops && !full; i++) {
+		if (tp->ops[i]->latency)
+			sent += tp_serve(tp, tp->ops[i], now, UINT32_MAX,
+					 &full);
+		else
+			nbulk++;
+	}
+	do {
+		round = 0;
+		for (uint32_t k = 0, seen = 0; k < tp->nops && !full &&
+					       seen < nbulk;
+		     k++) {
+			struct tp_op *op =
+				tp->ops[(tp->rr + k) % tp->nops];
+
+			if (op->latency)
+				continue;
+			seen++;
+			round += tp_serve(tp, op, now, tp->p.quantum, &full);
+		}
+		sent += round;
+		if (tp->nops)
+			tp->rr = (tp->rr + 1) % tp->nops;
+	} while (round && !full);
+	return sent;
+}
+
+static unsigned tp_acks(struct cs_tp *tp, cs_ns_t now)
+{
+	unsigned sent = 0;
+	struct cs_pkt_hdr h;
+
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		struct tp_sess *s = tp->sess[i];
+
+		/* at most two: an ACK and its SACK extension */
+		for (int k = 0; k < 2 && cs_rel_ack_due(&s->rel, now); k++) {
+			if (!tp_room(tp))
+				return sent;
+			memset(&h, 0, sizeof(h));
+			h.version = CS_PROTO_VERSION;
+			h.channel = (uint16_t)s->ch;
+			cs_rel_build_ack(&s->rel, &h, now);
+			tp_xmit(tp, s->node, &h, NULL, 0);
+			tp->st.tx_acks++;
+			sent++;
+		}
+	}
+	return sent;
+}
+
+/* Every op whose group holds @node ends with CS_ERR_PEER_LOST. */
+static void tp_fail_ops_of(struct cs_tp *tp, uint32_t node)
+{
+	for (uint32_t i = 0; i < tp->nops; i++) {
+		struct tp_op *op = tp->ops[i];
+		int32_t r = op->g->rank_of[node];
+
+		if (r >= 0)
+			op->ops->abort(op->flow, CS_ERR_PEER_LOST,
+				       (uint32_t)r);
+	}
+}
+
+/* Membership lost @node: its ops end, and every later one at its post. */
+static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
+{
+	struct tp_peer *pr = tp->peer[node];
+
+	if (pr->lost)
+		return;
+	pr->lost = true;
+	tp_fail_ops_of(tp, node);
+}
+
+/*
+ * A session gave up on its peer (rel.max_timeouts without progress): the
+ * ops in flight to it end with CS_ERR_PEER_LOST naming it, and the session
+ * goes on (the peer may only have been slow to post, or descheduled): only
+ * membership says a node is gone for good (cs_tp_peer_lost()).
+ */
+static void tp_sess_failed(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
+{
+	tp->st.sess_failed++;
+	tp_fail_ops_of(tp, s->node);
+	cs_rel_revive(&s->rel, now);
+}
+
+int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node)
+{
+	if (node >= tp->p.max_nodes || node == tp->self || !tp_peer(tp, node))
+		return -EINVAL;
+	tp_peer_lost(tp, node);
+	return 0;
+}
+
+unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
+{
+	unsigned work = 0;
+	uint32_t culprit;
+	int st;
+
+	tp->room = 0;
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		struct tp_sess *s = tp->sess[i];
+
+		if (now >= cs_rel_next_deadline(&s->rel))
+			cs_rel_on_timer(&s->rel, now);
+		if (unlikely(cs_rel_failed(&s->rel)))
+			tp_sess_failed(tp, s, now);
+	}
+	for (uint32_t i = 0; i < tp->nsess; i++)
+		work += tp_resend(tp, tp->sess[i], now);
+	work += tp_schedule(tp, now);
+	work += tp_acks(tp, now);
+	if (tp->nheld)
+		tp_expire_held(tp, now);
+	for (uint32_t i = 0; i < tp->nops;) {
+		struct tp_op *op = tp->ops[i];
+
+		if (op->ops->check_deadline)
+			op->ops->check_deadline(op->flow, now);
+		culprit = UINT32_MAX;
+		st = op->ops->status(op->flow, &culprit);
+		if (st == -EINPROGRESS) {
+			i++;
+			continue;
+		}
+		tp_finish(tp, i, st, culprit);
+		work++;
+	}
+	return work;
+}
+
+cs_ns_t cs_tp_next_deadline(const struct cs_tp *tp, cs_ns_t now)
+{
+	cs_ns_t t = CS_NS_NEVER;
+
+	for (uint32_t i = 0; i < tp->nsess; i++)
+		t = CS_MIN(t, cs_rel_next_deadline(&tp->sess[i]->rel));
+	for (uint32_t i = 0; i < tp->nops; i++) {
+		const struct tp_op *op = tp->ops[i];
+
+		if (op->ops->deadline)
+			t = CS_MIN(t, op->ops->deadline(op->flow));
+		/* a paced frame waiting for its time */
+		for (uint32_t c = 0; c < op->nch; c++) {
+			const struct tp_sess *s = op->sess[c];
+			cs_ns_t w;
+
+			if (!op->has_pend[c] || !s)
+				continue;
+			w = cs_rel_tx_time(&s->rel, op->pend[c].len, now);
+			if (w != CS_NS_NEVER)
+				t = CS_MIN(t, w);
+		}
+	}
+	if (tp->nheld)
+		t = CS_MIN(t, tp->held[0].at + tp->p.hold_ttl);
+	return t;
+}
+
+uint32_t cs_tp_epoch(const struct cs_tp *tp)
+{
+	return tp->epoch;
+}
+
+uint32_t cs_tp_in_flight(const struct cs_tp *tp)
+{
+	return tp->nops;
+}
+
+void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st)
+{
+	*st = tp->st;
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		const struct cs_rel_stats *rs = cs_rel_stats(&tp->sess[i]->rel);
+
+		st->rel_retx += rs->retx;
+		st->rel_timeouts += rs->timeouts;
+		st->rel_dup_rcvd += rs->dup_rcvd;
+	}
+}
+
+void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
+{
+	fprintf(out,
+		"rx_frames=%" PRIu64 " rx_stale_epoch=%" PRIu64
+		" rx_future_epoch=%" PRIu64 " rx_bad_src=%" PRIu64
+		" rx_not_member=%" PRIu64 " rx_done_op=%" PRIu64
+		" rx_proto=%" PRIu64 " rx_held=%" PRIu64 " rx_replayed=%" PRIu64
+		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
+		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
+		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
+		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
+		" ops_failed=%" PRIu64 " sessions=%" PRIu64
+		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
+		" bad_acked=%" PRIu64 " bad_rebuild=%" PRIu64
+		" sess_failed=%" PRIu64 "\n",
+		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
+		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
+		st->rx_held, st->rx_replayed, st->rx_hold_full,
+		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
+		st->tx_fillers, st->tx_acks, st->ops_posted, st->ops_done,
+		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
+		st->bad_acked, st->bad_rebuild, st->sess_failed);
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+int cs_tp_create(const struct cs_tp_params *p, const struct cs_xport_params *xp,
+		 const struct cs_tp_io *io, void *owner, uint32_t self,
+		 uint32_t epoch, struct cs_tp **out)
+{
+	struct cs_tp *tp;
+	uint32_t hsize = 1;
+
+	if (!p || !xp || !io || !io->tx_room || !io->xmit || !io->done ||
+	    !p->sess_channels || !p->max_ops || !p->max_groups ||
+	    self >= p->max_nodes ||
+	    cs_rel_params_check(&xp->rel, NULL, 0))
+		return -EINVAL;
+	tp = calloc(1, sizeof(*tp));
+	if (!tp)
+		return -ENOMEM;
+	tp->p = *p;
+	tp->xp = *xp;
+	tp->io = io;
+	tp->owner = owner;
+	tp->self = self;
+	tp->epoch = epoch;
+	while (hsize < 2 * p->max_ops)
+		hsize <<= 1;
+	tp->hmask = hsize - 1;
+	tp->peer = calloc(p->max_nodes, sizeof(*tp->peer));
+	tp->groups = calloc(p->max_groups, sizeof(*tp->groups));
+	tp->ops = calloc(p->max_ops, sizeof(*tp->ops));
+	tp->hash = calloc(hsize, sizeof(*tp->hash));
+	tp->held = calloc(p->hold_frames ? p->hold_frames : 1,
+			  sizeof(*tp->held));
+	if (!tp->peer || !tp->groups || !tp->ops || !tp->hash || !tp->held) {
+		cs_tp_destroy(tp);
+		return -ENOMEM;
+	}
+	*out = tp;
+	return 0;
+}
+
+void cs_tp_destroy(struct cs_tp *tp)
+{
+	if (!tp)
+		return;
+	for (uint32_t i = 0; i < tp->nops; i++) {
+		free(tp->ops[i]->pend);
+		free(tp->ops[i]->has_pend);
+		free(tp->ops[i]->sess);
+		free(tp->ops[i]);
+	}
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		cs_rel_fini(&tp->sess[i]->rel);
+		free(tp->sess[i]->slot);
+		free(tp->sess[i]);
+	}
+	for (uint32_t i = 0; tp->peer && i < tp->p.max_nodes; i++)
+		free(tp->peer[i]);
+	for (uint32_t i = 0; i < tp->ngroups; i++) {
+		free(tp->groups[i]->rank_of);
+		free(tp->groups[i]->nodes);
+		free(tp->groups[i]);
+	}
+	for (uint32_t i = 0; tp->held && i < tp->p.hold_frames; i++)
+		free(tp->held[i].data);
+	free(tp->held);
+	free(tp->hash);
+	free(tp->ops);
+	free(tp->groups);
+	free(tp->sess);
+	free(tp->peer);
+	free(tp);
+}
