@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Bootstrap coordinator and member services over the io_uring TCP loop. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <sodium.h>
 
 #define CS_LOG_MODULE "boot"
 #include "internal/log.h"
@@ -217,16 +221,46 @@ struct tcp_rdzv {
 	char ip[64];
 	uint16_t port;
 	struct cs_member_params mp;
+	bool joined;
 };
+
+static int tcp_create(void **impl, const char *where, uint32_t world,
+		      const struct cs_member_params *mp, char *err,
+		      size_t errlen)
+{
+	const char *colon = strrchr(where, ':');
+	struct tcp_rdzv *t;
+	long port;
+
+	(void)world;
+	port = colon ? strtol(colon + 1, NULL, 10) : 0;
+	if (!colon || colon == where || (size_t)(colon - where) >= 64 ||
+	    port <= 0 || port > 65535) {
+		snprintf(err, errlen, "'%s': expected ip:port", where);
+		return -EINVAL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	memcpy(t->ip, where, (size_t)(colon - where));
+	t->port = (uint16_t)port;
+	t->mp = *mp;
+	*impl = t;
+	return 0;
+}
 
 static int tcp_join(void *impl, const char *token, int32_t want_rank,
 		    const struct cs_node_addr *self, int timeout_ms)
 {
 	struct tcp_rdzv *t = impl;
+	uint64_t seed;
+	int ret;
 
-	return cs_member_svc_join(
-		&t->svc, t->ip, t->port, token, want_rank, self, &t->mp,
-		(uint64_t)self->ip << 16 | self->udp_port, timeout_ms, 0);
+	randombytes_buf(&seed, sizeof(seed)); /* the member's nonces */
+	ret = cs_member_svc_join(&t->svc, t->ip, t->port, token, want_rank,
+				 self, &t->mp, seed, timeout_ms, 0);
+	t->joined = !ret;
+	return ret;
 }
 
 static unsigned tcp_poll(void *impl, cs_ns_t now, int timeout_ms)
@@ -235,14 +269,34 @@ static unsigned tcp_poll(void *impl, cs_ns_t now, int timeout_ms)
 				  timeout_ms);
 }
 
+static void tcp_view(void *impl, struct cs_rdzv_view *v)
+{
+	struct cs_member_svc *s = &((struct tcp_rdzv *)impl)->svc;
+
+	v->rank = s->m.rank;
+	v->world = s->m.world;
+	v->epoch = s->m.epoch;
+	v->table = s->m.table;
+	v->lost = s->lost;
+	v->nlost = s->nlost;
+	v->error = s->m.error;
+	v->what = "coordinator";
+}
+
 static void tcp_leave(void *impl)
 {
-	cs_member_svc_stop(&((struct tcp_rdzv *)impl)->svc);
+	struct tcp_rdzv *t = impl;
+
+	if (t->joined)
+		cs_member_svc_stop(&t->svc);
+	free(t);
 }
 
 const struct cs_rendezvous_ops cs_rendezvous_tcp = {
 	.name = "tcp",
+	.create = tcp_create,
 	.join = tcp_join,
 	.poll = tcp_poll,
+	.view = tcp_view,
 	.leave = tcp_leave,
 };

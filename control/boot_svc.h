@@ -4,16 +4,15 @@
  * control/boot.h wired to the io_uring TCP loop. collstackd runs one of
  * each on its control thread (the coordinator only with --coordinator).
  *
- * struct cs_rendezvous_ops is the seam for other rendezvous back-ends
- * (an etcd store, as torchelastic uses): anything that can hand a member
- * its rank, the address table and view changes can stand in for the TCP
- * coordinator.
+ * The member service is also the "tcp" back-end of struct
+ * cs_rendezvous_ops (control/rdzv.h); "etcd" is the other one.
  */
 #ifndef CS_CONTROL_BOOT_SVC_H
 #define CS_CONTROL_BOOT_SVC_H
 
 #include "control/boot.h"
 #include "control/ctl_loop.h"
+#include "control/rdzv.h"
 
 struct cs_coord_svc {
 	struct cs_coord c;
@@ -32,11 +31,7 @@ int cs_coord_svc_start(struct cs_coord_svc *s, const char *ip, uint16_t port,
 int cs_coord_svc_poll(struct cs_coord_svc *s, cs_ns_t now, int timeout_ms);
 void cs_coord_svc_stop(struct cs_coord_svc *s);
 
-/* Events a member service reports from cs_member_svc_poll(). */
-#define CS_MSVC_READY 0x1 /* the address table arrived (or changed) */
-#define CS_MSVC_VIEW 0x2 /* epoch advanced; lost ranks in s->lost */
-#define CS_MSVC_COORD_LOST 0x4 /* coordinator silent or gone */
-#define CS_MSVC_FAILED 0x8 /* refused / protocol error: s->m.error */
+/* A member service reports the CS_MSVC_* events of control/rdzv.h. */
 
 struct cs_member_svc {
 	struct cs_boot_member m;
@@ -66,16 +61,5 @@ int cs_member_svc_join(struct cs_member_svc *s, const char *ip, uint16_t port,
 unsigned cs_member_svc_poll(struct cs_member_svc *s, cs_ns_t now,
 			    int timeout_ms);
 void cs_member_svc_stop(struct cs_member_svc *s);
-
-/* A rendezvous back-end, as seen by a member. */
-struct cs_rendezvous_ops {
-	const char *name;
-	int (*join)(void *impl, const char *token, int32_t want_rank,
-		    const struct cs_node_addr *self, int timeout_ms);
-	unsigned (*poll)(void *impl, cs_ns_t now, int timeout_ms);
-	void (*leave)(void *impl);
-};
-
-extern const struct cs_rendezvous_ops cs_rendezvous_tcp;
 
 #endif

@@ -9,6 +9,11 @@
 #                           [--no-daemons]   (network only, e.g. for testpmd)
 #                           [--boot]   (membership from the coordinator in
 #                                       ${P}n0, job token in $RUN/$P-job.token)
+#                           [--rendezvous tcp|etcd]   (tcp: as --boot; etcd:
+#                                       no coordinator: a real etcd in
+#                                       namespace ${P}etcd on the bridge,
+#                                       10.77.0.254:2379, log $RUN/$P-etcd.log;
+#                                       node.rendezvous=etcd://10.77.0.254:2379/$P-job)
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
 #
@@ -65,6 +70,10 @@ PEERS=$RUN/$P-peers
 MEMIF_SOCK=$RUN/$P-memif.sock
 TOKEN=$RUN/$P-job.token
 UDP_PORT=${CS_UDP_PORT:-7700}
+ETCD_NS=${P}etcd
+ETCD_IP=10.77.0.254
+ETCD_PORT=2379
+ETCD_DATA=$RUN/$P-etcd.data
 BOOT_PORT=${CS_BOOT_PORT:-7701}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
@@ -114,6 +123,20 @@ down() {
 			kill -KILL "$p" 2>/dev/null || true
 		fi
 	done
+	# etcd after the sidecars (they revoke their leases on the way out)
+	if [ -n "${CS_ETCD_PID:-}" ] &&
+	   [ "$(cat /proc/$CS_ETCD_PID/comm 2>/dev/null)" = etcd ]; then
+		kill -TERM "$CS_ETCD_PID" 2>/dev/null || true
+		for _ in $(seq 50); do
+			[ -d /proc/$CS_ETCD_PID ] || break
+			sleep 0.1
+		done
+		kill -KILL "$CS_ETCD_PID" 2>/dev/null || true
+	fi
+	if [ -n "${CS_ETCD_NS:-}" ]; then
+		ip netns del "$CS_ETCD_NS" 2>/dev/null || true
+		rm -rf "$ETCD_DATA" "$RUN/$P-etcd.log"
+	fi
 	for n in $nodes; do
 		ip netns del "$n" 2>/dev/null || true
 		rm -rf "${RUN:?}/$n" "/var/run/dpdk/cs-$n"
@@ -149,6 +172,7 @@ status() {
 up() {
 	local n=${1:-}; shift || true
 	local port=af_packet mtu=1500 loss="" sets=() daemons=1 boot=0 cpus=auto
+	local etcd=0 etcd_pid="" etcd_ns=""
 	[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] && [ "$n" -le 64 ] ||
 		die "usage: cluster.sh up N (2..64) [--port P] [--mtu M]"
 	while [ $# -gt 0 ]; do
@@ -159,6 +183,13 @@ up() {
 		--set) sets+=(--set "$2"); shift 2 ;;
 		--no-daemons) daemons=0; shift ;;
 		--boot) boot=1; shift ;;
+		--rendezvous)
+			case ${2:-} in
+			tcp) boot=1 ;;
+			etcd) boot=1; etcd=1 ;;
+			*) die "--rendezvous tcp or etcd (got '${2:-}')" ;;
+			esac
+			shift 2 ;;
 		--cpus) cpus=$2; shift 2 ;;
 		*) die "unknown option $1" ;;
 		esac
@@ -202,6 +233,8 @@ CS_VETHS="$1"
 CS_PIDS="$2"
 CS_PEERS=$PEERS
 CS_CPUS="${node_cpus[*]}"
+CS_ETCD_NS=$etcd_ns
+CS_ETCD_PID=$etcd_pid
 EOF
 	}
 	local veths="" sw=""
@@ -273,7 +306,44 @@ EOF
 	if [ $boot = 1 ]; then	# ctlplane: a fresh job token, never on a command line
 		(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' \
 			>"$TOKEN")
-		log "bootstrap: coordinator in csn0 on $(ip_of 0):$BOOT_PORT, token in $TOKEN (mode 600)"
+		if [ $etcd = 1 ]; then
+			log "rendezvous: etcd in $ETCD_NS on $ETCD_IP:$ETCD_PORT, token in $TOKEN (mode 600)"
+		else
+			log "bootstrap: coordinator in csn0 on $(ip_of 0):$BOOT_PORT, token in $TOKEN (mode 600)"
+		fi
+	fi
+	if [ $etcd = 1 ]; then	# a real etcd on the bridge, a namespace of its own
+		[ "$port" != memif ] || die "--rendezvous etcd needs the bridge (not memif)"
+		command -v etcd >/dev/null || die "no etcd binary (apt-get install etcd-server)"
+		etcd_ns=$ETCD_NS
+		write_env "$veths" "" "$sw"
+		ip netns add "$ETCD_NS"
+		ip -n "$ETCD_NS" link set lo up
+		ip -n "$SW" link add "${P}ve" mtu "$mtu" type veth \
+			peer name "${P}de" mtu "$mtu" netns "$ETCD_NS"
+		ip -n "$SW" link set "${P}ve" master "$BR" up
+		ip -n "$ETCD_NS" addr add "$ETCD_IP/24" dev "${P}de"
+		ip -n "$ETCD_NS" link set "${P}de" up
+		rm -rf "$ETCD_DATA"
+		ip netns exec "$ETCD_NS" etcd --name "$P" --data-dir "$ETCD_DATA" \
+			--listen-client-urls "http://$ETCD_IP:$ETCD_PORT" \
+			--advertise-client-urls "http://$ETCD_IP:$ETCD_PORT" \
+			--listen-peer-urls http://127.0.0.1:2380 \
+			--initial-advertise-peer-urls http://127.0.0.1:2380 \
+			--initial-cluster "$P=http://127.0.0.1:2380" \
+			</dev/null >"$RUN/$P-etcd.log" 2>&1 &
+		etcd_pid=$!
+		write_env "$veths" "" "$sw"
+		local t=$((SECONDS + READY_TIMEOUT))
+		until ip netns exec "$ETCD_NS" bash -c \
+			"exec 3<>/dev/tcp/$ETCD_IP/$ETCD_PORT && printf 'GET /health HTTP/1.0\r\n\r\n' >&3 && cat <&3" \
+			2>/dev/null | grep -q '"health":"true"'; do
+			kill -0 "$etcd_pid" 2>/dev/null ||
+				{ cat "$RUN/$P-etcd.log" >&2; die "etcd exited"; }
+			[ $SECONDS -lt $t ] || die "etcd not healthy after ${READY_TIMEOUT}s"
+			sleep 0.1
+		done
+		log "etcd up (PID $etcd_pid)"
 	fi
 	local pids=""
 	if [ $daemons = 0 ]; then
@@ -297,7 +367,11 @@ EOF
 			       --set port.mac=$(mac_of $i)
 			       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
 		esac
-		if [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
+		if [ $etcd = 1 ]; then	# ctlplane: the etcd store
+			args+=(--set node.peers=
+			       --set node.rendezvous=etcd://$ETCD_IP:$ETCD_PORT/$P-job
+			       --set boot.world=$n --set boot.token_file=$TOKEN)
+		elif [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
 			args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
 			       --set boot.token_file=$TOKEN)
 			if [ $i = 0 ]; then
@@ -350,6 +424,6 @@ case ${1:-} in
 up) shift; up "$@" ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--cpus auto|none|LIST] [--boot] [--set K=V]... | down | status" >&2
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--cpus auto|none|LIST] [--boot] [--rendezvous tcp|etcd] [--set K=V]... | down | status" >&2
    exit 2 ;;
 esac

@@ -16,7 +16,8 @@ BUILD=${CS_BUILD_DIR:-build}
 # Every Debian package the build, tests, demo and benchmarks use.
 PKGS=(
 	build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
-	libcriterion-dev liburing-dev libnuma-dev libhwloc-dev
+	libcriterion-dev liburing-dev libnuma-dev libhwloc-dev libsodium-dev
+	libjansson-dev etcd-server
 	dpdk libdpdk-dev libibverbs-dev rdma-core libxdp-dev libbpf-dev
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox
 	python3 python3-numpy python3-cffi python3-torch

@@ -46,7 +46,18 @@ static const struct cs_cfg_entry boot_cfg[] = {
 	  "file holding the job token (first line; should be mode 600)" },
 	{ "boot.timeout", CS_CFG_NS, BC(timeout), "30s", 1e8, 3.6e12,
 	  "how long to wait for the coordinator and the address table" },
+	{ "node.rendezvous", CS_CFG_STR, BC(rendezvous), "tcp",
+	  CS_CFG_NO_BOUNDS,
+	  "where members meet: tcp (the bootstrap coordinator of boot.addr, "
+	  "or static peers without one) or etcd://host:port/prefix (an etcd "
+	  "v3 store: no coordinator; every sidecar needs boot.world and the "
+	  "job token; docs/etcd.md)" },
 };
+
+static bool rdzv_etcd(const struct cs_boot_conf *b)
+{
+	return !strncmp(b->rendezvous, "etcd://", 7);
+}
 
 int cs_daemon_boot_conf_defaults(struct cs_boot_conf *b)
 {
@@ -63,6 +74,14 @@ int cs_daemon_boot_set_key(struct cs_boot_conf *b, const char *key,
 	int ret = cs_cfg_set(boot_cfg, CS_ARRAY_SIZE(boot_cfg), b, key, val,
 			     err, errlen);
 
+	if (!ret && !strcmp(key, "node.rendezvous") &&
+	    strcmp(b->rendezvous, "tcp") && !rdzv_etcd(b)) {
+		snprintf(err, errlen,
+			 "node.rendezvous: '%s': expected tcp or "
+			 "etcd://host:port/prefix",
+			 val);
+		return -EINVAL;
+	}
 	if (ret != -ENOENT)
 		return ret;
 	return cs_cfg_set(cs_member_cfg, cs_member_cfg_len, &b->mp, key, val,
@@ -113,7 +132,8 @@ bool cs_daemon_boot_enabled(const struct cs_daemon *d)
 	char ip[CS_CFG_STR_MAX];
 	unsigned port;
 
-	return boot_addr(&d->conf.boot, ip, sizeof(ip), &port);
+	return rdzv_etcd(&d->conf.boot) ||
+	       boot_addr(&d->conf.boot, ip, sizeof(ip), &port);
 }
 
 static int load_token(const struct cs_boot_conf *b, char *tok, size_t len)
@@ -164,7 +184,9 @@ enum { BS_WAIT = 0, BS_READY = 1, BS_FAILED = 2 };
 struct cs_boot_state {
 	struct cs_daemon *d;
 	struct cs_coord_svc co;
-	struct cs_member_svc ms;
+	/* the member's side: the TCP coordinator or etcd (control/rdzv.h) */
+	const struct cs_rendezvous_ops *ops;
+	void *impl;
 	bool coord_on, member_on;
 	pthread_t thr;
 	bool thr_on;
@@ -176,6 +198,7 @@ struct cs_boot_state {
 	struct cs_node_addr table[CS_BOOT_MAX_RANKS];
 	uint32_t applied_epoch; /* control thread's */
 	cs_ns_t t_lost_seen; /* when the last VIEW arrived */
+	char error[256]; /* why the join failed */
 };
 
 static cs_ns_t now_ns(void)
@@ -196,10 +219,8 @@ static void wake_ipc(struct cs_daemon_view *v)
 		(void)!write(fd, &(uint64_t){ 1 }, sizeof(uint64_t));
 }
 
-static void snapshot(struct cs_boot_state *b)
+static void snapshot(struct cs_boot_state *b, const struct cs_rdzv_view *m)
 {
-	const struct cs_boot_member *m = &b->ms.m;
-
 	pthread_mutex_lock(&b->mu);
 	b->rank = m->rank;
 	b->world = m->world;
@@ -212,41 +233,42 @@ static void snapshot(struct cs_boot_state *b)
 static void on_events(struct cs_boot_state *b, unsigned ev)
 {
 	struct cs_daemon_view *v = &b->d->view;
+	struct cs_rdzv_view m;
 
+	b->ops->view(b->impl, &m);
 	if (ev & CS_MSVC_READY)
-		snapshot(b);
+		snapshot(b, &m);
 	if (ev & CS_MSVC_VIEW) {
-		snapshot(b);
+		snapshot(b, &m);
 		pthread_mutex_lock(&b->mu);
-		for (unsigned i = 0; i < b->ms.nlost; i++) {
-			uint32_t r = b->ms.lost[i];
+		for (unsigned i = 0; i < m.nlost; i++) {
+			uint32_t r = m.lost[i];
 
 			if (r < b->world)
 				b->table[r].state = CS_MEMBER_LOST;
 			CS_ERR("peer lost: rank %u (group epoch now %u); "
 			       "in-flight operations fail with "
 			       "CS_ERR_PEER_LOST",
-			       r, b->ms.m.epoch);
+			       r, m.epoch);
 			atomic_store(&v->lost_rank, (int)r);
 			atomic_fetch_add(&v->nlost, 1);
 		}
-		b->epoch = b->ms.m.epoch;
+		b->epoch = m.epoch;
 		pthread_mutex_unlock(&b->mu);
-		atomic_store_explicit(&v->epoch, b->ms.m.epoch,
-				      memory_order_release);
+		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		wake_ipc(v);
 	}
 	if ((ev & CS_MSVC_COORD_LOST) && !atomic_load(&v->coord_lost)) {
-		CS_ERR("coordinator lost: no membership changes can be "
-		       "detected or announced any more; operations between "
-		       "live peers continue");
+		CS_ERR("%s lost: no membership changes can be detected or "
+		       "announced any more; operations between live peers "
+		       "continue",
+		       m.what);
 		atomic_store(&v->coord_lost, true);
 	}
-	if (ev & CS_MSVC_FAILED) { /* boot_svc.c logged why */
+	if (ev & CS_MSVC_FAILED) { /* the back-end logged why */
 		atomic_store(&b->state, BS_FAILED);
 	} else if ((ev & CS_MSVC_READY) && atomic_load(&b->state) == BS_WAIT) {
-		atomic_store_explicit(&v->epoch, b->ms.m.epoch,
-				      memory_order_release);
+		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		atomic_store(&b->state, BS_READY);
 	}
 }
@@ -276,8 +298,8 @@ static void *boot_main(void *arg)
 		if (b->coord_on)
 			cs_coord_svc_poll(&b->co, vnow, 2);
 		if (b->member_on)
-			on_events(b, cs_member_svc_poll(&b->ms, now,
-							b->coord_on ? 0 : 5));
+			on_events(b, b->ops->poll(b->impl, now,
+						  b->coord_on ? 0 : 5));
 		if (atomic_load(&b->state) == BS_FAILED && !b->coord_on)
 			break;
 	}
@@ -294,19 +316,72 @@ static void self_addr(const struct cs_daemon *d, struct cs_node_addr *a)
 	a->queues = (uint16_t)d->drv.nq;
 }
 
+/* Join through the back-end until @deadline (it may start after us). */
+static int rdzv_join(struct cs_boot_state *b, const char *where,
+		     const char *tok, cs_ns_t deadline)
+{
+	struct cs_daemon *d = b->d;
+	const struct cs_boot_conf *c = &d->conf.boot;
+	struct cs_node_addr self;
+	struct cs_rdzv_view m;
+	int ret;
+
+	ret = b->ops->create(&b->impl, where, c->world, &c->mp, b->error,
+			     sizeof(b->error));
+	if (ret) {
+		CS_ERR("node.rendezvous %s: %s", where, b->error);
+		return ret;
+	}
+	self_addr(d, &self);
+	for (;;) {
+		cs_ns_t now = now_ns();
+		int left = (int)((deadline > now ? deadline - now : 0) /
+				 CS_NS_PER_MS);
+
+		ret = b->ops->join(b->impl, tok, (int32_t)d->conf.rank, &self,
+				   b->ops == &cs_rendezvous_tcp ? 1000 : left);
+		if (!ret || ret == CS_ERR_AUTH || ret == -EPERM ||
+		    now_ns() >= deadline)
+			break;
+		struct timespec ts = { 0, 200 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL); /* the coordinator may start later */
+	}
+	b->ops->view(b->impl, &m);
+	if (ret == CS_ERR_AUTH || ret == -EPERM) {
+		CS_ERR("bootstrap refused by the %s %s: %s", m.what, where,
+		       m.error);
+		return ret;
+	}
+	if (ret) {
+		CS_ERR("bootstrap: %s %s unreachable for %llu ms%s%s", m.what,
+		       where, (unsigned long long)(c->timeout / CS_NS_PER_MS),
+		       m.error[0] ? ": " : "", m.error);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
 int cs_daemon_boot_start(struct cs_daemon *d)
 {
 	const struct cs_boot_conf *c = &d->conf.boot;
-	char ip[CS_CFG_STR_MAX], tok[CS_CFG_STR_MAX];
-	struct cs_node_addr self;
+	char ip[CS_CFG_STR_MAX], tok[CS_CFG_STR_MAX], where[CS_CFG_STR_MAX + 8];
 	struct cs_boot_state *b;
+	struct cs_rdzv_view m;
 	cs_ns_t deadline;
-	unsigned port;
+	unsigned port = 0;
 	uint64_t seed;
 	int ret;
 
-	if (!boot_addr(c, ip, sizeof(ip), &port) || !port || port > 65535) {
+	if (!rdzv_etcd(c) &&
+	    (!boot_addr(c, ip, sizeof(ip), &port) || !port || port > 65535)) {
 		CS_ERR("boot.addr '%s': expected ip:port", c->addr);
+		return -EINVAL;
+	}
+	if (rdzv_etcd(c) && c->coordinator) {
+		CS_ERR("boot.coordinator=1 and node.rendezvous=%s: with etcd "
+		       "there is no coordinator",
+		       c->rendezvous);
 		return -EINVAL;
 	}
 	ret = load_token(c, tok, sizeof(tok));
@@ -316,6 +391,18 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	if (!b)
 		return -ENOMEM;
 	b->d = d;
+	b->ops = &cs_rendezvous_tcp;
+	if (rdzv_etcd(c)) {
+#if CS_HAVE_ETCD
+		b->ops = &cs_rendezvous_etcd;
+#else
+		CS_ERR("node.rendezvous=%s, but collstackd was built without "
+		       "the etcd back-end (jansson missing)",
+		       c->rendezvous);
+		free(b);
+		return -ENOTSUP;
+#endif
+	}
 	pthread_mutex_init(&b->mu, NULL);
 	atomic_init(&b->stop, false);
 	atomic_init(&b->state, BS_WAIT);
@@ -337,30 +424,20 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 		}
 		b->coord_on = true;
 	}
-	self_addr(d, &self);
-	for (;;) {
-		ret = cs_member_svc_join(&b->ms, ip, (uint16_t)port, tok,
-					 (int32_t)d->conf.rank, &self, &c->mp,
-					 seed, 1000, now_ns());
-		if (!ret || now_ns() >= deadline)
-			break;
-		struct timespec ts = { 0, 200 * 1000 * 1000 };
-
-		nanosleep(&ts, NULL); /* the coordinator may start later */
-	}
-	if (ret) {
-		CS_ERR("bootstrap: coordinator %s:%u unreachable for %llu ms",
-		       ip, port,
-		       (unsigned long long)(c->timeout / CS_NS_PER_MS));
-		return -ETIMEDOUT;
-	}
+	if (rdzv_etcd(c))
+		snprintf(where, sizeof(where), "%s", c->rendezvous);
+	else
+		snprintf(where, sizeof(where), "%s:%u", ip, port);
+	ret = rdzv_join(b, where, tok, deadline);
+	if (ret)
+		return ret;
 	b->member_on = true;
 	ret = pthread_create(&b->thr, NULL, boot_main, b);
 	if (ret)
 		return -ret;
 	pthread_setname_np(b->thr, "cs-boot");
 	b->thr_on = true;
-	CS_INFO("bootstrap: joining %s:%u (asking for rank %u)%s", ip, port,
+	CS_INFO("bootstrap: joining %s (asking for rank %u)%s", where,
 		d->conf.rank, b->coord_on ? ", coordinator here" : "");
 	while (atomic_load(&b->state) == BS_WAIT && now_ns() < deadline &&
 	       !cs_daemon_signalled(d)) {
@@ -370,16 +447,15 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	}
 	switch (atomic_load(&b->state)) {
 	case BS_FAILED:
-		CS_ERR("bootstrap refused: %s", b->ms.m.error);
-		return strstr(b->ms.m.error, "token") ? CS_ERR_AUTH
-						      : -ECONNREFUSED;
+		b->ops->view(b->impl, &m);
+		CS_ERR("bootstrap refused: %s", m.error);
+		return strstr(m.error, "token") ? CS_ERR_AUTH : -ECONNREFUSED;
 	case BS_WAIT:
 		if (cs_daemon_signalled(d))
 			return -EINTR;
-		CS_ERR("bootstrap: no address table from %s:%u within %llu "
+		CS_ERR("bootstrap: no address table from %s within %llu "
 		       "ms (is the whole group of boot.world started?)",
-		       ip, port,
-		       (unsigned long long)(c->timeout / CS_NS_PER_MS));
+		       where, (unsigned long long)(c->timeout / CS_NS_PER_MS));
 		return -ETIMEDOUT;
 	default:
 		break;
@@ -387,9 +463,9 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	ret = cs_daemon_boot_apply_view(d, &b->applied_epoch, NULL, 0);
 	if (ret)
 		return ret;
-	CS_INFO("bootstrap: rank %u of %u, epoch %u, %u peers from the "
-		"coordinator",
-		b->rank, b->world, b->epoch, d->drv.npeers);
+	CS_INFO("bootstrap: rank %u of %u, epoch %u, %u peers from the %s",
+		b->rank, b->world, b->epoch, d->drv.npeers,
+		rdzv_etcd(c) ? "etcd store" : "coordinator");
 	return 0;
 }
 
@@ -402,8 +478,8 @@ void cs_daemon_boot_stop(struct cs_daemon *d)
 	atomic_store(&b->stop, true);
 	if (b->thr_on)
 		pthread_join(b->thr, NULL);
-	if (b->member_on)
-		cs_member_svc_stop(&b->ms);
+	if (b->impl)
+		b->ops->leave(b->impl);
 	if (b->coord_on)
 		cs_coord_svc_stop(&b->co);
 	pthread_mutex_destroy(&b->mu);
@@ -493,8 +569,11 @@ void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len)
 	snprintf(out + l, len - l,
 		 " boot=%s epoch=%u lost=%d nlost=%u "
 		 "coordinator=%s rx_stale_epoch=%llu",
-		 d->boot ? "coordinator" : "static", atomic_load(&v->epoch),
-		 atomic_load(&v->lost_rank), atomic_load(&v->nlost),
+		 !d->boot		    ? "static"
+		 : rdzv_etcd(&d->conf.boot) ? "etcd"
+					    : "coordinator",
+		 atomic_load(&v->epoch), atomic_load(&v->lost_rank),
+		 atomic_load(&v->nlost),
 		 !d->boot		       ? "none"
 		 : atomic_load(&v->coord_lost) ? "lost"
 					       : "ok",

@@ -26,6 +26,7 @@ struct cs_boot_conf {
 	char token[CS_CFG_STR_MAX];
 	char token_file[CS_CFG_STR_MAX];
 	uint64_t timeout; /* ns to wait for the address table */
+	char rendezvous[CS_CFG_STR_MAX]; /* node.rendezvous: tcp, etcd://.. */
 	struct cs_member_params mp;
 };
 

@@ -92,6 +92,34 @@ grep -q "packet authentication on" "$tmp/loga" || fail "no auth log line"
 kill -TERM $pid
 wait $pid || fail "auth sidecar: exit status $? after SIGTERM"
 
+# node.rendezvous: documented; a bad value names the key; etcd without
+# boot.world, with the coordinator, or unreachable: refused, saying why
+grep -q "^  node.rendezvous " <<<"$help" || fail "key node.rendezvous missing from --help-config"
+for v in etcd:/h:1/p http://h:1/p bogus; do
+	out=$("$D" --set node.rendezvous=$v 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "node.rendezvous: '$v'" <<<"$out" ||
+		fail "node.rendezvous=$v: rc $rc, '$out'"
+done
+if "$D" --help-config | grep -q "port types:.* udp" &&
+   grep -q "CS_HAVE_ETCD 1" "${CS_BUILD_DIR}/cs_config.h" 2>/dev/null; then
+	out=$(timeout 30 "$D" --set port.type=loop --set name=etcdx \
+		--set run_dir="$tmp/rune" --set node.rendezvous=etcd://127.0.0.1:1/j \
+		--set boot.token=t 2>&1); rc=$?
+	[ $rc -eq 3 ] && grep -q "needs boot.world" <<<"$out" ||
+		fail "etcd without boot.world: rc $rc, '$out'"
+	out=$(timeout 30 "$D" --set port.type=loop --set name=etcdy \
+		--set run_dir="$tmp/runf" --set node.rendezvous=etcd://127.0.0.1:1/j \
+		--set boot.token=t --set boot.world=2 --set boot.coordinator=1 2>&1); rc=$?
+	[ $rc -eq 3 ] && grep -q "with etcd there is no coordinator" <<<"$out" ||
+		fail "etcd with boot.coordinator=1: rc $rc, '$out'"
+	# port 1 on loopback: nobody listens; gives up after boot.timeout
+	out=$(timeout 60 "$D" --set port.type=loop --set name=etcdz \
+		--set run_dir="$tmp/rung" --set node.rendezvous=etcd://127.0.0.1:1/j \
+		--set boot.token=t --set boot.world=2 --set boot.timeout=1s 2>&1); rc=$?
+	[ $rc -eq 3 ] && grep -q "etcd etcd://127.0.0.1:1/j unreachable.*Connection refused" <<<"$out" ||
+		fail "etcd unreachable: rc $rc, '$out'"
+fi
+
 # collstack run's and collstack bench's arguments: a bad one is refused
 # before any sidecar is asked or any trainer started.
 C=${CS_BUILD_DIR:?}/tools/collstack

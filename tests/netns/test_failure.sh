@@ -15,8 +15,19 @@
 #   boot_stall     SIGSTOP a sidecar during an allreduce with a deadline
 #                  shorter than fail_timeout: CS_ERR_TIMEOUT naming it;
 #                  after SIGCONT the next allreduce is correct
-#   boot_coord     kill -9 the coordinator's sidecar: members report
-#                  "coordinator lost" (log, ping)
+#   boot_coord     kill -9 the coordinator's sidecar: every member reports
+#                  "coordinator lost" (log, ping) within fail_timeout + 5 s
+#   boot_coord_stall  SIGSTOP it instead: the same, from the silence
+#   etcd_kill_first   --rendezvous etcd: boot_kill of csn0, the first
+#                  sidecar (CS_ERR_PEER_LOST naming rank 0, survivors re-form)
+#   etcd_kill_mid  the same with csn2
+#   etcd_store_kill   kill -9 etcd: every member names its loss (log,
+#                  ping) within fail_timeout + 5 s; allreduces go on
+#   etcd_partition csn2's link down: declared lost (lease expiry); link
+#                  up: csn2 finds its lease gone, refuses operations as
+#                  stale ("must rejoin"); the other three run
+#   etcd_token     a sidecar with another job token is refused by the
+#                  etcd rendezvous (exit 3, the reason in its log)
 #   boot_auth      auth.enable=1: allreduces stay correct; frames of the
 #                  current epoch aimed at the last operation with a wrong
 #                  tag or none are dropped and counted (ar_stats
@@ -102,9 +113,10 @@ run_ok() {	# [args]: a correct allreduce
 		fail "allreduce $* failed (rc $rc)"
 }
 
-boot_kill() {
-	local victim=2 p t_kill t_end rc dt lost_at
-	up 4
+boot_kill() {	# [victim [cluster.sh args]]
+	local victim=${1:-2} p t_kill t_end rc dt lost_at
+	shift || true
+	up 4 "$@"
 	run_ok
 	p=$(pid_of $victim)
 	"$CLI" run allreduce --bytes 16M --iters 50 --warmup 0 \
@@ -210,18 +222,117 @@ boot_stall() {
 	run_ok
 }
 
-boot_coord() {
-	local r
-	up 3
-	kill -9 "$(pid_of 0)"
-	for _ in $(seq 100); do
-		r=$(ctl csn1 ping)
-		[[ $r == *coordinator=lost* ]] && break
-		sleep 0.2
+# Every member in $2.. reports the loss of the $1 ("coordinator" or "etcd")
+# in its log and ping within $3 seconds of now-ish ($4: the loss's time).
+all_report_lost() {
+	local what=$1 bound=$2 t0=$3 n r t dt
+	shift 3
+	for n in "$@"; do
+		for _ in $(seq $((bound * 10 + 100))); do
+			r=$(ctl "$n" ping)
+			[[ $r == *coordinator=lost* ]] && break
+			sleep 0.1
+		done
+		echo "$n: $r"
+		[[ $r == *coordinator=lost* ]] || fail "$n did not report it"
+		t=$(grep -h "boot: $what lost" "$RUN/$n.log" | head -1 |
+		    cut -d' ' -f1)
+		[ -n "$t" ] || fail "no '$what lost' line in $n's log"
+		dt=$(secs "$t0" "$t")
+		echo "$n: '$what lost' $dt s after the loss (bound $bound s)"
+		awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d <= b) }' ||
+			fail "$n named it after $dt s"
 	done
-	echo "csn1: $r"
-	[[ $r == *coordinator=lost* ]] || fail "csn1 did not report it"
-	grep "coordinator lost" $RUN/csn1.log || fail "no log line"
+}
+
+boot_coord() {	# kill -9: the connections close, every member knows at once
+	local t0
+	up 3
+	t0=$(now)
+	kill -9 "$(pid_of 0)"
+	all_report_lost coordinator $((FAIL_S + 5)) "$t0" csn1 csn2
+}
+
+boot_coord_stall() {	# SIGSTOP: silence, named within fail_timeout
+	local t0 p
+	up 3
+	p=$(pid_of 0)
+	EXTRA_PIDS+=("$p")
+	t0=$(now)
+	kill -STOP "$p"
+	all_report_lost coordinator $((FAIL_S + 5)) "$t0" csn1 csn2
+	kill -CONT "$p"
+}
+
+etcd_kill_first() {	# the first sidecar: no coordinator to lose with it
+	boot_kill 0 --rendezvous etcd
+	grep -q "peers from the etcd store" $RUN/csn1.log ||
+		fail "csn1 did not meet the others in etcd"
+}
+
+etcd_kill_mid() {
+	boot_kill 2 --rendezvous etcd
+}
+
+etcd_store_kill() {	# etcd dies: named on every member; peers go on
+	local t0
+	up 3 --rendezvous etcd
+	run_ok
+	t0=$(now)
+	kill -9 "$CS_ETCD_PID"
+	all_report_lost etcd $((FAIL_S + 5)) "$t0" csn0 csn1 csn2
+	run_ok
+}
+
+etcd_partition() {	# cut csn2 off; healed, it is stale until it rejoins
+	local st t0
+	up 4 --rendezvous etcd
+	run_ok
+	t0=$(now)
+	ip -n cssw link set csv2 down
+	for _ in $(seq $((FAIL_S * 10 + 300))); do
+		st=$(ctl csn1 ping)
+		[ "$(kv "$st" lost)" = 2 ] && break
+		sleep 0.1
+	done
+	echo "csn1: $st"
+	[ "$(kv "$st" lost)" = 2 ] || fail "csn2 was not declared lost"
+	echo "csn2 cut off -> declared lost after $(secs "$t0" "$(now)") s"
+	ip -n cssw link set csv2 up
+	# healed: csn2 finds its lease gone and itself out of the view
+	for _ in $(seq 600); do
+		grep -q "our lease expired" $RUN/csn2.log && break
+		sleep 0.1
+	done
+	grep "our lease expired" $RUN/csn2.log ||
+		fail "csn2 did not notice that its lease expired"
+	"$CLI" run allreduce -b 1K -e 1K --iters 1 --warmup 0 \
+		--timeout 20000 >"$TMP/stale.out" 2>&1 &&
+		fail "an allreduce with the stale csn2 in it succeeded"
+	cat "$TMP/stale.out"
+	grep -q "rank 2) is not in the group's view.*must rejoin" \
+		"$TMP/stale.out" || fail "csn2 was not refused as stale"
+	sed 's/^CS_NODES=.*/CS_NODES="csn0 csn1 csn3"/' $RUN/cluster.env \
+		>"$TMP/three.env"
+	run_ok --cluster "$TMP/three.env"
+	grep -q '3 ranks' "$TMP/ok.out" || fail "the three did not run"
+}
+
+etcd_token() {	# a sidecar with another job token is refused
+	local rc
+	up 2 --rendezvous etcd
+	ip netns exec csn1 "$DAEMON" --set name=csx --set run_dir=$TMP/csx \
+		--set node.rank=1 --set port.type=udp --set port.ip=10.77.0.2 \
+		--set port.udp_port=7702 --set boot.world=2 \
+		--set node.rendezvous=etcd://10.77.0.254:2379/cs-job \
+		--set boot.token=not-the-job-token --set boot.timeout=10s \
+		</dev/null >"$TMP/csx.log" 2>&1
+	rc=$?
+	cat "$TMP/csx.log"
+	[ $rc = 3 ] || fail "the intruder exited $rc, want 3"
+	grep -q "refused by the etcd.*wrong job token" "$TMP/csx.log" ||
+		fail "no refusal line in the intruder's log"
+	run_ok
 }
 
 # DATA frames from csn1 to csn0 of epoch $1 for operation $2: $3 frames
@@ -230,7 +341,9 @@ boot_coord() {
 # csn0 does not run, so a passed check only counts as rx_other_op).
 inject_auth() {
 	ip netns exec csn1 python3 - "$@" <<'PY'
-import hashlib, hmac, os, socket, struct, sys
+import os, socket, struct, sys
+sys.path.insert(0, "tests/netns")
+import cs_auth
 epoch, op, n, tokfile, op_ok = (int(sys.argv[1]), int(sys.argv[2]),
                                 int(sys.argv[3]), sys.argv[4],
                                 int(sys.argv[5]))
@@ -249,10 +362,8 @@ def frame(flags, op, seq, tag=b""):
             + tag + payload)
 def good_tag(flags, op, seq):
     tok = open(tokfile, "rb").read().split(b"\n")[0].rstrip(b"\r")
-    key = hmac.new(tok, b"collstack-epoch-" + struct.pack("!II", 0, epoch),
-                   hashlib.sha256).digest()
-    msg = b"".join(struct.pack("!Q", v) for v in fields(flags, op, seq))
-    return hmac.new(key, msg + payload, hashlib.sha256).digest()[:16]
+    return cs_auth.tag(cs_auth.epoch_key(tok, 0, epoch),
+                       fields(flags, op, seq), payload)
 dst = ("10.77.0.1", 7700)
 for i in range(n):	# (a) wrong tag
     s.sendto(frame(F_AUTH | F_LAST, op, i, os.urandom(16)), dst)
@@ -319,6 +430,11 @@ boot_auth_kill() {
 
 case $CASE in
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
+boot_coord_stall) $CASE ;;
+etcd_kill_first|etcd_kill_mid|etcd_store_kill|etcd_token|etcd_partition)
+	command -v etcd >/dev/null ||
+		skip "no etcd binary (Debian's etcd-server)"
+	$CASE ;;
 boot_auth) $CASE ;;
 boot_auth_kill) $CASE ;;
 *) fail "unknown case $CASE" ;;

@@ -21,7 +21,9 @@
 # within 2 x member.fail_timeout, re-form a 3-rank group, and its
 # allreduces are correct; IPCD_LOSS=link cuts the node's link instead, so
 # that only missed heartbeats tell; docs/peerlost.md), peer_lost_4x2 (the
-# same with 2 trainers per node, 4 MiB), early_4x1 (small allreduces done
+# same with 2 trainers per node, 4 MiB), peer_lost_etcd_4x1 (peer_lost_4x1
+# with the etcd rendezvous, started in the switch namespace on
+# 10.79.0.254, and node 0 lost: no coordinator goes with it), early_4x1 (small allreduces done
 # at result-ready, coll.direct_early, with 5 % loss: frames of finished ops
 # resent, delivery implied by the peers' next op; reduce_scatter on the
 # ring in between; then the same with coll.direct_early=0: none early),
@@ -58,6 +60,8 @@ SW=ipsw	# the bridge's own namespace (as in scripts/cluster.sh)
 UDP=7790
 BOOT_PORT=7791
 BOOT=0	# 1: membership from a coordinator in ipn0 (up's nodes, boot.*)
+ETCD=0	# 1 (with BOOT=1): from an etcd in the switch namespace instead
+ETCD_PID=
 PIDS=()
 TPIDS=()	# trainers of case_peer_lost, killed on the way out
 NODES=()
@@ -71,6 +75,10 @@ dump_logs() {
 		echo "--- $n.log (tail)"
 		tail -n 15 "$RUN/$n.log" 2>/dev/null
 	done
+	if [ -f "$RUN/etcd.log" ]; then
+		echo "--- etcd.log (tail)"
+		tail -n 15 "$RUN/etcd.log"
+	fi
 }
 
 [ -x "$CLI" ] && [ -x "$DAEMON" ] && [ -x "$TRAINER" ] ||
@@ -91,6 +99,12 @@ down() {
 	for p in "${TPIDS[@]}"; do
 		kill -KILL "$p" 2>/dev/null
 	done
+	if [ -n "$ETCD_PID" ] &&
+	   [ "$(cat /proc/$ETCD_PID/comm 2>/dev/null)" = etcd ]; then
+		kill -KILL "$ETCD_PID" 2>/dev/null
+		wait "$ETCD_PID" 2>/dev/null
+	fi
+	ETCD_PID=
 	for p in "${PIDS[@]}"; do
 		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] &&
 			kill -TERM "$p" 2>/dev/null
@@ -159,13 +173,30 @@ EOF
 	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${NODES[*]}" "$RUN" >"$ENV_FILE"
 	[ $BOOT = 1 ] && (umask 077; od -An -tx1 -N32 /dev/urandom |
 		tr -d ' \n' >"$RUN/job.token")
+	if [ $ETCD = 1 ]; then	# etcd on the bridge, in the switch namespace
+		ip -n "$SW" link set lo up	# etcd's peer URL
+		ip -n "$SW" addr add 10.79.0.254/24 dev "$BR" ||
+			fail "address for etcd"
+		ip netns exec "$SW" etcd --name ipcd --data-dir "$RUN/etcd.data" \
+			--listen-client-urls http://10.79.0.254:2379 \
+			--advertise-client-urls http://10.79.0.254:2379 \
+			--listen-peer-urls http://127.0.0.1:2380 \
+			--initial-advertise-peer-urls http://127.0.0.1:2380 \
+			--initial-cluster ipcd=http://127.0.0.1:2380 \
+			</dev/null >"$RUN/etcd.log" 2>&1 &
+		ETCD_PID=$!	# the sidecars wait for it (boot.timeout)
+	fi
 	for ((i = 0; i < n; i++)); do
 		local args=(--set name=ipn$i --set run_dir=$RUN/ipn$i
 			    --set node.rank=$i --set node.peers=$RUN/peers
 			    --set port.ip=10.79.0.$((i + 1))
 			    --set port.udp_port=$UDP
 			    --set rel.max_timeouts=400)
-		if [ $BOOT = 1 ]; then
+		if [ $ETCD = 1 ]; then
+			args+=(--set node.peers= --set boot.world=$n
+			       --set node.rendezvous=etcd://10.79.0.254:2379/ipcd
+			       --set boot.token_file=$RUN/job.token)
+		elif [ $BOOT = 1 ]; then
 			args+=(--set node.peers= --set boot.addr=10.79.0.1:$BOOT_PORT
 			       --set boot.token_file=$RUN/job.token)
 			[ $i = 0 ] && args+=(--set boot.coordinator=1
@@ -377,10 +408,11 @@ case_python() {
 	sidecars_alive
 }
 
-# case_peer_lost N T COUNT: N nodes x T trainers (node i: ranks i*T..),
-# allreduces of COUNT f32. Trainer r writes $RUN/t<r>.out.
+# case_peer_lost N T COUNT [VICTIM]: N nodes x T trainers (node i: ranks
+# i*T..), allreduces of COUNT f32; node VICTIM (2) is lost. Trainer r
+# writes $RUN/t<r>.out.
 case_peer_lost() {
-	local n=$1 t=$2 count=$3 victim=2 fail_s=${IPCD_FAIL_TIMEOUT_S:-2}
+	local n=$1 t=$2 count=$3 victim=${4:-2} fail_s=${IPCD_FAIL_TIMEOUT_S:-2}
 	local pids=() i l r nr t_kill t_lost dt bound worst=0 rc
 	[ -x "$PEERLOST" ] || fail "not built: $PEERLOST"
 	BOOT=1
@@ -611,6 +643,10 @@ boot_fault5) case_boot_fault ;;
 kill_2x2) case_kill ;;
 python_2x1) case_python ;;
 peer_lost_4x1) case_peer_lost 4 1 4M ;;
+peer_lost_etcd_4x1)	# no coordinator: node 0 is lost like any other
+	command -v etcd >/dev/null || skip "no etcd binary (etcd-server)"
+	ETCD=1
+	case_peer_lost 4 1 4M 0 ;;
 peer_lost_4x2) case_peer_lost 4 2 1M ;;
 trace_4x1) case_trace ;;
 early_4x1) case_early ;;
@@ -635,7 +671,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
