@@ -82,7 +82,7 @@ struct svc_conf {
 static const struct cs_cfg_entry auth_cfg[] = {
 	{ "auth.enable", CS_CFG_BOOL, offsetof(struct svc_conf, auth), "0", 0,
 	  1,
-	  "tag every frame with HMAC-SHA-256 under a per-epoch key derived "
+	  "tag every frame with SipHash-2-4-128 under a per-epoch key derived "
 	  "from the job token (boot.token, boot.token_file, else "
 	  "$COLLSTACK_JOB_TOKEN; needed with static peers too) and drop "
 	  "frames without a valid tag (ar_stats rx_auth_fail)" },
@@ -1585,8 +1585,8 @@ int cs_daemon_init(struct cs_daemon *d)
 			return ret;
 		}
 		s->auth = true;
-		CS_INFO("packet authentication on: HMAC-SHA-256 tags under "
-			"per-epoch keys from the job token (SHA-256: %s)",
+		CS_INFO("packet authentication on: tags under per-epoch keys "
+			"from the job token (%s)",
 			cs_sha256_impl());
 	}
 	if (!s->cf->burst_set) {
