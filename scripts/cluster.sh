@@ -77,7 +77,7 @@ ETCD_DATA=$RUN/$P-etcd.data
 BOOT_PORT=${CS_BOOT_PORT:-7701}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
-DAEMON=$BUILD/tools/collstackd
+DAEMON=$BUILD/sidecar/collstackd
 READY_TIMEOUT=${CS_READY_TIMEOUT:-60}
 
 die() { echo "cluster: $*" >&2; exit 1; }

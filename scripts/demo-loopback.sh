@@ -29,7 +29,7 @@ for ((i = 0; i < N; i++)); do
 	nodes+="lo$i "
 done
 for ((i = 0; i < N; i++)); do
-	"$BUILD/tools/collstackd" --set name=lo$i --set run_dir="$RUN/lo$i" \
+	"$BUILD/sidecar/collstackd" --set name=lo$i --set run_dir="$RUN/lo$i" \
 		--set node.rank=$i --set node.peers="$RUN/peers" \
 		--set port.type=udp --set port.ip=127.0.0.1 \
 		--set port.udp_port=$((BASE + i)) --set lcore.poll=adaptive \

@@ -27,13 +27,13 @@ if [ "${1:-}" = pack ]; then
 	set -e
 	[ -d build-gpu ] || meson setup build-gpu -Ddpdk=disabled \
 		-Dverbs=disabled -Dtests=disabled -Dfuzz=disabled
-	ninja -C build-gpu -j"${CS_JOBS:-2}" tools/collstackd \
+	ninja -C build-gpu -j"${CS_JOBS:-2}" sidecar/collstackd \
 		tests/gpu/test_gpu_core tests/gpu/test_ipc_dev \
 		tests/gpu/test_gpu_dev tests/gpu/cs-gpu-bench \
 		tests/gpu/cs-gpu-allreduce client/libcollstack.so.0.1.0
 	rm -rf build-gpu/carry
 	mkdir -p build-gpu/carry/bin build-gpu/carry/lib
-	cp build-gpu/tools/collstackd build-gpu/tests/gpu/test_gpu_core \
+	cp build-gpu/sidecar/collstackd build-gpu/tests/gpu/test_gpu_core \
 		build-gpu/tests/gpu/test_ipc_dev build-gpu/tests/gpu/test_gpu_dev \
 		build-gpu/tests/gpu/cs-gpu-bench \
 		build-gpu/tests/gpu/cs-gpu-allreduce build-gpu/carry/bin/

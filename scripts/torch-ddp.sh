@@ -52,7 +52,7 @@ skip() { echo "SKIP: $*"; exit 77; }
 [ -x "$PY" ] && "$PY" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
 	skip "no torch with gloo for $PY (Debian: apt-get install python3-torch)"
 LIB=$BUILD/client/libcollstack.so
-[ -f "$LIB" ] && [ -x "$BUILD/tools/collstackd" ] || skip "not built ($BUILD)"
+[ -f "$LIB" ] && [ -x "$BUILD/sidecar/collstackd" ] || skip "not built ($BUILD)"
 
 LOGS=${CS_TORCH_LOG_DIR:-$(mktemp -d /tmp/cs-torch-ddp.XXXXXX)}
 mkdir -p "$LOGS"

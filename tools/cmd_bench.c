@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "cmds.h"
-#include "ctl.h"
+#include "sidecar/ctl.h"
 
 #define BENCH_MAX_NODES 64
 #define BENCH_MAX_TPN 16

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "cmds.h"
-#include "ctl.h"
+#include "sidecar/ctl.h"
 #include "internal/proto.h"
 
 static void usage(FILE *out)

@@ -23,7 +23,7 @@
 
 #include "collstack/types.h"
 #include "cmds.h"
-#include "ctl.h"
+#include "sidecar/ctl.h"
 
 #define MAX_NODES 64
 

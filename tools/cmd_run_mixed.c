@@ -4,7 +4,7 @@
  * sidecars (svc.core=1), each with operations of random ring kinds, types
  * and sizes, posted in a different order on every sidecar and all in
  * flight together over the transport core; every element is checked by
- * the sidecar that holds it (mx_post / mx_wait / mx_forget, tools/svc_core.c).
+ * the sidecar that holds it (mx_post / mx_wait / mx_forget, sidecar/svc_core.c).
  * Buffers are the sidecars' own: trainers are not involved.
  */
 #include <errno.h>
@@ -18,7 +18,7 @@
 
 #include "cmds.h"
 #include "collstack/types.h"
-#include "ctl.h"
+#include "sidecar/ctl.h"
 #include "dataplane/lcore.h"
 #include "internal/util.h"
 

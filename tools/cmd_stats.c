@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "cmds.h"
-#include "ctl.h"
+#include "sidecar/ctl.h"
 
 #define MAX_NODES 64
 #define TIMEOUT_MS 5000

@@ -42,7 +42,7 @@ NB_NET=10.78.0
 NB_UDP_PORT=${CS_UDP_PORT:-7700}
 NB_BUILD=${CS_BUILD_DIR:-build}
 case $NB_BUILD in /*) ;; *) NB_BUILD=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/$NB_BUILD ;; esac
-NB_DAEMON=$NB_BUILD/tools/collstackd
+NB_DAEMON=$NB_BUILD/sidecar/collstackd
 
 nb_die() { echo "netns: $*" >&2; exit 1; }
 

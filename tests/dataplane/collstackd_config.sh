@@ -3,7 +3,7 @@
 # collstackd's config handling: every key documented, bad input refused
 # with a message that names the key (and the file line), flags over file.
 set -uo pipefail
-D=${CS_BUILD_DIR:?}/tools/collstackd
+D=${CS_BUILD_DIR:?}/sidecar/collstackd
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

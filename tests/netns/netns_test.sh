@@ -16,7 +16,7 @@ CASE=${1:?usage: netns_test.sh CASE}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
-DAEMON=$BUILD/tools/collstackd
+DAEMON=$BUILD/sidecar/collstackd
 SIZES=(${CS_NETNS_SIZES:--b 1K -e 64M})
 
 skip() { echo "SKIP: $*"; exit 77; }

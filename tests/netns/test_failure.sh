@@ -47,7 +47,7 @@ CASE=${1:?usage: test_failure.sh CASE}
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
-DAEMON=$BUILD/tools/collstackd
+DAEMON=$BUILD/sidecar/collstackd
 PORT=${CS_FAIL_PORT:-udp}
 RUN=/run/collstack
 # Loaded 2-core machines: a slow heartbeat path must not look like a loss,

@@ -49,7 +49,7 @@ cd "$(dirname "$0")/../.."
 BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
-DAEMON=$BUILD/tools/collstackd
+DAEMON=$BUILD/sidecar/collstackd
 TRAINER=$BUILD/tools/cs-trainer-bench
 PEERLOST=$BUILD/tools/cs-trainer-peerlost
 JOIN=$BUILD/tests/netns/cs-trainer-join

@@ -15,7 +15,7 @@ struct cs_daemon;
 struct cs_daemon_conf;
 struct cs_ar_svc;
 
-/* Hooks called by collstackd.c (tools/daemon_ipc.c). */
+/* Hooks called by collstackd.c (sidecar/daemon_ipc.c). */
 int cs_daemon_ipc_defaults(struct cs_daemon_conf *c);
 int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
 			  const char *val, char *err, size_t errlen);

@@ -4,7 +4,7 @@
  * chosen with svc.core=1: lcore 0 runs one struct cs_tp over the port,
  * every operation (collstack run's and trainers') is posted to it, and
  * the sessions belong to the peers, not to the operations. The hooks of
- * tools/daemon_ar.c delegate here when it is on; docs/transport-core.md.
+ * sidecar/daemon_ar.c delegate here when it is on; docs/transport-core.md.
  */
 #ifndef CS_TOOLS_SVC_CORE_H
 #define CS_TOOLS_SVC_CORE_H

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * collstackd's state, and the hooks through which the collective service
- * (tools/daemon_ar.c: allreduce over the port) plugs into the daemon.
+ * (sidecar/daemon_ar.c: allreduce over the port) plugs into the daemon.
  */
 #ifndef CS_TOOLS_DAEMON_H
 #define CS_TOOLS_DAEMON_H

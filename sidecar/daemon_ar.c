@@ -104,7 +104,7 @@ static const struct cs_cfg_entry early_cfg[] = {
 static const struct cs_cfg_entry core_cfg[] = {
 	{ "svc.core", CS_CFG_BOOL, offsetof(struct svc_conf, core), "0", 0, 1,
 	  "run every cross-node operation (collstack run's and trainers') "
-	  "on the transport core (tools/svc_core.c, docs/transport-core.md):"
+	  "on the transport core (sidecar/svc_core.c, docs/transport-core.md):"
 	  " sessions per peer that outlive operations; without zero copy, "
 	  "packet authentication or early small ops yet" },
 };
@@ -1821,7 +1821,7 @@ void cs_daemon_tick(struct cs_daemon *d)
 	(void)d;
 }
 
-/* ---- trainer operations (tools/daemon_ipc.c) --------------------------- */
+/* ---- trainer operations (sidecar/daemon_ipc.c) --------------------------- */
 
 /* The view @epoch applied (view_lock held); 0, -EAGAIN or an error. */
 static int view_for(struct cs_ar_svc *s, uint32_t epoch, char *msg, size_t mlen)
