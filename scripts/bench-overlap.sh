@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # DDP-style overlap on the transport core: N buckets of B bytes allreduced
-# over a 4-node netns cluster (svc.core=1), posted back to back (all in
+# over a 4-node netns cluster, posted back to back (all in
 # flight) against posted one after another (each waited for before the
 # next), alternated R times in one run; prints each run and the ratio of
 # the medians (serial / overlapped). Root; uses scripts/cluster.sh.

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstackd's collective service on the transport core (transport/tp.h),
- * chosen with svc.core=1: lcore 0 runs one struct cs_tp over the port,
- * every operation (collstack run's and trainers') is posted to it, and
- * the sessions belong to the peers, not to the operations. The hooks of
- * sidecar/daemon_ar.c delegate here when it is on; docs/transport-core.md.
+ * collstackd's collective service on the transport core (transport/tp.h):
+ * lcore 0 runs one struct cs_tp over the port, every operation
+ * (collstack run's and trainers') is posted to it, and the sessions belong
+ * to the peers, not to the operations. sidecar/service.c (configuration,
+ * views) calls in here; docs/transport-core.md.
  */
 #ifndef CS_TOOLS_SVC_CORE_H
 #define CS_TOOLS_SVC_CORE_H
@@ -22,8 +22,12 @@
 struct cs_core_svc;
 
 /* Set up (before the lcores start); installs its rx/tx on the driver. */
+struct cs_frame_auth;
+/* @auth: frame tags (auth.enable; NULL: off), used by the lcore only;
+ * @early: small ops done at result-ready (coll.direct_early, tp.early). */
 int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
-		     const struct cs_coll_cfg *coll, struct cs_core_svc **out);
+		     const struct cs_coll_cfg *coll, struct cs_frame_auth *auth,
+		     bool early, struct cs_core_svc **out);
 void cs_core_svc_fini(struct cs_core_svc *s);
 
 /* Stop the lcore's use of the peer table (a new view is applied), and
@@ -47,5 +51,8 @@ int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd);
 void cs_core_svc_flush(struct cs_core_svc *s);
 void cs_core_svc_stop_ext(struct cs_core_svc *s);
+/* The last trainer op was reported done early and its last frames are
+ * not acknowledged yet (the core still resends them). */
+bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);
 
 #endif

@@ -52,6 +52,12 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "groups known at once per core" },
 	{ "tp.max_nodes", CS_CFG_U32, offsetof(struct cs_tp_params, max_nodes),
 	  "1024", 2, 1 << 16, "node ids are below this" },
+	{ "tp.early", CS_CFG_BOOL, offsetof(struct cs_tp_params, early), "1",
+	  0, 1,
+	  "an operation whose engine resends from its own copy (a direct "
+	  "exchange) is reported ready to its owner once its result is "
+	  "final, before its own last frames are acknowledged; the core "
+	  "goes on resending them (io->ready)" },
 };
 const size_t cs_tp_cfg_len = CS_ARRAY_SIZE(cs_tp_cfg);
 
@@ -97,6 +103,7 @@ struct tp_op {
 	bool *has_pend;
 	struct tp_sess **sess; /* per channel: where it sends (NULL: nothing) */
 	uint32_t slots; /* frames in flight in sessions */
+	bool ready; /* io->ready told (tp.early) */
 	struct tp_op *hnext;
 };
 
@@ -466,6 +473,9 @@ static bool tp_group_lost(const struct cs_tp *tp, const struct tp_group *g,
 	return false;
 }
 
+static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
+		      uint32_t culprit);
+
 int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	       const struct cs_flow_ops *ops, void *flow, uint64_t bytes,
 	       void *user, cs_ns_t now)
@@ -477,6 +487,19 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 
 	if (!g)
 		return -ENOENT;
+	op = tp_op_find(tp, group, op_id);
+	if (op && op->ready && g->reuse) {
+		/* its owner has its result: the id's new op wins, the old
+		 * one's unacknowledged frames are given up on */
+		tp->st.early_dropped++;
+		op->ops->abort(op->flow, CS_ERR_CANCELLED, UINT32_MAX);
+		for (uint32_t i = 0; i < tp->nops; i++)
+			if (tp->ops[i] == op) {
+				tp_finish(tp, i, CS_ERR_CANCELLED, UINT32_MAX);
+				break;
+			}
+		op = NULL;
+	}
 	if (tp_op_find(tp, group, op_id) || tp_recently_done(g, op_id))
 		return -EEXIST;
 	if (tp->nops == tp->p.max_ops)
@@ -694,6 +717,7 @@ static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 			}
 		}
 		if (!ret) {
+			tp->st.tx_retx_early += sl->op->ready;
 			h = tx.hdr;
 			h.group = sl->op->g->id;
 			h.op = sl->op->id;
@@ -898,6 +922,13 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 		culprit = UINT32_MAX;
 		st = op->ops->status(op->flow, &culprit);
 		if (st == -EINPROGRESS) {
+			if (!op->ready && tp->p.early && tp->io->ready &&
+			    op->ops->early_ok && op->ops->early_ok(op->flow)) {
+				op->ready = true;
+				tp->st.ops_early++;
+				tp->io->ready(tp->owner, op->user);
+				work++;
+			}
 			i++;
 			continue;
 		}
@@ -954,6 +985,9 @@ void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st)
 		st->rel_retx += rs->retx;
 		st->rel_timeouts += rs->timeouts;
 		st->rel_dup_rcvd += rs->dup_rcvd;
+		st->rel_fast_retx += rs->fast_retx;
+		st->rel_tlp += rs->tlp;
+		st->rel_spurious += rs->spurious_rto;
 		st->rel_stale_rcvd += rs->stale_rcvd;
 	}
 }
@@ -968,6 +1002,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
 		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
+		" ops_early=%" PRIu64 " tx_retx_early=%" PRIu64
+		" early_dropped=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
 		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
@@ -977,7 +1013,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
-		st->tx_fillers, st->tx_acks, st->ops_posted, st->ops_done,
+		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
+		st->early_dropped, st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,
 		st->rel_stale_rcvd);

@@ -29,6 +29,7 @@ struct node {
 	int status[64];
 	uint32_t culprit[64];
 	int ndone;
+	int ready[64]; /* io->ready calls (tp.early) */
 };
 
 static struct frame q[QMAX];
@@ -36,6 +37,11 @@ static unsigned qn;
 static struct node nodes[NODES];
 static bool dead[NODES];
 static cs_ns_t now;
+/* tp.early and the io the nodes get (setup_nodes()); pump() drops pure
+ * ACKs addressed to drop_acks_to while it is a node id */
+static bool early_on;
+static const struct cs_tp_io *use_io;
+static int64_t drop_acks_to = -1;
 
 static unsigned t_room(void *owner)
 {
@@ -73,6 +79,18 @@ static void t_done(void *owner, void *user, int status, uint32_t culprit)
 
 static const struct cs_tp_io t_io = { t_room, t_xmit, t_done };
 
+static void t_ready(void *owner, void *user)
+{
+	struct node *nd = owner;
+	uintptr_t slot = (uintptr_t)user;
+
+	/* before its io->done, once */
+	cr_assert_eq(nd->status[slot], -EINPROGRESS);
+	nd->ready[slot]++;
+}
+
+static const struct cs_tp_io t_io_early = { t_room, t_xmit, t_done, t_ready };
+
 static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 {
 	struct cs_tp_params tp;
@@ -83,6 +101,7 @@ static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 	tp.max_nodes = 16;
 	tp.hold_frames = hold;
 	tp.hold_ttl = 1000000; /* 1 ms */
+	tp.early = early_on;
 	xp.rel.max_timeouts = max_timeouts;
 	memset(nodes, 0, sizeof(nodes));
 	memset(dead, 0, sizeof(dead));
@@ -92,8 +111,8 @@ static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 		nodes[i].id = i;
 		for (int k = 0; k < 64; k++)
 			nodes[i].status[k] = -EINPROGRESS;
-		cr_assert_eq(cs_tp_create(&tp, &xp, &t_io, &nodes[i], i, 5,
-					  &nodes[i].tp),
+		cr_assert_eq(cs_tp_create(&tp, &xp, use_io ? use_io : &t_io,
+					  &nodes[i], i, 5, &nodes[i].tp),
 			     0);
 	}
 }
@@ -119,7 +138,9 @@ static void pump(unsigned rounds)
 		memcpy(cur, q, n * sizeof(cur[0]));
 		qn = 0;
 		for (unsigned i = 0; i < n; i++) {
-			if (!dead[cur[i].src] && !dead[cur[i].dst])
+			if (!dead[cur[i].src] && !dead[cur[i].dst] &&
+			    !(cur[i].h.type == CS_PKT_ACK &&
+			      (int64_t)cur[i].dst == drop_acks_to))
 				cs_tp_rx(nodes[cur[i].dst].tp, cur[i].src,
 					 &cur[i].h, cur[i].data, now);
 			free(cur[i].data);
@@ -393,4 +414,105 @@ Test(tp, lost_peer_named)
 		ar_free(&a[i]);
 	ar_free(&late);
 	teardown_nodes();
+}
+
+/*
+ * tp.early: a direct exchange (small allreduce) is reported ready once its
+ * result is in, while its own frame still waits for an ACK (every pure ACK
+ * to node 0 is lost); the core then resends it and ends the op when the
+ * ACK gets through. Without tp.early (or without io->ready) the owner
+ * hears nothing before io->done.
+ */
+static void early_case(bool on, const struct cs_tp_io *io)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2];
+	struct cs_tp_stats st;
+
+	early_on = on;
+	use_io = io;
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+	drop_acks_to = 0;
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 16, 0, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 16, 0, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS,
+		     "node 0 finished with its frame unacknowledged");
+	cr_assert_eq(nodes[0].ready[0], on && io == &t_io_early ? 1 : 0);
+	if (nodes[0].ready[0])
+		ar_check(&a[0]); /* the result is final at ready */
+	drop_acks_to = -1;
+	pump(20000); /* the RTO fires; the resent frame's ACK gets through */
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.ops_early, nodes[0].ready[0] ? 1u : 0u);
+	cr_assert_eq(st.tx_retx_early > 0, nodes[0].ready[0] > 0);
+	cr_assert_gt(st.tx_retx, 0);
+	teardown_nodes();
+	early_on = false;
+	use_io = NULL;
+}
+
+Test(tp, early_ready_before_last_ack)
+{
+	early_case(true, &t_io_early);
+}
+
+Test(tp, early_off_waits_for_ack)
+{
+	early_case(false, &t_io_early);
+	early_case(true, &t_io); /* no io->ready: nothing early either */
+}
+
+/* An id reused (trainer groups) while its early op still resends: the new
+ * op is posted, the old one ends (its owner had its result already). */
+Test(tp, early_op_id_reuse_ends_the_lingering_op)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2], b[2];
+	struct cs_tp_stats st;
+
+	early_on = true;
+	use_io = &t_io_early;
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	drop_acks_to = 0;
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 16, 0, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 16, 0, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].ready[0], 1);
+	pump(2000); /* node 1 is done; node 0 still resends, unheard */
+	cr_assert_eq(nodes[1].status[0], 0);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS);
+	ar_post(&b[0], &nodes[0], 10, 1, 2, 0, 16, 1, 0);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
+	ar_post(&b[1], &nodes[1], 10, 1, 2, 1, 16, 1, 0);
+	drop_acks_to = -1;
+	pump(20000);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[1], 0, "node %u: %d", i,
+			     nodes[i].status[1]);
+		ar_check(&b[i]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.ops_early, 2u);
+	cr_assert_eq(st.early_dropped, 1u);
+	teardown_nodes();
+	early_on = false;
+	use_io = NULL;
 }
