@@ -27,7 +27,7 @@ export CS_CLUSTER=${CS_CLUSTER:-ovl}
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --port "$PORT" \
-	--set svc.core=1 "${LOSS[@]}" >/dev/null
+	"${LOSS[@]}" >/dev/null
 ser=() ovl=()
 for ((r = 0; r < REPS; r++)); do
 	for mode in serial overlapped; do

@@ -24,10 +24,12 @@
 #include "daemon_ipc.h"
 #include "frame_auth.h"
 #include "svc_core.h"
+#include "transport/tp.h"
 
 struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
+	struct cs_tp_params tp;
 	bool auth; /* auth.enable */
 	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
@@ -103,6 +105,13 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 			      &sc->coll);
 	if (ret)
 		return ret;
+	ret = cs_tp_params_default(&sc->tp);
+	if (ret)
+		return ret;
+	/* a whole window of every ring session may arrive before this node
+	 * posts its part (collstack run starts the nodes one by one);
+	 * buffers are only allocated as the hold fills */
+	sc->tp.hold_frames = 4096;
 	ret = cs_cfg_defaults(early_cfg, CS_ARRAY_SIZE(early_cfg), sc);
 	if (ret)
 		return ret;
@@ -124,6 +133,10 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 			 key, val, err, errlen);
 	if (ret != -ENOENT)
 		return ret;
+	ret = cs_cfg_set(cs_tp_cfg, cs_tp_cfg_len, &sc->tp, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
 	ret = cs_cfg_set(early_cfg, CS_ARRAY_SIZE(early_cfg), sc, key, val, err,
 			 errlen);
 	if (ret != -ENOENT)
@@ -142,6 +155,8 @@ void cs_daemon_help_config(FILE *out)
 		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
 	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
+	fprintf(out, "\ntransport core (collstackd sets tp.hold_frames=4096):\n");
+	cs_cfg_help(cs_tp_cfg, cs_tp_cfg_len, out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
 }
@@ -199,9 +214,9 @@ int cs_daemon_init(struct cs_daemon *d)
 	}
 	pthread_mutex_init(&s->view_lock, NULL);
 	/* sets the driver's rx/tx to its own */
-	ret = cs_core_svc_init(d, &s->cf->xp, &s->cf->coll,
-			       s->auth ? &s->fa : NULL, s->cf->direct_early,
-			       &s->core);
+	s->cf->tp.early = s->cf->direct_early;
+	ret = cs_core_svc_init(d, &s->cf->xp, &s->cf->coll, &s->cf->tp,
+			       s->auth ? &s->fa : NULL, &s->core);
 	if (ret) {
 		pthread_mutex_destroy(&s->view_lock);
 		cs_frame_auth_fini(&s->fa);

@@ -1191,11 +1191,11 @@ bool cs_core_svc_ext_unsettled(struct cs_core_svc *s)
 /* ---- set-up ------------------------------------------------------------ */
 
 int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
-		     const struct cs_coll_cfg *coll, struct cs_frame_auth *auth,
-		     bool early, struct cs_core_svc **out)
+		     const struct cs_coll_cfg *coll,
+		     const struct cs_tp_params *tp, struct cs_frame_auth *auth,
+		     struct cs_core_svc **out)
 {
 	struct cs_core_svc *s = calloc(1, sizeof(*s));
-	int ret;
 
 	if (!s)
 		return -ENOMEM;
@@ -1203,17 +1203,7 @@ int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
 	s->xp = *xp;
 	s->coll = *coll;
 	s->auth = auth;
-	ret = cs_tp_params_default(&s->tpp);
-	if (ret) {
-		free(s);
-		return ret;
-	}
-	s->tpp.max_nodes = CS_DRV_MAX_PEERS;
-	/* a whole window of every ring session may arrive before this node
-	 * posts its part (collstack run starts the nodes one by one);
-	 * buffers are only allocated as the hold fills */
-	s->tpp.hold_frames = 4096;
-	s->tpp.early = early;
+	s->tpp = *tp;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->ctl, NULL);
 	atomic_init(&s->pending, false);

@@ -23,11 +23,13 @@ struct cs_core_svc;
 
 /* Set up (before the lcores start); installs its rx/tx on the driver. */
 struct cs_frame_auth;
-/* @auth: frame tags (auth.enable; NULL: off), used by the lcore only;
- * @early: small ops done at result-ready (coll.direct_early, tp.early). */
+/* @tp: the core's tunables (copied); @auth: frame tags (auth.enable;
+ * NULL: off), used by the lcore only. */
+struct cs_tp_params;
 int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
-		     const struct cs_coll_cfg *coll, struct cs_frame_auth *auth,
-		     bool early, struct cs_core_svc **out);
+		     const struct cs_coll_cfg *coll,
+		     const struct cs_tp_params *tp, struct cs_frame_auth *auth,
+		     struct cs_core_svc **out);
 void cs_core_svc_fini(struct cs_core_svc *s);
 
 /* Stop the lcore's use of the peer table (a new view is applied), and

@@ -58,6 +58,16 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "exchange) is reported ready to its owner once its result is "
 	  "final, before its own last frames are acknowledged; the core "
 	  "goes on resending them (io->ready)" },
+	{ "tp.rx_budget", CS_CFG_SIZE, offsetof(struct cs_tp_params, rx_budget),
+	  "0", 0, 1ull << 32,
+	  "receiver credit: bytes this node lets all its senders have in "
+	  "flight towards it, split evenly over the sessions that sent it "
+	  "data within tp.rx_active (senders honour it with rel.credit=1; "
+	  "0: every session keeps rel.credit_init)" },
+	{ "tp.rx_active", CS_CFG_NS, offsetof(struct cs_tp_params, rx_active),
+	  "1ms", 1000, 1e10,
+	  "a session counts as sending to this node for tp.rx_budget while "
+	  "its last new data is this recent" },
 };
 const size_t cs_tp_cfg_len = CS_ARRAY_SIZE(cs_tp_cfg);
 
@@ -73,6 +83,8 @@ struct tp_sess {
 	struct cs_tp *tp;
 	struct tp_slot *slot; /* window entries, by seq & mask */
 	uint32_t node, ch;
+	cs_ns_t last_rx; /* new data last arrived (tp.rx_budget) */
+	uint64_t grant; /* what tp_grants() last set (0: not yet) */
 };
 
 struct tp_peer {
@@ -134,8 +146,14 @@ struct cs_tp {
 	uint32_t nheld;
 	uint32_t rr; /* next bulk op's turn */
 	unsigned room; /* frames io->xmit takes in this poll */
+	cs_ns_t grant_at; /* tp_grants() next runs */
 	struct cs_tp_stats st;
 };
+
+/* tp_grants() runs at most this often, and at once when a session starts
+ * sending; no grant goes below TP_GRANT_MIN (two jumbo frames). */
+#define TP_GRANT_PERIOD 50000 /* ns */
+#define TP_GRANT_MIN (2u * 9000u)
 
 int cs_tp_params_default(struct cs_tp_params *p)
 {
@@ -663,6 +681,12 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	m = cs_rel_on_packet(&s->rel, h, now);
 	if (!(m & CS_REL_DELIVER) || !data)
 		return;
+	if (tp->p.rx_budget) {
+		/* a session that starts sending: split the budget anew */
+		if (!s->last_rx || now - s->last_rx >= tp->p.rx_active)
+			tp->grant_at = 0;
+		s->last_rx = now;
+	}
 	if (op)
 		tp_deliver(tp, op, s, src, h, payload, now);
 	else if (hold)
@@ -893,6 +917,46 @@ int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node)
 	return 0;
 }
 
+/*
+ * tp.rx_budget: the sessions that sent new data within tp.rx_active share
+ * the budget evenly; an idle one is granted the share it would get if it
+ * started now, so that no burst of newcomers overruns the budget by more
+ * than one share each. The sender honours the grant with rel.credit (a
+ * grant only ever grows the limit the peer already has: a shrunk one
+ * takes effect as the data in flight drains).
+ */
+static void tp_grants(struct cs_tp *tp, cs_ns_t now)
+{
+	uint32_t active = 0;
+	uint64_t share, idle;
+
+	if (now < tp->grant_at)
+		return;
+	tp->grant_at = now + TP_GRANT_PERIOD;
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		const struct tp_sess *s = tp->sess[i];
+
+		active += s->last_rx && now - s->last_rx < tp->p.rx_active;
+	}
+	if (active > tp->st.peak_senders)
+		tp->st.peak_senders = active;
+	share = CS_MAX(tp->p.rx_budget / (active ? active : 1),
+		       (uint64_t)TP_GRANT_MIN);
+	idle = CS_MAX(tp->p.rx_budget / (active + 1), (uint64_t)TP_GRANT_MIN);
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		struct tp_sess *s = tp->sess[i];
+		uint64_t g = s->last_rx && now - s->last_rx < tp->p.rx_active
+				     ? share
+				     : idle;
+
+		if (g != s->grant) {
+			cs_rel_set_grant(&s->rel, g);
+			s->grant = g;
+			tp->st.grants_set++;
+		}
+	}
+}
+
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 {
 	unsigned work = 0;
@@ -900,6 +964,8 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	int st;
 
 	tp->room = 0;
+	if (tp->p.rx_budget)
+		tp_grants(tp, now);
 	for (uint32_t i = 0; i < tp->nsess; i++) {
 		struct tp_sess *s = tp->sess[i];
 
@@ -1003,7 +1069,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
 		" ops_early=%" PRIu64 " tx_retx_early=%" PRIu64
-		" early_dropped=%" PRIu64
+		" early_dropped=%" PRIu64 " grants_set=%" PRIu64
+		" peak_senders=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
 		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
@@ -1014,7 +1081,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
-		st->early_dropped, st->ops_posted, st->ops_done,
+		st->early_dropped, st->grants_set, st->peak_senders,
+		st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,
 		st->rel_stale_rcvd);

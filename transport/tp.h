@@ -66,6 +66,8 @@ struct cs_tp_params {
 	uint32_t max_groups;
 	uint32_t max_nodes;
 	bool early;
+	uint64_t rx_budget;
+	uint64_t rx_active;
 };
 
 extern const struct cs_cfg_entry cs_tp_cfg[];
@@ -114,6 +116,9 @@ struct cs_tp_stats {
 	 * resent after that, and such ops ended by the reuse of their id
 	 * before every frame was acknowledged */
 	uint64_t ops_early, tx_retx_early, early_dropped;
+	/* tp.rx_budget: grant changes, and the most sessions it was split
+	 * over at once */
+	uint64_t grants_set, peak_senders;
 	/* summed over every session (reliability) */
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
 	uint64_t rel_fast_retx, rel_tlp, rel_spurious;
