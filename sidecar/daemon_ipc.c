@@ -424,6 +424,23 @@ static int launch_verdict(struct cs_daemon_ipc *x)
 		slot[2] = op->status;
 		slot[3] = op->detail;
 		slot[4] = op->peer + 1;
+		/* the other nodes' part of op k (and, for k = 0, of the
+		 * group's membership check, which this node never runs) ends
+		 * at once naming this node; then this exchange tells them
+		 * why */
+		int why = op->status <= CS_ERR_PEER_LOST &&
+					  op->status >= CS_ERR_PROTO
+				  ? op->status
+				  : CS_ERR_BAD_DESC;
+
+		if (!o->tries &&
+		    (cs_ar_svc_refuse(x->d->svc, o->op_id, x->epoch, why) ||
+		     ((uint32_t)op->cookie == 0 &&
+		      cs_ar_svc_refuse(x->d->svc, OP_ID_CHECK(o->op_id),
+				       x->epoch, why))))
+			CS_WARN("group '%s': op %#x: the refusal was not "
+				"announced",
+				o->name, o->op_id);
 	}
 	c.recvbuf = x->chk;
 	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
@@ -1180,7 +1197,9 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		return finish_and_next(x, 0, -1, now);
 	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
-	if (v == CS_ERR_PEER_LOST && node >= 0 && !view_moved(x)) {
+	/* a silent node, or one that announced its refusal */
+	if ((v == CS_ERR_PEER_LOST || v == CS_ERR_BAD_DESC) && node >= 0 &&
+	    !view_moved(x)) {
 		/* a silent node: did it refuse the op? (launch_verdict) */
 		struct ipcd_op *o = &x->q[x->head];
 		int ret;

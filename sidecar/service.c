@@ -415,6 +415,12 @@ bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s)
 	return cs_core_svc_ext_unsettled(s->core);
 }
 
+int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+		     int err)
+{
+	return cs_core_svc_refuse(s->core, op_id, epoch, err);
+}
+
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
 {
 	cs_core_svc_stop_ext(s->core);

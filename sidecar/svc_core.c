@@ -76,6 +76,7 @@ struct core_op {
 	uint32_t root;
 	uint8_t *sbuf; /* its send buffer, when not in place */
 	bool forget;
+	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
 };
 
@@ -101,7 +102,10 @@ struct cs_core_svc {
 	struct core_op *inbox;
 	atomic_bool pending;
 	atomic_bool pause;
-	atomic_bool renew; /* the peer table was rebuilt: a new core */
+	atomic_bool renew; /* the peer table was rebuilt: check it */
+	/* lcore: the peer table the core was built from */
+	unsigned built_rank, built_npeers;
+	struct cs_peer built_peers[CS_DRV_MAX_PEERS];
 	atomic_uint_fast64_t gen; /* lcore rounds */
 	struct cs_tp_stats snap; /* the lcore's core, copied now and then */
 	/* control side */
@@ -276,6 +280,10 @@ static void core_renew(struct cs_core_svc *s, uint32_t epoch, cs_ns_t now)
 		       cs_strerror(ret));
 		return;
 	}
+	s->built_rank = drv->rank;
+	s->built_npeers = drv->npeers;
+	memcpy(s->built_peers, drv->peers,
+	       drv->npeers * sizeof(drv->peers[0]));
 	for (uint32_t i = 0; i < drv->npeers; i++)
 		nodes[i] = i;
 	if (drv->npeers >= 2)
@@ -290,6 +298,19 @@ static void core_renew(struct cs_core_svc *s, uint32_t epoch, cs_ns_t now)
 		CS_ERR("transport core: group of %u nodes refused: %s",
 		       drv->npeers, cs_strerror(ret));
 	s->cores++;
+}
+
+/* The peer table differs from the one the core was built from (a view
+ * applied after the lcore had already moved to its epoch). The same table
+ * keeps the core: its sessions must outlive a rebuild that changed
+ * nothing, or frames the peers saw acknowledged would be forgotten. */
+static bool core_table_moved(const struct cs_core_svc *s)
+{
+	const struct cs_drv *drv = &s->d->drv;
+
+	return drv->rank != s->built_rank || drv->npeers != s->built_npeers ||
+	       memcmp(drv->peers, s->built_peers,
+		      drv->npeers * sizeof(drv->peers[0]));
 }
 
 /* Post what the control and IPC threads handed over. */
@@ -324,6 +345,16 @@ static void core_take(struct cs_core_svc *s, cs_ns_t now)
 		}
 		if (list->epoch != s->tp_epoch) {
 			core_verdict(s, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
+			continue;
+		}
+		if (list->refuse) {
+			ret = cs_tp_refuse(s->tp, CORE_TRAINERS, list->op_id,
+					   list->refuse);
+			if (ret)
+				CS_WARN("op %#x: the refusal was not announced:"
+					" %s",
+					list->op_id, cs_strerror(ret));
+			core_verdict(s, list, 0, UINT32_MAX, now);
 			continue;
 		}
 		if (list->forget) {
@@ -411,7 +442,8 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		return 0;
 	epoch = atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
 	if (!s->tp || epoch != s->tp_epoch ||
-	    atomic_exchange_explicit(&s->renew, false, memory_order_acq_rel))
+	    (atomic_exchange_explicit(&s->renew, false, memory_order_acq_rel) &&
+	     core_table_moved(s)))
 		core_renew(s, epoch, now);
 	if (!s->tp)
 		return 0;
@@ -929,6 +961,22 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 	core_bury(s, op);
 	pthread_mutex_unlock(&s->ctl);
 	snprintf(out, len, "ok");
+}
+
+int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
+		       int err)
+{
+	struct core_op *op = op_new(op_id, epoch);
+
+	if (!op)
+		return -ENOMEM;
+	op->refuse = err;
+	pthread_mutex_lock(&s->ctl);
+	core_hand(s, op);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	cs_lcore_kick(&s->d->lcores[0]);
+	return 0;
 }
 
 int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,

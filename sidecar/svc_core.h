@@ -53,6 +53,10 @@ int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd);
 void cs_core_svc_flush(struct cs_core_svc *s);
 void cs_core_svc_stop_ext(struct cs_core_svc *s);
+/* Trainer op @op_id (of view @epoch) was refused here with @err: the core
+ * tells the other nodes, whose part ends with @err naming this node. */
+int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
+		       int err);
 /* The last trainer op was reported done early and its last frames are
  * not acknowledged yet (the core still resends them). */
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);

@@ -116,6 +116,7 @@ struct tp_op {
 	struct tp_sess **sess; /* per channel: where it sends (NULL: nothing) */
 	uint32_t slots; /* frames in flight in sessions */
 	bool ready; /* io->ready told (tp.early) */
+	bool peer_aborted; /* ended by a peer's TP_CTRL_ABORT: not echoed */
 	struct tp_op *hnext;
 };
 
@@ -125,6 +126,21 @@ struct tp_held {
 	cs_ns_t at;
 	uint8_t *data; /* kept for reuse; grown to the largest frame */
 	uint32_t cap;
+};
+
+/* An operation that failed here, or that a peer said failed there: kept
+ * so that a peer still sending for it is told (TP_CTRL_ABORT), and so
+ * that a peer's abort of one not posted here yet ends it at its post. */
+#define TP_ABORTS 64
+#define TP_ABORT_RETELL 100000 /* ns between two answers to one op's data */
+#define TP_CTRL_ABORT 1 /* CS_PKT_CTRL, in hdr.step; hdr.offset: -error,
+			 * hdr.credit: the culprit's node (UINT32_MAX: none) */
+struct tp_abort {
+	uint32_t group, op, culprit_node;
+	int err;
+	bool valid, remote; /* remote: a peer's, for an op not posted here */
+	uint32_t from; /* remote: the node that said so */
+	cs_ns_t at, told; /* when, and when a peer was last told */
 };
 
 struct cs_tp {
@@ -147,6 +163,9 @@ struct cs_tp {
 	uint32_t rr; /* next bulk op's turn */
 	unsigned room; /* frames io->xmit takes in this poll */
 	cs_ns_t grant_at; /* tp_grants() next runs */
+	struct tp_abort aborts[TP_ABORTS];
+	uint32_t abort_next;
+	cs_ns_t now; /* the last time given (cs_tp_rx(), cs_tp_poll()) */
 	struct cs_tp_stats st;
 };
 
@@ -491,6 +510,104 @@ static bool tp_group_lost(const struct cs_tp *tp, const struct tp_group *g,
 	return false;
 }
 
+/* ---- aborts (TP_CTRL_ABORT) --------------------------------------------- */
+
+static bool tp_room(struct cs_tp *tp);
+static void tp_xmit(struct cs_tp *tp, uint32_t node, struct cs_pkt_hdr *h,
+		    const void *payload, uint32_t len);
+
+static struct tp_abort *tp_abort_find(struct cs_tp *tp, uint32_t group,
+				      uint32_t id, bool remote)
+{
+	for (uint32_t i = 0; i < TP_ABORTS; i++) {
+		struct tp_abort *a = &tp->aborts[i];
+
+		if (a->valid && a->group == group && a->op == id &&
+		    a->remote == remote)
+			return a;
+	}
+	return NULL;
+}
+
+static struct tp_abort *tp_abort_add(struct cs_tp *tp, uint32_t group,
+				     uint32_t id, bool remote)
+{
+	struct tp_abort *a = tp_abort_find(tp, group, id, remote);
+
+	if (!a)
+		a = &tp->aborts[tp->abort_next++ % TP_ABORTS];
+	memset(a, 0, sizeof(*a));
+	a->group = group;
+	a->op = id;
+	a->remote = remote;
+	a->valid = true;
+	return a;
+}
+
+/* Tell @node that operation @a failed here. Best effort: with no room
+ * now, the peer's next frame for it asks again. */
+static void tp_tell_abort(struct cs_tp *tp, uint32_t node, struct tp_abort *a)
+{
+	struct cs_pkt_hdr h;
+
+	if (!tp_room(tp))
+		return;
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.type = CS_PKT_CTRL;
+	h.step = TP_CTRL_ABORT;
+	h.group = a->group;
+	h.op = a->op;
+	h.offset = (uint32_t)-a->err;
+	h.credit = a->culprit_node;
+	tp_xmit(tp, node, &h, NULL, 0);
+	a->told = tp->now;
+	tp->st.tx_aborts++;
+}
+
+/* A peer's TP_CTRL_ABORT: its part of (group, op) failed with an error;
+ * ours ends with the same one (blaming whom the peer blamed), or, not
+ * posted yet, at its post. */
+static void tp_on_abort(struct cs_tp *tp, uint32_t src,
+			const struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	struct tp_group *g = tp_group(tp, h->group);
+	struct tp_op *op;
+	struct tp_abort *a;
+	int err = -(int)(uint32_t)h->offset;
+	uint32_t culprit;
+
+	if (h->step != TP_CTRL_ABORT || h->len) {
+		tp->st.rx_proto++;
+		return;
+	}
+	if (!g || g->rank_of[src] < 0) {
+		tp->st.rx_not_member++;
+		return;
+	}
+	if (err > CS_ERR_PEER_LOST || err < CS_ERR_PROTO)
+		err = CS_ERR_PROTO; /* not one of ours: a peer gone wrong */
+	culprit = h->credit < tp->p.max_nodes && g->rank_of[h->credit] >= 0
+			  ? (uint32_t)g->rank_of[h->credit]
+			  : (uint32_t)g->rank_of[src];
+	tp->st.rx_aborts++;
+	op = tp_op_find(tp, h->group, h->op);
+	if (op) {
+		op->peer_aborted = true;
+		op->ops->abort(op->flow, err, culprit);
+		return;
+	}
+	/* ids that restart (trainer groups) could meet a later op of the
+	 * same id: only remembered for groups whose ids never repeat */
+	if (g->reuse || tp_recently_done(g, h->op))
+		return;
+	a = tp_abort_add(tp, h->group, h->op, true);
+	a->err = err;
+	a->culprit_node = g->nodes[culprit];
+	a->from = src;
+	a->at = now;
+}
+
 static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		      uint32_t culprit);
 
@@ -510,6 +627,7 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 		/* its owner has its result: the id's new op wins, the old
 		 * one's unacknowledged frames are given up on */
 		tp->st.early_dropped++;
+		op->peer_aborted = true; /* nothing to tell: it succeeded */
 		op->ops->abort(op->flow, CS_ERR_CANCELLED, UINT32_MAX);
 		for (uint32_t i = 0; i < tp->nops; i++)
 			if (tp->ops[i] == op) {
@@ -561,6 +679,24 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	tp->st.ops_posted++;
 	if (tp->nops > tp->st.peak_ops)
 		tp->st.peak_ops = tp->nops;
+	{
+		struct tp_abort *a = tp_abort_find(tp, group, op_id, false);
+
+		if (a) /* an earlier op of this id (ids that restart) */
+			a->valid = false;
+		a = tp_abort_find(tp, group, op_id, true);
+		if (a && now - a->at > tp->p.hold_ttl)
+			a->valid = false;
+		if (a && a->valid) { /* a peer said it failed there */
+			int32_t r = g->rank_of[a->culprit_node];
+
+			a->valid = false;
+			op->peer_aborted = true;
+			ops->abort(flow, a->err,
+				   r >= 0 ? (uint32_t)r : UINT32_MAX);
+			return 0;
+		}
+	}
 	/* a member already lost: it ends at the next poll, not at its
 	 * deadline */
 	if (tp_group_lost(tp, g, &culprit))
@@ -574,6 +710,28 @@ out_free:
 	free(op->has_pend);
 	free(op);
 	return ret;
+}
+
+int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
+{
+	struct tp_group *g = tp_group(tp, group);
+	struct tp_abort *a;
+
+	if (!g)
+		return -ENOENT;
+	if (err > CS_ERR_PEER_LOST || err < CS_ERR_PROTO)
+		return -EINVAL;
+	if (tp_op_find(tp, group, op_id))
+		return -EEXIST;
+	a = tp_abort_add(tp, group, op_id, false);
+	a->err = err;
+	a->culprit_node = tp->self;
+	a->at = tp->now;
+	for (uint32_t r = 0; r < g->n; r++)
+		if (g->nodes[r] != tp->self &&
+		    !(tp->peer[g->nodes[r]] && tp->peer[g->nodes[r]]->lost))
+			tp_tell_abort(tp, g->nodes[r], a);
+	return 0;
 }
 
 int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id)
@@ -626,6 +784,23 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		tp->st.ops_failed++;
 	else
 		tp->st.ops_done++;
+	/* failed here: every other member is told, so that none waits for
+	 * it until its deadline (and a peer's abort is not echoed) */
+	if (status && !op->peer_aborted) {
+		struct tp_abort *a = tp_abort_add(tp, g->id, op->id, false);
+
+		a->err = status;
+		a->culprit_node = culprit < g->n ? g->nodes[culprit]
+						 : UINT32_MAX;
+		a->at = tp->now;
+		for (uint32_t r = 0; r < g->n; r++) {
+			uint32_t node = g->nodes[r];
+
+			if (node != tp->self &&
+			    !(tp->peer[node] && tp->peer[node]->lost))
+				tp_tell_abort(tp, node, a);
+		}
+	}
 	free(op->pend);
 	free(op->has_pend);
 	free(op->sess);
@@ -645,9 +820,10 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	int m;
 
 	tp->st.rx_frames++;
+	tp->now = now;
 	if (unlikely(src >= tp->p.max_nodes || src == tp->self ||
 		     (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK &&
-		      h->type != CS_PKT_NACK))) {
+		      h->type != CS_PKT_NACK && h->type != CS_PKT_CTRL))) {
 		tp->st.rx_bad_src++;
 		return;
 	}
@@ -658,12 +834,22 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 			tp->st.rx_future_epoch++;
 		return;
 	}
+	if (h->type == CS_PKT_CTRL) {
+		tp_on_abort(tp, src, h, now);
+		return;
+	}
 	data = h->type == CS_PKT_DATA && !(h->flags & CS_PKT_F_FILLER);
 	if (data) {
 		op = tp_op_find(tp, h->group, h->op);
 		if (!op) {
+			struct tp_abort *a =
+				tp_abort_find(tp, h->group, h->op, false);
+
 			g = tp_group(tp, h->group);
-			hold = !g || !tp_recently_done(g, h->op);
+			hold = !a && (!g || !tp_recently_done(g, h->op));
+			/* it failed here: tell its sender (again) */
+			if (a && now - a->told >= TP_ABORT_RETELL)
+				tp_tell_abort(tp, src, a);
 		}
 	}
 	s = tp_sess(tp, src, h->channel % tp->p.sess_channels);
@@ -964,6 +1150,7 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	int st;
 
 	tp->room = 0;
+	tp->now = now;
 	if (tp->p.rx_budget)
 		tp_grants(tp, now);
 	for (uint32_t i = 0; i < tp->nsess; i++) {
@@ -1070,7 +1257,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
 		" ops_early=%" PRIu64 " tx_retx_early=%" PRIu64
 		" early_dropped=%" PRIu64 " grants_set=%" PRIu64
-		" peak_senders=%" PRIu64
+		" peak_senders=%" PRIu64 " tx_aborts=%" PRIu64
+		" rx_aborts=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
 		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
@@ -1082,6 +1270,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
 		st->early_dropped, st->grants_set, st->peak_senders,
+		st->tx_aborts, st->rx_aborts,
 		st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,

@@ -119,6 +119,9 @@ struct cs_tp_stats {
 	/* tp.rx_budget: grant changes, and the most sessions it was split
 	 * over at once */
 	uint64_t grants_set, peak_senders;
+	/* an op that failed here is announced to the group's other
+	 * members (and a peer's announcement ends ours the same way) */
+	uint64_t tx_aborts, rx_aborts;
 	/* summed over every session (reliability) */
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
 	uint64_t rel_fast_retx, rel_tlp, rel_spurious;
@@ -211,6 +214,17 @@ int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
  * Returns: 0 or -ENOENT.
  */
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
+
+/**
+ * cs_tp_refuse - this node will not run operation (@group, @op_id) (its
+ * descriptor was refused here with @err, e.g. CS_ERR_BAD_DESC): every
+ * other member is told, and its part ends with @err blaming this node
+ * (at once, or at its post; a frame of it that still arrives is answered
+ * the same way)
+ * Returns: 0, -ENOENT (unknown group), -EEXIST (posted here), -EINVAL
+ *	(@err is not a CS_ERR_* code).
+ */
+int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 
 /**
  * cs_tp_peer_lost - membership declared @node lost: every operation of a

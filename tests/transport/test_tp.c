@@ -641,3 +641,43 @@ Test(tp, rx_budget_bounds_incast)
 	cr_assert_leq(with, budget + 2 * 9000);
 	cr_assert_gt(without, 2 * budget);
 }
+
+/*
+ * An op cancelled on one node (its trainer died) is announced to the
+ * group: the others end theirs with the same error, blaming that node's
+ * rank, at once rather than at their deadline; a member that had not
+ * posted it yet ends it at its post. A retransmission for it is answered
+ * again (the announcement may be lost).
+ */
+Test(tp, cancel_is_announced_to_the_group)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES];
+	struct cs_tp_stats st;
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+	ar_post(&a[0], &nodes[0], 10, 7, 3, 0, 100000, 0, 0);
+	ar_post(&a[2], &nodes[2], 10, 7, 3, 2, 100000, 0, 0);
+	pump(5);
+	cr_assert_eq(cs_tp_cancel(nodes[2].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(20);
+	cr_assert_eq(nodes[2].status[0], CS_ERR_CANCELLED);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED,
+		     "node 0 was not told: %d", nodes[0].status[0]);
+	cr_assert_eq(nodes[0].culprit[0], 2);
+	/* node 1 posts it only now: it ends at once, the same way */
+	ar_post(&a[1], &nodes[1], 10, 7, 3, 1, 100000, 0, 0);
+	pump(2);
+	cr_assert_eq(nodes[1].status[0], CS_ERR_CANCELLED);
+	cr_assert_eq(nodes[1].culprit[0], 2);
+	cs_tp_get_stats(nodes[2].tp, &st);
+	cr_assert_geq(st.tx_aborts, 2);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.tx_aborts, 0, "an abort was echoed");
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_free(&a[i]);
+	teardown_nodes();
+}
