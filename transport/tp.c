@@ -133,6 +133,8 @@ struct tp_held {
  * that a peer's abort of one not posted here yet ends it at its post. */
 #define TP_ABORTS 64
 #define TP_ABORT_RETELL 100000 /* ns between two answers to one op's data */
+#define TP_ABORT_REUSE_TTL 200000000 /* ns: answered, in groups whose ids
+				      * restart */
 #define TP_CTRL_ABORT 1 /* CS_PKT_CTRL, in hdr.step; hdr.offset: -error,
 			 * hdr.credit: the culprit's node (UINT32_MAX: none) */
 struct tp_abort {
@@ -474,6 +476,8 @@ static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
 	tp->nheld = j;
 }
 
+static void tp_abort_unposted(struct cs_tp *tp, const struct tp_held *k);
+
 static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
 {
 	uint32_t j = 0;
@@ -483,6 +487,7 @@ static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
 
 		if (now - k->at >= tp->p.hold_ttl) {
 			tp->st.rx_hold_expired++;
+			tp_abort_unposted(tp, k);
 			continue;
 		}
 		if (i != j) {
@@ -563,6 +568,28 @@ static void tp_tell_abort(struct cs_tp *tp, uint32_t node, struct tp_abort *a)
 	tp_xmit(tp, node, &h, NULL, 0);
 	a->told = tp->now;
 	tp->st.tx_aborts++;
+}
+
+/* A held frame expired (tp.hold_ttl): this node has not posted its
+ * operation in that long. Its sender, which has it acknowledged, would
+ * wait until its own deadline: it is told the operation timed out here
+ * (naming this node), and so is every later frame of it. */
+static void tp_abort_unposted(struct cs_tp *tp, const struct tp_held *k)
+{
+	struct tp_group *g = tp_group(tp, k->hdr.group);
+	struct tp_abort *a;
+
+	if (!g || tp_op_find(tp, k->hdr.group, k->hdr.op))
+		return;
+	a = tp_abort_find(tp, k->hdr.group, k->hdr.op, false);
+	if (!a) {
+		a = tp_abort_add(tp, k->hdr.group, k->hdr.op, false);
+		a->err = CS_ERR_TIMEOUT;
+		a->culprit_node = tp->self;
+		a->at = tp->now;
+	}
+	if (tp->now - a->told >= TP_ABORT_RETELL || a->told < a->at)
+		tp_tell_abort(tp, k->src, a);
 }
 
 /* A peer's TP_CTRL_ABORT: its part of (group, op) failed with an error;
@@ -846,6 +873,14 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 				tp_abort_find(tp, h->group, h->op, false);
 
 			g = tp_group(tp, h->group);
+			/* ids that restart (trainer groups): a later
+			 * incarnation's op may carry it; answer only while
+			 * the failure is recent */
+			if (a && g && g->reuse &&
+			    now - a->at > TP_ABORT_REUSE_TTL) {
+				a->valid = false;
+				a = NULL;
+			}
 			hold = !a && (!g || !tp_recently_done(g, h->op));
 			/* it failed here: tell its sender (again) */
 			if (a && now - a->told >= TP_ABORT_RETELL)

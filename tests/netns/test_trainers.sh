@@ -342,7 +342,10 @@ case_gather_ring() {
 
 case_kill() {
 	local n=2 t=2 pids=() i l k rc=0
-	up $n
+	# node 0's group dies with its rank: the op in flight is announced
+	# cancelled; ops node 1 posts after that are held on node 0 until
+	# tp.hold_ttl, then answered as timed out there (naming node 0)
+	up $n --set tp.hold_ttl=5s
 	for ((i = 0; i < n; i++)); do
 		for ((l = 0; l < t; l++)); do
 			ip netns exec "ipn$i" env RANK=$((i * t + l)) \

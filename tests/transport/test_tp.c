@@ -681,3 +681,42 @@ Test(tp, cancel_is_announced_to_the_group)
 		ar_free(&a[i]);
 	teardown_nodes();
 }
+
+/* Groups whose ids restart (trainer groups): a failure is answered only
+ * while it is recent, so the id's op of a later incarnation, whose data
+ * reaches the node that failed the old one before it posts the new one,
+ * is held for it rather than told to abort. */
+Test(tp, reused_id_after_a_failure_runs)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES], b[NODES];
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_post(&a[i], &nodes[i], 10, 7, 3, i, 100000, 0, 0);
+	pump(3);
+	cr_assert_eq(cs_tp_cancel(nodes[2].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(20);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(nodes[i].status[0], CS_ERR_CANCELLED, "node %u",
+			     i);
+	now += 300000000; /* a new incarnation, later */
+	ar_post(&b[0], &nodes[0], 10, 7, 3, 0, 1000, 1, 0);
+	ar_post(&b[1], &nodes[1], 10, 7, 3, 1, 1000, 1, 0);
+	pump(50); /* their frames reach node 2 first */
+	ar_post(&b[2], &nodes[2], 10, 7, 3, 2, 1000, 1, 0);
+	pump(5000);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(nodes[i].status[1], 0, "node %u: %d", i,
+			     nodes[i].status[1]);
+		ar_check(&b[i]);
+		ar_free(&b[i]);
+		ar_free(&a[i]);
+	}
+	teardown_nodes();
+}
