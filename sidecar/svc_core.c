@@ -31,7 +31,7 @@
 #define CS_LOG_MODULE "core"
 #include "internal/log.h"
 #include "svc_core.h"
-#include "tests/coll_sim/coll_data.h"
+#include "collectives/coll_data.h"
 #include "transport/tp.h"
 
 #define CORE_TXQ CS_PORT_BURST

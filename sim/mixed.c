@@ -24,7 +24,7 @@
 
 #include "collectives/ring.h"
 #include "sim/mixed.h"
-#include "tests/sim/sim.h"
+#include "sim/sim.h"
 #include "transport/tp.h"
 
 struct mx_desc {

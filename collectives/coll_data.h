@@ -7,8 +7,8 @@
  * whatever the reduction order, and large runs need no reference copy.
  * Shared by the ring unit tests and `collstack sim`.
  */
-#ifndef CS_TESTS_COLL_DATA_H
-#define CS_TESTS_COLL_DATA_H
+#ifndef CS_COLLECTIVES_COLL_DATA_H
+#define CS_COLLECTIVES_COLL_DATA_H
 
 #include <math.h>
 #include <stdint.h>
