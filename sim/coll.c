@@ -1389,7 +1389,7 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 	res->injected = s->injected;
 	res->views = s->nviews;
 	res->coord_epoch = s->co.complete ? s->co.fd.epoch : 0;
-	res->epoch = v2 ? v2->epoch : 1;
+	res->epoch = v2 ? v2->epoch : CS_MAX(res->coord_epoch, 1u);
 	res->view_n = v2 ? v2->n : 0;
 	memcpy(res->finished, s->finished, sizeof(res->finished));
 	memcpy(res->reports, s->reports, sizeof(res->reports));
@@ -1448,7 +1448,7 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 			res->good++;
 			res->max_report_ns =
 				CS_MAX(res->max_report_ns,
-				       nd->report_at[1] - s->formed_at);
+				       nd->report_at[1] - nd->op_start);
 			res->direct += nd->culprit[1] == R;
 			/* follow "waits on" to the rank that did not report */
 			while (x != R && s->nd[x].has_wait && hops++ < s->n)
