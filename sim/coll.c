@@ -80,6 +80,7 @@ struct sco_stream {
 	uint8_t *rx; /* received in order, not yet parsed */
 	size_t rx_len, rx_cap;
 	uint64_t rcv;
+	bool ack_due; /* bytes arrived: acknowledge (on data if any goes) */
 	bool closed;
 };
 
@@ -453,8 +454,17 @@ static void sco_stream_frame(struct sco *s, struct sco_stream *st,
 	h.flags = CS_PKT_F_ACK;
 	h.ack = (uint32_t)st->rcv;
 	h.offset = off;
+	st->ack_due = false;
 	(void)cs_sim_send(s->sim, st->self, st->peer, &h,
 			  len ? st->tx + (off - st->base) : NULL, len);
+}
+
+/* A pure ACK, unless data sent since the bytes arrived carried it. */
+static void sco_stream_ack(struct sco *s, struct sco_stream *st)
+{
+	if (st->ack_due && !st->closed)
+		sco_stream_frame(s, st, st->nxt, 0);
+	st->ack_due = false;
 }
 
 /* Send what the window allows. */
@@ -516,8 +526,9 @@ static void sco_stream_timer(struct sco *s, struct sco_stream *st,
 
 /*
  * A control frame arrived on @st: take its ACK, its bytes if they are the
- * next ones, acknowledge. Returns true when new bytes were appended to
- * st->rx (parse them with sco_stream_next()).
+ * next ones. Returns true when new bytes were appended to st->rx (parse
+ * them with sco_stream_next()); the caller acknowledges with
+ * sco_stream_ack() once its answers (which carry the ACK) went out.
  */
 static bool sco_stream_rx(struct sco *s, struct sco_stream *st,
 			  const struct cs_sim_pkt *pkt, cs_ns_t now)
@@ -554,8 +565,7 @@ static bool sco_stream_rx(struct sco *s, struct sco_stream *st,
 		st->rcv += pkt->len;
 		grew = true;
 	}
-	if (!st->closed)
-		sco_stream_frame(s, st, st->nxt, 0); /* the ACK */
+	st->ack_due = true; /* also for a duplicate: its ACK was lost */
 	return grew;
 }
 
@@ -977,6 +987,7 @@ static void sco_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 	if (s->cfg->member && pkt->src == s->coord) {
 		if (sco_stream_rx(s, &nd->st, pkt, now))
 			sco_member_msgs(nd, now);
+		sco_stream_ack(s, &nd->st);
 	} else if (nd->tp && !sco_stalled(nd, now)) {
 		cs_tp_rx(nd->tp, pkt->src, &pkt->hdr, pkt->data, now);
 	}
@@ -1068,6 +1079,7 @@ static void sco_co_rx(struct cs_sim *sim, void *ctx,
 		if (!st->closed && k < 0)
 			cs_coord_on_close(&s->co, pkt->src, now, &o);
 	}
+	sco_stream_ack(s, st);
 	sco_co_formed(s, now);
 	sco_co_arm(s);
 }
