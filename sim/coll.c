@@ -802,15 +802,8 @@ static int sco_start(struct sco_node *nd, const struct sco_view *v,
 	if (o > 1)
 		sco_fill(s, nd, v->n, g, o);
 	cs_coll_params_default(&p, NULL);
-	p.kind = cfg->kind;
-	p.nranks = v->n;
-	p.rank = g;
-	p.root = cfg->root;
-	p.sendbuf = nd->send;
-	p.recvbuf = nd->recv;
-	p.count = s->count;
-	p.dtype = cfg->dtype;
-	p.op = cfg->op;
+	cs_coll_params_op(&p, cfg->kind, v->n, g, cfg->root, nd->send,
+			  nd->recv, s->count, cfg->dtype, cfg->op);
 	if (cfg->channels)
 		p.channels = cfg->channels;
 	if (cfg->chunk)

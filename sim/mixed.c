@@ -342,15 +342,8 @@ static int mx_post(struct mx_node *nd, struct mx_inst *in, cs_ns_t now)
 		memset(in->recv, 0, nr * esz);
 	}
 	cs_coll_params_default(&p, &m->cfg->coll);
-	p.kind = d->kind;
-	p.nranks = g->n;
-	p.rank = r;
-	p.root = d->root;
-	p.sendbuf = in->send;
-	p.recvbuf = in->recv;
-	p.count = d->count;
-	p.dtype = d->dtype;
-	p.op = d->op;
+	cs_coll_params_op(&p, d->kind, g->n, r, d->root, in->send, in->recv,
+			  d->count, d->dtype, d->op);
 	p.group = g->id;
 	p.op_id = in->k + 1;
 	p.epoch = cs_tp_epoch(nd->tp);
