@@ -253,21 +253,8 @@ static double sco_reduce_ref(const struct sco *s, uint64_t i, double *tol)
 	for (uint32_t r = 1; r < s->n; r++) {
 		double v = sco_value(s, r, i);
 
-		switch (c->op) {
-		case CS_SUM:
-			acc += v;
-			mag += fabs(v);
-			break;
-		case CS_PROD:
-			acc *= v;
-			break;
-		case CS_MIN:
-			acc = v < acc ? v : acc;
-			break;
-		default:
-			acc = v > acc ? v : acc;
-			break;
-		}
+		acc = cs_td_red(c->op, acc, v);
+		mag += fabs(v);
 	}
 	if (c->op == CS_PROD)
 		mag = fabs(acc) * 2;
