@@ -976,6 +976,17 @@ static void sco_rx(struct cs_sim *sim, void *ctx, const struct cs_sim_pkt *pkt,
 
 /* ---- membership: the coordinator node ---------------------------------- */
 
+/* Every survivor is done with op 1 (completed or reported): after the
+ * loss was declared nothing can change any more. */
+static bool sco_survivors_done(const struct sco *s)
+{
+	for (uint32_t r = 0; r < s->n; r++)
+		if (r != (uint32_t)s->cfg->fail_rank && !s->nd[r].reported[1] &&
+		    s->nd[r].status[1] != 0)
+			return false;
+	return true;
+}
+
 static void co_send(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
 {
 	struct sco *s = ctx;
@@ -998,6 +1009,7 @@ static void co_lost(void *ctx, uint32_t rank, uint32_t epoch)
 	(void)epoch;
 	if (!s->declared_at)
 		s->declared_at = cs_sim_now(s->sim);
+	sco_check_end(s);
 }
 
 static struct cs_coord_out sco_co_out(struct sco *s)
@@ -1118,7 +1130,9 @@ static void sco_check_end(struct sco *s)
 		if (cfg->reform && !s->injected && s->reports[1] >= s->n - 1)
 			sco_inject_stale(s);
 		end = cfg->reform ? s->finished[2] >= s->n - 1
-				  : s->reports[1] >= s->n - 1;
+				  : s->reports[1] >= s->n - 1 ||
+					    (s->declared_at &&
+					     sco_survivors_done(s));
 	} else if (cfg->grow) {
 		end = s->finished[2] >= s->n + 1;
 	} else {
