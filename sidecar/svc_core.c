@@ -34,7 +34,7 @@
 #include "internal/log.h"
 #include "svc_core.h"
 #include "frame_auth.h"
-#include "tests/coll_sim/coll_data.h"
+#include "collectives/coll_data.h"
 #include "transport/tp.h"
 
 #define CORE_TXQ CS_PORT_BURST

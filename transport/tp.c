@@ -90,6 +90,7 @@ struct tp_sess {
 struct tp_peer {
 	struct cs_path path;
 	bool lost; /* a session to it failed */
+	cs_ns_t seed_srtt, seed_var; /* cs_tp_seed_rtt(); 0: none */
 	struct tp_sess *sess[]; /* sess_channels, set up on first use */
 };
 
@@ -232,6 +233,35 @@ static struct tp_peer *tp_peer(struct cs_tp *tp, uint32_t node)
 	return pr;
 }
 
+/* The best RTT estimate for a new session to @pr: what the other
+ * sessions to the peer measured (they share its path), else what the
+ * owner seeded (cs_tp_seed_rtt(): an earlier core's estimate). */
+static bool tp_peer_rtt(const struct tp_peer *pr, uint32_t nch, cs_ns_t *srtt,
+			cs_ns_t *var)
+{
+	for (uint32_t c = 0; c < nch; c++)
+		if (pr->sess[c] && cs_rel_stats(&pr->sess[c]->rel)->rtt_samples &&
+		    cs_rel_rtt(&pr->sess[c]->rel, srtt, var))
+			return true;
+	if (!pr->seed_srtt)
+		return false;
+	*srtt = pr->seed_srtt;
+	*var = pr->seed_var;
+	return true;
+}
+
+/* A new session starts from its peer's RTT instead of rel.rto_init with
+ * no estimate (which would leave a loss on it to a 1 ms timeout, with no
+ * tail loss probe): sessions on other channels and new cores after a view
+ * change then recover as fast as the ones that measured. */
+static void tp_seed(const struct tp_peer *pr, struct tp_sess *s)
+{
+	cs_ns_t srtt, var;
+
+	if (tp_peer_rtt(pr, s->tp->p.sess_channels, &srtt, &var))
+		cs_rel_seed_rtt(&s->rel, srtt, var);
+}
+
 /* The session to @node on session channel @ch, set up on first use (the
  * only allocation a frame can cause: once per peer and channel). */
 static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
@@ -267,6 +297,7 @@ static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
 	s->tp = tp;
 	s->node = node;
 	s->ch = ch;
+	tp_seed(pr, s);
 	pr->sess[ch] = s;
 	tp->sess[tp->nsess++] = s;
 	tp->st.sessions++;
@@ -1383,4 +1414,29 @@ void cs_tp_destroy(struct cs_tp *tp)
 	free(tp->sess);
 	free(tp->peer);
 	free(tp);
+}
+
+int cs_tp_peer_rtt(const struct cs_tp *tp, uint32_t node, cs_ns_t *srtt,
+		   cs_ns_t *rttvar)
+{
+	if (node >= tp->p.max_nodes || !tp->peer[node])
+		return -ENOENT;
+	return tp_peer_rtt(tp->peer[node], tp->p.sess_channels, srtt, rttvar)
+		       ? 0
+		       : -ENOENT;
+}
+
+int cs_tp_seed_rtt(struct cs_tp *tp, uint32_t node, cs_ns_t srtt,
+		   cs_ns_t rttvar)
+{
+	struct tp_peer *pr;
+
+	if (node >= tp->p.max_nodes || node == tp->self || !srtt)
+		return -EINVAL;
+	pr = tp_peer(tp, node);
+	if (!pr)
+		return -ENOMEM;
+	pr->seed_srtt = srtt;
+	pr->seed_var = rttvar;
+	return 0;
 }

@@ -237,6 +237,34 @@ int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node);
 
 /**
+ * cs_tp_peer_rtt - the RTT estimate of the sessions to @node (what a new
+ * session to it starts from)
+ * @tp: the core
+ * @node: the peer
+ * @srtt: out: smoothed RTT, ns
+ * @rttvar: out: its variation, ns
+ * Returns: 0, or -ENOENT when no session to @node has one.
+ */
+int cs_tp_peer_rtt(const struct cs_tp *tp, uint32_t node, cs_ns_t *srtt,
+		   cs_ns_t *rttvar);
+
+/**
+ * cs_tp_seed_rtt - sessions to @node set up from now on start from this
+ * RTT estimate when no other session to it has measured one: an owner that
+ * replaces its core (a new epoch) carries the old core's estimates over
+ * (cs_tp_peer_rtt()), so that a loss early on a new session is recovered
+ * after an RTT-based timeout or a tail loss probe, not after rel.rto_init.
+ * Sessions to a peer always seed each other (they share its path).
+ * @tp: the core
+ * @node: the peer
+ * @srtt: smoothed RTT, ns (> 0)
+ * @rttvar: its variation, ns
+ * Returns: 0, -EINVAL, -ENOMEM.
+ */
+int cs_tp_seed_rtt(struct cs_tp *tp, uint32_t node, cs_ns_t srtt,
+		   cs_ns_t rttvar);
+
+/**
  * cs_tp_rx - a frame from node @src arrived
  * @tp: the core
  * @src: sending node (as the port or the simulator knows it)

@@ -34,6 +34,11 @@ struct node {
 
 static struct frame q[QMAX];
 static unsigned qn;
+/* drop the next @drop_left first transmissions of DATA on engine channel
+ * @drop_ch from node @drop_src (0: none) */
+static unsigned drop_left;
+static uint32_t drop_src, drop_ch;
+static uint32_t ar_channels; /* ar_post(): 0: the default */
 static struct node nodes[NODES];
 static bool dead[NODES];
 static cs_ns_t now;
@@ -66,6 +71,11 @@ static void t_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 	struct frame *f;
 
 	cr_assert_lt(qn, QMAX);
+	if (drop_left && nd->id == drop_src && h->type == CS_PKT_DATA &&
+	    h->channel == drop_ch && !(h->flags & CS_PKT_F_RETX)) {
+		drop_left--;
+		return;
+	}
 	f = &q[qn++];
 	f->src = nd->id;
 	f->dst = node;
@@ -121,6 +131,8 @@ static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 	memset(nodes, 0, sizeof(nodes));
 	memset(dead, 0, sizeof(dead));
 	qn = 0;
+	drop_left = 0;
+	ar_channels = 0;
 	now = 1000;
 	for (uint32_t i = 0; i < NODES; i++) {
 		nodes[i].id = i;
@@ -227,6 +239,10 @@ static void ar_post(struct ar *a, struct node *nd, uint32_t group,
 	p.epoch = cs_tp_epoch(nd->tp);
 	p.start = now;
 	p.deadline = deadline;
+	if (ar_channels) { /* the ring, on this many channels */
+		p.channels = ar_channels;
+		p.direct_max = 0;
+	}
 	cr_assert_eq(cs_coll_init(&p, &a->c), 0);
 	cr_assert_eq(cs_tp_post(nd->tp, group, op_id, &cs_coll_flow_ops, a->c,
 				count * sizeof(float), (void *)slot, now),
@@ -718,5 +734,75 @@ Test(tp, reused_id_after_a_failure_runs)
 		ar_free(&b[i]);
 		ar_free(&a[i]);
 	}
+	teardown_nodes();
+}
+
+/*
+ * A session set up when the peer is already known starts from the RTT the
+ * other sessions to it measured (they share its path): a tail loss on it
+ * is repaired by a probe or an RTT-based timeout, tens of microseconds,
+ * not after rel.rto_init (1 ms: 1000 rounds here) with no estimate.
+ */
+Test(tp, new_session_starts_from_the_peers_rtt)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2], b[2];
+	cs_ns_t srtt, var;
+	unsigned rounds = 0;
+
+	setup_nodes(64, 256);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+	/* op 1 on one channel: the session on channel 0 measures the RTT */
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
+	pump(200);
+	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
+	cr_assert_lt(srtt, 100000, "srtt %llu ns", (unsigned long long)srtt);
+	/* op 2 on two channels: channel 1 rides on a new session; node 0's
+	 * frames on it (one per step: reduce-scatter, all-gather) are lost,
+	 * so no later frame's ACK can reveal the loss: only a probe or a
+	 * timeout can */
+	ar_channels = 2;
+	drop_src = 0;
+	drop_ch = 1;
+	drop_left = 2;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&b[i], &nodes[i], 10, 2, 2, i, 256, 1, 0);
+	while (nodes[0].ndone + nodes[1].ndone < 4 && rounds < 3000) {
+		pump(1);
+		rounds++;
+	}
+	cr_assert_eq(drop_left, 0, "the frame to drop was never sent");
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[1].status[1], 0);
+	cr_assert_lt(rounds, 500,
+		     "the loss on the new session took %u us to repair",
+		     rounds);
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_check(&b[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+	}
+	teardown_nodes();
+}
+
+/* An owner that replaces its core carries the RTT over. */
+Test(tp, seed_rtt_checked)
+{
+	cs_ns_t srtt, var;
+
+	setup_nodes(8, 16);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 0, 1000, 500), -EINVAL);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 16, 1000, 500), -EINVAL);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 1, 0, 0), -EINVAL);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), -ENOENT);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 1, 3000, 700), 0);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
+	cr_assert_eq(srtt, 3000);
+	cr_assert_eq(var, 700);
 	teardown_nodes();
 }
