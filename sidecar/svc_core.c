@@ -36,6 +36,7 @@
 #include "frame_auth.h"
 #include "collectives/coll_data.h"
 #include "transport/tp.h"
+#include "collectives/alltoall.h"
 
 #define CORE_TXQ CS_PORT_BURST
 /* Both over every node of the view: collstack run's ops, whose ids are
@@ -44,6 +45,8 @@
 #define CORE_GROUP 1u
 #define CORE_TRAINERS 2u
 #define CORE_MAX_LIVE 256 /* ops posted on the lcore at once */
+/* collstack run mixed's kind for an all-to-all (past the ring kinds) */
+#define MX_ALLTOALL 16u
 /* Buffers of collstack run from this size are registered for zero copy. */
 #define CORE_ZC_MIN (1u << 20)
 
@@ -75,6 +78,11 @@ struct core_op {
 	enum cs_redop redop;
 	uint32_t root;
 	uint8_t *sbuf; /* its send buffer, when not in place */
+	/* or an all-to-all (kind MX_ALLTOALL): its engine and node, and
+	 * sendcounts, sdispls, recvcounts, rdispls (n each) */
+	struct cs_a2a *a2a;
+	struct cs_a2a_node *a2a_node;
+	uint64_t *a2a_cnt;
 	bool forget;
 	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
@@ -381,7 +389,10 @@ static void core_take(struct cs_core_svc *s, cs_ns_t now)
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
-					   &cs_coll_flow_ops, list->coll,
+					   list->a2a ? &cs_a2a_flow_ops
+						     : &cs_coll_flow_ops,
+					   list->a2a ? (void *)list->a2a
+						     : (void *)list->coll,
 					   list->bytes, list, now);
 		if (ret) {
 			s->post_refused++;
@@ -459,7 +470,9 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		core_take(s, now);
 	for (unsigned i = 0; i < s->nlive; i++)
 		if (!s->live[i]->t_ready &&
-		    cs_coll_result_ready(s->live[i]->coll))
+		    (s->live[i]->a2a
+			     ? cs_a2a_result_ready(s->live[i]->a2a)
+			     : cs_coll_result_ready(s->live[i]->coll)))
 			s->live[i]->t_ready = now;
 	work = cs_tp_poll(s->tp, now);
 	core_flush(s);
@@ -484,6 +497,9 @@ static void op_free(struct core_op *op)
 	if (!op)
 		return;
 	cs_coll_free(op->coll);
+	cs_a2a_free(op->a2a);
+	cs_a2a_node_free(op->a2a_node);
+	free(op->a2a_cnt);
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
 	 * (after a second, leak it: the process is stuck anyway). */
@@ -594,9 +610,35 @@ static int op_engine(struct cs_core_svc *s, struct core_op *op,
 	return ret;
 }
 
-/* Every element of @op's result, against tests/coll_sim/coll_data.h. */
+/* An all-to-all's block from rank @s to rank @d, element @x: distinct
+ * for every (source, destination, element). */
+static double a2a_value(const struct core_op *op, uint32_t s, uint32_t d,
+			size_t x)
+{
+	return cs_td_value(op->dtype, CS_SUM, op->n, op->seed + d, s, x);
+}
+
+/* Every element of @op's result, against collectives/coll_data.h. */
 static uint64_t op_verify(const struct core_op *op, char *first, size_t flen)
 {
+	if (op->a2a) {
+		uint64_t wrong = 0;
+
+		first[0] = 0;
+		for (uint32_t src = 0; src < op->n; src++)
+			for (size_t x = 0; x < op->count; x++) {
+				double got = cs_td_load(op->dtype, op->buf,
+							src * op->count + x),
+				       want = a2a_value(op, src, op->rank, x);
+
+				if (got != want && !wrong++)
+					snprintf(first, flen,
+						 " first_wrong=%zu from=%u "
+						 "got=%g want=%g",
+						 x, src, got, want);
+			}
+		return wrong;
+	}
 	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
 						    : op->count;
 	uint64_t wrong = 0;
@@ -766,6 +808,57 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
  * filled from SEED (tests/coll_sim/coll_data.h), posted at once. Groups
  * below 16 are the service's own.
  */
+/* @op as a flat all-to-all of op->count elements to every rank of its
+ * group (collectives/alltoall.h, one rank per node), buffers filled. */
+static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
+		  size_t len)
+{
+	uint32_t n = op->n, fmax = s->d->port->frame_max -
+				       CS_PROTO_FRAME_OVERHEAD -
+				       (s->auth ? CS_PROTO_TAG_LEN : 0);
+	struct cs_a2a_params p = { 0 };
+	uint64_t *c;
+	int ret;
+
+	c = op->a2a_cnt = malloc(4 * (size_t)n * sizeof(*c));
+	if (!c) {
+		snprintf(out, len, "err no memory");
+		return -ENOMEM;
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		c[r] = c[2 * n + r] = op->count;
+		c[n + r] = c[3 * n + r] = (uint64_t)r * op->count;
+		for (size_t x = 0; x < op->count; x++)
+			cs_td_store(op->dtype, op->sbuf, r * op->count + x,
+				    a2a_value(op, op->rank, r, x));
+	}
+	p.nranks = n;
+	p.rank = op->rank;
+	p.ranks_per_node = 1;
+	p.esz = (uint32_t)cs_dtype_size(op->dtype);
+	p.sendbuf = op->sbuf;
+	p.send_count = (uint64_t)n * op->count;
+	p.recvbuf = op->buf;
+	p.recv_count = (uint64_t)n * op->count;
+	p.sendcounts = c;
+	p.sdispls = c + n;
+	p.recvcounts = c + 2 * n;
+	p.rdispls = c + 3 * n;
+	p.mtu_payload = CS_MIN(s->coll.mtu_payload, fmax);
+	p.group = op->group;
+	p.epoch = op->epoch;
+	p.op_id = op->op_id;
+	p.start = cs_lcore_now();
+	p.deadline = s->coll.deadline;
+	ret = cs_a2a_node_init(&p, 1, &op->a2a_node);
+	if (!ret)
+		ret = cs_a2a_init(op->a2a_node, 0, &op->a2a);
+	if (ret)
+		snprintf(out, len, "err all-to-all refused: %s",
+			 cs_strerror(ret));
+	return ret;
+}
+
 static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		    size_t len)
 {
@@ -784,11 +877,11 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		   &op_id, &kind, &count, dts, rops, &root, &seed,
 		   list) != 9 ||
 	    cs_dtype_parse(dts, &dt) || cs_redop_parse(rops, &ro) ||
-	    group < 16 || kind >= CS_COLL_BARRIER || !count ||
-	    count > (1ull << 32)) {
+	    group < 16 || (kind >= CS_COLL_BARRIER && kind != MX_ALLTOALL) ||
+	    !count || count > (1ull << 32)) {
 		snprintf(out, len,
-			 "err usage: mx_post GROUP(>=16) OP KIND(0-4) COUNT "
-			 "DTYPE REDOP ROOT SEED N0,N1,...");
+			 "err usage: mx_post GROUP(>=16) OP KIND(0-4, 16: "
+			 "all-to-all) COUNT DTYPE REDOP ROOT SEED N0,N1,...");
 		return;
 	}
 	for (tok = strtok_r(list, ",", &save); tok;
@@ -820,10 +913,16 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 	}
 	esz = cs_dtype_size(dt);
 	ns = nr = count;
-	if (kind == CS_COLL_REDUCE_SCATTER)
-		ns = n * count;
-	if (kind == CS_COLL_ALL_GATHER)
+	if (kind == CS_COLL_REDUCE_SCATTER || kind == MX_ALLTOALL)
+		ns = n * count; /* all-to-all: COUNT to each rank */
+	if (kind == CS_COLL_ALL_GATHER || kind == MX_ALLTOALL)
 		nr = n * count;
+	if ((uint64_t)CS_MAX(ns, nr) * esz > (1ull << 32)) {
+		op_free(op);
+		snprintf(out, len, "err %llu elements per rank: too many",
+			 count);
+		return;
+	}
 	op->group = group;
 	op->n = n;
 	op->rank = (uint32_t)me;
@@ -843,6 +942,13 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		return;
 	}
 	memcpy(op->nodes, nodes, n * sizeof(*nodes));
+	if (kind == MX_ALLTOALL) {
+		if (mx_a2a(s, op, out, len)) {
+			op_free(op);
+			return;
+		}
+		goto hand;
+	}
 	for (size_t x = 0; x < ns; x++)
 		cs_td_store(dt, op->sbuf, x,
 			    cs_td_value(dt, ro, n, seed, op->rank, x));
@@ -860,6 +966,7 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		op_free(op);
 		return;
 	}
+hand:
 	pthread_mutex_lock(&s->ctl);
 	op->mx_next = s->mx;
 	s->mx = op;
@@ -1095,7 +1202,7 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			 s->auth ? s->auth->rx_notag : 0,
 			 s->auth ? s->auth->rekey : 0);
 		{
-			char line[1024];
+			char line[2048];
 			FILE *f = fmemopen(line, sizeof(line), "w");
 			size_t l = strlen(out);
 
