@@ -504,7 +504,9 @@ static void sco_stream_send(struct sco *s, struct sco_stream *st,
 static void sco_stream_timer(struct sco *s, struct sco_stream *st,
 			     cs_ns_t now)
 {
-	if (st->closed || now < st->rto_at)
+	if (st->closed)
+		st->rto_at = CS_NS_NEVER; /* nothing is resent any more */
+	if (now < st->rto_at)
 		return;
 	st->rto_at = CS_NS_NEVER;
 	st->nxt = st->una; /* go back */
@@ -999,6 +1001,7 @@ static void co_close(void *ctx, uint32_t conn)
 	struct sco *s = ctx;
 
 	s->cst[conn].closed = true;
+	s->cst[conn].rto_at = CS_NS_NEVER;
 }
 
 static void co_lost(void *ctx, uint32_t rank, uint32_t epoch)
