@@ -33,6 +33,7 @@
 #include "svc_core.h"
 #include "tests/coll_sim/coll_data.h"
 #include "transport/tp.h"
+#include "observe/tp_hooks.h" /* observe/ */
 
 #define CORE_TXQ CS_PORT_BURST
 /* Both over every node of the view: collstack run's ops, whose ids are
@@ -361,6 +362,7 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		    cs_coll_result_ready(s->live[i]->coll))
 			s->live[i]->t_ready = now;
 	work = cs_tp_poll(s->tp, now);
+	cs_obs_tp_publish(s->tp, now); /* observe/: metric snapshot */
 	core_flush(s);
 	if (!pthread_mutex_trylock(&s->lock)) {
 		cs_tp_get_stats(s->tp, &s->snap);
