@@ -30,7 +30,7 @@ static const struct cs_cfg_entry obs_cfg[] = {
 	  "record the timeline (ops, frames, retransmissions, stalls, "
 	  "trainer posts) in per-lcore rings; `collstack trace` collects "
 	  "them (cost: BENCHMARKS.md)" },
-	{ "trace.events", CS_CFG_U64, OC(events), "65536", 2, 16777216,
+	{ "trace.events", CS_CFG_U64, OC(events), "262144", 2, 16777216,
 	  "events per ring (32 bytes each; rounded up to a power of two)" },
 	{ "trace.rings", CS_CFG_U32, OC(rings), "4", 1, CS_TRACE_MAX_RINGS,
 	  "rings set up (one per recording thread: lcores, IPC thread)" },
@@ -288,6 +288,19 @@ int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 		}
 		cs_trace_set(args[0] == '1');
 		snprintf(out, len, "ok trace=%d", cs_trace_enabled());
+		return 0;
+	}
+	if (!strcmp(req, "trace_offset")) { /* tests: a skewed clock */
+		char *end;
+		double v = strtod(args, &end);
+
+		if (end == args || *end || !(v >= -1e6 && v <= 1e6)) {
+			snprintf(out, len, "err usage: trace_offset SECONDS "
+					   "(-1e6..1e6)");
+			return 0;
+		}
+		conf.clock_offset = v;
+		snprintf(out, len, "ok trace_offset=%.9f", v);
 		return 0;
 	}
 	if (strcmp(req, "trace_dump") && strcmp(req, "metrics") &&

@@ -8,6 +8,8 @@
  *   trace_dump         ok trace rings=R bytes=B now=NS, then B bytes:
  *                      per ring a struct cs_obs_ring_hdr and its events
  *   trace_on 0|1       ok trace=0|1       switch recording
+ *   trace_offset S     ok trace_offset=S  skew the trace clock by S
+ *                      seconds (tests of the alignment)
  *   metrics            ok metrics bytes=B, then the exposition text
  *   flight             ok flight bytes=B now=NS, then cs_fl_write()'s text
  */
