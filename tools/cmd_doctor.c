@@ -53,16 +53,19 @@ struct ngroup { /* one node's record of one group */
 
 static struct ngroup recs[CS_OBS_CLI_NODES * CS_FL_GROUPS];
 static unsigned nrecs;
+static uint64_t min_age_ns = 1000000000ull; /* --min-age */
 
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: collstack doctor [--cluster FILE]\n\n"
+		"usage: collstack doctor [--min-age SECONDS] [--cluster FILE]"
+		"\n\n"
 		"Gathers each sidecar's flight recorder (the last %d "
 		"operations of each\ntrainer group) and names, per group, the "
 		"oldest operation not done\neverywhere and the ranks that did "
 		"not post it (\"missing ranks: {...}\")\nor the nodes where it "
-		"waits on the network.\n",
+		"waits on the network. An operation pending for less\nthan "
+		"--min-age (default 1 s) is in flight, not stuck.\n",
 		CS_FL_OPS);
 }
 
@@ -203,6 +206,12 @@ static int diagnose(const struct cs_obs_cluster *cl, const char *name)
 			    g->ranks[l] < MAX_RANKS)
 				posted[g->ranks[l]] = true;
 	}
+	if (age < min_age_ns) {
+		printf("group '%s' (%u ranks): op %" PRIu64 " in flight "
+		       "(%.3f s), not stuck\n",
+		       name, size, stuck, (double)age / 1e9);
+		return 0;
+	}
 	printf("group '%s' (%u ranks): op %" PRIu64 " (%s) pending for %.1f "
 	       "s\n",
 	       name, size, stuck,
@@ -250,11 +259,14 @@ int cs_cmd_doctor(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cluster", required_argument, NULL, 'c' },
+		{ "min-age", required_argument, NULL, 'm' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	static struct cs_obs_cluster cl;
 	const char *env = cs_ctl_env(), *names[MAX_GROUPS];
+	double age;
+	char *end;
 	unsigned ngroups = 0;
 	int o, ret = 0, stuck = 0;
 
@@ -262,6 +274,17 @@ int cs_cmd_doctor(int argc, char **argv)
 		switch (o) {
 		case 'c':
 			env = optarg;
+			break;
+		case 'm':
+			age = strtod(optarg, &end);
+			if (*end || !(age >= 0) || age > 1e6) {
+				fprintf(stderr,
+					"collstack doctor: --min-age wants "
+					"seconds >= 0, got '%s'\n",
+					optarg);
+				return 2;
+			}
+			min_age_ns = (uint64_t)(age * 1e9);
 			break;
 		case 'h':
 			usage(stdout);
