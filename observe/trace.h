@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "internal/util.h"
 
@@ -118,6 +119,15 @@ cs_trace_ev_put(uint16_t kind, cs_ns_t ts, uint32_t group, uint32_t op,
 				   .d = d };
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	return e;
+}
+
+/* cs_trace_clock - CLOCK_MONOTONIC in ns (the lcores' clock) */
+static inline cs_ns_t cs_trace_clock(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (cs_ns_t)ts.tv_sec * 1000000000ull + (cs_ns_t)ts.tv_nsec;
 }
 
 /* cs_trace_now - remember the time of this thread's current round, for
