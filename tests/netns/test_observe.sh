@@ -47,7 +47,7 @@ for t in ip nft python3 curl; do
 	command -v $t >/dev/null || skip "missing tool: $t"
 done
 PORT=udp
-"$DAEMON" --help-config | grep -q 'port types:.* dpdk' && PORT=af_packet
+"$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null && PORT=af_packet
 
 export CS_CLUSTER=o$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
@@ -58,7 +58,10 @@ cleanup() {
 		kill -CONT "$p" 2>/dev/null
 		kill -KILL "$p" 2>/dev/null
 	done
-	[ -n "$BENCH_PID" ] && kill -KILL "$BENCH_PID" 2>/dev/null
+	if [ -n "$BENCH_PID" ]; then
+		kill -KILL "$BENCH_PID" 2>/dev/null
+		wait "$BENCH_PID" 2>/dev/null
+	fi
 	if [ -n "$PROM_PID" ]; then
 		kill -TERM "$PROM_PID" 2>/dev/null
 		wait "$PROM_PID" 2>/dev/null
