@@ -22,6 +22,9 @@ CLI=$BUILD/tools/collstack
 export CS_CLUSTER=${CS_CLUSTER:-btrace}
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 
+# one event in isolation first (tests/observe/trace_bench.c)
+[ -x "$BUILD/tests/observe/cs-trace-bench" ] &&
+	echo "# $("$BUILD/tests/observe/cs-trace-bench")"
 trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 scripts/cluster.sh up 4 --port "$PORT" --set svc.core=1 >/dev/null
 . "$CS_CLUSTER_ENV"
