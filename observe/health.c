@@ -22,7 +22,7 @@ static double median(const struct cs_health_path *p, unsigned n, bool rtt)
 	for (unsigned i = 0; i < n; i++) {
 		double x = rtt ? p[i].p99_s : p[i].loss;
 
-		if (x >= 0)
+		if (x >= 0 && p[i].frames >= CS_HEALTH_MIN_FRAMES)
 			v[k++] = x;
 	}
 	if (k) {
@@ -40,6 +40,8 @@ unsigned cs_health_judge(struct cs_health_path *p, unsigned n)
 
 	for (unsigned i = 0; i < n; i++) {
 		p[i].flags = 0;
+		if (p[i].frames < CS_HEALTH_MIN_FRAMES)
+			continue;
 		if (p[i].p99_s >= 0 && mr >= 0 &&
 		    p[i].p99_s > CS_HEALTH_RTT_FACTOR * mr &&
 		    p[i].p99_s > CS_HEALTH_RTT_FLOOR_S)

@@ -6,7 +6,10 @@
  * slow fabric flags nothing):
  *   RTT:  p99 > CS_HEALTH_RTT_FACTOR x median p99, and > CS_HEALTH_RTT_FLOOR_S
  *   LOSS: loss > CS_HEALTH_LOSS_FACTOR x median loss, and > CS_HEALTH_LOSS_FLOOR
- * Loss rate: retransmissions / first transmissions. Pure arithmetic.
+ * Loss rate: retransmissions / first transmissions. A path that sent
+ * fewer than CS_HEALTH_MIN_FRAMES frames is neither judged nor part of
+ * the medians (a handful of frames, e.g. the small direct exchanges of
+ * barriers, gives no rate worth the name). Pure arithmetic.
  */
 #ifndef CS_OBSERVE_HEALTH_H
 #define CS_OBSERVE_HEALTH_H
@@ -18,12 +21,14 @@
 #define CS_HEALTH_RTT_FLOOR_S 200e-6
 #define CS_HEALTH_LOSS_FACTOR 4.0
 #define CS_HEALTH_LOSS_FLOOR 0.01
+#define CS_HEALTH_MIN_FRAMES 1000
 
 enum { CS_HEALTH_RTT = 1, CS_HEALTH_LOSS = 2 };
 
 struct cs_health_path {
 	double p99_s; /* < 0: no RTT samples */
 	double loss; /* < 0: nothing sent */
+	double frames; /* first transmissions */
 	unsigned flags; /* out */
 };
 

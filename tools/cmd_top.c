@@ -41,11 +41,13 @@ static void usage(FILE *out)
 		"timeouts,\n    duplicates, loss %% (retransmits / frames), "
 		"stalls, and FLAGS:\n    RTT or LOSS when the path is out of "
 		"the cluster's normal range\n    (%.0fx the median p99 and > "
-		"%.0f us; %.0fx the median loss and > %.0f %%)\n"
+		"%.0f us; %.0fx the median loss and > %.0f %%;\n    paths "
+		"with fewer than %d frames sent are not judged)\n"
 		"--once: one table from two samples --interval apart "
 		"(default 1 s).\n",
 		CS_HEALTH_RTT_FACTOR, CS_HEALTH_RTT_FLOOR_S * 1e6,
-		CS_HEALTH_LOSS_FACTOR, CS_HEALTH_LOSS_FLOOR * 100);
+		CS_HEALTH_LOSS_FACTOR, CS_HEALTH_LOSS_FLOOR * 100,
+		CS_HEALTH_MIN_FRAMES);
 }
 
 struct snap {
@@ -158,6 +160,7 @@ static void table(const struct cs_obs_cluster *cl, const struct snap *a,
 			hp[np] = (struct cs_health_path){
 				.p99_s = p99(&b->m[i], peer),
 				.loss = tx > 0 ? retx / tx : -1,
+				.frames = tx,
 			};
 			hnode[np] = i;
 			hpeer[np++] = p;

@@ -274,22 +274,25 @@ Test(metrics, exposition_reads_back)
 
 Test(health, lone_outliers_flagged)
 {
-	struct cs_health_path p[6] = {
-		{ .p99_s = 100e-6, .loss = 0.001 },
-		{ .p99_s = 120e-6, .loss = 0.002 },
-		{ .p99_s = 110e-6, .loss = 0.001 },
-		{ .p99_s = 2e-3, .loss = 0.0015 }, /* slow */
-		{ .p99_s = 105e-6, .loss = 0.2 }, /* lossy */
+	struct cs_health_path p[7] = {
+		{ .p99_s = 100e-6, .loss = 0.001, .frames = 5000 },
+		{ .p99_s = 120e-6, .loss = 0.002, .frames = 5000 },
+		{ .p99_s = 110e-6, .loss = 0.001, .frames = 5000 },
+		{ .p99_s = 2e-3, .loss = 0.0015, .frames = 5000 }, /* slow */
+		{ .p99_s = 105e-6, .loss = 0.2, .frames = 5000 }, /* lossy */
 		{ .p99_s = -1, .loss = -1 }, /* nothing yet */
+		{ .p99_s = 9e-3, .loss = 0.5, .frames = 96 }, /* too few */
 	};
 
-	cr_assert_eq(cs_health_judge(p, 6), 2);
+	cr_assert_eq(cs_health_judge(p, 7), 2);
 	cr_assert_eq(p[3].flags, CS_HEALTH_RTT);
 	cr_assert_eq(p[4].flags, CS_HEALTH_LOSS);
 	cr_assert_eq(p[5].flags, 0);
+	cr_assert_eq(p[6].flags, 0);
 	/* uniformly slow: nothing stands out */
 	for (int i = 0; i < 5; i++)
-		p[i] = (struct cs_health_path){ .p99_s = 5e-3, .loss = 0.1 };
+		p[i] = (struct cs_health_path){ .p99_s = 5e-3, .loss = 0.1,
+						.frames = 5000 };
 	cr_assert_eq(cs_health_judge(p, 5), 0);
 }
 
