@@ -4,8 +4,11 @@
 # transport core: svc.core=1), 64 MiB f32 allreduces, with recording on
 # and off (the control request trace_on on every sidecar), alternating
 # the order each round so that drift of a shared machine hits both alike.
-# Prints each round's mean time per allreduce and the medians; the
-# overhead decides trace.enable's default (on when < 2 %; BENCHMARKS.md).
+# Prints each round's mean time per allreduce and the CPU time the four
+# sidecars used per allreduce (utime + stime of their processes, from
+# /proc: less sensitive than wall time to what else runs on the machine),
+# and the medians; the overhead decides trace.enable's default (on when
+# < 2 %; BENCHMARKS.md).
 #
 #   scripts/bench-trace.sh [ROUNDS] [ITERS]     (root; defaults 5 and 3)
 #   CS_TRACE_BYTES=64M CS_TRACE_PORT=af_packet
@@ -37,33 +40,53 @@ set_trace() {
 	done
 }
 
-one() {	# mode -> mean us per allreduce ("fail" when the run failed)
-	local t
+cpu_ticks() {	# utime + stime of the sidecars, in clock ticks
+	local p s=0 f
+	for p in $CS_PIDS; do
+		f=($(sed 's/.*) //' "/proc/$p/stat"))
+		s=$((s + f[11] + f[12]))
+	done
+	echo $s
+}
+
+one() {	# mode -> "mean_us cpu_ms_per_allreduce" ("fail -" when it failed)
+	local t c0 c1
 	set_trace "$1"
-	t=$("$CLI" run allreduce --bytes "$BYTES" --iters "$ITERS" --warmup 1 \
+	c0=$(cpu_ticks)
+	t=$("$CLI" run allreduce --bytes "$BYTES" --iters "$ITERS" --warmup 0 \
 		--timeout 120000 2>>"$ERRS" |
 		awk '/^ +[0-9]+ +[0-9]+ +f32/ {print $5}') || true
-	echo "${t:-fail}"
+	c1=$(cpu_ticks)
+	if [ -z "$t" ]; then
+		echo "fail -"
+	else
+		awk -v t="$t" -v c=$((c1 - c0)) -v hz="$(getconf CLK_TCK)" \
+			-v n="$ITERS" 'BEGIN {printf "%s %.1f\n", t, c / hz * 1000 / n}'
+	fi
 }
 ERRS=$(mktemp)
 
 echo "# bench-trace: 4 nodes, $PORT, svc.core=1, $BYTES f32 allreduce," \
 	"$ITERS iterations per sample, $ROUNDS rounds, $(nproc) CPUs, $(date -u +%FT%TZ)"
-printf '%-6s %14s %14s\n' round on_us off_us
-on=() off=()
+printf '%-6s %14s %12s %14s %12s\n' round on_us on_cpu_ms off_us off_cpu_ms
+on=() off=() onc=() offc=()
 for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then
-		a=$(one 1); b=$(one 0)
+		a=($(one 1)); b=($(one 0))
 	else
-		b=$(one 0); a=$(one 1)
+		b=($(one 0)); a=($(one 1))
 	fi
-	[ "$a" = fail ] || on+=("$a")
-	[ "$b" = fail ] || off+=("$b")
-	printf '%-6s %14s %14s\n' "$r" "$a" "$b"
+	if [ "${a[0]}" != fail ]; then on+=("${a[0]}"); onc+=("${a[1]}"); fi
+	if [ "${b[0]}" != fail ]; then off+=("${b[0]}"); offc+=("${b[1]}"); fi
+	printf '%-6s %14s %12s %14s %12s\n' "$r" "${a[0]}" "${a[1]}" "${b[0]}" "${b[1]}"
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
-mon=$(med "${on[@]}"); moff=$(med "${off[@]}")
-awk -v a="$mon" -v b="$moff" 'BEGIN {
-	printf "median on %.1f us, off %.1f us: tracing costs %+.2f %%\n", a, b, (a / b - 1) * 100 }'
+if [ ${#on[@]} -gt 0 ] && [ ${#off[@]} -gt 0 ]; then
+	awk -v a="$(med "${on[@]}")" -v b="$(med "${off[@]}")" \
+	    -v c="$(med "${onc[@]}")" -v d="$(med "${offc[@]}")" 'BEGIN {
+	printf "median time on %.1f us, off %.1f us: %+.2f %%; sidecar CPU per allreduce on %.1f ms, off %.1f ms: %+.2f %%\n",
+		a, b, (a / b - 1) * 100, c, d, (c / d - 1) * 100 }'
+fi
+echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ -s "$ERRS" ] && { echo "# failed runs said:"; sed 's/^/#   /' "$ERRS"; }
 rm -f "$ERRS"
