@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Per-thread metric slots and their Prometheus exposition (metrics.h). */
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -173,7 +174,23 @@ static void sum_peers(struct peer_sum *ps)
 	}
 }
 
-/* A counter family over every peer with a session: @get picks it. */
+/* A counter family by peer and direction: the snapshot fields at @tx and
+ * @rx (offsets into struct cs_obs_peer_snap). */
+static void dir_family(FILE *out, const struct peer_sum *ps, const char *name,
+		       const char *help, size_t tx, size_t rx)
+{
+	static const char *const dir[2] = { "tx", "rx" };
+
+	cs_obs_family(out, name, "counter", help);
+	for (unsigned p = 0; p < CS_OBS_MAX_PEERS; p++)
+		for (unsigned d = 0; ps[p].s.sessions && d < 2; d++)
+			fprintf(out, "%s{peer=\"%u\",direction=\"%s\"} %llu\n",
+				name, p, dir[d],
+				*(const unsigned long long *)((const char *)&ps[p].s +
+							      (d ? rx : tx)));
+}
+
+/* A counter family over every peer with a session: @expr picks it. */
 #define PEER_FAMILY(name, help, expr)                                        \
 	do {                                                                 \
 		cs_obs_family(out, name, "counter", help);                   \
@@ -186,7 +203,6 @@ static void sum_peers(struct peer_sum *ps)
 int cs_obs_write_metrics(FILE *out, const char *const *kind_name)
 {
 	static struct peer_sum ps[CS_OBS_MAX_PEERS];
-	static const char *const dir[2] = { "tx", "rx" };
 	static const char *const cause[3] = { "rto", "sack", "tlp" };
 	static const char *const stall[3] = { "window", "credit", "pacing" };
 	unsigned n = cs_obs_nslots();
@@ -194,27 +210,15 @@ int cs_obs_write_metrics(FILE *out, const char *const *kind_name)
 	int64_t pending = 0;
 
 	sum_peers(ps);
-	cs_obs_family(out, "collstack_peer_frames_total", "counter",
-		      "data frames exchanged with a peer node (first "
-		      "transmissions; rx: new data delivered)");
-	for (unsigned p = 0; p < CS_OBS_MAX_PEERS; p++)
-		for (unsigned d = 0; ps[p].s.sessions && d < 2; d++)
-			fprintf(out,
-				"collstack_peer_frames_total{peer=\"%u\","
-				"direction=\"%s\"} %llu\n",
-				p, dir[d],
-				(unsigned long long)(d ? ps[p].s.rx_frames
-						       : ps[p].s.tx_frames));
-	cs_obs_family(out, "collstack_peer_bytes_total", "counter",
-		      "payload bytes exchanged with a peer node");
-	for (unsigned p = 0; p < CS_OBS_MAX_PEERS; p++)
-		for (unsigned d = 0; ps[p].s.sessions && d < 2; d++)
-			fprintf(out,
-				"collstack_peer_bytes_total{peer=\"%u\","
-				"direction=\"%s\"} %llu\n",
-				p, dir[d],
-				(unsigned long long)(d ? ps[p].s.rx_bytes
-						       : ps[p].s.tx_bytes));
+	dir_family(out, ps, "collstack_peer_frames_total",
+		   "data frames exchanged with a peer node (first "
+		   "transmissions; rx: new data delivered)",
+		   offsetof(struct cs_obs_peer_snap, tx_frames),
+		   offsetof(struct cs_obs_peer_snap, rx_frames));
+	dir_family(out, ps, "collstack_peer_bytes_total",
+		   "payload bytes exchanged with a peer node",
+		   offsetof(struct cs_obs_peer_snap, tx_bytes),
+		   offsetof(struct cs_obs_peer_snap, rx_bytes));
 	cs_obs_family(out, "collstack_peer_retransmits_total", "counter",
 		      "frames resent to a peer, by what found them lost");
 	for (unsigned p = 0; p < CS_OBS_MAX_PEERS; p++) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* collstackd's wiring of the timeline, metrics and flight recorder. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -82,6 +83,19 @@ static cs_ns_t trace_clock(void)
 
 #define U(x) ((unsigned long long)(x))
 
+/* A counter per lcore: the 64-bit field at @off of struct cs_lcore, which
+ * the lcore alone writes (read like reply_stats() reads it). */
+static void lcore_family(FILE *out, struct cs_daemon *d, const char *name,
+			 const char *help, size_t off)
+{
+	cs_obs_family(out, name, "counter", help);
+	for (unsigned q = 0; q < d->drv.nq; q++)
+		fprintf(out, "%s{lcore=\"%u\"} %llu\n", name, q,
+			U(__atomic_load_n((uint64_t *)((char *)&d->lcores[q] +
+						       off),
+					  __ATOMIC_RELAXED)));
+}
+
 /* The node's own lines: port, codec, fault shim, lcores. */
 static int fill(FILE *out, void *arg)
 {
@@ -133,21 +147,12 @@ static int fill(FILE *out, void *arg)
 		"collstack_fault_injected_total{action=\"corrupt\"} %llu\n",
 		U(st.f_dropped), U(st.f_duplicated), U(st.f_reordered),
 		U(st.f_delayed), U(st.f_corrupted));
-	cs_obs_family(out, "collstack_lcore_loops_total", "counter",
-		      "polling rounds of each lcore");
-	for (unsigned q = 0; q < d->drv.nq; q++)
-		fprintf(out, "collstack_lcore_loops_total{lcore=\"%u\"} %llu\n",
-			q,
-			U(__atomic_load_n(&d->lcores[q].loops,
-					  __ATOMIC_RELAXED)));
-	cs_obs_family(out, "collstack_lcore_idle_waits_total", "counter",
-		      "times an idle lcore waited for work");
-	for (unsigned q = 0; q < d->drv.nq; q++)
-		fprintf(out,
-			"collstack_lcore_idle_waits_total{lcore=\"%u\"} %llu\n",
-			q,
-			U(__atomic_load_n(&d->lcores[q].idle_waits,
-					  __ATOMIC_RELAXED)));
+	lcore_family(out, d, "collstack_lcore_loops_total",
+		     "polling rounds of each lcore",
+		     offsetof(struct cs_lcore, loops));
+	lcore_family(out, d, "collstack_lcore_idle_waits_total",
+		     "times an idle lcore waited for work",
+		     offsetof(struct cs_lcore, idle_waits));
 	return cs_obs_write_metrics(out, cs_obs_op_kind);
 }
 

@@ -31,6 +31,7 @@
 #include "observe/flight.h"
 #include "observe/tjson.h"
 
+#define CMD "collstack doctor"
 #define TIMEOUT_MS 5000
 #define MAX_RANKS 4096
 #define MAX_GROUPS 64
@@ -266,40 +267,25 @@ int cs_cmd_doctor(int argc, char **argv)
 	static struct cs_obs_cluster cl;
 	const char *env = cs_ctl_env(), *names[MAX_GROUPS];
 	double age;
-	char *end;
 	unsigned ngroups = 0;
 	int o, ret = 0, stuck = 0;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
-		case 'c':
-			env = optarg;
-			break;
 		case 'm':
-			age = strtod(optarg, &end);
-			if (*end || !(age >= 0) || age > 1e6) {
-				fprintf(stderr,
-					"collstack doctor: --min-age wants "
-					"seconds >= 0, got '%s'\n",
-					optarg);
+			if (cs_obs_cli_num(CMD, "--min-age", optarg, 0, 1e6,
+					   &age))
 				return 2;
-			}
 			min_age_ns = (uint64_t)(age * 1e9);
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			if ((o = cs_obs_cli_opt(o, &env, usage)) >= 0)
+				return o;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "collstack doctor: unexpected '%s'\n",
-			argv[optind]);
+	if (cs_obs_cli_rest(CMD, argc, argv, usage))
 		return 2;
-	}
-	if (cs_obs_cluster_load("collstack doctor", env, &cl))
+	if (cs_obs_cluster_load(CMD, env, &cl))
 		return 1;
 	nrecs = 0;
 	for (int i = 0; i < cl.n; i++) {

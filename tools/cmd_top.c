@@ -24,6 +24,7 @@
 #include "observe/health.h"
 #include "observe/metrics.h"
 
+#define CMD "collstack top"
 #define TIMEOUT_MS 5000
 #define MAX_PATHS (CS_OBS_CLI_NODES * CS_OBS_MAX_PEERS)
 
@@ -227,7 +228,6 @@ int cs_cmd_top(int argc, char **argv)
 	double interval = 1;
 	bool once = false;
 	int o, cur = 0, ret;
-	char *end;
 
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
@@ -235,32 +235,18 @@ int cs_cmd_top(int argc, char **argv)
 			once = true;
 			break;
 		case 'i':
-			interval = strtod(optarg, &end);
-			if (*end || !(interval >= 0.05) || interval > 3600) {
-				fprintf(stderr,
-					"collstack top: --interval wants "
-					"0.05..3600 s, got '%s'\n",
-					optarg);
+			if (cs_obs_cli_num(CMD, "--interval", optarg, 0.05, 3600,
+					   &interval))
 				return 2;
-			}
 			break;
-		case 'c':
-			env = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			if ((o = cs_obs_cli_opt(o, &env, usage)) >= 0)
+				return o;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "collstack top: unexpected '%s'\n",
-			argv[optind]);
+	if (cs_obs_cli_rest(CMD, argc, argv, usage))
 		return 2;
-	}
-	if (cs_obs_cluster_load("collstack top", env, &cl))
+	if (cs_obs_cluster_load(CMD, env, &cl))
 		return 1;
 	sample(&cl, &s[0]);
 	for (;;) {

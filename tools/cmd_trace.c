@@ -24,6 +24,7 @@
 #include "observe/obs_sidecar.h"
 #include "observe/tjson.h"
 
+#define CMD "collstack trace"
 #define TIMEOUT_MS 10000
 #define MAX_SAMPLES 256
 
@@ -125,12 +126,11 @@ int cs_cmd_trace(int argc, char **argv)
 	struct cs_tj_node nodes[CS_OBS_CLI_NODES];
 	char *bodies[CS_OBS_CLI_NODES] = { 0 };
 	const char *env = cs_ctl_env(), *outp = NULL;
-	double last = 0;
+	double last = 0, num;
 	unsigned samples = 16;
 	cs_ns_t worst = 0;
 	struct cs_tj_stats st;
 	int o, ret = 0;
-	char *end;
 	FILE *f;
 
 	while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -139,43 +139,29 @@ int cs_cmd_trace(int argc, char **argv)
 			outp = optarg;
 			break;
 		case 'l':
-			last = strtod(optarg, &end);
-			if (*end || !(last > 0) || last > 1e6) {
-				fprintf(stderr,
-					"collstack trace: --last wants seconds "
-					"> 0, got '%s'\n",
-					optarg);
+			if (cs_obs_cli_num(CMD, "--last", optarg, 1e-6, 1e6,
+					   &last))
 				return 2;
-			}
 			break;
 		case 's':
-			samples = (unsigned)strtoul(optarg, &end, 10);
-			if (*end || !samples || samples > MAX_SAMPLES) {
-				fprintf(stderr,
-					"collstack trace: --samples wants 1.."
-					"%d, got '%s'\n",
-					MAX_SAMPLES, optarg);
+			if (cs_obs_cli_num(CMD, "--samples", optarg, 1,
+					   MAX_SAMPLES, &num))
 				return 2;
-			}
+			samples = (unsigned)num;
 			break;
-		case 'c':
-			env = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
 		default:
-			usage(stderr);
-			return 2;
+			if ((o = cs_obs_cli_opt(o, &env, usage)) >= 0)
+				return o;
 		}
 	}
-	if (!outp || optind < argc) {
-		fprintf(stderr, "collstack trace: %s\n",
-			outp ? "unexpected argument" : "--out FILE is needed");
+	if (cs_obs_cli_rest(CMD, argc, argv, usage))
+		return 2;
+	if (!outp) {
+		fprintf(stderr, "%s: --out FILE is needed\n", CMD);
 		usage(stderr);
 		return 2;
 	}
-	if (cs_obs_cluster_load("collstack trace", env, &cl))
+	if (cs_obs_cluster_load(CMD, env, &cl))
 		return 1;
 	for (int i = 0; i < cl.n; i++) {
 		char dir[512], line[CS_CTL_LINE];

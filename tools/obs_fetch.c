@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Requests with a body over the control socket (obs_fetch.h). */
 #include <errno.h>
+#include <getopt.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,4 +82,42 @@ int cs_obs_fetch(const char *dir, const char *req, char *line, size_t llen,
 out:
 	close(fd);
 	return ret;
+}
+
+int cs_obs_cli_opt(int o, const char **env, void (*usage)(FILE *out))
+{
+	switch (o) {
+	case 'c':
+		*env = optarg;
+		return -1;
+	case 'h':
+		usage(stdout);
+		return 0;
+	default:
+		usage(stderr);
+		return 2;
+	}
+}
+
+int cs_obs_cli_num(const char *cmd, const char *opt, const char *arg,
+		   double min, double max, double *out)
+{
+	char *end;
+
+	*out = strtod(arg, &end);
+	if (end != arg && !*end && *out >= min && *out <= max)
+		return 0;
+	fprintf(stderr, "%s: %s wants a number in %g..%g, got '%s'\n", cmd,
+		opt, min, max, arg);
+	return 2;
+}
+
+int cs_obs_cli_rest(const char *cmd, int argc, char **argv,
+		    void (*usage)(FILE *out))
+{
+	if (optind >= argc)
+		return 0;
+	fprintf(stderr, "%s: unexpected '%s'\n", cmd, argv[optind]);
+	usage(stderr);
+	return 2;
 }

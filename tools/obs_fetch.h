@@ -8,6 +8,7 @@
 #define CS_TOOLS_OBS_FETCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "sidecar/ctl.h"
 
@@ -39,5 +40,28 @@ void cs_obs_node_dir(const struct cs_obs_cluster *c, int i, char *dir,
  */
 int cs_obs_fetch(const char *dir, const char *req, char *line, size_t llen,
 		 char **body, size_t *blen, int timeout_ms);
+
+/**
+ * cs_obs_cli_opt - the options trace, top and doctor share: --cluster
+ * FILE (getopt value 'c'), --help ('h') and anything unknown
+ * Returns: -1 when parsing goes on, else the exit status to return now
+ * (0 after --help, 2 after a bad option, @usage printed).
+ */
+int cs_obs_cli_opt(int o, const char **env, void (*usage)(FILE *out));
+
+/**
+ * cs_obs_cli_num - parse option @opt's value @arg into @out, a number in
+ * [@min, @max] (says why on stderr, prefixed by @cmd)
+ * Returns: 0, or 2 (the exit status of a bad argument).
+ */
+int cs_obs_cli_num(const char *cmd, const char *opt, const char *arg,
+		   double min, double max, double *out);
+
+/**
+ * cs_obs_cli_rest - refuse arguments left after the options
+ * Returns: 0, or 2 with the reason and @usage on stderr.
+ */
+int cs_obs_cli_rest(const char *cmd, int argc, char **argv,
+		    void (*usage)(FILE *out));
 
 #endif
