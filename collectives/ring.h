@@ -271,6 +271,13 @@ int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie, struct cs_coll_tx *out);
 bool cs_coll_result_ready(const struct cs_coll *c);
 
 /**
+ * cs_coll_resends_own_copy - every frame @c sends or resends reads the
+ * engine's own copy of the input (a direct exchange), never the caller's
+ * buffers: once the result is ready the caller may have them back
+ */
+bool cs_coll_resends_own_copy(const struct cs_coll *c);
+
+/**
  * cs_coll_all_sent - every packet this rank sends has been handed out by
  * cs_coll_next_packets()/cs_coll_next_on() once (acknowledged or not)
  * @c: the operation

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The cost of the timeline: a 4-node cluster (scripts/cluster.sh, the
-# transport core: svc.core=1), 64 MiB f32 allreduces, with recording on
+# transport core), 64 MiB f32 allreduces, with recording on
 # and off (the control request trace_on on every sidecar), alternating
 # the order each round so that drift of a shared machine hits both alike.
 # Prints each round's mean time per allreduce and the CPU time the four
@@ -29,7 +29,7 @@ export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 [ -x "$BUILD/tests/observe/cs-trace-bench" ] &&
 	echo "# $("$BUILD/tests/observe/cs-trace-bench")"
 trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
-scripts/cluster.sh up 4 --port "$PORT" --set svc.core=1 >/dev/null
+scripts/cluster.sh up 4 --port "$PORT" >/dev/null
 . "$CS_CLUSTER_ENV"
 
 set_trace() {
@@ -66,7 +66,7 @@ one() {	# mode -> "mean_us cpu_ms_per_allreduce" ("fail -" when it failed)
 }
 ERRS=$(mktemp)
 
-echo "# bench-trace: 4 nodes, $PORT, svc.core=1, $BYTES f32 allreduce," \
+echo "# bench-trace: 4 nodes, $PORT, $BYTES f32 allreduce," \
 	"$ITERS iterations per sample, $ROUNDS rounds, $(nproc) CPUs, $(date -u +%FT%TZ)"
 printf '%-6s %14s %12s %14s %12s\n' round on_us on_cpu_ms off_us off_cpu_ms
 on=() off=() onc=() offc=()

@@ -81,7 +81,7 @@ node() { echo "$RUNROOT/${CS_CLUSTER}n$1"; }
 
 case_trace_4() {
 	local offs=(0 5 -3 1.234567) i r out
-	cluster_up --set svc.core=1
+	cluster_up
 	for i in 1 2 3; do
 		r=$(cs_ctl "$(node $i)" "trace_offset ${offs[$i]}")
 		[[ $r == ok* ]] || fail "trace_offset on node $i: $r"
@@ -139,7 +139,7 @@ case_metrics_4() {
 	local i r sum_stats sum_prom q out ns
 	command -v prometheus >/dev/null && command -v promtool >/dev/null ||
 		skip "missing prometheus/promtool (scripts/setup.sh installs them)"
-	cluster_up --set svc.core=1 --set 'metrics.listen=*:9464' \
+	cluster_up --set 'metrics.listen=*:9464' \
 		--set fault.drop=0.02
 	ns=${CS_CLUSTER}n0
 	for i in 0 1 2 3; do
