@@ -4,7 +4,8 @@
 # transport core), 64 MiB f32 allreduces, with recording on
 # and off (the control request trace_on on every sidecar), alternating
 # the order each round so that drift of a shared machine hits both alike.
-# Prints each round's mean time per allreduce and the CPU time the four
+# Prints the cost of one event in isolation (tests/observe/trace_bench.c),
+# each round's mean time per allreduce and the CPU time the four
 # sidecars used per allreduce (utime + stime of their processes, from
 # /proc: less sensitive than wall time to what else runs on the machine),
 # and the medians; the overhead decides trace.enable's default (on when
@@ -88,5 +89,16 @@ if [ ${#on[@]} -gt 0 ] && [ ${#off[@]} -gt 0 ]; then
 		a, b, (a / b - 1) * 100, c, d, (c / d - 1) * 100 }'
 fi
 echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Events one allreduce leaves per node (the rings' counters around one
+# sample with recording on), and what they cost at the per-event figures
+# of cs-trace-bench: a frame sent is one event, a frame received one event
+# and one clock read.
+recorded() { "$CLI" trace --out /dev/null | sed -n 's/.*(\([0-9]*\) recorded).*/\1/p' |
+	awk '{s += $1; n++} END {printf "%.0f", n ? s / n : 0}'; }
+set_trace 1
+r0=$(recorded)
+x=($(one 1))
+r1=$(recorded)
+echo "events per allreduce and node: $(( (r1 - r0) / ITERS )) (sample: ${x[0]} us, sidecar CPU ${x[1]} ms per allreduce)"
 [ -s "$ERRS" ] && { echo "# failed runs said:"; sed 's/^/#   /' "$ERRS"; }
 rm -f "$ERRS"

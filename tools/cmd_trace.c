@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +33,16 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack trace --out FILE.json [--last SECONDS] "
-		"[--samples N] [--cluster FILE]\n\n"
+		"[--samples N] [--cluster FILE]\n"
+		"       collstack trace --on | --off [--cluster FILE]\n\n"
 		"Gathers every sidecar's timeline (trace.enable=1), aligns "
 		"their clocks\n(offset from N clock exchanges over the control "
 		"socket, default 16; the\nerror bound is printed) and writes "
 		"one Trace Event JSON file: open it in\nhttps://ui.perfetto.dev "
 		"or chrome://tracing. Each node is a process, each\nlcore and "
 		"trainer rank a thread. --last keeps the newest SECONDS.\n"
+		"--on / --off switch recording on every sidecar (trace.enable "
+		"at start).\n"
 		"The sidecars come from the state file of scripts/cluster.sh "
 		"(default\n$CS_CLUSTER_ENV or %s).\n",
 		CS_CTL_DEFAULT_ENV);
@@ -77,9 +81,31 @@ static int clock_of(const char *dir, unsigned k, struct cs_clock_est *est)
 	return ret ? ret : cs_clock_estimate(s, n, est);
 }
 
+/* --on, --off: switch recording on every sidecar. */
+static int switch_all(const char *env, bool on)
+{
+	static struct cs_obs_cluster cl;
+	char dir[512], reply[CS_CTL_LINE];
+	int ret = 0;
+
+	if (cs_obs_cluster_load(CMD, env, &cl))
+		return 1;
+	for (int i = 0; i < cl.n; i++) {
+		int r;
+
+		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
+		r = cs_ctl_call(dir, on ? "trace_on 1" : "trace_on 0", reply,
+				sizeof(reply), TIMEOUT_MS);
+		printf("%-10s %s\n", cl.names[i],
+		       r == -EPROTO || !r ? reply : strerror(-r));
+		ret |= r != 0;
+	}
+	return ret;
+}
+
 /* Split a trace_dump body into rings. */
 static int parse_dump(char *body, size_t len, struct cs_tj_node *nd,
-		      size_t *events)
+		      size_t *events, unsigned long long *recorded)
 {
 	size_t off = 0;
 
@@ -108,6 +134,7 @@ static int parse_dump(char *body, size_t len, struct cs_tj_node *nd,
 		r->ev = (struct cs_trace_ev *)(body + off); /* aligned: 8 */
 		off += h.n * sizeof(struct cs_trace_ev);
 		*events += h.n;
+		*recorded += h.n + h.lost_lo; /* mod 2^32 */
 	}
 	return 0;
 }
@@ -116,6 +143,8 @@ int cs_cmd_trace(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "out", required_argument, NULL, 'o' },
+		{ "on", no_argument, NULL, '1' },
+		{ "off", no_argument, NULL, '0' },
 		{ "last", required_argument, NULL, 'l' },
 		{ "samples", required_argument, NULL, 's' },
 		{ "cluster", required_argument, NULL, 'c' },
@@ -130,13 +159,17 @@ int cs_cmd_trace(int argc, char **argv)
 	unsigned samples = 16;
 	cs_ns_t worst = 0;
 	struct cs_tj_stats st;
-	int o, ret = 0;
+	int o, ret = 0, set = 0;
 	FILE *f;
 
 	while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'o':
 			outp = optarg;
+			break;
+		case '0':
+		case '1':
+			set = o;
 			break;
 		case 'l':
 			if (cs_obs_cli_num(CMD, "--last", optarg, 1e-6, 1e6,
@@ -156,8 +189,11 @@ int cs_cmd_trace(int argc, char **argv)
 	}
 	if (cs_obs_cli_rest(CMD, argc, argv, usage))
 		return 2;
+	if (set)
+		return switch_all(env, set == '1');
 	if (!outp) {
-		fprintf(stderr, "%s: --out FILE is needed\n", CMD);
+		fprintf(stderr, "%s: --out FILE (or --on, --off) is needed\n",
+			CMD);
 		usage(stderr);
 		return 2;
 	}
@@ -167,6 +203,7 @@ int cs_cmd_trace(int argc, char **argv)
 		char dir[512], line[CS_CTL_LINE];
 		struct cs_clock_est est;
 		size_t blen, events = 0;
+		unsigned long long recorded = 0;
 		int r;
 
 		nodes[i] = (struct cs_tj_node){ .name = cl.names[i] };
@@ -176,7 +213,8 @@ int cs_cmd_trace(int argc, char **argv)
 			r = cs_obs_fetch(dir, "trace_dump", line, sizeof(line),
 					 &bodies[i], &blen, TIMEOUT_MS);
 		if (!r)
-			r = parse_dump(bodies[i], blen, &nodes[i], &events);
+			r = parse_dump(bodies[i], blen, &nodes[i], &events,
+				       &recorded);
 		if (r) {
 			printf("%-10s no trace: %s%s%s\n", cl.names[i],
 			       strerror(-r), r == -EPROTO ? ": " : "",
@@ -188,9 +226,10 @@ int cs_cmd_trace(int argc, char **argv)
 		if (est.bound > worst)
 			worst = est.bound;
 		printf("%-10s clock offset %+.9f s +- %.9f s, %u ring(s), "
-		       "%zu event(s)\n",
+		       "%zu event(s) (%llu recorded)\n",
 		       cl.names[i], (double)est.offset / 1e9,
-		       (double)est.bound / 1e9, nodes[i].nrings, events);
+		       (double)est.bound / 1e9, nodes[i].nrings, events,
+		       recorded);
 	}
 	f = fopen(outp, "w");
 	if (!f) {
@@ -206,6 +245,11 @@ int cs_cmd_trace(int argc, char **argv)
 		ret = 1;
 		goto out;
 	}
+	if (!st.events)
+		fprintf(stderr,
+			"%s: no events recorded: is recording off? (collstack "
+			"trace --on, or trace.enable=1 at start)\n",
+			CMD);
 	printf("wrote %s: %zu event(s) from %u of %d node(s), %.6f s; clock "
 	       "error bound %.9f s\n",
 	       outp, st.events, st.nodes_with_events, cl.n,

@@ -11,7 +11,8 @@
 
 #include "observe/trace.h"
 
-#define N 20000000u
+#define N 2000000u
+#define REPEAT 10 /* the least of them: a shared machine preempts */
 
 static double secs(void)
 {
@@ -23,11 +24,17 @@ static double secs(void)
 
 static double run(void)
 {
-	double t = secs();
+	double best = 1e9;
 
-	for (uint32_t i = 0; i < N; i++)
-		cs_trace_ev_put(CS_TR_TX, i, 1, i, 2, 1400, i, 0);
-	return (secs() - t) / N * 1e9;
+	for (int r = 0; r < REPEAT; r++) {
+		double t = secs();
+
+		for (uint32_t i = 0; i < N; i++)
+			cs_trace_ev_put(CS_TR_TX, i, 1, i, 2, 1400, i, 0);
+		t = (secs() - t) / N * 1e9;
+		best = t < best ? t : best;
+	}
+	return best;
 }
 
 int main(void)
@@ -40,12 +47,16 @@ int main(void)
 	on = run();
 	cs_trace_set(false);
 	off = run();
-	t = secs();
-	for (uint32_t i = 0; i < N; i++)
-		sink += cs_trace_clock();
-	clk = (secs() - t) / N * 1e9;
+	clk = 1e9;
+	for (int r = 0; r < REPEAT; r++) {
+		t = secs();
+		for (uint32_t i = 0; i < N; i++)
+			sink += cs_trace_clock();
+		t = (secs() - t) / N * 1e9;
+		clk = t < clk ? t : clk;
+	}
 	printf("trace event: %.2f ns recording, %.2f ns off; clock read "
-	       "%.2f ns (%u events each)\n",
-	       on, off, clk, N);
+	       "%.2f ns (least of %d runs of %u)\n",
+	       on, off, clk, REPEAT, N);
 	return sink == 1;
 }
