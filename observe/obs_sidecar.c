@@ -96,6 +96,14 @@ static void lcore_family(FILE *out, struct cs_daemon *d, const char *name,
 					  __ATOMIC_RELAXED)));
 }
 
+static void rx_tx(FILE *out, const char *name, const char *help, uint64_t rx,
+		  uint64_t tx)
+{
+	cs_obs_family(out, name, "counter", help);
+	fprintf(out, "%s{direction=\"rx\"} %llu\n%s{direction=\"tx\"} %llu\n",
+		name, U(rx), name, U(tx));
+}
+
 /* The node's own lines: port, codec, fault shim, lcores. */
 static int fill(FILE *out, void *arg)
 {
@@ -111,18 +119,10 @@ static int fill(FILE *out, void *arg)
 		"collstack_node_info{name=\"%s\",rank=\"%u\",port=\"%s\"} "
 		"1\n",
 		d->conf.port.name, d->conf.rank, d->conf.port.type);
-	cs_obs_family(out, "collstack_port_frames_total", "counter",
-		      "frames the port moved");
-	fprintf(out,
-		"collstack_port_frames_total{direction=\"rx\"} %llu\n"
-		"collstack_port_frames_total{direction=\"tx\"} %llu\n",
-		U(st.rx_pkts), U(st.tx_pkts));
-	cs_obs_family(out, "collstack_port_bytes_total", "counter",
-		      "bytes the port moved");
-	fprintf(out,
-		"collstack_port_bytes_total{direction=\"rx\"} %llu\n"
-		"collstack_port_bytes_total{direction=\"tx\"} %llu\n",
-		U(st.rx_bytes), U(st.tx_bytes));
+	rx_tx(out, "collstack_port_frames_total", "frames the port moved",
+	      st.rx_pkts, st.tx_pkts);
+	rx_tx(out, "collstack_port_bytes_total", "bytes the port moved",
+	      st.rx_bytes, st.tx_bytes);
 	cs_obs_family(out, "collstack_dropped_frames_total", "counter",
 		      "frames dropped before the transport, by cause");
 	fprintf(out,

@@ -5,7 +5,8 @@
  * rings set up by cs_trace_init() the first time it records (no
  * allocation, one atomic increment, once); after that an event is a store
  * into its own ring and a release store of the ring's head. No lock, no
- * allocation, no clock read: the caller passes the time it already has.
+ * allocation; the caller passes the time it already has (a received
+ * frame reads the clock: observe/tp_hooks.h says why).
  *
  * The control thread copies a ring while its lcore writes it
  * (cs_trace_copy()): it reads the head, copies, reads the head again and
