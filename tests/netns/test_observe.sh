@@ -197,7 +197,7 @@ YML
 trainers_of() {
 	local p
 	for p in $(ps -eo pid=,comm= | awk '$2 == "cs-trainer-benc" {print $1}'); do
-		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+		{ tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null |
 			grep -qx "COLLSTACK_SOCKET=$(node $1)/collstack.sock" &&
 			echo "$p"
 	done
@@ -222,9 +222,11 @@ case_doctor_4x1() {
 	[ -n "$stopped" ] || fail "no trainer of node 2 found"
 	kill -STOP $stopped
 	echo "stopped the trainer of node 2 (pid $stopped)"
-	for _ in $(seq 60); do	# until the others wait on it past --min-age
+	# until the others wait on it past --min-age (before that, a snapshot
+	# may rightly show the others not having posted the op it posted last)
+	for _ in $(seq 90); do
 		out=$("$CLI" doctor --min-age 1 2>&1)
-		grep -q "missing ranks:" <<<"$out" && break
+		grep -q "missing ranks: {2}$" <<<"$out" && break
 		sleep 1
 	done
 	echo "$out"
