@@ -20,6 +20,10 @@
 #               each scrape, the drops Prometheus stored equal what each
 #               fault shim counted (collstack stats), and retransmissions
 #               were counted; collstack top --once shows every node and path
+#   health_4    the bridge drops 15 % of the dataplane frames towards node
+#               2 (an nft rule on its switch port, in a table of this
+#               test's own): collstack top --once flags the ring
+#               path node 1 -> node 2 (LOSS) and neither 0 -> 1 nor 3 -> 0
 #   doctor_4x1  one trainer per node runs allreduces; the rank-2 trainer
 #               is stopped (SIGSTOP): collstack doctor names it,
 #               "missing ranks: {2}", on its node
@@ -236,7 +240,30 @@ case_doctor_4x1() {
 	echo "doctor_4x1 ok"
 }
 
+case_health_4() {
+	local out
+	cluster_up
+	ip netns exec "${CS_CLUSTER}sw" nft -f - <<EOF || fail "nft rule"
+table bridge ${CS_CLUSTER}to2 {
+	chain forward {
+		type filter hook forward priority 0; policy accept;
+		oifname "${CS_CLUSTER}v2" udp dport 7700 numgen random mod 100 < 15 counter drop
+	}
+}
+EOF
+	"$CLI" run allreduce -b 4M -e 4M --iters 3 --warmup 0 \
+		--timeout 300000 >"$TMP/run.out" ||
+		fail "allreduce: $(tail -3 "$TMP/run.out")"
+	out=$("$CLI" top --once --interval 0.2) || fail "collstack top: $out"
+	echo "$out"
+	grep -Eq "^${CS_CLUSTER}n1 +2 .*LOSS" <<<"$out" ||
+		fail "the lossy path 1 -> 2 is not flagged"
+	grep -Eq "^${CS_CLUSTER}n(0 +1|3 +0) .*(RTT|LOSS)" <<<"$out" &&
+		fail "a clean ring path is flagged"
+	echo "health_4 ok"
+}
+
 case $CASE in
-trace_4 | metrics_4 | doctor_4x1) "case_$CASE" ;;
+trace_4 | metrics_4 | health_4 | doctor_4x1) "case_$CASE" ;;
 *) fail "unknown case '$CASE'" ;;
 esac
