@@ -452,6 +452,7 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 		r->srtt = (7 * r->srtt + rtt) / 8;
 	}
 	r->st.rtt_samples++;
+	r->last_rtt = rtt; /* observe/ */
 	if (rtt < r->min_rtt)
 		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);

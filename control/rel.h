@@ -224,6 +224,8 @@ struct cs_rel {
 	uint64_t rack_xmit_id; /* newest transmission acknowledged */
 	cs_ns_t srtt, rttvar, rto;
 	cs_ns_t min_rtt; /* smallest Karn sample */
+	cs_ns_t last_rtt; /* newest Karn sample (observe/: RTT histogram) */
+	uint64_t obs_rtt_seen; /* samples observe/ has taken (its own) */
 	uint32_t backoff; /* RTO doublings since the last sample */
 	bool frto; /* after a timeout: was it spurious? (rel.c) */
 	uint32_t frto_seq; /* the packet the timeout resent */

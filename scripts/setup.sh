@@ -20,6 +20,7 @@ PKGS=(
 	libjansson-dev etcd-server
 	dpdk libdpdk-dev libibverbs-dev rdma-core libxdp-dev libbpf-dev
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox
+	libmicrohttpd-dev prometheus curl
 	python3 python3-numpy python3-cffi python3-torch
 	iproute2 nftables iptables procps util-linux kmod
 )

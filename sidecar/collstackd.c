@@ -35,6 +35,7 @@
 #include "ctl.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "observe/obs_sidecar.h" /* observe/ */
 
 #define DC(f) offsetof(struct cs_daemon_conf, f)
 
@@ -78,6 +79,7 @@ static void help_config(FILE *out)
 	cs_daemon_help_config(out);
 	cs_daemon_boot_help(out);
 	cs_daemon_ipc_help(out);
+	cs_obs_help(out); /* observe/ */
 }
 
 /* Apply one key to whichever table has it. */
@@ -106,6 +108,9 @@ static int set_key(struct cs_daemon_conf *c, const char *key, const char *val,
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_daemon_ipc_set_key(c, key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_obs_set_key(key, val, err, errlen); /* observe/ */
 	if (ret != -ENOENT)
 		return ret;
 	return cs_daemon_set_key(c, key, val, err, errlen);
@@ -416,6 +421,10 @@ static bool serve(struct cs_daemon *d, int fd)
 		} else if (!strcmp(req, "quit")) {
 			snprintf(out, sizeof(out), "ok bye");
 			quit = true;
+		} else if (cs_obs_ctl(d, fd, req, args, out, sizeof(out)) !=
+			   -ENOENT) { /* observe/: trace, metrics, flight */
+			if (!out[0])
+				continue; /* replied, with a body */
 		} else if (cs_daemon_ctl(d, req, args, out, sizeof(out)) ==
 			   -ENOENT) {
 			snprintf(out, sizeof(out), "err unknown request '%s'",
@@ -441,7 +450,8 @@ int main(int argc, char **argv)
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
 	    cs_daemon_conf_defaults(c) ||
-	    cs_daemon_boot_conf_defaults(&c->boot) || cs_daemon_ipc_defaults(c))
+	    cs_daemon_boot_conf_defaults(&c->boot) || cs_daemon_ipc_defaults(c) ||
+	    cs_obs_conf_defaults()) /* observe/ */
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;
@@ -530,6 +540,8 @@ int main(int argc, char **argv)
 	}
 	if (cs_daemon_ipc_start(&d))
 		goto out_lcores;
+	if (cs_obs_start(&d)) /* observe/ */
+		goto out_lcores;
 	lfd = listen_ctl(c->port.run_dir);
 	if (lfd < 0) {
 		CS_ERR("control socket in %s: %s", c->port.run_dir,
@@ -581,6 +593,7 @@ int main(int argc, char **argv)
 	remove_file(c->port.run_dir, CS_CTL_SOCK);
 out_lcores:
 	remove_file(c->port.run_dir, "ready");
+	cs_obs_stop(&d); /* observe/ */
 	cs_daemon_ipc_stop(&d);
 	while (nl--)
 		cs_lcore_stop(&d.lcores[nl]);

@@ -37,6 +37,7 @@
 #include "collectives/coll_data.h"
 #include "transport/tp.h"
 #include "collectives/alltoall.h"
+#include "observe/tp_hooks.h" /* observe/ */
 
 #define CORE_TXQ CS_PORT_BURST
 /* Both over every node of the view: collstack run's ops, whose ids are
@@ -499,6 +500,7 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 			     : cs_coll_result_ready(l->live[i]->coll)))
 			l->live[i]->t_ready = now;
 	work = cs_tp_poll(l->tp, now);
+	cs_obs_tp_publish(l->tp, now); /* observe/: metric snapshot */
 	core_flush(l);
 	if (!pthread_mutex_trylock(&l->lock)) {
 		cs_tp_get_stats(l->tp, &l->snap);

@@ -27,6 +27,11 @@ static const struct cmd cmds[] = {
 	  "run allreduce: real allreduces across the cluster's sidecars" },
 	{ "stats", cs_cmd_stats,
 	  "health counters of the cluster's sidecars, one row per node" },
+	{ "trace", cs_cmd_trace,
+	  "merged timeline of the cluster as Trace Event JSON" },
+	{ "top", cs_cmd_top, "live table per node and per peer, with health" },
+	{ "doctor", cs_cmd_doctor,
+	  "flight recorders: which ranks a stuck op waits for" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
 };
 

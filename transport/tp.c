@@ -22,6 +22,7 @@
 
 #include "collstack/types.h"
 #include "transport/tp.h"
+#include "observe/tp_hooks.h" /* observe/: timeline and metrics */
 
 #define TP_DONE_WIN 1024u /* finished op ids remembered per group */
 
@@ -735,6 +736,7 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	tp->ops[tp->nops++] = op;
 	g->live++;
 	tp->st.ops_posted++;
+	cs_obs_tp_post(now, group, op_id, g->n, bytes); /* observe/ */
 	if (tp->nops > tp->st.peak_ops)
 		tp->st.peak_ops = tp->nops;
 	{
@@ -842,6 +844,7 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		tp->st.ops_failed++;
 	else
 		tp->st.ops_done++;
+	cs_obs_tp_done(g->id, op->id, status); /* observe/ */
 	/* failed here: every other member is told, so that none waits for
 	 * it until its deadline (and a peer's abort is not echoed) */
 	if (status && !op->peer_aborted) {
@@ -931,6 +934,7 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		return;
 	}
 	m = cs_rel_on_packet(&s->rel, h, now);
+	cs_obs_tp_rx(now, src, h, &s->rel, m); /* observe/ */
 	if (!(m & CS_REL_DELIVER) || !data)
 		return;
 	if (tp->p.rx_budget) {
@@ -1011,9 +1015,11 @@ static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 			tp->st.tx_fillers++;
 		}
 		h.len = len;
+		uint64_t fr = s->rel.st.fast_retx, tl = s->rel.st.tlp; /* observe/ */
 		if (cs_rel_stamp_retx(&s->rel, &h, seq, now))
 			break;
 		tp_xmit(tp, s->node, &h, pl, len);
+		cs_obs_tp_retx(now, s->node, &h, len, &s->rel, fr, tl); /* observe/ */
 		tp->st.tx_retx++;
 		sent++;
 	}
@@ -1041,8 +1047,13 @@ static unsigned tp_serve(struct cs_tp *tp, struct tp_op *op, cs_ns_t now,
 					break;
 				op->has_pend[c] = true;
 			}
-			if (cs_rel_tx_time(&s->rel, p->len, now) > now)
+			cs_ns_t t = cs_rel_tx_time(&s->rel, p->len, now);
+
+			if (t > now) {
+				cs_obs_tp_stall(now, s->node, op->g->id, op->id,
+						&s->rel, t); /* observe/ */
 				break;
+			}
 			if (!tp_room(tp)) {
 				*full = true;
 				return sent;
@@ -1057,6 +1068,7 @@ static unsigned tp_serve(struct cs_tp *tp, struct tp_op *op, cs_ns_t now,
 			s->slot[idx].cookie = p->cookie;
 			op->slots++;
 			tp_xmit(tp, s->node, &h, p->payload, p->len);
+			cs_obs_tp_tx(now, s->node, &h, p->len); /* observe/ */
 			tp->st.tx_data++;
 			op->has_pend[c] = false;
 			sent++;
@@ -1216,6 +1228,7 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	int st;
 
 	tp->room = 0;
+	cs_trace_now(now); /* observe/ */
 	tp->now = now;
 	if (tp->p.rx_budget)
 		tp_grants(tp, now);
@@ -1439,4 +1452,13 @@ int cs_tp_seed_rtt(struct cs_tp *tp, uint32_t node, cs_ns_t srtt,
 	pr->seed_srtt = srtt;
 	pr->seed_var = rttvar;
 	return 0;
+}
+
+const struct cs_rel *cs_tp_sess_at(const struct cs_tp *tp, uint32_t i,
+				   uint32_t *node)
+{
+	if (i >= tp->nsess)
+		return NULL;
+	*node = tp->sess[i]->node;
+	return &tp->sess[i]->rel;
 }

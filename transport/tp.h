@@ -310,4 +310,13 @@ void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st);
  */
 void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out);
 
+/**
+ * cs_tp_sess_at - session @i of the core (0 up to the number set up)
+ * @node: receives its peer node
+ * Returns: its reliability state (read only: observe/ publishes its
+ * counters), or NULL past the last session.
+ */
+const struct cs_rel *cs_tp_sess_at(const struct cs_tp *tp, uint32_t i,
+				   uint32_t *node);
+
 #endif

@@ -18,6 +18,7 @@
 #include "collectives/reduce.h"
 #include "internal/log.h"
 #include "ipc_server.h"
+#include "observe/flight.h" /* observe/: flight recorder, trace */
 
 #define IPC_MAX_FDS 4 /* fds accepted in one message */
 #define IPC_MSGS_PER_POLL 16 /* control messages per trainer */
@@ -351,6 +352,7 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 
 		if (!p->arrived)
 			continue;
+		cs_obs_ipc_done(s->now, g->id, in->seq, l, status); /* observe/ */
 		if (!st && p->recv_seg && p->recv_seg->dev)
 			st = dev_out(s, g, p);
 		if (st != status)
@@ -1192,6 +1194,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	if (p->recv_seg)
 		p->recv_seg->refs++;
 	in->arrived++;
+	cs_obs_ipc_post(s->now, g->id, g->name, g->size, g->local_size, g->ranks,
+			in->seq, m->local_rank, d->op, d->count); /* observe/ */
 	run_ready(s, g);
 }
 

@@ -142,4 +142,61 @@ out=$("$C" bench -o all_gather -b 4K -e 1M -f 4 -n 3 -w 0 \
 out=$("$C" run allreduce --cluster "$tmp/none.env" --iters 2 --per-op 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
 	fail "collstack run without a cluster: rc $rc, '$out'"
+# observe/ (docs/observe.md): bad keys named; an address that cannot be
+# bound refused at start; bad control requests and CLI arguments refused
+for kv in metrics.listen=nonsense metrics.listen=1.2.3.4 \
+	  metrics.listen=1.2.3.4:99999 metrics.listen=:80 trace.events=1 \
+	  trace.rings=0 trace.rings=17 trace.clock_offset=x; do
+	out=$("$D" --set "$kv" 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "${kv%%=*}" <<<"$out" ||
+		fail "observe key $kv: rc $rc, '$out'"
+done
+python3 -c 'import socket, time, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(30)' >"$tmp/port" &
+busy=$!
+for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+out=$(timeout 20 "$D" --set port.type=loop --set run_dir="$tmp/runm" \
+	--set metrics.listen=127.0.0.1:$(cat "$tmp/port") 2>&1); rc=$?
+kill "$busy" 2>/dev/null
+[ $rc -eq 1 ] && grep -q "metrics.listen 127.0.0.1:[0-9]*: " <<<"$out" ||
+	fail "metrics.listen on a port in use: rc $rc, '$out'"
+"$D" --set port.type=loop --set run_dir="$tmp/runo" >"$tmp/runo.log" 2>&1 &
+obs=$!
+for _ in $(seq 100); do [ -f "$tmp/runo/ready" ] && break; sleep 0.1; done
+python3 - "$tmp/runo/ctl.sock" <<'PY' || fail "observe control requests"
+import socket, sys
+def ask(req):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall((req + "\n").encode())
+    buf = b""
+    while not buf.endswith(b"\n"):
+        c = s.recv(1)
+        if not c:
+            break
+        buf += c
+    s.close()
+    return buf.decode().strip()
+for bad in ("trace_on 2", "trace_on", "trace_offset abc", "trace_offset 1e9"):
+    r = ask(bad)
+    assert r.startswith("err usage"), (bad, r)
+for good in ("trace_dump", "flight", "metrics"):
+    r = ask(good)
+    assert r.startswith("ok ") and " bytes=" in r, (good, r)
+assert ask("clock").startswith("ok now="), "clock"
+print(ask("quit"))
+PY
+wait "$obs"
+for a in "trace" "trace --out x --samples 0" "trace --out x --last -1" \
+	 "top --interval 0" "top extra" "doctor --min-age x" "doctor --bogus"; do
+	out=$("$C" $a --cluster "$tmp/none.env" 2>&1); rc=$?
+	[ $rc -eq 2 ] && grep -q "collstack ${a%% *}" <<<"$out" ||
+		fail "collstack $a: rc $rc, '$out'"
+done
+for a in "trace --out $tmp/t.json" "top --once" "doctor"; do
+	out=$("$C" $a --cluster "$tmp/none.env" 2>&1); rc=$?
+	[ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
+		fail "collstack $a without a cluster: rc $rc, '$out'"
+done
 echo PASS

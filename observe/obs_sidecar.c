@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/* collstackd's wiring of the timeline, metrics and flight recorder. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#define CS_LOG_MODULE "observe"
+#include "internal/config.h"
+#include "internal/log.h"
+#include "observe/flight.h"
+#include "observe/http.h"
+#include "observe/metrics.h"
+#include "observe/obs_sidecar.h"
+#include "observe/tjson.h"
+#include "sidecar/daemon.h"
+
+struct obs_conf {
+	bool trace;
+	uint64_t events;
+	uint32_t rings;
+	double clock_offset;
+	char listen[CS_CFG_STR_MAX];
+};
+
+#define OC(f) offsetof(struct obs_conf, f)
+
+static const struct cs_cfg_entry obs_cfg[] = {
+	{ "trace.enable", CS_CFG_BOOL, OC(trace), "1", 0, 1,
+	  "record the timeline (ops, frames, retransmissions, stalls, "
+	  "trainer posts) in per-lcore rings; `collstack trace` collects "
+	  "them (cost: BENCHMARKS.md)" },
+	{ "trace.events", CS_CFG_U64, OC(events), "262144", 2, 16777216,
+	  "events per ring (32 bytes each; rounded up to a power of two)" },
+	{ "trace.rings", CS_CFG_U32, OC(rings), "4", 1, CS_TRACE_MAX_RINGS,
+	  "rings set up (one per recording thread: lcores, IPC thread)" },
+	{ "trace.clock_offset", CS_CFG_DOUBLE, OC(clock_offset), "0", -1e6,
+	  1e6,
+	  "seconds added to this sidecar's trace clock (tests of the "
+	  "clock alignment)" },
+	{ "metrics.listen", CS_CFG_STR, OC(listen), "", CS_CFG_NO_BOUNDS,
+	  "IPv4:PORT of the Prometheus endpoint (GET /metrics); '*:9464' "
+	  "every address; empty: no endpoint (the control socket's "
+	  "'metrics' request still answers)" },
+};
+
+static struct obs_conf conf;
+static struct cs_obs_http *http;
+
+int cs_obs_conf_defaults(void)
+{
+	return cs_cfg_defaults(obs_cfg, CS_ARRAY_SIZE(obs_cfg), &conf);
+}
+
+int cs_obs_set_key(const char *key, const char *val, char *err, size_t len)
+{
+	int ret = cs_cfg_set(obs_cfg, CS_ARRAY_SIZE(obs_cfg), &conf, key, val,
+			     err, len);
+	unsigned char ip[4];
+	unsigned port;
+
+	if (!ret && !strcmp(key, "metrics.listen") && conf.listen[0] &&
+	    cs_obs_parse_addr(conf.listen, ip, &port)) {
+		snprintf(err, len,
+			 "metrics.listen: '%s' is not IPv4:PORT (or *:PORT)",
+			 val);
+		return -EINVAL;
+	}
+	return ret;
+}
+
+void cs_obs_help(FILE *out)
+{
+	fprintf(out, "\ntimeline and metrics (observe/):\n");
+	cs_cfg_help(obs_cfg, CS_ARRAY_SIZE(obs_cfg), out);
+}
+
+static cs_ns_t trace_clock(void)
+{
+	return cs_lcore_now() + (cs_ns_t)(int64_t)(conf.clock_offset * 1e9);
+}
+
+#define U(x) ((unsigned long long)(x))
+
+/* A counter per lcore: the 64-bit field at @off of struct cs_lcore, which
+ * the lcore alone writes (read like reply_stats() reads it). */
+static void lcore_family(FILE *out, struct cs_daemon *d, const char *name,
+			 const char *help, size_t off)
+{
+	cs_obs_family(out, name, "counter", help);
+	for (unsigned q = 0; q < d->drv.nq; q++)
+		fprintf(out, "%s{lcore=\"%u\"} %llu\n", name, q,
+			U(__atomic_load_n((uint64_t *)((char *)&d->lcores[q] +
+						       off),
+					  __ATOMIC_RELAXED)));
+}
+
+static void rx_tx(FILE *out, const char *name, const char *help, uint64_t rx,
+		  uint64_t tx)
+{
+	cs_obs_family(out, name, "counter", help);
+	fprintf(out, "%s{direction=\"rx\"} %llu\n%s{direction=\"tx\"} %llu\n",
+		name, U(rx), name, U(tx));
+}
+
+/* The node's own lines: port, codec, fault shim, lcores. */
+static int fill(FILE *out, void *arg)
+{
+	struct cs_daemon *d = arg;
+	struct cs_port_stats st;
+	struct cs_drv_totals t;
+
+	cs_port_stats(d->port, &st);
+	cs_drv_totals(&d->drv, &t);
+	cs_obs_family(out, "collstack_node_info", "gauge",
+		      "this sidecar: name, node rank, port type");
+	fprintf(out,
+		"collstack_node_info{name=\"%s\",rank=\"%u\",port=\"%s\"} "
+		"1\n",
+		d->conf.port.name, d->conf.rank, d->conf.port.type);
+	rx_tx(out, "collstack_port_frames_total", "frames the port moved",
+	      st.rx_pkts, st.tx_pkts);
+	rx_tx(out, "collstack_port_bytes_total", "bytes the port moved",
+	      st.rx_bytes, st.tx_bytes);
+	cs_obs_family(out, "collstack_dropped_frames_total", "counter",
+		      "frames dropped before the transport, by cause");
+	fprintf(out,
+		"collstack_dropped_frames_total{cause=\"rx_ring\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"rx_nombuf\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"tx_error\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"tx_nobuf\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"malformed\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"foreign\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"unhandled\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"fault_shim\"} %llu\n",
+		U(st.rx_dropped), U(st.rx_nombuf), U(st.tx_errors),
+		U(t.tx_nobuf), U(t.rx_malformed), U(t.rx_foreign),
+		U(t.rx_unhandled), U(st.f_dropped));
+	cs_obs_family(out, "collstack_fault_injected_total", "counter",
+		      "what the fault shim (port.fault_*) did to frames");
+	fprintf(out,
+		"collstack_fault_injected_total{action=\"drop\"} %llu\n"
+		"collstack_fault_injected_total{action=\"duplicate\"} %llu\n"
+		"collstack_fault_injected_total{action=\"reorder\"} %llu\n"
+		"collstack_fault_injected_total{action=\"delay\"} %llu\n"
+		"collstack_fault_injected_total{action=\"corrupt\"} %llu\n",
+		U(st.f_dropped), U(st.f_duplicated), U(st.f_reordered),
+		U(st.f_delayed), U(st.f_corrupted));
+	lcore_family(out, d, "collstack_lcore_loops_total",
+		     "polling rounds of each lcore",
+		     offsetof(struct cs_lcore, loops));
+	lcore_family(out, d, "collstack_lcore_idle_waits_total",
+		     "times an idle lcore waited for work",
+		     offsetof(struct cs_lcore, idle_waits));
+	return cs_obs_write_metrics(out, cs_obs_op_kind);
+}
+
+int cs_obs_start(struct cs_daemon *d)
+{
+	int ret;
+
+	cs_obs_enable(true);
+	ret = cs_trace_init(conf.rings, conf.events, conf.trace);
+	if (ret) {
+		CS_ERR("trace rings (%u x %llu events): %s", conf.rings,
+		       U(conf.events), strerror(-ret));
+		return ret;
+	}
+	CS_INFO("timeline %s: %u ring(s) of %llu events; clock offset %.9f s",
+		conf.trace ? "on" : "off (trace.enable=0)", conf.rings,
+		U(conf.events), conf.clock_offset);
+	if (!conf.listen[0])
+		return 0;
+	ret = cs_obs_http_start(conf.listen, fill, d, &http);
+	if (ret) {
+		CS_ERR("metrics.listen %s: %s", conf.listen, strerror(-ret));
+		cs_trace_fini();
+		return ret;
+	}
+	CS_INFO("Prometheus metrics on http://%s/metrics (port %u)",
+		conf.listen, cs_obs_http_port(http));
+	return 0;
+}
+
+void cs_obs_stop(struct cs_daemon *d)
+{
+	(void)d;
+	cs_obs_http_stop(http);
+	http = NULL;
+	cs_obs_enable(false);
+	cs_trace_set(false);
+	/* the rings stay: an lcore may still be between two events */
+}
+
+int cs_obs_send_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t w = send(fd, p, len, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/* "ok HEAD bytes=N ...\n" and then the N bytes of @body. */
+static int send_body(int fd, const char *head, const char *body, size_t n)
+{
+	char line[256];
+	int k = snprintf(line, sizeof(line), "ok %s bytes=%zu\n", head, n);
+	int ret = cs_obs_send_all(fd, line, (size_t)k);
+
+	return ret ? ret : cs_obs_send_all(fd, body, n);
+}
+
+static int dump_trace(int fd)
+{
+	unsigned nr = cs_trace_nrings();
+	size_t cap = 0, off = 0;
+	char *buf = NULL, head[128];
+	int64_t shift = (int64_t)(conf.clock_offset * 1e9);
+	struct cs_trace_ev *ev;
+	long n;
+	int ret;
+
+	for (unsigned i = 0; i < nr; i++) {
+		struct cs_obs_ring_hdr h = { 0 };
+		uint64_t lost = 0;
+
+		cs_trace_ring_info(i, h.name, sizeof(h.name), &h.tid);
+		cap = off + sizeof(h) + (conf.events + 1) * sizeof(*ev) * 2;
+		buf = realloc(buf, cap); /* control thread, not the lcore */
+		if (!buf)
+			return -ENOMEM;
+		ev = (struct cs_trace_ev *)(buf + off + sizeof(h));
+		n = cs_trace_copy(i, ev, (cap - off - sizeof(h)) / sizeof(*ev),
+				  &lost);
+		if (n < 0)
+			n = 0;
+		for (long k = 0; k < n; k++)
+			ev[k].ts += (uint64_t)shift;
+		h.n = (uint64_t)n;
+		h.lost_lo = (uint32_t)lost;
+		memcpy(buf + off, &h, sizeof(h));
+		off += sizeof(h) + (size_t)n * sizeof(*ev);
+	}
+	snprintf(head, sizeof(head), "trace rings=%u now=%llu", nr,
+		 U(trace_clock()));
+	ret = send_body(fd, head, buf ? buf : "", off);
+	free(buf);
+	return ret;
+}
+
+static int dump_text(int fd, struct cs_daemon *d, bool flight)
+{
+	char *text = NULL, head[96];
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int ret;
+
+	if (!f)
+		return -ENOMEM;
+	if (flight)
+		cs_fl_write(f, cs_lcore_now());
+	else
+		fill(f, d);
+	fclose(f);
+	snprintf(head, sizeof(head), "%s now=%llu",
+		 flight ? "flight" : "metrics", U(cs_lcore_now()));
+	ret = send_body(fd, head, text, len);
+	free(text);
+	return ret;
+}
+
+int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
+	       char *out, size_t len)
+{
+	if (!strcmp(req, "clock")) {
+		snprintf(out, len, "ok now=%llu", U(trace_clock()));
+		return 0;
+	}
+	if (!strcmp(req, "trace_on")) {
+		if (strcmp(args, "0") && strcmp(args, "1")) {
+			snprintf(out, len, "err usage: trace_on 0|1");
+			return 0;
+		}
+		cs_trace_set(args[0] == '1');
+		snprintf(out, len, "ok trace=%d", cs_trace_enabled());
+		return 0;
+	}
+	if (!strcmp(req, "trace_offset")) { /* tests: a skewed clock */
+		char *end;
+		double v = strtod(args, &end);
+
+		if (end == args || *end || !(v >= -1e6 && v <= 1e6)) {
+			snprintf(out, len, "err usage: trace_offset SECONDS "
+					   "(-1e6..1e6)");
+			return 0;
+		}
+		conf.clock_offset = v;
+		snprintf(out, len, "ok trace_offset=%.9f", v);
+		return 0;
+	}
+	if (strcmp(req, "trace_dump") && strcmp(req, "metrics") &&
+	    strcmp(req, "flight"))
+		return -ENOENT;
+	out[0] = 0;
+	if (!strcmp(req, "trace_dump"))
+		return dump_trace(fd) ? -EIO : 0;
+	return dump_text(fd, d, !strcmp(req, "flight")) ? -EIO : 0;
+}
