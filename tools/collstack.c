@@ -28,6 +28,10 @@ static const struct cmd cmds[] = {
 	{ "stats", cs_cmd_stats,
 	  "health counters of the cluster's sidecars, one row per node" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
+	{ "model", cs_cmd_model,
+	  "cost model: fit, predict, check against the simulator" },
+	{ "plan", cs_cmd_plan,
+	  "strategy per parameter group from the cost model" },
 };
 
 static void usage(FILE *out)
