@@ -164,6 +164,54 @@ struct cs_model_ring {
 void cs_model_ring_shape(const struct cs_model *m, uint32_t n, uint64_t bytes,
 			 struct cs_model_ring *r);
 
+/* ---- the fit (model/fit.c) ------------------------------------------------ */
+
+/**
+ * struct cs_model_run - one measured run
+ * @ranks: N (all-to-all: N = nodes x ranks per node; PS: workers)
+ * @servers: PS shards
+ * @bytes: as struct cs_model_case
+ * @mtu_payload, @window, @chunk: settings the run used (0: the model's)
+ * @ns: measured time (PS: per iteration)
+ */
+struct cs_model_run {
+	uint32_t ranks, servers;
+	uint64_t bytes;
+	uint32_t mtu_payload, window;
+	uint64_t chunk;
+	double ns;
+};
+
+/*
+ * Each fits some constants of @m from @n runs of one kind, using the
+ * constants fitted before it (call them in this order). Returns 0,
+ * -EINVAL (too few or unsuitable runs), -ERANGE (a non-physical result).
+ *
+ * beta:    large ring allreduces at two or more MTUs -> beta, frame
+ * alpha:   ring allreduces with fewer chunks than the window -> alpha
+ * direct:  direct-exchange allreduces (<= direct_max) -> direct_alpha
+ * ack:     ring allreduces whose window stalls -> ack_turn
+ * a2a:     flat all-to-alls (any N) -> a2a_alpha, incast
+ * ps:      PS iterations (W, K, bytes per worker) -> ps_round, ps_tail,
+ *          ps_beta (needs M = W K and bytes both to vary)
+ * cluster: allreduces of one MTU on a real cluster -> alpha, beta,
+ *          direct_alpha (frame cost folded into beta, no ACK turn)
+ */
+int cs_model_fit_beta(struct cs_model *m, const struct cs_model_run *r,
+		      size_t n);
+int cs_model_fit_alpha(struct cs_model *m, const struct cs_model_run *r,
+		       size_t n);
+int cs_model_fit_direct(struct cs_model *m, const struct cs_model_run *r,
+			size_t n);
+int cs_model_fit_ack(struct cs_model *m, const struct cs_model_run *r,
+		     size_t n);
+int cs_model_fit_a2a(struct cs_model *m, const struct cs_model_run *r,
+		     size_t n);
+int cs_model_fit_ps(struct cs_model *m, const struct cs_model_run *r,
+		    size_t n);
+int cs_model_fit_cluster(struct cs_model *m, const struct cs_model_run *r,
+			 size_t n);
+
 /* ---- the planner (collstack plan) --------------------------------------- */
 
 enum cs_plan_kind { CS_PLAN_DENSE, CS_PLAN_SPARSE, CS_PLAN_MOE };

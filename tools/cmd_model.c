@@ -229,40 +229,30 @@ static uint64_t ps_bytes(void)
 
 /* ---- fit ------------------------------------------------------------------ */
 
-/* Ring terms of a run: bytes and frames a rank sends, chunk time parts. */
-struct ring_terms {
-	double steps, bytes, frames, sends, chunk, cframes;
-};
-
-static void ring_terms(const struct cs_model *m, uint32_t n, uint64_t bytes,
-		       struct ring_terms *t)
-{
-	struct cs_model_ring r;
-
-	cs_model_ring_shape(m, n, bytes, &r);
-	t->steps = (double)r.steps;
-	t->bytes = (double)r.steps * m->channels * r.seg;
-	t->frames = (double)(r.steps * m->channels * r.chunks * r.frames);
-	t->sends = (double)(r.steps * r.chunks);
-	t->chunk = r.chunk;
-	t->cframes = (double)r.frames;
-}
-
 #define FIT_RANKS 4
+
+static void host_rates(struct cs_model *m);
+
+static int fit_step(const char *what, int ret)
+{
+	if (ret)
+		fprintf(stderr, "collstack model fit: %s: %s\n", what,
+			ret == -ERANGE ? "the runs give a non-physical value"
+				       : "the runs do not determine it");
+	return ret;
+}
 
 static int fit_sim(struct cs_model *m, const char *ps_scen)
 {
-	/* beta and frame_ns: large rings at two MTUs */
 	static const uint64_t big[] = { 4u << 20, 16u << 20 };
 	static const uint32_t mtus[] = { 9000, 1500 };
 	static const uint64_t small[] = { 32u << 10, 48u << 10, 64u << 10 };
 	static const uint64_t tiny[] = { 4u << 10, 8u << 10, 16u << 10 };
 	static const uint64_t stall[] = { 256u << 10, 512u << 10 };
 	static const uint64_t a2a[] = { 16u << 10, 64u << 10, 256u << 10 };
-	double x[16 * 3], y[16], c[3], ns, ns2;
-	struct cs_model mm;
-	struct ring_terms t;
-	char mtu[16];
+	struct cs_model_run r[8];
+	char mtu[16], ch[16];
+	double ns, ns2;
 	size_t k = 0;
 
 	snprintf(m->source, sizeof(m->source), "sim");
@@ -275,104 +265,84 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 			if (sim_ar("allreduce", FIT_RANKS, big[i], "--mtu", mtu,
 				   NULL, NULL, &ns))
 				return -1;
-			mm = *m;
-			mm.mtu_payload = mtus[j] - 20 - 8 - 76;
-			ring_terms(&mm, FIT_RANKS, big[i], &t);
-			x[k * 3] = 1;
-			x[k * 3 + 1] = t.bytes;
-			x[k * 3 + 2] = t.frames;
-			y[k++] = ns;
+			r[k++] = (struct cs_model_run){
+				.ranks = FIT_RANKS, .bytes = big[i],
+				.mtu_payload = mtus[j] - 20 - 8 - 76, .ns = ns };
 		}
-	if (cs_model_lsq(x, y, k, 3, c))
+	if (fit_step("beta", cs_model_fit_beta(m, r, k)))
 		return -1;
-	m->beta_ns = c[1];
-	m->frame_ns = fmax(c[2], 0);
 
 	fprintf(stderr, "fit: alpha (ring steps, %u ranks, small)\n",
 		FIT_RANKS);
-	k = 0;
-	for (size_t i = 0; i < 3; i++) {
-		if (sim_ar("allreduce", FIT_RANKS, small[i], NULL, NULL, NULL,
+	for (k = 0; k < 3; k++) {
+		if (sim_ar("allreduce", FIT_RANKS, small[k], NULL, NULL, NULL,
 			   NULL, &ns))
 			return -1;
-		ring_terms(m, FIT_RANKS, small[i], &t);
-		x[k] = t.steps;
-		y[k++] = ns - t.steps * (t.chunk * m->beta_ns +
-					 t.cframes * m->frame_ns);
+		r[k] = (struct cs_model_run){ .ranks = FIT_RANKS,
+					      .bytes = small[k], .ns = ns };
 	}
-	if (cs_model_lsq(x, y, k, 1, c))
+	if (fit_step("alpha", cs_model_fit_alpha(m, r, k)))
 		return -1;
-	m->alpha_ns = c[0];
 
 	fprintf(stderr, "fit: direct exchange (%u ranks, <= %llu bytes)\n",
 		FIT_RANKS, (unsigned long long)m->direct_max);
 	k = 0;
 	for (size_t i = 0; i < 3; i++) {
-		double f = ceil((double)tiny[i] / m->mtu_payload);
-
 		if (tiny[i] > m->direct_max)
 			continue;
 		if (sim_ar("allreduce", FIT_RANKS, tiny[i], NULL, NULL, NULL,
 			   NULL, &ns))
 			return -1;
-		x[k] = 1;
-		y[k++] = ns - (FIT_RANKS - 1) * ((double)tiny[i] * m->beta_ns +
-						 f * m->frame_ns);
+		r[k++] = (struct cs_model_run){ .ranks = FIT_RANKS,
+						.bytes = tiny[i], .ns = ns };
 	}
 	m->direct_alpha_ns = m->alpha_ns;
-	if (k && !cs_model_lsq(x, y, k, 1, c))
-		m->direct_alpha_ns = c[0];
+	if (k && fit_step("direct", cs_model_fit_direct(m, r, k)))
+		return -1;
 
 	fprintf(stderr, "fit: ACK turn-around (window 1, one-frame chunks)\n");
-	k = 0;
-	mm = *m;
-	mm.window = 1;
-	mm.chunk = m->mtu_payload;
-	for (size_t i = 0; i < 2; i++) {
-		char ch[16];
-
-		snprintf(ch, sizeof(ch), "%u", m->mtu_payload);
-		if (sim_ar("allreduce", FIT_RANKS, stall[i], "--window", "1",
+	snprintf(ch, sizeof(ch), "%u", m->mtu_payload);
+	for (k = 0; k < 2; k++) {
+		if (sim_ar("allreduce", FIT_RANKS, stall[k], "--window", "1",
 			   "--chunk", ch, &ns))
 			return -1;
-		ring_terms(&mm, FIT_RANKS, stall[i], &t);
-		x[k] = t.sends - 1;
-		y[k++] = ns - (m->alpha_ns + t.chunk * m->beta_ns +
-			       t.cframes * m->frame_ns);
+		r[k] = (struct cs_model_run){ .ranks = FIT_RANKS,
+					      .bytes = stall[k], .window = 1,
+					      .chunk = m->mtu_payload,
+					      .ns = ns };
 	}
-	if (cs_model_lsq(x, y, k, 1, c))
+	if (fit_step("ACK turn-around", cs_model_fit_ack(m, r, k)))
 		return -1;
-	m->ack_turn_ns = c[0];
 
-	fprintf(stderr, "fit: reduction (reduce-scatter vs all-gather)\n");
+	/*
+	 * The simulator charges no time for reductions and copies (an
+	 * all-to-all's staging, a reduce-scatter's sums): the difference of
+	 * a reduce-scatter and an all-gather shows it. A node does spend
+	 * it, so the model takes this host's kernels (two-level allreduce).
+	 */
+	fprintf(stderr, "fit: reduction (reduce-scatter vs all-gather, and "
+			"this host's kernels)\n");
 	if (sim_ar("reduce-scatter", FIT_RANKS, 16u << 20, NULL, NULL, NULL,
 		   NULL, &ns) ||
 	    sim_ar("all-gather", FIT_RANKS, 16u << 20, NULL, NULL, NULL, NULL,
 		   &ns2))
 		return -1;
-	m->reduce_ns = fmax(0, (ns - ns2) / ((FIT_RANKS - 1.0) / FIT_RANKS *
-					     (16u << 20)));
-	m->copy_ns = 0; /* the simulator charges no time for memory copies */
+	fprintf(stderr, "fit:   simulator: %.5f ns per byte reduced (none "
+			"charged); host kernels:",
+		(ns - ns2) / ((FIT_RANKS - 1.0) / FIT_RANKS * (16u << 20)));
+	host_rates(m);
+	fprintf(stderr, " reduce %.4f ns/B, copy %.4f ns/B\n", m->reduce_ns,
+		m->copy_ns);
 
 	fprintf(stderr, "fit: all-to-all (4 nodes x 2, flat)\n");
-	k = 0;
-	for (size_t i = 0; i < 3; i++) {
-		uint32_t n = 8;
-		double blk = (double)a2a[i] / n;
-
-		if (sim_a2a(4, 2, a2a[i], "flat", &ns))
+	for (k = 0; k < 3; k++) {
+		if (sim_a2a(4, 2, a2a[k], "flat", &ns))
 			return -1;
-		x[k * 2] = 1;
-		x[k * 2 + 1] = (n - 1) * (blk * m->beta_ns +
-					  ceil(blk / m->mtu_payload) *
-						  m->frame_ns);
-		y[k++] = ns;
+		r[k] = (struct cs_model_run){ .ranks = 8, .bytes = a2a[k],
+					      .ns = ns };
 	}
-	if (cs_model_lsq(x, y, k, 2, c))
+	if (fit_step("all-to-all", cs_model_fit_a2a(m, r, k)))
 		return -1;
-	m->a2a_alpha_ns = c[0];
-	m->incast = fmax(0, c[1] - 1);
-	m->have_a2a = true;
 
 	if (!ps_scen) {
 		fprintf(stderr,
@@ -383,26 +353,18 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 	fprintf(stderr, "fit: PS (scenario: 1 x 1 and 4 workers x 1/2/4 "
 			"servers, %d and %d keys per push)\n",
 		PS_KPP, 4 * PS_KPP);
-	k = 0;
-	for (uint32_t i = 0; i < 8; i++) {
-		uint32_t w = i < 2 ? 1 : 4, srv = i < 2 ? 1 : 1u << ((i - 2) / 2);
-		uint32_t kpp = i % 2 ? 4 * PS_KPP : PS_KPP;
-		double mcount = (double)w * srv, bytes = (double)kpp * PS_DIM * 4;
+	for (k = 0; k < 8; k++) {
+		uint32_t w = k < 2 ? 1 : 4;
+		uint32_t srv = k < 2 ? 1 : 1u << ((k - 2) / 2);
+		uint32_t kpp = k % 2 ? 4 * PS_KPP : PS_KPP;
 
 		if (ps_run(ps_scen, w, srv, kpp, &ns))
 			return -1;
-		x[k * 3] = 1;
-		x[k * 3 + 1] = mcount / (mcount + 1);
-		x[k * 3 + 2] = 2 * bytes;
-		y[k++] = ns;
+		r[k] = (struct cs_model_run){ .ranks = w, .servers = srv,
+					      .bytes = (uint64_t)kpp * PS_DIM * 4,
+					      .ns = ns };
 	}
-	if (cs_model_lsq(x, y, k, 3, c))
-		return -1;
-	m->ps_round_ns = fmax(0, c[0]);
-	m->ps_tail_ns = fmax(0, c[1]);
-	m->ps_beta_ns = fmax(0, c[2]);
-	m->have_ps = true;
-	return 0;
+	return fit_step("PS", cs_model_fit_ps(m, r, k));
 }
 
 /* Host reduction and copy rates: what a node spends per byte. */
@@ -437,19 +399,19 @@ out:
 
 /*
  * On the running cluster: `collstack run allreduce` over a range of sizes
- * (its rows: size count type op time_us ...), alpha and beta (frames
- * folded into beta: one MTU) by least squares on the ring's terms; the
- * direct exchange's fixed cost from the sizes at or below direct_max.
+ * (its rows: size count type op time_us ...); alpha, beta and the direct
+ * exchange's fixed cost by cs_model_fit_cluster(); reduce and copy rates
+ * from this host's kernels.
  */
 static int fit_cluster(struct cs_model *m, const char *iters)
 {
 	char *argv[] = { self_path, "run", "allreduce", "-b", "4K", "-e",
 			 "16M", "--iters", (char *)iters, NULL };
 	static char out[1 << 16];
-	double x[64 * 2], y[64], xd[64], yd[64], c[2];
-	size_t k = 0, kd = 0;
+	struct cs_model_run r[64];
 	unsigned ranks = 0;
 	char *line, *save;
+	size_t k = 0;
 	int st;
 
 	snprintf(m->source, sizeof(m->source), "cluster");
@@ -472,37 +434,17 @@ static int fit_cluster(struct cs_model *m, const char *iters)
 			   &ranks) == 1 || line[0] == '#')
 			continue;
 		if (sscanf(line, "%llu %llu %15s %15s %lf", &size, &count, type,
-			   op, &us) != 5 || k == 64 || !ranks)
+			   op, &us) != 5 || k == 64 || ranks < 2)
 			continue;
-		if (size <= m->direct_max) {
-			xd[kd] = (ranks - 1.0) * size;
-			yd[kd++] = us * 1000;
-			continue;
-		}
-		x[k * 2] = 2.0 * (ranks - 1);
-		x[k * 2 + 1] = 2.0 * (ranks - 1) / ranks * size;
-		y[k++] = us * 1000;
-	}
-	if (k < 2 || cs_model_lsq(x, y, k, 2, c)) {
-		fprintf(stderr,
-			"collstack model fit --cluster: too few rows from "
-			"'collstack run allreduce' (%zu)\n",
-			k);
-		return -1;
+		r[k++] = (struct cs_model_run){ .ranks = ranks, .bytes = size,
+						.ns = us * 1000 };
 	}
 	m->fit_nodes = ranks;
-	m->alpha_ns = fmax(0, c[0]);
-	m->beta_ns = c[1];
-	m->frame_ns = 0;
-	m->ack_turn_ns = 0; /* not measurable through collstack run */
-	m->direct_alpha_ns = m->alpha_ns;
-	if (kd) {
-		double s = 0;
-
-		for (size_t i = 0; i < kd; i++)
-			s += yd[i] - xd[i] * m->beta_ns;
-		m->direct_alpha_ns = fmax(0, s / kd);
-	}
+	fprintf(stderr, "fit: %zu sizes from 'collstack run allreduce' on "
+			"%u sidecars\n",
+		k, ranks);
+	if (fit_step("alpha, beta", cs_model_fit_cluster(m, r, k)))
+		return -1;
 	host_rates(m);
 	return 0;
 }
