@@ -25,6 +25,7 @@ static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 
 /* ---- built-ins ------------------------------------------------------------ */
 
+/* After posting (@ret, request @r): wait, and say what failed. */
 static int wait_req(const struct cs_strategy_ctx *ctx, int ret, cs_req_t r,
 		    const char *what, char *why, size_t whylen)
 {
@@ -41,12 +42,11 @@ static int ar_exchange(void *state, const struct cs_strategy_ctx *ctx,
 		       char *why, size_t whylen)
 {
 	cs_req_t r = 0;
+	int ret;
 
 	(void)state;
-	return wait_req(ctx,
-			cs_allreduce(ctx->group, grad, grad, count, dtype,
-				     CS_SUM, &r),
-			r, "allreduce", why, whylen);
+	ret = cs_allreduce(ctx->group, grad, grad, count, dtype, CS_SUM, &r);
+	return wait_req(ctx, ret, r, "allreduce", why, whylen);
 }
 
 /*
@@ -68,15 +68,14 @@ static int rsag_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	if (per) {
 		char *mine = base + (size_t)ctx->rank * per * esz;
 
-		ret = wait_req(ctx,
-			       cs_reduce_scatter(ctx->group, base, mine, per,
-						 dtype, CS_SUM, &r),
-			       r, "reduce-scatter", why, whylen);
-		if (!ret)
-			ret = wait_req(ctx,
-				       cs_all_gather(ctx->group, mine, base,
-						     per, dtype, &r),
-				       r, "all-gather", why, whylen);
+		ret = cs_reduce_scatter(ctx->group, base, mine, per, dtype,
+					CS_SUM, &r);
+		ret = wait_req(ctx, ret, r, "reduce-scatter", why, whylen);
+		if (!ret) {
+			ret = cs_all_gather(ctx->group, mine, base, per, dtype,
+					    &r);
+			ret = wait_req(ctx, ret, r, "all-gather", why, whylen);
+		}
 	}
 	if (!ret && count % (size_t)ctx->size)
 		ret = ar_exchange(NULL, ctx, base + per * ctx->size * esz,
@@ -247,7 +246,7 @@ cs_export int cs_strategy_load(const char *path, const struct cs_strategy_ops **
 	const struct cs_strategy_ops *(*get)(void);
 	const struct cs_strategy_ops *ops;
 	void *h;
-	int ret;
+	int ret = 0;
 
 	pthread_once(&reg_once, reg_init);
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -269,6 +268,17 @@ cs_export int cs_strategy_load(const char *path, const struct cs_strategy_ops **
 			 path, ops->abi, CS_STRATEGY_ABI);
 		ret = -EINVAL;
 		goto out_close;
+	}
+	pthread_mutex_lock(&reg_lock);
+	for (unsigned i = 0; i < nreg; i++)
+		if (reg[i] == ops) /* the same object again: already there */
+			ret = 1;
+	pthread_mutex_unlock(&reg_lock);
+	if (ret == 1) {
+		dlclose(h); /* drops the reference this dlopen() added */
+		if (out)
+			*out = ops;
+		return 0;
 	}
 	ret = reg_add(ops);
 	if (ret) {

@@ -95,6 +95,7 @@ int cs_strategy_register(const struct cs_strategy_ops *ops);
 
 /**
  * cs_strategy_load - dlopen() @path and register the strategy it exports
+ *	(loading the same object again is not an error)
  * @path: shared object
  * @out: out (may be NULL), the strategy
  * @why: room for the reason of a failure (dlerror(), ABI, name)
