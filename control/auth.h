@@ -30,7 +30,7 @@ int cs_auth_init(void);
 const char *cs_auth_impl(void);
 
 /*
- * cs_sha256_impl - the name sidecar/daemon_ar.c still asks for (its
+ * cs_sha256_impl - the name sidecar/service.c still asks for (its
  * "sha256=" stats field); same as cs_auth_impl(). Goes with its next edit.
  */
 const char *cs_sha256_impl(void);

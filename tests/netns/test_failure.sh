@@ -338,7 +338,8 @@ etcd_token() {	# a sidecar with another job token is refused
 # DATA frames from csn1 to csn0 of epoch $1 for operation $2: $3 frames
 # each with (a) the AUTH flag and a wrong tag, (b) no tag, (c) the right
 # tag computed from the job token in $4 (for operation $5 instead: one
-# csn0 does not run, so a passed check only counts as rx_other_op).
+# csn0 does not run, so a passed check only reaches the transport core,
+# counted in its rx_frames, and goes no further).
 inject_auth() {
 	ip netns exec csn1 python3 - "$@" <<'PY'
 import os, socket, struct, sys
@@ -387,10 +388,10 @@ boot_auth() {
 	[ "$(kv "$ar" auth)" = 1 ] || fail "ar_stats does not say auth=1"
 	fail0=$(kv "$ar" rx_auth_fail)
 	notag0=$(kv "$ar" rx_auth_notag)
-	other0=$(kv "$ar" rx_other_op)
+	other0=$(kv "$ar" rx_frames)
 	[ "$fail0" = 0 ] || fail "authentication failures in a clean run: $ar"
-	op=$(kv "$ar" last_op)
-	[ -n "$op" ] && [ "$op" -ge 0 ] || fail "no operation ran: $ar"
+	[ "$(kv "$ar" ops_done)" -gt 0 ] || fail "no operation ran: $ar"
+	op=1
 	st=$(ctl csn0 stats)
 	ep=$(kv "$st" epoch)
 	[ -n "$ep" ] && [ "$ep" -ge 1 ] || fail "no group epoch: $st"
@@ -399,7 +400,7 @@ boot_auth() {
 	echo "csn0 after: $ar"
 	fail1=$(kv "$ar" rx_auth_fail)
 	notag1=$(kv "$ar" rx_auth_notag)
-	other1=$(kv "$ar" rx_other_op)
+	other1=$(kv "$ar" rx_frames)
 	[ $((fail1 - fail0)) = $((2 * n)) ] ||
 		fail "rx_auth_fail rose by $((fail1 - fail0)), want $((2 * n))"
 	[ $((notag1 - notag0)) = $n ] ||
