@@ -11,6 +11,7 @@
 #include "collectives/alltoall.h"
 #include "collectives/ring.h"
 #include "control/xport.h"
+#include "transport/tp.h"
 #include "model/model.h"
 
 static const char *const op_names[CS_MODEL_OP_COUNT] = {
@@ -44,10 +45,11 @@ int cs_model_defaults(struct cs_model *m)
 {
 	struct cs_coll_cfg cc;
 	struct cs_xport_params xp;
+	struct cs_tp_params tp;
 
 	memset(m, 0, sizeof(*m));
 	if (cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len, &cc) ||
-	    cs_xport_params_default(&xp))
+	    cs_xport_params_default(&xp) || cs_tp_params_default(&tp))
 		return -EINVAL;
 	snprintf(m->source, sizeof(m->source), "none");
 	m->channels = cc.channels;
@@ -57,6 +59,7 @@ int cs_model_defaults(struct cs_model *m)
 	m->direct_max = cc.direct_max;
 	m->max_direct_peers = CS_COLL_MAX_CHANNELS;
 	m->ack_every = xp.rel.ack_every;
+	m->small_bytes = tp.small_bytes;
 	return 0;
 }
 
@@ -89,7 +92,9 @@ void cs_model_ring_shape(const struct cs_model *m, uint32_t n, uint64_t bytes,
  *    one chunk on the wire);
  *  - the window: a channel has at most W chunks unacknowledged; when W
  *    chunks hold fewer frames than an ACK is sent for (rel.ack_every),
- *    every W chunks wait for a delayed ACK (ack_turn).
+ *    every W chunks wait for a delayed ACK (ack_turn). An operation of
+ *    the transport core's latency class (at most tp.small_bytes) has its
+ *    frames acknowledged at once: no delayed ACK to wait for.
  */
 static double ring_ns(const struct cs_model *m, uint32_t n, uint64_t bytes)
 {
@@ -105,7 +110,7 @@ static double ring_ns(const struct cs_model *m, uint32_t n, uint64_t bytes)
 	chain = (double)r.steps * (m->alpha_ns + t_chunk);
 	sends = (double)(r.steps * r.chunks);
 	if (m->window && (double)m->window * r.frames < m->ack_every &&
-	    sends > m->window) {
+	    sends > m->window && bytes > m->small_bytes) {
 		double stalls = floor((sends - 1) / m->window);
 
 		win = stalls * m->ack_turn_ns +

@@ -56,8 +56,11 @@ enum cs_model_op {
  * @have_a2a, @have_ps: those constants were measured (a cluster fit
  *	cannot: the sidecar carries neither yet)
  * @channels, @chunk, @window, @mtu_payload, @direct_max, @max_direct_peers,
- * @ack_every: protocol settings of the fit runs (configuration, not
- *	measured); a prediction assumes the target runs the same
+ * @ack_every, @small_bytes: protocol settings of the fit runs
+ *	(configuration, not measured); a prediction assumes the target runs
+ *	the same. @small_bytes is the transport core's latency class
+ *	(tp.small_bytes): an operation that small has its frames
+ *	acknowledged at once, so its window never waits for a delayed ACK
  */
 struct cs_model {
 	char source[16];
@@ -67,7 +70,7 @@ struct cs_model {
 	double ps_round_ns, ps_tail_ns, ps_beta_ns;
 	bool have_a2a, have_ps;
 	uint32_t channels, window, mtu_payload, max_direct_peers, ack_every;
-	uint64_t chunk, direct_max;
+	uint64_t chunk, direct_max, small_bytes;
 };
 
 /**

@@ -8,6 +8,7 @@
 #include <jansson.h>
 
 #include "model/model.h"
+#include "model/model_json.h"
 
 #define CS_MODEL_FORMAT 1
 
@@ -41,7 +42,8 @@ int cs_model_save(const struct cs_model *m, FILE *f)
 		"    \"mtu_payload\": %u,\n"
 		"    \"direct_max\": %llu,\n"
 		"    \"max_direct_peers\": %u,\n"
-		"    \"ack_every\": %u\n"
+		"    \"ack_every\": %u,\n"
+		"    \"small_bytes\": %llu\n"
 		"  }\n"
 		"}\n",
 		CS_MODEL_FORMAT, m->source, m->fit_nodes, m->alpha_ns,
@@ -51,8 +53,28 @@ int cs_model_save(const struct cs_model *m, FILE *f)
 		m->have_ps ? "true" : "false", m->channels,
 		(unsigned long long)m->chunk, m->window, m->mtu_payload,
 		(unsigned long long)m->direct_max, m->max_direct_peers,
-		m->ack_every);
+		m->ack_every, (unsigned long long)m->small_bytes);
 	return ferror(f) ? -EIO : 0;
+}
+
+int cs_model_json_read(const char *path, json_t **root, char *err,
+		       size_t errlen)
+{
+	json_error_t je;
+	FILE *f;
+
+	*root = json_load_file(path, 0, &je);
+	if (*root)
+		return 0;
+	f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return -ENOENT;
+	}
+	fclose(f);
+	snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column,
+		 je.text);
+	return -EINVAL;
 }
 
 /* A number >= 0 under @obj's @key (integers too); -EINVAL names it. */
@@ -125,24 +147,14 @@ int cs_model_load(const char *path, struct cs_model *m, char *err,
 		{ "ps_tail_ns", offsetof(struct cs_model, ps_tail_ns) },
 		{ "ps_beta_ns_per_byte", offsetof(struct cs_model, ps_beta_ns) },
 	};
-	json_error_t je;
 	json_t *root, *meas, *prot, *v;
 	uint64_t u;
 	int ret = -EINVAL;
 
-	root = json_load_file(path, 0, &je);
-	if (!root) {
-		FILE *f = fopen(path, "r");
-
-		if (!f) {
-			snprintf(err, errlen, "%s: %s", path, strerror(errno));
-			return -ENOENT;
-		}
-		fclose(f);
-		snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column,
-			 je.text);
-		return -EINVAL;
-	}
+	ret = cs_model_json_read(path, &root, err, errlen);
+	if (ret)
+		return ret;
+	ret = -EINVAL;
 	if (cs_model_defaults(m))
 		goto out;
 	v = json_object_get(root, "format");
@@ -198,6 +210,9 @@ int cs_model_load(const char *path, struct cs_model *m, char *err,
 	if (get_u(prot, "protocol", "ack_every", 1, 1024, &u, path, err, errlen))
 		goto out;
 	m->ack_every = (uint32_t)u;
+	if (get_u(prot, "protocol", "small_bytes", 0, 1e12, &m->small_bytes,
+		  path, err, errlen))
+		goto out;
 	ret = 0;
 out:
 	json_decref(root);

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "model/model.h"
+#include "model/model_json.h"
 
 static const char *const strat_names[CS_PLAN_STRAT_COUNT] = {
 	[CS_PLAN_ALLREDUCE] = "allreduce",
@@ -123,25 +124,15 @@ static int load_group(json_t *o, const char *path, unsigned i,
 
 int cs_plan_load(const char *path, struct cs_plan *p, char *err, size_t errlen)
 {
-	json_error_t je;
 	json_t *root, *groups, *v;
 	size_t n;
 	int ret = -EINVAL;
 
 	memset(p, 0, sizeof(*p));
-	root = json_load_file(path, 0, &je);
-	if (!root) {
-		FILE *f = fopen(path, "r");
-
-		if (!f) {
-			snprintf(err, errlen, "%s: %s", path, strerror(errno));
-			return -ENOENT;
-		}
-		fclose(f);
-		snprintf(err, errlen, "%s:%d:%d: %s", path, je.line, je.column,
-			 je.text);
-		return -EINVAL;
-	}
+	ret = cs_model_json_read(path, &root, err, errlen);
+	if (ret)
+		return ret;
+	ret = -EINVAL;
 	v = json_object_get(root, "name");
 	snprintf(p->name, sizeof(p->name), "%s",
 		 json_is_string(v) ? json_string_value(v) : path);

@@ -257,6 +257,12 @@ Test(predict, structure)
 	cr_assert_str_eq(algo, "ring");
 	/* latency-bound: window stalls dominate, not the bytes */
 	cr_assert_gt(a, (2.0 * 255 / 8 - 1) * t.ack_turn_ns);
+	/* the transport core's latency class (<= tp.small_bytes): frames
+	 * acknowledged at once, no delayed-ACK stalls, only the chain */
+	b = pred(&t, CS_MODEL_ALLREDUCE, 256, 1, t.small_bytes, 0);
+	cr_assert_lt(b, 510 * (t.alpha_ns + 1000), "latency class: %g", b);
+	b = pred(&t, CS_MODEL_ALLREDUCE, 256, 1, 2 * t.small_bytes, 0);
+	cr_assert_gt(b, 60 * t.ack_turn_ns, "bulk: %g", b);
 	/* bandwidth-bound: 2 (n-1)/n S beta at least */
 	b = pred(&t, CS_MODEL_ALLREDUCE, 256, 1, 64u << 20, 0);
 	cr_assert_gt(b, 2.0 * 255 / 256 * (64u << 20) * t.beta_ns);
