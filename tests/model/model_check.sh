@@ -51,6 +51,7 @@ refuse "protocol.window" "$cs" model check --quick -m "$d/w.json"
 echo '{"groups": [{"name": "x", "kind": "dense"}]}' >"$d/p.json"
 refuse "groups[0].params: missing" "$cs" plan "$d/p.json" --ranks 8 -m "$d/m.json"
 refuse "usage" "$cs" plan "$example" -m "$d/m.json"
+refuse "is a cluster up" env CS_CLUSTER_ENV="$d/none.env" "$cs" model fit --cluster -o "$d/x.json"
 
 [ "$fails" = 0 ] && echo "model_check: ok" || echo "model_check: $fails failed"
 [ "$fails" = 0 ]
