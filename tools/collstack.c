@@ -33,6 +33,10 @@ static const struct cmd cmds[] = {
 	{ "doctor", cs_cmd_doctor,
 	  "flight recorders: which ranks a stuck op waits for" },
 	{ "sim", cs_cmd_sim, "simulated network scenarios (p2p, incast, ...)" },
+	{ "model", cs_cmd_model,
+	  "cost model: fit, predict, check against the simulator" },
+	{ "plan", cs_cmd_plan,
+	  "strategy per parameter group from the cost model" },
 };
 
 static void usage(FILE *out)
