@@ -224,10 +224,10 @@ EOF
 	echo "up: $n nodes, port $PORT"
 }
 
-bench() {	# T args...
+bench() {	# T args...: -m iter, every element of every iteration checked
 	local t=$1; shift
 	"$CLI" bench --cluster "$ENV_FILE" --trainers-per-node "$t" \
-		--timeout 300 "$@"
+		--timeout 300 -m iter "$@"
 }
 
 ctl() { cs_ctl "$1" "$2"; }	# run_dir request -> reply line
@@ -315,6 +315,7 @@ case_early() {
 }
 
 case_gather() {
+	local out
 	up 2
 	bench 2 -o all_gather -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "all_gather failed"
@@ -322,6 +323,14 @@ case_gather() {
 		fail "broadcast failed"
 	bench 2 -o reduce_scatter -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "reduce_scatter failed"
+	# back-to-back timing (the default): the warm-up and the last timed
+	# iteration are checked, and the CPU column is a number
+	out=$("$CLI" bench --cluster "$ENV_FILE" --trainers-per-node 2 \
+		--timeout 300 -o allreduce -b 4K -e 64K -f 16 -n 5 -w 1) ||
+		fail "allreduce -m b2b failed"
+	echo "$out"
+	awk '$1 ~ /^[0-9]+$/ && $13 ~ /^[0-9.]+$/ { n++ } END { exit n != 4 }' \
+		<<<"$out" || fail "b2b: not 4 rows with a cpu(s/GB) figure"
 	sidecars_alive
 }
 
