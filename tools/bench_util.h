@@ -76,7 +76,7 @@ static inline double cs_bench_cpu_self(void)
  * ticks, too coarse for a short run), or -1 where it cannot be read. */
 static inline double cs_bench_cpu_pid(long pid)
 {
-	char path[64], tpath[300];
+	char path[64], tpath[64 + 256 + 16];
 	unsigned long long ns, sum = 0;
 	struct dirent *e;
 	int found = 0;
