@@ -21,7 +21,7 @@ PKGS=(
 	dpdk libdpdk-dev libibverbs-dev rdma-core libxdp-dev libbpf-dev
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox
 	python3 python3-numpy python3-cffi python3-torch
-	iproute2 nftables iptables procps util-linux kmod
+	iproute2 nftables iptables procps util-linux kmod ethtool
 )
 
 log() { printf 'setup: %s\n' "$*"; }
