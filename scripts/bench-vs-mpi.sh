@@ -30,6 +30,8 @@
 #                           [--cluster auto|own|cluster] [--port P] [--mtu M]
 #                           [--offload on|off|both] [--timing b2b|iter]
 #                           [--iters-large N] [--pause-sidecars] [--place out|in]
+#                           [--set KEY=VALUE]...   (collstackd settings,
+#                                                   cluster.sh clusters)
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
 #                           [--iters-small N] [--cpus auto|none|LIST]
@@ -74,7 +76,7 @@ MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
 SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOADS=both
-TIMING=b2b
+TIMING=b2b SETS=()
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 CPUS=auto PIN_MPI=0
 MTU=1500	# on every veth of the namespaces, for both stacks
@@ -110,6 +112,7 @@ while [ $# -gt 0 ]; do
 	--offload) OFFLOADS=$2; shift 2 ;;
 	--timing) TIMING=$2; shift 2 ;;
 	--iters-large) ITERS_LARGE=$2; shift 2 ;;
+	--set) SETS+=(--set "$2"); shift 2 ;;
 	--pause-sidecars) PAUSE_SIDECARS=1; shift ;;
 	--place) PLACE=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
@@ -224,7 +227,7 @@ cluster_up() {
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
 		if [ $daemons = 1 ]; then
 			scripts/cluster.sh up "$NODES_N" --port "$port" \
-				--mtu "$MTU" --cpus "$CPUS" >&2
+				--mtu "$MTU" --cpus "$CPUS" "${SETS[@]}" >&2
 		else
 			scripts/cluster.sh up "$NODES_N" --no-daemons \
 				--mtu "$MTU" --cpus "$CPUS" >&2
@@ -232,6 +235,7 @@ cluster_up() {
 		CLUSTER_ENV=$CS_ENV_FILE
 		;;
 	own)
+		[ ${#SETS[@]} = 0 ] || die "--set needs a scripts/cluster.sh cluster (--cluster cluster)"
 		if [ $daemons = 1 ]; then
 			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" \
 				--mtu "$MTU" --cpus "$CPUS" >&2
@@ -751,6 +755,7 @@ mpi_setup
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, CPUs per node ${NODE_CPUS[*]:-any} ($([ $PIN_MPI = 1 ] && echo 'both stacks' || echo 'collstack; Open MPI ranks float')), veth offloads: $OFFL_LIST (off: ethtool -K tso gso gro off, both ends), timing $TIMING"
+	echo "# collstackd settings: ${SETS[*]:-defaults}"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
