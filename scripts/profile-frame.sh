@@ -13,13 +13,15 @@
 #                            [--bytes 64M] [--iters I] [--out DIR]
 #                            [--set KEY=VALUE]...
 #
-# Stages (by symbol): port (PMD, io_uring, the port layer, the driver's
-# classify), kernel (every [k] symbol: system calls, the packet path,
-# scheduling), wire (the codec), core (reliability, pacing, congestion
+# Stages (by symbol, and by DSO for DPDK's libraries, whose symbols may
+# not resolve): port (PMD, io_uring, the port layer, the driver's
+# classify), kernel (every kernel sample: system calls, the packet path,
+# scheduling; in this VM samples taken while interrupts were off land on
+# pvm_irq_enable), wire (the codec), core (reliability, pacing, congestion
 # control, the transport core), service (daemon_ar.c / svc_core.c: the
 # per-frame glue), engine (the ring collective), reduce (reduction
 # kernels), copy (memcpy/memmove), ipc (the trainer server), auth,
-# idle (the lcore's wait and yield), other. The trainers' own CPU is in
+# clock (the vDSO's clock_gettime: the lcore's time per loop), idle (the lcore's wait and yield), other. The trainers' own CPU is in
 # collstack bench's cpu(s/GB) column, printed too.
 # Needs root (namespaces) and perf. CS_CLUSTER (default prof) names the
 # cluster.
@@ -72,7 +74,7 @@ cpu_ns() {	# schedstat run time of every thread of the sidecars, ns
 }
 stat_sum() {	# KEY: summed over the sidecars (collstack stats --raw)
 	"$CLI" stats --raw 2>/dev/null | tr ' ' '\n' |
-		awk -F= -v k="$1" '$1 == k { s += $2 } END { print s + 0 }'
+		awk -F= -v k="$1" '$1 == k { s += $2 } END { printf "%.0f\n", s }'
 }
 
 # Warm-up outside the profile: the sessions, the buffers, the RTT.
@@ -90,8 +92,8 @@ PERF_PID=""
 c1=$(cpu_ns) tx1=$(stat_sum tx_pkts) rx1=$(stat_sum rx_pkts) rb1=$(stat_sum rx_bytes)
 "$CLI" stats >"$OUT/stats-$PORT.txt" 2>&1 || true
 
-perf report -i "$OUT/perf-$PORT.data" --no-children --sort sym --stdio \
-	2>/dev/null | awk '$1 ~ /%$/ { sub(/%/, "", $1); print $1, $2, $3 }' \
+perf report -i "$OUT/perf-$PORT.data" --no-children --sort dso,sym --stdio \
+	2>/dev/null | awk '$1 ~ /%$/ { sub(/%/, "", $1); print $1, $2, $3, $4 }' \
 	>"$OUT/symbols-$PORT.txt"
 frames=$(((tx1 - tx0) + (rx1 - rx0)))
 kib=$(((rb1 - rb0) / 1024))
@@ -103,26 +105,28 @@ TXT=$OUT/profile-$PORT.txt
 	echo "# sidecars: $((cpu / 1000000)) ms CPU, $frames frames (tx+rx), $kib KiB received"
 	printf '%-9s %7s %12s %11s\n' stage "% cpu" "ns/frame" "ns/KiB"
 	awk -v cpu="$cpu" -v fr="$frames" -v kib="$kib" '
-	function stage(s, k) {
-		if (k) return "kernel"
+	function stage(s, k, dso) {
+		if (k || dso ~ /kernel/) return "kernel"
+		if (dso ~ /librte_(net|bus|mempool|eal|ethdev|mbuf)/) return "port"
+		if (dso ~ /vdso/ || s ~ /clock_gettime/) return "clock"
 		if (s ~ /memcpy|memmove|memset/) return "copy"
-		if (s ~ /reduce|_avx|_f16|_bf16|sum_|kern_/) return "reduce"
+		if (s ~ /reduce|avx|sse|_f16|_bf16|_sum$|_prod$|_min$|_max$/) return "reduce"
 		if (s ~ /sodium|siphash|auth/) return "auth"
 		if (s ~ /^cs_wire|^hdr_|^put(16|32|64)/) return "wire"
 		if (s ~ /^(cs_rel|cs_pacer|cs_cc|cs_path|process_(ack|data)|detect_lost|mark_|acked_one|fill_ack|arm_|rtt_sample|probe_tail|window_open|rcv_bit|meta_of|rto_|beyond_reach|build_ext|cs_tp|tp_)/) return "core"
 		if (s ~ /^(cs_coll|fill_tx|chunk_ready|chan_next|decode_cookie|rx_locate|direct_finish|send_from_src|send_overwritten|recv_|seg_|slot|test_bit|set_bit|pkt_geom|sub_part)/) return "engine"
-		if (s ~ /^(ipc_|serve_round|backend_poll|launch|pop|finish_and_next|check_done|be_|reg_|cs_spsc|cs_shm|verdict_done)/) return "ipc"
-		if (s ~ /^(lcore_main|cs_lcore|sched_yield|nanosleep|clock_nanosleep|__poll|poll|epoll|usleep|dpdk_wait|udp_wait|cs_port_wait)/) return "idle"
+		if (s ~ /^(cs_ipc|ipc_|serve_round|backend_poll|launch|pop|finish_and_next|check_done|be_|reg_|cs_spsc|cs_shm|verdict_done)/) return "ipc"
+		if (s ~ /^(lcore_main|cs_lcore|sched_yield|nanosleep|clock_nanosleep|__poll|poll|ppoll|epoll|usleep|dpdk_wait|udp_wait|cs_port_wait)/) return "idle"
 		if (s ~ /^(ar_|find_sess|earlier|implied_ack|ack_implied|hold|replay|ack_prev|flush|frame_buf|frame_send|pure_ack|resend|may_resend|service|acks_owed|remember_rtt|settle|prev_service|op_|core_|svc_)/) return "service"
 		if (s ~ /^(dpdk_|eth_|rte_|memif|af_packet|udp_|io_uring|__io_uring|cs_port|cs_fault|cs_drv|classify|raw_|ms_|refill|post_recv|gso_)/) return "port"
 		return "other"
 	}
 	{
-		pct = $1; k = ($2 == "[k]"); sym = $3
-		st = stage(sym, k); p[st] += pct; tot += pct
+		pct = $1; dso = $2; k = ($3 == "[k]"); sym = $4
+		st = stage(sym, k, dso); p[st] += pct; tot += pct
 	}
 	END {
-		n = split("port kernel wire core service engine reduce copy ipc auth idle other", order, " ")
+		n = split("port kernel wire core service engine reduce copy ipc auth clock idle other", order, " ")
 		for (i = 1; i <= n; i++) {
 			s = order[i]; if (!(s in p)) continue
 			share = p[s] / (tot ? tot : 1)
