@@ -246,7 +246,8 @@ TXT=$OUT/bench-cores.txt
 		"cs time" "tcp time" "shm time" "bw x" "cs cpu" "tcp cpu" "cs p99" "tcp p99"
 	for z in $(cat "$OUT"/*.rows 2>/dev/null | awk '{ print $1 }' | sort -n -u); do
 		med() {	# stack column
-			cat "$OUT"/"$1"-r*.rows 2>/dev/null | awk -v z="$z" -v k="$2" '$1 == z { print $k }' |
+			{ cat "$OUT"/"$1"-r*.rows 2>/dev/null || true; } |
+				awk -v z="$z" -v k="$2" '$1 == z { print $k }' |
 				sort -g | awk '{ v[n++] = $1 } END { if (!n) print "NA"; else print v[int((n - 1) / 2)] }'
 		}
 		cb=$(med collstack 3) tb=$(med mpitcp 3) sb=$(med mpishm 3)
