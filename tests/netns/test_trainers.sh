@@ -639,8 +639,21 @@ case_core() {
 		fail "ipn0 does not run the transport core"
 }
 
+# port.queues=2 on the udp port: queue q listens on port.udp_port + q.
+# When the queues shared one port (SO_REUSEPORT) the kernel hashed a
+# peer's frames onto queue 1, which no session reads, and the first
+# operation failed with "peer lost".
+case_udp_queues() {
+	PORT=udp
+	up 2 --set port.queues=2
+	bench 1 -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "allreduce with port.queues=2 on the udp port failed"
+	sidecars_alive
+}
+
 case ${1:-} in
 core_4x2) case_core ;;
+udp_queues_2x1) case_udp_queues ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
