@@ -67,6 +67,7 @@ int cs_cc_init(struct cs_cc *cc, const struct cs_cc_params *params)
 	cc->last_rtt = 0;
 	cc->last_decrease = 0;
 	cc->decreases = cc->ecn_decreases = cc->timeouts = 0;
+	cc->rate_before_timeout = 0;
 	/* Swift: fs(cwnd) = a / sqrt(cwnd) + b; fs(max) = 0, fs(min) = range */
 	cc->fs_a = (double)params->fs_range / (1 / sqrt(params->fs_min_cwnd) -
 					       1 / sqrt(params->fs_max_cwnd));
@@ -161,9 +162,20 @@ void cs_cc_on_timeout(struct cs_cc *cc, cs_ns_t now)
 	cc->timeouts++;
 	if (!cc->p.enable)
 		return;
+	if (!cc->rate_before_timeout) /* the first of a run of timeouts */
+		cc->rate_before_timeout = cc->rate;
 	cc->rate *= 1 - cc->p.rto_md;
 	cc->last_decrease = now;
 	cc->decreases++;
+	clamp(cc);
+}
+
+void cs_cc_on_spurious(struct cs_cc *cc, cs_ns_t now)
+{
+	(void)now;
+	if (cc->p.enable && cc->rate_before_timeout > cc->rate)
+		cc->rate = cc->rate_before_timeout;
+	cc->rate_before_timeout = 0;
 	clamp(cc);
 }
 
@@ -188,6 +200,13 @@ void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked, bool ece,
 void cs_path_on_timeout(struct cs_path *path, cs_ns_t now)
 {
 	cs_cc_on_timeout(&path->cc, now);
+	if (path->cc.rate != path->pacer.rate)
+		cs_pacer_set_rate(&path->pacer, path->cc.rate, now);
+}
+
+void cs_path_on_spurious(struct cs_path *path, cs_ns_t now)
+{
+	cs_cc_on_spurious(&path->cc, now);
 	if (path->cc.rate != path->pacer.rate)
 		cs_pacer_set_rate(&path->pacer, path->cc.rate, now);
 }

@@ -71,6 +71,7 @@ struct cs_cc {
 	double fs_a, fs_b; /* flow-scaling coefficients, ns */
 	cs_ns_t target; /* last target used (statistics) */
 	uint64_t decreases, ecn_decreases, timeouts;
+	double rate_before_timeout; /* undone by a spurious timeout; 0: none */
 };
 
 /**
@@ -101,6 +102,14 @@ void cs_cc_on_ack(struct cs_cc *cc, cs_ns_t rtt, uint64_t acked, bool ece,
  * @now: current time, ns
  */
 void cs_cc_on_timeout(struct cs_cc *cc, cs_ns_t now);
+
+/**
+ * cs_cc_on_spurious - the last timeout was spurious (the ACK of what it
+ * resent also covered packets sent before it): its decrease is undone
+ * @cc: the controller
+ * @now: current time, ns
+ */
+void cs_cc_on_spurious(struct cs_cc *cc, cs_ns_t now);
 
 /**
  * struct cs_path - everything shared by the sessions to one destination:
@@ -139,5 +148,13 @@ void cs_path_on_ack(struct cs_path *path, cs_ns_t rtt, uint64_t acked, bool ece,
  * @now: current time, ns
  */
 void cs_path_on_timeout(struct cs_path *path, cs_ns_t now);
+
+/**
+ * cs_path_on_spurious - a session on this path found its last timeout
+ * spurious: the controller's timeout decrease is undone
+ * @path: the path
+ * @now: current time, ns
+ */
+void cs_path_on_spurious(struct cs_path *path, cs_ns_t now);
 
 #endif

@@ -63,6 +63,10 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	{ "rel.max_timeouts", CS_CFG_U32,
 	  offsetof(struct cs_rel_params, max_timeouts), "64", 1, 1e6,
 	  "consecutive timeouts without progress before the session fails" },
+	{ "rel.rto_learn", CS_CFG_NS, offsetof(struct cs_rel_params, rto_learn),
+	  "1s", 0, 1e12,
+	  "a spurious timeout raises the RTO floor to twice the delay it "
+	  "saw; the floor halves after this long (0: no learning)" },
 	{ "rel.credit", CS_CFG_BOOL, offsetof(struct cs_rel_params, credit),
 	  "0", CS_CFG_NO_BOUNDS,
 	  "send new data only within receiver-granted credit (fan-in)" },
@@ -122,10 +126,23 @@ static inline void rcv_bit_set(struct cs_rel *r, uint32_t seq, bool on)
 		r->rcv_bits[i / 64] &= ~(1ull << (i % 64));
 }
 
-/* The current RTO with back-off, capped. */
-static cs_ns_t rto_now(const struct cs_rel *r)
+/* The learnt floor (rel.rto_learn) at @now: halved once per period. */
+static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t rto = r->rto;
+	cs_ns_t halvings;
+
+	if (!r->rto_floor || !r->p.rto_learn)
+		return 0;
+	halvings = now > r->rto_floor_at ? (now - r->rto_floor_at) /
+						   r->p.rto_learn
+					 : 0;
+	return halvings >= 63 ? 0 : r->rto_floor >> halvings;
+}
+
+/* The current RTO with back-off, capped. */
+static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
+{
+	cs_ns_t rto = CS_MAX(r->rto, rto_floor_now(r, now));
 
 	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
 		rto *= 2;
@@ -239,7 +256,7 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 static void arm_rto(struct cs_rel *r, cs_ns_t now)
 {
 	if (r->rto_deadline == CS_NS_NEVER)
-		r->rto_deadline = now + rto_now(r);
+		r->rto_deadline = now + rto_now(r, now);
 }
 
 /* The probe timer restarts on every new send and every ACK that makes
@@ -333,6 +350,8 @@ int cs_rel_stamp_retx(struct cs_rel *r, struct cs_pkt_hdr *h, uint32_t seq,
 	m->xmits++;
 	m->xmit_id = r->xmit_id++;
 	m->sent = now;
+	if (r->frto && seq == r->frto_seq)
+		r->frto_retx_at = now;
 	r->n_lost--;
 	if (seq == r->retx_hint)
 		r->retx_hint = seq + 1;
@@ -569,8 +588,19 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	if (r->frto && cs_seq_lt(r->frto_seq, r->snd_una)) {
 		/* the packet a timeout resent is acknowledged */
 		r->frto = false;
-		if (r->snd_una == r->frto_seq + 1 && !h->sack) {
-			/* and nothing sent before the timeout: lost */
+		/* Eifel (RFC 3522), by the echoed send time: an ACK
+		 * made before the resent copy arrived was for the
+		 * original, so the timeout was spurious, whatever it
+		 * covers. Else F-RTO: an ACK of that packet alone says
+		 * the rest was lost. (The echo adds the receiver's hold
+		 * time: it can only make a late packet look lost.) */
+		bool eifel = h->ts_echo && h->ts_echo < r->frto_retx_at;
+
+		if (r->snd_una == r->frto_seq + 1 && !h->sack && !eifel) {
+			/* and nothing sent before the timeout: lost, and
+			 * the timeout's rate cut stands */
+			if (r->path)
+				r->path->cc.rate_before_timeout = 0;
 			for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt);
 			     s++) {
 				struct cs_rel_meta *m = meta_of(r, s);
@@ -581,7 +611,21 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 				}
 			}
 		} else {
+			/* Only late: learn the delay it had (rel.rto_learn),
+			 * and take back the rate cut of the timeout. */
 			r->st.spurious_rto++;
+			if (r->p.rto_learn && now > r->frto_sent) {
+				cs_ns_t f = 2 * (now - r->frto_sent);
+
+				r->rto_floor = CS_MAX(rto_floor_now(r, now), f);
+				r->rto_floor_at = now;
+				r->backoff = 0;
+				r->rto_deadline = CS_NS_NEVER;
+				if (r->snd_una != r->snd_nxt)
+					arm_rto(r, now);
+			}
+			if (r->path)
+				cs_path_on_spurious(r->path, now);
 		}
 	}
 	return res;
@@ -835,6 +879,8 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 		struct cs_rel_meta *m = meta_of(r, s);
 
 		if (m->state == M_INFLIGHT) {
+			r->frto_sent = m->sent;
+			r->frto_retx_at = CS_NS_NEVER; /* not resent yet */
 			mark_lost(r, s, m, LOST_BY_RTO);
 			res = CS_REL_LOST;
 			r->frto = true;

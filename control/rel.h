@@ -108,6 +108,12 @@
  * @tlp: send tail loss probes.
  * @tlp_min: least probe timeout.
  * @max_timeouts: consecutive timeouts without progress before failing.
+ * @rto_learn: how long a learnt RTO floor takes to halve (0: no
+ *	learning). A timeout that the next ACK proves spurious (the packet
+ *	was only late: on shared CPUs, a descheduled peer) raises the
+ *	session's RTO floor to twice the delay that packet really had, so
+ *	the next stall of that size passes without a timeout; the floor then
+ *	halves every @rto_learn. The RTO stays within [rto_min, rto_max].
  * @credit: honour receiver-granted credit when sending new data.
  * @credit_init: the grant both ends assume before any ACK (bytes).
  * @credit_refresh: a grown grant is re-sent after this long (doubling,
@@ -127,6 +133,7 @@ struct cs_rel_params {
 	bool tlp;
 	uint64_t tlp_min;
 	uint32_t max_timeouts;
+	uint64_t rto_learn;
 	bool credit;
 	uint64_t credit_init;
 	uint64_t credit_refresh;
@@ -229,6 +236,10 @@ struct cs_rel {
 	uint32_t backoff; /* RTO doublings since the last sample */
 	bool frto; /* after a timeout: was it spurious? (rel.c) */
 	uint32_t frto_seq; /* the packet the timeout resent */
+	cs_ns_t frto_sent; /* when it had last been sent before that */
+	cs_ns_t frto_retx_at; /* when it was resent; CS_NS_NEVER: not yet */
+	cs_ns_t rto_floor; /* learnt from spurious timeouts (rto_learn) */
+	cs_ns_t rto_floor_at; /* when it was last raised */
 	uint32_t consecutive_to;
 	cs_ns_t rto_deadline; /* CS_NS_NEVER: not armed */
 	cs_ns_t rack_deadline; /* re-run loss detection (time rule) */

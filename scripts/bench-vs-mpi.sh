@@ -5,12 +5,33 @@
 # and the table, CSV and plots show medians over the repetitions. Adverse
 # conditions (loss on the bridge, a rate-limited link) apply to both stacks.
 #
+# Both stacks are timed the same way, the way nccl-tests and OSU do
+# (--timing b2b, the default): the warm-up iterations checked, then a
+# barrier and the timed iterations back to back; time = the slowest
+# rank's total / iterations, p50/p99 beside it (per-iteration gaps).
+# --timing iter keeps the older way: every iteration refilled, fenced by a
+# barrier and timed alone (the harness then weighs on both sides).
+# MTU 1500 by default (--mtu 9000 for jumbo frames). --offload on|off|both
+# (default both): the veths' segmentation offloads as they come (on: TCP's
+# 64 KiB segments cross veth and bridge whole, as through a NIC with
+# TSO/GRO) or off (ethtool -K tso gso gro off on both ends of every veth:
+# every frame a packet of its own, as on a wire); both runs each
+# condition twice, rows "COND/on" and "COND/off". Each row also gives the
+# CPU seconds each stack used per GB moved (b2b: trainers + sidecars, or
+# the MPI ranks, over the timed iterations; bytes = all ranks' sends), and
+# the table ends with the machine's load average and steal per stack.
+# CS_CLUSTER=P (1-6 letters/digits) names the namespaces (scripts/cluster.sh
+# P*, scripts/lib/netns.sh Pb*), the state files and the nft table.
+#
 #   scripts/bench-vs-mpi.sh [--quick] [--reps R] [--nodes N]
 #                           [--ops all|allreduce,reduce_scatter,...]
 #                           [--conds clean,loss,rate] [--adverse-ops LIST]
 #                           [--sizes 4K:64M] [--loss PCT] [--rate 1gbit]
 #                           [--cluster auto|own|cluster] [--port P] [--mtu M]
-#                           [--no-offload] [--pause-sidecars] [--place out|in]
+#                           [--offload on|off|both] [--timing b2b|iter]
+#                           [--iters-large N] [--pause-sidecars] [--place out|in]
+#                           [--set KEY=VALUE]...   (collstackd settings,
+#                                                   cluster.sh clusters)
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
 #                           [--iters-small N] [--cpus auto|none|LIST]
@@ -39,7 +60,8 @@
 # copy the plots to docs/img/bench-vs-mpi-*.png. --report-only redoes the
 # table, CSV and plots from an existing bench-vs-mpi-raw.csv in --out.
 # --iters-small N: timed iterations per size up to 1 MiB (default 20; the
-# p50 of 20 samples moves a lot on a shared machine), both stacks.
+# p50 of 20 samples moves a lot on a shared machine), both stacks;
+# --iters-large N: above 1 MiB (default 10 with b2b, 3 with iter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -53,12 +75,19 @@ RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
 MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
-SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOAD=1
+SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOADS=both
+TIMING=b2b SETS=()
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 CPUS=auto PIN_MPI=0
 MTU=1500	# on every veth of the namespaces, for both stacks
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
-ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE=3 WARM_LARGE=1
+ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE="" WARM_LARGE=1
+P=${CS_CLUSTER:-cs}
+[[ "$P" =~ ^[a-z0-9]{1,6}$ ]] || { echo "bench-vs-mpi: bad CS_CLUSTER '$P'" >&2; exit 2; }
+if [ "$P" = cs ]; then CS_ENV_FILE=/run/collstack/cluster.env
+else CS_ENV_FILE=/run/collstack/cluster-$P.env; fi
+if [ -n "${CS_CLUSTER:-}" ]; then NB_ENV_FILE=/run/collstack-bench-$P/netns.env
+else NB_ENV_FILE=/run/collstack-bench/netns.env; fi
 
 die() { echo "bench-vs-mpi: $*" >&2; exit 1; }
 log() { echo "bench-vs-mpi: $*" >&2; }
@@ -79,7 +108,11 @@ while [ $# -gt 0 ]; do
 	--cluster) CLUSTER=$2; shift 2 ;;
 	--port) PORT=$2; shift 2 ;;
 	--mtu) MTU=$2; shift 2 ;;
-	--no-offload) OFFLOAD=0; shift ;;
+	--no-offload) OFFLOADS=off; shift ;;	# the older spelling
+	--offload) OFFLOADS=$2; shift 2 ;;
+	--timing) TIMING=$2; shift 2 ;;
+	--iters-large) ITERS_LARGE=$2; shift 2 ;;
+	--set) SETS+=(--set "$2"); shift 2 ;;
 	--pause-sidecars) PAUSE_SIDECARS=1; shift ;;
 	--place) PLACE=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
@@ -108,8 +141,13 @@ fi
 	[ "$ITERS_SMALL" -le 100000 ] || die "--iters-small wants a count (1..100000)"
 [[ "$NODES_N" =~ ^[0-9]+$ ]] && [ "$NODES_N" -ge 2 ] || die "--nodes wants >= 2"
 case $PLACE in out|in) ;; *) die "--place out|in" ;; esac
+case $OFFLOADS in on|off) OFFL_LIST=$OFFLOADS ;; both) OFFL_LIST="on off" ;;
+*) die "--offload on|off|both" ;; esac
+case $TIMING in b2b) : "${ITERS_LARGE:=10}" ;; iter) : "${ITERS_LARGE:=3}" ;;
+*) die "--timing b2b|iter" ;; esac
+[[ "$ITERS_LARGE" =~ ^[0-9]+$ ]] && [ "$ITERS_LARGE" -ge 1 ] || die "--iters-large wants a count"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nft, tc)"
-for t in ip nft tc awk sort timeout; do
+for t in ip nft tc awk sort timeout ethtool; do
 	command -v $t >/dev/null || die "missing tool: $t"
 done
 
@@ -175,7 +213,7 @@ cluster_up() {
 	if [ "$kind" = auto ]; then
 		kind=own
 		[ $daemons = 1 ] && [ -x scripts/cluster.sh ] &&
-			[ ! -e /run/collstack/cluster.env ] && kind=cluster
+			[ ! -e "$CS_ENV_FILE" ] && kind=cluster
 	fi
 	# Without DPDK only the udp port exists.
 	if [ $daemons = 1 ] && [ "$port" != udp ] &&
@@ -189,14 +227,15 @@ cluster_up() {
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
 		if [ $daemons = 1 ]; then
 			scripts/cluster.sh up "$NODES_N" --port "$port" \
-				--mtu "$MTU" --cpus "$CPUS" >&2
+				--mtu "$MTU" --cpus "$CPUS" "${SETS[@]}" >&2
 		else
 			scripts/cluster.sh up "$NODES_N" --no-daemons \
 				--mtu "$MTU" --cpus "$CPUS" >&2
 		fi
-		CLUSTER_ENV=/run/collstack/cluster.env
+		CLUSTER_ENV=$CS_ENV_FILE
 		;;
 	own)
+		[ ${#SETS[@]} = 0 ] || die "--set needs a scripts/cluster.sh cluster (--cluster cluster)"
 		if [ $daemons = 1 ]; then
 			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" \
 				--mtu "$MTU" --cpus "$CPUS" >&2
@@ -204,7 +243,7 @@ cluster_up() {
 			scripts/lib/netns.sh up "$NODES_N" --mtu "$MTU" \
 				--cpus "$CPUS" >&2
 		fi
-		CLUSTER_ENV=/run/collstack-bench/netns.env
+		CLUSTER_ENV=$NB_ENV_FILE
 		;;
 	*) die "--cluster auto|own|cluster" ;;
 	esac
@@ -224,7 +263,7 @@ cluster_down() {
 
 # --- adverse conditions, on the bridge and its switch-side veths only.
 
-NFT_TABLE=csbench	# bridge family; nothing else uses this name
+NFT_TABLE=${P}bench	# bridge family; nothing else uses this name
 COND_NOW=""
 SWNS=""	# the namespace of the bridge (CS_SWITCH; none: the host's)
 sw() {	# run a command where the bridge is
@@ -304,6 +343,22 @@ sidecars() {	# STOP|CONT: only the collstackd PIDs cluster.sh started
 	done
 }
 
+# The veths' segmentation offloads, on both ends of every node's veth:
+# on (as they come) or off (every frame a packet of its own).
+offload_set() {
+	local i v=$1
+	for i in "${!NODES[@]}"; do
+		ip netns exec "${NODES[$i]}" ethtool -K "${IFACES[$i]}" \
+			tso "$v" gso "$v" gro "$v" >/dev/null 2>&1 ||
+			log "ethtool -K ${IFACES[$i]} tso/gso/gro $v failed"
+		[ -n "${VETHS[$i]:-}" ] || continue
+		sw ethtool -K "${VETHS[$i]}" tso "$v" gso "$v" gro "$v" \
+			>/dev/null 2>&1 ||
+			log "ethtool -K ${VETHS[$i]} tso/gso/gro $v failed"
+	done
+	log "veth offloads (tso, gso, gro) $v"
+}
+
 # --- the two stacks. Each prints the nccl-tests-style rows of one run.
 
 MPI_DIR=""
@@ -355,7 +410,7 @@ mpi_bench() {	# op minb maxb iters warmup logfile
 			--mca oob_tcp_if_include "$MPI_NET" \
 			--mca mpi_yield_when_idle 1 \
 			"$MPI_BENCH" -o "$1" -b "$2" -e "$3" -f "$FACTOR" \
-			-n "$4" -w "$5" >"$6.run" 2>&1 &
+			-n "$4" -w "$5" -m "$TIMING" >"$6.run" 2>&1 &
 		pid=$!
 		# Watchdog: orteds are daemonized, so mpirun never learns of
 		# one that died before reporting in and waits for ever.
@@ -403,7 +458,8 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 	bench)
 		# shellcheck disable=SC2086
 		timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
-			-f "$FACTOR" -n "$4" -w "$5" --cluster "$CLUSTER_ENV" \
+			-f "$FACTOR" -n "$4" -w "$5" -m "$TIMING" \
+			--cluster "$CLUSTER_ENV" \
 			$CS_BENCH_ARGS >"$6" 2>&1 || rc=$?
 		# The sidecars' health counters after it (cumulative since
 		# they started): what a slow rep resent, dropped or waited.
@@ -446,7 +502,7 @@ cpu_ticks() {	# "busy+idle steal" ticks of all CPUs so far (/proc/stat)
 	awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print t, $9 }' /proc/stat
 }
 run_one() {	# cond rep stack op
-	local cond=$1 rep=$2 stack=$3 op=$4 b e=0 fn lf part rc ok=0 n w t0 t1
+	local cond=$1 rep=$2 stack=$3 op=$4 b e=0 fn lf part rc ok=0 n w t0 t1 load
 	fn=mpi_bench
 	[ "$stack" = collstack ] && fn=collstack_bench
 	# Small sizes get more iterations than the large ones.
@@ -466,28 +522,32 @@ run_one() {	# cond rep stack op
 			e=$MAXB
 			n=$ITERS_LARGE w=$WARM_LARGE
 		fi
-		lf=$OUT/logs/$cond-r$rep-$stack-$op-$part.log
+		lf=$OUT/logs/${cond//\//-}-r$rep-$stack-$op-$part.log
 		log "$cond rep $rep: $stack $op $b..$e B (-n $n -w $w)"
 		rc=0
 		: >"$lf"
 		t0=$(cpu_ticks)
+		load=$(cut -d' ' -f1 /proc/loadavg)
 		$fn "$op" "$b" "$e" "$n" "$w" "$lf" || rc=$?
 		# Steal: time the hypervisor ran something else while a vCPU
 		# of this machine wanted to run. A rep that the host slowed
 		# shows here (docs/bench-vs-mpi.md).
 		t1=$(cpu_ticks)
-		awk -v a="$t0" -v b="$t1" -v k="$cond,$rep,$stack,$op,$part" 'BEGIN {
+		awk -v a="$t0" -v b="$t1" -v k="$cond,$rep,$stack,$op,$part" \
+			-v l="$load" 'BEGIN {
 			split(a, x, " "); split(b, y, " "); t = y[1] - x[1]
-			printf "%s,%d,%d,%.1f\n", k, t, y[2] - x[2], (t > 0 ? 100 * (y[2] - x[2]) / t : 0)
+			printf "%s,%d,%d,%.1f,%s\n", k, t, y[2] - x[2], (t > 0 ? 100 * (y[2] - x[2]) / t : 0), l
 		}' >>"$STEAL"
 		log "  host steal: $(tail -1 "$STEAL" | cut -d, -f8)% of the CPU time"
 		[ $rc = 0 ] || { [ "$stack" = collstack ] && [ "$(head -c 9 "$lf")" = collstack ]; } ||
 			log "  $stack $op failed (rc $rc), see $lf: $(tail -1 "$lf")"
 		# size count type redop root time algbw busbw #wrong p50 p99 place
+		# [cpu(s/GB)]
 		awk -v c="$cond" -v r="$rep" -v s="$stack" -v o="$op" \
-			'NF == 12 && $1 ~ /^[0-9]+$/ {
-				printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
-				c, r, s, o, $1, $12, $6, $7, $8, $9, $10, $11
+			'(NF == 12 || NF == 13) && $1 ~ /^[0-9]+$/ {
+				printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n",
+				c, r, s, o, $1, $12, $6, $7, $8, $9, $10, $11,
+				(NF == 13 ? $13 : "NA")
 			}' "$lf" >>"$RAW"
 		grep -q "^$cond,$rep,$stack,$op," "$RAW" && ok=1
 	done
@@ -529,22 +589,24 @@ ratio() {	# a / b with 2 decimals, NA if either is NA or b is 0
 # Medians per (cond, op, size, stack) -> the summary CSV and the table.
 summarize() {
 	local sum=$OUT/bench-vs-mpi.csv txt=$OUT/bench-vs-mpi.txt
-	local cond op size cbw mbw cl ml wrong cn mn
+	local cond op size cbw mbw cl ml wrong cn mn ccpu mcpu ct mt c99 m99
 	# Latency: p50, or the mean time where the collstack side has no p50
 	# (collstack run), for both stacks alike.
 	LATCOL=11 LATNAME=p50
 	if awk -F, '$3 == "collstack" && $11 == "NA" { f = 1 } END { exit !f }' "$RAW"; then
 		LATCOL=7 LATNAME=mean
 	fi
-	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,collstack_reps,mpi_reps,place,wrong,lat_kind" >"$sum"
+	echo "cond,op,size,collstack_busbw_GBps,mpi_busbw_GBps,busbw_ratio_cs_over_mpi,collstack_lat_us,mpi_lat_us,lat_ratio_mpi_over_cs,collstack_reps,mpi_reps,place,wrong,lat_kind,collstack_cpu_s_per_GB,mpi_cpu_s_per_GB,collstack_time_us,mpi_time_us,collstack_p99_us,mpi_p99_us" >"$sum"
 	{
 		printf '# collstack vs Open MPI (TCP), %d nodes, medians of %d reps, %s-of-place rows, %s\n' \
 			"${#NODES[@]}" "$REPS" "$PLACE" "$(date -u '+%Y-%m-%d %H:%M UTC')"
 		cat "$OUT/bench-vs-mpi.env" 2>/dev/null
 		printf '# bw x = collstack/MPI busbw (GB/s); lat x = MPI/collstack %s time (us); >1: collstack better\n' "$LATNAME"
 		printf '# (k): only k of the %d reps gave that figure (the others failed; see logs/)\n' "$REPS"
-		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s\n' cond op size \
-			"cs busbw" "mpi busbw" "bw x" "cs $LATNAME" "mpi $LATNAME" "lat x"
+		printf '# time: mean per op (us); p50/p99 of the per-op times; cpu: CPU seconds per GB moved (all ranks'"'"' sends)\n'
+		printf '%-9s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s\n' cond op size \
+			"cs busbw" "mpi busbw" "bw x" "cs time" "mpi time" "cs $LATNAME" "mpi $LATNAME" \
+			"cs p99" "mpi p99" "cs cpu" "mpi cpu"
 	} >"$txt"
 	# Keys: conditions and ops in run order, sizes ascending.
 	awk -F, -v p="$PLACE" 'NR > 1 && $6 == p {
@@ -567,7 +629,10 @@ summarize() {
 		cl=$(pick collstack $LATCOL) ml=$(pick mpi $LATCOL)
 		wrong=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
 			'$1 == c && $4 == o && $5 == z && $6 == p { w += $10 } END { print w + 0 }' "$RAW")
-		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$cn,$mn,$PLACE,$wrong,$LATNAME" >>"$sum"
+		ccpu=$(pick collstack 13) mcpu=$(pick mpi 13)
+		ct=$(pick collstack 7) mt=$(pick mpi 7)
+		c99=$(pick collstack 12) m99=$(pick mpi 12)
+		echo "$cond,$op,$size,$cbw,$mbw,$(ratio "$cbw" "$mbw"),$cl,$ml,$(ratio "$ml" "$cl"),$cn,$mn,$PLACE,$wrong,$LATNAME,$ccpu,$mcpu,$ct,$mt,$c99,$m99" >>"$sum"
 		few() {	# value count -> "value(k)" when k < REPS
 			if [ "$2" -gt 0 ] && [ "$2" -lt "$REPS" ]; then
 				echo "$1($2)"
@@ -575,10 +640,11 @@ summarize() {
 				echo "$1"
 			fi
 		}
-		printf '%-6s %-14s %5s %10s %10s %8s %12s %12s %8s%s\n' "$cond" "$op" \
+		printf '%-9s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s%s\n' "$cond" "$op" \
 			"$(human "$size")" "$(few "$cbw" "$cn")" "$(few "$mbw" "$mn")" \
-			"$(ratio "$cbw" "$mbw")" \
-			"$(few "$cl" "$cn")" "$(few "$ml" "$mn")" "$(ratio "$ml" "$cl")" \
+			"$(ratio "$cbw" "$mbw")" "$ct" "$mt" \
+			"$(few "$cl" "$cn")" "$(few "$ml" "$mn")" "$c99" "$m99" \
+			"$ccpu" "$mcpu" \
 			"$([ "$wrong" = 0 ] || echo "  WRONG=$wrong")" >>"$txt"
 	done
 	goals >>"$txt"
@@ -589,18 +655,24 @@ summarize() {
 steal_summary() {	# the host's steal per stack, where the run recorded it
 	local f=$OUT/bench-vs-mpi-steal.csv
 	[ -s "$f" ] || return 0
-	awk -F, 'NR > 1 { n[$3]++; s[$3] += $8
+	awk -F, 'NR > 1 { n[$3]++; s[$3] += $8; l[$3] += $9
 		if (!($3 in m) || $8 > m[$3]) { m[$3] = $8; w[$3] = $1 " rep " $2 " " $5 } }
-		END { for (k in n) printf "#   host steal, %s runs: mean %.1f%%, most %.1f%% (%s)\n", k, s[k] / n[k], m[k], w[k] }' "$f" | sort
+		END { for (k in n) printf "#   %s runs: load average (1 min) at their start %.2f on %d cores; host steal mean %.1f%%, most %.1f%% (%s)\n", k, l[k] / n[k], '"$(nproc)"', s[k] / n[k], m[k], w[k] }' "$f" | sort
 }
 
-goals() {	# the three headline figures, where the run has them
+goals() {	# the headline figures of issue 22, where the run has them
 	local sum=$OUT/bench-vs-mpi.csv
-	row() { awk -F, -v c="$1" -v z="$2" '$1 == c && $2 == "allreduce" && $3 == z' "$sum"; }
-	echo "# goals (${#NODES[@]} nodes, medians):"
-	row clean 67108864 | awk -F, '{ printf "#   allreduce 64M busbw, clean: collstack %s, Open MPI %s GB/s, ratio %s\n", $4, $5, $6 }'
-	row clean 4096 | awk -F, '{ printf "#   allreduce 4K %s time, clean: collstack %s, Open MPI %s us, ratio (MPI/collstack) %s\n", $14, $7, $8, $9 }'
-	row loss 67108864 | awk -F, -v l="$LOSS" '{ printf "#   allreduce 64M busbw, %s%% loss: collstack %s, Open MPI %s GB/s, ratio %s\n", l, $4, $5, $6 }'
+	echo "# goals (${#NODES[@]} nodes, MTU $MTU, medians; bw x = collstack/MPI busbw, time x = MPI/collstack mean time):"
+	awk -F, 'NR > 1 && $2 == "allreduce" &&
+		($3 == 67108864 || $3 == 1048576 || $3 == 4096) {
+		z = $3 == 67108864 ? "64M" : $3 == 1048576 ? "1M" : "4K"
+		if ($3 == 4096)
+			printf "#   %-9s allreduce %3s mean time: collstack %s, Open MPI %s us, time x %s\n",
+				$1, z, $17, $18, ($17 > 0 && $18 != "NA" && $17 != "NA" ? sprintf("%.2f", $18 / $17) : "NA")
+		else
+			printf "#   %-9s allreduce %3s busbw: collstack %s, Open MPI %s GB/s, bw x %s\n",
+				$1, z, $4, $5, $6
+	}' "$sum"
 }
 
 plots() {
@@ -614,7 +686,7 @@ plots() {
 		k=0
 		for cond in $(awk -F, -v o="$op" 'NR > 1 && $2 == o { print $1 }' "$sum" | awk '!seen[$0]++'); do
 			k=$((k + 1))
-			f=$OUT/plot-$op-$cond.dat
+			f=$OUT/plot-$op-${cond//\//-}.dat
 			awk -F, -v o="$op" -v c="$cond" 'NR > 1 && $2 == o && $1 == c {
 				print $3, $4, $5, $7, $8 }' "$sum" >"$f"
 			# Colour per stack, dash and point per condition.
@@ -672,23 +744,18 @@ if [ $REPORT_ONLY = 1 ]; then
 	[ $PLOTS = 1 ] && plots
 	exit 0
 fi
-echo "cond,rep,stack,op,size,place,time_us,algbw_GBps,busbw_GBps,wrong,p50_us,p99_us" >"$RAW"
+echo "cond,rep,stack,op,size,place,time_us,algbw_GBps,busbw_GBps,wrong,p50_us,p99_us,cpu_s_per_GB" >"$RAW"
 STEAL=$OUT/bench-vs-mpi-steal.csv
-echo "cond,rep,stack,op,part,cpu_ticks,steal_ticks,steal_pct" >"$STEAL"
+echo "cond,rep,stack,op,part,cpu_ticks,steal_ticks,steal_pct,load1" >"$STEAL"
 rm -f "$OUT"/logs/*.log "$OUT"/*.png "$OUT"/plot-*.dat
 
 start=$SECONDS
 cluster_up
 mpi_setup
-if [ $OFFLOAD = 0 ]; then
-	for i in "${!NODES[@]}"; do
-		ip netns exec "${NODES[$i]}" ethtool -K "${IFACES[$i]}" \
-			tso off gso off >/dev/null 2>&1 || log "ethtool failed on ${IFACES[$i]}"
-	done
-fi
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, CPUs per node ${NODE_CPUS[*]:-any} ($([ $PIN_MPI = 1 ] && echo 'both stacks' || echo 'collstack; Open MPI ranks float')), offload $([ $OFFLOAD = 1 ] && echo on || echo 'tso/gso off')"
+	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, CPUs per node ${NODE_CPUS[*]:-any} ($([ $PIN_MPI = 1 ] && echo 'both stacks' || echo 'collstack; Open MPI ranks float')), veth offloads: $OFFL_LIST (off: ethtool -K tso gso gro off, both ends), timing $TIMING"
+	echo "# collstackd settings: ${SETS[*]:-defaults}"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
@@ -700,6 +767,8 @@ if [ "$OPS" = auto ]; then
 	log "ops: $OPS"
 fi
 IFS=, read -r -a conds <<<"$CONDS"
+for offl in $OFFL_LIST; do
+offload_set "$offl"
 for cond in "${conds[@]}"; do
 	ops=$OPS
 	[ "$cond" = clean ] || ops=$ADVERSE_OPS
@@ -712,11 +781,12 @@ for cond in "${conds[@]}"; do
 			for stack in $order; do
 				[ $stack = mpi ] && [ $DO_MPI = 0 ] && continue
 				[ $stack = collstack ] && [ $DO_CS = 0 ] && continue
-				run_one "$cond" "$rep" "$stack" "$op" || true
+				run_one "$cond/$offl" "$rep" "$stack" "$op" || true
 			done
 		done
 	done
 	cond_clear
+done
 done
 cluster_down
 

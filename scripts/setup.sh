@@ -22,7 +22,7 @@ PKGS=(
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox
 	libmicrohttpd-dev prometheus curl
 	python3 python3-numpy python3-cffi python3-torch
-	iproute2 nftables iptables procps util-linux kmod
+	iproute2 nftables iptables procps util-linux kmod ethtool
 )
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -42,7 +42,8 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast "
 		"[-b MIN] [-e MAX] [-f F]\n"
-		"          [-n ITERS] [-w WARMUP] [--trainers-per-node T] "
+		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] "
+		"[--trainers-per-node T] "
 		"[--cluster FILE]\n"
 		"          [--trainer PATH] [--timeout S] [--no-netns] "
 		"[--no-pin]\n"
@@ -51,7 +52,10 @@ static void usage(FILE *out)
 		"binary) in each\nnamespace of the cluster (default $CS_CLUSTER_ENV or %s), "
 		"connected to that node's\nsidecar; prints rank 0's rows: "
 		"size count type redop root time(us) algbw\nbusbw #wrong "
-		"p50(us) p99(us) place.\n--no-netns runs the trainers here "
+		"p50(us) p99(us) place cpu(s/GB).\n-m b2b (default): "
+		"a barrier, then the iterations back to back (nccl-tests);\n"
+		"-m iter: each iteration refilled and fenced by a barrier.\n"
+		"--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
 		"--no-pin: anywhere.\n",
@@ -82,6 +86,8 @@ static bool pass_ok(int o, const char *v)
 		return !cs_parse_whole(v, 1, 100000000, &x);
 	case 'w':
 		return !cs_parse_whole(v, 0, 100000000, &x);
+	case 'm':
+		return !strcmp(v, "b2b") || !strcmp(v, "iter");
 	}
 	return false;
 }
@@ -147,7 +153,7 @@ static bool sidecar_cpus(const char *root, const char *name, cpu_set_t *set)
 }
 
 /* Bench options that pass through to every trainer. */
-static const char pass_opts[] = "obefnw";
+static const char pass_opts[] = "obefnwm";
 
 int cs_cmd_bench_ops(int argc, char **argv)
 {
@@ -176,7 +182,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	targs[ntargs++] = "exec";
 	targs[ntargs++] = NULL; /* node */
 	targs[ntargs++] = trainer;
-	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:h", opts, NULL)) !=
+	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:m:h", opts, NULL)) !=
 	       -1) {
 		switch (o) {
 		case 'c':
@@ -232,6 +238,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 					  : o == 'e' ? "-e"
 					  : o == 'f' ? "-f"
 					  : o == 'n' ? "-n"
+					  : o == 'm' ? "-m"
 						     : "-w";
 			targs[ntargs++] = optarg;
 			break;

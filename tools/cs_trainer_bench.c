@@ -10,12 +10,24 @@
  *   COLLSTACK_SOCKET=... RANK=0 WORLD_SIZE=4 LOCAL_RANK=0 \
  *   LOCAL_WORLD_SIZE=1 cs-trainer-bench -o allreduce -b 4K -e 64M -f 4
  *
- * Timing: every iteration starts with a barrier; the time of an iteration
- * is the slowest rank's, from its post to its completion (an allreduce of
- * the per-iteration times with MAX at the end of each size); time(us) is
- * the mean over the timed iterations, p50/p99 their percentiles. A timed
- * iteration's check waits for a second barrier, so that no rank checks
- * while another's operation still runs.
+ * Timing (-m, as tools/mpi_bench.c):
+ *   b2b (default, nccl-tests / OSU style): the warm-up iterations are
+ *     filled, fenced by barriers and checked; then one fill, a barrier,
+ *     and the timed iterations back to back; time(us) is the slowest
+ *     rank's total over the iteration count; p50/p99 are percentiles of
+ *     the per-iteration gaps (completion to completion, the slowest rank
+ *     per iteration). The result of the last timed iteration is checked
+ *     too, where it is still checkable (not in-place reductions, whose
+ *     input is the previous result).
+ *   iter: every iteration starts with a fill and a barrier; the time of
+ *     an iteration is the slowest rank's, from its post to its
+ *     completion; time(us) is the mean over the timed iterations. A
+ *     timed iteration's check waits for a second barrier, so that no
+ *     rank checks while another's operation still runs.
+ * cpu(s/GB), b2b only: CPU seconds used during the timed iterations by
+ * every trainer and its node's sidecar (read from /proc/PID/stat; the PID
+ * from the pid file beside $COLLSTACK_SOCKET, counted by LOCAL_RANK 0),
+ * over the bytes all ranks sent (cs_bench_moved); NA in iter mode.
  */
 #include <errno.h>
 #include <math.h>
@@ -40,7 +52,8 @@ struct bench {
 	struct cs_client *c;
 	struct cs_group *g;
 	int rank, n;
-	double *meta; /* inside a cs_buf: iters + 1 doubles */
+	double *meta; /* inside a cs_buf: iters + 2 doubles */
+	long sidecar; /* this node's collstackd, counted here; 0: none */
 };
 
 static double now_us(void)
@@ -49,6 +62,42 @@ static double now_us(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* The PID of this node's sidecar (the pid file beside the socket), if
+ * this trainer is the node's first (LOCAL_RANK 0), which counts its CPU. */
+static long sidecar_pid(void)
+{
+	const char *sock = getenv("COLLSTACK_SOCKET");
+	const char *lr = getenv("LOCAL_RANK");
+	char path[4096], *slash;
+	long pid = 0;
+	FILE *f;
+
+	if (!sock || (lr && atoi(lr) != 0) ||
+	    (size_t)snprintf(path, sizeof(path), "%s", sock) >= sizeof(path))
+		return 0;
+	slash = strrchr(path, '/');
+	if (!slash || (size_t)(slash - path) + 5 >= sizeof(path))
+		return 0;
+	strcpy(slash + 1, "pid");
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%ld", &pid) != 1 || pid <= 0)
+		pid = 0;
+	fclose(f);
+	return pid;
+}
+
+/* CPU seconds of this trainer and the sidecar it counts. */
+static double cpu_now(const struct bench *b)
+{
+	double c = cs_bench_cpu_self(), s;
+
+	if (b->sidecar && (s = cs_bench_cpu_pid(b->sidecar)) >= 0)
+		c += s;
+	return c;
 }
 
 /* Small integers: float sums stay exact, so the check can be exact. */
@@ -170,6 +219,152 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 	}
 }
 
+/* One size and place, timed: this rank's figures. */
+struct timed {
+	double *lat;  /* per timed iteration, us */
+	double total; /* b2b: all timed iterations, us; iter: their sum */
+	double cpu;   /* b2b: CPU seconds over them (cpu_now); iter: 0 */
+	long wrong;
+};
+
+/* The iterations before the timed ones: each filled, fenced by barriers
+ * and checked, untimed. */
+static int warm_up(enum op op, struct bench *b, float *send, float *recv,
+		   size_t count, int inplace, int warmup,
+		   const float *expect97, struct timed *t)
+{
+	cs_req_t r = 0;
+	int ret;
+
+	for (int it = 0; it < warmup; it++) {
+		fill(op, b, send, recv, count, inplace);
+		if (barrier(b))
+			return -1;
+		ret = post(op, b, send, recv, count, inplace, &r);
+		if (finish(b, ret, r, op_names[op]) || barrier(b))
+			return -1;
+		t->wrong += check(op, b, result(op, b, recv, count, inplace),
+				  count, expect97);
+	}
+	return 0;
+}
+
+static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
+		   size_t count, int inplace, int warmup, int iters,
+		   const float *expect97, struct timed *t)
+{
+	double t0, prev, cpu0;
+	cs_req_t r = 0;
+	int ret;
+
+	/* at least one checked iteration, timed or not */
+	if (warm_up(op, b, send, recv, count, inplace, warmup > 0 ? warmup : 1,
+		    expect97, t))
+		return -1;
+	fill(op, b, send, recv, count, inplace);
+	if (barrier(b))
+		return -1;
+	cpu0 = cpu_now(b);
+	t0 = prev = now_us();
+	for (int it = 0; it < iters; it++) {
+		double now;
+
+		ret = post(op, b, send, recv, count, inplace, &r);
+		if (finish(b, ret, r, op_names[op]))
+			return -1;
+		now = now_us();
+		t->lat[it] = now - prev;
+		prev = now;
+	}
+	t->total = prev - t0;
+	t->cpu = cpu_now(b) - cpu0;
+	/* An in-place reduction's input was the previous result. */
+	if (inplace && (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER))
+		return 0;
+	if (barrier(b))
+		return -1;
+	t->wrong += check(op, b, result(op, b, recv, count, inplace), count,
+			  expect97);
+	return 0;
+}
+
+static int run_iter(enum op op, struct bench *b, float *send, float *recv,
+		    size_t count, int inplace, int warmup, int iters,
+		    const float *expect97, FILE *trace, struct timed *t)
+{
+	cs_req_t r = 0;
+	int ret;
+
+	t->total = 0;
+	t->cpu = 0;
+	for (int it = 0; it < warmup + iters; it++) {
+		double t0, dt;
+
+		fill(op, b, send, recv, count, inplace);
+		if (barrier(b))
+			return -1;
+		t0 = now_us();
+		ret = post(op, b, send, recv, count, inplace, &r);
+		if (finish(b, ret, r, op_names[op]))
+			return -1;
+		dt = now_us() - t0;
+		if (trace)
+			fprintf(trace, "%zu %s %d %.0f %.0f\n",
+				count * sizeof(float), inplace ? "in" : "out",
+				it - warmup, t0 * 1e3, (t0 + dt) * 1e3);
+		if (it < warmup)
+			continue;
+		t->lat[it - warmup] = dt;
+		/* No rank checks (or fills) while another's operation still
+		 * runs: on shared cores that work would land in the slowest
+		 * rank's time */
+		if (barrier(b))
+			return -1;
+		t->wrong += check(op, b, result(op, b, recv, count, inplace),
+				  count, expect97);
+	}
+	return 0;
+}
+
+/* Rank 0's row: the columns of tools/mpi_bench.c. */
+static void print_row(enum op op, const struct bench *b, size_t count,
+		      int inplace, int iters, double *lat,
+		      const struct timed *t, long wrong,
+		      enum cs_bench_mode mode)
+{
+	double sz = (double)count * sizeof(float), sum = 0, tm, alg, bus;
+	char cpu[32] = "NA";
+
+	if (mode == CS_BENCH_B2B) {
+		tm = t->total / iters;
+		snprintf(cpu, sizeof(cpu), "%.2f",
+			 t->cpu / (cs_bench_moved(op == OP_ALLREDUCE,
+						  op == OP_BROADCAST, sz,
+						  b->n) *
+				   iters / 1e9));
+	} else {
+		for (int it = 0; it < iters; it++)
+			sum += lat[it];
+		tm = sum / iters;
+	}
+	alg = sz / (tm * 1e3);
+	bus = alg;
+	if (op == OP_ALLREDUCE)
+		bus = alg * 2.0 * (b->n - 1) / b->n;
+	else if (op != OP_BROADCAST)
+		bus = alg * (double)(b->n - 1) / b->n;
+	qsort(lat, (size_t)iters, sizeof(double), cs_bench_cmp_double);
+	printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f "
+	       "%6s %9s\n",
+	       count * sizeof(float), count, "float",
+	       op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER ? "sum" : "none",
+	       op == OP_BROADCAST ? 0 : -1, tm, alg, bus, wrong,
+	       lat[(size_t)(iters - 1) / 2],
+	       lat[(size_t)ceil(0.99 * iters) - 1], inplace ? "in" : "out",
+	       cpu);
+	fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
@@ -178,6 +373,7 @@ int main(int argc, char **argv)
 	struct cs_buf *bs = NULL, *br = NULL, *bm = NULL;
 	struct bench b = { 0 };
 	enum op op = OP_ALLREDUCE;
+	enum cs_bench_mode mode = CS_BENCH_B2B;
 	float expect97[97];
 	double *lat = NULL;
 	float *send, *recv;
@@ -197,6 +393,14 @@ int main(int argc, char **argv)
 			warmup = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-g"))
 			group = argv[i + 1];
+		else if (!strcmp(argv[i], "-m")) {
+			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
+				fprintf(stderr, "cs-trainer-bench: -m %s: b2b "
+						"or iter\n",
+					argv[i + 1]);
+				return 2;
+			}
+		}
 		else if (!strcmp(argv[i], "-o")) {
 			unsigned k;
 
@@ -247,7 +451,7 @@ int main(int argc, char **argv)
 	if (!ret)
 		ret = cs_buf_alloc(b.c, maxb, &br);
 	if (!ret)
-		ret = cs_buf_alloc(b.c, sizeof(double) * (size_t)(iters + 1),
+		ret = cs_buf_alloc(b.c, sizeof(double) * (size_t)(iters + 2),
 				   &bm);
 	lat = malloc(sizeof(double) * (size_t)iters);
 	if (ret || !lat) {
@@ -259,18 +463,21 @@ int main(int argc, char **argv)
 	send = cs_buf_ptr(bs);
 	recv = cs_buf_ptr(br);
 	b.meta = cs_buf_ptr(bm);
+	b.sidecar = sidecar_pid();
 	for (size_t i = 0; i < 97; i++) {
 		expect97[i] = 0;
 		for (int r = 0; r < b.n; r++)
 			expect97[i] += val(r, i);
 	}
 	if (!b.rank)
-		printf("# op %s ranks %d (libcollstack through collstackd)\n"
+		printf("# op %s ranks %d (libcollstack through collstackd), "
+		       "timing %s\n"
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
-		       "%6s\n",
-		       op_names[op], b.n, "size", "count", "type", "redop",
-		       "root", "time(us)", "algbw", "busbw", "#wrong",
-		       "p50(us)", "p99(us)", "place");
+		       "%6s %9s\n",
+		       op_names[op], b.n,
+		       mode == CS_BENCH_B2B ? "b2b" : "iter", "size", "count",
+		       "type", "redop", "root", "time(us)", "algbw", "busbw",
+		       "#wrong", "p50(us)", "p99(us)", "place", "cpu(s/GB)");
 	/* $COLLSTACK_BENCH_TRACE_DIR: every operation's post and completion
 	 * (CLOCK_MONOTONIC ns) in <dir>/trainer-<rank>.txt, to set against
 	 * the sidecars' ipc.trace_dir (scripts/op-breakdown.py) */
@@ -296,85 +503,43 @@ int main(int argc, char **argv)
 		count -= count % (size_t)b.n;
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0;
-			double sum = 0;
 			cs_req_t r = 0;
+			struct timed t = { .lat = lat, .wrong = 0 };
 
 			if (op == OP_BROADCAST && inplace)
 				continue;
-			for (int it = 0; it < warmup + iters; it++) {
-				double t0, dt;
-
-				fill(op, &b, send, recv, count, inplace);
-				if (barrier(&b))
-					goto out_fail;
-				t0 = now_us();
-				ret = post(op, &b, send, recv, count, inplace,
-					   &r);
-				if (finish(&b, ret, r, op_names[op]))
-					goto out_fail;
-				dt = now_us() - t0;
-				if (trace)
-					fprintf(trace, "%zu %s %d %.0f %.0f\n",
-						count * sizeof(float),
-						inplace ? "in" : "out",
-						it - warmup, t0 * 1e3,
-						(t0 + dt) * 1e3);
-				if (it < warmup)
-					continue;
-				lat[it - warmup] = dt;
-				/* No rank checks (or fills) while another's
-				 * operation still runs: on shared cores that
-				 * work would land in the slowest rank's time
-				 * (tools/mpi_bench.c checks in a loop of its
-				 * own, untimed) */
-				if (barrier(&b))
-					goto out_fail;
-				wrong += check(
-					op, &b,
-					result(op, &b, recv, count, inplace),
-					count, expect97);
-			}
-			/* slowest rank per iteration, wrong over ranks */
+			if (mode == CS_BENCH_B2B)
+				ret = run_b2b(op, &b, send, recv, count,
+					      inplace, warmup, iters, expect97,
+					      &t);
+			else
+				ret = run_iter(op, &b, send, recv, count,
+					       inplace, warmup, iters, expect97,
+					       trace, &t);
+			if (ret)
+				goto out_fail;
+			/* slowest rank per iteration and in total; CPU and
+			 * wrong summed over ranks */
 			memcpy(b.meta, lat, sizeof(double) * (size_t)iters);
-			ret = cs_allreduce(b.g, b.meta, b.meta, (size_t)iters,
-					   CS_F64, CS_MAX, &r);
+			b.meta[iters] = t.total;
+			ret = cs_allreduce(b.g, b.meta, b.meta,
+					   (size_t)iters + 1, CS_F64, CS_MAX,
+					   &r);
 			if (finish(&b, ret, r, "timing max"))
 				goto out_fail;
 			memcpy(lat, b.meta, sizeof(double) * (size_t)iters);
-			b.meta[0] = (double)wrong;
-			ret = cs_allreduce(b.g, b.meta, b.meta, 1, CS_F64,
+			t.total = b.meta[iters];
+			b.meta[0] = (double)t.wrong;
+			b.meta[1] = t.cpu;
+			ret = cs_allreduce(b.g, b.meta, b.meta, 2, CS_F64,
 					   CS_SUM, &r);
 			if (finish(&b, ret, r, "#wrong sum"))
 				goto out_fail;
 			wrong = (long)b.meta[0];
-			if (!b.rank) {
-				double t, sz = (double)count * sizeof(float);
-				double alg, bus;
-
-				for (int it = 0; it < iters; it++)
-					sum += lat[it];
-				t = sum / iters;
-				alg = sz / (t * 1e3);
-				bus = alg;
-				if (op == OP_ALLREDUCE)
-					bus = alg * 2.0 * (b.n - 1) / b.n;
-				else if (op != OP_BROADCAST)
-					bus = alg * (double)(b.n - 1) / b.n;
-				qsort(lat, (size_t)iters, sizeof(double),
-				      cs_bench_cmp_double);
-				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f "
-				       "%8.3f %6ld %10.1f %10.1f %6s\n",
-				       count * sizeof(float), count, "float",
-				       op == OP_ALLREDUCE ||
-						       op == OP_REDUCE_SCATTER
-					       ? "sum"
-					       : "none",
-				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
-				       wrong, lat[(size_t)(iters - 1) / 2],
-				       lat[(size_t)ceil(0.99 * iters) - 1],
-				       inplace ? "in" : "out");
-				fflush(stdout);
-			}
+			t.cpu = b.meta[1];
+			if (!b.rank)
+				print_row(op, &b, count, inplace, iters, lat,
+					  &t, wrong, mode);
 			if (wrong)
 				bad = 1; /* keep going, fail at the end */
 		}

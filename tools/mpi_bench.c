@@ -5,6 +5,16 @@
  * nccl-tests-style columns, so both stacks are compared like for like.
  *
  *   mpirun -np 4 build/tools/cs-mpi-bench -o allreduce -b 4K -e 64M -f 4
+ *                                         [-m b2b|iter]
+ *
+ * Timing, -m as in tools/cs_trainer_bench.c: b2b (default; nccl-tests and
+ * OSU: a barrier, the timed iterations back to back, time(us) = the
+ * slowest rank's total / iterations, p50/p99 over the per-iteration gaps)
+ * or iter (each iteration refilled, a barrier, timed alone; the mean of
+ * the slowest rank's times). Every warm-up iteration is checked, and in
+ * iter mode every timed one (b2b: one at least). cpu(s/GB), b2b only: the
+ * ranks' CPU seconds (getrusage) over the timed iterations, summed, over
+ * the bytes all ranks sent (cs_bench_moved).
  */
 #include <errno.h>
 #include <math.h>
@@ -80,6 +90,32 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 	return wrong;
 }
 
+/* The collective alone, as timed. */
+static void timed_op(enum op op, float *send, float *recv, size_t count,
+		     int n, int inplace)
+{
+	switch (op) {
+	case OP_ALLREDUCE:
+		MPI_Allreduce(inplace ? MPI_IN_PLACE : send, recv, (int)count,
+			      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+		break;
+	case OP_REDUCE_SCATTER:
+		MPI_Reduce_scatter_block(inplace ? MPI_IN_PLACE : send, recv,
+					 (int)(count / (size_t)n), MPI_FLOAT,
+					 MPI_SUM, MPI_COMM_WORLD);
+		break;
+	case OP_ALL_GATHER:
+		MPI_Allgather(inplace ? MPI_IN_PLACE : send,
+			      (int)(count / (size_t)n), MPI_FLOAT, recv,
+			      (int)(count / (size_t)n), MPI_FLOAT,
+			      MPI_COMM_WORLD);
+		break;
+	case OP_BROADCAST:
+		MPI_Bcast(recv, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+		break;
+	}
+}
+
 static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 		 int n, int inplace)
 {
@@ -114,6 +150,8 @@ int main(int argc, char **argv)
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
 	int iters = 20, warmup = 5, rank, n;
 	enum op op = OP_ALLREDUCE;
+	enum cs_bench_mode mode = CS_BENCH_B2B;
+	int bad_mode = 0;
 
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -129,6 +167,8 @@ int main(int argc, char **argv)
 			iters = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-w"))
 			warmup = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "-m"))
+			bad_mode = cs_bench_parse_mode(argv[i + 1], &mode);
 		else if (!strcmp(argv[i], "-o")) {
 			for (unsigned k = 0; k < 4; k++)
 				if (!strcasecmp(argv[i + 1], op_names[k]) ||
@@ -139,7 +179,7 @@ int main(int argc, char **argv)
 					op = (enum op)k;
 		}
 	}
-	if (factor < 2 || !minb || maxb < minb || iters < 1) {
+	if (factor < 2 || !minb || maxb < minb || iters < 1 || bad_mode) {
 		if (!rank)
 			fprintf(stderr, "mpi_bench: bad arguments\n");
 		MPI_Finalize();
@@ -153,10 +193,11 @@ int main(int argc, char **argv)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
 	if (!rank)
-		printf("# op %s ranks %d\n#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s %6s\n",
-		       op_names[op], n, "size", "count", "type", "redop",
-		       "root", "time(us)", "algbw", "busbw", "#wrong",
-		       "p50(us)", "p99(us)", "place");
+		printf("# op %s ranks %d, timing %s\n#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s %6s %9s\n",
+		       op_names[op], n, mode == CS_BENCH_B2B ? "b2b" : "iter",
+		       "size", "count", "type", "redop", "root", "time(us)",
+		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
+		       "place", "cpu(s/GB)");
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
@@ -164,53 +205,60 @@ int main(int argc, char **argv)
 			count -= count % (size_t)n;
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0, total_wrong = 0;
-			double sum = 0;
+			double sum = 0, cpu = 0;
 
 			if (op == OP_BROADCAST && inplace)
 				continue;
-			/* Warm-up and check: every element, every time. */
-			for (int it = 0; it < warmup + iters; it++) {
+			/* Warm-up and check: every element, every time
+			 * (b2b: at least once) */
+			int checked = mode == CS_BENCH_ITER ? warmup + iters
+						: warmup ? warmup
+							 : 1;
+
+			for (int it = 0; it < checked; it++) {
 				fill(op, send, recv, count, rank, n, inplace);
 				MPI_Barrier(MPI_COMM_WORLD);
 				wrong = run_once(op, send, recv, count, rank, n,
 						 inplace);
-				if (it >= warmup)
+				if (it >= warmup || mode == CS_BENCH_B2B)
 					total_wrong += wrong;
 			}
-			/* Timed loop: collective only, max over ranks. */
-			for (int it = 0; it < iters; it++) {
+			if (mode == CS_BENCH_B2B) {
+				double t0, prev, c0, tot;
+
+				fill(op, send, recv, count, rank, n, inplace);
+				MPI_Barrier(MPI_COMM_WORLD);
+				c0 = cs_bench_cpu_self();
+				t0 = prev = MPI_Wtime();
+				for (int it = 0; it < iters; it++) {
+					double now;
+
+					timed_op(op, send, recv, count, n,
+						 inplace);
+					now = MPI_Wtime();
+					lat[it] = (now - prev) * 1e6;
+					prev = now;
+				}
+				tot = prev - t0;
+				cpu = cs_bench_cpu_self() - c0;
+				MPI_Allreduce(MPI_IN_PLACE, lat, iters,
+					      MPI_DOUBLE, MPI_MAX,
+					      MPI_COMM_WORLD);
+				MPI_Allreduce(&tot, &sum, 1, MPI_DOUBLE,
+					      MPI_MAX, MPI_COMM_WORLD);
+				MPI_Allreduce(MPI_IN_PLACE, &cpu, 1,
+					      MPI_DOUBLE, MPI_SUM,
+					      MPI_COMM_WORLD);
+			}
+			/* iter: collective only, max over ranks */
+			for (int it = 0; mode == CS_BENCH_ITER && it < iters;
+			     it++) {
 				double t0, dt, mx;
 
 				fill(op, send, recv, count, rank, n, inplace);
 				MPI_Barrier(MPI_COMM_WORLD);
 				t0 = MPI_Wtime();
-				switch (op) {
-				case OP_ALLREDUCE:
-					MPI_Allreduce(
-						inplace ? MPI_IN_PLACE : send,
-						recv, (int)count, MPI_FLOAT,
-						MPI_SUM, MPI_COMM_WORLD);
-					break;
-				case OP_REDUCE_SCATTER:
-					MPI_Reduce_scatter_block(
-						inplace ? MPI_IN_PLACE : send,
-						recv, (int)(count / (size_t)n),
-						MPI_FLOAT, MPI_SUM,
-						MPI_COMM_WORLD);
-					break;
-				case OP_ALL_GATHER:
-					MPI_Allgather(
-						inplace ? MPI_IN_PLACE : send,
-						(int)(count / (size_t)n),
-						MPI_FLOAT, recv,
-						(int)(count / (size_t)n),
-						MPI_FLOAT, MPI_COMM_WORLD);
-					break;
-				case OP_BROADCAST:
-					MPI_Bcast(recv, (int)count, MPI_FLOAT,
-						  0, MPI_COMM_WORLD);
-					break;
-				}
+				timed_op(op, send, recv, count, n, inplace);
 				dt = MPI_Wtime() - t0;
 				MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX,
 					      MPI_COMM_WORLD);
@@ -229,9 +277,18 @@ int main(int argc, char **argv)
 					bus = alg * 2.0 * (n - 1) / n;
 				else if (op != OP_BROADCAST)
 					bus = alg * (double)(n - 1) / n;
+				char cpus[32] = "NA";
+
+				if (mode == CS_BENCH_B2B)
+					snprintf(cpus, sizeof(cpus), "%.2f",
+						 cpu / (cs_bench_moved(
+								op == OP_ALLREDUCE,
+								op == OP_BROADCAST,
+								sz, n) *
+							iters / 1e9));
 				qsort(lat, (size_t)iters, sizeof(double),
 				      cs_bench_cmp_double);
-				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s\n",
+				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s %9s\n",
 				       count * sizeof(float), count, "float",
 				       op == OP_BROADCAST || op == OP_ALL_GATHER
 					       ? "none"
@@ -240,7 +297,7 @@ int main(int argc, char **argv)
 				       total_wrong,
 				       lat[(size_t)(iters - 1) / 2],
 				       lat[(size_t)ceil(0.99 * iters) - 1],
-				       inplace ? "in" : "out");
+				       inplace ? "in" : "out", cpus);
 				fflush(stdout);
 			}
 		}

@@ -33,11 +33,22 @@
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/switch.sh"
 
-NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench}
+# CS_CLUSTER=P (1-6 lower-case letters/digits) renames everything to
+# Pb<i>, Pbsw, Pbbr0, Pbv<i>, Pbd<i> and the run folder to
+# /run/collstack-bench-P, so that helpers sharing a machine never meet;
+# unset: the csb names above and /run/collstack-bench.
+if [ -n "${CS_CLUSTER:-}" ]; then
+	[[ "$CS_CLUSTER" =~ ^[a-z0-9]{1,6}$ ]] ||
+		{ echo "netns: bad CS_CLUSTER '$CS_CLUSTER'" >&2; exit 2; }
+	NB_PREFIX=${CS_CLUSTER}b
+	NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench-$CS_CLUSTER}
+else
+	NB_PREFIX=csb
+	NB_RUN=${CS_NETNS_RUN:-/run/collstack-bench}
+fi
 NB_ENV=$NB_RUN/netns.env
-NB_PREFIX=csb
-NB_BR=csbbr0
-NB_SW=csbsw
+NB_BR=${NB_PREFIX}br0
+NB_SW=${NB_PREFIX}sw
 NB_NET=10.78.0
 NB_UDP_PORT=${CS_UDP_PORT:-7700}
 NB_BUILD=${CS_BUILD_DIR:-build}

@@ -195,6 +195,17 @@ Test(cc, path_moves_the_pacer)
 	cs_path_on_timeout(&path, 1000);
 	cr_assert_float_eq(path.pacer.rate, 6.25e9, 1);
 	cr_assert_float_eq(path.cc.rate, 6.25e9, 1);
+	/* a spurious timeout takes its cut back (two in a row: both) */
+	cs_path_on_timeout(&path, 2000);
+	cr_assert_float_eq(path.cc.rate, 3.125e9, 1);
+	cs_path_on_spurious(&path, 3000);
+	cr_assert_float_eq(path.cc.rate, 12.5e9, 1);
+	cr_assert_float_eq(path.pacer.rate, 12.5e9, 1);
+	/* nothing to undo twice */
+	cs_path_on_timeout(&path, 4000);
+	path.cc.rate_before_timeout = 0; /* what a real loss verdict does */
+	cs_path_on_spurious(&path, 5000);
+	cr_assert_float_eq(path.cc.rate, 6.25e9, 1);
 }
 
 Test(xport, keys_go_to_their_table)

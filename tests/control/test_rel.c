@@ -412,6 +412,62 @@ Test(rel, timeout_resends_one_then_the_ack_decides)
 	unpair();
 }
 
+/*
+ * A timeout on a loaded machine: the peer was descheduled, the originals
+ * arrive late and its ACK covers the oldest packet alone. The echoed send
+ * time (the original's, older than the resend) proves the timeout
+ * spurious (Eifel), where F-RTO alone would have condemned the rest; the
+ * session learns the delay (rel.rto_learn): its next RTO is at least
+ * twice it.
+ */
+static void late_peer(bool learn)
+{
+	struct cs_pkt_hdr h[3], r = { .type = CS_PKT_DATA }, ack;
+	const cs_ns_t t_send = 1000;
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t t, t_ack;
+
+	pair(SEQ0);
+	if (!learn)
+		a.p.rto_learn = 0;
+	for (unsigned i = 0; i < 3; i++)
+		h[i] = data(&a, i, t_send);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
+	/* the peer wakes 2 ms later and acknowledges the first original */
+	t_ack = t + 2000000;
+	cs_rel_on_packet(&b, &h[0], t_ack);
+	ack = ack_of(&b, t_ack);
+	cr_assert_eq(ack.ack, SEQ0 + 1, "the oldest packet alone");
+	cr_assert_eq(ack.sack, 0);
+	cr_assert_eq(cs_rel_on_packet(&a, &ack, t_ack) & CS_REL_LOST, 0,
+		     "a late original condemns nothing");
+	cr_assert_neq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(a.st.spurious_rto, 1);
+	if (learn)
+		cr_assert_geq(a.rto_deadline, t_ack + 2 * (t_ack - t_send),
+			      "the next RTO waits out twice the delay");
+	else
+		cr_assert_lt(a.rto_deadline, t_ack + 2 * (t_ack - t_send));
+	/* the rest arrives; all acknowledged, nothing resent */
+	cs_rel_on_packet(&b, &h[1], t_ack + 10);
+	cs_rel_on_packet(&b, &h[2], t_ack + 10);
+	ack = ack_of(&b, t_ack + 10);
+	cs_rel_on_packet(&a, &ack, t_ack + 20);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(a.st.retx, 1);
+	unpair();
+}
+
+Test(rel, late_peer_is_spurious_and_learnt)
+{
+	late_peer(true);
+	late_peer(false);
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;

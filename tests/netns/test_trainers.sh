@@ -224,10 +224,10 @@ EOF
 	echo "up: $n nodes, port $PORT"
 }
 
-bench() {	# T args...
+bench() {	# T args...: -m iter, every element of every iteration checked
 	local t=$1; shift
 	"$CLI" bench --cluster "$ENV_FILE" --trainers-per-node "$t" \
-		--timeout 300 "$@"
+		--timeout 300 -m iter "$@"
 }
 
 ctl() { cs_ctl "$1" "$2"; }	# run_dir request -> reply line
@@ -314,6 +314,7 @@ case_early() {
 }
 
 case_gather() {
+	local out
 	up 2
 	bench 2 -o all_gather -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "all_gather failed"
@@ -321,6 +322,14 @@ case_gather() {
 		fail "broadcast failed"
 	bench 2 -o reduce_scatter -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "reduce_scatter failed"
+	# back-to-back timing (the default): the warm-up and the last timed
+	# iteration are checked, and the CPU column is a number
+	out=$("$CLI" bench --cluster "$ENV_FILE" --trainers-per-node 2 \
+		--timeout 300 -o allreduce -b 4K -e 64K -f 16 -n 5 -w 1) ||
+		fail "allreduce -m b2b failed"
+	echo "$out"
+	awk '$1 ~ /^[0-9]+$/ && $13 ~ /^[0-9.]+$/ { n++ } END { exit n != 4 }' \
+		<<<"$out" || fail "b2b: not 4 rows with a cpu(s/GB) figure"
 	sidecars_alive
 }
 
@@ -632,8 +641,21 @@ case_core() {
 		fail "ipn0 does not run the transport core"
 }
 
+# port.queues=2 on the udp port: queue q listens on port.udp_port + q.
+# When the queues shared one port (SO_REUSEPORT) the kernel hashed a
+# peer's frames onto queue 1, which no session reads, and the first
+# operation failed with "peer lost".
+case_udp_queues() {
+	PORT=udp
+	up 2 --set port.queues=2
+	bench 1 -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "allreduce with port.queues=2 on the udp port failed"
+	sidecars_alive
+}
+
 case ${1:-} in
 core_4x2) case_core ;;
+udp_queues_2x1) case_udp_queues ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
 ar_4x1) case_ar 4 1 ;;
