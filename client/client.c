@@ -290,8 +290,15 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	fds[0] = c->ctrl_fd;
 	fds[1] = c->efd;
 	ret = rpc(c, &m, fds, 2, &r);
+	/* A sidecar with every trainer slot taken answers -EUSERS at once
+	 * and hangs up, possibly before our hello went out: its answer
+	 * may still be waiting. */
+	if (ret == -ENOTCONN &&
+	    recv(c->fd, &r, sizeof(r), MSG_DONTWAIT) == (ssize_t)sizeof(r) &&
+	    r.type == CS_IPC_MSG_REPLY && r.u.reply.status < 0)
+		ret = r.u.reply.status;
 	if (ret == -ENOTCONN)
-		ret = -ECONNRESET; /* refused (credentials, limits) */
+		ret = -ECONNRESET; /* refused (credentials) */
 	if (ret)
 		goto out_ctrl;
 	*out = c;

@@ -39,7 +39,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  offsetof(struct cs_ipc_cfg, max_segments), "64", 1, 65536,
 	  "shared buffers per trainer" },
 	{ "ipc.max_groups", CS_CFG_U32, offsetof(struct cs_ipc_cfg, max_groups),
-	  "64", 1, 65536, "groups per sidecar (and per trainer)" },
+	  "64", 1, 65536, "groups per sidecar" },
+	{ "ipc.max_trainer_groups", CS_CFG_U32,
+	  offsetof(struct cs_ipc_cfg, max_trainer_groups), "16", 1, 65536,
+	  "groups one trainer may be in at once (so one trainer cannot "
+	  "take every group slot of the sidecar; at most ipc.max_groups)" },
 	{ "ipc.max_op_bytes", CS_CFG_SIZE,
 	  offsetof(struct cs_ipc_cfg, max_op_bytes), "16G", 1, 1e15,
 	  "largest buffer one operation may name" },
@@ -63,6 +67,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "with CS_ERR_TIMEOUT, naming a local rank that did not post it, "
 	  "when that rank has not posted it this long (0: never); the group "
 	  "is then failed (as coll.deadline, its default)" },
+	{ "ipc.hello_deadline", CS_CFG_NS,
+	  offsetof(struct cs_ipc_cfg, hello_deadline), "5s", 1000000, 3.6e12,
+	  "a connection that has not sent its hello this long after it was "
+	  "accepted is closed (so connections that never say hello cannot "
+	  "hold the trainer slots)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -140,6 +149,7 @@ struct trainer {
 	pid_t pid;
 	bool hello;
 	bool kick;
+	cs_ns_t accepted_at; /* its hello is due by + cfg.hello_deadline */
 	void *ctrl_mem;
 	size_t ctrl_len;
 	struct cs_ipc_ctrl *ctrl;
@@ -952,8 +962,19 @@ cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
 {
 	cs_ns_t next = 0;
 
+	/* connections that owe their hello (check_hello) */
+	for (uint32_t i = 0; i < s->tr_end; i++) {
+		const struct trainer *t = s->tr[i];
+		cs_ns_t at;
+
+		if (!t || t->hello)
+			continue;
+		at = t->accepted_at + s->cfg.hello_deadline;
+		if (!next || at < next)
+			next = at;
+	}
 	if (!s->cfg.match_deadline)
-		return 0;
+		return next;
 	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
 		const struct group *g = &s->groups[i];
 		const struct inst *in;
@@ -1554,6 +1575,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	char name[CS_IPC_NAME_MAX];
 	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
 	int32_t lr = msg->u.join.local_rank, ls = msg->u.join.local_size;
+	uint32_t max_h = CS_MIN(s->cfg.max_groups, s->cfg.max_trainer_groups);
 	struct member *m;
 	struct group *g;
 	uint32_t h;
@@ -1571,10 +1593,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 			 (int)rank, (int)size, (int)lr, (int)ls);
 		return -EINVAL;
 	}
-	for (h = 0; h < s->cfg.max_groups && t->groups[h]; h++)
+	for (h = 0; h < max_h && t->groups[h]; h++)
 		;
-	if (h == s->cfg.max_groups) {
-		snprintf(why, wl, "too many groups (ipc.max_groups)");
+	if (h == max_h) {
+		snprintf(why, wl,
+			 "this trainer is in %u groups already "
+			 "(ipc.max_trainer_groups)",
+			 max_h);
 		return -ENOSPC;
 	}
 	g = group_find(s, name);
@@ -1614,6 +1639,18 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "local size %u",
 				 name, g->size, g->local_size);
 			return -EINVAL;
+		}
+		/* one connection, one rank of a group: else one trainer
+		 * could hold every local slot of a group and the real
+		 * trainers of those ranks would be refused */
+		for (uint32_t l = 0; l < g->local_size; l++) {
+			if (!g->m[l] || g->m[l]->t != t)
+				continue;
+			snprintf(why, wl,
+				 "this trainer holds rank %d (local rank %u) "
+				 "of group '%.24s' already",
+				 (int)g->ranks[l], l, name);
+			return -EEXIST;
 		}
 		if (g->m[lr] || local_of(g, (uint32_t)rank) >= 0) {
 			snprintf(why, wl,
@@ -1776,6 +1813,59 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 	return 0;
 }
 
+/*
+ * Every slot is taken: say so (-EUSERS, the trainer's cs_connect returns
+ * it) rather than only hang up, which the trainer would see as a reset.
+ * The reply is queued before its hello arrives; the client reads it as
+ * the hello's answer.
+ */
+static void refuse_full(struct cs_ipc_server *s, int fd, pid_t pid)
+{
+	struct trainer tmp = { .fd = fd };
+	char why[CS_IPC_MSG_TEXT];
+
+	snprintf(why, sizeof(why),
+		 "sidecar full: %u trainers connected (ipc.max_trainers)",
+		 s->cfg.max_trainers);
+	CS_WARN("refused trainer pid %d: %s", (int)pid, why);
+	(void)reply(&tmp, -EUSERS, 0, why);
+	s->st.refused++;
+	s->st.full++;
+	close(fd);
+}
+
+/*
+ * Close connections that have not said hello within ipc.hello_deadline of
+ * their accept: without it, connections that never send one would hold
+ * every trainer slot for ever. They get a reply saying why (-ETIMEDOUT).
+ * Returns the number closed.
+ */
+static int check_hello(struct cs_ipc_server *s, cs_ns_t now)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->tr_end; i++) {
+		struct trainer *t = s->tr[i];
+		char why[CS_IPC_MSG_TEXT];
+
+		if (!t || t->hello ||
+		    now - t->accepted_at < s->cfg.hello_deadline)
+			continue;
+		snprintf(why, sizeof(why),
+			 "no hello within %llu ms of connecting "
+			 "(ipc.hello_deadline)",
+			 (unsigned long long)(s->cfg.hello_deadline /
+					      1000000));
+		CS_WARN("closed the connection of pid %d: %s", (int)t->pid,
+			why);
+		(void)reply(t, -ETIMEDOUT, 0, why);
+		s->st.hello_timeouts++;
+		trainer_drop(s, i, why);
+		n++;
+	}
+	return n;
+}
+
 static int accept_one(struct cs_ipc_server *s)
 {
 	struct ucred cr;
@@ -1801,13 +1891,17 @@ static int accept_one(struct cs_ipc_server *s)
 	}
 	for (slot = 0; slot < s->cfg.max_trainers && s->tr[slot]; slot++)
 		;
-	t = slot < s->cfg.max_trainers ? calloc(1, sizeof(*t)) : NULL;
+	if (slot == s->cfg.max_trainers) {
+		refuse_full(s, fd, cr.pid);
+		return 1;
+	}
+	t = calloc(1, sizeof(*t));
 	if (t) {
 		t->segs = calloc(s->cfg.max_segments, sizeof(*t->segs));
 		t->groups = calloc(s->cfg.max_groups, sizeof(*t->groups));
 	}
 	if (!t || !t->segs || !t->groups) {
-		CS_WARN("refused trainer pid %d: no room", (int)cr.pid);
+		CS_WARN("refused trainer pid %d: out of memory", (int)cr.pid);
 		if (t) {
 			free(t->segs);
 			free(t->groups);
@@ -1820,6 +1914,7 @@ static int accept_one(struct cs_ipc_server *s)
 	t->fd = fd;
 	t->efd = -1;
 	t->pid = cr.pid;
+	t->accepted_at = s->now;
 	s->tr[slot] = t;
 	if (slot >= s->tr_end)
 		s->tr_end = slot + 1;
@@ -1879,7 +1974,7 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 		ret = poll_sockets(s);
 		if (ret < 0)
 			return ret;
-		work += ret + check_deadlines(s, now);
+		work += ret + check_deadlines(s, now) + check_hello(s, now);
 	}
 	for (uint32_t i = 0; i < s->tr_end; i++) {
 		struct trainer *t = s->tr[i];

@@ -50,13 +50,15 @@ struct cs_ipc_cfg {
 	char socket_path[CS_CFG_STR_MAX];
 	uint32_t max_trainers;
 	uint32_t max_segments; /* per trainer */
-	uint32_t max_groups; /* per server and per trainer */
+	uint32_t max_groups; /* per server */
+	uint32_t max_trainer_groups; /* groups one trainer may be in */
 	uint64_t max_op_bytes; /* largest buffer an op may name */
 	uint64_t max_segment_bytes;
 	cs_ns_t sock_poll_interval;
 	uint32_t sq_burst; /* descriptors per trainer per poll */
 	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
 	cs_ns_t match_deadline; /* 0: local matching waits forever */
+	cs_ns_t hello_deadline; /* a connection must say hello by then */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -179,6 +181,8 @@ struct cs_ipc_stats {
 	uint64_t bad_msg; /* control messages rejected */
 	uint64_t trainers_lost; /* hung up or killed */
 	uint64_t groups; /* live groups */
+	uint64_t hello_timeouts; /* closed: no hello within the deadline */
+	uint64_t full; /* refused: every trainer slot taken */
 };
 
 /**
@@ -228,10 +232,11 @@ void cs_ipc_server_sleep_done(struct cs_ipc_server *s);
  *
  * A caller that sleeps (cs_ipc_server_sleep_prepare) must poll again by
  * then: an operation that some local ranks of a group posted and another
- * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT.
+ * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT, and
+ * a connection that has not sent its hello is closed (ipc.hello_deadline).
  *
  * Returns: the time (the clock of cs_ipc_server_poll's @now), or 0 if no
- * operation waits for a local rank.
+ * operation waits for a local rank and every connection said hello.
  */
 cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s);
 

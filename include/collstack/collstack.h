@@ -66,7 +66,9 @@ typedef uint64_t cs_req_t;
  * Sets up the shared submission and completion rings and the eventfd.
  *
  * Returns: 0 or a negative errno (-ENOENT, -ECONNREFUSED: no sidecar;
- * -EACCES, -ECONNRESET: refused by the sidecar).
+ * -EUSERS: every trainer slot of the sidecar is taken (ipc.max_trainers);
+ * -ETIMEDOUT: our hello came after ipc.hello_deadline; -EACCES,
+ * -ECONNRESET: refused by the sidecar).
  */
 int cs_connect(const char *path, struct cs_client **out);
 
@@ -198,8 +200,13 @@ int cs_buf_register_dev(struct cs_client *c, const struct cs_dev_mem *m,
  * membership; if not (another size, a rank on two nodes or on none) its
  * operations finish with CS_ERR_BAD_DESC naming the disagreeing node.
  *
+ * A client holds at most one rank of a group, and is in at most the
+ * sidecar's ipc.max_trainer_groups groups at once.
+ *
  * Returns: 0, -EINVAL (bad numbers, or they disagree with the group),
- * -EEXIST (rank taken), CS_ERR_EPOCH (the group lost a rank), -ENOSPC.
+ * -EEXIST (rank taken, or @c holds a rank of the group already),
+ * CS_ERR_EPOCH (the group lost a rank), -ENOSPC (no room for a group on
+ * the sidecar, or @c is in ipc.max_trainer_groups groups).
  */
 int cs_group_join(struct cs_client *c, const char *name, int rank, int size,
 		  int local_rank, int local_size, struct cs_group **out);

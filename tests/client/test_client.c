@@ -2058,19 +2058,15 @@ static int dl_main(const char *path, int rank, int size, void *arg)
 	return ret;
 }
 
-static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
-				   cs_ns_t deadline)
+/* A sidecar with @cfg (its socket path is set here). */
+static void sidecar_start_cfg(struct sidecar *sc, const char *tag,
+			      struct cs_ipc_cfg *cfg)
 {
-	struct cs_ipc_cfg cfg;
 	sigset_t block, old;
 
-	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
-				     &cfg),
-		     0);
-	cfg.match_deadline = deadline;
 	snprintf(sc->path, sizeof(sc->path), "/tmp/cs-test-%d-%s.sock",
 		 (int)getpid(), tag);
-	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", sc->path);
+	snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", sc->path);
 	sigemptyset(&block);
 	sigaddset(&block, SIGTERM);
 	sigprocmask(SIG_BLOCK, &block, &old);
@@ -2083,10 +2079,29 @@ static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		cs_log_level = CS_LOG_ERR;
-		_exit(cs_test_sidecar_loop_cfg(&cfg, &sc_stop, NULL, NULL) ? 1
-									    : 0);
+		_exit(cs_test_sidecar_loop_cfg(cfg, &sc_stop, NULL, NULL) ? 1
+									   : 0);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static struct cs_ipc_cfg default_cfg(void)
+{
+	struct cs_ipc_cfg cfg;
+
+	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
+				     &cfg),
+		     0);
+	return cfg;
+}
+
+static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
+				   cs_ns_t deadline)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+
+	cfg.match_deadline = deadline;
+	sidecar_start_cfg(sc, tag, &cfg);
 }
 
 Test(client, match_deadline_names_the_rank_that_did_not_post,
@@ -2119,4 +2134,111 @@ Test(client, match_deadline_names_the_rank_that_did_not_post,
 	}
 	sidecar_stop(&sc);
 	munmap(o, sizeof(*o));
+}
+
+/* ---- trainer-side limits against a hostile client ---------------------- */
+
+#define SQUAT_SLOTS 4
+
+/* @n connections that never say hello; returns once the sidecar took all
+ * of them (a real trainer connecting after them is then the (n+1)-th). */
+static void squat(const char *path, int *fd, int n)
+{
+	for (int i = 0; i < n; i++)
+		fd[i] = raw_connect(path);
+}
+
+/*
+ * Without a hello deadline, connections that never say hello hold every
+ * slot: a real trainer is refused, with -EUSERS and not a bare reset.
+ * With one, they are told why (-ETIMEDOUT) and closed, and the trainer
+ * gets in. Waits on the sockets, never on a clock.
+ */
+Test(client, hello_deadline_frees_squatted_slots, .timeout = 120)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_ipc_msg r;
+	int fd[SQUAT_SLOTS];
+	char x;
+
+	cfg.max_trainers = SQUAT_SLOTS;
+	cfg.hello_deadline = 3600 * CS_NS_PER_S;
+	sidecar_start_cfg(&sc, "squat1", &cfg);
+	squat(sc.path, fd, SQUAT_SLOTS);
+	c = NULL;
+	cr_assert_eq(cs_connect(sc.path, &c), -EUSERS,
+		     "a full sidecar says so");
+	for (int i = 0; i < SQUAT_SLOTS; i++)
+		close(fd[i]);
+	/* their slots are free once the sidecar saw them hang up */
+	for (int i = 0; i < 1000 && cs_connect(sc.path, &c) == -EUSERS; i++)
+		usleep(5000);
+	cr_assert_not_null(c);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+
+	cfg.hello_deadline = 200 * 1000000ll;
+	sidecar_start_cfg(&sc, "squat2", &cfg);
+	squat(sc.path, fd, SQUAT_SLOTS);
+	for (int i = 0; i < SQUAT_SLOTS; i++) {
+		cr_assert_eq(recv(fd[i], &r, sizeof(r), 0), (ssize_t)sizeof(r),
+			     "told why");
+		cr_assert_eq(r.type, CS_IPC_MSG_REPLY);
+		cr_assert_eq(r.u.reply.status, -ETIMEDOUT);
+		cr_assert(strstr(r.u.reply.text, "ipc.hello_deadline"), "%s",
+			  r.u.reply.text);
+		cr_assert_eq(recv(fd[i], &x, 1, 0), 0, "then closed");
+		close(fd[i]);
+	}
+	/* the sidecar may not have reaped the last one yet */
+	c = NULL;
+	for (int i = 0; i < 1000 && cs_connect(sc.path, &c) == -EUSERS; i++)
+		usleep(5000);
+	cr_assert_not_null(c, "a real trainer gets in");
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* One trainer cannot hold two local ranks of a group, nor more than
+ * ipc.max_trainer_groups groups; another trainer still can join. */
+Test(client, per_trainer_limits, .timeout = 120)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+	struct cs_group *g[8], *h;
+	struct cs_client *c, *d;
+	struct sidecar sc;
+	char name[16];
+
+	cfg.max_groups = 8;
+	cfg.max_trainer_groups = 3;
+	sidecar_start_cfg(&sc, "limits", &cfg);
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(connect_retry(sc.path, &d), 0);
+	cr_assert_eq(cs_group_join(c, "pair", 0, 2, 0, 2, &g[0]), 0);
+	cr_assert_eq(cs_group_join(c, "pair", 1, 2, 1, 2, &h), -EEXIST);
+	cr_assert(strstr(cs_errmsg(c), "holds rank 0 (local rank 0) of group "
+				       "'pair' already"),
+		  "%s", cs_errmsg(c));
+	cr_assert_eq(cs_group_join(d, "pair", 1, 2, 1, 2, &h), 0,
+		     "the real rank 1 is not locked out: %s", cs_errmsg(d));
+	for (int i = 1; i < 3; i++) {
+		snprintf(name, sizeof(name), "g%d", i);
+		cr_assert_eq(cs_group_join(c, name, 0, 1, 0, 1, &g[i]), 0);
+	}
+	cr_assert_eq(cs_group_join(c, "g3", 0, 1, 0, 1, &h), -ENOSPC);
+	cr_assert(strstr(cs_errmsg(c), "in 3 groups already "
+				       "(ipc.max_trainer_groups)"),
+		  "%s", cs_errmsg(c));
+	/* the sidecar's other group slots are still there for others */
+	cr_assert_eq(cs_group_join(d, "g3", 0, 1, 0, 1, &h), 0, "%s",
+		     cs_errmsg(d));
+	/* leaving one makes room */
+	cr_assert_eq(cs_group_leave(g[2]), 0);
+	cr_assert_eq(cs_group_join(c, "g4", 0, 1, 0, 1, &g[2]), 0, "%s",
+		     cs_errmsg(c));
+	cs_disconnect(c);
+	cs_disconnect(d);
+	sidecar_stop(&sc);
 }
