@@ -4,7 +4,7 @@
  * no coordinator process; the members meet in an etcd v3 store.
  *
  * Keys under the prefix P:
- *   P/token          a verifier of the job token, HMAC-SHA-256(token,
+ *   P/token          a verifier of the job token, MAC(token,
  *                    "collstack-etcd-token"): the first member writes it,
  *                    every other one compares (the token itself is never
  *                    written, as it never crosses the wire with the TCP
@@ -22,7 +22,8 @@
  *                    the view is still the one it read (its mod revision).
  *                    Several members noticing the same loss give one new
  *                    view; every member adopts the view it reads.
- * Records and views carry an HMAC under the job token (bound to their key),
+ * Records and views carry a MAC (cs_mac, keyed BLAKE2b under the token's
+ * "csetcd01" subkey) bound to their key,
  * so only holders of the token can add a member or move the view; records
  * that fail it are ignored and counted.
  *
@@ -100,20 +101,20 @@ static void hexs(const uint8_t *b, size_t n, char *out)
 		sprintf(out + 2 * i, "%02x", b[i]);
 }
 
-/* HMAC-SHA-256(token, @label || @key || ' ' || @text) in hex. */
+/* MAC(token, @label || @key || ' ' || @text) in hex (cs_mac, "csetcd01"). */
 static void mac_hex(const struct etcd_rdzv *r, const char *label,
 		    const char *key, const char *text, size_t tlen,
-		    char out[2 * CS_HMAC_LEN + 1])
+		    char out[2 * CS_MAC_LEN + 1])
 {
-	uint8_t mac[CS_HMAC_LEN];
-	struct cs_hmac h;
+	uint8_t mac[CS_MAC_LEN];
+	struct cs_mac h;
 
-	cs_hmac_init(&h, r->token, strlen(r->token));
-	cs_hmac_update(&h, label, strlen(label));
-	cs_hmac_update(&h, key, strlen(key));
-	cs_hmac_update(&h, " ", 1);
-	cs_hmac_update(&h, text, tlen);
-	cs_hmac_final(&h, mac);
+	cs_mac_init(&h, r->token, "csetcd01");
+	cs_mac_update(&h, label, strlen(label));
+	cs_mac_update(&h, key, strlen(key));
+	cs_mac_update(&h, " ", 1);
+	cs_mac_update(&h, text, tlen);
+	cs_mac_final(&h, mac);
 	hexs(mac, sizeof(mac), out);
 }
 
@@ -122,13 +123,13 @@ static bool mac_ok(const struct etcd_rdzv *r, const char *label,
 		   const char *key, const char *val, size_t *tlen)
 {
 	const char *a = strstr(val, " auth=");
-	char want[2 * CS_HMAC_LEN + 1];
+	char want[2 * CS_MAC_LEN + 1];
 
-	if (!a || strlen(a + 6) != 2 * CS_HMAC_LEN)
+	if (!a || strlen(a + 6) != 2 * CS_MAC_LEN)
 		return false;
 	*tlen = (size_t)(a - val);
 	mac_hex(r, label, key, val, *tlen, want);
-	return cs_auth_equal(want, a + 6, 2 * CS_HMAC_LEN);
+	return cs_auth_equal(want, a + 6, 2 * CS_MAC_LEN);
 }
 
 static void key_of(const struct etcd_rdzv *r, char *k, size_t n,
@@ -142,7 +143,7 @@ static void key_of(const struct etcd_rdzv *r, char *k, size_t n,
 static int member_record(const struct etcd_rdzv *r, const char *key,
 			 const struct cs_node_addr *a, char *out, size_t n)
 {
-	char mac[2 * CS_HMAC_LEN + 1];
+	char mac[2 * CS_MAC_LEN + 1];
 	int l;
 
 	l = snprintf(out, n,
@@ -196,7 +197,7 @@ static int parse_member(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
 static int view_record(const struct etcd_rdzv *r, uint32_t epoch,
 		       const uint8_t *lost, char *out, size_t n)
 {
-	char mac[2 * CS_HMAC_LEN + 1], key[256];
+	char mac[2 * CS_MAC_LEN + 1], key[256];
 	size_t l;
 
 	key_of(r, key, sizeof(key), "view");
@@ -295,7 +296,7 @@ out_free:
 /* The token verifier: written by the first member, compared by others. */
 static int check_token(struct etcd_rdzv *r)
 {
-	char key[256], want[2 * CS_HMAC_LEN + 1];
+	char key[256], want[2 * CS_MAC_LEN + 1];
 	struct cs_etcd_range rg;
 	bool done;
 	int ret;
@@ -442,7 +443,7 @@ static unsigned adopt_view(struct etcd_rdzv *r, const struct cs_etcd_kv *kv)
 	if (ret) {
 		if (!r->bad_records++)
 			CS_ERR("etcd: ignoring %s: %s", kv->key,
-			       ret == CS_ERR_AUTH ? "wrong HMAC" : "malformed");
+			       ret == CS_ERR_AUTH ? "wrong MAC" : "malformed");
 		return 0;
 	}
 	if (r->state == R_READY && epoch <= r->epoch)
@@ -510,7 +511,7 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 		if (ret) {
 			if (!r->bad_records++)
 				CS_ERR("etcd: ignoring %s: %s", mem.kvs[i].key,
-				       ret == CS_ERR_AUTH ? "wrong HMAC"
+				       ret == CS_ERR_AUTH ? "wrong MAC"
 							  : "malformed");
 			continue;
 		}
@@ -559,7 +560,7 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 			}
 		if (nmiss && !(ev & CS_MSVC_VIEW) &&
 		    !view_record(r, r->epoch + 1, next, rec, sizeof(rec))) {
-			/* on the view as read: one that failed its HMAC (a
+			/* on the view as read: one that failed its MAC (a
 			 * forgery) is overwritten, not waited on forever */
 			*err = cs_etcd_put_if(&r->e, key, view.kvs[0].mod_rev,
 					      rec, strlen(rec), 0, &done);

@@ -1587,7 +1587,7 @@ int cs_daemon_init(struct cs_daemon *d)
 		s->auth = true;
 		CS_INFO("packet authentication on: tags under per-epoch keys "
 			"from the job token (%s)",
-			cs_sha256_impl());
+			cs_auth_impl());
 	}
 	if (!s->cf->burst_set) {
 		/*
@@ -1710,10 +1710,10 @@ static void ar_stats_auth(struct cs_ar_svc *s, char *out, size_t len)
 	pthread_mutex_unlock(&s->install_lock);
 	snprintf(out + l, len - l,
 		 " auth=%d rx_auth_fail=%llu rx_auth_notag=%llu "
-		 "auth_rekey=%llu last_op=%lld sha256=%s",
+		 "auth_rekey=%llu last_op=%lld auth_mac=%s",
 		 s->auth, (unsigned long long)s->rx_auth_fail,
 		 (unsigned long long)s->rx_auth_notag,
-		 (unsigned long long)s->auth_rekey, last, cs_sha256_impl());
+		 (unsigned long long)s->auth_rekey, last, cs_auth_impl());
 }
 
 int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,

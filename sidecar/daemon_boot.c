@@ -40,7 +40,7 @@ static const struct cs_cfg_entry boot_cfg[] = {
 	{ "boot.world", CS_CFG_U32, BC(world), "0", 0, 1024,
 	  "members the coordinator waits for (boot.coordinator=1 only)" },
 	{ "boot.token", CS_CFG_STR, BC(token), "", CS_CFG_NO_BOUNDS,
-	  "job token (never sent: HMAC challenge-response). Empty: "
+	  "job token (never sent: challenge-response). Empty: "
 	  "boot.token_file, else $COLLSTACK_JOB_TOKEN" },
 	{ "boot.token_file", CS_CFG_STR, BC(token_file), "", CS_CFG_NO_BOUNDS,
 	  "file holding the job token (first line; should be mode 600)" },
