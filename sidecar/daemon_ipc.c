@@ -499,7 +499,9 @@ static int launch_check(struct cs_daemon_ipc *x)
 /*
  * What every node said about q[head]'s group (x->chk after the check):
  * false if they agree, else true with what to fail the group with. Every
- * node sees the same slots; each names a node other than itself.
+ * node sees the same slots; each names a node other than itself. An
+ * elastic group re-formed in a new view (op.regroup) may miss ranks: they
+ * were on the lost nodes.
  */
 static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 			  int32_t *peer, uint32_t *aux)
@@ -564,7 +566,7 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 		free(owner);
 		return true;
 	}
-	for (uint32_t r = 0; r < size; r++)
+	for (uint32_t r = 0; r < size && !op->regroup; r++)
 		if (!owner[r]) {
 			*detail = CS_IPC_BAD_GROUP_MISSING;
 			*peer = -1;
@@ -577,6 +579,63 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 		}
 	free(owner);
 	return refused;
+}
+
+/*
+ * An elastic group's first operation in a new view (op.regroup), once its
+ * membership check agreed: the slots say which of its old ranks live on
+ * the nodes of the new view. They keep their order and are numbered from
+ * 0 again: the new rank of old rank r is the number of ranks below r that
+ * are left, which every node computes alike from the same slots. Hands the
+ * result to the server; returns 0, CS_ERR_EPOCH when the operation's
+ * buffers were laid out for the old size (all-gather, reduce-scatter:
+ * posted again, it runs), or an error.
+ */
+static int regroup(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	struct cs_ipc_inter_op *op = &o->op;
+	uint32_t old = op->group_size, size = 0;
+	int32_t ranks[CS_IPC_MAX_LOCAL];
+	uint8_t *left;
+	int ret;
+
+	left = calloc(old, 1);
+	if (!left)
+		return -ENOMEM;
+	for (uint32_t j = 0; j < x->chk_n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL; l++) {
+			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
+
+			if (sl[0] == 1 && r >= 0 && (uint32_t)r < old)
+				left[r] = 1;
+		}
+	}
+	for (uint32_t l = 0; l < op->local_size; l++) {
+		ranks[l] = 0;
+		for (int32_t r = 0; r < op->local_ranks[l]; r++)
+			ranks[l] += left[r];
+	}
+	for (uint32_t r = 0; r < old; r++)
+		size += left[r];
+	free(left);
+	ret = cs_ipc_server_regroup(x->srv, op->cookie, size, ranks);
+	if (ret) {
+		CS_WARN("group '%s': not re-formed: %s", o->name,
+			cs_strerror(ret));
+		return ret;
+	}
+	CS_INFO("group '%s' re-formed in view epoch %u: %u of its %u ranks "
+		"left (%u nodes)",
+		o->name, x->epoch, size, old, x->chk_n);
+	op->group_size = size;
+	op->regroup = false;
+	if (size != old && (op->kind == CS_IPC_INTER_ALL_GATHER ||
+			    op->kind == CS_IPC_INTER_REDUCE_SCATTER))
+		return CS_ERR_EPOCH;
+	return 0;
 }
 
 /* The sum trick: the blocks of ranks not on this node are zero. */
@@ -839,6 +898,18 @@ static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
 	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
 	x->q[x->head].check = false;
+	if (x->q[x->head].op.regroup) {
+		ret = regroup(x);
+		if (ret == CS_ERR_EPOCH) {
+			ref = (struct ipcd_refusal){
+				.detail = CS_IPC_EPOCH_RESIZED,
+				.peer = -1,
+			};
+			return finish_and_next_ex(x, ret, -1, &ref, now);
+		}
+		if (ret)
+			return finish_and_next(x, ret, -1, now);
+	}
 	if (view_moved(x))
 		return 1; /* on_view() fails it */
 	ret = launch(x);
@@ -1028,8 +1099,8 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op_id = op_id_of(op);
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
-	o->check =
-		op->kind != CS_IPC_INTER_VERDICT && (uint32_t)op->cookie == 0;
+	o->check = op->kind != CS_IPC_INTER_VERDICT &&
+		   ((uint32_t)op->cookie == 0 || op->regroup);
 	o->postmortem = false;
 	o->tries = 0;
 	snprintf(o->name, sizeof(o->name), "%s", op->group);

@@ -122,6 +122,12 @@ struct inst {
 struct group {
 	bool used;
 	bool failed;
+	/* CS_IPC_JOIN_ELASTIC: a new view re-forms the group (regroup)
+	 * instead of failing it */
+	bool elastic;
+	/* re-formed at the next cross-node operation (cs_ipc_server_view
+	 * moved it to a new view; the backend re-numbers it) */
+	bool regroup;
 	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
 	uint16_t lost_detail; /* enum cs_ipc_lost, cs_ipc_timeout, ... */
@@ -216,20 +222,13 @@ static int flush_backlog(struct trainer *t)
 	return n;
 }
 
-/* Complete one taken descriptor of @t. Never fails: see inflight. */
-static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
-			uint64_t user_id, int status, unsigned detail,
-			int32_t peer, uint32_t epoch)
+/* Complete one taken descriptor of @t with @c. Never fails: see inflight. */
+static void complete_cqe(struct cs_ipc_server *s, struct trainer *t,
+			 const struct cs_ipc_cqe *cq)
 {
-	struct cs_ipc_cqe c = {
-		.user_id = user_id,
-		.status = status,
-		.detail = (uint16_t)detail,
-		.peer = peer,
-		.epoch = epoch,
-	};
+	struct cs_ipc_cqe c = *cq;
 
-	if (status)
+	if (c.status)
 		s->st.ops_failed++;
 	else
 		s->st.ops_done++;
@@ -243,6 +242,21 @@ static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
 	/* inflight < CS_IPC_RING_SLOTS, so the backlog has room. */
 	t->backlog[(t->bl_head + t->bl_count) % CS_IPC_RING_SLOTS] = c;
 	t->bl_count++;
+}
+
+static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
+			uint64_t user_id, int status, unsigned detail,
+			int32_t peer, uint32_t epoch)
+{
+	struct cs_ipc_cqe c = {
+		.user_id = user_id,
+		.status = status,
+		.detail = (uint16_t)detail,
+		.peer = peer,
+		.epoch = epoch,
+	};
+
+	complete_cqe(s, t, &c);
 }
 
 static void complete(struct cs_ipc_server *s, struct trainer *t,
@@ -367,6 +381,17 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 			complete(s, p->t, p->user_id, st, 0, -1);
 		else if (p->bad && status == CS_ERR_BAD_DESC)
 			complete(s, p->t, p->user_id, status, p->bad, -1);
+		else if (g->elastic) /* tell the size and rank it ran at */
+			complete_cqe(s, p->t,
+				     &(struct cs_ipc_cqe){
+					     .user_id = p->user_id,
+					     .status = status,
+					     .detail = (uint16_t)detail,
+					     .peer = peer,
+					     .epoch = aux,
+					     .size = g->size,
+					     .rank = g->ranks[l],
+				     });
 		else
 			complete_ex(s, p->t, p->user_id, status, detail, peer,
 				    aux);
@@ -582,6 +607,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		.count = n,
 		.block = n,
 		.epoch = g->epoch,
+		.regroup = g->regroup,
 	};
 	size_t need = 0;
 	int root, ret;
@@ -993,6 +1019,39 @@ cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
 	return next;
 }
 
+int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
+			  uint32_t size, const int32_t *ranks)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+	struct inst *in;
+
+	if (gid >= s->cfg.max_groups)
+		return -ENOENT;
+	g = &s->groups[gid];
+	if (!g->used || g->failed || !g->elastic)
+		return -ENOENT;
+	in = &g->win[g->next_done % IPC_WINDOW];
+	if (!in->active || !in->inter || in->cookie != cookie)
+		return -ENOENT;
+	if (size < g->local_size || size > IPC_MAX_GROUP_SIZE)
+		return -EINVAL;
+	for (uint32_t l = 0; l < g->local_size; l++)
+		if (ranks[l] < 0 || (uint32_t)ranks[l] >= size)
+			return -EINVAL;
+	if (size != g->size)
+		CS_INFO("group '%s' re-formed in view epoch %u: size %u -> %u",
+			g->name, g->epoch, g->size, size);
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		g->ranks[l] = ranks[l];
+		if (g->m[l])
+			g->m[l]->rank = ranks[l];
+	}
+	g->size = size;
+	g->regroup = false;
+	return 0;
+}
+
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node)
 {
@@ -1007,6 +1066,19 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			continue;
 		if (!g->failed)
 			n++;
+		if (g->elastic && !g->failed) {
+			/* what was in flight used the old view: it ends, the
+			 * group goes on in the new one */
+			CS_INFO("group '%s' (elastic): view epoch %u, node %d "
+				"lost; pending operations fail, the next one "
+				"re-forms the group",
+				g->name, epoch, (int)lost_node);
+			end_pending(s, g, CS_ERR_PEER_LOST, CS_IPC_LOST_NODE,
+				    lost_node, epoch);
+			g->epoch = epoch;
+			g->regroup = true;
+			continue;
+		}
 		group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
 	}
 	return n;
@@ -1586,6 +1658,11 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 		snprintf(why, wl, "group name empty or not terminated");
 		return -EINVAL;
 	}
+	if (msg->u.join.flags & ~CS_IPC_JOIN_FLAGS) {
+		snprintf(why, wl, "unknown join flags %#x",
+			 msg->u.join.flags & ~CS_IPC_JOIN_FLAGS);
+		return -EINVAL;
+	}
 	if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE || rank < 0 ||
 	    rank >= size || ls < 1 || ls > size ||
 	    (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
@@ -1640,6 +1717,11 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 name, g->size, g->local_size);
 			return -EINVAL;
 		}
+		if (g->elastic != !!(msg->u.join.flags & CS_IPC_JOIN_ELASTIC)) {
+			snprintf(why, wl, "group '%.32s' is %selastic", name,
+				 g->elastic ? "" : "not ");
+			return -EINVAL;
+		}
 		/* one connection, one rank of a group: else one trainer
 		 * could hold every local slot of a group and the real
 		 * trainers of those ranks would be refused */
@@ -1665,6 +1747,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 			snprintf(why, wl, "no room for a new group");
 			return ret;
 		}
+		g->elastic = msg->u.join.flags & CS_IPC_JOIN_ELASTIC;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {

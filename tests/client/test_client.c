@@ -1714,6 +1714,116 @@ Test(client, node_lost_fails_the_group, .timeout = 120)
 	two_local_ranks("nodelost", lose_start, lose_tick, node_lost_main);
 }
 
+/*
+ * An elastic group lives through the loss of a node: the operation the
+ * loss catches fails with CS_ERR_PEER_LOST ("the group is elastic"), the
+ * next one carries regroup in the new view, the backend hands the new
+ * size and ranks to the server (here: rank 1's node lost, so 0, 2, 3
+ * become 0, 1, 2) and the trainers read them from the completion.
+ */
+static int el_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->epoch != (f->lost ? NL_EPOCH : 0) ||
+	    op->regroup != (f->started == 2))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int el_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const int32_t bad[2] = { 0, 3 }, ranks[2] = { 0, 1 };
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	if (f->started == 2 && !f->lost) { /* the second op: lose a node */
+		f->lost = true;
+		return cs_ipc_server_view(srv, NL_EPOCH, NL_NODE) == 1 ? 1 : -1;
+	}
+	f->pending = false;
+	if (f->started == 3) { /* the third: re-formed, ranks 0 2 3 left */
+		if (cs_ipc_server_regroup(srv, f->op.cookie ^ 1, 3, ranks) !=
+			    -ENOENT ||
+		    cs_ipc_server_regroup(srv, f->op.cookie, 3, bad) !=
+			    -EINVAL ||
+		    cs_ipc_server_regroup(srv, f->op.cookie, 3, ranks))
+			return -1;
+		for (uint64_t i = 0; i < f->op.count; i++)
+			b[i] += (float)(3000 + i);
+	} else {
+		for (uint64_t i = 0; i < f->op.count; i++)
+			b[i] += (float)(1000 + i) + (float)(3000 + i);
+	}
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int elastic_main(const char *path, int rank, int size, void *arg)
+{
+	int local = rank / 2, ret;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	const char *m;
+	float *x;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b))
+		return 2;
+	/* unknown flags; the group's flags must match */
+	if (cs_group_join_ex(c, "el", rank, size, local, 2, 0x80, &g) !=
+	    -EINVAL)
+		return 3;
+	if (cs_group_join_ex(c, "el", rank, size, local, 2, CS_GROUP_ELASTIC,
+			     &g))
+		return 3;
+	x = cs_buf_ptr(b);
+	if (lose_allreduce(c, g, x, rank) || cs_group_size(g) != 4 ||
+	    cs_group_rank(g) != rank)
+		return 4;
+	if (lose_allreduce(c, g, x, rank) != CS_ERR_PEER_LOST ||
+	    cs_lost_node(c) != NL_NODE)
+		return 5;
+	m = cs_errmsg(c);
+	if (!strstr(m, "node 5 was lost") ||
+	    !strstr(m, "the group is elastic: its next operation re-forms")) {
+		fprintf(stderr, "rank %d: %s\n", rank, m);
+		return 6;
+	}
+	/* no new join: the next op runs on the nodes left */
+	for (int i = 0; i < TN_COUNT; i++)
+		x[i] = (float)(rank * 1000 + i);
+	ret = cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret) {
+		fprintf(stderr, "rank %d: %s\n", rank, cs_errmsg(c));
+		return 7;
+	}
+	for (int i = 0; i < TN_COUNT; i++)
+		if (x[i] != (float)(5000 + 3 * i))
+			return 8;
+	if (cs_group_size(g) != 3 || cs_group_rank(g) != (rank ? 1 : 0)) {
+		fprintf(stderr, "rank %d: size %d rank %d\n", rank,
+			cs_group_size(g), cs_group_rank(g));
+		return 9;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, elastic_group_reforms_after_a_node_loss, .timeout = 120)
+{
+	two_local_ranks("elastic", el_start, el_tick, elastic_main);
+}
+
 /* Without a backend, a group spanning nodes fails cleanly. */
 Test(client, multi_node_without_backend, .timeout = 120)
 {
