@@ -522,7 +522,112 @@ boot_auth_kill() {
 	done
 }
 
+# Start an elastic trainer (cs-trainer-elastic) of rank $1 of $2 beside
+# sidecar $1; steps after the first wait for $TMP/go.<step>.
+start_elastic() {
+	ip netns exec ${P}n$1 env RANK=$1 WORLD_SIZE=$2 \
+		COLLSTACK_SOCKET=$RUN/${P}n$1/collstack.sock \
+		timeout 600 "$ELASTIC" el "$TMP/go" "$3" >"$TMP/t$1.out" 2>&1 &
+	TPIDS[$1]=$!
+	EXTRA_PIDS+=($!)
+}
+
+# The trainer started beside sidecar $1 (under timeout(1)) and it.
+kill_trainer() {
+	local p=${TPIDS[$1]}
+	kill -9 $(pgrep -P "$p") "$p" 2>/dev/null
+	wait "$p" 2>/dev/null
+}
+
+# wait_line FILE PATTERN [PID]: until FILE has a line matching PATTERN.
+wait_line() {
+	for _ in $(seq 1200); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		[ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null &&
+			grep -q "$2" "$1" 2>/dev/null && return 0
+		[ -n "${3:-}" ] && ! kill -0 "$3" 2>/dev/null && break
+		sleep 0.1
+	done
+	cat "$1"
+	fail "no '$2' in $1"
+}
+
+# Elastic shrink: 4 sidecars, one trainer each in an elastic group; step
+# 1 sums 1 << rank over all (15); kill -9 sidecar 2 (its trainer goes
+# too); once the 3 others' view lost it, step 2 runs on them without a
+# new join: sum 1 + 2 + 8 = 11, size 3, ranks 0 1 3 -> 0 1 2.
+elastic_shrink() {	# [cluster.sh args]
+	local i st want
+	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
+	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
+	TPIDS=()
+	up 4 "$@"
+	for i in 0 1 2 3; do start_elastic $i 4 2; done
+	for i in 0 1 2 3; do
+		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
+		grep -q "^step 1 size=4 rank=$i sum=15$" "$TMP/t$i.out" ||
+			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
+	done
+	echo "step 1: 4 trainers, sum 15 on each"
+	kill -9 "$(pid_of 2)"
+	kill_trainer 2
+	for i in 0 1 3; do
+		for _ in $(seq $((FAIL_S * 10 + 300))); do
+			st=$(ctl ${P}n$i ping)
+			[ "$(kv "$st" lost)" = 2 ] && break
+			sleep 0.1
+		done
+		[ "$(kv "$st" lost)" = 2 ] || fail "${P}n$i: node 2 not lost: $st"
+	done
+	echo "node 2 lost on the 3 others; step 2"
+	touch "$TMP/go.2"
+	for i in 0 1 3; do
+		wait "${TPIDS[$i]}" || { cat "$TMP/t$i.out"; fail "trainer $i exited $?"; }
+		cat "$TMP/t$i.out"
+		want=$i; [ $i = 3 ] && want=2
+		grep -q "^step 2 size=3 rank=$want sum=11$" "$TMP/t$i.out" ||
+			fail "trainer $i: step 2 is not size=3 rank=$want sum=11"
+	done
+	grep -h "re-formed" $RUN/${P}n0.log | tail -2
+}
+
+elastic_shrink_etcd() {	# node 0 lost instead: no coordinator goes
+	local i st
+	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
+	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
+	TPIDS=()
+	up 3 --rendezvous etcd
+	for i in 0 1 2; do start_elastic $i 3 2; done
+	for i in 0 1 2; do
+		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
+		grep -q "^step 1 size=3 rank=$i sum=7$" "$TMP/t$i.out" ||
+			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
+	done
+	kill -9 "$(pid_of 0)"
+	kill_trainer 0
+	for i in 1 2; do
+		for _ in $(seq $((FAIL_S * 10 + 300))); do
+			st=$(ctl ${P}n$i ping)
+			[ "$(kv "$st" lost)" = 0 ] && break
+			sleep 0.1
+		done
+		[ "$(kv "$st" lost)" = 0 ] || fail "${P}n$i: node 0 not lost: $st"
+	done
+	touch "$TMP/go.2"
+	for i in 1 2; do
+		wait "${TPIDS[$i]}" || { cat "$TMP/t$i.out"; fail "trainer $i exited $?"; }
+		cat "$TMP/t$i.out"
+		grep -q "^step 2 size=2 rank=$((i - 1)) sum=6$" "$TMP/t$i.out" ||
+			fail "trainer $i: step 2 is not size=2 rank=$((i - 1)) sum=6"
+	done
+}
+
 case $CASE in
+elastic_shrink) $CASE ;;
+elastic_shrink_etcd)
+	command -v etcd >/dev/null ||
+		skip "no etcd binary (Debian's etcd-server)"
+	$CASE ;;
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
 boot_coord_stall) $CASE ;;
 etcd_kill_first|etcd_kill_mid|etcd_store_kill|etcd_token|etcd_partition)
