@@ -239,8 +239,16 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 	if (ev & CS_MSVC_READY)
 		snapshot(b, &m);
 	if (ev & CS_MSVC_VIEW) {
+		uint32_t was = b->world;
+
 		snapshot(b, &m);
 		pthread_mutex_lock(&b->mu);
+		/* elastic grow: members joined (their sessions start with
+		 * the next operation on the new view) */
+		for (uint32_t r = was; r < m.world; r++)
+			CS_INFO("peer joined: rank %u (group epoch now %u, %u "
+				"members)",
+				r, m.epoch, m.world);
 		for (unsigned i = 0; i < m.nlost; i++) {
 			uint32_t r = m.lost[i];
 

@@ -128,6 +128,10 @@ enum cs_ipc_epoch {
 	 * all-gather or reduce-scatter): post it again for the new size
 	 * (@size, @rank of the completion) */
 	CS_IPC_EPOCH_RESIZED = 1,
+	/* a node joined the cluster (the view grew) while the operation
+	 * was pending: an elastic group re-forms at its next operation;
+	 * any other group spanning nodes is failed (form a new one) */
+	CS_IPC_EPOCH_GREW = 2,
 };
 /* Flags of a join (struct cs_ipc_msg.u.join.flags). */
 #define CS_IPC_JOIN_ELASTIC 0x1u /* re-form on a new view, don't fail */

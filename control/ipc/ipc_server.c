@@ -126,8 +126,10 @@ struct group {
 	 * instead of failing it */
 	bool elastic;
 	/* re-formed at the next cross-node operation (cs_ipc_server_view
-	 * moved it to a new view; the backend re-numbers it) */
+	 * moved it to a new view, or this node joined it with no rank yet:
+	 * size 0, ranks -1; the backend numbers it) */
 	bool regroup;
+	uint64_t seq_base; /* the first operation of its current view */
 	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
 	uint16_t lost_detail; /* enum cs_ipc_lost, cs_ipc_timeout, ... */
@@ -267,6 +269,19 @@ static void complete(struct cs_ipc_server *s, struct trainer *t,
 }
 
 /* ---- groups and instances --------------------------------------------- */
+
+/*
+ * The backend's name for operation @seq of @g: the group's slot and
+ * generation, then the operation's index in the group's current view
+ * (counted from the operation that re-formed it, seq_base), which every
+ * node of the view agrees on even when they had run different numbers of
+ * operations before it, or none (a node that joined).
+ */
+static uint64_t cookie_of(const struct group *g, uint64_t seq)
+{
+	return ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
+	       ((seq - g->seq_base) & 0xffffffffu);
+}
 
 static void part_release(struct part *p)
 {
@@ -595,8 +610,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
 	struct cs_ipc_inter_op op = {
-		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
-			  (in->seq & 0xffffffffu),
+		.cookie = cookie_of(g, in->seq),
 		.group = g->name,
 		.group_size = g->size,
 		.local_size = g->local_size,
@@ -733,8 +747,7 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 			 int status, unsigned detail, int32_t peer)
 {
 	struct cs_ipc_inter_op op = {
-		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
-			  (seq & 0xffffffffu),
+		.cookie = cookie_of(g, seq),
 		.group = g->name,
 		.group_size = g->size,
 		.local_size = g->local_size,
@@ -1073,13 +1086,22 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 				"lost; pending operations fail, the next one "
 				"re-forms the group",
 				g->name, epoch, (int)lost_node);
-			end_pending(s, g, CS_ERR_PEER_LOST, CS_IPC_LOST_NODE,
+			end_pending(s, g,
+				    lost_node < 0 ? CS_ERR_EPOCH
+						  : CS_ERR_PEER_LOST,
+				    lost_node < 0 ? CS_IPC_EPOCH_GREW
+						  : CS_IPC_LOST_NODE,
 				    lost_node, epoch);
 			g->epoch = epoch;
 			g->regroup = true;
+			g->seq_base = g->next_done;
 			continue;
 		}
-		group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
+		if (lost_node < 0) /* the view grew */
+			group_break(s, g, CS_ERR_EPOCH, CS_IPC_EPOCH_GREW, -1,
+				    epoch);
+		else
+			group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
 	}
 	return n;
 }
@@ -1163,6 +1185,10 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 		return CS_IPC_BAD_DTYPE;
 	if (reducing && d->redop >= CS_REDOP_COUNT)
 		return CS_IPC_BAD_REDOP;
+	/* a group joined with no rank yet learns its size at its first
+	 * operation: only one that needs none can be that */
+	if (!g->size && d->op != CS_IPC_OP_ALLREDUCE)
+		return CS_IPC_BAD_OP;
 	max_elems = s->cfg.max_op_bytes / esz;
 	if (d->op == CS_IPC_OP_REDUCE_SCATTER || d->op == CS_IPC_OP_ALL_GATHER)
 		max_elems /= g->size;
@@ -1648,6 +1674,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
 	int32_t lr = msg->u.join.local_rank, ls = msg->u.join.local_size;
 	uint32_t max_h = CS_MIN(s->cfg.max_groups, s->cfg.max_trainer_groups);
+	bool newcomer;
 	struct member *m;
 	struct group *g;
 	uint32_t h;
@@ -1663,9 +1690,16 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 			 msg->u.join.flags & ~CS_IPC_JOIN_FLAGS);
 		return -EINVAL;
 	}
-	if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE || rank < 0 ||
-	    rank >= size || ls < 1 || ls > size ||
-	    (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
+	/* rank and size -1: an elastic group's rank on a node that joined
+	 * the cluster; the group tells them at its first operation */
+	newcomer = rank == -1 && size == -1 &&
+		   (msg->u.join.flags & CS_IPC_JOIN_ELASTIC);
+	if (newcomer && ls >= 1 && (uint32_t)ls <= CS_IPC_MAX_LOCAL && lr >= 0 &&
+	    lr < ls) {
+		size = 0;
+	} else if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE ||
+		   rank < 0 || rank >= size || ls < 1 || ls > size ||
+		   (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
 		snprintf(why, wl, "bad rank %d/%d or local rank %d/%d",
 			 (int)rank, (int)size, (int)lr, (int)ls);
 		return -EINVAL;
@@ -1693,6 +1727,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "group '%.32s' refused: nodes disagree on "
 				 "it (node %d); join a new one",
 				 name, (int)g->lost_rank);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_EPOCH) {
+			snprintf(why, wl,
+				 "group '%.24s' was formed before a node "
+				 "joined (epoch %u); join a new one",
+				 name, g->lost_epoch);
 			return CS_ERR_EPOCH;
 		}
 		if (g->failed && g->fail_status == CS_ERR_TIMEOUT) {
@@ -1734,7 +1775,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 (int)g->ranks[l], l, name);
 			return -EEXIST;
 		}
-		if (g->m[lr] || local_of(g, (uint32_t)rank) >= 0) {
+		if (g->m[lr] || (rank >= 0 && local_of(g, (uint32_t)rank) >= 0)) {
 			snprintf(why, wl,
 				 "rank %d / local rank %d already "
 				 "joined",
@@ -1748,6 +1789,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 			return ret;
 		}
 		g->elastic = msg->u.join.flags & CS_IPC_JOIN_ELASTIC;
+		g->regroup = newcomer;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {

@@ -16,9 +16,14 @@
  *   "step S size=N rank=R sum=X"      (N, R: cs_group_size/rank after it)
  *   "step S lost status=C msg=..."    (then tried again)
  *   "step S error status=C msg=..."   (then exit 1)
+ * With ELASTIC_JOIN=S (S >= 2) the trainer is one of a node that joined
+ * the cluster: it joins the group with rank and size -1 (numbered by the
+ * group at its next operation) and starts at step S (RANK still says what
+ * it adds).
  * Exit 0 after STEPS steps; 1 on errors, 2 on usage, 3 on unequal elements.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +90,8 @@ static int step_once(struct cs_client *c, struct cs_group *g, int32_t *x,
 int main(int argc, char **argv)
 {
 	int me = env_int("RANK"), n = env_int("WORLD_SIZE"), steps, ret;
+	int first = env_int("ELASTIC_JOIN");
+	bool late = first >= 2;
 	struct cs_client *c;
 	struct cs_group *g;
 	struct cs_buf *b;
@@ -104,13 +111,14 @@ int main(int argc, char **argv)
 	}
 	ret = cs_buf_alloc(c, COUNT * sizeof(int32_t), &b);
 	if (!ret)
-		ret = cs_group_join_ex(c, argv[1], me, n, 0, 1,
-				       CS_GROUP_ELASTIC, &g);
+		ret = cs_group_join_ex(c, argv[1], late ? -1 : me,
+				       late ? -1 : n, 0, 1, CS_GROUP_ELASTIC,
+				       &g);
 	if (ret) {
 		printf("step 0 error status=%d msg=%s\n", ret, cs_errmsg(c));
 		return 1;
 	}
-	for (int s = 1; s <= steps; s++) {
+	for (int s = late ? first : 1; s <= steps; s++) {
 		if (s > 1 && wait_go(argv[2], s))
 			return 1;
 		for (int t = 0; t < TRIES; t++) {

@@ -526,6 +526,7 @@ boot_auth_kill() {
 # sidecar $1; steps after the first wait for $TMP/go.<step>.
 start_elastic() {
 	ip netns exec ${P}n$1 env RANK=$1 WORLD_SIZE=$2 \
+		ELASTIC_JOIN=${ELASTIC_JOIN:-0} \
 		COLLSTACK_SOCKET=$RUN/${P}n$1/collstack.sock \
 		timeout 600 "$ELASTIC" el "$TMP/go" "$3" >"$TMP/t$1.out" 2>&1 &
 	TPIDS[$1]=$!
@@ -557,7 +558,7 @@ wait_line() {
 # too); once the 3 others' view lost it, step 2 runs on them without a
 # new join: sum 1 + 2 + 8 = 11, size 3, ranks 0 1 3 -> 0 1 2.
 elastic_shrink() {	# [cluster.sh args]
-	local i st want
+	local i st want rc
 	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
 	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
 	TPIDS=()
@@ -582,7 +583,7 @@ elastic_shrink() {	# [cluster.sh args]
 	echo "node 2 lost on the 3 others; step 2"
 	touch "$TMP/go.2"
 	for i in 0 1 3; do
-		wait "${TPIDS[$i]}" || { cat "$TMP/t$i.out"; fail "trainer $i exited $?"; }
+		wait "${TPIDS[$i]}" || { rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
 		cat "$TMP/t$i.out"
 		want=$i; [ $i = 3 ] && want=2
 		grep -q "^step 2 size=3 rank=$want sum=11$" "$TMP/t$i.out" ||
@@ -592,7 +593,7 @@ elastic_shrink() {	# [cluster.sh args]
 }
 
 elastic_shrink_etcd() {	# node 0 lost instead: no coordinator goes
-	local i st
+	local i st rc
 	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
 	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
 	TPIDS=()
@@ -615,14 +616,95 @@ elastic_shrink_etcd() {	# node 0 lost instead: no coordinator goes
 	done
 	touch "$TMP/go.2"
 	for i in 1 2; do
-		wait "${TPIDS[$i]}" || { cat "$TMP/t$i.out"; fail "trainer $i exited $?"; }
+		wait "${TPIDS[$i]}" || { rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
 		cat "$TMP/t$i.out"
 		grep -q "^step 2 size=2 rank=$((i - 1)) sum=6$" "$TMP/t$i.out" ||
 			fail "trainer $i: step 2 is not size=2 rank=$((i - 1)) sum=6"
 	done
 }
 
+# Elastic kill/join cycle with the etcd rendezvous, N sidecars (one
+# trainer each, elastic group, every rank adds 1 << its first rank):
+#   step 1  all N                       sum 2^N - 1, size N
+#   kill -9 sidecar V = N/2 (and its trainer); the others' view loses it
+#   step 2  N-1, no new join            sum - 2^V, size N-1, ranks above
+#                                       V one lower
+#   scripts/cluster.sh join: sidecar N joins (rank N, view grows); its
+#   trainer joins with no rank (ELASTIC_JOIN=1) and adds 2^N
+#   step 3  N, the newcomer last        sum + 2^N, size N, rank N-1
+elastic_cycle() {	# N [cluster.sh args]
+	local n=$1 v=$(($1 / 2)) i st want sum t0 ep0 ep rc
+	shift
+	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
+	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
+	TPIDS=()
+	t0=$(now)
+	up "$n" --rendezvous etcd "$@"
+	echo "up $n: $(secs "$t0" "$(now)") s"
+	for ((i = 0; i < n; i++)); do start_elastic $i "$n" 3; done
+	sum=$(((1 << n) - 1))
+	for ((i = 0; i < n; i++)); do
+		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
+		grep -q "^step 1 size=$n rank=$i sum=$sum$" "$TMP/t$i.out" ||
+			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
+	done
+	echo "step 1: $n trainers, sum $sum on each ($(secs "$t0" "$(now)") s)"
+	kill -9 "$(pid_of $v)"
+	kill_trainer $v
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] && continue
+		for _ in $(seq $((FAIL_S * 10 + 300))); do
+			st=$(ctl ${P}n$i ping)
+			[ "$(kv "$st" lost)" = $v ] && break
+			sleep 0.1
+		done
+		[ "$(kv "$st" lost)" = $v ] || fail "${P}n$i: node $v not lost: $st"
+	done
+	ep0=$(kv "$st" epoch)
+	touch "$TMP/go.2"
+	sum=$((sum - (1 << v)))
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] && continue
+		want=$i; [ $i -gt $v ] && want=$((i - 1))
+		wait_line "$TMP/t$i.out" "^step 2 " "${TPIDS[$i]}"
+		grep -q "^step 2 size=$((n - 1)) rank=$want sum=$sum$" \
+			"$TMP/t$i.out" || { cat "$TMP/t$i.out"
+			fail "trainer $i: step 2 is not size=$((n - 1)) rank=$want sum=$sum"; }
+	done
+	echo "step 2 after the loss of node $v: size $((n - 1)), sum $sum ($(secs "$t0" "$(now)") s)"
+	CS_BUILD_DIR=$BUILD scripts/cluster.sh join "${COMMON[@]}" ||
+		fail "cluster.sh join"
+	. "$ENV_FILE"
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] && continue
+		for _ in $(seq 600); do
+			ep=$(kv "$(ctl ${P}n$i ping)" epoch)
+			[ "$ep" -gt "$ep0" ] && break
+			sleep 0.1
+		done
+		[ "$ep" -gt "$ep0" ] || fail "${P}n$i did not see node $n join"
+	done
+	ELASTIC_JOIN=3 start_elastic $n $((n + 1)) 3
+	touch "$TMP/go.3"
+	sum=$((sum + (1 << n)))
+	for ((i = 0; i <= n; i++)); do
+		[ $i = $v ] && continue
+		want=$i; [ $i -gt $v ] && want=$((i - 1))
+		wait "${TPIDS[$i]}" ||
+			{ rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
+		grep -q "^step 3 size=$n rank=$want sum=$sum$" "$TMP/t$i.out" ||
+			{ cat "$TMP/t$i.out"
+			fail "trainer $i: step 3 is not size=$n rank=$want sum=$sum"; }
+	done
+	echo "step 3 after node $n joined: size $n, sum $sum ($(secs "$t0" "$(now)") s)"
+	grep -h "re-formed" $RUN/${P}n0.log | tail -2
+}
+
 case $CASE in
+elastic_cycle_4|elastic_cycle_16)
+	command -v etcd >/dev/null ||
+		skip "no etcd binary (Debian's etcd-server)"
+	elastic_cycle ${CASE#elastic_cycle_} ;;
 elastic_shrink) $CASE ;;
 elastic_shrink_etcd)
 	command -v etcd >/dev/null ||
