@@ -733,6 +733,19 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 
 	if (!req)
 		return -EINVAL;
+	/* joined with rank -1 (a node that joined): no size until the
+	 * group's first operation, which must need none */
+	if (g->size < 1 && op != CS_IPC_OP_ALLREDUCE &&
+	    op != CS_IPC_OP_BARRIER) {
+		pthread_mutex_lock(&c->lock);
+		set_err(c,
+			"%s on group '%s': the group has no size yet (joined "
+			"with rank -1): its first operation must be an "
+			"allreduce or a barrier",
+			op_name(op), g->name);
+		pthread_mutex_unlock(&c->lock);
+		return -EINVAL;
+	}
 	switch (op) {
 	case CS_IPC_OP_ALLREDUCE:
 		slen = rlen = count * esz;

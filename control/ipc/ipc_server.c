@@ -772,7 +772,8 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
-	int32_t bad_rank = -1;
+	int32_t bad_rank = -1; /* -1 too: a rank not numbered yet */
+	bool bad = false;
 
 	if (in->arrived < g->local_size || in->inter)
 		return;
@@ -782,10 +783,12 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
-		if (p->bad && bad_rank < 0)
+		if (p->bad && !bad) {
 			bad_rank = g->ranks[l];
+			bad = true;
+		}
 	}
-	if (bad_rank >= 0) {
+	if (bad) {
 		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			     bad_rank);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,

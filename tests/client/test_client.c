@@ -1824,6 +1824,122 @@ Test(client, elastic_group_reforms_after_a_node_loss, .timeout = 120)
 	two_local_ranks("elastic", el_start, el_tick, elastic_main);
 }
 
+/*
+ * A node that joined the cluster: its trainers join an elastic group with
+ * rank and size -1. Only an allreduce or a barrier may come first (no
+ * size yet); it carries regroup, the backend numbers the newcomers (here
+ * after 3 old ranks: 3 and 4 of 5) and the completions tell them. The
+ * cookie counts operations from the one that re-formed the group.
+ */
+static int grow_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	/* op 0 was the refused all-gather */
+	if (f->pending || (uint32_t)op->cookie != (uint32_t)f->started + 1 ||
+	    op->regroup != !f->started ||
+	    op->group_size != (f->started ? 5u : 0u) ||
+	    op->local_ranks[0] != (f->started ? 3 : -1))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int grow_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const int32_t ranks[2] = { 3, 4 };
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	if (f->started == 1 &&
+	    cs_ipc_server_regroup(srv, f->op.cookie, 5, ranks))
+		return -1;
+	/* the 3 old ranks add 0, 1000 + i and 2000 + i */
+	for (uint64_t i = 0; i < f->op.count; i++)
+		b[i] += (float)(1000 + i) + (float)(2000 + i) + (float)i;
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int grow_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x;
+	cs_req_t r;
+	int ret, me = rank / 2; /* its local rank: 0 or 1 */
+
+	(void)size;
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b))
+		return 2;
+	/* rank -1 only for an elastic group */
+	if (cs_group_join(c, "grow", -1, -1, me, 2, &g) != -EINVAL)
+		return 3;
+	if (cs_group_join_ex(c, "grow", -1, -1, me, 2, CS_GROUP_ELASTIC, &g))
+		return 4;
+	x = cs_buf_ptr(b);
+	/* no size yet: an all-gather cannot be the first operation (the
+	 * client says so; the sidecar would refuse it too, CS_IPC_BAD_OP) */
+	if (cs_all_gather(g, x, x + 64, 4, CS_F32, &r) != -EINVAL ||
+	    !strstr(cs_errmsg(c), "has no size yet"))
+		return 5;
+	{
+		struct cs_ipc_sqe d = { .group = cs__group_handle(g),
+					.op = CS_IPC_OP_ALL_GATHER,
+					.dtype = CS_F32,
+					.count = 4,
+					.send_seg = cs__buf_seg(b),
+					.recv_seg = cs__buf_seg(b),
+					.recv_off = 256 };
+		unsigned detail;
+		int peer;
+
+		ret = cs__client_post_raw(c, &d, &r);
+		if (!ret)
+			ret = cs_wait(c, r, WAIT_NS);
+		if (ret != CS_ERR_BAD_DESC) {
+			fprintf(stderr, "%d %s\n", ret, cs_errmsg(c));
+			return 9;
+		}
+		cs__client_last_fail(c, &detail, &peer);
+		if (detail != CS_IPC_BAD_OP) {
+			fprintf(stderr, "%u %s\n", detail, cs_errmsg(c));
+			return 10;
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < TN_COUNT; i++)
+			x[i] = (float)((3 + me) * 1000 + i);
+		ret = cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r);
+		if (!ret)
+			ret = cs_wait(c, r, WAIT_NS);
+		if (ret) {
+			fprintf(stderr, "newcomer %d: %s\n", me, cs_errmsg(c));
+			return 6;
+		}
+		for (int i = 0; i < TN_COUNT; i++)
+			if (x[i] != (float)(10000 + 5 * i))
+				return 7;
+		if (cs_group_size(g) != 5 || cs_group_rank(g) != 3 + me)
+			return 8;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, elastic_newcomers_get_their_rank_at_the_first_op,
+     .timeout = 120)
+{
+	two_local_ranks("grow", grow_start, grow_tick, grow_main);
+}
+
 /* Without a backend, a group spanning nodes fails cleanly. */
 Test(client, multi_node_without_backend, .timeout = 120)
 {
