@@ -338,6 +338,30 @@ static int claim(struct etcd_rdzv *r, uint32_t rank, bool *done)
 	return cs_etcd_put_if(&r->e, key, 0, rec, strlen(rec), r->lease, done);
 }
 
+/* A lease whose TTL is member.fail_timeout: a member silent that long
+ * loses its key. */
+static int grant(struct etcd_rdzv *r)
+{
+	return cs_etcd_lease_grant(
+		&r->e,
+		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
+		&r->lease, &r->ttl);
+}
+
+static void drop_lease(struct etcd_rdzv *r)
+{
+	cs_etcd_lease_revoke(&r->e, r->lease);
+	r->lease = 0;
+}
+
+/* A rank is ours: wait for the view (sync_store), keep the lease alive. */
+static void wait_view(struct etcd_rdzv *r)
+{
+	r->state = R_WAIT;
+	r->last_ok = r->next_poll = mono_ns();
+	r->next_ka = r->last_ok + (cs_ns_t)r->ttl * CS_NS_PER_S / 3;
+}
+
 /*
  * The group in the store formed already (@view): join it as its next rank
  * (the view's world; node.rank must be that, or -1). The rank's key is
@@ -372,10 +396,7 @@ static int join_running(struct etcd_rdzv *r, const struct cs_etcd_kv *view,
 			 r->prefix, world, world, want_rank);
 		return -EPERM;
 	}
-	ret = cs_etcd_lease_grant(
-		&r->e,
-		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
-		&r->lease, &r->ttl);
+	ret = grant(r);
 	if (ret)
 		goto out_err;
 	r->rank = world;
@@ -386,8 +407,7 @@ static int join_running(struct etcd_rdzv *r, const struct cs_etcd_kv *view,
 				 "rank %u in %s is being claimed by another "
 				 "joining node",
 				 world, r->prefix);
-		cs_etcd_lease_revoke(&r->e, r->lease);
-		r->lease = 0;
+		drop_lease(r);
 		return ret ? ret : -EAGAIN;
 	}
 	key_of(r, key, sizeof(key), "view");
@@ -422,13 +442,10 @@ static int join_running(struct etcd_rdzv *r, const struct cs_etcd_kv *view,
 		if (!ret)
 			snprintf(r->error, sizeof(r->error),
 				 "the view in %s kept changing", r->prefix);
-		cs_etcd_lease_revoke(&r->e, r->lease);
-		r->lease = 0;
+		drop_lease(r);
 		return ret ? ret : -EAGAIN;
 	}
-	r->state = R_WAIT;
-	r->last_ok = r->next_poll = mono_ns();
-	r->next_ka = r->last_ok + (cs_ns_t)r->ttl * CS_NS_PER_S / 3;
+	wait_view(r);
 	CS_INFO("etcd %s%s: joined a running group as rank %u (lease %llx): "
 		"view epoch %u, %u members",
 		r->e.where, r->prefix, r->rank, (unsigned long long)r->lease,
@@ -480,10 +497,7 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 			 r->world);
 		return -EPERM;
 	}
-	ret = cs_etcd_lease_grant(
-		&r->e,
-		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
-		&r->lease, &r->ttl);
+	ret = grant(r);
 	if (ret)
 		goto out_err;
 	for (;;) {
@@ -514,13 +528,10 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 			snprintf(r->error, sizeof(r->error),
 				 "all %u ranks in %s are taken", r->world,
 				 r->prefix);
-		cs_etcd_lease_revoke(&r->e, r->lease);
-		r->lease = 0;
+		drop_lease(r);
 		return -EPERM;
 	}
-	r->state = R_WAIT;
-	r->last_ok = r->next_poll = mono_ns();
-	r->next_ka = r->last_ok + (cs_ns_t)r->ttl * CS_NS_PER_S / 3;
+	wait_view(r);
 	CS_INFO("etcd %s%s: rank %u claimed (lease %llx, TTL %lld s), "
 		"waiting for %u members",
 		r->e.where, r->prefix, r->rank, (unsigned long long)r->lease,

@@ -553,74 +553,59 @@ wait_line() {
 	fail "no '$2' in $1"
 }
 
-# Elastic shrink: 4 sidecars, one trainer each in an elastic group; step
-# 1 sums 1 << rank over all (15); kill -9 sidecar 2 (its trainer goes
-# too); once the 3 others' view lost it, step 2 runs on them without a
-# new join: sum 1 + 2 + 8 = 11, size 3, ranks 0 1 3 -> 0 1 2.
-elastic_shrink() {	# [cluster.sh args]
-	local i st want rc
-	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
-	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
-	TPIDS=()
-	up 4 "$@"
-	for i in 0 1 2 3; do start_elastic $i 4 2; done
-	for i in 0 1 2 3; do
-		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
-		grep -q "^step 1 size=4 rank=$i sum=15$" "$TMP/t$i.out" ||
-			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
-	done
-	echo "step 1: 4 trainers, sum 15 on each"
-	kill -9 "$(pid_of 2)"
-	kill_trainer 2
-	for i in 0 1 3; do
+# lost_everywhere N V: sidecars 0..N-1 but V see node V lost.
+lost_everywhere() {
+	local n=$1 v=$2 i st
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] && continue
 		for _ in $(seq $((FAIL_S * 10 + 300))); do
 			st=$(ctl ${P}n$i ping)
-			[ "$(kv "$st" lost)" = 2 ] && break
+			[ "$(kv "$st" lost)" = $v ] && break
 			sleep 0.1
 		done
-		[ "$(kv "$st" lost)" = 2 ] || fail "${P}n$i: node 2 not lost: $st"
+		[ "$(kv "$st" lost)" = $v ] || fail "${P}n$i: node $v not lost: $st"
 	done
-	echo "node 2 lost on the 3 others; step 2"
-	touch "$TMP/go.2"
-	for i in 0 1 3; do
-		wait "${TPIDS[$i]}" || { rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
-		cat "$TMP/t$i.out"
-		want=$i; [ $i = 3 ] && want=2
-		grep -q "^step 2 size=3 rank=$want sum=11$" "$TMP/t$i.out" ||
-			fail "trainer $i: step 2 is not size=3 rank=$want sum=11"
-	done
-	grep -h "re-formed" $RUN/${P}n0.log | tail -2
 }
 
-elastic_shrink_etcd() {	# node 0 lost instead: no coordinator goes
-	local i st rc
+# expect_step S N V SIZE SUM: every trainer but V's printed step S with
+# SIZE ranks, its rank renumbered past the lost V, and SUM.
+expect_step() {
+	local s=$1 n=$2 v=$3 size=$4 sum=$5 i want
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] && continue
+		want=$i; [ $v -ge 0 ] && [ $i -gt $v ] && want=$((i - 1))
+		wait_line "$TMP/t$i.out" "^step $s " "${TPIDS[$i]}"
+		grep -q "^step $s size=$size rank=$want sum=$sum$" \
+			"$TMP/t$i.out" || { cat "$TMP/t$i.out"
+			fail "trainer $i: step $s is not size=$size rank=$want sum=$sum"; }
+	done
+}
+
+# Elastic shrink: N sidecars, one trainer each in an elastic group (rank
+# r adds 1 << r); step 1 sums all; kill -9 sidecar V (its trainer goes
+# too); once the others' view lost it, step 2 runs on them without a new
+# join: size N-1, the ranks above V one lower, the sum without 1 << V.
+elastic_shrink() {	# N V [cluster.sh args]
+	local n=$1 v=$2 i sum
+	shift 2
 	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
 	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
 	TPIDS=()
-	up 3 --rendezvous etcd
-	for i in 0 1 2; do start_elastic $i 3 2; done
-	for i in 0 1 2; do
-		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
-		grep -q "^step 1 size=3 rank=$i sum=7$" "$TMP/t$i.out" ||
-			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
-	done
-	kill -9 "$(pid_of 0)"
-	kill_trainer 0
-	for i in 1 2; do
-		for _ in $(seq $((FAIL_S * 10 + 300))); do
-			st=$(ctl ${P}n$i ping)
-			[ "$(kv "$st" lost)" = 0 ] && break
-			sleep 0.1
-		done
-		[ "$(kv "$st" lost)" = 0 ] || fail "${P}n$i: node 0 not lost: $st"
-	done
+	up "$n" "$@"
+	for ((i = 0; i < n; i++)); do start_elastic $i "$n" 2; done
+	sum=$(((1 << n) - 1))
+	expect_step 1 "$n" -1 "$n" $sum
+	echo "step 1: $n trainers, sum $sum on each"
+	kill -9 "$(pid_of $v)"
+	kill_trainer $v
+	lost_everywhere "$n" $v
+	echo "node $v lost on the others; step 2"
 	touch "$TMP/go.2"
-	for i in 1 2; do
-		wait "${TPIDS[$i]}" || { rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
-		cat "$TMP/t$i.out"
-		grep -q "^step 2 size=2 rank=$((i - 1)) sum=6$" "$TMP/t$i.out" ||
-			fail "trainer $i: step 2 is not size=2 rank=$((i - 1)) sum=6"
+	expect_step 2 "$n" $v $((n - 1)) $((sum - (1 << v)))
+	for ((i = 0; i < n; i++)); do
+		[ $i = $v ] || cat "$TMP/t$i.out"
 	done
+	grep -h "re-formed" $RUN/${P}n$(((v + 1) % n)).log | tail -2
 }
 
 # Elastic kill/join cycle with the etcd rendezvous, N sidecars (one
@@ -634,7 +619,7 @@ elastic_shrink_etcd() {	# node 0 lost instead: no coordinator goes
 #   trainer joins with no rank (ELASTIC_JOIN=1) and adds 2^N
 #   step 3  N, the newcomer last        sum + 2^N, size N, rank N-1
 elastic_cycle() {	# N [cluster.sh args]
-	local n=$1 v=$(($1 / 2)) i st want sum t0 ep0 ep rc
+	local n=$1 v=$(($1 / 2)) i sum t0 ep0 ep rc
 	shift
 	ELASTIC=$BUILD/tests/netns/cs-trainer-elastic
 	[ -x "$ELASTIC" ] || fail "not built: $ELASTIC"
@@ -644,35 +629,16 @@ elastic_cycle() {	# N [cluster.sh args]
 	echo "up $n: $(secs "$t0" "$(now)") s"
 	for ((i = 0; i < n; i++)); do start_elastic $i "$n" 3; done
 	sum=$(((1 << n) - 1))
-	for ((i = 0; i < n; i++)); do
-		wait_line "$TMP/t$i.out" "^step 1 " "${TPIDS[$i]}"
-		grep -q "^step 1 size=$n rank=$i sum=$sum$" "$TMP/t$i.out" ||
-			{ cat "$TMP/t$i.out"; fail "trainer $i: step 1"; }
-	done
+	expect_step 1 "$n" -1 "$n" $sum
 	echo "step 1: $n trainers, sum $sum on each ($(secs "$t0" "$(now)") s)"
 	run_ok	# and the sidecars' own allreduce over all N, 1 KiB .. 64 KiB
 	kill -9 "$(pid_of $v)"
 	kill_trainer $v
-	for ((i = 0; i < n; i++)); do
-		[ $i = $v ] && continue
-		for _ in $(seq $((FAIL_S * 10 + 300))); do
-			st=$(ctl ${P}n$i ping)
-			[ "$(kv "$st" lost)" = $v ] && break
-			sleep 0.1
-		done
-		[ "$(kv "$st" lost)" = $v ] || fail "${P}n$i: node $v not lost: $st"
-	done
-	ep0=$(kv "$st" epoch)
+	lost_everywhere "$n" $v
+	ep0=$(kv "$(ctl ${P}n0 ping)" epoch)
 	touch "$TMP/go.2"
 	sum=$((sum - (1 << v)))
-	for ((i = 0; i < n; i++)); do
-		[ $i = $v ] && continue
-		want=$i; [ $i -gt $v ] && want=$((i - 1))
-		wait_line "$TMP/t$i.out" "^step 2 " "${TPIDS[$i]}"
-		grep -q "^step 2 size=$((n - 1)) rank=$want sum=$sum$" \
-			"$TMP/t$i.out" || { cat "$TMP/t$i.out"
-			fail "trainer $i: step 2 is not size=$((n - 1)) rank=$want sum=$sum"; }
-	done
+	expect_step 2 "$n" $v $((n - 1)) $sum
 	echo "step 2 after the loss of node $v: size $((n - 1)), sum $sum ($(secs "$t0" "$(now)") s)"
 	CS_BUILD_DIR=$BUILD scripts/cluster.sh join "${COMMON[@]}" ||
 		fail "cluster.sh join"
@@ -689,14 +655,11 @@ elastic_cycle() {	# N [cluster.sh args]
 	ELASTIC_JOIN=3 start_elastic $n $((n + 1)) 3
 	touch "$TMP/go.3"
 	sum=$((sum + (1 << n)))
+	expect_step 3 $((n + 1)) $v "$n" $sum
 	for ((i = 0; i <= n; i++)); do
 		[ $i = $v ] && continue
-		want=$i; [ $i -gt $v ] && want=$((i - 1))
 		wait "${TPIDS[$i]}" ||
 			{ rc=$?; cat "$TMP/t$i.out"; fail "trainer $i exited $rc"; }
-		grep -q "^step 3 size=$n rank=$want sum=$sum$" "$TMP/t$i.out" ||
-			{ cat "$TMP/t$i.out"
-			fail "trainer $i: step 3 is not size=$n rank=$want sum=$sum"; }
 	done
 	echo "step 3 after node $n joined: size $n, sum $sum ($(secs "$t0" "$(now)") s)"
 	grep -h "re-formed" $RUN/${P}n0.log | tail -2
@@ -716,11 +679,11 @@ elastic_cycle_4|elastic_cycle_16)
 			--set rel.max_timeouts=3000)
 	fi
 	elastic_cycle ${CASE#elastic_cycle_} ;;
-elastic_shrink) $CASE ;;
-elastic_shrink_etcd)
+elastic_shrink) elastic_shrink 4 2 ;;	# TCP coordinator in sidecar 0
+elastic_shrink_etcd)	# node 0 lost: no coordinator goes with it
 	command -v etcd >/dev/null ||
 		skip "no etcd binary (Debian's etcd-server)"
-	$CASE ;;
+	elastic_shrink 3 0 --rendezvous etcd ;;
 boot_kill|boot_intruder|boot_stale|boot_stall|boot_coord) $CASE ;;
 boot_coord_stall) $CASE ;;
 etcd_kill_first|etcd_kill_mid|etcd_store_kill|etcd_token|etcd_partition)
