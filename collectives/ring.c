@@ -1028,6 +1028,11 @@ bool cs_coll_result_ready(const struct cs_coll *c)
 	return !c->err && c->rx_left == 0;
 }
 
+bool cs_coll_resends_own_copy(const struct cs_coll *c)
+{
+	return c->direct && c->scratch;
+}
+
 bool cs_coll_all_sent(const struct cs_coll *c)
 {
 	return c->err || c->tx_left == 0;

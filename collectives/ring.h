@@ -144,6 +144,38 @@ void cs_coll_params_default(struct cs_coll_params *p,
 			    const struct cs_coll_cfg *cfg);
 
 /**
+ * cs_coll_params_op - set what the operation moves (the rest of @p, the
+ * tunables and the header fields, stays as it is)
+ * @p: parameters (cs_coll_params_default() first)
+ * @kind: the collective
+ * @nranks: ranks in the group
+ * @rank: this one
+ * @root: broadcast, reduce
+ * @sendbuf: input (see the table above)
+ * @recvbuf: output
+ * @count: elements
+ * @dtype: element type
+ * @op: reduction operator
+ */
+static inline void cs_coll_params_op(struct cs_coll_params *p,
+				     enum cs_coll_kind kind, uint32_t nranks,
+				     uint32_t rank, uint32_t root,
+				     const void *sendbuf, void *recvbuf,
+				     size_t count, enum cs_dtype dtype,
+				     enum cs_redop op)
+{
+	p->kind = kind;
+	p->nranks = nranks;
+	p->rank = rank;
+	p->root = root;
+	p->sendbuf = sendbuf;
+	p->recvbuf = recvbuf;
+	p->count = count;
+	p->dtype = dtype;
+	p->op = op;
+}
+
+/**
  * cs_coll_is_direct - will cs_coll_init() run @p as a direct exchange
  * (an allreduce of at most @p->direct_max bytes: one step, a channel per
  * peer, so the sender talks to every rank, not just its ring neighbours)?
@@ -269,6 +301,13 @@ int cs_coll_rebuild(struct cs_coll *c, uint64_t cookie, struct cs_coll_tx *out);
  * @c: the operation
  */
 bool cs_coll_result_ready(const struct cs_coll *c);
+
+/**
+ * cs_coll_resends_own_copy - every frame @c sends or resends reads the
+ * engine's own copy of the input (a direct exchange), never the caller's
+ * buffers: once the result is ready the caller may have them back
+ */
+bool cs_coll_resends_own_copy(const struct cs_coll *c);
 
 /**
  * cs_coll_all_sent - every packet this rank sends has been handed out by

@@ -80,6 +80,13 @@ static cs_ns_t rf_deadline(const void *f)
 	return cs_coll_next_deadline(f);
 }
 
+/* A direct exchange resends its input from its scratch slot: its owner
+ * may have the buffers back once the result is in. */
+static bool rf_early_ok(const void *f)
+{
+	return cs_coll_resends_own_copy(f) && cs_coll_result_ready(f);
+}
+
 static bool rf_result_ready(const void *f)
 {
 	return cs_coll_result_ready(f);
@@ -97,4 +104,5 @@ const struct cs_flow_ops cs_coll_flow_ops = {
 	.check_deadline = rf_check_deadline,
 	.deadline = rf_deadline,
 	.result_ready = rf_result_ready,
+	.early_ok = rf_early_ok,
 };

@@ -56,6 +56,11 @@ const char *cs_auth_impl(void)
 	return "siphash128-libsodium";
 }
 
+const char *cs_sha256_impl(void)
+{
+	return cs_auth_impl();
+}
+
 /* Subkey @id of the job token for purpose @ctx (crypto_kdf: BLAKE2b keyed
  * with BLAKE2b-256(token), @id as salt, @ctx as personalisation). */
 static void token_subkey(const char *token, uint64_t id, const char ctx[8],

@@ -30,6 +30,12 @@ int cs_auth_init(void);
 const char *cs_auth_impl(void);
 
 /*
+ * cs_sha256_impl - the name sidecar/service.c still asks for (its
+ * "sha256=" stats field); same as cs_auth_impl(). Goes with its next edit.
+ */
+const char *cs_sha256_impl(void);
+
+/*
  * A control-plane MAC over pieces: keyed BLAKE2b-256 (libsodium's
  * crypto_generichash) under a key derived from the job token for one
  * purpose (@ctx, 8 bytes: "csjoin01" for the bootstrap's

@@ -282,6 +282,7 @@ int cs_coord_init(struct cs_coord *c, const char *token, uint32_t world,
 		goto out_free_table;
 	strcpy(c->token, token);
 	c->world = world;
+	c->cap = world;
 	c->max_conns = max_conns;
 	c->mp = *mp;
 	c->rng = seed;
@@ -294,6 +295,31 @@ out_free_table:
 out_free_conns:
 	free(c->conns);
 	return -ENOMEM;
+}
+
+int cs_coord_allow_growth(struct cs_coord *c, uint32_t spare)
+{
+	uint32_t cap = c->world + spare;
+	struct cs_node_addr *t;
+	uint32_t *rc;
+
+	if (c->joined)
+		return -EBUSY;
+	if (cap > CS_BOOT_MAX_RANKS || cap < c->world || cap > c->max_conns)
+		return -EINVAL;
+	t = realloc(c->table, cap * sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	c->table = t;
+	rc = realloc(c->rank_conn, cap * sizeof(*rc));
+	if (!rc)
+		return -ENOMEM;
+	c->rank_conn = rc;
+	memset(t + c->world, 0, spare * sizeof(*t));
+	for (uint32_t r = c->world; r < cap; r++)
+		rc[r] = UINT32_MAX;
+	c->cap = cap;
+	return 0;
 }
 
 void cs_coord_fini(struct cs_coord *c)
@@ -364,7 +390,7 @@ static int admit(struct cs_coord *c, uint32_t conn, const struct cs_boot_msg *m,
 	struct cs_coord_conn *cc = &c->conns[conn];
 	struct cs_boot_msg w = { .type = CS_BOOT_WELCOME };
 	uint8_t mac[32];
-	uint32_t rank;
+	uint32_t rank, lo, hi;
 
 	cs_boot_join_mac(c->token, cc->nonce, m->nonce, &m->addr, mac);
 	if (!cs_auth_equal(mac, m->mac, sizeof(mac))) {
@@ -373,7 +399,11 @@ static int admit(struct cs_coord *c, uint32_t conn, const struct cs_boot_msg *m,
 		refuse(c, conn, CS_ERR_AUTH, "bad job token", o);
 		return CS_ERR_AUTH;
 	}
-	if (c->complete || c->joined == c->world) {
+	/* before the group forms, ranks 0 .. world-1; after, the spare
+	 * ranks of cs_coord_allow_growth() (the next free one) */
+	lo = c->complete ? c->world + c->joining : 0;
+	hi = c->complete ? c->cap : c->world;
+	if (c->complete ? lo >= hi : c->joined == c->world) {
 		CS_WARN("refused a member on connection %u: group of %u is full",
 			conn, c->world);
 		refuse(c, conn, -EBUSY, "group is full", o);
@@ -381,32 +411,51 @@ static int admit(struct cs_coord *c, uint32_t conn, const struct cs_boot_msg *m,
 	}
 	if (m->want_rank >= 0) {
 		rank = (uint32_t)m->want_rank;
-		if (rank >= c->world || c->rank_conn[rank] != UINT32_MAX) {
-			CS_WARN("refused a member on connection %u: rank %d taken or outside 0..%u",
-				conn, m->want_rank, c->world - 1);
+		if (rank < lo || rank >= hi ||
+		    (c->complete && rank != lo) ||
+		    c->rank_conn[rank] != UINT32_MAX) {
+			CS_WARN("refused a member on connection %u: rank %d taken or outside %u..%u",
+				conn, m->want_rank, lo, hi - 1);
 			refuse(c, conn, -EADDRINUSE,
 			       "rank taken or out of range", o);
 			return -EADDRINUSE;
 		}
 	} else {
-		for (rank = 0; c->rank_conn[rank] != UINT32_MAX; rank++)
+		for (rank = lo; c->rank_conn[rank] != UINT32_MAX; rank++)
 			;
 	}
 	cc->admitted = true;
 	cc->rank = rank;
 	c->rank_conn[rank] = conn;
 	c->table[rank] = m->addr;
-	c->joined++;
 	w.node = rank;
 	w.world = c->world;
+	if (c->complete) {
+		/* outside the group (and its failure detector) until
+		 * cs_coord_admit_joining(); the world it will join has at
+		 * least rank + 1 members */
+		c->joining++;
+		c->table[rank].state = CS_MEMBER_JOINING;
+		w.world = rank + 1;
+		cs_boot_welcome_proof(c->token, m->nonce, rank, w.mac);
+		o->send(o->ctx, conn, &w);
+		CS_INFO("admitted rank %u to join at the next boundary", rank);
+		return 0;
+	}
+	c->joined++;
 	cs_boot_welcome_proof(c->token, m->nonce, rank, w.mac);
 	o->send(o->ctx, conn, &w);
 	CS_INFO("admitted rank %u (%u of %u)", rank, c->joined, c->world);
 	if (c->joined == c->world) {
-		int err = cs_coord_fd_init(&c->fd, &c->mp, c->world, 1, now);
+		/* the detector covers the spare ranks too, as JOINING (not
+		 * watched) until they join */
+		int err = cs_coord_fd_init(&c->fd, &c->mp, c->cap, 1, now);
 
 		if (err)
 			return err;
+		for (uint32_t r = c->world; r < c->cap; r++)
+			c->fd.state[r] = CS_MEMBER_JOINING;
+		c->fd.alive = c->world;
 		c->complete = true;
 		send_table(c, o);
 	}
@@ -497,6 +546,13 @@ void cs_coord_on_close(struct cs_coord *c, uint32_t conn, cs_ns_t now,
 		c->joined--;
 		return;
 	}
+	if (c->fd.state[rank] == CS_MEMBER_JOINING) {
+		/* left before it joined: it joins as a lost member (its rank
+		 * is taken), so that the ranks after it stay in place */
+		c->fd.state[rank] = CS_MEMBER_LOST;
+		c->rank_conn[rank] = UINT32_MAX;
+		return;
+	}
 	if (c->fd.state[rank] == CS_MEMBER_ALIVE) {
 		/* A closed control connection is a loss, detected at once. */
 		c->fd.state[rank] = CS_MEMBER_LOST;
@@ -517,6 +573,35 @@ void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
 		return;
 	while ((k = cs_coord_fd_poll(&c->fd, now, lost, CS_ARRAY_SIZE(lost))))
 		declare_lost(c, lost, k, o);
+}
+
+cs_ns_t cs_coord_next_deadline(const struct cs_coord *c)
+{
+	return c->complete ? cs_coord_fd_deadline(&c->fd) : UINT64_MAX;
+}
+
+uint32_t cs_coord_admit_joining(struct cs_coord *c, cs_ns_t now,
+				const struct cs_coord_out *o)
+{
+	uint32_t k = c->joining;
+
+	if (!c->complete || !k)
+		return 0;
+	for (uint32_t r = c->world; r < c->world + k; r++) {
+		if (c->fd.state[r] != CS_MEMBER_JOINING)
+			continue; /* left before it joined: stays lost */
+		c->fd.state[r] = CS_MEMBER_ALIVE;
+		c->fd.last_heard[r] = now;
+		c->fd.alive++;
+	}
+	c->world += k;
+	c->joined += k;
+	c->joining = 0;
+	c->fd.epoch++;
+	CS_INFO("%u members joined: %u in the group, epoch %u", k, c->world,
+		c->fd.epoch);
+	send_table(c, o);
+	return k;
 }
 
 /* -------- member -------- */
@@ -588,9 +673,13 @@ int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
 	case CS_BOOT_M_WAIT_TABLE:
 	case CS_BOOT_M_READY:
 		if (m->type == CS_BOOT_TABLE) {
-			if (m->n != b->world || m->table == NULL)
+			/* the world may have grown (cs_coord_admit_joining()),
+			 * never below our own rank */
+			if (m->n <= b->rank || m->n < b->world ||
+			    m->n > CS_BOOT_MAX_RANKS || m->table == NULL)
 				break;
 			memcpy(b->table, m->table, m->n * sizeof(*m->table));
+			b->world = m->n;
 			if (b->state == CS_BOOT_M_WAIT_TABLE)
 				cs_member_fd_init(&b->fd, &b->mp, m->epoch,
 						  now);
@@ -625,4 +714,30 @@ int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
 		 m->type, b->state);
 	b->state = CS_BOOT_M_FAILED;
 	return -EPROTO;
+}
+
+unsigned cs_boot_member_poll(struct cs_boot_member *b, cs_ns_t now,
+			     struct cs_boot_msg *hb)
+{
+	unsigned a, r = 0;
+
+	if (b->state != CS_BOOT_M_READY)
+		return 0;
+	a = cs_member_fd_poll(&b->fd, now);
+	if (a & CS_MEMBER_SEND_HB) {
+		memset(hb, 0, sizeof(*hb));
+		hb->type = CS_BOOT_HEARTBEAT;
+		hb->node = b->rank;
+		hb->epoch = b->epoch;
+		r |= CS_BOOT_M_REPLY;
+	}
+	if (a & CS_MEMBER_COORD_LOST)
+		r |= CS_BOOT_M_COORD_LOST;
+	return r;
+}
+
+cs_ns_t cs_boot_member_deadline(const struct cs_boot_member *b)
+{
+	return b->state == CS_BOOT_M_READY ? cs_member_fd_deadline(&b->fd)
+					   : UINT64_MAX;
 }

@@ -118,6 +118,8 @@ struct cs_coord {
 	uint32_t world; /* members expected */
 	uint32_t joined;
 	uint32_t max_conns;
+	uint32_t cap; /* ranks the table has room for (world + spare) */
+	uint32_t joining; /* admitted after the group formed, not in it yet */
 	bool complete; /* every rank admitted, table sent */
 	struct cs_coord_conn *conns; /* indexed by the driver's conn id */
 	struct cs_node_addr *table; /* indexed by rank */
@@ -157,6 +159,38 @@ void cs_coord_on_close(struct cs_coord *c, uint32_t conn, cs_ns_t now,
 void cs_coord_on_timer(struct cs_coord *c, cs_ns_t now,
 		       const struct cs_coord_out *o);
 
+/**
+ * cs_coord_next_deadline - when cs_coord_on_timer() can next declare a
+ * member lost (CS_NS_NEVER before the group formed): a driver with its
+ * own clock (the simulator) arms its timer for this instead of polling
+ * @c: the coordinator
+ */
+cs_ns_t cs_coord_next_deadline(const struct cs_coord *c);
+
+/**
+ * cs_coord_allow_growth - let up to @spare more members join after the
+ * group formed (elastic growth). Such a member is admitted (WELCOME, a
+ * rank from world on) but stays CS_MEMBER_JOINING, outside the group and
+ * its failure detector, until the driver calls cs_coord_admit_joining()
+ * at an operation boundary. Call before the first join.
+ * @c: the coordinator
+ * @spare: extra ranks (world + @spare <= CS_BOOT_MAX_RANKS)
+ * Returns: 0, -EINVAL, -EBUSY (members joined already), -ENOMEM.
+ */
+int cs_coord_allow_growth(struct cs_coord *c, uint32_t spare);
+
+/**
+ * cs_coord_admit_joining - members waiting as CS_MEMBER_JOINING join the
+ * group: the world grows, the epoch advances and every member (the new
+ * ones too) gets the new TABLE.
+ * @c: the coordinator
+ * @now: current time (the new members count as heard now)
+ * @o: the driver's actions
+ * Returns: the number of members that joined (0: none waited).
+ */
+uint32_t cs_coord_admit_joining(struct cs_coord *c, cs_ns_t now,
+				const struct cs_coord_out *o);
+
 /* -------- member (sans-IO) -------- */
 
 enum cs_boot_member_state {
@@ -189,6 +223,7 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 #define CS_BOOT_M_REPLY 0x1 /* send *reply */
 #define CS_BOOT_M_TABLE 0x2 /* a new table: addresses / epoch changed */
 #define CS_BOOT_M_VIEW 0x4 /* the epoch advanced: fail in-flight ops */
+#define CS_BOOT_M_COORD_LOST 0x8 /* cs_boot_member_poll(): silent coordinator */
 
 /**
  * cs_boot_member_on_msg - a message from the coordinator
@@ -201,5 +236,24 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
 			  cs_ns_t now, struct cs_boot_msg *reply,
 			  uint32_t *lost, unsigned maxlost, unsigned *nlost);
+
+/**
+ * cs_boot_member_poll - a member's timers: heartbeats and the
+ * coordinator's silence (once the member holds the table)
+ * @b: the member
+ * @now: current time
+ * @hb: filled with the HEARTBEAT to send when the return has
+ *	CS_BOOT_M_REPLY
+ * Returns: a bit set of CS_BOOT_M_REPLY and CS_BOOT_M_COORD_LOST (the
+ *	coordinator was silent for member.fail_timeout; reported once).
+ */
+unsigned cs_boot_member_poll(struct cs_boot_member *b, cs_ns_t now,
+			     struct cs_boot_msg *hb);
+
+/**
+ * cs_boot_member_deadline - when cs_boot_member_poll() next has work
+ * (CS_NS_NEVER before the member holds the table)
+ */
+cs_ns_t cs_boot_member_deadline(const struct cs_boot_member *b);
 
 #endif

@@ -186,17 +186,13 @@ unsigned cs_member_svc_poll(struct cs_member_svc *s, cs_ns_t now,
 	s->now = now;
 	if (s->loop)
 		cs_ctl_run(s->loop, timeout_ms);
-	if (s->m.state == CS_BOOT_M_READY && s->connected) {
-		unsigned a = cs_member_fd_poll(&s->m.fd, now);
+	if (s->connected) {
+		struct cs_boot_msg hb;
+		unsigned a = cs_boot_member_poll(&s->m, now, &hb);
 
-		if (a & CS_MEMBER_SEND_HB) {
-			struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT,
-						  .node = s->m.rank,
-						  .epoch = s->m.epoch };
-
+		if (a & CS_BOOT_M_REPLY)
 			cs_ctl_loop_send(s->loop, s->conn, &hb);
-		}
-		if (a & CS_MEMBER_COORD_LOST) {
+		if (a & CS_BOOT_M_COORD_LOST) {
 			CS_ERR("coordinator silent for %llu ms: treating it as lost",
 			       (unsigned long long)(s->m.mp.fail_timeout /
 						    CS_NS_PER_MS));

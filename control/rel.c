@@ -243,14 +243,16 @@ static void arm_rto(struct cs_rel *r, cs_ns_t now)
 }
 
 /* The probe timer restarts on every new send and every ACK that makes
- * progress; it needs an RTT estimate. It allows for the peer's delayed
- * ACK and for RTT variance, so that it fires on silence, not on a queue. */
+ * progress; it needs an RTT estimate (a sample, or a seed from an earlier
+ * session to the peer: cs_rel_seed_rtt()). It allows for the peer's
+ * delayed ACK and for RTT variance, so that it fires on silence, not on a
+ * queue. */
 static void arm_tlp(struct cs_rel *r, cs_ns_t now)
 {
 	cs_ns_t pto;
 
 	r->tlp_deadline = CS_NS_NEVER;
-	if (!r->p.tlp || !r->st.rtt_samples || r->snd_una == r->snd_nxt)
+	if (!r->p.tlp || !r->srtt || r->snd_una == r->snd_nxt)
 		return;
 	pto = CS_MAX(2 * r->srtt, r->srtt + 4 * r->rttvar) + r->p.ack_delay;
 	r->tlp_deadline = now + CS_MAX(pto, r->p.tlp_min);

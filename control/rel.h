@@ -486,6 +486,24 @@ static inline bool cs_rel_idle(const struct cs_rel *r)
 }
 
 /* True once @max_timeouts consecutive timeouts passed without progress. */
+/**
+ * cs_rel_rtt - the session's RTT estimate, measured or seeded
+ * (cs_rel_seed_rtt())
+ * @r: the session
+ * @srtt: out: smoothed RTT, ns
+ * @rttvar: out: its variation, ns
+ * Returns: false when it has none yet (nothing written).
+ */
+static inline bool cs_rel_rtt(const struct cs_rel *r, cs_ns_t *srtt,
+			      cs_ns_t *rttvar)
+{
+	if (!r->srtt)
+		return false;
+	*srtt = r->srtt;
+	*rttvar = r->rttvar;
+	return true;
+}
+
 static inline bool cs_rel_failed(const struct cs_rel *r)
 {
 	return r->failed;

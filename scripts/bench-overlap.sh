@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # DDP-style overlap on the transport core: N buckets of B bytes allreduced
-# over a 4-node netns cluster (svc.core=1), posted back to back (all in
+# over a 4-node netns cluster, posted back to back (all in
 # flight) against posted one after another (each waited for before the
 # next), alternated R times in one run; prints each run and the ratio of
 # the medians (serial / overlapped). Root; uses scripts/cluster.sh.
@@ -27,7 +27,7 @@ export CS_CLUSTER=${CS_CLUSTER:-ovl}
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --port "$PORT" \
-	--set svc.core=1 "${LOSS[@]}" >/dev/null
+	"${LOSS[@]}" >/dev/null
 ser=() ovl=()
 for ((r = 0; r < REPS; r++)); do
 	for mode in serial overlapped; do

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * collstackd's state, and the hooks through which the collective service
- * (sidecar/daemon_ar.c: allreduce over the port) plugs into the daemon.
+ * (sidecar/service.c: collectives over the port) plugs into the daemon.
  */
 #ifndef CS_TOOLS_DAEMON_H
 #define CS_TOOLS_DAEMON_H
@@ -23,7 +23,7 @@ struct cs_daemon_conf {
 	uint32_t rank;
 	uint32_t log_level;
 	char peers[CS_CFG_STR_MAX];
-	/* collective service settings (daemon_ar.c's table) */
+	/* collective service settings (service.c's table) */
 	uint8_t svc[4096];
 	struct cs_boot_conf boot; /* daemon_boot.c's table */
 	/* trainer IPC settings (daemon_ipc.c's table) */

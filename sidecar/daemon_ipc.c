@@ -19,8 +19,8 @@
  * Cross-node step. The server hands over the node's combined data (the
  * local ranks already reduced, in local-rank order, into its staging
  * buffer) through start_inter_node(). The backend runs one allreduce over
- * the port on that buffer with daemon_ar.c's machinery (ring engine,
- * reliable sessions) on lcore 0. All-gather and broadcast ride the same
+ * the port on that buffer on the transport core (svc_core.c: ring engine,
+ * sessions per peer) on lcore 0. All-gather and broadcast ride the same
  * allreduce as an integer sum over the raw bytes (every byte is zero
  * except the ones one node supplies, so the sum is that node's bytes,
  * bit for bit); a barrier is a one-element allreduce. With one trainer
@@ -30,16 +30,16 @@
  * Operation ids need no orchestrator: the k-th operation of a group has
  * the same k on every node (every node's server numbers a group's
  * operations from 0 in posting order), so the id is derived from (group
- * name, k). Frames of an operation a node has not started yet are dropped
- * unacknowledged by daemon_ar.c; their senders retransmit until it starts
- * (rel.max_timeouts x rel.rto_max bounds how far behind a node may be).
+ * name, k). Frames of an operation a node has not started yet are held by
+ * the transport core (tp.hold_frames; beyond that left unacknowledged, and
+ * their senders retransmit until it starts).
  *
  * Completion comes back from the lcore through one atomic int per
  * operation, which this thread polls: no lock on the hot path. One
- * cross-node operation runs at a time; others wait in a FIFO. A finished
- * operation keeps acknowledging the peers' retransmissions (its last ACK
- * may be lost) while it is installed, and as daemon_ar.c's "prev" after
- * the next one replaced it. Once no group is left on this node and
+ * cross-node operation runs at a time; others wait in a FIFO. The core's
+ * sessions outlive operations, so a finished operation's last ACKs are
+ * the session's business (and an early one's frames are resent by the
+ * core until acknowledged). Once no group is left on this node and
  * ipc.linger has passed, it is removed, so a later run that reuses a
  * group name (k restarts at 0) cannot meet a stale operation.
  *
@@ -426,6 +426,23 @@ static int launch_verdict(struct cs_daemon_ipc *x)
 		slot[2] = op->status;
 		slot[3] = op->detail;
 		slot[4] = op->peer + 1;
+		/* the other nodes' part of op k (and, for k = 0, of the
+		 * group's membership check, which this node never runs) ends
+		 * at once naming this node; then this exchange tells them
+		 * why */
+		int why = op->status <= CS_ERR_PEER_LOST &&
+					  op->status >= CS_ERR_PROTO
+				  ? op->status
+				  : CS_ERR_BAD_DESC;
+
+		if (!o->tries &&
+		    (cs_ar_svc_refuse(x->d->svc, o->op_id, x->epoch, why) ||
+		     ((uint32_t)op->cookie == 0 &&
+		      cs_ar_svc_refuse(x->d->svc, OP_ID_CHECK(o->op_id),
+				       x->epoch, why))))
+			CS_WARN("group '%s': op %#x: the refusal was not "
+				"announced",
+				o->name, o->op_id);
 	}
 	c.recvbuf = x->chk;
 	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
@@ -720,8 +737,7 @@ static int ring_layout(struct cs_daemon_ipc *x,
  * order = rank order), reduce-scatter and all-gather run as such on the
  * ring: (n-1)/n of the buffer across each link instead of the sum's
  * 2(n-1)/n. Each needs every node's data, so no node finishes one before
- * every node finished the one before (what the single `prev` operation
- * of daemon_ar.c relies on to answer late retransmissions). Every node
+ * every node finished the one before. Every node
  * sees the same and decides the same; should one not (ranks out of node
  * order), its op id differs (OP_ID_RING_KIND) and the op fails on a
  * timeout instead of mixing frames of two algorithms. Otherwise they ride
@@ -1295,7 +1311,9 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 		return finish_and_next(x, 0, -1, now);
 	}
 	node = cs_ar_svc_ext_failed_node(x->d->svc);
-	if (v == CS_ERR_PEER_LOST && node >= 0 && !view_moved(x)) {
+	/* a silent node, or one that announced its refusal */
+	if ((v == CS_ERR_PEER_LOST || v == CS_ERR_BAD_DESC) && node >= 0 &&
+	    !view_moved(x)) {
 		/* a silent node: did it refuse the op? (launch_verdict) */
 		struct ipcd_op *o = &x->q[x->head];
 		int ret;

@@ -105,6 +105,15 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
 bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s);
 
 /**
+ * cs_ar_svc_refuse - trainer operation @op_id of view @epoch was refused
+ *	on this node with @err (a CS_ERR_* code): the other nodes' part of it
+ *	ends with that error, naming this node, instead of waiting for it
+ * Returns: 0 or -ENOMEM.
+ */
+int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+		     int err);
+
+/**
  * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is
  * installed; on return the lcore no longer touches its buffer
  * @s: the collective service

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstackd's collective service on the transport core (svc.core=1).
+ * collstackd's collective service on the transport core.
  *
  * Lcore 0 owns one struct cs_tp for the current view: its sessions belong
  * to the peers (the view's ring indices are the core's node ids; group 1
@@ -12,10 +12,12 @@
  * by the thread that built it once the lcore released it: after the
  * core's completion, or when the core was replaced for a new view.
  *
- * What the per-operation service of daemon_ar.c does and this does not
- * (yet): zero-copy transmit from registered buffers, packet
- * authentication (refused at start-up), the early completion of small
- * trainer ops (coll.direct_early), the lcores beyond the first.
+ * Frames are tagged and checked here when auth.enable is on (frame_auth.c,
+ * keys from service.c); collstack run's buffers of 1 MiB and more are
+ * registered with the port for zero copy; a direct exchange is reported
+ * done at result-ready (tp.early, coll.direct_early) while the core goes
+ * on resending its frames until they are acknowledged. Not yet: the
+ * lcores beyond the first (every session lives on lcore 0).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -31,7 +33,8 @@
 #define CS_LOG_MODULE "core"
 #include "internal/log.h"
 #include "svc_core.h"
-#include "tests/coll_sim/coll_data.h"
+#include "frame_auth.h"
+#include "collectives/coll_data.h"
 #include "transport/tp.h"
 
 #define CORE_TXQ CS_PORT_BURST
@@ -41,6 +44,8 @@
 #define CORE_GROUP 1u
 #define CORE_TRAINERS 2u
 #define CORE_MAX_LIVE 256 /* ops posted on the lcore at once */
+/* Buffers of collstack run from this size are registered for zero copy. */
+#define CORE_ZC_MIN (1u << 20)
 
 enum { OP_PREPARED = 0, OP_DONE = 1, OP_FAILED = 2 };
 
@@ -50,10 +55,13 @@ struct core_op {
 	uint64_t seed;
 	size_t count, bytes;
 	uint8_t *buf; /* collstack run's: owned */
+	size_t buf_len;
+	struct cs_port *zc_port; /* @buf registered with it (zero copy) */
 	struct cs_coll *coll;
 	atomic_int state;
 	atomic_bool released; /* the lcore holds it no more */
 	atomic_bool cancel;
+	bool reported; /* lcore: the outcome is out (state, notify) */
 	int status;
 	uint32_t culprit;
 	atomic_int *notify; /* trainer op: 1 or an error */
@@ -68,11 +76,13 @@ struct core_op {
 	uint32_t root;
 	uint8_t *sbuf; /* its send buffer, when not in place */
 	bool forget;
+	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
 };
 
 struct cs_core_svc {
 	struct cs_daemon *d;
+	struct cs_frame_auth *auth; /* auth.enable: lcore-only; or NULL */
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
 	struct cs_tp_params tpp;
@@ -85,17 +95,23 @@ struct cs_core_svc {
 	unsigned nstash;
 	struct cs_pbuf txq[CORE_TXQ];
 	unsigned ntxq;
-	uint64_t tx_retry, rx_other_q, rx_no_core, post_refused, cores;
+	uint64_t tx_retry, tx_too_big, rx_other_q, rx_no_core, post_refused;
+	uint64_t cores, early_unacked;
 	/* hand-over */
 	pthread_mutex_t lock; /* inbox, snap */
 	struct core_op *inbox;
 	atomic_bool pending;
 	atomic_bool pause;
+	atomic_bool renew; /* the peer table was rebuilt: check it */
+	/* lcore: the peer table the core was built from */
+	unsigned built_rank, built_npeers;
+	struct cs_peer built_peers[CS_DRV_MAX_PEERS];
 	atomic_uint_fast64_t gen; /* lcore rounds */
 	struct cs_tp_stats snap; /* the lcore's core, copied now and then */
 	/* control side */
 	pthread_mutex_t ctl; /* control vs. IPC thread */
 	struct core_op *run_op; /* collstack run's last prepared */
+	uint32_t run_next; /* one past its id (0: none yet): ar_next_op */
 	struct core_op *ext_op; /* the last trainer op */
 	struct core_op *grave; /* replaced, not released yet */
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
@@ -142,25 +158,50 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 	struct cs_core_svc *s = owner;
 	struct cs_pbuf *b = &s->stash[s->nstash - 1];
 	struct cs_pkt_hdr hh = *h;
+	uint32_t off = CS_PROTO_FRAME_OVERHEAD;
 	int flen;
 
-	if (unlikely(CS_PROTO_FRAME_OVERHEAD + len > b->cap))
-		return; /* engine payloads are capped to the port's frames */
+	if (s->auth) { /* the tag goes between header and payload */
+		off += CS_PROTO_TAG_LEN;
+		hh.flags |= CS_PKT_F_AUTH;
+	}
+	if (unlikely(off + len > b->cap)) {
+		s->tx_too_big++;
+		return;
+	}
 	flen = cs_drv_frame_hdr(&s->d->drv, b->data, b->cap, &hh, node,
 				s->d->port->udp_port);
-	if (flen < 0)
+	if (flen < 0) {
+		s->tx_too_big++;
 		return;
-	b->len = CS_PROTO_FRAME_OVERHEAD;
-	/* copied after the header (nothing is registered for zero copy) */
-	if (len && cs_port_attach(s->d->port, 0, b, (void *)payload, len))
+	}
+	/* The payload: referenced where the port can send registered
+	 * memory as is (dpdk, port.zero_copy), else copied after the
+	 * header. */
+	b->len = off;
+	if (len && cs_port_attach(s->d->port, 0, b, (void *)payload, len)) {
+		s->tx_too_big++;
 		return;
+	}
+	if (s->auth) /* over the header as sent and the payload, in place */
+		cs_frame_auth_tag(s->auth,
+				  atomic_load_explicit(&s->d->view.epoch,
+						       memory_order_relaxed),
+				  &hh, payload,
+				  b->data + CS_PROTO_FRAME_OVERHEAD);
 	s->txq[s->ntxq++] = *b;
 	s->nstash--;
 }
 
-static void core_verdict(struct cs_core_svc *s, struct core_op *op, int status,
-			 uint32_t culprit, cs_ns_t now)
+/* Tell the op's owner its outcome (once). */
+static void core_report(struct cs_core_svc *s, struct core_op *op, int status,
+			uint32_t culprit, cs_ns_t now)
 {
+	uint64_t one = 1;
+
+	if (op->reported)
+		return;
+	op->reported = true;
 	op->status = status;
 	op->culprit = culprit;
 	op->t_done = now;
@@ -171,17 +212,23 @@ static void core_verdict(struct cs_core_svc *s, struct core_op *op, int status,
 	if (op->notify) {
 		int fd = atomic_load_explicit(&s->notify_fd,
 					      memory_order_relaxed);
-		uint64_t one = 1;
 
 		atomic_store_explicit(op->notify, status ? status : 1,
 				      memory_order_release);
 		if (fd >= 0)
 			(void)!write(fd, &one, sizeof(one));
 	} else if (s->done_fd >= 0) {
-		uint64_t one = 1;
-
 		(void)!write(s->done_fd, &one, sizeof(one));
 	}
+}
+
+/* The outcome, and the op is the control side's to free. */
+static void core_verdict(struct cs_core_svc *s, struct core_op *op, int status,
+			 uint32_t culprit, cs_ns_t now)
+{
+	if (op->reported && status)
+		s->early_unacked++; /* its result was in; the ACKs were not */
+	core_report(s, op, status, culprit, now);
 	atomic_store_explicit(&op->released, true, memory_order_release);
 }
 
@@ -198,10 +245,18 @@ static void core_done(void *owner, void *user, int status, uint32_t culprit)
 	core_verdict(s, op, status, culprit, cs_lcore_now());
 }
 
+/* tp.early: the result is in and the engine resends from its own copy:
+ * the owner has its answer now, the core keeps the engine. */
+static void core_ready(void *owner, void *user)
+{
+	core_report(owner, user, 0, UINT32_MAX, cs_lcore_now());
+}
+
 static const struct cs_tp_io core_io = {
 	.tx_room = core_room,
 	.xmit = core_xmit,
 	.done = core_done,
+	.ready = core_ready,
 };
 
 /* A core for the view the peer table now holds; the ops of the old one
@@ -225,6 +280,10 @@ static void core_renew(struct cs_core_svc *s, uint32_t epoch, cs_ns_t now)
 		       cs_strerror(ret));
 		return;
 	}
+	s->built_rank = drv->rank;
+	s->built_npeers = drv->npeers;
+	memcpy(s->built_peers, drv->peers,
+	       drv->npeers * sizeof(drv->peers[0]));
 	for (uint32_t i = 0; i < drv->npeers; i++)
 		nodes[i] = i;
 	if (drv->npeers >= 2)
@@ -239,6 +298,19 @@ static void core_renew(struct cs_core_svc *s, uint32_t epoch, cs_ns_t now)
 		CS_ERR("transport core: group of %u nodes refused: %s",
 		       drv->npeers, cs_strerror(ret));
 	s->cores++;
+}
+
+/* The peer table differs from the one the core was built from (a view
+ * applied after the lcore had already moved to its epoch). The same table
+ * keeps the core: its sessions must outlive a rebuild that changed
+ * nothing, or frames the peers saw acknowledged would be forgotten. */
+static bool core_table_moved(const struct cs_core_svc *s)
+{
+	const struct cs_drv *drv = &s->d->drv;
+
+	return drv->rank != s->built_rank || drv->npeers != s->built_npeers ||
+	       memcmp(drv->peers, s->built_peers,
+		      drv->npeers * sizeof(drv->peers[0]));
 }
 
 /* Post what the control and IPC threads handed over. */
@@ -273,6 +345,16 @@ static void core_take(struct cs_core_svc *s, cs_ns_t now)
 		}
 		if (list->epoch != s->tp_epoch) {
 			core_verdict(s, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
+			continue;
+		}
+		if (list->refuse) {
+			ret = cs_tp_refuse(s->tp, CORE_TRAINERS, list->op_id,
+					   list->refuse);
+			if (ret)
+				CS_WARN("op %#x: the refusal was not announced:"
+					" %s",
+					list->op_id, cs_strerror(ret));
+			core_verdict(s, list, 0, UINT32_MAX, now);
 			continue;
 		}
 		if (list->forget) {
@@ -316,6 +398,7 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		    struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
 	struct cs_core_svc *s = arg;
+	uint32_t view_epoch;
 
 	(void)v;
 	if (q != 0) { /* the core belongs to queue 0's lcore */
@@ -326,8 +409,24 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		s->rx_no_core += n;
 		return;
 	}
-	for (unsigned i = 0; i < n; i++)
-		cs_tp_rx(s->tp, pk[i].hdr.src, &pk[i].hdr, pk[i].payload, now);
+	view_epoch = atomic_load_explicit(&s->d->view.epoch,
+					  memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		const struct cs_pkt_hdr *h = &pk[i].hdr;
+
+		/* ctlplane: frames of an older epoch are dropped (and
+		 * counted where `stats` shows them) before any check */
+		if (unlikely((int32_t)(h->epoch - view_epoch) < 0)) {
+			atomic_fetch_add_explicit(&s->d->view.rx_stale_epoch,
+						  1, memory_order_relaxed);
+			continue;
+		}
+		/* auth.enable: nothing unauthenticated reaches the core */
+		if (s->auth && !cs_frame_auth_rx_ok(s->auth, view_epoch, h,
+						     pk[i].payload))
+			continue;
+		cs_tp_rx(s->tp, h->src, h, pk[i].payload, now);
+	}
 }
 
 static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
@@ -342,7 +441,9 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 	if (atomic_load_explicit(&s->pause, memory_order_acquire))
 		return 0;
 	epoch = atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
-	if (!s->tp || epoch != s->tp_epoch)
+	if (!s->tp || epoch != s->tp_epoch ||
+	    (atomic_exchange_explicit(&s->renew, false, memory_order_acq_rel) &&
+	     core_table_moved(s)))
 		core_renew(s, epoch, now);
 	if (!s->tp)
 		return 0;
@@ -383,6 +484,17 @@ static void op_free(struct core_op *op)
 	if (!op)
 		return;
 	cs_coll_free(op->coll);
+	/* Frames still queued may point into a registered buffer: the
+	 * lcore flushes them on its next rounds. Never free it under them
+	 * (after a second, leak it: the process is stuck anyway). */
+	if (op->zc_port &&
+	    cs_port_unreg_mem_wait(op->zc_port, op->buf, op->buf_len,
+				   CS_NS_PER_S) == -EBUSY) {
+		CS_WARN("op %#x: frames still point into its buffer; leaving "
+			"%zu bytes allocated",
+			op->op_id, op->buf_len);
+		op->buf = NULL;
+	}
 	free(op->buf);
 	free(op->sbuf);
 	free(op->nodes);
@@ -439,6 +551,9 @@ void cs_core_svc_pause(struct cs_core_svc *s)
 
 void cs_core_svc_resume(struct cs_core_svc *s)
 {
+	/* the peer table may have changed under the same epoch (the lcore
+	 * saw the new epoch before the table was rebuilt for it) */
+	atomic_store_explicit(&s->renew, true, memory_order_release);
 	atomic_store_explicit(&s->pause, false, memory_order_release);
 	cs_lcore_kick(&s->d->lcores[0]);
 }
@@ -462,7 +577,8 @@ static struct core_op *op_new(uint32_t op_id, uint32_t epoch)
 static int op_engine(struct cs_core_svc *s, struct core_op *op,
 		     struct cs_coll_params *p, char *msg, size_t mlen)
 {
-	uint32_t fmax = s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD;
+	uint32_t fmax = s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
+			(s->auth ? CS_PROTO_TAG_LEN : 0); /* the tag's room */
 	int ret;
 
 	if (p->mtu_payload > fmax)
@@ -543,7 +659,8 @@ static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 	op->seed = seed;
 	op->bytes = bytes;
 	op->count = bytes / esz;
-	op->buf = malloc(bytes ? bytes : 1);
+	op->buf_len = (bytes + 4095) / 4096 * 4096 + 4096;
+	op->buf = aligned_alloc(4096, op->buf_len);
 	if (!op->buf) {
 		op_free(op);
 		return -ENOMEM;
@@ -551,6 +668,11 @@ static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 	for (size_t i = 0; i < op->count; i++)
 		cs_td_store(dt, op->buf, i,
 			    cs_td_value(dt, CS_SUM, op->n, seed, op->rank, i));
+	/* zero copy where the port can (its memory map changes: not for
+	 * the small ops, whose copy costs less) */
+	if (bytes >= CORE_ZC_MIN &&
+	    cs_port_reg_mem(s->d->port, op->buf, op->buf_len) == 0)
+		op->zc_port = s->d->port;
 	cs_coll_params_default(&p, &s->coll);
 	p.kind = CS_COLL_ALLREDUCE;
 	p.nranks = op->n;
@@ -567,6 +689,7 @@ static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 	}
 	core_bury(s, s->run_op);
 	s->run_op = op;
+	s->run_next = op_id + 1 ? op_id + 1 : 1;
 	snprintf(out, len,
 		 "ok op=%u rank=%u n=%u count=%zu channels=%u payload=%u "
 		 "core=1",
@@ -840,6 +963,22 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 	snprintf(out, len, "ok");
 }
 
+int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
+		       int err)
+{
+	struct core_op *op = op_new(op_id, epoch);
+
+	if (!op)
+		return -ENOMEM;
+	op->refuse = err;
+	pthread_mutex_lock(&s->ctl);
+	core_hand(s, op);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	cs_lcore_kick(&s->d->lcores[0]);
+	return 0;
+}
+
 int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		    char *out, size_t len)
 {
@@ -848,6 +987,15 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 	enum cs_dtype dt;
 	char dts[16];
 
+	/* the id collstack run starts from: ids are never reused (the core
+	 * refuses one among a group's last 1024), not even by two runs
+	 * started within the same second */
+	if (!strcmp(req, "ar_next_op")) {
+		pthread_mutex_lock(&s->ctl);
+		snprintf(out, len, "ok next=%u", s->run_next);
+		pthread_mutex_unlock(&s->ctl);
+		return 0;
+	}
 	if (!strcmp(req, "ar_prepare")) {
 		if (sscanf(args, "%u %llu %15s %llu", &op_id, &bytes, dts,
 			   &seed) != 4 ||
@@ -929,13 +1077,23 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		/* the keys collstack stats reads, then the core's own */
 		snprintf(out, len,
 			 "ok core=1 ops_freed=%" PRIu64 " data_sent=%" PRIu64
-			 " retx=%" PRIu64 " timeouts=%" PRIu64
+			 " retx=%" PRIu64 " fast_retx=%" PRIu64
+			 " tlp=%" PRIu64 " timeouts=%" PRIu64
+			 " spurious=%" PRIu64
 			 " dup_rcvd=%" PRIu64 " tx_retry=%" PRIu64
 			 " rx_no_core=%" PRIu64 " post_refused=%" PRIu64
-			 " cores=%" PRIu64 " ",
+			 " cores=%" PRIu64 " tx_too_big=%" PRIu64
+			 " early_unacked=%" PRIu64
+			 " auth=%d rx_auth_fail=%" PRIu64
+			 " rx_auth_notag=%" PRIu64 " auth_rekey=%" PRIu64 " ",
 			 st.ops_done + st.ops_failed, st.tx_data, st.tx_retx,
-			 st.rel_timeouts, st.rel_dup_rcvd, s->tx_retry,
-			 s->rx_no_core, s->post_refused, s->cores);
+			 st.rel_fast_retx, st.rel_tlp, st.rel_timeouts,
+			 st.rel_spurious, st.rel_dup_rcvd, s->tx_retry,
+			 s->rx_no_core, s->post_refused, s->cores,
+			 s->tx_too_big, s->early_unacked, s->auth != NULL,
+			 s->auth ? s->auth->rx_fail : 0,
+			 s->auth ? s->auth->rx_notag : 0,
+			 s->auth ? s->auth->rekey : 0);
 		{
 			char line[1024];
 			FILE *f = fmemopen(line, sizeof(line), "w");
@@ -1063,40 +1221,49 @@ void cs_core_svc_stop_ext(struct cs_core_svc *s)
 	pthread_mutex_unlock(&s->ctl);
 }
 
+bool cs_core_svc_ext_unsettled(struct cs_core_svc *s)
+{
+	const struct core_op *op;
+	bool ret;
+
+	pthread_mutex_lock(&s->ctl);
+	op = s->ext_op;
+	ret = op &&
+	      atomic_load_explicit(&op->state, memory_order_acquire) ==
+		      OP_DONE &&
+	      !atomic_load_explicit(&op->released, memory_order_acquire);
+	pthread_mutex_unlock(&s->ctl);
+	return ret;
+}
+
 /* ---- set-up ------------------------------------------------------------ */
 
 int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
-		     const struct cs_coll_cfg *coll, struct cs_core_svc **out)
+		     const struct cs_coll_cfg *coll,
+		     const struct cs_tp_params *tp, struct cs_frame_auth *auth,
+		     struct cs_core_svc **out)
 {
 	struct cs_core_svc *s = calloc(1, sizeof(*s));
-	int ret;
 
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
 	s->xp = *xp;
 	s->coll = *coll;
-	ret = cs_tp_params_default(&s->tpp);
-	if (ret) {
-		free(s);
-		return ret;
-	}
-	s->tpp.max_nodes = CS_DRV_MAX_PEERS;
-	/* a whole window of every ring session may arrive before this node
-	 * posts its part (collstack run starts the nodes one by one);
-	 * buffers are only allocated as the hold fills */
-	s->tpp.hold_frames = 4096;
+	s->auth = auth;
+	s->tpp = *tp;
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->ctl, NULL);
 	atomic_init(&s->pending, false);
 	atomic_init(&s->pause, false);
+	atomic_init(&s->renew, false);
 	atomic_init(&s->gen, 0);
 	atomic_init(&s->notify_fd, -1);
 	s->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	d->drv.rx_fn = core_rx;
 	d->drv.tx_fn = core_tx;
 	d->drv.fn_arg = s;
-	CS_INFO("collective service on the transport core (svc.core=1)");
+	CS_INFO("collective service on the transport core");
 	*out = s;
 	return 0;
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstackd's collective service on the transport core (transport/tp.h),
- * chosen with svc.core=1: lcore 0 runs one struct cs_tp over the port,
- * every operation (collstack run's and trainers') is posted to it, and
- * the sessions belong to the peers, not to the operations. The hooks of
- * sidecar/daemon_ar.c delegate here when it is on; docs/transport-core.md.
+ * collstackd's collective service on the transport core (transport/tp.h):
+ * lcore 0 runs one struct cs_tp over the port, every operation
+ * (collstack run's and trainers') is posted to it, and the sessions belong
+ * to the peers, not to the operations. sidecar/service.c (configuration,
+ * views) calls in here; docs/transport-core.md.
  */
 #ifndef CS_TOOLS_SVC_CORE_H
 #define CS_TOOLS_SVC_CORE_H
@@ -22,8 +22,14 @@
 struct cs_core_svc;
 
 /* Set up (before the lcores start); installs its rx/tx on the driver. */
+struct cs_frame_auth;
+/* @tp: the core's tunables (copied); @auth: frame tags (auth.enable;
+ * NULL: off), used by the lcore only. */
+struct cs_tp_params;
 int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
-		     const struct cs_coll_cfg *coll, struct cs_core_svc **out);
+		     const struct cs_coll_cfg *coll,
+		     const struct cs_tp_params *tp, struct cs_frame_auth *auth,
+		     struct cs_core_svc **out);
 void cs_core_svc_fini(struct cs_core_svc *s);
 
 /* Stop the lcore's use of the peer table (a new view is applied), and
@@ -47,5 +53,12 @@ int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd);
 void cs_core_svc_flush(struct cs_core_svc *s);
 void cs_core_svc_stop_ext(struct cs_core_svc *s);
+/* Trainer op @op_id (of view @epoch) was refused here with @err: the core
+ * tells the other nodes, whose part ends with @err naming this node. */
+int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
+		       int err);
+/* The last trainer op was reported done early and its last frames are
+ * not acknowledged yet (the core still resends them). */
+bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);
 
 #endif

@@ -22,7 +22,7 @@
 
 #include "collstack/types.h"
 #include "sim/a2a.h"
-#include "tests/sim/sim.h"
+#include "sim/sim.h"
 
 #define A2A_GROUP 1
 #define A2A_OP 1

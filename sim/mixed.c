@@ -22,9 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "collectives/coll_data.h"
 #include "collectives/ring.h"
 #include "sim/mixed.h"
-#include "tests/sim/sim.h"
+#include "sim/sim.h"
 #include "transport/tp.h"
 
 struct mx_desc {
@@ -139,20 +140,6 @@ static double mx_get(enum cs_dtype t, const void *buf, size_t i)
 	}
 }
 
-static double mx_red(enum cs_redop op, double a, double b)
-{
-	switch (op) {
-	case CS_SUM:
-		return a + b;
-	case CS_PROD:
-		return a * b;
-	case CS_MIN:
-		return a < b ? a : b;
-	default:
-		return a > b ? a : b;
-	}
-}
-
 /* The reduction over the group's ranks of element @i of their inputs. */
 static double mx_reduced(const struct mx *m, uint32_t gi, uint32_t k,
 			 const struct mx_desc *d, uint64_t i)
@@ -161,7 +148,7 @@ static double mx_reduced(const struct mx *m, uint32_t gi, uint32_t k,
 	double v = mx_value(m, gi, k, d, 0, i);
 
 	for (uint32_t r = 1; r < g->n; r++)
-		v = mx_red(d->op, v, mx_value(m, gi, k, d, r, i));
+		v = cs_td_red(d->op, v, mx_value(m, gi, k, d, r, i));
 	return v;
 }
 
@@ -342,15 +329,8 @@ static int mx_post(struct mx_node *nd, struct mx_inst *in, cs_ns_t now)
 		memset(in->recv, 0, nr * esz);
 	}
 	cs_coll_params_default(&p, &m->cfg->coll);
-	p.kind = d->kind;
-	p.nranks = g->n;
-	p.rank = r;
-	p.root = d->root;
-	p.sendbuf = in->send;
-	p.recvbuf = in->recv;
-	p.count = d->count;
-	p.dtype = d->dtype;
-	p.op = d->op;
+	cs_coll_params_op(&p, d->kind, g->n, r, d->root, in->send, in->recv,
+			  d->count, d->dtype, d->op);
 	p.group = g->id;
 	p.op_id = in->k + 1;
 	p.epoch = cs_tp_epoch(nd->tp);

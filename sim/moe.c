@@ -16,7 +16,7 @@
 #include "collectives/moe.h"
 #include "collstack/types.h"
 #include "sim/moe.h"
-#include "tests/sim/sim.h"
+#include "sim/sim.h"
 
 #define MO_GROUP 1
 

@@ -361,7 +361,20 @@ static int run_allreduce(int argc, char **argv)
 			goto out;
 		}
 	}
+	/* past every id a sidecar has seen (a run started in the same
+	 * second as the last one must not reuse its ids) */
 	op_id = (uint32_t)time(NULL) << 8;
+	for (int i = 0; i < n; i++)
+		snprintf(reqs[i], sizeof(reqs[i]), "ar_next_op");
+	if (round_trip(nd, n, reqs, timeout))
+		goto out;
+	for (int i = 0; i < n; i++) {
+		double nx;
+
+		if (!cs_ctl_kv(nd[i].reply, "next", &nx) && nx > 0 &&
+		    (int32_t)((uint32_t)nx - 1 - op_id) >= 0)
+			op_id = (uint32_t)nx - 1; /* op_id++ comes first */
+	}
 	printf("# collstack run allreduce: %d ranks (%s..%s), dtype %s, "
 	       "iters %u, warmup %u, sidecars from %s\n#\n",
 	       n, names[0], names[n - 1], cs_dtype_name(dt), iters, warmup,
@@ -463,9 +476,9 @@ int cs_cmd_run(int argc, char **argv)
 			"usage: collstack run allreduce [ARGS]  (allreduce "
 			"across the cluster's sidecars)\n"
 			"       collstack run mixed [ARGS]      (many groups "
-			"and ops in flight, svc.core=1)\n"
+			"and ops in flight)\n"
 			"       collstack run buckets [ARGS]    (DDP buckets, "
-			"overlapped or --serial, svc.core=1)\n");
+			"overlapped or --serial)\n");
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "allreduce"))

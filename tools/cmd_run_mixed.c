@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `collstack run mixed`: many groups over subsets of a running cluster's
- * sidecars (svc.core=1), each with operations of random ring kinds, types
+ * sidecars, each with operations of random ring kinds, types
  * and sizes, posted in a different order on every sidecar and all in
  * flight together over the transport core; every element is checked by
  * the sidecar that holds it (mx_post / mx_wait / mx_forget, sidecar/svc_core.c).
@@ -48,7 +48,7 @@ static void mx_usage(FILE *out)
 		"random subsets in random order), K operations each of random\n"
 		"ring kinds, types, operators and sizes, posted in a different\n"
 		"order on every sidecar, all in flight; every element checked.\n"
-		"Needs sidecars with svc.core=1. Prints 'mixed ok ...' or\n"
+		"Prints 'mixed ok ...' or\n"
 		"'mixed FAILED ...' (exit 1). Defaults: 4 groups, 16 ops,\n"
 		"4 B .. 1 MiB, seed 1, 120000 ms.\n");
 }
@@ -91,9 +91,8 @@ static int mx_cluster(const char *cmd, const char *env,
 		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
 				10000) ||
 		    cs_ctl_kv(reply, "rank", &v)) {
-			fprintf(stderr, "%s: %s: %s (is it running with "
-					"svc.core=1?)\n",
-				cmd, names[i], reply);
+			fprintf(stderr, "%s: %s: %s\n", cmd, names[i],
+				reply);
 			return -1;
 		}
 		rank_of[i] = (uint32_t)v;

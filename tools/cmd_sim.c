@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cmds.h"
-#include "tests/sim/scen.h"
+#include "sim/scen.h"
 
 struct sim_cmd {
 	const char *name;

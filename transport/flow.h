@@ -62,6 +62,10 @@ struct cs_flow_tx {
  * @deadline: when @check_deadline will fire (optional; CS_NS_NEVER)
  * @result_ready: every element of this rank's result is final (optional:
  *	the core then acknowledges the peers' last frames at once)
+ * @early_ok: the result is final and every frame the engine may still
+ *	rebuild reads memory the engine owns, not the owner's buffers
+ *	(optional): the core may then tell the owner the operation is done
+ *	(io->ready) before its last frames are acknowledged
  */
 /* on_data(): acknowledge this frame at once (no coalescing delay). */
 #define CS_FLOW_RX_ACK_NOW 16
@@ -80,6 +84,7 @@ struct cs_flow_ops {
 	bool (*check_deadline)(void *f, cs_ns_t now);
 	cs_ns_t (*deadline)(const void *f);
 	bool (*result_ready)(const void *f);
+	bool (*early_ok)(const void *f);
 };
 
 #endif

@@ -52,6 +52,22 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "groups known at once per core" },
 	{ "tp.max_nodes", CS_CFG_U32, offsetof(struct cs_tp_params, max_nodes),
 	  "1024", 2, 1 << 16, "node ids are below this" },
+	{ "tp.early", CS_CFG_BOOL, offsetof(struct cs_tp_params, early), "1",
+	  0, 1,
+	  "an operation whose engine resends from its own copy (a direct "
+	  "exchange) is reported ready to its owner once its result is "
+	  "final, before its own last frames are acknowledged; the core "
+	  "goes on resending them (io->ready)" },
+	{ "tp.rx_budget", CS_CFG_SIZE, offsetof(struct cs_tp_params, rx_budget),
+	  "0", 0, 1ull << 32,
+	  "receiver credit: bytes this node lets all its senders have in "
+	  "flight towards it, split evenly over the sessions that sent it "
+	  "data within tp.rx_active (senders honour it with rel.credit=1; "
+	  "0: every session keeps rel.credit_init)" },
+	{ "tp.rx_active", CS_CFG_NS, offsetof(struct cs_tp_params, rx_active),
+	  "1ms", 1000, 1e10,
+	  "a session counts as sending to this node for tp.rx_budget while "
+	  "its last new data is this recent" },
 };
 const size_t cs_tp_cfg_len = CS_ARRAY_SIZE(cs_tp_cfg);
 
@@ -67,11 +83,14 @@ struct tp_sess {
 	struct cs_tp *tp;
 	struct tp_slot *slot; /* window entries, by seq & mask */
 	uint32_t node, ch;
+	cs_ns_t last_rx; /* new data last arrived (tp.rx_budget) */
+	uint64_t grant; /* what tp_grants() last set (0: not yet) */
 };
 
 struct tp_peer {
 	struct cs_path path;
 	bool lost; /* a session to it failed */
+	cs_ns_t seed_srtt, seed_var; /* cs_tp_seed_rtt(); 0: none */
 	struct tp_sess *sess[]; /* sess_channels, set up on first use */
 };
 
@@ -97,6 +116,8 @@ struct tp_op {
 	bool *has_pend;
 	struct tp_sess **sess; /* per channel: where it sends (NULL: nothing) */
 	uint32_t slots; /* frames in flight in sessions */
+	bool ready; /* io->ready told (tp.early) */
+	bool peer_aborted; /* ended by a peer's TP_CTRL_ABORT: not echoed */
 	struct tp_op *hnext;
 };
 
@@ -106,6 +127,23 @@ struct tp_held {
 	cs_ns_t at;
 	uint8_t *data; /* kept for reuse; grown to the largest frame */
 	uint32_t cap;
+};
+
+/* An operation that failed here, or that a peer said failed there: kept
+ * so that a peer still sending for it is told (TP_CTRL_ABORT), and so
+ * that a peer's abort of one not posted here yet ends it at its post. */
+#define TP_ABORTS 64
+#define TP_ABORT_RETELL 100000 /* ns between two answers to one op's data */
+#define TP_ABORT_REUSE_TTL 200000000 /* ns: answered, in groups whose ids
+				      * restart */
+#define TP_CTRL_ABORT 1 /* CS_PKT_CTRL, in hdr.step; hdr.offset: -error,
+			 * hdr.credit: the culprit's node (UINT32_MAX: none) */
+struct tp_abort {
+	uint32_t group, op, culprit_node;
+	int err;
+	bool valid, remote; /* remote: a peer's, for an op not posted here */
+	uint32_t from; /* remote: the node that said so */
+	cs_ns_t at, told; /* when, and when a peer was last told */
 };
 
 struct cs_tp {
@@ -127,8 +165,17 @@ struct cs_tp {
 	uint32_t nheld;
 	uint32_t rr; /* next bulk op's turn */
 	unsigned room; /* frames io->xmit takes in this poll */
+	cs_ns_t grant_at; /* tp_grants() next runs */
+	struct tp_abort aborts[TP_ABORTS];
+	uint32_t abort_next;
+	cs_ns_t now; /* the last time given (cs_tp_rx(), cs_tp_poll()) */
 	struct cs_tp_stats st;
 };
+
+/* tp_grants() runs at most this often, and at once when a session starts
+ * sending; no grant goes below TP_GRANT_MIN (two jumbo frames). */
+#define TP_GRANT_PERIOD 50000 /* ns */
+#define TP_GRANT_MIN (2u * 9000u)
 
 int cs_tp_params_default(struct cs_tp_params *p)
 {
@@ -186,6 +233,35 @@ static struct tp_peer *tp_peer(struct cs_tp *tp, uint32_t node)
 	return pr;
 }
 
+/* The best RTT estimate for a new session to @pr: what the other
+ * sessions to the peer measured (they share its path), else what the
+ * owner seeded (cs_tp_seed_rtt(): an earlier core's estimate). */
+static bool tp_peer_rtt(const struct tp_peer *pr, uint32_t nch, cs_ns_t *srtt,
+			cs_ns_t *var)
+{
+	for (uint32_t c = 0; c < nch; c++)
+		if (pr->sess[c] && cs_rel_stats(&pr->sess[c]->rel)->rtt_samples &&
+		    cs_rel_rtt(&pr->sess[c]->rel, srtt, var))
+			return true;
+	if (!pr->seed_srtt)
+		return false;
+	*srtt = pr->seed_srtt;
+	*var = pr->seed_var;
+	return true;
+}
+
+/* A new session starts from its peer's RTT instead of rel.rto_init with
+ * no estimate (which would leave a loss on it to a 1 ms timeout, with no
+ * tail loss probe): sessions on other channels and new cores after a view
+ * change then recover as fast as the ones that measured. */
+static void tp_seed(const struct tp_peer *pr, struct tp_sess *s)
+{
+	cs_ns_t srtt, var;
+
+	if (tp_peer_rtt(pr, s->tp->p.sess_channels, &srtt, &var))
+		cs_rel_seed_rtt(&s->rel, srtt, var);
+}
+
 /* The session to @node on session channel @ch, set up on first use (the
  * only allocation a frame can cause: once per peer and channel). */
 static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
@@ -221,6 +297,7 @@ static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
 	s->tp = tp;
 	s->node = node;
 	s->ch = ch;
+	tp_seed(pr, s);
 	pr->sess[ch] = s;
 	tp->sess[tp->nsess++] = s;
 	tp->st.sessions++;
@@ -430,6 +507,8 @@ static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
 	tp->nheld = j;
 }
 
+static void tp_abort_unposted(struct cs_tp *tp, const struct tp_held *k);
+
 static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
 {
 	uint32_t j = 0;
@@ -439,6 +518,7 @@ static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
 
 		if (now - k->at >= tp->p.hold_ttl) {
 			tp->st.rx_hold_expired++;
+			tp_abort_unposted(tp, k);
 			continue;
 		}
 		if (i != j) {
@@ -466,6 +546,129 @@ static bool tp_group_lost(const struct cs_tp *tp, const struct tp_group *g,
 	return false;
 }
 
+/* ---- aborts (TP_CTRL_ABORT) --------------------------------------------- */
+
+static bool tp_room(struct cs_tp *tp);
+static void tp_xmit(struct cs_tp *tp, uint32_t node, struct cs_pkt_hdr *h,
+		    const void *payload, uint32_t len);
+
+static struct tp_abort *tp_abort_find(struct cs_tp *tp, uint32_t group,
+				      uint32_t id, bool remote)
+{
+	for (uint32_t i = 0; i < TP_ABORTS; i++) {
+		struct tp_abort *a = &tp->aborts[i];
+
+		if (a->valid && a->group == group && a->op == id &&
+		    a->remote == remote)
+			return a;
+	}
+	return NULL;
+}
+
+static struct tp_abort *tp_abort_add(struct cs_tp *tp, uint32_t group,
+				     uint32_t id, bool remote)
+{
+	struct tp_abort *a = tp_abort_find(tp, group, id, remote);
+
+	if (!a)
+		a = &tp->aborts[tp->abort_next++ % TP_ABORTS];
+	memset(a, 0, sizeof(*a));
+	a->group = group;
+	a->op = id;
+	a->remote = remote;
+	a->valid = true;
+	return a;
+}
+
+/* Tell @node that operation @a failed here. Best effort: with no room
+ * now, the peer's next frame for it asks again. */
+static void tp_tell_abort(struct cs_tp *tp, uint32_t node, struct tp_abort *a)
+{
+	struct cs_pkt_hdr h;
+
+	if (!tp_room(tp))
+		return;
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.type = CS_PKT_CTRL;
+	h.step = TP_CTRL_ABORT;
+	h.group = a->group;
+	h.op = a->op;
+	h.offset = (uint32_t)-a->err;
+	h.credit = a->culprit_node;
+	tp_xmit(tp, node, &h, NULL, 0);
+	a->told = tp->now;
+	tp->st.tx_aborts++;
+}
+
+/* A held frame expired (tp.hold_ttl): this node has not posted its
+ * operation in that long. Its sender, which has it acknowledged, would
+ * wait until its own deadline: it is told the operation timed out here
+ * (naming this node), and so is every later frame of it. */
+static void tp_abort_unposted(struct cs_tp *tp, const struct tp_held *k)
+{
+	struct tp_group *g = tp_group(tp, k->hdr.group);
+	struct tp_abort *a;
+
+	if (!g || tp_op_find(tp, k->hdr.group, k->hdr.op))
+		return;
+	a = tp_abort_find(tp, k->hdr.group, k->hdr.op, false);
+	if (!a) {
+		a = tp_abort_add(tp, k->hdr.group, k->hdr.op, false);
+		a->err = CS_ERR_TIMEOUT;
+		a->culprit_node = tp->self;
+		a->at = tp->now;
+	}
+	if (tp->now - a->told >= TP_ABORT_RETELL || a->told < a->at)
+		tp_tell_abort(tp, k->src, a);
+}
+
+/* A peer's TP_CTRL_ABORT: its part of (group, op) failed with an error;
+ * ours ends with the same one (blaming whom the peer blamed), or, not
+ * posted yet, at its post. */
+static void tp_on_abort(struct cs_tp *tp, uint32_t src,
+			const struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	struct tp_group *g = tp_group(tp, h->group);
+	struct tp_op *op;
+	struct tp_abort *a;
+	int err = -(int)(uint32_t)h->offset;
+	uint32_t culprit;
+
+	if (h->step != TP_CTRL_ABORT || h->len) {
+		tp->st.rx_proto++;
+		return;
+	}
+	if (!g || g->rank_of[src] < 0) {
+		tp->st.rx_not_member++;
+		return;
+	}
+	if (err > CS_ERR_PEER_LOST || err < CS_ERR_PROTO)
+		err = CS_ERR_PROTO; /* not one of ours: a peer gone wrong */
+	culprit = h->credit < tp->p.max_nodes && g->rank_of[h->credit] >= 0
+			  ? (uint32_t)g->rank_of[h->credit]
+			  : (uint32_t)g->rank_of[src];
+	tp->st.rx_aborts++;
+	op = tp_op_find(tp, h->group, h->op);
+	if (op) {
+		op->peer_aborted = true;
+		op->ops->abort(op->flow, err, culprit);
+		return;
+	}
+	/* ids that restart (trainer groups) could meet a later op of the
+	 * same id: only remembered for groups whose ids never repeat */
+	if (g->reuse || tp_recently_done(g, h->op))
+		return;
+	a = tp_abort_add(tp, h->group, h->op, true);
+	a->err = err;
+	a->culprit_node = g->nodes[culprit];
+	a->from = src;
+	a->at = now;
+}
+
+static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
+		      uint32_t culprit);
+
 int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	       const struct cs_flow_ops *ops, void *flow, uint64_t bytes,
 	       void *user, cs_ns_t now)
@@ -477,6 +680,20 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 
 	if (!g)
 		return -ENOENT;
+	op = tp_op_find(tp, group, op_id);
+	if (op && op->ready && g->reuse) {
+		/* its owner has its result: the id's new op wins, the old
+		 * one's unacknowledged frames are given up on */
+		tp->st.early_dropped++;
+		op->peer_aborted = true; /* nothing to tell: it succeeded */
+		op->ops->abort(op->flow, CS_ERR_CANCELLED, UINT32_MAX);
+		for (uint32_t i = 0; i < tp->nops; i++)
+			if (tp->ops[i] == op) {
+				tp_finish(tp, i, CS_ERR_CANCELLED, UINT32_MAX);
+				break;
+			}
+		op = NULL;
+	}
 	if (tp_op_find(tp, group, op_id) || tp_recently_done(g, op_id))
 		return -EEXIST;
 	if (tp->nops == tp->p.max_ops)
@@ -520,6 +737,24 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	tp->st.ops_posted++;
 	if (tp->nops > tp->st.peak_ops)
 		tp->st.peak_ops = tp->nops;
+	{
+		struct tp_abort *a = tp_abort_find(tp, group, op_id, false);
+
+		if (a) /* an earlier op of this id (ids that restart) */
+			a->valid = false;
+		a = tp_abort_find(tp, group, op_id, true);
+		if (a && now - a->at > tp->p.hold_ttl)
+			a->valid = false;
+		if (a && a->valid) { /* a peer said it failed there */
+			int32_t r = g->rank_of[a->culprit_node];
+
+			a->valid = false;
+			op->peer_aborted = true;
+			ops->abort(flow, a->err,
+				   r >= 0 ? (uint32_t)r : UINT32_MAX);
+			return 0;
+		}
+	}
 	/* a member already lost: it ends at the next poll, not at its
 	 * deadline */
 	if (tp_group_lost(tp, g, &culprit))
@@ -533,6 +768,28 @@ out_free:
 	free(op->has_pend);
 	free(op);
 	return ret;
+}
+
+int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
+{
+	struct tp_group *g = tp_group(tp, group);
+	struct tp_abort *a;
+
+	if (!g)
+		return -ENOENT;
+	if (err > CS_ERR_PEER_LOST || err < CS_ERR_PROTO)
+		return -EINVAL;
+	if (tp_op_find(tp, group, op_id))
+		return -EEXIST;
+	a = tp_abort_add(tp, group, op_id, false);
+	a->err = err;
+	a->culprit_node = tp->self;
+	a->at = tp->now;
+	for (uint32_t r = 0; r < g->n; r++)
+		if (g->nodes[r] != tp->self &&
+		    !(tp->peer[g->nodes[r]] && tp->peer[g->nodes[r]]->lost))
+			tp_tell_abort(tp, g->nodes[r], a);
+	return 0;
 }
 
 int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id)
@@ -585,6 +842,23 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		tp->st.ops_failed++;
 	else
 		tp->st.ops_done++;
+	/* failed here: every other member is told, so that none waits for
+	 * it until its deadline (and a peer's abort is not echoed) */
+	if (status && !op->peer_aborted) {
+		struct tp_abort *a = tp_abort_add(tp, g->id, op->id, false);
+
+		a->err = status;
+		a->culprit_node = culprit < g->n ? g->nodes[culprit]
+						 : UINT32_MAX;
+		a->at = tp->now;
+		for (uint32_t r = 0; r < g->n; r++) {
+			uint32_t node = g->nodes[r];
+
+			if (node != tp->self &&
+			    !(tp->peer[node] && tp->peer[node]->lost))
+				tp_tell_abort(tp, node, a);
+		}
+	}
 	free(op->pend);
 	free(op->has_pend);
 	free(op->sess);
@@ -604,9 +878,10 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	int m;
 
 	tp->st.rx_frames++;
+	tp->now = now;
 	if (unlikely(src >= tp->p.max_nodes || src == tp->self ||
 		     (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK &&
-		      h->type != CS_PKT_NACK))) {
+		      h->type != CS_PKT_NACK && h->type != CS_PKT_CTRL))) {
 		tp->st.rx_bad_src++;
 		return;
 	}
@@ -617,12 +892,30 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 			tp->st.rx_future_epoch++;
 		return;
 	}
+	if (h->type == CS_PKT_CTRL) {
+		tp_on_abort(tp, src, h, now);
+		return;
+	}
 	data = h->type == CS_PKT_DATA && !(h->flags & CS_PKT_F_FILLER);
 	if (data) {
 		op = tp_op_find(tp, h->group, h->op);
 		if (!op) {
+			struct tp_abort *a =
+				tp_abort_find(tp, h->group, h->op, false);
+
 			g = tp_group(tp, h->group);
-			hold = !g || !tp_recently_done(g, h->op);
+			/* ids that restart (trainer groups): a later
+			 * incarnation's op may carry it; answer only while
+			 * the failure is recent */
+			if (a && g && g->reuse &&
+			    now - a->at > TP_ABORT_REUSE_TTL) {
+				a->valid = false;
+				a = NULL;
+			}
+			hold = !a && (!g || !tp_recently_done(g, h->op));
+			/* it failed here: tell its sender (again) */
+			if (a && now - a->told >= TP_ABORT_RETELL)
+				tp_tell_abort(tp, src, a);
 		}
 	}
 	s = tp_sess(tp, src, h->channel % tp->p.sess_channels);
@@ -640,6 +933,12 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	m = cs_rel_on_packet(&s->rel, h, now);
 	if (!(m & CS_REL_DELIVER) || !data)
 		return;
+	if (tp->p.rx_budget) {
+		/* a session that starts sending: split the budget anew */
+		if (!s->last_rx || now - s->last_rx >= tp->p.rx_active)
+			tp->grant_at = 0;
+		s->last_rx = now;
+	}
 	if (op)
 		tp_deliver(tp, op, s, src, h, payload, now);
 	else if (hold)
@@ -694,6 +993,7 @@ static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 			}
 		}
 		if (!ret) {
+			tp->st.tx_retx_early += sl->op->ready;
 			h = tx.hdr;
 			h.group = sl->op->g->id;
 			h.op = sl->op->id;
@@ -869,6 +1169,46 @@ int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node)
 	return 0;
 }
 
+/*
+ * tp.rx_budget: the sessions that sent new data within tp.rx_active share
+ * the budget evenly; an idle one is granted the share it would get if it
+ * started now, so that no burst of newcomers overruns the budget by more
+ * than one share each. The sender honours the grant with rel.credit (a
+ * grant only ever grows the limit the peer already has: a shrunk one
+ * takes effect as the data in flight drains).
+ */
+static void tp_grants(struct cs_tp *tp, cs_ns_t now)
+{
+	uint32_t active = 0;
+	uint64_t share, idle;
+
+	if (now < tp->grant_at)
+		return;
+	tp->grant_at = now + TP_GRANT_PERIOD;
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		const struct tp_sess *s = tp->sess[i];
+
+		active += s->last_rx && now - s->last_rx < tp->p.rx_active;
+	}
+	if (active > tp->st.peak_senders)
+		tp->st.peak_senders = active;
+	share = CS_MAX(tp->p.rx_budget / (active ? active : 1),
+		       (uint64_t)TP_GRANT_MIN);
+	idle = CS_MAX(tp->p.rx_budget / (active + 1), (uint64_t)TP_GRANT_MIN);
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		struct tp_sess *s = tp->sess[i];
+		uint64_t g = s->last_rx && now - s->last_rx < tp->p.rx_active
+				     ? share
+				     : idle;
+
+		if (g != s->grant) {
+			cs_rel_set_grant(&s->rel, g);
+			s->grant = g;
+			tp->st.grants_set++;
+		}
+	}
+}
+
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 {
 	unsigned work = 0;
@@ -876,6 +1216,9 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	int st;
 
 	tp->room = 0;
+	tp->now = now;
+	if (tp->p.rx_budget)
+		tp_grants(tp, now);
 	for (uint32_t i = 0; i < tp->nsess; i++) {
 		struct tp_sess *s = tp->sess[i];
 
@@ -898,6 +1241,13 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 		culprit = UINT32_MAX;
 		st = op->ops->status(op->flow, &culprit);
 		if (st == -EINPROGRESS) {
+			if (!op->ready && tp->p.early && tp->io->ready &&
+			    op->ops->early_ok && op->ops->early_ok(op->flow)) {
+				op->ready = true;
+				tp->st.ops_early++;
+				tp->io->ready(tp->owner, op->user);
+				work++;
+			}
 			i++;
 			continue;
 		}
@@ -954,6 +1304,9 @@ void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st)
 		st->rel_retx += rs->retx;
 		st->rel_timeouts += rs->timeouts;
 		st->rel_dup_rcvd += rs->dup_rcvd;
+		st->rel_fast_retx += rs->fast_retx;
+		st->rel_tlp += rs->tlp;
+		st->rel_spurious += rs->spurious_rto;
 		st->rel_stale_rcvd += rs->stale_rcvd;
 	}
 }
@@ -968,6 +1321,10 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
 		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
+		" ops_early=%" PRIu64 " tx_retx_early=%" PRIu64
+		" early_dropped=%" PRIu64 " grants_set=%" PRIu64
+		" peak_senders=%" PRIu64 " tx_aborts=%" PRIu64
+		" rx_aborts=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64
 		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
@@ -977,7 +1334,10 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
-		st->tx_fillers, st->tx_acks, st->ops_posted, st->ops_done,
+		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
+		st->early_dropped, st->grants_set, st->peak_senders,
+		st->tx_aborts, st->rx_aborts,
+		st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,
 		st->rel_stale_rcvd);
@@ -1054,4 +1414,29 @@ void cs_tp_destroy(struct cs_tp *tp)
 	free(tp->sess);
 	free(tp->peer);
 	free(tp);
+}
+
+int cs_tp_peer_rtt(const struct cs_tp *tp, uint32_t node, cs_ns_t *srtt,
+		   cs_ns_t *rttvar)
+{
+	if (node >= tp->p.max_nodes || !tp->peer[node])
+		return -ENOENT;
+	return tp_peer_rtt(tp->peer[node], tp->p.sess_channels, srtt, rttvar)
+		       ? 0
+		       : -ENOENT;
+}
+
+int cs_tp_seed_rtt(struct cs_tp *tp, uint32_t node, cs_ns_t srtt,
+		   cs_ns_t rttvar)
+{
+	struct tp_peer *pr;
+
+	if (node >= tp->p.max_nodes || node == tp->self || !srtt)
+		return -EINVAL;
+	pr = tp_peer(tp, node);
+	if (!pr)
+		return -ENOMEM;
+	pr->seed_srtt = srtt;
+	pr->seed_var = rttvar;
+	return 0;
 }

@@ -65,6 +65,9 @@ struct cs_tp_params {
 	uint32_t max_ops;
 	uint32_t max_groups;
 	uint32_t max_nodes;
+	bool early;
+	uint64_t rx_budget;
+	uint64_t rx_active;
 };
 
 extern const struct cs_cfg_entry cs_tp_cfg[];
@@ -78,12 +81,18 @@ extern const size_t cs_tp_cfg_len;
  * @done: operation @user ended with @status (0 or a negative error),
  *	blaming group rank @culprit (UINT32_MAX: none); the engine is the
  *	owner's again (free it here or later)
+ * @ready: (optional; tp.early) operation @user's result is final and its
+ *	engine no longer reads the owner's buffers: the owner may report
+ *	success and reuse them now. The core keeps the engine, resending
+ *	its frames until they are acknowledged; io->done follows (its
+ *	status then only says whether the last frames got through)
  */
 struct cs_tp_io {
 	unsigned (*tx_room)(void *owner);
 	void (*xmit)(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 		     const void *payload, uint32_t len);
 	void (*done)(void *owner, void *user, int status, uint32_t culprit);
+	void (*ready)(void *owner, void *user);
 };
 
 /* Counters (cs_tp_get_stats()). */
@@ -103,8 +112,19 @@ struct cs_tp_stats {
 	uint64_t sessions; /* sessions set up */
 	uint64_t sess_failed; /* gave up on their peer's ops (revived) */
 	uint64_t peak_ops; /* most operations in flight at once */
+	/* tp.early: ops reported ready before their last ACKs, frames
+	 * resent after that, and such ops ended by the reuse of their id
+	 * before every frame was acknowledged */
+	uint64_t ops_early, tx_retx_early, early_dropped;
+	/* tp.rx_budget: grant changes, and the most sessions it was split
+	 * over at once */
+	uint64_t grants_set, peak_senders;
+	/* an op that failed here is announced to the group's other
+	 * members (and a peer's announcement ends ours the same way) */
+	uint64_t tx_aborts, rx_aborts;
 	/* summed over every session (reliability) */
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
+	uint64_t rel_fast_retx, rel_tlp, rel_spurious;
 	uint64_t rel_stale_rcvd; /* outside the receive window: dropped */
 };
 
@@ -196,6 +216,17 @@ int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 
 /**
+ * cs_tp_refuse - this node will not run operation (@group, @op_id) (its
+ * descriptor was refused here with @err, e.g. CS_ERR_BAD_DESC): every
+ * other member is told, and its part ends with @err blaming this node
+ * (at once, or at its post; a frame of it that still arrives is answered
+ * the same way)
+ * Returns: 0, -ENOENT (unknown group), -EEXIST (posted here), -EINVAL
+ *	(@err is not a CS_ERR_* code).
+ */
+int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
+
+/**
  * cs_tp_peer_lost - membership declared @node lost: every operation of a
  * group that holds it ends with CS_ERR_PEER_LOST naming its rank, and so
  * does every later one, until the core is replaced for a new epoch. (A
@@ -204,6 +235,34 @@ int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
  * Returns: 0 or -EINVAL.
  */
 int cs_tp_peer_lost(struct cs_tp *tp, uint32_t node);
+
+/**
+ * cs_tp_peer_rtt - the RTT estimate of the sessions to @node (what a new
+ * session to it starts from)
+ * @tp: the core
+ * @node: the peer
+ * @srtt: out: smoothed RTT, ns
+ * @rttvar: out: its variation, ns
+ * Returns: 0, or -ENOENT when no session to @node has one.
+ */
+int cs_tp_peer_rtt(const struct cs_tp *tp, uint32_t node, cs_ns_t *srtt,
+		   cs_ns_t *rttvar);
+
+/**
+ * cs_tp_seed_rtt - sessions to @node set up from now on start from this
+ * RTT estimate when no other session to it has measured one: an owner that
+ * replaces its core (a new epoch) carries the old core's estimates over
+ * (cs_tp_peer_rtt()), so that a loss early on a new session is recovered
+ * after an RTT-based timeout or a tail loss probe, not after rel.rto_init.
+ * Sessions to a peer always seed each other (they share its path).
+ * @tp: the core
+ * @node: the peer
+ * @srtt: smoothed RTT, ns (> 0)
+ * @rttvar: its variation, ns
+ * Returns: 0, -EINVAL, -ENOMEM.
+ */
+int cs_tp_seed_rtt(struct cs_tp *tp, uint32_t node, cs_ns_t srtt,
+		   cs_ns_t rttvar);
 
 /**
  * cs_tp_rx - a frame from node @src arrived

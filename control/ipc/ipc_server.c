@@ -657,7 +657,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		 * against that trainer's exit: its segments are unmapped only
 		 * after the backend's cancel() has let go of the buffer, and
 		 * a finished operation no longer touches its buffer
-		 * (daemon_ar.c).
+		 * (sidecar/svc_core.c).
 		 */
 		op.kind = CS_IPC_INTER_ALLREDUCE;
 		op.buf = p0->recv;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "collectives/ring.h"
-#include "coll_data.h"
+#include "collectives/coll_data.h"
 #include "ring_harness.h"
 
 struct run {

@@ -372,3 +372,86 @@ Test(boot, member_refuses_impostor_coordinator)
 		     CS_ERR_AUTH);
 	cr_assert_eq(m.state, CS_BOOT_M_FAILED);
 }
+
+/*
+ * Elastic growth: a member that joins after the group formed waits as
+ * CS_MEMBER_JOINING (a WELCOME, no table, not watched by the failure
+ * detector) until cs_coord_admit_joining(); then every member, the new
+ * one too, gets the table of the grown world in a new epoch. Beyond the
+ * spare ranks a join is refused, and so is a join that claims another
+ * rank than the next one.
+ */
+Test(boot, growth_at_the_boundary)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_coord_out o = net_out;
+	struct cs_boot_msg hb;
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 3, 6, &MP, 3), 0);
+	cr_assert_eq(cs_coord_allow_growth(&n->c, 1), 0);
+	for (uint32_t k = 0; k < 6; k++) {
+		struct cs_node_addr self = { .ip = 0x0a4d0001 + k };
+
+		cr_assert_eq(cs_boot_member_init(&n->m[k], "job",
+						 k == 4 ? 0 : -1, &self, &MP,
+						 100 + k),
+			     0);
+	}
+	for (uint32_t k = 0; k < 3; k++)
+		cs_coord_on_open(&n->c, k, 0, &o);
+	cr_assert(n->c.complete);
+	cr_assert_eq(cs_coord_next_deadline(&n->c), MP.fail_timeout);
+	/* late joiner with a taken rank: refused */
+	cs_coord_on_open(&n->c, 4, 0, &o);
+	cr_assert_eq(n->rc[4], -ECONNREFUSED);
+	/* late joiner: welcomed, waits for the boundary */
+	cs_coord_on_open(&n->c, 3, 0, &o);
+	cr_assert_eq(n->m[3].state, CS_BOOT_M_WAIT_TABLE);
+	cr_assert_eq(n->m[3].rank, 3);
+	cr_assert_eq(n->c.joining, 1);
+	cr_assert_eq(cs_boot_member_poll(&n->m[3], 0, &hb), 0);
+	/* no spare rank left: refused */
+	cs_coord_on_open(&n->c, 5, 0, &o);
+	cr_assert_eq(n->rc[5], -ECONNREFUSED);
+	/* the joiner is not watched: silence does not make it lost */
+	cs_coord_on_timer(&n->c, MP.fail_timeout / 2, &o);
+	cr_assert_eq(n->c.fd.state[3], CS_MEMBER_JOINING);
+	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o),
+		     1);
+	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o),
+		     0);
+	for (uint32_t k = 0; k < 4; k++) {
+		cr_assert_eq(n->m[k].state, CS_BOOT_M_READY);
+		cr_assert_eq(n->m[k].world, 4, "member %u", k);
+		cr_assert_eq(n->m[k].epoch, 2);
+		cr_assert_eq(n->m[k].table[3].state, CS_MEMBER_ALIVE);
+	}
+	/* members' timers: a heartbeat at once, the next one later */
+	cr_assert_eq(cs_boot_member_poll(&n->m[3], MP.fail_timeout / 2, &hb),
+		     CS_BOOT_M_REPLY);
+	cr_assert_eq(hb.type, CS_BOOT_HEARTBEAT);
+	cr_assert_eq(hb.node, 3);
+	cr_assert_eq(hb.epoch, 2);
+	cr_assert_eq(cs_boot_member_deadline(&n->m[3]),
+		     MP.fail_timeout / 2 + MP.hb_interval);
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+/* Growth is set up before anyone joins, within the table's bound. */
+Test(boot, growth_refused_when_late_or_too_big)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+	struct cs_coord_out o = { rec_send, rec_close, rec_lost, r };
+	struct cs_coord c;
+
+	cr_assert_eq(cs_coord_init(&c, "tok", 2, 8, &MP, 7), 0);
+	cr_assert_eq(cs_coord_allow_growth(&c, 7), -EINVAL);
+	cr_assert_eq(cs_coord_next_deadline(&c), UINT64_MAX);
+	cs_coord_fini(&c);
+	form(&c, &o, 2);
+	cr_assert_eq(cs_coord_allow_growth(&c, 1), -EBUSY);
+	cs_coord_fini(&c);
+	free(r);
+}

@@ -120,23 +120,11 @@ PY
 	sleep 0.5
 }
 
-check_foreign_counted() {
-	local st ar
-	st=$(ctl "$N0" stats)
-	ar=$(ctl "$N0" ar_stats)
-	echo "node 0: $st"
-	echo "node 0: $ar"
-	[ "$(kv "$st" rx_malformed)" -ge 3 ] ||
-		fail "malformed frames were not counted"
-	[ "$(kv "$ar" rx_other_op)" -ge 3 ] ||
-		fail "frames of an unknown operation were not counted"
-}
-
-# The same on the transport core (svc.core=1): the malformed ones counted
-# by the port; the well-formed DATA frame of an operation nobody posted
+# Foreign frames: the malformed ones counted by the port; the well-formed
+# DATA frame of an operation nobody posted
 # lies outside its session's window (dropped there) or is held, never
 # handed to an engine; nothing reaches an operation or fails one.
-check_core_foreign() {
+check_foreign_counted() {
 	local st ar
 	st=$(ctl "$N0" stats)
 	ar=$(ctl "$N0" ar_stats)
@@ -313,12 +301,9 @@ udp_local() {
 case $CASE in
 udp_local) udp_local ;;
 udp_local_fault5) udp_local --set fault.drop=0.05 ;;
-# the same over the transport core (svc.core=1, docs/transport-core.md)
-udp_local_core) udp_local --set svc.core=1 ;;
-udp_local_core_fault5) udp_local --set svc.core=1 --set fault.drop=0.05 ;;
 af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
-af_packet_nofilter|memif_2|af_xdp_2|af_packet_4_core_bridge1|\
-af_packet_4_mixed|af_packet_4_mixed_bridge1|af_packet_core_foreign)
+af_packet_nofilter|memif_2|af_xdp_2|\
+af_packet_4_mixed|af_packet_4_mixed_bridge1)
 	need_netns
 	has_dpdk || skip "collstackd built without DPDK"
 	case $CASE in
@@ -338,6 +323,7 @@ af_packet_4_mixed|af_packet_4_mixed_bridge1|af_packet_core_foreign)
 		check_foreign_counted
 		check_foreign_filtered none
 		SIZES=(-b 1K -e 1M); run_ar
+		check_foreign_counted
 		check_ctl_errors
 		check_ring_drops
 		check_drops_accounted ;;
@@ -352,23 +338,12 @@ af_packet_4_mixed|af_packet_4_mixed_bridge1|af_packet_core_foreign)
 		# many groups over subsets, posted in other orders on every
 		# node, all in flight on the transport core
 		if [ "$CASE" = af_packet_4_mixed ]; then
-			cluster_up 4 --port af_packet --set svc.core=1
+			cluster_up 4 --port af_packet
 		else
-			cluster_up 4 --port af_packet --set svc.core=1 \
+			cluster_up 4 --port af_packet \
 				--bridge-loss 1
 		fi
 		run_mixed ;;
-	af_packet_core_foreign)	# foreign frames into the transport core
-		cluster_up 2 --port af_packet --set svc.core=1
-		inject_foreign
-		check_core_foreign
-		SIZES=(-b 1K -e 1M); run_ar
-		check_core_foreign ;;
-	af_packet_4_core_bridge1)	# the transport core, 1 % lost on the wire
-		cluster_up 4 --port af_packet --set svc.core=1 --bridge-loss 1
-		run_ar
-		grep -q 'core=1' <<<"$(ctl "$N0" ar_stats)" ||
-			fail "node 0 does not run the transport core" ;;
 	af_xdp_2)
 		cluster_up 2 --port af_xdp --mtu 3500; run_ar
 		check_drops_accounted ;;
@@ -379,9 +354,9 @@ udp_4|udp_4_fault5|udp_foreign|udp_4_mixed|udp_4_mixed_bridge1)
 	case $CASE in
 	udp_4) cluster_up 4 --port udp; run_ar; check_gso ;;
 	udp_4_fault5) cluster_up 4 --port udp --set fault.drop=0.05; run_ar ;;
-	udp_4_mixed) cluster_up 4 --port udp --set svc.core=1; run_mixed ;;
+	udp_4_mixed) cluster_up 4 --port udp; run_mixed ;;
 	udp_4_mixed_bridge1)
-		cluster_up 4 --port udp --set svc.core=1 --bridge-loss 1
+		cluster_up 4 --port udp --bridge-loss 1
 		run_mixed ;;
 	udp_foreign)
 		cluster_up 2 --port udp

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "tests/sim/sim.h"
+#include "sim/sim.h"
 
 struct sink {
 	unsigned n;

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "tests/sim/scen.h"
+#include "sim/scen.h"
 
 static struct cs_sim_p2p_cfg cfg(uint64_t bytes)
 {

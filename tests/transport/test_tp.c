@@ -29,13 +29,34 @@ struct node {
 	int status[64];
 	uint32_t culprit[64];
 	int ndone;
+	int ready[64]; /* io->ready calls (tp.early) */
 };
 
 static struct frame q[QMAX];
 static unsigned qn;
+/* drop the next @drop_left first transmissions of DATA on engine channel
+ * @drop_ch from node @drop_src (0: none) */
+static unsigned drop_left;
+static uint32_t drop_src, drop_ch;
+static uint32_t ar_channels; /* ar_post(): 0: the default */
 static struct node nodes[NODES];
 static bool dead[NODES];
 static cs_ns_t now;
+/* tp.early and the io the nodes get (setup_nodes()); pump() drops pure
+ * ACKs addressed to drop_acks_to while it is a node id */
+static bool early_on;
+static const struct cs_tp_io *use_io;
+static int64_t drop_acks_to = -1;
+/* tp.rx_budget and rel.credit for setup_nodes() (0: off) */
+static uint64_t rx_budget;
+/* pump() with slow0: node 0's link takes SLOW0_BYTES a round (1 us: 16
+ * Gb/s), the rest waits in its queue; peak_to0 is that queue's most DATA
+ * payload bytes */
+static bool slow0;
+static uint64_t peak_to0;
+#define SLOW0_BYTES 2000u
+static struct frame slowq[QMAX];
+static unsigned slowq_n;
 
 static unsigned t_room(void *owner)
 {
@@ -50,6 +71,11 @@ static void t_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 	struct frame *f;
 
 	cr_assert_lt(qn, QMAX);
+	if (drop_left && nd->id == drop_src && h->type == CS_PKT_DATA &&
+	    h->channel == drop_ch && !(h->flags & CS_PKT_F_RETX)) {
+		drop_left--;
+		return;
+	}
 	f = &q[qn++];
 	f->src = nd->id;
 	f->dst = node;
@@ -73,6 +99,18 @@ static void t_done(void *owner, void *user, int status, uint32_t culprit)
 
 static const struct cs_tp_io t_io = { t_room, t_xmit, t_done };
 
+static void t_ready(void *owner, void *user)
+{
+	struct node *nd = owner;
+	uintptr_t slot = (uintptr_t)user;
+
+	/* before its io->done, once */
+	cr_assert_eq(nd->status[slot], -EINPROGRESS);
+	nd->ready[slot]++;
+}
+
+static const struct cs_tp_io t_io_early = { t_room, t_xmit, t_done, t_ready };
+
 static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 {
 	struct cs_tp_params tp;
@@ -83,17 +121,25 @@ static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 	tp.max_nodes = 16;
 	tp.hold_frames = hold;
 	tp.hold_ttl = 1000000; /* 1 ms */
+	tp.early = early_on;
+	tp.rx_budget = rx_budget;
+	if (rx_budget) {
+		xp.rel.credit = true;
+		xp.rel.credit_init = rx_budget / 2;
+	}
 	xp.rel.max_timeouts = max_timeouts;
 	memset(nodes, 0, sizeof(nodes));
 	memset(dead, 0, sizeof(dead));
 	qn = 0;
+	drop_left = 0;
+	ar_channels = 0;
 	now = 1000;
 	for (uint32_t i = 0; i < NODES; i++) {
 		nodes[i].id = i;
 		for (int k = 0; k < 64; k++)
 			nodes[i].status[k] = -EINPROGRESS;
-		cr_assert_eq(cs_tp_create(&tp, &xp, &t_io, &nodes[i], i, 5,
-					  &nodes[i].tp),
+		cr_assert_eq(cs_tp_create(&tp, &xp, use_io ? use_io : &t_io,
+					  &nodes[i], i, 5, &nodes[i].tp),
 			     0);
 	}
 }
@@ -114,12 +160,43 @@ static void pump(unsigned rounds)
 	static struct frame cur[QMAX];
 
 	for (unsigned r = 0; r < rounds; r++) {
-		unsigned n = qn;
+		unsigned n = 0;
 
-		memcpy(cur, q, n * sizeof(cur[0]));
+		if (slow0) { /* node 0's frames join its link's queue */
+			uint64_t backlog = 0, budget = SLOW0_BYTES;
+			unsigned k = 0;
+
+			for (unsigned i = 0; i < qn; i++) {
+				if (q[i].dst == 0) {
+					cr_assert_lt(slowq_n, QMAX);
+					slowq[slowq_n++] = q[i];
+				} else {
+					cur[n++] = q[i];
+				}
+			}
+			for (unsigned i = 0; i < slowq_n; i++)
+				if (slowq[i].h.type == CS_PKT_DATA)
+					backlog += slowq[i].h.len;
+			if (backlog > peak_to0)
+				peak_to0 = backlog;
+			while (k < slowq_n && budget >= 64) {
+				uint32_t l = slowq[k].h.len + 64;
+
+				budget = budget > l ? budget - l : 0;
+				cur[n++] = slowq[k++];
+			}
+			memmove(slowq, slowq + k,
+				(slowq_n - k) * sizeof(slowq[0]));
+			slowq_n -= k;
+		} else {
+			n = qn;
+			memcpy(cur, q, n * sizeof(cur[0]));
+		}
 		qn = 0;
 		for (unsigned i = 0; i < n; i++) {
-			if (!dead[cur[i].src] && !dead[cur[i].dst])
+			if (!dead[cur[i].src] && !dead[cur[i].dst] &&
+			    !(cur[i].h.type == CS_PKT_ACK &&
+			      (int64_t)cur[i].dst == drop_acks_to))
 				cs_tp_rx(nodes[cur[i].dst].tp, cur[i].src,
 					 &cur[i].h, cur[i].data, now);
 			free(cur[i].data);
@@ -162,6 +239,10 @@ static void ar_post(struct ar *a, struct node *nd, uint32_t group,
 	p.epoch = cs_tp_epoch(nd->tp);
 	p.start = now;
 	p.deadline = deadline;
+	if (ar_channels) { /* the ring, on this many channels */
+		p.channels = ar_channels;
+		p.direct_max = 0;
+	}
 	cr_assert_eq(cs_coll_init(&p, &a->c), 0);
 	cr_assert_eq(cs_tp_post(nd->tp, group, op_id, &cs_coll_flow_ops, a->c,
 				count * sizeof(float), (void *)slot, now),
@@ -392,5 +473,336 @@ Test(tp, lost_peer_named)
 	for (uint32_t i = 0; i < NODES; i++)
 		ar_free(&a[i]);
 	ar_free(&late);
+	teardown_nodes();
+}
+
+/*
+ * tp.early: a direct exchange (small allreduce) is reported ready once its
+ * result is in, while its own frame still waits for an ACK (every pure ACK
+ * to node 0 is lost); the core then resends it and ends the op when the
+ * ACK gets through. Without tp.early (or without io->ready) the owner
+ * hears nothing before io->done.
+ */
+static void early_case(bool on, const struct cs_tp_io *io)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2];
+	struct cs_tp_stats st;
+
+	early_on = on;
+	use_io = io;
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+	drop_acks_to = 0;
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 16, 0, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 16, 0, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS,
+		     "node 0 finished with its frame unacknowledged");
+	cr_assert_eq(nodes[0].ready[0], on && io == &t_io_early ? 1 : 0);
+	if (nodes[0].ready[0])
+		ar_check(&a[0]); /* the result is final at ready */
+	drop_acks_to = -1;
+	pump(20000); /* the RTO fires; the resent frame's ACK gets through */
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.ops_early, nodes[0].ready[0] ? 1u : 0u);
+	cr_assert_eq(st.tx_retx_early > 0, nodes[0].ready[0] > 0);
+	cr_assert_gt(st.tx_retx, 0);
+	teardown_nodes();
+	early_on = false;
+	use_io = NULL;
+}
+
+Test(tp, early_ready_before_last_ack)
+{
+	early_case(true, &t_io_early);
+}
+
+Test(tp, early_off_waits_for_ack)
+{
+	early_case(false, &t_io_early);
+	early_case(true, &t_io); /* no io->ready: nothing early either */
+}
+
+/* An id reused (trainer groups) while its early op still resends: the new
+ * op is posted, the old one ends (its owner had its result already). */
+Test(tp, early_op_id_reuse_ends_the_lingering_op)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2], b[2];
+	struct cs_tp_stats st;
+
+	early_on = true;
+	use_io = &t_io_early;
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	drop_acks_to = 0;
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 16, 0, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 16, 0, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].ready[0], 1);
+	pump(2000); /* node 1 is done; node 0 still resends, unheard */
+	cr_assert_eq(nodes[1].status[0], 0);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS);
+	ar_post(&b[0], &nodes[0], 10, 1, 2, 0, 16, 1, 0);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
+	ar_post(&b[1], &nodes[1], 10, 1, 2, 1, 16, 1, 0);
+	drop_acks_to = -1;
+	pump(20000);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[1], 0, "node %u: %d", i,
+			     nodes[i].status[1]);
+		ar_check(&b[i]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.ops_early, 2u);
+	cr_assert_eq(st.early_dropped, 1u);
+	teardown_nodes();
+	early_on = false;
+	use_io = NULL;
+}
+
+/*
+ * tp.rx_budget with rel.credit: two nodes send node 0 their whole input at
+ * once (a direct exchange of 256 KiB) over node 0's slow link; node 0
+ * splits its budget over them, so the link's queue stays within the budget
+ * and a little slack; without it the senders' windows fill it. Results
+ * exact either way.
+ */
+static uint64_t incast_peak(uint64_t budget)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	const size_t count = 65536;
+	struct cs_coll_params p;
+	struct ar a[NODES];
+	struct cs_tp_stats st;
+
+	rx_budget = budget;
+	peak_to0 = 0;
+	slow0 = true;
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+		a[i].buf = malloc(count * sizeof(float));
+		a[i].count = count;
+		a[i].n = NODES;
+		for (size_t k = 0; k < count; k++)
+			a[i].buf[k] = (float)(i + 1 + k % 7);
+		cs_coll_params_default(&p, NULL);
+		p.kind = CS_COLL_ALLREDUCE;
+		p.nranks = NODES;
+		p.rank = i;
+		p.sendbuf = a[i].buf;
+		p.recvbuf = a[i].buf;
+		p.count = count;
+		p.dtype = CS_F32;
+		p.op = CS_SUM;
+		p.direct_max = 1u << 30; /* every rank sends to every other */
+		p.epoch = cs_tp_epoch(nodes[i].tp);
+		p.start = now;
+		cr_assert(cs_coll_is_direct(&p));
+		cr_assert_eq(cs_coll_init(&p, &a[i].c), 0);
+		cr_assert_eq(cs_tp_post(nodes[i].tp, 10, 1, &cs_coll_flow_ops,
+					a[i].c, count * sizeof(float),
+					(void *)(uintptr_t)0, now),
+			     0);
+	}
+	pump(400000);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &st);
+	if (budget) {
+		cr_assert_eq(st.peak_senders, 2);
+		cr_assert_gt(st.grants_set, 0);
+	} else {
+		cr_assert_eq(st.grants_set, 0);
+	}
+	cr_assert_eq(slowq_n, 0);
+	slow0 = false;
+	teardown_nodes();
+	rx_budget = 0;
+	return peak_to0;
+}
+
+Test(tp, rx_budget_bounds_incast)
+{
+	const uint64_t budget = 64 * 1024;
+	uint64_t with = incast_peak(budget), without = incast_peak(0);
+
+	cr_log_info("most bytes queued towards node 0: %llu with a %llu "
+		    "budget, %llu without",
+		    (unsigned long long)with, (unsigned long long)budget,
+		    (unsigned long long)without);
+	/* slack: a shrunk grant takes effect as what was granted drains */
+	cr_assert_leq(with, budget + 2 * 9000);
+	cr_assert_gt(without, 2 * budget);
+}
+
+/*
+ * An op cancelled on one node (its trainer died) is announced to the
+ * group: the others end theirs with the same error, blaming that node's
+ * rank, at once rather than at their deadline; a member that had not
+ * posted it yet ends it at its post. A retransmission for it is answered
+ * again (the announcement may be lost).
+ */
+Test(tp, cancel_is_announced_to_the_group)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES];
+	struct cs_tp_stats st;
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+	ar_post(&a[0], &nodes[0], 10, 7, 3, 0, 100000, 0, 0);
+	ar_post(&a[2], &nodes[2], 10, 7, 3, 2, 100000, 0, 0);
+	pump(5);
+	cr_assert_eq(cs_tp_cancel(nodes[2].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(20);
+	cr_assert_eq(nodes[2].status[0], CS_ERR_CANCELLED);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED,
+		     "node 0 was not told: %d", nodes[0].status[0]);
+	cr_assert_eq(nodes[0].culprit[0], 2);
+	/* node 1 posts it only now: it ends at once, the same way */
+	ar_post(&a[1], &nodes[1], 10, 7, 3, 1, 100000, 0, 0);
+	pump(2);
+	cr_assert_eq(nodes[1].status[0], CS_ERR_CANCELLED);
+	cr_assert_eq(nodes[1].culprit[0], 2);
+	cs_tp_get_stats(nodes[2].tp, &st);
+	cr_assert_geq(st.tx_aborts, 2);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.tx_aborts, 0, "an abort was echoed");
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_free(&a[i]);
+	teardown_nodes();
+}
+
+/* Groups whose ids restart (trainer groups): a failure is answered only
+ * while it is recent, so the id's op of a later incarnation, whose data
+ * reaches the node that failed the old one before it posts the new one,
+ * is held for it rather than told to abort. */
+Test(tp, reused_id_after_a_failure_runs)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES], b[NODES];
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_post(&a[i], &nodes[i], 10, 7, 3, i, 100000, 0, 0);
+	pump(3);
+	cr_assert_eq(cs_tp_cancel(nodes[2].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(20);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(nodes[i].status[0], CS_ERR_CANCELLED, "node %u",
+			     i);
+	now += 300000000; /* a new incarnation, later */
+	ar_post(&b[0], &nodes[0], 10, 7, 3, 0, 1000, 1, 0);
+	ar_post(&b[1], &nodes[1], 10, 7, 3, 1, 1000, 1, 0);
+	pump(50); /* their frames reach node 2 first */
+	ar_post(&b[2], &nodes[2], 10, 7, 3, 2, 1000, 1, 0);
+	pump(5000);
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(nodes[i].status[1], 0, "node %u: %d", i,
+			     nodes[i].status[1]);
+		ar_check(&b[i]);
+		ar_free(&b[i]);
+		ar_free(&a[i]);
+	}
+	teardown_nodes();
+}
+
+/*
+ * A session set up when the peer is already known starts from the RTT the
+ * other sessions to it measured (they share its path): a tail loss on it
+ * is repaired by a probe or an RTT-based timeout, tens of microseconds,
+ * not after rel.rto_init (1 ms: 1000 rounds here) with no estimate.
+ */
+Test(tp, new_session_starts_from_the_peers_rtt)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar a[2], b[2];
+	cs_ns_t srtt, var;
+	unsigned rounds = 0;
+
+	setup_nodes(64, 256);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+	/* op 1 on one channel: the session on channel 0 measures the RTT */
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
+	pump(200);
+	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
+	cr_assert_lt(srtt, 100000, "srtt %llu ns", (unsigned long long)srtt);
+	/* op 2 on two channels: channel 1 rides on a new session; node 0's
+	 * frames on it (one per step: reduce-scatter, all-gather) are lost,
+	 * so no later frame's ACK can reveal the loss: only a probe or a
+	 * timeout can */
+	ar_channels = 2;
+	drop_src = 0;
+	drop_ch = 1;
+	drop_left = 2;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&b[i], &nodes[i], 10, 2, 2, i, 256, 1, 0);
+	while (nodes[0].ndone + nodes[1].ndone < 4 && rounds < 3000) {
+		pump(1);
+		rounds++;
+	}
+	cr_assert_eq(drop_left, 0, "the frame to drop was never sent");
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[1].status[1], 0);
+	cr_assert_lt(rounds, 500,
+		     "the loss on the new session took %u us to repair",
+		     rounds);
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_check(&b[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+	}
+	teardown_nodes();
+}
+
+/* An owner that replaces its core carries the RTT over. */
+Test(tp, seed_rtt_checked)
+{
+	cs_ns_t srtt, var;
+
+	setup_nodes(8, 16);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 0, 1000, 500), -EINVAL);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 16, 1000, 500), -EINVAL);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 1, 0, 0), -EINVAL);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), -ENOENT);
+	cr_assert_eq(cs_tp_seed_rtt(nodes[0].tp, 1, 3000, 700), 0);
+	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
+	cr_assert_eq(srtt, 3000);
+	cr_assert_eq(var, 700);
 	teardown_nodes();
 }

@@ -7,8 +7,8 @@
  * whatever the reduction order, and large runs need no reference copy.
  * Shared by the ring unit tests and `collstack sim`.
  */
-#ifndef CS_TESTS_COLL_DATA_H
-#define CS_TESTS_COLL_DATA_H
+#ifndef CS_COLLECTIVES_COLL_DATA_H
+#define CS_COLLECTIVES_COLL_DATA_H
 
 #include <math.h>
 #include <stdint.h>
@@ -94,6 +94,23 @@ static inline double cs_td_eps(enum cs_dtype t)
 }
 
 /**
+ * cs_td_red - @acc reduced with @v by @op, in double (the reference)
+ */
+static inline double cs_td_red(enum cs_redop op, double acc, double v)
+{
+	switch (op) {
+	case CS_SUM:
+		return acc + v;
+	case CS_PROD:
+		return acc * v;
+	case CS_MIN:
+		return v < acc ? v : acc;
+	default:
+		return v > acc ? v : acc;
+	}
+}
+
+/**
  * cs_td_expect - the reduction of element @i over all ranks
  */
 static inline double cs_td_expect(enum cs_dtype t, enum cs_redop op,
@@ -102,22 +119,7 @@ static inline double cs_td_expect(enum cs_dtype t, enum cs_redop op,
 	double acc = cs_td_value(t, op, nranks, seed, 0, i);
 
 	for (uint32_t r = 1; r < nranks; r++) {
-		double v = cs_td_value(t, op, nranks, seed, r, i);
-
-		switch (op) {
-		case CS_SUM:
-			acc += v;
-			break;
-		case CS_PROD:
-			acc *= v;
-			break;
-		case CS_MIN:
-			acc = v < acc ? v : acc;
-			break;
-		default:
-			acc = v > acc ? v : acc;
-			break;
-		}
+		acc = cs_td_red(op, acc, cs_td_value(t, op, nranks, seed, r, i));
 		if (t == CS_U8)
 			acc = fmod(acc, 256);
 	}

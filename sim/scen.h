@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Simulated scenarios over cs_rel + cs_path: p2p transfer and N-to-1 incast. */
-#ifndef CS_TESTS_SIM_SCEN_H
-#define CS_TESTS_SIM_SCEN_H
+#ifndef CS_SIM_SCEN_H
+#define CS_SIM_SCEN_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,7 +11,7 @@
 #include "control/pacer.h"
 #include "control/rel.h"
 #include "control/xport.h"
-#include "sim.h"
+#include "sim/sim.h"
 
 /* Payload per packet at MTU 9000: 9000 - IPv4 20 - UDP 8 - header 76. */
 #define CS_SIM_MTU_PAYLOAD 8896u

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim.h"
+#include "sim/sim.h"
 
 #define PS_PER_NS 1000ull
 #define PS_NEVER UINT64_MAX

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scen.h"
+#include "sim/scen.h"
 
 /* ---- a byte stream over one cs_rel session ---- */
 

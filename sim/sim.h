@@ -37,8 +37,8 @@
  *     The pool grows in chunks to its high-water mark, then is reused.
  *   - The event queue is a binary heap: O(log n) per event.
  */
-#ifndef CS_TESTS_SIM_H
-#define CS_TESTS_SIM_H
+#ifndef CS_SIM_SIM_H
+#define CS_SIM_SIM_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,0 +1,427 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's collective service: its configuration (transport, ring
+ * collectives, early completion, packet authentication), the view the
+ * peer table is built from, and the entry points the control socket
+ * (collstack run) and the trainer IPC thread (daemon_ipc.c) call. Every
+ * cross-node operation runs on the transport core (transport/tp.h)
+ * through svc_core.c: sessions per peer that outlive operations, many
+ * operations in flight; frames are tagged and checked here
+ * (frame_auth.c) when auth.enable is on.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CS_LOG_MODULE "svc"
+#include "internal/log.h"
+#include "collectives/ring.h"
+#include "control/auth.h"
+#include "daemon.h"
+#include "daemon_ipc.h"
+#include "frame_auth.h"
+#include "svc_core.h"
+#include "transport/tp.h"
+
+struct svc_conf {
+	struct cs_xport_params xp;
+	struct cs_coll_cfg coll;
+	struct cs_tp_params tp;
+	bool auth; /* auth.enable */
+	bool direct_early; /* coll.direct_early */
+	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
+};
+
+/* The pacer's burst unless pacer.burst_bytes is set: this many frames of
+ * the port (cs_daemon_init()). */
+#define AR_BURST_FRAMES 16u
+
+/* Packet authentication (docs/auth.md). */
+static const struct cs_cfg_entry auth_cfg[] = {
+	{ "auth.enable", CS_CFG_BOOL, offsetof(struct svc_conf, auth), "0", 0,
+	  1,
+	  "tag every frame with SipHash-2-4-128 under a per-epoch key derived "
+	  "from the job token (boot.token, boot.token_file, else "
+	  "$COLLSTACK_JOB_TOKEN; needed with static peers too) and drop "
+	  "frames without a valid tag (ar_stats rx_auth_fail)" },
+};
+
+/* Trainer operations. */
+static const struct cs_cfg_entry early_cfg[] = {
+	{ "coll.direct_early", CS_CFG_BOOL,
+	  offsetof(struct svc_conf, direct_early), "1", 0, 1,
+	  "a direct exchange (allreduce up to coll.direct_max) completes "
+	  "once its result is in, without waiting for the peers' ACKs of its "
+	  "own frames: the transport core keeps resending them from the "
+	  "engine's copy until they are acknowledged (tp.early; ar_stats "
+	  "ops_early, tx_retx_early)" },
+};
+
+
+static_assert(sizeof(struct svc_conf) <=
+		      sizeof(((struct cs_daemon_conf *)0)->svc),
+	      "collective settings do not fit the daemon's config area");
+
+struct cs_ar_svc {
+	struct cs_daemon *d;
+	struct svc_conf *cf;
+	struct cs_core_svc *core;
+	/* ctlplane: applying a view (the peer table) and building an op on
+	 * it, control vs. IPC thread */
+	pthread_mutex_t view_lock;
+	uint32_t view_epoch; /* the view the peer table was built for */
+	/* packet authentication (auth.enable): set before the lcores
+	 * start, then lcore-only */
+	bool auth;
+	struct cs_frame_auth fa;
+};
+
+static struct svc_conf *svc_conf(struct cs_daemon_conf *c)
+{
+	return (struct svc_conf *)(void *)c->svc;
+}
+
+int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
+{
+	struct svc_conf *sc = svc_conf(c);
+	int ret;
+
+	ret = cs_xport_params_default(&sc->xp);
+	if (ret)
+		return ret;
+	/* On veths over shared CPUs queueing delay is scheduling noise, so
+	 * the delay-based controller is off by default (cc.enable=1 turns
+	 * it on); rel recovers what an overrun port drops. */
+	ret = cs_xport_params_set(&sc->xp, "cc.enable", "0", NULL, 0);
+	if (ret)
+		return ret;
+	/* pacer.burst_bytes: AR_BURST_FRAMES frames of the port, set in
+	 * cs_daemon_init() once the port is open, unless given. */
+	sc->burst_set = false;
+	ret = cs_cfg_defaults(cs_coll_cfg_table, cs_coll_cfg_table_len,
+			      &sc->coll);
+	if (ret)
+		return ret;
+	ret = cs_tp_params_default(&sc->tp);
+	if (ret)
+		return ret;
+	/* a whole window of every ring session may arrive before this node
+	 * posts its part (collstack run starts the nodes one by one);
+	 * buffers are only allocated as the hold fills */
+	sc->tp.hold_frames = 4096;
+	ret = cs_cfg_defaults(early_cfg, CS_ARRAY_SIZE(early_cfg), sc);
+	if (ret)
+		return ret;
+	return cs_cfg_defaults(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc);
+}
+
+int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
+		      const char *val, char *err, size_t errlen)
+{
+	struct svc_conf *sc = svc_conf(c);
+	int ret;
+
+	ret = cs_xport_params_set(&sc->xp, key, val, err, errlen);
+	if (!ret && !strcmp(key, "pacer.burst_bytes"))
+		sc->burst_set = true;
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_cfg_set(cs_coll_cfg_table, cs_coll_cfg_table_len, &sc->coll,
+			 key, val, err, errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_cfg_set(cs_tp_cfg, cs_tp_cfg_len, &sc->tp, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_cfg_set(early_cfg, CS_ARRAY_SIZE(early_cfg), sc, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
+	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
+			  errlen);
+}
+
+void cs_daemon_help_config(FILE *out)
+{
+	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
+		     "collstackd sets cc.enable=0, and pacer.burst_bytes to 16 "
+		     "frames of the port, e.g. 144K at MTU 9000):\n");
+	cs_xport_params_help(out);
+	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
+		     "port's frames):\n");
+	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
+	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
+	fprintf(out, "\ntransport core (collstackd sets tp.hold_frames=4096):\n");
+	cs_cfg_help(cs_tp_cfg, cs_tp_cfg_len, out);
+	fprintf(out, "\npacket authentication (docs/auth.md):\n");
+	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+int cs_daemon_init(struct cs_daemon *d)
+{
+	struct cs_ar_svc *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->cf = svc_conf(&d->conf);
+	if (s->cf->auth) {
+		char token[CS_CFG_STR_MAX];
+
+		/* the same token as the bootstrap's, static peers too */
+		ret = cs_daemon_boot_load_token(&d->conf.boot, token,
+						sizeof(token));
+		if (ret) {
+			CS_ERR("auth.enable=1 needs the job token (boot.token, "
+			       "boot.token_file or $COLLSTACK_JOB_TOKEN)");
+			free(s);
+			return ret;
+		}
+		cs_frame_auth_init(&s->fa, token);
+		explicit_bzero(token, sizeof(token));
+		s->auth = true;
+		CS_INFO("packet authentication on: tags under per-epoch keys "
+			"from the job token (%s)",
+			cs_sha256_impl());
+	}
+	if (!s->cf->burst_set) {
+		/*
+		 * The pacer's bucket is also the largest burst handed to
+		 * the port at once. A kernel-backed port pays per burst
+		 * (af_packet: one sendto()), so not 2 jumbo frames but 16
+		 * (2 nodes, 64 MiB, MTU 9000: 0.88-1.02 GB/s with 18K,
+		 * 1.15-1.18 with 144K); and no more than 16 frames of any
+		 * size, or the receiving kernel drops them (MTU 1500 with
+		 * 144K, i.e. 97 frames: 15057 retransmissions in four 64
+		 * MiB allreduces, 456 with 24K). The simulator keeps the
+		 * table's 18K (switch queues).
+		 */
+		s->cf->xp.pacer.burst_bytes =
+			AR_BURST_FRAMES *
+			(uint64_t)(d->port->frame_max +
+				   s->cf->xp.pacer.frame_overhead);
+		CS_INFO("pacer: bursts of up to %llu bytes (%u frames of "
+			"%u bytes; pacer.burst_bytes sets it)",
+			(unsigned long long)s->cf->xp.pacer.burst_bytes,
+			AR_BURST_FRAMES, d->port->frame_max);
+	}
+	pthread_mutex_init(&s->view_lock, NULL);
+	/* sets the driver's rx/tx to its own */
+	s->cf->tp.early = s->cf->direct_early;
+	ret = cs_core_svc_init(d, &s->cf->xp, &s->cf->coll, &s->cf->tp,
+			       s->auth ? &s->fa : NULL, &s->core);
+	if (ret) {
+		pthread_mutex_destroy(&s->view_lock);
+		cs_frame_auth_fini(&s->fa);
+		free(s);
+		return ret;
+	}
+	d->svc = s;
+	return 0;
+}
+
+void cs_daemon_fini(struct cs_daemon *d)
+{
+	struct cs_ar_svc *s = d->svc;
+
+	if (!s)
+		return;
+	/* the lcores are stopped */
+	cs_core_svc_fini(s->core);
+	pthread_mutex_destroy(&s->view_lock);
+	cs_frame_auth_fini(&s->fa);
+	free(s);
+	d->svc = NULL;
+}
+
+/*
+ * Take @m; on lcore 0 itself (ipc.on_lcore) never block on it: the
+ * control thread may hold it while it waits for the lcore to go round.
+ */
+static void svc_lock(struct cs_ar_svc *s, pthread_mutex_t *m)
+{
+	if (!cs_lcore_is_self(&s->d->lcores[0])) {
+		pthread_mutex_lock(m);
+		return;
+	}
+	while (pthread_mutex_trylock(m))
+		sched_yield();
+}
+
+/*
+ * ctlplane: rebuild the ring from the alive members of the current view
+ * if it moved since the peer table was built (the lcore stops using the
+ * peer table meanwhile). view_lock held.
+ */
+static int apply_view(struct cs_ar_svc *s, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	int ret;
+
+	if (!d->boot || atomic_load(&d->view.epoch) == s->view_epoch)
+		return 0;
+	cs_core_svc_pause(s->core);
+	ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
+	cs_core_svc_resume(s->core);
+	if (ret)
+		return ret;
+	if (d->drv.npeers < 2) {
+		snprintf(msg, mlen,
+			 "err fewer than 2 alive members "
+			 "in the view (epoch %u)",
+			 s->view_epoch);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
+		  char *out, size_t len)
+{
+	struct cs_ar_svc *s = d->svc;
+	int ret;
+
+	/* collstack run's prepare applies the view first */
+	if (!strcmp(req, "ar_prepare")) {
+		pthread_mutex_lock(&s->view_lock);
+		ret = apply_view(s, out, len);
+		pthread_mutex_unlock(&s->view_lock);
+		if (ret)
+			return 0;
+	}
+	ret = cs_core_svc_ctl(s->core, req, args, out, len);
+	if (!ret && !strcmp(req, "ar_stats")) {
+		size_t l = strlen(out);
+
+		snprintf(out + l, len > l ? len - l : 0, " sha256=%s",
+			 cs_sha256_impl());
+	}
+	return ret;
+}
+
+void cs_daemon_tick(struct cs_daemon *d)
+{
+	(void)d;
+}
+
+/* ---- trainer operations (sidecar/daemon_ipc.c) ------------------------- */
+
+/* The view @epoch applied (view_lock held); 0, -EAGAIN or an error. */
+static int view_for(struct cs_ar_svc *s, uint32_t epoch, char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	int ret;
+
+	/* ctlplane: never run an operation of one view on another's ring */
+	if (atomic_load_explicit(&d->view.epoch, memory_order_acquire) !=
+	    epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		return -EAGAIN;
+	}
+	ret = apply_view(s, msg, mlen);
+	if (ret)
+		return ret;
+	if (d->boot && s->view_epoch != epoch) {
+		snprintf(msg, mlen, "the view moved on from epoch %u", epoch);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
+		       uint32_t *n, char *msg, size_t mlen)
+{
+	int ret;
+
+	svc_lock(s, &s->view_lock);
+	ret = view_for(s, epoch, msg, mlen);
+	*rank = s->d->drv.rank;
+	*n = s->d->drv.npeers;
+	pthread_mutex_unlock(&s->view_lock);
+	return ret;
+}
+
+int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
+			 char *msg, size_t mlen)
+{
+	struct cs_daemon *d = s->d;
+	int ret;
+
+	svc_lock(s, &s->view_lock);
+	ret = view_for(s, c->epoch, msg, mlen);
+	if (ret)
+		goto out_unlock;
+	if (!cs_dtype_size(c->dtype) || d->drv.npeers < 2) {
+		snprintf(msg, mlen,
+			 "bad type, or the peer table lists fewer "
+			 "than 2 nodes");
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	if (c->kind != CS_COLL_ALLREDUCE && c->rank != d->drv.rank) {
+		snprintf(msg, mlen,
+			 "buffers laid out for ring index %u, this node "
+			 "is %u",
+			 c->rank, d->drv.rank);
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	ret = cs_core_svc_start(s->core, c, d->drv.npeers, d->drv.rank, msg,
+				mlen);
+out_unlock:
+	pthread_mutex_unlock(&s->view_lock);
+	return ret;
+}
+
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
+{
+	int peer = cs_core_svc_failed_peer(s->core);
+	unsigned r;
+
+	if (peer < 0 || peer >= (int)s->d->drv.npeers)
+		return -1;
+	if (!s->d->boot) /* static peers: ring index = node.rank */
+		return peer;
+	if (sscanf(s->d->drv.peers[peer].name, "rank%u", &r) != 1)
+		return -1;
+	return (int)r;
+}
+
+int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
+			cs_ns_t *done)
+{
+	return cs_core_svc_times(s->core, picked, ready, done);
+}
+
+void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
+{
+	cs_core_svc_set_notify_fd(s->core, fd);
+}
+
+void cs_ar_svc_flush(struct cs_ar_svc *s)
+{
+	cs_core_svc_flush(s->core);
+}
+
+bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s)
+{
+	return cs_core_svc_ext_unsettled(s->core);
+}
+
+int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+		     int err)
+{
+	return cs_core_svc_refuse(s->core, op_id, epoch, err);
+}
+
+void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
+{
+	cs_core_svc_stop_ext(s->core);
+}
