@@ -349,13 +349,17 @@ static uint32_t name_hash(const char *s)
  * The id of the k-th operation of a group: the top bit keeps it apart from
  * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
  * by launch()), the next a control exchange of the group's (OP_ID_CTRL:
- * its membership check, a verdict), then 5 bits of the name's hash, 24
- * bits of k. k is the low half of the server's cookie (the instance's
+ * its membership check, a verdict), then 5 bits of the name's hash xor
+ * the group's view epoch, 24 bits of k. k is the low half of the server's cookie (the instance's
  * sequence number).
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
-	return 0x80000000u | (name_hash(op->group) & 0x1f) << 24 |
+	/* The view's epoch in the hash bits: an elastic group re-formed in
+	 * a new view counts k from 0 again (cs_ipc_server_regroup), and the
+	 * transport core must not take its operations for the ones of the
+	 * same k in the view before (they may still be remembered there). */
+	return 0x80000000u | ((name_hash(op->group) ^ op->epoch) & 0x1f) << 24 |
 	       ((uint32_t)op->cookie & 0xffffff);
 }
 
