@@ -66,11 +66,13 @@ bad:
 	return -EINVAL;
 }
 
-int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
-		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport)
+/* The frame's Ethernet, IPv4 and UDP headers from @sport to @dport. */
+static int frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport,
+		     uint16_t dport)
 {
 	const struct cs_peer *p = &d->peers[dst];
-	struct cs_wire_addr src = { .port = sport }, to = { .port = p->port };
+	struct cs_wire_addr src = { .port = sport }, to = { .port = dport };
 
 	memcpy(src.mac, d->port->mac, 6);
 	memcpy(to.mac, p->mac, 6);
@@ -79,6 +81,20 @@ int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
 	h->version = CS_PROTO_VERSION;
 	h->src = (uint16_t)d->rank;
 	return cs_wire_encode(f, cap, &src, &to, h, NULL);
+}
+
+int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport)
+{
+	return frame_hdr(d, f, cap, h, dst, sport, d->peers[dst].port);
+}
+
+int cs_drv_frame_hdr_lane(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+			  struct cs_pkt_hdr *h, unsigned dst, unsigned lane)
+{
+	return frame_hdr(d, f, cap, h, dst,
+			 (uint16_t)(d->port->udp_port + lane),
+			 (uint16_t)(d->peers[dst].port + lane));
 }
 
 int cs_drv_raw_start(struct cs_drv *d, unsigned dst, uint32_t frame_len,

@@ -124,4 +124,13 @@ void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t);
 int cs_drv_frame_hdr(const struct cs_drv *d, uint8_t *f, uint32_t cap,
 		     struct cs_pkt_hdr *h, unsigned dst, uint16_t sport);
 
+/**
+ * cs_drv_frame_hdr_lane - cs_drv_frame_hdr() for lane @lane: from this
+ * port's port.udp_port + @lane to the peer's port + @lane (the udp port's
+ * queue q listens on port.udp_port + q; lane 0 is cs_drv_frame_hdr()
+ * with this port's own UDP port)
+ */
+int cs_drv_frame_hdr_lane(const struct cs_drv *d, uint8_t *f, uint32_t cap,
+			  struct cs_pkt_hdr *h, unsigned dst, unsigned lane);
+
 #endif

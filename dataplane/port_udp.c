@@ -12,8 +12,15 @@
  * address from recvmsg, IPv4 checksum valid, UDP checksum 0) in front of
  * the datagram, which recvmsg placed 42 bytes into the buffer.
  *
- * Each queue has its own socket (SO_REUSEPORT when there are several) and
- * its own ring. Receive is one multishot recvmsg request whose buffers are
+ * Each queue has its own socket and its own ring. Queue q binds
+ * port.udp_port + q: a datagram reaches the queue its destination port
+ * names, so a sender chooses the receiving queue (its own queue's
+ * number, by convention: a session's frames stay on one lcore at both
+ * ends; the services run every session on queue 0 and send to the base
+ * port). Sockets sharing one port through SO_REUSEPORT, as before, had
+ * the kernel pick the socket by a hash of the addresses, so a peer's
+ * frames landed on queue 1 as often as not and were dropped there: with
+ * port.queues=2 every operation failed ("peer lost"). Receive is one multishot recvmsg request whose buffers are
  * the receive slots, registered as a ring of provided buffers: release()
  * gives a slot back to that ring, and when the kernel finds it empty the
  * request stops and the next rx_burst() arms it again. Where the kernel
@@ -680,14 +687,11 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	const struct cs_port_conf *c = &up->port.conf;
 	struct sockaddr_in sa = { .sin_family = AF_INET };
 	uint32_t stride = (up->port.frame_max + 63) & ~63u;
-	int one = 1, buf = (int)c->sock_buf, ret;
+	int buf = (int)c->sock_buf, ret;
 	unsigned entries;
 
 	q->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (q->fd < 0)
-		return -errno;
-	if (up->nq > 1 &&
-	    setsockopt(q->fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)))
 		return -errno;
 	if (buf > 0) {
 		/* Best effort: FORCE needs CAP_NET_ADMIN, plain is capped. */
@@ -700,7 +704,7 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 			setsockopt(q->fd, SOL_SOCKET, SO_SNDBUF, &buf,
 				   sizeof(buf));
 	}
-	sa.sin_port = htons(up->port.udp_port);
+	sa.sin_port = htons((uint16_t)(up->port.udp_port + (q - up->q)));
 	sa.sin_addr.s_addr = up->port.ip;
 	if (bind(q->fd, (struct sockaddr *)&sa, sizeof(sa)))
 		return -errno;
@@ -780,12 +784,14 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 	up->port.udp_port = (uint16_t)conf->udp_port;
 	up->port.numa = -1;
 	up->nq = conf->queues ? conf->queues : 1;
+	/* queue q listens on udp_port + q */
 	if (up->nq > CS_PORT_MAX_QUEUES || conf->udp_port == 0 ||
-	    conf->udp_port > 65535 ||
+	    conf->udp_port + up->nq - 1 > 65535 ||
 	    inet_pton(AF_INET, conf->ip, &up->port.ip) != 1 ||
 	    (conf->mac[0] && cs_port_parse_mac(conf->mac, up->port.mac))) {
-		CS_ERR("bad port.ip '%s', port.mac '%s' or port.queues %u",
-		       conf->ip, conf->mac, conf->queues);
+		CS_ERR("bad port.ip '%s', port.mac '%s', port.udp_port %u or "
+		       "port.queues %u (queue q listens on port.udp_port + q)",
+		       conf->ip, conf->mac, conf->udp_port, conf->queues);
 		free(up);
 		return -EINVAL;
 	}
@@ -793,7 +799,7 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 		ret = queue_init(up, &up->q[i]);
 		if (ret) {
 			CS_ERR("udp queue %u on %s:%u: %s", i, conf->ip,
-			       conf->udp_port, strerror(-ret));
+			       conf->udp_port + i, strerror(-ret));
 			up->nq = i + 1;
 			udp_close(&up->port);
 			return ret;

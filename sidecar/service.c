@@ -98,6 +98,15 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_xport_params_set(&sc->xp, "cc.enable", "0", NULL, 0);
 	if (ret)
 		return ret;
+	/* A session gives up on its peer after this many timeouts without
+	 * progress: 400 x rel.rto_max (10 ms) = 4 s, not the library's 64
+	 * (0.6 s), which a sidecar descheduled on a loaded machine outlasts
+	 * (netns udp_4 at load 19: "peer lost"); a dead node is found by
+	 * membership (heartbeats) anyway, and a failed op is announced to
+	 * the group (docs/transport-core.md). */
+	ret = cs_xport_params_set(&sc->xp, "rel.max_timeouts", "400", NULL, 0);
+	if (ret)
+		return ret;
 	/* pacer.burst_bytes: AR_BURST_FRAMES frames of the port, set in
 	 * cs_daemon_init() once the port is open, unless given. */
 	sc->burst_set = false;
@@ -148,8 +157,9 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 void cs_daemon_help_config(FILE *out)
 {
 	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
-		     "collstackd sets cc.enable=0, and pacer.burst_bytes to 16 "
-		     "frames of the port, e.g. 144K at MTU 9000):\n");
+		     "collstackd sets cc.enable=0, rel.max_timeouts=400, and "
+		     "pacer.burst_bytes to 16 frames of the port, e.g. 144K at "
+		     "MTU 9000):\n");
 	cs_xport_params_help(out);
 	fprintf(out, "\nring collectives (coll.mtu_payload is capped by the "
 		     "port's frames):\n");

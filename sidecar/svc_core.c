@@ -36,6 +36,7 @@
 #include "frame_auth.h"
 #include "collectives/coll_data.h"
 #include "transport/tp.h"
+#include "collectives/alltoall.h"
 
 #define CORE_TXQ CS_PORT_BURST
 /* Both over every node of the view: collstack run's ops, whose ids are
@@ -44,6 +45,8 @@
 #define CORE_GROUP 1u
 #define CORE_TRAINERS 2u
 #define CORE_MAX_LIVE 256 /* ops posted on the lcore at once */
+/* collstack run mixed's kind for an all-to-all (past the ring kinds) */
+#define MX_ALLTOALL 16u
 /* Buffers of collstack run from this size are registered for zero copy. */
 #define CORE_ZC_MIN (1u << 20)
 
@@ -75,17 +78,27 @@ struct core_op {
 	enum cs_redop redop;
 	uint32_t root;
 	uint8_t *sbuf; /* its send buffer, when not in place */
+	/* or an all-to-all (kind MX_ALLTOALL): its engine and node, and
+	 * sendcounts, sdispls, recvcounts, rdispls (n each) */
+	struct cs_a2a *a2a;
+	struct cs_a2a_node *a2a_node;
+	uint64_t *a2a_cnt;
 	bool forget;
 	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
 };
 
-struct cs_core_svc {
-	struct cs_daemon *d;
-	struct cs_frame_auth *auth; /* auth.enable: lcore-only; or NULL */
-	struct cs_xport_params xp;
-	struct cs_coll_cfg coll;
-	struct cs_tp_params tpp;
+/*
+ * One lane per lcore that runs sessions: its own core (its sessions to
+ * every peer), its own operations and frames. With the udp port and
+ * port.queues = Q, lane q runs on queue q's lcore and sends to the peers'
+ * port.udp_port + q, where their lane q listens: a session's frames stay
+ * on one lcore at both ends, and no lock is taken on the packet path. An
+ * operation runs on lane (group, op id) mod Q, the same on every node.
+ */
+struct core_lane {
+	struct cs_core_svc *s;
+	unsigned q;
 	/* lcore-only */
 	struct cs_tp *tp;
 	uint32_t tp_epoch;
@@ -95,19 +108,30 @@ struct cs_core_svc {
 	unsigned nstash;
 	struct cs_pbuf txq[CORE_TXQ];
 	unsigned ntxq;
-	uint64_t tx_retry, tx_too_big, rx_other_q, rx_no_core, post_refused;
+	uint64_t tx_retry, tx_too_big, rx_no_core, post_refused;
 	uint64_t cores, early_unacked;
+	/* the peer table the core was built from */
+	unsigned built_rank, built_npeers;
+	struct cs_peer built_peers[CS_DRV_MAX_PEERS];
 	/* hand-over */
 	pthread_mutex_t lock; /* inbox, snap */
 	struct core_op *inbox;
 	atomic_bool pending;
-	atomic_bool pause;
 	atomic_bool renew; /* the peer table was rebuilt: check it */
-	/* lcore: the peer table the core was built from */
-	unsigned built_rank, built_npeers;
-	struct cs_peer built_peers[CS_DRV_MAX_PEERS];
 	atomic_uint_fast64_t gen; /* lcore rounds */
-	struct cs_tp_stats snap; /* the lcore's core, copied now and then */
+	struct cs_tp_stats snap; /* the lane's core, copied now and then */
+};
+
+struct cs_core_svc {
+	struct cs_daemon *d;
+	struct cs_frame_auth *auth; /* auth.enable: lcore-only; or NULL */
+	struct cs_xport_params xp;
+	struct cs_coll_cfg coll;
+	struct cs_tp_params tpp;
+	struct core_lane lane[CS_PORT_MAX_QUEUES];
+	unsigned nlanes;
+	uint64_t rx_other_q; /* frames on a queue that runs no lane */
+	atomic_bool pause;
 	/* control side */
 	pthread_mutex_t ctl; /* control vs. IPC thread */
 	struct core_op *run_op; /* collstack run's last prepared */
@@ -121,32 +145,33 @@ struct cs_core_svc {
 
 /* ---- lcore side --------------------------------------------------------- */
 
-static bool core_flush(struct cs_core_svc *s)
+static bool core_flush(struct core_lane *l)
 {
 	unsigned sent;
 
-	if (!s->ntxq)
+	if (!l->ntxq)
 		return true;
-	sent = cs_port_tx_burst(s->d->port, 0, s->txq, s->ntxq);
-	if (sent < s->ntxq) {
-		memmove(s->txq, s->txq + sent,
-			(s->ntxq - sent) * sizeof(s->txq[0]));
-		s->tx_retry++;
+	sent = cs_port_tx_burst(l->s->d->port, l->q, l->txq, l->ntxq);
+	if (sent < l->ntxq) {
+		memmove(l->txq, l->txq + sent,
+			(l->ntxq - sent) * sizeof(l->txq[0]));
+		l->tx_retry++;
 	}
-	s->ntxq -= sent;
-	return s->ntxq == 0;
+	l->ntxq -= sent;
+	return l->ntxq == 0;
 }
 
 /* Room for one more frame: a buffer in hand and a place in the queue. */
 static unsigned core_room(void *owner)
 {
-	struct cs_core_svc *s = owner;
+	struct core_lane *l = owner;
 
-	if (s->ntxq == CORE_TXQ && !core_flush(s))
+	if (l->ntxq == CORE_TXQ && !core_flush(l))
 		return 0;
-	if (!s->nstash) {
-		s->nstash = cs_port_tx_alloc(s->d->port, 0, s->stash, CORE_TXQ);
-		if (!s->nstash)
+	if (!l->nstash) {
+		l->nstash = cs_port_tx_alloc(l->s->d->port, l->q, l->stash,
+					     CORE_TXQ);
+		if (!l->nstash)
 			return 0;
 	}
 	return 1;
@@ -155,8 +180,9 @@ static unsigned core_room(void *owner)
 static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 		      const void *payload, uint32_t len)
 {
-	struct cs_core_svc *s = owner;
-	struct cs_pbuf *b = &s->stash[s->nstash - 1];
+	struct core_lane *l = owner;
+	struct cs_core_svc *s = l->s;
+	struct cs_pbuf *b = &l->stash[l->nstash - 1];
 	struct cs_pkt_hdr hh = *h;
 	uint32_t off = CS_PROTO_FRAME_OVERHEAD;
 	int flen;
@@ -166,21 +192,21 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 		hh.flags |= CS_PKT_F_AUTH;
 	}
 	if (unlikely(off + len > b->cap)) {
-		s->tx_too_big++;
+		l->tx_too_big++;
 		return;
 	}
-	flen = cs_drv_frame_hdr(&s->d->drv, b->data, b->cap, &hh, node,
-				s->d->port->udp_port);
+	flen = cs_drv_frame_hdr_lane(&s->d->drv, b->data, b->cap, &hh, node,
+				     s->nlanes > 1 ? l->q : 0);
 	if (flen < 0) {
-		s->tx_too_big++;
+		l->tx_too_big++;
 		return;
 	}
 	/* The payload: referenced where the port can send registered
 	 * memory as is (dpdk, port.zero_copy), else copied after the
 	 * header. */
 	b->len = off;
-	if (len && cs_port_attach(s->d->port, 0, b, (void *)payload, len)) {
-		s->tx_too_big++;
+	if (len && cs_port_attach(s->d->port, l->q, b, (void *)payload, len)) {
+		l->tx_too_big++;
 		return;
 	}
 	if (s->auth) /* over the header as sent and the payload, in place */
@@ -189,8 +215,8 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 						       memory_order_relaxed),
 				  &hh, payload,
 				  b->data + CS_PROTO_FRAME_OVERHEAD);
-	s->txq[s->ntxq++] = *b;
-	s->nstash--;
+	l->txq[l->ntxq++] = *b;
+	l->nstash--;
 }
 
 /* Tell the op's owner its outcome (once). */
@@ -223,33 +249,34 @@ static void core_report(struct cs_core_svc *s, struct core_op *op, int status,
 }
 
 /* The outcome, and the op is the control side's to free. */
-static void core_verdict(struct cs_core_svc *s, struct core_op *op, int status,
+static void core_verdict(struct core_lane *l, struct core_op *op, int status,
 			 uint32_t culprit, cs_ns_t now)
 {
 	if (op->reported && status)
-		s->early_unacked++; /* its result was in; the ACKs were not */
-	core_report(s, op, status, culprit, now);
+		l->early_unacked++; /* its result was in; the ACKs were not */
+	core_report(l->s, op, status, culprit, now);
 	atomic_store_explicit(&op->released, true, memory_order_release);
 }
 
 static void core_done(void *owner, void *user, int status, uint32_t culprit)
 {
-	struct cs_core_svc *s = owner;
+	struct core_lane *l = owner;
 	struct core_op *op = user;
 
-	for (unsigned i = 0; i < s->nlive; i++)
-		if (s->live[i] == op) {
-			s->live[i] = s->live[--s->nlive];
+	for (unsigned i = 0; i < l->nlive; i++)
+		if (l->live[i] == op) {
+			l->live[i] = l->live[--l->nlive];
 			break;
 		}
-	core_verdict(s, op, status, culprit, cs_lcore_now());
+	core_verdict(l, op, status, culprit, cs_lcore_now());
 }
 
 /* tp.early: the result is in and the engine resends from its own copy:
  * the owner has its answer now, the core keeps the engine. */
 static void core_ready(void *owner, void *user)
 {
-	core_report(owner, user, 0, UINT32_MAX, cs_lcore_now());
+	core_report(((struct core_lane *)owner)->s, user, 0, UINT32_MAX,
+		    cs_lcore_now());
 }
 
 static const struct cs_tp_io core_io = {
@@ -261,69 +288,70 @@ static const struct cs_tp_io core_io = {
 
 /* A core for the view the peer table now holds; the ops of the old one
  * end with CS_ERR_PEER_LOST (their view lost a member). */
-static void core_renew(struct cs_core_svc *s, uint32_t epoch, cs_ns_t now)
+static void core_renew(struct core_lane *l, uint32_t epoch, cs_ns_t now)
 {
+	struct cs_core_svc *s = l->s;
 	struct cs_drv *drv = &s->d->drv;
 	uint32_t nodes[CS_DRV_MAX_PEERS];
 	int ret;
 
-	for (unsigned i = 0; i < s->nlive; i++)
-		core_verdict(s, s->live[i], CS_ERR_PEER_LOST, UINT32_MAX, now);
-	s->nlive = 0;
-	cs_tp_destroy(s->tp);
-	s->tp = NULL;
-	s->tp_epoch = epoch;
-	ret = cs_tp_create(&s->tpp, &s->xp, &core_io, s, drv->rank, epoch,
-			   &s->tp);
+	for (unsigned i = 0; i < l->nlive; i++)
+		core_verdict(l, l->live[i], CS_ERR_PEER_LOST, UINT32_MAX, now);
+	l->nlive = 0;
+	cs_tp_destroy(l->tp);
+	l->tp = NULL;
+	l->tp_epoch = epoch;
+	ret = cs_tp_create(&s->tpp, &s->xp, &core_io, l, drv->rank, epoch,
+			   &l->tp);
 	if (ret) {
 		CS_ERR("no transport core for epoch %u: %s", epoch,
 		       cs_strerror(ret));
 		return;
 	}
-	s->built_rank = drv->rank;
-	s->built_npeers = drv->npeers;
-	memcpy(s->built_peers, drv->peers,
+	l->built_rank = drv->rank;
+	l->built_npeers = drv->npeers;
+	memcpy(l->built_peers, drv->peers,
 	       drv->npeers * sizeof(drv->peers[0]));
 	for (uint32_t i = 0; i < drv->npeers; i++)
 		nodes[i] = i;
 	if (drv->npeers >= 2)
-		ret = cs_tp_group_add(s->tp, CORE_GROUP, nodes, drv->npeers,
+		ret = cs_tp_group_add(l->tp, CORE_GROUP, nodes, drv->npeers,
 				      NULL);
 	if (!ret && drv->npeers >= 2)
-		ret = cs_tp_group_add(s->tp, CORE_TRAINERS, nodes,
+		ret = cs_tp_group_add(l->tp, CORE_TRAINERS, nodes,
 				      drv->npeers, NULL);
 	if (!ret && drv->npeers >= 2)
-		ret = cs_tp_group_reuse_ids(s->tp, CORE_TRAINERS);
+		ret = cs_tp_group_reuse_ids(l->tp, CORE_TRAINERS);
 	if (ret)
 		CS_ERR("transport core: group of %u nodes refused: %s",
 		       drv->npeers, cs_strerror(ret));
-	s->cores++;
+	l->cores++;
 }
 
 /* The peer table differs from the one the core was built from (a view
  * applied after the lcore had already moved to its epoch). The same table
  * keeps the core: its sessions must outlive a rebuild that changed
  * nothing, or frames the peers saw acknowledged would be forgotten. */
-static bool core_table_moved(const struct cs_core_svc *s)
+static bool core_table_moved(const struct core_lane *l)
 {
-	const struct cs_drv *drv = &s->d->drv;
+	const struct cs_drv *drv = &l->s->d->drv;
 
-	return drv->rank != s->built_rank || drv->npeers != s->built_npeers ||
-	       memcmp(drv->peers, s->built_peers,
+	return drv->rank != l->built_rank || drv->npeers != l->built_npeers ||
+	       memcmp(drv->peers, l->built_peers,
 		      drv->npeers * sizeof(drv->peers[0]));
 }
 
 /* Post what the control and IPC threads handed over. */
-static void core_take(struct cs_core_svc *s, cs_ns_t now)
+static void core_take(struct core_lane *l, cs_ns_t now)
 {
 	struct core_op *op, *list;
 	int ret;
 
-	pthread_mutex_lock(&s->lock);
-	list = s->inbox;
-	s->inbox = NULL;
-	atomic_store(&s->pending, false);
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&l->lock);
+	list = l->inbox;
+	l->inbox = NULL;
+	atomic_store(&l->pending, false);
+	pthread_mutex_unlock(&l->lock);
 	/* the inbox is last-in first: post in the order handed over */
 	for (struct core_op *rev = NULL;; list = op) {
 		if (!list) {
@@ -339,58 +367,61 @@ static void core_take(struct cs_core_svc *s, cs_ns_t now)
 		list->next = NULL;
 		list->t_post = now;
 		if (atomic_load(&list->cancel)) {
-			core_verdict(s, list, CS_ERR_CANCELLED, UINT32_MAX,
+			core_verdict(l, list, CS_ERR_CANCELLED, UINT32_MAX,
 				     now);
 			continue;
 		}
-		if (list->epoch != s->tp_epoch) {
-			core_verdict(s, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
+		if (list->epoch != l->tp_epoch) {
+			core_verdict(l, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
 			continue;
 		}
 		if (list->refuse) {
-			ret = cs_tp_refuse(s->tp, CORE_TRAINERS, list->op_id,
+			ret = cs_tp_refuse(l->tp, CORE_TRAINERS, list->op_id,
 					   list->refuse);
 			if (ret)
 				CS_WARN("op %#x: the refusal was not announced:"
 					" %s",
 					list->op_id, cs_strerror(ret));
-			core_verdict(s, list, 0, UINT32_MAX, now);
+			core_verdict(l, list, 0, UINT32_MAX, now);
 			continue;
 		}
 		if (list->forget) {
-			cs_tp_group_remove(s->tp, list->group);
-			core_verdict(s, list, 0, UINT32_MAX, now);
+			cs_tp_group_remove(l->tp, list->group);
+			core_verdict(l, list, 0, UINT32_MAX, now);
 			continue;
 		}
 		/* run mixed: its group on first use (the same member list on
 		 * every node: collstack run mixed sends it to each) */
 		if (list->group && list->nodes) {
-			ret = cs_tp_group_add(s->tp, list->group, list->nodes,
+			ret = cs_tp_group_add(l->tp, list->group, list->nodes,
 					      list->n, NULL);
 			if (ret && ret != -EEXIST) {
-				s->post_refused++;
-				core_verdict(s, list, CS_ERR_BAD_DESC,
+				l->post_refused++;
+				core_verdict(l, list, CS_ERR_BAD_DESC,
 					     UINT32_MAX, now);
 				continue;
 			}
 		}
-		ret = s->nlive == CORE_MAX_LIVE
+		ret = l->nlive == CORE_MAX_LIVE
 			      ? -ENOSPC
-			      : cs_tp_post(s->tp,
+			      : cs_tp_post(l->tp,
 					   list->group    ? list->group
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
-					   &cs_coll_flow_ops, list->coll,
+					   list->a2a ? &cs_a2a_flow_ops
+						     : &cs_coll_flow_ops,
+					   list->a2a ? (void *)list->a2a
+						     : (void *)list->coll,
 					   list->bytes, list, now);
 		if (ret) {
-			s->post_refused++;
+			l->post_refused++;
 			CS_WARN("op %#x refused by the transport core: %s",
 				list->op_id, cs_strerror(ret));
-			core_verdict(s, list, CS_ERR_BAD_DESC, UINT32_MAX, now);
+			core_verdict(l, list, CS_ERR_BAD_DESC, UINT32_MAX, now);
 			continue;
 		}
-		s->live[s->nlive++] = list;
+		l->live[l->nlive++] = list;
 	}
 }
 
@@ -398,15 +429,16 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		    struct cs_wire_pkt *pk, unsigned n, cs_ns_t now)
 {
 	struct cs_core_svc *s = arg;
+	struct core_lane *l = &s->lane[q];
 	uint32_t view_epoch;
 
 	(void)v;
-	if (q != 0) { /* the core belongs to queue 0's lcore */
+	if (q >= s->nlanes) { /* a queue that runs no lane */
 		s->rx_other_q += n;
 		return;
 	}
-	if (!s->tp || atomic_load_explicit(&s->pause, memory_order_acquire)) {
-		s->rx_no_core += n;
+	if (!l->tp || atomic_load_explicit(&s->pause, memory_order_acquire)) {
+		l->rx_no_core += n;
 		return;
 	}
 	view_epoch = atomic_load_explicit(&s->d->view.epoch,
@@ -425,47 +457,52 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		if (s->auth && !cs_frame_auth_rx_ok(s->auth, view_epoch, h,
 						     pk[i].payload))
 			continue;
-		cs_tp_rx(s->tp, h->src, h, pk[i].payload, now);
+		cs_tp_rx(l->tp, h->src, h, pk[i].payload, now);
 	}
 }
 
 static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 {
 	struct cs_core_svc *s = arg;
+	struct core_lane *l = &s->lane[q < s->nlanes ? q : 0];
 	uint32_t epoch;
 	unsigned work;
 
-	atomic_fetch_add_explicit(&s->gen, 1, memory_order_release);
-	if (q != 0 || !core_flush(s))
-		return s->ntxq;
+	if (q >= s->nlanes)
+		return 0;
+	atomic_fetch_add_explicit(&l->gen, 1, memory_order_release);
+	if (!core_flush(l))
+		return l->ntxq;
 	if (atomic_load_explicit(&s->pause, memory_order_acquire))
 		return 0;
 	epoch = atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
-	if (!s->tp || epoch != s->tp_epoch ||
-	    (atomic_exchange_explicit(&s->renew, false, memory_order_acq_rel) &&
-	     core_table_moved(s)))
-		core_renew(s, epoch, now);
-	if (!s->tp)
+	if (!l->tp || epoch != l->tp_epoch ||
+	    (atomic_exchange_explicit(&l->renew, false, memory_order_acq_rel) &&
+	     core_table_moved(l)))
+		core_renew(l, epoch, now);
+	if (!l->tp)
 		return 0;
-	for (unsigned i = 0; i < s->nlive; i++)
-		if (atomic_load_explicit(&s->live[i]->cancel,
+	for (unsigned i = 0; i < l->nlive; i++)
+		if (atomic_load_explicit(&l->live[i]->cancel,
 					 memory_order_relaxed))
-			cs_tp_cancel(s->tp,
-				     s->live[i]->group    ? s->live[i]->group
-				     : s->live[i]->notify ? CORE_TRAINERS
+			cs_tp_cancel(l->tp,
+				     l->live[i]->group    ? l->live[i]->group
+				     : l->live[i]->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
-				     s->live[i]->op_id, CS_ERR_CANCELLED);
-	if (atomic_load_explicit(&s->pending, memory_order_acquire))
-		core_take(s, now);
-	for (unsigned i = 0; i < s->nlive; i++)
-		if (!s->live[i]->t_ready &&
-		    cs_coll_result_ready(s->live[i]->coll))
-			s->live[i]->t_ready = now;
-	work = cs_tp_poll(s->tp, now);
-	core_flush(s);
-	if (!pthread_mutex_trylock(&s->lock)) {
-		cs_tp_get_stats(s->tp, &s->snap);
-		pthread_mutex_unlock(&s->lock);
+				     l->live[i]->op_id, CS_ERR_CANCELLED);
+	if (atomic_load_explicit(&l->pending, memory_order_acquire))
+		core_take(l, now);
+	for (unsigned i = 0; i < l->nlive; i++)
+		if (!l->live[i]->t_ready &&
+		    (l->live[i]->a2a
+			     ? cs_a2a_result_ready(l->live[i]->a2a)
+			     : cs_coll_result_ready(l->live[i]->coll)))
+			l->live[i]->t_ready = now;
+	work = cs_tp_poll(l->tp, now);
+	core_flush(l);
+	if (!pthread_mutex_trylock(&l->lock)) {
+		cs_tp_get_stats(l->tp, &l->snap);
+		pthread_mutex_unlock(&l->lock);
 	}
 	return work;
 }
@@ -484,6 +521,9 @@ static void op_free(struct core_op *op)
 	if (!op)
 		return;
 	cs_coll_free(op->coll);
+	cs_a2a_free(op->a2a);
+	cs_a2a_node_free(op->a2a_node);
+	free(op->a2a_cnt);
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
 	 * (after a second, leak it: the process is stuck anyway). */
@@ -522,30 +562,71 @@ static void core_bury(struct cs_core_svc *s, struct core_op *op)
 	}
 }
 
-static void core_hand(struct cs_core_svc *s, struct core_op *op)
+static struct core_op *op_new(uint32_t op_id, uint32_t epoch);
+
+/* The lane operation (@group, @op_id) runs on: the same on every node
+ * (with the same port.queues). */
+static struct core_lane *lane_of(struct cs_core_svc *s, uint32_t group,
+				 uint32_t op_id)
+{
+	return &s->lane[(group * 2654435761u ^ op_id) % s->nlanes];
+}
+
+static void lane_hand(struct core_lane *l, struct core_op *op)
 {
 	atomic_store(&op->released, false);
-	pthread_mutex_lock(&s->lock);
-	op->next = s->inbox;
-	s->inbox = op;
-	atomic_store_explicit(&s->pending, true, memory_order_release);
-	pthread_mutex_unlock(&s->lock);
-	cs_lcore_kick(&s->d->lcores[0]);
+	pthread_mutex_lock(&l->lock);
+	op->next = l->inbox;
+	l->inbox = op;
+	atomic_store_explicit(&l->pending, true, memory_order_release);
+	pthread_mutex_unlock(&l->lock);
+	cs_lcore_kick(&l->s->d->lcores[l->q]);
+}
+
+static uint32_t op_group(const struct core_op *op)
+{
+	return op->group ? op->group : op->notify ? CORE_TRAINERS : CORE_GROUP;
+}
+
+static void core_hand(struct cs_core_svc *s, struct core_op *op)
+{
+	lane_hand(lane_of(s, op_group(op), op->op_id), op);
+}
+
+/* A group's end reaches every lane (each knows the group). */
+static int core_forget(struct cs_core_svc *s, uint32_t group)
+{
+	for (unsigned q = 0; q < s->nlanes; q++) {
+		struct core_op *op = op_new(0, atomic_load(&s->d->view.epoch));
+
+		if (!op)
+			return -ENOMEM;
+		op->group = group;
+		op->forget = true;
+		pthread_mutex_lock(&s->ctl);
+		lane_hand(&s->lane[q], op);
+		core_bury(s, op);
+		pthread_mutex_unlock(&s->ctl);
+	}
+	return 0;
 }
 
 void cs_core_svc_pause(struct cs_core_svc *s)
 {
-	uint_fast64_t g;
-
 	atomic_store_explicit(&s->pause, true, memory_order_release);
-	if (cs_lcore_is_self(&s->d->lcores[0]))
-		return; /* between two of its own calls: nothing in use */
-	g = atomic_load(&s->gen);
-	for (unsigned i = 0; atomic_load(&s->gen) < g + 2; i++) {
-		if (i % 1000 == 999 && cs_daemon_signalled(s->d))
-			break;
-		cs_lcore_kick(&s->d->lcores[0]);
-		sleep_us(10);
+	for (unsigned q = 0; q < s->nlanes; q++) {
+		struct core_lane *l = &s->lane[q];
+		uint_fast64_t g;
+
+		if (cs_lcore_is_self(&s->d->lcores[q]))
+			continue; /* between two of its own calls */
+		g = atomic_load(&l->gen);
+		for (unsigned i = 0; atomic_load(&l->gen) < g + 2; i++) {
+			if (i % 1000 == 999 && cs_daemon_signalled(s->d))
+				break;
+			cs_lcore_kick(&s->d->lcores[q]);
+			sleep_us(10);
+		}
 	}
 }
 
@@ -553,10 +634,45 @@ void cs_core_svc_resume(struct cs_core_svc *s)
 {
 	/* the peer table may have changed under the same epoch (the lcore
 	 * saw the new epoch before the table was rebuilt for it) */
-	atomic_store_explicit(&s->renew, true, memory_order_release);
+	for (unsigned q = 0; q < s->nlanes; q++)
+		atomic_store_explicit(&s->lane[q].renew, true,
+				      memory_order_release);
 	atomic_store_explicit(&s->pause, false, memory_order_release);
-	cs_lcore_kick(&s->d->lcores[0]);
+	for (unsigned q = 0; q < s->nlanes; q++)
+		cs_lcore_kick(&s->d->lcores[q]);
 }
+
+/* Every lane's counters, summed (peak_ops and peak_senders: the most of
+ * any lane). */
+static void core_snap(struct cs_core_svc *s, struct cs_tp_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	for (unsigned q = 0; q < s->nlanes; q++) {
+		struct core_lane *l = &s->lane[q];
+		struct cs_tp_stats one;
+		const uint64_t *src = (const uint64_t *)&one;
+		uint64_t *dst = (uint64_t *)st;
+
+		pthread_mutex_lock(&l->lock);
+		one = l->snap;
+		pthread_mutex_unlock(&l->lock);
+		for (size_t k = 0; k < sizeof(one) / sizeof(uint64_t); k++)
+			dst[k] += src[k];
+		st->peak_ops = CS_MAX(st->peak_ops - one.peak_ops,
+				      one.peak_ops);
+		st->peak_senders = CS_MAX(st->peak_senders - one.peak_senders,
+					  one.peak_senders);
+	}
+}
+
+/* A lane counter summed over the lanes. */
+#define LANE_SUM(s, field)                                                     \
+	({                                                                     \
+		uint64_t sum_ = 0;                                             \
+		for (unsigned q_ = 0; q_ < (s)->nlanes; q_++)                  \
+			sum_ += (s)->lane[q_].field;                           \
+		sum_;                                                          \
+	})
 
 static struct core_op *op_new(uint32_t op_id, uint32_t epoch)
 {
@@ -594,9 +710,35 @@ static int op_engine(struct cs_core_svc *s, struct core_op *op,
 	return ret;
 }
 
-/* Every element of @op's result, against tests/coll_sim/coll_data.h. */
+/* An all-to-all's block from rank @s to rank @d, element @x: distinct
+ * for every (source, destination, element). */
+static double a2a_value(const struct core_op *op, uint32_t s, uint32_t d,
+			size_t x)
+{
+	return cs_td_value(op->dtype, CS_SUM, op->n, op->seed + d, s, x);
+}
+
+/* Every element of @op's result, against collectives/coll_data.h. */
 static uint64_t op_verify(const struct core_op *op, char *first, size_t flen)
 {
+	if (op->a2a) {
+		uint64_t wrong = 0;
+
+		first[0] = 0;
+		for (uint32_t src = 0; src < op->n; src++)
+			for (size_t x = 0; x < op->count; x++) {
+				double got = cs_td_load(op->dtype, op->buf,
+							src * op->count + x),
+				       want = a2a_value(op, src, op->rank, x);
+
+				if (got != want && !wrong++)
+					snprintf(first, flen,
+						 " first_wrong=%zu from=%u "
+						 "got=%g want=%g",
+						 x, src, got, want);
+			}
+		return wrong;
+	}
 	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
 						    : op->count;
 	uint64_t wrong = 0;
@@ -745,9 +887,7 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
 	if (check)
 		snprintf(w, sizeof(w), " wrong=%" PRIu64,
 			 op_verify(op, first, sizeof(first)));
-	pthread_mutex_lock(&s->lock);
-	st = s->snap;
-	pthread_mutex_unlock(&s->lock);
+	core_snap(s, &st);
 	/* retransmission counters are the node's totals so far */
 	snprintf(out, len,
 		 "ok op=%u ns=%" PRIu64 " ready_ns=%" PRIu64 "%s retx=%" PRIu64
@@ -766,6 +906,57 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
  * filled from SEED (tests/coll_sim/coll_data.h), posted at once. Groups
  * below 16 are the service's own.
  */
+/* @op as a flat all-to-all of op->count elements to every rank of its
+ * group (collectives/alltoall.h, one rank per node), buffers filled. */
+static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
+		  size_t len)
+{
+	uint32_t n = op->n, fmax = s->d->port->frame_max -
+				       CS_PROTO_FRAME_OVERHEAD -
+				       (s->auth ? CS_PROTO_TAG_LEN : 0);
+	struct cs_a2a_params p = { 0 };
+	uint64_t *c;
+	int ret;
+
+	c = op->a2a_cnt = malloc(4 * (size_t)n * sizeof(*c));
+	if (!c) {
+		snprintf(out, len, "err no memory");
+		return -ENOMEM;
+	}
+	for (uint32_t r = 0; r < n; r++) {
+		c[r] = c[2 * n + r] = op->count;
+		c[n + r] = c[3 * n + r] = (uint64_t)r * op->count;
+		for (size_t x = 0; x < op->count; x++)
+			cs_td_store(op->dtype, op->sbuf, r * op->count + x,
+				    a2a_value(op, op->rank, r, x));
+	}
+	p.nranks = n;
+	p.rank = op->rank;
+	p.ranks_per_node = 1;
+	p.esz = (uint32_t)cs_dtype_size(op->dtype);
+	p.sendbuf = op->sbuf;
+	p.send_count = (uint64_t)n * op->count;
+	p.recvbuf = op->buf;
+	p.recv_count = (uint64_t)n * op->count;
+	p.sendcounts = c;
+	p.sdispls = c + n;
+	p.recvcounts = c + 2 * n;
+	p.rdispls = c + 3 * n;
+	p.mtu_payload = CS_MIN(s->coll.mtu_payload, fmax);
+	p.group = op->group;
+	p.epoch = op->epoch;
+	p.op_id = op->op_id;
+	p.start = cs_lcore_now();
+	p.deadline = s->coll.deadline;
+	ret = cs_a2a_node_init(&p, 1, &op->a2a_node);
+	if (!ret)
+		ret = cs_a2a_init(op->a2a_node, 0, &op->a2a);
+	if (ret)
+		snprintf(out, len, "err all-to-all refused: %s",
+			 cs_strerror(ret));
+	return ret;
+}
+
 static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		    size_t len)
 {
@@ -784,11 +975,11 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		   &op_id, &kind, &count, dts, rops, &root, &seed,
 		   list) != 9 ||
 	    cs_dtype_parse(dts, &dt) || cs_redop_parse(rops, &ro) ||
-	    group < 16 || kind >= CS_COLL_BARRIER || !count ||
-	    count > (1ull << 32)) {
+	    group < 16 || (kind >= CS_COLL_BARRIER && kind != MX_ALLTOALL) ||
+	    !count || count > (1ull << 32)) {
 		snprintf(out, len,
-			 "err usage: mx_post GROUP(>=16) OP KIND(0-4) COUNT "
-			 "DTYPE REDOP ROOT SEED N0,N1,...");
+			 "err usage: mx_post GROUP(>=16) OP KIND(0-4, 16: "
+			 "all-to-all) COUNT DTYPE REDOP ROOT SEED N0,N1,...");
 		return;
 	}
 	for (tok = strtok_r(list, ",", &save); tok;
@@ -820,10 +1011,16 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 	}
 	esz = cs_dtype_size(dt);
 	ns = nr = count;
-	if (kind == CS_COLL_REDUCE_SCATTER)
-		ns = n * count;
-	if (kind == CS_COLL_ALL_GATHER)
+	if (kind == CS_COLL_REDUCE_SCATTER || kind == MX_ALLTOALL)
+		ns = n * count; /* all-to-all: COUNT to each rank */
+	if (kind == CS_COLL_ALL_GATHER || kind == MX_ALLTOALL)
 		nr = n * count;
+	if ((uint64_t)CS_MAX(ns, nr) * esz > (1ull << 32)) {
+		op_free(op);
+		snprintf(out, len, "err %llu elements per rank: too many",
+			 count);
+		return;
+	}
 	op->group = group;
 	op->n = n;
 	op->rank = (uint32_t)me;
@@ -843,6 +1040,13 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		return;
 	}
 	memcpy(op->nodes, nodes, n * sizeof(*nodes));
+	if (kind == MX_ALLTOALL) {
+		if (mx_a2a(s, op, out, len)) {
+			op_free(op);
+			return;
+		}
+		goto hand;
+	}
 	for (size_t x = 0; x < ns; x++)
 		cs_td_store(dt, op->sbuf, x,
 			    cs_td_value(dt, ro, n, seed, op->rank, x));
@@ -860,6 +1064,7 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		op_free(op);
 		return;
 	}
+hand:
 	pthread_mutex_lock(&s->ctl);
 	op->mx_next = s->mx;
 	s->mx = op;
@@ -942,24 +1147,16 @@ static void mx_wait(struct cs_core_svc *s, const char *args, char *out,
 static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 		      size_t len)
 {
-	struct core_op *op;
 	unsigned group;
 
 	if (sscanf(args, "%u", &group) != 1 || group < 16) {
 		snprintf(out, len, "err usage: mx_forget GROUP(>=16)");
 		return;
 	}
-	op = op_new(0, atomic_load(&s->d->view.epoch));
-	if (!op) {
+	if (core_forget(s, group)) {
 		snprintf(out, len, "err no memory");
 		return;
 	}
-	op->group = group;
-	op->forget = true;
-	pthread_mutex_lock(&s->ctl);
-	core_hand(s, op);
-	core_bury(s, op);
-	pthread_mutex_unlock(&s->ctl);
 	snprintf(out, len, "ok");
 }
 
@@ -1071,9 +1268,7 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 	if (!strcmp(req, "ar_stats")) {
 		struct cs_tp_stats st;
 
-		pthread_mutex_lock(&s->lock);
-		st = s->snap;
-		pthread_mutex_unlock(&s->lock);
+		core_snap(s, &st);
 		/* the keys collstack stats reads, then the core's own */
 		snprintf(out, len,
 			 "ok core=1 ops_freed=%" PRIu64 " data_sent=%" PRIu64
@@ -1085,17 +1280,31 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			 " cores=%" PRIu64 " tx_too_big=%" PRIu64
 			 " early_unacked=%" PRIu64
 			 " auth=%d rx_auth_fail=%" PRIu64
-			 " rx_auth_notag=%" PRIu64 " auth_rekey=%" PRIu64 " ",
+			 " rx_auth_notag=%" PRIu64 " auth_rekey=%" PRIu64
+			 " lanes=%u rx_other_q=%" PRIu64 " ",
 			 st.ops_done + st.ops_failed, st.tx_data, st.tx_retx,
 			 st.rel_fast_retx, st.rel_tlp, st.rel_timeouts,
-			 st.rel_spurious, st.rel_dup_rcvd, s->tx_retry,
-			 s->rx_no_core, s->post_refused, s->cores,
-			 s->tx_too_big, s->early_unacked, s->auth != NULL,
+			 st.rel_spurious, st.rel_dup_rcvd, LANE_SUM(s, tx_retry),
+			 LANE_SUM(s, rx_no_core), LANE_SUM(s, post_refused),
+			 LANE_SUM(s, cores), LANE_SUM(s, tx_too_big),
+			 LANE_SUM(s, early_unacked), s->auth != NULL,
 			 s->auth ? s->auth->rx_fail : 0,
 			 s->auth ? s->auth->rx_notag : 0,
-			 s->auth ? s->auth->rekey : 0);
+			 s->auth ? s->auth->rekey : 0, s->nlanes, s->rx_other_q);
+		for (unsigned q = 0; q < s->nlanes; q++) {
+			size_t l = strlen(out);
+			struct cs_tp_stats one;
+
+			pthread_mutex_lock(&s->lane[q].lock);
+			one = s->lane[q].snap;
+			pthread_mutex_unlock(&s->lane[q].lock);
+			snprintf(out + l, len > l ? len - l : 0, "%s%" PRIu64,
+				 q ? "," : "lane_ops=",
+				 one.ops_done + one.ops_failed);
+		}
+		strncat(out, " ", len - strlen(out) - 1);
 		{
-			char line[1024];
+			char line[2048];
 			FILE *f = fmemopen(line, sizeof(line), "w");
 			size_t l = strlen(out);
 
@@ -1184,7 +1393,7 @@ void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd)
 void cs_core_svc_flush(struct cs_core_svc *s)
 {
 	if (cs_lcore_is_self(&s->d->lcores[0]))
-		core_flush(s);
+		core_flush(&s->lane[0]);
 }
 
 /*
@@ -1197,22 +1406,25 @@ void cs_core_svc_stop_ext(struct cs_core_svc *s)
 {
 	struct core_op *op;
 
+	struct core_lane *l;
+
 	pthread_mutex_lock(&s->ctl);
 	op = s->ext_op;
+	l = op ? lane_of(s, CORE_TRAINERS, op->op_id) : NULL;
 	if (op && !atomic_load(&op->released) &&
-	    cs_lcore_is_self(&s->d->lcores[0]) && s->tp &&
-	    !atomic_load(&s->pending)) {
+	    cs_lcore_is_self(&s->d->lcores[l->q]) && l->tp &&
+	    !atomic_load(&l->pending)) {
 		/* on the lcore, between two of its rounds: end it now */
-		cs_tp_cancel(s->tp, CORE_TRAINERS, op->op_id,
+		cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id,
 			     CS_ERR_CANCELLED);
-		cs_tp_poll(s->tp, cs_lcore_now());
-		core_flush(s);
+		cs_tp_poll(l->tp, cs_lcore_now());
+		core_flush(l);
 	}
 	if (op && !atomic_load(&op->released)) {
 		atomic_store(&op->cancel, true);
-		cs_lcore_kick(&s->d->lcores[0]);
+		cs_lcore_kick(&s->d->lcores[l->q]);
 		for (unsigned i = 0; !atomic_load(&op->released); i++) {
-			if (cs_lcore_is_self(&s->d->lcores[0]) ||
+			if (cs_lcore_is_self(&s->d->lcores[l->q]) ||
 			    (i % 1000 == 999 && cs_daemon_signalled(s->d)))
 				break;
 			sleep_us(10);
@@ -1252,18 +1464,33 @@ int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
 	s->coll = *coll;
 	s->auth = auth;
 	s->tpp = *tp;
-	pthread_mutex_init(&s->lock, NULL);
+	/* lanes: one per queue on the udp port, whose queue q listens on
+	 * port.udp_port + q (a peer's lane q reaches this lane q); one
+	 * elsewhere (the other queues' frames are counted, rx_other_q) */
+	s->nlanes = 1;
+	if (!strcmp(d->port->conf.type, "udp") && d->port->conf.queues > 1)
+		s->nlanes = CS_MIN(d->port->conf.queues,
+				   (uint32_t)CS_PORT_MAX_QUEUES);
+	for (unsigned q = 0; q < s->nlanes; q++) {
+		struct core_lane *l = &s->lane[q];
+
+		l->s = s;
+		l->q = q;
+		pthread_mutex_init(&l->lock, NULL);
+		atomic_init(&l->pending, false);
+		atomic_init(&l->renew, false);
+		atomic_init(&l->gen, 0);
+	}
 	pthread_mutex_init(&s->ctl, NULL);
-	atomic_init(&s->pending, false);
 	atomic_init(&s->pause, false);
-	atomic_init(&s->renew, false);
-	atomic_init(&s->gen, 0);
 	atomic_init(&s->notify_fd, -1);
 	s->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	d->drv.rx_fn = core_rx;
 	d->drv.tx_fn = core_tx;
 	d->drv.fn_arg = s;
-	CS_INFO("collective service on the transport core");
+	CS_INFO("collective service on the transport core: %u lane(s)%s",
+		s->nlanes,
+		s->nlanes > 1 ? " (lane q on queue q, port.udp_port + q)" : "");
 	*out = s;
 	return 0;
 }
@@ -1273,13 +1500,18 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 	if (!s)
 		return;
 	/* the lcores are stopped */
-	cs_port_release(s->d->port, 0, s->txq, s->ntxq);
-	cs_port_release(s->d->port, 0, s->stash, s->nstash);
-	cs_tp_destroy(s->tp);
-	/* every op is run_op, ext_op or in the grave, whether it was in
-	 * the inbox, live or done */
-	for (unsigned i = 0; i < s->nlive; i++)
-		atomic_store(&s->live[i]->released, true);
+	for (unsigned q = 0; q < s->nlanes; q++) {
+		struct core_lane *l = &s->lane[q];
+
+		cs_port_release(s->d->port, q, l->txq, l->ntxq);
+		cs_port_release(s->d->port, q, l->stash, l->nstash);
+		cs_tp_destroy(l->tp);
+		/* every op is run_op, ext_op or in the grave, whether it
+		 * was in the inbox, live or done */
+		for (unsigned i = 0; i < l->nlive; i++)
+			atomic_store(&l->live[i]->released, true);
+		pthread_mutex_destroy(&l->lock);
+	}
 	for (struct core_op *op = s->grave; op; op = op->next)
 		atomic_store(&op->released, true);
 	for (struct core_op *op = s->mx, *nx; op; op = nx) {
@@ -1289,7 +1521,6 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 	core_bury(s, NULL);
 	op_free(s->run_op);
 	op_free(s->ext_op);
-	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->ctl);
 	if (s->done_fd >= 0)
 		close(s->done_fd);

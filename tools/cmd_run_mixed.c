@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `collstack run mixed`: many groups over subsets of a running cluster's
- * sidecars, each with operations of random ring kinds, types
+ * sidecars, each with operations of random ring kinds (and flat
+ * all-to-alls), types
  * and sizes, posted in a different order on every sidecar and all in
  * flight together over the transport core; every element is checked by
  * the sidecar that holds it (mx_post / mx_wait / mx_forget, sidecar/svc_core.c).
@@ -46,7 +47,7 @@ static void mx_usage(FILE *out)
 		"       [--cluster ENV]\n\n"
 		"G groups (the first over every sidecar, the others over\n"
 		"random subsets in random order), K operations each of random\n"
-		"ring kinds, types, operators and sizes, posted in a different\n"
+		"ring kinds or all-to-all, types, operators and sizes, posted in a different\n"
 		"order on every sidecar, all in flight; every element checked.\n"
 		"Prints 'mixed ok ...' or\n"
 		"'mixed FAILED ...' (exit 1). Defaults: 4 groups, 16 ops,\n"
@@ -115,7 +116,7 @@ int cs_cmd_run_mixed(int argc, char **argv)
 	};
 	static const enum cs_dtype types[] = { CS_F32, CS_F64, CS_I32, CS_I64 };
 	char names[MX_MAX_NODES][CS_CTL_NAME_MAX];
-	char dirs[MX_MAX_NODES][320], req[4096], reply[512];
+	char dirs[MX_MAX_NODES][320], req[4096], reply[CS_CTL_LINE];
 	unsigned long groups = 4, ops = 16, timeout = 120000;
 	uint64_t lo = 4, hi = 1 << 20, seed = 1, rng, wrong = 0;
 	uint32_t rank_of[MX_MAX_NODES], *order[MX_MAX_NODES] = { 0 };
@@ -200,13 +201,17 @@ int cs_cmd_run_mixed(int argc, char **argv)
 
 			p->g = gi;
 			p->k = k;
-			p->kind = (unsigned)(cs_rand_next(&rng) % 5);
+			/* the 5 ring kinds and (16) a flat all-to-all */
+			p->kind = (unsigned)(cs_rand_next(&rng) % 6);
+			if (p->kind == 5)
+				p->kind = 16;
 			p->dt = types[cs_rand_next(&rng) % 4];
 			p->ro = (enum cs_redop)(cs_rand_next(&rng) %
 						CS_REDOP_COUNT);
 			p->root = (unsigned)(cs_rand_next(&rng) % g[gi].n);
 			esz = cs_dtype_size(p->dt);
-			if (p->kind == 1 || p->kind == 2) /* RS, AG */
+			/* RS, AG, all-to-all: COUNT per rank */
+			if (p->kind == 1 || p->kind == 2 || p->kind == 16)
 				b /= g[gi].n;
 			p->count = (uint64_t)b / esz ? (uint64_t)b / esz : 1;
 		}
@@ -319,7 +324,7 @@ int cs_cmd_run_buckets(int argc, char **argv)
 		{ 0 }
 	};
 	char names[MX_MAX_NODES][CS_CTL_NAME_MAX];
-	char dirs[MX_MAX_NODES][320], req[4096], reply[512], list[1024];
+	char dirs[MX_MAX_NODES][320], req[4096], reply[CS_CTL_LINE], list[1024];
 	uint32_t rank_of[MX_MAX_NODES];
 	unsigned long buckets = 16, timeout = 120000;
 	uint64_t bytes = 4u << 20, wrong = 0, failed = 0;

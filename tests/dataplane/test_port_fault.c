@@ -654,4 +654,97 @@ Test(udp, receive_buffers_run_out_and_come_back)
 	cr_assert_gt(st.rx_nombuf, 0, "the 8 buffers never ran out");
 	udp_exchange(false, 8, 4, 300, 8, &st, true);
 }
+
+/* Frames that arrive at @p's queue @qi within 10 s, until @want came
+ * (then one more look for any extra); their source ports in @src. */
+static unsigned udp_drain(struct cs_port *p, unsigned qi, unsigned want,
+			  uint16_t *src, unsigned max)
+{
+	struct cs_pbuf v[CS_PORT_BURST];
+	struct timespec t0, t;
+	unsigned n = 0, got;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		got = cs_port_rx_burst(p, qi, v, CS_PORT_BURST);
+		for (unsigned i = 0; i < got; i++) {
+			if (n < max)
+				src[n] = (uint16_t)(v[i].data[CS_PORT_L4_OFF]
+							    << 8 |
+						    v[i].data[CS_PORT_L4_OFF +
+							      1]);
+			n++;
+		}
+		cs_port_release(p, qi, v, got);
+		if (!got)
+			usleep(1000);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while (n < want && t.tv_sec - t0.tv_sec < 10);
+	return n;
+}
+
+/*
+ * port.queues=2: queue q listens on port.udp_port + q, so a datagram goes
+ * to the queue its destination port names, whatever its source. With the
+ * queues sharing one port (SO_REUSEPORT) the kernel spread datagrams over
+ * them by a hash of the addresses, and the services, which run on queue
+ * 0, lost the ones that landed on queue 1: every operation failed with
+ * "peer lost". Here 16 senders with 16 source ports all reach queue 0
+ * (the old way: 2^-16 odds), and a's queue 1 reaches b's queue 1.
+ */
+Test(udp, queue_by_destination_port)
+{
+	uint16_t pb = free_udp_ports(4), pa = pb + 2, src[32];
+	struct sockaddr_in to = { .sin_family = AF_INET };
+	uint32_t lo = htonl(0x7f000001);
+	struct cs_port_conf ca, cb;
+	struct cs_pbuf v[1];
+	struct cs_port *a, *b;
+	uint8_t dgram[64] = { 0 };
+	int fds[16];
+
+	conf_of(&ca, "udp", pa);
+	conf_of(&cb, "udp", pb);
+	ca.queues = cb.queues = 2;
+	ca.rx_desc = cb.rx_desc = ca.tx_desc = cb.tx_desc = 64;
+	cr_assert_eq(cs_port_open(&ca, &a), 0);
+	cr_assert_eq(cs_port_open(&cb, &b), 0);
+	/* nothing on either queue yet (and both multishot requests armed) */
+	cr_assert_eq(cs_port_rx_burst(b, 0, v, 1), 0);
+	cr_assert_eq(cs_port_rx_burst(b, 1, v, 1), 0);
+
+	to.sin_addr.s_addr = lo;
+	to.sin_port = htons(pb);
+	for (unsigned i = 0; i < 16; i++) {
+		fds[i] = socket(AF_INET, SOCK_DGRAM, 0);
+		cr_assert_geq(fds[i], 0);
+		dgram[0] = (uint8_t)i;
+		cr_assert_eq(sendto(fds[i], dgram, sizeof(dgram), 0,
+				    (struct sockaddr *)&to, sizeof(to)),
+			     (ssize_t)sizeof(dgram));
+	}
+	cr_assert_eq(udp_drain(b, 0, 16, src, 32), 16,
+		     "every datagram to the base port reaches queue 0");
+	cr_assert_eq(udp_drain(b, 1, 0, src, 32), 0, "none reaches queue 1");
+	for (unsigned i = 0; i < 16; i++)
+		close(fds[i]);
+
+	/* a's queue 1 (port pa + 1) to b's queue 1 (port pb + 1) */
+	cr_assert_eq(cs_port_tx_alloc(a, 1, v, 1), 1);
+	fill(&v[0], 7, lo);
+	cs_port_frame_hdrs(v[0].data, FLEN, mac_a, mac_b, lo, lo, pa + 1,
+			   pb + 1);
+	cr_assert_eq(cs_port_tx_burst(a, 1, v, 1), 1);
+	cr_assert_eq(udp_drain(b, 1, 1, src, 32), 1);
+	cr_assert_eq(src[0], pa + 1, "sent from a's queue 1 (port %u), "
+				     "seen from %u", pa + 1, src[0]);
+	cr_assert_eq(udp_drain(b, 0, 0, src, 32), 0);
+	cs_port_close(a);
+	cs_port_close(b);
+
+	/* the last queue's port must exist */
+	conf_of(&cb, "udp", 65535);
+	cb.queues = 2;
+	cr_assert_eq(cs_port_open(&cb, &b), -EINVAL);
+}
 #endif

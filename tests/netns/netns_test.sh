@@ -267,7 +267,8 @@ udp_local() {
 	trap "kill -TERM \${pids[*]} 2>/dev/null; wait; rm -rf $dir" EXIT
 	local base=$((20000 + RANDOM % 20000)) names=""
 	for ((i = 0; i < n; i++)); do
-		echo "$i 127.0.0.1 02:00:00:00:00:0$i $((base + i)) l$i" >>"$dir/peers"
+		# 16 ports apart: queue q of a node listens on its port + q
+		echo "$i 127.0.0.1 02:00:00:00:00:0$i $((base + 16 * i)) l$i" >>"$dir/peers"
 		names+="l$i "
 	done
 	printf 'CS_NODES="%s"\nCS_RUN=%s\n' "${names% }" "$dir" >"$dir/cluster.env"
@@ -275,7 +276,7 @@ udp_local() {
 		"$DAEMON" --set name=l$i --set run_dir=$dir/l$i \
 			--set node.rank=$i --set node.peers=$dir/peers \
 			--set port.type=udp --set port.ip=127.0.0.1 \
-			--set port.udp_port=$((base + i)) "${extra[@]}" \
+			--set port.udp_port=$((base + 16 * i)) "${extra[@]}" \
 			</dev/null >"$dir/l$i.log" 2>&1 &
 		pids+=($!)
 	done
@@ -290,6 +291,7 @@ udp_local() {
 	done
 	"$CLI" run allreduce "${SIZES[@]}" --iters 1 --warmup 0 --timeout 300000 \
 		--cluster "$dir/cluster.env" || fail "allreduce over udp"
+	[ -z "${LOCAL_CHECK:-}" ] || $LOCAL_CHECK "$dir"
 	kill -TERM "${pids[@]}"
 	wait
 	for ((i = 0; i < n; i++)); do
@@ -298,8 +300,28 @@ udp_local() {
 	return 0
 }
 
+# port.queues=2: two lanes of the transport core per sidecar, each on its
+# own lcore and queue (lane q listens on port.udp_port + q); an op runs on
+# the lane of its (group, id), the same on every node: allreduces and many
+# groups in flight, and both lanes carried operations.
+check_lanes() {
+	local dir=$1 out ar i
+	out=$(CS_CLUSTER_ENV="$dir/cluster.env" "$CLI" run mixed --groups 3 \
+		--ops 8 --max-bytes 256K) || fail "run mixed on 2 lanes: $out"
+	echo "$out" | tail -1
+	grep -q "mixed ok .* wrong=0" <<<"$out" || fail "run mixed: $out"
+	for ((i = 0; i < 4; i++)); do
+		ar=$(cs_ctl "$dir/l$i" ar_stats)
+		[ "$(kv "$ar" lanes)" = 2 ] || fail "l$i: not 2 lanes: $ar"
+		echo "l$i lane_ops=$(kv "$ar" lane_ops)"
+		grep -Eq ' lane_ops=[1-9][0-9]*,[1-9]' <<<"$ar" ||
+			fail "l$i: a lane carried no operation: $ar"
+	done
+}
+
 case $CASE in
 udp_local) udp_local ;;
+udp_local_q2) LOCAL_CHECK=check_lanes udp_local --set port.queues=2 ;;
 udp_local_fault5) udp_local --set fault.drop=0.05 ;;
 af_packet_4|af_packet_4_fault5|af_packet_4_bridge1|af_packet_foreign|\
 af_packet_nofilter|memif_2|af_xdp_2|\
