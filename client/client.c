@@ -58,6 +58,7 @@ struct cs_group {
 	struct cs_group *next;
 	uint32_t handle;
 	int rank, size, local_rank, local_size;
+	bool elastic; /* CS_GROUP_ELASTIC: completions update rank, size */
 	uint64_t pending;
 	uint64_t posted; /* operations posted: the next one's index */
 	char name[CS_IPC_NAME_MAX];
@@ -290,8 +291,15 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 	fds[0] = c->ctrl_fd;
 	fds[1] = c->efd;
 	ret = rpc(c, &m, fds, 2, &r);
+	/* A sidecar with every trainer slot taken answers -EUSERS at once
+	 * and hangs up, possibly before our hello went out: its answer
+	 * may still be waiting. */
+	if (ret == -ENOTCONN &&
+	    recv(c->fd, &r, sizeof(r), MSG_DONTWAIT) == (ssize_t)sizeof(r) &&
+	    r.type == CS_IPC_MSG_REPLY && r.u.reply.status < 0)
+		ret = r.u.reply.status;
 	if (ret == -ENOTCONN)
-		ret = -ECONNRESET; /* refused (credentials, limits) */
+		ret = -ECONNRESET; /* refused (credentials) */
 	if (ret)
 		goto out_ctrl;
 	*out = c;
@@ -490,11 +498,22 @@ static int locate(struct cs_client *c, const void *p, size_t len, uint32_t *seg,
 	return -EFAULT;
 }
 
+static_assert(CS_GROUP_ELASTIC == CS_IPC_JOIN_ELASTIC, "one flag, two names");
+
 /* ---- groups ----------------------------------------------------------- */
 
 cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
 			    int size, int local_rank, int local_size,
 			    struct cs_group **out)
+{
+	return cs_group_join_ex(c, name, rank, size, local_rank, local_size,
+				0, out);
+}
+
+cs_export int cs_group_join_ex(struct cs_client *c, const char *name,
+			       int rank, int size, int local_rank,
+			       int local_size, unsigned flags,
+			       struct cs_group **out)
 {
 	struct cs_ipc_msg m = { .type = CS_IPC_MSG_JOIN }, r;
 	struct cs_group *g;
@@ -515,6 +534,7 @@ cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
 	m.u.join.size = size;
 	m.u.join.local_rank = local_rank;
 	m.u.join.local_size = local_size;
+	m.u.join.flags = flags; /* CS_GROUP_* are CS_IPC_JOIN_* */
 	pthread_mutex_lock(&c->lock);
 	ret = rpc(c, &m, NULL, 0, &r);
 	if (ret) {
@@ -530,6 +550,7 @@ cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
 	g->size = size;
 	g->local_rank = local_rank;
 	g->local_size = local_size;
+	g->elastic = flags & CS_GROUP_ELASTIC;
 	snprintf(g->name, sizeof(g->name), "%s", name);
 	g->next = c->groups;
 	c->groups = g;
@@ -557,7 +578,7 @@ static bool env_int(const char *name, int *v)
 cs_export int cs_group_join_env(struct cs_client *c, const char *name,
 				struct cs_group **out)
 {
-	int rank, size, lr, ls;
+	int rank, size, lr, ls, el;
 
 	if (!c)
 		return -EINVAL;
@@ -582,7 +603,11 @@ cs_export int cs_group_join_env(struct cs_client *c, const char *name,
 			name ? name : "");
 		return -ENOENT;
 	}
-	return cs_group_join(c, name, rank, size, lr, ls, out);
+	return cs_group_join_ex(c, name, rank, size, lr, ls,
+				env_int("COLLSTACK_ELASTIC", &el) && el
+					? CS_GROUP_ELASTIC
+					: 0,
+				out);
 }
 
 cs_export int cs_group_rank(const struct cs_group *g)
@@ -708,6 +733,19 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 
 	if (!req)
 		return -EINVAL;
+	/* joined with rank -1 (a node that joined): no size until the
+	 * group's first operation, which must need none */
+	if (g->size < 1 && op != CS_IPC_OP_ALLREDUCE &&
+	    op != CS_IPC_OP_BARRIER) {
+		pthread_mutex_lock(&c->lock);
+		set_err(c,
+			"%s on group '%s': the group has no size yet (joined "
+			"with rank -1): its first operation must be an "
+			"allreduce or a barrier",
+			op_name(op), g->name);
+		pthread_mutex_unlock(&c->lock);
+		return -EINVAL;
+	}
 	switch (op) {
 	case CS_IPC_OP_ALLREDUCE:
 		slen = rlen = count * esz;
@@ -802,6 +840,11 @@ static void reap(struct cs_client *c)
 			q->detail = e[i].detail;
 			q->peer = e[i].peer;
 			q->epoch = e[i].epoch;
+			/* an elastic group re-formed: its new size, rank */
+			if (q->g && q->g->elastic && e[i].size) {
+				q->g->size = (int)e[i].size;
+				q->g->rank = e[i].rank;
+			}
 		}
 	} while (n == CS_CLIENT_REAP_BURST);
 }
@@ -862,6 +905,23 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
+	else if (q->status == CS_ERR_PEER_LOST &&
+		 q->detail == CS_IPC_LOST_NODE && q->g && q->g->elastic)
+		set_err(c,
+			"%s, op %llu of the group: node %d was lost (its "
+			"sidecar left the view, epoch %u); the group is "
+			"elastic: its next operation re-forms it on the nodes "
+			"left",
+			what, (unsigned long long)q->seq, (int)q->peer,
+			q->epoch);
+	else if (q->status == CS_ERR_EPOCH &&
+		 q->detail == CS_IPC_EPOCH_RESIZED)
+		set_err(c,
+			"%s, op %llu of the group: the group was re-formed "
+			"before it (now size %d, this trainer rank %d): post it "
+			"again for the new size",
+			what, (unsigned long long)q->seq, q->g ? q->g->size : -1,
+			q->g ? q->g->rank : -1);
 	else if (q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE)
 		set_err(c,
 			"%s, op %llu of the group: node %d was lost (its "

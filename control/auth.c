@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstack's authentication on libsodium: HMAC-SHA-256 for the bootstrap
- * handshake, a KDF for per-epoch packet keys, SipHash-2-4 for packet tags.
+ * collstack's authentication on libsodium: keyed BLAKE2b for the control
+ * plane (bootstrap handshake, etcd records), a KDF for per-purpose and
+ * per-epoch keys from the job token, SipHash-2-4 for packet tags.
  *
  * Why SipHash-2-4-128 for the tags (measured on the build machine, 8896-byte
  * frames, libsodium 1.0.18, docs/bench-auth.md): among libsodium's MACs that
@@ -36,7 +37,10 @@ static_assert(CS_PROTO_TAG_LEN == crypto_shorthash_siphashx24_BYTES,
 static_assert(crypto_shorthash_siphashx24_KEYBYTES == 16, "SipHash key");
 static_assert(CS_AUTH_KEY_LEN == 2 * crypto_shorthash_siphashx24_KEYBYTES,
 	      "an epoch key holds the header and the payload keys");
-static_assert(CS_HMAC_LEN == crypto_auth_hmacsha256_BYTES, "HMAC length");
+static_assert(CS_MAC_LEN == crypto_generichash_BYTES, "MAC length");
+static_assert(crypto_kdf_KEYBYTES == crypto_generichash_BYTES,
+	      "BLAKE2b-256 of the token is the master key");
+static_assert(crypto_kdf_CONTEXTBYTES == 8, "an 8-byte purpose");
 
 #define HDR_FIELDS 17
 #define HDR_BYTES (HDR_FIELDS * 8)
@@ -57,31 +61,38 @@ const char *cs_sha256_impl(void)
 	return cs_auth_impl();
 }
 
-void cs_hmac_init(struct cs_hmac *m, const void *key, size_t keylen)
+/* Subkey @id of the job token for purpose @ctx (crypto_kdf: BLAKE2b keyed
+ * with BLAKE2b-256(token), @id as salt, @ctx as personalisation). */
+static void token_subkey(const char *token, uint64_t id, const char ctx[8],
+			 uint8_t *key, size_t len)
 {
+	uint8_t master[crypto_kdf_KEYBYTES];
+
 	(void)cs_auth_init();
-	crypto_auth_hmacsha256_init(&m->st, key, keylen);
+	crypto_generichash(master, sizeof(master), (const uint8_t *)token,
+			   strlen(token), NULL, 0);
+	crypto_kdf_derive_from_key(key, len, id, ctx, master);
+	sodium_memzero(master, sizeof(master));
 }
 
-void cs_hmac_update(struct cs_hmac *m, const void *data, size_t len)
+void cs_mac_init(struct cs_mac *m, const char *token, const char ctx[8])
 {
-	crypto_auth_hmacsha256_update(&m->st, data, len);
+	uint8_t key[crypto_generichash_KEYBYTES];
+
+	token_subkey(token, 0, ctx, key, sizeof(key));
+	crypto_generichash_init(&m->st, key, sizeof(key), CS_MAC_LEN);
+	sodium_memzero(key, sizeof(key));
 }
 
-void cs_hmac_final(struct cs_hmac *m, uint8_t out[CS_HMAC_LEN])
+void cs_mac_update(struct cs_mac *m, const void *data, size_t len)
 {
-	crypto_auth_hmacsha256_final(&m->st, out);
+	crypto_generichash_update(&m->st, data, len);
+}
+
+void cs_mac_final(struct cs_mac *m, uint8_t out[CS_MAC_LEN])
+{
+	crypto_generichash_final(&m->st, out, CS_MAC_LEN);
 	sodium_memzero(&m->st, sizeof(m->st));
-}
-
-void cs_hmac_sha256(const void *key, size_t keylen, const void *data,
-		    size_t len, uint8_t out[CS_HMAC_LEN])
-{
-	struct cs_hmac m;
-
-	cs_hmac_init(&m, key, keylen);
-	cs_hmac_update(&m, data, len);
-	cs_hmac_final(&m, out);
 }
 
 bool cs_auth_equal(const void *a, const void *b, size_t len)
@@ -92,17 +103,8 @@ bool cs_auth_equal(const void *a, const void *b, size_t len)
 void cs_auth_epoch_key(const char *token, uint32_t group, uint32_t epoch,
 		       uint8_t key[CS_AUTH_KEY_LEN])
 {
-	static const char ctx[crypto_kdf_CONTEXTBYTES] = "csepoch1";
-	uint8_t master[crypto_kdf_KEYBYTES];
-
-	static_assert(crypto_kdf_KEYBYTES == crypto_generichash_BYTES,
-		      "BLAKE2b-256 of the token is the master key");
-	(void)cs_auth_init();
-	crypto_generichash(master, sizeof(master), (const uint8_t *)token,
-			   strlen(token), NULL, 0);
-	crypto_kdf_derive_from_key(key, CS_AUTH_KEY_LEN,
-				   (uint64_t)group << 32 | epoch, ctx, master);
-	sodium_memzero(master, sizeof(master));
+	token_subkey(token, (uint64_t)group << 32 | epoch, "csepoch1", key,
+		     CS_AUTH_KEY_LEN);
 }
 
 /* The header fields the tag covers, big-endian 64-bit each, in a fixed

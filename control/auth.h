@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Authentication primitives from libsodium: the token-keyed HMAC-SHA-256
- * of the bootstrap handshake, the per-epoch packet key derived from the
- * job token, and packet tags (docs/auth.md).
+ * Authentication primitives from libsodium: the token-keyed MAC of the
+ * bootstrap handshake and the etcd records (keyed BLAKE2b), the per-epoch
+ * packet key derived from the job token, and packet tags (docs/auth.md).
  */
 #ifndef CS_CONTROL_AUTH_H
 #define CS_CONTROL_AUTH_H
@@ -15,7 +15,7 @@
 
 #include "internal/proto.h"
 
-#define CS_HMAC_LEN 32
+#define CS_MAC_LEN 32 /* a control-plane MAC: BLAKE2b-256 */
 #define CS_AUTH_KEY_LEN 32 /* an epoch key: two 128-bit SipHash keys */
 
 /**
@@ -35,20 +35,26 @@ const char *cs_auth_impl(void);
  */
 const char *cs_sha256_impl(void);
 
-/* HMAC-SHA-256 (RFC 2104) over pieces, any key length: libsodium's. */
-struct cs_hmac {
-	crypto_auth_hmacsha256_state st;
+/*
+ * A control-plane MAC over pieces: keyed BLAKE2b-256 (libsodium's
+ * crypto_generichash) under a key derived from the job token for one
+ * purpose (@ctx, 8 bytes: "csjoin01" for the bootstrap's
+ * challenge-response, "csetcd01" for the etcd records), so the token
+ * itself keys nothing and the purposes' MACs are unrelated.
+ */
+struct cs_mac {
+	crypto_generichash_state st;
 };
 
-void cs_hmac_init(struct cs_hmac *m, const void *key, size_t keylen);
-void cs_hmac_update(struct cs_hmac *m, const void *data, size_t len);
-void cs_hmac_final(struct cs_hmac *m, uint8_t out[CS_HMAC_LEN]);
-
 /**
- * cs_hmac_sha256 - one-shot HMAC-SHA-256
+ * cs_mac_init - start a MAC
+ * @m: out
+ * @token: the job token
+ * @ctx: purpose, exactly 8 characters
  */
-void cs_hmac_sha256(const void *key, size_t keylen, const void *data,
-		    size_t len, uint8_t out[CS_HMAC_LEN]);
+void cs_mac_init(struct cs_mac *m, const char *token, const char ctx[8]);
+void cs_mac_update(struct cs_mac *m, const void *data, size_t len);
+void cs_mac_final(struct cs_mac *m, uint8_t out[CS_MAC_LEN]);
 
 /**
  * cs_auth_equal - constant-time comparison of two byte strings

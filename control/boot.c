@@ -236,29 +236,29 @@ void cs_boot_join_mac(const char *token, const uint8_t nonce_c[32],
 	uint8_t ab[CS_BOOT_ADDR_WIRE_LEN];
 	struct wbuf w = { .p = ab, .cap = sizeof(ab) };
 	struct cs_node_addr tmp = *a;
-	struct cs_hmac h;
+	struct cs_mac h;
 
 	tmp.state = 0;
 	put_addr(&w, &tmp);
-	cs_hmac_init(&h, token, strlen(token));
-	cs_hmac_update(&h, "cs-join", 7);
-	cs_hmac_update(&h, nonce_c, 32);
-	cs_hmac_update(&h, nonce_m, 32);
-	cs_hmac_update(&h, ab, sizeof(ab));
-	cs_hmac_final(&h, mac);
+	cs_mac_init(&h, token, CS_BOOT_MAC_CTX);
+	cs_mac_update(&h, "cs-join", 7);
+	cs_mac_update(&h, nonce_c, 32);
+	cs_mac_update(&h, nonce_m, 32);
+	cs_mac_update(&h, ab, sizeof(ab));
+	cs_mac_final(&h, mac);
 }
 
 void cs_boot_welcome_proof(const char *token, const uint8_t nonce_m[32],
 			   uint32_t node, uint8_t proof[32])
 {
 	uint8_t nb[4] = { node >> 24, node >> 16, node >> 8, node };
-	struct cs_hmac h;
+	struct cs_mac h;
 
-	cs_hmac_init(&h, token, strlen(token));
-	cs_hmac_update(&h, "cs-welcome", 10);
-	cs_hmac_update(&h, nonce_m, 32);
-	cs_hmac_update(&h, nb, 4);
-	cs_hmac_final(&h, proof);
+	cs_mac_init(&h, token, CS_BOOT_MAC_CTX);
+	cs_mac_update(&h, "cs-welcome", 10);
+	cs_mac_update(&h, nonce_m, 32);
+	cs_mac_update(&h, nb, 4);
+	cs_mac_final(&h, proof);
 }
 
 /* -------- coordinator -------- */

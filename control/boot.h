@@ -6,9 +6,11 @@
  * Handshake (every message: u32 length, u8 type, body; big endian):
  *   coordinator -> member  CHALLENGE  nonce_c[32]
  *   member -> coordinator  JOIN       nonce_m[32], mac[32], want_rank, addr
- *        mac = HMAC-SHA-256(token, "cs-join" || nonce_c || nonce_m || addr)
+ *        mac = MAC(token, "cs-join" || nonce_c || nonce_m || addr)
  *   coordinator -> member  WELCOME    node id, world, proof[32]
- *        proof = HMAC-SHA-256(token, "cs-welcome" || nonce_m || node id)
+ *        proof = MAC(token, "cs-welcome" || nonce_m || node id)
+ *     MAC: keyed BLAKE2b-256 under the token's subkey for CS_BOOT_MAC_CTX
+ *     (control/auth.h cs_mac)
  *     or                   REFUSE     code, reason text
  *   coordinator -> all     TABLE      epoch, n, n x (rank, state, addr)
  *        sent when the group is complete and after every change
@@ -33,6 +35,7 @@
 #include "internal/util.h"
 
 #define CS_BOOT_NONCE_LEN 32
+#define CS_BOOT_MAC_CTX "csjoin01" /* cs_mac purpose of the handshake */
 #define CS_BOOT_MAX_MSG 65536
 #define CS_BOOT_MAX_RANKS 1024
 

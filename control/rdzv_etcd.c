@@ -4,7 +4,7 @@
  * no coordinator process; the members meet in an etcd v3 store.
  *
  * Keys under the prefix P:
- *   P/token          a verifier of the job token, HMAC-SHA-256(token,
+ *   P/token          a verifier of the job token, MAC(token,
  *                    "collstack-etcd-token"): the first member writes it,
  *                    every other one compares (the token itself is never
  *                    written, as it never crosses the wire with the TCP
@@ -22,7 +22,8 @@
  *                    the view is still the one it read (its mod revision).
  *                    Several members noticing the same loss give one new
  *                    view; every member adopts the view it reads.
- * Records and views carry an HMAC under the job token (bound to their key),
+ * Records and views carry a MAC (cs_mac, keyed BLAKE2b under the token's
+ * "csetcd01" subkey) bound to their key,
  * so only holders of the token can add a member or move the view; records
  * that fail it are ignored and counted.
  *
@@ -100,20 +101,20 @@ static void hexs(const uint8_t *b, size_t n, char *out)
 		sprintf(out + 2 * i, "%02x", b[i]);
 }
 
-/* HMAC-SHA-256(token, @label || @key || ' ' || @text) in hex. */
+/* MAC(token, @label || @key || ' ' || @text) in hex (cs_mac, "csetcd01"). */
 static void mac_hex(const struct etcd_rdzv *r, const char *label,
 		    const char *key, const char *text, size_t tlen,
-		    char out[2 * CS_HMAC_LEN + 1])
+		    char out[2 * CS_MAC_LEN + 1])
 {
-	uint8_t mac[CS_HMAC_LEN];
-	struct cs_hmac h;
+	uint8_t mac[CS_MAC_LEN];
+	struct cs_mac h;
 
-	cs_hmac_init(&h, r->token, strlen(r->token));
-	cs_hmac_update(&h, label, strlen(label));
-	cs_hmac_update(&h, key, strlen(key));
-	cs_hmac_update(&h, " ", 1);
-	cs_hmac_update(&h, text, tlen);
-	cs_hmac_final(&h, mac);
+	cs_mac_init(&h, r->token, "csetcd01");
+	cs_mac_update(&h, label, strlen(label));
+	cs_mac_update(&h, key, strlen(key));
+	cs_mac_update(&h, " ", 1);
+	cs_mac_update(&h, text, tlen);
+	cs_mac_final(&h, mac);
 	hexs(mac, sizeof(mac), out);
 }
 
@@ -122,13 +123,13 @@ static bool mac_ok(const struct etcd_rdzv *r, const char *label,
 		   const char *key, const char *val, size_t *tlen)
 {
 	const char *a = strstr(val, " auth=");
-	char want[2 * CS_HMAC_LEN + 1];
+	char want[2 * CS_MAC_LEN + 1];
 
-	if (!a || strlen(a + 6) != 2 * CS_HMAC_LEN)
+	if (!a || strlen(a + 6) != 2 * CS_MAC_LEN)
 		return false;
 	*tlen = (size_t)(a - val);
 	mac_hex(r, label, key, val, *tlen, want);
-	return cs_auth_equal(want, a + 6, 2 * CS_HMAC_LEN);
+	return cs_auth_equal(want, a + 6, 2 * CS_MAC_LEN);
 }
 
 static void key_of(const struct etcd_rdzv *r, char *k, size_t n,
@@ -142,7 +143,7 @@ static void key_of(const struct etcd_rdzv *r, char *k, size_t n,
 static int member_record(const struct etcd_rdzv *r, const char *key,
 			 const struct cs_node_addr *a, char *out, size_t n)
 {
-	char mac[2 * CS_HMAC_LEN + 1];
+	char mac[2 * CS_MAC_LEN + 1];
 	int l;
 
 	l = snprintf(out, n,
@@ -196,7 +197,7 @@ static int parse_member(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
 static int view_record(const struct etcd_rdzv *r, uint32_t epoch,
 		       const uint8_t *lost, char *out, size_t n)
 {
-	char mac[2 * CS_HMAC_LEN + 1], key[256];
+	char mac[2 * CS_MAC_LEN + 1], key[256];
 	size_t l;
 
 	key_of(r, key, sizeof(key), "view");
@@ -220,8 +221,9 @@ static int view_record(const struct etcd_rdzv *r, uint32_t epoch,
 	return 0;
 }
 
+/* @world: out, the view's; never fewer than r->world (views only grow) */
 static int parse_view(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
-		      uint32_t *epoch, uint8_t *lost)
+		      uint32_t *epoch, uint32_t *world, uint8_t *lost)
 {
 	unsigned e, w;
 	size_t tlen;
@@ -231,7 +233,8 @@ static int parse_view(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
 		return CS_ERR_AUTH;
 	if (sscanf(kv->val, "v1 epoch=%10u world=%5u lost=%n", &e, &w, &used) !=
 		    2 ||
-	    !used || w != r->world || tlen - (size_t)used != (w + 3) / 4 || !e)
+	    !used || w < r->world || w > CS_BOOT_MAX_RANKS ||
+	    tlen - (size_t)used != (w + 3) / 4 || !e)
 		return -EPROTO;
 	for (uint32_t i = 0; i < w; i++) {
 		char c = kv->val[used + i / 4];
@@ -244,6 +247,7 @@ static int parse_view(const struct etcd_rdzv *r, const struct cs_etcd_kv *kv,
 		lost[i] = (d >> (i % 4)) & 1;
 	}
 	*epoch = e;
+	*world = w;
 	return 0;
 }
 
@@ -295,7 +299,7 @@ out_free:
 /* The token verifier: written by the first member, compared by others. */
 static int check_token(struct etcd_rdzv *r)
 {
-	char key[256], want[2 * CS_HMAC_LEN + 1];
+	char key[256], want[2 * CS_MAC_LEN + 1];
 	struct cs_etcd_range rg;
 	bool done;
 	int ret;
@@ -334,6 +338,125 @@ static int claim(struct etcd_rdzv *r, uint32_t rank, bool *done)
 	return cs_etcd_put_if(&r->e, key, 0, rec, strlen(rec), r->lease, done);
 }
 
+/* A lease whose TTL is member.fail_timeout: a member silent that long
+ * loses its key. */
+static int grant(struct etcd_rdzv *r)
+{
+	return cs_etcd_lease_grant(
+		&r->e,
+		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
+		&r->lease, &r->ttl);
+}
+
+static void drop_lease(struct etcd_rdzv *r)
+{
+	cs_etcd_lease_revoke(&r->e, r->lease);
+	r->lease = 0;
+}
+
+/* A rank is ours: wait for the view (sync_store), keep the lease alive. */
+static void wait_view(struct etcd_rdzv *r)
+{
+	r->state = R_WAIT;
+	r->last_ok = r->next_poll = mono_ns();
+	r->next_ka = r->last_ok + (cs_ns_t)r->ttl * CS_NS_PER_S / 3;
+}
+
+/*
+ * The group in the store formed already (@view): join it as its next rank
+ * (the view's world; node.rank must be that, or -1). The rank's key is
+ * claimed first, then the view is moved on (epoch + 1, world + 1) on the
+ * revision read; the members adopt it (read_joined) and their elastic
+ * groups grow at their next operation. Returns as etcd_join().
+ */
+static int join_running(struct etcd_rdzv *r, const struct cs_etcd_kv *view,
+			int32_t want_rank, cs_ns_t deadline)
+{
+	uint8_t *lost = r->s_lost;
+	char key[256], rec[CS_ETCD_MAX_VAL];
+	struct cs_etcd_range rg;
+	uint32_t epoch, world;
+	int64_t rev = view->mod_rev;
+	bool done = false;
+	int ret;
+
+	r->world = 1; /* any view */
+	ret = parse_view(r, view, &epoch, &world, lost);
+	if (ret || world >= CS_BOOT_MAX_RANKS) {
+		snprintf(r->error, sizeof(r->error),
+			 "the view in %s is %s: cannot join", r->prefix,
+			 ret == CS_ERR_AUTH ? "not ours (wrong MAC)"
+					    : "malformed or full");
+		return -EPERM;
+	}
+	if (want_rank >= 0 && (uint32_t)want_rank != world) {
+		snprintf(r->error, sizeof(r->error),
+			 "the group in %s formed with %u ranks: a node joining "
+			 "it takes rank %u, not %d (node.rank)",
+			 r->prefix, world, world, want_rank);
+		return -EPERM;
+	}
+	ret = grant(r);
+	if (ret)
+		goto out_err;
+	r->rank = world;
+	ret = claim(r, world, &done);
+	if (ret || !done) {
+		if (!ret)
+			snprintf(r->error, sizeof(r->error),
+				 "rank %u in %s is being claimed by another "
+				 "joining node",
+				 world, r->prefix);
+		drop_lease(r);
+		return ret ? ret : -EAGAIN;
+	}
+	key_of(r, key, sizeof(key), "view");
+	for (;;) {
+		r->world = world + 1;
+		lost[world] = 0;
+		ret = view_record(r, epoch + 1, lost, rec, sizeof(rec));
+		if (!ret)
+			ret = cs_etcd_put_if(&r->e, key, rev, rec, strlen(rec),
+					     0, &done);
+		if (ret || done || mono_ns() >= deadline)
+			break;
+		/* the view moved meanwhile (a loss): on the new one */
+		ret = cs_etcd_range(&r->e, key, false, false, &rg);
+		if (ret)
+			break;
+		r->world = 1;
+		ret = rg.n ? parse_view(r, &rg.kvs[0], &epoch, &world, lost)
+			   : -EPROTO;
+		rev = rg.n ? rg.kvs[0].mod_rev : 0;
+		cs_etcd_range_free(&rg);
+		if (ret || world != r->rank) {
+			snprintf(r->error, sizeof(r->error),
+				 "the view in %s changed while rank %u "
+				 "joined",
+				 r->prefix, r->rank);
+			ret = -EAGAIN;
+			break;
+		}
+	}
+	if (ret || !done) {
+		if (!ret)
+			snprintf(r->error, sizeof(r->error),
+				 "the view in %s kept changing", r->prefix);
+		drop_lease(r);
+		return ret ? ret : -EAGAIN;
+	}
+	wait_view(r);
+	CS_INFO("etcd %s%s: joined a running group as rank %u (lease %llx): "
+		"view epoch %u, %u members",
+		r->e.where, r->prefix, r->rank, (unsigned long long)r->lease,
+		epoch + 1, r->world);
+	return 0;
+
+out_err:
+	snprintf(r->error, sizeof(r->error), "%s", r->e.err);
+	return ret;
+}
+
 static int etcd_join(void *impl, const char *token, int32_t want_rank,
 		     const struct cs_node_addr *self, int timeout_ms)
 {
@@ -347,12 +470,6 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 	if (strlen(token) >= sizeof(r->token) || !token[0]) {
 		snprintf(r->error, sizeof(r->error), "no usable job token");
 		return -EINVAL;
-	}
-	if (want_rank >= (int32_t)r->world) {
-		snprintf(r->error, sizeof(r->error),
-			 "rank %d asked for, but boot.world is %u", want_rank,
-			 r->world);
-		return -EPERM;
 	}
 	snprintf(r->token, sizeof(r->token), "%s", token);
 	r->self = *self;
@@ -369,18 +486,18 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 	ret = cs_etcd_range(&r->e, key, false, false, &rg);
 	if (ret)
 		goto out_err;
-	if (rg.n) {
-		snprintf(r->error, sizeof(r->error),
-			 "the group in %s has formed already (%.200s): joining "
-			 "a running job is not supported",
-			 r->prefix, rg.kvs[0].val);
+	if (rg.n) { /* formed already: this node grows it */
+		ret = join_running(r, &rg.kvs[0], want_rank, deadline);
 		cs_etcd_range_free(&rg);
+		return ret;
+	}
+	if (want_rank >= (int32_t)r->world) {
+		snprintf(r->error, sizeof(r->error),
+			 "rank %d asked for, but boot.world is %u", want_rank,
+			 r->world);
 		return -EPERM;
 	}
-	ret = cs_etcd_lease_grant(
-		&r->e,
-		(int64_t)CS_DIV_ROUND_UP(r->mp.fail_timeout, CS_NS_PER_S),
-		&r->lease, &r->ttl);
+	ret = grant(r);
 	if (ret)
 		goto out_err;
 	for (;;) {
@@ -411,13 +528,10 @@ static int etcd_join(void *impl, const char *token, int32_t want_rank,
 			snprintf(r->error, sizeof(r->error),
 				 "all %u ranks in %s are taken", r->world,
 				 r->prefix);
-		cs_etcd_lease_revoke(&r->e, r->lease);
-		r->lease = 0;
+		drop_lease(r);
 		return -EPERM;
 	}
-	r->state = R_WAIT;
-	r->last_ok = r->next_poll = mono_ns();
-	r->next_ka = r->last_ok + (cs_ns_t)r->ttl * CS_NS_PER_S / 3;
+	wait_view(r);
 	CS_INFO("etcd %s%s: rank %u claimed (lease %llx, TTL %lld s), "
 		"waiting for %u members",
 		r->e.where, r->prefix, r->rank, (unsigned long long)r->lease,
@@ -429,24 +543,66 @@ out_err:
 	return ret;
 }
 
+/*
+ * The view grew to @world (nodes joined: elastic grow): read the records
+ * of the new ranks. They claimed their keys before they wrote the view,
+ * so every one is there. Returns 0 or an error (the view is adopted at
+ * the next read then).
+ */
+static int read_joined(struct etcd_rdzv *r, uint32_t world)
+{
+	uint32_t old = r->world, found = 0;
+	struct cs_etcd_range mem;
+	char key[256];
+	int ret;
+
+	snprintf(key, sizeof(key), "%s/members/", r->prefix);
+	ret = cs_etcd_range(&r->e, key, true, false, &mem);
+	if (ret)
+		return ret;
+	r->world = world; /* parse_member takes ranks below it */
+	for (unsigned i = 0; i < mem.n; i++) {
+		struct cs_node_addr a;
+		uint32_t rk;
+
+		if (parse_member(r, &mem.kvs[i], &rk, &a) || rk < old)
+			continue;
+		a.state = CS_MEMBER_ALIVE;
+		r->table[rk] = a;
+		found++;
+	}
+	cs_etcd_range_free(&mem);
+	if (found < world - old) {
+		r->world = old;
+		return -EAGAIN;
+	}
+	for (uint32_t rk = old; rk < world; rk++)
+		CS_INFO("etcd: rank %u joined the group (%u members)", rk,
+			world);
+	return 0;
+}
+
 /* Adopt the view in @kv; the events it brings. */
 static unsigned adopt_view(struct etcd_rdzv *r, const struct cs_etcd_kv *kv)
 {
 	uint8_t *lost = r->s_lost;
-	uint32_t epoch;
+	uint32_t epoch, world;
 	int ret;
 
 	if (kv->mod_rev == r->view_rev)
 		return 0;
-	ret = parse_view(r, kv, &epoch, lost);
+	ret = parse_view(r, kv, &epoch, &world, lost);
 	if (ret) {
 		if (!r->bad_records++)
 			CS_ERR("etcd: ignoring %s: %s", kv->key,
-			       ret == CS_ERR_AUTH ? "wrong HMAC" : "malformed");
+			       ret == CS_ERR_AUTH ? "wrong MAC" : "malformed");
 		return 0;
 	}
 	if (r->state == R_READY && epoch <= r->epoch)
 		return 0;
+	if (world > r->world && r->state == R_READY && read_joined(r, world))
+		return 0;
+	r->world = world;
 	r->nlost = 0;
 	for (uint32_t i = 0; i < r->world; i++) {
 		if (lost[i] && !r->lost_mask[i] && r->state == R_READY)
@@ -510,7 +666,7 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 		if (ret) {
 			if (!r->bad_records++)
 				CS_ERR("etcd: ignoring %s: %s", mem.kvs[i].key,
-				       ret == CS_ERR_AUTH ? "wrong HMAC"
+				       ret == CS_ERR_AUTH ? "wrong MAC"
 							  : "malformed");
 			continue;
 		}
@@ -559,7 +715,7 @@ static unsigned sync_store(struct etcd_rdzv *r, int *err)
 			}
 		if (nmiss && !(ev & CS_MSVC_VIEW) &&
 		    !view_record(r, r->epoch + 1, next, rec, sizeof(rec))) {
-			/* on the view as read: one that failed its HMAC (a
+			/* on the view as read: one that failed its MAC (a
 			 * forgery) is overwritten, not waited on forever */
 			*err = cs_etcd_put_if(&r->e, key, view.kvs[0].mod_rev,
 					      rec, strlen(rec), 0, &done);

@@ -14,6 +14,9 @@
 #                                       namespace ${P}etcd on the bridge,
 #                                       10.77.0.254:2379, log $RUN/$P-etcd.log;
 #                                       node.rendezvous=etcd://10.77.0.254:2379/$P-job)
+#   scripts/cluster.sh join [--set KEY=VALUE]...   (a cluster up with
+#                                       --rendezvous etcd: one more node,
+#                                       the next rank; elastic groups grow)
 #   scripts/cluster.sh down
 #   scripts/cluster.sh status
 #
@@ -158,6 +161,46 @@ down() {
 	log "down"
 }
 
+# node_net I PORT MTU: namespace ${P}n<I>, its veth on the bridge, the nft
+# rule that keeps the namespace kernel off dataplane frames.
+node_net() {
+	local i=$1 port=$2 mtu=$3
+	local ns=${P}n$i
+	ip netns add "$ns"
+	ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
+	ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
+	ip -n "$ns" link set lo up
+	if [ "$port" != memif ]; then
+		ip -n "$SW" link add "${P}v$i" mtu "$mtu" type veth \
+			peer name "${P}d$i" mtu "$mtu" netns "$ns"
+		ip -n "$SW" link set "${P}v$i" master "$BR" up
+		ip -n "$ns" link set "${P}d$i" address "$(mac_of $i)"
+		ip -n "$ns" addr add "$(ip_of $i)/24" dev "${P}d$i"
+		ip -n "$ns" link set "${P}d$i" up
+	fi
+	if [ "$port" = af_xdp ]; then
+		# veth delivers XDP-transmitted frames only with NAPI on
+		# the peer: GRO on the host side turns it on.
+		ip netns exec "$SW" ethtool -K "${P}v$i" gro on \
+			>/dev/null 2>&1 || true
+	fi
+	if [ "$port" != udp ] && [ "$port" != memif ]; then
+		# The namespace kernel must not answer (ICMP) or eat
+		# our frames: dropped at the interface's ingress hook,
+		# which runs after the packet socket's tap and before
+		# the IP stack, so frames cost no routing or inet
+		# filtering either (4 nodes, 64 MiB: +5 % busbw).
+		ip netns exec "$ns" nft -f - <<EOF
+table netdev collstack {
+chain ingress {
+	type filter hook ingress device ${P}d$i priority 0; policy accept;
+	udp dport $UDP_PORT drop
+}
+}
+EOF
+	fi
+}
+
 status() {
 	[ -f "$ENV_FILE" ] || { echo "cluster: not up"; return 1; }
 	cat "$ENV_FILE"
@@ -167,6 +210,100 @@ status() {
 		printf '%s: ' "$n"
 		cat "$RUN/$n/ready" 2>/dev/null || echo "not ready"
 	done
+}
+
+# start_daemon I WORLD PORT MTU ETCD BOOT [taskset ...] -- [--set K=V ...]:
+# collstackd of node I in ${P}n<I>, in the background ($! is its PID).
+start_daemon() {
+	local i=$1 n=$2 port=$3 mtu=$4 etcd=$5 boot=$6 pin=() ns=${P}n$1 args=()
+	shift 6
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do pin+=("$1"); shift; done
+	shift
+	args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
+	      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
+	      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
+	case $port in
+	udp)	args+=(--set port.type=udp) ;;
+	af_packet|af_xdp)
+		args+=(--set port.type=dpdk --set port.dev=$port
+		       --set port.iface=${P}d$i) ;;
+	memif)
+		args+=(--set port.type=dpdk --set port.dev=memif
+		       --set port.memif_socket=$MEMIF_SOCK
+		       --set port.mac=$(mac_of $i)
+		       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
+	esac
+	if [ $etcd = 1 ]; then	# ctlplane: the etcd store
+		args+=(--set node.peers=
+		       --set node.rendezvous=etcd://$ETCD_IP:$ETCD_PORT/$P-job
+		       --set boot.world=$n --set boot.token_file=$TOKEN)
+	elif [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
+		args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
+		       --set boot.token_file=$TOKEN)
+		if [ $i = 0 ]; then
+			args+=(--set boot.coordinator=1
+			       --set boot.world=$n)
+		fi
+	fi
+	ip netns exec "$ns" "${pin[@]}" "$DAEMON" "${args[@]}" "$@" \
+		</dev/null >"$RUN/$ns.log" 2>&1 &
+}
+
+# wait_ready NS PID: until collstackd in NS wrote ready (its log and 1
+# when it exited or READY_TIMEOUT passed).
+wait_ready() {
+	local ns=$1 pid=$2 deadline=$((SECONDS + READY_TIMEOUT))
+	until [ -f "$RUN/$ns/ready" ]; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			echo "cluster: collstackd in $ns exited; its log:" >&2
+			cat "$RUN/$ns.log" >&2
+			return 1
+		fi
+		if [ $SECONDS -ge $deadline ]; then
+			echo "cluster: $ns not ready after ${READY_TIMEOUT}s" >&2
+			cat "$RUN/$ns.log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+
+# join [--set K=V]...: one more node (the next index) in a running cluster
+# started with --rendezvous etcd; it joins the group as its next rank and
+# elastic trainer groups grow at their next operation (docs/ctlplane.md).
+join() {
+	local sets=() i ns pid cpus=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--set) sets+=(--set "$2"); shift 2 ;;
+		*) die "join: unknown option $1" ;;
+		esac
+	done
+	need_root
+	[ -f "$ENV_FILE" ] || die "join: no cluster is up ($ENV_FILE)"
+	# shellcheck disable=SC1090
+	. "$ENV_FILE"
+	[ -n "${CS_ETCD_NS:-}" ] ||
+		die "join: the cluster must be up with --rendezvous etcd (the TCP coordinator admits boot.world members only)"
+	read -r -a cpus <<<"${CS_CPUS:-}"
+	i=$(wc -w <<<"$CS_NODES")
+	[ "$i" -lt 64 ] || die "join: 64 nodes at most"
+	ns=${P}n$i
+	echo "$i $(ip_of $i) $(mac_of $i) $UDP_PORT $ns" >>"$PEERS"
+	# recorded first, so that `down` removes a half-made node
+	sed -i -e "s/^CS_NODES=\"\(.*\)\"/CS_NODES=\"\1 $ns\"/" \
+		-e "s/^CS_VETHS=\"\(.*\)\"/CS_VETHS=\"\1${P}v$i \"/" "$ENV_FILE"
+	node_net "$i" "$CS_PORT" "$CS_MTU"
+	local pin=()
+	if [ ${#cpus[@]} -gt 0 ]; then
+		pin=(taskset -c "${cpus[i % ${#cpus[@]}]}")
+	fi
+	start_daemon "$i" "$i" "$CS_PORT" "$CS_MTU" 1 1 "${pin[@]}" -- \
+		"${sets[@]}"
+	pid=$!
+	sed -i -e "s/^CS_PIDS=\"\(.*\)\"/CS_PIDS=\"\1$pid \"/" "$ENV_FILE"
+	wait_ready "$ns" "$pid" || exit 1
+	log "joined: $ns (rank $i, PID $pid)"
 }
 
 up() {
@@ -254,40 +391,7 @@ EOF
 		cs_switch_up "$SW" "$BR" "$mtu"
 	fi
 	for ((i = 0; i < n; i++)); do
-		local ns=${P}n$i
-		ip netns add "$ns"
-		ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1
-		ip netns exec "$ns" sysctl -qw net.ipv6.conf.default.disable_ipv6=1
-		ip -n "$ns" link set lo up
-		if [ "$port" != memif ]; then
-			ip -n "$SW" link add "${P}v$i" mtu "$mtu" type veth \
-				peer name "${P}d$i" mtu "$mtu" netns "$ns"
-			ip -n "$SW" link set "${P}v$i" master "$BR" up
-			ip -n "$ns" link set "${P}d$i" address "$(mac_of $i)"
-			ip -n "$ns" addr add "$(ip_of $i)/24" dev "${P}d$i"
-			ip -n "$ns" link set "${P}d$i" up
-		fi
-		if [ "$port" = af_xdp ]; then
-			# veth delivers XDP-transmitted frames only with NAPI on
-			# the peer: GRO on the host side turns it on.
-			ip netns exec "$SW" ethtool -K "${P}v$i" gro on \
-				>/dev/null 2>&1 || true
-		fi
-		if [ "$port" != udp ] && [ "$port" != memif ]; then
-			# The namespace kernel must not answer (ICMP) or eat
-			# our frames: dropped at the interface's ingress hook,
-			# which runs after the packet socket's tap and before
-			# the IP stack, so frames cost no routing or inet
-			# filtering either (4 nodes, 64 MiB: +5 % busbw).
-			ip netns exec "$ns" nft -f - <<EOF
-table netdev collstack {
-	chain ingress {
-		type filter hook ingress device ${P}d$i priority 0; policy accept;
-		udp dport $UDP_PORT drop
-	}
-}
-EOF
-		fi
+		node_net "$i" "$port" "$mtu"
 	done
 	if [ -n "$loss" ]; then
 		local per10k
@@ -352,39 +456,12 @@ EOF
 		return 0
 	fi
 	for ((i = 0; i < n; i++)); do
-		local ns=${P}n$i args=()
-		args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
-		      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
-		      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
-		case $port in
-		udp)	args+=(--set port.type=udp) ;;
-		af_packet|af_xdp)
-			args+=(--set port.type=dpdk --set port.dev=$port
-			       --set port.iface=${P}d$i) ;;
-		memif)
-			args+=(--set port.type=dpdk --set port.dev=memif
-			       --set port.memif_socket=$MEMIF_SOCK
-			       --set port.mac=$(mac_of $i)
-			       --set port.memif_role=$([ $i = 0 ] && echo server || echo client)) ;;
-		esac
-		if [ $etcd = 1 ]; then	# ctlplane: the etcd store
-			args+=(--set node.peers=
-			       --set node.rendezvous=etcd://$ETCD_IP:$ETCD_PORT/$P-job
-			       --set boot.world=$n --set boot.token_file=$TOKEN)
-		elif [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
-			args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
-			       --set boot.token_file=$TOKEN)
-			if [ $i = 0 ]; then
-				args+=(--set boot.coordinator=1
-				       --set boot.world=$n)
-			fi
-		fi
 		local pin=()
 		if [ ${#node_cpus[@]} -gt 0 ]; then
 			pin=(taskset -c "${node_cpus[i]}")
 		fi
-		ip netns exec "$ns" "${pin[@]}" "$DAEMON" "${args[@]}" "${sets[@]}" \
-			</dev/null >"$RUN/$ns.log" 2>&1 &
+		start_daemon "$i" "$n" "$port" "$mtu" "$etcd" "$boot" \
+			"${pin[@]}" -- "${sets[@]}"
 		pids+="$! "
 		write_env "$veths" "$pids" "$sw"
 		# memif: the server must have made the socket first.
@@ -397,33 +474,18 @@ EOF
 	done
 	trap - ERR
 
-	local deadline=$((SECONDS + READY_TIMEOUT))
 	for ((i = 0; i < n; i++)); do
-		local ns=${P}n$i pid
-		pid=$(echo $pids | cut -d' ' -f$((i + 1)))
-		until [ -f "$RUN/$ns/ready" ]; do
-			if ! kill -0 "$pid" 2>/dev/null; then
-				echo "cluster: collstackd in $ns exited; its log:" >&2
-				cat "$RUN/$ns.log" >&2
-				down
-				exit 1
-			fi
-			if [ $SECONDS -ge $deadline ]; then
-				echo "cluster: $ns not ready after ${READY_TIMEOUT}s" >&2
-				cat "$RUN/$ns.log" >&2
-				down
-				exit 1
-			fi
-			sleep 0.1
-		done
+		wait_ready "${P}n$i" "$(echo $pids | cut -d' ' -f$((i + 1)))" ||
+			{ down; exit 1; }
 	done
 	log "up: $n nodes ($nodes), port $port, MTU $mtu, CPUs ${node_cpus[*]:-any}, state in $ENV_FILE"
 }
 
 case ${1:-} in
 up) shift; up "$@" ;;
+join) shift; join "$@" ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--cpus auto|none|LIST] [--boot] [--rendezvous tcp|etcd] [--set K=V]... | down | status" >&2
+*) echo "usage: $0 up N [--port af_packet|af_xdp|memif|udp] [--mtu M] [--bridge-loss PCT] [--cpus auto|none|LIST] [--boot] [--rendezvous tcp|etcd] [--set K=V]... | join [--set K=V]... | down | status" >&2
    exit 2 ;;
 esac

@@ -40,7 +40,7 @@ static const struct cs_cfg_entry boot_cfg[] = {
 	{ "boot.world", CS_CFG_U32, BC(world), "0", 0, 1024,
 	  "members the coordinator waits for (boot.coordinator=1 only)" },
 	{ "boot.token", CS_CFG_STR, BC(token), "", CS_CFG_NO_BOUNDS,
-	  "job token (never sent: HMAC challenge-response). Empty: "
+	  "job token (never sent: challenge-response). Empty: "
 	  "boot.token_file, else $COLLSTACK_JOB_TOKEN" },
 	{ "boot.token_file", CS_CFG_STR, BC(token_file), "", CS_CFG_NO_BOUNDS,
 	  "file holding the job token (first line; should be mode 600)" },
@@ -239,8 +239,16 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 	if (ev & CS_MSVC_READY)
 		snapshot(b, &m);
 	if (ev & CS_MSVC_VIEW) {
+		uint32_t was = b->world;
+
 		snapshot(b, &m);
 		pthread_mutex_lock(&b->mu);
+		/* elastic grow: members joined (their sessions start with
+		 * the next operation on the new view) */
+		for (uint32_t r = was; r < m.world; r++)
+			CS_INFO("peer joined: rank %u (group epoch now %u, %u "
+				"members)",
+				r, m.epoch, m.world);
 		for (unsigned i = 0; i < m.nlost; i++) {
 			uint32_t r = m.lost[i];
 

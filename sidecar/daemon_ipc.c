@@ -222,6 +222,8 @@ struct cs_daemon_ipc {
 	int32_t *chk; /* its buffer: chk_n slots of IPCD_CHK_WORDS */
 	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
 	uint32_t epoch; /* the node view the queued operations belong to */
+	unsigned nlost_seen; /* view.nlost at the last view: unchanged when
+			      * a view only grew (a node joined) */
 	uint64_t started, finished, failed, lost;
 	struct ipcd_trace *trace; /* ipc.trace_dir: IPCD_TRACE_MAX of them */
 	uint32_t ntrace;
@@ -347,13 +349,17 @@ static uint32_t name_hash(const char *s)
  * The id of the k-th operation of a group: the top bit keeps it apart from
  * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
  * by launch()), the next a control exchange of the group's (OP_ID_CTRL:
- * its membership check, a verdict), then 5 bits of the name's hash, 24
- * bits of k. k is the low half of the server's cookie (the instance's
+ * its membership check, a verdict), then 5 bits of the name's hash xor
+ * the group's view epoch, 24 bits of k. k is the low half of the server's cookie (the instance's
  * sequence number).
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
-	return 0x80000000u | (name_hash(op->group) & 0x1f) << 24 |
+	/* The view's epoch in the hash bits: an elastic group re-formed in
+	 * a new view counts k from 0 again (cs_ipc_server_regroup), and the
+	 * transport core must not take its operations for the ones of the
+	 * same k in the view before (they may still be remembered there). */
+	return 0x80000000u | ((name_hash(op->group) ^ op->epoch) & 0x1f) << 24 |
 	       ((uint32_t)op->cookie & 0xffffff);
 }
 
@@ -494,8 +500,10 @@ static int launch_check(struct cs_daemon_ipc *x)
 	slot[1] = (int32_t)x->d->conf.rank;
 	slot[2] = (int32_t)op->group_size;
 	slot[3] = (int32_t)op->local_size;
+	/* rank + 1; -1: a rank with no number yet (joined with this node) */
 	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
-		slot[IPCD_CHK_HDR + l] = op->local_ranks[l] + 1;
+		slot[IPCD_CHK_HDR + l] =
+			op->local_ranks[l] < 0 ? -1 : op->local_ranks[l] + 1;
 	c.recvbuf = x->chk;
 	c.count = (size_t)nn * IPCD_CHK_WORDS;
 	atomic_store(&x->notify, 0);
@@ -513,24 +521,44 @@ static int launch_check(struct cs_daemon_ipc *x)
 	return 0;
 }
 
+/* A re-formed group's old size: what its nodes that had one say (those
+ * that joined say 0; they all say the same, else check_refuses() names
+ * one). */
+static uint32_t chk_size(const struct cs_daemon_ipc *x)
+{
+	uint32_t size = 0;
+
+	for (uint32_t j = 0; j < x->chk_n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		if (sl[0] == 1 && sl[2] > 0 && (uint32_t)sl[2] > size)
+			size = (uint32_t)sl[2];
+	}
+	return size;
+}
+
 /*
  * What every node said about q[head]'s group (x->chk after the check):
  * false if they agree, else true with what to fail the group with. Every
- * node sees the same slots; each names a node other than itself.
+ * node sees the same slots; each names a node other than itself. An
+ * elastic group re-formed in a new view (op.regroup) may miss ranks: they
+ * were on the lost nodes.
  */
 static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 			  int32_t *peer, uint32_t *aux)
 {
 	const struct cs_ipc_inter_op *op = &x->q[x->head].op;
-	uint32_t size = op->group_size, n = x->chk_n;
+	uint32_t size = op->regroup ? chk_size(x) : op->group_size;
+	uint32_t n = x->chk_n;
 	uint32_t *owner = NULL; /* node slot + 1 claiming each rank */
 	bool refused = false;
 
-	/* sizes, and every slot filled (a node without the group) */
+	/* sizes, and every slot filled (a node without the group); when
+	 * re-formed, the nodes that joined (size 0) have none yet */
 	for (uint32_t j = 0; j < n; j++) {
 		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
 
-		if (j == x->chk_pos)
+		if (j == x->chk_pos || (op->regroup && sl[0] == 1 && !sl[2]))
 			continue;
 		if (sl[0] != 1 || (uint32_t)sl[2] != size) {
 			*detail = CS_IPC_BAD_GROUP_SIZE;
@@ -581,7 +609,7 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 		free(owner);
 		return true;
 	}
-	for (uint32_t r = 0; r < size; r++)
+	for (uint32_t r = 0; r < size && !op->regroup; r++)
 		if (!owner[r]) {
 			*detail = CS_IPC_BAD_GROUP_MISSING;
 			*peer = -1;
@@ -594,6 +622,75 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 		}
 	free(owner);
 	return refused;
+}
+
+/*
+ * An elastic group's first operation in a new view (op.regroup), once its
+ * membership check agreed: the slots say which of its old ranks live on
+ * the nodes of the new view, and which ranks have no number yet (nodes
+ * that joined). The old ones keep their order and are numbered from 0
+ * again (the new rank of old rank r is the number of ranks below r that
+ * are left); the new ones follow, in ring order of their nodes and local
+ * order within a node. Every node computes the same from the same slots.
+ * Hands the result to the server; returns 0, CS_ERR_EPOCH when the
+ * operation's buffers were laid out for the old size (all-gather,
+ * reduce-scatter: posted again, it runs), or an error.
+ */
+static int regroup(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *o = &x->q[x->head];
+	struct cs_ipc_inter_op *op = &o->op;
+	uint32_t old = chk_size(x), kept = 0, fresh = 0, size;
+	int32_t ranks[CS_IPC_MAX_LOCAL];
+	uint8_t *left;
+	int ret;
+
+	left = calloc(old + 1, 1);
+	if (!left)
+		return -ENOMEM;
+	for (uint32_t j = 0; j < x->chk_n; j++) {
+		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL && sl[0] == 1; l++) {
+			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
+
+			if (r >= 0 && (uint32_t)r < old)
+				left[r] = 1;
+			/* ours: numbered after the old ones, below */
+			if (r == -2 && j == x->chk_pos && l < op->local_size)
+				ranks[l] = -(int32_t)fresh - 1;
+			fresh += r == -2;
+		}
+	}
+	for (uint32_t r = 0; r < old; r++)
+		kept += left[r];
+	size = kept + fresh;
+	for (uint32_t l = 0; l < op->local_size; l++) {
+		if (op->local_ranks[l] < 0) { /* joined: after the old ones */
+			ranks[l] = (int32_t)kept - ranks[l] - 1;
+			continue;
+		}
+		ranks[l] = 0;
+		for (int32_t r = 0; r < op->local_ranks[l] && (uint32_t)r < old;
+		     r++)
+			ranks[l] += left[r];
+	}
+	free(left);
+	ret = cs_ipc_server_regroup(x->srv, op->cookie, size, ranks);
+	if (ret) {
+		CS_WARN("group '%s': not re-formed: %s", o->name,
+			cs_strerror(ret));
+		return ret;
+	}
+	CS_INFO("group '%s' re-formed in view epoch %u: %u of its %u ranks "
+		"left, %u joined (%u nodes)",
+		o->name, x->epoch, kept, old, fresh, x->chk_n);
+	op->group_size = size;
+	op->regroup = false;
+	if (size != old && (op->kind == CS_IPC_INTER_ALL_GATHER ||
+			    op->kind == CS_IPC_INTER_REDUCE_SCATTER))
+		return CS_ERR_EPOCH;
+	return 0;
 }
 
 /* The sum trick: the blocks of ranks not on this node are zero. */
@@ -855,6 +952,18 @@ static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
 	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
 	x->q[x->head].check = false;
+	if (x->q[x->head].op.regroup) {
+		ret = regroup(x);
+		if (ret == CS_ERR_EPOCH) {
+			ref = (struct ipcd_refusal){
+				.detail = CS_IPC_EPOCH_RESIZED,
+				.peer = -1,
+			};
+			return finish_and_next_ex(x, ret, -1, &ref, now);
+		}
+		if (ret)
+			return finish_and_next(x, ret, -1, now);
+	}
 	if (view_moved(x))
 		return 1; /* on_view() fails it */
 	ret = launch(x);
@@ -1044,8 +1153,8 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op_id = op_id_of(op);
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
-	o->check =
-		op->kind != CS_IPC_INTER_VERDICT && (uint32_t)op->cookie == 0;
+	o->check = op->kind != CS_IPC_INTER_VERDICT &&
+		   ((uint32_t)op->cookie == 0 || op->regroup);
 	o->postmortem = false;
 	o->tries = 0;
 	snprintf(o->name, sizeof(o->name), "%s", op->group);
@@ -1105,7 +1214,10 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 {
 	uint32_t e =
 		atomic_load_explicit(&x->d->view.epoch, memory_order_acquire);
-	int lost = atomic_load(&x->d->view.lost_rank);
+	unsigned nl = atomic_load(&x->d->view.nlost);
+	/* -1: nobody lost, the view grew (a node joined) */
+	int lost = nl != x->nlost_seen ? atomic_load(&x->d->view.lost_rank)
+				       : -1;
 	uint32_t ops = x->count;
 	bool running = x->running;
 	unsigned groups;
@@ -1133,7 +1245,13 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 	x->failed += ops;
 	x->lost += ops;
 	x->done_at = now;
-	if (ops || groups)
+	x->nlost_seen = nl;
+	if (lost < 0)
+		CS_INFO("view epoch %u: a node joined; %u cross-node "
+			"operation(s) and %u group(s) formed before end "
+			"(elastic groups re-form at their next operation)",
+			e, ops, groups);
+	else if (ops || groups)
 		CS_ERR("view epoch %u: node %d lost; %u cross-node "
 		       "operation(s) (%s) of %u group(s) fail with "
 		       "CS_ERR_PEER_LOST",
@@ -1521,6 +1639,7 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 #endif
 	/* ctlplane: groups formed from now on belong to this view */
 	x->epoch = atomic_load(&d->view.epoch);
+	x->nlost_seen = atomic_load(&d->view.nlost);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
 	cs_ar_svc_set_notify_fd(d->svc, x->efd);
 	/* a new view wakes quiet(), or the lcore */

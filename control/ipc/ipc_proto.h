@@ -120,6 +120,22 @@ enum cs_ipc_timeout {
 	 * joined), @epoch its local rank; the group is failed */
 	CS_IPC_TIMEOUT_UNPOSTED = 1,
 };
+/* What a CS_ERR_EPOCH completion means (its @detail). */
+enum cs_ipc_epoch {
+	CS_IPC_EPOCH_OTHER = 0,
+	/* an elastic group was re-formed in a new view before this
+	 * operation, whose buffers were laid out for the old size (an
+	 * all-gather or reduce-scatter): post it again for the new size
+	 * (@size, @rank of the completion) */
+	CS_IPC_EPOCH_RESIZED = 1,
+	/* a node joined the cluster (the view grew) while the operation
+	 * was pending: an elastic group re-forms at its next operation;
+	 * any other group spanning nodes is failed (form a new one) */
+	CS_IPC_EPOCH_GREW = 2,
+};
+/* Flags of a join (struct cs_ipc_msg.u.join.flags). */
+#define CS_IPC_JOIN_ELASTIC 0x1u /* re-form on a new view, don't fail */
+#define CS_IPC_JOIN_FLAGS CS_IPC_JOIN_ELASTIC
 
 /* Completion, one 32-byte slot. */
 struct cs_ipc_cqe {
@@ -134,7 +150,11 @@ struct cs_ipc_cqe {
 	 * the view that lost it; CS_IPC_TIMEOUT_UNPOSTED: the local rank
 	 * that did not post; CS_IPC_BAD_GROUP_*: see there; else 0 */
 	uint32_t epoch;
-	uint64_t reserved2;
+	/* elastic groups: the group's size and this trainer's rank in it
+	 * when the operation completed (they change when the group is
+	 * re-formed in a new view); 0 and 0 otherwise (was reserved2) */
+	uint32_t size;
+	int32_t rank;
 };
 static_assert(sizeof(struct cs_ipc_cqe) == 32, "cqe is 32 bytes");
 
@@ -214,6 +234,7 @@ struct cs_ipc_msg {
 			char name[CS_IPC_NAME_MAX];
 			int32_t rank, size;
 			int32_t local_rank, local_size;
+			uint32_t flags; /* CS_IPC_JOIN_* (0 before) */
 		} join;
 		struct {
 			uint32_t group;

@@ -40,7 +40,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  offsetof(struct cs_ipc_cfg, max_segments), "64", 1, 65536,
 	  "shared buffers per trainer" },
 	{ "ipc.max_groups", CS_CFG_U32, offsetof(struct cs_ipc_cfg, max_groups),
-	  "64", 1, 65536, "groups per sidecar (and per trainer)" },
+	  "64", 1, 65536, "groups per sidecar" },
+	{ "ipc.max_trainer_groups", CS_CFG_U32,
+	  offsetof(struct cs_ipc_cfg, max_trainer_groups), "16", 1, 65536,
+	  "groups one trainer may be in at once (so one trainer cannot "
+	  "take every group slot of the sidecar; at most ipc.max_groups)" },
 	{ "ipc.max_op_bytes", CS_CFG_SIZE,
 	  offsetof(struct cs_ipc_cfg, max_op_bytes), "16G", 1, 1e15,
 	  "largest buffer one operation may name" },
@@ -64,6 +68,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "with CS_ERR_TIMEOUT, naming a local rank that did not post it, "
 	  "when that rank has not posted it this long (0: never); the group "
 	  "is then failed (as coll.deadline, its default)" },
+	{ "ipc.hello_deadline", CS_CFG_NS,
+	  offsetof(struct cs_ipc_cfg, hello_deadline), "5s", 1000000, 3.6e12,
+	  "a connection that has not sent its hello this long after it was "
+	  "accepted is closed (so connections that never say hello cannot "
+	  "hold the trainer slots)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -114,6 +123,14 @@ struct inst {
 struct group {
 	bool used;
 	bool failed;
+	/* CS_IPC_JOIN_ELASTIC: a new view re-forms the group (regroup)
+	 * instead of failing it */
+	bool elastic;
+	/* re-formed at the next cross-node operation (cs_ipc_server_view
+	 * moved it to a new view, or this node joined it with no rank yet:
+	 * size 0, ranks -1; the backend numbers it) */
+	bool regroup;
+	uint64_t seq_base; /* the first operation of its current view */
 	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
 	uint16_t lost_detail; /* enum cs_ipc_lost, cs_ipc_timeout, ... */
@@ -141,6 +158,7 @@ struct trainer {
 	pid_t pid;
 	bool hello;
 	bool kick;
+	cs_ns_t accepted_at; /* its hello is due by + cfg.hello_deadline */
 	void *ctrl_mem;
 	size_t ctrl_len;
 	struct cs_ipc_ctrl *ctrl;
@@ -207,20 +225,13 @@ static int flush_backlog(struct trainer *t)
 	return n;
 }
 
-/* Complete one taken descriptor of @t. Never fails: see inflight. */
-static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
-			uint64_t user_id, int status, unsigned detail,
-			int32_t peer, uint32_t epoch)
+/* Complete one taken descriptor of @t with @c. Never fails: see inflight. */
+static void complete_cqe(struct cs_ipc_server *s, struct trainer *t,
+			 const struct cs_ipc_cqe *cq)
 {
-	struct cs_ipc_cqe c = {
-		.user_id = user_id,
-		.status = status,
-		.detail = (uint16_t)detail,
-		.peer = peer,
-		.epoch = epoch,
-	};
+	struct cs_ipc_cqe c = *cq;
 
-	if (status)
+	if (c.status)
 		s->st.ops_failed++;
 	else
 		s->st.ops_done++;
@@ -236,6 +247,21 @@ static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
 	t->bl_count++;
 }
 
+static void complete_ex(struct cs_ipc_server *s, struct trainer *t,
+			uint64_t user_id, int status, unsigned detail,
+			int32_t peer, uint32_t epoch)
+{
+	struct cs_ipc_cqe c = {
+		.user_id = user_id,
+		.status = status,
+		.detail = (uint16_t)detail,
+		.peer = peer,
+		.epoch = epoch,
+	};
+
+	complete_cqe(s, t, &c);
+}
+
 static void complete(struct cs_ipc_server *s, struct trainer *t,
 		     uint64_t user_id, int status, unsigned detail,
 		     int32_t peer)
@@ -244,6 +270,19 @@ static void complete(struct cs_ipc_server *s, struct trainer *t,
 }
 
 /* ---- groups and instances --------------------------------------------- */
+
+/*
+ * The backend's name for operation @seq of @g: the group's slot and
+ * generation, then the operation's index in the group's current view
+ * (counted from the operation that re-formed it, seq_base), which every
+ * node of the view agrees on even when they had run different numbers of
+ * operations before it, or none (a node that joined).
+ */
+static uint64_t cookie_of(const struct group *g, uint64_t seq)
+{
+	return ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
+	       ((seq - g->seq_base) & 0xffffffffu);
+}
 
 static void part_release(struct part *p)
 {
@@ -359,6 +398,17 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 			complete(s, p->t, p->user_id, st, 0, -1);
 		else if (p->bad && status == CS_ERR_BAD_DESC)
 			complete(s, p->t, p->user_id, status, p->bad, -1);
+		else if (g->elastic) /* tell the size and rank it ran at */
+			complete_cqe(s, p->t,
+				     &(struct cs_ipc_cqe){
+					     .user_id = p->user_id,
+					     .status = status,
+					     .detail = (uint16_t)detail,
+					     .peer = peer,
+					     .epoch = aux,
+					     .size = g->size,
+					     .rank = g->ranks[l],
+				     });
 		else
 			complete_ex(s, p->t, p->user_id, status, detail, peer,
 				    aux);
@@ -562,8 +612,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	struct part *p0 = &in->parts[0];
 	size_t esz = esz_of(p0), n = p0->d.count, blk = n * esz;
 	struct cs_ipc_inter_op op = {
-		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
-			  (in->seq & 0xffffffffu),
+		.cookie = cookie_of(g, in->seq),
 		.group = g->name,
 		.group_size = g->size,
 		.local_size = g->local_size,
@@ -574,6 +623,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		.count = n,
 		.block = n,
 		.epoch = g->epoch,
+		.regroup = g->regroup,
 	};
 	size_t need = 0;
 	int root, ret;
@@ -699,8 +749,7 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 			 int status, unsigned detail, int32_t peer)
 {
 	struct cs_ipc_inter_op op = {
-		.cookie = ((uint64_t)g->id << 48) ^ ((uint64_t)g->gen << 32) ^
-			  (seq & 0xffffffffu),
+		.cookie = cookie_of(g, seq),
 		.group = g->name,
 		.group_size = g->size,
 		.local_size = g->local_size,
@@ -725,7 +774,8 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
-	int32_t bad_rank = -1;
+	int32_t bad_rank = -1; /* -1 too: a rank not numbered yet */
+	bool bad = false;
 
 	if (in->arrived < g->local_size || in->inter)
 		return;
@@ -735,10 +785,12 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
-		if (p->bad && bad_rank < 0)
+		if (p->bad && !bad) {
 			bad_rank = g->ranks[l];
+			bad = true;
+		}
 	}
-	if (bad_rank >= 0) {
+	if (bad) {
 		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
 			     bad_rank);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
@@ -954,8 +1006,19 @@ cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
 {
 	cs_ns_t next = 0;
 
+	/* connections that owe their hello (check_hello) */
+	for (uint32_t i = 0; i < s->tr_end; i++) {
+		const struct trainer *t = s->tr[i];
+		cs_ns_t at;
+
+		if (!t || t->hello)
+			continue;
+		at = t->accepted_at + s->cfg.hello_deadline;
+		if (!next || at < next)
+			next = at;
+	}
 	if (!s->cfg.match_deadline)
-		return 0;
+		return next;
 	for (uint32_t i = 0; i < s->cfg.max_groups; i++) {
 		const struct group *g = &s->groups[i];
 		const struct inst *in;
@@ -974,6 +1037,39 @@ cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
 	return next;
 }
 
+int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
+			  uint32_t size, const int32_t *ranks)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+	struct inst *in;
+
+	if (gid >= s->cfg.max_groups)
+		return -ENOENT;
+	g = &s->groups[gid];
+	if (!g->used || g->failed || !g->elastic)
+		return -ENOENT;
+	in = &g->win[g->next_done % IPC_WINDOW];
+	if (!in->active || !in->inter || in->cookie != cookie)
+		return -ENOENT;
+	if (size < g->local_size || size > IPC_MAX_GROUP_SIZE)
+		return -EINVAL;
+	for (uint32_t l = 0; l < g->local_size; l++)
+		if (ranks[l] < 0 || (uint32_t)ranks[l] >= size)
+			return -EINVAL;
+	if (size != g->size)
+		CS_INFO("group '%s' re-formed in view epoch %u: size %u -> %u",
+			g->name, g->epoch, g->size, size);
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		g->ranks[l] = ranks[l];
+		if (g->m[l])
+			g->m[l]->rank = ranks[l];
+	}
+	g->size = size;
+	g->regroup = false;
+	return 0;
+}
+
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node)
 {
@@ -988,7 +1084,29 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			continue;
 		if (!g->failed)
 			n++;
-		group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
+		if (g->elastic && !g->failed) {
+			/* what was in flight used the old view: it ends, the
+			 * group goes on in the new one */
+			CS_INFO("group '%s' (elastic): view epoch %u, node %d "
+				"lost; pending operations fail, the next one "
+				"re-forms the group",
+				g->name, epoch, (int)lost_node);
+			end_pending(s, g,
+				    lost_node < 0 ? CS_ERR_EPOCH
+						  : CS_ERR_PEER_LOST,
+				    lost_node < 0 ? CS_IPC_EPOCH_GREW
+						  : CS_IPC_LOST_NODE,
+				    lost_node, epoch);
+			g->epoch = epoch;
+			g->regroup = true;
+			g->seq_base = g->next_done;
+			continue;
+		}
+		if (lost_node < 0) /* the view grew */
+			group_break(s, g, CS_ERR_EPOCH, CS_IPC_EPOCH_GREW, -1,
+				    epoch);
+		else
+			group_fail(s, g, lost_node, CS_IPC_LOST_NODE, epoch);
 	}
 	return n;
 }
@@ -1072,6 +1190,10 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 		return CS_IPC_BAD_DTYPE;
 	if (reducing && d->redop >= CS_REDOP_COUNT)
 		return CS_IPC_BAD_REDOP;
+	/* a group joined with no rank yet learns its size at its first
+	 * operation: only one that needs none can be that */
+	if (!g->size && d->op != CS_IPC_OP_ALLREDUCE)
+		return CS_IPC_BAD_OP;
 	max_elems = s->cfg.max_op_bytes / esz;
 	if (d->op == CS_IPC_OP_REDUCE_SCATTER || d->op == CS_IPC_OP_ALL_GATHER)
 		max_elems /= g->size;
@@ -1558,6 +1680,8 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	char name[CS_IPC_NAME_MAX];
 	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
 	int32_t lr = msg->u.join.local_rank, ls = msg->u.join.local_size;
+	uint32_t max_h = CS_MIN(s->cfg.max_groups, s->cfg.max_trainer_groups);
+	bool newcomer;
 	struct member *m;
 	struct group *g;
 	uint32_t h;
@@ -1568,17 +1692,32 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 		snprintf(why, wl, "group name empty or not terminated");
 		return -EINVAL;
 	}
-	if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE || rank < 0 ||
-	    rank >= size || ls < 1 || ls > size ||
-	    (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
+	if (msg->u.join.flags & ~CS_IPC_JOIN_FLAGS) {
+		snprintf(why, wl, "unknown join flags %#x",
+			 msg->u.join.flags & ~CS_IPC_JOIN_FLAGS);
+		return -EINVAL;
+	}
+	/* rank and size -1: an elastic group's rank on a node that joined
+	 * the cluster; the group tells them at its first operation */
+	newcomer = rank == -1 && size == -1 &&
+		   (msg->u.join.flags & CS_IPC_JOIN_ELASTIC);
+	if (newcomer && ls >= 1 && (uint32_t)ls <= CS_IPC_MAX_LOCAL && lr >= 0 &&
+	    lr < ls) {
+		size = 0;
+	} else if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE ||
+		   rank < 0 || rank >= size || ls < 1 || ls > size ||
+		   (uint32_t)ls > CS_IPC_MAX_LOCAL || lr < 0 || lr >= ls) {
 		snprintf(why, wl, "bad rank %d/%d or local rank %d/%d",
 			 (int)rank, (int)size, (int)lr, (int)ls);
 		return -EINVAL;
 	}
-	for (h = 0; h < s->cfg.max_groups && t->groups[h]; h++)
+	for (h = 0; h < max_h && t->groups[h]; h++)
 		;
-	if (h == s->cfg.max_groups) {
-		snprintf(why, wl, "too many groups (ipc.max_groups)");
+	if (h == max_h) {
+		snprintf(why, wl,
+			 "this trainer is in %u groups already "
+			 "(ipc.max_trainer_groups)",
+			 max_h);
 		return -ENOSPC;
 	}
 	g = group_find(s, name);
@@ -1595,6 +1734,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 "group '%.32s' refused: nodes disagree on "
 				 "it (node %d); join a new one",
 				 name, (int)g->lost_rank);
+			return CS_ERR_EPOCH;
+		}
+		if (g->failed && g->fail_status == CS_ERR_EPOCH) {
+			snprintf(why, wl,
+				 "group '%.24s' was formed before a node "
+				 "joined (epoch %u); join a new one",
+				 name, g->lost_epoch);
 			return CS_ERR_EPOCH;
 		}
 		if (g->failed && g->fail_status == CS_ERR_TIMEOUT) {
@@ -1619,7 +1765,24 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 name, g->size, g->local_size);
 			return -EINVAL;
 		}
-		if (g->m[lr] || local_of(g, (uint32_t)rank) >= 0) {
+		if (g->elastic != !!(msg->u.join.flags & CS_IPC_JOIN_ELASTIC)) {
+			snprintf(why, wl, "group '%.32s' is %selastic", name,
+				 g->elastic ? "" : "not ");
+			return -EINVAL;
+		}
+		/* one connection, one rank of a group: else one trainer
+		 * could hold every local slot of a group and the real
+		 * trainers of those ranks would be refused */
+		for (uint32_t l = 0; l < g->local_size; l++) {
+			if (!g->m[l] || g->m[l]->t != t)
+				continue;
+			snprintf(why, wl,
+				 "this trainer holds rank %d (local rank %u) "
+				 "of group '%.24s' already",
+				 (int)g->ranks[l], l, name);
+			return -EEXIST;
+		}
+		if (g->m[lr] || (rank >= 0 && local_of(g, (uint32_t)rank) >= 0)) {
 			snprintf(why, wl,
 				 "rank %d / local rank %d already "
 				 "joined",
@@ -1632,6 +1795,8 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 			snprintf(why, wl, "no room for a new group");
 			return ret;
 		}
+		g->elastic = msg->u.join.flags & CS_IPC_JOIN_ELASTIC;
+		g->regroup = newcomer;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
@@ -1780,6 +1945,59 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 	return 0;
 }
 
+/*
+ * Every slot is taken: say so (-EUSERS, the trainer's cs_connect returns
+ * it) rather than only hang up, which the trainer would see as a reset.
+ * The reply is queued before its hello arrives; the client reads it as
+ * the hello's answer.
+ */
+static void refuse_full(struct cs_ipc_server *s, int fd, pid_t pid)
+{
+	struct trainer tmp = { .fd = fd };
+	char why[CS_IPC_MSG_TEXT];
+
+	snprintf(why, sizeof(why),
+		 "sidecar full: %u trainers connected (ipc.max_trainers)",
+		 s->cfg.max_trainers);
+	CS_WARN("refused trainer pid %d: %s", (int)pid, why);
+	(void)reply(&tmp, -EUSERS, 0, why);
+	s->st.refused++;
+	s->st.full++;
+	close(fd);
+}
+
+/*
+ * Close connections that have not said hello within ipc.hello_deadline of
+ * their accept: without it, connections that never send one would hold
+ * every trainer slot for ever. They get a reply saying why (-ETIMEDOUT).
+ * Returns the number closed.
+ */
+static int check_hello(struct cs_ipc_server *s, cs_ns_t now)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < s->tr_end; i++) {
+		struct trainer *t = s->tr[i];
+		char why[CS_IPC_MSG_TEXT];
+
+		if (!t || t->hello ||
+		    now - t->accepted_at < s->cfg.hello_deadline)
+			continue;
+		snprintf(why, sizeof(why),
+			 "no hello within %llu ms of connecting "
+			 "(ipc.hello_deadline)",
+			 (unsigned long long)(s->cfg.hello_deadline /
+					      1000000));
+		CS_WARN("closed the connection of pid %d: %s", (int)t->pid,
+			why);
+		(void)reply(t, -ETIMEDOUT, 0, why);
+		s->st.hello_timeouts++;
+		trainer_drop(s, i, why);
+		n++;
+	}
+	return n;
+}
+
 static int accept_one(struct cs_ipc_server *s)
 {
 	struct ucred cr;
@@ -1805,13 +2023,17 @@ static int accept_one(struct cs_ipc_server *s)
 	}
 	for (slot = 0; slot < s->cfg.max_trainers && s->tr[slot]; slot++)
 		;
-	t = slot < s->cfg.max_trainers ? calloc(1, sizeof(*t)) : NULL;
+	if (slot == s->cfg.max_trainers) {
+		refuse_full(s, fd, cr.pid);
+		return 1;
+	}
+	t = calloc(1, sizeof(*t));
 	if (t) {
 		t->segs = calloc(s->cfg.max_segments, sizeof(*t->segs));
 		t->groups = calloc(s->cfg.max_groups, sizeof(*t->groups));
 	}
 	if (!t || !t->segs || !t->groups) {
-		CS_WARN("refused trainer pid %d: no room", (int)cr.pid);
+		CS_WARN("refused trainer pid %d: out of memory", (int)cr.pid);
 		if (t) {
 			free(t->segs);
 			free(t->groups);
@@ -1824,6 +2046,7 @@ static int accept_one(struct cs_ipc_server *s)
 	t->fd = fd;
 	t->efd = -1;
 	t->pid = cr.pid;
+	t->accepted_at = s->now;
 	s->tr[slot] = t;
 	if (slot >= s->tr_end)
 		s->tr_end = slot + 1;
@@ -1883,7 +2106,7 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 		ret = poll_sockets(s);
 		if (ret < 0)
 			return ret;
-		work += ret + check_deadlines(s, now);
+		work += ret + check_deadlines(s, now) + check_hello(s, now);
 	}
 	for (uint32_t i = 0; i < s->tr_end; i++) {
 		struct trainer *t = s->tr[i];

@@ -50,13 +50,15 @@ struct cs_ipc_cfg {
 	char socket_path[CS_CFG_STR_MAX];
 	uint32_t max_trainers;
 	uint32_t max_segments; /* per trainer */
-	uint32_t max_groups; /* per server and per trainer */
+	uint32_t max_groups; /* per server */
+	uint32_t max_trainer_groups; /* groups one trainer may be in */
 	uint64_t max_op_bytes; /* largest buffer an op may name */
 	uint64_t max_segment_bytes;
 	cs_ns_t sock_poll_interval;
 	uint32_t sq_burst; /* descriptors per trainer per poll */
 	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
 	cs_ns_t match_deadline; /* 0: local matching waits forever */
+	cs_ns_t hello_deadline; /* a connection must say hello by then */
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -107,6 +109,10 @@ struct cs_ipc_inter_op {
 	uint64_t count; /* elements in @buf */
 	uint64_t block; /* elements per rank (all-gather, reduce-scatter) */
 	uint32_t epoch; /* the node view the group was formed in */
+	/* an elastic group's first operation in a new view (@epoch): the
+	 * nodes re-form the group first and the backend hands the new size
+	 * and ranks to cs_ipc_server_regroup() before it runs the step */
+	bool regroup;
 	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
 	int32_t status;
 	uint16_t detail;
@@ -179,6 +185,8 @@ struct cs_ipc_stats {
 	uint64_t bad_msg; /* control messages rejected */
 	uint64_t trainers_lost; /* hung up or killed */
 	uint64_t groups; /* live groups */
+	uint64_t hello_timeouts; /* closed: no hello within the deadline */
+	uint64_t full; /* refused: every trainer slot taken */
 };
 
 /**
@@ -228,10 +236,11 @@ void cs_ipc_server_sleep_done(struct cs_ipc_server *s);
  *
  * A caller that sleeps (cs_ipc_server_sleep_prepare) must poll again by
  * then: an operation that some local ranks of a group posted and another
- * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT.
+ * did not fails at that time (ipc.match_deadline) with CS_ERR_TIMEOUT, and
+ * a connection that has not sent its hello is closed (ipc.hello_deadline).
  *
  * Returns: the time (the clock of cs_ipc_server_poll's @now), or 0 if no
- * operation waits for a local rank.
+ * operation waits for a local rank and every connection said hello.
  */
 cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s);
 
@@ -282,9 +291,13 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
  * @epoch: the new view (group epoch)
  * @lost_node: the node (sidecar rank) the view lost, or -1 if unknown
  *
- * Groups formed from now on belong to @epoch. Every group spanning nodes
- * that was formed in another view fails (views only move on when a node
- * is lost; at start-up there are no groups yet): its
+ * Groups formed from now on belong to @epoch. An elastic group spanning
+ * nodes (CS_IPC_JOIN_ELASTIC) moves to @epoch: its pending operations end
+ * with CS_ERR_PEER_LOST as below, but it is not failed: its next
+ * operation re-forms it on the nodes of the new view (regroup). Every
+ * other group spanning nodes
+ * that was formed in another view fails (at start-up there are no groups
+ * yet): its
  * operations still pending (a cross-node one is cancelled through the
  * backend's cancel() first) and all its later ones complete with
  * CS_ERR_PEER_LOST, detail CS_IPC_LOST_NODE, naming @lost_node and
@@ -295,6 +308,26 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
  */
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node);
+
+/**
+ * cs_ipc_server_regroup - an elastic group's nodes re-formed it
+ * @s: server
+ * @cookie: the cross-node step that carried cs_ipc_inter_op.regroup
+ * @size: the group's new size (its ranks on every node of the new view)
+ * @ranks: the new group rank of each local rank (local_size of them)
+ *
+ * The group takes the new size and ranks (completions of elastic groups
+ * carry them to the trainers). The step then runs as usual, unless its
+ * buffers depend on the size (all-gather, reduce-scatter) and the size
+ * changed: the backend ends it then with cs_ipc_server_inter_fail(...,
+ * CS_ERR_EPOCH, CS_IPC_EPOCH_RESIZED, -1). Call from the thread that calls
+ * cs_ipc_server_poll.
+ *
+ * Returns: 0, or -ENOENT (unknown or stale @cookie), -EINVAL (bad
+ * numbers).
+ */
+int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
+			  uint32_t size, const int32_t *ranks);
 
 /**
  * cs_ipc_server_stats - read the counters

@@ -66,7 +66,9 @@ typedef uint64_t cs_req_t;
  * Sets up the shared submission and completion rings and the eventfd.
  *
  * Returns: 0 or a negative errno (-ENOENT, -ECONNREFUSED: no sidecar;
- * -EACCES, -ECONNRESET: refused by the sidecar).
+ * -EUSERS: every trainer slot of the sidecar is taken (ipc.max_trainers);
+ * -ETIMEDOUT: our hello came after ipc.hello_deadline; -EACCES,
+ * -ECONNRESET: refused by the sidecar).
  */
 int cs_connect(const char *path, struct cs_client **out);
 
@@ -198,11 +200,49 @@ int cs_buf_register_dev(struct cs_client *c, const struct cs_dev_mem *m,
  * membership; if not (another size, a rank on two nodes or on none) its
  * operations finish with CS_ERR_BAD_DESC naming the disagreeing node.
  *
+ * A client holds at most one rank of a group, and is in at most the
+ * sidecar's ipc.max_trainer_groups groups at once.
+ *
  * Returns: 0, -EINVAL (bad numbers, or they disagree with the group),
- * -EEXIST (rank taken), CS_ERR_EPOCH (the group lost a rank), -ENOSPC.
+ * -EEXIST (rank taken, or @c holds a rank of the group already),
+ * CS_ERR_EPOCH (the group lost a rank), -ENOSPC (no room for a group on
+ * the sidecar, or @c is in ipc.max_trainer_groups groups).
  */
 int cs_group_join(struct cs_client *c, const char *name, int rank, int size,
 		  int local_rank, int local_size, struct cs_group **out);
+
+/* Flags of cs_group_join_ex(). */
+#define CS_GROUP_ELASTIC 0x1u
+
+/**
+ * cs_group_join_ex - cs_group_join() with flags
+ * @c: client
+ * @name: as cs_group_join()
+ * @rank: as cs_group_join()
+ * @size: as cs_group_join()
+ * @local_rank: as cs_group_join()
+ * @local_size: as cs_group_join()
+ * @flags: 0, or CS_GROUP_ELASTIC: when a node of the group is lost (the
+ *	sidecars' view moves on, with the bootstrap or etcd rendezvous),
+ *	the group is not failed: its operations pending then end with
+ *	CS_ERR_PEER_LOST, and its next operation re-forms it on the nodes
+ *	left (the lost node's ranks out, the others renumbered in their
+ *	order) and runs there, without a new join. cs_group_size() and
+ *	cs_group_rank() give the new size and rank once an operation of the
+ *	re-formed group completed. An all-gather or reduce-scatter (buffers
+ *	laid out for a size) that happens to be that first operation ends
+ *	with CS_ERR_EPOCH instead ("re-formed ... post it again"). Every
+ *	rank of the group must join it with the same flags. The nodes re-form
+ *	the group at the same operation only if each node had posted as
+ *	many of its operations when the view moved (a loss between steps).
+ * @out: the group
+ *
+ * Returns: as cs_group_join(); -EINVAL also for unknown flags or flags
+ * other than the group's.
+ */
+int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
+		     int size, int local_rank, int local_size, unsigned flags,
+		     struct cs_group **out);
 
 /**
  * cs_group_join_env - join a group using the launcher's variables
@@ -213,7 +253,8 @@ int cs_group_join(struct cs_client *c, const char *name, int rank, int size,
  * Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (torchrun) or else
  * SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the first number of
  * SLURM_NTASKS_PER_NODE / SLURM_TASKS_PER_NODE. Without local variables,
- * the whole group is taken to be on this node.
+ * the whole group is taken to be on this node. COLLSTACK_ELASTIC=1 joins
+ * it elastic (CS_GROUP_ELASTIC).
  *
  * Returns: as cs_group_join(), or -ENOENT if no launcher variables are set.
  */
@@ -224,7 +265,7 @@ int cs_group_join_env(struct cs_client *c, const char *name,
  * cs_group_rank - this trainer's rank in @g
  * @g: group
  *
- * Returns: the rank.
+ * Returns: the rank (an elastic group's changes when it is re-formed).
  */
 int cs_group_rank(const struct cs_group *g);
 
@@ -232,7 +273,7 @@ int cs_group_rank(const struct cs_group *g);
  * cs_group_size - ranks in @g
  * @g: group
  *
- * Returns: the size.
+ * Returns: the size (an elastic group's changes when it is re-formed).
  */
 int cs_group_size(const struct cs_group *g);
 

@@ -48,6 +48,8 @@ def _load():
         "cs_buf_free": (i, [p]),
         "cs_group_join": (i, [p, ctypes.c_char_p, i, i, i, i, pp]),
         "cs_group_join_env": (i, [p, ctypes.c_char_p, pp]),
+        "cs_group_join_ex": (i, [p, ctypes.c_char_p, i, i, i, i,
+                                 ctypes.c_uint, pp]),
         "cs_group_rank": (i, [p]),
         "cs_group_size": (i, [p]),
         "cs_group_leave": (i, [p]),
@@ -349,8 +351,16 @@ class Group:
     def __init__(self, client, h):
         self._c = client
         self._h = h
-        self.rank = _lib.cs_group_rank(h)
-        self.size = _lib.cs_group_size(h)
+
+    @property
+    def rank(self):
+        """This trainer's rank (an elastic group's changes on re-form)."""
+        return _lib.cs_group_rank(self._h)
+
+    @property
+    def size(self):
+        """The group's size (an elastic group's changes on re-form)."""
+        return _lib.cs_group_size(self._h)
 
     def _post(self, fn, *args, keep=()):
         if any(getattr(b, "device", False) for b in keep):
@@ -430,18 +440,37 @@ class Client:
         return Buffer(self, count, dtype)
 
     def join(self, name, rank=None, size=None, local_rank=None,
-             local_size=None):
-        """Join a group; without rank/size, from the launcher variables."""
+             local_size=None, elastic=False):
+        """Join a group; without rank/size, from the launcher variables.
+
+        elastic=True (CS_GROUP_ELASTIC): the group re-forms when a node
+        is lost or joins (rank and size change: read them again after a
+        step); rank=-1, size=-1 joins from a node that joined the cluster.
+        """
         h = ctypes.c_void_p()
-        if rank is None:
+        if rank is None and not elastic:
             self._check(_lib.cs_group_join_env(self._h, name.encode(),
                                                ctypes.byref(h)))
+        elif rank is None:
+            # the launcher's numbers, elastic (COLLSTACK_ELASTIC=1)
+            old = os.environ.get("COLLSTACK_ELASTIC")
+            os.environ["COLLSTACK_ELASTIC"] = "1"
+            try:
+                self._check(_lib.cs_group_join_env(self._h, name.encode(),
+                                                   ctypes.byref(h)))
+            finally:
+                if old is None:
+                    del os.environ["COLLSTACK_ELASTIC"]
+                else:
+                    os.environ["COLLSTACK_ELASTIC"] = old
         else:
-            self._check(_lib.cs_group_join(
+            self._check(_lib.cs_group_join_ex(
                 self._h, name.encode(), rank, size,
-                rank if local_rank is None else local_rank,
-                size if local_size is None else local_size,
-                ctypes.byref(h)))
+                (0 if rank < 0 else rank) if local_rank is None
+                else local_rank,
+                (1 if size < 0 else size) if local_size is None
+                else local_size,
+                1 if elastic else 0, ctypes.byref(h)))
         return Group(self, h)
 
     def close(self):

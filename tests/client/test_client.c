@@ -1714,6 +1714,232 @@ Test(client, node_lost_fails_the_group, .timeout = 120)
 	two_local_ranks("nodelost", lose_start, lose_tick, node_lost_main);
 }
 
+/*
+ * An elastic group lives through the loss of a node: the operation the
+ * loss catches fails with CS_ERR_PEER_LOST ("the group is elastic"), the
+ * next one carries regroup in the new view, the backend hands the new
+ * size and ranks to the server (here: rank 1's node lost, so 0, 2, 3
+ * become 0, 1, 2) and the trainers read them from the completion.
+ */
+static int el_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->epoch != (f->lost ? NL_EPOCH : 0) ||
+	    op->regroup != (f->started == 2))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int el_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const int32_t bad[2] = { 0, 3 }, ranks[2] = { 0, 1 };
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	if (f->started == 2 && !f->lost) { /* the second op: lose a node */
+		f->lost = true;
+		return cs_ipc_server_view(srv, NL_EPOCH, NL_NODE) == 1 ? 1 : -1;
+	}
+	f->pending = false;
+	if (f->started == 3) { /* the third: re-formed, ranks 0 2 3 left */
+		if (cs_ipc_server_regroup(srv, f->op.cookie ^ 1, 3, ranks) !=
+			    -ENOENT ||
+		    cs_ipc_server_regroup(srv, f->op.cookie, 3, bad) !=
+			    -EINVAL ||
+		    cs_ipc_server_regroup(srv, f->op.cookie, 3, ranks))
+			return -1;
+		for (uint64_t i = 0; i < f->op.count; i++)
+			b[i] += (float)(3000 + i);
+	} else {
+		for (uint64_t i = 0; i < f->op.count; i++)
+			b[i] += (float)(1000 + i) + (float)(3000 + i);
+	}
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int elastic_main(const char *path, int rank, int size, void *arg)
+{
+	int local = rank / 2, ret;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	const char *m;
+	float *x;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b))
+		return 2;
+	/* unknown flags; the group's flags must match */
+	if (cs_group_join_ex(c, "el", rank, size, local, 2, 0x80, &g) !=
+	    -EINVAL)
+		return 3;
+	if (cs_group_join_ex(c, "el", rank, size, local, 2, CS_GROUP_ELASTIC,
+			     &g))
+		return 3;
+	x = cs_buf_ptr(b);
+	if (lose_allreduce(c, g, x, rank) || cs_group_size(g) != 4 ||
+	    cs_group_rank(g) != rank)
+		return 4;
+	if (lose_allreduce(c, g, x, rank) != CS_ERR_PEER_LOST ||
+	    cs_lost_node(c) != NL_NODE)
+		return 5;
+	m = cs_errmsg(c);
+	if (!strstr(m, "node 5 was lost") ||
+	    !strstr(m, "the group is elastic: its next operation re-forms")) {
+		fprintf(stderr, "rank %d: %s\n", rank, m);
+		return 6;
+	}
+	/* no new join: the next op runs on the nodes left */
+	for (int i = 0; i < TN_COUNT; i++)
+		x[i] = (float)(rank * 1000 + i);
+	ret = cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret) {
+		fprintf(stderr, "rank %d: %s\n", rank, cs_errmsg(c));
+		return 7;
+	}
+	for (int i = 0; i < TN_COUNT; i++)
+		if (x[i] != (float)(5000 + 3 * i))
+			return 8;
+	if (cs_group_size(g) != 3 || cs_group_rank(g) != (rank ? 1 : 0)) {
+		fprintf(stderr, "rank %d: size %d rank %d\n", rank,
+			cs_group_size(g), cs_group_rank(g));
+		return 9;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, elastic_group_reforms_after_a_node_loss, .timeout = 120)
+{
+	two_local_ranks("elastic", el_start, el_tick, elastic_main);
+}
+
+/*
+ * A node that joined the cluster: its trainers join an elastic group with
+ * rank and size -1. Only an allreduce or a barrier may come first (no
+ * size yet); it carries regroup, the backend numbers the newcomers (here
+ * after 3 old ranks: 3 and 4 of 5) and the completions tell them. The
+ * cookie counts operations from the one that re-formed the group.
+ */
+static int grow_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	/* op 0 was the refused all-gather */
+	if (f->pending || (uint32_t)op->cookie != (uint32_t)f->started + 1 ||
+	    op->regroup != !f->started ||
+	    op->group_size != (f->started ? 5u : 0u) ||
+	    op->local_ranks[0] != (f->started ? 3 : -1))
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	f->started++;
+	return 0;
+}
+
+static int grow_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const int32_t ranks[2] = { 3, 4 };
+	float *b = f->op.buf;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	if (f->started == 1 &&
+	    cs_ipc_server_regroup(srv, f->op.cookie, 5, ranks))
+		return -1;
+	/* the 3 old ranks add 0, 1000 + i and 2000 + i */
+	for (uint64_t i = 0; i < f->op.count; i++)
+		b[i] += (float)(1000 + i) + (float)(2000 + i) + (float)i;
+	cs_ipc_server_inter_done(srv, f->op.cookie, 0);
+	return 1;
+}
+
+static int grow_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *x;
+	cs_req_t r;
+	int ret, me = rank / 2; /* its local rank: 0 or 1 */
+
+	(void)size;
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b))
+		return 2;
+	/* rank -1 only for an elastic group */
+	if (cs_group_join(c, "grow", -1, -1, me, 2, &g) != -EINVAL)
+		return 3;
+	if (cs_group_join_ex(c, "grow", -1, -1, me, 2, CS_GROUP_ELASTIC, &g))
+		return 4;
+	x = cs_buf_ptr(b);
+	/* no size yet: an all-gather cannot be the first operation (the
+	 * client says so; the sidecar would refuse it too, CS_IPC_BAD_OP) */
+	if (cs_all_gather(g, x, x + 64, 4, CS_F32, &r) != -EINVAL ||
+	    !strstr(cs_errmsg(c), "has no size yet"))
+		return 5;
+	{
+		struct cs_ipc_sqe d = { .group = cs__group_handle(g),
+					.op = CS_IPC_OP_ALL_GATHER,
+					.dtype = CS_F32,
+					.count = 4,
+					.send_seg = cs__buf_seg(b),
+					.recv_seg = cs__buf_seg(b),
+					.recv_off = 256 };
+		unsigned detail;
+		int peer;
+
+		ret = cs__client_post_raw(c, &d, &r);
+		if (!ret)
+			ret = cs_wait(c, r, WAIT_NS);
+		if (ret != CS_ERR_BAD_DESC) {
+			fprintf(stderr, "%d %s\n", ret, cs_errmsg(c));
+			return 9;
+		}
+		cs__client_last_fail(c, &detail, &peer);
+		if (detail != CS_IPC_BAD_OP) {
+			fprintf(stderr, "%u %s\n", detail, cs_errmsg(c));
+			return 10;
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < TN_COUNT; i++)
+			x[i] = (float)((3 + me) * 1000 + i);
+		ret = cs_allreduce(g, x, x, TN_COUNT, CS_F32, CS_SUM, &r);
+		if (!ret)
+			ret = cs_wait(c, r, WAIT_NS);
+		if (ret) {
+			fprintf(stderr, "newcomer %d: %s\n", me, cs_errmsg(c));
+			return 6;
+		}
+		for (int i = 0; i < TN_COUNT; i++)
+			if (x[i] != (float)(10000 + 5 * i))
+				return 7;
+		if (cs_group_size(g) != 5 || cs_group_rank(g) != 3 + me)
+			return 8;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, elastic_newcomers_get_their_rank_at_the_first_op,
+     .timeout = 120)
+{
+	two_local_ranks("grow", grow_start, grow_tick, grow_main);
+}
+
 /* Without a backend, a group spanning nodes fails cleanly. */
 Test(client, multi_node_without_backend, .timeout = 120)
 {
@@ -2058,19 +2284,15 @@ static int dl_main(const char *path, int rank, int size, void *arg)
 	return ret;
 }
 
-static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
-				   cs_ns_t deadline)
+/* A sidecar with @cfg (its socket path is set here). */
+static void sidecar_start_cfg(struct sidecar *sc, const char *tag,
+			      struct cs_ipc_cfg *cfg)
 {
-	struct cs_ipc_cfg cfg;
 	sigset_t block, old;
 
-	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
-				     &cfg),
-		     0);
-	cfg.match_deadline = deadline;
 	snprintf(sc->path, sizeof(sc->path), "/tmp/cs-test-%d-%s.sock",
 		 (int)getpid(), tag);
-	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", sc->path);
+	snprintf(cfg->socket_path, sizeof(cfg->socket_path), "%s", sc->path);
 	sigemptyset(&block);
 	sigaddset(&block, SIGTERM);
 	sigprocmask(SIG_BLOCK, &block, &old);
@@ -2083,10 +2305,29 @@ static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
 		prctl(PR_SET_PDEATHSIG, SIGTERM);
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		cs_log_level = CS_LOG_ERR;
-		_exit(cs_test_sidecar_loop_cfg(&cfg, &sc_stop, NULL, NULL) ? 1
-									    : 0);
+		_exit(cs_test_sidecar_loop_cfg(cfg, &sc_stop, NULL, NULL) ? 1
+									   : 0);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+static struct cs_ipc_cfg default_cfg(void)
+{
+	struct cs_ipc_cfg cfg;
+
+	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
+				     &cfg),
+		     0);
+	return cfg;
+}
+
+static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
+				   cs_ns_t deadline)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+
+	cfg.match_deadline = deadline;
+	sidecar_start_cfg(sc, tag, &cfg);
 }
 
 Test(client, match_deadline_names_the_rank_that_did_not_post,
@@ -2119,4 +2360,111 @@ Test(client, match_deadline_names_the_rank_that_did_not_post,
 	}
 	sidecar_stop(&sc);
 	munmap(o, sizeof(*o));
+}
+
+/* ---- trainer-side limits against a hostile client ---------------------- */
+
+#define SQUAT_SLOTS 4
+
+/* @n connections that never say hello; returns once the sidecar took all
+ * of them (a real trainer connecting after them is then the (n+1)-th). */
+static void squat(const char *path, int *fd, int n)
+{
+	for (int i = 0; i < n; i++)
+		fd[i] = raw_connect(path);
+}
+
+/*
+ * Without a hello deadline, connections that never say hello hold every
+ * slot: a real trainer is refused, with -EUSERS and not a bare reset.
+ * With one, they are told why (-ETIMEDOUT) and closed, and the trainer
+ * gets in. Waits on the sockets, never on a clock.
+ */
+Test(client, hello_deadline_frees_squatted_slots, .timeout = 120)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_ipc_msg r;
+	int fd[SQUAT_SLOTS];
+	char x;
+
+	cfg.max_trainers = SQUAT_SLOTS;
+	cfg.hello_deadline = 3600 * CS_NS_PER_S;
+	sidecar_start_cfg(&sc, "squat1", &cfg);
+	squat(sc.path, fd, SQUAT_SLOTS);
+	c = NULL;
+	cr_assert_eq(cs_connect(sc.path, &c), -EUSERS,
+		     "a full sidecar says so");
+	for (int i = 0; i < SQUAT_SLOTS; i++)
+		close(fd[i]);
+	/* their slots are free once the sidecar saw them hang up */
+	for (int i = 0; i < 1000 && cs_connect(sc.path, &c) == -EUSERS; i++)
+		usleep(5000);
+	cr_assert_not_null(c);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+
+	cfg.hello_deadline = 200 * 1000000ll;
+	sidecar_start_cfg(&sc, "squat2", &cfg);
+	squat(sc.path, fd, SQUAT_SLOTS);
+	for (int i = 0; i < SQUAT_SLOTS; i++) {
+		cr_assert_eq(recv(fd[i], &r, sizeof(r), 0), (ssize_t)sizeof(r),
+			     "told why");
+		cr_assert_eq(r.type, CS_IPC_MSG_REPLY);
+		cr_assert_eq(r.u.reply.status, -ETIMEDOUT);
+		cr_assert(strstr(r.u.reply.text, "ipc.hello_deadline"), "%s",
+			  r.u.reply.text);
+		cr_assert_eq(recv(fd[i], &x, 1, 0), 0, "then closed");
+		close(fd[i]);
+	}
+	/* the sidecar may not have reaped the last one yet */
+	c = NULL;
+	for (int i = 0; i < 1000 && cs_connect(sc.path, &c) == -EUSERS; i++)
+		usleep(5000);
+	cr_assert_not_null(c, "a real trainer gets in");
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/* One trainer cannot hold two local ranks of a group, nor more than
+ * ipc.max_trainer_groups groups; another trainer still can join. */
+Test(client, per_trainer_limits, .timeout = 120)
+{
+	struct cs_ipc_cfg cfg = default_cfg();
+	struct cs_group *g[8], *h;
+	struct cs_client *c, *d;
+	struct sidecar sc;
+	char name[16];
+
+	cfg.max_groups = 8;
+	cfg.max_trainer_groups = 3;
+	sidecar_start_cfg(&sc, "limits", &cfg);
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(connect_retry(sc.path, &d), 0);
+	cr_assert_eq(cs_group_join(c, "pair", 0, 2, 0, 2, &g[0]), 0);
+	cr_assert_eq(cs_group_join(c, "pair", 1, 2, 1, 2, &h), -EEXIST);
+	cr_assert(strstr(cs_errmsg(c), "holds rank 0 (local rank 0) of group "
+				       "'pair' already"),
+		  "%s", cs_errmsg(c));
+	cr_assert_eq(cs_group_join(d, "pair", 1, 2, 1, 2, &h), 0,
+		     "the real rank 1 is not locked out: %s", cs_errmsg(d));
+	for (int i = 1; i < 3; i++) {
+		snprintf(name, sizeof(name), "g%d", i);
+		cr_assert_eq(cs_group_join(c, name, 0, 1, 0, 1, &g[i]), 0);
+	}
+	cr_assert_eq(cs_group_join(c, "g3", 0, 1, 0, 1, &h), -ENOSPC);
+	cr_assert(strstr(cs_errmsg(c), "in 3 groups already "
+				       "(ipc.max_trainer_groups)"),
+		  "%s", cs_errmsg(c));
+	/* the sidecar's other group slots are still there for others */
+	cr_assert_eq(cs_group_join(d, "g3", 0, 1, 0, 1, &h), 0, "%s",
+		     cs_errmsg(d));
+	/* leaving one makes room */
+	cr_assert_eq(cs_group_leave(g[2]), 0);
+	cr_assert_eq(cs_group_join(c, "g4", 0, 1, 0, 1, &g[2]), 0, "%s",
+		     cs_errmsg(c));
+	cs_disconnect(c);
+	cs_disconnect(d);
+	sidecar_stop(&sc);
 }

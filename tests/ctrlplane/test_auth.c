@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* libsodium's primitives, HMAC known answers, epoch keys, packet tags. */
+/* libsodium's primitives, control MAC known answers, epoch keys, tags. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,32 +36,50 @@ Test(auth, siphash128_reference)
 	cr_assert_str_eq(h, "5493e99933b0a8117e08ec0f97cfc3d9");
 }
 
-Test(auth, hmac_rfc4231)
+/* cs_mac over @len bytes of @msg in one piece. */
+static void mac1(const char *token, const char *ctx, const void *msg,
+		 size_t len, uint8_t out[CS_MAC_LEN])
 {
-	uint8_t key[131], d[32];
-	char h[65];
+	struct cs_mac m;
 
-	memset(key, 0x0b, 20);
-	cs_hmac_sha256(key, 20, "Hi There", 8, d);
-	hex(d, 32, h);
-	cr_assert_str_eq(
-		h,
-		"b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+	cs_mac_init(&m, token, ctx);
+	cs_mac_update(&m, msg, len);
+	cs_mac_final(&m, out);
+}
 
-	cs_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, d);
-	hex(d, 32, h);
-	cr_assert_str_eq(
-		h,
-		"5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+/*
+ * The control plane's MAC (keyed BLAKE2b-256 under a purpose's subkey of
+ * the token) against tests/netns/cs_auth.py's mac(), written from
+ * libsodium's documentation with Python's hashlib; pieces and purposes.
+ */
+Test(auth, control_mac_known_answers)
+{
+	uint8_t msg[7 + 64], d[CS_MAC_LEN], d2[CS_MAC_LEN];
+	struct cs_mac m;
+	char h[2 * CS_MAC_LEN + 1];
 
-	memset(key, 0xaa, sizeof(key));
-	cs_hmac_sha256(key, sizeof(key),
-		       "Test Using Larger Than Block-Size Key - Hash Key First",
-		       54, d);
-	hex(d, 32, h);
-	cr_assert_str_eq(
-		h,
-		"60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+	memcpy(msg, "cs-join", 7);
+	for (unsigned i = 0; i < 64; i++)
+		msg[7 + i] = (uint8_t)i;
+	mac1("job-token", "csjoin01", msg, sizeof(msg), d);
+	hex(d, sizeof(d), h);
+	cr_assert_str_eq(h, "4c09d4e1294554556c5434450a708b9d"
+			    "12e00bda757353783348ee70ccb8d7c6");
+	/* the same bytes in pieces */
+	cs_mac_init(&m, "job-token", "csjoin01");
+	cs_mac_update(&m, msg, 7);
+	cs_mac_update(&m, msg + 7, 30);
+	cs_mac_update(&m, msg + 37, sizeof(msg) - 37);
+	cs_mac_final(&m, d2);
+	cr_assert_arr_eq(d, d2, sizeof(d));
+	/* another purpose: an unrelated MAC */
+	mac1("job-token", "csetcd01", msg, sizeof(msg), d2);
+	hex(d2, sizeof(d2), h);
+	cr_assert_str_eq(h, "1f39faeff3c34f9d7f27776387b7dcf6"
+			    "4405afbb583e721261d0e423ff9c6481");
+	/* another token */
+	mac1("job-tokeN", "csjoin01", msg, sizeof(msg), d2);
+	cr_assert(!cs_auth_equal(d, d2, sizeof(d)));
 }
 
 static struct cs_pkt_hdr sample(void)

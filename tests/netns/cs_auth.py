@@ -46,14 +46,24 @@ def siphash128(key, msg):
     return struct.pack("<QQ", o1, v[0] ^ v[1] ^ v[2] ^ v[3])
 
 
-def epoch_key(token, group, epoch):
-    """crypto_kdf_derive_from_key(32, group << 32 | epoch, "csepoch1",
-    BLAKE2b-256(token))"""
+def subkey(token, sid, ctx):
+    """crypto_kdf_derive_from_key(32, sid, ctx, BLAKE2b-256(token))"""
     master = hashlib.blake2b(token, digest_size=32).digest()
-    sid = (group << 32) | epoch
     return hashlib.blake2b(b"", digest_size=32, key=master,
                            salt=struct.pack("<Q", sid) + bytes(8),
-                           person=b"csepoch1" + bytes(8)).digest()
+                           person=ctx + bytes(8)).digest()
+
+
+def epoch_key(token, group, epoch):
+    """the packet key of one group epoch"""
+    return subkey(token, (group << 32) | epoch, b"csepoch1")
+
+
+def mac(token, ctx, data):
+    """the control plane's MAC (cs_mac): keyed BLAKE2b-256 under the
+    token's subkey 0 for purpose ctx ("csjoin01", "csetcd01")"""
+    return hashlib.blake2b(data, digest_size=32,
+                           key=subkey(token, 0, ctx)).digest()
 
 
 def tag(key, fields, payload):
@@ -73,3 +83,5 @@ if __name__ == "__main__":
     print(tag(k, f, bytes(range(64))).hex())
     f[13] = 0
     print(tag(k, f, b"").hex())
+    print(mac(b"job-token", b"csjoin01", b"cs-join" + bytes(range(64))).hex())
+    print(mac(b"job-token", b"csetcd01", b"cs-join" + bytes(range(64))).hex())
