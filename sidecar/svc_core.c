@@ -296,10 +296,11 @@ static void core_renew(struct core_lane *l, uint32_t epoch, cs_ns_t now)
 	uint32_t nodes[CS_DRV_MAX_PEERS];
 	int ret;
 
+	struct cs_tp *old = l->tp;
+
 	for (unsigned i = 0; i < l->nlive; i++)
 		core_verdict(l, l->live[i], CS_ERR_PEER_LOST, UINT32_MAX, now);
 	l->nlive = 0;
-	cs_tp_destroy(l->tp);
 	l->tp = NULL;
 	l->tp_epoch = epoch;
 	ret = cs_tp_create(&s->tpp, &s->xp, &core_io, l, drv->rank, epoch,
@@ -307,8 +308,22 @@ static void core_renew(struct core_lane *l, uint32_t epoch, cs_ns_t now)
 	if (ret) {
 		CS_ERR("no transport core for epoch %u: %s", epoch,
 		       cs_strerror(ret));
+		cs_tp_destroy(old);
 		return;
 	}
+	/* the RTT each peer still in the table had: new sessions start from
+	 * it rather than from rel.rto_init */
+	for (uint32_t i = 0; old && i < l->built_npeers; i++) {
+		cs_ns_t srtt, var;
+
+		for (uint32_t j = 0; j < drv->npeers; j++)
+			if (j != drv->rank &&
+			    !memcmp(&drv->peers[j], &l->built_peers[i],
+				    sizeof(drv->peers[j])) &&
+			    !cs_tp_peer_rtt(old, i, &srtt, &var))
+				(void)cs_tp_seed_rtt(l->tp, j, srtt, var);
+	}
+	cs_tp_destroy(old);
 	l->built_rank = drv->rank;
 	l->built_npeers = drv->npeers;
 	memcpy(l->built_peers, drv->peers,
@@ -905,7 +920,7 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
 /*
  * "mx_post GROUP OP KIND COUNT DTYPE REDOP ROOT SEED N0,N1,...": an op of
  * a group over nodes N0.. (ranks in that order), on buffers of its own
- * filled from SEED (tests/coll_sim/coll_data.h), posted at once. Groups
+ * filled from SEED (collectives/coll_data.h), posted at once. Groups
  * below 16 are the service's own.
  */
 /* @op as a flat all-to-all of op->count elements to every rank of its
