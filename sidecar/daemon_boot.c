@@ -477,6 +477,11 @@ int cs_daemon_boot_start(struct cs_daemon *d)
 	return 0;
 }
 
+uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d)
+{
+	return d->boot ? d->boot->applied_epoch : 0;
+}
+
 void cs_daemon_boot_stop(struct cs_daemon *d)
 {
 	struct cs_boot_state *b = d->boot;
@@ -563,6 +568,12 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 	(void)mlen;
 	*epoch = 0;
 	return -EINVAL;
+}
+
+uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d)
+{
+	(void)d;
+	return 0;
 }
 
 #endif

@@ -77,6 +77,13 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 			      size_t mlen);
 
 /**
+ * cs_daemon_boot_table_epoch - the epoch of the peer table applied at
+ * start-up (0: none, or no bootstrap); later views are applied by the
+ * collective service (cs_daemon_boot_apply_view())
+ */
+uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d);
+
+/**
  * cs_daemon_boot_load_token - the job token from boot.token, else
  * boot.token_file (first line), else $COLLSTACK_JOB_TOKEN
  * Returns: 0, or a negative errno when there is none (logged).

@@ -22,6 +22,7 @@
 #include "control/auth.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "daemon_boot.h"
 #include "frame_auth.h"
 #include "svc_core.h"
 #include "transport/tp.h"
@@ -223,6 +224,8 @@ int cs_daemon_init(struct cs_daemon *d)
 			AR_BURST_FRAMES, d->port->frame_max);
 	}
 	pthread_mutex_init(&s->view_lock, NULL);
+	/* the bootstrap applied the first view's table already */
+	s->view_epoch = cs_daemon_boot_table_epoch(d);
 	/* sets the driver's rx/tx to its own */
 	s->cf->tp.early = s->cf->direct_early;
 	ret = cs_core_svc_init(d, &s->cf->xp, &s->cf->coll, &s->cf->tp,
@@ -279,7 +282,7 @@ static int apply_view(struct cs_ar_svc *s, char *msg, size_t mlen)
 		return 0;
 	cs_core_svc_pause(s->core);
 	ret = cs_daemon_boot_apply_view(d, &s->view_epoch, msg, mlen);
-	cs_core_svc_resume(s->core);
+	cs_core_svc_resume(s->core, ret ? 0 : s->view_epoch);
 	if (ret)
 		return ret;
 	if (d->drv.npeers < 2) {

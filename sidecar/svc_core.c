@@ -34,6 +34,7 @@
 #include "internal/log.h"
 #include "svc_core.h"
 #include "frame_auth.h"
+#include "daemon_boot.h"
 #include "collectives/coll_data.h"
 #include "transport/tp.h"
 #include "collectives/alltoall.h"
@@ -133,6 +134,7 @@ struct cs_core_svc {
 	unsigned nlanes;
 	uint64_t rx_other_q; /* frames on a queue that runs no lane */
 	atomic_bool pause;
+	atomic_uint table_epoch; /* the view the peer table holds (boot) */
 	/* control side */
 	pthread_mutex_t ctl; /* control vs. IPC thread */
 	struct core_op *run_op; /* collstack run's last prepared */
@@ -492,6 +494,22 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 	if (atomic_load_explicit(&s->pause, memory_order_acquire))
 		return 0;
 	epoch = atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
+	/* with the bootstrap, no core before the view's table is applied:
+	 * its frames wait unacknowledged (their senders resend them) */
+	if (s->d->boot &&
+	    epoch != atomic_load_explicit(&s->table_epoch,
+					  memory_order_acquire)) {
+		if (l->tp && epoch != l->tp_epoch) {
+			for (unsigned i = 0; i < l->nlive; i++)
+				core_verdict(l, l->live[i], CS_ERR_PEER_LOST,
+					     UINT32_MAX, now);
+			l->nlive = 0;
+			cs_tp_destroy(l->tp);
+			l->tp = NULL;
+		}
+		if (!l->tp)
+			return 0;
+	}
 	if (!l->tp || epoch != l->tp_epoch ||
 	    (atomic_exchange_explicit(&l->renew, false, memory_order_acq_rel) &&
 	     core_table_moved(l)))
@@ -647,8 +665,11 @@ void cs_core_svc_pause(struct cs_core_svc *s)
 	}
 }
 
-void cs_core_svc_resume(struct cs_core_svc *s)
+void cs_core_svc_resume(struct cs_core_svc *s, uint32_t epoch)
 {
+	if (epoch)
+		atomic_store_explicit(&s->table_epoch, epoch,
+				      memory_order_release);
 	/* the peer table may have changed under the same epoch (the lcore
 	 * saw the new epoch before the table was rebuilt for it) */
 	for (unsigned q = 0; q < s->nlanes; q++)
@@ -1500,6 +1521,7 @@ int cs_core_svc_init(struct cs_daemon *d, const struct cs_xport_params *xp,
 	}
 	pthread_mutex_init(&s->ctl, NULL);
 	atomic_init(&s->pause, false);
+	atomic_init(&s->table_epoch, cs_daemon_boot_table_epoch(d));
 	atomic_init(&s->notify_fd, -1);
 	s->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	d->drv.rx_fn = core_rx;

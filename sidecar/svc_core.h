@@ -35,7 +35,11 @@ void cs_core_svc_fini(struct cs_core_svc *s);
 /* Stop the lcore's use of the peer table (a new view is applied), and
  * let it go on with a core for the new epoch. */
 void cs_core_svc_pause(struct cs_core_svc *s);
-void cs_core_svc_resume(struct cs_core_svc *s);
+/* @epoch: the view the peer table now holds (0: none applied). With
+ * the bootstrap, a lane builds a core for a view only once its table is
+ * applied (a core built from an older table would acknowledge frames for
+ * peers the table no longer names, then be replaced). */
+void cs_core_svc_resume(struct cs_core_svc *s, uint32_t epoch);
 
 /* "ar_prepare/ar_start/ar_wait/ar_check/ar_stats" (collstack run);
  * -ENOENT for another request. */
