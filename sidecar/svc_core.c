@@ -328,16 +328,15 @@ static void core_renew(struct core_lane *l, uint32_t epoch, cs_ns_t now)
 	cs_tp_destroy(old);
 	l->built_rank = drv->rank;
 	l->built_npeers = drv->npeers;
-	memcpy(l->built_peers, drv->peers,
-	       drv->npeers * sizeof(drv->peers[0]));
+	memcpy(l->built_peers, drv->peers, drv->npeers * sizeof(drv->peers[0]));
 	for (uint32_t i = 0; i < drv->npeers; i++)
 		nodes[i] = i;
 	if (drv->npeers >= 2)
 		ret = cs_tp_group_add(l->tp, CORE_GROUP, nodes, drv->npeers,
 				      NULL);
 	if (!ret && drv->npeers >= 2)
-		ret = cs_tp_group_add(l->tp, CORE_TRAINERS, nodes,
-				      drv->npeers, NULL);
+		ret = cs_tp_group_add(l->tp, CORE_TRAINERS, nodes, drv->npeers,
+				      NULL);
 	if (!ret && drv->npeers >= 2)
 		ret = cs_tp_group_reuse_ids(l->tp, CORE_TRAINERS);
 	if (ret)
@@ -390,7 +389,8 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 			continue;
 		}
 		if (list->epoch != l->tp_epoch) {
-			core_verdict(l, list, CS_ERR_PEER_LOST, UINT32_MAX, now);
+			core_verdict(l, list, CS_ERR_PEER_LOST, UINT32_MAX,
+				     now);
 			continue;
 		}
 		if (list->refuse) {
@@ -423,7 +423,7 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 		ret = l->nlive == CORE_MAX_LIVE
 			      ? -ENOSPC
 			      : cs_tp_post(l->tp,
-					   list->group    ? list->group
+					   list->group	  ? list->group
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
@@ -459,21 +459,21 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		l->rx_no_core += n;
 		return;
 	}
-	view_epoch = atomic_load_explicit(&s->d->view.epoch,
-					  memory_order_relaxed);
+	view_epoch =
+		atomic_load_explicit(&s->d->view.epoch, memory_order_relaxed);
 	for (unsigned i = 0; i < n; i++) {
 		const struct cs_pkt_hdr *h = &pk[i].hdr;
 
 		/* ctlplane: frames of an older epoch are dropped (and
 		 * counted where `stats` shows them) before any check */
 		if (unlikely((int32_t)(h->epoch - view_epoch) < 0)) {
-			atomic_fetch_add_explicit(&s->d->view.rx_stale_epoch,
-						  1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&s->d->view.rx_stale_epoch, 1,
+						  memory_order_relaxed);
 			continue;
 		}
 		/* auth.enable: nothing unauthenticated reaches the core */
-		if (s->auth && !cs_frame_auth_rx_ok(s->auth, view_epoch, h,
-						     pk[i].payload))
+		if (s->auth &&
+		    !cs_frame_auth_rx_ok(s->auth, view_epoch, h, pk[i].payload))
 			continue;
 		cs_tp_rx(l->tp, h->src, h, pk[i].payload, now);
 	}
@@ -496,9 +496,8 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 	epoch = atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
 	/* with the bootstrap, no core before the view's table is applied:
 	 * its frames wait unacknowledged (their senders resend them) */
-	if (s->d->boot &&
-	    epoch != atomic_load_explicit(&s->table_epoch,
-					  memory_order_acquire)) {
+	if (s->d->boot && epoch != atomic_load_explicit(&s->table_epoch,
+							memory_order_acquire)) {
 		if (l->tp && epoch != l->tp_epoch) {
 			for (unsigned i = 0; i < l->nlive; i++)
 				core_verdict(l, l->live[i], CS_ERR_PEER_LOST,
@@ -520,7 +519,7 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		if (atomic_load_explicit(&l->live[i]->cancel,
 					 memory_order_relaxed))
 			cs_tp_cancel(l->tp,
-				     l->live[i]->group    ? l->live[i]->group
+				     l->live[i]->group	  ? l->live[i]->group
 				     : l->live[i]->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 				     l->live[i]->op_id, CS_ERR_CANCELLED);
@@ -528,9 +527,8 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 		core_take(l, now);
 	for (unsigned i = 0; i < l->nlive; i++)
 		if (!l->live[i]->t_ready &&
-		    (l->live[i]->a2a
-			     ? cs_a2a_result_ready(l->live[i]->a2a)
-			     : cs_coll_result_ready(l->live[i]->coll)))
+		    (l->live[i]->a2a ? cs_a2a_result_ready(l->live[i]->a2a)
+				     : cs_coll_result_ready(l->live[i]->coll)))
 			l->live[i]->t_ready = now;
 	work = cs_tp_poll(l->tp, now);
 	cs_obs_tp_publish(l->tp, now); /* observe/: metric snapshot */
@@ -696,8 +694,8 @@ static void core_snap(struct cs_core_svc *s, struct cs_tp_stats *st)
 		pthread_mutex_unlock(&l->lock);
 		for (size_t k = 0; k < sizeof(one) / sizeof(uint64_t); k++)
 			dst[k] += src[k];
-		st->peak_ops = CS_MAX(st->peak_ops - one.peak_ops,
-				      one.peak_ops);
+		st->peak_ops =
+			CS_MAX(st->peak_ops - one.peak_ops, one.peak_ops);
 		st->peak_senders = CS_MAX(st->peak_senders - one.peak_senders,
 					  one.peak_senders);
 	}
@@ -777,8 +775,8 @@ static uint64_t op_verify(const struct core_op *op, char *first, size_t flen)
 			}
 		return wrong;
 	}
-	size_t nr = op->kind == CS_COLL_ALL_GATHER ? op->n * op->count
-						    : op->count;
+	size_t nr =
+		op->kind == CS_COLL_ALL_GATHER ? op->n * op->count : op->count;
 	uint64_t wrong = 0;
 
 	first[0] = 0;
@@ -854,14 +852,8 @@ static int run_prepare(struct cs_core_svc *s, uint32_t op_id, size_t bytes,
 	    cs_port_reg_mem(s->d->port, op->buf, op->buf_len) == 0)
 		op->zc_port = s->d->port;
 	cs_coll_params_default(&p, &s->coll);
-	p.kind = CS_COLL_ALLREDUCE;
-	p.nranks = op->n;
-	p.rank = op->rank;
-	p.sendbuf = op->buf;
-	p.recvbuf = op->buf;
-	p.count = op->count;
-	p.dtype = dt;
-	p.op = CS_SUM;
+	cs_coll_params_op(&p, CS_COLL_ALLREDUCE, op->n, op->rank, 0, op->buf,
+			  op->buf, op->count, dt, CS_SUM);
 	ret = op_engine(s, op, &p, out, len);
 	if (ret) {
 		op_free(op);
@@ -950,8 +942,8 @@ static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
 		  size_t len)
 {
 	uint32_t n = op->n, fmax = s->d->port->frame_max -
-				       CS_PROTO_FRAME_OVERHEAD -
-				       (s->auth ? CS_PROTO_TAG_LEN : 0);
+				   CS_PROTO_FRAME_OVERHEAD -
+				   (s->auth ? CS_PROTO_TAG_LEN : 0);
 	struct cs_a2a_params p = { 0 };
 	uint64_t *c;
 	int ret;
@@ -1010,8 +1002,7 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 	size_t ns, nr, esz;
 
 	if (sscanf(args, "%u %u %u %llu %15s %15s %u %llu %2047s", &group,
-		   &op_id, &kind, &count, dts, rops, &root, &seed,
-		   list) != 9 ||
+		   &op_id, &kind, &count, dts, rops, &root, &seed, list) != 9 ||
 	    cs_dtype_parse(dts, &dt) || cs_redop_parse(rops, &ro) ||
 	    group < 16 || (kind >= CS_COLL_BARRIER && kind != MX_ALLTOALL) ||
 	    !count || count > (1ull << 32)) {
@@ -1089,15 +1080,8 @@ static void mx_post(struct cs_core_svc *s, const char *args, char *out,
 		cs_td_store(dt, op->sbuf, x,
 			    cs_td_value(dt, ro, n, seed, op->rank, x));
 	cs_coll_params_default(&p, &s->coll);
-	p.kind = kind;
-	p.nranks = n;
-	p.rank = op->rank;
-	p.root = root;
-	p.sendbuf = op->sbuf;
-	p.recvbuf = op->buf;
-	p.count = count;
-	p.dtype = dt;
-	p.op = ro;
+	cs_coll_params_op(&p, kind, n, op->rank, root, op->sbuf, op->buf, count,
+			  dt, ro);
 	if (op_engine(s, op, &p, out, len)) {
 		op_free(op);
 		return;
@@ -1265,7 +1249,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		int nf = sscanf(args, "%u %u %15s", &op_id, &ms, flag);
 
 		if (nf < 2 || (nf == 3 && strcmp(flag, "nocheck"))) {
-			snprintf(out, len, "err usage: ar_wait OP MS [nocheck]");
+			snprintf(out, len,
+				 "err usage: ar_wait OP MS [nocheck]");
 			return 0;
 		}
 		run_wait(s, op_id, ms, nf < 3, out, len);
@@ -1276,8 +1261,7 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		char first[128];
 
 		if (sscanf(args, "%u", &op_id) != 1 || !op ||
-		    op->op_id != op_id ||
-		    atomic_load(&op->state) != OP_DONE) {
+		    op->op_id != op_id || atomic_load(&op->state) != OP_DONE) {
 			snprintf(out, len, "err no finished operation %s",
 				 args);
 			return 0;
@@ -1310,9 +1294,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		/* the keys collstack stats reads, then the core's own */
 		snprintf(out, len,
 			 "ok core=1 ops_freed=%" PRIu64 " data_sent=%" PRIu64
-			 " retx=%" PRIu64 " fast_retx=%" PRIu64
-			 " tlp=%" PRIu64 " timeouts=%" PRIu64
-			 " spurious=%" PRIu64
+			 " retx=%" PRIu64 " fast_retx=%" PRIu64 " tlp=%" PRIu64
+			 " timeouts=%" PRIu64 " spurious=%" PRIu64
 			 " dup_rcvd=%" PRIu64 " tx_retry=%" PRIu64
 			 " rx_no_core=%" PRIu64 " post_refused=%" PRIu64
 			 " cores=%" PRIu64 " tx_too_big=%" PRIu64
@@ -1322,13 +1305,14 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			 " lanes=%u rx_other_q=%" PRIu64 " ",
 			 st.ops_done + st.ops_failed, st.tx_data, st.tx_retx,
 			 st.rel_fast_retx, st.rel_tlp, st.rel_timeouts,
-			 st.rel_spurious, st.rel_dup_rcvd, LANE_SUM(s, tx_retry),
-			 LANE_SUM(s, rx_no_core), LANE_SUM(s, post_refused),
-			 LANE_SUM(s, cores), LANE_SUM(s, tx_too_big),
-			 LANE_SUM(s, early_unacked), s->auth != NULL,
-			 s->auth ? s->auth->rx_fail : 0,
+			 st.rel_spurious, st.rel_dup_rcvd,
+			 LANE_SUM(s, tx_retry), LANE_SUM(s, rx_no_core),
+			 LANE_SUM(s, post_refused), LANE_SUM(s, cores),
+			 LANE_SUM(s, tx_too_big), LANE_SUM(s, early_unacked),
+			 s->auth != NULL, s->auth ? s->auth->rx_fail : 0,
 			 s->auth ? s->auth->rx_notag : 0,
-			 s->auth ? s->auth->rekey : 0, s->nlanes, s->rx_other_q);
+			 s->auth ? s->auth->rekey : 0, s->nlanes,
+			 s->rx_other_q);
 		for (unsigned q = 0; q < s->nlanes; q++) {
 			size_t l = strlen(out);
 			struct cs_tp_stats one;
@@ -1378,15 +1362,9 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 	op->bytes = c->count * cs_dtype_size(c->dtype);
 	op->notify = c->notify;
 	cs_coll_params_default(&p, &s->coll);
-	p.kind = c->kind;
-	p.nranks = n;
-	p.rank = rank;
-	p.root = c->root;
-	p.sendbuf = c->sendbuf ? c->sendbuf : c->recvbuf;
-	p.recvbuf = c->recvbuf;
-	p.count = c->count;
-	p.dtype = c->dtype;
-	p.op = c->redop;
+	cs_coll_params_op(&p, c->kind, n, rank, c->root,
+			  c->sendbuf ? c->sendbuf : c->recvbuf, c->recvbuf,
+			  c->count, c->dtype, c->redop);
 	ret = op_engine(s, op, &p, msg, mlen);
 	if (ret) {
 		op_free(op);
@@ -1453,8 +1431,7 @@ void cs_core_svc_stop_ext(struct cs_core_svc *s)
 	    cs_lcore_is_self(&s->d->lcores[l->q]) && l->tp &&
 	    !atomic_load(&l->pending)) {
 		/* on the lcore, between two of its rounds: end it now */
-		cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id,
-			     CS_ERR_CANCELLED);
+		cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id, CS_ERR_CANCELLED);
 		cs_tp_poll(l->tp, cs_lcore_now());
 		core_flush(l);
 	}
