@@ -400,8 +400,9 @@ out_free:
 	return ret;
 }
 
-cs_export int cs_buf_register_dev(struct cs_client *c, const struct cs_dev_mem *m,
-				  size_t off, size_t len, struct cs_buf **out)
+cs_export int cs_buf_register_dev(struct cs_client *c,
+				  const struct cs_dev_mem *m, size_t off,
+				  size_t len, struct cs_buf **out)
 {
 	struct cs_ipc_msg msg = { .type = CS_IPC_MSG_REG_DEV }, r;
 	int fd = -1, ret;
@@ -506,14 +507,13 @@ cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
 			    int size, int local_rank, int local_size,
 			    struct cs_group **out)
 {
-	return cs_group_join_ex(c, name, rank, size, local_rank, local_size,
-				0, out);
+	return cs_group_join_ex(c, name, rank, size, local_rank, local_size, 0,
+				out);
 }
 
-cs_export int cs_group_join_ex(struct cs_client *c, const char *name,
-			       int rank, int size, int local_rank,
-			       int local_size, unsigned flags,
-			       struct cs_group **out)
+cs_export int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
+			       int size, int local_rank, int local_size,
+			       unsigned flags, struct cs_group **out)
 {
 	struct cs_ipc_msg m = { .type = CS_IPC_MSG_JOIN }, r;
 	struct cs_group *g;
@@ -603,11 +603,10 @@ cs_export int cs_group_join_env(struct cs_client *c, const char *name,
 			name ? name : "");
 		return -ENOENT;
 	}
-	return cs_group_join_ex(c, name, rank, size, lr, ls,
-				env_int("COLLSTACK_ELASTIC", &el) && el
-					? CS_GROUP_ELASTIC
-					: 0,
-				out);
+	return cs_group_join_ex(
+		c, name, rank, size, lr, ls,
+		env_int("COLLSTACK_ELASTIC", &el) && el ? CS_GROUP_ELASTIC : 0,
+		out);
 }
 
 cs_export int cs_group_rank(const struct cs_group *g)
@@ -914,14 +913,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"left",
 			what, (unsigned long long)q->seq, (int)q->peer,
 			q->epoch);
-	else if (q->status == CS_ERR_EPOCH &&
-		 q->detail == CS_IPC_EPOCH_RESIZED)
+	else if (q->status == CS_ERR_EPOCH && q->detail == CS_IPC_EPOCH_RESIZED)
 		set_err(c,
 			"%s, op %llu of the group: the group was re-formed "
 			"before it (now size %d, this trainer rank %d): post it "
 			"again for the new size",
-			what, (unsigned long long)q->seq, q->g ? q->g->size : -1,
-			q->g ? q->g->rank : -1);
+			what, (unsigned long long)q->seq,
+			q->g ? q->g->size : -1, q->g ? q->g->rank : -1);
 	else if (q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE)
 		set_err(c,
 			"%s, op %llu of the group: node %d was lost (its "

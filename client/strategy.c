@@ -23,7 +23,8 @@ static unsigned nreg;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 
-/* ---- built-ins ------------------------------------------------------------ */
+/* ---- built-ins ------------------------------------------------------------
+ */
 
 /* After posting (@ret, request @r): wait, and say what failed. */
 static int wait_req(const struct cs_strategy_ctx *ctx, int ret, cs_req_t r,
@@ -38,8 +39,8 @@ static int wait_req(const struct cs_strategy_ctx *ctx, int ret, cs_req_t r,
 }
 
 static int ar_exchange(void *state, const struct cs_strategy_ctx *ctx,
-		       void *grad, size_t count, enum cs_dtype dtype,
-		       char *why, size_t whylen)
+		       void *grad, size_t count, enum cs_dtype dtype, char *why,
+		       size_t whylen)
 {
 	cs_req_t r = 0;
 	int ret;
@@ -106,8 +107,8 @@ static int ps_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
 	return -ENOTSUP;
 }
 
-static int a2a_open(const struct cs_strategy_ctx *ctx, void **state,
-		    char *why, size_t whylen)
+static int a2a_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
+		    size_t whylen)
 {
 	(void)state;
 	snprintf(why, whylen,
@@ -134,8 +135,8 @@ static const struct cs_strategy_ops builtin[] = {
 	  "one allreduce (sum); the sidecar picks direct, ring or two-level",
 	  NULL, ar_exchange, NULL },
 	{ CS_STRATEGY_ABI, "rs-ag",
-	  "reduce-scatter then all-gather (the same sum, two operations)",
-	  NULL, rsag_exchange, NULL },
+	  "reduce-scatter then all-gather (the same sum, two operations)", NULL,
+	  rsag_exchange, NULL },
 	{ CS_STRATEGY_ABI, "local",
 	  "no exchange: parameters that live on one rank only", NULL,
 	  local_exchange, NULL },
@@ -155,7 +156,8 @@ static void reg_init(void)
 		reg_add(&builtin[i]);
 }
 
-/* ---- registry ------------------------------------------------------------- */
+/* ---- registry -------------------------------------------------------------
+ */
 
 /* The name's id in the control vector: FNV-1a, 62 bits, never 0. */
 static int64_t name_id(const char *s)
@@ -227,7 +229,8 @@ static const struct cs_strategy_ops *find_id(int64_t id)
 	return o;
 }
 
-cs_export unsigned cs_strategy_list(const struct cs_strategy_ops **out, unsigned max)
+cs_export unsigned cs_strategy_list(const struct cs_strategy_ops **out,
+				    unsigned max)
 {
 	unsigned n;
 
@@ -240,8 +243,9 @@ cs_export unsigned cs_strategy_list(const struct cs_strategy_ops **out, unsigned
 	return n;
 }
 
-cs_export int cs_strategy_load(const char *path, const struct cs_strategy_ops **out,
-		     char *why, size_t whylen)
+cs_export int cs_strategy_load(const char *path,
+			       const struct cs_strategy_ops **out, char *why,
+			       size_t whylen)
 {
 	const struct cs_strategy_ops *(*get)(void);
 	const struct cs_strategy_ops *ops;
@@ -284,8 +288,8 @@ cs_export int cs_strategy_load(const char *path, const struct cs_strategy_ops **
 	if (ret) {
 		snprintf(why, whylen, "plugin %s: strategy '%s': %s", path,
 			 ops->name ? ops->name : "(no name)",
-			 ret == -EEXIST	   ? "a strategy of that name (or id) "
-					     "is registered already"
+			 ret == -EEXIST	  ? "a strategy of that name (or id) "
+					    "is registered already"
 			 : ret == -ENOSPC ? "the registry is full"
 					  : "bad ops table (name, exchange)");
 		goto out_close;
@@ -299,7 +303,8 @@ out_close:
 	return ret;
 }
 
-/* ---- jobs ------------------------------------------------------------------- */
+/* ---- jobs -------------------------------------------------------------------
+ */
 
 struct strat_group {
 	char name[64];
@@ -331,7 +336,7 @@ static int jerr(struct cs_strat_job *j, int ret, const char *fmt, ...)
 }
 
 cs_export int cs_strat_job_open(struct cs_client *c, struct cs_group *g,
-		      struct cs_strat_job **out)
+				struct cs_strat_job **out)
 {
 	struct cs_strat_job *j;
 	int ret;
@@ -378,7 +383,8 @@ cs_export int cs_strat_job_find(const struct cs_strat_job *j, const char *name)
 	return -ENOENT;
 }
 
-cs_export const char *cs_strat_job_current(const struct cs_strat_job *j, unsigned index)
+cs_export const char *cs_strat_job_current(const struct cs_strat_job *j,
+					   unsigned index)
 {
 	return j && index < j->ngrp ? j->grp[index].ops->name : NULL;
 }
@@ -402,7 +408,7 @@ static int switch_to(struct cs_strat_job *j, struct strat_group *sg,
 }
 
 cs_export int cs_strat_job_add(struct cs_strat_job *j, const char *name,
-		     const char *strategy, unsigned *index)
+			       const char *strategy, unsigned *index)
 {
 	const struct cs_strategy_ops *ops;
 	struct strat_group *sg;
@@ -509,7 +515,7 @@ cs_export int cs_strat_job_config(struct cs_strat_job *j, const char *path)
 }
 
 cs_export int cs_strat_job_request(struct cs_strat_job *j, unsigned index,
-			 const char *strategy)
+				   const char *strategy)
 {
 	if (!j || index >= j->ngrp)
 		return jerr(j, -EINVAL, "no parameter group %u", index);
@@ -575,8 +581,9 @@ cs_export int cs_strat_job_step(struct cs_strat_job *j, uint64_t step)
 	return first;
 }
 
-cs_export int cs_strat_job_exchange(struct cs_strat_job *j, unsigned index, void *grad,
-			  size_t count, enum cs_dtype dtype)
+cs_export int cs_strat_job_exchange(struct cs_strat_job *j, unsigned index,
+				    void *grad, size_t count,
+				    enum cs_dtype dtype)
 {
 	struct strat_group *sg;
 	char why[400] = "";

@@ -119,7 +119,8 @@ static inline double cs_td_expect(enum cs_dtype t, enum cs_redop op,
 	double acc = cs_td_value(t, op, nranks, seed, 0, i);
 
 	for (uint32_t r = 1; r < nranks; r++) {
-		acc = cs_td_red(op, acc, cs_td_value(t, op, nranks, seed, r, i));
+		acc = cs_td_red(op, acc,
+				cs_td_value(t, op, nranks, seed, r, i));
 		if (t == CS_U8)
 			acc = fmod(acc, 256);
 	}

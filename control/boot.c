@@ -411,8 +411,7 @@ static int admit(struct cs_coord *c, uint32_t conn, const struct cs_boot_msg *m,
 	}
 	if (m->want_rank >= 0) {
 		rank = (uint32_t)m->want_rank;
-		if (rank < lo || rank >= hi ||
-		    (c->complete && rank != lo) ||
+		if (rank < lo || rank >= hi || (c->complete && rank != lo) ||
 		    c->rank_conn[rank] != UINT32_MAX) {
 			CS_WARN("refused a member on connection %u: rank %d taken or outside %u..%u",
 				conn, m->want_rank, lo, hi - 1);

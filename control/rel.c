@@ -133,9 +133,9 @@ static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 
 	if (!r->rto_floor || !r->p.rto_learn)
 		return 0;
-	halvings = now > r->rto_floor_at ? (now - r->rto_floor_at) /
-						   r->p.rto_learn
-					 : 0;
+	halvings = now > r->rto_floor_at
+			   ? (now - r->rto_floor_at) / r->p.rto_learn
+			   : 0;
 	return halvings >= 63 ? 0 : r->rto_floor >> halvings;
 }
 

@@ -20,16 +20,16 @@
  * port). Sockets sharing one port through SO_REUSEPORT, as before, had
  * the kernel pick the socket by a hash of the addresses, so a peer's
  * frames landed on queue 1 as often as not and were dropped there: with
- * port.queues=2 every operation failed ("peer lost"). Receive is one multishot recvmsg request whose buffers are
- * the receive slots, registered as a ring of provided buffers: release()
- * gives a slot back to that ring, and when the kernel finds it empty the
- * request stops and the next rx_burst() arms it again. Where the kernel
- * has no multishot receive, up to rx_posted single recvmsg requests are
- * posted at a time and the other slots (and the released ones) wait on a
- * free list. Never one request per slot: on an empty socket each request
- * is a poll waiter, and every datagram wakes every waiter (one receives,
- * the rest find nothing and wait again); with 512 posted that herd took
- * three quarters of the lcore: 2.4 instead of 10.7 Gbit/s per direction on
+ * port.queues=2 every operation failed ("peer lost"). Receive is one multishot
+ * recvmsg request whose buffers are the receive slots, registered as a ring of
+ * provided buffers: release() gives a slot back to that ring, and when the
+ * kernel finds it empty the request stops and the next rx_burst() arms it
+ * again. Where the kernel has no multishot receive, up to rx_posted single
+ * recvmsg requests are posted at a time and the other slots (and the released
+ * ones) wait on a free list. Never one request per slot: on an empty socket
+ * each request is a poll waiter, and every datagram wakes every waiter (one
+ * receives, the rest find nothing and wait again); with 512 posted that herd
+ * took three quarters of the lcore: 2.4 instead of 10.7 Gbit/s per direction on
  * the raw blast. Transmit
  * slots come from a free list and return to it when their sendmsg
  * completes. At most one system call per burst, none for an idle poll.

@@ -108,16 +108,15 @@ int cs_model_fit_direct(struct cs_model *m, const struct cs_model_run *r,
 
 		if (r[i].ranks < 2)
 			return -EINVAL;
-		s += r[i].ns - (r[i].ranks - 1) * ((double)r[i].bytes *
-							   m->beta_ns +
-						   f * m->frame_ns);
+		s += r[i].ns -
+		     (r[i].ranks - 1) * ((double)r[i].bytes * m->beta_ns +
+					 f * m->frame_ns);
 	}
 	m->direct_alpha_ns = fmax(s / n, 0);
 	return 0;
 }
 
-int cs_model_fit_ack(struct cs_model *m, const struct cs_model_run *r,
-		     size_t n)
+int cs_model_fit_ack(struct cs_model *m, const struct cs_model_run *r, size_t n)
 {
 	double x[MAX_RUNS], y[MAX_RUNS], c;
 	struct ring_terms t;
@@ -139,8 +138,7 @@ int cs_model_fit_ack(struct cs_model *m, const struct cs_model_run *r,
 	return 0;
 }
 
-int cs_model_fit_a2a(struct cs_model *m, const struct cs_model_run *r,
-		     size_t n)
+int cs_model_fit_a2a(struct cs_model *m, const struct cs_model_run *r, size_t n)
 {
 	double x[MAX_RUNS * 2], y[MAX_RUNS], c[2];
 
@@ -163,8 +161,7 @@ int cs_model_fit_a2a(struct cs_model *m, const struct cs_model_run *r,
 	return 0;
 }
 
-int cs_model_fit_ps(struct cs_model *m, const struct cs_model_run *r,
-		    size_t n)
+int cs_model_fit_ps(struct cs_model *m, const struct cs_model_run *r, size_t n)
 {
 	double x[MAX_RUNS * 3], y[MAX_RUNS], c[3];
 
@@ -216,8 +213,8 @@ int cs_model_fit_cluster(struct cs_model *m, const struct cs_model_run *r,
 	m->ack_turn_ns = 0; /* not measurable through collstack run */
 	for (size_t i = 0; i < n; i++)
 		if (r[i].bytes <= m->direct_max) {
-			sd += r[i].ns -
-			      (r[i].ranks - 1) * (double)r[i].bytes * m->beta_ns;
+			sd += r[i].ns - (r[i].ranks - 1) * (double)r[i].bytes *
+						m->beta_ns;
 			kd++;
 		}
 	m->direct_alpha_ns = kd ? fmax(sd / kd, 0) : m->alpha_ns;

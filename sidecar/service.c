@@ -61,7 +61,6 @@ static const struct cs_cfg_entry early_cfg[] = {
 	  "ops_early, tx_retx_early)" },
 };
 
-
 static_assert(sizeof(struct svc_conf) <=
 		      sizeof(((struct cs_daemon_conf *)0)->svc),
 	      "collective settings do not fit the daemon's config area");
@@ -166,7 +165,8 @@ void cs_daemon_help_config(FILE *out)
 		     "port's frames):\n");
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
 	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
-	fprintf(out, "\ntransport core (collstackd sets tp.hold_frames=4096):\n");
+	fprintf(out,
+		"\ntransport core (collstackd sets tp.hold_frames=4096):\n");
 	cs_cfg_help(cs_tp_cfg, cs_tp_cfg_len, out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);

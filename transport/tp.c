@@ -53,8 +53,8 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "groups known at once per core" },
 	{ "tp.max_nodes", CS_CFG_U32, offsetof(struct cs_tp_params, max_nodes),
 	  "1024", 2, 1 << 16, "node ids are below this" },
-	{ "tp.early", CS_CFG_BOOL, offsetof(struct cs_tp_params, early), "1",
-	  0, 1,
+	{ "tp.early", CS_CFG_BOOL, offsetof(struct cs_tp_params, early), "1", 0,
+	  1,
 	  "an operation whose engine resends from its own copy (a direct "
 	  "exchange) is reported ready to its owner once its result is "
 	  "final, before its own last frames are acknowledged; the core "
@@ -135,10 +135,12 @@ struct tp_held {
  * that a peer's abort of one not posted here yet ends it at its post. */
 #define TP_ABORTS 64
 #define TP_ABORT_RETELL 100000 /* ns between two answers to one op's data */
-#define TP_ABORT_REUSE_TTL 200000000 /* ns: answered, in groups whose ids
-				      * restart */
-#define TP_CTRL_ABORT 1 /* CS_PKT_CTRL, in hdr.step; hdr.offset: -error,
-			 * hdr.credit: the culprit's node (UINT32_MAX: none) */
+#define TP_ABORT_REUSE_TTL                                                     \
+	200000000 /* ns: answered, in groups whose ids                         \
+		   * restart */
+#define TP_CTRL_ABORT                                                          \
+	1 /* CS_PKT_CTRL, in hdr.step; hdr.offset: -error,                     \
+	   * hdr.credit: the culprit's node (UINT32_MAX: none) */
 struct tp_abort {
 	uint32_t group, op, culprit_node;
 	int err;
@@ -222,8 +224,7 @@ static struct tp_peer *tp_peer(struct cs_tp *tp, uint32_t node)
 
 	if (pr)
 		return pr;
-	pr = calloc(1, sizeof(*pr) +
-			       tp->p.sess_channels * sizeof(pr->sess[0]));
+	pr = calloc(1, sizeof(*pr) + tp->p.sess_channels * sizeof(pr->sess[0]));
 	if (!pr)
 		return NULL;
 	if (cs_path_init(&pr->path, &tp->xp.pacer, &tp->xp.cc)) {
@@ -241,7 +242,8 @@ static bool tp_peer_rtt(const struct tp_peer *pr, uint32_t nch, cs_ns_t *srtt,
 			cs_ns_t *var)
 {
 	for (uint32_t c = 0; c < nch; c++)
-		if (pr->sess[c] && cs_rel_stats(&pr->sess[c]->rel)->rtt_samples &&
+		if (pr->sess[c] &&
+		    cs_rel_stats(&pr->sess[c]->rel)->rtt_samples &&
 		    cs_rel_rtt(&pr->sess[c]->rel, srtt, var))
 			return true;
 	if (!pr->seed_srtt)
@@ -319,7 +321,8 @@ static bool tp_recently_done(const struct tp_group *g, uint32_t id)
 {
 	uint32_t i = id % TP_DONE_WIN;
 
-	return !g->reuse && (g->done_valid[i / 64] >> (i % 64) & 1) && g->done_id[i] == id;
+	return !g->reuse && (g->done_valid[i / 64] >> (i % 64) & 1) &&
+	       g->done_id[i] == id;
 }
 
 static void tp_mark_done(struct tp_group *g, uint32_t id)
@@ -487,11 +490,12 @@ static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
 		struct tp_held *k = &tp->held[i];
 
 		if (k->hdr.group == op->g->id && k->hdr.op == op->id) {
-			struct tp_sess *s = tp->peer[k->src]
-						    ? tp->peer[k->src]->sess
-							      [k->hdr.channel %
-							       tp->p.sess_channels]
-						    : NULL;
+			struct tp_sess *s =
+				tp->peer[k->src]
+					? tp->peer[k->src]
+						  ->sess[k->hdr.channel %
+							 tp->p.sess_channels]
+					: NULL;
 
 			tp_deliver(tp, op, s, k->src, &k->hdr, k->data, now);
 			tp->st.rx_replayed++;
@@ -719,8 +723,8 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 			ret = -EINVAL;
 			goto out_free;
 		}
-		op->sess[c] = tp_sess(tp, g->nodes[peer],
-				      c % tp->p.sess_channels);
+		op->sess[c] =
+			tp_sess(tp, g->nodes[peer], c % tp->p.sess_channels);
 		if (!op->sess[c])
 			goto out_free;
 	}
@@ -851,8 +855,8 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		struct tp_abort *a = tp_abort_add(tp, g->id, op->id, false);
 
 		a->err = status;
-		a->culprit_node = culprit < g->n ? g->nodes[culprit]
-						 : UINT32_MAX;
+		a->culprit_node =
+			culprit < g->n ? g->nodes[culprit] : UINT32_MAX;
 		a->at = tp->now;
 		for (uint32_t r = 0; r < g->n; r++) {
 			uint32_t node = g->nodes[r];
@@ -1015,11 +1019,13 @@ static unsigned tp_resend(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 			tp->st.tx_fillers++;
 		}
 		h.len = len;
-		uint64_t fr = s->rel.st.fast_retx, tl = s->rel.st.tlp; /* observe/ */
+		uint64_t fr = s->rel.st.fast_retx,
+			 tl = s->rel.st.tlp; /* observe/ */
 		if (cs_rel_stamp_retx(&s->rel, &h, seq, now))
 			break;
 		tp_xmit(tp, s->node, &h, pl, len);
-		cs_obs_tp_retx(now, s->node, &h, len, &s->rel, fr, tl); /* observe/ */
+		cs_obs_tp_retx(now, s->node, &h, len, &s->rel, fr,
+			       tl); /* observe/ */
 		tp->st.tx_retx++;
 		sent++;
 	}
@@ -1094,11 +1100,9 @@ static unsigned tp_schedule(struct cs_tp *tp, cs_ns_t now)
 	}
 	do {
 		round = 0;
-		for (uint32_t k = 0, seen = 0; k < tp->nops && !full &&
-					       seen < nbulk;
-		     k++) {
-			struct tp_op *op =
-				tp->ops[(tp->rr + k) % tp->nops];
+		for (uint32_t k = 0, seen = 0;
+		     k < tp->nops && !full && seen < nbulk; k++) {
+			struct tp_op *op = tp->ops[(tp->rr + k) % tp->nops];
 
 			if (op->latency)
 				continue;
@@ -1144,8 +1148,7 @@ static void tp_fail_ops_of(struct cs_tp *tp, uint32_t node)
 		int32_t r = op->g->rank_of[node];
 
 		if (r >= 0)
-			op->ops->abort(op->flow, CS_ERR_PEER_LOST,
-				       (uint32_t)r);
+			op->ops->abort(op->flow, CS_ERR_PEER_LOST, (uint32_t)r);
 	}
 }
 
@@ -1333,24 +1336,22 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rx_proto=%" PRIu64 " rx_held=%" PRIu64 " rx_replayed=%" PRIu64
 		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
 		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
-		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64
-		" ops_early=%" PRIu64 " tx_retx_early=%" PRIu64
-		" early_dropped=%" PRIu64 " grants_set=%" PRIu64
-		" peak_senders=%" PRIu64 " tx_aborts=%" PRIu64
-		" rx_aborts=%" PRIu64
+		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64 " ops_early=%" PRIu64
+		" tx_retx_early=%" PRIu64 " early_dropped=%" PRIu64
+		" grants_set=%" PRIu64 " peak_senders=%" PRIu64
+		" tx_aborts=%" PRIu64 " rx_aborts=%" PRIu64
 		" ops_posted=%" PRIu64 " ops_done=%" PRIu64
-		" ops_failed=%" PRIu64 " sessions=%" PRIu64
-		" peak_ops=%" PRIu64 " rel_timeouts=%" PRIu64
-		" bad_acked=%" PRIu64 " bad_rebuild=%" PRIu64
-		" sess_failed=%" PRIu64 " rel_stale_rcvd=%" PRIu64 "\n",
+		" ops_failed=%" PRIu64 " sessions=%" PRIu64 " peak_ops=%" PRIu64
+		" rel_timeouts=%" PRIu64 " bad_acked=%" PRIu64
+		" bad_rebuild=%" PRIu64 " sess_failed=%" PRIu64
+		" rel_stale_rcvd=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
 		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
 		st->early_dropped, st->grants_set, st->peak_senders,
-		st->tx_aborts, st->rx_aborts,
-		st->ops_posted, st->ops_done,
+		st->tx_aborts, st->rx_aborts, st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,
 		st->rel_stale_rcvd);
@@ -1367,8 +1368,7 @@ int cs_tp_create(const struct cs_tp_params *p, const struct cs_xport_params *xp,
 
 	if (!p || !xp || !io || !io->tx_room || !io->xmit || !io->done ||
 	    !p->sess_channels || !p->max_ops || !p->max_groups ||
-	    self >= p->max_nodes ||
-	    cs_rel_params_check(&xp->rel, NULL, 0))
+	    self >= p->max_nodes || cs_rel_params_check(&xp->rel, NULL, 0))
 		return -EINVAL;
 	tp = calloc(1, sizeof(*tp));
 	if (!tp)
@@ -1386,8 +1386,8 @@ int cs_tp_create(const struct cs_tp_params *p, const struct cs_xport_params *xp,
 	tp->groups = calloc(p->max_groups, sizeof(*tp->groups));
 	tp->ops = calloc(p->max_ops, sizeof(*tp->ops));
 	tp->hash = calloc(hsize, sizeof(*tp->hash));
-	tp->held = calloc(p->hold_frames ? p->hold_frames : 1,
-			  sizeof(*tp->held));
+	tp->held =
+		calloc(p->hold_frames ? p->hold_frames : 1, sizeof(*tp->held));
 	if (!tp->peer || !tp->groups || !tp->ops || !tp->hash || !tp->held) {
 		cs_tp_destroy(tp);
 		return -ENOMEM;

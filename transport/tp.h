@@ -11,8 +11,8 @@
  * an operation or a session to a new peer is set up.
  *
  *   owner (collstackd's lcore, the simulator's node)
- *     | cs_tp_rx(src node, header, payload)      ^ io->xmit(node, header, payload)
- *     v                                           | io->done(op, status)
+ *     | cs_tp_rx(src node, header, payload)      ^ io->xmit(node, header,
+ * payload) v                                           | io->done(op, status)
  *   session (peer, h->channel % S): seq, ACK/SACK, retransmission, pacing
  *     | new data, in order of arrival
  *     v

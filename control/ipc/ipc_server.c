@@ -336,11 +336,11 @@ static int dev_copy(struct cs_ipc_server *s, struct seg *sg, uint8_t *host,
 
 	for (size_t done = 0; done < len;) {
 		size_t n = CS_MIN(len - done, IPC_PIECE);
-		int err = in ? s->dev_ops->to_host(s->dev_ctx, sg->dev,
-						   off + done, host + done, n) :
-			       s->dev_ops->from_host(s->dev_ctx, sg->dev,
-						     off + done, host + done,
-						     n);
+		int err =
+			in ? s->dev_ops->to_host(s->dev_ctx, sg->dev,
+						 off + done, host + done, n)
+			   : s->dev_ops->from_host(s->dev_ctx, sg->dev,
+						   off + done, host + done, n);
 
 		if (err)
 			return -EIO;
@@ -391,7 +391,8 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 
 		if (!p->arrived)
 			continue;
-		cs_obs_ipc_done(s->now, g->id, in->seq, l, status); /* observe/ */
+		cs_obs_ipc_done(s->now, g->id, in->seq, l,
+				status); /* observe/ */
 		if (!st && p->recv_seg && p->recv_seg->dev)
 			st = dev_out(s, g, p);
 		if (st != status)
@@ -459,7 +460,6 @@ static int local_of(const struct group *g, uint32_t r)
 			return (int)l;
 	return -1;
 }
-
 
 static void progress(struct cs_ipc_server *s)
 {
@@ -1316,8 +1316,9 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	if (p->recv_seg)
 		p->recv_seg->refs++;
 	in->arrived++;
-	cs_obs_ipc_post(s->now, g->id, g->name, g->size, g->local_size, g->ranks,
-			in->seq, m->local_rank, d->op, d->count); /* observe/ */
+	cs_obs_ipc_post(s->now, g->id, g->name, g->size, g->local_size,
+			g->ranks, in->seq, m->local_rank, d->op,
+			d->count); /* observe/ */
 	run_ready(s, g);
 }
 
@@ -1551,8 +1552,9 @@ static int handle_reg_dev(struct cs_ipc_server *s, struct trainer *t,
 		return -EOPNOTSUPP;
 	}
 	if (nfd > 1 || (nfd == 1) != (msg->u.dev.kind == CS_IPC_DEV_POSIX_FD)) {
-		snprintf(why, wl, "device registration: 1 fd for a POSIX-fd "
-				  "handle, none otherwise");
+		snprintf(why, wl,
+			 "device registration: 1 fd for a POSIX-fd "
+			 "handle, none otherwise");
 		return -EPROTO;
 	}
 	if (!len || len > s->cfg.max_segment_bytes || msg->u.dev.pad) {
@@ -1579,8 +1581,9 @@ static int handle_reg_dev(struct cs_ipc_server *s, struct trainer *t,
 		snprintf(why, wl, "no memory for a %zu-byte host shadow", len);
 		return -ENOMEM;
 	}
-	t->segs[i] = (struct seg){ .base = shadow, .len = len, .used = true,
-				   .dev = cookie };
+	t->segs[i] = (struct seg){
+		.base = shadow, .len = len, .used = true, .dev = cookie
+	};
 	if (s->have_be && s->be.reg_mem)
 		s->be.reg_mem(s->be.ctx, shadow, len);
 	*val = i;
@@ -1701,8 +1704,8 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	 * the cluster; the group tells them at its first operation */
 	newcomer = rank == -1 && size == -1 &&
 		   (msg->u.join.flags & CS_IPC_JOIN_ELASTIC);
-	if (newcomer && ls >= 1 && (uint32_t)ls <= CS_IPC_MAX_LOCAL && lr >= 0 &&
-	    lr < ls) {
+	if (newcomer && ls >= 1 && (uint32_t)ls <= CS_IPC_MAX_LOCAL &&
+	    lr >= 0 && lr < ls) {
 		size = 0;
 	} else if (size < 1 || (uint32_t)size > IPC_MAX_GROUP_SIZE ||
 		   rank < 0 || rank >= size || ls < 1 || ls > size ||
@@ -1782,7 +1785,8 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 (int)g->ranks[l], l, name);
 			return -EEXIST;
 		}
-		if (g->m[lr] || (rank >= 0 && local_of(g, (uint32_t)rank) >= 0)) {
+		if (g->m[lr] ||
+		    (rank >= 0 && local_of(g, (uint32_t)rank) >= 0)) {
 			snprintf(why, wl,
 				 "rank %d / local rank %d already "
 				 "joined",
@@ -1908,8 +1912,8 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 						   sizeof(why));
 				break;
 			case CS_IPC_MSG_REG_DEV:
-				ret = handle_reg_dev(s, t, &msg, fds, nfd,
-						     &val, why, sizeof(why));
+				ret = handle_reg_dev(s, t, &msg, fds, nfd, &val,
+						     why, sizeof(why));
 				break;
 			case CS_IPC_MSG_JOIN:
 				ret = handle_join(s, t, &msg, &val, why,
@@ -1986,8 +1990,7 @@ static int check_hello(struct cs_ipc_server *s, cs_ns_t now)
 		snprintf(why, sizeof(why),
 			 "no hello within %llu ms of connecting "
 			 "(ipc.hello_deadline)",
-			 (unsigned long long)(s->cfg.hello_deadline /
-					      1000000));
+			 (unsigned long long)(s->cfg.hello_deadline / 1000000));
 		CS_WARN("closed the connection of pid %d: %s", (int)t->pid,
 			why);
 		(void)reply(t, -ETIMEDOUT, 0, why);

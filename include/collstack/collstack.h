@@ -240,8 +240,8 @@ int cs_group_join(struct cs_client *c, const char *name, int rank, int size,
  * Returns: as cs_group_join(); -EINVAL also for unknown flags or flags
  * other than the group's.
  */
-int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
-		     int size, int local_rank, int local_size, unsigned flags,
+int cs_group_join_ex(struct cs_client *c, const char *name, int rank, int size,
+		     int local_rank, int local_size, unsigned flags,
 		     struct cs_group **out);
 
 /**
