@@ -751,41 +751,6 @@ static int ring_layout(struct cs_daemon_ipc *x,
 }
 
 /*
- * An all-to-all runs node to node (CS_IPC_INTER_ALLTOALL): this node's
- * ranks must be the block of its ring index (*@pos), every node holding
- * as many. Otherwise it is refused here, and announced so to the group
- * (the other nodes' part ends at once). Returns 0, -EAGAIN (the view
- * moved) or CS_ERR_BAD_DESC.
- */
-static int a2a_layout(struct cs_daemon_ipc *x,
-		      const struct cs_ipc_inter_op *op, uint32_t *pos)
-{
-	uint32_t nn, L = op->local_size;
-	char msg[160];
-	int ret;
-
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
-		return ret;
-	}
-	if (op->group_size == nn * L &&
-	    (uint32_t)op->local_ranks[0] == *pos * L)
-		return 0;
-	CS_WARN("group '%s': all-to-all refused: %u ranks here from rank %d, "
-		"the group has %u over %u nodes; node %u must hold ranks "
-		"%u..%u (the same number on every node, in ring order)",
-		op->group, L, (int)op->local_ranks[0], op->group_size, nn,
-		*pos, *pos * L, *pos * L + L - 1);
-	if (cs_ar_svc_refuse(x->d->svc, x->q[x->head].op_id | OP_ID_RING_KIND,
-			     x->epoch, CS_ERR_BAD_DESC))
-		CS_WARN("group '%s': the refusal was not announced", op->group);
-	return CS_ERR_BAD_DESC;
-}
-
-/*
  * Start q[head] on the port; returns 0, 1 (nothing to exchange) or a
  * negative error.
  *
@@ -877,14 +842,6 @@ static int launch(struct cs_daemon_ipc *x)
 			c.count = bytes;
 		}
 		break;
-	case CS_IPC_INTER_ALLTOALL:
-		ret = a2a_layout(x, op, &pos);
-		if (ret)
-			return ret;
-		c.alltoall = true;
-		c.sendbuf = op->sendbuf;
-		c.count = op->block;
-		break;
 	case CS_IPC_INTER_BARRIER:
 		x->barrier_word = 0;
 		c.recvbuf = &x->barrier_word;
@@ -900,7 +857,7 @@ static int launch(struct cs_daemon_ipc *x)
 	}
 	if (!c.count)
 		return 1; /* nothing to exchange: done now */
-	if (c.kind != CS_COLL_ALLREDUCE || c.alltoall) {
+	if (c.kind != CS_COLL_ALLREDUCE) {
 		c.op_id |= OP_ID_RING_KIND;
 		c.rank = pos;
 	}
