@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cs-trainer-groups: one trainer in several groups at once, posting one
+ * allreduce on each group per round in the order given, all in flight
+ * together, then waiting for them (tests/netns/test_trainers.sh
+ * groups_*: two nodes post the same groups in opposite orders).
+ *
+ *   COLLSTACK_SOCKET=... cs-trainer-groups RANK SIZE LOCAL_RANK \
+ *	LOCAL_SIZE GROUP[,GROUP...] ROUNDS [COUNT]
+ *
+ * Rank r contributes (r + 1) * (g + 1) + k to every element of round k
+ * of the g-th group in sorted name order (the same g on every node,
+ * whatever order it posts in); every element of every result is checked
+ * exactly. Prints "ok groups=G rounds=K wrong=0" and exits 0, or prints
+ * what failed and exits 1; 2 on usage.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <collstack/collstack.h>
+
+#define GROUPS_MAX 8
+#define GROUPS_COUNT 4096 /* elements, default */
+#define GROUPS_WAIT_NS (120 * 1000000000ll)
+
+int main(int argc, char **argv)
+{
+	char *names[GROUPS_MAX], *list, *save = NULL, *tok;
+	struct cs_group *g[GROUPS_MAX];
+	unsigned gid[GROUPS_MAX];
+	int rank, size, lr, ls, rounds, ng = 0, ret;
+	size_t count = GROUPS_COUNT;
+	unsigned long long wrong = 0;
+	struct cs_client *c;
+	struct cs_buf *b;
+	float *buf;
+
+	if (argc < 7 || argc > 8) {
+		fprintf(stderr, "usage: cs-trainer-groups RANK SIZE "
+				"LOCAL_RANK LOCAL_SIZE GROUP[,GROUP...] "
+				"ROUNDS [COUNT]\n");
+		return 2;
+	}
+	rank = atoi(argv[1]);
+	size = atoi(argv[2]);
+	lr = atoi(argv[3]);
+	ls = atoi(argv[4]);
+	rounds = atoi(argv[6]);
+	if (argc == 8)
+		count = (size_t)atol(argv[7]);
+	list = argv[5];
+	for (tok = strtok_r(list, ",", &save); tok && ng < GROUPS_MAX;
+	     tok = strtok_r(NULL, ",", &save))
+		names[ng++] = tok;
+	if (size < 1 || rank < 0 || rank >= size || !ng || tok ||
+	    rounds < 1 || !count || count > (1 << 22)) {
+		fprintf(stderr, "bad RANK, SIZE, GROUP list, ROUNDS or COUNT\n");
+		return 2;
+	}
+	for (int i = 0; i < ng; i++) { /* its index in sorted name order */
+		gid[i] = 0;
+		for (int j = 0; j < ng; j++)
+			gid[i] += strcmp(names[j], names[i]) < 0;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	ret = cs_connect(NULL, &c);
+	if (ret) {
+		printf("setup connect: %s\n", cs_strerror(ret));
+		return 1;
+	}
+	for (int i = 0; i < ng; i++) {
+		ret = cs_group_join(c, names[i], rank, size, lr, ls, &g[i]);
+		if (ret) {
+			printf("setup join %s: %s: %s\n", names[i],
+			       cs_strerror(ret), cs_errmsg(c));
+			return 1;
+		}
+	}
+	ret = cs_buf_alloc(c, (size_t)ng * count * sizeof(float), &b);
+	if (ret) {
+		printf("setup buffer: %s\n", cs_strerror(ret));
+		return 1;
+	}
+	buf = cs_buf_ptr(b);
+	for (int k = 0; k < rounds; k++) {
+		cs_req_t r[GROUPS_MAX];
+
+		for (int i = 0; i < ng; i++) {
+			float *x = buf + (size_t)i * count;
+
+			for (size_t e = 0; e < count; e++)
+				x[e] = (float)((rank + 1) * (int)(gid[i] + 1) +
+					       k);
+			ret = cs_allreduce(g[i], x, x, count, CS_F32, CS_SUM,
+					   &r[i]);
+			if (ret) {
+				printf("error round=%d group=%s post: %s\n", k,
+				       names[i], cs_strerror(ret));
+				return 1;
+			}
+		}
+		for (int i = 0; i < ng; i++) {
+			const float *x = buf + (size_t)i * count;
+			float want = (float)((int)(gid[i] + 1) * size *
+						     (size + 1) / 2 +
+					     size * k);
+
+			ret = cs_wait(c, r[i], GROUPS_WAIT_NS);
+			if (ret) {
+				printf("error round=%d group=%s status=%d "
+				       "msg=%s\n",
+				       k, names[i], ret, cs_errmsg(c));
+				return 1;
+			}
+			for (size_t e = 0; e < count; e++)
+				if (x[e] != want && !wrong++)
+					printf("wrong round=%d group=%s "
+					       "element=%zu got=%g want=%g\n",
+					       k, names[i], e, x[e], want);
+		}
+	}
+	printf("%s groups=%d rounds=%d wrong=%llu\n", wrong ? "FAIL" : "ok",
+	       ng, rounds, wrong);
+	cs_disconnect(c);
+	return wrong ? 1 : 0;
+}
