@@ -35,9 +35,12 @@
  * their senders retransmit until it starts).
  *
  * Completion comes back from the lcore through one atomic int per
- * operation, which this thread polls: no lock on the hot path. One
- * cross-node operation runs at a time; others wait in a FIFO. The core's
- * sessions outlive operations, so a finished operation's last ACKs are
+ * operation, which this thread polls: no lock on the hot path. Operations
+ * of different groups run at once (up to ipc.inflight; each its own slot,
+ * handle on the core, verdict and check buffer), matched across the nodes
+ * by id, so groups posted in different orders on different nodes do not
+ * wait for each other; a group's own run one at a time, in order
+ * (schedule()). The core's sessions outlive operations, so a finished operation's last ACKs are
  * the session's business (and an early one's frames are resent by the
  * core until acknowledged). Once no group is left on this node and
  * ipc.linger has passed, it is removed, so a later run that reuses a
@@ -46,8 +49,8 @@
  * Peer loss (ctlplane, with the bootstrap). Every cross-node operation
  * belongs to the node view (group epoch) its group was formed in and runs
  * on that view's ring. When the view moves on (a sidecar was lost), this
- * thread notices it within one round: the running operation is taken off
- * the lcore, and every cross-node group formed in the older view fails
+ * thread notices it within one round: the running operations are taken
+ * off the lcore, and every cross-node group formed in the older view fails
  * through the server (cs_ipc_server_view): its running, queued and later
  * operations complete with CS_ERR_PEER_LOST naming the lost node and the
  * epoch. The survivors' trainers then form a new group, which runs on
@@ -482,7 +485,7 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	return 0;
 }
 
-/* Start q[head]'s membership check (see IPCD_CHK_WORDS); as launch(). */
+/* Start @o's membership check (see IPCD_CHK_WORDS); as launch(). */
 static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
 	const struct cs_ipc_inter_op *op = &o->op;
@@ -554,7 +557,7 @@ static uint32_t chk_size(const struct ipcd_op *o)
 }
 
 /*
- * What every node said about q[head]'s group (o->chk after the check):
+ * What every node said about @o's group (o->chk after the check):
  * false if they agree, else true with what to fail the group with. Every
  * node sees the same slots; each names a node other than itself. An
  * elastic group re-formed in a new view (op.regroup) may miss ranks: they
@@ -748,7 +751,7 @@ static int ring_layout(struct cs_daemon_ipc *x,
 }
 
 /*
- * Start q[head] on the port; returns 0, 1 (nothing to exchange) or a
+ * Start @o on the port; returns 0, 1 (nothing to exchange) or a
  * negative error.
  *
  * With one trainer on every node and node i holding rank i (what
@@ -991,10 +994,13 @@ static struct ipcd_op *next_op(struct cs_daemon_ipc *x)
 
 		if (!o->used || o->running || (best && best->order < o->order))
 			continue;
+		/* ... and no running op of another group has its id (two
+		 * names whose hash bits meet: not both on the core at once) */
 		for (unsigned j = 0; j < IPCD_QUEUE && first; j++)
 			first = j == i || !x->q[j].used ||
-				x->q[j].op.cookie >> 32 != o->op.cookie >> 32 ||
-				x->q[j].order > o->order;
+				((x->q[j].op.cookie >> 32 != o->op.cookie >> 32 ||
+				  x->q[j].order > o->order) &&
+				 (!x->q[j].running || x->q[j].op_id != o->op_id));
 		if (first)
 			best = o;
 	}

@@ -669,15 +669,18 @@ case_udp_queues() {
 # cross-node op at a time would deadlock here until the deadline). Every
 # element of every round checked on every rank; 1 MiB each (ring, not a
 # direct exchange), then 64 KiB ones with 3 % loss.
-case_groups() {	# T
+case_groups() {	# T [collstackd --set args...]
 	local t=$1 i l k pids=() order out pass ns
+	shift
+	local extra=("$@")
 	[ -x "$GRPBIN" ] || fail "not built: $GRPBIN"
-	up 2
+	up 2 "${extra[@]}"
 	for pass in "262144 0" "16384 1"; do
 		set -- $pass
 		if [ "$2" = 1 ]; then
 			down
-			up 2 --set fault.drop=0.03 --set fault.seed=11
+			up 2 --set fault.drop=0.03 --set fault.seed=11 \
+				"${extra[@]}"
 		fi
 		pids=()
 		k=0
@@ -733,8 +736,8 @@ early_4x1) case_early ;;
 members_size_2x1) case_members_size ;;
 members_rank_2x1) case_members_rank ;;
 members_desc_2x2) case_members_desc ;;
-groups_2x1) case_groups 1 ;;
-groups_2x2) case_groups 2 ;;
+groups_2x1) case_groups 1 "${@:2}" ;;	# [--set k=v ...]
+groups_2x2) case_groups 2 "${@:2}" ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
