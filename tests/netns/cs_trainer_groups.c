@@ -6,21 +6,28 @@
  * groups_*: two nodes post the same groups in opposite orders).
  *
  *   COLLSTACK_SOCKET=... cs-trainer-groups RANK SIZE LOCAL_RANK \
- *	LOCAL_SIZE GROUP[,GROUP...] ROUNDS [COUNT]
+ *	LOCAL_SIZE GROUP[,GROUP...] ROUNDS [COUNT [serial]]
+ *
+ * serial: each allreduce waited for before the next is posted (DDP
+ * without overlap, scripts/bench-overlap.sh --trainers compares).
  *
  * Rank r contributes (r + 1) * (g + 1) + k to every element of round k
  * of the g-th group in sorted name order (the same g on every node,
  * whatever order it posts in); every element of every result is checked
- * exactly. Prints "ok groups=G rounds=K wrong=0" and exits 0, or prints
+ * exactly, after the round's waits (time_us= counts posts and waits
+ * only). Prints "ok groups=G rounds=K wrong=0 time_us=T" and exits 0, or
+ * prints
  * what failed and exits 1; 2 on usage.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <collstack/collstack.h>
 
-#define GROUPS_MAX 8
+#define GROUPS_MAX 32
 #define GROUPS_COUNT 4096 /* elements, default */
 #define GROUPS_WAIT_NS (120 * 1000000000ll)
 
@@ -34,12 +41,15 @@ int main(int argc, char **argv)
 	unsigned long long wrong = 0;
 	struct cs_client *c;
 	struct cs_buf *b;
+	struct timespec t0, t1;
+	double us = 0;
+	bool serial = false;
 	float *buf;
 
-	if (argc < 7 || argc > 8) {
+	if (argc < 7 || argc > 9) {
 		fprintf(stderr, "usage: cs-trainer-groups RANK SIZE "
 				"LOCAL_RANK LOCAL_SIZE GROUP[,GROUP...] "
-				"ROUNDS [COUNT]\n");
+				"ROUNDS [COUNT [serial]]\n");
 		return 2;
 	}
 	rank = atoi(argv[1]);
@@ -47,8 +57,13 @@ int main(int argc, char **argv)
 	lr = atoi(argv[3]);
 	ls = atoi(argv[4]);
 	rounds = atoi(argv[6]);
-	if (argc == 8)
+	if (argc >= 8)
 		count = (size_t)atol(argv[7]);
+	if (argc == 9 && strcmp(argv[8], "serial")) {
+		fprintf(stderr, "unknown mode %s\n", argv[8]);
+		return 2;
+	}
+	serial = argc == 9;
 	list = argv[5];
 	for (tok = strtok_r(list, ",", &save); tok && ng < GROUPS_MAX;
 	     tok = strtok_r(NULL, ",", &save))
@@ -86,12 +101,14 @@ int main(int argc, char **argv)
 	for (int k = 0; k < rounds; k++) {
 		cs_req_t r[GROUPS_MAX];
 
+		for (int i = 0; i < ng; i++)
+			for (size_t e = 0; e < count; e++)
+				buf[(size_t)i * count + e] = (float)((rank + 1) *
+					(int)(gid[i] + 1) + k);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (int i = 0; i < ng; i++) {
 			float *x = buf + (size_t)i * count;
 
-			for (size_t e = 0; e < count; e++)
-				x[e] = (float)((rank + 1) * (int)(gid[i] + 1) +
-					       k);
 			ret = cs_allreduce(g[i], x, x, count, CS_F32, CS_SUM,
 					   &r[i]);
 			if (ret) {
@@ -99,20 +116,27 @@ int main(int argc, char **argv)
 				       names[i], cs_strerror(ret));
 				return 1;
 			}
+			if (!serial && i + 1 < ng)
+				continue;
+			for (int j = serial ? i : 0; j <= i; j++) {
+				ret = cs_wait(c, r[j], GROUPS_WAIT_NS);
+				if (ret) {
+					printf("error round=%d group=%s "
+					       "status=%d msg=%s\n",
+					       k, names[j], ret, cs_errmsg(c));
+					return 1;
+				}
+			}
 		}
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		us += (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
+		      (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
 		for (int i = 0; i < ng; i++) {
 			const float *x = buf + (size_t)i * count;
 			float want = (float)((int)(gid[i] + 1) * size *
 						     (size + 1) / 2 +
 					     size * k);
 
-			ret = cs_wait(c, r[i], GROUPS_WAIT_NS);
-			if (ret) {
-				printf("error round=%d group=%s status=%d "
-				       "msg=%s\n",
-				       k, names[i], ret, cs_errmsg(c));
-				return 1;
-			}
 			for (size_t e = 0; e < count; e++)
 				if (x[e] != want && !wrong++)
 					printf("wrong round=%d group=%s "
@@ -120,8 +144,8 @@ int main(int argc, char **argv)
 					       k, names[i], e, x[e], want);
 		}
 	}
-	printf("%s groups=%d rounds=%d wrong=%llu\n", wrong ? "FAIL" : "ok",
-	       ng, rounds, wrong);
+	printf("%s groups=%d rounds=%d wrong=%llu time_us=%.1f\n",
+	       wrong ? "FAIL" : "ok", ng, rounds, wrong, us);
 	cs_disconnect(c);
 	return wrong ? 1 : 0;
 }
