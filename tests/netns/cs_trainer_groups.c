@@ -52,18 +52,19 @@ int main(int argc, char **argv)
 				"ROUNDS [COUNT [serial]]\n");
 		return 2;
 	}
-	rank = atoi(argv[1]);
-	size = atoi(argv[2]);
-	lr = atoi(argv[3]);
-	ls = atoi(argv[4]);
+	serial = argc == 9 && !strcmp(argv[8], "serial");
+	count = argc >= 8 ? (size_t)atol(argv[7]) : count;
 	rounds = atoi(argv[6]);
-	if (argc >= 8)
-		count = (size_t)atol(argv[7]);
-	if (argc == 9 && strcmp(argv[8], "serial")) {
+	if (argc == 9 && !serial) {
 		fprintf(stderr, "unknown mode %s\n", argv[8]);
 		return 2;
 	}
-	serial = argc == 9;
+	{ /* RANK SIZE LOCAL_RANK LOCAL_SIZE */
+		int *v[] = { &rank, &size, &lr, &ls };
+
+		for (int i = 0; i < 4; i++)
+			*v[i] = atoi(argv[1 + i]);
+	}
 	list = argv[5];
 	for (tok = strtok_r(list, ",", &save); tok && ng < GROUPS_MAX;
 	     tok = strtok_r(NULL, ",", &save))
