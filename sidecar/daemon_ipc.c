@@ -164,7 +164,8 @@ struct ipcd_op {
 	 * to learn whether a node refused it (see launch_verdict) */
 	bool postmortem;
 	int pm_status, pm_node;
-	unsigned tries; /* CS_IPC_INTER_VERDICT: attempts so far */
+	unsigned tries; /* verdict exchange: attempts so far */
+	cs_ns_t verdict_end; /* ... and when it stops trying */
 	/* the group's name: a verdict's group may be gone (op.group is the
 	 * server's, valid only while the op is pending there) */
 	char name[CS_IPC_NAME_MAX];
@@ -184,10 +185,17 @@ struct ipcd_op {
 /* The verdict exchange: per node present (1), node rank, status, detail,
  * peer + 1 (status 0: this node did not refuse the operation). */
 #define IPCD_VERDICT_WORDS 5
-/* Attempts of a refusing node's verdict exchange: the other nodes join it
- * only after their own part of the op gave up on this node, which takes
- * as long as one attempt may wait (rel.max_timeouts x rel.rto_max). */
+/* Attempts of a refusing node's verdict exchange (the other nodes join it
+ * once the refusal, announced to them, ended their part of the op), and
+ * the time all attempts of a verdict or post-mortem exchange may take. A
+ * node may never join: its part of the op completed before this node
+ * failed it (a rank died after the exchange, before the results were
+ * handed out). The exchange only refines an error the ranks get anyway,
+ * and the next cross-node operations wait behind it, so it is bounded
+ * well below tp.hold_ttl (after which a peer's frames of those
+ * operations, held here meanwhile, would be answered as timed out). */
 #define IPCD_VERDICT_TRIES 4
+#define IPCD_VERDICT_BUDGET (3 * CS_NS_PER_S)
 
 /*
  * ipc.on_lcore: trainer segments are registered with the port by a thread
@@ -236,6 +244,11 @@ struct cs_daemon_ipc {
 	uint64_t next_order;
 	bool installed; /* an engine may still be on the lcore */
 	cs_ns_t done_at;
+	/* the last op whose cross-node part succeeded here, though its
+	 * group failed before the results were handed out: its verdict
+	 * would wait for nodes that are done with it */
+	uint64_t ok_cookie;
+	bool ok_valid;
 	uint32_t epoch; /* the node view the queued operations belong to */
 	unsigned nlost_seen; /* view.nlost at the last view: unchanged when
 			      * a view only grew (a node joined) */
@@ -430,6 +443,7 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	uint32_t pos, nn;
 	int32_t *slot;
 	char msg[160];
+	cs_ns_t now;
 	int ret;
 
 	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
@@ -472,6 +486,10 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	}
 	c.recvbuf = o->chk;
 	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
+	now = now_ns();
+	if (!o->tries)
+		o->verdict_end = now + IPCD_VERDICT_BUDGET;
+	c.deadline = o->verdict_end > now ? o->verdict_end - now : 1;
 	atomic_store(&o->notify, 0);
 	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
 	if (ret == -EAGAIN)
@@ -787,6 +805,9 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	int ret;
 
 	op_let_go(x, o);
+	/* a later op of its group: that one is long finished */
+	if (x->ok_valid && x->ok_cookie >> 32 == op->cookie >> 32)
+		x->ok_valid = false;
 	if (op->kind == CS_IPC_INTER_VERDICT || o->postmortem)
 		return launch_verdict(x, o);
 	if (o->check)
@@ -1230,6 +1251,12 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	struct cs_daemon_ipc *x = ctx;
 	struct ipcd_op *o = NULL;
 
+	if (op->kind == CS_IPC_INTER_VERDICT && x->ok_valid &&
+	    op->cookie == x->ok_cookie) {
+		/* nothing to tell: every node has its part of it */
+		x->ok_valid = false;
+		return 0;
+	}
 	if (x->count == IPCD_QUEUE)
 		return -EBUSY;
 	if (x->d->drv.npeers < 2) {
@@ -1271,6 +1298,10 @@ static void be_cancel(void *ctx, uint64_t cookie)
 		if (!o->used || o->op.cookie != cookie)
 			continue;
 		if (o->running) {
+			/* its cross-node part succeeded: no verdict follows */
+			x->ok_valid = !o->checking && !o->verdicting &&
+				      atomic_load(&o->notify) > 0;
+			x->ok_cookie = cookie;
 			/* The staging buffer is about to go: the lcore must
 			 * let go of it first. The peers' sessions time out
 			 * and fail. */
@@ -1430,7 +1461,7 @@ static unsigned verdict_done(struct cs_daemon_ipc *x, struct ipcd_op *o, int v,
 	op_idle(x, o);
 	if (o->op.kind == CS_IPC_INTER_VERDICT) {
 		if (v < 0 && ++o->tries < IPCD_VERDICT_TRIES &&
-		    !view_moved(x) && !launch(x, o))
+		    now < o->verdict_end && !view_moved(x) && !launch(x, o))
 			return 1; /* the others may not be there yet */
 		if (v < 0)
 			CS_WARN("group '%s': the other nodes were not told why "

@@ -42,6 +42,7 @@ struct cs_ar_coll {
 	enum cs_dtype dtype;
 	enum cs_redop redop;
 	atomic_int *notify; /* set by the lcore to 1 or a negative error */
+	cs_ns_t deadline; /* from the post; 0: coll.deadline */
 };
 
 /**

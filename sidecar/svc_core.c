@@ -1373,6 +1373,8 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 	cs_coll_params_op(&p, c->kind, n, rank, c->root,
 			  c->sendbuf ? c->sendbuf : c->recvbuf, c->recvbuf,
 			  c->count, c->dtype, c->redop);
+	if (c->deadline)
+		p.deadline = c->deadline;
 	ret = op_engine(s, op, &p, msg, mlen);
 	if (ret) {
 		op_free(op);
