@@ -40,10 +40,10 @@
  * handle on the core, verdict and check buffer), matched across the nodes
  * by id, so groups posted in different orders on different nodes do not
  * wait for each other; a group's own run one at a time, in order
- * (schedule()). The core's sessions outlive operations, so a finished operation's last ACKs are
- * the session's business (and an early one's frames are resent by the
- * core until acknowledged). Once no group is left on this node and
- * ipc.linger has passed, it is removed, so a later run that reuses a
+ * (schedule()). The core's sessions outlive operations, so a finished
+ * operation's last ACKs are the session's business (and an early one's frames
+ * are resent by the core until acknowledged). Once no group is left on this
+ * node and ipc.linger has passed, it is removed, so a later run that reuses a
  * group name (k restarts at 0) cannot meet a stale operation.
  *
  * Peer loss (ctlplane, with the bootstrap). Every cross-node operation
@@ -1019,9 +1019,11 @@ static struct ipcd_op *next_op(struct cs_daemon_ipc *x)
 		 * names whose hash bits meet: not both on the core at once) */
 		for (unsigned j = 0; j < IPCD_QUEUE && first; j++)
 			first = j == i || !x->q[j].used ||
-				((x->q[j].op.cookie >> 32 != o->op.cookie >> 32 ||
+				((x->q[j].op.cookie >> 32 !=
+					  o->op.cookie >> 32 ||
 				  x->q[j].order > o->order) &&
-				 (!x->q[j].running || x->q[j].op_id != o->op_id));
+				 (!x->q[j].running ||
+				  x->q[j].op_id != o->op_id));
 		if (first)
 			best = o;
 	}

@@ -105,8 +105,8 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s, const struct cs_ar_ext *h);
 
 /**
  * cs_ar_svc_ext_unsettled - does a finished trainer op (given back with
- * cs_ar_svc_ext_put()) still resend frames no peer has acknowledged (an early op, coll.direct_early)? Uninstalling
- * it now could leave a peer without them.
+ * cs_ar_svc_ext_put()) still resend frames no peer has acknowledged (an early
+ * op, coll.direct_early)? Uninstalling it now could leave a peer without them.
  * @s: the collective service
  */
 bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s);

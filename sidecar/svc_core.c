@@ -1459,8 +1459,8 @@ static void ext_stop(struct cs_core_svc *s, struct core_op *op)
 static void ext_prune(struct cs_core_svc *s)
 {
 	for (struct core_op **pp = &s->ext, *op; (op = *pp);) {
-		if (op->ext_put && atomic_load_explicit(&op->released,
-							memory_order_acquire)) {
+		if (op->ext_put &&
+		    atomic_load_explicit(&op->released, memory_order_acquire)) {
 			*pp = op->ext_next;
 			op_free(op);
 		} else {

@@ -69,9 +69,10 @@ int main(int argc, char **argv)
 	for (tok = strtok_r(list, ",", &save); tok && ng < GROUPS_MAX;
 	     tok = strtok_r(NULL, ",", &save))
 		names[ng++] = tok;
-	if (size < 1 || rank < 0 || rank >= size || !ng || tok ||
-	    rounds < 1 || !count || count > (1 << 22)) {
-		fprintf(stderr, "bad RANK, SIZE, GROUP list, ROUNDS or COUNT\n");
+	if (size < 1 || rank < 0 || rank >= size || !ng || tok || rounds < 1 ||
+	    !count || count > (1 << 22)) {
+		fprintf(stderr,
+			"bad RANK, SIZE, GROUP list, ROUNDS or COUNT\n");
 		return 2;
 	}
 	for (int i = 0; i < ng; i++) { /* its index in sorted name order */
@@ -104,8 +105,9 @@ int main(int argc, char **argv)
 
 		for (int i = 0; i < ng; i++)
 			for (size_t e = 0; e < count; e++)
-				buf[(size_t)i * count + e] = (float)((rank + 1) *
-					(int)(gid[i] + 1) + k);
+				buf[(size_t)i * count + e] =
+					(float)((rank + 1) * (int)(gid[i] + 1) +
+						k);
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (int i = 0; i < ng; i++) {
 			float *x = buf + (size_t)i * count;
