@@ -414,6 +414,9 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 #define OP_ID_CHECK(id) ((id) | OP_ID_CTRL)
 #define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
 
+static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
+static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
+
 /*
  * Operation k of a group was refused on some node (a bad or mismatched
  * descriptor of a trainer there: CS_IPC_INTER_VERDICT from its server),
@@ -426,9 +429,6 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
  * CS_ERR_PEER_LOST. If no node refused (a node really went silent), the
  * exchange fails the same way and op k keeps its own error. As launch().
  */
-static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
-static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
-
 static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
 	const struct cs_ipc_inter_op *op = &o->op;
