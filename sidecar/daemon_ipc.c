@@ -35,19 +35,22 @@
  * their senders retransmit until it starts).
  *
  * Completion comes back from the lcore through one atomic int per
- * operation, which this thread polls: no lock on the hot path. One
- * cross-node operation runs at a time; others wait in a FIFO. The core's
- * sessions outlive operations, so a finished operation's last ACKs are
- * the session's business (and an early one's frames are resent by the
- * core until acknowledged). Once no group is left on this node and
- * ipc.linger has passed, it is removed, so a later run that reuses a
+ * operation, which this thread polls: no lock on the hot path. Operations
+ * of different groups run at once (up to ipc.inflight; each its own slot,
+ * handle on the core, verdict and check buffer), matched across the nodes
+ * by id, so groups posted in different orders on different nodes do not
+ * wait for each other; a group's own run one at a time, in order
+ * (schedule()). The core's sessions outlive operations, so a finished
+ * operation's last ACKs are the session's business (and an early one's frames
+ * are resent by the core until acknowledged). Once no group is left on this
+ * node and ipc.linger has passed, it is removed, so a later run that reuses a
  * group name (k restarts at 0) cannot meet a stale operation.
  *
  * Peer loss (ctlplane, with the bootstrap). Every cross-node operation
  * belongs to the node view (group epoch) its group was formed in and runs
  * on that view's ring. When the view moves on (a sidecar was lost), this
- * thread notices it within one round: the running operation is taken off
- * the lcore, and every cross-node group formed in the older view fails
+ * thread notices it within one round: the running operations are taken
+ * off the lcore, and every cross-node group formed in the older view fails
  * through the server (cs_ipc_server_view): its running, queued and later
  * operations complete with CS_ERR_PEER_LOST naming the lost node and the
  * epoch. The survivors' trainers then form a new group, which runs on
@@ -90,6 +93,7 @@ struct ipcd_conf {
 	cs_ns_t quiet_after;
 	cs_ns_t quiet_sleep;
 	char trace_dir[CS_CFG_STR_MAX];
+	uint32_t inflight;
 };
 
 static_assert(sizeof(struct ipcd_conf) <=
@@ -124,6 +128,11 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	  "the lcore, result ready, last ACK, verdict seen; the first "
 	  "65536) and write them to <dir>/ipc-<node.rank>.txt at exit "
 	  "(scripts/op-breakdown.py)" },
+	{ "ipc.inflight", CS_CFG_U32, IC(inflight), "16", 1, IPCD_QUEUE,
+	  "cross-node operations of different groups on the port at once "
+	  "(one per group at a time; 1: one after another, in the order "
+	  "they came, as before: then groups must be posted in the same "
+	  "order on every node)" },
 };
 
 /* One cross-node operation's timestamps (CLOCK_MONOTONIC ns), when
@@ -140,6 +149,16 @@ struct ipcd_trace {
 struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
+	bool used; /* the slot holds an op of the server's */
+	uint64_t order; /* arrival: a group's ops start in this order */
+	bool running; /* on the lcore (or nothing to exchange) */
+	bool checking; /* what runs is its membership check */
+	bool verdicting; /* ... or its verdict exchange */
+	atomic_int notify; /* the lcore's verdict on what runs */
+	struct cs_ar_ext *h; /* what runs, on the lcore */
+	int32_t *chk; /* check/verdict buffer: chk_n slots */
+	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
+	int32_t barrier_word;
 	bool check; /* the group's membership check runs first */
 	/* it failed on a silent node (@pm_node): the verdict exchange runs
 	 * to learn whether a node refused it (see launch_verdict) */
@@ -218,22 +237,18 @@ struct cs_daemon_ipc {
 	 * listener, trainers */
 	struct pollfd *pfd;
 	/* IPC thread only */
-	struct ipcd_op q[IPCD_QUEUE]; /* q[head] runs when running */
-	uint32_t head, count;
-	bool running;
-	atomic_int notify; /* the lcore's verdict on q[head] */
-	bool installed; /* an engine may still be installed */
+	struct ipcd_op q[IPCD_QUEUE]; /* slots (stable: the lcore writes
+				       * their notify) */
+	uint32_t count; /* slots used */
+	uint32_t nrunning; /* ops running (at most ipc.inflight) */
+	uint64_t next_order;
+	bool installed; /* an engine may still be on the lcore */
 	cs_ns_t done_at;
-	int32_t barrier_word;
-	bool checking; /* what runs is q[head]'s membership check */
-	bool verdicting; /* ... or its verdict exchange */
 	/* the last op whose cross-node part succeeded here, though its
 	 * group failed before the results were handed out: its verdict
 	 * would wait for nodes that are done with it */
 	uint64_t ok_cookie;
 	bool ok_valid;
-	int32_t *chk; /* its buffer: chk_n slots of IPCD_CHK_WORDS */
-	uint32_t chk_n, chk_pos; /* ring size, this node's slot */
 	uint32_t epoch; /* the node view the queued operations belong to */
 	unsigned nlost_seen; /* view.nlost at the last view: unchanged when
 			      * a view only grew (a node joined) */
@@ -294,16 +309,16 @@ static cs_ns_t now_ns(void)
 	return (cs_ns_t)ts.tv_sec * CS_NS_PER_S + (cs_ns_t)ts.tv_nsec;
 }
 
-/* ipc.trace_dir: the timestamps of q[head], whose verdict was just seen */
-static void trace_op(struct cs_daemon_ipc *x, cs_ns_t seen)
+/* ipc.trace_dir: the timestamps of @o, whose verdict was just seen */
+static void trace_op(struct cs_daemon_ipc *x, const struct ipcd_op *o,
+		     cs_ns_t seen)
 {
-	const struct ipcd_op *o = &x->q[x->head];
 	struct ipcd_trace *t;
 
 	if (x->ntrace == IPCD_TRACE_MAX)
 		return;
 	t = &x->trace[x->ntrace];
-	if (cs_ar_svc_ext_times(x->d->svc, &t->picked, &t->ready, &t->done))
+	if (cs_ar_svc_ext_times(o->h, &t->picked, &t->ready, &t->done))
 		return;
 	t->op_id = o->op_id;
 	t->kind = (uint32_t)o->op.kind;
@@ -362,9 +377,13 @@ static uint32_t name_hash(const char *s)
  * The id of the k-th operation of a group: the top bit keeps it apart from
  * `collstack run` ids, the next tells a ring kind (OP_ID_RING_KIND, set
  * by launch()), the next a control exchange of the group's (OP_ID_CTRL:
- * its membership check, a verdict), then 5 bits of the name's hash xor
- * the group's view epoch, 24 bits of k. k is the low half of the server's cookie (the instance's
- * sequence number).
+ * its membership check, a verdict), then 11 bits of the name's hash xor
+ * the group's view epoch, 18 bits of k. k is the low half of the server's
+ * cookie (the instance's sequence number). Operations of different groups
+ * run at once and are matched by this id alone: 11 bits make two groups'
+ * ids meet once in 2048 pairs of names (5 bits did once in 32, which was
+ * harmless only while one operation ran at a time in the same order); k
+ * wraps after 262144 operations of a group, one at a time each.
  */
 static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 {
@@ -372,8 +391,9 @@ static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 	 * a new view counts k from 0 again (cs_ipc_server_regroup), and the
 	 * transport core must not take its operations for the ones of the
 	 * same k in the view before (they may still be remembered there). */
-	return 0x80000000u | ((name_hash(op->group) ^ op->epoch) & 0x1f) << 24 |
-	       ((uint32_t)op->cookie & 0xffffff);
+	return 0x80000000u |
+	       ((name_hash(op->group) ^ op->epoch) & 0x7ff) << 18 |
+	       ((uint32_t)op->cookie & 0x3ffff);
 }
 
 static bool root_is_local(const struct cs_ipc_inter_op *op)
@@ -394,6 +414,9 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 #define OP_ID_CHECK(id) ((id) | OP_ID_CTRL)
 #define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
 
+static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
+static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
+
 /*
  * Operation k of a group was refused on some node (a bad or mismatched
  * descriptor of a trainer there: CS_IPC_INTER_VERDICT from its server),
@@ -406,9 +429,8 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
  * CS_ERR_PEER_LOST. If no node refused (a node really went silent), the
  * exchange fails the same way and op k keeps its own error. As launch().
  */
-static int launch_verdict(struct cs_daemon_ipc *x)
+static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
-	struct ipcd_op *o = &x->q[x->head];
 	const struct cs_ipc_inter_op *op = &o->op;
 	struct cs_ar_coll c = {
 		.op_id = OP_ID_VERDICT(o->op_id),
@@ -416,7 +438,7 @@ static int launch_verdict(struct cs_daemon_ipc *x)
 		.kind = CS_COLL_ALLREDUCE,
 		.dtype = CS_I32,
 		.redop = CS_SUM,
-		.notify = &x->notify,
+		.notify = &o->notify,
 	};
 	uint32_t pos, nn;
 	int32_t *slot;
@@ -431,13 +453,13 @@ static int launch_verdict(struct cs_daemon_ipc *x)
 			CS_WARN("group '%s': %s", o->name, msg);
 		return ret;
 	}
-	free(x->chk);
-	x->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*x->chk));
-	if (!x->chk)
+	free(o->chk);
+	o->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*o->chk));
+	if (!o->chk)
 		return -ENOMEM;
-	x->chk_n = nn;
-	x->chk_pos = pos;
-	slot = x->chk + (size_t)pos * IPCD_VERDICT_WORDS;
+	o->chk_n = nn;
+	o->chk_pos = pos;
+	slot = o->chk + (size_t)pos * IPCD_VERDICT_WORDS;
 	slot[0] = 1;
 	slot[1] = (int32_t)x->d->conf.rank;
 	if (op->kind == CS_IPC_INTER_VERDICT) {
@@ -462,30 +484,28 @@ static int launch_verdict(struct cs_daemon_ipc *x)
 				"announced",
 				o->name, o->op_id);
 	}
-	c.recvbuf = x->chk;
+	c.recvbuf = o->chk;
 	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
 	now = now_ns();
 	if (!o->tries)
 		o->verdict_end = now + IPCD_VERDICT_BUDGET;
 	c.deadline = o->verdict_end > now ? o->verdict_end - now : 1;
-	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	atomic_store(&o->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret;
 	if (ret) {
 		CS_WARN("group '%s' verdict %#x: %s", o->name, c.op_id, msg);
 		return ret;
 	}
-	x->installed = true;
-	x->running = true;
-	x->verdicting = true;
+	op_running(x, o);
+	o->verdicting = true;
 	return 0;
 }
 
-/* Start q[head]'s membership check (see IPCD_CHK_WORDS); as launch(). */
-static int launch_check(struct cs_daemon_ipc *x)
+/* Start @o's membership check (see IPCD_CHK_WORDS); as launch(). */
+static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
-	struct ipcd_op *o = &x->q[x->head];
 	const struct cs_ipc_inter_op *op = &o->op;
 	struct cs_ar_coll c = {
 		.op_id = OP_ID_CHECK(o->op_id),
@@ -493,7 +513,7 @@ static int launch_check(struct cs_daemon_ipc *x)
 		.kind = CS_COLL_ALLREDUCE,
 		.dtype = CS_I32,
 		.redop = CS_SUM,
-		.notify = &x->notify,
+		.notify = &o->notify,
 	};
 	uint32_t pos, nn;
 	int32_t *slot;
@@ -507,13 +527,13 @@ static int launch_check(struct cs_daemon_ipc *x)
 			CS_WARN("group '%s': %s", op->group, msg);
 		return ret;
 	}
-	free(x->chk);
-	x->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*x->chk));
-	if (!x->chk)
+	free(o->chk);
+	o->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*o->chk));
+	if (!o->chk)
 		return -ENOMEM;
-	x->chk_n = nn;
-	x->chk_pos = pos;
-	slot = x->chk + (size_t)pos * IPCD_CHK_WORDS;
+	o->chk_n = nn;
+	o->chk_pos = pos;
+	slot = o->chk + (size_t)pos * IPCD_CHK_WORDS;
 	slot[0] = 1;
 	slot[1] = (int32_t)x->d->conf.rank;
 	slot[2] = (int32_t)op->group_size;
@@ -522,10 +542,10 @@ static int launch_check(struct cs_daemon_ipc *x)
 	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
 		slot[IPCD_CHK_HDR + l] =
 			op->local_ranks[l] < 0 ? -1 : op->local_ranks[l] + 1;
-	c.recvbuf = x->chk;
+	c.recvbuf = o->chk;
 	c.count = (size_t)nn * IPCD_CHK_WORDS;
-	atomic_store(&x->notify, 0);
-	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	atomic_store(&o->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret;
 	if (ret) {
@@ -533,21 +553,20 @@ static int launch_check(struct cs_daemon_ipc *x)
 			c.op_id, msg);
 		return ret;
 	}
-	x->installed = true;
-	x->running = true;
-	x->checking = true;
+	op_running(x, o);
+	o->checking = true;
 	return 0;
 }
 
 /* A re-formed group's old size: what its nodes that had one say (those
  * that joined say 0; they all say the same, else check_refuses() names
  * one). */
-static uint32_t chk_size(const struct cs_daemon_ipc *x)
+static uint32_t chk_size(const struct ipcd_op *o)
 {
 	uint32_t size = 0;
 
-	for (uint32_t j = 0; j < x->chk_n; j++) {
-		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+	for (uint32_t j = 0; j < o->chk_n; j++) {
+		const int32_t *sl = o->chk + (size_t)j * IPCD_CHK_WORDS;
 
 		if (sl[0] == 1 && sl[2] > 0 && (uint32_t)sl[2] > size)
 			size = (uint32_t)sl[2];
@@ -556,27 +575,27 @@ static uint32_t chk_size(const struct cs_daemon_ipc *x)
 }
 
 /*
- * What every node said about q[head]'s group (x->chk after the check):
+ * What every node said about @o's group (o->chk after the check):
  * false if they agree, else true with what to fail the group with. Every
  * node sees the same slots; each names a node other than itself. An
  * elastic group re-formed in a new view (op.regroup) may miss ranks: they
  * were on the lost nodes.
  */
-static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
-			  int32_t *peer, uint32_t *aux)
+static bool check_refuses(struct cs_daemon_ipc *x, const struct ipcd_op *o,
+			  unsigned *detail, int32_t *peer, uint32_t *aux)
 {
-	const struct cs_ipc_inter_op *op = &x->q[x->head].op;
-	uint32_t size = op->regroup ? chk_size(x) : op->group_size;
-	uint32_t n = x->chk_n;
+	const struct cs_ipc_inter_op *op = &o->op;
+	uint32_t size = op->regroup ? chk_size(o) : op->group_size;
+	uint32_t n = o->chk_n;
 	uint32_t *owner = NULL; /* node slot + 1 claiming each rank */
 	bool refused = false;
 
 	/* sizes, and every slot filled (a node without the group); when
 	 * re-formed, the nodes that joined (size 0) have none yet */
 	for (uint32_t j = 0; j < n; j++) {
-		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+		const int32_t *sl = o->chk + (size_t)j * IPCD_CHK_WORDS;
 
-		if (j == x->chk_pos || (op->regroup && sl[0] == 1 && !sl[2]))
+		if (j == o->chk_pos || (op->regroup && sl[0] == 1 && !sl[2]))
 			continue;
 		if (sl[0] != 1 || (uint32_t)sl[2] != size) {
 			*detail = CS_IPC_BAD_GROUP_SIZE;
@@ -598,8 +617,8 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 	/* ranks claimed twice; this node's slot first, so that a rank it
 	 * claims names the other node */
 	for (uint32_t j = 0; j < n && !refused; j++) {
-		uint32_t jj = j == 0 ? x->chk_pos : j == x->chk_pos ? 0 : j;
-		const int32_t *sl = x->chk + (size_t)jj * IPCD_CHK_WORDS;
+		uint32_t jj = j == 0 ? o->chk_pos : j == o->chk_pos ? 0 : j;
+		const int32_t *sl = o->chk + (size_t)jj * IPCD_CHK_WORDS;
 
 		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL; l++) {
 			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
@@ -611,10 +630,10 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
 				continue;
 			}
 			/* the first claim was this node's or another's */
-			if (owner[r] - 1 != x->chk_pos)
+			if (owner[r] - 1 != o->chk_pos)
 				jj = owner[r] - 1;
 			*detail = CS_IPC_BAD_GROUP_RANK;
-			*peer = x->chk[(size_t)jj * IPCD_CHK_WORDS + 1];
+			*peer = o->chk[(size_t)jj * IPCD_CHK_WORDS + 1];
 			*aux = (uint32_t)r;
 			refused = true;
 			break;
@@ -654,11 +673,10 @@ static bool check_refuses(struct cs_daemon_ipc *x, unsigned *detail,
  * operation's buffers were laid out for the old size (all-gather,
  * reduce-scatter: posted again, it runs), or an error.
  */
-static int regroup(struct cs_daemon_ipc *x)
+static int regroup(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
-	struct ipcd_op *o = &x->q[x->head];
 	struct cs_ipc_inter_op *op = &o->op;
-	uint32_t old = chk_size(x), kept = 0, fresh = 0, size;
+	uint32_t old = chk_size(o), kept = 0, fresh = 0, size;
 	int32_t ranks[CS_IPC_MAX_LOCAL];
 	uint8_t *left;
 	int ret;
@@ -666,8 +684,8 @@ static int regroup(struct cs_daemon_ipc *x)
 	left = calloc(old + 1, 1);
 	if (!left)
 		return -ENOMEM;
-	for (uint32_t j = 0; j < x->chk_n; j++) {
-		const int32_t *sl = x->chk + (size_t)j * IPCD_CHK_WORDS;
+	for (uint32_t j = 0; j < o->chk_n; j++) {
+		const int32_t *sl = o->chk + (size_t)j * IPCD_CHK_WORDS;
 
 		for (uint32_t l = 0; l < CS_IPC_MAX_LOCAL && sl[0] == 1; l++) {
 			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
@@ -675,7 +693,7 @@ static int regroup(struct cs_daemon_ipc *x)
 			if (r >= 0 && (uint32_t)r < old)
 				left[r] = 1;
 			/* ours: numbered after the old ones, below */
-			if (r == -2 && j == x->chk_pos && l < op->local_size)
+			if (r == -2 && j == o->chk_pos && l < op->local_size)
 				ranks[l] = -(int32_t)fresh - 1;
 			fresh += r == -2;
 		}
@@ -702,7 +720,7 @@ static int regroup(struct cs_daemon_ipc *x)
 	}
 	CS_INFO("group '%s' re-formed in view epoch %u: %u of its %u ranks "
 		"left, %u joined (%u nodes)",
-		o->name, x->epoch, kept, old, fresh, x->chk_n);
+		o->name, x->epoch, kept, old, fresh, o->chk_n);
 	op->group_size = size;
 	op->regroup = false;
 	if (size != old && (op->kind == CS_IPC_INTER_ALL_GATHER ||
@@ -751,7 +769,7 @@ static int ring_layout(struct cs_daemon_ipc *x,
 }
 
 /*
- * Start q[head] on the port; returns 0, 1 (nothing to exchange) or a
+ * Start @o on the port; returns 0, 1 (nothing to exchange) or a
  * negative error.
  *
  * With one trainer on every node and node i holding rank i (what
@@ -767,9 +785,8 @@ static int ring_layout(struct cs_daemon_ipc *x,
  * bytes (every byte zero except the ones one node supplies, so the sum is
  * those bytes bit for bit), reduce-scatter as the allreduce of everything.
  */
-static int launch(struct cs_daemon_ipc *x)
+static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
-	struct ipcd_op *o = &x->q[x->head];
 	const struct cs_ipc_inter_op *op = &o->op;
 	size_t esz = cs_dtype_size(op->dtype), bytes = op->count * esz;
 	struct cs_ar_coll c = {
@@ -780,18 +797,21 @@ static int launch(struct cs_daemon_ipc *x)
 		.count = op->count,
 		.dtype = op->dtype,
 		.redop = op->redop,
-		.notify = &x->notify,
+		.notify = &o->notify,
 	};
 	uint32_t pos = 0;
 	int ring = 0;
 	char msg[160];
 	int ret;
 
-	x->ok_valid = false; /* a later op: that one is long finished */
+	op_let_go(x, o);
+	/* a later op of its group: that one is long finished */
+	if (x->ok_valid && x->ok_cookie >> 32 == op->cookie >> 32)
+		x->ok_valid = false;
 	if (op->kind == CS_IPC_INTER_VERDICT || o->postmortem)
-		return launch_verdict(x);
+		return launch_verdict(x, o);
 	if (o->check)
-		return launch_check(x);
+		return launch_check(x, o);
 	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
 	    op->kind == CS_IPC_INTER_ALL_GATHER) {
 		ring = ring_layout(x, op, &pos);
@@ -843,8 +863,8 @@ static int launch(struct cs_daemon_ipc *x)
 		}
 		break;
 	case CS_IPC_INTER_BARRIER:
-		x->barrier_word = 0;
-		c.recvbuf = &x->barrier_word;
+		o->barrier_word = 0;
+		c.recvbuf = &o->barrier_word;
 		c.dtype = CS_I32;
 		c.redop = CS_SUM;
 		c.count = 1;
@@ -861,25 +881,64 @@ static int launch(struct cs_daemon_ipc *x)
 		c.op_id |= OP_ID_RING_KIND;
 		c.rank = pos;
 	}
-	atomic_store(&x->notify, 0);
+	atomic_store(&o->notify, 0);
 	if (x->trace)
 		o->launched = now_ns();
-	ret = cs_ar_svc_start_coll(x->d->svc, &c, msg, sizeof(msg));
+	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
 	if (ret == -EAGAIN)
 		return ret; /* the view moved: on_view() fails it */
 	if (ret) {
 		CS_WARN("group '%s' op %#x: %s", op->group, c.op_id, msg);
 		return ret;
 	}
-	x->installed = true;
-	x->running = true;
+	op_running(x, o);
 	x->started++;
 	return 0;
 }
 
-static void pop(struct cs_daemon_ipc *x)
+/* @o runs on the lcore (its handle taken), or has nothing to exchange. */
+static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o)
 {
-	x->head = (x->head + 1) % IPCD_QUEUE;
+	if (!o->running)
+		x->nrunning++;
+	o->running = true;
+	x->installed = true;
+}
+
+static void op_idle(struct cs_daemon_ipc *x, struct ipcd_op *o)
+{
+	if (o->running)
+		x->nrunning--;
+	o->running = false;
+	o->checking = false;
+	o->verdicting = false;
+}
+
+/* What @o ran has its verdict: the lcore may keep an early one resending
+ * (cs_ar_svc_stop_ext() ends that once no group is left). */
+static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o)
+{
+	if (o->h)
+		cs_ar_svc_ext_put(x->d->svc, o->h);
+	o->h = NULL;
+}
+
+/* @o is abandoned: off the lcore before its buffers go. */
+static void op_stop(struct cs_daemon_ipc *x, struct ipcd_op *o)
+{
+	if (o->h)
+		cs_ar_svc_ext_stop(x->d->svc, o->h);
+	o->h = NULL;
+	op_idle(x, o);
+}
+
+static void slot_free(struct cs_daemon_ipc *x, struct ipcd_op *o)
+{
+	op_let_go(x, o);
+	op_idle(x, o);
+	free(o->chk);
+	o->chk = NULL;
+	o->used = false;
 	x->count--;
 }
 
@@ -890,8 +949,8 @@ static bool view_moved(const struct cs_daemon_ipc *x)
 	       x->epoch;
 }
 
-/* A refusal of q[head]'s group by its membership check (@group), or of
- * q[head] alone by another node (its verdict). */
+/* A refusal of @o's group by its membership check (@group), or of @o
+ * alone by another node (its verdict). */
 struct ipcd_refusal {
 	bool group;
 	unsigned detail;
@@ -900,96 +959,132 @@ struct ipcd_refusal {
 };
 
 /*
- * Finish q[head] with @status (@node: the node that stopped answering it,
- * or -1; @ref: its group is refused, or NULL), then start what waits.
- * Returns work done.
+ * Finish @o with @status (@node: the node that stopped answering it, or
+ * -1; @ref: its group is refused, or NULL). What waits starts in the same
+ * round (schedule()). Returns work done.
  */
-static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, int status,
-				   int node, const struct ipcd_refusal *ref,
-				   cs_ns_t now)
+static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, struct ipcd_op *o,
+				   int status, int node,
+				   const struct ipcd_refusal *ref, cs_ns_t now)
 {
-	unsigned work = 0;
+	uint64_t cookie = o->op.cookie;
 
-	for (;;) {
-		uint64_t cookie = x->q[x->head].op.cookie;
-
-		x->running = false;
-		x->checking = false;
-		x->verdicting = false;
-		if (status)
-			x->failed++;
-		else
-			x->finished++;
-		pop(x);
-		x->done_at = now;
-		/* may call start_inter_node() again (the next instance) */
-		if (ref && ref->group)
-			cs_ipc_server_inter_refuse(x->srv, cookie, status,
-						   ref->detail, ref->peer,
-						   ref->aux);
-		else if (ref)
-			cs_ipc_server_inter_fail(x->srv, cookie, status,
-						 ref->detail, ref->peer);
-		else if (status == CS_ERR_PEER_LOST && node >= 0)
-			cs_ipc_server_inter_fail(x->srv, cookie, status,
-						 CS_IPC_LOST_SESSION, node);
-		else
-			cs_ipc_server_inter_done(x->srv, cookie, status);
-		node = -1;
-		ref = NULL;
-		work++;
-		if (!x->count || x->running || view_moved(x))
-			return work; /* a moved view: on_view() next round */
-		status = launch(x);
-		if (status == 1)
-			status = 0; /* nothing to send: done now */
-		else if (!status || status == -EAGAIN)
-			return work; /* running, or the view moved */
-		/* else it failed at once: report it */
-	}
+	if (status)
+		x->failed++;
+	else
+		x->finished++;
+	slot_free(x, o);
+	x->done_at = now;
+	/* may call start_inter_node() again (the next instance) */
+	if (ref && ref->group)
+		cs_ipc_server_inter_refuse(x->srv, cookie, status, ref->detail,
+					   ref->peer, ref->aux);
+	else if (ref)
+		cs_ipc_server_inter_fail(x->srv, cookie, status, ref->detail,
+					 ref->peer);
+	else if (status == CS_ERR_PEER_LOST && node >= 0)
+		cs_ipc_server_inter_fail(x->srv, cookie, status,
+					 CS_IPC_LOST_SESSION, node);
+	else
+		cs_ipc_server_inter_done(x->srv, cookie, status);
+	return 1;
 }
 
-static unsigned finish_and_next(struct cs_daemon_ipc *x, int status, int node,
-				cs_ns_t now)
+static unsigned finish_and_next(struct cs_daemon_ipc *x, struct ipcd_op *o,
+				int status, int node, cs_ns_t now)
 {
-	return finish_and_next_ex(x, status, node, NULL, now);
+	return finish_and_next_ex(x, o, status, node, NULL, now);
 }
 
 /*
- * q[head]'s membership check is done: refuse its group if the nodes
+ * The op to start next: the oldest waiting one that is its group's
+ * oldest (a group's ops run one at a time, in the order they came, the
+ * same on every node), while fewer than ipc.inflight run. Groups do not
+ * wait for each other: their ops are matched across the nodes by id, so
+ * two groups posted in opposite orders on two nodes both run.
+ */
+static struct ipcd_op *next_op(struct cs_daemon_ipc *x)
+{
+	struct ipcd_op *best = NULL;
+
+	if (x->nrunning >= x->cf->inflight)
+		return NULL;
+	for (unsigned i = 0; i < IPCD_QUEUE; i++) {
+		struct ipcd_op *o = &x->q[i];
+		bool first = true;
+
+		if (!o->used || o->running || (best && best->order < o->order))
+			continue;
+		/* ... and no running op of another group has its id (two
+		 * names whose hash bits meet: not both on the core at once) */
+		for (unsigned j = 0; j < IPCD_QUEUE && first; j++)
+			first = j == i || !x->q[j].used ||
+				((x->q[j].op.cookie >> 32 !=
+					  o->op.cookie >> 32 ||
+				  x->q[j].order > o->order) &&
+				 (!x->q[j].running ||
+				  x->q[j].op_id != o->op_id));
+		if (first)
+			best = o;
+	}
+	return best;
+}
+
+/* Start what may start. Returns work done. */
+static unsigned schedule(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	unsigned work = 0;
+	struct ipcd_op *o;
+	int ret;
+
+	while (!view_moved(x) && (o = next_op(x))) {
+		ret = launch(x, o);
+		if (ret == -EAGAIN)
+			return work + 1; /* the view moved: on_view() next */
+		work++;
+		if (!ret)
+			continue;
+		/* 1: nothing to exchange, done now; else failed at once */
+		finish_and_next(x, o, ret == 1 ? 0 : ret, -1, now);
+	}
+	return work;
+}
+
+/*
+ * @o's membership check is done: refuse its group if the nodes
  * disagree (every node does, each naming another node), else run the
  * operation itself. Returns work done.
  */
-static unsigned check_done(struct cs_daemon_ipc *x, cs_ns_t now)
+static unsigned check_done(struct cs_daemon_ipc *x, struct ipcd_op *o,
+			   cs_ns_t now)
 {
 	struct ipcd_refusal ref;
 	int ret;
 
-	x->checking = false;
-	x->running = false;
+	op_idle(x, o);
 	ref.group = true;
-	if (check_refuses(x, &ref.detail, &ref.peer, &ref.aux))
-		return finish_and_next_ex(x, CS_ERR_BAD_DESC, -1, &ref, now);
-	x->q[x->head].check = false;
-	if (x->q[x->head].op.regroup) {
-		ret = regroup(x);
+	if (check_refuses(x, o, &ref.detail, &ref.peer, &ref.aux))
+		return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1, &ref, now);
+	o->check = false;
+	if (o->op.regroup) {
+		ret = regroup(x, o);
 		if (ret == CS_ERR_EPOCH) {
 			ref = (struct ipcd_refusal){
 				.detail = CS_IPC_EPOCH_RESIZED,
 				.peer = -1,
 			};
-			return finish_and_next_ex(x, ret, -1, &ref, now);
+			return finish_and_next_ex(x, o, ret, -1, &ref, now);
 		}
 		if (ret)
-			return finish_and_next(x, ret, -1, now);
+			return finish_and_next(x, o, ret, -1, now);
 	}
 	if (view_moved(x))
 		return 1; /* on_view() fails it */
-	ret = launch(x);
+	ret = launch(x, o);
 	if (ret == 1)
-		return finish_and_next(x, 0, -1, now);
+		return finish_and_next(x, o, 0, -1, now);
 	if (ret < 0 && ret != -EAGAIN)
-		return finish_and_next(x, ret, -1, now);
+		return finish_and_next(x, o, ret, -1, now);
 	return 1;
 }
 
@@ -1156,8 +1251,7 @@ static void be_progress(void *ctx)
 static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
 	struct cs_daemon_ipc *x = ctx;
-	struct ipcd_op *o;
-	int ret;
+	struct ipcd_op *o = NULL;
 
 	if (op->kind == CS_IPC_INTER_VERDICT && x->ok_valid &&
 	    op->cookie == x->ok_cookie) {
@@ -1173,65 +1267,52 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 			op->group);
 		return -EOPNOTSUPP;
 	}
-	o = &x->q[(x->head + x->count) % IPCD_QUEUE];
+	for (unsigned i = 0; i < IPCD_QUEUE && !o; i++)
+		if (!x->q[i].used)
+			o = &x->q[i];
 	o->op = *op;
 	o->op_id = op_id_of(op);
+	o->used = true;
+	o->order = x->next_order++;
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
 	o->check = op->kind != CS_IPC_INTER_VERDICT &&
 		   ((uint32_t)op->cookie == 0 || op->regroup);
 	o->postmortem = false;
 	o->tries = 0;
+	o->h = NULL;
+	o->chk = NULL;
+	atomic_store(&o->notify, 0);
 	snprintf(o->name, sizeof(o->name), "%s", op->group);
 	x->count++;
-	if (x->running || x->count > 1 || view_moved(x))
-		return 0; /* started when the one before finishes */
-	ret = launch(x);
-	if (ret == -EAGAIN)
-		return 0; /* the view moved: on_view() fails it */
-	if (ret == 1) {
-		/* Nothing to exchange. inter_done may not be called from
-		 * inside start_inter_node: leave it to the poll loop. */
-		atomic_store(&x->notify, 1);
-		x->running = true;
-		return 0;
-	}
-	if (ret) {
-		x->count--;
-		return ret;
-	}
+	/* started by schedule(), later in this round (start_inter_node may
+	 * not complete it from in here) */
 	return 0;
 }
 
 static void be_cancel(void *ctx, uint64_t cookie)
 {
 	struct cs_daemon_ipc *x = ctx;
-	uint32_t i, k;
 
-	for (i = 0; i < x->count; i++)
-		if (x->q[(x->head + i) % IPCD_QUEUE].op.cookie == cookie)
-			break;
-	if (i == x->count)
-		return;
-	if (i == 0 && x->running) {
-		/* its cross-node part succeeded: no verdict follows */
-		x->ok_valid = !x->checking && !x->verdicting &&
-			      atomic_load(&x->notify) > 0;
-		x->ok_cookie = cookie;
-		/* The staging buffer is about to go: the lcore must let go
-		 * of it first. The peers' sessions time out and fail. */
-		cs_ar_svc_stop_ext(x->d->svc);
-		x->installed = false;
-		x->running = false;
-		x->checking = false;
-		x->verdicting = false;
-		x->failed++;
+	for (unsigned i = 0; i < IPCD_QUEUE; i++) {
+		struct ipcd_op *o = &x->q[i];
+
+		if (!o->used || o->op.cookie != cookie)
+			continue;
+		if (o->running) {
+			/* its cross-node part succeeded: no verdict follows */
+			x->ok_valid = !o->checking && !o->verdicting &&
+				      atomic_load(&o->notify) > 0;
+			x->ok_cookie = cookie;
+			/* The staging buffer is about to go: the lcore must
+			 * let go of it first. The peers' sessions time out
+			 * and fail. */
+			op_stop(x, o);
+			x->failed++;
+		}
+		slot_free(x, o);
+		return; /* what waits starts in the next poll round */
 	}
-	for (k = i; k + 1 < x->count; k++)
-		x->q[(x->head + k) % IPCD_QUEUE] =
-			x->q[(x->head + k + 1) % IPCD_QUEUE];
-	x->count--;
-	/* anything left waits for the next poll round to start */
 }
 
 /*
@@ -1247,28 +1328,26 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 	/* -1: nobody lost, the view grew (a node joined) */
 	int lost = nl != x->nlost_seen ? atomic_load(&x->d->view.lost_rank)
 				       : -1;
-	uint32_t ops = x->count;
-	bool running = x->running;
+	uint32_t ops = x->count, running = x->nrunning;
 	unsigned groups;
 
-	if (x->running) {
-		/* the lcore lets go of the staging buffer before the server
-		 * completes the operation (and may reuse the buffer) */
-		cs_ar_svc_stop_ext(x->d->svc);
-		x->installed = false;
-		x->running = false;
-		x->checking = false;
-		x->verdicting = false;
-	}
+	/* the lcore lets go of the staging buffers before the server
+	 * completes the operations (and may reuse the buffers) */
+	for (unsigned i = 0; i < IPCD_QUEUE; i++)
+		if (x->q[i].used && x->q[i].running)
+			op_stop(x, &x->q[i]);
 	x->epoch = e;
 	/* cancels (be_cancel) and fails the queued ops of those groups */
 	groups = cs_ipc_server_view(x->srv, e, lost);
 	/* None should be left (every queued op was of an older view's
 	 * group); a stray one fails too rather than run on the new ring. */
-	for (uint32_t k = x->count; k && x->count && !x->running; k--) {
-		uint64_t cookie = x->q[x->head].op.cookie;
+	for (unsigned i = 0; i < IPCD_QUEUE; i++) {
+		struct ipcd_op *o = &x->q[i];
+		uint64_t cookie = o->op.cookie;
 
-		pop(x);
+		if (!o->used || o->running)
+			continue;
+		slot_free(x, o);
 		cs_ipc_server_inter_done(x->srv, cookie, CS_ERR_PEER_LOST);
 	}
 	x->failed += ops;
@@ -1282,10 +1361,9 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 			e, ops, groups);
 	else if (ops || groups)
 		CS_ERR("view epoch %u: node %d lost; %u cross-node "
-		       "operation(s) (%s) of %u group(s) fail with "
+		       "operation(s) (%u running) of %u group(s) fail with "
 		       "CS_ERR_PEER_LOST",
-		       e, lost, ops, running ? "one running" : "none running",
-		       groups);
+		       e, lost, ops, running, groups);
 	else
 		CS_INFO("view epoch %u: node %d lost; no cross-node "
 			"operation was pending",
@@ -1293,70 +1371,36 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 	return 1;
 }
 
-static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now);
+static unsigned verdict_done(struct cs_daemon_ipc *x, struct ipcd_op *o, int v,
+			     cs_ns_t now);
 
-/* The IPC thread's share of the backend; returns the work done. */
-static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
+/* @o's lcore verdict @v is in. Returns the work done. */
+static unsigned op_done(struct cs_daemon_ipc *x, struct ipcd_op *o, int v,
+			cs_ns_t now)
 {
-	int v, ret, node;
+	int node;
 
-	if (unlikely(view_moved(x)))
-		return on_view(x, now);
-	if (x->count && !x->running) {
-		ret = launch(x);
-		if (ret == -EAGAIN)
-			return 1; /* the view moved: on_view() next round */
-		if (ret == 1)
-			return finish_and_next(x, 0, -1, now);
-		if (ret < 0)
-			return finish_and_next(x, ret, -1, now);
-		return 1;
-	}
-	if (!x->running) {
-		struct cs_ipc_stats st;
-
-		if (!x->installed || now - x->done_at < x->cf->linger)
-			return 0;
-		/* While a group lives its next op replaces this one; only
-		 * once no group is left may nothing acknowledge it. */
-		cs_ipc_server_stats(x->srv, &st);
-		/* an early op still resending what a peer may lack is kept
-		 * (up to 20 x ipc.linger: a peer that long silent is gone) */
-		if (!st.groups && cs_ar_svc_ext_unsettled(x->d->svc) &&
-		    now - x->done_at < 20 * x->cf->linger)
-			return 0;
-		if (!st.groups) {
-			cs_ar_svc_stop_ext(x->d->svc);
-			x->installed = false;
-		}
-		return 0;
-	}
-	v = atomic_load_explicit(&x->notify, memory_order_acquire);
-	if (!v)
-		return 0;
-	if (x->verdicting)
-		return verdict_done(x, v, now);
-	if (v > 0 && x->checking)
-		return check_done(x, now);
+	if (o->verdicting)
+		return verdict_done(x, o, v, now);
+	if (v > 0 && o->checking)
+		return check_done(x, o, now);
 	if (v > 0) {
 		if (x->trace) /* no clock read on the hot path otherwise */
-			trace_op(x, now_ns());
-		return finish_and_next(x, 0, -1, now);
+			trace_op(x, o, now_ns());
+		return finish_and_next(x, o, 0, -1, now);
 	}
-	node = cs_ar_svc_ext_failed_node(x->d->svc);
+	node = cs_ar_svc_ext_failed_node(x->d->svc, o->h);
 	/* a silent node, or one that announced its refusal */
 	if ((v == CS_ERR_PEER_LOST || v == CS_ERR_BAD_DESC) && node >= 0 &&
 	    !view_moved(x)) {
 		/* a silent node: did it refuse the op? (launch_verdict) */
-		struct ipcd_op *o = &x->q[x->head];
 		int ret;
 
 		o->postmortem = true;
 		o->pm_status = v;
 		o->pm_node = node;
-		x->running = false;
-		x->checking = false;
-		ret = launch(x);
+		op_idle(x, o);
+		ret = launch(x, o);
 		if (!ret)
 			return 1;
 		if (ret == -EAGAIN)
@@ -1364,27 +1408,62 @@ static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
 	}
 	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
 		"answering)",
-		x->q[x->head].op.group, x->q[x->head].op_id, cs_strerror(v),
-		node);
-	return finish_and_next(x, v, node, now);
+		o->op.group, o->op_id, cs_strerror(v), node);
+	return finish_and_next(x, o, v, node, now);
+}
+
+/* The IPC thread's share of the backend; returns the work done. */
+static unsigned backend_poll(struct cs_daemon_ipc *x, cs_ns_t now)
+{
+	unsigned work = 0;
+	struct cs_ipc_stats st;
+
+	if (unlikely(view_moved(x)))
+		return on_view(x, now);
+	for (unsigned i = 0; i < IPCD_QUEUE && x->nrunning; i++) {
+		struct ipcd_op *o = &x->q[i];
+		int v;
+
+		if (!o->used || !o->running)
+			continue;
+		v = atomic_load_explicit(&o->notify, memory_order_acquire);
+		if (v)
+			work += op_done(x, o, v, now);
+	}
+	if (x->count)
+		return work + schedule(x, now);
+	if (!x->installed || now - x->done_at < x->cf->linger)
+		return work;
+	/* While a group lives its next ops keep the sessions busy; only
+	 * once no group is left may nothing acknowledge the last ones. */
+	cs_ipc_server_stats(x->srv, &st);
+	/* an early op still resending what a peer may lack is kept (up to
+	 * 20 x ipc.linger: a peer that long silent is gone) */
+	if (!st.groups && cs_ar_svc_ext_unsettled(x->d->svc) &&
+	    now - x->done_at < 20 * x->cf->linger)
+		return work;
+	if (!st.groups) {
+		cs_ar_svc_stop_ext(x->d->svc);
+		x->installed = false;
+	}
+	return work;
 }
 
 /*
- * q[head]'s verdict exchange ended (@v: its notify value). The refusing
+ * @o's verdict exchange ended (@v: its notify value). The refusing
  * node's own verdict: nothing more to do (its ranks have the error).
  * A post-mortem: a node's refusal becomes op k's error; else op k keeps
  * its own.
  */
-static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now)
+static unsigned verdict_done(struct cs_daemon_ipc *x, struct ipcd_op *o, int v,
+			     cs_ns_t now)
 {
-	struct ipcd_op *o = &x->q[x->head];
 	struct ipcd_refusal ref = { .group = false };
 
-	x->verdicting = false;
-	x->running = false;
+	op_idle(x, o);
 	if (o->op.kind == CS_IPC_INTER_VERDICT) {
 		if (v < 0 && ++o->tries < IPCD_VERDICT_TRIES &&
-		    now < o->verdict_end && !view_moved(x) && !launch(x))
+		    now < o->verdict_end && !view_moved(x) && !launch(x, o))
 			return 1; /* the others may not be there yet */
 		if (v < 0)
 			CS_WARN("group '%s': the other nodes were not told why "
@@ -1392,12 +1471,12 @@ static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now)
 				o->name, (uint32_t)o->op.cookie,
 				cs_strerror(v));
 		/* the server ignores it: that instance is finished */
-		return finish_and_next(x, v < 0 ? v : 0, -1, now);
+		return finish_and_next(x, o, v < 0 ? v : 0, -1, now);
 	}
-	for (uint32_t j = 0; v > 0 && j < x->chk_n; j++) {
-		const int32_t *sl = x->chk + (size_t)j * IPCD_VERDICT_WORDS;
+	for (uint32_t j = 0; v > 0 && j < o->chk_n; j++) {
+		const int32_t *sl = o->chk + (size_t)j * IPCD_VERDICT_WORDS;
 
-		if (j == x->chk_pos || sl[0] != 1 || !sl[2])
+		if (j == o->chk_pos || sl[0] != 1 || !sl[2])
 			continue;
 		ref.detail = (unsigned)sl[3];
 		ref.peer = sl[4] - 1;
@@ -1405,13 +1484,13 @@ static unsigned verdict_done(struct cs_daemon_ipc *x, int v, cs_ns_t now)
 			"its ranks here fail with that",
 			o->name, o->op_id, (int)sl[1], cs_strerror(sl[2]),
 			(int)ref.peer);
-		return finish_and_next_ex(x, sl[2], -1, &ref, now);
+		return finish_and_next_ex(x, o, sl[2], -1, &ref, now);
 	}
 	CS_WARN("group '%s' op %#x failed across nodes: %s (node %d stopped "
 		"answering%s)",
 		o->name, o->op_id, cs_strerror(o->pm_status), o->pm_node,
 		v > 0 ? "; it refused nothing" : "");
-	return finish_and_next(x, o->pm_status, o->pm_node, now);
+	return finish_and_next(x, o, o->pm_status, o->pm_node, now);
 }
 
 /* ---- the thread -------------------------------------------------------- */
@@ -1647,7 +1726,8 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 					sizeof(*x->pfd));
 	}
 	atomic_init(&x->stop, false);
-	atomic_init(&x->notify, 0);
+	for (unsigned i = 0; i < IPCD_QUEUE; i++)
+		atomic_init(&x->q[i].notify, 0);
 	be = (struct cs_ipc_backend){ .ctx = x,
 				      .start_inter_node = be_start,
 				      .cancel = be_cancel,
@@ -1742,7 +1822,8 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 		(unsigned long long)x->lost);
 	if (x->trace)
 		trace_write(x);
-	free(x->chk);
+	for (unsigned i = 0; i < IPCD_QUEUE; i++)
+		free(x->q[i].chk);
 	free(x->pfd);
 	free(x->trace);
 	free(x);

@@ -14,6 +14,8 @@
 struct cs_daemon;
 struct cs_daemon_conf;
 struct cs_ar_svc;
+/* One trainer operation on the lcore (cs_ar_svc_start_coll()). */
+struct cs_ar_ext;
 
 /* Hooks called by collstackd.c (sidecar/daemon_ipc.c). */
 int cs_daemon_ipc_defaults(struct cs_daemon_conf *c);
@@ -48,12 +50,15 @@ struct cs_ar_coll {
  * @s: the collective service
  * @c: what, on which buffers (NCCL's conventions, collectives/ring.h);
  *	the buffers stay valid until *@c->notify is set or
- *	cs_ar_svc_stop_ext()
+ *	cs_ar_svc_ext_stop()
+ * @h: out: its handle, for cs_ar_svc_ext_*(); give it back with
+ *	cs_ar_svc_ext_put() after the verdict, or cs_ar_svc_ext_stop()
  * @msg: why it failed
  * @mlen: size of @msg
  *
- * Replaces the installed operation (frames of other operations are
- * dropped unacknowledged, so their senders retransmit). Runs on the ring
+ * Many run at once (each its own @c->notify and handle), matched across
+ * the nodes by @c->op_id alone, never by the order they were started
+ * in. Runs on the ring
  * of view @c->epoch (applied first if the peer table is older; the lcore
  * is quiesced for that) with the ring index of this node. Control path:
  * allocates. Returns: 0, -EAGAIN if the view is no longer @c->epoch
@@ -61,7 +66,7 @@ struct cs_ar_coll {
  * or a negative errno.
  */
 int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
-			 char *msg, size_t mlen);
+			 struct cs_ar_ext **h, char *msg, size_t mlen);
 
 /**
  * cs_ar_svc_ring_pos - this node's ring index and the ring's size in view
@@ -73,13 +78,13 @@ int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
 		       uint32_t *n, char *msg, size_t mlen);
 
 /**
- * cs_ar_svc_ext_times - when the lcore picked up the installed trainer
- *	operation, when its result was ready and when its last frame was
+ * cs_ar_svc_ext_times - when the lcore picked up trainer operation @h,
+ *	when its result was ready and when its last frame was
  *	acknowledged (CLOCK_MONOTONIC ns); for ipc.trace_dir
  * Call after its verdict (*notify) was seen. Returns 0 or -ENOENT.
  */
-int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
-			cs_ns_t *done);
+int cs_ar_svc_ext_times(const struct cs_ar_ext *h, cs_ns_t *picked,
+			cs_ns_t *ready, cs_ns_t *done);
 
 /**
  * cs_ar_svc_set_notify_fd - an eventfd the lcore writes to after it stored
@@ -88,19 +93,20 @@ int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd);
 
 /**
- * cs_ar_svc_ext_failed_node - the node whose session gave up, when the
- * installed trainer operation failed that way
+ * cs_ar_svc_ext_failed_node - the node whose session gave up, when
+ * trainer operation @h failed that way
  * @s: the collective service
+ * @h: the operation
  *
  * Returns: the node's rank (node.rank), or -1 (not failed, or failed
  * otherwise).
  */
-int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s);
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s, const struct cs_ar_ext *h);
 
 /**
- * cs_ar_svc_ext_unsettled - does a finished trainer op still resend frames
- * no peer has acknowledged (an early op, coll.direct_early)? Uninstalling
- * it now could leave a peer without them.
+ * cs_ar_svc_ext_unsettled - does a finished trainer op (given back with
+ * cs_ar_svc_ext_put()) still resend frames no peer has acknowledged (an early
+ * op, coll.direct_early)? Uninstalling it now could leave a peer without them.
  * @s: the collective service
  */
 bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s);
@@ -115,11 +121,29 @@ int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 		     int err);
 
 /**
- * cs_ar_svc_stop_ext - uninstall the trainer operation, if one is
- * installed; on return the lcore no longer touches its buffer
+ * cs_ar_svc_stop_ext - take every trainer operation off the lcore (the
+ * ones given back that still resend, and any still held); on return the
+ * lcore touches none of their buffers
  * @s: the collective service
  */
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s);
+
+/**
+ * cs_ar_svc_ext_stop - take trainer operation @h off the lcore: on return
+ * the lcore no longer touches its buffers, and @h is gone
+ * @s: the collective service
+ * @h: from cs_ar_svc_start_coll()
+ */
+void cs_ar_svc_ext_stop(struct cs_ar_svc *s, struct cs_ar_ext *h);
+
+/**
+ * cs_ar_svc_ext_put - give back trainer operation @h after its verdict
+ * (an early one goes on resending its frames from the engine's copy
+ * until acknowledged, or cs_ar_svc_stop_ext()); @h is gone
+ * @s: the collective service
+ * @h: from cs_ar_svc_start_coll()
+ */
+void cs_ar_svc_ext_put(struct cs_ar_svc *s, struct cs_ar_ext *h);
 
 /**
  * cs_ar_svc_flush - on lcore 0 (ipc.on_lcore): hand the frames it queued

@@ -362,7 +362,7 @@ int cs_ar_svc_ring_pos(struct cs_ar_svc *s, uint32_t epoch, uint32_t *rank,
 }
 
 int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
-			 char *msg, size_t mlen)
+			 struct cs_ar_ext **h, char *msg, size_t mlen)
 {
 	struct cs_daemon *d = s->d;
 	int ret;
@@ -386,16 +386,16 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 		ret = -EINVAL;
 		goto out_unlock;
 	}
-	ret = cs_core_svc_start(s->core, c, d->drv.npeers, d->drv.rank, msg,
+	ret = cs_core_svc_start(s->core, c, d->drv.npeers, d->drv.rank, h, msg,
 				mlen);
 out_unlock:
 	pthread_mutex_unlock(&s->view_lock);
 	return ret;
 }
 
-int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
+int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s, const struct cs_ar_ext *h)
 {
-	int peer = cs_core_svc_failed_peer(s->core);
+	int peer = cs_core_svc_failed_peer(h);
 	unsigned r;
 
 	if (peer < 0 || peer >= (int)s->d->drv.npeers)
@@ -407,10 +407,10 @@ int cs_ar_svc_ext_failed_node(struct cs_ar_svc *s)
 	return (int)r;
 }
 
-int cs_ar_svc_ext_times(struct cs_ar_svc *s, cs_ns_t *picked, cs_ns_t *ready,
-			cs_ns_t *done)
+int cs_ar_svc_ext_times(const struct cs_ar_ext *h, cs_ns_t *picked,
+			cs_ns_t *ready, cs_ns_t *done)
 {
-	return cs_core_svc_times(s->core, picked, ready, done);
+	return cs_core_svc_times(h, picked, ready, done);
 }
 
 void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
@@ -437,4 +437,14 @@ int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)
 {
 	cs_core_svc_stop_ext(s->core);
+}
+
+void cs_ar_svc_ext_stop(struct cs_ar_svc *s, struct cs_ar_ext *h)
+{
+	cs_core_svc_ext_stop(s->core, h);
+}
+
+void cs_ar_svc_ext_put(struct cs_ar_svc *s, struct cs_ar_ext *h)
+{
+	cs_core_svc_ext_put(s->core, h);
 }

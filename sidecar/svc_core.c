@@ -88,6 +88,8 @@ struct core_op {
 	bool forget;
 	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
+	struct core_op *ext_next; /* trainer op: s->ext */
+	bool ext_put; /* trainer op: its owner is done with it */
 };
 
 /*
@@ -139,7 +141,11 @@ struct cs_core_svc {
 	pthread_mutex_t ctl; /* control vs. IPC thread */
 	struct core_op *run_op; /* collstack run's last prepared */
 	uint32_t run_next; /* one past its id (0: none yet): ar_next_op */
-	struct core_op *ext_op; /* the last trainer op */
+	/* trainer ops, many in flight (each its own handle, notify and
+	 * verdict): the ones their owner holds, and the finished ones it
+	 * let go of (ext_put) until the lcore released them, so that
+	 * cs_core_svc_stop_ext() can still end an early one */
+	struct core_op *ext;
 	struct core_op *grave; /* replaced, not released yet */
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
 	int done_fd;
@@ -596,6 +602,7 @@ static void core_bury(struct cs_core_svc *s, struct core_op *op)
 }
 
 static struct core_op *op_new(uint32_t op_id, uint32_t epoch);
+static void ext_prune(struct cs_core_svc *s);
 
 /* The lane operation (@group, @op_id) runs on: the same on every node
  * (with the same port.queues). */
@@ -1346,7 +1353,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 /* ---- trainer operations ------------------------------------------------ */
 
 int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
-		      uint32_t n, uint32_t rank, char *msg, size_t mlen)
+		      uint32_t n, uint32_t rank, struct cs_ar_ext **h,
+		      char *msg, size_t mlen)
 {
 	struct cs_coll_params p;
 	struct core_op *op;
@@ -1373,16 +1381,18 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 		return ret;
 	}
 	pthread_mutex_lock(&s->ctl);
-	core_bury(s, s->ext_op);
-	s->ext_op = op;
+	ext_prune(s);
+	op->ext_next = s->ext;
+	s->ext = op;
 	core_hand(s, op);
 	pthread_mutex_unlock(&s->ctl);
+	*h = (struct cs_ar_ext *)op;
 	return 0;
 }
 
-int cs_core_svc_failed_peer(struct cs_core_svc *s)
+int cs_core_svc_failed_peer(const struct cs_ar_ext *h)
 {
-	const struct core_op *op = s->ext_op;
+	const struct core_op *op = (const struct core_op *)h;
 
 	if (!op || atomic_load(&op->state) != OP_FAILED ||
 	    op->culprit == UINT32_MAX)
@@ -1390,10 +1400,10 @@ int cs_core_svc_failed_peer(struct cs_core_svc *s)
 	return (int)op->culprit;
 }
 
-int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
-		      cs_ns_t *done)
+int cs_core_svc_times(const struct cs_ar_ext *h, cs_ns_t *picked,
+		      cs_ns_t *ready, cs_ns_t *done)
 {
-	const struct core_op *op = s->ext_op;
+	const struct core_op *op = (const struct core_op *)h;
 
 	if (!op || atomic_load(&op->state) == OP_PREPARED)
 		return -ENOENT;
@@ -1415,21 +1425,16 @@ void cs_core_svc_flush(struct cs_core_svc *s)
 }
 
 /*
- * The trainer op is abandoned (its group failed or the trainers left):
+ * Trainer op @op is abandoned (its group failed or the trainers left):
  * the lcore cancels it, and the caller may reuse the buffers only once it
  * was released, so wait for that (bounded: a stop signal ends the wait
- * and the op is left allocated).
+ * and the op is left allocated). Under s->ctl.
  */
-void cs_core_svc_stop_ext(struct cs_core_svc *s)
+static void ext_stop(struct cs_core_svc *s, struct core_op *op)
 {
-	struct core_op *op;
+	struct core_lane *l = lane_of(s, CORE_TRAINERS, op->op_id);
 
-	struct core_lane *l;
-
-	pthread_mutex_lock(&s->ctl);
-	op = s->ext_op;
-	l = op ? lane_of(s, CORE_TRAINERS, op->op_id) : NULL;
-	if (op && !atomic_load(&op->released) &&
+	if (!atomic_load(&op->released) &&
 	    cs_lcore_is_self(&s->d->lcores[l->q]) && l->tp &&
 	    !atomic_load(&l->pending)) {
 		/* on the lcore, between two of its rounds: end it now */
@@ -1437,7 +1442,7 @@ void cs_core_svc_stop_ext(struct cs_core_svc *s)
 		cs_tp_poll(l->tp, cs_lcore_now());
 		core_flush(l);
 	}
-	if (op && !atomic_load(&op->released)) {
+	if (!atomic_load(&op->released)) {
 		atomic_store(&op->cancel, true);
 		cs_lcore_kick(&s->d->lcores[l->q]);
 		for (unsigned i = 0; !atomic_load(&op->released); i++) {
@@ -1447,20 +1452,66 @@ void cs_core_svc_stop_ext(struct cs_core_svc *s)
 			sleep_us(10);
 		}
 	}
+}
+
+/* Free the trainer ops let go of and released by the lcore. Under
+ * s->ctl. */
+static void ext_prune(struct cs_core_svc *s)
+{
+	for (struct core_op **pp = &s->ext, *op; (op = *pp);) {
+		if (op->ext_put &&
+		    atomic_load_explicit(&op->released, memory_order_acquire)) {
+			*pp = op->ext_next;
+			op_free(op);
+		} else {
+			pp = &op->ext_next;
+		}
+	}
+}
+
+void cs_core_svc_ext_stop(struct cs_core_svc *s, struct cs_ar_ext *h)
+{
+	struct core_op *op = (struct core_op *)h;
+
+	pthread_mutex_lock(&s->ctl);
+	ext_stop(s, op);
+	op->ext_put = true;
+	ext_prune(s);
+	pthread_mutex_unlock(&s->ctl);
+}
+
+void cs_core_svc_ext_put(struct cs_core_svc *s, struct cs_ar_ext *h)
+{
+	pthread_mutex_lock(&s->ctl);
+	((struct core_op *)h)->ext_put = true;
+	ext_prune(s);
+	pthread_mutex_unlock(&s->ctl);
+}
+
+/* Every trainer op still on the lcore: the ones let go of (early ones
+ * still resending) and any still held. */
+void cs_core_svc_stop_ext(struct cs_core_svc *s)
+{
+	pthread_mutex_lock(&s->ctl);
+	for (struct core_op *op = s->ext; op; op = op->ext_next) {
+		ext_stop(s, op);
+		op->ext_put = true;
+	}
+	ext_prune(s);
 	pthread_mutex_unlock(&s->ctl);
 }
 
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s)
 {
-	const struct core_op *op;
-	bool ret;
+	bool ret = false;
 
 	pthread_mutex_lock(&s->ctl);
-	op = s->ext_op;
-	ret = op &&
-	      atomic_load_explicit(&op->state, memory_order_acquire) ==
-		      OP_DONE &&
-	      !atomic_load_explicit(&op->released, memory_order_acquire);
+	for (const struct core_op *op = s->ext; op && !ret; op = op->ext_next)
+		ret = op->ext_put &&
+		      atomic_load_explicit(&op->state, memory_order_acquire) ==
+			      OP_DONE &&
+		      !atomic_load_explicit(&op->released,
+					    memory_order_acquire);
 	pthread_mutex_unlock(&s->ctl);
 	return ret;
 }
@@ -1524,7 +1575,7 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 		cs_port_release(s->d->port, q, l->txq, l->ntxq);
 		cs_port_release(s->d->port, q, l->stash, l->nstash);
 		cs_tp_destroy(l->tp);
-		/* every op is run_op, ext_op or in the grave, whether it
+		/* every op is run_op, in s->ext or in the grave, whether it
 		 * was in the inbox, live or done */
 		for (unsigned i = 0; i < l->nlive; i++)
 			atomic_store(&l->live[i]->released, true);
@@ -1538,7 +1589,11 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 	}
 	core_bury(s, NULL);
 	op_free(s->run_op);
-	op_free(s->ext_op);
+	for (struct core_op *op = s->ext; op; op = op->ext_next) {
+		op->ext_put = true;
+		atomic_store(&op->released, true);
+	}
+	ext_prune(s);
 	pthread_mutex_destroy(&s->ctl);
 	if (s->done_fd >= 0)
 		close(s->done_fd);

@@ -47,22 +47,29 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		    char *out, size_t len);
 
 /* A trainer operation across the nodes (cs_ar_svc_start_coll()): @n ring
- * members, this node at @rank, in view @epoch. */
+ * members, this node at @rank, in view @epoch; *@h its handle, many in
+ * flight at once. */
 int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
-		      uint32_t n, uint32_t rank, char *msg, size_t mlen);
-/* The ring index the last failed trainer op blames, or -1. */
-int cs_core_svc_failed_peer(struct cs_core_svc *s);
-int cs_core_svc_times(struct cs_core_svc *s, cs_ns_t *picked, cs_ns_t *ready,
-		      cs_ns_t *done);
+		      uint32_t n, uint32_t rank, struct cs_ar_ext **h,
+		      char *msg, size_t mlen);
+/* The ring index trainer op @h failed on, or -1. */
+int cs_core_svc_failed_peer(const struct cs_ar_ext *h);
+int cs_core_svc_times(const struct cs_ar_ext *h, cs_ns_t *picked,
+		      cs_ns_t *ready, cs_ns_t *done);
 void cs_core_svc_set_notify_fd(struct cs_core_svc *s, int fd);
 void cs_core_svc_flush(struct cs_core_svc *s);
+/* Trainer op @h: taken off the lcore (its buffers are free on return),
+ * or let go of after its verdict (an early one goes on resending). */
+void cs_core_svc_ext_stop(struct cs_core_svc *s, struct cs_ar_ext *h);
+void cs_core_svc_ext_put(struct cs_core_svc *s, struct cs_ar_ext *h);
+/* Every trainer op, held or let go of, taken off the lcore. */
 void cs_core_svc_stop_ext(struct cs_core_svc *s);
 /* Trainer op @op_id (of view @epoch) was refused here with @err: the core
  * tells the other nodes, whose part ends with @err naming this node. */
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
 		       int err);
-/* The last trainer op was reported done early and its last frames are
- * not acknowledged yet (the core still resends them). */
+/* A trainer op let go of was reported done early and its last frames
+ * are not acknowledged yet (the core still resends them). */
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);
 
 #endif

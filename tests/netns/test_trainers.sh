@@ -34,10 +34,12 @@
 # members_rank_2x1 (the same rank claimed on both nodes, for an allreduce
 # and for an all-gather: refused naming the other node, not "peer lost"),
 # members_desc_2x2 (a descriptor one node refuses reaches the other node's
-# rank as that error, not as a lost peer).
+# rank as that error, not as a lost peer), groups_2x1 and groups_2x2
+# (three groups per trainer posted in opposite orders on the two nodes,
+# all in flight together; clean, then 3 % loss).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
-# namespaces ipn<i>, bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
+# namespaces ipn<i> (CS_CLUSTER=P: Pn<i>), bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
 # state in /run/collstack-ipcd. Needs root (else exit 77); tears down what
 # it made (trap) and nothing else. Port: af_packet when collstackd has
 # DPDK, else udp (IPCD_PORT=udp|af_packet overrides).
@@ -53,13 +55,20 @@ DAEMON=$BUILD/sidecar/collstackd
 TRAINER=$BUILD/tools/cs-trainer-bench
 PEERLOST=$BUILD/tools/cs-trainer-peerlost
 JOIN=$BUILD/tests/netns/cs-trainer-join
+GRPBIN=$BUILD/tests/netns/cs-trainer-groups
+# CS_CLUSTER=P: namespaces Pn<i> and Psw, state in /run/collstack-ipcd-P
+# (default: ipn<i>, ipsw, /run/collstack-ipcd), so that two helpers'
+# runs never meet
+P=${CS_CLUSTER:-ip}
+[[ "$P" =~ ^[a-z0-9]{1,6}$ ]] || { echo "FAIL: bad CS_CLUSTER '$P'"; exit 1; }
 RUN=/run/collstack-ipcd
+[ "$P" = ip ] || RUN=/run/collstack-ipcd-$P
 ENV_FILE=$RUN/cluster.env
-BR=ipbr0
-SW=ipsw	# the bridge's own namespace (as in scripts/cluster.sh)
+BR=${P}br0
+SW=${P}sw	# the bridge's own namespace (as in scripts/cluster.sh)
 UDP=7790
 BOOT_PORT=7791
-BOOT=0	# 1: membership from a coordinator in ipn0 (up's nodes, boot.*)
+BOOT=0	# 1: membership from a coordinator in ${P}n0 (up's nodes, boot.*)
 ETCD=0	# 1 (with BOOT=1): from an etcd in the switch namespace instead
 ETCD_PID=
 PIDS=()
@@ -133,10 +142,10 @@ up() {	# N [collstackd --set args...]
 	local n=$1 i ns; shift
 	# someone else's run of this script: wait for it, never touch it
 	for _ in $(seq 120); do
-		grep -q '^ipn' < <(ip netns list) || [ -d "$RUN" ] || break
+		grep -q "^${P}n" < <(ip netns list) || [ -d "$RUN" ] || break
 		sleep 1
 	done
-	grep -q '^ipn' < <(ip netns list) && skip "ipn* namespaces are in use"
+	grep -q "^${P}n" < <(ip netns list) && skip "${P}n* namespaces are in use"
 	[ -d "$RUN" ] && skip "$RUN exists: another run is active"
 	trap down EXIT
 	mkdir -p "$RUN" && MADE_RUN=1
@@ -144,7 +153,7 @@ up() {	# N [collstackd --set args...]
 	cs_switch_up "$SW" "$BR" || fail "switch namespace $SW, bridge $BR"
 	: >"$RUN/peers"
 	for ((i = 0; i < n; i++)); do
-		ns=ipn$i
+		ns=${P}n$i
 		NODES+=("$ns")
 		printf '%d 10.79.0.%d 02:79:00:00:00:%02x %d %s\n' "$i" \
 			$((i + 1)) $((i + 1)) $UDP "$ns" >>"$RUN/peers"
@@ -187,7 +196,7 @@ EOF
 		ETCD_PID=$!	# the sidecars wait for it (boot.timeout)
 	fi
 	for ((i = 0; i < n; i++)); do
-		local args=(--set name=ipn$i --set run_dir=$RUN/ipn$i
+		local args=(--set name=${P}n$i --set run_dir=$RUN/${P}n$i
 			    --set node.rank=$i --set node.peers=$RUN/peers
 			    --set port.ip=10.79.0.$((i + 1))
 			    --set port.udp_port=$UDP
@@ -208,18 +217,18 @@ EOF
 			args+=(--set port.type=dpdk --set port.dev=af_packet
 			       --set port.iface=ipd$i)
 		fi
-		ip netns exec "ipn$i" "$DAEMON" "${args[@]}" "$@" \
-			</dev/null >"$RUN/ipn$i.log" 2>&1 &
+		ip netns exec "${P}n$i" "$DAEMON" "${args[@]}" "$@" \
+			</dev/null >"$RUN/${P}n$i.log" 2>&1 &
 		PIDS+=($!)
 	done
 	for ((i = 0; i < n; i++)); do
 		for _ in $(seq 600); do
-			[ -f "$RUN/ipn$i/ready" ] && break
+			[ -f "$RUN/${P}n$i/ready" ] && break
 			kill -0 "${PIDS[$i]}" 2>/dev/null ||
-				fail "collstackd in ipn$i exited"
+				fail "collstackd in ${P}n$i exited"
 			sleep 0.1
 		done
-		[ -f "$RUN/ipn$i/ready" ] || fail "ipn$i not ready"
+		[ -f "$RUN/${P}n$i/ready" ] || fail "${P}n$i not ready"
 	done
 	echo "up: $n nodes, port $PORT"
 }
@@ -255,14 +264,14 @@ case_ar() {	# N T [collstackd --set args...]
 	sidecars_alive
 	# ipc.on_lcore (default 1): lcore 0 serves the trainers, on every
 	# port, unless turned off (then a thread of its own does)
-	[ $# -gt 0 ] || grep -q "$want" "$RUN/ipn0.log" ||
-		fail "ipc.on_lcore: no '$want' in ipn0's log"
-	[ $# -eq 0 ] || ! grep -q "$want" "$RUN/ipn0.log" ||
-		fail "ipc.on_lcore=0: '$want' in ipn0's log"
+	[ $# -gt 0 ] || grep -q "$want" "$RUN/${P}n0.log" ||
+		fail "ipc.on_lcore: no '$want' in ${P}n0's log"
+	[ $# -eq 0 ] || ! grep -q "$want" "$RUN/${P}n0.log" ||
+		fail "ipc.on_lcore=0: '$want' in ${P}n0's log"
 	# trainer segments are registered with the (dpdk) port: the
 	# cross-node step's frames point into local rank 0's recv buffer
 	[ "$PORT" = af_packet ] || return 0
-	st=$(ctl "$RUN/ipn0" stats)
+	st=$(ctl "$RUN/${P}n0" stats)
 	[ "$(kv "$st" tx_zero_copy)" -gt 0 ] ||
 		fail "no frame of a trainer op went out zero-copy: $st"
 }
@@ -357,10 +366,10 @@ case_kill() {
 	up $n --set tp.hold_ttl=5s
 	for ((i = 0; i < n; i++)); do
 		for ((l = 0; l < t; l++)); do
-			ip netns exec "ipn$i" env RANK=$((i * t + l)) \
+			ip netns exec "${P}n$i" env RANK=$((i * t + l)) \
 				WORLD_SIZE=$((n * t)) LOCAL_RANK=$l \
 				LOCAL_WORLD_SIZE=$t \
-				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
 				"$TRAINER" -o allreduce -b 64K -e 64K -n 100000 \
 				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
 			pids+=($!)
@@ -405,9 +414,9 @@ case_python() {
 	command -v python3 >/dev/null || skip "no python3"
 	up $n
 	for ((i = 0; i < n; i++)); do
-		ip netns exec "ipn$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
+		ip netns exec "${P}n$i" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 \
 			LOCAL_WORLD_SIZE=1 COLLSTACK_LIB="$lib" \
-			COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+			COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
 			PYTHONPATH="$PWD/python" \
 			timeout 240 python3 python/examples/train_local.py &
 		pids+=($!)
@@ -432,9 +441,9 @@ case_peer_lost() {
 	for ((i = 0; i < n; i++)); do
 		for ((l = 0; l < t; l++)); do
 			r=$((i * t + l))
-			ip netns exec "ipn$i" env RANK=$r WORLD_SIZE=$((n * t)) \
+			ip netns exec "${P}n$i" env RANK=$r WORLD_SIZE=$((n * t)) \
 				LOCAL_RANK=$l LOCAL_WORLD_SIZE=$t \
-				COLLSTACK_SOCKET=$RUN/ipn$i/collstack.sock \
+				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
 				timeout 600 "$PEERLOST" -c "$count" -g train -p 1 \
 				-r -m 3 >"$RUN/t$r.out" 2>&1 &
 			pids+=($!)
@@ -460,13 +469,13 @@ case_peer_lost() {
 		for ((l = 0; l < t; l++)); do
 			kill -KILL "${pids[$((victim * t + l))]}"
 		done
-		echo "link of ipn$victim down at $t_kill (member.fail_timeout ${fail_s} s)"
+		echo "link of ${P}n$victim down at $t_kill (member.fail_timeout ${fail_s} s)"
 	else
 		kill -KILL "${PIDS[$victim]}"
 		for ((l = 0; l < t; l++)); do
 			kill -KILL "${pids[$((victim * t + l))]}"
 		done
-		echo "kill -9 the sidecar of ipn$victim at $t_kill (member.fail_timeout ${fail_s} s)"
+		echo "kill -9 the sidecar of ${P}n$victim at $t_kill (member.fail_timeout ${fail_s} s)"
 	fi
 	bound=$((2 * fail_s))
 	for ((r = 0; r < n * t; r++)); do
@@ -495,9 +504,9 @@ case_peer_lost() {
 	for ((i = 0; i < n; i++)); do
 		[ $i = $victim ] && continue
 		[ "$(cat /proc/${PIDS[$i]}/comm 2>/dev/null)" = collstackd ] ||
-			fail "sidecar of ipn$i died"
-		grep -E "view epoch|peer lost" "$RUN/ipn$i.log" | head -n 3 |
-			sed "s/^/  ipn$i: /"
+			fail "sidecar of ${P}n$i died"
+		grep -E "view epoch|peer lost" "$RUN/${P}n$i.log" | head -n 3 |
+			sed "s/^/  ${P}n$i: /"
 	done
 }
 
@@ -511,8 +520,8 @@ join_run() {
 	for spec in "$@"; do
 		# shellcheck disable=SC2086
 		set -- $spec
-		ip netns exec "ipn$1" env \
-			COLLSTACK_SOCKET=$RUN/ipn$1/collstack.sock \
+		ip netns exec "${P}n$1" env \
+			COLLSTACK_SOCKET=$RUN/${P}n$1/collstack.sock \
 			timeout 300 "$JOIN" "$name" "$2" "$3" "${4:-0}" "${5:-1}" \
 			"$op" "$nops" "${6:-1024}" >"$RUN/j$k.out" 2>&1 &
 		pids+=($!)
@@ -541,7 +550,7 @@ no_peer_lost() {
 
 case_members_size() {
 	up 2
-	# size 2 on ipn0 (rank 0), size 3 on ipn1 (rank 1): today the
+	# size 2 on ${P}n0 (rank 0), size 3 on ${P}n1 (rank 1): today the
 	# allreduce "succeeded" with the sum of the two ranks that exist
 	join_run gs allreduce 2 "0 0 2" "1 1 3"
 	expect 0 '^error op=0 status=-1004 msg=.*refused: node 1 joined the group with size 3'
@@ -558,7 +567,7 @@ case_members_size() {
 	join_run ok allreduce 2 "0 0 2" "1 1 2"
 	expect 0 '^ok op=1 sum=3072$'
 	expect 1 '^ok op=1 sum=3072$'
-	grep -h "refused" "$RUN/ipn0.log" "$RUN/ipn1.log" | head -n 4 |
+	grep -h "refused" "$RUN/${P}n0.log" "$RUN/${P}n1.log" | head -n 4 |
 		sed 's/^/  log: /'
 	sidecars_alive
 }
@@ -582,9 +591,9 @@ case_members_rank() {
 	sidecars_alive
 }
 
-# A descriptor one node refuses: ranks 0 and 1 on ipn0 post different
-# counts (refused there as a mismatch naming rank 1), rank 2 on ipn1 waits
-# for ipn0 in the cross-node step. Rank 2 must end with ipn0's error (the
+# A descriptor one node refuses: ranks 0 and 1 on ${P}n0 post different
+# counts (refused there as a mismatch naming rank 1), rank 2 on ${P}n1 waits
+# for ${P}n0 in the cross-node step. Rank 2 must end with ${P}n0's error (the
 # verdict exchange after its step gave up on the silent node), not as a
 # lost peer; the group then goes on (op 1 is refused the same way) and a
 # proper group works.
@@ -598,7 +607,7 @@ case_members_desc() {
 	no_peer_lost 0 1 2
 	join_run ok allreduce 1 "0 0 3 0 2" "0 1 3 1 2" "1 2 3 0 1"
 	expect 2 '^ok op=0 sum=6144$'
-	grep -h "refused on node" "$RUN/ipn1.log" | head -n 2 | sed 's/^/  log: /'
+	grep -h "refused on node" "$RUN/${P}n1.log" | head -n 2 | sed 's/^/  log: /'
 	sidecars_alive
 }
 
@@ -637,8 +646,8 @@ case_core() {
 			fail "$op 4x2 on the transport core: wrong or failed"
 	done
 	sidecars_alive
-	grep -q "core=1" <<<"$(ctl "$RUN/ipn0" ar_stats)" ||
-		fail "ipn0 does not run the transport core"
+	grep -q "core=1" <<<"$(ctl "$RUN/${P}n0" ar_stats)" ||
+		fail "${P}n0 does not run the transport core"
 }
 
 # port.queues=2 on the udp port: queue q listens on port.udp_port + q.
@@ -651,6 +660,56 @@ case_udp_queues() {
 	bench 1 -o allreduce -b 4K -e 1M -f 16 -n 3 -w 1 ||
 		fail "allreduce with port.queues=2 on the udp port failed"
 	sidecars_alive
+}
+
+# Several groups per trainer, posted in opposite orders on the two nodes
+# (ga, gb, gc on node 0; gc, gb, ga on node 1), every round's three
+# allreduces in flight together: groups are matched across the nodes by
+# their ids, never by posting order, so none waits for another (one
+# cross-node op at a time would deadlock here until the deadline). Every
+# element of every round checked on every rank; 1 MiB each (ring, not a
+# direct exchange), then 64 KiB ones with 3 % loss.
+case_groups() {	# T [collstackd --set args...]
+	local t=$1 i l k pids=() order out pass ns
+	shift
+	local extra=("$@")
+	[ -x "$GRPBIN" ] || fail "not built: $GRPBIN"
+	up 2 "${extra[@]}"
+	for pass in "262144 0" "16384 1"; do
+		set -- $pass
+		if [ "$2" = 1 ]; then
+			down
+			up 2 --set fault.drop=0.03 --set fault.seed=11 \
+				"${extra[@]}"
+		fi
+		pids=()
+		k=0
+		for ((i = 0; i < 2; i++)); do
+			order=ga,gb,gc
+			[ $i = 1 ] && order=gc,gb,ga
+			for ((l = 0; l < t; l++)); do
+				ip netns exec "${P}n$i" env \
+					COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
+					timeout 300 "$GRPBIN" $((i * t + l)) $((2 * t)) \
+					"$l" "$t" "$order" 8 "$1" >"$RUN/g$k.out" 2>&1 &
+				pids+=($!)
+				k=$((k + 1))
+			done
+		done
+		for ((k = 0; k < ${#pids[@]}; k++)); do
+			wait "${pids[$k]}" ||
+				{ cat "$RUN/g$k.out"; fail "trainer $k (count $1) exited $?"; }
+			grep -q "^ok groups=3 rounds=8 wrong=0" "$RUN/g$k.out" ||
+				{ cat "$RUN/g$k.out"; fail "trainer $k: no ok line"; }
+			sed "s/^/  count $1 trainer $k: /" "$RUN/g$k.out"
+		done
+		sidecars_alive
+		for ns in "${NODES[@]}"; do
+			out=$(ctl "$RUN/$ns" ar_stats)
+			echo "  $ns: peak_ops=$(kv "$out" peak_ops)" \
+				"ops_failed=$(kv "$out" ops_failed)"
+		done
+	done
 }
 
 case ${1:-} in
@@ -677,6 +736,8 @@ early_4x1) case_early ;;
 members_size_2x1) case_members_size ;;
 members_rank_2x1) case_members_rank ;;
 members_desc_2x2) case_members_desc ;;
+groups_2x1) case_groups 1 "${@:2}" ;;	# [--set k=v ...]
+groups_2x2) case_groups 2 "${@:2}" ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -695,7 +756,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
