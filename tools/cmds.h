@@ -27,6 +27,7 @@ int cs_cmd_sim_broadcast(int argc, char **argv);
 int cs_cmd_sim_mixed(int argc, char **argv);
 int cs_cmd_sim_alltoall(int argc, char **argv);
 int cs_cmd_sim_moe(int argc, char **argv);
+int cs_cmd_sim_ps(int argc, char **argv);
 int cs_cmd_model(int argc, char **argv);
 int cs_cmd_plan(int argc, char **argv);
 /* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */
