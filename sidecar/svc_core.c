@@ -33,6 +33,7 @@
 #define CS_LOG_MODULE "core"
 #include "internal/log.h"
 #include "svc_core.h"
+#include "svc_ps.h"
 #include "frame_auth.h"
 #include "daemon_boot.h"
 #include "collectives/coll_data.h"
@@ -88,6 +89,7 @@ struct core_op {
 	bool forget;
 	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
+	struct cs_svc_ps *ps; /* collstack run ps: the job (svc_ps.h) */
 };
 
 /*
@@ -142,6 +144,7 @@ struct cs_core_svc {
 	struct core_op *ext_op; /* the last trainer op */
 	struct core_op *grave; /* replaced, not released yet */
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
+	struct core_op *ps_op; /* collstack run ps's job, not forgotten yet */
 	int done_fd;
 	atomic_int notify_fd;
 };
@@ -427,10 +430,13 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
-					   list->a2a ? &cs_a2a_flow_ops
-						     : &cs_coll_flow_ops,
-					   list->a2a ? (void *)list->a2a
-						     : (void *)list->coll,
+					   list->ps    ? &cs_ps_flow_ops
+					   : list->a2a ? &cs_a2a_flow_ops
+						       : &cs_coll_flow_ops,
+					   list->ps ? (void *)cs_svc_ps_flow(
+							      list->ps)
+					   : list->a2a ? (void *)list->a2a
+						       : (void *)list->coll,
 					   list->bytes, list, now);
 		if (ret) {
 			l->post_refused++;
@@ -525,12 +531,16 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 				     l->live[i]->op_id, CS_ERR_CANCELLED);
 	if (atomic_load_explicit(&l->pending, memory_order_acquire))
 		core_take(l, now);
+	work = 0;
 	for (unsigned i = 0; i < l->nlive; i++)
-		if (!l->live[i]->t_ready &&
-		    (l->live[i]->a2a ? cs_a2a_result_ready(l->live[i]->a2a)
-				     : cs_coll_result_ready(l->live[i]->coll)))
+		if (l->live[i]->ps) /* collstack run ps: train, apply */
+			work += cs_svc_ps_poll(l->live[i]->ps, now);
+		else if (!l->live[i]->t_ready &&
+			 (l->live[i]->a2a
+				  ? cs_a2a_result_ready(l->live[i]->a2a)
+				  : cs_coll_result_ready(l->live[i]->coll)))
 			l->live[i]->t_ready = now;
-	work = cs_tp_poll(l->tp, now);
+	work += cs_tp_poll(l->tp, now);
 	cs_obs_tp_publish(l->tp, now); /* observe/: metric snapshot */
 	core_flush(l);
 	if (!pthread_mutex_trylock(&l->lock)) {
@@ -556,6 +566,7 @@ static void op_free(struct core_op *op)
 	cs_coll_free(op->coll);
 	cs_a2a_free(op->a2a);
 	cs_a2a_node_free(op->a2a_node);
+	cs_svc_ps_free(op->ps);
 	free(op->a2a_cnt);
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
@@ -1182,6 +1193,146 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 	snprintf(out, len, "ok");
 }
 
+/* ---- collstack run ps (sidecar/svc_ps.c) --------------------------------- */
+
+/* "ps_start OP ROLES ITERS ROWS DIM KPP N0,N1,...": this node's part of a
+ * PS job, its flow posted as op OP of the PS group. */
+static void ps_start(struct cs_core_svc *s, const char *args, char *out,
+		     size_t len)
+{
+	uint32_t fmax = s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
+			(s->auth ? CS_PROTO_TAG_LEN : 0);
+	char err[160] = "";
+	unsigned op_id;
+	int skip = 0;
+	struct core_op *op;
+	int ret;
+
+	if (sscanf(args, "%u %n", &op_id, &skip) != 1 || !skip) {
+		snprintf(out, len, "err usage: ps_start OP ROLES ITERS ROWS "
+			 "DIM KPP N0,N1,...");
+		return;
+	}
+	pthread_mutex_lock(&s->ctl);
+	ret = s->ps_op ? -EBUSY : 0;
+	pthread_mutex_unlock(&s->ctl);
+	if (ret) {
+		snprintf(out, len, "err a PS job runs (ps_forget it first)");
+		return;
+	}
+	op = op_new(op_id, atomic_load(&s->d->view.epoch));
+	if (!op) {
+		snprintf(out, len, "err no memory");
+		return;
+	}
+	ret = cs_svc_ps_create(args + skip, s->d->drv.rank, s->d->drv.npeers,
+			       CS_MIN(fmax, 1024u), &op->nodes, &op->n,
+			       &op->ps, err, sizeof(err));
+	if (ret) {
+		op_free(op);
+		snprintf(out, len, "err %s", err);
+		return;
+	}
+	op->group = CS_SVC_PS_GROUP;
+	op->bytes = 0; /* latency class: small messages */
+	pthread_mutex_lock(&s->ctl);
+	s->ps_op = op;
+	core_hand(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	snprintf(out, len, "ok op=%u n=%u", op_id, op->n);
+}
+
+/* "ps_wait MS": this node's verdict (its part trained and checked). */
+static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
+		    size_t len)
+{
+	char res[512];
+	unsigned ms;
+	cs_ns_t deadline;
+	struct core_op *op;
+	int f = 0, state = OP_PREPARED;
+
+	pthread_mutex_lock(&s->ctl);
+	op = s->ps_op;
+	pthread_mutex_unlock(&s->ctl);
+	if (sscanf(args, "%u", &ms) != 1 || !op) {
+		snprintf(out, len, "err usage: ps_wait MS (after ps_start)");
+		return;
+	}
+	deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
+	while (!(f = cs_svc_ps_result(op->ps, res, sizeof(res)))) {
+		state = atomic_load_explicit(&op->state, memory_order_acquire);
+		if (state != OP_PREPARED || cs_lcore_now() >= deadline ||
+		    cs_daemon_signalled(s->d))
+			break;
+		sleep_us(1000);
+	}
+	if (f > 0) {
+		snprintf(out, len, "ok %s", res);
+	} else if (f < 0) {
+		struct cs_ps_flow_stats fs;
+
+		cs_ps_flow_get_stats(cs_svc_ps_flow(op->ps), &fs);
+		snprintf(out, len, "err %s (flow_sent=%" PRIu64
+			 " flow_rx=%" PRIu64 " flow_rebuilt=%" PRIu64 ")",
+			 res, fs.sent, fs.rx, fs.rebuilt);
+	}
+	else if (state == OP_FAILED)
+		snprintf(out, len, "err the PS flow failed: %s (rank %d)",
+			 cs_strerror(op->status),
+			 op->culprit == UINT32_MAX ? -1 : (int)op->culprit);
+	else
+		snprintf(out, len, "err timed out after %u ms: %s", ms, res);
+}
+
+/* "ps_go": every node has its part (ps_start): its workers may start. */
+static void ps_go(struct cs_core_svc *s, char *out, size_t len)
+{
+	pthread_mutex_lock(&s->ctl);
+	if (s->ps_op) {
+		struct core_lane *l =
+			lane_of(s, CS_SVC_PS_GROUP, s->ps_op->op_id);
+
+		cs_svc_ps_go(s->ps_op->ps);
+		cs_lcore_kick(&s->d->lcores[l->q]); /* it may be idle */
+	}
+	snprintf(out, len, s->ps_op ? "ok" : "err no PS job (ps_start)");
+	pthread_mutex_unlock(&s->ctl);
+}
+
+/* "ps_forget": end this node's part (cancel its flow), free the job. */
+static void ps_forget(struct cs_core_svc *s, char *out, size_t len)
+{
+	struct core_op *op;
+
+	pthread_mutex_lock(&s->ctl);
+	op = s->ps_op;
+	s->ps_op = NULL;
+	pthread_mutex_unlock(&s->ctl);
+	if (op) {
+		cs_ns_t until = cs_lcore_now() + 2 * CS_NS_PER_S;
+
+		/* the group can go only once its op ended there (a group
+		 * with an op in flight stays: the next job, over other
+		 * nodes, would then run in the old member list) */
+		atomic_store(&op->cancel, true);
+		cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP,
+						    op->op_id)->q]);
+		while (!atomic_load_explicit(&op->released,
+					     memory_order_acquire) &&
+		       cs_lcore_now() < until)
+			sleep_us(1000);
+		pthread_mutex_lock(&s->ctl);
+		core_bury(s, op);
+		pthread_mutex_unlock(&s->ctl);
+	}
+	if (op && core_forget(s, CS_SVC_PS_GROUP)) {
+		snprintf(out, len, "err no memory");
+		return;
+	}
+	snprintf(out, len, op ? "ok" : "ok none");
+}
+
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
 		       int err)
 {
@@ -1285,6 +1436,22 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 	}
 	if (!strcmp(req, "mx_forget")) {
 		mx_forget(s, args, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ps_start")) {
+		ps_start(s, args, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ps_wait")) {
+		ps_wait(s, args, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ps_go")) {
+		ps_go(s, out, len);
+		return 0;
+	}
+	if (!strcmp(req, "ps_forget")) {
+		ps_forget(s, out, len);
 		return 0;
 	}
 	if (!strcmp(req, "ar_stats")) {

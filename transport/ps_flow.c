@@ -308,7 +308,11 @@ static int psf_on_data(void *p, cs_ns_t now, const struct cs_pkt_hdr *h,
 {
 	struct cs_ps_flow *f = p;
 
-	if (!h->len || !payload || h->src >= f->n || h->src == f->self) {
+	/* the channel names the rank the frame was sent to: a frame that
+	 * reached another node (a switch floods frames to a MAC it has not
+	 * learnt yet, and the port takes them) is not this rank's message */
+	if (!h->len || !payload || h->src >= f->n || h->src == f->self ||
+	    h->channel != f->self) {
 		f->st.rx_bad++;
 		return -EPROTO;
 	}

@@ -43,7 +43,8 @@ struct cs_ps_flow_stats {
 	uint64_t local; /* messages to this rank (never on the wire) */
 	uint64_t acked; /* frames acknowledged */
 	uint64_t rx; /* messages handed to the rx callback from peers */
-	uint64_t rx_bad; /* frames refused (empty, not from a peer) */
+	uint64_t rx_bad; /* frames refused (empty, not from a peer, sent
+			  * to another rank) */
 	uint64_t rebuilt; /* frames rebuilt for a retransmission */
 };
 
