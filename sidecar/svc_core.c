@@ -1193,144 +1193,98 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 	snprintf(out, len, "ok");
 }
 
-/* ---- collstack run ps (sidecar/svc_ps.c) --------------------------------- */
+/* ---- collstack run ps: the job's op (requests in sidecar/svc_ps.c) ---- */
 
-/* "ps_start OP ROLES ITERS ROWS DIM KPP N0,N1,...": this node's part of a
- * PS job, its flow posted as op OP of the PS group. */
-static void ps_start(struct cs_core_svc *s, const char *args, char *out,
-		     size_t len)
+uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s)
 {
-	uint32_t fmax = s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
-			(s->auth ? CS_PROTO_TAG_LEN : 0);
-	char err[160] = "";
-	unsigned op_id;
-	int skip = 0;
-	struct core_op *op;
-	int ret;
+	return s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
+	       (s->auth ? CS_PROTO_TAG_LEN : 0);
+}
 
-	if (sscanf(args, "%u %n", &op_id, &skip) != 1 || !skip) {
-		snprintf(out, len, "err usage: ps_start OP ROLES ITERS ROWS "
-			 "DIM KPP N0,N1,...");
-		return;
-	}
+void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
+		      uint32_t *npeers)
+{
+	*self = s->d->drv.rank;
+	*npeers = s->d->drv.npeers;
+}
+
+int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,
+			struct cs_svc_ps *ps, uint32_t *nodes, uint32_t n)
+{
+	struct core_op *op;
+	int ret = 0;
+
 	pthread_mutex_lock(&s->ctl);
-	ret = s->ps_op ? -EBUSY : 0;
+	if (s->ps_op)
+		ret = -EBUSY;
 	pthread_mutex_unlock(&s->ctl);
-	if (ret) {
-		snprintf(out, len, "err a PS job runs (ps_forget it first)");
-		return;
-	}
+	if (ret)
+		return ret;
 	op = op_new(op_id, atomic_load(&s->d->view.epoch));
-	if (!op) {
-		snprintf(out, len, "err no memory");
-		return;
-	}
-	ret = cs_svc_ps_create(args + skip, s->d->drv.rank, s->d->drv.npeers,
-			       CS_MIN(fmax, 1024u), &op->nodes, &op->n,
-			       &op->ps, err, sizeof(err));
-	if (ret) {
-		op_free(op);
-		snprintf(out, len, "err %s", err);
-		return;
-	}
+	if (!op)
+		return -ENOMEM;
+	op->ps = ps;
+	op->nodes = nodes;
+	op->n = n;
 	op->group = CS_SVC_PS_GROUP;
 	op->bytes = 0; /* latency class: small messages */
 	pthread_mutex_lock(&s->ctl);
 	s->ps_op = op;
 	core_hand(s, op);
 	pthread_mutex_unlock(&s->ctl);
-	snprintf(out, len, "ok op=%u n=%u", op_id, op->n);
+	return 0;
 }
 
-/* "ps_wait MS": this node's verdict (its part trained and checked). */
-static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
-		    size_t len)
+struct cs_svc_ps *cs_core_svc_ps_job(struct cs_core_svc *s, int *status,
+				     uint32_t *culprit)
 {
-	char res[512];
-	unsigned ms;
-	cs_ns_t deadline;
 	struct core_op *op;
-	int f = 0, state = OP_PREPARED;
 
 	pthread_mutex_lock(&s->ctl);
 	op = s->ps_op;
 	pthread_mutex_unlock(&s->ctl);
-	if (sscanf(args, "%u", &ms) != 1 || !op) {
-		snprintf(out, len, "err usage: ps_wait MS (after ps_start)");
-		return;
-	}
-	deadline = cs_lcore_now() + (cs_ns_t)ms * CS_NS_PER_MS;
-	while (!(f = cs_svc_ps_result(op->ps, res, sizeof(res)))) {
-		state = atomic_load_explicit(&op->state, memory_order_acquire);
-		if (state != OP_PREPARED || cs_lcore_now() >= deadline ||
-		    cs_daemon_signalled(s->d))
-			break;
-		sleep_us(1000);
-	}
-	if (f > 0) {
-		snprintf(out, len, "ok %s", res);
-	} else if (f < 0) {
-		struct cs_ps_flow_stats fs;
-
-		cs_ps_flow_get_stats(cs_svc_ps_flow(op->ps), &fs);
-		snprintf(out, len, "err %s (flow_sent=%" PRIu64
-			 " flow_rx=%" PRIu64 " flow_rebuilt=%" PRIu64 ")",
-			 res, fs.sent, fs.rx, fs.rebuilt);
-	}
-	else if (state == OP_FAILED)
-		snprintf(out, len, "err the PS flow failed: %s (rank %d)",
-			 cs_strerror(op->status),
-			 op->culprit == UINT32_MAX ? -1 : (int)op->culprit);
-	else
-		snprintf(out, len, "err timed out after %u ms: %s", ms, res);
+	if (!op)
+		return NULL;
+	*status = atomic_load_explicit(&op->state, memory_order_acquire) ==
+				  OP_FAILED
+			  ? op->status
+			  : 0;
+	*culprit = op->culprit;
+	return op->ps;
 }
 
-/* "ps_go": every node has its part (ps_start): its workers may start. */
-static void ps_go(struct cs_core_svc *s, char *out, size_t len)
+void cs_core_svc_ps_kick(struct cs_core_svc *s)
 {
 	pthread_mutex_lock(&s->ctl);
-	if (s->ps_op) {
-		struct core_lane *l =
-			lane_of(s, CS_SVC_PS_GROUP, s->ps_op->op_id);
-
-		cs_svc_ps_go(s->ps_op->ps);
-		cs_lcore_kick(&s->d->lcores[l->q]); /* it may be idle */
-	}
-	snprintf(out, len, s->ps_op ? "ok" : "err no PS job (ps_start)");
+	if (s->ps_op)
+		cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP,
+						    s->ps_op->op_id)->q]);
 	pthread_mutex_unlock(&s->ctl);
 }
 
-/* "ps_forget": end this node's part (cancel its flow), free the job. */
-static void ps_forget(struct cs_core_svc *s, char *out, size_t len)
+int cs_core_svc_ps_end(struct cs_core_svc *s)
 {
 	struct core_op *op;
+	cs_ns_t until = cs_lcore_now() + 2 * CS_NS_PER_S;
 
 	pthread_mutex_lock(&s->ctl);
 	op = s->ps_op;
 	s->ps_op = NULL;
 	pthread_mutex_unlock(&s->ctl);
-	if (op) {
-		cs_ns_t until = cs_lcore_now() + 2 * CS_NS_PER_S;
-
-		/* the group can go only once its op ended there (a group
-		 * with an op in flight stays: the next job, over other
-		 * nodes, would then run in the old member list) */
-		atomic_store(&op->cancel, true);
-		cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP,
-						    op->op_id)->q]);
-		while (!atomic_load_explicit(&op->released,
-					     memory_order_acquire) &&
-		       cs_lcore_now() < until)
-			sleep_us(1000);
-		pthread_mutex_lock(&s->ctl);
-		core_bury(s, op);
-		pthread_mutex_unlock(&s->ctl);
-	}
-	if (op && core_forget(s, CS_SVC_PS_GROUP)) {
-		snprintf(out, len, "err no memory");
-		return;
-	}
-	snprintf(out, len, op ? "ok" : "ok none");
+	if (!op)
+		return -ENOENT;
+	/* the group can go only once its op ended there (a group with an
+	 * op in flight stays: the next job, over other nodes, would then
+	 * run in the old member list) */
+	atomic_store(&op->cancel, true);
+	cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP, op->op_id)->q]);
+	while (!atomic_load_explicit(&op->released, memory_order_acquire) &&
+	       cs_lcore_now() < until)
+		sleep_us(1000);
+	pthread_mutex_lock(&s->ctl);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	return core_forget(s, CS_SVC_PS_GROUP);
 }
 
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
@@ -1438,22 +1392,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		mx_forget(s, args, out, len);
 		return 0;
 	}
-	if (!strcmp(req, "ps_start")) {
-		ps_start(s, args, out, len);
-		return 0;
-	}
-	if (!strcmp(req, "ps_wait")) {
-		ps_wait(s, args, out, len);
-		return 0;
-	}
-	if (!strcmp(req, "ps_go")) {
-		ps_go(s, out, len);
-		return 0;
-	}
-	if (!strcmp(req, "ps_forget")) {
-		ps_forget(s, out, len);
-		return 0;
-	}
+	if (!strncmp(req, "ps_", 3)) /* collstack run ps */
+		return cs_svc_ps_ctl(s, req, args, out, len);
 	if (!strcmp(req, "ar_stats")) {
 		struct cs_tp_stats st;
 

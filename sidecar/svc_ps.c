@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "collectives/ps/ps.h"
+#include "svc_core.h"
 #include "svc_ps.h"
 
 #define PS_TABLE 1u
@@ -428,11 +430,6 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 	return work;
 }
 
-void cs_svc_ps_go(struct cs_svc_ps *ps)
-{
-	atomic_store_explicit(&ps->go, true, memory_order_release);
-}
-
 int cs_svc_ps_result(struct cs_svc_ps *ps, char *out, size_t len)
 {
 	int f = atomic_load_explicit(&ps->final, memory_order_acquire);
@@ -451,5 +448,112 @@ int cs_svc_ps_result(struct cs_svc_ps *ps, char *out, size_t len)
 		 ps->it, ps->inflight,
 		 ps->st ? cs_ps_store_stats(ps->st)->rejected : 0, fs.sent,
 		 fs.acked, fs.rx, fs.rebuilt);
+	return 0;
+}
+
+/* ---- control requests (collstack run ps) -------------------------------- */
+
+static void ps_start(struct cs_core_svc *s, const char *args, char *out,
+		     size_t len)
+{
+	char err[160] = "";
+	uint32_t self, npeers, *nodes = NULL, n = 0;
+	struct cs_svc_ps *ps;
+	unsigned op_id;
+	int skip = 0, ret;
+
+	if (sscanf(args, "%u %n", &op_id, &skip) != 1 || !skip) {
+		snprintf(out, len,
+			 "err usage: ps_start OP ROLES ITERS ROWS "
+			 "DIM KPP N0,N1,...");
+		return;
+	}
+	cs_core_svc_view(s, &self, &npeers);
+	ret = cs_svc_ps_create(args + skip, self, npeers,
+			       CS_MIN(cs_core_svc_frame_payload(s), 1024u),
+			       &nodes, &n, &ps, err, sizeof(err));
+	if (ret) {
+		snprintf(out, len, "err %s", err);
+		return;
+	}
+	ret = cs_core_svc_ps_post(s, op_id, ps, nodes, n);
+	if (ret) {
+		cs_svc_ps_free(ps);
+		free(nodes);
+		snprintf(out, len, "err %s",
+			 ret == -EBUSY ? "a PS job runs (ps_forget it first)"
+				       : "no memory");
+		return;
+	}
+	snprintf(out, len, "ok op=%u n=%u", op_id, n);
+}
+
+static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
+		    size_t len)
+{
+	char res[512];
+	unsigned ms;
+	struct timespec ts = { 0, 1000000 };
+	struct cs_svc_ps *ps;
+	struct cs_ps_flow_stats fs;
+	uint32_t culprit = UINT32_MAX;
+	int f = 0, status = 0;
+
+	ps = cs_core_svc_ps_job(s, &status, &culprit);
+	if (sscanf(args, "%u", &ms) != 1 || !ps) {
+		snprintf(out, len, "err usage: ps_wait MS (after ps_start)");
+		return;
+	}
+	for (unsigned t = 0;; t++) {
+		f = cs_svc_ps_result(ps, res, sizeof(res));
+		if (f || status || t >= ms)
+			break;
+		nanosleep(&ts, NULL);
+		(void)cs_core_svc_ps_job(s, &status, &culprit);
+	}
+	cs_ps_flow_get_stats(ps->flow, &fs);
+	if (f > 0)
+		snprintf(out, len, "ok %s", res);
+	else if (f < 0)
+		snprintf(out, len,
+			 "err %s (flow_sent=%" PRIu64 " flow_rx=%" PRIu64
+			 " flow_rebuilt=%" PRIu64 ")",
+			 res, fs.sent, fs.rx, fs.rebuilt);
+	else if (status)
+		snprintf(out, len, "err the PS flow failed: %s (rank %d)",
+			 cs_strerror(status),
+			 culprit == UINT32_MAX ? -1 : (int)culprit);
+	else
+		snprintf(out, len, "err timed out after %u ms: %s", ms, res);
+}
+
+int cs_svc_ps_ctl(struct cs_core_svc *s, const char *req, const char *args,
+		  char *out, size_t len)
+{
+	struct cs_svc_ps *ps;
+	uint32_t culprit;
+	int status;
+
+	if (!strcmp(req, "ps_start")) {
+		ps_start(s, args, out, len);
+	} else if (!strcmp(req, "ps_wait")) {
+		ps_wait(s, args, out, len);
+	} else if (!strcmp(req, "ps_go")) {
+		ps = cs_core_svc_ps_job(s, &status, &culprit);
+		if (ps) {
+			atomic_store_explicit(&ps->go, true,
+					      memory_order_release);
+			cs_core_svc_ps_kick(s); /* its lcore may be idle */
+		}
+		snprintf(out, len, ps ? "ok" : "err no PS job (ps_start)");
+	} else if (!strcmp(req, "ps_forget")) {
+		status = cs_core_svc_ps_end(s);
+		snprintf(out, len,
+			 status == -ENOENT ? "ok none"
+			 : status	   ? "err no memory"
+					   : "ok");
+	} else {
+		return -ENOENT;
+	}
 	return 0;
 }

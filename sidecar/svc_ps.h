@@ -51,8 +51,17 @@ struct cs_ps_flow *cs_svc_ps_flow(struct cs_svc_ps *ps);
 /* lcore: apply, answer, train; returns work done. */
 unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now);
 
-/* Workers may start: every node's flow is posted (ps_go). */
-void cs_svc_ps_go(struct cs_svc_ps *ps);
+struct cs_core_svc;
+/**
+ * cs_svc_ps_ctl - a "ps_*" control request (collstack run ps):
+ *   ps_start OP ROLES ITERS ROWS DIM KPP N0,N1,...   this node's part
+ *   ps_go        every node has its part: the workers start
+ *   ps_wait MS   this node's verdict ("ok role=... wrong=N ..." or why not)
+ *   ps_forget    end this node's part, free it
+ * Returns: 0 (the reply in @out), -ENOENT for another request.
+ */
+int cs_svc_ps_ctl(struct cs_core_svc *s, const char *req, const char *args,
+		  char *out, size_t len);
 
 /**
  * cs_svc_ps_result - the job's outcome as "key=value ..." into @out
