@@ -33,6 +33,7 @@
 #define CS_LOG_MODULE "core"
 #include "internal/log.h"
 #include "svc_core.h"
+#include "svc_ps.h"
 #include "frame_auth.h"
 #include "daemon_boot.h"
 #include "collectives/coll_data.h"
@@ -90,6 +91,7 @@ struct core_op {
 	struct core_op *mx_next; /* the control side's list */
 	struct core_op *ext_next; /* trainer op: s->ext */
 	bool ext_put; /* trainer op: its owner is done with it */
+	struct cs_svc_ps *ps; /* collstack run ps: the job (svc_ps.h) */
 };
 
 /*
@@ -148,6 +150,7 @@ struct cs_core_svc {
 	struct core_op *ext;
 	struct core_op *grave; /* replaced, not released yet */
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
+	struct core_op *ps_op; /* collstack run ps's job, not forgotten yet */
 	int done_fd;
 	atomic_int notify_fd;
 };
@@ -433,10 +436,13 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
-					   list->a2a ? &cs_a2a_flow_ops
-						     : &cs_coll_flow_ops,
-					   list->a2a ? (void *)list->a2a
-						     : (void *)list->coll,
+					   list->ps    ? &cs_ps_flow_ops
+					   : list->a2a ? &cs_a2a_flow_ops
+						       : &cs_coll_flow_ops,
+					   list->ps ? (void *)cs_svc_ps_flow(
+							      list->ps)
+					   : list->a2a ? (void *)list->a2a
+						       : (void *)list->coll,
 					   list->bytes, list, now);
 		if (ret) {
 			l->post_refused++;
@@ -531,12 +537,16 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 				     l->live[i]->op_id, CS_ERR_CANCELLED);
 	if (atomic_load_explicit(&l->pending, memory_order_acquire))
 		core_take(l, now);
+	work = 0;
 	for (unsigned i = 0; i < l->nlive; i++)
-		if (!l->live[i]->t_ready &&
-		    (l->live[i]->a2a ? cs_a2a_result_ready(l->live[i]->a2a)
-				     : cs_coll_result_ready(l->live[i]->coll)))
+		if (l->live[i]->ps) /* collstack run ps: train, apply */
+			work += cs_svc_ps_poll(l->live[i]->ps, now);
+		else if (!l->live[i]->t_ready &&
+			 (l->live[i]->a2a
+				  ? cs_a2a_result_ready(l->live[i]->a2a)
+				  : cs_coll_result_ready(l->live[i]->coll)))
 			l->live[i]->t_ready = now;
-	work = cs_tp_poll(l->tp, now);
+	work += cs_tp_poll(l->tp, now);
 	cs_obs_tp_publish(l->tp, now); /* observe/: metric snapshot */
 	core_flush(l);
 	if (!pthread_mutex_trylock(&l->lock)) {
@@ -562,6 +572,7 @@ static void op_free(struct core_op *op)
 	cs_coll_free(op->coll);
 	cs_a2a_free(op->a2a);
 	cs_a2a_node_free(op->a2a_node);
+	cs_svc_ps_free(op->ps);
 	free(op->a2a_cnt);
 	/* Frames still queued may point into a registered buffer: the
 	 * lcore flushes them on its next rounds. Never free it under them
@@ -1189,6 +1200,100 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 	snprintf(out, len, "ok");
 }
 
+/* ---- collstack run ps: the job's op (requests in sidecar/svc_ps.c) ---- */
+
+uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s)
+{
+	return s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
+	       (s->auth ? CS_PROTO_TAG_LEN : 0);
+}
+
+void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
+		      uint32_t *npeers)
+{
+	*self = s->d->drv.rank;
+	*npeers = s->d->drv.npeers;
+}
+
+int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,
+			struct cs_svc_ps *ps, uint32_t *nodes, uint32_t n)
+{
+	struct core_op *op;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->ctl);
+	if (s->ps_op)
+		ret = -EBUSY;
+	pthread_mutex_unlock(&s->ctl);
+	if (ret)
+		return ret;
+	op = op_new(op_id, atomic_load(&s->d->view.epoch));
+	if (!op)
+		return -ENOMEM;
+	op->ps = ps;
+	op->nodes = nodes;
+	op->n = n;
+	op->group = CS_SVC_PS_GROUP;
+	op->bytes = 0; /* latency class: small messages */
+	pthread_mutex_lock(&s->ctl);
+	s->ps_op = op;
+	core_hand(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	return 0;
+}
+
+struct cs_svc_ps *cs_core_svc_ps_job(struct cs_core_svc *s, int *status,
+				     uint32_t *culprit)
+{
+	struct core_op *op;
+
+	pthread_mutex_lock(&s->ctl);
+	op = s->ps_op;
+	pthread_mutex_unlock(&s->ctl);
+	if (!op)
+		return NULL;
+	*status = atomic_load_explicit(&op->state, memory_order_acquire) ==
+				  OP_FAILED
+			  ? op->status
+			  : 0;
+	*culprit = op->culprit;
+	return op->ps;
+}
+
+void cs_core_svc_ps_kick(struct cs_core_svc *s)
+{
+	pthread_mutex_lock(&s->ctl);
+	if (s->ps_op)
+		cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP,
+						    s->ps_op->op_id)->q]);
+	pthread_mutex_unlock(&s->ctl);
+}
+
+int cs_core_svc_ps_end(struct cs_core_svc *s)
+{
+	struct core_op *op;
+	cs_ns_t until = cs_lcore_now() + 2 * CS_NS_PER_S;
+
+	pthread_mutex_lock(&s->ctl);
+	op = s->ps_op;
+	s->ps_op = NULL;
+	pthread_mutex_unlock(&s->ctl);
+	if (!op)
+		return -ENOENT;
+	/* the group can go only once its op ended there (a group with an
+	 * op in flight stays: the next job, over other nodes, would then
+	 * run in the old member list) */
+	atomic_store(&op->cancel, true);
+	cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP, op->op_id)->q]);
+	while (!atomic_load_explicit(&op->released, memory_order_acquire) &&
+	       cs_lcore_now() < until)
+		sleep_us(1000);
+	pthread_mutex_lock(&s->ctl);
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	return core_forget(s, CS_SVC_PS_GROUP);
+}
+
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
 		       int err)
 {
@@ -1294,6 +1399,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		mx_forget(s, args, out, len);
 		return 0;
 	}
+	if (!strncmp(req, "ps_", 3)) /* collstack run ps */
+		return cs_svc_ps_ctl(s, req, args, out, len);
 	if (!strcmp(req, "ar_stats")) {
 		struct cs_tp_stats st;
 

@@ -72,4 +72,25 @@ int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
  * are not acknowledged yet (the core still resends them). */
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);
 
+/* collstack run ps (sidecar/svc_ps.c): the job's operation. */
+struct cs_svc_ps;
+/* Largest frame payload the port carries. */
+uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s);
+/* This sidecar's node id and the view's node count. */
+void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
+		      uint32_t *npeers);
+/* Post @ps's flow as op @op_id of the PS group over @nodes (@n; both
+ * taken on success). Returns 0, -EBUSY (a job runs), -ENOMEM. */
+int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,
+			struct cs_svc_ps *ps, uint32_t *nodes, uint32_t n);
+/* The job running (NULL: none); @status: its flow's error once it ended
+ * with one (else 0), blaming group rank @culprit. */
+struct cs_svc_ps *cs_core_svc_ps_job(struct cs_core_svc *s, int *status,
+				     uint32_t *culprit);
+/* Wake the job's lcore (it may be idle). */
+void cs_core_svc_ps_kick(struct cs_core_svc *s);
+/* End the job: its flow cancelled, the job freed, the group forgotten.
+ * Returns 0, -ENOENT (none), -ENOMEM. */
+int cs_core_svc_ps_end(struct cs_core_svc *s);
+
 #endif

@@ -478,7 +478,9 @@ int cs_cmd_run(int argc, char **argv)
 			"       collstack run mixed [ARGS]      (many groups "
 			"and ops in flight)\n"
 			"       collstack run buckets [ARGS]    (DDP buckets, "
-			"overlapped or --serial)\n");
+			"overlapped or --serial)\n"
+			"       collstack run ps [ARGS]         (parameter-server "
+			"push/pull, sync SGD)\n");
 		return argc < 2 ? 2 : 0;
 	}
 	if (!strcmp(argv[1], "allreduce"))
@@ -487,6 +489,8 @@ int cs_cmd_run(int argc, char **argv)
 		return cs_cmd_run_mixed(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "buckets"))
 		return cs_cmd_run_buckets(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "ps"))
+		return cs_cmd_run_ps(argc - 1, argv + 1);
 	fprintf(stderr, "collstack run: unknown collective '%s'\n", argv[1]);
 	return 2;
 }

@@ -76,9 +76,9 @@ static void mx_shuffle(uint32_t *v, uint32_t n, uint64_t *rng)
 
 /* The cluster's control folders and each sidecar's node id in the view
  * (mx_rank); returns the number of sidecars or -1 (said why). */
-static int mx_cluster(const char *cmd, const char *env,
-		      char (*names)[CS_CTL_NAME_MAX], char (*dirs)[320],
-		      uint32_t *rank_of)
+int cs_run_cluster(const char *cmd, const char *env,
+		   char (*names)[CS_CTL_NAME_MAX], char (*dirs)[320],
+		   uint32_t *rank_of)
 {
 	char root[256], reply[512];
 	double v;
@@ -169,7 +169,7 @@ int cs_cmd_run_mixed(int argc, char **argv)
 		mx_usage(stderr);
 		return 2;
 	}
-	n = mx_cluster("collstack run mixed", env, names, dirs, rank_of);
+	n = cs_run_cluster("collstack run mixed", env, names, dirs, rank_of);
 	if (n < 0)
 		return 1;
 	rng = seed * 0x9e3779b97f4a7c15ull + 1;
@@ -368,7 +368,7 @@ int cs_cmd_run_buckets(int argc, char **argv)
 			return 2;
 		}
 	}
-	n = mx_cluster("collstack run buckets", env, names, dirs, rank_of);
+	n = cs_run_cluster("collstack run buckets", env, names, dirs, rank_of);
 	if (n < 0)
 		return 1;
 	for (int i = 0; i < n; i++)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cmds.h"
+#include "sim/ps.h"
 #include "sim/scen.h"
 
 struct sim_cmd {
@@ -28,6 +29,8 @@ static const struct sim_cmd sim_cmds[] = {
 	{ "alltoall", cs_cmd_sim_alltoall,
 	  "all-to-all(v), flat or two-level, over the transport core" },
 	{ "moe", cs_cmd_sim_moe, "MoE dispatch and combine over all-to-all" },
+	{ "ps", cs_cmd_sim_ps,
+	  "parameter-server push/pull over the transport core" },
 };
 
 static void sim_usage(FILE *out)
@@ -343,4 +346,9 @@ int cs_cmd_sim_incast(int argc, char **argv)
 	       (unsigned long long)res.events,
 	       res.ok ? "" : " why=", res.ok ? "" : res.why);
 	return res.ok ? 0 : 1;
+}
+
+int cs_cmd_sim_ps(int argc, char **argv)
+{
+	return cs_sim_ps(argc, argv, true);
 }

@@ -4,6 +4,7 @@
 #define CS_TOOLS_CMDS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 int cs_cmd_selftest(int argc, char **argv);
@@ -13,6 +14,11 @@ int cs_cmd_bench_ops(int argc, char **argv);
 int cs_cmd_run(int argc, char **argv);
 int cs_cmd_run_mixed(int argc, char **argv);
 int cs_cmd_run_buckets(int argc, char **argv);
+int cs_cmd_run_ps(int argc, char **argv);
+/* The cluster's control folders and each sidecar's node id in the view
+ * (cmd_run_mixed.c); returns the number of sidecars (at most 64) or -1. */
+int cs_run_cluster(const char *cmd, const char *env, char (*names)[64],
+		   char (*dirs)[320], uint32_t *rank_of);
 int cs_cmd_stats(int argc, char **argv);
 int cs_cmd_trace(int argc, char **argv);
 int cs_cmd_top(int argc, char **argv);
@@ -27,6 +33,7 @@ int cs_cmd_sim_broadcast(int argc, char **argv);
 int cs_cmd_sim_mixed(int argc, char **argv);
 int cs_cmd_sim_alltoall(int argc, char **argv);
 int cs_cmd_sim_moe(int argc, char **argv);
+int cs_cmd_sim_ps(int argc, char **argv);
 int cs_cmd_model(int argc, char **argv);
 int cs_cmd_plan(int argc, char **argv);
 /* "64M", "1G", "4096": bytes with K/M/G (x1024) suffixes; 0 or -EINVAL. */

@@ -2,7 +2,13 @@
 /*
  * Deterministic multi-worker, multi-server PS scenario: W worker engines
  * and K shard stores exchange their messages over an in-memory queue that
- * loses, duplicates and reorders them (seeded), in virtual time. Each
+ * loses, duplicates and reorders them (seeded), in virtual time. With
+ * --carrier tp (the default of `collstack sim ps`) every node runs a
+ * transport core (transport/tp.h) with one cs_ps_flow (ps_flow.h) posted:
+ * the PS messages are frames of the core, and what the queue loses,
+ * duplicates and reorders are those frames, data, retransmissions and
+ * ACKs alike. With --carrier queue (ps_scen's default) the queue carries
+ * the PS messages themselves and the workers retransmit. Each
  * worker trains for --iters iterations (pull its keys, compute a gradient,
  * push it); the final table is compared with a single-process reference:
  * bit for bit in sync mode (the gradient there also depends on the pulled
@@ -41,8 +47,14 @@
 #include <string.h>
 
 #include "collectives/ps/ps.h"
+#include "collectives/ps/ps_wire.h"
+#include "sim/ps.h"
+#include "transport/ps_flow.h"
+#include "transport/tp.h"
 
 struct qmsg {
+	struct cs_pkt_hdr h; /* --carrier tp: a frame of the core */
+	bool frame;
 	cs_ns_t at;
 	uint64_t seq;
 	uint32_t src, dst;
@@ -64,6 +76,8 @@ struct opts {
 	uint32_t ckpt_at, kill_at;
 	double max_share; /* fail above this (0: no check) */
 	int kill; /* server index killed at iteration kill_at, or -1 */
+	bool tp; /* --carrier tp: the messages ride the transport core */
+	bool bad_push; /* worker 0 first sends a push of the wrong dim */
 };
 
 #define SRV_BASE 1000u
@@ -110,6 +124,14 @@ static uint32_t nfail, first_fail_peer;
 static int first_fail_rc;
 static double *zipf_cdf;
 
+/* --carrier tp: node (= rank of the PS group) r is worker r for r <
+ * workers, else server r - workers; each runs a core with one cs_ps_flow */
+#define PS_GROUP 1u
+#define PS_OP 1u
+static struct cs_tp **tps;
+static struct cs_ps_flow **flows;
+static uint64_t pushes_done, pulls_done;
+
 static void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -125,8 +147,8 @@ static void die(const char *fmt, ...)
 
 /* ---- the lossy queue ---------------------------------------------------- */
 
-static void q_put(uint32_t src, uint32_t dst, const void *buf, size_t len,
-		  cs_ns_t at)
+static void q_put(uint32_t src, uint32_t dst, const struct cs_pkt_hdr *h,
+		  const void *buf, size_t len, cs_ns_t at)
 {
 	if (nq == capq) {
 		capq = capq ? capq * 2 : 1024;
@@ -134,10 +156,14 @@ static void q_put(uint32_t src, uint32_t dst, const void *buf, size_t len,
 		if (!q)
 			die("out of memory");
 	}
-	q[nq].buf = malloc(len);
+	q[nq].frame = h != NULL;
+	if (h)
+		q[nq].h = *h;
+	q[nq].buf = malloc(len ? len : 1);
 	if (!q[nq].buf)
 		die("out of memory");
-	memcpy(q[nq].buf, buf, len);
+	if (len)
+		memcpy(q[nq].buf, buf, len);
 	q[nq].len = len;
 	q[nq].src = src;
 	q[nq].dst = dst;
@@ -146,20 +172,151 @@ static void q_put(uint32_t src, uint32_t dst, const void *buf, size_t len,
 	nq++;
 }
 
-static void carry(uint32_t src, uint32_t dst, const void *buf, size_t len)
+static uint32_t rank_of(uint32_t id)
+{
+	return id >= SRV_BASE ? o.workers + id - SRV_BASE : id;
+}
+
+/* A message, or (tp) a frame of the core: lost, delayed, duplicated. */
+static void wire(uint32_t src, uint32_t dst, const struct cs_pkt_hdr *h,
+		 const void *buf, size_t len)
 {
 	n_sent++;
 	if (cs_rand_unit(&rng) < o.loss) {
 		n_lost++;
 		return;
 	}
-	q_put(src, dst, buf, len,
+	q_put(src, dst, h, buf, len,
 	      now + LINK_NS + cs_rand_next(&rng) % JITTER_NS);
 	if (cs_rand_unit(&rng) < o.dup) {
 		n_dup++;
-		q_put(src, dst, buf, len,
+		q_put(src, dst, h, buf, len,
 		      now + LINK_NS + cs_rand_next(&rng) % (4 * JITTER_NS));
 	}
+}
+
+static void carry(uint32_t src, uint32_t dst, const void *buf, size_t len)
+{
+	int rc;
+
+	if (!o.tp) {
+		wire(src, dst, NULL, buf, len);
+		return;
+	}
+	rc = cs_ps_flow_send(flows[rank_of(src)], rank_of(dst), buf, len);
+	if (rc)
+		die("flow send %u -> %u: %d", src, dst, rc);
+}
+
+static unsigned tp_room(void *owner)
+{
+	(void)owner;
+	return 256;
+}
+
+static void tp_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
+		    const void *payload, uint32_t len)
+{
+	wire((uint32_t)(uintptr_t)owner, node, h, payload, len);
+}
+
+static void tp_done(void *owner, void *user, int status, uint32_t culprit)
+{
+	(void)user;
+	if (status)
+		die("node %u: PS flow ended with %d (rank %u)",
+		    (unsigned)(uintptr_t)owner, status, culprit);
+}
+
+static const struct cs_tp_io tp_io = { tp_room, tp_xmit, tp_done, NULL };
+
+/* A message out of node @rank's flow: to its store or its worker. */
+static void tp_msg(void *ctx, uint32_t src, const void *msg, size_t len,
+		   cs_ns_t t)
+{
+	uint32_t r = (uint32_t)(uintptr_t)ctx;
+	uint32_t from = src < o.workers ? src : SRV_BASE + src - o.workers;
+	int rc;
+
+	rc = cs_ps_flow_route(r < o.workers ? NULL : srv[r - o.workers],
+			      r < o.workers ? wk[r] : NULL, from, msg, len, t);
+	if (rc)
+		die("node %u: message from %u refused: %d", r, src, rc);
+}
+
+static void tp_setup(void)
+{
+	uint32_t n = o.workers + o.servers;
+	uint32_t *members = malloc(sizeof(*members) * n);
+	struct cs_tp_params tp;
+	struct cs_xport_params xp;
+
+	tps = calloc(n, sizeof(*tps));
+	flows = calloc(n, sizeof(*flows));
+	if (!members || !tps || !flows || cs_tp_params_default(&tp) ||
+	    cs_xport_params_default(&xp))
+		die("tp set-up");
+	tp.max_nodes = n;
+	tp.max_ops = 4;
+	for (uint32_t r = 0; r < n; r++)
+		members[r] = r;
+	for (uint32_t r = 0; r < n; r++) {
+		void *ctx = (void *)(uintptr_t)r;
+
+		if (cs_tp_create(&tp, &xp, &tp_io, ctx, r, 1, &tps[r]) ||
+		    cs_tp_group_add(tps[r], PS_GROUP, members, n, NULL) ||
+		    cs_ps_flow_create(n, r, (uint32_t)o.msg_max, tp_msg, ctx,
+				      &flows[r]) ||
+		    cs_tp_post(tps[r], PS_GROUP, PS_OP, &cs_ps_flow_ops,
+			       flows[r], 0, NULL, now))
+			die("tp set-up of node %u", r);
+	}
+	free(members);
+}
+
+/* A push for a table nobody serves (its rows one value longer than the
+ * real table's): the server must refuse it and apply nothing (the final
+ * table still matches the reference, which never saw it). */
+static void send_bad_push(void)
+{
+	struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+			       .table = spec.id + 1,
+			       .worker = 0,
+			       .id = 0,
+			       .nparts = 1,
+			       .nkeys = 1,
+			       .dim = spec.dim + 1,
+			       .dtype = spec.dtype };
+	size_t len = cs_ps_wire_len(m.type, 1, m.dim, m.dtype, 0);
+	uint8_t *buf = calloc(1, len ? len : 1);
+	uint8_t *row = calloc(m.dim, 8);
+	uint64_t key = 0;
+
+	if (!len || !buf || !row)
+		die("bad push: set-up");
+	cs_ps_wire_put_hdr(buf, &m);
+	cs_ps_wire_put_key(buf, 0, key);
+	cs_ps_wire_put_row(buf, &m, 0, row);
+	carry(0, cs_ps_shard_of(&map, spec.id, key), buf, len);
+	free(buf);
+	free(row);
+}
+
+static void tp_fini(struct cs_tp_stats *sum)
+{
+	memset(sum, 0, sizeof(*sum));
+	for (uint32_t r = 0; tps && r < o.workers + o.servers; r++) {
+		struct cs_tp_stats st;
+
+		cs_tp_get_stats(tps[r], &st);
+		sum->tx_data += st.tx_data;
+		sum->tx_retx += st.tx_retx;
+		sum->rel_dup_rcvd += st.rel_dup_rcvd;
+		cs_tp_destroy(tps[r]);
+		cs_ps_flow_destroy(flows[r]);
+	}
+	free(tps);
+	free(flows);
 }
 
 static int srv_send(void *ctx, uint32_t worker, const void *msg, size_t len)
@@ -195,6 +352,10 @@ static void wk_done(void *ctx, uint64_t op, int rc, uint32_t peer)
 		    (unsigned)(uintptr_t)ctx, rc, peer);
 	s->op_done = true;
 	s->op_rc = rc;
+	if (s->phase == 1)
+		pulls_done++;
+	else if (s->phase == 2)
+		pushes_done++;
 }
 
 /* ---- in-memory SSD tier -------------------------------------------------- */
@@ -401,7 +562,10 @@ static void deliver(struct qmsg *m)
 {
 	int rc;
 
-	if (m->dst >= SRV_BASE && !srv[m->dst - SRV_BASE]) {
+	if (m->frame) {
+		cs_tp_rx(tps[m->dst], m->src, &m->h, m->len ? m->buf : NULL,
+			 now);
+	} else if (m->dst >= SRV_BASE && !srv[m->dst - SRV_BASE]) {
 		/* a dead server */
 	} else if (m->dst >= SRV_BASE) {
 		rc = cs_ps_store_rx(srv[m->dst - SRV_BASE], m->buf, m->len);
@@ -432,6 +596,10 @@ static void worker_step(uint32_t w)
 
 	if (s->phase == 0 && o.kill >= 0 && !ckpt_taken && s->t == o.ckpt_at)
 		return; /* wait for the checkpoint */
+	/* --bad-push: training starts once its error reply reached worker 0
+	 * (which knows no such table: a bad reply, counted) */
+	if (o.bad_push && !cs_ps_worker_stats(wk[0])->bad_replies)
+		return;
 	if (s->phase == 0 && now >= s->ready_at) {
 		if (s->t == o.iters) {
 			s->phase = 3;
@@ -480,17 +648,21 @@ static void worker_step(uint32_t w)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: ps_scen [--workers W] [--servers K] [--rows R] "
+		"usage: collstack sim ps | ps_scen [--workers W] [--servers K] [--rows R] "
 		"[--dim D] [--keys-per-push P] [--iters I] "
 		"[--mode sync|async|ssp:S] [--opt sgd|momentum|adagrad|adam] "
 		"[--dtype T] [--skew Z] [--loss P] [--dup P] [--seed N] "
 		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V] "
-		"[--ckpt-at C --kill-server K --kill-at T] [--max-share X]\n");
+		"[--ckpt-at C --kill-server K --kill-at T] [--max-share X] "
+		"[--row-bytes B] [--optimizer O] [--carrier tp|queue] "
+		"[--bad-push 1]\n");
 	exit(2);
 }
 
-static void parse(int argc, char **argv)
+static void parse(int argc, char **argv, bool tp)
 {
+	uint32_t row_bytes = 0;
+
 	o = (struct opts){ .workers = 8,
 			   .servers = 4,
 			   .rows = 2000,
@@ -507,7 +679,8 @@ static void parse(int argc, char **argv)
 			   .seed = 1,
 			   .msg_max = 1400,
 			   .slow = -1,
-			   .kill = -1 };
+			   .kill = -1,
+			   .tp = tp };
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -531,7 +704,15 @@ static void parse(int argc, char **argv)
 		else if (!strcmp(a, "--mode")) {
 			if (cs_ps_mode_parse(v, &o.mode, &o.stale))
 				usage();
-		} else if (!strcmp(a, "--opt")) {
+		} else if (!strcmp(a, "--carrier")) {
+			if (strcmp(v, "tp") && strcmp(v, "queue"))
+				usage();
+			o.tp = !strcmp(v, "tp");
+		} else if (!strcmp(a, "--bad-push")) {
+			o.bad_push = atoi(v) != 0;
+		} else if (!strcmp(a, "--row-bytes")) {
+			row_bytes = (uint32_t)strtoul(v, NULL, 0);
+		} else if (!strcmp(a, "--opt") || !strcmp(a, "--optimizer")) {
 			if (cs_ps_opt_parse(v, &o.opt))
 				usage();
 		} else if (!strcmp(a, "--dtype")) {
@@ -561,6 +742,23 @@ static void parse(int argc, char **argv)
 			o.kill_at = (uint32_t)strtoul(v, NULL, 0);
 		else
 			usage();
+	}
+	if (row_bytes) { /* --row-bytes: dim of the dtype */
+		size_t e = cs_dtype_size(o.dtype);
+
+		if (!e || row_bytes % e) {
+			fprintf(stderr,
+				"--row-bytes %u is not a whole number "
+				"of %s values\n",
+				row_bytes, cs_dtype_name(o.dtype));
+			exit(2);
+		}
+		o.dim = (uint32_t)(row_bytes / e);
+	}
+	if (o.tp && o.kill >= 0) {
+		fprintf(stderr, "--kill-server needs --carrier queue (a core "
+				"that lost a peer is not replaced here)\n");
+		exit(2);
 	}
 	if (!o.workers || o.workers > 1024 || !o.servers || o.servers > 256 ||
 	    !o.rows || !o.dim || o.dim > 4096 || !o.kpp || o.loss < 0 ||
@@ -700,18 +898,20 @@ static void maybe_recover(void)
 	recovered = true;
 }
 
-int main(int argc, char **argv)
+int cs_sim_ps(int argc, char **argv, bool tp)
 {
+	struct cs_tp_stats tst;
 	uint32_t *sids;
 	size_t rb;
 	double zsum = 0;
 	uint64_t grads_in = 0, dups = 0, applied = 0, rows_max = 0;
 	uint64_t retx = 0, combined = 0, spill_rd = 0, spill_wr = 0;
 	uint32_t max_stale = 0;
+	uint64_t rejected = 0;
 	double worst = 0;
 	int rc;
 
-	parse(argc, argv);
+	parse(argc, argv, tp);
 	rng = o.seed * 0x9e3779b97f4a7c15ull + 1;
 	memset(&spec, 0, sizeof(spec));
 	spec.id = 3;
@@ -755,8 +955,10 @@ int main(int argc, char **argv)
 			.rank = w,
 			.map = &map,
 			.msg_max = o.msg_max,
-			.rto = 20 * LINK_NS,
-			.rto_max = 200 * LINK_NS,
+			/* over the core, its sessions retransmit: the
+			 * worker's own timer stays out of their way */
+			.rto = o.tp ? CS_NS_PER_S : 20 * LINK_NS,
+			.rto_max = o.tp ? CS_NS_PER_S : 200 * LINK_NS,
 			/* a dead server is declared after 12 sends; a
 			 * waiting one answers "in progress" */
 			.max_tries = o.kill >= 0 ? 12 : 0,
@@ -774,6 +976,10 @@ int main(int argc, char **argv)
 		ws[w].grads = malloc(rb * o.kpp);
 	}
 
+	if (o.tp)
+		tp_setup();
+	if (o.bad_push)
+		send_bad_push();
 	for (uint64_t round = 0;; round++) {
 		cs_ns_t next = UINT64_MAX;
 		uint32_t fin = 0, i;
@@ -817,6 +1023,12 @@ int main(int argc, char **argv)
 			maybe_recover();
 			continue;
 		}
+		for (uint32_t r = 0; o.tp && r < o.workers + o.servers; r++) {
+			cs_tp_poll(tps[r], now);
+			next = CS_MIN(next, cs_tp_next_deadline(tps[r], now));
+			/* the last frames' ACKs too */
+			fin -= fin == o.workers && cs_ps_flow_backlog(flows[r]);
+		}
 		if (fin == o.workers && !nq)
 			break;
 		for (i = 0; i < nq; i++)
@@ -856,14 +1068,15 @@ int main(int argc, char **argv)
 		max_stale = CS_MAX(max_stale, s->max_staleness);
 		spill_rd += s->spill_reads;
 		spill_wr += s->spill_writes;
-		if (s->rejected)
-			die("server %u refused %llu messages", k,
-			    (unsigned long long)s->rejected);
+		rejected += s->rejected;
 	}
 	for (uint32_t w = 0; w < o.workers; w++) {
 		retx += cs_ps_worker_stats(wk[w])->retransmits;
 		combined += cs_ps_worker_stats(wk[w])->keys_combined;
 	}
+	if (rejected != (o.bad_push ? 1u : 0u))
+		die("servers refused %llu messages, %u expected",
+		    (unsigned long long)rejected, o.bad_push ? 1u : 0u);
 	if (o.kill >= 0 && !recovered)
 		die("server %d was never found dead", o.kill);
 	if (grads_in != ref_grads)
@@ -923,12 +1136,16 @@ int main(int argc, char **argv)
 		free(fa);
 		free(fb);
 	}
-	printf("ps ok mode=%s%s%.0u opt=%s dtype=%s workers=%u servers=%u "
+	tp_fini(&tst);
+	printf("ps ok carrier=%s mode=%s%s%.0u opt=%s dtype=%s workers=%u servers=%u "
 	       "rows=%u iters=%u msgs=%llu lost=%llu dup=%llu retx=%llu "
 	       "server_dups=%llu combined=%llu push_msgs=%llu "
 	       "max_staleness=%u spill_rd=%llu spill_wr=%llu "
-	       "max_server_share=%.2f %s%s virt_ms=%.3f\n",
-	       cs_ps_mode_name(o.mode), o.mode == CS_PS_SSP ? ":" : "",
+	       "max_server_share=%.2f %s%s virt_ms=%.3f tp_frames=%llu "
+	       "tp_retx=%llu tp_dup_rcvd=%llu pushes_per_s=%.0f "
+	       "pulls_per_s=%.0f rejected=%llu\n",
+	       o.tp ? "tp" : "queue", cs_ps_mode_name(o.mode),
+	       o.mode == CS_PS_SSP ? ":" : "",
 	       o.mode == CS_PS_SSP ? o.stale : 0u, cs_ps_opt_name(o.opt),
 	       cs_dtype_name(o.dtype), o.workers, o.servers, o.rows, o.iters,
 	       (unsigned long long)n_sent, (unsigned long long)n_lost,
@@ -941,7 +1158,12 @@ int main(int argc, char **argv)
 	       : o.opt == CS_PS_OPT_SGD ? "within=1e-4"
 					: "conserved",
 	       recovered ? " recovered_from_lost_server=1" : "",
-	       (double)now / 1e6);
+	       (double)now / 1e6, (unsigned long long)tst.tx_data,
+	       (unsigned long long)tst.tx_retx,
+	       (unsigned long long)tst.rel_dup_rcvd,
+	       (double)pushes_done * 1e9 / (double)(now ? now : 1),
+	       (double)pulls_done * 1e9 / (double)(now ? now : 1),
+	       (unsigned long long)rejected);
 	for (uint32_t w = 0; w < o.workers; w++) {
 		cs_ps_worker_destroy(wk[w]);
 		free(ws[w].keys);
