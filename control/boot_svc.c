@@ -288,11 +288,17 @@ static void tcp_leave(void *impl)
 	free(t);
 }
 
+static int tcp_clock(void *impl, struct cs_hb_clock_est *e)
+{
+	return cs_boot_member_clock(&((struct tcp_rdzv *)impl)->svc.m, e);
+}
+
 const struct cs_rendezvous_ops cs_rendezvous_tcp = {
 	.name = "tcp",
 	.create = tcp_create,
 	.join = tcp_join,
 	.poll = tcp_poll,
 	.view = tcp_view,
+	.clock = tcp_clock,
 	.leave = tcp_leave,
 };

@@ -50,6 +50,11 @@ struct cs_rendezvous_ops {
 	/* Run for at most @timeout_ms; a bit set of CS_MSVC_*. */
 	unsigned (*poll)(void *impl, cs_ns_t now, int timeout_ms);
 	void (*view)(void *impl, struct cs_rdzv_view *v);
+	/* The offset of the coordinator's clock from this node's, from the
+	 * heartbeat exchange (control/member.h struct cs_hb_clock): 0, or
+	 * -EAGAIN (no sample yet). NULL where the back-end exchanges no
+	 * stamped heartbeats (etcd). Same thread as poll(). */
+	int (*clock)(void *impl, struct cs_hb_clock_est *e);
 	/* Leave the group (others see this member lost at once where the
 	 * back-end can say so) and free @impl. */
 	void (*leave)(void *impl);

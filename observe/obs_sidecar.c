@@ -15,6 +15,8 @@
 #include "observe/obs_sidecar.h"
 #include "observe/tjson.h"
 #include "sidecar/daemon.h"
+#include "sidecar/daemon_boot.h"
+#include "control/boot.h"
 
 struct obs_conf {
 	bool trace;
@@ -76,7 +78,7 @@ void cs_obs_help(FILE *out)
 	cs_cfg_help(obs_cfg, CS_ARRAY_SIZE(obs_cfg), out);
 }
 
-static cs_ns_t trace_clock(void)
+cs_ns_t cs_obs_trace_clock(void)
 {
 	return cs_lcore_now() + (cs_ns_t)(int64_t)(conf.clock_offset * 1e9);
 }
@@ -252,7 +254,7 @@ static int dump_trace(int fd)
 		off += sizeof(h) + (size_t)n * sizeof(*ev);
 	}
 	snprintf(head, sizeof(head), "trace rings=%u now=%llu", nr,
-		 U(trace_clock()));
+		 U(cs_obs_trace_clock()));
 	ret = send_body(fd, head, buf ? buf : "", off);
 	free(buf);
 	return ret;
@@ -279,13 +281,37 @@ static int dump_text(int fd, struct cs_daemon *d, bool flight)
 	return ret;
 }
 
+/* This sidecar's trace clock minus the coordinator's, from heartbeats. */
+static int clock_hb(struct cs_daemon *d, char *out, size_t len)
+{
+	struct cs_hb_clock_est e;
+	int err = cs_daemon_boot_clock(d, &e);
+
+	if (err == -ENOTSUP)
+		snprintf(out, len, "err no heartbeat clock: %s",
+			 d->boot ? "the rendezvous back-end exchanges no "
+				   "stamped heartbeats (etcd)"
+				 : "static peers, no coordinator");
+	else if (err)
+		snprintf(out, len, "err no heartbeat clock sample yet");
+	else
+		snprintf(out, len,
+			 "ok offset=%lld bound=%llu delay=%llu age=%llu "
+			 "samples=%llu",
+			 -(long long)e.offset, U(e.bound), U(e.delay),
+			 U(e.age), U(e.samples));
+	return 0;
+}
+
 int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 	       char *out, size_t len)
 {
 	if (!strcmp(req, "clock")) {
-		snprintf(out, len, "ok now=%llu", U(trace_clock()));
+		snprintf(out, len, "ok now=%llu", U(cs_obs_trace_clock()));
 		return 0;
 	}
+	if (!strcmp(req, "clock_hb"))
+		return clock_hb(d, out, len);
 	if (!strcmp(req, "trace_on")) {
 		if (strcmp(args, "0") && strcmp(args, "1")) {
 			snprintf(out, len, "err usage: trace_on 0|1");
@@ -305,6 +331,7 @@ int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 			return 0;
 		}
 		conf.clock_offset = v;
+		cs_boot_stamp_clock_stepped();
 		snprintf(out, len, "ok trace_offset=%.9f", v);
 		return 0;
 	}

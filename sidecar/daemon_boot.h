@@ -91,6 +91,14 @@ uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d);
 int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
 			      size_t len);
 
+/**
+ * cs_daemon_boot_clock - the coordinator's clock minus this sidecar's
+ * trace clock, from the stamped heartbeats (control/member.h)
+ * Returns: 0, -EAGAIN (no sample yet) or -ENOTSUP (static peers, or a
+ * back-end without heartbeats: etcd).
+ */
+int cs_daemon_boot_clock(struct cs_daemon *d, struct cs_hb_clock_est *e);
+
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);
 
