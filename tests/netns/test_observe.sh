@@ -9,7 +9,8 @@
 # Cases:
 #   trace_4     clock offsets injected into three sidecars (+5 s, -3 s,
 #               +1.234567 s; trace_offset) are recovered within the bound
-#               collstack trace prints; the JSON parses, has events of
+#               collstack trace prints, from the heartbeats (the default)
+#               and from the control socket (--clock ctl); the JSON parses, has events of
 #               every node, its timestamps never go back, and every frame
 #               received was, on the aligned clocks, sent before it
 #               (within the two nodes' bounds); every node shows its ops
@@ -53,7 +54,9 @@ done
 PORT=udp
 "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null && PORT=af_packet
 
-export CS_CLUSTER=o$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)
+# a caller's CS_CLUSTER prefix (up to 4 characters) keeps the names apart
+# from other sessions' clusters
+export CS_CLUSTER=${CS_CLUSTER:-o$(printf '%02d' $(($$ % 100)))}$(printf '%s' "$CASE" | cksum | cut -c1-2)
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 RUNROOT=/run/collstack
 
@@ -85,7 +88,7 @@ node() { echo "$RUNROOT/${CS_CLUSTER}n$1"; }
 
 case_trace_4() {
 	local offs=(0 5 -3 1.234567) i r out
-	cluster_up
+	cluster_up --boot # the coordinator's heartbeats carry the stamps
 	for i in 1 2 3; do
 		r=$(cs_ctl "$(node $i)" "trace_offset ${offs[$i]}")
 		[[ $r == ok* ]] || fail "trace_offset on node $i: $r"
@@ -93,17 +96,36 @@ case_trace_4() {
 	"$CLI" run allreduce -b 1M -e 4M --iters 2 --warmup 0 \
 		--timeout 300000 >"$TMP/run.out" ||
 		fail "allreduce: $(tail -3 "$TMP/run.out")"
+	out=$("$CLI" trace --clock ctl --out "$TMP/c.json") ||
+		fail "collstack trace --clock ctl: $out"
+	echo "$out" | tee "$TMP/ctl.out"
 	out=$("$CLI" trace --out "$TMP/t.json") || fail "collstack trace: $out"
 	echo "$out" | tee "$TMP/trace.out"
+	python3 - "$TMP/ctl.out" "$CS_CLUSTER" "${offs[*]}" control <<'PY' ||
+import re, sys
+prefix, offs, how = sys.argv[2], [float(x) for x in sys.argv[3].split()], sys.argv[4]
+lines = open(sys.argv[1]).read().splitlines()
+for i, off in enumerate(offs):
+    l = [x for x in lines if x.startswith(f"{prefix}n{i} ") and "clock offset" in x]
+    assert l, f"no line for node {i}"
+    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s \((\w+)\)", l[0])
+    est, b = float(m.group(1)), float(m.group(2))
+    assert m.group(3) == how, f"node {i}: offset from {m.group(3)}, not {how}"
+    assert abs(est - off) <= b + 1e-9, f"node {i}: {est} vs injected {off} +- {b}"
+    print(f"{how}: node {i}: injected {off:+.6f} s, estimated {est:+.9f} s +- {b:.9f} s: ok")
+PY
+		fail "control-socket offsets"
 	python3 - "$TMP/t.json" "$CS_CLUSTER" "${offs[*]}" "$TMP/trace.out" <<'PY' ||
 import json, re, sys
 path, prefix, offs = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()]
 lines = open(sys.argv[4]).read().splitlines()
+assert "clock reference: the coordinator's (heartbeat offsets)" in lines, "not the heartbeat offsets"
 bound = {}
 for i, off in enumerate(offs):
-    l = [x for x in lines if x.startswith(f"{prefix}n{i} ")]
+    l = [x for x in lines if x.startswith(f"{prefix}n{i} ") and "clock offset" in x]
     assert l, f"no line for node {i}"
-    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s", l[0])
+    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s \(heartbeats\)", l[0])
+    assert m, f"node {i}: not from the heartbeats: {l[0]}"
     est, b = float(m.group(1)), float(m.group(2))
     assert abs(est - off) <= b + 1e-9, f"node {i}: {est} vs injected {off} +- {b}"
     bound[i + 1] = b
