@@ -167,6 +167,10 @@ int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
 		if (m->stamped)
 			put_u64(&w, m->ts_tx);
 		break;
+	case CS_BOOT_DUMP:
+		put_u32(&w, m->node);
+		put_u64(&w, m->dump_id);
+		break;
 	case CS_BOOT_VIEW:
 		if (m->n > CS_BOOT_MAX_RANKS)
 			return -EINVAL;
@@ -247,6 +251,10 @@ int cs_boot_decode(const uint8_t *buf, size_t len, struct cs_boot_msg *m)
 		m->stamped = !r.bad && r.n - r.off == 8;
 		if (m->stamped)
 			m->ts_tx = get_u64(&r);
+		break;
+	case CS_BOOT_DUMP:
+		m->node = get_u32(&r);
+		m->dump_id = get_u64(&r);
 		break;
 	case CS_BOOT_VIEW:
 		m->epoch = get_u32(&r);
@@ -550,6 +558,14 @@ int cs_coord_on_msg(struct cs_coord *c, uint32_t conn,
 		}
 		return admit(c, conn, m, now, o);
 	}
+	if (m->type == CS_BOOT_DUMP && m->node == cc->rank && c->complete) {
+		/* to every member, the origin too (its own record) */
+		for (uint32_t r = 0; r < c->world; r++)
+			if (c->rank_conn[r] != UINT32_MAX &&
+			    c->fd.state[r] == CS_MEMBER_ALIVE)
+				o->send(o->ctx, c->rank_conn[r], m);
+		return 0;
+	}
 	if (m->type != CS_BOOT_HEARTBEAT || m->node != cc->rank) {
 		refuse(c, conn, -EPROTO, "unexpected message", o);
 		cs_coord_on_close(c, conn, now, o);
@@ -740,9 +756,19 @@ int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
 			b->state = CS_BOOT_M_READY;
 			return CS_BOOT_M_TABLE;
 		}
+		if (m->type == CS_BOOT_DUMP && b->state == CS_BOOT_M_READY) {
+			/* a diagnostic: one naming no member is ignored */
+			if (m->node >= b->world)
+				return 0;
+			b->dump_origin = m->node;
+			b->dump_id = m->dump_id;
+			return CS_BOOT_M_DUMP;
+		}
 		if (m->type == CS_BOOT_VIEW && b->state == CS_BOOT_M_READY) {
 			int r = 0;
 
+			if (m->stamped)
+				b->coord_new = true;
 			/* a reply to our last HEARTBEAT: a clock sample (a
 			 * stale or forged echo is not one) */
 			if (m->stamped && stamp_clock && b->hb_t1 &&
@@ -804,6 +830,20 @@ unsigned cs_boot_member_poll(struct cs_boot_member *b, cs_ns_t now,
 	if (a & CS_MEMBER_COORD_LOST)
 		r |= CS_BOOT_M_COORD_LOST;
 	return r;
+}
+
+int cs_boot_member_dump(const struct cs_boot_member *b, uint64_t id,
+			struct cs_boot_msg *m)
+{
+	if (b->state != CS_BOOT_M_READY)
+		return -EAGAIN;
+	if (!b->coord_new)
+		return -ENOTSUP;
+	memset(m, 0, sizeof(*m));
+	m->type = CS_BOOT_DUMP;
+	m->node = b->rank;
+	m->dump_id = id;
+	return 0;
 }
 
 int cs_boot_member_clock(const struct cs_boot_member *b,

@@ -42,6 +42,15 @@ int cs_obs_set_key(const char *key, const char *val, char *err, size_t len);
 void cs_obs_help(FILE *out);
 int cs_obs_start(struct cs_daemon *d);
 
+/**
+ * cs_obs_tick - the control thread's periodic look (about once a second):
+ * writes the flight record to flight.dir when an operation of this
+ * sidecar passed flight.auto_after (and asks every other sidecar, through
+ * the coordinator, to write theirs), when another sidecar asked, and
+ * when a peer was lost
+ */
+void cs_obs_tick(struct cs_daemon *d);
+
 /* The trace clock: the lcores' clock plus trace.clock_offset (tests). */
 cs_ns_t cs_obs_trace_clock(void);
 void cs_obs_stop(struct cs_daemon *d);

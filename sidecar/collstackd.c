@@ -591,6 +591,7 @@ int main(int argc, char **argv)
 			}
 		}
 		cs_daemon_tick(&d);
+		cs_obs_tick(&d); /* observe/: automatic flight records */
 	}
 	ret = 0;
 	close(lfd);

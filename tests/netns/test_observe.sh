@@ -28,6 +28,11 @@
 #   doctor_4x1  one trainer per node runs allreduces; the rank-2 trainer
 #               is stopped (SIGSTOP): collstack doctor names it,
 #               "missing ranks: {2}", on its node
+#   flight_auto_4x1  (membership from the coordinator) the rank-2 trainer
+#               is stopped: past flight.auto_after every one of the four
+#               sidecars writes its flight record under one trigger, and
+#               collstack doctor --from names rank 2; then node 3's
+#               sidecar is killed and the three survivors write theirs
 # Needs root (else exit 77), prometheus/promtool for metrics_4 (else 77).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -262,6 +267,70 @@ case_doctor_4x1() {
 	echo "doctor_4x1 ok"
 }
 
+# Flight records written on their own: a stalled trainer, then a killed
+# sidecar; nobody runs collstack doctor against the live cluster.
+case_flight_auto_4x1() {
+	local fl i p out stopped= trig n pid
+	fl=$TMP/flight
+	cluster_up --boot --set flight.auto_after=3s --set "flight.dir=$fl"
+	"$CLI" bench -o allreduce -b 64K -e 64K -n 10000000 -w 0 \
+		--trainers-per-node 1 --timeout 600 >"$TMP/bench.out" 2>&1 &
+	BENCH_PID=$!
+	for _ in $(seq 60); do
+		out=$("$CLI" doctor --min-age 0 2>&1)
+		grep -q "group 'bench'" <<<"$out" && break
+		sleep 1
+	done
+	grep -q "group 'bench'" <<<"$out" || fail "no group recorded: $out"
+	# (an operation slowed past flight.auto_after by a loaded machine
+	# may have written records already: those triggers are not ours)
+	local before
+	before=$(ls "$fl" 2>/dev/null | cut -d. -f1 | sort -u)
+	for i in 0 1 2 3; do
+		for p in $(trainers_of $i); do TPIDS+=("$p"); done
+	done
+	stopped=$(trainers_of 2)
+	[ -n "$stopped" ] || fail "no trainer of node 2 found"
+	kill -STOP $stopped
+	echo "stopped the trainer of node 2 (pid $stopped)"
+	# the other three pass flight.auto_after; the first to notice asks
+	# every sidecar (node 2's too) for its record under one trigger
+	for _ in $(seq 60); do
+		trig=$(ls "$fl" 2>/dev/null | grep '^op-.*\.flight$' | cut -d. -f1 |
+			grep -vxF "${before:-none}" | sort | uniq -c | awk '$1 == 4 {print $2; exit}')
+		[ -n "$trig" ] && break
+		sleep 1
+	done
+	ls -l "$fl"
+	[ -n "$trig" ] || fail "no trigger with the records of all 4 nodes"
+	for i in 0 1 2 3; do
+		head -1 "$fl/$trig.${CS_CLUSTER}n$i.flight"
+	done
+	out=$("$CLI" doctor --from "$fl" --trigger "$trig" --min-age 1 2>&1)
+	echo "$out"
+	grep -q "missing ranks: {2}$" <<<"$out" || fail "doctor --from did not name rank 2"
+	grep -q "rank 2: node ${CS_CLUSTER}n2, local rank 0: joined, did not post" <<<"$out" ||
+		fail "doctor --from did not name its node"
+	# a killed sidecar: the survivors write their records (its epoch)
+	pid=$(cat "$RUNROOT/${CS_CLUSTER}n3/pid") || fail "no pid of node 3"
+	kill -KILL "$pid"
+	echo "killed the sidecar of node 3 (pid $pid)"
+	for _ in $(seq 30); do
+		n=$(ls "$fl" | grep -c '^epoch-.*\.flight$')
+		[ "$n" -ge 3 ] && break
+		sleep 1
+	done
+	ls "$fl" | grep '^epoch-'
+	for i in 0 1 2; do
+		ls "$fl" | grep -q "^epoch-[0-9]*\.${CS_CLUSTER}n$i\.flight$" ||
+			fail "node $i wrote no record when node 3 was lost"
+		grep -h "^# " "$fl"/epoch-*."${CS_CLUSTER}n$i".flight
+	done
+	grep -q "peer lost: rank 3" "$fl"/epoch-*."${CS_CLUSTER}n0".flight ||
+		fail "the record does not say why"
+	echo "flight_auto_4x1 ok"
+}
+
 case_health_4() {
 	local out
 	cluster_up
@@ -286,6 +355,6 @@ EOF
 }
 
 case $CASE in
-trace_4 | metrics_4 | health_4 | doctor_4x1) "case_$CASE" ;;
+trace_4 | metrics_4 | health_4 | doctor_4x1 | flight_auto_4x1) "case_$CASE" ;;
 *) fail "unknown case '$CASE'" ;;
 esac
