@@ -398,6 +398,9 @@ void cs_obs_tick(struct cs_daemon *d)
 		return;
 	if (id && id != fauto.done_id) { /* another sidecar asked */
 		fauto.done_id = id;
+		/* one trigger for one stall: this sidecar's own overdue ops
+		 * of the next flight.auto_after are the same story */
+		fauto.last_local = now;
 		snprintf(trig, sizeof(trig), "op-%016llx", U(id));
 		snprintf(why, sizeof(why),
 			 "asked by rank %d: an operation passed its deadline "
