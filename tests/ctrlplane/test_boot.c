@@ -516,6 +516,20 @@ Test(boot, heartbeat_stamps_codec)
 	cr_assert_not(d.stamped);
 }
 
+/* A group of one member, formed. */
+static void one_member_group(struct net *n)
+{
+	struct cs_coord_out o = net_out;
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 1, 2, &MP, 3), 0);
+	cr_assert_eq(cs_boot_member_init(&n->m[0], "job", -1,
+					 &(struct cs_node_addr){ .ip = 1 },
+					 &MP, 5),
+		     0);
+	cs_coord_on_open(&n->c, 0, 0, &o);
+}
+
 /* A scripted clock: each read returns the next value the test queued. */
 static cs_ns_t script[8];
 static unsigned script_n, script_i;
@@ -554,7 +568,6 @@ static void stamped_beat(struct net *n, uint32_t k, cs_ns_t now, cs_ns_t t,
 Test(boot, heartbeat_clock_recovers_offset)
 {
 	struct net *n = calloc(1, sizeof(*n));
-	struct cs_coord_out o = net_out;
 	const int64_t off = -3123456789; /* coordinator minus member */
 	const cs_ns_t us = 1000;
 	/* forward, turnaround, back: asymmetric, the third the least */
@@ -565,13 +578,7 @@ Test(boot, heartbeat_clock_recovers_offset)
 	struct cs_hb_clock_est e;
 	cs_ns_t now = 0, t = 5000 * CS_NS_PER_S;
 
-	o.ctx = n;
-	cr_assert_eq(cs_coord_init(&n->c, "job", 1, 2, &MP, 3), 0);
-	cr_assert_eq(cs_boot_member_init(&n->m[0], "job", -1,
-					 &(struct cs_node_addr){ .ip = 1 },
-					 &MP, 5),
-		     0);
-	cs_coord_on_open(&n->c, 0, 0, &o);
+	one_member_group(n);
 	cr_assert_eq(n->m[0].state, CS_BOOT_M_READY);
 	cs_boot_set_stamp_clock(script_clock);
 	script_n = 1, script_i = 0, script[0] = t;
@@ -633,21 +640,86 @@ Test(boot, heartbeat_clock_recovers_offset)
 Test(boot, no_stamp_clock_old_heartbeat)
 {
 	struct net *n = calloc(1, sizeof(*n));
-	struct cs_coord_out o = net_out;
 	struct cs_boot_msg hb;
 	struct cs_hb_clock_est e;
 
-	o.ctx = n;
-	cr_assert_eq(cs_coord_init(&n->c, "job", 1, 2, &MP, 3), 0);
-	cr_assert_eq(cs_boot_member_init(&n->m[0], "job", -1,
-					 &(struct cs_node_addr){ .ip = 1 },
-					 &MP, 5),
-		     0);
-	cs_coord_on_open(&n->c, 0, 0, &o);
+	one_member_group(n);
 	cr_assert_eq(cs_boot_member_poll(&n->m[0], 0, &hb), CS_BOOT_M_REPLY);
 	cr_assert_not(hb.stamped);
 	cr_assert_eq(cs_boot_encode(&hb, n->buf, sizeof(n->buf)), 13);
 	cr_assert_eq(cs_boot_member_clock(&n->m[0], &e), -EAGAIN);
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+/* DUMP: codec, relayed by the coordinator to every member, only from a
+ * member speaking for itself, only to a coordinator that stamps. */
+Test(boot, dump_relayed_to_every_member)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_coord_out o = net_out;
+	struct cs_boot_msg m, d = { 0 }, hb;
+	uint8_t buf[64];
+	int len;
+
+	/* codec: 12-byte body exactly */
+	m = (struct cs_boot_msg){ .type = CS_BOOT_DUMP, .node = 3,
+				  .dump_id = 0xfeedfacecafebeefull };
+	len = cs_boot_encode(&m, buf, sizeof(buf));
+	cr_assert_eq(len, 4 + 1 + 12);
+	for (int i = 0; i < len; i++)
+		cr_assert_eq(cs_boot_decode(buf, (size_t)i, &d), 0);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len, &d), len);
+	cr_assert_eq(d.node, 3);
+	cr_assert_eq(d.dump_id, m.dump_id);
+	buf[3] = (uint8_t)(len - 4);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len - 4, &d), -EPROTO);
+	buf[3] = (uint8_t)(len + 4);
+	memset(buf + len, 0, 4);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len + 4, &d), -EPROTO);
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 3, 4, &MP, 3), 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		cr_assert_eq(cs_boot_member_init(&n->m[k], "job", (int32_t)k,
+						 &(struct cs_node_addr){
+							 .ip = 1 + k },
+						 &MP, 5 + k),
+			     0);
+		cs_coord_on_open(&n->c, k, 0, &o);
+	}
+	/* no stamped VIEW seen yet: the coordinator may be an old one */
+	cr_assert_eq(cs_boot_member_dump(&n->m[1], 77, &m), -ENOTSUP);
+	cs_boot_set_stamp_clock(script_clock);
+	for (uint32_t k = 0; k < 3; k++) {
+		script_n = 4, script_i = 0;
+		script[0] = 10, script[1] = 20, script[2] = 30, script[3] = 40;
+		cr_assert_eq(cs_boot_member_poll(&n->m[k], 0, &hb),
+			     CS_BOOT_M_REPLY);
+		cr_assert_eq(cs_coord_on_msg(&n->c, k, &hb, 0, &o), 0);
+		cr_assert(n->m[k].coord_new);
+	}
+	cs_boot_set_stamp_clock(NULL);
+	cr_assert_eq(cs_boot_member_dump(&n->m[1], 77, &m), 0);
+	cr_assert_eq(m.node, n->m[1].rank);
+	cr_assert_eq(cs_coord_on_msg(&n->c, 1, &m, 0, &o), 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		cr_assert_gt(n->rc[k], 0);
+		cr_assert(n->rc[k] & CS_BOOT_M_DUMP, "member %u", k);
+		cr_assert_eq(n->m[k].dump_id, 77);
+		cr_assert_eq(n->m[k].dump_origin, n->m[1].rank);
+	}
+	/* a DUMP naming no member of the group is ignored by a member */
+	d = (struct cs_boot_msg){ .type = CS_BOOT_DUMP, .node = 9,
+				  .dump_id = 5 };
+	cr_assert_eq(cs_boot_member_on_msg(&n->m[0], &d, 0, &hb, NULL, 0,
+					   &(unsigned){ 0 }),
+		     0);
+	cr_assert_eq(n->m[0].dump_id, 77);
+	/* a member speaking for another: refused, its connection closed */
+	m.node = n->m[2].rank;
+	cr_assert_eq(cs_coord_on_msg(&n->c, 0, &m, 0, &o), -EPROTO);
+	cr_assert(n->closed[0]);
 	cs_coord_fini(&n->c);
 	free(n);
 }

@@ -234,9 +234,10 @@ trainers_of() {
 	done
 }
 
-case_doctor_4x1() {
-	local i p out stopped=
-	cluster_up
+# One trainer per node runs 64 KiB allreduces until the flight recorders
+# know the group.
+bench_started() {
+	local out
 	"$CLI" bench -o allreduce -b 64K -e 64K -n 10000000 -w 0 \
 		--trainers-per-node 1 --timeout 600 >"$TMP/bench.out" 2>&1 &
 	BENCH_PID=$!
@@ -246,6 +247,12 @@ case_doctor_4x1() {
 		sleep 1
 	done
 	grep -q "group 'bench'" <<<"$out" || fail "no group recorded: $out"
+}
+
+# SIGSTOP the trainer of node 2 (every trainer is resumed and killed by
+# cleanup).
+stop_trainer_2() {
+	local i p stopped
 	for i in 0 1 2 3; do
 		for p in $(trainers_of $i); do TPIDS+=("$p"); done
 	done
@@ -253,6 +260,13 @@ case_doctor_4x1() {
 	[ -n "$stopped" ] || fail "no trainer of node 2 found"
 	kill -STOP $stopped
 	echo "stopped the trainer of node 2 (pid $stopped)"
+}
+
+case_doctor_4x1() {
+	local out
+	cluster_up
+	bench_started
+	stop_trainer_2
 	# until the others wait on it past --min-age (before that, a snapshot
 	# may rightly show the others not having posted the op it posted last)
 	for _ in $(seq 90); do
@@ -270,29 +284,15 @@ case_doctor_4x1() {
 # Flight records written on their own: a stalled trainer, then a killed
 # sidecar; nobody runs collstack doctor against the live cluster.
 case_flight_auto_4x1() {
-	local fl i p out stopped= trig n pid
+	local fl i out trig n pid
 	fl=$TMP/flight
 	cluster_up --boot --set flight.auto_after=3s --set "flight.dir=$fl"
-	"$CLI" bench -o allreduce -b 64K -e 64K -n 10000000 -w 0 \
-		--trainers-per-node 1 --timeout 600 >"$TMP/bench.out" 2>&1 &
-	BENCH_PID=$!
-	for _ in $(seq 60); do
-		out=$("$CLI" doctor --min-age 0 2>&1)
-		grep -q "group 'bench'" <<<"$out" && break
-		sleep 1
-	done
-	grep -q "group 'bench'" <<<"$out" || fail "no group recorded: $out"
+	bench_started
 	# (an operation slowed past flight.auto_after by a loaded machine
 	# may have written records already: those triggers are not ours)
 	local before
 	before=$(ls "$fl" 2>/dev/null | cut -d. -f1 | sort -u)
-	for i in 0 1 2 3; do
-		for p in $(trainers_of $i); do TPIDS+=("$p"); done
-	done
-	stopped=$(trainers_of 2)
-	[ -n "$stopped" ] || fail "no trainer of node 2 found"
-	kill -STOP $stopped
-	echo "stopped the trainer of node 2 (pid $stopped)"
+	stop_trainer_2
 	# the other three pass flight.auto_after; the first to notice asks
 	# every sidecar (node 2's too) for its record under one trigger
 	for _ in $(seq 60); do
