@@ -42,8 +42,7 @@ static const struct cs_cfg_entry obs_cfg[] = {
 	  "events per ring (32 bytes each; rounded up to a power of two)" },
 	{ "trace.rings", CS_CFG_U32, OC(rings), "4", 1, CS_TRACE_MAX_RINGS,
 	  "rings set up (one per recording thread: lcores, IPC thread)" },
-	{ "trace.clock_offset", CS_CFG_DOUBLE, OC(clock_offset), "0", -1e6,
-	  1e6,
+	{ "trace.clock_offset", CS_CFG_DOUBLE, OC(clock_offset), "0", -1e6, 1e6,
 	  "seconds added to this sidecar's trace clock (tests of the "
 	  "clock alignment)" },
 	{ "flight.dir", CS_CFG_STR, OC(flight_dir), "auto", CS_CFG_NO_BOUNDS,
@@ -339,12 +338,11 @@ static void flight_write(struct cs_daemon *d, const char *trigger,
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	f = fopen(tmp, "w");
 	if (!f) {
-		CS_ERR("flight record (%s): %s: %s", why, tmp,
-		       strerror(errno));
+		CS_ERR("flight record (%s): %s: %s", why, tmp, strerror(errno));
 		return;
 	}
-	fprintf(f, "# flight record of %s, trigger %s: %s\n",
-		d->conf.port.name, trigger, why);
+	fprintf(f, "# flight record of %s, trigger %s: %s\n", d->conf.port.name,
+		trigger, why);
 	cs_fl_write(f, now);
 	if (fclose(f) || rename(tmp, path)) {
 		CS_ERR("flight record (%s): writing %s failed", why, path);
@@ -370,8 +368,8 @@ static int overdue(cs_ns_t now, uint64_t *seq, cs_ns_t *age)
 		for (unsigned k = 0; k < CS_FL_OPS; k++) {
 			const struct cs_fl_op *o = &g.ops[k];
 
-			if (!o->used || ((o->done & all) == all &&
-					 o->posted == o->done))
+			if (!o->used ||
+			    ((o->done & all) == all && o->posted == o->done))
 				continue;
 			if (now < o->t_post + conf.flight_after ||
 			    o->seq + 1 <= fauto.seq_fired[i])
@@ -451,8 +449,8 @@ static int clock_hb(struct cs_daemon *d, char *out, size_t len)
 		snprintf(out, len,
 			 "ok offset=%lld bound=%llu delay=%llu age=%llu "
 			 "samples=%llu",
-			 -(long long)e.offset, U(e.bound), U(e.delay),
-			 U(e.age), U(e.samples));
+			 -(long long)e.offset, U(e.bound), U(e.delay), U(e.age),
+			 U(e.samples));
 	return 0;
 }
 

@@ -212,8 +212,9 @@ int cs_cmd_trace(int argc, char **argv)
 			break;
 		case 'k':
 			if (strcmp(optarg, "hb") && strcmp(optarg, "ctl")) {
-				fprintf(stderr, "%s: --clock hb or ctl, not "
-						"'%s'\n",
+				fprintf(stderr,
+					"%s: --clock hb or ctl, not "
+					"'%s'\n",
 					CMD, optarg);
 				return 2;
 			}

@@ -461,12 +461,19 @@ Test(boot, growth_refused_when_late_or_too_big)
 Test(boot, heartbeat_stamps_codec)
 {
 	uint32_t lost[4] = { 3, 1 }, dl[4];
-	struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT, .node = 2,
-				  .epoch = 7, .stamped = true,
+	struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT,
+				  .node = 2,
+				  .epoch = 7,
+				  .stamped = true,
 				  .ts_tx = 0x0123456789abcdefull };
-	struct cs_boot_msg v = { .type = CS_BOOT_VIEW, .epoch = 9, .n = 2,
-				 .lost = lost, .stamped = true, .ts_echo = 11,
-				 .ts_rx = 22, .ts_tx = 33 };
+	struct cs_boot_msg v = { .type = CS_BOOT_VIEW,
+				 .epoch = 9,
+				 .n = 2,
+				 .lost = lost,
+				 .stamped = true,
+				 .ts_echo = 11,
+				 .ts_rx = 22,
+				 .ts_tx = 33 };
 	struct cs_boot_msg d = { .lost = dl, .cap = 4 };
 	uint8_t buf[128];
 	int n;
@@ -524,8 +531,8 @@ static void one_member_group(struct net *n)
 	o.ctx = n;
 	cr_assert_eq(cs_coord_init(&n->c, "job", 1, 2, &MP, 3), 0);
 	cr_assert_eq(cs_boot_member_init(&n->m[0], "job", -1,
-					 &(struct cs_node_addr){ .ip = 1 },
-					 &MP, 5),
+					 &(struct cs_node_addr){ .ip = 1 }, &MP,
+					 5),
 		     0);
 	cs_coord_on_open(&n->c, 0, 0, &o);
 }
@@ -596,15 +603,18 @@ Test(boot, heartbeat_clock_recovers_offset)
 	cr_assert_eq(e.samples, 4);
 	cr_assert_leq(llabs(e.offset - off), (long long)e.bound);
 	cr_assert_eq(e.age, 200 * CS_NS_PER_MS - 125 * us);
-	cr_assert_eq(e.bound, 60 * us + 1 +
-				      e.age / 1000000 * CS_HB_CLOCK_DRIFT_PPM);
+	cr_assert_eq(e.bound,
+		     60 * us + 1 + e.age / 1000000 * CS_HB_CLOCK_DRIFT_PPM);
 	/* (80 - 40) / 2, within the halving's rounding */
 	cr_assert_leq(llabs(e.offset - (off + 20 * (int64_t)us)), 1);
 
 	/* a VIEW whose echo is not our last stamp is no sample */
-	struct cs_boot_msg forged = { .type = CS_BOOT_VIEW, .epoch = 1,
-				      .stamped = true, .ts_echo = 12345,
-				      .ts_rx = 1, .ts_tx = 2 };
+	struct cs_boot_msg forged = { .type = CS_BOOT_VIEW,
+				      .epoch = 1,
+				      .stamped = true,
+				      .ts_echo = 12345,
+				      .ts_rx = 1,
+				      .ts_tx = 2 };
 	struct cs_boot_msg reply;
 	unsigned nl = 0;
 	script_n = 4, script_i = 0;
@@ -663,7 +673,8 @@ Test(boot, dump_relayed_to_every_member)
 	int len;
 
 	/* codec: 12-byte body exactly */
-	m = (struct cs_boot_msg){ .type = CS_BOOT_DUMP, .node = 3,
+	m = (struct cs_boot_msg){ .type = CS_BOOT_DUMP,
+				  .node = 3,
 				  .dump_id = 0xfeedfacecafebeefull };
 	len = cs_boot_encode(&m, buf, sizeof(buf));
 	cr_assert_eq(len, 4 + 1 + 12);
@@ -681,10 +692,10 @@ Test(boot, dump_relayed_to_every_member)
 	o.ctx = n;
 	cr_assert_eq(cs_coord_init(&n->c, "job", 3, 4, &MP, 3), 0);
 	for (uint32_t k = 0; k < 3; k++) {
-		cr_assert_eq(cs_boot_member_init(&n->m[k], "job", (int32_t)k,
-						 &(struct cs_node_addr){
-							 .ip = 1 + k },
-						 &MP, 5 + k),
+		cr_assert_eq(cs_boot_member_init(
+				     &n->m[k], "job", (int32_t)k,
+				     &(struct cs_node_addr){ .ip = 1 + k }, &MP,
+				     5 + k),
 			     0);
 		cs_coord_on_open(&n->c, k, 0, &o);
 	}
@@ -710,7 +721,8 @@ Test(boot, dump_relayed_to_every_member)
 		cr_assert_eq(n->m[k].dump_origin, n->m[1].rank);
 	}
 	/* a DUMP naming no member of the group is ignored by a member */
-	d = (struct cs_boot_msg){ .type = CS_BOOT_DUMP, .node = 9,
+	d = (struct cs_boot_msg){ .type = CS_BOOT_DUMP,
+				  .node = 9,
 				  .dump_id = 5 };
 	cr_assert_eq(cs_boot_member_on_msg(&n->m[0], &d, 0, &hb, NULL, 0,
 					   &(unsigned){ 0 }),

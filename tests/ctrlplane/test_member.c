@@ -127,7 +127,8 @@ Test(member, hb_clock_min_delay_and_bad_stamps)
 		if (i == 1) {
 			cr_assert_eq(cs_hb_clock_get(&c, t + fwd, &e), 0);
 			cr_assert_eq(e.delay, 2000);
-			cr_assert_leq(llabs(e.offset - off), (long long)e.bound);
+			cr_assert_leq(llabs(e.offset - off),
+				      (long long)e.bound);
 			cr_assert_eq(e.offset, off + 1000);
 		}
 		t += 100 * CS_NS_PER_MS;
