@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Bootstrap messages and the coordinator's admission state machine. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,12 @@ static void put_u32(struct wbuf *w, uint32_t v)
 	uint8_t b[4] = { v >> 24, v >> 16, v >> 8, v };
 
 	put(w, b, 4);
+}
+
+static void put_u64(struct wbuf *w, uint64_t v)
+{
+	put_u32(w, (uint32_t)(v >> 32));
+	put_u32(w, (uint32_t)v);
 }
 
 static void put_u16(struct wbuf *w, uint16_t v)
@@ -80,6 +87,13 @@ static uint32_t get_u32(struct rbuf *r)
 	       (uint32_t)b[2] << 8 | b[3];
 }
 
+static uint64_t get_u64(struct rbuf *r)
+{
+	uint64_t hi = get_u32(r);
+
+	return hi << 32 | get_u32(r);
+}
+
 static uint16_t get_u16(struct rbuf *r)
 {
 	uint8_t b[2];
@@ -97,6 +111,20 @@ static void get_addr(struct rbuf *r, struct cs_node_addr *a)
 	a->udp_port = get_u16(r);
 	a->queues = get_u16(r);
 	a->qpn = get_u32(r);
+}
+
+/* One clock per process: collstackd's trace clock (boot.h). */
+static cs_ns_t (*stamp_clock)(void);
+static _Atomic uint32_t stamp_gen; /* bumped when the clock is stepped */
+
+void cs_boot_set_stamp_clock(cs_ns_t (*clock)(void))
+{
+	stamp_clock = clock;
+}
+
+void cs_boot_stamp_clock_stepped(void)
+{
+	atomic_fetch_add(&stamp_gen, 1);
 }
 
 int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
@@ -136,6 +164,12 @@ int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
 	case CS_BOOT_HEARTBEAT:
 		put_u32(&w, m->node);
 		put_u32(&w, m->epoch);
+		if (m->stamped)
+			put_u64(&w, m->ts_tx);
+		break;
+	case CS_BOOT_DUMP:
+		put_u32(&w, m->node);
+		put_u64(&w, m->dump_id);
 		break;
 	case CS_BOOT_VIEW:
 		if (m->n > CS_BOOT_MAX_RANKS)
@@ -144,6 +178,11 @@ int cs_boot_encode(const struct cs_boot_msg *m, uint8_t *buf, size_t cap)
 		put_u32(&w, m->n);
 		for (uint32_t i = 0; i < m->n; i++)
 			put_u32(&w, m->lost[i]);
+		if (m->stamped) {
+			put_u64(&w, m->ts_echo);
+			put_u64(&w, m->ts_rx);
+			put_u64(&w, m->ts_tx);
+		}
 		break;
 	default:
 		return -EINVAL;
@@ -209,17 +248,31 @@ int cs_boot_decode(const uint8_t *buf, size_t len, struct cs_boot_msg *m)
 	case CS_BOOT_HEARTBEAT:
 		m->node = get_u32(&r);
 		m->epoch = get_u32(&r);
+		m->stamped = !r.bad && r.n - r.off == 8;
+		if (m->stamped)
+			m->ts_tx = get_u64(&r);
+		break;
+	case CS_BOOT_DUMP:
+		m->node = get_u32(&r);
+		m->dump_id = get_u64(&r);
 		break;
 	case CS_BOOT_VIEW:
 		m->epoch = get_u32(&r);
 		m->n = get_u32(&r);
 		if (r.bad || m->n > CS_BOOT_MAX_RANKS ||
-		    (size_t)m->n * 4 != r.n - r.off)
+		    ((size_t)m->n * 4 != r.n - r.off &&
+		     (size_t)m->n * 4 + 24 != r.n - r.off))
 			return -EPROTO;
+		m->stamped = (size_t)m->n * 4 != r.n - r.off;
 		if (m->n > m->cap || !m->lost)
 			return -ENOSPC;
 		for (uint32_t i = 0; i < m->n; i++)
 			m->lost[i] = get_u32(&r);
+		if (m->stamped) {
+			m->ts_echo = get_u64(&r);
+			m->ts_rx = get_u64(&r);
+			m->ts_tx = get_u64(&r);
+		}
 		break;
 	default:
 		return -EPROTO;
@@ -505,6 +558,14 @@ int cs_coord_on_msg(struct cs_coord *c, uint32_t conn,
 		}
 		return admit(c, conn, m, now, o);
 	}
+	if (m->type == CS_BOOT_DUMP && m->node == cc->rank && c->complete) {
+		/* to every member, the origin too (its own record) */
+		for (uint32_t r = 0; r < c->world; r++)
+			if (c->rank_conn[r] != UINT32_MAX &&
+			    c->fd.state[r] == CS_MEMBER_ALIVE)
+				o->send(o->ctx, c->rank_conn[r], m);
+		return 0;
+	}
 	if (m->type != CS_BOOT_HEARTBEAT || m->node != cc->rank) {
 		refuse(c, conn, -EPROTO, "unexpected message", o);
 		cs_coord_on_close(c, conn, now, o);
@@ -514,7 +575,14 @@ int cs_coord_on_msg(struct cs_coord *c, uint32_t conn,
 		struct cs_boot_msg v = { .type = CS_BOOT_VIEW,
 					 .epoch = c->fd.epoch };
 
+		if (m->stamped && stamp_clock) {
+			v.stamped = true;
+			v.ts_echo = m->ts_tx;
+			v.ts_rx = stamp_clock();
+		}
 		cs_coord_fd_heard(&c->fd, cc->rank, now);
+		if (v.stamped)
+			v.ts_tx = stamp_clock();
 		o->send(o->ctx, conn, &v);
 	}
 	return 0;
@@ -688,9 +756,28 @@ int cs_boot_member_on_msg(struct cs_boot_member *b, const struct cs_boot_msg *m,
 			b->state = CS_BOOT_M_READY;
 			return CS_BOOT_M_TABLE;
 		}
+		if (m->type == CS_BOOT_DUMP && b->state == CS_BOOT_M_READY) {
+			/* a diagnostic: one naming no member is ignored */
+			if (m->node >= b->world)
+				return 0;
+			b->dump_origin = m->node;
+			b->dump_id = m->dump_id;
+			return CS_BOOT_M_DUMP;
+		}
 		if (m->type == CS_BOOT_VIEW && b->state == CS_BOOT_M_READY) {
 			int r = 0;
 
+			if (m->stamped)
+				b->coord_new = true;
+			/* a reply to our last HEARTBEAT: a clock sample (a
+			 * stale or forged echo is not one) */
+			if (m->stamped && stamp_clock && b->hb_t1 &&
+			    m->ts_echo == b->hb_t1 &&
+			    b->hb_gen == atomic_load(&stamp_gen)) {
+				cs_hb_clock_add(&b->clk, b->hb_t1, m->ts_rx,
+						m->ts_tx, stamp_clock());
+				b->hb_t1 = 0;
+			}
 			if (cs_member_fd_on_view(&b->fd, m->epoch, now)) {
 				for (uint32_t i = 0; i < m->n; i++) {
 					if (m->lost[i] < b->world)
@@ -728,11 +815,43 @@ unsigned cs_boot_member_poll(struct cs_boot_member *b, cs_ns_t now,
 		hb->type = CS_BOOT_HEARTBEAT;
 		hb->node = b->rank;
 		hb->epoch = b->epoch;
+		if (stamp_clock) {
+			uint32_t gen = atomic_load(&stamp_gen);
+
+			if (gen != b->hb_gen) { /* samples of the old clock */
+				memset(&b->clk, 0, sizeof(b->clk));
+				b->hb_gen = gen;
+			}
+			hb->stamped = true;
+			hb->ts_tx = b->hb_t1 = stamp_clock();
+		}
 		r |= CS_BOOT_M_REPLY;
 	}
 	if (a & CS_MEMBER_COORD_LOST)
 		r |= CS_BOOT_M_COORD_LOST;
 	return r;
+}
+
+int cs_boot_member_dump(const struct cs_boot_member *b, uint64_t id,
+			struct cs_boot_msg *m)
+{
+	if (b->state != CS_BOOT_M_READY)
+		return -EAGAIN;
+	if (!b->coord_new)
+		return -ENOTSUP;
+	memset(m, 0, sizeof(*m));
+	m->type = CS_BOOT_DUMP;
+	m->node = b->rank;
+	m->dump_id = id;
+	return 0;
+}
+
+int cs_boot_member_clock(const struct cs_boot_member *b,
+			 struct cs_hb_clock_est *e)
+{
+	if (!stamp_clock)
+		return -EAGAIN;
+	return cs_hb_clock_get(&b->clk, stamp_clock(), e);
 }
 
 cs_ns_t cs_boot_member_deadline(const struct cs_boot_member *b)

@@ -14,8 +14,22 @@
  *     or                   REFUSE     code, reason text
  *   coordinator -> all     TABLE      epoch, n, n x (rank, state, addr)
  *        sent when the group is complete and after every change
- *   member -> coordinator  HEARTBEAT  node id, epoch
+ *   member -> coordinator  HEARTBEAT  node id, epoch [, t1]
  *   coordinator -> member  VIEW       epoch, n lost, lost ranks
+ *                                     [, echo t1, t2, t3]
+ *        the clock stamps (u64 ns each, cs_boot_set_stamp_clock()) are
+ *        optional: a HEARTBEAT's body is 8 bytes (unstamped) or 16, a
+ *        VIEW's ends after its lost ranks or 24 bytes later; any other
+ *        length is malformed. The coordinator stamps its VIEW reply only
+ *        to a stamped HEARTBEAT, so a member without stamps keeps working
+ *        with it; a stamping member needs a coordinator of this version
+ *        (an older one refuses the 16-byte HEARTBEAT). Members estimate
+ *        their offset from the coordinator's clock (struct cs_hb_clock).
+ *   member -> coordinator  DUMP       origin node id, trigger id
+ *   coordinator -> all     DUMP       the same: every member writes its
+ *        flight record under that trigger id (an operation of the origin
+ *        passed its deadline). A member sends DUMP only to a coordinator
+ *        that stamped a VIEW (this version: an older one would refuse it).
  *
  * The token never crosses the wire; both sides prove they hold it, so a
  * member also refuses a coordinator that does not. This file is sans-IO:
@@ -47,6 +61,7 @@ enum cs_boot_msg_type {
 	CS_BOOT_TABLE = 5,
 	CS_BOOT_HEARTBEAT = 6,
 	CS_BOOT_VIEW = 7,
+	CS_BOOT_DUMP = 8,
 };
 
 /* One member's dataplane address, as distributed in the table. */
@@ -67,7 +82,8 @@ struct cs_boot_msg {
 	uint8_t nonce[CS_BOOT_NONCE_LEN];
 	uint8_t mac[32];
 	int32_t want_rank; /* JOIN: -1 = any */
-	uint32_t node; /* WELCOME, HEARTBEAT */
+	uint32_t node; /* WELCOME, HEARTBEAT, DUMP (origin) */
+	uint64_t dump_id; /* DUMP: the trigger */
 	uint32_t world; /* WELCOME */
 	uint32_t epoch; /* TABLE, HEARTBEAT, VIEW */
 	int32_t code; /* REFUSE */
@@ -77,7 +93,22 @@ struct cs_boot_msg {
 	struct cs_node_addr *table; /* TABLE: caller's array */
 	uint32_t *lost; /* VIEW: caller's array */
 	uint32_t cap; /* room in table/lost when decoding */
+	bool stamped; /* HEARTBEAT, VIEW: the clock stamps are present */
+	cs_ns_t ts_tx; /* HEARTBEAT: t1; VIEW: t3 (the sender's clock) */
+	cs_ns_t ts_echo; /* VIEW: the t1 it answers */
+	cs_ns_t ts_rx; /* VIEW: t2, when the coordinator received t1 */
 };
+
+/**
+ * cs_boot_set_stamp_clock - the clock heartbeats are stamped with (the
+ * process's trace clock in collstackd, so that the offsets apply to the
+ * timeline); NULL (the default) sends the unstamped forms. Set it before
+ * the coordinator and members start.
+ */
+void cs_boot_set_stamp_clock(cs_ns_t (*clock)(void));
+/* The stamp clock was stepped (tests: trace_offset): members drop their
+ * samples and start the estimate again. Any thread. */
+void cs_boot_stamp_clock_stepped(void);
 
 /**
  * cs_boot_encode - serialize @m into @buf
@@ -213,6 +244,12 @@ struct cs_boot_member {
 	struct cs_member_fd fd;
 	struct cs_member_params mp;
 	char error[160]; /* why the member failed, for the log */
+	cs_ns_t hb_t1; /* stamp of the last HEARTBEAT sent (0: none) */
+	uint32_t hb_gen; /* cs_boot_stamp_clock_stepped() count at hb_t1 */
+	bool coord_new; /* the coordinator stamped a VIEW: it knows DUMP */
+	uint32_t dump_origin; /* the last DUMP received */
+	uint64_t dump_id;
+	struct cs_hb_clock clk; /* offset of the coordinator's clock */
 };
 
 int cs_boot_member_init(struct cs_boot_member *b, const char *token,
@@ -223,6 +260,7 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 #define CS_BOOT_M_REPLY 0x1 /* send *reply */
 #define CS_BOOT_M_TABLE 0x2 /* a new table: addresses / epoch changed */
 #define CS_BOOT_M_VIEW 0x4 /* the epoch advanced: fail in-flight ops */
+#define CS_BOOT_M_DUMP 0x10 /* a DUMP arrived: b->dump_origin, dump_id */
 #define CS_BOOT_M_COORD_LOST 0x8 /* cs_boot_member_poll(): silent coordinator  \
 				  */
 
@@ -255,6 +293,23 @@ unsigned cs_boot_member_poll(struct cs_boot_member *b, cs_ns_t now,
  * cs_boot_member_deadline - when cs_boot_member_poll() next has work
  * (CS_NS_NEVER before the member holds the table)
  */
+/**
+ * cs_boot_member_dump - the DUMP asking every member to write its flight
+ * record under @id
+ * Returns: 0 (@m filled: send it), -EAGAIN before the group formed,
+ * -ENOTSUP when the coordinator has not shown it knows DUMP.
+ */
+int cs_boot_member_dump(const struct cs_boot_member *b, uint64_t id,
+			struct cs_boot_msg *m);
+
+/**
+ * cs_boot_member_clock - the coordinator's clock minus this member's, from
+ * the stamped heartbeats, at the stamp clock's now
+ * Returns: 0, or -EAGAIN (no sample yet, or no stamp clock set).
+ */
+int cs_boot_member_clock(const struct cs_boot_member *b,
+			 struct cs_hb_clock_est *e);
+
 cs_ns_t cs_boot_member_deadline(const struct cs_boot_member *b);
 
 #endif

@@ -135,6 +135,8 @@ static void me_on_msg(void *ctx, uint32_t conn, const struct cs_boot_msg *m)
 		s->nlost = nl;
 		s->events |= CS_MSVC_VIEW;
 	}
+	if (r & CS_BOOT_M_DUMP)
+		s->events |= CS_MSVC_DUMP;
 }
 
 static void me_on_close(void *ctx, uint32_t conn)
@@ -277,6 +279,8 @@ static void tcp_view(void *impl, struct cs_rdzv_view *v)
 	v->nlost = s->nlost;
 	v->error = s->m.error;
 	v->what = "coordinator";
+	v->dump_origin = s->m.dump_origin;
+	v->dump_id = s->m.dump_id;
 }
 
 static void tcp_leave(void *impl)
@@ -288,11 +292,27 @@ static void tcp_leave(void *impl)
 	free(t);
 }
 
+static int tcp_dump(void *impl, uint64_t id)
+{
+	struct cs_member_svc *s = &((struct tcp_rdzv *)impl)->svc;
+	struct cs_boot_msg m;
+	int err = s->connected ? cs_boot_member_dump(&s->m, id, &m) : -ENOTCONN;
+
+	return err ? err : cs_ctl_loop_send(s->loop, s->conn, &m);
+}
+
+static int tcp_clock(void *impl, struct cs_hb_clock_est *e)
+{
+	return cs_boot_member_clock(&((struct tcp_rdzv *)impl)->svc.m, e);
+}
+
 const struct cs_rendezvous_ops cs_rendezvous_tcp = {
 	.name = "tcp",
 	.create = tcp_create,
 	.join = tcp_join,
 	.poll = tcp_poll,
 	.view = tcp_view,
+	.clock = tcp_clock,
+	.dump = tcp_dump,
 	.leave = tcp_leave,
 };

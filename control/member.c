@@ -138,3 +138,43 @@ cs_ns_t cs_member_fd_deadline(const struct cs_member_fd *m)
 		d = m->coord_heard + m->p.fail_timeout;
 	return d;
 }
+
+int cs_hb_clock_add(struct cs_hb_clock *c, cs_ns_t t1, cs_ns_t t2, cs_ns_t t3,
+		    cs_ns_t t4)
+{
+	unsigned i;
+
+	if (t4 < t1 || t3 < t2 || t3 - t2 > t4 - t1) {
+		c->rejected++;
+		return -EINVAL;
+	}
+	i = c->next;
+	c->next = (c->next + 1) % CS_HB_CLOCK_WIN;
+	if (c->n < CS_HB_CLOCK_WIN)
+		c->n++;
+	/* halves first: no overflow whatever the offset's size */
+	c->s[i].offset = (int64_t)(t2 - t1) / 2 + (int64_t)(t3 - t4) / 2;
+	c->s[i].delay = (t4 - t1) - (t3 - t2);
+	c->s[i].at = t4;
+	c->samples++;
+	return 0;
+}
+
+int cs_hb_clock_get(const struct cs_hb_clock *c, cs_ns_t now,
+		    struct cs_hb_clock_est *e)
+{
+	unsigned best = 0;
+
+	if (!c->n)
+		return -EAGAIN;
+	for (unsigned i = 1; i < c->n; i++)
+		if (c->s[i].delay < c->s[best].delay)
+			best = i;
+	e->offset = c->s[best].offset;
+	e->delay = c->s[best].delay;
+	e->age = now > c->s[best].at ? now - c->s[best].at : 0;
+	/* +1: the halving above may round each term down by 1 ns */
+	e->bound = e->delay / 2 + 1 + e->age / 1000000 * CS_HB_CLOCK_DRIFT_PPM;
+	e->samples = c->samples;
+	return 0;
+}

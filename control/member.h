@@ -116,4 +116,58 @@ unsigned cs_member_fd_poll(struct cs_member_fd *m, cs_ns_t now);
 
 cs_ns_t cs_member_fd_deadline(const struct cs_member_fd *m);
 
+/*
+ * Clock offset from the heartbeat exchange (NTP's on-wire arithmetic).
+ * A member stamps its HEARTBEAT with its clock (t1); the coordinator's
+ * VIEW reply echoes t1 and carries the coordinator's clock at receipt
+ * (t2) and at sending (t3); the member notes its clock at receipt (t4).
+ * Then the coordinator's clock minus the member's is
+ *     offset = ((t2 - t1) + (t3 - t4)) / 2
+ * within +-delay / 2, delay = (t4 - t1) - (t3 - t2) (the true offset lies
+ * in that interval whatever the split of the round trip between the two
+ * directions). Of the last CS_HB_CLOCK_WIN samples the one of least delay
+ * wins (min-RTT filter), and its bound grows by CS_HB_CLOCK_DRIFT_PPM of
+ * its age (the clocks' rates may differ by that much). Pure arithmetic:
+ * tested with injected offsets and delays (tests/control/test_member.c).
+ */
+#define CS_HB_CLOCK_WIN 16
+#define CS_HB_CLOCK_DRIFT_PPM 20
+
+struct cs_hb_clock {
+	struct {
+		int64_t offset;
+		cs_ns_t delay;
+		cs_ns_t at; /* t4 */
+	} s[CS_HB_CLOCK_WIN];
+	unsigned n, next;
+	uint64_t samples; /* accepted, all time */
+	uint64_t rejected; /* stamps that cannot be (t4 < t1, t3 < t2...) */
+};
+
+/* peer clock = own clock + offset, within +-bound */
+struct cs_hb_clock_est {
+	int64_t offset;
+	cs_ns_t bound;
+	cs_ns_t delay; /* round trip of the sample used */
+	cs_ns_t age; /* how old that sample is */
+	uint64_t samples;
+};
+
+/**
+ * cs_hb_clock_add - one exchange: @t1, @t4 on the own clock, @t2, @t3 on
+ * the peer's
+ * Returns: 0, or -EINVAL (counted in ->rejected) when the stamps cannot
+ * come from one exchange: t4 before t1, t3 before t2, or the peer's
+ * turnaround longer than the round trip.
+ */
+int cs_hb_clock_add(struct cs_hb_clock *c, cs_ns_t t1, cs_ns_t t2, cs_ns_t t3,
+		    cs_ns_t t4);
+
+/**
+ * cs_hb_clock_get - the estimate at @now (own clock)
+ * Returns: 0, or -EAGAIN before the first sample.
+ */
+int cs_hb_clock_get(const struct cs_hb_clock *c, cs_ns_t now,
+		    struct cs_hb_clock_est *e);
+
 #endif

@@ -20,6 +20,7 @@
 #define CS_MSVC_VIEW 0x2 /* epoch advanced; lost ranks in the view */
 #define CS_MSVC_COORD_LOST 0x4 /* the coordinator (or store) is gone */
 #define CS_MSVC_FAILED 0x8 /* refused / protocol error: view.error */
+#define CS_MSVC_DUMP 0x10 /* write the flight record: view.dump_id */
 
 /* What a member knows, valid until the next poll(). */
 struct cs_rdzv_view {
@@ -29,6 +30,8 @@ struct cs_rdzv_view {
 	unsigned nlost;
 	const char *error; /* why it failed */
 	const char *what; /* "coordinator" or "etcd": for messages */
+	uint32_t dump_origin; /* the last CS_MSVC_DUMP: who asked */
+	uint64_t dump_id; /* and its trigger id */
 };
 
 struct cs_rendezvous_ops {
@@ -50,6 +53,15 @@ struct cs_rendezvous_ops {
 	/* Run for at most @timeout_ms; a bit set of CS_MSVC_*. */
 	unsigned (*poll)(void *impl, cs_ns_t now, int timeout_ms);
 	void (*view)(void *impl, struct cs_rdzv_view *v);
+	/* The offset of the coordinator's clock from this node's, from the
+	 * heartbeat exchange (control/member.h struct cs_hb_clock): 0, or
+	 * -EAGAIN (no sample yet). NULL where the back-end exchanges no
+	 * stamped heartbeats (etcd). Same thread as poll(). */
+	int (*clock)(void *impl, struct cs_hb_clock_est *e);
+	/* Ask every member to write its flight record under @id (they see
+	 * CS_MSVC_DUMP): 0, or a negative errno (-ENOTSUP: the coordinator
+	 * cannot). NULL: not supported (etcd). Same thread as poll(). */
+	int (*dump)(void *impl, uint64_t id);
 	/* Leave the group (others see this member lost at once where the
 	 * back-end can say so) and free @impl. */
 	void (*leave)(void *impl);

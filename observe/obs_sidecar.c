@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* collstackd's wiring of the timeline, metrics and flight recorder. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define CS_LOG_MODULE "observe"
 #include "internal/config.h"
@@ -15,6 +18,8 @@
 #include "observe/obs_sidecar.h"
 #include "observe/tjson.h"
 #include "sidecar/daemon.h"
+#include "sidecar/daemon_boot.h"
+#include "control/boot.h"
 
 struct obs_conf {
 	bool trace;
@@ -22,6 +27,8 @@ struct obs_conf {
 	uint32_t rings;
 	double clock_offset;
 	char listen[CS_CFG_STR_MAX];
+	char flight_dir[CS_CFG_STR_MAX];
+	uint64_t flight_after;
 };
 
 #define OC(f) offsetof(struct obs_conf, f)
@@ -35,10 +42,18 @@ static const struct cs_cfg_entry obs_cfg[] = {
 	  "events per ring (32 bytes each; rounded up to a power of two)" },
 	{ "trace.rings", CS_CFG_U32, OC(rings), "4", 1, CS_TRACE_MAX_RINGS,
 	  "rings set up (one per recording thread: lcores, IPC thread)" },
-	{ "trace.clock_offset", CS_CFG_DOUBLE, OC(clock_offset), "0", -1e6,
-	  1e6,
+	{ "trace.clock_offset", CS_CFG_DOUBLE, OC(clock_offset), "0", -1e6, 1e6,
 	  "seconds added to this sidecar's trace clock (tests of the "
 	  "clock alignment)" },
+	{ "flight.dir", CS_CFG_STR, OC(flight_dir), "auto", CS_CFG_NO_BOUNDS,
+	  "where flight records are written on their own (an operation "
+	  "past flight.auto_after here or on another sidecar, a lost "
+	  "peer): 'auto' = the run folder's parent/flight (one folder for "
+	  "every sidecar of scripts/cluster.sh), 'off' = never; read them "
+	  "with `collstack doctor --from DIR`" },
+	{ "flight.auto_after", CS_CFG_NS, OC(flight_after), "60s", 1e8, 3.6e12,
+	  "an operation pending this long triggers the records (keep it "
+	  "below ipc.match_deadline, which ends the operation)" },
 	{ "metrics.listen", CS_CFG_STR, OC(listen), "", CS_CFG_NO_BOUNDS,
 	  "IPv4:PORT of the Prometheus endpoint (GET /metrics); '*:9464' "
 	  "every address; empty: no endpoint (the control socket's "
@@ -76,7 +91,7 @@ void cs_obs_help(FILE *out)
 	cs_cfg_help(obs_cfg, CS_ARRAY_SIZE(obs_cfg), out);
 }
 
-static cs_ns_t trace_clock(void)
+cs_ns_t cs_obs_trace_clock(void)
 {
 	return cs_lcore_now() + (cs_ns_t)(int64_t)(conf.clock_offset * 1e9);
 }
@@ -252,7 +267,7 @@ static int dump_trace(int fd)
 		off += sizeof(h) + (size_t)n * sizeof(*ev);
 	}
 	snprintf(head, sizeof(head), "trace rings=%u now=%llu", nr,
-		 U(trace_clock()));
+		 U(cs_obs_trace_clock()));
 	ret = send_body(fd, head, buf ? buf : "", off);
 	free(buf);
 	return ret;
@@ -279,13 +294,175 @@ static int dump_text(int fd, struct cs_daemon *d, bool flight)
 	return ret;
 }
 
+/* ---- flight records written on their own (docs/observe.md) ---- */
+
+static struct {
+	uint64_t done_id; /* the last remote trigger written */
+	unsigned nlost; /* the view's count at the last look */
+	uint64_t seq_fired[CS_FL_GROUPS]; /* op seq + 1 that triggered */
+	cs_ns_t last_local; /* when this sidecar last triggered */
+} fauto;
+
+static void flight_dir(const struct cs_daemon *d, char *out, size_t len)
+{
+	const char *rd = d->conf.port.run_dir, *slash;
+
+	if (strcmp(conf.flight_dir, "auto")) {
+		snprintf(out, len, "%s", conf.flight_dir);
+		return;
+	}
+	slash = strrchr(rd, '/');
+	if (slash && slash > rd)
+		snprintf(out, len, "%.*s/flight", (int)(slash - rd), rd);
+	else
+		snprintf(out, len, "%s/flight", rd);
+}
+
+/* <dir>/<trigger>.<node>.flight: a header line, then cs_fl_write()'s. */
+static void flight_write(struct cs_daemon *d, const char *trigger,
+			 const char *why)
+{
+	char dir[CS_CFG_STR_MAX + 16], path[3 * CS_CFG_STR_MAX],
+		tmp[3 * CS_CFG_STR_MAX + 8];
+	cs_ns_t now = cs_lcore_now();
+	FILE *f;
+
+	flight_dir(d, dir, sizeof(dir));
+	if (mkdir(dir, 0755) && errno != EEXIST) {
+		CS_ERR("flight record (%s): cannot make %s: %s", why, dir,
+		       strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s.%s.flight", dir, trigger,
+		 d->conf.port.name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	if (!f) {
+		CS_ERR("flight record (%s): %s: %s", why, tmp, strerror(errno));
+		return;
+	}
+	fprintf(f, "# flight record of %s, trigger %s: %s\n", d->conf.port.name,
+		trigger, why);
+	cs_fl_write(f, now);
+	if (fclose(f) || rename(tmp, path)) {
+		CS_ERR("flight record (%s): writing %s failed", why, path);
+		unlink(tmp);
+		return;
+	}
+	CS_WARN("flight record written (%s): %s", why, path);
+}
+
+/* The oldest operation of this sidecar pending past flight.auto_after
+ * that has not triggered yet: its group slot and seq, or -1. */
+static int overdue(cs_ns_t now, uint64_t *seq, cs_ns_t *age)
+{
+	static struct cs_fl_group g;
+
+	for (unsigned i = 0; i < CS_FL_GROUPS; i++) {
+		uint64_t all;
+
+		if (cs_fl_snapshot(i, &g))
+			continue;
+		all = g.local_size >= 64 ? UINT64_MAX
+					 : (1ull << g.local_size) - 1;
+		for (unsigned k = 0; k < CS_FL_OPS; k++) {
+			const struct cs_fl_op *o = &g.ops[k];
+
+			if (!o->used ||
+			    ((o->done & all) == all && o->posted == o->done))
+				continue;
+			if (now < o->t_post + conf.flight_after ||
+			    o->seq + 1 <= fauto.seq_fired[i])
+				continue;
+			fauto.seq_fired[i] = o->seq + 1;
+			*seq = o->seq;
+			*age = now - o->t_post;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+void cs_obs_tick(struct cs_daemon *d)
+{
+	struct cs_daemon_view *v = &d->view;
+	unsigned nlost = atomic_load(&v->nlost);
+	uint64_t id = atomic_load(&v->dump_id), seq;
+	cs_ns_t now = cs_lcore_now(), age;
+	char trig[64], why[160];
+	int slot;
+
+	if (!strcmp(conf.flight_dir, "off"))
+		return;
+	if (id && id != fauto.done_id) { /* another sidecar asked */
+		fauto.done_id = id;
+		/* one trigger for one stall: this sidecar's own overdue ops
+		 * of the next flight.auto_after are the same story */
+		fauto.last_local = now;
+		snprintf(trig, sizeof(trig), "op-%016llx", U(id));
+		snprintf(why, sizeof(why),
+			 "asked by rank %d: an operation passed its deadline "
+			 "there",
+			 atomic_load(&v->dump_origin));
+		flight_write(d, trig, why);
+	}
+	if (nlost != fauto.nlost) {
+		fauto.nlost = nlost;
+		snprintf(trig, sizeof(trig), "epoch-%u",
+			 atomic_load(&v->epoch));
+		snprintf(why, sizeof(why), "peer lost: rank %d",
+			 atomic_load(&v->lost_rank));
+		flight_write(d, trig, why);
+	}
+	slot = overdue(now, &seq, &age);
+	if (slot < 0 || now - fauto.last_local < conf.flight_after)
+		return;
+	fauto.last_local = now;
+	/* the trigger: this clock's time with the rank in the low bits,
+	 * the same name on every sidecar */
+	id = (now & ~0xfffull) | (d->conf.rank & 0xfff);
+	snprintf(trig, sizeof(trig), "op-%016llx", U(id));
+	snprintf(why, sizeof(why),
+		 "group slot %d op %llu pending for %.1f s (flight.auto_after)",
+		 slot, U(seq), (double)age / 1e9);
+	fauto.done_id = id; /* the coordinator's echo is this one */
+	flight_write(d, trig, why);
+	if (cs_daemon_boot_request_dump(d, id) == -ENOTSUP)
+		CS_WARN("no coordinator: the other sidecars do not write "
+			"their flight records (static peers)");
+}
+
+/* This sidecar's trace clock minus the coordinator's, from heartbeats. */
+static int clock_hb(struct cs_daemon *d, char *out, size_t len)
+{
+	struct cs_hb_clock_est e;
+	int err = cs_daemon_boot_clock(d, &e);
+
+	if (err == -ENOTSUP)
+		snprintf(out, len, "err no heartbeat clock: %s",
+			 d->boot ? "the rendezvous back-end exchanges no "
+				   "stamped heartbeats (etcd)"
+				 : "static peers, no coordinator");
+	else if (err)
+		snprintf(out, len, "err no heartbeat clock sample yet");
+	else
+		snprintf(out, len,
+			 "ok offset=%lld bound=%llu delay=%llu age=%llu "
+			 "samples=%llu",
+			 -(long long)e.offset, U(e.bound), U(e.delay), U(e.age),
+			 U(e.samples));
+	return 0;
+}
+
 int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 	       char *out, size_t len)
 {
 	if (!strcmp(req, "clock")) {
-		snprintf(out, len, "ok now=%llu", U(trace_clock()));
+		snprintf(out, len, "ok now=%llu", U(cs_obs_trace_clock()));
 		return 0;
 	}
+	if (!strcmp(req, "clock_hb"))
+		return clock_hb(d, out, len);
 	if (!strcmp(req, "trace_on")) {
 		if (strcmp(args, "0") && strcmp(args, "1")) {
 			snprintf(out, len, "err usage: trace_on 0|1");
@@ -305,6 +482,7 @@ int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 			return 0;
 		}
 		conf.clock_offset = v;
+		cs_boot_stamp_clock_stepped();
 		snprintf(out, len, "ok trace_offset=%.9f", v);
 		return 0;
 	}

@@ -5,6 +5,10 @@
  * control requests that `collstack trace`, `top` and `doctor` send:
  *
  *   clock              ok now=NS          the trace clock (for alignment)
+ *   clock_hb           ok offset=NS bound=NS delay=NS age=NS samples=N
+ *                      this sidecar's trace clock minus the
+ *                      coordinator's, from the stamped heartbeats
+ *                      (control/member.h); err when there is none
  *   trace_dump         ok trace rings=R bytes=B now=NS, then B bytes:
  *                      per ring a struct cs_obs_ring_hdr and its events
  *   trace_on 0|1       ok trace=0|1       switch recording
@@ -37,6 +41,18 @@ int cs_obs_conf_defaults(void);
 int cs_obs_set_key(const char *key, const char *val, char *err, size_t len);
 void cs_obs_help(FILE *out);
 int cs_obs_start(struct cs_daemon *d);
+
+/**
+ * cs_obs_tick - the control thread's periodic look (about once a second):
+ * writes the flight record to flight.dir when an operation of this
+ * sidecar passed flight.auto_after (and asks every other sidecar, through
+ * the coordinator, to write theirs), when another sidecar asked, and
+ * when a peer was lost
+ */
+void cs_obs_tick(struct cs_daemon *d);
+
+/* The trace clock: the lcores' clock plus trace.clock_offset (tests). */
+cs_ns_t cs_obs_trace_clock(void);
 void cs_obs_stop(struct cs_daemon *d);
 
 /**

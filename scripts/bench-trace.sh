@@ -9,7 +9,10 @@
 # sidecars used per allreduce (utime + stime of their processes, from
 # /proc: less sensitive than wall time to what else runs on the machine),
 # and the medians; the overhead decides trace.enable's default (on when
-# < 2 %; BENCHMARKS.md).
+# < 2 %; BENCHMARKS.md). The 1-minute load average is noted before the
+# cluster starts and after every sample; the last line says whether the
+# machine was quiet (load < 2 throughout: the figure may go into
+# BENCHMARKS.md) or not (then it may not: keep the script's output only).
 #
 #   scripts/bench-trace.sh [ROUNDS] [ITERS]     (root; defaults 5 and 3)
 #   CS_TRACE_BYTES=64M CS_TRACE_PORT=af_packet
@@ -66,6 +69,9 @@ one() {	# mode -> "mean_us cpu_ms_per_allreduce" ("fail -" when it failed)
 	fi
 }
 ERRS=$(mktemp)
+LOADS=()
+load1() { cut -d' ' -f1 /proc/loadavg; }
+LOADS+=("$(load1)")
 
 echo "# bench-trace: 4 nodes, $PORT, $BYTES f32 allreduce," \
 	"$ITERS iterations per sample, $ROUNDS rounds, $(nproc) CPUs, $(date -u +%FT%TZ)"
@@ -73,10 +79,11 @@ printf '%-6s %14s %12s %14s %12s\n' round on_us on_cpu_ms off_us off_cpu_ms
 on=() off=() onc=() offc=()
 for r in $(seq "$ROUNDS"); do
 	if [ $((r % 2)) = 1 ]; then
-		a=($(one 1)); b=($(one 0))
+		a=($(one 1)); LOADS+=("$(load1)"); b=($(one 0))
 	else
-		b=($(one 0)); a=($(one 1))
+		b=($(one 0)); LOADS+=("$(load1)"); a=($(one 1))
 	fi
+	LOADS+=("$(load1)")
 	if [ "${a[0]}" != fail ]; then on+=("${a[0]}"); onc+=("${a[1]}"); fi
 	if [ "${b[0]}" != fail ]; then off+=("${b[0]}"); offc+=("${b[1]}"); fi
 	printf '%-6s %14s %12s %14s %12s\n' "$r" "${a[0]}" "${a[1]}" "${b[0]}" "${b[1]}"
@@ -102,3 +109,7 @@ r1=$(recorded)
 echo "events per allreduce and node: $(( (r1 - r0) / ITERS )) (sample: ${x[0]} us, sidecar CPU ${x[1]} ms per allreduce)"
 [ -s "$ERRS" ] && { echo "# failed runs said:"; sed 's/^/#   /' "$ERRS"; }
 rm -f "$ERRS"
+printf '%s\n' "${LOADS[@]}" | awk '{if ($1 > m) m = $1; s = s " " $1}
+	END {printf "# 1-minute load before and after each sample:%s\n", s
+	     if (m < 2) print "# quiet: load < 2 throughout: the figure may go into BENCHMARKS.md"
+	     else printf "# NOT quiet: load up to %.2f (>= 2): keep this figure out of BENCHMARKS.md\n", m}'

@@ -37,7 +37,9 @@
 #
 # State: /run/collstack/cluster.env (nodes, PIDs, everything `down` removes),
 # /run/collstack/<P>-peers (the static address table every sidecar reads),
-# /run/collstack/<node>/{ctl.sock,ready,pid}, /run/collstack/<node>.log.
+# /run/collstack/<node>/{ctl.sock,ready,pid}, /run/collstack/<node>.log,
+# /run/collstack/<P>-flight (flight records the sidecars write on their
+# own: docs/observe.md; `down` removes it).
 #
 # In each namespace an nft netdev ingress rule drops UDP to the dataplane
 # port on the veth, so the namespace kernel neither answers (no ICMP port
@@ -157,6 +159,7 @@ down() {
 		nft delete table bridge "${P}loss" 2>/dev/null || true
 	fi
 	rm -f "$MEMIF_SOCK" "$PEERS" "$ENV_FILE" "$TOKEN"
+	rm -rf "${RUN:?}/$P-flight" # flight records the sidecars wrote
 	rmdir "$RUN" 2>/dev/null || true
 	log "down"
 }
@@ -220,6 +223,7 @@ start_daemon() {
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do pin+=("$1"); shift; done
 	shift
 	args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
+	      --set flight.dir=$RUN/$P-flight
 	      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
 	      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
 	case $port in

@@ -35,6 +35,7 @@
 #include "ctl.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "control/boot.h"
 #include "observe/obs_sidecar.h" /* observe/ */
 
 #define DC(f) offsetof(struct cs_daemon_conf, f)
@@ -500,6 +501,9 @@ int main(int argc, char **argv)
 	atomic_init(&d.view.lost_rank, -1);
 	atomic_init(&d.view.wake_fd, -1);
 	if (cs_daemon_boot_enabled(&d)) { /* peers from the coordinator */
+		/* heartbeats carry the trace clock: `collstack trace` aligns
+		 * the timelines with their offsets (docs/observe.md) */
+		cs_boot_set_stamp_clock(cs_obs_trace_clock);
 		if (cs_daemon_boot_start(&d)) {
 			ret = 3;
 			goto out_port;
@@ -587,6 +591,7 @@ int main(int argc, char **argv)
 			}
 		}
 		cs_daemon_tick(&d);
+		cs_obs_tick(&d); /* observe/: automatic flight records */
 	}
 	ret = 0;
 	close(lfd);

@@ -199,6 +199,11 @@ struct cs_boot_state {
 	uint32_t applied_epoch; /* control thread's */
 	cs_ns_t t_lost_seen; /* when the last VIEW arrived */
 	char error[256]; /* why the join failed */
+	/* the heartbeat clock estimate, guarded by mu (boot thread writes) */
+	struct cs_hb_clock_est clk;
+	int clk_err; /* -EAGAIN: none yet; -ENOTSUP: the back-end has none */
+	cs_ns_t clk_taken; /* now_ns() when clk was taken */
+	atomic_uint_fast64_t dump_req; /* a DUMP to send (0: none) */
 };
 
 static cs_ns_t now_ns(void)
@@ -266,6 +271,10 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		wake_ipc(v);
 	}
+	if (ev & CS_MSVC_DUMP) {
+		atomic_store(&v->dump_origin, (int)m.dump_origin);
+		atomic_store(&v->dump_id, m.dump_id);
+	}
 	if ((ev & CS_MSVC_COORD_LOST) && !atomic_load(&v->coord_lost)) {
 		CS_ERR("%s lost: no membership changes can be detected or "
 		       "announced any more; operations between live peers "
@@ -279,6 +288,62 @@ static void on_events(struct cs_boot_state *b, unsigned ev)
 		atomic_store_explicit(&v->epoch, m.epoch, memory_order_release);
 		atomic_store(&b->state, BS_READY);
 	}
+}
+
+/* Copy the back-end's heartbeat clock estimate for the control thread. */
+static void keep_clock(struct cs_boot_state *b)
+{
+	struct cs_hb_clock_est e = { 0 };
+	int err = b->ops->clock ? b->ops->clock(b->impl, &e) : -ENOTSUP;
+
+	pthread_mutex_lock(&b->mu);
+	b->clk = e;
+	b->clk_err = err;
+	b->clk_taken = now_ns();
+	pthread_mutex_unlock(&b->mu);
+}
+
+static void send_dump(struct cs_boot_state *b)
+{
+	uint64_t id = atomic_exchange(&b->dump_req, 0);
+	int err;
+
+	if (!id)
+		return;
+	err = b->ops->dump ? b->ops->dump(b->impl, id) : -ENOTSUP;
+	if (err)
+		CS_WARN("cannot ask the other sidecars for their flight "
+			"records (%s): only this one is written",
+			err == -ENOTSUP ? "the rendezvous cannot relay it"
+					: strerror(-err));
+}
+
+int cs_daemon_boot_request_dump(struct cs_daemon *d, uint64_t id)
+{
+	if (!d->boot)
+		return -ENOTSUP;
+	atomic_store(&d->boot->dump_req, id);
+	return 0;
+}
+
+int cs_daemon_boot_clock(struct cs_daemon *d, struct cs_hb_clock_est *e)
+{
+	struct cs_boot_state *b = d->boot;
+	cs_ns_t more;
+	int err;
+
+	if (!b)
+		return -ENOTSUP;
+	pthread_mutex_lock(&b->mu);
+	*e = b->clk;
+	err = b->clk_err;
+	more = now_ns() - b->clk_taken;
+	pthread_mutex_unlock(&b->mu);
+	if (!b->clk_taken)
+		return -EAGAIN;
+	e->age += more;
+	e->bound += more / 1000000 * CS_HB_CLOCK_DRIFT_PPM;
+	return err;
 }
 
 static void *boot_main(void *arg)
@@ -305,9 +370,12 @@ static void *boot_main(void *arg)
 		last = now;
 		if (b->coord_on)
 			cs_coord_svc_poll(&b->co, vnow, 2);
-		if (b->member_on)
+		if (b->member_on) {
 			on_events(b, b->ops->poll(b->impl, now,
 						  b->coord_on ? 0 : 5));
+			keep_clock(b);
+			send_dump(b);
+		}
 		if (atomic_load(&b->state) == BS_FAILED && !b->coord_on)
 			break;
 	}
@@ -568,6 +636,18 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 	(void)mlen;
 	*epoch = 0;
 	return -EINVAL;
+}
+
+int cs_daemon_boot_clock(struct cs_daemon *d, struct cs_hb_clock_est *e)
+{
+	(void)d, (void)e;
+	return -ENOTSUP;
+}
+
+int cs_daemon_boot_request_dump(struct cs_daemon *d, uint64_t id)
+{
+	(void)d, (void)id;
+	return -ENOTSUP;
 }
 
 uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d)

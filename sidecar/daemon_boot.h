@@ -41,6 +41,10 @@ struct cs_daemon_view {
 	atomic_bool coord_lost; /* the coordinator went silent */
 	atomic_uint_fast64_t rx_stale_epoch; /* frames of older epochs */
 	atomic_int wake_fd; /* eventfd written when the epoch moves, or -1 */
+	/* the last DUMP request from the coordinator (observe/: write the
+	 * flight record): origin rank, then the trigger id (0: none) */
+	atomic_int dump_origin;
+	atomic_uint_fast64_t dump_id;
 };
 
 int cs_daemon_boot_conf_defaults(struct cs_boot_conf *b);
@@ -90,6 +94,22 @@ uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d);
  */
 int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
 			      size_t len);
+
+/**
+ * cs_daemon_boot_clock - the coordinator's clock minus this sidecar's
+ * trace clock, from the stamped heartbeats (control/member.h)
+ * Returns: 0, -EAGAIN (no sample yet) or -ENOTSUP (static peers, or a
+ * back-end without heartbeats: etcd).
+ */
+int cs_daemon_boot_clock(struct cs_daemon *d, struct cs_hb_clock_est *e);
+
+/**
+ * cs_daemon_boot_request_dump - ask every member, through the
+ * coordinator, to write its flight record under @id (sent by the boot
+ * thread; failures are logged there)
+ * Returns: 0, or -ENOTSUP without a coordinator.
+ */
+int cs_daemon_boot_request_dump(struct cs_daemon *d, uint64_t id);
 
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);

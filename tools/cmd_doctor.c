@@ -25,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "cmds.h"
 #include "obs_fetch.h"
@@ -60,13 +63,18 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack doctor [--min-age SECONDS] [--cluster FILE]"
-		"\n\n"
+		"\n       collstack doctor --from DIR [--trigger ID] "
+		"[--min-age SECONDS]\n\n"
 		"Gathers each sidecar's flight recorder (the last %d "
 		"operations of each\ntrainer group) and names, per group, the "
 		"oldest operation not done\neverywhere and the ranks that did "
 		"not post it (\"missing ranks: {...}\")\nor the nodes where it "
 		"waits on the network. An operation pending for less\nthan "
-		"--min-age (default 1 s) is in flight, not stuck.\n",
+		"--min-age (default 1 s) is in flight, not stuck.\n"
+		"--from reads the records the sidecars wrote on their own "
+		"(flight.dir:\nTRIGGER.NODE.flight, when an operation passed "
+		"flight.auto_after or a\npeer was lost) instead: those of "
+		"--trigger, default the newest.\n",
 		CS_FL_OPS);
 }
 
@@ -256,16 +264,91 @@ static int diagnose(const struct cs_obs_cluster *cl, const char *name)
 	return 1;
 }
 
+/* The records of one trigger in @dir: every TRIGGER.NODE.flight file.
+ * Without @want, the trigger of the newest file. */
+static int load_dir(const char *dir, const char *want,
+		    struct cs_obs_cluster *cl)
+{
+	char trig[128] = "", path[1024];
+	struct dirent *e;
+	time_t newest = 0;
+	DIR *dp = opendir(dir);
+
+	if (!dp) {
+		fprintf(stderr, "%s: %s: %s\n", CMD, dir, strerror(errno));
+		return -errno;
+	}
+	if (want)
+		snprintf(trig, sizeof(trig), "%s", want);
+	while (!want && (e = readdir(dp))) {
+		size_t n = strlen(e->d_name);
+		const char *dot = strchr(e->d_name, '.');
+		struct stat st;
+
+		if (n < 8 || strcmp(e->d_name + n - 7, ".flight") || !dot ||
+		    (size_t)(dot - e->d_name) >= sizeof(trig))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (stat(path, &st) || st.st_mtime < newest)
+			continue;
+		newest = st.st_mtime;
+		snprintf(trig, sizeof(trig), "%.*s", (int)(dot - e->d_name),
+			 e->d_name);
+	}
+	rewinddir(dp);
+	cl->n = 0;
+	while (trig[0] && (e = readdir(dp)) && cl->n < CS_OBS_CLI_NODES) {
+		size_t tl = strlen(trig), n = strlen(e->d_name);
+		char *text = NULL;
+		size_t len = 0;
+		FILE *f;
+		int r;
+
+		if (strncmp(e->d_name, trig, tl) || e->d_name[tl] != '.' ||
+		    n < tl + 9 || strcmp(e->d_name + n - 7, ".flight") ||
+		    n - tl - 8 >= sizeof(cl->names[0]))
+			continue;
+		snprintf(cl->names[cl->n], sizeof(cl->names[0]), "%.*s",
+			 (int)(n - tl - 8), e->d_name + tl + 1);
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		f = fopen(path, "r");
+		if (f) {
+			text = calloc(1, 1 << 20);
+			len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+			fclose(f);
+		}
+		r = text ? parse(cl->n, text) : -errno;
+		free(text);
+		if (r) {
+			printf("%s: %s\n", path, strerror(-r));
+			continue;
+		}
+		printf("# %s: %zu bytes\n", path, len);
+		cl->n++;
+	}
+	closedir(dp);
+	if (!cl->n) {
+		fprintf(stderr, "%s: no flight record%s%s in %s\n", CMD,
+			trig[0] ? " of trigger " : "", trig, dir);
+		return -ENOENT;
+	}
+	printf("# trigger %s: %d record(s)\n", trig, cl->n);
+	return 0;
+}
+
 int cs_cmd_doctor(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "min-age", required_argument, NULL, 'm' },
+		{ "from", required_argument, NULL, 'f' },
+		{ "trigger", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	static struct cs_obs_cluster cl;
-	const char *env = cs_ctl_env(), *names[MAX_GROUPS];
+	const char *env = cs_ctl_env(), *names[MAX_GROUPS], *from = NULL,
+		   *trigger = NULL;
 	double age;
 	unsigned ngroups = 0;
 	int o, ret = 0, stuck = 0;
@@ -278,6 +361,12 @@ int cs_cmd_doctor(int argc, char **argv)
 				return 2;
 			min_age_ns = (uint64_t)(age * 1e9);
 			break;
+		case 'f':
+			from = optarg;
+			break;
+		case 't':
+			trigger = optarg;
+			break;
 		default:
 			if ((o = cs_obs_cli_opt(o, &env, usage)) >= 0)
 				return o;
@@ -285,10 +374,16 @@ int cs_cmd_doctor(int argc, char **argv)
 	}
 	if (cs_obs_cli_rest(CMD, argc, argv, usage))
 		return 2;
-	if (cs_obs_cluster_load(CMD, env, &cl))
-		return 1;
 	nrecs = 0;
-	for (int i = 0; i < cl.n; i++) {
+	if (trigger && !from) {
+		fprintf(stderr, "%s: --trigger goes with --from\n", CMD);
+		return 2;
+	}
+	if (from && load_dir(from, trigger, &cl))
+		return 1;
+	if (!from && cs_obs_cluster_load(CMD, env, &cl))
+		return 1;
+	for (int i = 0; !from && i < cl.n; i++) {
 		char dir[512], line[CS_CTL_LINE], *body;
 		size_t len;
 		int r;

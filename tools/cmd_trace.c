@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * collstack trace --out FILE.json [--last SECONDS]: gather the timeline
- * rings of every sidecar of the cluster, put their clocks onto this
- * process's clock (Cristian's method over the control socket: the
- * exchange with the shortest round trip of --samples; observe/clock.h),
+ * rings of every sidecar of the cluster, put their clocks onto one clock
  * and write one Chrome / Perfetto Trace Event JSON (observe/tjson.h).
+ * --clock hb (default): the coordinator's, with the offsets every sidecar
+ * keeps from its stamped heartbeats (control/member.h struct
+ * cs_hb_clock); --clock ctl, or when a sidecar has no such estimate: this
+ * process's, by Cristian's method over the control socket (the exchange
+ * with the shortest round trip of --samples; observe/clock.h).
  * Prints each node's offset and its error bound.
  *
  * Exit status: 0, 1 when a sidecar did not answer or the file could not
@@ -33,11 +36,14 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack trace --out FILE.json [--last SECONDS] "
-		"[--samples N] [--cluster FILE]\n"
+		"[--clock hb|ctl] [--samples N] [--cluster FILE]\n"
 		"       collstack trace --on | --off [--cluster FILE]\n\n"
 		"Gathers every sidecar's timeline (trace.enable=1), aligns "
-		"their clocks\n(offset from N clock exchanges over the control "
-		"socket, default 16; the\nerror bound is printed) and writes "
+		"their clocks\n(--clock hb, default: onto the coordinator's, "
+		"with the offsets the\nsidecars keep from their heartbeats; "
+		"--clock ctl, or when one has none:\nonto this process's, from "
+		"N exchanges over the control socket, default\n16; the error "
+		"bound is printed) and writes "
 		"one Trace Event JSON file: open it in\nhttps://ui.perfetto.dev "
 		"or chrome://tracing. Each node is a process, each\nlcore and "
 		"trainer rank a thread. --last keeps the newest SECONDS.\n"
@@ -79,6 +85,30 @@ static int clock_of(const char *dir, unsigned k, struct cs_clock_est *est)
 	}
 	close(fd);
 	return ret ? ret : cs_clock_estimate(s, n, est);
+}
+
+/* The heartbeat estimate of the sidecar in @dir: its clock minus the
+ * coordinator's. On failure @why says why. */
+static int clock_hb_of(const char *dir, struct cs_clock_est *est,
+		       double *samples, char *why, size_t len)
+{
+	char line[CS_CTL_LINE];
+	double off, bound;
+	int r = cs_ctl_call(dir, "clock_hb", line, sizeof(line), TIMEOUT_MS);
+
+	if (r) {
+		snprintf(why, len, "%s", r == -EPROTO ? line : strerror(-r));
+		return r;
+	}
+	if (cs_ctl_kv(line, "offset", &off) ||
+	    cs_ctl_kv(line, "bound", &bound) ||
+	    cs_ctl_kv(line, "samples", samples)) {
+		snprintf(why, len, "malformed reply: %.200s", line);
+		return -EPROTO;
+	}
+	est->offset = (int64_t)off;
+	est->bound = (cs_ns_t)bound;
+	return 0;
 }
 
 /* --on, --off: switch recording on every sidecar. */
@@ -147,6 +177,7 @@ int cs_cmd_trace(int argc, char **argv)
 		{ "off", no_argument, NULL, '0' },
 		{ "last", required_argument, NULL, 'l' },
 		{ "samples", required_argument, NULL, 's' },
+		{ "clock", required_argument, NULL, 'k' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
@@ -157,6 +188,9 @@ int cs_cmd_trace(int argc, char **argv)
 	const char *env = cs_ctl_env(), *outp = NULL;
 	double last = 0, num;
 	unsigned samples = 16;
+	bool hb = true;
+	struct cs_clock_est hbest[CS_OBS_CLI_NODES];
+	double hbn[CS_OBS_CLI_NODES];
 	cs_ns_t worst = 0;
 	struct cs_tj_stats st;
 	int o, ret = 0, set = 0;
@@ -175,6 +209,16 @@ int cs_cmd_trace(int argc, char **argv)
 			if (cs_obs_cli_num(CMD, "--last", optarg, 1e-6, 1e6,
 					   &last))
 				return 2;
+			break;
+		case 'k':
+			if (strcmp(optarg, "hb") && strcmp(optarg, "ctl")) {
+				fprintf(stderr,
+					"%s: --clock hb or ctl, not "
+					"'%s'\n",
+					CMD, optarg);
+				return 2;
+			}
+			hb = !strcmp(optarg, "hb");
 			break;
 		case 's':
 			if (cs_obs_cli_num(CMD, "--samples", optarg, 1,
@@ -199,16 +243,35 @@ int cs_cmd_trace(int argc, char **argv)
 	}
 	if (cs_obs_cluster_load(CMD, env, &cl))
 		return 1;
+	/* one reference for all: the heartbeat offsets only when every
+	 * sidecar has one */
+	for (int i = 0; hb && i < cl.n; i++) {
+		char dir[512], why[CS_CTL_LINE];
+
+		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
+		if (clock_hb_of(dir, &hbest[i], &hbn[i], why, sizeof(why))) {
+			printf("%-10s %s: clocks from the control socket "
+			       "instead\n",
+			       cl.names[i], why);
+			hb = false;
+		}
+	}
+	printf("clock reference: %s\n",
+	       hb ? "the coordinator's (heartbeat offsets)"
+		  : "this process's (control-socket exchanges)");
 	for (int i = 0; i < cl.n; i++) {
 		char dir[512], line[CS_CTL_LINE];
 		struct cs_clock_est est;
 		size_t blen, events = 0;
 		unsigned long long recorded = 0;
-		int r;
+		int r = 0;
 
 		nodes[i] = (struct cs_tj_node){ .name = cl.names[i] };
 		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
-		r = clock_of(dir, samples, &est);
+		if (hb)
+			est = hbest[i];
+		else
+			r = clock_of(dir, samples, &est);
 		if (!r)
 			r = cs_obs_fetch(dir, "trace_dump", line, sizeof(line),
 					 &bodies[i], &blen, TIMEOUT_MS);
@@ -225,11 +288,11 @@ int cs_cmd_trace(int argc, char **argv)
 		nodes[i].offset = est.offset;
 		if (est.bound > worst)
 			worst = est.bound;
-		printf("%-10s clock offset %+.9f s +- %.9f s, %u ring(s), "
+		printf("%-10s clock offset %+.9f s +- %.9f s (%s), %u ring(s), "
 		       "%zu event(s) (%llu recorded)\n",
 		       cl.names[i], (double)est.offset / 1e9,
-		       (double)est.bound / 1e9, nodes[i].nrings, events,
-		       recorded);
+		       (double)est.bound / 1e9, hb ? "heartbeats" : "control",
+		       nodes[i].nrings, events, recorded);
 	}
 	f = fopen(outp, "w");
 	if (!f) {

@@ -2,6 +2,7 @@
 /* Bootstrap: message codec on hostile bytes, admission, loss announcement. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <collstack/types.h>
@@ -454,4 +455,283 @@ Test(boot, growth_refused_when_late_or_too_big)
 	cr_assert_eq(cs_coord_allow_growth(&c, 1), -EBUSY);
 	cs_coord_fini(&c);
 	free(r);
+}
+
+/* Clock stamps: both forms of HEARTBEAT and VIEW, and nothing else. */
+Test(boot, heartbeat_stamps_codec)
+{
+	uint32_t lost[4] = { 3, 1 }, dl[4];
+	struct cs_boot_msg hb = { .type = CS_BOOT_HEARTBEAT,
+				  .node = 2,
+				  .epoch = 7,
+				  .stamped = true,
+				  .ts_tx = 0x0123456789abcdefull };
+	struct cs_boot_msg v = { .type = CS_BOOT_VIEW,
+				 .epoch = 9,
+				 .n = 2,
+				 .lost = lost,
+				 .stamped = true,
+				 .ts_echo = 11,
+				 .ts_rx = 22,
+				 .ts_tx = 33 };
+	struct cs_boot_msg d = { .lost = dl, .cap = 4 };
+	uint8_t buf[128];
+	int n;
+
+	n = cs_boot_encode(&hb, buf, sizeof(buf));
+	cr_assert_eq(n, 4 + 1 + 16);
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(cs_boot_decode(buf, (size_t)i, &d), 0);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), n);
+	cr_assert(d.stamped);
+	cr_assert_eq(d.ts_tx, hb.ts_tx);
+	cr_assert_eq(d.node, 2);
+	/* the old form still parses, unstamped */
+	hb.stamped = false;
+	n = cs_boot_encode(&hb, buf, sizeof(buf));
+	cr_assert_eq(n, 4 + 1 + 8);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), n);
+	cr_assert_not(d.stamped);
+	/* any other body length is malformed: 4, 12, 20 bytes */
+	for (unsigned extra = 4; extra <= 12; extra += 8) {
+		memset(buf + n, 0, extra);
+		buf[3] = (uint8_t)(n + extra);
+		cr_assert_eq(cs_boot_decode(buf, (size_t)n + extra, &d),
+			     -EPROTO, "heartbeat with %u extra bytes", extra);
+	}
+	buf[3] = (uint8_t)(n - 4);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n - 4, &d), -EPROTO);
+
+	n = cs_boot_encode(&v, buf, sizeof(buf));
+	cr_assert_eq(n, 4 + 1 + 8 + 8 + 24);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), n);
+	cr_assert(d.stamped);
+	cr_assert_eq(d.n, 2);
+	cr_assert_eq(d.lost[1], 1);
+	cr_assert_eq(d.ts_echo, 11);
+	cr_assert_eq(d.ts_rx, 22);
+	cr_assert_eq(d.ts_tx, 33);
+	/* a VIEW with 8 or 16 trailing bytes (not the 24 of the stamps) */
+	for (int cut = 8; cut <= 16; cut += 8) {
+		buf[3] = (uint8_t)(n - cut);
+		cr_assert_eq(cs_boot_decode(buf, (size_t)(n - cut), &d),
+			     -EPROTO, "view %d bytes short", cut);
+	}
+	v.stamped = false;
+	n = cs_boot_encode(&v, buf, sizeof(buf));
+	cr_assert_eq(cs_boot_decode(buf, (size_t)n, &d), n);
+	cr_assert_not(d.stamped);
+}
+
+/* A group of one member, formed. */
+static void one_member_group(struct net *n)
+{
+	struct cs_coord_out o = net_out;
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 1, 2, &MP, 3), 0);
+	cr_assert_eq(cs_boot_member_init(&n->m[0], "job", -1,
+					 &(struct cs_node_addr){ .ip = 1 }, &MP,
+					 5),
+		     0);
+	cs_coord_on_open(&n->c, 0, 0, &o);
+}
+
+/* A scripted clock: each read returns the next value the test queued. */
+static cs_ns_t script[8];
+static unsigned script_n, script_i;
+
+static cs_ns_t script_clock(void)
+{
+	cr_assert_lt(script_i, script_n, "unexpected clock read");
+	return script[script_i++];
+}
+
+/* One heartbeat of member @k through the in-memory network: forward
+ * delay @fwd, the coordinator's turnaround @turn, the way back @back (true
+ * time), the coordinator's clock ahead of the member's by @off. */
+static void stamped_beat(struct net *n, uint32_t k, cs_ns_t now, cs_ns_t t,
+			 int64_t off, cs_ns_t fwd, cs_ns_t turn, cs_ns_t back)
+{
+	struct cs_boot_msg hb, d = { 0 };
+	struct cs_coord_out o = net_out;
+	uint8_t b2[64];
+	int len;
+
+	o.ctx = n;
+	script_n = 4, script_i = 0;
+	script[0] = t; /* t1, member */
+	script[1] = t + fwd + (cs_ns_t)off; /* t2, coordinator */
+	script[2] = script[1] + turn; /* t3 */
+	script[3] = t + fwd + turn + back; /* t4, member */
+	cr_assert_eq(cs_boot_member_poll(&n->m[k], now, &hb), CS_BOOT_M_REPLY);
+	cr_assert(hb.stamped);
+	len = cs_boot_encode(&hb, b2, sizeof(b2));
+	cr_assert_eq(cs_boot_decode(b2, (size_t)len, &d), len);
+	cr_assert_eq(cs_coord_on_msg(&n->c, k, &d, now, &o), 0);
+	cr_assert_eq(script_i, 4, "the reply was not stamped");
+}
+
+Test(boot, heartbeat_clock_recovers_offset)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	const int64_t off = -3123456789; /* coordinator minus member */
+	const cs_ns_t us = 1000;
+	/* forward, turnaround, back: asymmetric, the third the least */
+	const cs_ns_t d[4][3] = { { 300 * us, 50 * us, 900 * us },
+				  { 2000 * us, 10 * us, 100 * us },
+				  { 80 * us, 5 * us, 40 * us },
+				  { 700 * us, 30 * us, 700 * us } };
+	struct cs_hb_clock_est e;
+	cs_ns_t now = 0, t = 5000 * CS_NS_PER_S;
+
+	one_member_group(n);
+	cr_assert_eq(n->m[0].state, CS_BOOT_M_READY);
+	cs_boot_set_stamp_clock(script_clock);
+	script_n = 1, script_i = 0, script[0] = t;
+	cr_assert_eq(cs_boot_member_clock(&n->m[0], &e), -EAGAIN);
+	for (unsigned i = 0; i < 4; i++) {
+		stamped_beat(n, 0, now, t, off, d[i][0], d[i][1], d[i][2]);
+		now += MP.hb_interval;
+		t += MP.hb_interval;
+	}
+	cr_assert_eq(n->m[0].clk.samples, 4);
+	/* read at t: the best sample (the third) is 200 ms old */
+	script_n = 1, script_i = 0, script[0] = t;
+	cr_assert_eq(cs_boot_member_clock(&n->m[0], &e), 0);
+	cr_assert_eq(e.delay, 120 * us);
+	cr_assert_eq(e.samples, 4);
+	cr_assert_leq(llabs(e.offset - off), (long long)e.bound);
+	cr_assert_eq(e.age, 200 * CS_NS_PER_MS - 125 * us);
+	cr_assert_eq(e.bound,
+		     60 * us + 1 + e.age / 1000000 * CS_HB_CLOCK_DRIFT_PPM);
+	/* (80 - 40) / 2, within the halving's rounding */
+	cr_assert_leq(llabs(e.offset - (off + 20 * (int64_t)us)), 1);
+
+	/* a VIEW whose echo is not our last stamp is no sample */
+	struct cs_boot_msg forged = { .type = CS_BOOT_VIEW,
+				      .epoch = 1,
+				      .stamped = true,
+				      .ts_echo = 12345,
+				      .ts_rx = 1,
+				      .ts_tx = 2 };
+	struct cs_boot_msg reply;
+	unsigned nl = 0;
+	script_n = 4, script_i = 0;
+	script[0] = t, script[1] = t + us, script[2] = t + 2 * us;
+	script[3] = t + 3 * us;
+	cs_boot_member_poll(&n->m[0], now, &reply); /* stamps t1 = t */
+	cs_boot_member_on_msg(&n->m[0], &forged, now, &reply, n->lost[0], 4,
+			      &nl);
+	cr_assert_eq(n->m[0].clk.samples, 4);
+	/* nor are stamps the coordinator cannot have taken (t3 < t2) */
+	forged.ts_echo = t;
+	forged.ts_rx = t + 50 * us, forged.ts_tx = t + 10 * us;
+	cs_boot_member_on_msg(&n->m[0], &forged, now, &reply, n->lost[0], 4,
+			      &nl);
+	cr_assert_eq(n->m[0].clk.samples, 4);
+	cr_assert_eq(n->m[0].clk.rejected, 1);
+
+	/* a stepped clock (trace_offset) starts the estimate again */
+	cs_boot_stamp_clock_stepped();
+	now += MP.hb_interval, t += MP.hb_interval;
+	stamped_beat(n, 0, now, t, off + 7 * CS_NS_PER_S, 100 * us, 0,
+		     100 * us);
+	cr_assert_eq(n->m[0].clk.samples, 1);
+	script_n = 1, script_i = 0, script[0] = t;
+	cr_assert_eq(cs_boot_member_clock(&n->m[0], &e), 0);
+	cr_assert_leq(llabs(e.offset - (off + 7 * (int64_t)CS_NS_PER_S)), 1);
+	cs_boot_set_stamp_clock(NULL);
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+/* Without a stamp clock the old, unstamped forms go out. */
+Test(boot, no_stamp_clock_old_heartbeat)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_boot_msg hb;
+	struct cs_hb_clock_est e;
+
+	one_member_group(n);
+	cr_assert_eq(cs_boot_member_poll(&n->m[0], 0, &hb), CS_BOOT_M_REPLY);
+	cr_assert_not(hb.stamped);
+	cr_assert_eq(cs_boot_encode(&hb, n->buf, sizeof(n->buf)), 13);
+	cr_assert_eq(cs_boot_member_clock(&n->m[0], &e), -EAGAIN);
+	cs_coord_fini(&n->c);
+	free(n);
+}
+
+/* DUMP: codec, relayed by the coordinator to every member, only from a
+ * member speaking for itself, only to a coordinator that stamps. */
+Test(boot, dump_relayed_to_every_member)
+{
+	struct net *n = calloc(1, sizeof(*n));
+	struct cs_coord_out o = net_out;
+	struct cs_boot_msg m, d = { 0 }, hb;
+	uint8_t buf[64];
+	int len;
+
+	/* codec: 12-byte body exactly */
+	m = (struct cs_boot_msg){ .type = CS_BOOT_DUMP,
+				  .node = 3,
+				  .dump_id = 0xfeedfacecafebeefull };
+	len = cs_boot_encode(&m, buf, sizeof(buf));
+	cr_assert_eq(len, 4 + 1 + 12);
+	for (int i = 0; i < len; i++)
+		cr_assert_eq(cs_boot_decode(buf, (size_t)i, &d), 0);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len, &d), len);
+	cr_assert_eq(d.node, 3);
+	cr_assert_eq(d.dump_id, m.dump_id);
+	buf[3] = (uint8_t)(len - 4);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len - 4, &d), -EPROTO);
+	buf[3] = (uint8_t)(len + 4);
+	memset(buf + len, 0, 4);
+	cr_assert_eq(cs_boot_decode(buf, (size_t)len + 4, &d), -EPROTO);
+
+	o.ctx = n;
+	cr_assert_eq(cs_coord_init(&n->c, "job", 3, 4, &MP, 3), 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		cr_assert_eq(cs_boot_member_init(
+				     &n->m[k], "job", (int32_t)k,
+				     &(struct cs_node_addr){ .ip = 1 + k }, &MP,
+				     5 + k),
+			     0);
+		cs_coord_on_open(&n->c, k, 0, &o);
+	}
+	/* no stamped VIEW seen yet: the coordinator may be an old one */
+	cr_assert_eq(cs_boot_member_dump(&n->m[1], 77, &m), -ENOTSUP);
+	cs_boot_set_stamp_clock(script_clock);
+	for (uint32_t k = 0; k < 3; k++) {
+		script_n = 4, script_i = 0;
+		script[0] = 10, script[1] = 20, script[2] = 30, script[3] = 40;
+		cr_assert_eq(cs_boot_member_poll(&n->m[k], 0, &hb),
+			     CS_BOOT_M_REPLY);
+		cr_assert_eq(cs_coord_on_msg(&n->c, k, &hb, 0, &o), 0);
+		cr_assert(n->m[k].coord_new);
+	}
+	cs_boot_set_stamp_clock(NULL);
+	cr_assert_eq(cs_boot_member_dump(&n->m[1], 77, &m), 0);
+	cr_assert_eq(m.node, n->m[1].rank);
+	cr_assert_eq(cs_coord_on_msg(&n->c, 1, &m, 0, &o), 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		cr_assert_gt(n->rc[k], 0);
+		cr_assert(n->rc[k] & CS_BOOT_M_DUMP, "member %u", k);
+		cr_assert_eq(n->m[k].dump_id, 77);
+		cr_assert_eq(n->m[k].dump_origin, n->m[1].rank);
+	}
+	/* a DUMP naming no member of the group is ignored by a member */
+	d = (struct cs_boot_msg){ .type = CS_BOOT_DUMP,
+				  .node = 9,
+				  .dump_id = 5 };
+	cr_assert_eq(cs_boot_member_on_msg(&n->m[0], &d, 0, &hb, NULL, 0,
+					   &(unsigned){ 0 }),
+		     0);
+	cr_assert_eq(n->m[0].dump_id, 77);
+	/* a member speaking for another: refused, its connection closed */
+	m.node = n->m[2].rank;
+	cr_assert_eq(cs_coord_on_msg(&n->c, 0, &m, 0, &o), -EPROTO);
+	cr_assert(n->closed[0]);
+	cs_coord_fini(&n->c);
+	free(n);
 }

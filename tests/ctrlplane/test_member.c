@@ -2,6 +2,7 @@
 /* Failure detector and epoch state machines. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdlib.h>
 
 #include <collstack/types.h>
 
@@ -92,4 +93,49 @@ Test(member, epoch_advances_with_wrap)
 	cr_assert_eq(m.epoch, 0);
 	cr_assert(!cs_member_fd_on_view(&m, UINT32_MAX, 3)); /* stale */
 	cr_assert_eq(m.epoch, 0);
+}
+
+/* The heartbeat clock filter: the least-delay sample of the window wins;
+ * impossible stamps are refused. */
+Test(member, hb_clock_min_delay_and_bad_stamps)
+{
+	struct cs_hb_clock c = { 0 };
+	struct cs_hb_clock_est e;
+	const int64_t off = 5 * (int64_t)CS_NS_PER_S;
+	cs_ns_t t = CS_NS_PER_S;
+
+	cr_assert_eq(cs_hb_clock_get(&c, t, &e), -EAGAIN);
+	/* t4 before t1; t3 before t2; turnaround longer than the trip */
+	cr_assert_eq(cs_hb_clock_add(&c, t, t + off, t + off + 1, t - 1),
+		     -EINVAL);
+	cr_assert_eq(cs_hb_clock_add(&c, t, t + off, t + off - 1, t + 10),
+		     -EINVAL);
+	cr_assert_eq(cs_hb_clock_add(&c, t, t + off, t + off + 20, t + 10),
+		     -EINVAL);
+	cr_assert_eq(c.rejected, 3);
+	cr_assert_eq(cs_hb_clock_get(&c, t, &e), -EAGAIN);
+	/* CS_HB_CLOCK_WIN + 4 samples; the tightest (delay 2 us, all of it
+	 * on the way out) is pushed out of the window by the last ones */
+	for (unsigned i = 0; i < CS_HB_CLOCK_WIN + 4; i++) {
+		cs_ns_t fwd = i == 1 ? 2000 : 10000 + i * 1000, back = 50000;
+
+		if (i == 1)
+			back = 0;
+		cr_assert_eq(cs_hb_clock_add(&c, t, t + fwd + off,
+					     t + fwd + off, t + fwd + back),
+			     0);
+		if (i == 1) {
+			cr_assert_eq(cs_hb_clock_get(&c, t + fwd, &e), 0);
+			cr_assert_eq(e.delay, 2000);
+			cr_assert_leq(llabs(e.offset - off),
+				      (long long)e.bound);
+			cr_assert_eq(e.offset, off + 1000);
+		}
+		t += 100 * CS_NS_PER_MS;
+	}
+	cr_assert_eq(cs_hb_clock_get(&c, t, &e), 0);
+	cr_assert_eq(e.samples, CS_HB_CLOCK_WIN + 4);
+	/* the window's least delay: sample 4 */
+	cr_assert_eq(e.delay, 10000 + 4 * 1000 + 50000);
+	cr_assert_leq(llabs(e.offset - off), (long long)e.bound);
 }

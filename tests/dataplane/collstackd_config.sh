@@ -146,7 +146,8 @@ out=$("$C" run allreduce --cluster "$tmp/none.env" --iters 2 --per-op 2>&1); rc=
 # bound refused at start; bad control requests and CLI arguments refused
 for kv in metrics.listen=nonsense metrics.listen=1.2.3.4 \
 	  metrics.listen=1.2.3.4:99999 metrics.listen=:80 trace.events=1 \
-	  trace.rings=0 trace.rings=17 trace.clock_offset=x; do
+	  trace.rings=0 trace.rings=17 trace.clock_offset=x \
+	  flight.auto_after=0 flight.auto_after=x; do
 	out=$("$D" --set "$kv" 2>&1); rc=$?
 	[ $rc -eq 2 ] && grep -q "${kv%%=*}" <<<"$out" ||
 		fail "observe key $kv: rc $rc, '$out'"
@@ -185,11 +186,14 @@ for good in ("trace_dump", "flight", "metrics"):
     r = ask(good)
     assert r.startswith("ok ") and " bytes=" in r, (good, r)
 assert ask("clock").startswith("ok now="), "clock"
+r = ask("clock_hb")  # static peers: no heartbeats, said so
+assert r.startswith("err no heartbeat clock: static peers"), r
 print(ask("quit"))
 PY
 wait "$obs"
 for a in "trace" "trace --out x --samples 0" "trace --out x --last -1" \
-	 "top --interval 0" "top extra" "doctor --min-age x" "doctor --bogus"; do
+	 "top --interval 0" "top extra" "doctor --min-age x" "doctor --bogus" \
+	 "trace --out x --clock ntp" "doctor --trigger op-1"; do
 	out=$("$C" $a --cluster "$tmp/none.env" 2>&1); rc=$?
 	[ $rc -eq 2 ] && grep -q "collstack ${a%% *}" <<<"$out" ||
 		fail "collstack $a: rc $rc, '$out'"
@@ -199,4 +203,23 @@ for a in "trace --out $tmp/t.json" "top --once" "doctor"; do
 	[ $rc -eq 1 ] && grep -q "none.env" <<<"$out" ||
 		fail "collstack $a without a cluster: rc $rc, '$out'"
 done
+# doctor --from: a missing folder, a folder without records, and records
+# that are not flight records (named, not parsed as empty)
+out=$("$C" doctor --from "$tmp/nofolder" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "nofolder" <<<"$out" ||
+	fail "doctor --from a missing folder: rc $rc, '$out'"
+mkdir -p "$tmp/fl"
+out=$("$C" doctor --from "$tmp/fl" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "no flight record" <<<"$out" ||
+	fail "doctor --from an empty folder: rc $rc, '$out'"
+printf 'group 1 g x 1 0\n' >"$tmp/fl/op-1.n0.flight"
+out=$("$C" doctor --from "$tmp/fl" 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -q "op-1.n0.flight: Protocol error" <<<"$out" ||
+	fail "doctor --from a malformed record: rc $rc, '$out'"
+printf '# flight record of n0\ngroup 1 g 2 1 0\nop 1 5 1 16 0x1 0 0 3000000000 -1\n' >"$tmp/fl/op-2.n0.flight"
+printf '# flight record of n1\ngroup 1 g 2 1 1\n' >"$tmp/fl/op-2.n1.flight"
+out=$("$C" doctor --from "$tmp/fl" --trigger op-2 2>&1); rc=$?
+[ $rc -eq 3 ] && grep -q "missing ranks: {1}" <<<"$out" &&
+	grep -q "rank 1: node n1, local rank 0: joined, did not post op 5" <<<"$out" ||
+	fail "doctor --from two records: rc $rc, '$out'"
 echo PASS

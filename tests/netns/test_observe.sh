@@ -9,7 +9,8 @@
 # Cases:
 #   trace_4     clock offsets injected into three sidecars (+5 s, -3 s,
 #               +1.234567 s; trace_offset) are recovered within the bound
-#               collstack trace prints; the JSON parses, has events of
+#               collstack trace prints, from the heartbeats (the default)
+#               and from the control socket (--clock ctl); the JSON parses, has events of
 #               every node, its timestamps never go back, and every frame
 #               received was, on the aligned clocks, sent before it
 #               (within the two nodes' bounds); every node shows its ops
@@ -27,6 +28,11 @@
 #   doctor_4x1  one trainer per node runs allreduces; the rank-2 trainer
 #               is stopped (SIGSTOP): collstack doctor names it,
 #               "missing ranks: {2}", on its node
+#   flight_auto_4x1  (membership from the coordinator) the rank-2 trainer
+#               is stopped: past flight.auto_after every one of the four
+#               sidecars writes its flight record under one trigger, and
+#               collstack doctor --from names rank 2; then node 3's
+#               sidecar is killed and the three survivors write theirs
 # Needs root (else exit 77), prometheus/promtool for metrics_4 (else 77).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,7 +59,9 @@ done
 PORT=udp
 "$DAEMON" --help-config | grep 'port types:.* dpdk' >/dev/null && PORT=af_packet
 
-export CS_CLUSTER=o$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)
+# a caller's CS_CLUSTER prefix (up to 4 characters) keeps the names apart
+# from other sessions' clusters
+export CS_CLUSTER=${CS_CLUSTER:-o$(printf '%02d' $(($$ % 100)))}$(printf '%s' "$CASE" | cksum | cut -c1-2)
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
 RUNROOT=/run/collstack
 
@@ -85,7 +93,7 @@ node() { echo "$RUNROOT/${CS_CLUSTER}n$1"; }
 
 case_trace_4() {
 	local offs=(0 5 -3 1.234567) i r out
-	cluster_up
+	cluster_up --boot # the coordinator's heartbeats carry the stamps
 	for i in 1 2 3; do
 		r=$(cs_ctl "$(node $i)" "trace_offset ${offs[$i]}")
 		[[ $r == ok* ]] || fail "trace_offset on node $i: $r"
@@ -93,17 +101,36 @@ case_trace_4() {
 	"$CLI" run allreduce -b 1M -e 4M --iters 2 --warmup 0 \
 		--timeout 300000 >"$TMP/run.out" ||
 		fail "allreduce: $(tail -3 "$TMP/run.out")"
+	out=$("$CLI" trace --clock ctl --out "$TMP/c.json") ||
+		fail "collstack trace --clock ctl: $out"
+	echo "$out" | tee "$TMP/ctl.out"
 	out=$("$CLI" trace --out "$TMP/t.json") || fail "collstack trace: $out"
 	echo "$out" | tee "$TMP/trace.out"
+	python3 - "$TMP/ctl.out" "$CS_CLUSTER" "${offs[*]}" control <<'PY' ||
+import re, sys
+prefix, offs, how = sys.argv[2], [float(x) for x in sys.argv[3].split()], sys.argv[4]
+lines = open(sys.argv[1]).read().splitlines()
+for i, off in enumerate(offs):
+    l = [x for x in lines if x.startswith(f"{prefix}n{i} ") and "clock offset" in x]
+    assert l, f"no line for node {i}"
+    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s \((\w+)\)", l[0])
+    est, b = float(m.group(1)), float(m.group(2))
+    assert m.group(3) == how, f"node {i}: offset from {m.group(3)}, not {how}"
+    assert abs(est - off) <= b + 1e-9, f"node {i}: {est} vs injected {off} +- {b}"
+    print(f"{how}: node {i}: injected {off:+.6f} s, estimated {est:+.9f} s +- {b:.9f} s: ok")
+PY
+		fail "control-socket offsets"
 	python3 - "$TMP/t.json" "$CS_CLUSTER" "${offs[*]}" "$TMP/trace.out" <<'PY' ||
 import json, re, sys
 path, prefix, offs = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()]
 lines = open(sys.argv[4]).read().splitlines()
+assert "clock reference: the coordinator's (heartbeat offsets)" in lines, "not the heartbeat offsets"
 bound = {}
 for i, off in enumerate(offs):
-    l = [x for x in lines if x.startswith(f"{prefix}n{i} ")]
+    l = [x for x in lines if x.startswith(f"{prefix}n{i} ") and "clock offset" in x]
     assert l, f"no line for node {i}"
-    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s", l[0])
+    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s \(heartbeats\)", l[0])
+    assert m, f"node {i}: not from the heartbeats: {l[0]}"
     est, b = float(m.group(1)), float(m.group(2))
     assert abs(est - off) <= b + 1e-9, f"node {i}: {est} vs injected {off} +- {b}"
     bound[i + 1] = b
@@ -207,9 +234,10 @@ trainers_of() {
 	done
 }
 
-case_doctor_4x1() {
-	local i p out stopped=
-	cluster_up
+# One trainer per node runs 64 KiB allreduces until the flight recorders
+# know the group.
+bench_started() {
+	local out
 	"$CLI" bench -o allreduce -b 64K -e 64K -n 10000000 -w 0 \
 		--trainers-per-node 1 --timeout 600 >"$TMP/bench.out" 2>&1 &
 	BENCH_PID=$!
@@ -219,6 +247,12 @@ case_doctor_4x1() {
 		sleep 1
 	done
 	grep -q "group 'bench'" <<<"$out" || fail "no group recorded: $out"
+}
+
+# SIGSTOP the trainer of node 2 (every trainer is resumed and killed by
+# cleanup).
+stop_trainer_2() {
+	local i p stopped
 	for i in 0 1 2 3; do
 		for p in $(trainers_of $i); do TPIDS+=("$p"); done
 	done
@@ -226,6 +260,13 @@ case_doctor_4x1() {
 	[ -n "$stopped" ] || fail "no trainer of node 2 found"
 	kill -STOP $stopped
 	echo "stopped the trainer of node 2 (pid $stopped)"
+}
+
+case_doctor_4x1() {
+	local out
+	cluster_up
+	bench_started
+	stop_trainer_2
 	# until the others wait on it past --min-age (before that, a snapshot
 	# may rightly show the others not having posted the op it posted last)
 	for _ in $(seq 90); do
@@ -238,6 +279,56 @@ case_doctor_4x1() {
 	grep -q "rank 2: node ${CS_CLUSTER}n2, local rank 0: joined, did not post" <<<"$out" ||
 		fail "doctor did not name its node"
 	echo "doctor_4x1 ok"
+}
+
+# Flight records written on their own: a stalled trainer, then a killed
+# sidecar; nobody runs collstack doctor against the live cluster.
+case_flight_auto_4x1() {
+	local fl i out trig n pid
+	fl=$TMP/flight
+	cluster_up --boot --set flight.auto_after=3s --set "flight.dir=$fl"
+	bench_started
+	# (an operation slowed past flight.auto_after by a loaded machine
+	# may have written records already: those triggers are not ours)
+	local before
+	before=$(ls "$fl" 2>/dev/null | cut -d. -f1 | sort -u)
+	stop_trainer_2
+	# the other three pass flight.auto_after; the first to notice asks
+	# every sidecar (node 2's too) for its record under one trigger
+	for _ in $(seq 60); do
+		trig=$(ls "$fl" 2>/dev/null | grep '^op-.*\.flight$' | cut -d. -f1 |
+			grep -vxF "${before:-none}" | sort | uniq -c | awk '$1 == 4 {print $2; exit}')
+		[ -n "$trig" ] && break
+		sleep 1
+	done
+	ls -l "$fl"
+	[ -n "$trig" ] || fail "no trigger with the records of all 4 nodes"
+	for i in 0 1 2 3; do
+		head -1 "$fl/$trig.${CS_CLUSTER}n$i.flight"
+	done
+	out=$("$CLI" doctor --from "$fl" --trigger "$trig" --min-age 1 2>&1)
+	echo "$out"
+	grep -q "missing ranks: {2}$" <<<"$out" || fail "doctor --from did not name rank 2"
+	grep -q "rank 2: node ${CS_CLUSTER}n2, local rank 0: joined, did not post" <<<"$out" ||
+		fail "doctor --from did not name its node"
+	# a killed sidecar: the survivors write their records (its epoch)
+	pid=$(cat "$RUNROOT/${CS_CLUSTER}n3/pid") || fail "no pid of node 3"
+	kill -KILL "$pid"
+	echo "killed the sidecar of node 3 (pid $pid)"
+	for _ in $(seq 30); do
+		n=$(ls "$fl" | grep -c '^epoch-.*\.flight$')
+		[ "$n" -ge 3 ] && break
+		sleep 1
+	done
+	ls "$fl" | grep '^epoch-'
+	for i in 0 1 2; do
+		ls "$fl" | grep -q "^epoch-[0-9]*\.${CS_CLUSTER}n$i\.flight$" ||
+			fail "node $i wrote no record when node 3 was lost"
+		grep -h "^# " "$fl"/epoch-*."${CS_CLUSTER}n$i".flight
+	done
+	grep -q "peer lost: rank 3" "$fl"/epoch-*."${CS_CLUSTER}n0".flight ||
+		fail "the record does not say why"
+	echo "flight_auto_4x1 ok"
 }
 
 case_health_4() {
@@ -264,6 +355,6 @@ EOF
 }
 
 case $CASE in
-trace_4 | metrics_4 | health_4 | doctor_4x1) "case_$CASE" ;;
+trace_4 | metrics_4 | health_4 | doctor_4x1 | flight_auto_4x1) "case_$CASE" ;;
 *) fail "unknown case '$CASE'" ;;
 esac
