@@ -91,6 +91,12 @@ uint32_t cs_daemon_boot_table_epoch(const struct cs_daemon *d);
 int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
 			      size_t len);
 
+/**
+ * cs_daemon_boot_has_token - a job token is set (boot.token,
+ * boot.token_file or $COLLSTACK_JOB_TOKEN), whether or not it can be read
+ */
+bool cs_daemon_boot_has_token(const struct cs_boot_conf *b);
+
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);
 
