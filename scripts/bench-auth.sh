@@ -1,42 +1,74 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# What packet authentication costs on a cluster: 64 MiB allreduces with
-# auth.enable=0 and =1 alternating, a fresh cluster per line (docs/bench-auth.md).
+# What packet authentication costs (docs/bench-auth.md), in one run:
 #
-#   scripts/bench-auth.sh [NODES...]   (default: 2 4; root)
+# 1. per frame, one core: `collstack selftest`'s tag loop (cs_auth_ctx_tag,
+#    what sidecar/frame_auth.c calls for every frame sent and received:
+#    libsodium, keys from control/auth.c) CS_AUTH_SELFTESTS times, each
+#    line as ns per 8896-byte frame, GB/s per core and ns per pure ACK,
+#    then the best of them (load only ever slows a run down);
+# 2. 64 MiB allreduces with auth.enable=0 and =1 back to back (off, on,
+#    off, on ...), a fresh cluster per line, then the medians and what
+#    authentication costs of busbw.
 #
-# Environment: CS_AUTH_ROUNDS (3 off/on pairs per size), CS_AUTH_PORT
+#   scripts/bench-auth.sh [NODES...]   (default: 4; root)
+#
+# Environment: CS_AUTH_ROUNDS (2 off/on pairs per size; 0: per frame only), CS_AUTH_PORT
 # (af_packet), CS_AUTH_MTU (9000), CS_AUTH_BYTES (64M), CS_AUTH_ITERS (3),
-# CS_BUILD_DIR (build). Prints one line per run: time per operation,
-# algbw/busbw, #wrong, retransmissions, the checker's verdict, and the
-# sidecars' CPU seconds (utime + stime, all of them) over the run.
+# CS_AUTH_SELFTESTS (5), CS_BUILD_DIR (build), CS_CLUSTER (namespace
+# prefix, as scripts/cluster.sh). Prints one line per run: time per
+# operation, algbw/busbw, #wrong, retransmissions, the checker's verdict,
+# and the sidecars' CPU seconds (utime + stime, all of them) over the run;
+# every line carries the 1-minute load average (figures go to
+# BENCHMARKS.md only from a quiet machine).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$BUILD/tools/collstack
-ROUNDS=${CS_AUTH_ROUNDS:-3}
+ROUNDS=${CS_AUTH_ROUNDS:-2}
+SELFTESTS=${CS_AUTH_SELFTESTS:-5}
+P=${CS_CLUSTER:-cs}
+if [ "$P" != cs ]; then	# the CLI finds the cluster through its state file
+	export CS_CLUSTER_ENV=/run/collstack/cluster-$P.env
+fi
 PORT=${CS_AUTH_PORT:-af_packet}
 MTU=${CS_AUTH_MTU:-9000}
 BYTES=${CS_AUTH_BYTES:-64M}
 ITERS=${CS_AUTH_ITERS:-3}
 NODES=("$@")
-[ ${#NODES[@]} -gt 0 ] || NODES=(2 4)
+[ ${#NODES[@]} -gt 0 ] || NODES=(4)
 [ "$(id -u)" -eq 0 ] || { echo "bench-auth: needs root" >&2; exit 1; }
 [ -x "$CLI" ] || { echo "bench-auth: not built: $CLI" >&2; exit 1; }
-trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+SUM=$(mktemp)
+trap 'scripts/cluster.sh down >/dev/null 2>&1; rm -f "$SUM" "$SUM.frame"' EXIT
 
 cpu_of() { # utime + stime of the sidecars, in clock ticks
 	local t=0 p
-	for p in $(cat /run/collstack/csn*/pid 2>/dev/null); do
+	for p in $(cat /run/collstack/${P}n*/pid 2>/dev/null); do
 		read -ra f <"/proc/$p/stat" 2>/dev/null || continue
 		t=$((t + f[13] + f[14]))
 	done
 	echo $t
 }
 
+load() { cut -d' ' -f1 /proc/loadavg; }
+
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)" \
-	"$PORT mtu $MTU $BYTES x $ITERS (+1 warm-up);" \
-	"tags: $("$CLI" selftest | grep -o 'tag cost.*')"
+	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) CPUs," \
+	"loadavg $(load)"
+echo "# per frame, one core (collstack selftest's tag loop):"
+for _ in $(seq "$SELFTESTS"); do
+	"$CLI" selftest | grep -o 'tag cost.*' | awk -v l="$(load)" '
+	{	# tag cost (IMPL): U us per B-byte payload (M MB/s), A us per pure ACK
+		u = $4; b = $7; sub(/-byte/, "", b); a = $11
+		printf "tag %s %.0f ns per %d-byte frame = %.2f GB/s per core; %.0f ns per pure ACK (loadavg %s)\n", \
+			$3, u * 1000, b, b / (u * 1000), a * 1000, l
+	}'
+done | tee "$SUM.frame"
+# the least disturbed run (other jobs only ever make a run slower)
+sort -n -k3 "$SUM.frame" | head -1 | sed 's/^tag /best of '"$SELFTESTS"': /'
+rm -f "$SUM.frame"
+echo "# $PORT mtu $MTU, allreduce $BYTES x $ITERS (+1 warm-up), auth off/on back to back:"
 for n in "${NODES[@]}"; do
 	for r in $(seq "$ROUNDS"); do
 		for a in 0 1; do
@@ -65,6 +97,25 @@ for n in "${NODES[@]}"; do
 				"$(grep -o 'Out of bounds values.*' <<<"$out" | tail -1)" \
 				"$(echo "($c1 - $c0) / $(getconf CLK_TCK)" | bc -l)" \
 				"$(echo "$t1 - $t0" | bc -l)"
+			echo "$n $a $bus" >>"$SUM"
 		done
 	done
 done
+# medians of busbw per node count, off and on, and the cost
+awk '
+function median(s,   v, k, i, j, t) {
+	k = split(s, v, " ")
+	for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++)
+		if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+	return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+}
+{ b[$1 " " $2] = b[$1 " " $2] " " $3; seen[$1] = 1 }
+END {
+	for (n in seen) {
+		if (b[n " 0"] == "" || b[n " 1"] == "") continue
+		off = median(b[n " 0"]); on = median(b[n " 1"])
+		cost = off > 0 ? (off - on) / off * 100 : 0
+		printf "%s nodes: median busbw off %.3f GB/s, on %.3f GB/s: authentication costs %.1f %% of busbw\n", \
+			n, off, on, cost
+	}
+}' "$SUM"

@@ -35,6 +35,12 @@
 # memif needs no veth: two sidecars share a memif socket file
 # (socket-abstract=no, so it is reachable across namespaces).
 #
+# Packet authentication: every `up` writes a fresh random job token to
+# $RUN/$P-job.token (mode 600) and gives it to every sidecar
+# (boot.token_file), so auth.enable=auto (collstackd's default) tags and
+# checks every frame under keys derived from it; `--set auth.enable=0`
+# turns authentication off (docs/auth.md).
+#
 # State: /run/collstack/cluster.env (nodes, PIDs, everything `down` removes),
 # /run/collstack/<P>-peers (the static address table every sidecar reads),
 # /run/collstack/<node>/{ctl.sock,ready,pid}, /run/collstack/<node>.log,
@@ -225,7 +231,8 @@ start_daemon() {
 	args=(--set name=$ns --set run_dir=$RUN/$ns --set node.rank=$i
 	      --set flight.dir=$RUN/$P-flight
 	      --set node.peers=$PEERS --set port.ip=$(ip_of $i)
-	      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu)
+	      --set port.udp_port=$UDP_PORT --set port.mtu=$mtu
+	      --set boot.token_file=$TOKEN)	# packet auth keys (auto)
 	case $port in
 	udp)	args+=(--set port.type=udp) ;;
 	af_packet|af_xdp)
@@ -240,10 +247,9 @@ start_daemon() {
 	if [ $etcd = 1 ]; then	# ctlplane: the etcd store
 		args+=(--set node.peers=
 		       --set node.rendezvous=etcd://$ETCD_IP:$ETCD_PORT/$P-job
-		       --set boot.world=$n --set boot.token_file=$TOKEN)
+		       --set boot.world=$n)
 	elif [ $boot = 1 ]; then	# ctlplane: the coordinator instead of peers
-		args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT
-		       --set boot.token_file=$TOKEN)
+		args+=(--set node.peers= --set boot.addr=$(ip_of 0):$BOOT_PORT)
 		if [ $i = 0 ]; then
 			args+=(--set boot.coordinator=1
 			       --set boot.world=$n)
@@ -411,9 +417,11 @@ EOF
 		log "bridge drops $loss% of dataplane frames (nft table bridge ${P}loss)"
 	fi
 
-	if [ $boot = 1 ]; then	# ctlplane: a fresh job token, never on a command line
-		(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' \
-			>"$TOKEN")
+	# a fresh job token for every cluster, never on a command line: the
+	# bootstrap's admission and the packet tags' keys (auth.enable=auto
+	# turns authentication on with it; --set auth.enable=0 turns it off)
+	(umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$TOKEN")
+	if [ $boot = 1 ]; then
 		if [ $etcd = 1 ]; then
 			log "rendezvous: etcd in $ETCD_NS on $ETCD_IP:$ETCD_PORT, token in $TOKEN (mode 600)"
 		else

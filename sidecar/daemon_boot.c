@@ -177,6 +177,13 @@ int cs_daemon_boot_load_token(const struct cs_boot_conf *b, char *tok,
 	return load_token(b, tok, len);
 }
 
+bool cs_daemon_boot_has_token(const struct cs_boot_conf *b)
+{
+	const char *env = getenv("COLLSTACK_JOB_TOKEN");
+
+	return b->token[0] || b->token_file[0] || (env && env[0]);
+}
+
 #if CS_HAVE_URING
 
 enum { BS_WAIT = 0, BS_READY = 1, BS_FAILED = 2 };

@@ -111,6 +111,12 @@ int cs_daemon_boot_clock(struct cs_daemon *d, struct cs_hb_clock_est *e);
  */
 int cs_daemon_boot_request_dump(struct cs_daemon *d, uint64_t id);
 
+/**
+ * cs_daemon_boot_has_token - a job token is set (boot.token,
+ * boot.token_file or $COLLSTACK_JOB_TOKEN), whether or not it can be read
+ */
+bool cs_daemon_boot_has_token(const struct cs_boot_conf *b);
+
 /* Appends " epoch=.. lost=.. coordinator=ok|lost rx_stale_epoch=..". */
 void cs_daemon_boot_report(struct cs_daemon *d, char *out, size_t len);
 

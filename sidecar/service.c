@@ -31,7 +31,7 @@ struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
 	struct cs_tp_params tp;
-	bool auth; /* auth.enable */
+	char auth[CS_CFG_STR_MAX]; /* auth.enable: auto, 1 or 0 */
 	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
 };
@@ -42,13 +42,35 @@ struct svc_conf {
 
 /* Packet authentication (docs/auth.md). */
 static const struct cs_cfg_entry auth_cfg[] = {
-	{ "auth.enable", CS_CFG_BOOL, offsetof(struct svc_conf, auth), "0", 0,
-	  1,
+	{ "auth.enable", CS_CFG_STR, offsetof(struct svc_conf, auth), "auto",
+	  CS_CFG_NO_BOUNDS,
 	  "tag every frame with SipHash-2-4-128 under a per-epoch key derived "
 	  "from the job token (boot.token, boot.token_file, else "
-	  "$COLLSTACK_JOB_TOKEN; needed with static peers too) and drop "
-	  "frames without a valid tag (ar_stats rx_auth_fail)" },
+	  "$COLLSTACK_JOB_TOKEN) and drop frames without a valid tag "
+	  "(ar_stats rx_auth_fail). auto: on whenever a job token is set "
+	  "(always with the bootstrap or etcd; scripts/cluster.sh sets one), "
+	  "off with a warning when none is; 1: on, refuse to start without a "
+	  "token; 0: off. Every sidecar of a job must agree" },
 };
+
+enum auth_mode { AUTH_BAD = -1, AUTH_OFF, AUTH_ON, AUTH_AUTO };
+
+/* auth.enable's value: auto, or a boolean as CS_CFG_BOOL takes it. */
+static enum auth_mode auth_mode(const char *v)
+{
+	static const char *const on[] = { "1", "true", "yes", "on" };
+	static const char *const off[] = { "0", "false", "no", "off" };
+
+	if (!strcmp(v, "auto"))
+		return AUTH_AUTO;
+	for (size_t i = 0; i < CS_ARRAY_SIZE(on); i++) {
+		if (!strcmp(v, on[i]))
+			return AUTH_ON;
+		if (!strcmp(v, off[i]))
+			return AUTH_OFF;
+	}
+	return AUTH_BAD;
+}
 
 /* Trainer operations. */
 static const struct cs_cfg_entry early_cfg[] = {
@@ -150,6 +172,12 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
+	if (!strcmp(key, "auth.enable") && auth_mode(val) == AUTH_BAD) {
+		if (err)
+			snprintf(err, errlen,
+				 "auth.enable: '%s' is not auto, 1 or 0", val);
+		return -EINVAL;
+	}
 	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
 			  errlen);
 }
@@ -177,21 +205,37 @@ void cs_daemon_help_config(FILE *out)
 int cs_daemon_init(struct cs_daemon *d)
 {
 	struct cs_ar_svc *s = calloc(1, sizeof(*s));
+	enum auth_mode mode;
 	int ret;
 
 	if (!s)
 		return -ENOMEM;
 	s->d = d;
 	s->cf = svc_conf(&d->conf);
-	if (s->cf->auth) {
+	mode = auth_mode(s->cf->auth);
+	if (mode == AUTH_OFF) {
+		CS_INFO("packet authentication off (auth.enable=%s)",
+			s->cf->auth);
+	} else if (mode == AUTH_AUTO &&
+		   !cs_daemon_boot_has_token(&d->conf.boot)) {
+		/* static peers and no token: no key to be had */
+		CS_WARN("packet authentication off: no job token to derive "
+			"its keys from (set boot.token_file, boot.token or "
+			"$COLLSTACK_JOB_TOKEN on every sidecar to turn it on; "
+			"auth.enable=0 turns it off without this warning)");
+		mode = AUTH_OFF;
+	}
+	if (mode != AUTH_OFF) {
 		char token[CS_CFG_STR_MAX];
 
 		/* the same token as the bootstrap's, static peers too */
 		ret = cs_daemon_boot_load_token(&d->conf.boot, token,
 						sizeof(token));
 		if (ret) {
-			CS_ERR("auth.enable=1 needs the job token (boot.token, "
-			       "boot.token_file or $COLLSTACK_JOB_TOKEN)");
+			CS_ERR("auth.enable=%s needs the job token (boot.token, "
+			       "boot.token_file or $COLLSTACK_JOB_TOKEN); "
+			       "auth.enable=0 turns packet authentication off",
+			       s->cf->auth);
 			free(s);
 			return ret;
 		}

@@ -52,7 +52,9 @@
 #include "sim/sim.h"
 
 #define SCO_MAX_VIEWS 4
-#define SCO_OPS 2 /* the first operation, the one after a view change */
+/* the first operation, the one after a view change, and (a loss, then a
+ * join: --fail-rank --reform --grow) the one after the next */
+#define SCO_OPS 3
 #define SCO_GROUP 1
 #define SCO_TOKEN "collstack-sim"
 #define SCO_STREAM_WIN (64u << 10) /* bytes in flight per control stream */
@@ -109,6 +111,7 @@ struct sco_node {
 	bool has_wait;
 	struct cs_coll_wait wait;
 	char diag[200];
+	uint32_t seen_epoch; /* the last epoch its member applied */
 };
 
 struct sco {
@@ -136,6 +139,11 @@ struct sco {
 	cs_ns_t t0[SCO_OPS + 1], t1[SCO_OPS + 1];
 	double *want1; /* --grow: op 1's result, checked at its end */
 	uint64_t wrong1, injected;
+	/* per epoch: when the coordinator moved to it, when the last member
+	 * applied it, how many did (a view settles) */
+	cs_ns_t issued_at[SCO_MAX_VIEWS + 2], applied_at[SCO_MAX_VIEWS + 2];
+	uint32_t applied[SCO_MAX_VIEWS + 2];
+	uint32_t co_epoch;
 	char first1[160];
 };
 
@@ -661,6 +669,13 @@ static void sco_check_op1(struct sco *s, const struct sco_node *nd)
 	}
 }
 
+/* --grow: the operation after which the joiner is admitted (after a loss:
+ * the survivors' re-formed one). */
+static uint32_t sco_grow_op(const struct sco *s)
+{
+	return s->cfg->fail_rank >= 0 ? 2 : 1;
+}
+
 static void sco_member_done(struct sco_node *nd, cs_ns_t now)
 {
 	struct sco *s = nd->s;
@@ -674,9 +689,12 @@ static void sco_member_done(struct sco_node *nd, cs_ns_t now)
 	s->t1[o] = CS_MAX(s->t1[o], nd->ready ? nd->ready_at : now);
 	if (s->want1 && o == 1)
 		sco_check_op1(s, nd);
-	if (o == 1 && s->finished[1] == s->n &&
-	    s->joiner != CS_SIM_NODE_NONE) {
+	if (s->joiner != CS_SIM_NODE_NONE && o == sco_grow_op(s) &&
+	    s->finished[o] == s->n - (o > 1)) {
 		/* every member is done: the operation boundary */
+		if (o > 1) /* op 3 overwrites the re-formed op's result */
+			s->wrong1 = sco_verify_view(s, nd->view, o, s->first1,
+						    sizeof(s->first1));
 		s->boundary = true;
 		cs_sim_timer(s->sim, s->coord, now);
 	}
@@ -946,6 +964,12 @@ static void sco_member_msgs(struct sco_node *nd, cs_ns_t now)
 			cs_sim_stop(s->sim);
 			return;
 		}
+		if (nd->bm->epoch != nd->seen_epoch &&
+		    nd->bm->epoch < CS_ARRAY_SIZE(s->applied)) {
+			nd->seen_epoch = nd->bm->epoch;
+			s->applied[nd->seen_epoch]++;
+			s->applied_at[nd->seen_epoch] = now;
+		}
 		if (r & CS_BOOT_M_REPLY)
 			sco_stream_send(s, &nd->st, &reply, now);
 		if ((r & CS_BOOT_M_TABLE) && !sco_stalled(nd, now))
@@ -1046,6 +1070,17 @@ static void sco_co_formed(struct sco *s, cs_ns_t now)
 	}
 }
 
+/* The coordinator moved to a new epoch (a view goes out): when. */
+static void sco_co_epoch(struct sco *s, cs_ns_t now)
+{
+	uint32_t e = s->co.complete ? (uint32_t)s->co.fd.epoch : 0;
+
+	if (e != s->co_epoch && e < CS_ARRAY_SIZE(s->issued_at)) {
+		s->co_epoch = e;
+		s->issued_at[e] = now;
+	}
+}
+
 static void sco_co_arm(struct sco *s)
 {
 	cs_ns_t t = cs_coord_next_deadline(&s->co);
@@ -1076,6 +1111,7 @@ static void sco_co_rx(struct cs_sim *sim, void *ctx,
 	}
 	sco_stream_ack(s, st);
 	sco_co_formed(s, now);
+	sco_co_epoch(s, now);
 	sco_co_arm(s);
 }
 
@@ -1092,6 +1128,7 @@ static void sco_co_timer(struct cs_sim *sim, void *ctx, cs_ns_t now)
 	}
 	for (uint32_t i = 0; i < s->nnodes; i++)
 		sco_stream_timer(s, &s->cst[i], now);
+	sco_co_epoch(s, now);
 	sco_co_arm(s);
 }
 
@@ -1135,7 +1172,8 @@ static void sco_check_end(struct sco *s)
 	} else if (cfg->fail_rank >= 0) {
 		if (cfg->reform && !s->injected && s->reports[1] >= s->n - 1)
 			sco_inject_stale(s);
-		end = cfg->reform ? s->finished[2] >= s->n - 1
+		end = cfg->reform && cfg->grow ? s->finished[3] >= s->n
+		      : cfg->reform	     ? s->finished[2] >= s->n - 1
 				  : s->reports[1] >= s->n - 1 ||
 					    (s->declared_at &&
 					     sco_survivors_done(s));
@@ -1240,7 +1278,7 @@ static int sco_member_setup(struct sco *s)
 	ret = sco_star(s, s->nnodes, true);
 	if (ret)
 		return ret;
-	if (cfg->grow && !cfg->nodata) {
+	if (cfg->grow && cfg->fail_rank < 0 && !cfg->nodata) {
 		s->want1 = malloc(CS_MAX(s->count, 1) * sizeof(double));
 		if (!s->want1)
 			return -ENOMEM;
@@ -1282,7 +1320,8 @@ static int sco_setup(struct sco *s)
 
 		nd->s = s;
 		nd->id = r;
-		nd->status[1] = nd->status[2] = -EINPROGRESS;
+		for (uint32_t o = 1; o <= SCO_OPS; o++)
+			nd->status[o] = -EINPROGRESS;
 		ret = cs_sim_node_add(s->sim, &sco_node_ops, nd, &id);
 		if (ret)
 			return ret;
@@ -1386,6 +1425,30 @@ static cs_ns_t sco_op_ns(const struct sco *s, uint32_t o)
 	return s->t1[o] > s->t0[o] ? s->t1[o] - s->t0[o] : 0;
 }
 
+/* A loss, then a join: op 2's check (at its end), op 3's, and how long
+ * each new view took to reach all its members. */
+static void sco_join_result(struct sco *s, struct cs_simcoll_result *res)
+{
+	const struct sco_view *v3 = s->nviews > 2 ? &s->views[2] : NULL;
+
+	res->wrong = s->wrong1;
+	snprintf(res->first, sizeof(res->first), "%s", s->first1);
+	res->join_n = v3 ? v3->n : 0;
+	if (v3 && s->finished[3] == v3->n)
+		res->wrong += sco_verify_view(s, v3, 3, res->first,
+					      sizeof(res->first));
+	for (uint32_t i = 1; i < s->nviews && i < 3; i++) {
+		uint32_t e = s->views[i].epoch;
+
+		if (e >= CS_ARRAY_SIZE(s->applied) || !s->issued_at[e])
+			continue;
+		res->epochs[i - 1] = e;
+		res->settled[i - 1] = s->applied[e];
+		res->settle_ns[i - 1] = s->applied_at[e] - s->issued_at[e];
+		res->view_members[i - 1] = s->views[i].n;
+	}
+}
+
 static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 {
 	const struct cs_simcoll_cfg *cfg = s->cfg;
@@ -1439,7 +1502,9 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 			res->bad_status = s->nd[res->bad].status[1];
 			res->bad_culprit = s->nd[res->bad].culprit[1];
 		}
-		if (cfg->reform && v2 && s->finished[2] == v2->n)
+		if (cfg->reform && cfg->grow) /* op 2 was checked at its end */
+			sco_join_result(s, res);
+		else if (cfg->reform && v2 && s->finished[2] == v2->n)
 			res->wrong = sco_verify_view(s, v2, 2, res->first,
 						     sizeof(res->first));
 	} else if (cfg->stall_rank >= 0) {
@@ -1564,8 +1629,10 @@ const char *cs_simcoll_check(const struct cs_simcoll_cfg *c)
 		return "--fail-rank / --stall-rank: no such rank";
 	if (c->fail_rank >= 0 && c->stall_rank >= 0)
 		return "one of --fail-rank and --stall-rank";
-	if ((c->fail_rank >= 0 || c->stall_rank >= 0) && c->grow)
-		return "--grow runs without a failure";
+	if ((c->stall_rank >= 0 || (c->fail_rank >= 0 && !c->reform)) &&
+	    c->grow)
+		return "--grow runs without a failure, or after a loss with "
+		       "--reform (a loss, then a join)";
 	if (c->reform && c->fail_rank < 0)
 		return "--reform needs --fail-rank";
 	if (c->stall_rank >= 0 && !c->deadline)

@@ -87,7 +87,8 @@ enum cs_simcoll_mode {
  * (frame bytes of the busiest rank, without / with CS_SIM_WIRE_EXTRA),
  * @channels, counters summed over every rank.
  *
- * Membership: per op o (1: the first, 2: the one after a view change),
+ * Membership: per op o (1: the first, 2: the one after a view change, 3:
+ * after a loss, the one after the join),
  * @finished[o] ranks completed it, @reports[o] ranks reported an error,
  * @op_ns[o] first start to last result; @good/@want survivors that
  * reported as required, @max_report_ns after the failure (or, stalled,
@@ -110,10 +111,17 @@ struct cs_simcoll_result {
 	uint32_t channels;
 	uint64_t retx, timeouts, fillers, pure_acks, stale_checked;
 	/* membership */
-	uint32_t finished[3], reports[3];
-	cs_ns_t op_ns[3];
+	uint32_t finished[4], reports[4];
+	cs_ns_t op_ns[4];
 	uint32_t views, epoch, coord_epoch;
 	uint32_t view_n; /* members of the second view (0: none) */
+	/* a loss, then a join (--fail-rank --reform --grow): members of the
+	 * third view; per new view (the loss's, the join's) its epoch, its
+	 * members, how many applied it and how long after the coordinator
+	 * moved to it the last one did (simulated time) */
+	uint32_t join_n;
+	uint32_t epochs[2], view_members[2], settled[2];
+	cs_ns_t settle_ns[2];
 	uint32_t good, want, named, direct, coord_lost;
 	cs_ns_t max_report_ns, detect_ns;
 	uint64_t stale_dropped, future_dropped, injected;

@@ -101,6 +101,33 @@ static int sc_report_plain(const struct cs_simcoll_cfg *cfg,
 	return 0;
 }
 
+/* A loss, then a join: the third operation ran on n - 1 + 1 ranks, and
+ * both new views reached every member within 3 heartbeat periods of the
+ * coordinator moving to them. */
+static int sc_report_join(const struct cs_simcoll_cfg *cfg,
+			  const struct cs_simcoll_result *r)
+{
+	const char *name = cs_coll_kind_name(cfg->kind);
+	cs_ns_t bound = 3 * cfg->mp.hb_interval;
+	bool ok = r->join_n == cfg->ranks && r->finished[3] == r->join_n &&
+		  !r->wrong;
+
+	for (int i = 0; i < 2; i++)
+		ok = ok && r->epochs[i] && r->settled[i] == r->view_members[i] &&
+		     r->settle_ns[i] <= bound;
+	printf("%s join %s ranks=%u->%u->%u finished=%u time_us=%.3f"
+	       " wrong=%" PRIu64 " loss_view: epoch=%u applied=%u/%u"
+	       " settle_us=%.3f join_view: epoch=%u applied=%u/%u"
+	       " settle_us=%.3f bound_us=%.3f (3 heartbeats)%s%s\n",
+	       name, ok ? "ok" : "FAIL", cfg->ranks, r->view_n, r->join_n,
+	       r->finished[3], sc_us(r->op_ns[3]), r->wrong, r->epochs[0],
+	       r->settled[0], r->view_members[0], sc_us(r->settle_ns[0]),
+	       r->epochs[1], r->settled[1], r->view_members[1],
+	       sc_us(r->settle_ns[1]), sc_us(bound), r->wrong ? ": " : "",
+	       r->first);
+	return ok ? 0 : 1;
+}
+
 static int sc_report_member(const struct cs_simcoll_cfg *cfg,
 			    const struct cs_simcoll_result *r, bool verbose)
 {
@@ -148,6 +175,8 @@ static int sc_report_member(const struct cs_simcoll_cfg *cfg,
 		       cfg->bytes, sc_us(r->op_ns[2]), r->wrong,
 		       r->future_dropped, r->wrong ? ": " : "", r->first);
 		rc |= r->wrong ? 1 : 0;
+		if (cfg->grow)
+			rc |= sc_report_join(cfg, r);
 		break;
 	case CS_SIMCOLL_DEADLINE:
 		rc = r->good == r->want && r->named == r->want ? 0 : 1;
@@ -285,7 +314,11 @@ static void sc_usage(const char *name, FILE *out)
 		"                     with a line saying what it waits for\n"
 		"  --show-diag K      diagnostic lines printed (8)\n"
 		"  --grow             a new node joins at the operation\n"
-		"                     boundary; the next allreduce has n+1\n"
+		"                     boundary; the next allreduce has n+1.\n"
+		"                     With --fail-rank --reform: a loss, then\n"
+		"                     a join after the re-formed allreduce;\n"
+		"                     each new view must reach all its members\n"
+		"                     within 3 heartbeat periods\n"
 		"  --membership       the star and coordinator, no failure\n"
 		"  --hb-interval-ms H member.hb_interval (100)\n"
 		"  --fail-timeout-ms F member.fail_timeout (1000)\n",

@@ -30,7 +30,7 @@ out=$("$D" --set port.afp_frames=8 2>&1); rc=$?
 out=$("$D" --set fault.drop=abc 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "fault.drop" <<<"$out" || fail "bad value: rc $rc, '$out'"
 # string keys with a fixed set of values
-for kv in lcore.poll=banana lcore.pin=maybe lcore.pin=; do
+for kv in lcore.poll=banana lcore.pin=maybe lcore.pin= auth.enable=maybe; do
 	# (not refused, the sidecar would start: timeout ends it)
 	out=$(timeout 10 "$D" --set "$kv" --set port.type=loop \
 		--set run_dir="$tmp/runk" 2>&1); rc=$?
@@ -91,6 +91,43 @@ for _ in $(seq 100); do [ -f "$tmp/runb/ready" ] && break; sleep 0.1; done
 grep -q "packet authentication on" "$tmp/loga" || fail "no auth log line"
 kill -TERM $pid
 wait $pid || fail "auth sidecar: exit status $? after SIGTERM"
+
+# auth.enable=auto (the default): on whenever a job token is set, off
+# with a warning that says how to turn it on when none is; =0: off.
+# auth_start NAME LINE [env/--set ...]: the sidecar gets ready and logs LINE.
+auth_start() {
+	local name=$1 line=$2
+	shift 2
+	env -u COLLSTACK_JOB_TOKEN "$@" --set port.type=loop --set name=$name \
+		--set run_dir="$tmp/run$name" >"$tmp/log$name" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do [ -f "$tmp/run$name/ready" ] && break; sleep 0.1; done
+	[ -f "$tmp/run$name/ready" ] || { cat "$tmp/log$name"; fail "$name: not ready"; }
+	kill -TERM $pid
+	wait $pid || fail "$name: exit status $? after SIGTERM"
+	grep -q "$line" "$tmp/log$name" ||
+		{ cat "$tmp/log$name"; fail "$name: no '$line' in its log"; }
+}
+grep -A1 "^  auth.enable " <<<"$help" | grep -q "(default auto" ||
+	fail "auth.enable's default is not auto: $(grep -A1 "^  auth.enable " <<<"$help")"
+auth_start autoenv "packet authentication on" COLLSTACK_JOB_TOKEN=t0ken "$D"
+printf 'file-t0ken\n' >"$tmp/tok"
+chmod 600 "$tmp/tok"
+auth_start autofile "packet authentication on" "$D" --set boot.token_file="$tmp/tok"
+auth_start autonone "packet authentication off: no job token" "$D"
+grep -q "packet authentication on" "$tmp/logautonone" &&
+	fail "auto without a token turned authentication on"
+auth_start off "packet authentication off (auth.enable=0)" \
+	COLLSTACK_JOB_TOKEN=t0ken "$D" --set auth.enable=0
+grep -q "packet authentication on" "$tmp/logoff" &&
+	fail "auth.enable=0 with a token turned authentication on"
+# a token file that is named but cannot be read: refused, not turned off
+out=$(env -u COLLSTACK_JOB_TOKEN timeout 10 "$D" --set port.type=loop \
+	--set name=authz --set run_dir="$tmp/runz" \
+	--set boot.token_file="$tmp/nosuch.token" </dev/null 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "nosuch.token" <<<"$out" &&
+	grep -q "auth.enable=auto needs the job token" <<<"$out" ||
+	fail "auto with an unreadable token file: rc $rc, '$out'"
 
 # node.rendezvous: documented; a bad value names the key; etcd without
 # boot.world, with the coordinator, or unreachable: refused, saying why

@@ -10,8 +10,10 @@
 #                  the 3 survivors run a correct allreduce (--exclude-lost)
 #   boot_intruder  a fifth sidecar with the wrong token is refused (log
 #                  lines on both sides, exit 3); the group still works
-#   boot_stale     frames stamped with an older epoch are dropped and
-#                  counted (stats rx_stale_epoch); results stay correct
+#   boot_stale     authentication on by default (no auth.enable given):
+#                  frames stamped with an older epoch are dropped and
+#                  counted (stats rx_stale_epoch) before the tag check;
+#                  results stay correct
 #   boot_stall     SIGSTOP a sidecar during an allreduce with a deadline
 #                  shorter than fail_timeout: CS_ERR_TIMEOUT naming it;
 #                  after SIGCONT the next allreduce is correct
@@ -28,7 +30,8 @@
 #                  stale ("must rejoin"); the other three run
 #   etcd_token     a sidecar with another job token is refused by the
 #                  etcd rendezvous (exit 3, the reason in its log)
-#   boot_auth      auth.enable=1: allreduces stay correct; frames of the
+#   boot_auth      authentication on by default (auth.enable=auto with
+#                  the cluster's token): allreduces stay correct; frames of the
 #                  current epoch aimed at the last operation with a wrong
 #                  tag or none are dropped and counted (ar_stats
 #                  rx_auth_fail, rx_auth_notag); a frame with the right
@@ -193,8 +196,10 @@ PY
 }
 
 boot_stale() {
-	local st
-	up 2
+	local st ar
+	up 2	# packet authentication on by default (the cluster's token)
+	ar=$(ctl ${P}n0 ar_stats)
+	[ "$(kv "$ar" auth)" = 1 ] || fail "authentication is not on by default: $ar"
 	st=$(ctl ${P}n0 stats)
 	[ "$(kv "$st" rx_stale_epoch)" = 0 ] || fail "stale frames before: $st"
 	inject_stale
@@ -202,6 +207,11 @@ boot_stale() {
 	echo "${P}n0: $st"
 	[ "$(kv "$st" rx_stale_epoch)" -ge 5 ] ||
 		fail "stale-epoch frames were not counted"
+	ar=$(ctl ${P}n0 ar_stats)
+	echo "${P}n0: $ar"
+	# dropped by the epoch check, before their (missing) tag is looked at
+	[ "$(kv "$ar" rx_auth_fail)" = 0 ] ||
+		fail "stale frames reached the tag check: $ar"
 	run_ok
 }
 
@@ -450,7 +460,7 @@ PY
 
 boot_auth() {
 	local st ar ep op fail0 notag0 other0 fail1 notag1 other1 n=5
-	up 2 --set auth.enable=1
+	up 2	# auth.enable=auto, the default: on with the cluster's token
 	grep -q "packet authentication on" $RUN/${P}n0.log ||
 		fail "${P}n0 did not turn authentication on"
 	run_ok
