@@ -261,8 +261,9 @@ int cs_boot_member_init(struct cs_boot_member *b, const char *token,
 #define CS_BOOT_M_TABLE 0x2 /* a new table: addresses / epoch changed */
 #define CS_BOOT_M_VIEW 0x4 /* the epoch advanced: fail in-flight ops */
 #define CS_BOOT_M_DUMP 0x10 /* a DUMP arrived: b->dump_origin, dump_id */
-#define CS_BOOT_M_COORD_LOST 0x8 /* cs_boot_member_poll(): silent coordinator  \
-				  */
+#define CS_BOOT_M_COORD_LOST                                                   \
+	0x8 /* cs_boot_member_poll(): silent coordinator                       \
+	     */
 
 /**
  * cs_boot_member_on_msg - a message from the coordinator

@@ -106,9 +106,9 @@ static void lcore_family(FILE *out, struct cs_daemon *d, const char *name,
 	cs_obs_family(out, name, "counter", help);
 	for (unsigned q = 0; q < d->drv.nq; q++)
 		fprintf(out, "%s{lcore=\"%u\"} %llu\n", name, q,
-			U(__atomic_load_n((uint64_t *)((char *)&d->lcores[q] +
-						       off),
-					  __ATOMIC_RELAXED)));
+			U(__atomic_load_n(
+				(uint64_t *)((char *)&d->lcores[q] + off),
+				__ATOMIC_RELAXED)));
 }
 
 static void rx_tx(FILE *out, const char *name, const char *help, uint64_t rx,
@@ -477,8 +477,9 @@ int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 		double v = strtod(args, &end);
 
 		if (end == args || *end || !(v >= -1e6 && v <= 1e6)) {
-			snprintf(out, len, "err usage: trace_offset SECONDS "
-					   "(-1e6..1e6)");
+			snprintf(out, len,
+				 "err usage: trace_offset SECONDS "
+				 "(-1e6..1e6)");
 			return 0;
 		}
 		conf.clock_offset = v;

@@ -451,8 +451,8 @@ int main(int argc, char **argv)
 	    cs_cfg_defaults(daemon_cfg, CS_ARRAY_SIZE(daemon_cfg), c) ||
 	    cs_cfg_defaults(cs_lcore_cfg, cs_lcore_cfg_len, &c->lcore) ||
 	    cs_daemon_conf_defaults(c) ||
-	    cs_daemon_boot_conf_defaults(&c->boot) || cs_daemon_ipc_defaults(c) ||
-	    cs_obs_conf_defaults()) /* observe/ */
+	    cs_daemon_boot_conf_defaults(&c->boot) ||
+	    cs_daemon_ipc_defaults(c) || cs_obs_conf_defaults()) /* observe/ */
 		return 1;
 	if (parse_args(c, argc, argv))
 		return 2;

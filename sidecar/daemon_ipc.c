@@ -1326,8 +1326,8 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 		atomic_load_explicit(&x->d->view.epoch, memory_order_acquire);
 	unsigned nl = atomic_load(&x->d->view.nlost);
 	/* -1: nobody lost, the view grew (a node joined) */
-	int lost = nl != x->nlost_seen ? atomic_load(&x->d->view.lost_rank)
-				       : -1;
+	int lost =
+		nl != x->nlost_seen ? atomic_load(&x->d->view.lost_rank) : -1;
 	uint32_t ops = x->count, running = x->nrunning;
 	unsigned groups;
 

@@ -1265,7 +1265,8 @@ void cs_core_svc_ps_kick(struct cs_core_svc *s)
 	pthread_mutex_lock(&s->ctl);
 	if (s->ps_op)
 		cs_lcore_kick(&s->d->lcores[lane_of(s, CS_SVC_PS_GROUP,
-						    s->ps_op->op_id)->q]);
+						    s->ps_op->op_id)
+						    ->q]);
 	pthread_mutex_unlock(&s->ctl);
 }
 

@@ -273,8 +273,7 @@ static double sco_reduce_ref(const struct sco *s, uint64_t i, double *tol)
 }
 
 /* Element x of rank r's result must be this (within *tol). */
-static double sco_expect(const struct sco *s, uint32_t r, size_t x,
-			 double *tol)
+static double sco_expect(const struct sco *s, uint32_t r, size_t x, double *tol)
 {
 	const struct cs_simcoll_cfg *c = s->cfg;
 	uint64_t i = x;
@@ -333,8 +332,8 @@ static uint64_t sco_verify(struct sco *s, char *first, size_t flen)
 }
 
 /* Membership: rank g of an n-rank view, op @o's input (exact data). */
-static void sco_fill(struct sco *s, struct sco_node *nd, uint32_t n,
-		     uint32_t g, uint32_t o)
+static void sco_fill(struct sco *s, struct sco_node *nd, uint32_t n, uint32_t g,
+		     uint32_t o)
 {
 	const struct cs_simcoll_cfg *cfg = s->cfg;
 
@@ -425,8 +424,7 @@ static void sco_ctl_hdr(struct cs_pkt_hdr *h, uint8_t type, uint32_t src,
 	h->epoch = epoch;
 }
 
-static void sco_stream_init(struct sco_stream *st, uint32_t self,
-			    uint32_t peer)
+static void sco_stream_init(struct sco_stream *st, uint32_t self, uint32_t peer)
 {
 	memset(st, 0, sizeof(*st));
 	st->self = self;
@@ -440,8 +438,8 @@ static void sco_stream_fini(struct sco_stream *st)
 	free(st->rx);
 }
 
-static void sco_stream_frame(struct sco *s, struct sco_stream *st,
-			     uint64_t off, uint32_t len)
+static void sco_stream_frame(struct sco *s, struct sco_stream *st, uint64_t off,
+			     uint32_t len)
 {
 	struct cs_pkt_hdr h;
 
@@ -463,16 +461,15 @@ static void sco_stream_ack(struct sco *s, struct sco_stream *st)
 }
 
 /* Send what the window allows. */
-static void sco_stream_push(struct sco *s, struct sco_stream *st,
-			    cs_ns_t now)
+static void sco_stream_push(struct sco *s, struct sco_stream *st, cs_ns_t now)
 {
 	uint64_t end = st->base + st->tx_len;
 
 	if (st->closed)
 		return;
 	while (st->nxt < end && st->nxt - st->una < SCO_STREAM_WIN) {
-		uint32_t len = (uint32_t)CS_MIN(end - st->nxt,
-						(uint64_t)sco_mss(s));
+		uint32_t len =
+			(uint32_t)CS_MIN(end - st->nxt, (uint64_t)sco_mss(s));
 
 		sco_stream_frame(s, st, st->nxt, len);
 		st->nxt += len;
@@ -487,8 +484,9 @@ static void sco_stream_send(struct sco *s, struct sco_stream *st,
 	int len = cs_boot_encode(m, s->enc, CS_BOOT_MAX_MSG);
 
 	if (len < 0) {
-		sco_violation(s, "node %u: cannot encode a boot message (%" PRIu64
-				 ")",
+		sco_violation(s,
+			      "node %u: cannot encode a boot message (%" PRIu64
+			      ")",
 			      st->self, (uint64_t)-len);
 		return;
 	}
@@ -509,8 +507,7 @@ static void sco_stream_send(struct sco *s, struct sco_stream *st,
 	sco_stream_push(s, st, now);
 }
 
-static void sco_stream_timer(struct sco *s, struct sco_stream *st,
-			     cs_ns_t now)
+static void sco_stream_timer(struct sco *s, struct sco_stream *st, cs_ns_t now)
 {
 	if (st->closed)
 		st->rto_at = CS_NS_NEVER; /* nothing is resent any more */
@@ -548,8 +545,8 @@ static bool sco_stream_rx(struct sco *s, struct sco_stream *st,
 		return false;
 	if (h->offset == st->rcv) {
 		if (st->rx_len + pkt->len > st->rx_cap) {
-			size_t cap = CS_MAX(2 * st->rx_cap,
-					    st->rx_len + pkt->len);
+			size_t cap =
+				CS_MAX(2 * st->rx_cap, st->rx_len + pkt->len);
 			uint8_t *p = realloc(st->rx, cap);
 
 			if (!p)
@@ -772,8 +769,8 @@ static void sco_node_stats(const struct sco_node *nd, struct cs_tp_stats *st)
  * (replacing the old one, whose RTT estimates it starts from), group 1 =
  * the view, the engine posted as op id @o.
  */
-static int sco_start(struct sco_node *nd, const struct sco_view *v,
-		     uint32_t o, cs_ns_t now)
+static int sco_start(struct sco_node *nd, const struct sco_view *v, uint32_t o,
+		     cs_ns_t now)
 {
 	struct sco *s = nd->s;
 	const struct cs_simcoll_cfg *cfg = s->cfg;
@@ -809,8 +806,8 @@ static int sco_start(struct sco_node *nd, const struct sco_view *v,
 	if (o > 1)
 		sco_fill(s, nd, v->n, g, o);
 	cs_coll_params_default(&p, NULL);
-	cs_coll_params_op(&p, cfg->kind, v->n, g, cfg->root, nd->send,
-			  nd->recv, s->count, cfg->dtype, cfg->op);
+	cs_coll_params_op(&p, cfg->kind, v->n, g, cfg->root, nd->send, nd->recv,
+			  s->count, cfg->dtype, cfg->op);
 	if (cfg->channels)
 		p.channels = cfg->channels;
 	if (cfg->chunk)
@@ -877,8 +874,9 @@ static const struct sco_view *sco_view_of(struct sco_node *nd)
 			    (k >= v->n || v->node[k++] != r))
 				k = v->n + 1;
 		if (k != v->n || n != v->n) {
-			sco_violation(s, "node %u: its view of epoch %" PRIu64
-					 " differs",
+			sco_violation(s,
+				      "node %u: its view of epoch %" PRIu64
+				      " differs",
 				      nd->id, b->epoch);
 			return NULL;
 		}
@@ -892,8 +890,8 @@ static const struct sco_view *sco_view_of(struct sco_node *nd)
 	v = &s->views[s->nviews];
 	v->node = calloc(n ? n : 1, sizeof(*v->node));
 	if (!v->node) {
-		sco_violation(s, "node %u: out of memory (%" PRIu64 ")",
-			      nd->id, n);
+		sco_violation(s, "node %u: out of memory (%" PRIu64 ")", nd->id,
+			      n);
 		return NULL;
 	}
 	s->nviews++;
@@ -978,8 +976,8 @@ static void sco_member_msgs(struct sco_node *nd, cs_ns_t now)
 			sco_member_view(nd, lost, nl, now);
 	}
 	if (k < 0)
-		sco_violation(s, "node %u: malformed control stream (%" PRIu64
-				 ")",
+		sco_violation(s,
+			      "node %u: malformed control stream (%" PRIu64 ")",
 			      nd->id, (uint64_t)-k);
 }
 
@@ -1173,10 +1171,10 @@ static void sco_check_end(struct sco *s)
 		if (cfg->reform && !s->injected && s->reports[1] >= s->n - 1)
 			sco_inject_stale(s);
 		end = cfg->reform && cfg->grow ? s->finished[3] >= s->n
-		      : cfg->reform	     ? s->finished[2] >= s->n - 1
-				  : s->reports[1] >= s->n - 1 ||
-					    (s->declared_at &&
-					     sco_survivors_done(s));
+		      : cfg->reform	       ? s->finished[2] >= s->n - 1
+					       : s->reports[1] >= s->n - 1 ||
+					      (s->declared_at &&
+					       sco_survivors_done(s));
 	} else if (cfg->grow) {
 		end = s->finished[2] >= s->n + 1;
 	} else {
@@ -1267,9 +1265,8 @@ static int sco_member_setup(struct sco *s)
 		self.ip = 0x0a000001 + r; /* what the table carries */
 		self.udp_port = 4791;
 		self.queues = 1;
-		ret = cs_boot_member_init(nd->bm, SCO_TOKEN, (int32_t)r,
-					  &self, &cfg->mp,
-					  cfg->seed * 131 + r + 1);
+		ret = cs_boot_member_init(nd->bm, SCO_TOKEN, (int32_t)r, &self,
+					  &cfg->mp, cfg->seed * 131 + r + 1);
 		if (ret)
 			return ret;
 		sco_stream_init(&nd->st, r, s->coord);
@@ -1401,10 +1398,10 @@ static void sco_plain_result(struct sco *s, struct cs_simcoll_result *res)
 				 res->sim_ret);
 		res->time_ns = CS_MAX(res->time_ns, nd->ready_at);
 		res->max_sent = CS_MAX(res->max_sent, (double)nd->frame_bytes);
-		res->max_wire = CS_MAX(res->max_wire,
-				       (double)(nd->frame_bytes +
-						CS_SIM_WIRE_EXTRA *
-							nd->frames));
+		res->max_wire =
+			CS_MAX(res->max_wire,
+			       (double)(nd->frame_bytes +
+					CS_SIM_WIRE_EXTRA * nd->frames));
 		sco_node_stats(nd, &st);
 		res->retx += st.rel_retx;
 		res->timeouts += st.rel_timeouts;
@@ -1414,8 +1411,7 @@ static void sco_plain_result(struct sco *s, struct cs_simcoll_result *res)
 	res->all_done = s->ndone == s->n;
 	if (!s->violations && !res->all_done && !s->why[0])
 		snprintf(s->why, sizeof(s->why), "not every rank finished");
-	res->channels = s->n && s->nd[0].op ? cs_coll_channels(s->nd[0].op)
-					    : 0;
+	res->channels = s->n && s->nd[0].op ? cs_coll_channels(s->nd[0].op) : 0;
 	if (!s->violations && res->all_done && !s->cfg->nodata)
 		res->wrong = sco_verify(s, res->first, sizeof(res->first));
 }
@@ -1481,8 +1477,8 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 					 : 0;
 		for (uint32_t r = 0; r < s->n; r++) {
 			const struct sco_node *nd = &s->nd[r];
-			cs_ns_t t = nd->reported[1] &&
-						    nd->report_at[1] > s->fail_abs
+			cs_ns_t t = nd->reported[1] && nd->report_at[1] >
+							       s->fail_abs
 					    ? nd->report_at[1] - s->fail_abs
 					    : 0;
 
@@ -1512,7 +1508,8 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 		const struct sco_view *v = &s->views[0];
 
 		res->mode = CS_SIMCOLL_DEADLINE;
-		res->diag = calloc(CS_MAX(cfg->show_diag, 1), sizeof(*res->diag));
+		res->diag =
+			calloc(CS_MAX(cfg->show_diag, 1), sizeof(*res->diag));
 		for (uint32_t r = 0; r < s->n; r++) {
 			const struct sco_node *nd = &s->nd[r];
 			uint32_t x = r, hops = 0;
@@ -1533,8 +1530,8 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 			res->named += x == R;
 		}
 		/* the ranks next to the stalled one first, in ring order */
-		for (uint32_t k = 1; res->diag && k < s->n &&
-				     res->ndiag < cfg->show_diag;
+		for (uint32_t k = 1;
+		     res->diag && k < s->n && res->ndiag < cfg->show_diag;
 		     k++) {
 			const struct sco_node *nd = &s->nd[(R + k) % s->n];
 
@@ -1552,9 +1549,9 @@ static void sco_member_result(struct sco *s, struct cs_simcoll_result *res)
 	} else {
 		res->mode = CS_SIMCOLL_MEMBER;
 		if (s->nviews)
-			res->wrong = sco_verify_view(s, &s->views[0], 1,
-						     res->first,
-						     sizeof(res->first));
+			res->wrong =
+				sco_verify_view(s, &s->views[0], 1, res->first,
+						sizeof(res->first));
 		for (uint32_t r = 0; r < s->n && s->reports[1]; r++) {
 			if (!s->nd[r].reported[1])
 				continue;

@@ -92,7 +92,8 @@ enum cs_simcoll_mode {
  * @finished[o] ranks completed it, @reports[o] ranks reported an error,
  * @op_ns[o] first start to last result; @good/@want survivors that
  * reported as required, @max_report_ns after the failure (or, stalled,
- * after the rank's operation started), @detect_ns failure to the coordinator's view,
+ * after the rank's operation started), @detect_ns failure to the coordinator's
+ *view,
  * @named ranks whose "waits on" chain leads to the stalled rank.
  */
 struct cs_simcoll_result {

@@ -101,8 +101,7 @@ static int parse(int node, char *text)
 				g->ranks[k++] = atoi(t);
 			g->node = node;
 			nrecs++;
-		} else if (!strncmp(l, "op ", 3) && g &&
-			   g->nops < CS_FL_OPS) {
+		} else if (!strncmp(l, "op ", 3) && g && g->nops < CS_FL_OPS) {
 			struct nop *o = &g->ops[g->nops];
 			unsigned gid;
 
@@ -153,8 +152,8 @@ static int diagnose(const struct cs_obs_cluster *cl, const char *name)
 	memset(known, 0, sizeof(known));
 	for (unsigned i = 0; i < nrecs; i++) {
 		const struct ngroup *g = &recs[i];
-		uint64_t all = g->local >= 64 ? UINT64_MAX
-					      : (1ull << g->local) - 1;
+		uint64_t all =
+			g->local >= 64 ? UINT64_MAX : (1ull << g->local) - 1;
 
 		if (strcmp(g->name, name))
 			continue;
@@ -184,8 +183,8 @@ static int diagnose(const struct cs_obs_cluster *cl, const char *name)
 
 		if (strcmp(g->name, name))
 			continue;
-		for (uint64_t s = last_done; s + 1 > 0 && s + CS_FL_OPS >
-						       last_done; s--) {
+		for (uint64_t s = last_done;
+		     s + 1 > 0 && s + CS_FL_OPS > last_done; s--) {
 			if (find_op(g, s))
 				break;
 			if (s < stuck)
@@ -389,8 +388,8 @@ int cs_cmd_doctor(int argc, char **argv)
 		int r;
 
 		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
-		r = cs_obs_fetch(dir, "flight", line, sizeof(line), &body,
-				 &len, TIMEOUT_MS);
+		r = cs_obs_fetch(dir, "flight", line, sizeof(line), &body, &len,
+				 TIMEOUT_MS);
 		if (!r)
 			r = parse(i, body);
 		free(body);

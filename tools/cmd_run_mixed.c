@@ -5,8 +5,9 @@
  * all-to-alls), types
  * and sizes, posted in a different order on every sidecar and all in
  * flight together over the transport core; every element is checked by
- * the sidecar that holds it (mx_post / mx_wait / mx_forget, sidecar/svc_core.c).
- * Buffers are the sidecars' own: trainers are not involved.
+ * the sidecar that holds it (mx_post / mx_wait / mx_forget,
+ * sidecar/svc_core.c). Buffers are the sidecars' own: trainers are not
+ * involved.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -92,8 +93,7 @@ int cs_run_cluster(const char *cmd, const char *env,
 		if (cs_ctl_call(dirs[i], "mx_rank", reply, sizeof(reply),
 				10000) ||
 		    cs_ctl_kv(reply, "rank", &v)) {
-			fprintf(stderr, "%s: %s: %s\n", cmd, names[i],
-				reply);
+			fprintf(stderr, "%s: %s: %s\n", cmd, names[i], reply);
 			return -1;
 		}
 		rank_of[i] = (uint32_t)v;
@@ -400,8 +400,8 @@ int cs_cmd_run_buckets(int argc, char **argv)
 				if (cs_ctl_call(dirs[i], req, reply,
 						sizeof(reply),
 						(int)timeout + 10000)) {
-					fprintf(stderr, "# %s: %s\n",
-						names[i], reply);
+					fprintf(stderr, "# %s: %s\n", names[i],
+						reply);
 					failed++;
 				}
 			}

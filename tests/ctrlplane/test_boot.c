@@ -418,10 +418,8 @@ Test(boot, growth_at_the_boundary)
 	/* the joiner is not watched: silence does not make it lost */
 	cs_coord_on_timer(&n->c, MP.fail_timeout / 2, &o);
 	cr_assert_eq(n->c.fd.state[3], CS_MEMBER_JOINING);
-	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o),
-		     1);
-	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o),
-		     0);
+	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o), 1);
+	cr_assert_eq(cs_coord_admit_joining(&n->c, MP.fail_timeout / 2, &o), 0);
 	for (uint32_t k = 0; k < 4; k++) {
 		cr_assert_eq(n->m[k].state, CS_BOOT_M_READY);
 		cr_assert_eq(n->m[k].world, 4, "member %u", k);
