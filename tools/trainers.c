@@ -10,6 +10,7 @@
  * default), as a real node's trainers share its cores.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
@@ -21,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmds.h"
 #include "sidecar/ctl.h"
 #include "trainers.h"
 
@@ -110,7 +112,7 @@ static void start_one(const struct cs_trainers *t, char **argv, int node,
 	if (cpus && sched_setaffinity(0, sizeof(*cpus), cpus))
 		fprintf(stderr, "%s: trainer %s on its sidecar's CPUs: %s\n",
 			t->cmd, v[0], strerror(errno));
-	if (node || local) {
+	if ((node || local) && !t->all_output) {
 		int fd = open("/dev/null", O_WRONLY);
 
 		if (fd >= 0)
@@ -120,7 +122,7 @@ static void start_one(const struct cs_trainers *t, char **argv, int node,
 	if (t->netns)
 		execvp("ip", argv);
 	else
-		execv(argv[4], argv + 4);
+		execvp(argv[4], argv + 4);
 	fprintf(stderr, "%s: %s: %s\n", t->cmd, t->netns ? "ip" : argv[4],
 		strerror(errno));
 	_exit(127);
@@ -223,4 +225,95 @@ int cs_trainers_run(const struct cs_trainers *t)
 		}
 	}
 	return ret ? 1 : 0;
+}
+
+static void launch_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: collstack launch [-T TRAINERS_PER_NODE] [--cluster ENV]\n"
+		"          [--timeout S] [--all-output] [--no-netns] [--no-pin]\n"
+		"          -- PROGRAM [ARGS...]\n\n"
+		"Runs PROGRAM T times on every node of a running cluster\n"
+		"(default $CS_CLUSTER_ENV or %s), in the node's\n"
+		"namespace, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE\n"
+		"(node i: ranks i*T .. i*T+T-1) and COLLSTACK_SOCKET set, as\n"
+		"torchrun or mpirun would: what libcollstack's cs_group_join_env()\n"
+		"and Python's Client().join(name) read. Rank 0's stdout is\n"
+		"shown (--all-output: every rank's); exits 0 when every process\n"
+		"exited 0. Defaults: T 1, timeout 3600 s.\n",
+		CS_CTL_DEFAULT_ENV);
+}
+
+int cs_cmd_launch(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "trainers-per-node", required_argument, NULL, 'T' },
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "all-output", no_argument, NULL, 'a' },
+		{ "no-netns", no_argument, NULL, 'N' },
+		{ "no-pin", no_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	struct cs_trainers t = { .cmd = "collstack launch",
+				 .env = cs_ctl_env(),
+				 .tpn = 1,
+				 .netns = true,
+				 .pin = true,
+				 .timeout_s = 3600 };
+	unsigned long v;
+	int o;
+
+	while ((o = getopt_long(argc, argv, "+T:h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'T':
+			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN,
+					   &v)) {
+				fprintf(stderr,
+					"collstack launch: -T %s: a whole "
+					"number from 1 to %d\n",
+					optarg, CS_TRAINERS_MAX_TPN);
+				return 2;
+			}
+			t.tpn = (int)v;
+			break;
+		case 'c':
+			t.env = optarg;
+			break;
+		case 't':
+			if (cs_parse_whole(optarg, 1, 7 * 86400, &v)) {
+				fprintf(stderr,
+					"collstack launch: --timeout %s: whole "
+					"seconds from 1 to 604800\n",
+					optarg);
+				return 2;
+			}
+			t.timeout_s = (unsigned)v;
+			break;
+		case 'a':
+			t.all_output = true;
+			break;
+		case 'N':
+			t.netns = false;
+			break;
+		case 'P':
+			t.pin = false;
+			break;
+		case 'h':
+			launch_usage(stdout);
+			return 0;
+		default:
+			launch_usage(stderr);
+			return 2;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "collstack launch: no PROGRAM to run\n");
+		launch_usage(stderr);
+		return 2;
+	}
+	t.prog = argv[optind];
+	t.args = argv + optind + 1;
+	return cs_trainers_run(&t);
 }

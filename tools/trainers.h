@@ -23,6 +23,7 @@ struct cs_trainers {
 	bool netns; /* `ip netns exec NODE` (false: sidecars on loopback) */
 	bool pin; /* on the sidecar's CPUs when it is pinned */
 	unsigned timeout_s; /* then every trainer is stopped */
+	bool all_output; /* keep every trainer's stdout, not rank 0's only */
 };
 
 /**
