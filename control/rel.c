@@ -833,10 +833,8 @@ static int probe_tail(struct cs_rel *r)
 	return 0;
 }
 
-int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
+void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now)
 {
-	int res = 0;
-
 	if (r->ack_pending && now >= r->ack_deadline)
 		r->ack_now = true;
 	if (now >= r->credit_deadline) {
@@ -846,6 +844,13 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 		else
 			r->credit_unconfirmed = false;
 	}
+}
+
+int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
+{
+	int res = 0;
+
+	cs_rel_on_ack_timers(r, now);
 	if (r->failed)
 		return 0;
 	if (now >= r->rack_deadline)

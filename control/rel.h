@@ -481,6 +481,17 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r);
 int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now);
 
 /**
+ * cs_rel_on_ack_timers - run only the receiver's timers (delayed ACK,
+ * credit refresh), not loss detection: for an owner that knows ACKs for
+ * this session may still wait, unread, in its receive queue (it was
+ * descheduled; cs_tp_poll()). The loss timers stay due for the next
+ * cs_rel_on_timer().
+ * @r: the session
+ * @now: current time, ns
+ */
+void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now);
+
+/**
  * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
  * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
  * grows. A fan-in receiver divides its budget among its senders with
