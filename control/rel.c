@@ -67,6 +67,11 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	  "1s", 0, 1e12,
 	  "a spurious timeout raises the RTO floor to twice the delay it "
 	  "saw; the floor halves after this long (0: no learning)" },
+	{ "rel.rto_learn_max", CS_CFG_NS,
+	  offsetof(struct cs_rel_params, rto_learn_max), "100ms", 0, 1e11,
+	  "highest learnt RTO floor: above rel.rto_max, so that a peer "
+	  "descheduled longer than rel.rto_max, once seen, times out no "
+	  "more (0: rel.rto_max)" },
 	{ "rel.credit", CS_CFG_BOOL, offsetof(struct cs_rel_params, credit),
 	  "0", CS_CFG_NO_BOUNDS,
 	  "send new data only within receiver-granted credit (fan-in)" },
@@ -142,11 +147,15 @@ static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 /* The current RTO with back-off, capped. */
 static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t rto = CS_MAX(r->rto, rto_floor_now(r, now));
+	cs_ns_t floor = rto_floor_now(r, now);
+	cs_ns_t cap = r->p.rto_learn_max ? r->p.rto_learn_max : r->p.rto_max;
+	cs_ns_t rto = CS_MAX(r->rto, CS_MIN(floor, r->p.rto_max));
 
 	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
 		rto *= 2;
-	return CS_MIN(rto, r->p.rto_max);
+	/* the back-off stops at rto_max; a learnt floor may go beyond it
+	 * (rto_learn_max): the peer was seen that late */
+	return CS_MAX(CS_MIN(rto, r->p.rto_max), CS_MIN(floor, cap));
 }
 
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,

@@ -113,7 +113,13 @@
  *	was only late: on shared CPUs, a descheduled peer) raises the
  *	session's RTO floor to twice the delay that packet really had, so
  *	the next stall of that size passes without a timeout; the floor then
- *	halves every @rto_learn. The RTO stays within [rto_min, rto_max].
+ *	halves every @rto_learn. The RTO stays within [rto_min, rto_max],
+ *	except for a learnt floor, which may reach @rto_learn_max.
+ * @rto_learn_max: the highest learnt floor (0: @rto_max). Above
+ *	@rto_max: on a loaded machine a peer is descheduled for tens of
+ *	milliseconds (4 sidecars on 2 shared cores: floors of 26-62 ms
+ *	learnt), and a floor capped at @rto_max timed out at every such
+ *	stall.
  * @credit: honour receiver-granted credit when sending new data.
  * @credit_init: the grant both ends assume before any ACK (bytes).
  * @credit_refresh: a grown grant is re-sent after this long (doubling,
@@ -134,6 +140,7 @@ struct cs_rel_params {
 	uint64_t tlp_min;
 	uint32_t max_timeouts;
 	uint64_t rto_learn;
+	uint64_t rto_learn_max;
 	bool credit;
 	uint64_t credit_init;
 	uint64_t credit_refresh;

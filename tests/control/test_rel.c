@@ -468,6 +468,58 @@ Test(rel, late_peer_is_spurious_and_learnt)
 	late_peer(false);
 }
 
+/*
+ * A peer descheduled longer than rel.rto_max (8 ms here) twice: the first
+ * stall times out (spurious), the second no more: the learnt floor (twice
+ * the 20 ms seen) may exceed rel.rto_max, up to rel.rto_learn_max. With
+ * the floor capped at rel.rto_max (rto_learn_max = rto_max: the old rule)
+ * every such stall timed out.
+ */
+static uint64_t long_stalls(cs_ns_t learn_max)
+{
+	struct cs_pkt_hdr h, r = { .type = CS_PKT_DATA }, ack;
+	const cs_ns_t stall = 20000000;
+	cs_ns_t t = 1000, dl;
+	uint32_t seq, len;
+	uint64_t cookie, timeouts;
+
+	pair(SEQ0);
+	a.p.rto_learn = 1000000000;
+	a.p.rto_learn_max = learn_max;
+	/* an RTT sample first: 10 us */
+	h = data(&a, 0, t);
+	cs_rel_on_packet(&b, &h, t + 5000);
+	ack = ack_of(&b, t + 5000);
+	cs_rel_on_packet(&a, &ack, t + 10000);
+	t += 10000;
+	for (unsigned k = 0; k < 2; k++) {
+		h = data(&a, k + 1, t);
+		dl = cs_rel_next_deadline(&a);
+		if (dl < t + stall) { /* it times out before the peer wakes */
+			cr_assert_eq(cs_rel_on_timer(&a, dl), CS_REL_LOST);
+			cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len),
+				     0);
+			cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, dl), 0);
+		}
+		cs_rel_on_packet(&b, &h, t + stall);
+		ack = ack_of(&b, t + stall);
+		cs_rel_on_packet(&a, &ack, t + stall);
+		cr_assert(cs_rel_idle(&a));
+		t += stall + 1000;
+	}
+	timeouts = a.st.timeouts;
+	cr_assert_eq(a.st.spurious_rto, timeouts);
+	unpair();
+	return timeouts;
+}
+
+Test(rel, stall_longer_than_rto_max_is_learnt)
+{
+	cr_assert_eq(long_stalls(100000000), 1, "the second stall timed out");
+	cr_assert_eq(long_stalls(8000000), 2);
+	cr_assert_eq(long_stalls(0), 2); /* 0: rel.rto_max */
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;
