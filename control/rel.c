@@ -456,6 +456,17 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->ops->acked(r->owner, m->cookie, m->len);
 }
 
+void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
+		       cs_ns_t now)
+{
+	cs_ns_t f = rto_floor_now(from, now);
+
+	if (!r->p.rto_learn || f <= rto_floor_now(r, now))
+		return;
+	r->rto_floor = f;
+	r->rto_floor_at = now;
+}
+
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 {
 	if (!srtt)

@@ -305,6 +305,17 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar);
 
 /**
+ * cs_rel_take_floor - raise @r's learnt RTO floor (rel.rto_learn) to
+ * @from's: another session to the same peer saw it that late. Takes
+ * effect from @r's next armed RTO.
+ * @r: the session
+ * @from: the session that learnt it
+ * @now: current time, ns
+ */
+void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
+		       cs_ns_t now);
+
+/**
  * cs_rel_fini - free what cs_rel_init() allocated
  * @r: the session
  */

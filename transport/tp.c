@@ -888,9 +888,24 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 
 /* ---- receive ----------------------------------------------------------- */
 
+/* A session learnt from a spurious timeout how late its peer can be
+ * (rel.rto_learn): that is the peer's scheduling, not the session's, so
+ * the other sessions to it take the floor too instead of each timing out
+ * on its own first stall. */
+static void tp_share_floor(struct cs_tp *tp, const struct tp_sess *from,
+			   cs_ns_t now)
+{
+	const struct tp_peer *pr = tp->peer[from->node];
+
+	for (uint32_t c = 0; pr && c < tp->p.sess_channels; c++)
+		if (pr->sess[c] && pr->sess[c] != from)
+			cs_rel_take_floor(&pr->sess[c]->rel, &from->rel, now);
+}
+
 void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	      const void *payload, cs_ns_t now)
 {
+	uint64_t spur;
 	struct tp_op *op = NULL;
 	struct tp_group *g = NULL;
 	struct tp_sess *s;
@@ -951,8 +966,11 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		tp->st.rx_hold_full++;
 		return;
 	}
+	spur = s->rel.st.spurious_rto;
 	m = cs_rel_on_packet(&s->rel, h, now);
 	cs_obs_tp_rx(now, src, h, &s->rel, m); /* observe/ */
+	if (unlikely(s->rel.st.spurious_rto != spur))
+		tp_share_floor(tp, s, now);
 	if (!(m & CS_REL_DELIVER) || !data)
 		return;
 	if (tp->p.rx_budget) {

@@ -520,6 +520,34 @@ Test(rel, stall_longer_than_rto_max_is_learnt)
 	cr_assert_eq(long_stalls(0), 2); /* 0: rel.rto_max */
 }
 
+/* What one session learnt, another to the same peer takes
+ * (cs_rel_take_floor(), shared by the transport core): its RTO waits it
+ * out too; a smaller floor changes nothing. */
+Test(rel, floor_is_shared)
+{
+	struct cs_rel_params p = params();
+	struct cs_rel c, d;
+	struct cs_pkt_hdr h;
+
+	p.rto_learn = 1000000000;
+	p.rto_learn_max = 100000000;
+	cr_assert_eq(cs_rel_init(&c, &p, NULL, NULL, NULL, 5, 6), 0);
+	cr_assert_eq(cs_rel_init(&d, &p, NULL, NULL, NULL, 5, 6), 0);
+	c.rto_floor = 40000000; /* as a spurious timeout of 20 ms leaves */
+	c.rto_floor_at = 1000;
+	cs_rel_take_floor(&d, &c, 1000);
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.type = CS_PKT_DATA;
+	cr_assert_eq(cs_rel_stamp(&d, &h, 0, 100, 2000), 0);
+	cr_assert_geq(cs_rel_next_deadline(&d), 2000 + 40000000);
+	c.rto_floor = 1000000;
+	cs_rel_take_floor(&d, &c, 3000);
+	cr_assert_eq(d.rto_floor, 40000000);
+	cs_rel_fini(&c);
+	cs_rel_fini(&d);
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;
