@@ -67,9 +67,10 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	  "1s", 0, 1e12,
 	  "a spurious timeout raises the RTO floor to twice the delay it "
 	  "saw; the floor halves after this long (0: no learning)" },
-	{ "rel.rto_learn_max", CS_CFG_NS,
-	  offsetof(struct cs_rel_params, rto_learn_max), "100ms", 0, 1e11,
-	  "highest learnt RTO floor: above rel.rto_max, so that a peer "
+	{ "rel.rto_ceil", CS_CFG_NS, offsetof(struct cs_rel_params, rto_ceil),
+	  "100ms", 0, 1e11,
+	  "highest RTO that measured RTTs and learnt stalls may ask for, "
+	  "above rel.rto_max (which caps the back-off): a queue or a peer "
 	  "descheduled longer than rel.rto_max, once seen, times out no "
 	  "more (0: rel.rto_max)" },
 	{ "rel.credit", CS_CFG_BOOL, offsetof(struct cs_rel_params, credit),
@@ -145,17 +146,23 @@ static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 }
 
 /* The current RTO with back-off, capped. */
+static cs_ns_t rto_ceil(const struct cs_rel_params *p)
+{
+	return CS_MAX(p->rto_ceil, p->rto_max);
+}
+
+/* The RTO from the samples (r->rto, at most rto_ceil) or the learnt
+ * floor, doubled per timeout without a sample up to rto_max: the back-off
+ * stops there, what was measured or learnt may lie beyond it. */
 static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t floor = rto_floor_now(r, now);
-	cs_ns_t cap = r->p.rto_learn_max ? r->p.rto_learn_max : r->p.rto_max;
-	cs_ns_t rto = CS_MAX(r->rto, CS_MIN(floor, r->p.rto_max));
+	cs_ns_t base = CS_MAX(r->rto, CS_MIN(rto_floor_now(r, now),
+					     rto_ceil(&r->p)));
+	cs_ns_t rto = base;
 
 	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
 		rto *= 2;
-	/* the back-off stops at rto_max; a learnt floor may go beyond it
-	 * (rto_learn_max): the peer was seen that late */
-	return CS_MAX(CS_MIN(rto, r->p.rto_max), CS_MIN(floor, cap));
+	return CS_MIN(rto, CS_MAX(r->p.rto_max, base));
 }
 
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
@@ -474,7 +481,7 @@ void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 	r->srtt = srtt;
 	r->rttvar = rttvar;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
-	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), rto_ceil(&r->p));
 }
 
 static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
@@ -495,7 +502,7 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 	if (rtt < r->min_rtt)
 		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
-	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), rto_ceil(&r->p));
 	r->backoff = 0;
 }
 

@@ -33,7 +33,7 @@
  *     after the last send or ACK, the newest packet in flight is resent
  *     once, so its ACK reveals a lost tail long before the RTO;
  *   - timeout: RTO = srtt + 4 * rttvar (RFC 6298), clamped to
- *     [rto_min, rto_max]; on expiry every un-SACKed packet in flight is
+ *     [rto_min, rto_ceil]; on expiry every un-SACKed packet in flight is
  *     marked lost and the RTO doubles (capped at rto_max) until a fresh
  *     sample. Karn's rule: only packets transmitted exactly once give RTT
  *     samples for the RTO. After @max_timeouts consecutive timeouts
@@ -113,13 +113,14 @@
  *	was only late: on shared CPUs, a descheduled peer) raises the
  *	session's RTO floor to twice the delay that packet really had, so
  *	the next stall of that size passes without a timeout; the floor then
- *	halves every @rto_learn. The RTO stays within [rto_min, rto_max],
- *	except for a learnt floor, which may reach @rto_learn_max.
- * @rto_learn_max: the highest learnt floor (0: @rto_max). Above
- *	@rto_max: on a loaded machine a peer is descheduled for tens of
- *	milliseconds (4 sidecars on 2 shared cores: floors of 26-62 ms
- *	learnt), and a floor capped at @rto_max timed out at every such
- *	stall.
+ *	halves every @rto_learn.
+ * @rto_ceil: the highest RTO that RTT samples (srtt + 4 rttvar) and the
+ *	learnt floor may set (when below @rto_max: @rto_max); @rto_max
+ *	caps only the back-off. On a loaded machine a peer is descheduled
+ *	for tens of milliseconds (4 sidecars on 2 shared cores: floors of
+ *	26-62 ms learnt), and a queue in front of a slow link holds frames
+ *	longer than @rto_max: an RTO capped at @rto_max fired at every such
+ *	stall, and on every packet once the RTT itself exceeded it.
  * @credit: honour receiver-granted credit when sending new data.
  * @credit_init: the grant both ends assume before any ACK (bytes).
  * @credit_refresh: a grown grant is re-sent after this long (doubling,
@@ -140,7 +141,7 @@ struct cs_rel_params {
 	uint64_t tlp_min;
 	uint32_t max_timeouts;
 	uint64_t rto_learn;
-	uint64_t rto_learn_max;
+	uint64_t rto_ceil;
 	bool credit;
 	uint64_t credit_init;
 	uint64_t credit_refresh;
