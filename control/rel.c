@@ -145,14 +145,14 @@ static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 	return halvings >= 63 ? 0 : r->rto_floor >> halvings;
 }
 
-/* The current RTO with back-off, capped. */
+/* The highest RTO that samples and the learnt floor may set. */
 static cs_ns_t rto_ceil(const struct cs_rel_params *p)
 {
 	return CS_MAX(p->rto_ceil, p->rto_max);
 }
 
-/* The RTO from the samples (r->rto, at most rto_ceil) or the learnt
- * floor, doubled per timeout without a sample up to rto_max: the back-off
+/* The current RTO: from the samples (r->rto, at most rto_ceil) or the
+ * learnt floor, doubled per timeout without a sample up to rto_max: the back-off
  * stops there, what was measured or learnt may lie beyond it. */
 static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
 {
