@@ -737,6 +737,17 @@ Test(tp, reused_id_after_a_failure_runs)
 	teardown_nodes();
 }
 
+/* Op 1 of group 10 (nodes 0 and 1) on one channel, to the end: the
+ * session on channel 0 between them measures the RTT. */
+static void measure_rtt_0_1(struct ar a[2])
+{
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
+	pump(200);
+	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+}
+
 /*
  * A session set up when the peer is already known starts from the RTT the
  * other sessions to it measured (they share its path): a tail loss on it
@@ -755,11 +766,7 @@ Test(tp, new_session_starts_from_the_peers_rtt)
 		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
 			     0);
 	/* op 1 on one channel: the session on channel 0 measures the RTT */
-	ar_channels = 1;
-	for (uint32_t i = 0; i < 2; i++)
-		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
-	pump(200);
-	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+	measure_rtt_0_1(a);
 	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
 	cr_assert_lt(srtt, 100000, "srtt %llu ns", (unsigned long long)srtt);
 	/* op 2 on two channels: channel 1 rides on a new session; node 0's
@@ -831,12 +838,8 @@ Test(tp, descheduled_owner_reads_acks_before_timing_out)
 		cr_assert_eq(cs_tp_group_add(nodes[2 * i].tp, 11, g02, 2, NULL),
 			     0);
 	}
-	ar_channels = 1;
 	/* op 1 of group 10: the session 0 -> 1 learns its RTT */
-	for (uint32_t i = 0; i < 2; i++)
-		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
-	pump(200);
-	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+	measure_rtt_0_1(a);
 	/* bulk ops on both groups; a few rounds, so data is in flight */
 	for (uint32_t i = 0; i < 2; i++) {
 		ar_post(&b[i], &nodes[i], 10, 2, 2, i, 1 << 16, 1, 0);
