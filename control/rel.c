@@ -197,6 +197,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
+	r->credit_adv = (uint32_t)p->credit_init;
 	r->xmit_id = 1;
 	return 0;
 }
@@ -260,6 +261,7 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	 * does not count ACK coalescing as network delay. */
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->credit_adv = h->credit;
 	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
 		r->credit_deadline = now + (r->p.credit_refresh << CS_MIN(
 						    r->credit_refreshes, 20u));
@@ -785,6 +787,7 @@ static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->ts = now;
 	h->ts_echo = 0; /* no RTT sample from an extension */
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->credit_adv = h->credit;
 	r->st.sack_ext++;
 }
 
@@ -929,9 +932,16 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
 {
-	/* More credit must reach the peer now: it may be waiting for it,
-	 * and again later if that ACK is lost (credit_refresh). */
-	if (bytes > r->grant) {
+	/* What the peer may still send of what it was last told. */
+	int64_t left = (int32_t)(r->credit_adv - r->rx_bytes);
+
+	/* More credit must reach the peer now when it may be waiting for
+	 * it (less than half the new grant left), and again later if that
+	 * ACK is lost (credit_refresh). With more left, the peer is still
+	 * sending: the ACKs of that data carry the grant, and no ACK of its
+	 * own is spent (a receiver whose senders come and go re-splits its
+	 * budget often). */
+	if (bytes > r->grant && 2 * left < (int64_t)bytes) {
 		r->ack_now = true;
 		r->credit_unconfirmed = true;
 		r->credit_refreshes = 0;

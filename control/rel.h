@@ -260,6 +260,7 @@ struct cs_rel {
 	uint64_t *rcv_bits; /* window bits: seq arrived (seq & mask) */
 	uint32_t rx_bytes; /* cumulative new payload bytes received */
 	uint64_t grant; /* credit granted beyond rx_bytes */
+	uint32_t credit_adv; /* cumulative limit last advertised */
 	bool credit_unconfirmed; /* grown grant, no data seen since */
 	uint32_t credit_refreshes;
 	cs_ns_t credit_deadline; /* re-send the grant */
@@ -513,8 +514,9 @@ void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now);
 /**
  * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
  * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
- * grows. A fan-in receiver divides its budget among its senders with
- * this; with more senders than packets in the budget it grants 1 byte
+ * grows and the peer has less than half of it left of what it was last
+ * told (it may be waiting). A fan-in receiver divides its budget among
+ * its senders with this; with more senders than packets in the budget it grants 1 byte
  * (= one packet) to a rotating subset and 0 to the rest. A grant never
  * takes back credit already advertised.
  * @r: the session
