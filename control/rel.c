@@ -67,6 +67,12 @@ const struct cs_cfg_entry cs_rel_cfg[] = {
 	  "1s", 0, 1e12,
 	  "a spurious timeout raises the RTO floor to twice the delay it "
 	  "saw; the floor halves after this long (0: no learning)" },
+	{ "rel.rto_ceil", CS_CFG_NS, offsetof(struct cs_rel_params, rto_ceil),
+	  "100ms", 0, 1e11,
+	  "highest RTO that measured RTTs and learnt stalls may ask for, "
+	  "above rel.rto_max (which caps the back-off): a queue or a peer "
+	  "descheduled longer than rel.rto_max, once seen, times out no "
+	  "more (0: rel.rto_max)" },
 	{ "rel.credit", CS_CFG_BOOL, offsetof(struct cs_rel_params, credit),
 	  "0", CS_CFG_NO_BOUNDS,
 	  "send new data only within receiver-granted credit (fan-in)" },
@@ -139,14 +145,24 @@ static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 	return halvings >= 63 ? 0 : r->rto_floor >> halvings;
 }
 
-/* The current RTO with back-off, capped. */
+/* The highest RTO that samples and the learnt floor may set. */
+static cs_ns_t rto_ceil(const struct cs_rel_params *p)
+{
+	return CS_MAX(p->rto_ceil, p->rto_max);
+}
+
+/* The current RTO: from the samples (r->rto, at most rto_ceil) or the
+ * learnt floor, doubled per timeout without a sample up to rto_max: the back-off
+ * stops there, what was measured or learnt may lie beyond it. */
 static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t rto = CS_MAX(r->rto, rto_floor_now(r, now));
+	cs_ns_t base = CS_MAX(r->rto, CS_MIN(rto_floor_now(r, now),
+					     rto_ceil(&r->p)));
+	cs_ns_t rto = base;
 
 	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
 		rto *= 2;
-	return CS_MIN(rto, r->p.rto_max);
+	return CS_MIN(rto, CS_MAX(r->p.rto_max, base));
 }
 
 int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
@@ -181,6 +197,7 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 	r->ack_deadline = CS_NS_NEVER;
 	r->credit_limit = (uint32_t)p->credit_init;
 	r->grant = p->credit_init;
+	r->credit_adv = (uint32_t)p->credit_init;
 	r->xmit_id = 1;
 	return 0;
 }
@@ -244,6 +261,7 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	 * does not count ACK coalescing as network delay. */
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->credit_adv = h->credit;
 	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
 		r->credit_deadline = now + (r->p.credit_refresh << CS_MIN(
 						    r->credit_refreshes, 20u));
@@ -447,6 +465,17 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->ops->acked(r->owner, m->cookie, m->len);
 }
 
+void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
+		       cs_ns_t now)
+{
+	cs_ns_t f = rto_floor_now(from, now);
+
+	if (!r->p.rto_learn || f <= rto_floor_now(r, now))
+		return;
+	r->rto_floor = f;
+	r->rto_floor_at = now;
+}
+
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 {
 	if (!srtt)
@@ -454,7 +483,7 @@ void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 	r->srtt = srtt;
 	r->rttvar = rttvar;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
-	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), rto_ceil(&r->p));
 }
 
 static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
@@ -475,7 +504,7 @@ static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 	if (rtt < r->min_rtt)
 		r->min_rtt = rtt;
 	r->rto = r->srtt + CS_MAX(4 * r->rttvar, (cs_ns_t)1000);
-	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), r->p.rto_max);
+	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), rto_ceil(&r->p));
 	r->backoff = 0;
 }
 
@@ -758,6 +787,7 @@ static void build_ext(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->ts = now;
 	h->ts_echo = 0; /* no RTT sample from an extension */
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->credit_adv = h->credit;
 	r->st.sack_ext++;
 }
 
@@ -833,10 +863,8 @@ static int probe_tail(struct cs_rel *r)
 	return 0;
 }
 
-int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
+void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now)
 {
-	int res = 0;
-
 	if (r->ack_pending && now >= r->ack_deadline)
 		r->ack_now = true;
 	if (now >= r->credit_deadline) {
@@ -846,6 +874,13 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 		else
 			r->credit_unconfirmed = false;
 	}
+}
+
+int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
+{
+	int res = 0;
+
+	cs_rel_on_ack_timers(r, now);
 	if (r->failed)
 		return 0;
 	if (now >= r->rack_deadline)
@@ -897,9 +932,16 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 
 void cs_rel_set_grant(struct cs_rel *r, uint64_t bytes)
 {
-	/* More credit must reach the peer now: it may be waiting for it,
-	 * and again later if that ACK is lost (credit_refresh). */
-	if (bytes > r->grant) {
+	/* What the peer may still send of what it was last told. */
+	int64_t left = (int32_t)(r->credit_adv - r->rx_bytes);
+
+	/* More credit must reach the peer now when it may be waiting for
+	 * it (less than half the new grant left), and again later if that
+	 * ACK is lost (credit_refresh). With more left, the peer is still
+	 * sending: the ACKs of that data carry the grant, and no ACK of its
+	 * own is spent (a receiver whose senders come and go re-splits its
+	 * budget often). */
+	if (bytes > r->grant && 2 * left < (int64_t)bytes) {
 		r->ack_now = true;
 		r->credit_unconfirmed = true;
 		r->credit_refreshes = 0;

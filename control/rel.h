@@ -33,7 +33,7 @@
  *     after the last send or ACK, the newest packet in flight is resent
  *     once, so its ACK reveals a lost tail long before the RTO;
  *   - timeout: RTO = srtt + 4 * rttvar (RFC 6298), clamped to
- *     [rto_min, rto_max]; on expiry every un-SACKed packet in flight is
+ *     [rto_min, rto_ceil]; on expiry every un-SACKed packet in flight is
  *     marked lost and the RTO doubles (capped at rto_max) until a fresh
  *     sample. Karn's rule: only packets transmitted exactly once give RTT
  *     samples for the RTO. After @max_timeouts consecutive timeouts
@@ -113,7 +113,14 @@
  *	was only late: on shared CPUs, a descheduled peer) raises the
  *	session's RTO floor to twice the delay that packet really had, so
  *	the next stall of that size passes without a timeout; the floor then
- *	halves every @rto_learn. The RTO stays within [rto_min, rto_max].
+ *	halves every @rto_learn.
+ * @rto_ceil: the highest RTO that RTT samples (srtt + 4 rttvar) and the
+ *	learnt floor may set (when below @rto_max: @rto_max); @rto_max
+ *	caps only the back-off. On a loaded machine a peer is descheduled
+ *	for tens of milliseconds (4 sidecars on 2 shared cores: floors of
+ *	26-62 ms learnt), and a queue in front of a slow link holds frames
+ *	longer than @rto_max: an RTO capped at @rto_max fired at every such
+ *	stall, and on every packet once the RTT itself exceeded it.
  * @credit: honour receiver-granted credit when sending new data.
  * @credit_init: the grant both ends assume before any ACK (bytes).
  * @credit_refresh: a grown grant is re-sent after this long (doubling,
@@ -134,6 +141,7 @@ struct cs_rel_params {
 	uint64_t tlp_min;
 	uint32_t max_timeouts;
 	uint64_t rto_learn;
+	uint64_t rto_ceil;
 	bool credit;
 	uint64_t credit_init;
 	uint64_t credit_refresh;
@@ -252,6 +260,7 @@ struct cs_rel {
 	uint64_t *rcv_bits; /* window bits: seq arrived (seq & mask) */
 	uint32_t rx_bytes; /* cumulative new payload bytes received */
 	uint64_t grant; /* credit granted beyond rx_bytes */
+	uint32_t credit_adv; /* cumulative limit last advertised */
 	bool credit_unconfirmed; /* grown grant, no data seen since */
 	uint32_t credit_refreshes;
 	cs_ns_t credit_deadline; /* re-send the grant */
@@ -296,6 +305,17 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
  * @rttvar: its variation, ns
  */
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar);
+
+/**
+ * cs_rel_take_floor - raise @r's learnt RTO floor (rel.rto_learn) to
+ * @from's: another session to the same peer saw it that late. Takes
+ * effect from @r's next armed RTO.
+ * @r: the session
+ * @from: the session that learnt it
+ * @now: current time, ns
+ */
+void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
+		       cs_ns_t now);
 
 /**
  * cs_rel_fini - free what cs_rel_init() allocated
@@ -481,10 +501,22 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r);
 int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now);
 
 /**
+ * cs_rel_on_ack_timers - run only the receiver's timers (delayed ACK,
+ * credit refresh), not loss detection: for an owner that knows ACKs for
+ * this session may still wait, unread, in its receive queue (it was
+ * descheduled; cs_tp_poll()). The loss timers stay due for the next
+ * cs_rel_on_timer().
+ * @r: the session
+ * @now: current time, ns
+ */
+void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now);
+
+/**
  * cs_rel_set_grant - credit (bytes) granted to the peer beyond what it
  * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
- * grows. A fan-in receiver divides its budget among its senders with
- * this; with more senders than packets in the budget it grants 1 byte
+ * grows and the peer has less than half of it left of what it was last
+ * told (it may be waiting). A fan-in receiver divides its budget among
+ * its senders with this; with more senders than packets in the budget it grants 1 byte
  * (= one packet) to a rotating subset and 0 to the rest. A grant never
  * takes back credit already advertised.
  * @r: the session

@@ -9,14 +9,20 @@
 #
 #   incast cfg="..." bytes=.. time_ms=.. rx_gbps=.. util=.. tbf_sent=..
 #          tbf_dropped=.. drop_pct=.. backlog_max=..B retx=.. timeouts=..
+#          spurious=.. load=..
+#
+# (load: the 1-minute load average when the setting's run ended.) --old
+# adds a first setting that restores the defaults from before receiver
+# credit and the timer fixes (rel.credit=0 tp.rx_budget=0 tp.rx_stall=0
+# rel.rto_ceil=10ms), so that old and new defaults run in one go.
 #
 # Root; uses scripts/cluster.sh.
 #
 #   scripts/bench-incast.sh [--port af_packet|udp] [--rate R] [--bytes B]
-#       [--iters I] [--limit BYTES] [--cfg "KEY=V KEY=V"]...
+#       [--iters I] [--limit BYTES] [--old] [--cfg "KEY=V KEY=V"]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PORT=af_packet RATE=1gbit BYTES=4M ITERS=3 LIMIT=256k CFGS=()
+PORT=af_packet RATE=1gbit BYTES=4M ITERS=3 LIMIT=256k CFGS=() OLD=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--port) PORT=$2; shift 2 ;;
@@ -25,10 +31,13 @@ while [ $# -gt 0 ]; do
 	--iters) ITERS=$2; shift 2 ;;
 	--limit) LIMIT=$2; shift 2 ;;
 	--cfg) CFGS+=("$2"); shift 2 ;;
+	--old) OLD=1; shift ;;
 	*) echo "bench-incast: unknown option $1" >&2; exit 2 ;;
 	esac
 done
 [ ${#CFGS[@]} -gt 0 ] || CFGS=("")
+[ "$OLD" = 0 ] ||
+	CFGS=("rel.credit=0 tp.rx_budget=0 tp.rx_stall=0 rel.rto_ceil=10ms" "${CFGS[@]}")
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$BUILD/tools/collstack
 export CS_CLUSTER=${CS_CLUSTER:-inc}
@@ -71,14 +80,16 @@ for cfg in "${CFGS[@]}"; do
 	    -v s1="$(sed -n 's/.*Sent \([0-9]*\) bytes \([0-9]*\) pkt (dropped \([0-9]*\).*/\1 \2 \3/p' <<<"$s1" | head -1)" \
 	    -v tus="$(awk '/^ +[0-9]/ { s += $5; n++ } END { print (n ? s / n : 0) }' <<<"$out")" \
 	    -v retx="$(sed -n 's/.* retx=\([0-9]*\).*/\1/p' <<<"$st" | awk "{ s += \$1 } END { print s + 0 }")" \
-	    -v to="$(sed -n 's/.* timeouts=\([0-9]*\).*/\1/p' <<<"$st" | awk "{ s += \$1 } END { print s + 0 }")" 'BEGIN {
+	    -v to="$(sed -n 's/.* timeouts=\([0-9]*\).*/\1/p' <<<"$st" | awk "{ s += \$1 } END { print s + 0 }")" \
+	    -v sp="$(sed -n 's/.* spurious=\([0-9]*\).*/\1/p' <<<"$st" | awk "{ s += \$1 } END { print s + 0 }")" \
+	    -v load="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
 		split(s0, a, " "); split(s1, b, " ")
 		by = b[1] - a[1]; pk = b[2] - a[2]; dr = b[3] - a[3]
 		secs = tus * iters / 1e6
 		gb = secs > 0 ? by * 8 / secs / 1e9 : 0
-		printf "incast cfg=\"%s\" bytes=%s time_ms=%.1f rx_gbps=%.3f util=%.2f tbf_sent=%d tbf_dropped=%d drop_pct=%.3f backlog_max=%dB retx=%s timeouts=%s\n",
+		printf "incast cfg=\"%s\" bytes=%s time_ms=%.1f rx_gbps=%.3f util=%.2f tbf_sent=%d tbf_dropped=%d drop_pct=%.3f backlog_max=%dB retx=%s timeouts=%s spurious=%s load=%s\n",
 		       cfg, bytes, tus / 1e3, gb, gb / g, pk, dr,
-		       pk + dr ? 100 * dr / (pk + dr) : 0, bl, retx, to
+		       pk + dr ? 100 * dr / (pk + dr) : 0, bl, retx, to, sp, load
 	}'
 	scripts/cluster.sh down >/dev/null 2>&1
 done

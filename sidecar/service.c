@@ -34,6 +34,7 @@ struct svc_conf {
 	char auth[CS_CFG_STR_MAX]; /* auth.enable: auto, 1 or 0 */
 	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
+	bool budget_set; /* tp.rx_budget given: else half the rx ring */
 };
 
 /* The pacer's burst unless pacer.burst_bytes is set: this many frames of
@@ -129,6 +130,18 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_xport_params_set(&sc->xp, "rel.max_timeouts", "400", NULL, 0);
 	if (ret)
 		return ret;
+	/* Receiver credit (incast, docs/transport-core.md): senders keep
+	 * within what this node grants; tp.rx_budget is sized from the
+	 * port's receive ring in cs_daemon_init() unless given. A session
+	 * starts with 32K before its receiver's first grant, so that a
+	 * burst of new senders stays within a budget too. */
+	ret = cs_xport_params_set(&sc->xp, "rel.credit", "1", NULL, 0);
+	if (!ret)
+		ret = cs_xport_params_set(&sc->xp, "rel.credit_init", "32K",
+					  NULL, 0);
+	if (ret)
+		return ret;
+	sc->budget_set = false;
 	/* pacer.burst_bytes: AR_BURST_FRAMES frames of the port, set in
 	 * cs_daemon_init() once the port is open, unless given. */
 	sc->burst_set = false;
@@ -166,6 +179,8 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 		return ret;
 	ret = cs_cfg_set(cs_tp_cfg, cs_tp_cfg_len, &sc->tp, key, val, err,
 			 errlen);
+	if (!ret && !strcmp(key, "tp.rx_budget"))
+		sc->budget_set = true;
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_cfg_set(early_cfg, CS_ARRAY_SIZE(early_cfg), sc, key, val, err,
@@ -185,7 +200,8 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 void cs_daemon_help_config(FILE *out)
 {
 	fprintf(out, "\ntransport (reliability, pacing, congestion control; "
-		     "collstackd sets cc.enable=0, rel.max_timeouts=400, and "
+		     "collstackd sets cc.enable=0, rel.max_timeouts=400, "
+		     "rel.credit=1, rel.credit_init=32K, and "
 		     "pacer.burst_bytes to 16 frames of the port, e.g. 144K at "
 		     "MTU 9000):\n");
 	cs_xport_params_help(out);
@@ -194,7 +210,9 @@ void cs_daemon_help_config(FILE *out)
 	cs_cfg_help(cs_coll_cfg_table, cs_coll_cfg_table_len, out);
 	cs_cfg_help(early_cfg, CS_ARRAY_SIZE(early_cfg), out);
 	fprintf(out,
-		"\ntransport core (collstackd sets tp.hold_frames=4096):\n");
+		"\ntransport core (collstackd sets tp.hold_frames=4096 and "
+		"tp.rx_budget to half the port's receive ring, port.rx_desc / "
+		"2 frames, e.g. 378K at MTU 1500):\n");
 	cs_cfg_help(cs_tp_cfg, cs_tp_cfg_len, out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
@@ -266,6 +284,21 @@ int cs_daemon_init(struct cs_daemon *d)
 			"%u bytes; pacer.burst_bytes sets it)",
 			(unsigned long long)s->cf->xp.pacer.burst_bytes,
 			AR_BURST_FRAMES, d->port->frame_max);
+	}
+	if (!s->cf->budget_set) {
+		/*
+		 * Receiver credit: all senders together may have half the
+		 * port's receive ring in flight towards this node, so that
+		 * an incast cannot overrun the ring (or a queue of that
+		 * size in front of it) while this lcore is descheduled.
+		 */
+		s->cf->tp.rx_budget = (uint64_t)d->port->conf.rx_desc / 2 *
+				      d->port->frame_max;
+		CS_INFO("receiver credit: tp.rx_budget %llu bytes (%u frames "
+			"of %u bytes, half of port.rx_desc; tp.rx_budget sets "
+			"it)",
+			(unsigned long long)s->cf->tp.rx_budget,
+			d->port->conf.rx_desc / 2, d->port->frame_max);
 	}
 	pthread_mutex_init(&s->view_lock, NULL);
 	/* the bootstrap applied the first view's table already */

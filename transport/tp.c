@@ -65,6 +65,12 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "flight towards it, split evenly over the sessions that sent it "
 	  "data within tp.rx_active (senders honour it with rel.credit=1; "
 	  "0: every session keeps rel.credit_init)" },
+	{ "tp.rx_stall", CS_CFG_NS, offsetof(struct cs_tp_params, rx_stall),
+	  "50us", 0, 1e10,
+	  "a poll this long after the previous one that finds frames "
+	  "waiting runs no loss timer (RTO, probe, RACK) until the receive "
+	  "queue is drained or as long again has passed: the owner was "
+	  "descheduled, and the ACKs may be queued (0: off)" },
 	{ "tp.rx_active", CS_CFG_NS, offsetof(struct cs_tp_params, rx_active),
 	  "1ms", 1000, 1e10,
 	  "a session counts as sending to this node for tp.rx_budget while "
@@ -172,6 +178,13 @@ struct cs_tp {
 	struct tp_abort aborts[TP_ABORTS];
 	uint32_t abort_next;
 	cs_ns_t now; /* the last time given (cs_tp_rx(), cs_tp_poll()) */
+	/* Loss timers wait for the receive queue (cs_tp_poll()): the last
+	 * poll, frames handed in since, and while frames keep coming after
+	 * a gap, until when the loss timers are held. */
+	cs_ns_t last_poll;
+	uint32_t rx_since_poll;
+	bool draining;
+	cs_ns_t drain_until;
 	struct cs_tp_stats st;
 };
 
@@ -875,9 +888,24 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 
 /* ---- receive ----------------------------------------------------------- */
 
+/* A session learnt from a spurious timeout how late its peer can be
+ * (rel.rto_learn): that is the peer's scheduling, not the session's, so
+ * the other sessions to it take the floor too instead of each timing out
+ * on its own first stall. */
+static void tp_share_floor(struct cs_tp *tp, const struct tp_sess *from,
+			   cs_ns_t now)
+{
+	const struct tp_peer *pr = tp->peer[from->node];
+
+	for (uint32_t c = 0; pr && c < tp->p.sess_channels; c++)
+		if (pr->sess[c] && pr->sess[c] != from)
+			cs_rel_take_floor(&pr->sess[c]->rel, &from->rel, now);
+}
+
 void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	      const void *payload, cs_ns_t now)
 {
+	uint64_t spur;
 	struct tp_op *op = NULL;
 	struct tp_group *g = NULL;
 	struct tp_sess *s;
@@ -885,6 +913,7 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	int m;
 
 	tp->st.rx_frames++;
+	tp->rx_since_poll++;
 	tp->now = now;
 	if (unlikely(src >= tp->p.max_nodes || src == tp->self ||
 		     (h->type != CS_PKT_DATA && h->type != CS_PKT_ACK &&
@@ -937,8 +966,11 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		tp->st.rx_hold_full++;
 		return;
 	}
+	spur = s->rel.st.spurious_rto;
 	m = cs_rel_on_packet(&s->rel, h, now);
 	cs_obs_tp_rx(now, src, h, &s->rel, m); /* observe/ */
+	if (unlikely(s->rel.st.spurious_rto != spur))
+		tp_share_floor(tp, s, now);
 	if (!(m & CS_REL_DELIVER) || !data)
 		return;
 	if (tp->p.rx_budget) {
@@ -1224,10 +1256,47 @@ static void tp_grants(struct cs_tp *tp, cs_ns_t now)
 	}
 }
 
+/*
+ * May the sessions' loss timers (RTO, tail loss probe, RACK) fire in this
+ * poll? Not while ACKs may still wait unread in the owner's receive
+ * queue: an owner that was descheduled for a while (a loaded machine)
+ * finds, when it runs again, its timers expired and the peers' ACKs
+ * queued behind one receive burst of other frames; judged then, every
+ * packet in flight looks lost (a spurious timeout). So after a gap of at
+ * least tp.rx_stall between two polls, when frames came in since the
+ * last one, the loss timers wait until a poll with none (the queue is
+ * drained), but no longer than that gap: the time the owner was away is
+ * given to its receive path, once (the poll that ends a wait runs the
+ * timers, so back-to-back gaps cannot starve them). Timers that do not
+ * judge loss (delayed ACK, credit refresh) always run.
+ */
+static bool tp_loss_timers_ok(struct cs_tp *tp, cs_ns_t now)
+{
+	cs_ns_t gap = tp->last_poll && now > tp->last_poll
+			      ? now - tp->last_poll
+			      : 0;
+	bool ok = true;
+
+	if (!tp->rx_since_poll) {
+		tp->draining = false;
+	} else if (tp->draining) {
+		ok = now >= tp->drain_until;
+		tp->draining = !ok;
+	} else if (tp->p.rx_stall && gap >= tp->p.rx_stall) {
+		tp->draining = true;
+		tp->drain_until = now + gap;
+		ok = false;
+	}
+	tp->rx_since_poll = 0;
+	tp->last_poll = now;
+	return ok;
+}
+
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 {
 	unsigned work = 0;
 	uint32_t culprit;
+	bool loss_ok;
 	int st;
 
 	tp->room = 0;
@@ -1235,11 +1304,18 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	tp->now = now;
 	if (tp->p.rx_budget)
 		tp_grants(tp, now);
+	loss_ok = tp_loss_timers_ok(tp, now);
 	for (uint32_t i = 0; i < tp->nsess; i++) {
 		struct tp_sess *s = tp->sess[i];
 
-		if (now >= cs_rel_next_deadline(&s->rel))
-			cs_rel_on_timer(&s->rel, now);
+		if (now >= cs_rel_next_deadline(&s->rel)) {
+			if (loss_ok) {
+				cs_rel_on_timer(&s->rel, now);
+			} else {
+				cs_rel_on_ack_timers(&s->rel, now);
+				tp->st.timers_held++;
+			}
+		}
 		if (unlikely(cs_rel_failed(&s->rel)))
 			tp_sess_failed(tp, s, now);
 	}
@@ -1344,7 +1420,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64 " peak_ops=%" PRIu64
 		" rel_timeouts=%" PRIu64 " bad_acked=%" PRIu64
 		" bad_rebuild=%" PRIu64 " sess_failed=%" PRIu64
-		" rel_stale_rcvd=%" PRIu64 "\n",
+		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
@@ -1354,7 +1430,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->tx_aborts, st->rx_aborts, st->ops_posted, st->ops_done,
 		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
 		st->bad_acked, st->bad_rebuild, st->sess_failed,
-		st->rel_stale_rcvd);
+		st->rel_stale_rcvd, st->timers_held);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

@@ -55,6 +55,11 @@
  * @max_ops: operations in flight at once
  * @max_groups: groups known at once
  * @max_nodes: node ids are below this
+ * @rx_budget: receiver credit split over the senders (0: off)
+ * @rx_active: a sender counts for @rx_budget while its data is this recent
+ * @rx_stall: a poll at least this long after the previous one that finds
+ *	frames waiting holds the loss timers until the queue is drained
+ *	(cs_tp_poll(); 0: off)
  */
 struct cs_tp_params {
 	uint32_t sess_channels;
@@ -68,6 +73,7 @@ struct cs_tp_params {
 	bool early;
 	uint64_t rx_budget;
 	uint64_t rx_active;
+	uint64_t rx_stall;
 };
 
 extern const struct cs_cfg_entry cs_tp_cfg[];
@@ -126,6 +132,9 @@ struct cs_tp_stats {
 	uint64_t rel_retx, rel_timeouts, rel_dup_rcvd;
 	uint64_t rel_fast_retx, rel_tlp, rel_spurious;
 	uint64_t rel_stale_rcvd; /* outside the receive window: dropped */
+	/* session timer runs whose loss timers (RTO, probe, RACK) waited
+	 * for the receive queue to drain (cs_tp_poll()) */
+	uint64_t timers_held;
 };
 
 struct cs_tp;
@@ -277,7 +286,12 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 
 /**
  * cs_tp_poll - run timers, deadlines, retransmissions, new data, ACKs and
- * completions
+ * completions. Loss timers (RTO, tail loss probe, RACK) that came due
+ * while frames were still being handed in wait for a poll with no frame
+ * since the previous one (the owner's receive queue is drained), at most
+ * as long as the gap before the poll that found the queue busy: an owner
+ * descheduled for a while reads the ACKs already waiting for it before
+ * it judges anything lost (counter timers_held).
  * Returns: frames sent plus operations completed (0: nothing to do).
  */
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now);

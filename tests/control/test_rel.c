@@ -468,6 +468,87 @@ Test(rel, late_peer_is_spurious_and_learnt)
 	late_peer(false);
 }
 
+/*
+ * Every packet's ACK comes 20 ms late, longer than rel.rto_max (8 ms
+ * here): a peer descheduled again and again, or a queue in front of a
+ * slow link. The first times out (spurious); the others no more: the
+ * learnt floor (twice the 20 ms seen) and the RTT samples may set an RTO
+ * beyond rel.rto_max, up to rel.rto_ceil. With the RTO capped at
+ * rel.rto_max (rto_ceil = rto_max: the old rule) every packet timed out.
+ */
+static uint64_t long_stalls(cs_ns_t learn_max)
+{
+	struct cs_pkt_hdr h, r = { .type = CS_PKT_DATA }, ack;
+	const cs_ns_t stall = 20000000;
+	cs_ns_t t = 1000, dl;
+	uint32_t seq, len;
+	uint64_t cookie, timeouts;
+
+	pair(SEQ0);
+	a.p.rto_learn = 1000000000;
+	a.p.rto_ceil = learn_max;
+	/* an RTT sample first: 10 us */
+	h = data(&a, 0, t);
+	cs_rel_on_packet(&b, &h, t + 5000);
+	ack = ack_of(&b, t + 5000);
+	cs_rel_on_packet(&a, &ack, t + 10000);
+	t += 10000;
+	for (unsigned k = 0; k < 10; k++) {
+		h = data(&a, k + 1, t);
+		dl = cs_rel_next_deadline(&a);
+		if (dl < t + stall) { /* it times out before the peer wakes */
+			cr_assert_eq(cs_rel_on_timer(&a, dl), CS_REL_LOST);
+			cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len),
+				     0);
+			cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, dl), 0);
+		}
+		cs_rel_on_packet(&b, &h, t + stall);
+		ack = ack_of(&b, t + stall);
+		cs_rel_on_packet(&a, &ack, t + stall);
+		cr_assert(cs_rel_idle(&a));
+		t += stall + 1000;
+	}
+	timeouts = a.st.timeouts;
+	cr_assert_eq(a.st.spurious_rto, timeouts);
+	unpair();
+	return timeouts;
+}
+
+Test(rel, delay_longer_than_rto_max_is_learnt)
+{
+	cr_assert_eq(long_stalls(100000000), 1, "later stalls timed out");
+	cr_assert_eq(long_stalls(8000000), 10);
+	cr_assert_eq(long_stalls(0), 10); /* 0: rel.rto_max */
+}
+
+/* What one session learnt, another to the same peer takes
+ * (cs_rel_take_floor(), shared by the transport core): its RTO waits it
+ * out too; a smaller floor changes nothing. */
+Test(rel, floor_is_shared)
+{
+	struct cs_rel_params p = params();
+	struct cs_rel c, d;
+	struct cs_pkt_hdr h;
+
+	p.rto_learn = 1000000000;
+	p.rto_ceil = 100000000;
+	cr_assert_eq(cs_rel_init(&c, &p, NULL, NULL, NULL, 5, 6), 0);
+	cr_assert_eq(cs_rel_init(&d, &p, NULL, NULL, NULL, 5, 6), 0);
+	c.rto_floor = 40000000; /* as a spurious timeout of 20 ms leaves */
+	c.rto_floor_at = 1000;
+	cs_rel_take_floor(&d, &c, 1000);
+	memset(&h, 0, sizeof(h));
+	h.version = CS_PROTO_VERSION;
+	h.type = CS_PKT_DATA;
+	cr_assert_eq(cs_rel_stamp(&d, &h, 0, 100, 2000), 0);
+	cr_assert_geq(cs_rel_next_deadline(&d), 2000 + 40000000);
+	c.rto_floor = 1000000;
+	cs_rel_take_floor(&d, &c, 3000);
+	cr_assert_eq(d.rto_floor, 40000000);
+	cs_rel_fini(&c);
+	cs_rel_fini(&d);
+}
+
 Test(rel, delayed_ack_and_piggyback)
 {
 	struct cs_pkt_hdr h, back;

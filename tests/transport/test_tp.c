@@ -737,6 +737,17 @@ Test(tp, reused_id_after_a_failure_runs)
 	teardown_nodes();
 }
 
+/* Op 1 of group 10 (nodes 0 and 1) on one channel, to the end: the
+ * session on channel 0 between them measures the RTT. */
+static void measure_rtt_0_1(struct ar a[2])
+{
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++)
+		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
+	pump(200);
+	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+}
+
 /*
  * A session set up when the peer is already known starts from the RTT the
  * other sessions to it measured (they share its path): a tail loss on it
@@ -755,11 +766,7 @@ Test(tp, new_session_starts_from_the_peers_rtt)
 		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
 			     0);
 	/* op 1 on one channel: the session on channel 0 measures the RTT */
-	ar_channels = 1;
-	for (uint32_t i = 0; i < 2; i++)
-		ar_post(&a[i], &nodes[i], 10, 1, 2, i, 256, 0, 0);
-	pump(200);
-	cr_assert_eq(nodes[0].ndone + nodes[1].ndone, 2);
+	measure_rtt_0_1(a);
 	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
 	cr_assert_lt(srtt, 100000, "srtt %llu ns", (unsigned long long)srtt);
 	/* op 2 on two channels: channel 1 rides on a new session; node 0's
@@ -804,5 +811,102 @@ Test(tp, seed_rtt_checked)
 	cr_assert_eq(cs_tp_peer_rtt(nodes[0].tp, 1, &srtt, &var), 0);
 	cr_assert_eq(srtt, 3000);
 	cr_assert_eq(var, 700);
+	teardown_nodes();
+}
+
+/*
+ * An owner descheduled for 50 ms (a loaded machine) finds, when it runs
+ * again, its retransmission timer long expired and the peers' ACKs queued
+ * in its receive queue behind other frames; it reads the queue in bursts,
+ * polling between them, as collstackd's lcore does. Nothing was lost, so
+ * no timeout may fire: the loss timers wait for the queue to drain
+ * (tp.rx_stall). Without that, the poll after the first burst timed the
+ * session to node 1 out.
+ */
+Test(tp, descheduled_owner_reads_acks_before_timing_out)
+{
+	const uint32_t g01[] = { 0, 1 }, g02[] = { 0, 2 };
+	struct ar a[2], b[2], c[2];
+	struct cs_tp_stats st0, st1;
+	static struct frame backlog[QMAX], cur[QMAX];
+	unsigned nb = 0, k = 0;
+
+	setup_nodes(64, 4096);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, g01, 2, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[2 * i].tp, 11, g02, 2, NULL),
+			     0);
+	}
+	/* op 1 of group 10: the session 0 -> 1 learns its RTT */
+	measure_rtt_0_1(a);
+	/* bulk ops on both groups; a few rounds, so data is in flight */
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_post(&b[i], &nodes[i], 10, 2, 2, i, 1 << 16, 1, 0);
+		ar_post(&c[i], &nodes[2 * i], 11, 1, 2, i, 1 << 16, 2, 0);
+	}
+	pump(3);
+	cs_tp_get_stats(nodes[0].tp, &st0);
+	/* node 0 is descheduled: nodes 1 and 2 run 40 us (their ACKs for
+	 * what node 0 sent leave: ack_delay 20 us); what they send node 0
+	 * waits in its queue */
+	for (unsigned r = 0; r < 40; r++) {
+		unsigned n = qn;
+
+		memcpy(cur, q, n * sizeof(cur[0]));
+		qn = 0;
+		for (unsigned i = 0; i < n; i++) {
+			if (cur[i].dst == 0) {
+				backlog[nb++] = cur[i];
+				continue;
+			}
+			cs_tp_rx(nodes[cur[i].dst].tp, cur[i].src, &cur[i].h,
+				 cur[i].data, now);
+			free(cur[i].data);
+		}
+		cs_tp_poll(nodes[1].tp, now);
+		cs_tp_poll(nodes[2].tp, now);
+		now += 1000;
+	}
+	for (unsigned i = 0; i < qn; i++)
+		backlog[nb++] = q[i];
+	qn = 0;
+	/* in the queue, node 2's frames come first, then node 1's */
+	for (uint32_t src = 2; src >= 1; src--)
+		for (unsigned i = 0; i < nb; i++)
+			if (backlog[i].src == src)
+				cur[k++] = backlog[i];
+	cr_assert_eq(k, nb);
+	cr_assert_gt(nb, 16, "only %u frames queued for node 0", nb);
+	cr_assert(cur[0].src == 2 && cur[nb - 1].src == 1);
+	/* node 0 runs again 50 ms later: bursts of 8 frames, a poll after
+	 * each, then a poll with the queue empty */
+	now += 50000000;
+	for (unsigned i = 0; i < nb; i += 8) {
+		for (unsigned j = i; j < nb && j < i + 8; j++) {
+			cs_tp_rx(nodes[0].tp, cur[j].src, &cur[j].h,
+				 cur[j].data, now);
+			free(cur[j].data);
+		}
+		cs_tp_poll(nodes[0].tp, now);
+		now += 100;
+	}
+	cs_tp_poll(nodes[0].tp, now);
+	cs_tp_get_stats(nodes[0].tp, &st1);
+	cr_assert_gt(st1.timers_held, st0.timers_held);
+	cr_assert_eq(st1.rel_timeouts, st0.rel_timeouts,
+		     "%llu spurious timeout(s) after the stall",
+		     (unsigned long long)(st1.rel_timeouts - st0.rel_timeouts));
+	/* the ops still finish, exact */
+	pump(20000);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[1], 0);
+		cr_assert_eq(nodes[2 * i].status[2], 0);
+		ar_check(&b[i]);
+		ar_check(&c[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+		ar_free(&c[i]);
+	}
 	teardown_nodes();
 }
