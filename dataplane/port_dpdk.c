@@ -1000,8 +1000,8 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 		dp->afp = true;
 		found++;
 		if (dp->port.conf.rx_filter) {
-			int ret = afp_filter(fd, dp->port.mac,
-					     dp->port.udp_port);
+			int ret =
+				afp_filter(fd, dp->port.mac, dp->port.udp_port);
 
 			if (ret)
 				CS_WARN("af_packet: socket filter on queue "

@@ -302,8 +302,8 @@ static unsigned gro_drain(struct udp_port *up, struct udp_queue *q,
 
 	while (q->pend_left && got < n && q->nrx_free) {
 		struct slot *s = q->rx_free[--q->nrx_free];
-		uint32_t len = q->pend_left < q->pend_seg ? q->pend_left
-							  : q->pend_seg;
+		uint32_t len =
+			q->pend_left < q->pend_seg ? q->pend_left : q->pend_seg;
 		uint32_t flen = CS_PORT_HDRS_LEN + len;
 
 		memcpy(s->buf + CS_PORT_HDRS_LEN, q->pend_data, len);
@@ -808,8 +808,8 @@ static void ms_init(struct udp_port *up, struct udp_queue *q)
 		int one = 1;
 
 		q->gro_mem = aligned_alloc(64, (size_t)GRO_BUFS * GRO_BUF_LEN);
-		if (q->gro_mem && !setsockopt(q->fd, SOL_UDP, UDP_GRO, &one,
-					      sizeof(one))) {
+		if (q->gro_mem &&
+		    !setsockopt(q->fd, SOL_UDP, UDP_GRO, &one, sizeof(one))) {
 			n = GRO_BUFS;
 		} else {
 			CS_INFO("udp: no UDP GRO (%s): datagrams one by one",

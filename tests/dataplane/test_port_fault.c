@@ -386,8 +386,8 @@ static bool gro_set(struct cs_port *p)
 	int v = 0;
 	socklen_t l = sizeof(v);
 
-	return !getsockopt(cs__udp_port_fd(p, 0), IPPROTO_UDP, 104 /* UDP_GRO */,
-			   &v, &l) &&
+	return !getsockopt(cs__udp_port_fd(p, 0), IPPROTO_UDP,
+			   104 /* UDP_GRO */, &v, &l) &&
 	       v;
 }
 
@@ -478,7 +478,8 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 	/* on lo a GSO send reaches a UDP_GRO socket whole: every frame of
 	 * a run comes up from a coalesced datagram */
 	if (gro_set(b) && gso && total > 1)
-		cr_assert_gt(bst->rx_gro, 0, "no frame came from a GRO datagram");
+		cr_assert_gt(bst->rx_gro, 0,
+			     "no frame came from a GRO datagram");
 	if (!gro_set(b) || !gso)
 		cr_assert_eq(bst->rx_gro, 0);
 	cs_port_close(a);
@@ -796,8 +797,10 @@ Test(udp, queue_by_destination_port)
 			   pb + 1);
 	cr_assert_eq(cs_port_tx_burst(a, 1, v, 1), 1);
 	cr_assert_eq(udp_drain(b, 1, 1, src, 32), 1);
-	cr_assert_eq(src[0], pa + 1, "sent from a's queue 1 (port %u), "
-				     "seen from %u", pa + 1, src[0]);
+	cr_assert_eq(src[0], pa + 1,
+		     "sent from a's queue 1 (port %u), "
+		     "seen from %u",
+		     pa + 1, src[0]);
 	cr_assert_eq(udp_drain(b, 0, 0, src, 32), 0);
 	cs_port_close(a);
 	cs_port_close(b);
