@@ -702,6 +702,8 @@ static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns,
 	struct io_uring_cqe *cqe;
 	int ret;
 
+	if (q->pend_bid >= 0)
+		return 0; /* frames of a GRO datagram are waiting */
 	if (kick_fd >= 0 && (!q->poll_armed || q->poll_fd != kick_fd)) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 
