@@ -50,7 +50,7 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "udp: a run of frames in a burst to one peer with one datagram "
 	  "size goes out as one sendmsg with UDP_SEGMENT (the kernel cuts it "
 	  "into the same datagrams); off: one sendmsg per datagram" },
-	{ "port.udp_gro", CS_CFG_BOOL, PC(udp_gro), "false", CS_CFG_NO_BOUNDS,
+	{ "port.udp_gro", CS_CFG_BOOL, PC(udp_gro), "true", CS_CFG_NO_BOUNDS,
 	  "udp: receive with UDP_GRO: a GSO run that crossed veths and a "
 	  "bridge whole (offloads on) arrives as one datagram of up to "
 	  "64 KiB, cut into frames by the port (one copy each) instead of "
