@@ -110,12 +110,31 @@ int cs_drv_raw_start(struct cs_drv *d, unsigned dst, uint32_t frame_len,
 	return 0;
 }
 
+/* Is @dst (a frame's destination MAC) this port's own address or the
+ * broadcast address? collstack sends unicast only; a Linux bridge floods
+ * unicast to an address it has not learned to every port, so a sidecar on
+ * a bridge sees frames meant for its neighbours. */
+static inline bool mac_for_us(const struct cs_port *p, const uint8_t *dst)
+{
+	static const uint8_t bcast[6] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+
+	return !memcmp(dst, p->mac, 6) || !memcmp(dst, bcast, 6);
+}
+
 /* Decode; a frame that is not a valid collstack frame for us is counted
  * by cause and dropped. Returns the type, or 0. */
 static inline uint8_t classify(struct cs_drv *d, struct cs_drv_q *q,
 			       const struct cs_pbuf *b, struct cs_wire_pkt *pk)
 {
-	int rc = cs_wire_decode_ex(b->data, b->len, d->port->udp_port, 0, pk);
+	int rc;
+
+	/* Shorter than a MAC: the codec counts it as malformed. */
+	if (unlikely(b->len >= 6 && !mac_for_us(d->port, b->data))) {
+		q->rx_other_mac++;
+		q->rx_foreign++;
+		return 0;
+	}
+	rc = cs_wire_decode_ex(b->data, b->len, d->port->udp_port, 0, pk);
 
 	cs_wire_count(&q->wire, rc);
 	if (unlikely(rc)) {
@@ -251,6 +270,7 @@ void cs_drv_totals(struct cs_drv *d, struct cs_drv_totals *t)
 
 		t->rx_frames += rd(&q->rx_frames);
 		t->rx_foreign += rd(&q->rx_foreign);
+		t->rx_other_mac += rd(&q->rx_other_mac);
 		t->rx_malformed += rd(&q->rx_malformed);
 		t->rx_unhandled += rd(&q->rx_unhandled);
 		t->rx_raw_pkts += rd(&q->rx_raw_pkts);

@@ -2,7 +2,8 @@
 /*
  * The dataplane driver: what each polling lcore runs. It receives a burst,
  * drops and counts every frame that is not a well-formed collstack frame
- * for this node (foreign traffic, bad headers, wrong lengths), hands the
+ * for this node (to another MAC, foreign traffic, bad headers, wrong
+ * lengths), hands the
  * rest to the protocol handler, and transmits what the handler and the raw
  * benchmark produce. The control thread talks to it only through atomics
  * (requests carry a sequence number; results are counters).
@@ -42,7 +43,10 @@ struct cs_drv_q {
 	uint8_t raw_tmpl[CS_DRV_HDR_LEN];
 	/* counters (read by the control thread with relaxed loads) */
 	uint64_t rx_frames;
-	uint64_t rx_foreign; /* not IPv4/UDP to our port, bad IP header */
+	uint64_t rx_foreign; /* not IPv4/UDP to our port, bad IP header, or
+			      * to another MAC (rx_other_mac) */
+	uint64_t rx_other_mac; /* to neither our MAC nor broadcast: a
+				* bridge flooded it (also in rx_foreign) */
 	uint64_t rx_malformed; /* our port, but not a valid collstack hdr */
 	uint64_t rx_unhandled; /* valid, no handler for its type */
 	uint64_t rx_raw_pkts, rx_raw_bytes;
@@ -104,6 +108,7 @@ int cs_drv_raw_start(struct cs_drv *d, unsigned dst, uint32_t frame_len,
 /* Totals over the queues, for the control thread. */
 struct cs_drv_totals {
 	uint64_t rx_frames, rx_foreign, rx_malformed, rx_unhandled;
+	uint64_t rx_other_mac; /* a part of rx_foreign */
 	uint64_t rx_raw_pkts, rx_raw_bytes, tx_raw_pkts, tx_raw_bytes;
 	uint64_t tx_nobuf;
 	cs_ns_t rx_raw_ns, tx_raw_ns; /* first..last span */

@@ -50,6 +50,12 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "udp: a run of frames in a burst to one peer with one datagram "
 	  "size goes out as one sendmsg with UDP_SEGMENT (the kernel cuts it "
 	  "into the same datagrams); off: one sendmsg per datagram" },
+	{ "port.udp_gro", CS_CFG_BOOL, PC(udp_gro), "true", CS_CFG_NO_BOUNDS,
+	  "udp: receive with UDP_GRO: a GSO run that crossed veths and a "
+	  "bridge whole (offloads on) arrives as one datagram of up to "
+	  "64 KiB, cut into frames by the port (one copy each) instead of "
+	  "by the kernel at the socket; needs port.rx_multishot. Off: one "
+	  "datagram per frame, received in place" },
 	{ "port.tx_desc", CS_CFG_U32, PC(tx_desc), "512", 32, 16384,
 	  "transmit descriptors per queue (udp: sendmsg slots)" },
 	{ "port.afp_frames", CS_CFG_U32, PC(afp_frames), "0", 0, 16384,

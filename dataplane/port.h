@@ -90,6 +90,7 @@ struct cs_port_conf {
 	uint32_t rx_posted; /* udp: recvmsg requests in the kernel at once */
 	bool rx_multishot; /* udp: one multishot recvmsg, provided buffers */
 	bool udp_gso; /* udp: same-size runs to one peer as one GSO send */
+	bool udp_gro; /* udp: receive GSO runs whole (UDP_GRO), split here */
 	bool no_huge; /* dpdk: never use hugepages */
 	bool zero_copy; /* dpdk: attach external TX buffers */
 	bool rx_filter; /* dpdk af_packet: kernel filter on port.udp_port */
@@ -107,6 +108,7 @@ struct cs_port_stats {
 	uint64_t rx_nombuf;
 	uint64_t tx_zero_copy; /* payloads sent by reference (attach) */
 	uint64_t tx_gso; /* udp: frames sent in GSO sends of several */
+	uint64_t rx_gro; /* udp: frames received in GRO datagrams of several */
 	uint64_t rx_filtered; /* af_packet with port.rx_filter: frames the
 			       * interface received that the kernel filter kept
 			       * from the rings (interface rx_packets - ring

@@ -924,13 +924,29 @@ static void find_xsk_fd(struct dpdk_port *dp, unsigned nq)
  * that is a copy and a wake-up per frame of every other program's traffic
  * (Open MPI's TCP ran 2-3x slower beside idle sidecars: BENCHMARKS.md).
  * So each socket gets a classic BPF filter, as a NIC's flow rule would:
- * IPv4, UDP, first fragment, destination port.udp_port; and it ignores
- * frames the namespace itself sends. The codec still checks everything
- * that passes (malformed frames to our port are counted as before).
+ * to our MAC (or broadcast: a bridge floods unicast it has not learned to
+ * every port, and the PMD puts the interface in promiscuous mode), IPv4,
+ * UDP, first fragment, destination port.udp_port; and it ignores frames
+ * the namespace itself sends. The codec still checks everything that
+ * passes (malformed frames to our port are counted as before; the driver
+ * checks the MAC again for ports without this filter).
  */
-static int afp_filter(int fd, uint16_t udp_port)
+static int afp_filter(int fd, const uint8_t mac[6], uint16_t udp_port)
 {
+	uint32_t mac_hi = (uint32_t)mac[0] << 24 | (uint32_t)mac[1] << 16 |
+			  (uint32_t)mac[2] << 8 | mac[3];
+	uint32_t mac_lo = (uint32_t)mac[4] << 8 | mac[5];
 	struct sock_filter code[] = {
+		/* 0: destination MAC, ours or broadcast */
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, mac_hi, 0, 2),
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 4),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, mac_lo, 4, 0),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffff, 0, 12),
+		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 4),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffff, 0, 10),
+		/* 8: ours */
 		BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12), /* ethertype */
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0800, 0, 8),
 		BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 23), /* IP protocol */
@@ -984,7 +1000,8 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 		dp->afp = true;
 		found++;
 		if (dp->port.conf.rx_filter) {
-			int ret = afp_filter(fd, dp->port.udp_port);
+			int ret =
+				afp_filter(fd, dp->port.mac, dp->port.udp_port);
 
 			if (ret)
 				CS_WARN("af_packet: socket filter on queue "
@@ -1002,8 +1019,8 @@ static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq)
 	dp->rx_filtered = nq && filtered == nq;
 	CS_INFO("af_packet: %s",
 		filtered == nq
-			? "kernel filter: only UDP to port.udp_port reaches "
-			  "the rings"
+			? "kernel filter: only UDP to our MAC and "
+			  "port.udp_port reaches the rings"
 			: "no kernel filter: every frame on the interface "
 			  "reaches the rings (port.rx_filter)");
 }

@@ -43,6 +43,19 @@
  * datagrams at the receiving socket (or by a device that cannot carry
  * it). The first frame's slot leads the run and frees the others when
  * its sendmsg completes.
+ *
+ * UDP GRO (port.udp_gro, multishot receive only): the sockets set UDP_GRO,
+ * so a GSO run that crossed veths and a bridge whole (offloads on) reaches
+ * the socket as one datagram of up to 64 KiB, with its segment size in a
+ * control message, instead of being cut into datagrams there: one socket
+ * enqueue, one copy to user space and one completion per run instead of
+ * per frame. The multishot request then receives into a ring of 64 KiB
+ * buffers (GRO_BUFS per queue), and rx_burst() copies each segment into a
+ * receive slot with the frame headers in front of it (the slots wait on
+ * the free list, as without multishot). A run that does not fit the
+ * burst or the free slots stays pending, its buffer lent, until the next
+ * rx_burst(). Off: the kernel cuts every run into datagrams at the socket
+ * and the multishot request receives each into a slot, no copy.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -77,6 +90,17 @@ static_assert(MS_HDR <= CS_PORT_HDRS_LEN,
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+/* GRO receive buffers per queue (a power of two: a provided-buffer ring),
+ * each room for the largest datagram behind the recvmsg header, the
+ * address and the UDP_GRO control message */
+#define GRO_BUFS 32u
+#define GRO_BUF_LEN (65536u + 256u)
 /* frames in one GSO send; its payload stays under the 64 KiB an IPv4
  * packet (and so a GSO skb) may hold */
 #define GSO_FRAMES CS_PORT_BURST
@@ -110,6 +134,18 @@ struct udp_queue {
 	unsigned br_entries;
 	struct msghdr ms_mh; /* its template: the address length */
 	uint64_t rx_nobuf; /* the multishot stopped: no buffer was free */
+	/* port.udp_gro: the buffer ring holds GRO_BUFS buffers of
+	 * GRO_BUF_LEN at gro_mem; the receive slots are on rx_free */
+	bool gro;
+	uint8_t *gro_mem;
+	/* a datagram not yet all handed up: its buffer, the next segment,
+	 * the bytes left, the segment size, its sender */
+	int pend_bid; /* -1: none */
+	const uint8_t *pend_data;
+	uint32_t pend_left, pend_seg;
+	struct sockaddr_in pend_sa;
+	bool pend_multi; /* of several segments */
+	uint64_t rx_gro; /* frames that arrived in a datagram of several */
 	struct slot *rx, *tx;
 	struct slot **tx_free, **rx_free;
 	uint8_t *mem;
@@ -247,6 +283,101 @@ static bool ms_frame(struct udp_port *up, struct udp_queue *q,
 	return true;
 }
 
+/* GRO: give receive buffer @bid back to the kernel's ring. */
+static void gro_give(struct udp_queue *q, unsigned bid)
+{
+	io_uring_buf_ring_add(q->br, q->gro_mem + (size_t)bid * GRO_BUF_LEN,
+			      GRO_BUF_LEN, (unsigned short)bid,
+			      io_uring_buf_ring_mask(q->br_entries), 0);
+	io_uring_buf_ring_advance(q->br, 1);
+}
+
+/* GRO: hand up the pending datagram's segments, each copied into a
+ * receive slot behind its frame headers, into v[got..n); the buffer goes
+ * back to the kernel once every segment is out. Returns the new got. */
+static unsigned gro_drain(struct udp_port *up, struct udp_queue *q,
+			  struct cs_pbuf *v, unsigned got, unsigned n)
+{
+	struct cs_port *p = &up->port;
+
+	while (q->pend_left && got < n && q->nrx_free) {
+		struct slot *s = q->rx_free[--q->nrx_free];
+		uint32_t len =
+			q->pend_left < q->pend_seg ? q->pend_left : q->pend_seg;
+		uint32_t flen = CS_PORT_HDRS_LEN + len;
+
+		memcpy(s->buf + CS_PORT_HDRS_LEN, q->pend_data, len);
+		cs_port_frame_hdrs(s->buf, flen, p->mac, p->mac,
+				   q->pend_sa.sin_addr.s_addr, p->ip,
+				   ntohs(q->pend_sa.sin_port), p->udp_port);
+		memset(s->buf + 6, 0, 6); /* source MAC: unknown */
+		v[got].data = s->buf;
+		v[got].len = flen;
+		v[got].cap = p->frame_max;
+		v[got].handle = s;
+		got++;
+		q->pend_data += len;
+		q->pend_left -= len;
+		q->rx_pkts++;
+		q->rx_bytes += flen;
+		if (q->pend_multi)
+			q->rx_gro++;
+	}
+	if (!q->pend_left && q->pend_bid >= 0) {
+		gro_give(q, (unsigned)q->pend_bid);
+		q->pend_bid = -1;
+	}
+	return got;
+}
+
+/* GRO: a completion of the multishot request; its datagram becomes the
+ * pending one (a bad one is dropped, its buffer given back). */
+static void gro_take(struct udp_port *up, struct udp_queue *q,
+		     const struct io_uring_cqe *cqe)
+{
+	unsigned bid = cqe->flags >> IORING_CQE_BUFFER_SHIFT;
+	struct io_uring_recvmsg_out *o;
+	struct cmsghdr *cm;
+	uint32_t len, seg = 0;
+
+	if (bid >= q->br_entries) { /* not one of ours: never given */
+		q->rx_dropped++;
+		return;
+	}
+	o = io_uring_recvmsg_validate(q->gro_mem + (size_t)bid * GRO_BUF_LEN,
+				      cqe->res, &q->ms_mh);
+	if (!o || (o->flags & MSG_TRUNC) ||
+	    o->namelen != sizeof(struct sockaddr_in))
+		goto drop;
+	memcpy(&q->pend_sa, io_uring_recvmsg_name(o), sizeof(q->pend_sa));
+	if (q->pend_sa.sin_family != AF_INET)
+		goto drop;
+	for (cm = io_uring_recvmsg_cmsg_firsthdr(o, &q->ms_mh); cm;
+	     cm = io_uring_recvmsg_cmsg_nexthdr(o, &q->ms_mh, cm)) {
+		int v;
+
+		if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO ||
+		    cm->cmsg_len < CMSG_LEN(sizeof(v)))
+			continue;
+		memcpy(&v, CMSG_DATA(cm), sizeof(v));
+		seg = v > 0 ? (uint32_t)v : 0;
+	}
+	len = io_uring_recvmsg_payload_length(o, cqe->res, &q->ms_mh);
+	if (!seg || seg > len)
+		seg = len; /* one datagram, not coalesced */
+	if (!len || seg > up->port.frame_max - CS_PORT_HDRS_LEN)
+		goto drop;
+	q->pend_bid = (int)bid;
+	q->pend_data = io_uring_recvmsg_payload(o, &q->ms_mh);
+	q->pend_left = len;
+	q->pend_seg = seg;
+	q->pend_multi = len > seg;
+	return;
+drop:
+	q->rx_dropped++;
+	gro_give(q, bid);
+}
+
 static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 			     unsigned n)
 {
@@ -255,6 +386,11 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0, got = 0;
 
+	if (q->pend_bid >= 0) {
+		got = gro_drain(up, q, v, 0, n);
+		if (q->pend_bid >= 0)
+			return got; /* the burst or the free slots are full */
+	}
 	refill(up, q);
 
 	/*
@@ -309,9 +445,17 @@ static unsigned udp_rx_burst(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 				q->ms_armed = false; /* refill() re-arms */
 			if (cqe->res == -ENOBUFS)
 				q->rx_nobuf++;
-			if (cqe->flags & IORING_CQE_F_BUFFER &&
-			    ms_frame(up, q, cqe, &v[got]))
+			if (q->gro && cqe->flags & IORING_CQE_F_BUFFER) {
+				gro_take(up, q, cqe);
+				got = gro_drain(up, q, v, got, n);
+				if (q->pend_bid >= 0) {
+					seen++; /* this one is taken */
+					break;
+				}
+			} else if (cqe->flags & IORING_CQE_F_BUFFER &&
+				   ms_frame(up, q, cqe, &v[got])) {
 				got++;
+			}
 		} else {
 			struct slot *s = &q->rx[idx];
 
@@ -375,7 +519,7 @@ static void udp_release(struct cs_port *p, unsigned qi, struct cs_pbuf *v,
 	for (unsigned i = 0; i < n; i++) {
 		struct slot *s = v[i].handle;
 
-		if (s->kind == SLOT_RX && s->q->ms)
+		if (s->kind == SLOT_RX && s->q->ms && !s->q->gro)
 			ms_give(up, s->q, s);
 		else if (s->kind == SLOT_RX) /* posted by the next burst */
 			s->q->rx_free[s->q->nrx_free++] = s;
@@ -558,6 +702,8 @@ static int udp_wait(struct cs_port *p, unsigned qi, cs_ns_t timeout_ns,
 	struct io_uring_cqe *cqe;
 	int ret;
 
+	if (q->pend_bid >= 0)
+		return 0; /* frames of a GRO datagram are waiting */
 	if (kick_fd >= 0 && (!q->poll_armed || q->poll_fd != kick_fd)) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
 
@@ -612,6 +758,7 @@ static void udp_stats(struct cs_port *p, struct cs_port_stats *st)
 		st->rx_nombuf += q->rx_nobuf;
 		st->tx_errors += q->tx_errors;
 		st->tx_gso += q->tx_gso;
+		st->rx_gro += q->rx_gro;
 	}
 }
 
@@ -626,6 +773,7 @@ static void queue_fini(struct udp_queue *q)
 	free(q->tx_free);
 	free(q->rx_free);
 	free(q->br); /* the ring is gone: unregistered with it */
+	free(q->gro_mem);
 	free(q->mem);
 	free(q->giov_mem);
 }
@@ -652,9 +800,27 @@ static void ms_init(struct udp_port *up, struct udp_queue *q)
 	size_t len;
 	int ret;
 
-	if (!up->port.conf.rx_multishot)
+	if (!up->port.conf.rx_multishot) {
+		if (up->port.conf.udp_gro)
+			CS_INFO("udp: port.udp_gro needs port.rx_multishot: "
+				"off");
 		return;
-	while (n * 2 <= q->nrx && n * 2 <= 32768)
+	}
+	if (up->port.conf.udp_gro) {
+		int one = 1;
+
+		q->gro_mem = aligned_alloc(64, (size_t)GRO_BUFS * GRO_BUF_LEN);
+		if (q->gro_mem &&
+		    !setsockopt(q->fd, SOL_UDP, UDP_GRO, &one, sizeof(one))) {
+			n = GRO_BUFS;
+		} else {
+			CS_INFO("udp: no UDP GRO (%s): datagrams one by one",
+				q->gro_mem ? strerror(errno) : "no memory");
+			free(q->gro_mem);
+			q->gro_mem = NULL;
+		}
+	}
+	while (!q->gro_mem && n * 2 <= q->nrx && n * 2 <= 32768)
 		n *= 2;
 	len = (size_t)n * sizeof(struct io_uring_buf);
 	len = (len + 4095) & ~(size_t)4095;
@@ -672,14 +838,24 @@ static void ms_init(struct udp_port *up, struct udp_queue *q)
 			strerror(-ret), q->rx_post_max);
 		free(q->br);
 		q->br = NULL;
+		free(q->gro_mem);
+		q->gro_mem = NULL;
 		return;
 	}
 	q->br_entries = n;
 	q->ms_mh.msg_namelen = sizeof(struct sockaddr_in);
+	q->ms = true;
+	if (q->gro_mem) {
+		/* the slots stay on the free list; segments are copied in */
+		q->gro = true;
+		q->ms_mh.msg_controllen = CMSG_SPACE(sizeof(int));
+		for (unsigned i = 0; i < n; i++)
+			gro_give(q, i);
+		return;
+	}
 	for (unsigned i = 0; i < n; i++)
 		ms_give(up, q, &q->rx[i]);
 	q->nrx_free = 0; /* the free list is for single requests */
-	q->ms = true;
 }
 
 static int queue_init(struct udp_port *up, struct udp_queue *q)
@@ -690,6 +866,7 @@ static int queue_init(struct udp_port *up, struct udp_queue *q)
 	int buf = (int)c->sock_buf, ret;
 	unsigned entries;
 
+	q->pend_bid = -1;
 	q->fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (q->fd < 0)
 		return -errno;
@@ -807,11 +984,14 @@ static int udp_open(const struct cs_port_conf *conf, struct cs_port **out)
 	}
 	if (up->q[0].ms)
 		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots "
-			"(multishot recvmsg) + %u send slots each, frames up "
-			"to %u bytes, GSO %s",
-			conf->ip, conf->udp_port, up->nq, up->q[0].br_entries,
+			"(multishot recvmsg%s) + %u send slots each, frames "
+			"up to %u bytes, GSO %s, GRO %s",
+			conf->ip, conf->udp_port, up->nq,
+			up->q[0].gro ? conf->rx_desc : up->q[0].br_entries,
+			up->q[0].gro ? " into 64 KiB buffers" : "",
 			conf->tx_desc, up->port.frame_max,
-			conf->udp_gso ? "on" : "off");
+			conf->udp_gso ? "on" : "off",
+			up->q[0].gro ? "on" : "off");
 	else
 		CS_INFO("udp port on %s:%u: %u queue(s), %u recv slots (%u "
 			"posted at once) + %u send slots each, frames up to "

@@ -36,6 +36,7 @@
 #                           [--no-collstack] [--report-only]
 #                           [--iters-small N] [--cpus auto|none|LIST]
 #                           [--pin-mpi]
+#                           [--variant NAME=PORT[:KEY=VALUE,...]]...
 #
 # Open MPI ranks: one per namespace, launched by mpirun in the first
 # namespace through scripts/netns-rsh.sh (an rsh agent that runs the orted
@@ -62,6 +63,13 @@
 # --iters-small N: timed iterations per size up to 1 MiB (default 20; the
 # p50 of 20 samples moves a lot on a shared machine), both stacks;
 # --iters-large N: above 1 MiB (default 10 with b2b, 3 with iter).
+# --variant NAME=PORT[:KEY=VALUE,...] (repeatable): an A/B of collstack
+# configurations in one run, e.g. --variant afp=af_packet --variant
+# udp=udp:port.udp_gro=false --variant gro=udp:port.udp_gro=true. The
+# cluster comes up once per variant (its port, --set settings plus its
+# own); each condition's rows are named COND/OFFLOAD@NAME; Open MPI runs
+# only with the first variant and its figures stand in every variant's
+# rows (same namespaces, same conditions). Needs --cluster cluster/auto.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -79,6 +87,8 @@ SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOADS=both
 TIMING=b2b SETS=()
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 CPUS=auto PIN_MPI=0
+VARIANTS=()	# NAME=PORT[:KEY=VALUE,...]
+VSETS=()	# the current variant's --set arguments
 MTU=1500	# on every veth of the namespaces, for both stacks
 FACTOR=4 SPLIT=$((1 << 20))	# sizes above SPLIT get fewer iterations
 ITERS_SMALL=20 WARM_SMALL=5 ITERS_LARGE="" WARM_LARGE=1
@@ -123,6 +133,7 @@ while [ $# -gt 0 ]; do
 	--iters-small) ITERS_SMALL=$2; ITERS_SMALL_SET=1; shift 2 ;;
 	--cpus) CPUS=$2; shift 2 ;;
 	--pin-mpi) PIN_MPI=1; shift ;;
+	--variant) VARIANTS+=("$2"); shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	*) die "unknown option $1 (--help)" ;;
 	esac
@@ -227,7 +238,8 @@ cluster_up() {
 		[ -x scripts/cluster.sh ] || die "scripts/cluster.sh missing"
 		if [ $daemons = 1 ]; then
 			scripts/cluster.sh up "$NODES_N" --port "$port" \
-				--mtu "$MTU" --cpus "$CPUS" "${SETS[@]}" >&2
+				--mtu "$MTU" --cpus "$CPUS" "${SETS[@]}" \
+				"${VSETS[@]}" >&2
 		else
 			scripts/cluster.sh up "$NODES_N" --no-daemons \
 				--mtu "$MTU" --cpus "$CPUS" >&2
@@ -235,7 +247,8 @@ cluster_up() {
 		CLUSTER_ENV=$CS_ENV_FILE
 		;;
 	own)
-		[ ${#SETS[@]} = 0 ] || die "--set needs a scripts/cluster.sh cluster (--cluster cluster)"
+		[ ${#SETS[@]} = 0 ] && [ ${#VSETS[@]} = 0 ] ||
+			die "--set and --variant KEY=VALUE need a scripts/cluster.sh cluster (--cluster cluster)"
 		if [ $daemons = 1 ]; then
 			scripts/lib/netns.sh up "$NODES_N" --daemons "$port" \
 				--mtu "$MTU" --cpus "$CPUS" >&2
@@ -604,7 +617,7 @@ summarize() {
 		printf '# bw x = collstack/MPI busbw (GB/s); lat x = MPI/collstack %s time (us); >1: collstack better\n' "$LATNAME"
 		printf '# (k): only k of the %d reps gave that figure (the others failed; see logs/)\n' "$REPS"
 		printf '# time: mean per op (us); p50/p99 of the per-op times; cpu: CPU seconds per GB moved (all ranks'"'"' sends)\n'
-		printf '%-9s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s\n' cond op size \
+		printf '%-13s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s\n' cond op size \
 			"cs busbw" "mpi busbw" "bw x" "cs time" "mpi time" "cs $LATNAME" "mpi $LATNAME" \
 			"cs p99" "mpi p99" "cs cpu" "mpi cpu"
 	} >"$txt"
@@ -616,14 +629,19 @@ summarize() {
 		sort -n -k1,1 -k2,2 -k3,3 -u | cut -d' ' -f4 |
 		while IFS=, read -r cond op size; do
 		pick() {	# stack column -> median over reps
+			# (Open MPI's rows of COND@V stand for every variant)
 			awk -F, -v c="$cond" -v o="$op" -v z="$size" -v s="$1" \
 				-v p="$PLACE" -v k="$2" \
-				'$1 == c && $4 == o && $5 == z && $3 == s && $6 == p { print $k }' \
+				'function base(x) { sub(/@.*/, "", x); return x }
+				 (s == "mpi" ? base($1) == base(c) : $1 == c) &&
+				 $4 == o && $5 == z && $3 == s && $6 == p { print $k }' \
 				"$RAW" | median
 		}
 		cbw=$(pick collstack 9) mbw=$(pick mpi 9)
 		mn=$(awk -F, -v c="$cond" -v o="$op" -v z="$size" -v p="$PLACE" \
-			'$1 == c && $4 == o && $5 == z && $6 == p { n[$3]++ }
+			'function base(x) { sub(/@.*/, "", x); return x }
+			 ($1 == c || ($3 == "mpi" && base($1) == base(c))) &&
+			 $4 == o && $5 == z && $6 == p { n[$3]++ }
 			 END { print n["collstack"] + 0, n["mpi"] + 0 }' "$RAW")
 		cn=${mn% *} mn=${mn#* }
 		cl=$(pick collstack $LATCOL) ml=$(pick mpi $LATCOL)
@@ -640,7 +658,7 @@ summarize() {
 				echo "$1"
 			fi
 		}
-		printf '%-9s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s%s\n' "$cond" "$op" \
+		printf '%-13s %-10s %5s %9s %9s %6s %9s %9s %9s %9s %9s %9s %6s %6s%s\n' "$cond" "$op" \
 			"$(human "$size")" "$(few "$cbw" "$cn")" "$(few "$mbw" "$mn")" \
 			"$(ratio "$cbw" "$mbw")" "$ct" "$mt" \
 			"$(few "$cl" "$cn")" "$(few "$ml" "$mn")" "$c99" "$m99" \
@@ -750,12 +768,29 @@ echo "cond,rep,stack,op,part,cpu_ticks,steal_ticks,steal_pct,load1" >"$STEAL"
 rm -f "$OUT"/logs/*.log "$OUT"/*.png "$OUT"/plot-*.dat
 
 start=$SECONDS
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=("")
+# NAME=PORT[:K=V,...] -> VNAME, PORT, VSETS
+variant_set() {
+	local v=$1 kv
+	VNAME="" VSETS=()
+	[ -n "$v" ] || return 0
+	[[ "$v" =~ ^[a-z0-9_]+=[a-z_]+(:.+)?$ ]] ||
+		die "--variant NAME=PORT[:KEY=VALUE,...], not '$v'"
+	VNAME=${v%%=*} v=${v#*=}
+	PORT=${v%%:*}
+	if [ "$v" != "$PORT" ]; then
+		IFS=, read -r -a kv <<<"${v#*:}"
+		for v in "${kv[@]}"; do VSETS+=(--set "$v"); done
+	fi
+}
+variant_set "${VARIANTS[0]}"
 cluster_up
 mpi_setup
 {
 	echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "# cluster: $CLUSTER_KIND ($CLUSTER_ENV), collstackd port $CS_PORT_USED, nodes ${NODES[*]}, addresses ${ADDRS[*]}, bridge $BR, MTU $MTU, CPUs per node ${NODE_CPUS[*]:-any} ($([ $PIN_MPI = 1 ] && echo 'both stacks' || echo 'collstack; Open MPI ranks float')), veth offloads: $OFFL_LIST (off: ethtool -K tso gso gro off, both ends), timing $TIMING"
 	echo "# collstackd settings: ${SETS[*]:-defaults}"
+	[ -z "$VNAME" ] || echo "# variants (rows COND/OFFLOAD@NAME; Open MPI ran with the first): ${VARIANTS[*]}"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
@@ -767,6 +802,15 @@ if [ "$OPS" = auto ]; then
 	log "ops: $OPS"
 fi
 IFS=, read -r -a conds <<<"$CONDS"
+first_variant=1
+for variant in "${VARIANTS[@]}"; do
+if [ $first_variant = 0 ]; then
+	cluster_down
+	variant_set "$variant"
+	cluster_up
+	DO_MPI_SAVED=${DO_MPI_SAVED:-$DO_MPI} DO_MPI=0
+fi
+[ -z "$VNAME" ] || log "variant $VNAME: port $CS_PORT_USED ${VSETS[*]}"
 for offl in $OFFL_LIST; do
 offload_set "$offl"
 for cond in "${conds[@]}"; do
@@ -781,13 +825,16 @@ for cond in "${conds[@]}"; do
 			for stack in $order; do
 				[ $stack = mpi ] && [ $DO_MPI = 0 ] && continue
 				[ $stack = collstack ] && [ $DO_CS = 0 ] && continue
-				run_one "$cond/$offl" "$rep" "$stack" "$op" || true
+				run_one "$cond/$offl${VNAME:+@$VNAME}" "$rep" "$stack" "$op" || true
 			done
 		done
 	done
 	cond_clear
 done
 done
+first_variant=0
+done
+DO_MPI=${DO_MPI_SAVED:-$DO_MPI}
 cluster_down
 
 summarize

@@ -157,6 +157,51 @@ Test(driver, foreign_and_malformed_are_counted_never_delivered)
 	pair_down(&pr);
 }
 
+/* A valid data frame for b whose destination MAC is then set to @mac. */
+static const uint8_t *to_mac;
+
+static void fill_data_to(struct pair *pr, uint8_t *f, uint32_t *len)
+{
+	fill_data(pr, f, len);
+	memcpy(f, to_mac, 6);
+}
+
+Test(driver, frames_to_another_mac_are_counted_never_delivered)
+{
+	static const uint8_t other[6] = { 0x02, 0x77, 0, 0, 0, 0x09 };
+	static const uint8_t bcast[6] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	struct pair pr;
+	struct cs_drv_totals t;
+
+	pair_up(&pr);
+	pr.db.rx_fn = rx_hook;
+	seen_n = 0;
+	/* what a bridge floods: a valid frame for a neighbour's MAC */
+	to_mac = other;
+	send_frame(&pr, fill_data_to);
+	while (cs_drv_poll(&pr.db, 0, 1))
+		;
+	cs_drv_totals(&pr.db, &t);
+	cr_assert_eq(t.rx_frames, 1);
+	cr_assert_eq(t.rx_other_mac, 1, "counted by its cause");
+	cr_assert_eq(t.rx_foreign, 1, "and as foreign");
+	cr_assert_eq(t.rx_malformed, 0);
+	cr_assert_eq(seen_n, 0, "not delivered");
+	/* the same frame to our MAC, then to broadcast, is delivered */
+	to_mac = pr.b->mac;
+	send_frame(&pr, fill_data_to);
+	to_mac = bcast;
+	send_frame(&pr, fill_data_to);
+	while (cs_drv_poll(&pr.db, 0, 2))
+		;
+	cs_drv_totals(&pr.db, &t);
+	cr_assert_eq(seen_n, 2, "ours and broadcast are delivered");
+	cr_assert_eq(seen_op, 77);
+	cr_assert_eq(t.rx_other_mac, 1);
+	cr_assert_eq(t.rx_foreign, 1);
+	pair_down(&pr);
+}
+
 Test(driver, raw_blast_counts_both_ends)
 {
 	struct pair pr;

@@ -377,6 +377,20 @@ static uint16_t free_udp_ports(unsigned n)
  * and gives its buffers back only once it holds @hold of them or nothing
  * more came, so that a small @rx_desc runs out of receive buffers.
  */
+/* port.udp_gro on the receiving ports of udp_exchange() and gso_runs() */
+static bool rx_gro;
+
+/* Does the kernel coalesce for @p's socket (UDP_GRO set)? */
+static bool gro_set(struct cs_port *p)
+{
+	int v = 0;
+	socklen_t l = sizeof(v);
+
+	return !getsockopt(cs__udp_port_fd(p, 0), IPPROTO_UDP,
+			   104 /* UDP_GRO */, &v, &l) &&
+	       v;
+}
+
 static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 			 unsigned total, unsigned hold,
 			 struct cs_port_stats *bst, bool gso)
@@ -398,9 +412,12 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 	cb.rx_posted = posted;
 	ca.rx_multishot = cb.rx_multishot = multishot;
 	ca.udp_gso = gso;
+	cb.udp_gro = rx_gro;
 	ca.tx_desc = cb.tx_desc = 256;
 	cr_assert_eq(cs_port_open(&ca, &a), 0);
 	cr_assert_eq(cs_port_open(&cb, &b), 0);
+	cr_assert_eq(gro_set(b), rx_gro && multishot,
+		     "UDP_GRO set only with port.udp_gro and multishot");
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do {
@@ -458,6 +475,13 @@ static void udp_exchange(bool multishot, uint32_t rx_desc, uint32_t posted,
 			     (unsigned long long)st.tx_gso, total);
 	else
 		cr_assert_eq(st.tx_gso, 0);
+	/* on lo a GSO send reaches a UDP_GRO socket whole: every frame of
+	 * a run comes up from a coalesced datagram */
+	if (gro_set(b) && gso && total > 1)
+		cr_assert_gt(bst->rx_gro, 0,
+			     "no frame came from a GRO datagram");
+	if (!gro_set(b) || !gso)
+		cr_assert_eq(bst->rx_gro, 0);
 	cs_port_close(a);
 	cs_port_close(b);
 }
@@ -546,7 +570,7 @@ Test(udp, gso_refused_falls_back)
  * Runs end at another peer, a longer frame, or right after a shorter one;
  * each datagram must arrive whole, as sent, at its own peer.
  */
-Test(udp, gso_runs_keep_every_datagram)
+static void gso_runs(void)
 {
 	static const struct {
 		int peer; /* 0: b, 1: c */
@@ -577,6 +601,7 @@ Test(udp, gso_runs_keep_every_datagram)
 	for (int r = 0; r < 2; r++) {
 		conf_of(&cb, "udp", (uint16_t)(pa + 1 + r));
 		cb.rx_desc = cb.tx_desc = 64;
+		cb.udp_gro = rx_gro;
 		cr_assert_eq(cs_port_open(&cb, &rx[r]), 0);
 	}
 	cr_assert_eq(cs_port_tx_alloc(a, 0, v, N), N);
@@ -638,9 +663,45 @@ Test(udp, gso_runs_keep_every_datagram)
 	 * (a longer one follows), 8-10 (60 bytes ends it) */
 	cr_assert_eq(st.tx_gso, 10, "%llu frames in GSO sends",
 		     (unsigned long long)st.tx_gso);
+	cs_port_stats(rx[0], &st);
+	if (gro_set(rx[0]))
+		cr_assert_gt(st.rx_gro, 0, "runs to b arrived one by one");
+	else
+		cr_assert_eq(st.rx_gro, 0);
 	cs_port_close(a);
 	cs_port_close(rx[0]);
 	cs_port_close(rx[1]);
+}
+
+Test(udp, gso_runs_keep_every_datagram)
+{
+	rx_gro = false;
+	gso_runs();
+}
+
+/* The same runs received with port.udp_gro: each run arrives as one
+ * datagram and the port cuts it into the frames sent (sizes, bytes, the
+ * shorter last one), at the peer it was sent to. */
+Test(udp, gro_cuts_runs_into_the_frames_sent)
+{
+	rx_gro = true;
+	gso_runs();
+}
+
+/* port.udp_gro: in-order frames from coalesced datagrams; with 8 receive
+ * slots held by the caller a datagram of 16 frames waits half handed up
+ * and comes out whole once slots are back; a sender without GSO gives
+ * nothing to coalesce; without multishot GRO stays off. */
+Test(udp, gro_exchange)
+{
+	struct cs_port_stats st;
+
+	rx_gro = true;
+	udp_exchange(true, 256, 32, 256, 1, &st, true);
+	udp_exchange(true, 8, 32, 300, 8, &st, true);
+	udp_exchange(true, 256, 32, 64, 1, &st, false);
+	udp_exchange(false, 256, 32, 64, 1, &st, true);
+	rx_gro = false;
 }
 
 /* Receive slots run out while the caller holds them: the multishot
@@ -736,8 +797,10 @@ Test(udp, queue_by_destination_port)
 			   pb + 1);
 	cr_assert_eq(cs_port_tx_burst(a, 1, v, 1), 1);
 	cr_assert_eq(udp_drain(b, 1, 1, src, 32), 1);
-	cr_assert_eq(src[0], pa + 1, "sent from a's queue 1 (port %u), "
-				     "seen from %u", pa + 1, src[0]);
+	cr_assert_eq(src[0], pa + 1,
+		     "sent from a's queue 1 (port %u), "
+		     "seen from %u",
+		     pa + 1, src[0]);
 	cr_assert_eq(udp_drain(b, 0, 0, src, 32), 0);
 	cs_port_close(a);
 	cs_port_close(b);

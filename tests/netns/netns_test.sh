@@ -166,6 +166,13 @@ check_gso() {
 	[ "$(kv "$st" tx_gso)" -gt 0 ] || fail "no frame left in a GSO send"
 }
 
+# Did node 0's udp port receive with UDP GRO (its start-up line)?
+check_gro() {	# want: on | off
+	local log=/run/collstack/${CS_CLUSTER}n0.log
+	grep -q "udp port on .*GRO $1\b" "$log" ||
+		fail "node 0's udp port did not start with GRO $1: $(grep 'udp port on' "$log")"
+}
+
 # Bad allreduce requests on the control socket get an error line, and
 # the sidecar goes on answering.
 check_ctl_errors() {
@@ -370,11 +377,19 @@ af_packet_4_mixed|af_packet_4_mixed_bridge1)
 		cluster_up 2 --port af_xdp --mtu 3500; run_ar
 		check_drops_accounted ;;
 	esac ;;
-udp_4|udp_4_fault5|udp_foreign|udp_4_mixed|udp_4_mixed_bridge1)
+udp_4|udp_4_gro|udp_4_nogro|udp_4_fault5|udp_foreign|udp_4_mixed|udp_4_mixed_bridge1)
 	need_netns
 	has_udp || skip "collstackd built without io_uring (no udp port)"
 	case $CASE in
 	udp_4) cluster_up 4 --port udp; run_ar; check_gso ;;
+	# port.udp_gro forced on and off, whatever the default; the 1 MiB..
+	# 64 MiB runs go out in GSO runs and come in whole with GRO on
+	udp_4_gro)
+		cluster_up 4 --port udp --set port.udp_gro=1; run_ar; check_gso
+		check_gro on ;;
+	udp_4_nogro)
+		cluster_up 4 --port udp --set port.udp_gro=0; run_ar; check_gso
+		check_gro off ;;
 	udp_4_fault5) cluster_up 4 --port udp --set fault.drop=0.05; run_ar ;;
 	udp_4_mixed) cluster_up 4 --port udp; run_mixed ;;
 	udp_4_mixed_bridge1)
