@@ -516,22 +516,18 @@ static void ps_step_done(struct cs_svc_ps *ps, cs_ns_t now)
 		ps->t_timed_end = now;
 	}
 	if (ps->pull_clock) {
-		uint64_t c = ps->pull_clock, lo_v;
+		uint64_t lo_v = cs_ps_pat_lo_version(ps->spec.mode, s,
+						     ps->pull_clock);
 
-		lo_v = ps->spec.mode == CS_PS_SYNC ? c
-		       : ps->spec.mode == CS_PS_SSP && c > s ? c - s
-							     : 0;
 		if (lo_v > ps->lo_v) {
 			cs_ps_pat_count(&ps->pat, ps->lo_v, lo_v, ps->lo);
 			ps->lo_v = lo_v;
 		}
 		for (uint32_t i = 0; i < kpp; i++) {
-			uint64_t k = ps->keys[i];
-			uint64_t lo = ps->spec.mode == CS_PS_SYNC ? ps->lo[k]
-				      : CS_MAX(ps->lo[k], ps->own[k]);
-			uint64_t hi = ps->spec.mode == CS_PS_SYNC ? ps->lo[k]
-								  : ps->tot[k];
+			uint64_t k = ps->keys[i], lo, hi;
 
+			cs_ps_pat_bounds(ps->spec.mode, ps->lo[k], ps->own[k],
+					 ps->tot[k], &lo, &hi);
 			ps->wrong += cs_ps_pat_check(&ps->pat, k,
 						     ps->pulled + (size_t)i * d,
 						     lo, hi) != 0;

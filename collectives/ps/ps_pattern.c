@@ -111,6 +111,21 @@ int cs_ps_pat_check(const struct cs_ps_pat *p, uint64_t key, const float *row,
 	return 0;
 }
 
+uint64_t cs_ps_pat_lo_version(enum cs_ps_mode mode, uint32_t stale,
+			      uint64_t clock)
+{
+	if (mode == CS_PS_SYNC)
+		return clock;
+	return mode == CS_PS_SSP && clock > stale ? clock - stale : 0;
+}
+
+void cs_ps_pat_bounds(enum cs_ps_mode mode, uint32_t lo_all, uint32_t own,
+		      uint32_t tot, uint64_t *lo, uint64_t *hi)
+{
+	*lo = mode == CS_PS_SYNC ? lo_all : CS_MAX(lo_all, own);
+	*hi = mode == CS_PS_SYNC ? lo_all : tot;
+}
+
 void cs_ps_pat_count(const struct cs_ps_pat *p, uint64_t from, uint64_t to,
 		     uint32_t *cnt)
 {

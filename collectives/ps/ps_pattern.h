@@ -66,6 +66,18 @@ void cs_ps_pat_row(const struct cs_ps_pat *p, uint64_t key, uint64_t c,
 int cs_ps_pat_check(const struct cs_ps_pat *p, uint64_t key, const float *row,
 		    uint64_t lo, uint64_t hi);
 
+/*
+ * What a row pulled at @clock may have seen, in pushes: every worker's
+ * pushes of versions < cs_ps_pat_lo_version() (@lo_all, counted by
+ * cs_ps_pat_count), at least this worker's own completed pushes (@own;
+ * async, ssp), at most every push of the job (@tot). Sync: exactly
+ * @lo_all.
+ */
+uint64_t cs_ps_pat_lo_version(enum cs_ps_mode mode, uint32_t stale,
+			      uint64_t clock);
+void cs_ps_pat_bounds(enum cs_ps_mode mode, uint32_t lo_all, uint32_t own,
+		      uint32_t tot, uint64_t *lo, uint64_t *hi);
+
 /* Add every worker's pushes of versions [@from, @to) to @cnt (@p->rows
  * counters, one per key; a duplicate in a push counts twice). */
 void cs_ps_pat_count(const struct cs_ps_pat *p, uint64_t from, uint64_t to,
