@@ -30,7 +30,8 @@ static void usage(FILE *out)
 		"       [-w WARMUP] [--dense BYTES|0] [--dense-row-bytes B]\n"
 		"       [--roles R] [--timeout MS] [--cluster ENV]\n\n"
 		"One line per pattern and row size, then the dense case\n"
-		"(push+pull of every key of a BYTES table, default 1M; 0: none).\n"
+		"(push+pull of every key of a BYTES table, default 1M; 0: none;\n"
+		"--pattern none: the dense case only).\n"
 		"Defaults: all three patterns, rows of 64 and 1024 bytes, 256\n"
 		"keys per push over 100000 rows, uniform keys (Z 0), sync, 100\n"
 		"timed steps after 5 warm-up steps, dense rows of 1024 bytes.\n");
@@ -177,6 +178,8 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		return 2;
 	}
 	printf("# collstack bench -o ps: %s\n", env);
+	if (!strcmp(patterns, "none")) /* the dense case only */
+		sizes[0] = 0;
 	for (p = sizes; (tok = strtok_r(p, ",", &save)); p = NULL) {
 		char pats[128], *s2, *q, *pat;
 
