@@ -606,25 +606,26 @@ static int ps_main(int argc, char **argv, int rank, int n)
 		checked++;
 	}
 	{
-		double secs = t_end - t_timed, msecs, p50, p99, mp50, mp99;
-		double trows = (double)rows_timed, srows;
+		double mx[3], mxr[3] = { 0 }, sm[3], smr[3] = { 0 };
 		long swrong, schecked;
+		double msecs, mp50, mp99, srows;
 
 		qsort(lat, iters, sizeof(double), cs_bench_cmp_double);
-		p50 = lat[(iters - 1) / 2];
-		p99 = lat[(size_t)ceil(0.99 * iters) - 1];
-		MPI_Reduce(&secs, &msecs, 1, MPI_DOUBLE, MPI_MAX, 0,
-			   MPI_COMM_WORLD);
-		MPI_Reduce(&p50, &mp50, 1, MPI_DOUBLE, MPI_MAX, 0,
-			   MPI_COMM_WORLD);
-		MPI_Reduce(&p99, &mp99, 1, MPI_DOUBLE, MPI_MAX, 0,
-			   MPI_COMM_WORLD);
-		MPI_Reduce(&trows, &srows, 1, MPI_DOUBLE, MPI_SUM, 0,
-			   MPI_COMM_WORLD);
-		MPI_Reduce(&wrong, &swrong, 1, MPI_LONG, MPI_SUM, 0,
-			   MPI_COMM_WORLD);
-		MPI_Reduce(&checked, &schecked, 1, MPI_LONG, MPI_SUM, 0,
-			   MPI_COMM_WORLD);
+		/* slowest rank's time and percentiles; sums of the rest */
+		mx[0] = t_end - t_timed;
+		mx[1] = lat[(iters - 1) / 2];
+		mx[2] = lat[(size_t)ceil(0.99 * iters) - 1];
+		sm[0] = (double)rows_timed;
+		sm[1] = (double)wrong;
+		sm[2] = (double)checked;
+		MPI_Reduce(mx, mxr, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+		MPI_Reduce(sm, smr, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+		msecs = mxr[0];
+		mp50 = mxr[1];
+		mp99 = mxr[2];
+		srows = smr[0];
+		swrong = (long)smr[1];
+		schecked = (long)smr[2];
 		if (!rank) {
 			double t = msecs / iters, rps = srows / msecs;
 
