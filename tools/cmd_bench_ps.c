@@ -166,8 +166,9 @@ int cs_cmd_bench_ps(int argc, char **argv)
 			bad = 1;
 		}
 		if (bad) {
-			fprintf(stderr, "collstack bench -o ps: -%c %s: not "
-					"valid\n",
+			fprintf(stderr,
+				"collstack bench -o ps: -%c %s: not "
+				"valid\n",
 				o, optarg ? optarg : "");
 			usage(stderr);
 			return 2;
@@ -184,8 +185,9 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		char pats[128], *s2, *q, *pat;
 
 		if (cs_parse_whole(tok, 4, 1024, &v) || v % 4) {
-			fprintf(stderr, "collstack bench -o ps: row bytes %s: "
-					"4 to 1024, a multiple of 4\n",
+			fprintf(stderr,
+				"collstack bench -o ps: row bytes %s: "
+				"4 to 1024, a multiple of 4\n",
 				tok);
 			return 2;
 		}
@@ -193,32 +195,32 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		for (q = pats; (pat = strtok_r(q, ",", &s2)); q = NULL) {
 			if (strcmp(pat, "push") && strcmp(pat, "pull") &&
 			    strcmp(pat, "pushpull")) {
-				fprintf(stderr, "collstack bench -o ps: "
-						"pattern %s: push, pull or "
-						"pushpull\n",
+				fprintf(stderr,
+					"collstack bench -o ps: "
+					"pattern %s: push, pull or "
+					"pushpull\n",
 					pat);
 				return 2;
 			}
-			ret |= one(env, roles, pat, (unsigned)v,
-				   (unsigned)kpp, (unsigned)rows, skew, mode,
-				   (unsigned)iters, (unsigned)warm,
-				   (unsigned)ms, false);
+			ret |= one(env, roles, pat, (unsigned)v, (unsigned)kpp,
+				   (unsigned)rows, skew, mode, (unsigned)iters,
+				   (unsigned)warm, (unsigned)ms, false);
 		}
 	}
 	if (dense) {
 		unsigned long long drows = dense / drb;
 
 		if (!drows || drows > 65536 || dense % drb) {
-			fprintf(stderr, "collstack bench -o ps: --dense %llu: "
-					"a multiple of the row bytes, at most "
-					"65536 rows\n",
+			fprintf(stderr,
+				"collstack bench -o ps: --dense %llu: "
+				"a multiple of the row bytes, at most "
+				"65536 rows\n",
 				dense);
 			return 2;
 		}
 		ret |= one(env, roles, "pushpull", (unsigned)drb,
 			   (unsigned)drows, (unsigned)drows, "0", mode,
-			   (unsigned)iters, (unsigned)warm, (unsigned)ms,
-			   true);
+			   (unsigned)iters, (unsigned)warm, (unsigned)ms, true);
 	}
 	return ret ? 1 : 0;
 }

@@ -45,7 +45,8 @@ void cs_ps_pat_fini(struct cs_ps_pat *p)
 void cs_ps_pat_keys(const struct cs_ps_pat *p, uint32_t w, uint64_t t,
 		    uint64_t *keys)
 {
-	uint64_t r = (uint64_t)w * 0x9e3779b97f4a7c15ull ^ (t + 1) * 0xd6e8feb86659fd93ull;
+	uint64_t r = (uint64_t)w * 0x9e3779b97f4a7c15ull ^
+		     (t + 1) * 0xd6e8feb86659fd93ull;
 
 	for (uint32_t i = 0; i < p->kpp; i++) {
 		uint32_t lo = 0, hi = p->rows - 1;
@@ -104,7 +105,8 @@ int cs_ps_pat_check(const struct cs_ps_pat *p, uint64_t key, const float *row,
 	if (!(c > (double)lo - 0.5 && c < (double)hi + 0.5))
 		return -EBADMSG;
 	for (uint32_t j = 0; j < p->dim; j++) {
-		want = 1.0f - CS_PS_PAT_LR * pat_grad(key, j) * (float)llround(c);
+		want = 1.0f -
+		       CS_PS_PAT_LR * pat_grad(key, j) * (float)llround(c);
 		if (memcmp(&want, &row[j], sizeof(want)))
 			return -EBADMSG;
 	}
