@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,12 +14,19 @@
 #include <time.h>
 
 #include "collectives/ps/ps.h"
+#include "collectives/ps/ps_pattern.h"
+#include "collectives/ps/ps_wire.h"
 #include "svc_core.h"
 #include "svc_ps.h"
 
-#define PS_TABLE 1u
-#define PS_LR 0.5f
+#define PS_TABLE CS_PS_PAT_TABLE
 #define PS_NODES_MAX 64u
+#define PS_DIM_MAX 256u
+#define PS_KPP_MAX 65536u
+#define PS_ROWS_MAX (1u << 24)
+
+enum ps_pattern { PS_PUSHPULL, PS_PUSH, PS_PULL };
+static const char *const ps_pattern_names[] = { "pushpull", "push", "pull" };
 
 struct cs_svc_ps {
 	uint32_t n, rank; /* group */
@@ -26,12 +34,21 @@ struct cs_svc_ps {
 	uint32_t wrank_node[PS_NODES_MAX]; /* worker rank -> group rank */
 	int32_t my_wrank; /* -1: no worker here */
 	bool server;
-	uint32_t iters, kpp;
+	uint32_t iters, warm, steps; /* timed steps, warm-up steps, all */
+	uint64_t versions; /* pushed by every worker over the job */
+	enum ps_pattern pattern;
+	bool bad; /* worker 0 first sends two malformed pushes */
 	struct cs_ps_table_spec spec;
+	struct cs_ps_pat pat;
 	struct cs_ps_shardmap map;
 	struct cs_ps_flow *flow;
 	struct cs_ps_store *st;
 	struct cs_ps_worker *w;
+	uint32_t *tot; /* every key's pushes over the job */
+	uint32_t *lo; /* every worker's pushes of versions < lo_v */
+	uint32_t *own; /* this worker's completed pushes */
+	uint64_t lo_v;
+	uint64_t grads_want; /* this shard's grads_in at the end */
 	/* lcore: the worker's progress */
 	uint32_t it;
 	uint32_t inflight;
@@ -39,51 +56,18 @@ struct cs_svc_ps {
 	uint32_t op_peer;
 	uint64_t *keys;
 	float *grads, *pulled;
-	uint64_t pushes, pulls;
-	cs_ns_t t0, t_end;
+	uint64_t pull_clock; /* of the step in flight; 0: no pull */
+	bool pushed; /* the step in flight pushed */
+	uint64_t pushes, pulls, rows_timed;
+	cs_ns_t t0, t_step, t_timed, t_timed_end;
+	cs_ns_t *lat; /* [iters] */
 	bool worker_done, server_done;
-	uint64_t wrong, checked;
+	uint64_t wrong, checked, shard_wrong;
 	/* lcore -> control */
-	char summary[512];
+	char summary[640];
 	atomic_int final; /* 0 running, 1 done, < 0 failed */
 	atomic_bool go; /* control -> lcore: every node's flow is posted */
 };
-
-/* Gradient (worker, iteration, slot, value): multiples of 1/4. */
-static float ps_grad(uint32_t w, uint32_t t, uint32_t i, uint32_t j)
-{
-	return (float)((int)((w * 7 + t * 3 + i * 5 + j) % 9) - 4) / 4.0f;
-}
-
-static uint64_t ps_key(const struct cs_svc_ps *ps, uint32_t w, uint32_t t,
-		       uint32_t i)
-{
-	return (i * 2654435761u + w * 40503u + t * 977u) % ps->spec.key_max;
-}
-
-/* The serial reference of one row after @iters versions. */
-static void ps_ref_row(const struct cs_svc_ps *ps, uint64_t key, float *row)
-{
-	uint32_t d = ps->spec.dim;
-
-	for (uint32_t j = 0; j < d; j++)
-		row[j] = 1.0f;
-	for (uint32_t t = 0; t < ps->iters; t++) {
-		bool touched = false;
-		float g[CS_PS_DIM_MAX > 256 ? 256 : CS_PS_DIM_MAX] = { 0 };
-
-		for (uint32_t w = 0; w < ps->workers; w++)
-			for (uint32_t i = 0; i < ps->kpp; i++) {
-				if (ps_key(ps, w, t, i) != key)
-					continue;
-				touched = true;
-				for (uint32_t j = 0; j < d; j++)
-					g[j] += ps_grad(w, t, i, j);
-			}
-		for (uint32_t j = 0; touched && j < d; j++)
-			row[j] -= PS_LR * g[j];
-	}
-}
 
 static void ps_fail(struct cs_svc_ps *ps, int err, const char *why)
 {
@@ -154,6 +138,96 @@ static int ps_parse_nodes(char *list, uint32_t self, uint32_t npeers,
 	return *me < 0 ? -EINVAL : 0;
 }
 
+/* The job's options after the node list: KEY=VALUE ... */
+struct ps_opts {
+	enum cs_ps_mode mode;
+	uint32_t stale;
+	enum ps_pattern pattern;
+	unsigned warm;
+	double skew;
+	bool dense, bad;
+};
+
+static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
+			 size_t elen)
+{
+	char tok[64], *end;
+	int skip;
+
+	while (sscanf(s, " %63s%n", tok, &skip) == 1) {
+		char *v = strchr(tok, '=');
+		unsigned long u;
+		unsigned k;
+
+		s += skip;
+		if (!v)
+			goto bad;
+		*v++ = 0;
+		if (!strcmp(tok, "mode")) {
+			if (cs_ps_mode_parse(v, &o->mode, &o->stale))
+				goto bad;
+		} else if (!strcmp(tok, "pattern")) {
+			for (k = 0; k < CS_ARRAY_SIZE(ps_pattern_names); k++)
+				if (!strcmp(v, ps_pattern_names[k]))
+					break;
+			if (k == CS_ARRAY_SIZE(ps_pattern_names))
+				goto bad;
+			o->pattern = (enum ps_pattern)k;
+		} else if (!strcmp(tok, "warmup")) {
+			u = strtoul(v, &end, 10);
+			if (*end || end == v || u > 10000)
+				goto bad;
+			o->warm = (unsigned)u;
+		} else if (!strcmp(tok, "skew")) {
+			o->skew = strtod(v, &end);
+			if (*end || end == v || !(o->skew >= 0 && o->skew <= 10))
+				goto bad;
+		} else if (!strcmp(tok, "dense") || !strcmp(tok, "bad")) {
+			if (strcmp(v, "0") && strcmp(v, "1"))
+				goto bad;
+			*(tok[0] == 'd' ? &o->dense : &o->bad) = v[0] == '1';
+		} else {
+			goto bad;
+		}
+		continue;
+bad:
+		snprintf(err, elen,
+			 "option %s%s%s: not one of mode=sync|async|ssp:S "
+			 "pattern=pushpull|push|pull warmup=N skew=Z dense=0|1 "
+			 "bad=0|1",
+			 tok, v ? "=" : "", v ? v : "");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Every node's bookkeeping: totals, this shard's expected grads. */
+static int ps_setup_counts(struct cs_svc_ps *ps)
+{
+	uint32_t rows = (uint32_t)ps->spec.key_max;
+
+	ps->tot = calloc(rows, sizeof(*ps->tot));
+	if (!ps->tot)
+		return -ENOMEM;
+	cs_ps_pat_count(&ps->pat, 0, ps->versions, ps->tot);
+	if (ps->server &&
+	    cs_ps_pat_grads_of(&ps->pat, ps->versions, &ps->map, ps->rank,
+			       &ps->grads_want))
+		return -ENOMEM;
+	if (ps->my_wrank < 0)
+		return 0;
+	ps->lo = calloc(rows, sizeof(*ps->lo));
+	ps->own = calloc(rows, sizeof(*ps->own));
+	ps->lat = calloc(ps->iters, sizeof(*ps->lat));
+	ps->keys = calloc(ps->pat.kpp, sizeof(*ps->keys));
+	ps->grads = calloc((size_t)ps->pat.kpp * ps->spec.dim, sizeof(float));
+	ps->pulled = calloc((size_t)ps->pat.kpp * ps->spec.dim, sizeof(float));
+	return ps->lo && ps->own && ps->lat && ps->keys && ps->grads &&
+			       ps->pulled
+		       ? 0
+		       : -ENOMEM;
+}
+
 int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 		     uint32_t mss, uint32_t **nodes, uint32_t *n,
 		     struct cs_svc_ps **out, char *err, size_t elen)
@@ -161,17 +235,24 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	char roles[PS_NODES_MAX + 1], list[1024];
 	uint32_t nl[PS_NODES_MAX], srv[PS_NODES_MAX], nsrv = 0;
 	unsigned iters, rows, dim, kpp;
+	struct ps_opts o = { .mode = CS_PS_SYNC };
 	int64_t me;
+	int skip = 0;
 	struct cs_svc_ps *ps;
-	int ret = -ENOMEM;
 
-	if (sscanf(args, "%64s %u %u %u %u %1023s", roles, &iters, &rows, &dim,
-		   &kpp, list) != 6 ||
-	    !iters || iters > 10000 || rows < 1 || !dim || dim > 256 || !kpp ||
-	    kpp > 4096) {
+	if (sscanf(args, "%64s %u %u %u %u %1023s%n", roles, &iters, &rows,
+		   &dim, &kpp, list, &skip) != 6 ||
+	    !iters || iters > 100000 || rows < 1 || rows > PS_ROWS_MAX ||
+	    !dim || dim > PS_DIM_MAX || !kpp || kpp > PS_KPP_MAX) {
 		snprintf(err, elen,
 			 "usage: ps_start ROLES(s|w|b per node) ITERS ROWS "
-			 "DIM(1-256) KPP(1-4096) N0,N1,...");
+			 "DIM(1-256) KPP(1-65536) N0,N1,... [KEY=VALUE...]");
+		return -EINVAL;
+	}
+	if (ps_parse_opts(args + skip, &o, err, elen))
+		return -EINVAL;
+	if (o.dense && kpp != rows) {
+		snprintf(err, elen, "dense=1: every key each push (KPP = ROWS)");
 		return -EINVAL;
 	}
 	if (ps_parse_nodes(list, self, npeers, nl, n, &me) ||
@@ -188,7 +269,12 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	ps->rank = (uint32_t)me;
 	ps->my_wrank = -1;
 	ps->iters = iters;
-	ps->kpp = kpp;
+	ps->warm = o.warm;
+	ps->pattern = o.pattern;
+	ps->bad = o.bad;
+	/* push: one more (untimed) step pulls what was pushed */
+	ps->steps = ps->warm + iters + (o.pattern == PS_PUSH);
+	ps->versions = o.pattern == PS_PULL ? ps->warm : ps->warm + iters;
 	for (uint32_t r = 0; r < *n; r++) {
 		if (!strchr("swb", roles[r])) {
 			snprintf(err, elen, "role %c: not s, w or b", roles[r]);
@@ -213,18 +299,39 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	ps->spec.dim = dim;
 	ps->spec.dtype = CS_F32;
 	ps->spec.key_max = rows;
-	ps->spec.mode = CS_PS_SYNC;
+	ps->spec.mode = o.mode;
+	ps->spec.staleness = o.stale;
 	ps->spec.workers = ps->workers;
 	cs_ps_opt_defaults(&ps->spec.opt, CS_PS_OPT_SGD);
-	ps->spec.opt.lr = PS_LR;
+	ps->spec.opt.lr = CS_PS_PAT_LR;
 	ps->spec.init.kind = CS_PS_INIT_CONST;
 	ps->spec.init.scale = 1.0f;
 	atomic_init(&ps->final, 0);
 	atomic_init(&ps->go, false);
-	if (cs_ps_shardmap_init(&ps->map, srv, nsrv, 64))
-		goto out_free;
-	if (cs_ps_flow_create(ps->n, ps->rank, mss, ps_rx, ps, &ps->flow))
-		goto out_map;
+	if (cs_ps_pat_init(&ps->pat, rows, kpp, ps->workers, dim, o.skew,
+			   o.dense) ||
+	    cs_ps_shardmap_init(&ps->map, srv, nsrv, 64) ||
+	    cs_ps_flow_create(ps->n, ps->rank, mss, ps_rx, ps, &ps->flow))
+		goto fail;
+	if (cs_ps_wire_len(CS_PS_MSG_PUSH, 1, dim, CS_F32, 0) > mss) {
+		snprintf(err, elen,
+			 "a row of %u bytes does not fit a frame (%u bytes of "
+			 "payload): a larger MTU",
+			 dim * 4, mss);
+		cs_svc_ps_free(ps);
+		return -EINVAL;
+	}
+	if (o.bad && ps->versions * CS_DIV_ROUND_UP((uint64_t)ps->pat.kpp *
+							     (8 + 4 * dim),
+						     mss - CS_PS_WIRE_HDR) >=
+			     CS_PS_DEDUP_WINDOW - 1) {
+		snprintf(err, elen,
+			 "bad=1: a short job (its pushes to one server must "
+			 "stay below %u ids)",
+			 CS_PS_DEDUP_WINDOW - 1);
+		cs_svc_ps_free(ps);
+		return -EINVAL;
+	}
 	if (ps->server) {
 		struct cs_ps_store_cfg sc = { .server = ps->rank,
 					      .map = &ps->map,
@@ -234,49 +341,44 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 
 		if (cs_ps_store_create(&ps->st, &sc, &sio) ||
 		    cs_ps_store_add_table(ps->st, &ps->spec, 0, NULL))
-			goto out_parts;
+			goto fail;
 	}
 	if (ps->my_wrank >= 0) {
 		/* the core's sessions retransmit; the worker's own timer
-		 * (1 s) only covers a core that was replaced */
+		 * (5 s) only covers a core that was replaced, or (100 ms) a
+		 * push a server dropped because it came more than
+		 * CS_PS_AHEAD versions early (push only, sync / ssp). A
+		 * shorter one resends what the core still queues (1 KiB
+		 * rows: a frame each) and feeds the queue. */
+		bool early = o.pattern == PS_PUSH && o.mode != CS_PS_ASYNC;
+		cs_ns_t rto = early ? 100 * CS_NS_PER_MS : 5 * CS_NS_PER_S;
 		struct cs_ps_worker_cfg wc = { .rank = (uint32_t)ps->my_wrank,
 					       .map = &ps->map,
 					       .msg_max = mss,
-					       .rto = CS_NS_PER_S,
-					       .rto_max = CS_NS_PER_S };
+					       .rto = rto,
+					       .rto_max = 5 * CS_NS_PER_S };
 		struct cs_ps_worker_io wio = { ps_wk_send, ps_wk_done, ps };
 
-		ps->keys = calloc(kpp, sizeof(*ps->keys));
-		ps->grads = calloc((size_t)kpp * dim, sizeof(float));
-		ps->pulled = calloc((size_t)kpp * dim, sizeof(float));
-		if (!ps->keys || !ps->grads || !ps->pulled ||
-		    cs_ps_worker_create(&ps->w, &wc, &wio) ||
+		if (cs_ps_worker_create(&ps->w, &wc, &wio) ||
 		    cs_ps_worker_add_table(ps->w, &ps->spec))
-			goto out_parts;
+			goto fail;
 	} else {
 		ps->worker_done = true;
 	}
 	if (!ps->server)
 		ps->server_done = true;
+	if (ps_setup_counts(ps))
+		goto fail;
 	*nodes = malloc(*n * sizeof(**nodes));
 	if (!*nodes)
-		goto out_parts;
+		goto fail;
 	memcpy(*nodes, nl, *n * sizeof(**nodes));
 	*out = ps;
 	return 0;
-out_parts:
-	cs_ps_worker_destroy(ps->w);
-	cs_ps_store_destroy(ps->st);
-	cs_ps_flow_destroy(ps->flow);
-	free(ps->keys);
-	free(ps->grads);
-	free(ps->pulled);
-out_map:
-	cs_ps_shardmap_fini(&ps->map);
-out_free:
-	free(ps);
+fail:
+	cs_svc_ps_free(ps);
 	snprintf(err, elen, "no memory");
-	return ret;
+	return -ENOMEM;
 }
 
 void cs_svc_ps_free(struct cs_svc_ps *ps)
@@ -287,6 +389,11 @@ void cs_svc_ps_free(struct cs_svc_ps *ps)
 	cs_ps_store_destroy(ps->st);
 	cs_ps_flow_destroy(ps->flow);
 	cs_ps_shardmap_fini(&ps->map);
+	cs_ps_pat_fini(&ps->pat);
+	free(ps->tot);
+	free(ps->lo);
+	free(ps->own);
+	free(ps->lat);
 	free(ps->keys);
 	free(ps->grads);
 	free(ps->pulled);
@@ -298,86 +405,212 @@ struct cs_ps_flow *cs_svc_ps_flow(struct cs_svc_ps *ps)
 	return ps->flow;
 }
 
-/* Push iteration it, then pull at clock it + 1 (sync: after it). */
+/*
+ * Two pushes a server must refuse, with nothing applied: one for a table
+ * nobody serves (-ENOENT), one of the job's table with rows one value
+ * longer (-EBADMSG). The second takes push id CS_PS_DEDUP_WINDOW - 1 of
+ * worker 0 at that server, which the job's own pushes never reach (bad=1
+ * jobs are short: ps_start refuses more versions).
+ */
+static int ps_send_bad(struct cs_svc_ps *ps)
+{
+	uint8_t buf[CS_PS_WIRE_HDR + 8 + 4 * (PS_DIM_MAX + 1)];
+	float row[PS_DIM_MAX + 1] = { 0 };
+	uint32_t srv = cs_ps_shard_of(&ps->map, PS_TABLE, 0);
+
+	for (int k = 0; k < 2; k++) {
+		struct cs_ps_msg m = { .type = CS_PS_MSG_PUSH,
+				       .table = k ? PS_TABLE : PS_TABLE + 1,
+				       .worker = (uint32_t)ps->my_wrank,
+				       .id = k ? CS_PS_DEDUP_WINDOW - 1 : 0,
+				       .nparts = 1,
+				       .nkeys = 1,
+				       .dim = ps->spec.dim + 1,
+				       .dtype = CS_F32 };
+		size_t len = cs_ps_wire_len(m.type, 1, m.dim, m.dtype, 0);
+		int ret;
+
+		if (!len || len > sizeof(buf))
+			return -EINVAL;
+		cs_ps_wire_put_hdr(buf, &m);
+		cs_ps_wire_put_key(buf, 0, 0);
+		cs_ps_wire_put_row(buf, &m, 0, row);
+		ret = cs_ps_flow_send(ps->flow, srv, buf, len);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* Issue step it: a push of version it and/or a pull (ps_pattern). */
 static void ps_step(struct cs_svc_ps *ps, cs_ns_t now)
 {
-	uint32_t w = (uint32_t)ps->my_wrank, d = ps->spec.dim;
-	uint64_t op;
-	int ret;
+	uint32_t w = (uint32_t)ps->my_wrank, kpp = ps->pat.kpp;
+	bool timed = ps->it >= ps->warm && ps->it < ps->warm + ps->iters;
+	bool push, pull;
+	uint64_t op, clock;
+	int ret = 0;
 
-	for (uint32_t i = 0; i < ps->kpp; i++) {
-		ps->keys[i] = ps_key(ps, w, ps->it, i);
-		for (uint32_t j = 0; j < d; j++)
-			ps->grads[i * d + j] = ps_grad(w, ps->it, i, j);
+	switch (ps->pattern) {
+	case PS_PUSH:
+		push = ps->it < ps->versions;
+		pull = !push;
+		clock = ps->versions;
+		break;
+	case PS_PULL:
+		push = ps->it < ps->warm;
+		pull = true;
+		clock = push ? ps->it + 1u : ps->warm;
+		break;
+	default:
+		push = pull = true;
+		clock = ps->it + 1u;
+		break;
 	}
-	ret = cs_ps_worker_push(ps->w, PS_TABLE, ps->it, ps->keys, ps->grads,
-				ps->kpp, now, &op);
-	if (!ret)
-		ret = cs_ps_worker_pull(ps->w, PS_TABLE, ps->it + 1, ps->keys,
-					ps->kpp, ps->pulled, now, &op);
+	/* keys of this step; the final pull of a push job asks for the
+	 * keys of the last version */
+	cs_ps_pat_keys(&ps->pat, w,
+		       ps->pattern == PS_PUSH && pull ? ps->versions - 1
+						      : ps->it,
+		       ps->keys);
+	if (push) {
+		cs_ps_pat_grads(&ps->pat, ps->keys, kpp, ps->grads);
+		ret = cs_ps_worker_push(ps->w, PS_TABLE, ps->it, ps->keys,
+					ps->grads, kpp, now, &op);
+		ps->inflight += !ret;
+		ps->pushes += !ret;
+	}
+	if (!ret && pull) {
+		ret = cs_ps_worker_pull(ps->w, PS_TABLE, clock, ps->keys, kpp,
+					ps->pulled, now, &op);
+		ps->inflight += !ret;
+		ps->pulls += !ret;
+	}
 	if (ret) {
 		ps_fail(ps, ret, "worker: push/pull refused");
 		return;
 	}
-	ps->inflight += 2;
-	ps->pushes++;
-	ps->pulls++;
+	ps->pushed = push;
+	ps->pull_clock = pull ? clock : 0;
+	if (timed)
+		ps->rows_timed += (uint64_t)kpp * (push + pull);
+	if (ps->it == ps->warm)
+		ps->t_timed = now;
+	ps->t_step = now;
 	ps->it++;
 }
 
-/* The rows of the last pull against the reference. */
-static void ps_check_pull(struct cs_svc_ps *ps)
+/*
+ * The step in flight completed: count its push, check its pull. A row of
+ * a pull at clock c has seen every worker's pushes of versions < c (sync),
+ * those of versions < c - s at least (ssp:s), this worker's own completed
+ * pushes at least (async), and never more than the job's pushes.
+ */
+static void ps_step_done(struct cs_svc_ps *ps, cs_ns_t now)
 {
-	float ref[256];
-	uint32_t d = ps->spec.dim;
+	uint32_t kpp = ps->pat.kpp, d = ps->spec.dim, s = ps->spec.staleness;
+	uint32_t step = ps->it - 1;
 
-	for (uint32_t i = 0; i < ps->kpp; i++) {
-		ps_ref_row(ps, ps->keys[i], ref);
-		ps->wrong += memcmp(ref, ps->pulled + (size_t)i * d,
-				    d * sizeof(float)) != 0;
-		ps->checked++;
+	if (step >= ps->warm && step < ps->warm + ps->iters) {
+		ps->lat[step - ps->warm] = now - ps->t_step;
+		ps->t_timed_end = now;
 	}
+	if (ps->pull_clock) {
+		uint64_t lo_v = cs_ps_pat_lo_version(ps->spec.mode, s,
+						     ps->pull_clock);
+
+		if (lo_v > ps->lo_v) {
+			cs_ps_pat_count(&ps->pat, ps->lo_v, lo_v, ps->lo);
+			ps->lo_v = lo_v;
+		}
+		for (uint32_t i = 0; i < kpp; i++) {
+			uint64_t k = ps->keys[i], lo, hi;
+
+			cs_ps_pat_bounds(ps->spec.mode, ps->lo[k], ps->own[k],
+					 ps->tot[k], &lo, &hi);
+			ps->wrong += cs_ps_pat_check(&ps->pat, k,
+						     ps->pulled + (size_t)i * d,
+						     lo, hi) != 0;
+			ps->checked++;
+		}
+	}
+	/* the pull of this step went out after its push: own pushes
+	 * count from the next pull on */
+	if (ps->pushed)
+		for (uint32_t i = 0; i < kpp; i++)
+			ps->own[ps->keys[i]]++;
 }
 
-/* This server's shard against the reference. */
+/* This server's shard against the job's totals, exactly. */
 static void ps_check_shard(struct cs_svc_ps *ps)
 {
-	float ref[256], row[256];
+	float row[PS_DIM_MAX];
 
 	for (uint64_t k = 0; k < ps->spec.key_max; k++) {
 		if (cs_ps_shard_of(&ps->map, PS_TABLE, k) != ps->rank)
 			continue;
-		ps_ref_row(ps, k, ref);
-		if (cs_ps_store_peek(ps->st, PS_TABLE, k, row)) {
-			ps->wrong++;
-			continue;
-		}
-		ps->wrong +=
-			memcmp(ref, row, ps->spec.dim * sizeof(float)) != 0;
+		if (cs_ps_store_peek(ps->st, PS_TABLE, k, row) ||
+		    cs_ps_pat_check(&ps->pat, k, row, ps->tot[k], ps->tot[k]))
+			ps->shard_wrong++;
 		ps->checked++;
 	}
 }
 
+static int ps_cmp_ns(const void *a, const void *b)
+{
+	cs_ns_t x = *(const cs_ns_t *)a, y = *(const cs_ns_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 {
-	double secs = (double)(now - ps->t0) / 1e9;
+	double secs = (double)(now - ps->t0) / 1e9, tsecs = 0;
 	const struct cs_ps_store_stats *ss =
 		ps->st ? cs_ps_store_stats(ps->st) : NULL;
+	const struct cs_ps_worker_stats *ws =
+		ps->w ? cs_ps_worker_stats(ps->w) : NULL;
 	struct cs_ps_flow_stats fs;
+	double p50 = 0, p99 = 0;
 
+	if (ps->w) {
+		qsort(ps->lat, ps->iters, sizeof(*ps->lat), ps_cmp_ns);
+		p50 = (double)ps->lat[(ps->iters - 1) / 2] / 1e3;
+		p99 = (double)ps->lat[(uint32_t)ceil(0.99 * ps->iters) - 1] /
+		      1e3;
+		tsecs = (double)(ps->t_timed_end - ps->t_timed) / 1e9;
+	}
 	cs_ps_flow_get_stats(ps->flow, &fs);
 	snprintf(ps->summary, sizeof(ps->summary),
-		 "role=%s pushes=%" PRIu64 " pulls=%" PRIu64
-		 " rows_checked=%" PRIu64 " wrong=%" PRIu64 " grads_in=%" PRIu64
-		 " push_dup=%" PRIu64 " rejected=%" PRIu64 " msgs_sent=%" PRIu64
-		 " msgs_local=%" PRIu64 " secs=%.6f",
+		 "role=%s pattern=%s mode=%s pushes=%" PRIu64
+		 " pulls=%" PRIu64 " rows_checked=%" PRIu64 " wrong=%" PRIu64
+		 " shard_wrong=%" PRIu64 " grads_in=%" PRIu64 " push_dup=%" PRIu64
+		 " push_early=%" PRIu64 " rejected=%" PRIu64
+		 " worker_retx=%" PRIu64 " msgs_sent=%" PRIu64
+		 " msgs_local=%" PRIu64 " secs=%.6f timed_secs=%.6f"
+		 " timed_rows=%" PRIu64 " p50_us=%.1f p99_us=%.1f",
 		 ps->server && ps->my_wrank >= 0 ? "both"
 		 : ps->server			 ? "server"
 						 : "worker",
+		 ps_pattern_names[ps->pattern], cs_ps_mode_name(ps->spec.mode),
 		 ps->pushes, ps->pulls, ps->checked, ps->wrong,
-		 ss ? ss->grads_in : 0, ss ? ss->push_dup : 0,
-		 ss ? ss->rejected : 0, fs.sent, fs.local, secs);
+		 ps->shard_wrong, ss ? ss->grads_in : 0, ss ? ss->push_dup : 0,
+		 ss ? ss->push_early : 0, ss ? ss->rejected : 0,
+		 ws ? ws->retransmits : 0, fs.sent, fs.local, secs, tsecs,
+		 ps->rows_timed, p50, p99);
 	atomic_store_explicit(&ps->final, 1, memory_order_release);
+}
+
+/* Sync: every version applied. Async and ssp: every push taken (the
+ * flush before this applied it). */
+static bool ps_shard_complete(struct cs_svc_ps *ps)
+{
+	/* what this node took from itself since the last flush */
+	if (cs_ps_store_flush(ps->st))
+		return false;
+	if (ps->spec.mode == CS_PS_SYNC)
+		return cs_ps_store_clock(ps->st, PS_TABLE) >= ps->versions;
+	return cs_ps_store_stats(ps->st)->grads_in >= ps->grads_want;
 }
 
 unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
@@ -404,25 +637,33 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 
 			snprintf(why, sizeof(why),
 				 "worker: op failed: %d (server %u) at "
-				 "iteration %u",
+				 "step %u",
 				 ps->op_err, ps->op_peer, ps->it);
 			ps_fail(ps, ps->op_err, why);
 			return work;
 		}
 		if (!atomic_load_explicit(&ps->go, memory_order_acquire)) {
 			/* not before every node posted its flow */
-		} else if (!ps->inflight && ps->it < ps->iters) {
-			ps_step(ps, now);
-			work++;
-		} else if (!ps->inflight && !ps->worker_done) {
-			ps_check_pull(ps);
-			ps->worker_done = true;
+		} else if (ps->inflight || ps->worker_done) {
+			/* the step in flight, or all done */
+		} else {
+			if (ps->it)
+				ps_step_done(ps, now);
+			else if (ps->bad && ps->my_wrank == 0 &&
+				 ps_send_bad(ps))
+				ps_fail(ps, -EIO, "worker: bad pushes not sent");
+			if (ps->it < ps->steps) {
+				ps_step(ps, now);
+				work++;
+			} else {
+				ps->worker_done = true;
+			}
 		}
 		cs_ps_worker_tick(ps->w, now);
 	}
-	if (ps->st && !ps->server_done &&
-	    cs_ps_store_clock(ps->st, PS_TABLE) >= ps->iters) {
+	if (ps->st && !ps->server_done && ps_shard_complete(ps)) {
 		ps_check_shard(ps);
+		ps->wrong += ps->shard_wrong;
 		ps->server_done = true;
 	}
 	if (ps->worker_done && ps->server_done)
@@ -442,7 +683,7 @@ int cs_svc_ps_result(struct cs_svc_ps *ps, char *out, size_t len)
 	/* running: where it stands (read racily, for a report only) */
 	cs_ps_flow_get_stats(ps->flow, &fs);
 	snprintf(out, len,
-		 "iteration=%u inflight=%u rejected=%" PRIu64
+		 "step=%u inflight=%u rejected=%" PRIu64
 		 " flow_sent=%" PRIu64 " flow_acked=%" PRIu64
 		 " flow_rx=%" PRIu64 " flow_rebuilt=%" PRIu64,
 		 ps->it, ps->inflight,
@@ -470,7 +711,7 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 	}
 	cs_core_svc_view(s, &self, &npeers);
 	ret = cs_svc_ps_create(args + skip, self, npeers,
-			       CS_MIN(cs_core_svc_frame_payload(s), 1024u),
+			       cs_core_svc_frame_payload(s),
 			       &nodes, &n, &ps, err, sizeof(err));
 	if (ret) {
 		snprintf(out, len, "err %s", err);
@@ -491,7 +732,7 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
 		    size_t len)
 {
-	char res[512];
+	char res[640];
 	unsigned ms;
 	struct timespec ts = { 0, 1000000 };
 	struct cs_svc_ps *ps;

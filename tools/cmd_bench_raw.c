@@ -213,6 +213,11 @@ int cs_cmd_bench(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "raw"))
 		return bench_raw(argc - 1, argv + 1);
+	for (int i = 1; i < argc; i++) /* -o ps: sidecar jobs */
+		if ((!strcmp(argv[i], "-o") && i + 1 < argc &&
+		     !strcmp(argv[i + 1], "ps")) ||
+		    !strcmp(argv[i], "-ops"))
+			return cs_cmd_bench_ps(argc, argv);
 	if (argv[1][0] == '-') /* -o OP ...: trainers (cmd_bench.c) */
 		return cs_cmd_bench_ops(argc, argv);
 	fprintf(stderr, "collstack bench: unknown benchmark '%s'\n", argv[1]);

@@ -16,6 +16,20 @@ int cs_cmd_run_mixed(int argc, char **argv);
 int cs_cmd_launch(int argc, char **argv);
 int cs_cmd_run_buckets(int argc, char **argv);
 int cs_cmd_run_ps(int argc, char **argv);
+int cs_cmd_bench_ps(int argc, char **argv);
+/* One PS job over a cluster's sidecars (cmd_run_ps.c): what it reported. */
+struct cs_ps_job_res {
+	int nodes;
+	char roles[65];
+	double pushes, pulls, wrong, checked, rejected, retx, early;
+	double secs, timed_secs, timed_rows, p50_us, p99_us; /* slowest */
+	double gsum, gmax;
+	unsigned nsrv;
+};
+/* @job: "ITERS ROWS DIM KPP [KEY=VALUE...]" (ps_start); @roles NULL: all
+ * both. Prints a FAILED line itself. Returns 0, 1 (failed), 2 (usage). */
+int cs_ps_job_run(const char *env, const char *roles, const char *job,
+		  unsigned ms, bool print_nodes, struct cs_ps_job_res *r);
 /* The cluster's control folders and each sidecar's node id in the view
  * (cmd_run_mixed.c); returns the number of sidecars (at most 64) or -1. */
 int cs_run_cluster(const char *cmd, const char *env, char (*names)[64],

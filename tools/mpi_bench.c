@@ -6,6 +6,10 @@
  *
  *   mpirun -np 4 build/tools/cs-mpi-bench -o allreduce -b 4K -e 64M -f 4
  *                                         [-m b2b|iter]
+ *   mpirun -np 4 build/tools/cs-mpi-bench -o ps [--pattern push|pull|pushpull]
+ *          [--row-bytes B] [--keys-per-push P] [--rows N] [--skew Z]
+ *          [--mode sync|async|ssp:S] [--dense 0|1] [-n ITERS] [-w WARMUP]
+ *   (the parameter-server pattern of `collstack bench -o ps`, below)
  *
  * Timing, -m as in tools/cs_trainer_bench.c: b2b (default; nccl-tests and
  * OSU: a barrier, the timed iterations back to back, time(us) = the
@@ -17,6 +21,7 @@
  * the bytes all ranks sent (cs_bench_moved).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -26,6 +31,8 @@
 #include <strings.h>
 
 #include "bench_util.h"
+#include "collectives/ps/ps.h"
+#include "collectives/ps/ps_pattern.h"
 
 enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
 
@@ -145,6 +152,543 @@ static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 	}
 }
 
+/* ---- -o ps: the parameter-server pattern (collectives/ps/ps_pattern.h) --
+ *
+ * Every rank is a server and a worker. Keys are owned as in collstack's
+ * sidecar job (the same consistent-hashing map over ranks 0..n-1, 64
+ * virtual nodes). A step: the worker combines duplicate keys, sends each
+ * owner one push message (keys + f32 rows; sync and ssp: every owner, an
+ * empty push where it owns no key, as the sidecar's worker engine does)
+ * and/or one pull message (the unique keys it owns), point to point,
+ * then serves and waits until every push is acknowledged and every pull
+ * answered. A server applies a push on arrival (row -= lr * g), answers
+ * with an ack, and answers a pull once the mode allows it (sync: every
+ * worker pushed the versions below the pull's clock; ssp:s: below clock
+ * - s; async: at once). Every pulled row is checked exactly as the
+ * sidecar's (cs_ps_pat_check), and every shard at the end. */
+
+enum { T_PUSH = 11, T_ACK, T_PULL, T_REPLY };
+
+struct ps_pend { /* a pull waiting for its clock */
+	int src;
+	uint64_t clock;
+	uint32_t n;
+	uint64_t *keys;
+};
+
+struct ps_mpi {
+	int rank, n;
+	struct cs_ps_pat pat;
+	struct cs_ps_shardmap map;
+	enum cs_ps_mode mode;
+	uint32_t stale, dim;
+	int32_t *idx; /* key -> row of this shard, or -1 */
+	float *tab;
+	uint64_t *wclock; /* per worker: push messages taken (sync, ssp) */
+	struct ps_pend *pend;
+	uint32_t npend, cpend;
+	MPI_Request *reqs;
+	void **rbufs;
+	uint32_t nreqs, creqs;
+	uint32_t acks_left, replies_left;
+	/* worker: unique keys per owner of the pull in flight */
+	uint64_t *ukeys;
+	uint32_t *ustart, *ucount;
+	float *urows;
+};
+
+static void ps_die(const char *why)
+{
+	fprintf(stderr, "mpi_bench -o ps: %s\n", why);
+	MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void *ps_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		ps_die("out of memory");
+	return p;
+}
+
+/* Send @buf (ours now, freed once sent). */
+static void ps_isend(struct ps_mpi *s, int dst, int tag, void *buf, size_t len)
+{
+	if (s->nreqs == s->creqs) {
+		/* free what completed before growing */
+		uint32_t k = 0;
+
+		for (uint32_t i = 0; i < s->nreqs; i++) {
+			int done = 0;
+
+			MPI_Test(&s->reqs[i], &done, MPI_STATUS_IGNORE);
+			if (done) {
+				free(s->rbufs[i]);
+			} else {
+				s->reqs[k] = s->reqs[i];
+				s->rbufs[k++] = s->rbufs[i];
+			}
+		}
+		s->nreqs = k;
+		if (s->nreqs == s->creqs) {
+			s->creqs = s->creqs ? 2 * s->creqs : 64;
+			s->reqs = realloc(s->reqs, sizeof(*s->reqs) * s->creqs);
+			s->rbufs = realloc(s->rbufs,
+					   sizeof(*s->rbufs) * s->creqs);
+			if (!s->reqs || !s->rbufs)
+				ps_die("out of memory");
+		}
+	}
+	MPI_Isend(buf, (int)len, MPI_BYTE, dst, tag, MPI_COMM_WORLD,
+		  &s->reqs[s->nreqs]);
+	s->rbufs[s->nreqs++] = buf;
+}
+
+static bool ps_pull_ready(const struct ps_mpi *s, uint64_t clock)
+{
+	uint64_t need = cs_ps_pat_lo_version(s->mode, s->stale, clock), lo;
+
+	if (s->mode == CS_PS_ASYNC)
+		return true;
+	lo = s->wclock[0];
+	for (int w = 1; w < s->n; w++)
+		lo = s->wclock[w] < lo ? s->wclock[w] : lo;
+	return lo >= need;
+}
+
+static void ps_reply(struct ps_mpi *s, int dst, const uint64_t *keys,
+		     uint32_t n)
+{
+	size_t rb = (size_t)s->dim * sizeof(float);
+	uint8_t *buf = ps_xmalloc(rb * n);
+
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(buf + rb * i, s->tab + (size_t)s->idx[keys[i]] * s->dim,
+		       rb);
+	ps_isend(s, dst, T_REPLY, buf, rb * n);
+}
+
+static void ps_serve_parked(struct ps_mpi *s)
+{
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < s->npend; i++) {
+		struct ps_pend *p = &s->pend[i];
+
+		if (ps_pull_ready(s, p->clock)) {
+			ps_reply(s, p->src, p->keys, p->n);
+			free(p->keys);
+		} else {
+			s->pend[k++] = *p;
+		}
+	}
+	s->npend = k;
+}
+
+/* One message, if any: serve it (server) or take it (worker). */
+static int ps_progress(struct ps_mpi *s)
+{
+	MPI_Status st;
+	int flag = 0, len;
+	uint8_t *buf;
+	uint64_t hdr[2]; /* version or clock, nkeys */
+
+	MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st);
+	if (!flag)
+		return 0;
+	MPI_Get_count(&st, MPI_BYTE, &len);
+	buf = ps_xmalloc((size_t)len);
+	MPI_Recv(buf, len, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD,
+		 MPI_STATUS_IGNORE);
+	switch (st.MPI_TAG) {
+	case T_PUSH: {
+		const uint64_t *keys = (const uint64_t *)(buf + sizeof(hdr));
+		const float *g;
+
+		memcpy(hdr, buf, sizeof(hdr));
+		g = (const float *)(keys + hdr[1]);
+		for (uint64_t i = 0; i < hdr[1]; i++) {
+			float *row = s->tab + (size_t)s->idx[keys[i]] * s->dim;
+
+			for (uint32_t j = 0; j < s->dim; j++)
+				row[j] -= CS_PS_PAT_LR * g[i * s->dim + j];
+		}
+		s->wclock[st.MPI_SOURCE]++;
+		ps_isend(s, st.MPI_SOURCE, T_ACK, ps_xmalloc(8), 8);
+		ps_serve_parked(s);
+		break;
+	}
+	case T_PULL:
+		memcpy(hdr, buf, sizeof(hdr));
+		if (ps_pull_ready(s, hdr[0])) {
+			ps_reply(s, st.MPI_SOURCE,
+				 (const uint64_t *)(buf + sizeof(hdr)),
+				 (uint32_t)hdr[1]);
+		} else {
+			struct ps_pend p = { st.MPI_SOURCE, hdr[0],
+					     (uint32_t)hdr[1],
+					     ps_xmalloc(hdr[1] * 8) };
+
+			memcpy(p.keys, buf + sizeof(hdr), hdr[1] * 8);
+			if (s->npend == s->cpend) {
+				s->cpend = s->cpend ? 2 * s->cpend : 16;
+				s->pend = realloc(s->pend,
+						  sizeof(*s->pend) * s->cpend);
+				if (!s->pend)
+					ps_die("out of memory");
+			}
+			s->pend[s->npend++] = p;
+		}
+		break;
+	case T_ACK:
+		s->acks_left--;
+		break;
+	case T_REPLY: {
+		int from = st.MPI_SOURCE;
+
+		memcpy(s->urows + (size_t)s->ustart[from] * s->dim, buf,
+		       (size_t)len);
+		s->replies_left--;
+		break;
+	}
+	}
+	free(buf);
+	return 1;
+}
+
+/* Keys and rows by owner: sort the (combined) unique keys by owner. */
+static void ps_by_owner(struct ps_mpi *s, uint64_t *u, float *g, uint32_t nu,
+			bool with_rows)
+{
+	uint32_t *own = ps_xmalloc(sizeof(*own) * nu), pos[1024];
+	uint64_t *k2 = ps_xmalloc(8 * (size_t)nu);
+	float *g2 = with_rows ? ps_xmalloc(4 * (size_t)nu * s->dim) : NULL;
+
+	memset(s->ucount, 0, sizeof(*s->ucount) * (size_t)s->n);
+	for (uint32_t i = 0; i < nu; i++) {
+		own[i] = cs_ps_shard_of(&s->map, CS_PS_PAT_TABLE, u[i]);
+		s->ucount[own[i]]++;
+	}
+	for (int r = 0, a = 0; r < s->n; r++) {
+		s->ustart[r] = (uint32_t)a;
+		pos[r] = (uint32_t)a;
+		a += (int)s->ucount[r];
+	}
+	for (uint32_t i = 0; i < nu; i++) {
+		uint32_t p = pos[own[i]]++;
+
+		k2[p] = u[i];
+		if (g2)
+			memcpy(g2 + (size_t)p * s->dim, g + (size_t)i * s->dim,
+			       4 * (size_t)s->dim);
+	}
+	memcpy(u, k2, 8 * (size_t)nu);
+	if (g2)
+		memcpy(g, g2, 4 * (size_t)nu * s->dim);
+	free(own);
+	free(k2);
+	free(g2);
+}
+
+static void ps_send_kind(struct ps_mpi *s, int tag, uint64_t v,
+			 const uint64_t *u, const float *g)
+{
+	for (int r = 0; r < s->n; r++) {
+		uint32_t c = s->ucount[r];
+		size_t len = 16 + 8 * (size_t)c +
+			     (g ? 4 * (size_t)c * s->dim : 0);
+		uint64_t hdr[2] = { v, c };
+		uint8_t *buf;
+
+		if (!c && (tag == T_PULL || s->mode == CS_PS_ASYNC))
+			continue;
+		buf = ps_xmalloc(len);
+		memcpy(buf, hdr, 16);
+		memcpy(buf + 16, u + s->ustart[r], 8 * (size_t)c);
+		if (g)
+			memcpy(buf + 16 + 8 * (size_t)c,
+			       g + (size_t)s->ustart[r] * s->dim,
+			       4 * (size_t)c * s->dim);
+		if (tag == T_PUSH)
+			s->acks_left++;
+		else
+			s->replies_left++;
+		ps_isend(s, r, tag, buf, len);
+	}
+}
+
+static int ps_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int ps_main(int argc, char **argv, int rank, int n)
+{
+	const char *pattern = "pushpull", *mode = "sync";
+	unsigned rb = 64, kpp = 256, rows = 100000, iters = 100, warm = 5;
+	double skew = 0;
+	int dense = 0, pat;
+	struct ps_mpi s = { .rank = rank, .n = n };
+	uint32_t *srv, *tot, *lo_all, *own, steps, versions, nown = 0;
+	uint64_t *keys, *u, lo_v = 0, rows_timed = 0;
+	float *grads, *pulled;
+	double *lat, t_timed = 0, t_end = 0;
+	long wrong = 0, checked = 0;
+
+	for (int i = 1; i + 1 < argc; i += 2) {
+		const char *a = argv[i], *v = argv[i + 1];
+
+		if (!strcmp(a, "--pattern"))
+			pattern = v;
+		else if (!strcmp(a, "--row-bytes"))
+			rb = (unsigned)atoi(v);
+		else if (!strcmp(a, "--keys-per-push"))
+			kpp = (unsigned)atoi(v);
+		else if (!strcmp(a, "--rows"))
+			rows = (unsigned)atoi(v);
+		else if (!strcmp(a, "--skew"))
+			skew = atof(v);
+		else if (!strcmp(a, "--mode"))
+			mode = v;
+		else if (!strcmp(a, "--dense"))
+			dense = atoi(v);
+		else if (!strcmp(a, "-n"))
+			iters = (unsigned)atoi(v);
+		else if (!strcmp(a, "-w"))
+			warm = (unsigned)atoi(v);
+	}
+	pat = !strcmp(pattern, "push") ? 1 : !strcmp(pattern, "pull") ? 2 : 0;
+	if (dense)
+		kpp = rows;
+	if (cs_ps_mode_parse(mode, &s.mode, &s.stale) || rb < 4 || rb % 4 ||
+	    rb > 1024 || !iters || n > 1024 ||
+	    (strcmp(pattern, "pushpull") && pat == 0) ||
+	    cs_ps_pat_init(&s.pat, rows, kpp, (uint32_t)n, rb / 4, skew,
+			   dense)) {
+		if (!rank)
+			fprintf(stderr, "mpi_bench -o ps: bad arguments\n");
+		return 2;
+	}
+	s.dim = rb / 4;
+	srv = ps_xmalloc(sizeof(*srv) * (size_t)n);
+	for (int r = 0; r < n; r++)
+		srv[r] = (uint32_t)r;
+	if (cs_ps_shardmap_init(&s.map, srv, (uint32_t)n, 64))
+		ps_die("shard map");
+	steps = warm + iters + (pat == 1);
+	versions = pat == 2 ? warm : warm + iters;
+	s.idx = ps_xmalloc(sizeof(*s.idx) * rows);
+	for (uint32_t k = 0; k < rows; k++)
+		s.idx[k] = cs_ps_shard_of(&s.map, CS_PS_PAT_TABLE, k) ==
+				   (uint32_t)rank
+				   ? (int32_t)nown++
+				   : -1;
+	s.tab = ps_xmalloc(4 * (size_t)nown * s.dim);
+	for (size_t i = 0; i < (size_t)nown * s.dim; i++)
+		s.tab[i] = 1.0f;
+	s.wclock = calloc((size_t)n, sizeof(*s.wclock));
+	s.ustart = ps_xmalloc(sizeof(*s.ustart) * (size_t)n);
+	s.ucount = ps_xmalloc(sizeof(*s.ucount) * (size_t)n);
+	tot = calloc(rows, sizeof(*tot));
+	lo_all = calloc(rows, sizeof(*lo_all));
+	own = calloc(rows, sizeof(*own));
+	keys = ps_xmalloc(8 * (size_t)kpp);
+	u = ps_xmalloc(8 * (size_t)kpp);
+	grads = ps_xmalloc(4 * (size_t)kpp * s.dim);
+	pulled = ps_xmalloc(4 * (size_t)kpp * s.dim);
+	s.urows = ps_xmalloc(4 * (size_t)kpp * s.dim);
+	lat = calloc(iters, sizeof(*lat));
+	if (!s.wclock || !tot || !lo_all || !own || !lat)
+		ps_die("out of memory");
+	cs_ps_pat_count(&s.pat, 0, versions, tot);
+	MPI_Barrier(MPI_COMM_WORLD);
+	for (uint32_t it = 0; it < steps; it++) {
+		bool push = pat == 1 ? it < versions : pat == 2 ? it < warm : true;
+		bool pull = pat == 1 ? !push : true;
+		uint64_t clock = pat == 1   ? versions
+				 : pat == 2 ? (push ? it + 1u : warm)
+					    : it + 1u;
+		bool timed = it >= warm && it < warm + iters;
+		double t0 = MPI_Wtime();
+		int nu;
+
+		if (it == warm)
+			t_timed = t0;
+		cs_ps_pat_keys(&s.pat, (uint32_t)rank,
+			       pat == 1 && pull ? versions - 1u : it, keys);
+		if (push) {
+			memcpy(u, keys, 8 * (size_t)kpp);
+			cs_ps_pat_grads(&s.pat, u, kpp, grads);
+			nu = cs_ps_combine(u, grads, kpp, s.dim);
+			if (nu < 0)
+				ps_die("out of memory");
+			ps_by_owner(&s, u, grads, (uint32_t)nu, true);
+			ps_send_kind(&s, T_PUSH, it, u, grads);
+		}
+		if (pull) {
+			uint32_t nq = 0;
+
+			memcpy(u, keys, 8 * (size_t)kpp);
+			qsort(u, kpp, 8, ps_cmp_u64);
+			for (uint32_t i = 0; i < kpp; i++)
+				if (!i || u[i] != u[i - 1])
+					u[nq++] = u[i];
+			ps_by_owner(&s, u, NULL, nq, false);
+			ps_send_kind(&s, T_PULL, clock, u, NULL);
+			while (s.acks_left || s.replies_left)
+				ps_progress(&s);
+			/* scatter: the unique keys are sorted per owner */
+			for (uint32_t i = 0; i < kpp; i++) {
+				uint32_t r = cs_ps_shard_of(&s.map,
+							    CS_PS_PAT_TABLE,
+							    keys[i]);
+				uint64_t *b = u + s.ustart[r];
+				uint64_t *f = bsearch(&keys[i], b, s.ucount[r],
+						      8, ps_cmp_u64);
+
+				memcpy(pulled + (size_t)i * s.dim,
+				       s.urows + (size_t)(f - u) * s.dim,
+				       4 * (size_t)s.dim);
+			}
+		}
+		while (s.acks_left || s.replies_left)
+			ps_progress(&s);
+		if (pull) {
+			uint64_t lv = cs_ps_pat_lo_version(s.mode, s.stale,
+							   clock);
+
+			if (lv > lo_v) {
+				cs_ps_pat_count(&s.pat, lo_v, lv, lo_all);
+				lo_v = lv;
+			}
+			for (uint32_t i = 0; i < kpp; i++) {
+				uint64_t lo, hi;
+
+				cs_ps_pat_bounds(s.mode, lo_all[keys[i]],
+						 own[keys[i]], tot[keys[i]],
+						 &lo, &hi);
+				wrong += cs_ps_pat_check(&s.pat, keys[i],
+							 pulled + (size_t)i *
+									  s.dim,
+							 lo, hi) != 0;
+				checked++;
+			}
+		}
+		if (push)
+			for (uint32_t i = 0; i < kpp; i++)
+				own[keys[i]]++;
+		if (timed) {
+			t_end = MPI_Wtime();
+			lat[it - warm] = (t_end - t0) * 1e6;
+			rows_timed += (uint64_t)kpp * (push + pull);
+		}
+	}
+	/* serve the others until every rank is done */
+	{
+		MPI_Request b;
+		int done = 0;
+
+		MPI_Ibarrier(MPI_COMM_WORLD, &b);
+		while (!done) {
+			ps_progress(&s);
+			MPI_Test(&b, &done, MPI_STATUS_IGNORE);
+		}
+	}
+	for (uint32_t k = 0; k < rows; k++) {
+		if (s.idx[k] < 0)
+			continue;
+		wrong += cs_ps_pat_check(&s.pat, k,
+					 s.tab + (size_t)s.idx[k] * s.dim,
+					 tot[k], tot[k]) != 0;
+		checked++;
+	}
+	{
+		double mx[3], mxr[3] = { 0 }, sm[3], smr[3] = { 0 };
+		long swrong, schecked;
+		double msecs, mp50, mp99, srows;
+
+		qsort(lat, iters, sizeof(double), cs_bench_cmp_double);
+		/* slowest rank's time and percentiles; sums of the rest */
+		mx[0] = t_end - t_timed;
+		mx[1] = lat[(iters - 1) / 2];
+		mx[2] = lat[(size_t)ceil(0.99 * iters) - 1];
+		sm[0] = (double)rows_timed;
+		sm[1] = (double)wrong;
+		sm[2] = (double)checked;
+		MPI_Reduce(mx, mxr, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+		MPI_Reduce(sm, smr, 3, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+		msecs = mxr[0];
+		mp50 = mxr[1];
+		mp99 = mxr[2];
+		srows = smr[0];
+		swrong = (long)smr[1];
+		schecked = (long)smr[2];
+		if (!rank) {
+			double t = msecs / iters, rps = srows / msecs;
+
+			if (dense) {
+				double alg = (double)rows * rb / t / 1e9;
+
+				printf("ps-bench stack=mpi pattern=dense "
+				       "bytes=%.0f row_bytes=%u mode=%s "
+				       "nodes=%d iters=%u time_us=%.1f "
+				       "p50_us=%.1f p99_us=%.1f "
+				       "rows_per_s=%.0f algbw_GBps=%.3f "
+				       "busbw_GBps=%.3f wrong=%ld "
+				       "rows_checked=%ld\n",
+				       (double)rows * rb, rb, mode, n, iters,
+				       t * 1e6, mp50, mp99, rps, alg,
+				       alg * 2 * (n - 1) / n, swrong,
+				       schecked);
+			} else {
+				printf("ps-bench stack=mpi pattern=%s "
+				       "row_bytes=%u keys_per_push=%u "
+				       "rows=%u skew=%g mode=%s nodes=%d "
+				       "iters=%u time_us=%.1f p50_us=%.1f "
+				       "p99_us=%.1f rows_per_s=%.0f "
+				       "GB_per_s=%.3f wrong=%ld "
+				       "rows_checked=%ld\n",
+				       pattern, rb, kpp, rows, skew, mode, n,
+				       iters, t * 1e6, mp50, mp99, rps,
+				       rps * rb / 1e9, swrong, schecked);
+			}
+			fflush(stdout);
+		}
+		wrong = swrong;
+		MPI_Bcast(&wrong, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+	}
+	for (uint32_t i = 0; i < s.nreqs; i++) {
+		MPI_Wait(&s.reqs[i], MPI_STATUS_IGNORE);
+		free(s.rbufs[i]);
+	}
+	for (uint32_t i = 0; i < s.npend; i++)
+		free(s.pend[i].keys);
+	free(s.pend);
+	free(s.reqs);
+	free(s.rbufs);
+	free(srv);
+	free(s.idx);
+	free(s.tab);
+	free(s.wclock);
+	free(s.ustart);
+	free(s.ucount);
+	free(s.urows);
+	free(tot);
+	free(lo_all);
+	free(own);
+	free(keys);
+	free(u);
+	free(grads);
+	free(pulled);
+	free(lat);
+	cs_ps_shardmap_fini(&s.map);
+	cs_ps_pat_fini(&s.pat);
+	return wrong ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
@@ -156,6 +700,13 @@ int main(int argc, char **argv)
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &n);
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "-o") && !strcmp(argv[i + 1], "ps")) {
+			int rc = ps_main(argc, argv, rank, n);
+
+			MPI_Finalize();
+			return rc;
+		}
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "-b"))
 			minb = cs_bench_parse_size(argv[i + 1]);

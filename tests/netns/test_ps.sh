@@ -14,7 +14,19 @@
 #   ps_4x_roles  roles s,s,w,b: server-only, worker-only and both
 #   ps_4x_bad    bad requests get a clear error and start nothing: a role
 #                letter that is none, a node outside the view, a second
-#                job while one runs, ps_wait / ps_go with no job
+#                job while one runs, ps_wait / ps_go with no job, an
+#                unknown mode / pattern / option, dense with KPP != ROWS
+#   ps_4x_async  --mode async: every pulled row within its bounds (its
+#                own pushes at least, the job's at most), every shard
+#                exact once every push was taken
+#   ps_4x_ssp    --mode ssp:1, roles s,b,w,b: every pulled row has seen
+#                every worker's versions below its clock - 1
+#   ps_4x_bad_push  worker 0 first sends a push for an unknown table and
+#                one with rows one value longer: both refused (rejected=2),
+#                nothing applied (every row exact), then the sidecars run
+#                another job
+#   ps_4x_bench  collstack bench -o ps, a few steps of each pattern and
+#                the dense case, every line wrong=0
 #
 # Needs root (skips, 77, without). CS_CLUSTER names the cluster (default:
 # p<pid digits><case digits>, so that parallel checkouts never meet).
@@ -76,8 +88,41 @@ ps_4x_bad)
 	grep -q '^err a PS job runs' <<<"$r" || fail "second job: $r"
 	r=$(cs_ctl ${N}0 "ps_forget")
 	grep -q '^ok' <<<"$r" || fail "ps_forget: $r"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 100 4 8 0,1 mode=bogus")
+	grep -q '^err option mode=bogus' <<<"$r" || fail "bad mode: $r"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 100 4 8 0,1 pattern=x")
+	grep -q '^err option pattern=x' <<<"$r" || fail "bad pattern: $r"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 100 4 8 0,1 what")
+	grep -q '^err option what' <<<"$r" || fail "bad option: $r"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 100 4 8 0,1 dense=1")
+	grep -q '^err dense=1' <<<"$r" || fail "dense, KPP != ROWS: $r"
+	r=$(cs_ctl ${N}0 "ps_wait 10")
+	grep -q '^err usage' <<<"$r" || fail "a refused job started: $r"
 	# nothing broke: a job over every sidecar still runs right
 	run_ps
+	;;
+ps_4x_async)
+	run_ps --mode async
+	grep -q '^ps ok .*mode=async ' <<<"$out" || fail "mode not async"
+	;;
+ps_4x_ssp)
+	run_ps --mode ssp:1 --roles sbwb
+	grep -q 'mode=ssp ' <<<"$out" || fail "mode not ssp"
+	;;
+ps_4x_bad_push)
+	run_ps --bad-push --iters 5
+	grep -q '^ps ok .* rejected=2 ' <<<"$out" || fail "refusals: $out"
+	run_ps
+	grep -q '^ps ok .* rejected=0 ' <<<"$out" || fail "after: $out"
+	;;
+ps_4x_bench)
+	out=$("$CLI" bench -o ps -n 3 -w 1 --rows 2000 --keys-per-push 32 \
+		--row-bytes 64,1024 --dense 64K --timeout 120000)
+	rc=$?
+	echo "$out"
+	[ $rc -eq 0 ] || fail "bench -o ps: exit $rc"
+	[ "$(grep -c '^ps-bench stack=collstack .* wrong=0 ' <<<"$out")" = 7 ] ||
+		fail "bench -o ps: 7 lines with wrong=0 expected"
 	;;
 *)
 	fail "unknown case $CASE"
