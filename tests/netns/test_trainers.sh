@@ -36,7 +36,12 @@
 # members_desc_2x2 (a descriptor one node refuses reaches the other node's
 # rank as that error, not as a lost peer), groups_2x1 and groups_2x2
 # (three groups per trainer posted in opposite orders on the two nodes,
-# all in flight together; clean, then 3 % loss).
+# all in flight together; clean, then 3 % loss), alltoall_2x2 and
+# alltoall_4x2 (cs_alltoall: 3 trainers of one node alone, then every
+# node's trainers, two-level, then one trainer per node; every element of
+# every iteration checked; 4x2 with 3 % loss), alltoall_bad_2x2 (layouts
+# that do not add up and sizes that differ: a clear error on every rank,
+# the sidecars go on, a proper all-to-all then works).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i> (CS_CLUSTER=P: Pn<i>), bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -712,6 +717,70 @@ case_groups() {	# T [collstackd --set args...]
 	done
 }
 
+# cs_alltoall (docs/alltoall.md): first 3 trainers of one node in a group
+# of their own (no cross-node step), every block checked to hold its
+# sender's rank; then T trainers on each of the N nodes (two-level: each
+# node pair's blocks in one aggregated flow on the transport core's
+# all-to-all engine), then one per node (no staging copy), every element
+# of every iteration checked on every rank.
+case_a2a() {	# N T [collstackd --set args...]
+	local n=$1 t=$2 k
+	shift 2
+	up "$n" "$@"
+	join_run la alltoall 2 "0 0 3 0 3 1000" "0 1 3 1 3 1000" \
+		"0 2 3 2 3 1000"
+	for k in 0 1 2; do
+		expect $k '^ok op=1 sum=6000$'
+	done
+	bench "$t" -o alltoall -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "alltoall ${n}x$t: wrong elements or an error"
+	bench 1 -o alltoall -b 4K -e 256K -f 8 -n 3 -w 1 ||
+		fail "alltoall ${n}x1: wrong elements or an error"
+	sidecars_alive
+}
+
+# All-to-all inputs that do not add up, on 2 nodes of 2 trainers: each
+# is refused with a clear error on every rank (not a lost peer, not a
+# hang), the sidecars go on, and a proper all-to-all then works.
+case_a2a_bad() {
+	local k
+	up 2 --set rel.max_timeouts=64
+	# ranks not contiguous on a node (0 and 2 here, 1 and 3 there):
+	# refused by each node's server before anything is sent
+	join_run ba alltoall 1 "0 0 4 0 2" "0 2 4 1 2" "1 1 4 0 2" "1 3 4 1 2"
+	for k in 0 1 2 3; do
+		expect $k '^error op=0 status=-1004 msg=.*all-to-all across nodes needs the same number L of ranks'
+	done
+	# contiguous, but against the ring order (node 0 holds ranks 2, 3):
+	# refused by the sidecars (a2a_layout), every node told why
+	join_run bb alltoall 1 "0 2 4 0 2" "0 3 4 1 2" "1 0 4 0 2" "1 1 4 1 2"
+	for k in 0 1 2 3; do
+		expect $k '^error op=0 status=-1004 msg=.*all-to-all across nodes needs the same number L of ranks'
+	done
+	# 2 ranks on node 0, 1 on node 1 (a group of 3): not L on each
+	join_run bc alltoall 1 "0 0 3 0 2" "0 1 3 1 2" "1 2 3 0 1"
+	for k in 0 1 2; do
+		expect $k '^error op=0 status=-1004 msg=.*all-to-all across nodes needs the same number L of ranks'
+	done
+	# the ranks of node 0 disagree on the count: refused there naming
+	# rank 1; node 1's ranks get that error too
+	join_run bd alltoall 1 "0 0 4 0 2 1024" "0 1 4 1 2 512" \
+		"1 2 4 0 2 1024" "1 3 4 1 2 1024"
+	for k in 0 1 2 3; do
+		expect $k '^error op=0 status=-1004 msg=.*differs from another rank.s call: rank 1$'
+	done
+	no_peer_lost 0 1 2 3
+	sidecars_alive
+	# a proper all-to-all on the same sidecars: (1+2+3+4) x 1024
+	join_run ok alltoall 2 "0 0 4 0 2" "0 1 4 1 2" "1 2 4 0 2" "1 3 4 1 2"
+	for k in 0 1 2 3; do
+		expect $k '^ok op=1 sum=10240$'
+	done
+	grep -h "all-to-all refused" "$RUN/${P}n0.log" "$RUN/${P}n1.log" |
+		head -n 2 | sed 's/^/  log: /'
+	sidecars_alive
+}
+
 case ${1:-} in
 core_4x2) case_core ;;
 udp_queues_2x1) case_udp_queues ;;
@@ -738,6 +807,9 @@ members_rank_2x1) case_members_rank ;;
 members_desc_2x2) case_members_desc ;;
 groups_2x1) case_groups 1 "${@:2}" ;;	# [--set k=v ...]
 groups_2x2) case_groups 2 "${@:2}" ;;
+alltoall_2x2) case_a2a 2 2 ;;
+alltoall_4x2) case_a2a 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
+alltoall_bad_2x2) case_a2a_bad ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -756,7 +828,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
