@@ -41,7 +41,9 @@
 # node's trainers, two-level, then one trainer per node; every element of
 # every iteration checked; 4x2 with 3 % loss), alltoall_bad_2x2 (layouts
 # that do not add up and sizes that differ: a clear error on every rank,
-# the sidecars go on, a proper all-to-all then works).
+# the sidecars go on, a proper all-to-all then works), alltoall_lost_3x2
+# (a sidecar killed under a loop of all-to-alls: the other trainers get
+# CS_ERR_PEER_LOST naming its node, none hangs).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i> (CS_CLUSTER=P: Pn<i>), bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -789,6 +791,54 @@ case_a2a_bad() {
 	sidecars_alive
 }
 
+# A sidecar killed (-9) under a loop of all-to-alls, 3 nodes x 2 trainers
+# (static peers): the trainers of the two other nodes end within 60 s with
+# CS_ERR_PEER_LOST naming node 2 (its sessions gave up after
+# rel.max_timeouts), none hangs, and their sidecars live on.
+case_a2a_lost() {
+	local n=3 t=2 pids=() i l k rc
+	up $n --set rel.max_timeouts=24
+	for ((i = 0; i < n; i++)); do
+		for ((l = 0; l < t; l++)); do
+			ip netns exec "${P}n$i" env RANK=$((i * t + l)) \
+				WORLD_SIZE=$((n * t)) LOCAL_RANK=$l \
+				LOCAL_WORLD_SIZE=$t \
+				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
+				"$TRAINER" -o alltoall -b 192K -e 192K -n 100000 \
+				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
+			pids+=($!)
+		done
+	done
+	sleep 3
+	for p in "${pids[@]}"; do
+		kill -0 "$p" 2>/dev/null ||
+			{ cat "$RUN"/k*.out; fail "trainer $p ended before the kill"; }
+	done
+	kill -KILL "${PIDS[2]}"
+	for ((k = 0; k < 4; k++)); do
+		for _ in $(seq 600); do
+			kill -0 "${pids[$k]}" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "${pids[$k]}" 2>/dev/null; then
+			kill -KILL "${pids[@]}" 2>/dev/null
+			fail "trainer rank $k still running 60 s after node 2 died"
+		fi
+		wait "${pids[$k]}"
+		rc=$?
+		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
+		grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
+		grep -q "cs-trainer-bench rank $k: alltoall: .*node 2" \
+			"$RUN/k$k.out" || fail "trainer rank $k: node 2 not named"
+	done
+	kill -KILL "${pids[4]}" "${pids[5]}" 2>/dev/null
+	wait "${pids[4]}" "${pids[5]}" 2>/dev/null
+	for p in "${PIDS[0]}" "${PIDS[1]}"; do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = collstackd ] ||
+			fail "sidecar PID $p died"
+	done
+}
+
 case ${1:-} in
 core_4x2) case_core ;;
 udp_queues_2x1) case_udp_queues ;;
@@ -818,6 +868,7 @@ groups_2x2) case_groups 2 "${@:2}" ;;
 alltoall_2x2) case_a2a 2 2 ;;
 alltoall_4x2) case_a2a 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoall_bad_2x2) case_a2a_bad ;;
+alltoall_lost_3x2) case_a2a_lost ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -836,7 +887,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|bench N T [args]" >&2
+*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
