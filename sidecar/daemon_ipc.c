@@ -418,6 +418,20 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 #define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
 
 static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
+/* This node's ring index and the ring's size in the current view; a
+ * failure other than -EAGAIN (the view moved) is logged for @group. */
+static int ring_pos(struct cs_daemon_ipc *x, const char *group, uint32_t *pos,
+		    uint32_t *nn)
+{
+	char msg[160];
+	int ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, nn, msg,
+				     sizeof(msg));
+
+	if (ret && ret != -EAGAIN)
+		CS_WARN("group '%s': %s", group, msg);
+	return ret;
+}
+
 static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
 
 /*
@@ -449,13 +463,9 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	cs_ns_t now;
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", o->name, msg);
+	ret = ring_pos(x, o->name, &pos, &nn);
+	if (ret)
 		return ret;
-	}
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -523,13 +533,9 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	char msg[160];
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
+	ret = ring_pos(x, op->group, &pos, &nn);
+	if (ret)
 		return ret;
-	}
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -756,18 +762,13 @@ static int ring_layout(struct cs_daemon_ipc *x,
 		       const struct cs_ipc_inter_op *op, uint32_t *pos)
 {
 	uint32_t nn;
-	char msg[160];
 	int ret;
 
 	if (op->local_size != 1 || !op->block)
 		return 0;
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
+	ret = ring_pos(x, op->group, pos, &nn);
+	if (ret)
 		return ret;
-	}
 	return op->group_size == nn && (uint32_t)op->local_ranks[0] == *pos;
 }
 
@@ -786,16 +787,11 @@ static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o,
 {
 	struct cs_ipc_inter_op *op = &o->op;
 	uint32_t nn, L = op->local_size;
-	char msg[160];
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
+	ret = ring_pos(x, op->group, pos, &nn);
+	if (ret)
 		return ret;
-	}
 	if (op->group_size == nn * L &&
 	    (uint32_t)op->local_ranks[0] == *pos * L)
 		return 0;

@@ -365,23 +365,52 @@ case_gather_ring() {
 	sidecars_alive
 }
 
-case_kill() {
-	local n=2 t=2 pids=() i l k rc=0
-	# node 0's group dies with its rank: the op in flight is announced
-	# cancelled; ops node 1 posts after that are held on node 0 until
-	# tp.hold_ttl, then answered as timed out there (naming node 0)
-	up $n --set tp.hold_ttl=5s
+# loop_trainers N T OP BYTES: T trainers on each of N nodes running OP of
+# BYTES in a loop (output in $RUN/k<rank>.out); their PIDs in LOOP_PIDS
+loop_trainers() {
+	local n=$1 t=$2 i l
+	LOOP_PIDS=()
 	for ((i = 0; i < n; i++)); do
 		for ((l = 0; l < t; l++)); do
 			ip netns exec "${P}n$i" env RANK=$((i * t + l)) \
 				WORLD_SIZE=$((n * t)) LOCAL_RANK=$l \
 				LOCAL_WORLD_SIZE=$t \
 				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
-				"$TRAINER" -o allreduce -b 64K -e 64K -n 100000 \
+				"$TRAINER" -o "$3" -b "$4" -e "$4" -n 100000 \
 				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
-			pids+=($!)
+			LOOP_PIDS+=($!)
 		done
 	done
+}
+
+# ended_with_error K PID SECONDS WHY: trainer rank K must end within
+# SECONDS (else every loop trainer is killed and the case fails), and
+# with an error
+ended_with_error() {
+	local k=$1 pid=$2 rc
+	for _ in $(seq $(($3 * 10))); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -KILL "${LOOP_PIDS[@]}" 2>/dev/null
+		fail "trainer rank $k still running $3 s after $4"
+	fi
+	wait "$pid"
+	rc=$?
+	[ $rc -ne 0 ] || fail "trainer rank $k reported success"
+	echo "rank $k ended with status $rc (expected: an error)"
+	grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
+}
+
+case_kill() {
+	local n=2 t=2 pids=() k
+	# node 0's group dies with its rank: the op in flight is announced
+	# cancelled; ops node 1 posts after that are held on node 0 until
+	# tp.hold_ttl, then answered as timed out there (naming node 0)
+	up $n --set tp.hold_ttl=5s
+	loop_trainers $n $t allreduce 64K
+	pids=("${LOOP_PIDS[@]}")
 	# let operations flow, then kill local rank 1 of node 0 mid-run
 	sleep 3
 	for p in "${pids[@]}"; do
@@ -391,19 +420,7 @@ case_kill() {
 	kill -KILL "${pids[1]}"
 	# the others must end (with an error), not hang
 	for k in 0 2 3; do
-		for _ in $(seq 300); do
-			kill -0 "${pids[$k]}" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "${pids[$k]}" 2>/dev/null; then
-			kill -KILL "${pids[@]}" 2>/dev/null
-			fail "trainer rank $k still running 30 s after rank 1 died"
-		fi
-		wait "${pids[$k]}"
-		rc=$?
-		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
-		echo "rank $k ended with status $rc (expected: an error)"
-		grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
+		ended_with_error $k "${pids[$k]}" 30 "rank 1 died"
 	done
 	wait "${pids[1]}" 2>/dev/null
 	sidecars_alive
@@ -796,19 +813,10 @@ case_a2a_bad() {
 # CS_ERR_PEER_LOST naming node 2 (its sessions gave up after
 # rel.max_timeouts), none hangs, and their sidecars live on.
 case_a2a_lost() {
-	local n=3 t=2 pids=() i l k rc
+	local n=3 t=2 pids=() k p
 	up $n --set rel.max_timeouts=24
-	for ((i = 0; i < n; i++)); do
-		for ((l = 0; l < t; l++)); do
-			ip netns exec "${P}n$i" env RANK=$((i * t + l)) \
-				WORLD_SIZE=$((n * t)) LOCAL_RANK=$l \
-				LOCAL_WORLD_SIZE=$t \
-				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
-				"$TRAINER" -o alltoall -b 192K -e 192K -n 100000 \
-				-w 0 >"$RUN/k$((i * t + l)).out" 2>&1 &
-			pids+=($!)
-		done
-	done
+	loop_trainers $n $t alltoall 192K
+	pids=("${LOOP_PIDS[@]}")
 	sleep 3
 	for p in "${pids[@]}"; do
 		kill -0 "$p" 2>/dev/null ||
@@ -816,18 +824,7 @@ case_a2a_lost() {
 	done
 	kill -KILL "${PIDS[2]}"
 	for ((k = 0; k < 4; k++)); do
-		for _ in $(seq 600); do
-			kill -0 "${pids[$k]}" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "${pids[$k]}" 2>/dev/null; then
-			kill -KILL "${pids[@]}" 2>/dev/null
-			fail "trainer rank $k still running 60 s after node 2 died"
-		fi
-		wait "${pids[$k]}"
-		rc=$?
-		[ $rc -ne 0 ] || fail "trainer rank $k reported success"
-		grep "cs-trainer-bench rank" "$RUN/k$k.out" | sed 's/^/  /'
+		ended_with_error $k "${pids[$k]}" 60 "node 2 died"
 		grep -q "cs-trainer-bench rank $k: alltoall: .*node 2" \
 			"$RUN/k$k.out" || fail "trainer rank $k: node 2 not named"
 	done
