@@ -825,8 +825,7 @@ cs_export int cs_broadcast(struct cs_group *g, void *buf, size_t count,
 cs_export int cs_alltoall(struct cs_group *g, const void *send, void *recv,
 			  size_t count, enum cs_dtype dtype, cs_req_t *req)
 {
-	return post(g, CS_IPC_OP_ALLTOALL, send, recv, count, dtype, 0, 0,
-		    req);
+	return post(g, CS_IPC_OP_ALLTOALL, send, recv, count, dtype, 0, 0, req);
 }
 
 cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)

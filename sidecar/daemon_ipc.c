@@ -782,8 +782,7 @@ static int ring_layout(struct cs_daemon_ipc *x,
  * Returns 0 (*@pos set), 2 (refused: the verdict exchange runs), -EAGAIN
  * (the view moved) or another error.
  */
-static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o,
-		      uint32_t *pos)
+static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos)
 {
 	struct cs_ipc_inter_op *op = &o->op;
 	uint32_t nn, L = op->local_size;
@@ -798,8 +797,8 @@ static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o,
 	CS_WARN("group '%s': all-to-all refused: %u ranks here from rank %d, "
 		"the group has %u over %u nodes; node %u must hold ranks "
 		"%u..%u (the same number on every node, in ring order)",
-		op->group, L, (int)op->local_ranks[0], op->group_size, nn,
-		*pos, *pos * L, *pos * L + L - 1);
+		op->group, L, (int)op->local_ranks[0], op->group_size, nn, *pos,
+		*pos * L, *pos * L + L - 1);
 	if (cs_ar_svc_refuse(x->d->svc, o->op_id | OP_ID_RING_KIND, x->epoch,
 			     CS_ERR_BAD_DESC))
 		CS_WARN("group '%s': the refusal was not announced", op->group);

@@ -51,8 +51,7 @@ enum op {
 
 /* the names and the order of tools/mpi_bench.c */
 static const char *const op_names[] = { "allreduce", "reduce_scatter",
-					"all_gather", "broadcast",
-					"alltoall" };
+					"all_gather", "broadcast", "alltoall" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 struct bench {

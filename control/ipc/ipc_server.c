@@ -540,23 +540,22 @@ static void a2a_stage(struct group *g, struct inst *in, size_t blk)
 		for (uint32_t l = 0; l < L; l++)
 			for (uint32_t m = 0; m < L; m++)
 				memcpy(out + ((size_t)(j * L + l) * L + m) *
-						     blk,
+						       blk,
 				       in->parts[l].send +
 					       (size_t)(j * L + m) * blk,
 				       blk);
 }
 
 /* Local rank @m's blocks out of the second half of the staging buffer. */
-static void a2a_unstage(struct group *g, uint32_t m, uint8_t *recv,
-			size_t blk)
+static void a2a_unstage(struct group *g, uint32_t m, uint8_t *recv, size_t blk)
 {
 	uint32_t L = g->local_size;
-	const uint8_t *in = (const uint8_t *)g->staging +
-			    (size_t)g->size * L * blk;
+	const uint8_t *in =
+		(const uint8_t *)g->staging + (size_t)g->size * L * blk;
 
 	for (uint32_t r = 0; r < g->size; r++) /* r = i x L + l' */
-		memcpy(recv + (size_t)r * blk,
-		       in + ((size_t)r * L + m) * blk, blk);
+		memcpy(recv + (size_t)r * blk, in + ((size_t)r * L + m) * blk,
+		       blk);
 }
 
 /* Copy the result from the staging buffer to every local rank. */
@@ -823,8 +822,7 @@ static bool a2a_layout_ok(const struct group *g)
 
 	if (L == g->size)
 		return true; /* one node: no layout needed */
-	if (!L || g->size % L || g->ranks[0] < 0 ||
-	    (uint32_t)g->ranks[0] % L)
+	if (!L || g->size % L || g->ranks[0] < 0 || (uint32_t)g->ranks[0] % L)
 		return false;
 	for (uint32_t l = 1; l < L; l++)
 		if (g->ranks[l] != g->ranks[0] + (int32_t)l)

@@ -370,8 +370,8 @@ int cs_broadcast(struct cs_group *g, void *buf, size_t count,
  *
  * Returns: as cs_allreduce().
  */
-int cs_alltoall(struct cs_group *g, const void *send, void *recv,
-		size_t count, enum cs_dtype dtype, cs_req_t *req);
+int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
+		enum cs_dtype dtype, cs_req_t *req);
 
 /**
  * cs_barrier - post a barrier: completes once every rank has posted it
