@@ -99,10 +99,10 @@ static int ps_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
 {
 	(void)state;
 	snprintf(why, whylen,
-		 "strategy 'ps' for group '%s': the sidecar does not carry "
-		 "parameter-server push/pull yet (the engines are in "
-		 "collectives/ps/, but libcollstack has no push/pull call "
-		 "and collstackd no PS service)",
+		 "strategy 'ps' for group '%s': trainers cannot push/pull "
+		 "yet (collstackd's PS service, sidecar/svc_ps.c, serves "
+		 "`collstack run ps` only; libcollstack has no push/pull "
+		 "call)",
 		 ctx->param_group);
 	return -ENOTSUP;
 }

@@ -10,9 +10,13 @@
 # /proc: less sensitive than wall time to what else runs on the machine),
 # and the medians; the overhead decides trace.enable's default (on when
 # < 2 %; BENCHMARKS.md). The 1-minute load average is noted before the
-# cluster starts and after every sample; the last line says whether the
-# machine was quiet (load < 2 throughout: the figure may go into
-# BENCHMARKS.md) or not (then it may not: keep the script's output only).
+# cluster starts and after every sample. The load average counts the
+# cluster's own polling threads, so whether the machine was quiet is
+# decided from the CPU time everything else used during the samples: the
+# machine's busy time (/proc/stat) less the sidecars' and this script's
+# children's (the collstack runs) CPU time, as a share of all CPUs. The
+# last line says quiet (that share < 15 % in every sample: the figure may
+# go into BENCHMARKS.md) or not (then it may not: keep the output only).
 #
 #   scripts/bench-trace.sh [ROUNDS] [ITERS]     (root; defaults 5 and 3)
 #   CS_TRACE_BYTES=64M CS_TRACE_PORT=af_packet
@@ -53,14 +57,27 @@ cpu_ticks() {	# utime + stime of the sidecars, in clock ticks
 	echo $s
 }
 
+busy_ticks() {	# the machine's busy time (all CPUs), in clock ticks
+	awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat
+}
+
+child_ticks() {	# CPU time of this script's finished children, in ticks
+	local f
+	f=($(sed 's/.*) //' "/proc/$BASHPID/stat"))
+	echo $((f[13] + f[14]))
+}
+
 one() {	# mode -> "mean_us cpu_ms_per_allreduce" ("fail -" when it failed)
-	local t c0 c1
+	local t c0 c1 b0 b1 k0 k1 w0 w1
 	set_trace "$1"
-	c0=$(cpu_ticks)
+	c0=$(cpu_ticks) b0=$(busy_ticks) k0=$(child_ticks) w0=$(date +%s%N)
 	t=$("$CLI" run allreduce --bytes "$BYTES" --iters "$ITERS" --warmup 0 \
 		--timeout 120000 2>>"$ERRS" |
 		awk '/^ +[0-9]+ +[0-9]+ +f32/ {print $5}') || true
-	c1=$(cpu_ticks)
+	c1=$(cpu_ticks) b1=$(busy_ticks) k1=$(child_ticks) w1=$(date +%s%N)
+	echo "$(awk -v b=$((b1 - b0 - (c1 - c0) - (k1 - k0))) \
+		-v w=$((w1 - w0)) -v hz="$(getconf CLK_TCK)" -v n="$(nproc)" \
+		'BEGIN {o = b / hz / (w / 1e9 * n) * 100; printf "%.1f", o < 0 ? 0 : o}')" >>"$OTHERF"
 	if [ -z "$t" ]; then
 		echo "fail -"
 	else
@@ -69,6 +86,7 @@ one() {	# mode -> "mean_us cpu_ms_per_allreduce" ("fail -" when it failed)
 	fi
 }
 ERRS=$(mktemp)
+OTHERF=$(mktemp)
 LOADS=()
 load1() { cut -d' ' -f1 /proc/loadavg; }
 LOADS+=("$(load1)")
@@ -109,7 +127,10 @@ r1=$(recorded)
 echo "events per allreduce and node: $(( (r1 - r0) / ITERS )) (sample: ${x[0]} us, sidecar CPU ${x[1]} ms per allreduce)"
 [ -s "$ERRS" ] && { echo "# failed runs said:"; sed 's/^/#   /' "$ERRS"; }
 rm -f "$ERRS"
-printf '%s\n' "${LOADS[@]}" | awk '{if ($1 > m) m = $1; s = s " " $1}
-	END {printf "# 1-minute load before and after each sample:%s\n", s
-	     if (m < 2) print "# quiet: load < 2 throughout: the figure may go into BENCHMARKS.md"
-	     else printf "# NOT quiet: load up to %.2f (>= 2): keep this figure out of BENCHMARKS.md\n", m}'
+printf '%s\n' "${LOADS[@]}" | awk '{s = s " " $1}
+	END {printf "# 1-minute load before and after each sample:%s\n", s}'
+awk '{if ($1 > m) m = $1; s = s " " $1}
+	END {printf "# CPU used by other processes per sample, %% of all CPUs:%s\n", s
+	     if (m < 15) print "# quiet: other processes used < 15 % of the CPUs in every sample: the figure may go into BENCHMARKS.md"
+	     else printf "# NOT quiet: other processes used up to %.1f %% of the CPUs: keep this figure out of BENCHMARKS.md\n", m}' "$OTHERF"
+rm -f "$OTHERF"

@@ -41,6 +41,7 @@ struct as_rank {
 	bool posted, done;
 	int status;
 	uint32_t culprit;
+	cs_ns_t t_done; /* when its operation completed */
 };
 
 struct as {
@@ -152,6 +153,7 @@ static void as_done(void *owner, void *user, int status, uint32_t culprit)
 	r->done = true;
 	r->status = status;
 	r->culprit = culprit;
+	r->t_done = cs_sim_now(m->sim);
 	m->ndone++;
 	if (status) {
 		if (!m->nfailed++ && !m->wrong)
@@ -412,6 +414,30 @@ int cs_a2a_sim_cfg_default(struct cs_a2a_sim_cfg *c)
 	return ret;
 }
 
+/*
+ * Jain's fairness index of the senders' rates (bytes sent / the time the
+ * rank's operation completed), over the ranks that send anything:
+ * (sum x)^2 / (k sum x^2), 1 when every sender got the same rate.
+ */
+static double as_jain(const struct as *m)
+{
+	double s = 0, s2 = 0;
+	uint32_t k = 0;
+
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct as_rank *r = &m->rk[i];
+		double x;
+
+		if (!r->done || r->status || !r->ns || !r->t_done)
+			continue;
+		x = (double)r->ns / (double)r->t_done;
+		s += x;
+		s2 += x * x;
+		k++;
+	}
+	return k && s2 > 0 ? s * s / ((double)k * s2) : 0;
+}
+
 /* What ran: the mean block decides auto (cs_a2a_choose()). */
 static enum cs_a2a_algo as_algo(const struct cs_a2a_sim_cfg *c)
 {
@@ -470,6 +496,7 @@ int cs_a2a_sim_run(const struct cs_a2a_sim_cfg *c,
 	res->checked = m.checked;
 	res->time_ns = m.t_end;
 	snprintf(res->first, sizeof(res->first), "%s", m.first);
+	res->jain = as_jain(&m);
 	for (uint32_t i = 0; i < m.n; i++) {
 		struct as_rank *r = &m.rk[i];
 		int l = cs_sim_link_find(m.sim, cs_sim_nodes(m.sim) - 1, r->id);

@@ -65,6 +65,7 @@ struct cs_a2a_sim_result {
 	uint64_t frames, retx, drops, proto;
 	uint64_t max_queue; /* deepest switch port queue, bytes */
 	uint64_t staged; /* bytes copied into two-level streams */
+	double jain; /* fairness of the senders' rates, 0..1 */
 	char first[200];
 };
 

@@ -23,6 +23,7 @@
 #include "sidecar/ctl.h"
 #include "dataplane/lcore.h"
 #include "internal/util.h"
+#include "trainers.h"
 
 #define MX_MAX_NODES 64
 
@@ -45,14 +46,67 @@ static void mx_usage(FILE *out)
 	fprintf(out,
 		"usage: collstack run mixed [--groups G] [--ops K] [--seed S]\n"
 		"       [--min-bytes B] [--max-bytes B] [--timeout MS]\n"
-		"       [--cluster ENV]\n\n"
+		"       [--trainers T] [--cluster ENV]\n\n"
 		"G groups (the first over every sidecar, the others over\n"
 		"random subsets in random order), K operations each of random\n"
 		"ring kinds or all-to-all, types, operators and sizes, posted in a different\n"
 		"order on every sidecar, all in flight; every element checked.\n"
+		"--trainers T: through T trainers per node (cs-trainer-mixed,\n"
+		"libcollstack), groups over every rank, one trainer per node\n"
+		"or one node's trainers (at most 16 groups, groups x ops <= 256).\n"
 		"Prints 'mixed ok ...' or\n"
 		"'mixed FAILED ...' (exit 1). Defaults: 4 groups, 16 ops,\n"
 		"4 B .. 1 MiB, seed 1, 120000 ms.\n");
+}
+
+/*
+ * `run mixed --trainers T`: the same through trainers (cs-trainer-mixed,
+ * T per node, tools/trainers.c): groups over every rank, over one trainer
+ * of every node, or over one node's trainers; every trainer posts all of
+ * its operations in an order of its own and checks every element.
+ */
+static int mx_trainers(const char *env, int tpn, unsigned long groups,
+		       unsigned long ops, uint64_t seed, uint64_t lo,
+		       uint64_t hi, unsigned long timeout_ms)
+{
+	static const char *const flag[6] = { "-g", "-k", "-s",
+					     "-b", "-e", "-t" };
+	char a[6][32], *args[13];
+	struct cs_trainers tr = { .cmd = "collstack run mixed",
+				  .default_name = "cs-trainer-mixed",
+				  .env = env,
+				  .args = args,
+				  .tpn = tpn,
+				  .netns = true,
+				  .pin = true };
+	unsigned wait_s = (unsigned)((timeout_ms + 999) / 1000);
+	int na = 0, ret;
+
+	if (groups > 16 || groups * ops > 256) {
+		fprintf(stderr, "collstack run mixed: with --trainers, at most "
+				"16 groups and 256 operations per trainer "
+				"(groups x ops)\n");
+		return 2;
+	}
+	snprintf(a[0], sizeof(a[0]), "%lu", groups);
+	snprintf(a[1], sizeof(a[1]), "%lu", ops);
+	snprintf(a[2], sizeof(a[2]), "%" PRIu64, seed);
+	snprintf(a[3], sizeof(a[3]), "%" PRIu64, lo);
+	snprintf(a[4], sizeof(a[4]), "%" PRIu64, hi);
+	snprintf(a[5], sizeof(a[5]), "%u", wait_s);
+	for (int i = 0; i < 6; i++) {
+		args[na++] = (char *)flag[i];
+		args[na++] = a[i];
+	}
+	args[na] = NULL;
+	tr.timeout_s = wait_s + 60;
+	ret = cs_trainers_run(&tr);
+	printf("mixed %s trainers_per_node=%d groups=%lu ops=%lu seed=%" PRIu64
+	       " (%s)\n",
+	       ret ? "FAILED" : "ok", tpn, groups, ops, seed,
+	       ret ? "see the lines above" : "every trainer checked every "
+					     "element: wrong=0");
+	return ret ? 1 : 0;
 }
 
 static int mx_size(const char *s, uint64_t *out)
@@ -111,10 +165,12 @@ int cs_cmd_run_mixed(int argc, char **argv)
 		{ "max-bytes", required_argument, NULL, 'e' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "cluster", required_argument, NULL, 'c' },
+		{ "trainers", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	static const enum cs_dtype types[] = { CS_F32, CS_F64, CS_I32, CS_I64 };
+	unsigned long tpn = 0;
 	char names[MX_MAX_NODES][CS_CTL_NAME_MAX];
 	char dirs[MX_MAX_NODES][320], req[4096], reply[CS_CTL_LINE];
 	unsigned long groups = 4, ops = 16, timeout = 120000;
@@ -157,6 +213,10 @@ int cs_cmd_run_mixed(int argc, char **argv)
 		case 'c':
 			env = optarg;
 			break;
+		case 't':
+			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN, &tpn))
+				goto bad;
+			break;
 		case 'h':
 			mx_usage(stdout);
 			return 0;
@@ -164,11 +224,14 @@ int cs_cmd_run_mixed(int argc, char **argv)
 			goto bad;
 		}
 	}
-	if (lo > hi) {
+	if (lo > hi || optind != argc) {
 	bad:
 		mx_usage(stderr);
 		return 2;
 	}
+	if (tpn)
+		return mx_trainers(env, (int)tpn, groups, ops, seed, lo, hi,
+				   timeout);
 	n = cs_run_cluster("collstack run mixed", env, names, dirs, rank_of);
 	if (n < 0)
 		return 1;

@@ -29,7 +29,9 @@ static void a2a_usage(FILE *out)
 		"counts in the same operation. Every element is checked. Prints\n"
 		"'alltoall ok ...' or 'alltoall FAILED ...' (exit 1).\n"
 		"busbw = algbw x (N-1)/N; bound_us: the largest send buffer's\n"
-		"network share at the link rate. Defaults: 8 ranks, L 1,\n"
+		"network share at the link rate; jain: Jain's fairness index of\n"
+		"the senders' rates (bytes / completion time), 1 = all equal.\n"
+		"Defaults: 8 ranks, L 1,\n"
 		"1 MiB, auto, 100 Gb/s, 1 us per link, 1 MiB port buffers,\n"
 		"no credit. --set takes rel.*, pacer.*, cc.* and tp.* keys.\n");
 }
@@ -218,14 +220,14 @@ int cs_cmd_sim_alltoall(int argc, char **argv)
 	bound = (double)r.max_bytes * (c.ranks - 1) / c.ranks * 8 / c.gbps;
 	printf("alltoall %s ranks=%u ranks_per_node=%u algo=%s%s bytes=%" PRIu64
 	       "%s%s time_us=%.1f busbw_gbps=%.2f bound_us=%.1f"
-	       " max_queue_bytes=%" PRIu64 " drops=%" PRIu64
+	       " jain=%.3f max_queue_bytes=%" PRIu64 " drops=%" PRIu64
 	       " frames=%" PRIu64 " retx=%" PRIu64 " staged=%" PRIu64
 	       " checked=%" PRIu64 " wrong=%" PRIu64 " loss=%g seed=%" PRIu64
 	       "\n",
 	       ok ? "ok" : "FAILED", c.ranks, c.rpn, algo_name(r.algo),
 	       c.no_bucket ? "(unbucketed)" : "", c.bytes,
 	       c.uneven ? " uneven" : "", c.dynamic ? " dynamic" : "", r.time_ns / 1e3, busbw, bound / 1e3,
-	       r.max_queue, r.drops, r.frames, r.retx, r.staged, r.checked,
+	       r.jain, r.max_queue, r.drops, r.frames, r.retx, r.staged, r.checked,
 	       r.wrong, c.loss, c.seed);
 	if (!ok)
 		printf("alltoall: %s\n",

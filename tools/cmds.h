@@ -13,6 +13,7 @@ int cs_cmd_bench(int argc, char **argv);
 int cs_cmd_bench_ops(int argc, char **argv);
 int cs_cmd_run(int argc, char **argv);
 int cs_cmd_run_mixed(int argc, char **argv);
+int cs_cmd_launch(int argc, char **argv);
 int cs_cmd_run_buckets(int argc, char **argv);
 int cs_cmd_run_ps(int argc, char **argv);
 /* The cluster's control folders and each sidecar's node id in the view

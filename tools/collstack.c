@@ -25,6 +25,8 @@ static const struct cmd cmds[] = {
 	  "bench raw: bidirectional raw port rate of 2 sidecars" },
 	{ "run", cs_cmd_run,
 	  "run allreduce: real allreduces across the cluster's sidecars" },
+	{ "launch", cs_cmd_launch,
+	  "a program T times per node of a cluster (RANK, ... set)" },
 	{ "stats", cs_cmd_stats,
 	  "health counters of the cluster's sidecars, one row per node" },
 	{ "trace", cs_cmd_trace,

@@ -945,11 +945,13 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     def _alltoallv_bytes(self, name, src_u8, in_splits, out_splits, dst_u8,
                          result):
-        """All-to-all of byte blocks, as an all-gather of every rank's
-        whole input padded to the longest one: every rank receives world
-        size x the longest input (an all-to-all would receive its own
-        blocks only). in_splits/out_splits: bytes per peer. The split
-        vectors are exchanged first with a blocking all-gather."""
+        """All-to-all of byte blocks. in_splits/out_splits: bytes per
+        peer. The split vectors are exchanged first with a blocking
+        all-gather; then, where the sidecars carry all-to-all (the same
+        number of ranks on every node), one cs_alltoall with every block
+        padded to the exchange's longest block; elsewhere an all-gather of
+        every rank's whole input padded to the longest one (every rank
+        receives world size x the longest input)."""
         size, me = self._size, self._rank
         if len(in_splits) != size or len(out_splits) != size:
             raise _err(name, f"split sizes need {size} entries")
@@ -963,6 +965,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
             if allsp[j][me] != out_splits[j]:
                 raise _err(name, f"rank {j} sends {allsp[j][me]} bytes to "
                            f"rank {me}, which expects {out_splits[j]}")
+        if self._a2a_native():
+            return self._alltoall_padded(name, src_u8, in_splits,
+                                         out_splits, dst_u8, allsp, result)
         width = max(sum(row) for row in allsp)
         s = self._rt.stage(max(width, 1))
         total = sum(in_splits)
@@ -984,6 +989,46 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         return self._post(name, _lib.cs_all_gather,
                           (s.start, d.start, max(width, 1), _U8), staged,
                           done, result)
+
+    def _a2a_native(self):
+        """Whether the sidecars' all-to-all (cs_alltoall) can carry this
+        group: the same number of ranks on every node (the rendezvous
+        already made each node's ranks consecutive)."""
+        if not hasattr(_lib, "cs_alltoall"):
+            return False
+        per = {}
+        for n in self._nodes:
+            per[n] = per.get(n, 0) + 1
+        return len(set(per.values())) == 1
+
+    def _alltoall_padded(self, name, src_u8, in_splits, out_splits, dst_u8,
+                         allsp, result):
+        """All-to-all of byte blocks through cs_alltoall, every block
+        padded to the longest block of the exchange (allsp: every rank's
+        input splits, the same on every rank, so every rank picks the
+        same width)."""
+        size, me = self._size, self._rank
+        blk = max(max(row) for row in allsp) or 1
+        s = self._rt.stage(blk * size)
+        d = self._rt.stage(blk * size)
+        o = 0
+        for j in range(size):
+            n = in_splits[j]
+            if n:
+                s.u8[j * blk:j * blk + n].copy_(src_u8[o:o + n])
+            o += n
+
+        def done():
+            o = 0
+            for j in range(size):
+                n = out_splits[j]
+                if n:
+                    dst_u8[o:o + n].copy_(d.u8[j * blk:j * blk + n])
+                o += n
+            return result
+        return self._post(name, _lib.cs_alltoall,
+                          (s.start, d.start, blk, _U8), [s, d], done,
+                          result)
 
     def alltoall_base(self, output, input, output_split_sizes,
                       input_split_sizes, opts=None):

@@ -44,18 +44,19 @@ static void fail(const char *fmt, ...)
 	failures++;
 }
 
-#define CHECK(cond, ...)                      \
-	do {                                  \
-		if (!(cond))                  \
-			fail(__VA_ARGS__);    \
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond))                                                   \
+			fail(__VA_ARGS__);                                     \
 	} while (0)
 
 static void registry_checks(void)
 {
 	static const struct cs_strategy_ops dup = {
-		CS_STRATEGY_ABI, "allreduce", "", NULL, NULL, NULL };
-	static const struct cs_strategy_ops old = { 0, "old", "", NULL, NULL,
-						    NULL };
+		CS_STRATEGY_ABI, "allreduce", "", NULL, NULL, NULL
+	};
+	static const struct cs_strategy_ops old = { 0,	  "old", "",
+						    NULL, NULL,	 NULL };
 	const struct cs_strategy_ops *list[16], *o;
 	char why[400];
 	unsigned n;
@@ -103,23 +104,28 @@ static void config_checks(struct cs_client *c, struct cs_group *g)
 		const char *text, *want;
 		int ret;
 	} bad[] = {
-		{ "# ok\n\nstrategy dense allreduce\n", ":3: expected", -EINVAL },
+		{ "# ok\n\nstrategy dense allreduce\n", ":3: expected",
+		  -EINVAL },
 		{ "group dense\n", ":1: expected", -EINVAL },
 		{ "group dense allreduce extra\n", ":1: expected", -EINVAL },
-		{ "group dense nosuch\n", ":1: parameter group 'dense': no "
-					  "strategy 'nosuch'",
+		{ "group dense nosuch\n",
+		  ":1: parameter group 'dense': no "
+		  "strategy 'nosuch'",
 		  -ENOENT },
-		{ "group a local\ngroup a local\n", ":2: parameter group 'a' "
-						    "exists",
+		{ "group a local\ngroup a local\n",
+		  ":2: parameter group 'a' "
+		  "exists",
 		  -EEXIST },
 		{ "plugin /nonexistent/p.so\n", ":1: plugin /nonexistent/p.so",
 		  -ENOENT },
-		{ "group emb ps\n", ":1: strategy 'ps' for group 'emb': the "
-				    "sidecar does not carry parameter-server",
+		{ "group emb ps\n",
+		  ":1: strategy 'ps' for group 'emb': "
+		  "trainers cannot push/pull",
 		  -ENOTSUP },
-		{ "group moe alltoall\n", ":1: strategy 'alltoall' for group "
-					  "'moe': the sidecar does not carry "
-					  "all-to-all",
+		{ "group moe alltoall\n",
+		  ":1: strategy 'alltoall' for group "
+		  "'moe': the sidecar does not carry "
+		  "all-to-all",
 		  -ENOTSUP },
 	};
 	char path[192];
@@ -135,7 +141,8 @@ static void config_checks(struct cs_client *c, struct cs_group *g)
 		}
 		write_file(path, bad[i].text);
 		ret = cs_strat_job_config(j, path);
-		CHECK(ret == bad[i].ret && strstr(cs_strat_job_errmsg(j), path) &&
+		CHECK(ret == bad[i].ret &&
+			      strstr(cs_strat_job_errmsg(j), path) &&
 			      strstr(cs_strat_job_errmsg(j), bad[i].want),
 		      "config %zu: ret %d (want %d): '%s' (want '%s')", i, ret,
 		      bad[i].ret, cs_strat_job_errmsg(j), bad[i].want);
@@ -217,7 +224,7 @@ static int trainer(int rank)
 		if (s == 5)
 			CHECK(ret == -ENOTSUP &&
 				      strstr(cs_strat_job_errmsg(j),
-					     "does not carry parameter-server"),
+					     "trainers cannot push/pull"),
 			      "rank %d step 5: ps switch: %d '%s'", rank, ret,
 			      cs_strat_job_errmsg(j));
 		else if (s == 6)

@@ -452,6 +452,34 @@ case_python() {
 	sidecars_alive
 }
 
+# `collstack launch -T 2` on 4 nodes: the hybrid example (MLP, embedding,
+# MoE layer, a strategy switch at step 20) as 8 Python trainers through
+# the sidecars; every rank's parameters must hash the same at the end,
+# and rank 0 prints its summary (every rank's output with --all-output).
+case_launch() {
+	local lib out
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
+		skip "libcollstack.so not built"
+	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
+		skip "no numpy for /usr/bin/python3"
+	up 4
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch -T 2 --timeout 500 --cluster "$ENV_FILE" -- \
+		/usr/bin/python3 python/examples/train_hybrid.py --steps 40 \
+		--switch-at 20 2>&1) || { echo "$out"; fail "collstack launch exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^hybrid: 8 ranks, 40 steps,.*params identical on every rank: True" ||
+		fail "no 'params identical' line from rank 0"
+	# a program that fails on one rank: launch says so and exits 1
+	if "$CLI" launch -T 2 --cluster "$ENV_FILE" -- sh -c '[ "$RANK" != 5 ]' \
+		>"$RUN/launch_fail.out" 2>&1; then
+		fail "launch exited 0 although rank 5 exited 1"
+	fi
+	grep -q "trainer rank 5 (${P}n2) exited 1" "$RUN/launch_fail.out" ||
+		{ cat "$RUN/launch_fail.out"; fail "launch did not name rank 5"; }
+	sidecars_alive
+}
+
 # case_peer_lost N T COUNT [VICTIM]: N nodes x T trainers (node i: ranks
 # i*T..), allreduces of COUNT f32; node VICTIM (2) is lost. Trainer r
 # writes $RUN/t<r>.out.
@@ -836,8 +864,39 @@ case_a2a_lost() {
 	done
 }
 
+# `collstack run mixed --trainers 2` on 4 nodes: groups over every rank,
+# over one trainer of every node and over one node's trainers, 16 ops of
+# random kinds, types and sizes per group, every trainer posting all of
+# its ops in an order of its own, every element checked by every
+# trainer; 3 seeds clean, then 2 with 1 % of frames dropped by the fault
+# shim. The port: $PORT (mixed_4x2) or udp (mixed_4x2_udp).
+case_mixed() {
+	local s pass out
+	for pass in clean loss; do
+		if [ $pass = clean ]; then
+			up 4
+		else
+			down
+			up 4 --set fault.drop=0.01 --set fault.seed=5
+		fi
+		for s in $([ $pass = clean ] && echo 1 2 3 || echo 4 5); do
+			out=$(timeout 600 "$CLI" run mixed --trainers 2 --groups 4 \
+				--ops 16 --seed "$s" --max-bytes 256K \
+				--timeout 120000 --cluster "$ENV_FILE" 2>&1)
+			echo "$out" | sed "s/^/  $pass seed $s: /"
+			echo "$out" | grep -q "^mixed ok trainers_per_node=2 .*wrong=0" ||
+				fail "run mixed seed $s ($pass)"
+		done
+		"$CLI" stats --cluster "$ENV_FILE" 2>&1 | sed "s/^/  $pass: /"
+		sidecars_alive
+	done
+}
+
 case ${1:-} in
 core_4x2) case_core ;;
+mixed_4x2) case_mixed ;;
+mixed_4x2_udp) PORT=udp; case_mixed ;;
+launch_4x2) case_launch ;;
 udp_queues_2x1) case_udp_queues ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
@@ -884,7 +943,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
