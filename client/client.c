@@ -98,6 +98,7 @@ static const char *const op_names[CS_IPC_OP_COUNT] = {
 	[CS_IPC_OP_ALL_GATHER] = "all-gather",
 	[CS_IPC_OP_BROADCAST] = "broadcast",
 	[CS_IPC_OP_BARRIER] = "barrier",
+	[CS_IPC_OP_ALLTOALL] = "all-to-all",
 };
 
 static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
@@ -120,6 +121,9 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_GROUP_SIZE] = "the nodes disagree on the group's size",
 	[CS_IPC_BAD_GROUP_RANK] = "a rank of the group is on two nodes",
 	[CS_IPC_BAD_GROUP_MISSING] = "a rank of the group is on no node",
+	[CS_IPC_BAD_LAYOUT] = "all-to-all across nodes needs the same number "
+			      "L of ranks on every node, node k holding "
+			      "ranks k*L .. k*L+L-1 in local-rank order",
 };
 
 static const char *op_name(unsigned op)
@@ -760,6 +764,9 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 	case CS_IPC_OP_BROADCAST:
 		rlen = count * esz;
 		break;
+	case CS_IPC_OP_ALLTOALL:
+		slen = rlen = count * esz * (size_t)g->size;
+		break;
 	default:
 		break;
 	}
@@ -813,6 +820,12 @@ cs_export int cs_broadcast(struct cs_group *g, void *buf, size_t count,
 {
 	return post(g, CS_IPC_OP_BROADCAST, NULL, buf, count, dtype, 0, root,
 		    req);
+}
+
+cs_export int cs_alltoall(struct cs_group *g, const void *send, void *recv,
+			  size_t count, enum cs_dtype dtype, cs_req_t *req)
+{
+	return post(g, CS_IPC_OP_ALLTOALL, send, recv, count, dtype, 0, 0, req);
 }
 
 cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)

@@ -164,6 +164,9 @@ struct ipcd_op {
 	 * to learn whether a node refused it (see launch_verdict) */
 	bool postmortem;
 	int pm_status, pm_node;
+	/* an all-to-all this node refused (a2a_layout): its verdict exchange
+	 * tells the other nodes, then its ranks fail with CS_IPC_BAD_LAYOUT */
+	bool a2a_refused;
 	unsigned tries; /* verdict exchange: attempts so far */
 	cs_ns_t verdict_end; /* ... and when it stops trying */
 	/* the group's name: a verdict's group may be gone (op.group is the
@@ -415,6 +418,20 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 #define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
 
 static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
+/* This node's ring index and the ring's size in the current view; a
+ * failure other than -EAGAIN (the view moved) is logged for @group. */
+static int ring_pos(struct cs_daemon_ipc *x, const char *group, uint32_t *pos,
+		    uint32_t *nn)
+{
+	char msg[160];
+	int ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, nn, msg,
+				     sizeof(msg));
+
+	if (ret && ret != -EAGAIN)
+		CS_WARN("group '%s': %s", group, msg);
+	return ret;
+}
+
 static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
 
 /*
@@ -446,13 +463,9 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	cs_ns_t now;
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", o->name, msg);
+	ret = ring_pos(x, o->name, &pos, &nn);
+	if (ret)
 		return ret;
-	}
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -475,7 +488,7 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 				  ? op->status
 				  : CS_ERR_BAD_DESC;
 
-		if (!o->tries &&
+		if (!o->tries && !o->a2a_refused &&
 		    (cs_ar_svc_refuse(x->d->svc, o->op_id, x->epoch, why) ||
 		     ((uint32_t)op->cookie == 0 &&
 		      cs_ar_svc_refuse(x->d->svc, OP_ID_CHECK(o->op_id),
@@ -520,13 +533,9 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	char msg[160];
 	int ret;
 
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
+	ret = ring_pos(x, op->group, &pos, &nn);
+	if (ret)
 		return ret;
-	}
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -753,19 +762,53 @@ static int ring_layout(struct cs_daemon_ipc *x,
 		       const struct cs_ipc_inter_op *op, uint32_t *pos)
 {
 	uint32_t nn;
-	char msg[160];
 	int ret;
 
 	if (op->local_size != 1 || !op->block)
 		return 0;
-	ret = cs_ar_svc_ring_pos(x->d->svc, x->epoch, pos, &nn, msg,
-				 sizeof(msg));
-	if (ret) {
-		if (ret != -EAGAIN)
-			CS_WARN("group '%s': %s", op->group, msg);
+	ret = ring_pos(x, op->group, pos, &nn);
+	if (ret)
 		return ret;
-	}
 	return op->group_size == nn && (uint32_t)op->local_ranks[0] == *pos;
+}
+
+/*
+ * An all-to-all runs node to node (CS_IPC_INTER_ALLTOALL): this node's
+ * ranks must be the block of its ring index (*@pos), every node holding
+ * as many. Otherwise it is refused here: announced so to the group (the
+ * other nodes' part ends at once, naming this node), and @o becomes the
+ * verdict exchange that tells them why (launch_verdict(), detail
+ * CS_IPC_BAD_LAYOUT); its own ranks fail with that once it is done.
+ * Returns 0 (*@pos set), 2 (refused: the verdict exchange runs), -EAGAIN
+ * (the view moved) or another error.
+ */
+static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos)
+{
+	struct cs_ipc_inter_op *op = &o->op;
+	uint32_t nn, L = op->local_size;
+	int ret;
+
+	ret = ring_pos(x, op->group, pos, &nn);
+	if (ret)
+		return ret;
+	if (op->group_size == nn * L &&
+	    (uint32_t)op->local_ranks[0] == *pos * L)
+		return 0;
+	CS_WARN("group '%s': all-to-all refused: %u ranks here from rank %d, "
+		"the group has %u over %u nodes; node %u must hold ranks "
+		"%u..%u (the same number on every node, in ring order)",
+		op->group, L, (int)op->local_ranks[0], op->group_size, nn, *pos,
+		*pos * L, *pos * L + L - 1);
+	if (cs_ar_svc_refuse(x->d->svc, o->op_id | OP_ID_RING_KIND, x->epoch,
+			     CS_ERR_BAD_DESC))
+		CS_WARN("group '%s': the refusal was not announced", op->group);
+	o->a2a_refused = true;
+	op->kind = CS_IPC_INTER_VERDICT;
+	op->status = CS_ERR_BAD_DESC;
+	op->detail = CS_IPC_BAD_LAYOUT;
+	op->peer = -1;
+	ret = launch_verdict(x, o);
+	return ret ? ret : 2;
 }
 
 /*
@@ -862,6 +905,16 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 			c.count = bytes;
 		}
 		break;
+	case CS_IPC_INTER_ALLTOALL:
+		ret = a2a_layout(x, o, &pos);
+		if (ret == 2)
+			return 0; /* its verdict exchange runs instead */
+		if (ret)
+			return ret;
+		c.alltoall = true;
+		c.sendbuf = op->sendbuf;
+		c.count = op->block;
+		break;
 	case CS_IPC_INTER_BARRIER:
 		o->barrier_word = 0;
 		c.recvbuf = &o->barrier_word;
@@ -877,7 +930,7 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	}
 	if (!c.count)
 		return 1; /* nothing to exchange: done now */
-	if (c.kind != CS_COLL_ALLREDUCE) {
+	if (c.kind != CS_COLL_ALLREDUCE || c.alltoall) {
 		c.op_id |= OP_ID_RING_KIND;
 		c.rank = pos;
 	}
@@ -1279,6 +1332,7 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->check = op->kind != CS_IPC_INTER_VERDICT &&
 		   ((uint32_t)op->cookie == 0 || op->regroup);
 	o->postmortem = false;
+	o->a2a_refused = false;
 	o->tries = 0;
 	o->h = NULL;
 	o->chk = NULL;
@@ -1470,6 +1524,12 @@ static unsigned verdict_done(struct cs_daemon_ipc *x, struct ipcd_op *o, int v,
 				"op %u failed here (%s)",
 				o->name, (uint32_t)o->op.cookie,
 				cs_strerror(v));
+		if (o->a2a_refused) { /* its ranks fail with the reason */
+			ref.detail = CS_IPC_BAD_LAYOUT;
+			ref.peer = -1;
+			return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1,
+						  &ref, now);
+		}
 		/* the server ignores it: that instance is finished */
 		return finish_and_next(x, o, v < 0 ? v : 0, -1, now);
 	}

@@ -43,6 +43,10 @@ struct cs_ar_coll {
 	enum cs_redop redop;
 	atomic_int *notify; /* set by the lcore to 1 or a negative error */
 	cs_ns_t deadline; /* from the post; 0: coll.deadline */
+	/* @kind is ignored: a node-level all-to-all of @count elements from
+	 * every node to every node (ring index order; @sendbuf and @recvbuf
+	 * hold ring size x @count, never overlapping) */
+	bool alltoall;
 };
 
 /**

@@ -455,7 +455,8 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 		ret = -EINVAL;
 		goto out_unlock;
 	}
-	if (c->kind != CS_COLL_ALLREDUCE && c->rank != d->drv.rank) {
+	if ((c->kind != CS_COLL_ALLREDUCE || c->alltoall) &&
+	    c->rank != d->drv.rank) {
 		snprintf(msg, mlen,
 			 "buffers laid out for ring index %u, this node "
 			 "is %u",

@@ -954,10 +954,17 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
  * filled from SEED (collectives/coll_data.h), posted at once. Groups
  * below 16 are the service's own.
  */
-/* @op as a flat all-to-all of op->count elements to every rank of its
- * group (collectives/alltoall.h, one rank per node), buffers filled. */
-static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
-		  size_t len)
+/*
+ * @op's all-to-all engine (collectives/alltoall.h), flat with one rank
+ * per node (op->n of them, this one op->rank): op->count elements from
+ * @sendbuf to every rank, op->count from every rank into @recvbuf (n x
+ * op->count each, rank order, never overlapping), frames of @group. The
+ * deadline: @deadline ns after now (0: coll.deadline). Returns 0 or an
+ * error (CS_ERR_BAD_DESC, -EINVAL, -E2BIG, -ENOMEM).
+ */
+static int a2a_engine(struct cs_core_svc *s, struct core_op *op,
+		      const void *sendbuf, void *recvbuf, uint32_t group,
+		      uint64_t deadline)
 {
 	uint32_t n = op->n, fmax = s->d->port->frame_max -
 				   CS_PROTO_FRAME_OVERHEAD -
@@ -967,38 +974,48 @@ static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
 	int ret;
 
 	c = op->a2a_cnt = malloc(4 * (size_t)n * sizeof(*c));
-	if (!c) {
-		snprintf(out, len, "err no memory");
+	if (!c)
 		return -ENOMEM;
-	}
 	for (uint32_t r = 0; r < n; r++) {
 		c[r] = c[2 * n + r] = op->count;
 		c[n + r] = c[3 * n + r] = (uint64_t)r * op->count;
-		for (size_t x = 0; x < op->count; x++)
-			cs_td_store(op->dtype, op->sbuf, r * op->count + x,
-				    a2a_value(op, op->rank, r, x));
 	}
 	p.nranks = n;
 	p.rank = op->rank;
 	p.ranks_per_node = 1;
 	p.esz = (uint32_t)cs_dtype_size(op->dtype);
-	p.sendbuf = op->sbuf;
+	p.sendbuf = sendbuf;
 	p.send_count = (uint64_t)n * op->count;
-	p.recvbuf = op->buf;
+	p.recvbuf = recvbuf;
 	p.recv_count = (uint64_t)n * op->count;
 	p.sendcounts = c;
 	p.sdispls = c + n;
 	p.recvcounts = c + 2 * n;
 	p.rdispls = c + 3 * n;
 	p.mtu_payload = CS_MIN(s->coll.mtu_payload, fmax);
-	p.group = op->group;
+	p.group = group;
 	p.epoch = op->epoch;
 	p.op_id = op->op_id;
 	p.start = cs_lcore_now();
-	p.deadline = s->coll.deadline;
+	p.deadline = deadline ? deadline : s->coll.deadline;
 	ret = cs_a2a_node_init(&p, 1, &op->a2a_node);
 	if (!ret)
 		ret = cs_a2a_init(op->a2a_node, 0, &op->a2a);
+	return ret;
+}
+
+/* @op as a flat all-to-all of op->count elements to every rank of its
+ * group, its send buffer filled (collectives/coll_data.h). */
+static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
+		  size_t len)
+{
+	int ret;
+
+	for (uint32_t r = 0; r < op->n; r++)
+		for (size_t x = 0; x < op->count; x++)
+			cs_td_store(op->dtype, op->sbuf, r * op->count + x,
+				    a2a_value(op, op->rank, r, x));
+	ret = a2a_engine(s, op, op->sbuf, op->buf, op->group, 0);
 	if (ret)
 		snprintf(out, len, "err all-to-all refused: %s",
 			 cs_strerror(ret));
@@ -1477,6 +1494,18 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 	op->count = c->count;
 	op->bytes = c->count * cs_dtype_size(c->dtype);
 	op->notify = c->notify;
+	if (c->alltoall) { /* one engine rank per node (daemon_ipc.h) */
+		op->bytes *= n;
+		ret = a2a_engine(s, op, c->sendbuf, c->recvbuf, CORE_TRAINERS,
+				 c->deadline);
+		if (ret) {
+			snprintf(msg, mlen, "all-to-all refused: %s",
+				 cs_strerror(ret));
+			op_free(op);
+			return ret;
+		}
+		goto hand;
+	}
 	cs_coll_params_default(&p, &s->coll);
 	cs_coll_params_op(&p, c->kind, n, rank, c->root,
 			  c->sendbuf ? c->sendbuf : c->recvbuf, c->recvbuf,
@@ -1488,6 +1517,7 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 		op_free(op);
 		return ret;
 	}
+hand:
 	pthread_mutex_lock(&s->ctl);
 	ext_prune(s);
 	op->ext_next = s->ext;

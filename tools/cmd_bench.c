@@ -31,7 +31,8 @@
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast "
+		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast|"
+		"alltoall "
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] "
 		"[--trainers-per-node T] "
@@ -69,7 +70,8 @@ static bool pass_ok(int o, const char *v)
 	case 'o':
 		return !strcmp(v, "allreduce") ||
 		       !strcmp(v, "reduce_scatter") ||
-		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast");
+		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast") ||
+		       !strcmp(v, "alltoall");
 	case 'b':
 	case 'e':
 		return !cs_sim_parse_size(v, &sz) && sz >= 1;

@@ -41,11 +41,17 @@
 
 #include "bench_util.h"
 
-enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
+enum op {
+	OP_ALLREDUCE,
+	OP_REDUCE_SCATTER,
+	OP_ALL_GATHER,
+	OP_BROADCAST,
+	OP_ALLTOALL
+};
 
 /* the names and the order of tools/mpi_bench.c */
 static const char *const op_names[] = { "allreduce", "reduce_scatter",
-					"all_gather", "broadcast" };
+					"all_gather", "broadcast", "alltoall" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 struct bench {
@@ -106,6 +112,13 @@ static float val(int rank, size_t i)
 	return (float)((rank * 7 + (int)(i % 97)) % 13);
 }
 
+/* All-to-all: element @i of the block from rank @src to rank @dst,
+ * distinct for every (source, destination) pair at a given @i, exact. */
+static float a2a_val(int src, int dst, size_t i)
+{
+	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
+}
+
 static int finish(struct bench *b, int ret, cs_req_t r, const char *what)
 {
 	if (!ret)
@@ -146,6 +159,10 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 		for (size_t i = 0; i < count; i++)
 			recv[i] = b->rank ? -1.0f : val(0, i);
 		break;
+	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
+		for (size_t i = 0; i < count; i++)
+			send[i] = a2a_val(b->rank, (int)(i / per), i % per);
+		break;
 	}
 	if (!inplace && op != OP_BROADCAST)
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
@@ -175,6 +192,9 @@ static long check(enum op op, const struct bench *b, const float *recv,
 			break;
 		case OP_ALL_GATHER:
 			want = val((int)(i / per), i);
+			break;
+		case OP_ALLTOALL: /* block i / per came from that rank */
+			want = a2a_val((int)(i / per), b->rank, i % per);
 			break;
 		default:
 			want = val(0, i);
@@ -214,6 +234,8 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 		return cs_all_gather(
 			b->g, inplace ? recv + per * (size_t)b->rank : send,
 			recv, per, CS_F32, r);
+	case OP_ALLTOALL: /* never in place (skipped in main) */
+		return cs_alltoall(b->g, send, recv, per, CS_F32, r);
 	default:
 		return cs_broadcast(b->g, recv, count, CS_F32, 0, r);
 	}
@@ -347,6 +369,8 @@ static void print_row(enum op op, const struct bench *b, size_t count,
 			sum += lat[it];
 		tm = sum / iters;
 	}
+	/* all-to-all: size is each rank's send buffer (n blocks), busbw
+	 * alg x (n-1)/n as nccl-tests (the own block does not cross) */
 	alg = sz / (tm * 1e3);
 	bus = alg;
 	if (op == OP_ALLREDUCE)
@@ -410,8 +434,8 @@ int main(int argc, char **argv)
 			if (k == NOPS) {
 				fprintf(stderr,
 					"cs-trainer-bench: -o %s: allreduce, "
-					"reduce_scatter, all_gather or "
-					"broadcast\n",
+					"reduce_scatter, all_gather, "
+					"broadcast or alltoall\n",
 					argv[i + 1]);
 				return 2;
 			}
@@ -506,7 +530,9 @@ int main(int argc, char **argv)
 			cs_req_t r = 0;
 			struct timed t = { .lat = lat, .wrong = 0 };
 
-			if (op == OP_BROADCAST && inplace)
+			/* broadcast is in place; all-to-all never */
+			if ((op == OP_BROADCAST || op == OP_ALLTOALL) &&
+			    inplace)
 				continue;
 			if (mode == CS_BENCH_B2B)
 				ret = run_b2b(op, &b, send, recv, count,

@@ -41,6 +41,7 @@ enum cs_ipc_opcode {
 	CS_IPC_OP_ALL_GATHER = 3,
 	CS_IPC_OP_BROADCAST = 4,
 	CS_IPC_OP_BARRIER = 5,
+	CS_IPC_OP_ALLTOALL = 6,
 	CS_IPC_OP_COUNT
 };
 
@@ -98,6 +99,10 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_GROUP_SIZE,
 	CS_IPC_BAD_GROUP_RANK,
 	CS_IPC_BAD_GROUP_MISSING,
+	/* an all-to-all across nodes: the ranks of a node are not numbered
+	 * contiguously in local-rank order, or nodes differ in their count
+	 * of ranks (collstack.h, cs_alltoall) */
+	CS_IPC_BAD_LAYOUT,
 	CS_IPC_BAD_COUNT_
 };
 

@@ -317,6 +317,9 @@ static void op_lens(const struct group *g, const struct cs_ipc_sqe *d,
 	case CS_IPC_OP_BROADCAST:
 		*rlen = n;
 		break;
+	case CS_IPC_OP_ALLTOALL:
+		*slen = *rlen = n * g->size;
+		break;
 	default:
 		break;
 	}
@@ -520,6 +523,41 @@ static void reduce_local(struct cs_ipc_server *s, struct group *g,
 	}
 }
 
+/*
+ * An all-to-all across nodes (L local ranks, nodes of L ranks each, node
+ * k holding ranks k x L + l): the staging buffer's first half is what
+ * this node sends, by destination node j, source local rank l and
+ * destination local rank m; its second half what it receives, by source
+ * node i, source local rank l' and local rank m. Each node pair's L x L
+ * blocks are contiguous: one aggregated flow per pair.
+ */
+static void a2a_stage(struct group *g, struct inst *in, size_t blk)
+{
+	uint32_t L = g->local_size, nn = g->size / L;
+	uint8_t *out = g->staging;
+
+	for (uint32_t j = 0; j < nn; j++)
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t m = 0; m < L; m++)
+				memcpy(out + ((size_t)(j * L + l) * L + m) *
+						       blk,
+				       in->parts[l].send +
+					       (size_t)(j * L + m) * blk,
+				       blk);
+}
+
+/* Local rank @m's blocks out of the second half of the staging buffer. */
+static void a2a_unstage(struct group *g, uint32_t m, uint8_t *recv, size_t blk)
+{
+	uint32_t L = g->local_size;
+	const uint8_t *in =
+		(const uint8_t *)g->staging + (size_t)g->size * L * blk;
+
+	for (uint32_t r = 0; r < g->size; r++) /* r = i x L + l' */
+		memcpy(recv + (size_t)r * blk, in + ((size_t)r * L + m) * blk,
+		       blk);
+}
+
 /* Copy the result from the staging buffer to every local rank. */
 static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
@@ -550,6 +588,10 @@ static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			else if (l)
 				copy_pieces(s, p->recv, p0->recv,
 					    blk * g->size);
+			break;
+		case CS_IPC_OP_ALLTOALL:
+			if (!in->in_recv0)
+				a2a_unstage(g, l, p->recv, blk);
 			break;
 		default:
 			break;
@@ -600,6 +642,15 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 				memcpy(in->parts[l].recv, in->parts[root].recv,
 				       blk);
 		break;
+	case CS_IPC_OP_ALLTOALL: /* send and recv never overlap */
+		for (uint32_t l = 0; l < g->local_size; l++)
+			for (uint32_t m = 0; m < g->local_size; m++)
+				memcpy(in->parts[m].recv +
+					       (size_t)g->ranks[l] * blk,
+				       in->parts[l].send +
+					       (size_t)g->ranks[m] * blk,
+				       blk);
+		break;
 	default: /* barrier */
 		break;
 	}
@@ -641,6 +692,10 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_REDUCE_SCATTER:
 	case CS_IPC_OP_ALL_GATHER:
 		need = blk * g->size;
+		break;
+	case CS_IPC_OP_ALLTOALL: /* what goes out, what comes in */
+		if (g->local_size > 1)
+			need = 2 * blk * g->size * g->local_size;
 		break;
 	default:
 		break;
@@ -710,6 +765,22 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 				       (size_t)g->ranks[l] * blk,
 			       in->parts[l].send, blk);
 		break;
+	case CS_IPC_OP_ALLTOALL:
+		/* node to node: L x L blocks from each node to each */
+		op.kind = CS_IPC_INTER_ALLTOALL;
+		op.block = n * g->local_size * g->local_size;
+		op.count = n * g->size * g->local_size;
+		if (g->local_size == 1) {
+			/* its buffers are laid out so already: no copy */
+			op.sendbuf = p0->send;
+			op.buf = p0->recv;
+			in->in_recv0 = true;
+			break;
+		}
+		a2a_stage(g, in, blk);
+		op.sendbuf = g->staging;
+		op.buf = (uint8_t *)g->staging + blk * g->size * g->local_size;
+		break;
 	case CS_IPC_OP_BROADCAST:
 		op.kind = CS_IPC_INTER_BROADCAST;
 		if (g->local_size == 1) {
@@ -728,7 +799,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		op.count = 0;
 		break;
 	}
-	if (!in->in_recv0)
+	if (!op.buf)
 		op.buf = g->staging;
 	in->inter = true;
 	in->cookie = op.cookie;
@@ -737,6 +808,26 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		in->inter = false;
 		inst_finish(s, g, in, ret, 0, -1);
 	}
+}
+
+/*
+ * An all-to-all across nodes is exchanged node to node (run_inter): the
+ * ranks of a node must be contiguous in local-rank order, and the group
+ * size a multiple of the local size (the backend checks that every node
+ * has as many, at the ring index its ranks say).
+ */
+static bool a2a_layout_ok(const struct group *g)
+{
+	uint32_t L = g->local_size;
+
+	if (L == g->size)
+		return true; /* one node: no layout needed */
+	if (!L || g->size % L || g->ranks[0] < 0 || (uint32_t)g->ranks[0] % L)
+		return false;
+	for (uint32_t l = 1; l < L; l++)
+		if (g->ranks[l] != g->ranks[0] + (int32_t)l)
+			return false;
+	return true;
 }
 
 /*
@@ -812,6 +903,13 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 				    CS_IPC_BAD_MISMATCH, g->ranks[l]);
 			return;
 		}
+	}
+	/* every local rank is numbered now (not yet when one posts) */
+	if (p0->d.op == CS_IPC_OP_ALLTOALL && !a2a_layout_ok(g)) {
+		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT,
+			     -1);
+		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
+		return;
 	}
 	if (s->dev_ops && dev_in(s, g, in)) {
 		inst_finish(s, g, in, -EIO, 0, -1);
@@ -1195,7 +1293,8 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	if (!g->size && d->op != CS_IPC_OP_ALLREDUCE)
 		return CS_IPC_BAD_OP;
 	max_elems = s->cfg.max_op_bytes / esz;
-	if (d->op == CS_IPC_OP_REDUCE_SCATTER || d->op == CS_IPC_OP_ALL_GATHER)
+	if (d->op == CS_IPC_OP_REDUCE_SCATTER ||
+	    d->op == CS_IPC_OP_ALL_GATHER || d->op == CS_IPC_OP_ALLTOALL)
 		max_elems /= g->size;
 	if (d->count == 0 || d->count > max_elems)
 		return CS_IPC_BAD_COUNT;
@@ -1210,6 +1309,9 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	case CS_IPC_OP_ALL_GATHER:
 		slen = d->count * esz;
 		rlen = d->count * esz * g->size;
+		break;
+	case CS_IPC_OP_ALLTOALL: /* the layout: in try_run() */
+		slen = rlen = d->count * esz * g->size;
 		break;
 	default: /* broadcast: in place in the recv buffer */
 		if (d->root >= g->size)

@@ -87,6 +87,15 @@ enum cs_ipc_inter_kind {
 	 * is ignored). Only to a backend with cs_ipc_backend.verdicts.
 	 */
 	CS_IPC_INTER_VERDICT = 6,
+	/*
+	 * A node-level all-to-all: @sendbuf holds, for each node j in ring
+	 * order, @block elements for node j; @buf receives @block elements
+	 * from each node i at i x @block (@count = nodes x @block). The
+	 * group's node k holds ranks k x L .. k x L + L - 1 (L = @local_size,
+	 * the same on every node; the server checked its own node's ranks,
+	 * the backend checks the ring index).
+	 */
+	CS_IPC_INTER_ALLTOALL = 7,
 };
 
 /* One cross-node step. Valid until cs_ipc_server_inter_done or cancel. */

@@ -352,6 +352,28 @@ int cs_broadcast(struct cs_group *g, void *buf, size_t count,
 		 enum cs_dtype dtype, int root, cs_req_t *req);
 
 /**
+ * cs_alltoall - post: block j of every rank's @send goes to rank j, where
+ * it lands as block i (i: the sender's rank) of @recv
+ * @g: group
+ * @send: size * @count elements
+ * @recv: size * @count elements; must not overlap @send
+ * @count: elements per block (the same to every rank)
+ * @dtype: element type
+ * @req: out: the request
+ *
+ * Across nodes the ranks of one node exchange through the sidecar, and
+ * each pair of nodes carries one aggregated flow (two-level: a block
+ * crosses the network once). That needs the ranks of every node numbered
+ * contiguously in local-rank order (node k: ranks k x L to k x L + L - 1,
+ * what torchrun gives), the same number L on every node; other layouts
+ * fail with CS_ERR_BAD_DESC (detail: CS_IPC_BAD_LAYOUT).
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
+		enum cs_dtype dtype, cs_req_t *req);
+
+/**
  * cs_barrier - post a barrier: completes once every rank has posted it
  * @g: group
  * @req: out: the request

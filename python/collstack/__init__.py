@@ -58,6 +58,7 @@ def _load():
                                   ctypes.POINTER(u64)]),
         "cs_all_gather": (i, [p, p, p, sz, i, ctypes.POINTER(u64)]),
         "cs_broadcast": (i, [p, p, sz, i, i, ctypes.POINTER(u64)]),
+        "cs_alltoall": (i, [p, p, p, sz, i, ctypes.POINTER(u64)]),
         "cs_barrier": (i, [p, ctypes.POINTER(u64)]),
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
@@ -347,6 +348,26 @@ class DeviceBuffer:
             self._h = None
 
 
+_NUMPY_CODES = {v: _DTYPES[k][0] for k, v in _NUMPY.items()
+                if k != "bf16"}     # "<u2" is f16's cousin: bf16 by Buffer
+
+
+def _shared(b):
+    """(address, elements, type code) of a Buffer or of a numpy array
+    (C-contiguous; the library refuses memory outside its buffers)."""
+    if isinstance(b, Buffer):
+        return b.addr(), b.count, b.code
+    ai = getattr(b, "__array_interface__", None)
+    if ai is None:
+        raise TypeError(f"not a Buffer or numpy array: {type(b).__name__}")
+    if not b.flags["C_CONTIGUOUS"]:
+        raise ValueError("the array is not contiguous")
+    code = _NUMPY_CODES.get(b.dtype.str.lstrip("|"))
+    if code is None:
+        raise ValueError(f"element type {b.dtype} is not supported")
+    return ai["data"][0], b.size, code
+
+
 class Group:
     def __init__(self, client, h):
         self._c = client
@@ -400,6 +421,24 @@ class Group:
 
     def barrier(self):
         return self._post(_lib.cs_barrier)
+
+    def alltoall(self, send, recv):
+        """Post an all-to-all: block j of send (size/n elements) goes to
+        rank j, where it lands as block i (i: this rank) of recv.
+        send/recv: Buffers, or numpy arrays over shared memory (a
+        Buffer's .numpy(), or a contiguous slice of one); the same
+        element type and length, a multiple of the group's size, never
+        overlapping. Returns the Request."""
+        (sa, sn, sc), (ra, rn, rc) = _shared(send), _shared(recv)
+        n = self.size
+        if sc != rc or sn != rn:
+            raise ValueError("alltoall: send and recv differ in type or "
+                             f"length ({sn} and {rn} elements)")
+        if n < 1 or sn == 0 or sn % n:
+            raise ValueError(f"alltoall: {sn} elements is not a positive "
+                             f"multiple of the group's size {n}")
+        return self._post(_lib.cs_alltoall, sa, ra, sn // n, sc,
+                          keep=(send, recv))
 
 
 class Client:

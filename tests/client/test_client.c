@@ -1223,6 +1223,146 @@ Test(client, two_nodes_through_backend, .timeout = 120)
 }
 
 /*
+ * cs_alltoall across two nodes of two ranks, node 0 (ranks 0 and 1) here,
+ * node 1 (ranks 2 and 3) played by the backend: the server hands it one
+ * node-level all-to-all whose block for node 1 holds, for source local
+ * rank l and destination local rank m, the block rank l sends to rank
+ * 2 + m (a2a_stage); the backend checks that and answers with node 1's
+ * blocks for ranks 0 and 1, which the server hands out (a2a_unstage).
+ * Element x of the block from rank s to rank d: s * 1000 + d * 100 + x.
+ */
+#define A2A_N 40 /* elements per block */
+
+static float a2a_v(int s, int d, int x)
+{
+	return (float)(s * 1000 + d * 100 + x);
+}
+
+static int a2a_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (op->kind != CS_IPC_INTER_ALLTOALL || op->group_size != 4 ||
+	    op->local_size != 2 || op->local_ranks[0] != 0 ||
+	    op->local_ranks[1] != 1 || op->block != A2A_N * 4 ||
+	    op->count != A2A_N * 8 || !op->sendbuf || f->pending)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	return 0;
+}
+
+static int a2a_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	const float *out = f->op.sendbuf;
+	float *in = f->op.buf;
+	int bad = 0;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	/* node j's block: (l, m) pairs, A2A_N elements each */
+	for (int j = 0; j < 2; j++)
+		for (int l = 0; l < 2; l++)
+			for (int m = 0; m < 2; m++)
+				for (int x = 0; x < A2A_N; x++) {
+					size_t at =
+						(size_t)j * A2A_N * 4 +
+						(size_t)(l * 2 + m) * A2A_N +
+						(size_t)x;
+
+					bad += out[at] !=
+					       a2a_v(l, j * 2 + m, x);
+					/* from node 1: ranks 2 + l to m */
+					if (j == 1)
+						in[at] = a2a_v(2 + l, m, x);
+					else
+						in[at] = out[at];
+				}
+	cs_ipc_server_inter_done(srv, f->op.cookie, bad ? -EPROTO : 0);
+	return 1;
+}
+
+static int a2a_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *s, *d;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "a2a", rank, size, rank, 2, &g))
+		return 2;
+	s = cs_buf_ptr(b);
+	d = s + 4 * A2A_N;
+	for (int j = 0; j < 4; j++)
+		for (int x = 0; x < A2A_N; x++)
+			s[j * A2A_N + x] = a2a_v(rank, j, x);
+	if (cs_alltoall(g, s, d, A2A_N, CS_F32, &r) || cs_wait(c, r, WAIT_NS))
+		return 3;
+	for (int i = 0; i < 4; i++)
+		for (int x = 0; x < A2A_N; x++)
+			if (d[i * A2A_N + x] != a2a_v(i, rank, x))
+				return 4;
+	/* send and recv overlapping: refused before anything is sent */
+	if (cs_alltoall(g, s, s + A2A_N, A2A_N, CS_F32, &r) !=
+		    CS_ERR_BAD_DESC &&
+	    cs_wait(c, r, WAIT_NS) != CS_ERR_BAD_DESC)
+		return 5;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, alltoall_two_level_through_backend, .timeout = 120)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = fake_backend(&fake, a2a_start);
+	struct sidecar sc;
+	pid_t a, b;
+
+	sidecar_start_be(&sc, "a2a", &be, a2a_tick);
+	a = spawn(a2a_main, sc.path, 0, 4, NULL);
+	b = spawn(a2a_main, sc.path, 1, 4, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 1");
+	sidecar_stop(&sc);
+}
+
+/* Ranks 0 and 2 on one node: not the block of a node, so an all-to-all
+ * is refused with CS_IPC_BAD_LAYOUT before the backend sees it, and the
+ * group goes on. */
+static int a2a_layout_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *s;
+	cs_req_t r;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 65536, &b) ||
+	    cs_group_join(c, "a2l", rank, size, rank / 2, 2, &g))
+		return 2;
+	s = cs_buf_ptr(b);
+	if (cs_alltoall(g, s, s + 4 * A2A_N, A2A_N, CS_F32, &r) ||
+	    cs_wait(c, r, WAIT_NS) != CS_ERR_BAD_DESC ||
+	    !strstr(cs_errmsg(c), "all-to-all across nodes needs"))
+		return 3;
+	if (cs_barrier(g, &r) || cs_wait(c, r, WAIT_NS))
+		return 4;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, alltoall_bad_layout_refused, .timeout = 120)
+{
+	two_local_ranks("a2alay", fake_start, fake_tick, a2a_layout_main);
+}
+
+/*
  * A long intra-node reduction runs in pieces (IPC_PIECE, 4 MiB) with the
  * backend's progress hook between them: collstackd's lcore, which polls
  * the server itself (ipc.on_lcore), serves its port meanwhile. 24 MiB of

@@ -5,14 +5,16 @@
  * posts one collective, then reports what came back.
  *
  *   COLLSTACK_SOCKET=... cs-trainer-join GROUP RANK SIZE LOCAL_RANK \
- *	LOCAL_SIZE allreduce|all_gather|barrier [N_OPS [COUNT]]
+ *	LOCAL_SIZE allreduce|all_gather|alltoall|barrier [N_OPS [COUNT]]
  *
  * COUNT: elements per operation (default 1024; a rank that posts another
  * count than its peers on the node has its operation refused there).
  *
  * Output, one line per operation (flushed): "ok op=K sum=<f32 sum of the
  * result>" or "error op=K status=<code> msg=<cs_errmsg>".
- * Each rank contributes rank + 1 to every element. Exit 0 once every
+ * Each rank contributes rank + 1 to every element (alltoall: COUNT to
+ * every rank; each block received is checked to hold its sender's rank +
+ * 1, else "wrong op=K elements=<how many>"). Exit 0 once every
  * operation reported (success or error), 1 when setup failed, 2 on usage.
  */
 #include <stdio.h>
@@ -37,7 +39,7 @@ int main(int argc, char **argv)
 	if (argc < 7 || argc > 9) {
 		fprintf(stderr, "usage: cs-trainer-join GROUP RANK SIZE "
 				"LOCAL_RANK LOCAL_SIZE "
-				"allreduce|all_gather|barrier [N_OPS "
+				"allreduce|all_gather|alltoall|barrier [N_OPS "
 				"[COUNT]]\n");
 		return 2;
 	}
@@ -65,25 +67,32 @@ int main(int argc, char **argv)
 		printf("setup join: %s: %s\n", cs_strerror(ret), cs_errmsg(c));
 		return 1;
 	}
-	ret = cs_buf_alloc(c, (size_t)(size + 1) * count * sizeof(float), &b);
+	ret = cs_buf_alloc(c, (size_t)(2 * size + 1) * count * sizeof(float),
+			   &b);
 	if (ret) {
 		printf("setup buffer: %s\n", cs_strerror(ret));
 		return 1;
 	}
 	x = cs_buf_ptr(b);
-	y = x + count;
+	y = x + (size_t)size * count;
 	for (int k = 0; k < nops; k++) {
 		size_t n = count;
 		cs_req_t r;
 		double sum = 0;
+		size_t wrong = 0;
 
-		for (size_t i = 0; i < count; i++)
+		for (size_t i = 0; i < (size_t)size * count; i++)
 			x[i] = (float)(rank + 1);
 		if (!strcmp(op, "allreduce")) {
 			ret = cs_allreduce(g, x, y, count, CS_F32, CS_SUM, &r);
 		} else if (!strcmp(op, "all_gather")) {
 			ret = cs_all_gather(g, x, y, count, CS_F32, &r);
 			n = (size_t)size * count;
+		} else if (!strcmp(op, "alltoall")) {
+			n = (size_t)size * count;
+			for (size_t i = 0; i < n; i++)
+				y[i] = -1.0f;
+			ret = cs_alltoall(g, x, y, count, CS_F32, &r);
 		} else if (!strcmp(op, "barrier")) {
 			ret = cs_barrier(g, &r);
 			n = 0;
@@ -98,9 +107,15 @@ int main(int argc, char **argv)
 			       cs_errmsg(c));
 			continue;
 		}
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			sum += y[i];
-		printf("ok op=%d sum=%.0f\n", k, sum);
+			wrong += !strcmp(op, "alltoall") &&
+				 y[i] != (float)(i / count + 1);
+		}
+		if (wrong)
+			printf("wrong op=%d elements=%zu\n", k, wrong);
+		else
+			printf("ok op=%d sum=%.0f\n", k, sum);
 	}
 	cs_disconnect(c);
 	return 0;
