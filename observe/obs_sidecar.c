@@ -147,10 +147,12 @@ static int fill(FILE *out, void *arg)
 		"collstack_dropped_frames_total{cause=\"tx_nobuf\"} %llu\n"
 		"collstack_dropped_frames_total{cause=\"malformed\"} %llu\n"
 		"collstack_dropped_frames_total{cause=\"foreign\"} %llu\n"
+		"collstack_dropped_frames_total{cause=\"other_mac\"} %llu\n"
 		"collstack_dropped_frames_total{cause=\"unhandled\"} %llu\n"
 		"collstack_dropped_frames_total{cause=\"fault_shim\"} %llu\n",
 		U(st.rx_dropped), U(st.rx_nombuf), U(st.tx_errors),
-		U(t.tx_nobuf), U(t.rx_malformed), U(t.rx_foreign),
+		U(t.tx_nobuf), U(t.rx_malformed),
+		U(t.rx_foreign - t.rx_other_mac), U(t.rx_other_mac),
 		U(t.rx_unhandled), U(st.f_dropped));
 	cs_obs_family(out, "collstack_fault_injected_total", "counter",
 		      "what the fault shim (port.fault_*) did to frames");

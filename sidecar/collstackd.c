@@ -308,7 +308,7 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		"rx_dropped=%llu rx_nombuf=%llu tx_errors=%llu "
 		"rx_frames=%llu rx_foreign=%llu rx_malformed=%llu "
 		"rx_unhandled=%llu tx_nobuf=%llu tx_zero_copy=%llu tx_gso=%llu "
-		"rx_filtered=%llu "
+		"rx_filtered=%llu rx_other_mac=%llu rx_gro=%llu "
 		"f_dropped=%llu f_duplicated=%llu f_reordered=%llu "
 		"f_delayed=%llu f_corrupted=%llu lcore_loops=%llu "
 		"lcore_waits=%llu",
@@ -325,7 +325,8 @@ static void reply_stats(struct cs_daemon *d, char *out, size_t len)
 		(unsigned long long)st.tx_zero_copy,
 		(unsigned long long)st.tx_gso,
 		(unsigned long long)st.rx_filtered,
-		(unsigned long long)st.f_dropped,
+		(unsigned long long)t.rx_other_mac,
+		(unsigned long long)st.rx_gro, (unsigned long long)st.f_dropped,
 		(unsigned long long)st.f_duplicated,
 		(unsigned long long)st.f_reordered,
 		(unsigned long long)st.f_delayed,
