@@ -152,12 +152,12 @@ static cs_ns_t rto_ceil(const struct cs_rel_params *p)
 }
 
 /* The current RTO: from the samples (r->rto, at most rto_ceil) or the
- * learnt floor, doubled per timeout without a sample up to rto_max: the back-off
- * stops there, what was measured or learnt may lie beyond it. */
+ * learnt floor, doubled per timeout without a sample up to rto_max: the
+ * back-off stops there, what was measured or learnt may lie beyond it. */
 static cs_ns_t rto_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t base = CS_MAX(r->rto, CS_MIN(rto_floor_now(r, now),
-					     rto_ceil(&r->p)));
+	cs_ns_t base =
+		CS_MAX(r->rto, CS_MIN(rto_floor_now(r, now), rto_ceil(&r->p)));
 	cs_ns_t rto = base;
 
 	for (uint32_t i = 0; i < r->backoff && rto < r->p.rto_max; i++)
@@ -465,8 +465,7 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->ops->acked(r->owner, m->cookie, m->len);
 }
 
-void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
-		       cs_ns_t now)
+void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from, cs_ns_t now)
 {
 	cs_ns_t f = rto_floor_now(from, now);
 

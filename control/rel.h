@@ -516,7 +516,8 @@ void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now);
  * has delivered; sent on the next ACK, at once (cs_rel_ack_due()) when it
  * grows and the peer has less than half of it left of what it was last
  * told (it may be waiting). A fan-in receiver divides its budget among
- * its senders with this; with more senders than packets in the budget it grants 1 byte
+ * its senders with this; with more senders than packets in the budget it grants
+ * 1 byte
  * (= one packet) to a rotating subset and 0 to the rest. A grant never
  * takes back credit already advertised.
  * @r: the session

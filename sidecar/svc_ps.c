@@ -180,7 +180,8 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 			o->warm = (unsigned)u;
 		} else if (!strcmp(tok, "skew")) {
 			o->skew = strtod(v, &end);
-			if (*end || end == v || !(o->skew >= 0 && o->skew <= 10))
+			if (*end || end == v ||
+			    !(o->skew >= 0 && o->skew <= 10))
 				goto bad;
 		} else if (!strcmp(tok, "dense") || !strcmp(tok, "bad")) {
 			if (strcmp(v, "0") && strcmp(v, "1"))
@@ -190,7 +191,7 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 			goto bad;
 		}
 		continue;
-bad:
+	bad:
 		snprintf(err, elen,
 			 "option %s%s%s: not one of mode=sync|async|ssp:S "
 			 "pattern=pushpull|push|pull warmup=N skew=Z dense=0|1 "
@@ -210,9 +211,8 @@ static int ps_setup_counts(struct cs_svc_ps *ps)
 	if (!ps->tot)
 		return -ENOMEM;
 	cs_ps_pat_count(&ps->pat, 0, ps->versions, ps->tot);
-	if (ps->server &&
-	    cs_ps_pat_grads_of(&ps->pat, ps->versions, &ps->map, ps->rank,
-			       &ps->grads_want))
+	if (ps->server && cs_ps_pat_grads_of(&ps->pat, ps->versions, &ps->map,
+					     ps->rank, &ps->grads_want))
 		return -ENOMEM;
 	if (ps->my_wrank < 0)
 		return 0;
@@ -252,7 +252,8 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	if (ps_parse_opts(args + skip, &o, err, elen))
 		return -EINVAL;
 	if (o.dense && kpp != rows) {
-		snprintf(err, elen, "dense=1: every key each push (KPP = ROWS)");
+		snprintf(err, elen,
+			 "dense=1: every key each push (KPP = ROWS)");
 		return -EINVAL;
 	}
 	if (ps_parse_nodes(list, self, npeers, nl, n, &me) ||
@@ -322,8 +323,8 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 		return -EINVAL;
 	}
 	if (o.bad && ps->versions * CS_DIV_ROUND_UP((uint64_t)ps->pat.kpp *
-							     (8 + 4 * dim),
-						     mss - CS_PS_WIRE_HDR) >=
+							    (8 + 4 * dim),
+						    mss - CS_PS_WIRE_HDR) >=
 			     CS_PS_DEDUP_WINDOW - 1) {
 		snprintf(err, elen,
 			 "bad=1: a short job (its pushes to one server must "
@@ -516,8 +517,8 @@ static void ps_step_done(struct cs_svc_ps *ps, cs_ns_t now)
 		ps->t_timed_end = now;
 	}
 	if (ps->pull_clock) {
-		uint64_t lo_v = cs_ps_pat_lo_version(ps->spec.mode, s,
-						     ps->pull_clock);
+		uint64_t lo_v =
+			cs_ps_pat_lo_version(ps->spec.mode, s, ps->pull_clock);
 
 		if (lo_v > ps->lo_v) {
 			cs_ps_pat_count(&ps->pat, ps->lo_v, lo_v, ps->lo);
@@ -582,19 +583,20 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 	}
 	cs_ps_flow_get_stats(ps->flow, &fs);
 	snprintf(ps->summary, sizeof(ps->summary),
-		 "role=%s pattern=%s mode=%s pushes=%" PRIu64
-		 " pulls=%" PRIu64 " rows_checked=%" PRIu64 " wrong=%" PRIu64
-		 " shard_wrong=%" PRIu64 " grads_in=%" PRIu64 " push_dup=%" PRIu64
-		 " push_early=%" PRIu64 " rejected=%" PRIu64
-		 " worker_retx=%" PRIu64 " msgs_sent=%" PRIu64
-		 " msgs_local=%" PRIu64 " secs=%.6f timed_secs=%.6f"
+		 "role=%s pattern=%s mode=%s pushes=%" PRIu64 " pulls=%" PRIu64
+		 " rows_checked=%" PRIu64 " wrong=%" PRIu64
+		 " shard_wrong=%" PRIu64 " grads_in=%" PRIu64
+		 " push_dup=%" PRIu64 " push_early=%" PRIu64
+		 " rejected=%" PRIu64 " worker_retx=%" PRIu64
+		 " msgs_sent=%" PRIu64 " msgs_local=%" PRIu64
+		 " secs=%.6f timed_secs=%.6f"
 		 " timed_rows=%" PRIu64 " p50_us=%.1f p99_us=%.1f",
 		 ps->server && ps->my_wrank >= 0 ? "both"
 		 : ps->server			 ? "server"
 						 : "worker",
 		 ps_pattern_names[ps->pattern], cs_ps_mode_name(ps->spec.mode),
-		 ps->pushes, ps->pulls, ps->checked, ps->wrong,
-		 ps->shard_wrong, ss ? ss->grads_in : 0, ss ? ss->push_dup : 0,
+		 ps->pushes, ps->pulls, ps->checked, ps->wrong, ps->shard_wrong,
+		 ss ? ss->grads_in : 0, ss ? ss->push_dup : 0,
 		 ss ? ss->push_early : 0, ss ? ss->rejected : 0,
 		 ws ? ws->retransmits : 0, fs.sent, fs.local, secs, tsecs,
 		 ps->rows_timed, p50, p99);
@@ -651,7 +653,8 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 				ps_step_done(ps, now);
 			else if (ps->bad && ps->my_wrank == 0 &&
 				 ps_send_bad(ps))
-				ps_fail(ps, -EIO, "worker: bad pushes not sent");
+				ps_fail(ps, -EIO,
+					"worker: bad pushes not sent");
 			if (ps->it < ps->steps) {
 				ps_step(ps, now);
 				work++;
@@ -683,9 +686,9 @@ int cs_svc_ps_result(struct cs_svc_ps *ps, char *out, size_t len)
 	/* running: where it stands (read racily, for a report only) */
 	cs_ps_flow_get_stats(ps->flow, &fs);
 	snprintf(out, len,
-		 "step=%u inflight=%u rejected=%" PRIu64
-		 " flow_sent=%" PRIu64 " flow_acked=%" PRIu64
-		 " flow_rx=%" PRIu64 " flow_rebuilt=%" PRIu64,
+		 "step=%u inflight=%u rejected=%" PRIu64 " flow_sent=%" PRIu64
+		 " flow_acked=%" PRIu64 " flow_rx=%" PRIu64
+		 " flow_rebuilt=%" PRIu64,
 		 ps->it, ps->inflight,
 		 ps->st ? cs_ps_store_stats(ps->st)->rejected : 0, fs.sent,
 		 fs.acked, fs.rx, fs.rebuilt);
@@ -711,8 +714,8 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 	}
 	cs_core_svc_view(s, &self, &npeers);
 	ret = cs_svc_ps_create(args + skip, self, npeers,
-			       cs_core_svc_frame_payload(s),
-			       &nodes, &n, &ps, err, sizeof(err));
+			       cs_core_svc_frame_payload(s), &nodes, &n, &ps,
+			       err, sizeof(err));
 	if (ret) {
 		snprintf(out, len, "err %s", err);
 		return;

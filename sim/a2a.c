@@ -203,8 +203,8 @@ static void as_service(struct as_rank *r, cs_ns_t now)
 	/* a full NIC: come back when it has drained */
 	q = cs_sim_backlog(m->sim, r->id, (r->id + 1) % m->n);
 	if (q >= c->nic_ring / 2)
-		wake = CS_MIN(wake, now + (cs_ns_t)((double)q * 8 / c->gbps /
-						    2) + 1);
+		wake = CS_MIN(wake,
+			      now + (cs_ns_t)((double)q * 8 / c->gbps / 2) + 1);
 	cs_sim_timer(m->sim, r->id, wake <= now ? now + 1 : wake);
 }
 
@@ -309,8 +309,7 @@ static int as_engines(struct as *m)
 		ret = cs_a2a_node_init(lp, m->G, &m->node[b]);
 		if (ret)
 			break;
-		cs_a2a_node_set_notify(m->node[b], as_notify,
-				       &m->rk[b * m->G]);
+		cs_a2a_node_set_notify(m->node[b], as_notify, &m->rk[b * m->G]);
 		for (uint32_t k = 0; !ret && k < m->G; k++)
 			ret = cs_a2a_init(m->node[b], k,
 					  &m->rk[b * m->G + k].eng);

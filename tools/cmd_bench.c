@@ -27,7 +27,6 @@
 #include "sidecar/ctl.h"
 #include "trainers.h"
 
-
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -117,7 +116,8 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			env = optarg;
 			break;
 		case 'T':
-			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN, &num)) {
+			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN,
+					   &num)) {
 				fprintf(stderr,
 					"collstack bench: --trainers-per-node "
 					"%s: a whole number from 1 to %d\n",
@@ -186,4 +186,3 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	tr.timeout_s = timeout;
 	return cs_trainers_run(&tr);
 }
-

@@ -69,8 +69,9 @@ static int mx_trainers(const char *env, int tpn, unsigned long groups,
 		       unsigned long ops, uint64_t seed, uint64_t lo,
 		       uint64_t hi, unsigned long timeout_ms)
 {
-	static const char *const flag[6] = { "-g", "-k", "-s",
-					     "-b", "-e", "-t" };
+	static const char *const flag[6] = {
+		"-g", "-k", "-s", "-b", "-e", "-t"
+	};
 	char a[6][32], *args[13];
 	struct cs_trainers tr = { .cmd = "collstack run mixed",
 				  .default_name = "cs-trainer-mixed",
@@ -104,8 +105,9 @@ static int mx_trainers(const char *env, int tpn, unsigned long groups,
 	printf("mixed %s trainers_per_node=%d groups=%lu ops=%lu seed=%" PRIu64
 	       " (%s)\n",
 	       ret ? "FAILED" : "ok", tpn, groups, ops, seed,
-	       ret ? "see the lines above" : "every trainer checked every "
-					     "element: wrong=0");
+	       ret ? "see the lines above"
+		   : "every trainer checked every "
+		     "element: wrong=0");
 	return ret ? 1 : 0;
 }
 
@@ -214,7 +216,8 @@ int cs_cmd_run_mixed(int argc, char **argv)
 			env = optarg;
 			break;
 		case 't':
-			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN, &tpn))
+			if (cs_parse_whole(optarg, 1, CS_TRAINERS_MAX_TPN,
+					   &tpn))
 				goto bad;
 			break;
 		case 'h':

@@ -137,9 +137,11 @@ static int net_fix(struct cs_a2a_sim_cfg *c, unsigned long nodes,
 		c->ranks = (uint32_t)(nodes * c->rpn);
 	if (c->ranks < 2 || c->ranks % c->rpn ||
 	    (c->algo == CS_A2A_TWO_LEVEL && c->ranks / c->rpn < 2)) {
-		fprintf(stderr, "collstack sim %s: --ranks must be a "
-				"multiple (two-level: 2 or more) of "
-				"--ranks-per-node\n", cmd);
+		fprintf(stderr,
+			"collstack sim %s: --ranks must be a "
+			"multiple (two-level: 2 or more) of "
+			"--ranks-per-node\n",
+			cmd);
 		return 2;
 	}
 	if (c->tp.max_nodes <= c->ranks)
@@ -214,8 +216,7 @@ int cs_cmd_sim_alltoall(int argc, char **argv)
 	ok = r.done == c.ranks && !r.failed && !r.wrong && !r.proto &&
 	     (c.nodata || r.checked == r.total_bytes / 4);
 	busbw = r.time_ns ? (double)r.total_bytes / c.ranks * 8 /
-				    (double)r.time_ns * (c.ranks - 1) /
-				    c.ranks
+				    (double)r.time_ns * (c.ranks - 1) / c.ranks
 			  : 0;
 	bound = (double)r.max_bytes * (c.ranks - 1) / c.ranks * 8 / c.gbps;
 	printf("alltoall %s ranks=%u ranks_per_node=%u algo=%s%s bytes=%" PRIu64
@@ -226,9 +227,10 @@ int cs_cmd_sim_alltoall(int argc, char **argv)
 	       "\n",
 	       ok ? "ok" : "FAILED", c.ranks, c.rpn, algo_name(r.algo),
 	       c.no_bucket ? "(unbucketed)" : "", c.bytes,
-	       c.uneven ? " uneven" : "", c.dynamic ? " dynamic" : "", r.time_ns / 1e3, busbw, bound / 1e3,
-	       r.jain, r.max_queue, r.drops, r.frames, r.retx, r.staged, r.checked,
-	       r.wrong, c.loss, c.seed);
+	       c.uneven ? " uneven" : "", c.dynamic ? " dynamic" : "",
+	       r.time_ns / 1e3, busbw, bound / 1e3, r.jain, r.max_queue,
+	       r.drops, r.frames, r.retx, r.staged, r.checked, r.wrong, c.loss,
+	       c.seed);
 	if (!ok)
 		printf("alltoall: %s\n",
 		       r.first[0] ? r.first
@@ -315,8 +317,10 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	if (ret)
 		return ret;
 	if (c.topk > c.experts || c.topk > CS_MOE_MAX_TOPK) {
-		fprintf(stderr, "collstack sim moe: --topk must be at most "
-				"--experts and %d\n", CS_MOE_MAX_TOPK);
+		fprintf(stderr,
+			"collstack sim moe: --topk must be at most "
+			"--experts and %d\n",
+			CS_MOE_MAX_TOPK);
 		return 2;
 	}
 	ret = cs_moe_sim_run(&c, &r);
@@ -338,7 +342,7 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	       r.time_ns / 1e3, r.disp_bytes, r.max_queue, r.drops, r.retx,
 	       r.checked, r.wrong, c.net.loss, c.net.seed);
 	if (!ok)
-		printf("moe: %s\n", r.first[0] ? r.first
-					       : "not every rank completed");
+		printf("moe: %s\n",
+		       r.first[0] ? r.first : "not every rank completed");
 	return ok ? 0 : 1;
 }

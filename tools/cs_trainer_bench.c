@@ -243,17 +243,17 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 
 /* One size and place, timed: this rank's figures. */
 struct timed {
-	double *lat;  /* per timed iteration, us */
+	double *lat; /* per timed iteration, us */
 	double total; /* b2b: all timed iterations, us; iter: their sum */
-	double cpu;   /* b2b: CPU seconds over them (cpu_now); iter: 0 */
+	double cpu; /* b2b: CPU seconds over them (cpu_now); iter: 0 */
 	long wrong;
 };
 
 /* The iterations before the timed ones: each filled, fenced by barriers
  * and checked, untimed. */
 static int warm_up(enum op op, struct bench *b, float *send, float *recv,
-		   size_t count, int inplace, int warmup,
-		   const float *expect97, struct timed *t)
+		   size_t count, int inplace, int warmup, const float *expect97,
+		   struct timed *t)
 {
 	cs_req_t r = 0;
 	int ret;
@@ -360,10 +360,10 @@ static void print_row(enum op op, const struct bench *b, size_t count,
 	if (mode == CS_BENCH_B2B) {
 		tm = t->total / iters;
 		snprintf(cpu, sizeof(cpu), "%.2f",
-			 t->cpu / (cs_bench_moved(op == OP_ALLREDUCE,
-						  op == OP_BROADCAST, sz,
-						  b->n) *
-				   iters / 1e9));
+			 t->cpu /
+				 (cs_bench_moved(op == OP_ALLREDUCE,
+						 op == OP_BROADCAST, sz, b->n) *
+				  iters / 1e9));
 	} else {
 		for (int it = 0; it < iters; it++)
 			sum += lat[it];
@@ -419,13 +419,13 @@ int main(int argc, char **argv)
 			group = argv[i + 1];
 		else if (!strcmp(argv[i], "-m")) {
 			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
-				fprintf(stderr, "cs-trainer-bench: -m %s: b2b "
-						"or iter\n",
+				fprintf(stderr,
+					"cs-trainer-bench: -m %s: b2b "
+					"or iter\n",
 					argv[i + 1]);
 				return 2;
 			}
-		}
-		else if (!strcmp(argv[i], "-o")) {
+		} else if (!strcmp(argv[i], "-o")) {
 			unsigned k;
 
 			for (k = 0; k < NOPS; k++)
@@ -498,10 +498,10 @@ int main(int argc, char **argv)
 		       "timing %s\n"
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
 		       "%6s %9s\n",
-		       op_names[op], b.n,
-		       mode == CS_BENCH_B2B ? "b2b" : "iter", "size", "count",
-		       "type", "redop", "root", "time(us)", "algbw", "busbw",
-		       "#wrong", "p50(us)", "p99(us)", "place", "cpu(s/GB)");
+		       op_names[op], b.n, mode == CS_BENCH_B2B ? "b2b" : "iter",
+		       "size", "count", "type", "redop", "root", "time(us)",
+		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
+		       "place", "cpu(s/GB)");
 	/* $COLLSTACK_BENCH_TRACE_DIR: every operation's post and completion
 	 * (CLOCK_MONOTONIC ns) in <dir>/trainer-<rank>.txt, to set against
 	 * the sidecars' ipc.trace_dir (scripts/op-breakdown.py) */

@@ -98,8 +98,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 }
 
 /* The collective alone, as timed. */
-static void timed_op(enum op op, float *send, float *recv, size_t count,
-		     int n, int inplace)
+static void timed_op(enum op op, float *send, float *recv, size_t count, int n,
+		     int inplace)
 {
 	switch (op) {
 	case OP_ALLREDUCE:
@@ -234,8 +234,8 @@ static void ps_isend(struct ps_mpi *s, int dst, int tag, void *buf, size_t len)
 		if (s->nreqs == s->creqs) {
 			s->creqs = s->creqs ? 2 * s->creqs : 64;
 			s->reqs = realloc(s->reqs, sizeof(*s->reqs) * s->creqs);
-			s->rbufs = realloc(s->rbufs,
-					   sizeof(*s->rbufs) * s->creqs);
+			s->rbufs =
+				realloc(s->rbufs, sizeof(*s->rbufs) * s->creqs);
 			if (!s->reqs || !s->rbufs)
 				ps_die("out of memory");
 		}
@@ -396,8 +396,8 @@ static void ps_send_kind(struct ps_mpi *s, int tag, uint64_t v,
 {
 	for (int r = 0; r < s->n; r++) {
 		uint32_t c = s->ucount[r];
-		size_t len = 16 + 8 * (size_t)c +
-			     (g ? 4 * (size_t)c * s->dim : 0);
+		size_t len =
+			16 + 8 * (size_t)c + (g ? 4 * (size_t)c * s->dim : 0);
 		uint64_t hdr[2] = { v, c };
 		uint8_t *buf;
 
@@ -483,7 +483,7 @@ static int ps_main(int argc, char **argv, int rank, int n)
 	s.idx = ps_xmalloc(sizeof(*s.idx) * rows);
 	for (uint32_t k = 0; k < rows; k++)
 		s.idx[k] = cs_ps_shard_of(&s.map, CS_PS_PAT_TABLE, k) ==
-				   (uint32_t)rank
+					   (uint32_t)rank
 				   ? (int32_t)nown++
 				   : -1;
 	s.tab = ps_xmalloc(4 * (size_t)nown * s.dim);
@@ -506,7 +506,9 @@ static int ps_main(int argc, char **argv, int rank, int n)
 	cs_ps_pat_count(&s.pat, 0, versions, tot);
 	MPI_Barrier(MPI_COMM_WORLD);
 	for (uint32_t it = 0; it < steps; it++) {
-		bool push = pat == 1 ? it < versions : pat == 2 ? it < warm : true;
+		bool push = pat == 1   ? it < versions
+			    : pat == 2 ? it < warm
+				       : true;
 		bool pull = pat == 1 ? !push : true;
 		uint64_t clock = pat == 1   ? versions
 				 : pat == 2 ? (push ? it + 1u : warm)
@@ -542,9 +544,8 @@ static int ps_main(int argc, char **argv, int rank, int n)
 				ps_progress(&s);
 			/* scatter: the unique keys are sorted per owner */
 			for (uint32_t i = 0; i < kpp; i++) {
-				uint32_t r = cs_ps_shard_of(&s.map,
-							    CS_PS_PAT_TABLE,
-							    keys[i]);
+				uint32_t r = cs_ps_shard_of(
+					&s.map, CS_PS_PAT_TABLE, keys[i]);
 				uint64_t *b = u + s.ustart[r];
 				uint64_t *f = bsearch(&keys[i], b, s.ucount[r],
 						      8, ps_cmp_u64);
@@ -557,8 +558,8 @@ static int ps_main(int argc, char **argv, int rank, int n)
 		while (s.acks_left || s.replies_left)
 			ps_progress(&s);
 		if (pull) {
-			uint64_t lv = cs_ps_pat_lo_version(s.mode, s.stale,
-							   clock);
+			uint64_t lv =
+				cs_ps_pat_lo_version(s.mode, s.stale, clock);
 
 			if (lv > lo_v) {
 				cs_ps_pat_count(&s.pat, lo_v, lv, lo_all);
@@ -641,8 +642,7 @@ static int ps_main(int argc, char **argv, int rank, int n)
 				       "rows_checked=%ld\n",
 				       (double)rows * rb, rb, mode, n, iters,
 				       t * 1e6, mp50, mp99, rps, alg,
-				       alg * 2 * (n - 1) / n, swrong,
-				       schecked);
+				       alg * 2 * (n - 1) / n, swrong, schecked);
 			} else {
 				printf("ps-bench stack=mpi pattern=%s "
 				       "row_bytes=%u keys_per_push=%u "
@@ -763,8 +763,8 @@ int main(int argc, char **argv)
 			/* Warm-up and check: every element, every time
 			 * (b2b: at least once) */
 			int checked = mode == CS_BENCH_ITER ? warmup + iters
-						: warmup ? warmup
-							 : 1;
+				      : warmup		    ? warmup
+							    : 1;
 
 			for (int it = 0; it < checked; it++) {
 				fill(op, send, recv, count, rank, n, inplace);
@@ -797,9 +797,8 @@ int main(int argc, char **argv)
 					      MPI_COMM_WORLD);
 				MPI_Allreduce(&tot, &sum, 1, MPI_DOUBLE,
 					      MPI_MAX, MPI_COMM_WORLD);
-				MPI_Allreduce(MPI_IN_PLACE, &cpu, 1,
-					      MPI_DOUBLE, MPI_SUM,
-					      MPI_COMM_WORLD);
+				MPI_Allreduce(MPI_IN_PLACE, &cpu, 1, MPI_DOUBLE,
+					      MPI_SUM, MPI_COMM_WORLD);
 			}
 			/* iter: collective only, max over ranks */
 			for (int it = 0; mode == CS_BENCH_ITER && it < iters;
@@ -831,12 +830,13 @@ int main(int argc, char **argv)
 				char cpus[32] = "NA";
 
 				if (mode == CS_BENCH_B2B)
-					snprintf(cpus, sizeof(cpus), "%.2f",
-						 cpu / (cs_bench_moved(
-								op == OP_ALLREDUCE,
-								op == OP_BROADCAST,
-								sz, n) *
-							iters / 1e9));
+					snprintf(
+						cpus, sizeof(cpus), "%.2f",
+						cpu / (cs_bench_moved(
+							       op == OP_ALLREDUCE,
+							       op == OP_BROADCAST,
+							       sz, n) *
+						       iters / 1e9));
 				qsort(lat, (size_t)iters, sizeof(double),
 				      cs_bench_cmp_double);
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s %9s\n",

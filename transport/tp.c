@@ -1272,9 +1272,8 @@ static void tp_grants(struct cs_tp *tp, cs_ns_t now)
  */
 static bool tp_loss_timers_ok(struct cs_tp *tp, cs_ns_t now)
 {
-	cs_ns_t gap = tp->last_poll && now > tp->last_poll
-			      ? now - tp->last_poll
-			      : 0;
+	cs_ns_t gap =
+		tp->last_poll && now > tp->last_poll ? now - tp->last_poll : 0;
 	bool ok = true;
 
 	if (!tp->rx_since_poll) {

@@ -2074,8 +2074,7 @@ static int grow_main(const char *path, int rank, int size, void *arg)
 	return 0;
 }
 
-Test(client, elastic_newcomers_get_their_rank_at_the_first_op,
-     .timeout = 120)
+Test(client, elastic_newcomers_get_their_rank_at_the_first_op, .timeout = 120)
 {
 	two_local_ranks("grow", grow_start, grow_tick, grow_main);
 }
@@ -2446,7 +2445,7 @@ static void sidecar_start_cfg(struct sidecar *sc, const char *tag,
 		sigprocmask(SIG_SETMASK, &old, NULL);
 		cs_log_level = CS_LOG_ERR;
 		_exit(cs_test_sidecar_loop_cfg(cfg, &sc_stop, NULL, NULL) ? 1
-									   : 0);
+									  : 0);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
@@ -2455,9 +2454,9 @@ static struct cs_ipc_cfg default_cfg(void)
 {
 	struct cs_ipc_cfg cfg;
 
-	cr_assert_eq(cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len,
-				     &cfg),
-		     0);
+	cr_assert_eq(
+		cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg),
+		0);
 	return cfg;
 }
 
@@ -2470,8 +2469,7 @@ static void sidecar_start_deadline(struct sidecar *sc, const char *tag,
 	sidecar_start_cfg(sc, tag, &cfg);
 }
 
-Test(client, match_deadline_names_the_rank_that_did_not_post,
-     .timeout = 120)
+Test(client, match_deadline_names_the_rank_that_did_not_post, .timeout = 120)
 {
 	struct sidecar sc;
 	struct dl_sync *o;
@@ -2492,8 +2490,7 @@ Test(client, match_deadline_names_the_rank_that_did_not_post,
 		cr_assert_eq(o->status[r], CS_ERR_TIMEOUT, "rank %d: %d (%s)",
 			     r, o->status[r], o->msg[r]);
 		cr_assert_eq(o->detail[r], CS_IPC_TIMEOUT_UNPOSTED);
-		cr_assert_eq(o->peer[r], 1, "rank %d: names %d", r,
-			     o->peer[r]);
+		cr_assert_eq(o->peer[r], 1, "rank %d: names %d", r, o->peer[r]);
 		cr_assert(strstr(o->msg[r], "rank 1 (local rank 1 on this "
 					    "node) did not post"),
 			  "rank %d: %s", r, o->msg[r]);

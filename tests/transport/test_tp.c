@@ -274,8 +274,7 @@ Test(tp, groups_posted_in_opposite_orders)
 
 	setup_nodes(8, 256);
 	for (uint32_t i = 0; i < NODES; i++)
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
 	cr_assert_eq(cs_tp_group_add(nodes[2].tp, 20, sub, 2, NULL), 0);
 	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 20, sub, 2, NULL), 0);
 	/* node 0: group 10, then 20; node 2: 20 first, 10 only later */
@@ -305,8 +304,7 @@ Test(tp, groups_posted_in_opposite_orders)
 		/* group 10's frames reached node 2 before it posted */
 		cr_assert_gt(st.rx_held, 0);
 		cr_assert_eq(st.rx_replayed, st.rx_held);
-		cr_assert_eq(st.rx_not_member + st.rx_proto + st.rx_bad_src,
-			     0);
+		cr_assert_eq(st.rx_not_member + st.rx_proto + st.rx_bad_src, 0);
 	}
 	teardown_nodes();
 }
@@ -318,12 +316,11 @@ Test(tp, op_id_reuse_refused)
 
 	setup_nodes(8, 256);
 	for (uint32_t i = 0; i < NODES; i++) {
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
 		ar_post(&a[i], &nodes[i], 10, 7, 3, i, 1000, 0, 0);
 	}
-	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops,
-				a[0].c, 4000, NULL, now),
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops, a[0].c,
+				4000, NULL, now),
 		     -EEXIST);
 	pump(500);
 	for (uint32_t i = 0; i < NODES; i++) {
@@ -331,11 +328,11 @@ Test(tp, op_id_reuse_refused)
 		ar_check(&a[i]);
 	}
 	/* finished: its id stays taken */
-	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops,
-				a[0].c, 4000, NULL, now),
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 10, 7, &cs_coll_flow_ops, a[0].c,
+				4000, NULL, now),
 		     -EEXIST);
-	cr_assert_eq(cs_tp_post(nodes[0].tp, 99, 1, &cs_coll_flow_ops,
-				a[0].c, 4000, NULL, now),
+	cr_assert_eq(cs_tp_post(nodes[0].tp, 99, 1, &cs_coll_flow_ops, a[0].c,
+				4000, NULL, now),
 		     -ENOENT);
 	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 10, all, 3, NULL), -EEXIST);
 	for (uint32_t i = 0; i < NODES; i++)
@@ -597,8 +594,7 @@ static uint64_t incast_peak(uint64_t budget)
 	slow0 = true;
 	setup_nodes(8, 256);
 	for (uint32_t i = 0; i < NODES; i++) {
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
 		a[i].buf = malloc(count * sizeof(float));
 		a[i].count = count;
 		a[i].n = NODES;
@@ -673,8 +669,7 @@ Test(tp, cancel_is_announced_to_the_group)
 
 	setup_nodes(8, 256);
 	for (uint32_t i = 0; i < NODES; i++)
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
 	ar_post(&a[0], &nodes[0], 10, 7, 3, 0, 100000, 0, 0);
 	ar_post(&a[2], &nodes[2], 10, 7, 3, 2, 100000, 0, 0);
 	pump(5);
@@ -709,8 +704,7 @@ Test(tp, reused_id_after_a_failure_runs)
 
 	setup_nodes(8, 256);
 	for (uint32_t i = 0; i < NODES; i++) {
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
 		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
 	}
 	for (uint32_t i = 0; i < NODES; i++)
@@ -833,8 +827,7 @@ Test(tp, descheduled_owner_reads_acks_before_timing_out)
 
 	setup_nodes(64, 4096);
 	for (uint32_t i = 0; i < 2; i++) {
-		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, g01, 2, NULL),
-			     0);
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, g01, 2, NULL), 0);
 		cr_assert_eq(cs_tp_group_add(nodes[2 * i].tp, 11, g02, 2, NULL),
 			     0);
 	}
