@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Authentication primitives from libsodium: the token-keyed MAC of the
- * bootstrap handshake and the etcd records (keyed BLAKE2b), the per-epoch
- * packet key derived from the job token, and packet tags (docs/auth.md).
+ * Authentication primitives from libsodium and OpenSSL's libcrypto: the
+ * token-keyed MAC of the bootstrap handshake and the etcd records (keyed
+ * BLAKE2b), the per-epoch packet keys derived from the job token, and
+ * packet tags: AES-256-GMAC with a per-frame nonce where the CPU has
+ * AES-NI, SipHash-2-4-128 otherwise (docs/auth.md).
  */
 #ifndef CS_CONTROL_AUTH_H
 #define CS_CONTROL_AUTH_H
@@ -17,6 +19,7 @@
 
 #define CS_MAC_LEN 32 /* a control-plane MAC: BLAKE2b-256 */
 #define CS_AUTH_KEY_LEN 32 /* an epoch key: two 128-bit SipHash keys */
+#define CS_AUTH_GMAC_KEY_LEN 32 /* an AES-256 key */
 
 /**
  * cs_auth_init - make libsodium ready (idempotent, thread-safe)
@@ -24,16 +27,34 @@
  */
 int cs_auth_init(void);
 
+/* The two tag codes (CS_PKT_F_GMAC on the wire says which one). */
+enum cs_auth_mac {
+	CS_AUTH_SIPHASH, /* SipHash-2-4-128 (libsodium), no nonce */
+	CS_AUTH_GMAC, /* AES-256-GMAC (libcrypto), per-frame nonce */
+};
+
 /**
- * cs_auth_impl - what computes packet tags, for logs and stats
+ * cs_auth_gmac_fast - this CPU has AES-NI and PCLMULQDQ (libsodium's
+ * crypto_aead_aes256gcm_is_available()), so AES-GMAC is the fast tag here
+ */
+bool cs_auth_gmac_fast(void);
+
+/**
+ * cs_auth_mac_auto - the tag code chosen for this CPU: CS_AUTH_GMAC with
+ * AES-NI and PCLMULQDQ, else CS_AUTH_SIPHASH
+ */
+enum cs_auth_mac cs_auth_mac_auto(void);
+
+/**
+ * cs_auth_mac_name - a tag code's name in logs and stats:
+ * "gmac-aes256-openssl" or "siphash128-libsodium"
+ */
+const char *cs_auth_mac_name(enum cs_auth_mac m);
+
+/**
+ * cs_auth_impl - the name of cs_auth_mac_auto()'s code, for logs
  */
 const char *cs_auth_impl(void);
-
-/*
- * cs_sha256_impl - the name sidecar/service.c still asks for (its
- * "sha256=" stats field); same as cs_auth_impl(). Goes with its next edit.
- */
-const char *cs_sha256_impl(void);
 
 /*
  * A control-plane MAC over pieces: keyed BLAKE2b-256 (libsodium's
@@ -95,6 +116,106 @@ void cs_auth_tag(const uint8_t key[CS_AUTH_KEY_LEN], const struct cs_pkt_hdr *h,
  */
 int cs_auth_check(const uint8_t key[CS_AUTH_KEY_LEN],
 		  const struct cs_pkt_hdr *h, const void *payload);
+
+/*
+ * AES-256-GMAC tags (CS_PKT_F_GMAC; docs/auth.md, "The GMAC tag"):
+ *
+ *   G(epoch)      = crypto_kdf_derive_from_key(32, group << 32 | epoch,
+ *                                              "csgmac01", BLAKE2b(token))
+ *   K(src, sid)   = BLAKE2b-256(key = G(epoch), be16(src) || sid)
+ *   nonce (wire)  = sid (12 random bytes) || be32(ctr)
+ *   tag           = AES-256-GCM(K(src, sid), IV = 0^64 || be32(ctr),
+ *                               plaintext empty, AAD = fields || payload)
+ *
+ * Each sender instance (an lcore's sending state for one epoch) draws a
+ * fresh random sid and counts ctr up from 0, never past 2^32 - 1: a key
+ * never sees one IV twice (the argument: docs/auth.md).
+ */
+
+/**
+ * cs_auth_gmac_epoch_key - derive G(epoch) of a group epoch
+ * @token: the job token
+ * @group: group id
+ * @epoch: group epoch
+ * @key: out, CS_AUTH_GMAC_KEY_LEN bytes
+ */
+void cs_auth_gmac_epoch_key(const char *token, uint32_t group, uint32_t epoch,
+			    uint8_t key[CS_AUTH_GMAC_KEY_LEN]);
+
+/**
+ * cs_auth_gmac_sender_key - derive the AES key of one sender instance
+ * @ekey: G(epoch) from cs_auth_gmac_epoch_key()
+ * @src: the sender's rank (the header's src)
+ * @sid: the instance's CS_PROTO_SID_LEN random bytes (the nonce's first)
+ * @key: out, CS_AUTH_GMAC_KEY_LEN bytes
+ */
+void cs_auth_gmac_sender_key(const uint8_t ekey[CS_AUTH_GMAC_KEY_LEN],
+			     uint16_t src, const uint8_t *sid,
+			     uint8_t key[CS_AUTH_GMAC_KEY_LEN]);
+
+/* An AES-256-GCM context holding one sender key (its key schedule and
+ * GHASH tables computed once). Not plain data: cs_gmac_fini() frees it. */
+struct cs_gmac {
+	void *evp; /* EVP_CIPHER_CTX */
+};
+
+/**
+ * cs_gmac_init - allocate a context and load @key
+ * Returns: 0, -ENOMEM, or -EIO when libcrypto refuses.
+ */
+int cs_gmac_init(struct cs_gmac *g, const uint8_t key[CS_AUTH_GMAC_KEY_LEN]);
+
+/**
+ * cs_gmac_setkey - load another key into an initialised context (no
+ * allocation)
+ * Returns: 0 or -EIO.
+ */
+int cs_gmac_setkey(struct cs_gmac *g, const uint8_t key[CS_AUTH_GMAC_KEY_LEN]);
+
+/**
+ * cs_gmac_fini - free the context (and wipe it); idempotent
+ */
+void cs_gmac_fini(struct cs_gmac *g);
+
+/**
+ * cs_gmac_tag - a frame's GMAC tag with counter @ctr
+ * @g: the sender instance's key
+ * @ctr: the nonce's counter (the IV)
+ * @h: header (tag and nonce ignored; flags as sent, CE excluded by caller)
+ * @payload: h->len bytes (may be NULL when h->len is 0)
+ * @tag: out, CS_PROTO_TAG_LEN bytes
+ * Returns: 0 or -EIO.
+ */
+int cs_gmac_tag(struct cs_gmac *g, uint32_t ctr, const struct cs_pkt_hdr *h,
+		const void *payload, uint8_t tag[CS_PROTO_TAG_LEN]);
+
+/**
+ * cs_auth_nonce_ctr - the counter in a nonce (its last 4 bytes, big-endian)
+ */
+static inline uint32_t cs_auth_nonce_ctr(const uint8_t *nonce)
+{
+	const uint8_t *c = nonce + CS_PROTO_SID_LEN;
+
+	return (uint32_t)c[0] << 24 | (uint32_t)c[1] << 16 |
+	       (uint32_t)c[2] << 8 | c[3];
+}
+
+/**
+ * cs_auth_gmac_tag - one-shot GMAC tag of @h as its nonce (h->nonce) says
+ * @ekey: G(epoch) of the frame's epoch
+ * Returns: 0, or a negative errno from libcrypto's failure.
+ */
+int cs_auth_gmac_tag(const uint8_t ekey[CS_AUTH_GMAC_KEY_LEN],
+		     const struct cs_pkt_hdr *h, const void *payload,
+		     uint8_t tag[CS_PROTO_TAG_LEN]);
+
+/**
+ * cs_auth_gmac_check - verify a received frame's GMAC tag
+ * Returns: 0 when it matches, CS_ERR_AUTH when it does not, or the frame
+ * has no GMAC tag (CS_PKT_F_AUTH and CS_PKT_F_GMAC).
+ */
+int cs_auth_gmac_check(const uint8_t ekey[CS_AUTH_GMAC_KEY_LEN],
+		       const struct cs_pkt_hdr *h, const void *payload);
 
 /* A key made ready for many tags. Plain data: copy it, no clean-up. */
 struct cs_auth_ctx {

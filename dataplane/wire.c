@@ -50,10 +50,11 @@ static_assert(CS_WIRE_O_TS_ECHO + CS_FSZ(ts_echo) == CS_WIRE_O_RSVD,
 static_assert(CS_PROTO_FRAME_OVERHEAD == CS_WIRE_L4_END + CS_PROTO_HDR_WIRE_LEN,
 	      "CS_PROTO_FRAME_OVERHEAD disagrees with the codec");
 static_assert(CS_FSZ(tag) == CS_PROTO_TAG_LEN, "tag size");
+static_assert(CS_FSZ(nonce) == CS_PROTO_NONCE_LEN, "nonce size");
 
 #define CS_WIRE_KNOWN_FLAGS                                                    \
 	(CS_PKT_F_ACK | CS_PKT_F_ECE | CS_PKT_F_AUTH | CS_PKT_F_RETX |         \
-	 CS_PKT_F_CE | CS_PKT_F_LAST | CS_PKT_F_FILLER)
+	 CS_PKT_F_CE | CS_PKT_F_LAST | CS_PKT_F_FILLER | CS_PKT_F_GMAC)
 
 /* IPv4 header offsets. */
 enum {
@@ -195,6 +196,9 @@ static int hdr_check(const struct cs_pkt_hdr *h)
 		return CS_WIRE_E_TYPE;
 	if (h->flags & ~CS_WIRE_KNOWN_FLAGS)
 		return CS_WIRE_E_FLAGS;
+	/* a nonce only comes with a tag */
+	if ((h->flags & (CS_PKT_F_GMAC | CS_PKT_F_AUTH)) == CS_PKT_F_GMAC)
+		return CS_WIRE_E_FLAGS;
 	if (h->offset > UINT64_MAX - h->len)
 		return CS_WIRE_E_OFFSET;
 	return 0;
@@ -252,8 +256,13 @@ static void hdr_put(uint8_t *p, const struct cs_pkt_hdr *h)
 	put64(p + CS_WIRE_O_TS, h->ts);
 	put64(p + CS_WIRE_O_TS_ECHO, h->ts_echo);
 	put32(p + CS_WIRE_O_RSVD, 0);
+	p += CS_WIRE_O_END;
+	if ((h->flags & CS_PKT_F_AUTH) && (h->flags & CS_PKT_F_GMAC)) {
+		memcpy(p, h->nonce, CS_PROTO_NONCE_LEN);
+		p += CS_PROTO_NONCE_LEN;
+	}
 	if (h->flags & CS_PKT_F_AUTH)
-		memcpy(p + CS_WIRE_O_END, h->tag, CS_PROTO_TAG_LEN);
+		memcpy(p, h->tag, CS_PROTO_TAG_LEN);
 }
 
 static void hdr_get(const uint8_t *p, struct cs_pkt_hdr *h)
@@ -428,16 +437,20 @@ int cs_wire_decode_ex(const void *buf, size_t len, uint16_t port,
 		return rc;
 	if (unlikely(get32(ch + CS_WIRE_O_RSVD) != 0))
 		return CS_WIRE_E_RESERVED;
-	need = CS_PROTO_HDR_WIRE_LEN;
-	if (out->hdr.flags & CS_PKT_F_AUTH) {
-		need += CS_PROTO_TAG_LEN;
-		if (unlikely(rest < need))
-			return CS_WIRE_E_TAG;
-		memcpy(out->hdr.tag, ch + CS_PROTO_HDR_WIRE_LEN,
+	/* (a GMAC flag without AUTH failed hdr_check() above) */
+	need = CS_PROTO_HDR_WIRE_LEN + cs_proto_auth_len(out->hdr.flags);
+	if (unlikely(rest < need))
+		return CS_WIRE_E_TAG;
+	if (out->hdr.flags & CS_PKT_F_GMAC)
+		memcpy(out->hdr.nonce, ch + CS_PROTO_HDR_WIRE_LEN,
+		       CS_PROTO_NONCE_LEN);
+	else
+		memset(out->hdr.nonce, 0, CS_PROTO_NONCE_LEN);
+	if (out->hdr.flags & CS_PKT_F_AUTH)
+		memcpy(out->hdr.tag, ch + need - CS_PROTO_TAG_LEN,
 		       CS_PROTO_TAG_LEN);
-	} else {
+	else
 		memset(out->hdr.tag, 0, CS_PROTO_TAG_LEN);
-	}
 	if (unlikely(out->hdr.len != rest - need))
 		return CS_WIRE_E_LEN;
 	if (unlikely(rc))
@@ -498,7 +511,7 @@ const char *cs_wire_strerror(int err)
 	case CS_WIRE_E_RESERVED:
 		return "collstack reserved field not zero";
 	case CS_WIRE_E_TAG:
-		return "no room for the authentication tag";
+		return "no room for the authentication nonce and tag";
 	case CS_WIRE_E_LEN:
 		return "payload length disagrees with the packet";
 	case CS_WIRE_E_OFFSET:

@@ -6,8 +6,9 @@
  * Frame layout (no VLAN tag on encode; one 802.1Q tag accepted on decode):
  *
  *   Ethernet 14 | IPv4 20 (+ options on decode) | UDP 8 |
- *   collstack header CS_PROTO_HDR_WIRE_LEN (76) | tag 16 if CS_PKT_F_AUTH |
- *   payload hdr.len bytes
+ *   collstack header CS_PROTO_HDR_WIRE_LEN (76) |
+ *   nonce 16 if CS_PKT_F_GMAC (only with CS_PKT_F_AUTH) |
+ *   tag 16 if CS_PKT_F_AUTH | payload hdr.len bytes
  *
  * The collstack header is struct cs_pkt_hdr's fields in declaration order,
  * network byte order, followed by a 32-bit reserved word that is zero in
@@ -35,11 +36,12 @@
 #define CS_WIRE_L4_END (CS_WIRE_ETH_LEN + CS_WIRE_IP_LEN + CS_WIRE_UDP_LEN)
 /* Largest IPv4 total length. */
 #define CS_WIRE_IP_TOT_MAX 65535u
-/* Largest hdr.len that fits an IPv4 datagram with the auth tag (without
- * it, CS_PROTO_TAG_LEN more fit). */
+/* Largest hdr.len that fits an IPv4 datagram with the auth nonce and tag
+ * (with the tag only, CS_PROTO_NONCE_LEN more fit; without, another
+ * CS_PROTO_TAG_LEN). */
 #define CS_WIRE_MAX_PAYLOAD                                                    \
 	(CS_WIRE_IP_TOT_MAX - CS_WIRE_IP_LEN - CS_WIRE_UDP_LEN -               \
-	 CS_PROTO_HDR_WIRE_LEN - CS_PROTO_TAG_LEN)
+	 CS_PROTO_HDR_WIRE_LEN - CS_PROTO_AUTH_MAX)
 
 #define CS_WIRE_ETHERTYPE_IPV4 0x0800
 #define CS_WIRE_ETHERTYPE_VLAN 0x8100
@@ -76,7 +78,8 @@ enum cs_wire_err {
 	CS_WIRE_E_TYPE = -2014, /* unknown packet type */
 	CS_WIRE_E_FLAGS = -2015, /* unknown flag bits */
 	CS_WIRE_E_RESERVED = -2016, /* reserved word is not zero */
-	CS_WIRE_E_TAG = -2017, /* F_AUTH but no room for the tag */
+	CS_WIRE_E_TAG = -2017, /* F_AUTH but no room for the tag (and the
+				* nonce with F_GMAC) */
 	CS_WIRE_E_LEN = -2018, /* hdr.len != bytes after the header,
 				* or too large to encode */
 	CS_WIRE_E_OFFSET = -2019, /* offset + len overflows 64 bits */
@@ -100,7 +103,8 @@ struct cs_wire_addr {
 
 /* A decoded frame. payload points into the decoded buffer (no copy). */
 struct cs_wire_pkt {
-	struct cs_pkt_hdr hdr; /* tag zeroed unless CS_PKT_F_AUTH */
+	struct cs_pkt_hdr hdr; /* tag zeroed unless CS_PKT_F_AUTH, nonce
+				* unless CS_PKT_F_GMAC */
 	struct cs_wire_addr src;
 	struct cs_wire_addr dst;
 	const uint8_t *payload; /* hdr.len bytes */
@@ -133,12 +137,12 @@ struct cs_wire_stats {
  * cs_wire_payload_offset - byte offset of the payload in an encoded frame
  * @h: the header to be encoded (only flags matter)
  *
- * Returns: CS_PROTO_FRAME_OVERHEAD, plus CS_PROTO_TAG_LEN with CS_PKT_F_AUTH.
+ * Returns: CS_PROTO_FRAME_OVERHEAD, plus cs_proto_auth_len(): the tag with
+ * CS_PKT_F_AUTH, and the nonce before it with CS_PKT_F_GMAC.
  */
 static inline size_t cs_wire_payload_offset(const struct cs_pkt_hdr *h)
 {
-	return CS_PROTO_FRAME_OVERHEAD +
-	       ((h->flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN : 0);
+	return CS_PROTO_FRAME_OVERHEAD + cs_proto_auth_len(h->flags);
 }
 
 /**
@@ -209,7 +213,8 @@ int cs_wire_tmpl_init(struct cs_wire_tmpl *t, const struct cs_wire_addr *src,
  * @buf: frame buffer; the payload sits at cs_wire_payload_offset(@h)
  * @cap: bytes available in @buf
  * @t: the flow's template (cs_wire_tmpl_init())
- * @h: header to encode; @h->tag is written when CS_PKT_F_AUTH
+ * @h: header to encode; @h->tag is written when CS_PKT_F_AUTH, @h->nonce
+ *     before it when CS_PKT_F_GMAC as well
  *
  * Validates @h like the decoder would (version, type, flags, length,
  * offset) so that whatever it encodes decodes. The UDP checksum is left 0

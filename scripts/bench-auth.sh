@@ -2,18 +2,21 @@
 # SPDX-License-Identifier: MIT
 # What packet authentication costs (docs/bench-auth.md), in one run:
 #
-# 1. per frame, one core: `collstack selftest`'s tag loop (cs_auth_ctx_tag,
-#    what sidecar/frame_auth.c calls for every frame sent and received:
-#    libsodium, keys from control/auth.c) CS_AUTH_SELFTESTS times, each
-#    line as ns per 8896-byte frame, GB/s per core and ns per pure ACK,
-#    then the best of them (load only ever slows a run down);
+# 1. per frame, one core: `collstack selftest`'s tag loops (cs_gmac_tag
+#    and cs_auth_ctx_tag, what sidecar/frame_auth.c calls for every frame
+#    sent and received: AES-256-GMAC from libcrypto, SipHash-2-4-128 from
+#    libsodium) CS_AUTH_SELFTESTS times, each line as ns per 8896-byte
+#    frame, GB/s per core and ns per pure ACK, then the best of them per
+#    tag code (load only ever slows a run down);
 # 2. 64 MiB allreduces with auth.enable=0 and =1 back to back (off, on,
-#    off, on ...), a fresh cluster per line, then the medians and what
-#    authentication costs of busbw.
+#    off, on ...; with CS_AUTH_MACS="auto siphash": off, on with
+#    auth.mac=auto, on with auth.mac=siphash ...), a fresh cluster per
+#    line, then the medians and what authentication costs of busbw.
 #
 #   scripts/bench-auth.sh [NODES...]   (default: 4; root)
 #
-# Environment: CS_AUTH_ROUNDS (2 off/on pairs per size; 0: per frame only), CS_AUTH_PORT
+# Environment: CS_AUTH_ROUNDS (2 off/on pairs per size; 0: per frame only),
+# CS_AUTH_MACS (auth.mac values of the "on" runs, default "auto"), CS_AUTH_PORT
 # (af_packet), CS_AUTH_MTU (9000), CS_AUTH_BYTES (64M), CS_AUTH_ITERS (3),
 # CS_AUTH_SELFTESTS (5), CS_BUILD_DIR (build), CS_CLUSTER (namespace
 # prefix, as scripts/cluster.sh). Prints one line per run: time per
@@ -35,6 +38,7 @@ PORT=${CS_AUTH_PORT:-af_packet}
 MTU=${CS_AUTH_MTU:-9000}
 BYTES=${CS_AUTH_BYTES:-64M}
 ITERS=${CS_AUTH_ITERS:-3}
+read -ra MACS <<<"${CS_AUTH_MACS:-auto}"
 NODES=("$@")
 [ ${#NODES[@]} -gt 0 ] || NODES=(4)
 [ "$(id -u)" -eq 0 ] || { echo "bench-auth: needs root" >&2; exit 1; }
@@ -56,25 +60,31 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)" \
 	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) CPUs," \
 	"loadavg $(load)"
-echo "# per frame, one core (collstack selftest's tag loop):"
+echo "# per frame, one core (collstack selftest's tag loops):"
 for _ in $(seq "$SELFTESTS"); do
-	"$CLI" selftest | grep -o 'tag cost.*' | awk -v l="$(load)" '
-	{	# tag cost (IMPL): U us per B-byte payload (M MB/s), A us per pure ACK
+	"$CLI" selftest | grep -o 'tag cost.*' | sed 's/, auth.mac=auto//' |
+	awk -v l="$(load)" '
+	{	# tag cost (CODE): U us per B-byte payload (M MB/s), A us per pure ACK
+		code = $3; gsub(/[():]/, "", code)
 		u = $4; b = $7; sub(/-byte/, "", b); a = $11
-		printf "tag %s %.0f ns per %d-byte frame = %.2f GB/s per core; %.0f ns per pure ACK (loadavg %s)\n", \
-			$3, u * 1000, b, b / (u * 1000), a * 1000, l
+		printf "tag (%s): %.0f ns per %d-byte frame = %.2f GB/s per core; %.0f ns per pure ACK (loadavg %s)\n", \
+			code, u * 1000, b, b / (u * 1000), a * 1000, l
 	}'
 done | tee "$SUM.frame"
-# the least disturbed run (other jobs only ever make a run slower)
-sort -n -k3 "$SUM.frame" | head -1 | sed 's/^tag /best of '"$SELFTESTS"': /'
+# the least disturbed run per code (other jobs only ever make a run slower)
+for code in $(awk '{ print $2 }' "$SUM.frame" | sort -u); do
+	grep -F " $code " "$SUM.frame" | sort -n -k3 | head -1 |
+		sed 's/^tag /best of '"$SELFTESTS"': /'
+done
 rm -f "$SUM.frame"
-echo "# $PORT mtu $MTU, allreduce $BYTES x $ITERS (+1 warm-up), auth off/on back to back:"
+echo "# $PORT mtu $MTU, allreduce $BYTES x $ITERS (+1 warm-up), auth off/on (auth.mac ${MACS[*]}) back to back:"
 for n in "${NODES[@]}"; do
 	for r in $(seq "$ROUNDS"); do
-		for a in 0 1; do
+		for a in 0 "${MACS[@]}"; do
+			set -- --set auth.enable=0
+			[ "$a" = 0 ] || set -- --set auth.enable=1 --set auth.mac="$a"
 			scripts/cluster.sh up "$n" --port "$PORT" --mtu "$MTU" \
-				--set auth.enable=$a \
-				--set boot.token=bench-token-0123456789 \
+				"$@" --set boot.token=bench-token-0123456789 \
 				>/dev/null || { echo "cluster up failed"; exit 1; }
 			c0=$(cpu_of) t0=$(date +%s.%N)
 			out=$("$CLI" run allreduce --bytes "$BYTES" \
@@ -82,15 +92,17 @@ for n in "${NODES[@]}"; do
 			c1=$(cpu_of) t1=$(date +%s.%N)
 			scripts/cluster.sh down >/dev/null 2>&1
 			row=$(grep -E '^ *[0-9]+ +[0-9]+ +f32' <<<"$out" | tail -1)
+			[ "$a" = 0 ] && what="auth.enable=0" ||
+				what="auth.enable=1 auth.mac=$a"
 			if [ -z "$row" ]; then	# say why, keep going
-				printf '%s nodes auth.enable=%s %s: no result: %s\n' \
-					"$n" "$a" "$(date -u +%T)" \
+				printf '%s nodes %s %s: no result: %s\n' \
+					"$n" "$what" "$(date -u +%T)" \
 					"$(grep -v '^#' <<<"$out" | tail -2 | tr '\n' ' ')"
 				continue
 			fi
 			read -r _ _ _ _ tus alg bus wrong <<<"$row"
-			printf '%s nodes auth.enable=%s %s loadavg %s: time_us=%s algbw=%s busbw=%s wrong=%s %s, %s | sidecars CPU %.2f s, wall %.2f s\n' \
-				"$n" "$a" "$(date -u +%T)" \
+			printf '%s nodes %s %s loadavg %s: time_us=%s algbw=%s busbw=%s wrong=%s %s, %s | sidecars CPU %.2f s, wall %.2f s\n' \
+				"$n" "$what" "$(date -u +%T)" \
 				"$(cut -d' ' -f1 /proc/loadavg)" "$tus" "$alg" \
 				"$bus" "$wrong" \
 				"$(grep -o '[0-9]* retransmissions' <<<"$out" | tail -1)" \
@@ -101,7 +113,7 @@ for n in "${NODES[@]}"; do
 		done
 	done
 done
-# medians of busbw per node count, off and on, and the cost
+# medians of busbw per node count, off and on (per auth.mac), and the cost
 awk '
 function median(s,   v, k, i, j, t) {
 	k = split(s, v, " ")
@@ -109,13 +121,13 @@ function median(s,   v, k, i, j, t) {
 		if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
 	return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
 }
-{ b[$1 " " $2] = b[$1 " " $2] " " $3; seen[$1] = 1 }
+{ b[$1 " " $2] = b[$1 " " $2] " " $3; seen[$1] = 1; if ($2 != "0") mac[$2] = 1 }
 END {
-	for (n in seen) {
-		if (b[n " 0"] == "" || b[n " 1"] == "") continue
-		off = median(b[n " 0"]); on = median(b[n " 1"])
+	for (n in seen) for (m in mac) {
+		if (b[n " 0"] == "" || b[n " " m] == "") continue
+		off = median(b[n " 0"]); on = median(b[n " " m])
 		cost = off > 0 ? (off - on) / off * 100 : 0
-		printf "%s nodes: median busbw off %.3f GB/s, on %.3f GB/s: authentication costs %.1f %% of busbw\n", \
-			n, off, on, cost
+		printf "%s nodes, auth.mac=%s: median busbw off %.3f GB/s, on %.3f GB/s: authentication costs %.1f %% of busbw\n", \
+			n, m, off, on, cost
 	}
 }' "$SUM"

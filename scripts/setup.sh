@@ -16,7 +16,7 @@ BUILD=${CS_BUILD_DIR:-build}
 # Every Debian package the build, tests, demo and benchmarks use.
 PKGS=(
 	build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
-	libcriterion-dev liburing-dev libnuma-dev libhwloc-dev libsodium-dev
+	libcriterion-dev liburing-dev libnuma-dev libhwloc-dev libsodium-dev libssl-dev
 	libjansson-dev etcd-server
 	dpdk libdpdk-dev libibverbs-dev rdma-core libxdp-dev libbpf-dev
 	openmpi-bin libopenmpi-dev iperf3 gnuplot-nox

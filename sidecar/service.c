@@ -10,6 +10,7 @@
  * (frame_auth.c) when auth.enable is on.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -32,6 +33,7 @@ struct svc_conf {
 	struct cs_coll_cfg coll;
 	struct cs_tp_params tp;
 	char auth[CS_CFG_STR_MAX]; /* auth.enable: auto, 1 or 0 */
+	char auth_mac[CS_CFG_STR_MAX]; /* auth.mac: auto, gmac or siphash */
 	bool direct_early; /* coll.direct_early */
 	bool burst_set; /* pacer.burst_bytes given: else AR_BURST_FRAMES */
 	bool budget_set; /* tp.rx_budget given: else half the rx ring */
@@ -45,13 +47,21 @@ struct svc_conf {
 static const struct cs_cfg_entry auth_cfg[] = {
 	{ "auth.enable", CS_CFG_STR, offsetof(struct svc_conf, auth), "auto",
 	  CS_CFG_NO_BOUNDS,
-	  "tag every frame with SipHash-2-4-128 under a per-epoch key derived "
+	  "tag every frame (auth.mac) under per-epoch keys derived "
 	  "from the job token (boot.token, boot.token_file, else "
 	  "$COLLSTACK_JOB_TOKEN) and drop frames without a valid tag "
 	  "(ar_stats rx_auth_fail). auto: on whenever a job token is set "
 	  "(always with the bootstrap or etcd; scripts/cluster.sh sets one), "
 	  "off with a warning when none is; 1: on, refuse to start without a "
 	  "token; 0: off. Every sidecar of a job must agree" },
+	{ "auth.mac", CS_CFG_STR, offsetof(struct svc_conf, auth_mac), "auto",
+	  CS_CFG_NO_BOUNDS,
+	  "the tag this sidecar sends: gmac (AES-256-GMAC from libcrypto, a "
+	  "16-byte nonce per frame), siphash (SipHash-2-4-128 from "
+	  "libsodium), or auto: gmac where the CPU has AES-NI and PCLMULQDQ, "
+	  "else siphash. Frames say which they carry; every sidecar checks "
+	  "both, so sidecars with other values work together (ar_stats "
+	  "auth_mac)" },
 };
 
 enum auth_mode { AUTH_BAD = -1, AUTH_OFF, AUTH_ON, AUTH_AUTO };
@@ -193,6 +203,14 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 				 "auth.enable: '%s' is not auto, 1 or 0", val);
 		return -EINVAL;
 	}
+	if (!strcmp(key, "auth.mac") &&
+	    cs_frame_auth_parse_mac(val, &(enum cs_auth_mac){ 0 })) {
+		if (err)
+			snprintf(err, errlen,
+				 "auth.mac: '%s' is not auto, gmac or siphash",
+				 val);
+		return -EINVAL;
+	}
 	return cs_cfg_set(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc, key, val, err,
 			  errlen);
 }
@@ -257,12 +275,17 @@ int cs_daemon_init(struct cs_daemon *d)
 			free(s);
 			return ret;
 		}
-		cs_frame_auth_init(&s->fa, token);
+		enum cs_auth_mac mac = CS_AUTH_SIPHASH;
+
+		(void)cs_frame_auth_parse_mac(s->cf->auth_mac, &mac);
+		cs_frame_auth_init(&s->fa, token, mac);
 		explicit_bzero(token, sizeof(token));
 		s->auth = true;
 		CS_INFO("packet authentication on: tags under per-epoch keys "
-			"from the job token (%s)",
-			cs_sha256_impl());
+			"from the job token (%s: auth.mac=%s, this CPU %s "
+			"AES-NI and PCLMULQDQ)",
+			cs_auth_mac_name(mac), s->cf->auth_mac,
+			cs_auth_gmac_fast() ? "has" : "lacks");
 	}
 	if (!s->cf->burst_set) {
 		/*
@@ -372,6 +395,21 @@ static int apply_view(struct cs_ar_svc *s, char *msg, size_t mlen)
 	return 0;
 }
 
+/* ar_stats' authentication fields beyond the core's: the tag code sent,
+ * the GMAC sender keys derived and the frames that could not be tagged. */
+static void auth_stats(struct cs_ar_svc *s, char *out, size_t len)
+{
+	struct cs_fa_counts n = { 0 };
+	size_t l = strlen(out);
+
+	if (s->auth)
+		cs_frame_auth_counts(&s->fa, &n);
+	snprintf(out + l, len > l ? len - l : 0,
+		 " auth_mac=%s auth_skeys=%" PRIu64 " auth_tx_fail=%" PRIu64,
+		 s->auth ? cs_auth_mac_name(s->fa.mac) : "off", n.skeys,
+		 n.tx_fail);
+}
+
 int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 		  char *out, size_t len)
 {
@@ -387,12 +425,8 @@ int cs_daemon_ctl(struct cs_daemon *d, const char *req, const char *args,
 			return 0;
 	}
 	ret = cs_core_svc_ctl(s->core, req, args, out, len);
-	if (!ret && !strcmp(req, "ar_stats")) {
-		size_t l = strlen(out);
-
-		snprintf(out + l, len > l ? len - l : 0, " sha256=%s",
-			 cs_sha256_impl());
-	}
+	if (!ret && !strcmp(req, "ar_stats"))
+		auth_stats(s, out, len);
 	return ret;
 }
 

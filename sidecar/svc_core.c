@@ -199,9 +199,9 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 	uint32_t off = CS_PROTO_FRAME_OVERHEAD;
 	int flen;
 
-	if (s->auth) { /* the tag goes between header and payload */
-		off += CS_PROTO_TAG_LEN;
-		hh.flags |= CS_PKT_F_AUTH;
+	if (s->auth) { /* nonce and tag go between header and payload */
+		off += cs_frame_auth_room(s->auth);
+		hh.flags |= cs_frame_auth_flags(s->auth);
 	}
 	if (unlikely(off + len > b->cap)) {
 		l->tx_too_big++;
@@ -222,7 +222,7 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 		return;
 	}
 	if (s->auth) /* over the header as sent and the payload, in place */
-		cs_frame_auth_tag(s->auth,
+		cs_frame_auth_tag(s->auth, l->q,
 				  atomic_load_explicit(&s->d->view.epoch,
 						       memory_order_relaxed),
 				  &hh, payload,
@@ -485,7 +485,8 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 		}
 		/* auth.enable: nothing unauthenticated reaches the core */
 		if (s->auth &&
-		    !cs_frame_auth_rx_ok(s->auth, view_epoch, h, pk[i].payload))
+		    !cs_frame_auth_rx_ok(s->auth, q, view_epoch, h,
+					 pk[i].payload))
 			continue;
 		cs_tp_rx(l->tp, h->src, h, pk[i].payload, now);
 	}
@@ -747,8 +748,7 @@ static struct core_op *op_new(uint32_t op_id, uint32_t epoch)
 static int op_engine(struct cs_core_svc *s, struct core_op *op,
 		     struct cs_coll_params *p, char *msg, size_t mlen)
 {
-	uint32_t fmax = s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
-			(s->auth ? CS_PROTO_TAG_LEN : 0); /* the tag's room */
+	uint32_t fmax = cs_core_svc_frame_payload(s);
 	int ret;
 
 	if (p->mtu_payload > fmax)
@@ -966,9 +966,7 @@ static int a2a_engine(struct cs_core_svc *s, struct core_op *op,
 		      const void *sendbuf, void *recvbuf, uint32_t group,
 		      uint64_t deadline)
 {
-	uint32_t n = op->n, fmax = s->d->port->frame_max -
-				   CS_PROTO_FRAME_OVERHEAD -
-				   (s->auth ? CS_PROTO_TAG_LEN : 0);
+	uint32_t n = op->n, fmax = cs_core_svc_frame_payload(s);
 	struct cs_a2a_params p = { 0 };
 	uint64_t *c;
 	int ret;
@@ -1222,7 +1220,7 @@ static void mx_forget(struct cs_core_svc *s, const char *args, char *out,
 uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s)
 {
 	return s->d->port->frame_max - CS_PROTO_FRAME_OVERHEAD -
-	       (s->auth ? CS_PROTO_TAG_LEN : 0);
+	       cs_frame_auth_room(s->auth); /* nonce and tag */
 }
 
 void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
@@ -1420,9 +1418,12 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 	if (!strncmp(req, "ps_", 3)) /* collstack run ps */
 		return cs_svc_ps_ctl(s, req, args, out, len);
 	if (!strcmp(req, "ar_stats")) {
+		struct cs_fa_counts fa = { 0 };
 		struct cs_tp_stats st;
 
 		core_snap(s, &st);
+		if (s->auth)
+			cs_frame_auth_counts(s->auth, &fa);
 		/* the keys collstack stats reads, then the core's own */
 		snprintf(out, len,
 			 "ok core=1 ops_freed=%" PRIu64 " data_sent=%" PRIu64
@@ -1441,9 +1442,8 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			 LANE_SUM(s, tx_retry), LANE_SUM(s, rx_no_core),
 			 LANE_SUM(s, post_refused), LANE_SUM(s, cores),
 			 LANE_SUM(s, tx_too_big), LANE_SUM(s, early_unacked),
-			 s->auth != NULL, s->auth ? s->auth->rx_fail : 0,
-			 s->auth ? s->auth->rx_notag : 0,
-			 s->auth ? s->auth->rekey : 0, s->nlanes,
+			 s->auth != NULL, fa.rx_fail, fa.rx_notag, fa.rekey,
+			 s->nlanes,
 			 s->rx_other_q);
 		for (unsigned q = 0; q < s->nlanes; q++) {
 			size_t l = strlen(out);

@@ -35,8 +35,16 @@ enum cs_pkt_type {
  * (control/rel.h, "What a retransmission carries"); never handed to an
  * engine. */
 #define CS_PKT_F_FILLER 0x0040
+/* With CS_PKT_F_AUTH: the tag is AES-256-GMAC under a per-sender key and
+ * a CS_PROTO_NONCE_LEN nonce (sender instance, frame counter) precedes it
+ * (docs/auth.md); without it the tag is SipHash-2-4-128. Never alone. */
+#define CS_PKT_F_GMAC 0x0080
 
 #define CS_PROTO_TAG_LEN 16
+#define CS_PROTO_NONCE_LEN 16
+/* The sender instance: the first bytes of the nonce; a be32 frame counter
+ * ends it. */
+#define CS_PROTO_SID_LEN 12
 
 struct cs_pkt_hdr {
 	uint8_t version; /* CS_PROTO_VERSION */
@@ -57,11 +65,29 @@ struct cs_pkt_hdr {
 	uint64_t ts; /* sender's timestamp, ns */
 	uint64_t ts_echo; /* ts of the packet this acknowledges */
 	uint8_t tag[CS_PROTO_TAG_LEN]; /* when CS_PKT_F_AUTH */
+	uint8_t nonce[CS_PROTO_NONCE_LEN]; /* when CS_PKT_F_GMAC */
 };
 
 /* Bytes of the encoded collstack header, without the optional tag. */
 #define CS_PROTO_HDR_WIRE_LEN 76
 /* Ethernet (14) + IPv4 (20) + UDP (8) + collstack header. */
 #define CS_PROTO_FRAME_OVERHEAD (14 + 20 + 8 + CS_PROTO_HDR_WIRE_LEN)
+/* The most bytes authentication adds after the header: nonce and tag. */
+#define CS_PROTO_AUTH_MAX (CS_PROTO_NONCE_LEN + CS_PROTO_TAG_LEN)
+
+/**
+ * cs_proto_auth_len - bytes between the header and the payload
+ * @flags: the header's flags
+ *
+ * Returns: 0 without CS_PKT_F_AUTH, CS_PROTO_TAG_LEN with it, plus
+ * CS_PROTO_NONCE_LEN with CS_PKT_F_GMAC as well (the nonce, then the tag).
+ */
+static inline uint32_t cs_proto_auth_len(uint16_t flags)
+{
+	if (!(flags & CS_PKT_F_AUTH))
+		return 0;
+	return CS_PROTO_TAG_LEN +
+	       ((flags & CS_PKT_F_GMAC) ? CS_PROTO_NONCE_LEN : 0);
+}
 
 #endif

@@ -30,7 +30,8 @@ out=$("$D" --set port.afp_frames=8 2>&1); rc=$?
 out=$("$D" --set fault.drop=abc 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "fault.drop" <<<"$out" || fail "bad value: rc $rc, '$out'"
 # string keys with a fixed set of values
-for kv in lcore.poll=banana lcore.pin=maybe lcore.pin= auth.enable=maybe; do
+for kv in lcore.poll=banana lcore.pin=maybe lcore.pin= auth.enable=maybe \
+	auth.mac=sha256 auth.mac=; do
 	# (not refused, the sidecar would start: timeout ends it)
 	out=$(timeout 10 "$D" --set "$kv" --set port.type=loop \
 		--set run_dir="$tmp/runk" 2>&1); rc=$?
@@ -117,6 +118,20 @@ auth_start autofile "packet authentication on" "$D" --set boot.token_file="$tmp/
 auth_start autonone "packet authentication off: no job token" "$D"
 grep -q "packet authentication on" "$tmp/logautonone" &&
 	fail "auto without a token turned authentication on"
+# auth.mac: documented, auto by default; the log names the code in use
+grep -A1 "^  auth.mac " <<<"$help" | grep -q "(default auto" ||
+	fail "auth.mac is not documented with default auto"
+if grep -qw aes /proc/cpuinfo && grep -qw pclmulqdq /proc/cpuinfo; then
+	grep -q "on: .*(gmac-aes256-openssl: auth.mac=auto, this CPU has" \
+		"$tmp/logautoenv" || fail "auto on an AES-NI CPU: not gmac"
+else
+	grep -q "on: .*(siphash128-libsodium: auth.mac=auto, this CPU lacks" \
+		"$tmp/logautoenv" || fail "auto without AES-NI: not siphash"
+fi
+auth_start sip "(siphash128-libsodium: auth.mac=siphash" \
+	COLLSTACK_JOB_TOKEN=t0ken "$D" --set auth.mac=siphash
+auth_start gmac "(gmac-aes256-openssl: auth.mac=gmac" \
+	COLLSTACK_JOB_TOKEN=t0ken "$D" --set auth.mac=gmac
 auth_start off "packet authentication off (auth.enable=0)" \
 	COLLSTACK_JOB_TOKEN=t0ken "$D" --set auth.enable=0
 grep -q "packet authentication on" "$tmp/logoff" &&

@@ -49,6 +49,9 @@ static void rand_hdr(struct cs_pkt_hdr *h, uint64_t *rng, uint32_t len,
 	if (flags & CS_PKT_F_AUTH)
 		for (i = 0; i < CS_PROTO_TAG_LEN; i++)
 			h->tag[i] = (uint8_t)cs_rand_next(rng);
+	if (flags & CS_PKT_F_GMAC)
+		for (i = 0; i < CS_PROTO_NONCE_LEN; i++)
+			h->nonce[i] = (uint8_t)cs_rand_next(rng);
 }
 
 static void assert_hdr_eq(const struct cs_pkt_hdr *a,
@@ -73,6 +76,8 @@ static void assert_hdr_eq(const struct cs_pkt_hdr *a,
 	cr_assert_eq(a->ts_echo, b->ts_echo);
 	if (a->flags & CS_PKT_F_AUTH)
 		cr_assert_arr_eq(a->tag, b->tag, CS_PROTO_TAG_LEN);
+	if (a->flags & CS_PKT_F_GMAC)
+		cr_assert_arr_eq(a->nonce, b->nonce, CS_PROTO_NONCE_LEN);
 }
 
 static void assert_addr_eq(const struct cs_wire_addr *a,
@@ -158,9 +163,11 @@ static void check_roundtrip(uint32_t len, uint16_t flags)
 	int rc;
 
 	f = make(len, flags, 42 + len, &h, &n);
-	cr_assert_eq(n,
-		     CS_PROTO_FRAME_OVERHEAD + len +
-			     ((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN : 0));
+	cr_assert_eq(n, CS_PROTO_FRAME_OVERHEAD + len +
+				((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN :
+							   0) +
+				((flags & CS_PKT_F_GMAC) ? CS_PROTO_NONCE_LEN :
+							   0));
 	rc = cs_wire_decode(f, n, &pkt);
 	cr_assert_eq(rc, 0, "len %u flags %#x: %s", len, flags,
 		     cs_wire_strerror(rc));
@@ -201,6 +208,7 @@ Test(wire, roundtrip_sizes)
 		check_roundtrip(lens[i], CS_PKT_F_AUTH);
 		check_roundtrip(lens[i],
 				CS_PKT_F_AUTH | CS_PKT_F_ACK | CS_PKT_F_LAST);
+		check_roundtrip(lens[i], CS_PKT_F_AUTH | CS_PKT_F_GMAC);
 	}
 }
 
@@ -208,7 +216,8 @@ Test(wire, roundtrip_random)
 {
 	static const uint16_t fl[] = { CS_PKT_F_ACK,  CS_PKT_F_ECE,
 				       CS_PKT_F_AUTH, CS_PKT_F_RETX,
-				       CS_PKT_F_CE,   CS_PKT_F_LAST };
+				       CS_PKT_F_CE,   CS_PKT_F_LAST,
+				       CS_PKT_F_GMAC };
 	uint64_t rng = 7;
 	struct cs_wire_pkt pkt;
 	struct cs_pkt_hdr h;
@@ -223,6 +232,8 @@ Test(wire, roundtrip_random)
 		for (j = 0; j < CS_ARRAY_SIZE(fl); j++)
 			if (cs_rand_next(&rng) & 1)
 				flags |= fl[j];
+		if (flags & CS_PKT_F_GMAC) /* never without the tag */
+			flags |= CS_PKT_F_AUTH;
 		rand_hdr(&h, &rng, len, flags);
 		n = cs_wire_encode(buf, sizeof(buf), &addr_b, &addr_a, &h,
 				   NULL);
@@ -305,6 +316,40 @@ Test(wire, golden_layout)
 	cr_assert_eq(buf[n], 0x5a, "wrote past the frame");
 }
 
+/* With CS_PKT_F_GMAC: header, then the 16-byte nonce, then the tag. */
+Test(wire, golden_layout_gmac)
+{
+	struct cs_pkt_hdr h = {
+		.version = 1,
+		.type = CS_PKT_ACK,
+		.flags = CS_PKT_F_AUTH | CS_PKT_F_GMAC | CS_PKT_F_ACK,
+		.len = 1,
+	};
+	uint8_t buf[256], pay = 0xaa;
+	struct cs_wire_pkt pkt;
+	int n, i;
+
+	for (i = 0; i < CS_PROTO_TAG_LEN; i++)
+		h.tag[i] = (uint8_t)(0xe0 + i);
+	for (i = 0; i < CS_PROTO_NONCE_LEN; i++)
+		h.nonce[i] = (uint8_t)(0xc0 + i);
+	memset(buf, 0x5a, sizeof(buf));
+	n = cs_wire_encode(buf, sizeof(buf), &addr_a, &addr_b, &h, &pay);
+	cr_assert_eq(n, CS_PROTO_FRAME_OVERHEAD + 32 + 1);
+	cr_assert_eq(rd16(buf + HOFF + 2), 0x0085);
+	for (i = 0; i < CS_PROTO_NONCE_LEN; i++)
+		cr_assert_eq(buf[HOFF + CS_PROTO_HDR_WIRE_LEN + i], 0xc0 + i);
+	for (i = 0; i < CS_PROTO_TAG_LEN; i++)
+		cr_assert_eq(buf[HOFF + CS_PROTO_HDR_WIRE_LEN + 16 + i],
+			     0xe0 + i);
+	cr_assert_eq(buf[n - 1], 0xaa);
+	cr_assert_eq(buf[n], 0x5a, "wrote past the frame");
+	cr_assert_eq(cs_wire_decode(buf, (size_t)n, &pkt), 0);
+	cr_assert_arr_eq(pkt.hdr.nonce, h.nonce, CS_PROTO_NONCE_LEN);
+	cr_assert_arr_eq(pkt.hdr.tag, h.tag, CS_PROTO_TAG_LEN);
+	cr_assert_eq(pkt.payload, buf + n - 1);
+}
+
 /* The template hot path writes the same bytes as cs_wire_encode() and
  * leaves a payload already in place untouched. */
 Test(wire, tmpl_matches_encode)
@@ -347,7 +392,7 @@ Test(wire, max_ip_datagram)
 	memset(&h, 0, sizeof(h));
 	h.version = CS_PROTO_VERSION;
 	h.type = CS_PKT_DATA;
-	h.flags = CS_PKT_F_AUTH;
+	h.flags = CS_PKT_F_AUTH | CS_PKT_F_GMAC;
 	h.len = CS_WIRE_MAX_PAYLOAD;
 	n = cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL);
 	cr_assert_eq(n, CS_WIRE_ETH_LEN + CS_WIRE_IP_TOT_MAX);
@@ -355,8 +400,16 @@ Test(wire, max_ip_datagram)
 	h.len++;
 	cr_assert_eq(cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL),
 		     CS_WIRE_E_LEN);
-	h.flags = 0; /* without the tag 16 more bytes fit */
-	h.len = CS_WIRE_MAX_PAYLOAD + CS_PROTO_TAG_LEN;
+	h.flags = CS_PKT_F_AUTH; /* without the nonce 16 more bytes fit */
+	h.len = CS_WIRE_MAX_PAYLOAD + CS_PROTO_NONCE_LEN;
+	n = cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL);
+	cr_assert_eq(n, CS_WIRE_ETH_LEN + CS_WIRE_IP_TOT_MAX);
+	cr_assert_eq(dec(buf, (size_t)n), 0);
+	h.len++;
+	cr_assert_eq(cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL),
+		     CS_WIRE_E_LEN);
+	h.flags = 0; /* without the tag another 16 fit */
+	h.len = CS_WIRE_MAX_PAYLOAD + CS_PROTO_AUTH_MAX;
 	n = cs_wire_encode(buf, 70000, &addr_a, &addr_b, &h, NULL);
 	cr_assert_eq(n, CS_WIRE_ETH_LEN + CS_WIRE_IP_TOT_MAX);
 	cr_assert_eq(dec(buf, (size_t)n), 0);
@@ -792,7 +845,11 @@ Test(wire_reject, flags)
 
 	fx_make(&x, 16, 0);
 	fl = x.h.flags;
-	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0080));
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0100));
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
+	/* a nonce without a tag */
+	wr16(x.f + HOFF + 2,
+	     (uint16_t)((fl & ~CS_PKT_F_AUTH) | CS_PKT_F_GMAC));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x8000));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
@@ -820,6 +877,13 @@ Test(wire_reject, tag)
 	fx_make(&x, 0, 0);
 	wr16(x.f + HOFF + 2, CS_PKT_F_AUTH);
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_TAG);
+	free(x.f);
+	/* room for the tag, not for the nonce before it as well */
+	fx_make(&x, 24, 0);
+	wr16(x.f + HOFF + 2, CS_PKT_F_AUTH | CS_PKT_F_GMAC);
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_TAG);
+	wr16(x.f + HOFF + 2, CS_PKT_F_AUTH); /* 16 of them a tag: len 8 */
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_LEN);
 	free(x.f);
 }
 

@@ -179,3 +179,47 @@ Test(wire_auth, ce_mark_is_outside_the_tag)
 	chk.flags &= (uint16_t)~CS_PKT_F_CE;
 	cr_assert_eq(cs_auth_ctx_check(&ctx, &chk, pk.payload), 0);
 }
+
+/*
+ * A GMAC frame as collstackd writes it: encoded with the payload in place,
+ * then nonce (sid, counter) and tag written after the header; the decoded
+ * frame passes the check; a changed nonce, tag or payload byte in the
+ * frame decodes but fails it.
+ */
+Test(wire_auth, gmac_nonce_and_tag_in_place)
+{
+	struct cs_pkt_hdr h = data_hdr(1500);
+	uint8_t *nt = frame + CS_PROTO_FRAME_OVERHEAD, *pl = nt + 32;
+	uint8_t gkey[CS_AUTH_GMAC_KEY_LEN];
+	static const unsigned flip[] = { 0, 11, 15, 16, 31, 32, 1531 };
+	struct cs_wire_pkt pk;
+	int n;
+
+	cs_auth_gmac_epoch_key("job-token", 0, 5, gkey);
+	h.flags |= CS_PKT_F_GMAC;
+	cr_assert_eq(cs_wire_payload_offset(&h), CS_PROTO_FRAME_OVERHEAD + 32);
+	memset(frame, 0, sizeof(frame));
+	memcpy(pl, payload, h.len);
+	n = cs_wire_encode(frame, sizeof(frame), &addr_a, &addr_b, &h, NULL);
+	cr_assert_eq(n, (int)(CS_PROTO_FRAME_OVERHEAD + 32 + 1500));
+	for (unsigned i = 0; i < CS_PROTO_SID_LEN; i++)
+		h.nonce[i] = (uint8_t)(0x40 + i);
+	h.nonce[15] = 9; /* counter 9 */
+	memcpy(nt, h.nonce, CS_PROTO_NONCE_LEN);
+	cr_assert_eq(cs_auth_gmac_tag(gkey, &h, pl, nt + 16), 0);
+	cr_assert_eq(cs_wire_decode(frame, (size_t)n, &pk), 0);
+	cr_assert_eq(pk.payload, pl);
+	cr_assert_arr_eq(pk.hdr.nonce, h.nonce, CS_PROTO_NONCE_LEN);
+	cr_assert_eq(cs_auth_gmac_check(gkey, &pk.hdr, pk.payload), 0);
+	/* the SipHash check of the same epoch refuses it */
+	cr_assert_eq(cs_auth_ctx_check(&ctx, &pk.hdr, pk.payload), CS_ERR_AUTH);
+	for (unsigned i = 0; i < sizeof(flip) / sizeof(flip[0]); i++) {
+		nt[flip[i]] ^= 0x08;
+		cr_assert_eq(cs_wire_decode(frame, (size_t)n, &pk), 0);
+		cr_assert_eq(cs_auth_gmac_check(gkey, &pk.hdr, pk.payload),
+			     CS_ERR_AUTH, "byte %u after the header", flip[i]);
+		nt[flip[i]] ^= 0x08;
+	}
+	cr_assert_eq(cs_wire_decode(frame, (size_t)n, &pk), 0);
+	cr_assert_eq(cs_auth_gmac_check(gkey, &pk.hdr, pk.payload), 0);
+}

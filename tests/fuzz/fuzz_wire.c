@@ -39,7 +39,8 @@ static int hdr_same(const struct cs_pkt_hdr *a, const struct cs_pkt_hdr *b)
 	       a->offset == b->offset && a->len == b->len &&
 	       a->credit == b->credit && a->ts == b->ts &&
 	       a->ts_echo == b->ts_echo &&
-	       memcmp(a->tag, b->tag, CS_PROTO_TAG_LEN) == 0;
+	       memcmp(a->tag, b->tag, CS_PROTO_TAG_LEN) == 0 &&
+	       memcmp(a->nonce, b->nonce, CS_PROTO_NONCE_LEN) == 0;
 }
 
 static void check_accepted(const uint8_t *data, size_t size,

@@ -83,6 +83,9 @@ int main(int argc, char **argv)
 		{ CS_PKT_HEARTBEAT, 0, 8, 0, 0 },
 		{ CS_PKT_CTRL, CS_PKT_F_AUTH, 200, 1, 0 },
 		{ CS_PKT_RAW, 0, 1400, 0, 0 },
+		{ CS_PKT_DATA, CS_PKT_F_AUTH | CS_PKT_F_GMAC, 48, 1, 0 },
+		{ CS_PKT_ACK, CS_PKT_F_AUTH | CS_PKT_F_GMAC | CS_PKT_F_ACK, 0, 0,
+		  1 },
 	};
 	static uint8_t buf[2048], pay[1500];
 	struct cs_pkt_hdr h;
@@ -112,6 +115,7 @@ int main(int argc, char **argv)
 		h.len = s[i].len;
 		h.ts = 123456789;
 		memset(h.tag, 0xa5, sizeof(h.tag));
+		memset(h.nonce, 0x3c, sizeof(h.nonce));
 		rc = cs_wire_encode(buf, sizeof(buf) - 4, &seed_src, &seed_dst,
 				    &h, pay);
 		if (rc < 0) {

@@ -361,7 +361,10 @@ etcd_token() {	# a sidecar with another job token is refused
 # each with (a) the AUTH flag and a wrong tag, (b) no tag, (c) the right
 # tag computed from the job token in $4 (for operation $5 instead: one
 # csn0 does not run, so a passed check only reaches the transport core,
-# counted in its rx_frames, and goes no further).
+# counted in its rx_frames, and goes no further). (a) and (c) alternate
+# the two tag codes: SipHash (16-byte tag) and AES-GMAC (16-byte nonce, a
+# random sender instance and a counter, then the tag), both checked by
+# every sidecar.
 inject_auth() {
 	ip netns exec ${P}n1 python3 - "$@" <<'PY'
 import os, socket, struct, sys
@@ -373,8 +376,9 @@ epoch, op, n, tokfile, op_ok = (int(sys.argv[1]), int(sys.argv[2]),
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 11, 1)	# SO_NO_CHECK (see netns_test.sh)
 s.bind(("10.77.0.2", 7797))
-F_AUTH, F_LAST = 0x0004, 0x0020
+F_AUTH, F_LAST, F_GMAC = 0x0004, 0x0020, 0x0080
 payload = b"\x7f" * 8
+sid = os.urandom(12)	# this injector's GMAC sender instance
 def fields(flags, op, seq):
     # version, type DATA, flags, src 1, channel 0, group 0, epoch, op,
     # step, seq, ack, sack, offset, len, credit, ts, ts_echo
@@ -384,17 +388,23 @@ def frame(flags, op, seq, tag=b""):
     return (struct.pack("!BBHHHIIIIIIQQIIQQI", *fields(flags, op, seq), 0)
             + tag + payload)
 def good_tag(flags, op, seq):
+    """the tag (GMAC: nonce and tag) of frame(flags, op, seq)"""
     tok = open(tokfile, "rb").read().split(b"\n")[0].rstrip(b"\r")
-    return cs_auth.tag(cs_auth.epoch_key(tok, 0, epoch),
-                       fields(flags, op, seq), payload)
+    if not flags & F_GMAC:
+        return cs_auth.tag(cs_auth.epoch_key(tok, 0, epoch),
+                           fields(flags, op, seq), payload)
+    nonce = sid + struct.pack(">I", seq)
+    return nonce + cs_auth.gmac_tag(cs_auth.gmac_epoch_key(tok, 0, epoch),
+                                    fields(flags, op, seq), payload, nonce)
 dst = ("10.77.0.1", 7700)
-for i in range(n):	# (a) wrong tag
-    s.sendto(frame(F_AUTH | F_LAST, op, i, os.urandom(16)), dst)
+for i in range(n):	# (a) wrong tag, either code
+    fl = F_AUTH | F_LAST | (F_GMAC if i % 2 else 0)
+    s.sendto(frame(fl, op, i, os.urandom(32 if i % 2 else 16)), dst)
 for i in range(n):	# (b) no tag
     s.sendto(frame(F_LAST, op, i), dst)
-for i in range(n):	# (c) right tag, an operation ${P}n0 does not run
-    s.sendto(frame(F_AUTH | F_LAST, op_ok, i,
-                   good_tag(F_AUTH | F_LAST, op_ok, i)), dst)
+for i in range(n):	# (c) right tag, either code, an op ${P}n0 does not run
+    fl = F_AUTH | F_LAST | (F_GMAC if i % 2 else 0)
+    s.sendto(frame(fl, op_ok, i, good_tag(fl, op_ok, i)), dst)
 PY
 	sleep 0.5
 }
@@ -437,12 +447,14 @@ s.setsockopt(socket.SOL_SOCKET, 11, 1)	# SO_NO_CHECK (see netns_test.sh)
 s.bind(("10.77.0.2", 7796))
 def frames(body):
     # a GSO datagram holds several frames back to back, each 76 header
-    # bytes (+ a 16-byte tag when flags has AUTH) + len (bytes 48..51)
+    # bytes (+ a 16-byte tag when flags has AUTH, + a 16-byte nonce when
+    # it has GMAC) + len (bytes 48..51)
     o = 0
     while o + 76 <= len(body):
         flags, = struct.unpack_from("!H", body, o + 2)
         ln, = struct.unpack_from("!I", body, o + 48)
-        end = o + 76 + (16 if flags & 4 else 0) + ln
+        end = (o + 76 + (16 if flags & 4 else 0) +
+               (16 if flags & 0x80 else 0) + ln)
         yield body[o:end]
         o = end
 i = n = 0
@@ -467,6 +479,13 @@ boot_auth() {
 	ar=$(ctl ${P}n0 ar_stats)
 	echo "${P}n0 before: $ar"
 	[ "$(kv "$ar" auth)" = 1 ] || fail "ar_stats does not say auth=1"
+	# auth.mac=auto: GMAC where the CPU has AES-NI (and PCLMULQDQ)
+	if grep -qw aes /proc/cpuinfo && grep -qw pclmulqdq /proc/cpuinfo; then
+		grep -q " auth_mac=gmac-aes256-openssl" <<<"$ar" ||
+			fail "an AES-NI CPU does not send GMAC tags: $ar"
+		[ "$(kv "$ar" auth_skeys)" -ge 2 ] ||
+			fail "no sender keys (its own and its peer's): $ar"
+	fi
 	fail0=$(kv "$ar" rx_auth_fail)
 	notag0=$(kv "$ar" rx_auth_notag)
 	other0=$(kv "$ar" rx_frames)
