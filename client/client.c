@@ -61,7 +61,6 @@ struct cs_group {
 	bool elastic; /* CS_GROUP_ELASTIC: completions update rank, size */
 	uint64_t pending;
 	uint64_t posted; /* operations posted: the next one's index */
-	uint32_t ps_seq; /* PS tables created on it (ps_client.c) */
 	char name[CS_IPC_NAME_MAX];
 };
 
@@ -991,6 +990,12 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"one",
 			what, (unsigned long long)q->seq, q->epoch);
 	else if ((q->op == CS_IPC_OP_PS_PUSH || q->op == CS_IPC_OP_PS_PULL) &&
+		 q->status == CS_ERR_CANCELLED && q->peer >= 0)
+		set_err(c,
+			"%s: node %d ended the table (no rank there holds it "
+			"any more: destroyed, or its trainers are gone)",
+			what, (int)q->peer);
+	else if ((q->op == CS_IPC_OP_PS_PUSH || q->op == CS_IPC_OP_PS_PULL) &&
 		 q->peer >= 0)
 		set_err(c, "%s: server node %d: %s", what, (int)q->peer,
 			cs_strerror(q->status));
@@ -1169,16 +1174,6 @@ struct cs_client *cs__group_client(const struct cs_group *g)
 const char *cs__group_name(const struct cs_group *g)
 {
 	return g->name;
-}
-
-uint32_t cs__group_ps_seq(struct cs_group *g)
-{
-	uint32_t v;
-
-	pthread_mutex_lock(&g->c->lock);
-	v = g->ps_seq++;
-	pthread_mutex_unlock(&g->c->lock);
-	return v;
 }
 
 int cs__client_rpc(struct cs_client *c, struct cs_ipc_msg *m,

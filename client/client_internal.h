@@ -70,8 +70,6 @@ __attribute__((format(printf, 2, 3))) void
 cs__client_set_err(struct cs_client *c, const char *fmt, ...);
 struct cs_client *cs__group_client(const struct cs_group *g);
 const char *cs__group_name(const struct cs_group *g);
-/* The number of PS tables created on @g before (then one more). */
-uint32_t cs__group_ps_seq(struct cs_group *g);
 /* The sidecar's handle of a PS table (test hook). */
 struct cs_ps_table;
 uint32_t cs__ps_table_handle(const struct cs_ps_table *t);

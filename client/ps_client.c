@@ -8,6 +8,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 #include "collstack/ps.h"
@@ -20,7 +23,7 @@ struct cs_ps_table {
 	struct cs_ps_table_attr attr;
 	size_t row_bytes;
 	char name[CS_IPC_PS_NAME_MAX];
-	struct cs_buf *agree; /* the attributes' allreduce */
+	struct cs_buf *agree; /* the ranks' allreduces at create */
 };
 
 cs_export void cs_ps_table_attr_init(struct cs_ps_table_attr *a, uint32_t dim,
@@ -69,26 +72,43 @@ static uint64_t attr_hash(const char *name, const struct cs_ps_table_attr *a)
 	return h >> 2; /* its negation fits an int64_t */
 }
 
-/*
- * Every rank's attributes equal? An allreduce (max) of (h, -h): both come
- * back unchanged only if every rank had the same h. It also orders every
- * rank's open before any rank's first push.
- */
-static int agree(struct cs_ps_table *t)
+/* An allreduce (max) of @n int64 on the table's group, waited for. */
+static int all_max(struct cs_ps_table *t, int64_t *v, size_t n)
 {
-	int64_t *v = cs_buf_ptr(t->agree), h = (int64_t)attr_hash(t->name,
-								   &t->attr);
+	int64_t *b = cs_buf_ptr(t->agree);
 	cs_req_t r;
 	int ret;
 
-	v[0] = h;
-	v[1] = -h;
-	ret = cs_allreduce(t->g, v, v, 2, CS_I64, CS_MAX, &r);
+	memcpy(b, v, n * sizeof(*v));
+	ret = cs_allreduce(t->g, b, b, n, CS_I64, CS_MAX, &r);
 	if (!ret)
 		ret = cs_wait(t->c, r, -1);
+	memcpy(v, b, n * sizeof(*v));
+	return ret;
+}
+
+/*
+ * Before the open: every rank's attributes equal? An allreduce (max) of
+ * (nonce, h, -h): h and -h come back unchanged on every rank only if every
+ * rank had the same h, and the largest nonce names this incarnation of
+ * the table (its flow's op id on every node: a table created again gets
+ * another, so nothing of the old one's frames can reach it).
+ */
+static int agree(struct cs_ps_table *t, uint32_t *nonce)
+{
+	int64_t h = (int64_t)attr_hash(t->name, &t->attr), v[3];
+	uint32_t x;
+	int ret;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != sizeof(x))
+		x = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+	v[0] = x;
+	v[1] = h;
+	v[2] = -h;
+	ret = all_max(t, v, 3);
 	if (ret)
 		return ret;
-	if (v[0] != h || v[1] != -h) {
+	if (v[1] != h || v[2] != -h) {
 		cs__client_set_err(t->c,
 				   "rank %d create PS table '%s' on group "
 				   "'%s': another rank created it with other "
@@ -97,6 +117,7 @@ static int agree(struct cs_ps_table *t)
 				   cs__group_name(t->g));
 		return -EINVAL;
 	}
+	*nonce = (uint32_t)v[0];
 	return 0;
 }
 
@@ -142,8 +163,10 @@ cs_export int cs_ps_table_create(struct cs_group *g, const char *name,
 	ret = cs_buf_alloc(c, 2 * sizeof(int64_t), &t->agree);
 	if (ret)
 		goto out_free;
+	ret = agree(t, &pc->nonce);
+	if (ret)
+		goto out_buf;
 	pc->group = cs__group_handle(g);
-	pc->seq = cs__group_ps_seq(g);
 	pc->dim = a->dim;
 	pc->key_max = a->key_max;
 	pc->dtype = (uint8_t)a->dtype;
@@ -162,21 +185,37 @@ cs_export int cs_ps_table_create(struct cs_group *g, const char *name,
 	pc->mem_budget = a->mem_budget;
 	memcpy(pc->name, name, strlen(name) + 1);
 	ret = cs__client_rpc(c, &m, &r);
-	if (ret) {
+	if (ret)
 		cs__client_set_err(c,
 				   "rank %d create PS table '%s' on group "
 				   "'%s': %s",
 				   cs_group_rank(g), name, cs__group_name(g),
 				   ret == -ENOTCONN ? "sidecar gone"
 						    : r.u.reply.text);
-		goto out_buf;
-	}
 	t->handle = r.u.reply.value;
-	ret = agree(t);
-	if (ret) {
-		(void)table_close(t);
-		goto out_buf;
+	/* every rank opened it (so a push finds every shard), or none
+	 * keeps it: (failed here, failed somewhere) */
+	{
+		int64_t v = ret != 0;
+		int rc = all_max(t, &v, 1);
+
+		if (!ret && (rc || v)) {
+			(void)table_close(t);
+			if (rc)
+				ret = rc;
+			else {
+				ret = -EIO;
+				cs__client_set_err(c,
+						   "rank %d create PS table "
+						   "'%s' on group '%s': another "
+						   "rank's sidecar refused it",
+						   cs_group_rank(g), name,
+						   cs__group_name(g));
+			}
+		}
 	}
+	if (ret)
+		goto out_buf;
 	*out = t;
 	return 0;
 out_buf:

@@ -61,7 +61,7 @@ struct pst_worker {
 struct pst_table {
 	struct cs_pst *p;
 	struct pst_table *next; /* p->tables (IPC side) */
-	char key[PST_KEY_MAX]; /* group / name # seq */
+	char key[PST_KEY_MAX]; /* group / name # nonce */
 	uint32_t op_id;
 	bool local_only; /* CS_PST_GROUP_LOCAL */
 	struct cs_ps_table_spec spec;
@@ -161,6 +161,7 @@ static void worker_free(struct pst_worker *w, int err, uint32_t peer)
 {
 	for (struct pst_op *o = w->ops; o; o = o->next)
 		if (o->r) {
+			o->out = NULL; /* a pull's rows are the request's */
 			req_finish(o->r, err, peer);
 			o->r = NULL;
 		}
@@ -402,8 +403,8 @@ static void table_free(struct pst_table *t)
 
 /* A new table: its map, store and flow, posted to the core. */
 static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
-		     const char *key, struct pst_table **out, char *why,
-		     size_t wl)
+		     const struct cs_ps_table_spec *spec, const char *key,
+		     struct pst_table **out, char *why, size_t wl)
 {
 	uint32_t self, npeers, mss = cs_core_svc_frame_payload(p->core);
 	uint32_t *servers = NULL, *nodes = NULL;
@@ -416,7 +417,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 		return -ENOMEM;
 	t->p = p;
 	snprintf(t->key, sizeof(t->key), "%s", key);
-	t->spec = o->spec;
+	t->spec = *spec;
 	t->local_only = o->size == o->local_size || npeers < 2;
 	t->n = t->local_only ? 1 : npeers;
 	t->self = t->local_only ? 0 : self;
@@ -521,7 +522,7 @@ static int pst_open(void *ctx, const struct cs_ipc_ps_open *o, void **table,
 			 cs_ps_row_bytes(&spec), mss);
 		return -EMSGSIZE;
 	}
-	snprintf(key, sizeof(key), "%s/%s#%u", o->group, o->name, o->seq);
+	snprintf(key, sizeof(key), "%s/%s#%08x", o->group, o->name, o->nonce);
 	for (t = p->tables; t; t = t->next)
 		if (!strcmp(t->key, key))
 			break;
@@ -543,7 +544,7 @@ static int pst_open(void *ctx, const struct cs_ipc_ps_open *o, void **table,
 	w->rank = o->rank;
 	atomic_init(&w->closing, false);
 	if (!t) {
-		ret = table_new(p, o, key, &t, why, wl);
+		ret = table_new(p, o, &spec, key, &t, why, wl);
 		if (ret) {
 			free(w);
 			return ret;
@@ -640,8 +641,8 @@ static void table_ended(struct cs_pst *p, struct pst_table *t, int st,
 	t->culprit = culprit == UINT32_MAX ? UINT32_MAX : pst_node(t, culprit);
 	cs_core_svc_flow_free(p->core, t->h);
 	t->h = NULL;
-	if (t->nlocal)
-		CS_WARN("table %s: its flow ended: %s (node %d)", t->key,
+	if (t->nlocal) /* a peer ended it, or a session or view did */
+		CS_INFO("table %s: its flow ended: %s (node %d)", t->key,
 			cs_strerror(t->err),
 			t->culprit == UINT32_MAX ? -1 : (int)t->culprit);
 	pthread_mutex_lock(&p->lock);

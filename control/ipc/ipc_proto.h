@@ -282,8 +282,8 @@ struct cs_ipc_msg {
 			uint32_t staleness; /* ssp */
 			float lr, momentum, beta1, beta2, eps, initial_acc;
 			float scale; /* initializer */
-			uint32_t seq; /* tables this rank opened in the group
-				       * before (the same on every rank) */
+			uint32_t nonce; /* the ranks agreed on it: names
+					 * this incarnation of the table */
 			uint64_t seed; /* initializer */
 			uint64_t mem_budget; /* 0 (no SSD tier yet) */
 			char name[CS_IPC_PS_NAME_MAX];

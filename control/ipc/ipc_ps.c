@@ -68,6 +68,15 @@ void cs_ipc_ps_req_free(struct cs_ipc_ps_req *r)
 	free(r);
 }
 
+/* Hand @r to the backend for good (its trainer is gone), or free it when
+ * the backend is done with it already. */
+static void req_orphan(struct cs_ipc_ps_req *r)
+{
+	if (atomic_exchange_explicit(&r->state, CS_IPC_PS_ORPHAN,
+				     memory_order_acq_rel) == CS_IPC_PS_DONE)
+		cs_ipc_ps_req_free(r);
+}
+
 static struct ps_handle *handle_of(struct trainer *t, uint32_t h)
 {
 	struct cs_ipc_ps_tr *tr = *cs__ipc_trainer_ps(t);
@@ -136,7 +145,8 @@ void cs_ipc_ps_take(struct cs_ipc_server *s, struct trainer *t,
 		return;
 	}
 	if (mi.fail_status) {
-		cs__ipc_complete(s, t, d->user_id, mi.fail_status, 0, -1, 0);
+		cs__ipc_complete(s, t, d->user_id, mi.fail_status,
+				 mi.fail_detail, mi.fail_peer, mi.fail_aux);
 		return;
 	}
 	bad = check_desc(s, t, h, d, &keys, &rows);
@@ -177,6 +187,7 @@ void cs_ipc_ps_take(struct cs_ipc_server *s, struct trainer *t,
 		memcpy(r->rows, rows, r->rows_len);
 	}
 	r->t = t;
+	r->group = h->group;
 	r->user_id = d->user_id;
 	ret = ps->ops->submit(ps->ctx, h->table, r);
 	if (ret) {
@@ -204,9 +215,27 @@ unsigned cs_ipc_ps_poll(struct cs_ipc_server *s)
 	if (ps->ops && ps->ops->poll)
 		work += ps->ops->poll(ps->ctx);
 	for (struct cs_ipc_ps_req **pp = &ps->inflight, *r; (r = *pp);) {
+		struct cs__ipc_member_info mi = { .fail_status = 0 };
+
 		if (atomic_load_explicit(&r->state, memory_order_acquire) !=
 		    CS_IPC_PS_DONE) {
-			pp = &r->srv_next;
+			/* its group failed (a local rank died, a node was
+			 * lost): it ends now with the group's error, and
+			 * the backend frees it once done with it */
+			if (cs__ipc_member(s, r->t, r->group, &mi))
+				mi.fail_status = CS_ERR_CANCELLED;
+			if (!mi.fail_status) {
+				pp = &r->srv_next;
+				continue;
+			}
+			*pp = r->srv_next;
+			if (r->pull)
+				cs__ipc_seg_put(s, r->t, r->recv_seg);
+			cs__ipc_complete(s, r->t, r->user_id, mi.fail_status,
+					 mi.fail_detail, mi.fail_peer,
+					 mi.fail_aux);
+			req_orphan(r);
+			work++;
 			continue;
 		}
 		*pp = r->srv_next;
@@ -221,15 +250,6 @@ unsigned cs_ipc_ps_poll(struct cs_ipc_server *s)
 		work++;
 	}
 	return work;
-}
-
-/* Hand @r to the backend for good (its trainer is gone), or free it when
- * the backend is done with it already. */
-static void req_orphan(struct cs_ipc_ps_req *r)
-{
-	if (atomic_exchange_explicit(&r->state, CS_IPC_PS_ORPHAN,
-				     memory_order_acq_rel) == CS_IPC_PS_DONE)
-		cs_ipc_ps_req_free(r);
 }
 
 static int ps_create(struct cs_ipc_server *s, struct cs_ipc_ps *ps,
@@ -278,7 +298,7 @@ static int ps_create(struct cs_ipc_server *s, struct cs_ipc_ps *ps,
 	}
 	o.group = mi.group;
 	o.name = name;
-	o.seq = c->seq;
+	o.nonce = c->nonce;
 	o.rank = (uint32_t)mi.rank;
 	o.size = mi.size;
 	o.local_size = mi.local_size;

@@ -55,6 +55,7 @@ struct cs_ipc_ps_req {
 	struct cs_ipc_ps_req *next; /* the backend's queue */
 	/* the server's */
 	struct trainer *t;
+	uint32_t group; /* the trainer's group handle */
 	uint64_t user_id;
 	uint32_t recv_seg;
 	uint8_t *recv; /* a pull's destination in the trainer's segment */
@@ -68,7 +69,7 @@ void cs_ipc_ps_req_free(struct cs_ipc_ps_req *r);
 struct cs_ipc_ps_open {
 	const char *group; /* the group's name */
 	const char *name; /* the table's */
-	uint32_t seq; /* tables the rank opened in the group before */
+	uint32_t nonce; /* the same on every rank: this incarnation */
 	uint32_t rank, size, local_size; /* in the group */
 	struct cs_ps_table_spec spec; /* id and workers: the backend's */
 	uint64_t mem_budget;
@@ -125,6 +126,9 @@ struct cs__ipc_member_info {
 	int32_t rank;
 	uint32_t size, local_size;
 	int32_t fail_status; /* the group failed: what its ops end with */
+	uint16_t fail_detail; /* ... and their detail, peer, aux word */
+	int32_t fail_peer;
+	uint32_t fail_aux;
 };
 int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t,
 		   uint32_t handle, struct cs__ipc_member_info *mi);

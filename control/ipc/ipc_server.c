@@ -2409,6 +2409,9 @@ int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t,
 	mi->size = m->g->size;
 	mi->local_size = m->g->local_size;
 	mi->fail_status = m->g->failed ? m->g->fail_status : 0;
+	mi->fail_detail = m->g->lost_detail;
+	mi->fail_peer = m->g->lost_rank;
+	mi->fail_aux = m->g->lost_epoch;
 	return 0;
 }
 
