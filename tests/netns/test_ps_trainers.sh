@@ -25,8 +25,13 @@
 #                allreduce in one job; the loss goes down and the final
 #                table equals the single-process run's, bit for bit
 #   pstr_2x2_example  the same on 2 nodes x 2 trainers
+#   pstr_local   no root, no namespaces: one collstackd (loop port) and two
+#                trainers on it (a group on one node: its tables' shard is
+#                that node): train sync and ssp:1, the bad inputs, a dying
+#                trainer (the other's pull ends with CS_ERR_PEER_LOST
+#                naming it), the example (where numpy is)
 #
-# Needs root (skips, 77, without). CS_CLUSTER names the cluster (default:
+# The namespace cases need root (skip, 77, without). CS_CLUSTER names the cluster (default:
 # q<pid digits><case digits>).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -42,16 +47,43 @@ TRAINER=$BUILD/tests/netns/cs-trainer-ps
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
-for t in ip nft python3; do
-	command -v $t >/dev/null || skip "missing tool: $t"
-done
-[ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
-PORT=udp	# (grep -q would end the pipe early: pipefail)
-grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
-export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
-ENV=/run/collstack/cluster-$CS_CLUSTER.env
-trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+# pstr_local: one sidecar on the loop port, in a folder of its own
+local_case() {
+	local dir pid
+	dir=$(mktemp -d /tmp/cs-pstr.XXXXXX)
+	# shellcheck disable=SC2064
+	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
+	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
+		</dev/null >"$dir/l0.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 300); do
+		[ -f "$dir/l0/ready" ] && break
+		kill -0 $pid 2>/dev/null || { cat "$dir/l0.log"; fail "collstackd died"; }
+		sleep 0.1
+	done
+	printf 'CS_NODES="l0"\nCS_RUN=%s\n' "$dir" >"$dir/cluster.env"
+	ENV=$dir/cluster.env
+	LAUNCH_ARGS=(--no-netns)
+	train 2 sync
+	train 2 ssp:1
+	launch 2 "$TRAINER" bad
+	want 2 '^ps_trainer bad_ok rank=.* cases=16$'
+	launch 2 "$TRAINER" die 1
+	want 1 '^ps_trainer died_ok rank=0 .*rank 1 was lost'
+	train 2 sync
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+		example 2
+	else
+		echo "(no numpy for /usr/bin/python3: example skipped)"
+	fi
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	echo "PASS: $CASE"
+	exit 0
+}
+LAUNCH_ARGS=()
+NODES=1
+
 
 up() {	# N [cluster.sh args]
 	local n=$1
@@ -65,8 +97,8 @@ up() {	# N [cluster.sh args]
 launch() {
 	local t=$1
 	shift
-	out=$(timeout 600 "$CLI" launch -T "$t" --cluster "$ENV" --timeout 500 \
-		--all-output -- "$@" 2>&1)
+	out=$(timeout 600 "$CLI" launch "${LAUNCH_ARGS[@]}" -T "$t" \
+		--cluster "$ENV" --timeout 500 --all-output -- "$@" 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  /'
 	[ $rc -eq 0 ] || fail "launch -T $t $*: exit $rc"
@@ -100,7 +132,8 @@ example() {	# T
 	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
 		skip "no numpy for /usr/bin/python3"
 	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
-		"$CLI" launch -T "$1" --cluster "$ENV" --timeout 500 -- \
+		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
+		--timeout 500 -- \
 		/usr/bin/python3 examples/ps_recsys.py --steps 30 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  /'
@@ -108,6 +141,18 @@ example() {	# T
 	grep -q "^ps_recsys ok ranks=$((NODES * $1)) .* loss_down=True.* table_equal_reference=True" <<<"$out" ||
 		fail "no 'ps_recsys ok' line with the loss down and the table equal"
 }
+
+[ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
+[ "$CASE" = pstr_local ] && local_case
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+for t in ip nft python3; do
+	command -v $t >/dev/null || skip "missing tool: $t"
+done
+PORT=udp	# (grep -q would end the pipe early: pipefail)
+grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
+export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
+ENV=/run/collstack/cluster-$CS_CLUSTER.env
+trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 
 case $CASE in
 pstr_4x1)
