@@ -791,8 +791,8 @@ int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
 	if (slen &&
 	    (!send || locate(c, send, slen, &d->send_seg, &d->send_off)))
 		which = "send";
-	else if (rlen && (!recv || locate(c, recv, rlen, &d->recv_seg,
-					  &d->recv_off)))
+	else if (rlen &&
+		 (!recv || locate(c, recv, rlen, &d->recv_seg, &d->recv_off)))
 		which = "recv";
 	if (which) {
 		set_err(c,
@@ -926,8 +926,7 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"nodes disagree on its membership); the group is "
 			"failed",
 			what, q->epoch);
-	else if (q->status == CS_ERR_BAD_DESC &&
-		 q->detail == CS_IPC_BAD_PS_KEY)
+	else if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_PS_KEY)
 		set_err(c, "%s: key [%u] is not below the table's key_max",
 			what, q->epoch);
 	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)

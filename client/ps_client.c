@@ -56,11 +56,12 @@ static void fnv(uint64_t *h, const void *p, size_t n)
 static uint64_t attr_hash(const char *name, const struct cs_ps_table_attr *a)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
-	uint32_t u[6] = { a->dim, (uint32_t)a->dtype, (uint32_t)a->mode,
-			  a->staleness, (uint32_t)a->opt.kind,
-			  (uint32_t)a->init.kind };
-	float f[7] = { a->opt.lr, a->opt.momentum, a->opt.beta1,
-		       a->opt.beta2, a->opt.eps, a->opt.initial_acc,
+	uint32_t u[6] = {
+		a->dim,	      (uint32_t)a->dtype,    (uint32_t)a->mode,
+		a->staleness, (uint32_t)a->opt.kind, (uint32_t)a->init.kind
+	};
+	float f[7] = { a->opt.lr,    a->opt.momentum, a->opt.beta1,
+		       a->opt.beta2, a->opt.eps,      a->opt.initial_acc,
 		       a->init.scale };
 
 	fnv(&h, name, strlen(name));
@@ -205,12 +206,13 @@ cs_export int cs_ps_table_create(struct cs_group *g, const char *name,
 				ret = rc;
 			else {
 				ret = -EIO;
-				cs__client_set_err(c,
-						   "rank %d create PS table "
-						   "'%s' on group '%s': another "
-						   "rank's sidecar refused it",
-						   cs_group_rank(g), name,
-						   cs__group_name(g));
+				cs__client_set_err(
+					c,
+					"rank %d create PS table "
+					"'%s' on group '%s': another "
+					"rank's sidecar refused it",
+					cs_group_rank(g), name,
+					cs__group_name(g));
 			}
 		}
 	}

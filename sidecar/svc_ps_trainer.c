@@ -124,8 +124,8 @@ static void op_done(void *ctx, uint64_t id, int rc, uint32_t peer)
 			continue;
 		*pp = o->next;
 		if (o->r) {
-			req_finish(o->r, rc, rc ? pst_node(w->t, peer)
-						: UINT32_MAX);
+			req_finish(o->r, rc,
+				   rc ? pst_node(w->t, peer) : UINT32_MAX);
 			w->t->wake = true;
 		} else {
 			free(o->out); /* it timed out: the rows are ours */
@@ -174,15 +174,14 @@ static void worker_free(struct pst_worker *w, int err, uint32_t peer)
 static struct pst_worker *worker_of(struct pst_table *t, uint32_t rank)
 {
 	for (struct pst_worker *w = t->workers; w; w = w->next)
-		if (w->rank == rank && !atomic_load_explicit(&w->closing,
-							     memory_order_relaxed))
+		if (w->rank == rank &&
+		    !atomic_load_explicit(&w->closing, memory_order_relaxed))
 			return w;
 	return NULL;
 }
 
 /* Hand @r to its worker engine. */
-static void req_issue(struct pst_table *t, struct cs_ipc_ps_req *r,
-		      cs_ns_t now)
+static void req_issue(struct pst_table *t, struct cs_ipc_ps_req *r, cs_ns_t now)
 {
 	struct pst_worker *w = worker_of(t, r->wrank);
 	cs_ns_t deadline = cs_core_svc_deadline(t->p->core);
@@ -264,7 +263,8 @@ static void table_take(struct pst_table *t, cs_ns_t now)
 	}
 }
 
-/* ---- the flow (lcore) ------------------------------------------------------ */
+/* ---- the flow (lcore) ------------------------------------------------------
+ */
 
 static void pst_rx(void *ctx, uint32_t src, const void *msg, size_t len,
 		   cs_ns_t now)
@@ -339,7 +339,8 @@ static unsigned pst_poll(void *arg, cs_ns_t now)
 	return work;
 }
 
-/* ---- tables (IPC side) ------------------------------------------------------ */
+/* ---- tables (IPC side) ------------------------------------------------------
+ */
 
 static uint32_t fnv1a(const char *s)
 {

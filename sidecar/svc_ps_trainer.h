@@ -7,8 +7,8 @@
  * A table is one long-lived cs_ps_flow (transport/ps_flow.h) posted on
  * the transport core by every sidecar that has a rank of the table's group
  * (op id: a hash of group, table name and a nonce the ranks agreed on
- * when they created it, the same on every node). Every such sidecar is a server of
- * the table (its shard store) and runs one worker engine per local rank
+ * when they created it, the same on every node). Every such sidecar is a server
+ * of the table (its shard store) and runs one worker engine per local rank
  * (worker rank = group rank; every rank pushes every version in sync and
  * ssp). A group on one node shards the table over that node alone.
  *

@@ -314,10 +314,10 @@ static int ps_create(struct cs_ipc_server *s, struct cs_ipc_ps *ps,
 					 .beta2 = c->beta2,
 					 .eps = c->eps,
 					 .initial_acc = c->initial_acc };
-	o.spec.init = (struct cs_ps_init){ .kind = (enum cs_ps_init_kind)
-						   c->init,
-					   .seed = c->seed,
-					   .scale = c->scale };
+	o.spec.init =
+		(struct cs_ps_init){ .kind = (enum cs_ps_init_kind)c->init,
+				     .seed = c->seed,
+				     .scale = c->scale };
 	o.mem_budget = c->mem_budget;
 	ret = ps->ops->open(ps->ctx, &o, &h->table, why, wl);
 	if (ret)

@@ -130,8 +130,8 @@ struct cs__ipc_member_info {
 	int32_t fail_peer;
 	uint32_t fail_aux;
 };
-int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t,
-		   uint32_t handle, struct cs__ipc_member_info *mi);
+int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t, uint32_t handle,
+		   struct cs__ipc_member_info *mi);
 
 /* [off, off + len) of host segment @seg of @t, held (its refs counted:
  * the trainer cannot unregister it) when @hold; NULL if it is not one. */

@@ -2396,8 +2396,8 @@ struct cs_ipc_ps_tr **cs__ipc_trainer_ps(struct trainer *t)
 	return &t->ps;
 }
 
-int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t,
-		   uint32_t handle, struct cs__ipc_member_info *mi)
+int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t, uint32_t handle,
+		   struct cs__ipc_member_info *mi)
 {
 	struct member *m;
 

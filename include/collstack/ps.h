@@ -14,7 +14,8 @@
  *
  *	cs_ps_table_attr_init(&a, 16, 1000000, CS_PS_OPT_ADAGRAD);
  *	cs_ps_table_create(g, "emb", &a, &t);
- *	cs_ps_push(t, step, keys, grads, n, &r);	// keys, grads in cs_bufs
+ *	// keys and grads inside cs_bufs
+ *	cs_ps_push(t, step, keys, grads, n, &r);
  *	cs_wait(c, r, -1);
  *	cs_ps_pull(t, step + 1, keys, n, rows, &r);
  *	cs_wait(c, r, -1);

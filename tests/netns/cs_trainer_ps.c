@@ -71,13 +71,13 @@ static int fail(const char *what, int ret)
 
 /* The keys rank @r pushes at step @s: a pattern, every fifth one the
  * previous one again (duplicates are combined on the worker). */
-static void step_keys(int r, uint32_t s, uint32_t p, uint64_t k,
-		      uint64_t *keys)
+static void step_keys(int r, uint32_t s, uint32_t p, uint64_t k, uint64_t *keys)
 {
 	for (uint32_t i = 0; i < p; i++)
-		keys[i] = i % 5 == 4 ? keys[i - 1]
-				     : ((uint64_t)r * 7919 + s * 104729 +
-					i * 31) % k;
+		keys[i] = i % 5 == 4
+				  ? keys[i - 1]
+				  : ((uint64_t)r * 7919 + s * 104729 + i * 31) %
+					    k;
 }
 
 static float grad(int r, uint32_t s, uint64_t key, uint32_t j)
