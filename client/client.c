@@ -131,9 +131,14 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
 
+static bool is_ps_op(unsigned op)
+{
+	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL;
+}
+
 static const char *op_name(unsigned op)
 {
-	if (op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL)
+	if (is_ps_op(op))
 		return op == CS_IPC_OP_PS_PUSH ? "ps push" : "ps pull";
 	return op < CS_IPC_OP_COUNT ? op_names[op] : "unknown op";
 }
@@ -938,6 +943,18 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
+	else if (is_ps_op(q->op) && q->status == CS_ERR_PEER_LOST &&
+		 q->peer < 0)
+		set_err(c,
+			"%s: the table's flow ended here (a new view of the "
+			"nodes): create the table again",
+			what);
+	else if (is_ps_op(q->op) && q->status == CS_ERR_TIMEOUT)
+		set_err(c,
+			"%s: no answer within the sidecar's coll.deadline (a "
+			"sync pull waits for every worker's pushes of the "
+			"versions below its clock)",
+			what);
 	else if (q->status == CS_ERR_PEER_LOST &&
 		 q->detail == CS_IPC_LOST_NODE && q->g && q->g->elastic)
 		set_err(c,
@@ -988,14 +1005,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"ipc.match_deadline); the group is failed: form a new "
 			"one",
 			what, (unsigned long long)q->seq, q->epoch);
-	else if ((q->op == CS_IPC_OP_PS_PUSH || q->op == CS_IPC_OP_PS_PULL) &&
-		 q->status == CS_ERR_CANCELLED && q->peer >= 0)
+	else if (is_ps_op(q->op) && q->status == CS_ERR_CANCELLED &&
+		 q->peer >= 0)
 		set_err(c,
 			"%s: node %d ended the table (no rank there holds it "
 			"any more: destroyed, or its trainers are gone)",
 			what, (int)q->peer);
-	else if ((q->op == CS_IPC_OP_PS_PUSH || q->op == CS_IPC_OP_PS_PULL) &&
-		 q->peer >= 0)
+	else if (is_ps_op(q->op) && q->peer >= 0)
 		set_err(c, "%s: server node %d: %s", what, (int)q->peer,
 			cs_strerror(q->status));
 	else

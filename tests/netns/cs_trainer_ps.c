@@ -32,6 +32,13 @@
  *	("another rank created it with other attributes"). Prints
  *	"ps_trainer mismatch_ok rank=R".
  *
+ *   cs-trainer-ps deadline
+ *	(for a sidecar with a short coll.deadline) Every rank pulls at clock
+ *	3 before anyone pushed: the pull must end with CS_ERR_TIMEOUT. Then
+ *	every rank pushes versions 0..2 (the timed-out pull is served
+ *	meanwhile and dropped by the sidecar) and pulls at clock 3: served,
+ *	rows as the reference. Prints "ps_trainer deadline_ok rank=R".
+ *
  *   cs-trainer-ps die DIE_RANK
  *	Every rank pushes version 0 and pulls at clock 2 (never served:
  *	nobody pushes version 1); rank DIE_RANK exits while its pull is in
@@ -389,6 +396,63 @@ static int mismatch(void)
 	return 0;
 }
 
+static int deadline(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	ret = cs_buf_alloc(c, 4096, &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 8);
+	cs_ps_table_attr_init(&a, 1, 100, CS_PS_OPT_SGD);
+	a.opt.lr = 0.5f;
+	ret = cs_ps_table_create(g, "dl", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	keys[0] = 7;
+	ret = cs_ps_pull(t, 3, keys, 1, rows, &r);
+	if (ret)
+		return fail("pull", ret);
+	ret = cs_wait(c, r, WAIT_NS);
+	if (ret != CS_ERR_TIMEOUT) {
+		printf("ps_trainer FAIL rank=%d deadline: got %s: %s\n", rank,
+		       cs_strerror(ret), cs_errmsg(c));
+		return 1;
+	}
+	printf("  timed out: %s\n", cs_errmsg(c));
+	/* every rank timed out before anyone pushes */
+	ret = cs_barrier(g, &r);
+	if (ret || wait_ok(r, "barrier"))
+		return ret ? fail("barrier", ret) : 1;
+	for (uint32_t v = 0; v < 3; v++) {
+		rows[0] = 1.0f;
+		ret = cs_ps_push(t, v, keys, rows, 1, &r);
+		if (ret || wait_ok(r, "push"))
+			return ret ? fail("push", ret) : 1;
+	}
+	ret = cs_ps_pull(t, 3, keys, 1, rows, &r);
+	if (ret || wait_ok(r, "pull after the timeout"))
+		return ret ? fail("pull after the timeout", ret) : 1;
+	/* 3 versions of every rank's gradient 1, lr 0.5, from 0 */
+	if (rows[0] != -1.5f * (float)world) {
+		printf("ps_trainer FAIL rank=%d deadline: row %g, want %g\n",
+		       rank, rows[0], -1.5 * world);
+		return 1;
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	printf("ps_trainer deadline_ok rank=%d\n", rank);
+	return 0;
+}
+
 static int die(int who)
 {
 	struct cs_ps_table_attr a;
@@ -465,6 +529,8 @@ int main(int argc, char **argv)
 		ret = bad();
 	else if (!strcmp(argv[1], "mismatch"))
 		ret = mismatch();
+	else if (!strcmp(argv[1], "deadline"))
+		ret = deadline();
 	else if (!strcmp(argv[1], "die") && argc > 2)
 		ret = die(atoi(argv[2]));
 	else

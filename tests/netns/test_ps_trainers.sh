@@ -27,9 +27,10 @@
 #   pstr_2x2_example  the same on 2 nodes x 2 trainers
 #   pstr_local   no root, no namespaces: one collstackd (loop port) and two
 #                trainers on it (a group on one node: its tables' shard is
-#                that node): train sync and ssp:1, the bad inputs, a dying
-#                trainer (the other's pull ends with CS_ERR_PEER_LOST
-#                naming it), the example (where numpy is)
+#                that node): train sync and ssp:1, the bad inputs, a pull
+#                past coll.deadline (3 s: CS_ERR_TIMEOUT, then the table
+#                goes on), a dying trainer (the other's pull ends with
+#                CS_ERR_PEER_LOST naming it), the example (where numpy is)
 #
 # The namespace cases need root (skip, 77, without). CS_CLUSTER names the cluster (default:
 # q<pid digits><case digits>).
@@ -54,7 +55,7 @@ local_case() {
 	# shellcheck disable=SC2064
 	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
 	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
-		</dev/null >"$dir/l0.log" 2>&1 &
+		--set coll.deadline=3s </dev/null >"$dir/l0.log" 2>&1 &
 	pid=$!
 	for _ in $(seq 300); do
 		[ -f "$dir/l0/ready" ] && break
@@ -68,6 +69,9 @@ local_case() {
 	train 2 ssp:1
 	launch 2 "$TRAINER" bad
 	want 2 '^ps_trainer bad_ok rank=.* cases=16$'
+	launch 2 "$TRAINER" deadline
+	want 2 '^ps_trainer deadline_ok rank='
+	want 2 "no answer within the sidecar's coll.deadline"
 	launch 2 "$TRAINER" die 1
 	want 1 '^ps_trainer died_ok rank=0 .*rank 1 was lost'
 	train 2 sync
