@@ -124,10 +124,22 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_LAYOUT] = "all-to-all across nodes needs the same number "
 			      "L of ranks on every node, node k holding "
 			      "ranks k*L .. k*L+L-1 in local-rank order",
+	[CS_IPC_BAD_PS_TABLE] = "not a PS table of this trainer (never "
+				"created, or destroyed)",
+	[CS_IPC_BAD_PS_ROW] = "rows of another type or size than the "
+			      "table's",
+	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
+
+static bool is_ps_op(unsigned op)
+{
+	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL;
+}
 
 static const char *op_name(unsigned op)
 {
+	if (is_ps_op(op))
+		return op == CS_IPC_OP_PS_PUSH ? "ps push" : "ps pull";
 	return op < CS_IPC_OP_COUNT ? op_names[op] : "unknown op";
 }
 
@@ -731,8 +743,6 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 		.root = (uint32_t)root,
 	};
 	size_t esz = cs_dtype_size(dtype), slen = 0, rlen = 0;
-	const char *which = NULL;
-	int ret;
 
 	if (!req)
 		return -EINVAL;
@@ -770,24 +780,37 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 	default:
 		break;
 	}
+	return cs__client_post_bufs(g, &d, send, slen, recv,
+				    op == CS_IPC_OP_BARRIER ? 0 : rlen, req);
+}
+
+int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
+			 const void *send, size_t slen, const void *recv,
+			 size_t rlen, cs_req_t *req)
+{
+	struct cs_client *c = g->c;
+	const char *which = NULL;
+	int ret;
+
 	pthread_mutex_lock(&c->lock);
-	if (slen && (!send || locate(c, send, slen, &d.send_seg, &d.send_off)))
+	if (slen &&
+	    (!send || locate(c, send, slen, &d->send_seg, &d->send_off)))
 		which = "send";
-	else if (op != CS_IPC_OP_BARRIER &&
-		 (!recv || locate(c, recv, rlen, &d.recv_seg, &d.recv_off)))
+	else if (rlen &&
+		 (!recv || locate(c, recv, rlen, &d->recv_seg, &d->recv_off)))
 		which = "recv";
 	if (which) {
 		set_err(c,
 			"rank %d %s on group '%s': %s buffer is not inside "
 			"a cs_buf_alloc() buffer of this client",
-			g->rank, op_name(op), g->name, which);
+			g->rank, op_name(d->op), g->name, which);
 		pthread_mutex_unlock(&c->lock);
 		return -EFAULT;
 	}
-	ret = post_locked(c, g, &d, req);
+	ret = post_locked(c, g, d, req);
 	if (ret == -ENOTCONN)
 		set_err(c, "rank %d %s on group '%s': sidecar gone", g->rank,
-			op_name(op), g->name);
+			op_name(d->op), g->name);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -908,6 +931,9 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"nodes disagree on its membership); the group is "
 			"failed",
 			what, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_PS_KEY)
+		set_err(c, "%s: key [%u] is not below the table's key_max",
+			what, q->epoch);
 	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
@@ -917,6 +943,18 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c, "%s: %s", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
+	else if (is_ps_op(q->op) && q->status == CS_ERR_PEER_LOST &&
+		 q->peer < 0)
+		set_err(c,
+			"%s: the table's flow ended here (a new view of the "
+			"nodes): create the table again",
+			what);
+	else if (is_ps_op(q->op) && q->status == CS_ERR_TIMEOUT)
+		set_err(c,
+			"%s: no answer within the sidecar's coll.deadline (a "
+			"sync pull waits for every worker's pushes of the "
+			"versions below its clock)",
+			what);
 	else if (q->status == CS_ERR_PEER_LOST &&
 		 q->detail == CS_IPC_LOST_NODE && q->g && q->g->elastic)
 		set_err(c,
@@ -967,6 +1005,15 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"ipc.match_deadline); the group is failed: form a new "
 			"one",
 			what, (unsigned long long)q->seq, q->epoch);
+	else if (is_ps_op(q->op) && q->status == CS_ERR_CANCELLED &&
+		 q->peer >= 0)
+		set_err(c,
+			"%s: node %d ended the table (no rank there holds it "
+			"any more: destroyed, or its trainers are gone)",
+			what, (int)q->peer);
+	else if (is_ps_op(q->op) && q->peer >= 0)
+		set_err(c, "%s: server node %d: %s", what, (int)q->peer,
+			cs_strerror(q->status));
 	else
 		set_err(c, "%s: %s", what, cs_strerror(q->status));
 	c->last_detail = q->detail;
@@ -1130,6 +1177,40 @@ int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 	ret = post_locked(c, g, &copy, req);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
+}
+
+/* ---- for ps_client.c (client_internal.h) ------------------------------ */
+
+struct cs_client *cs__group_client(const struct cs_group *g)
+{
+	return g->c;
+}
+
+const char *cs__group_name(const struct cs_group *g)
+{
+	return g->name;
+}
+
+int cs__client_rpc(struct cs_client *c, struct cs_ipc_msg *m,
+		   struct cs_ipc_msg *r)
+{
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	ret = rpc(c, m, NULL, 0, r);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+void cs__client_set_err(struct cs_client *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&c->lock);
+	va_start(ap, fmt);
+	vsnprintf(c->err, sizeof(c->err), fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&c->lock);
 }
 
 uint32_t cs__buf_seg(const struct cs_buf *b)

@@ -56,6 +56,24 @@
 int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 			cs_req_t *req);
 
+/* ---- for client/ps_client.c ---- */
+
+/* Post @d with its buffers located: @send (@slen bytes) and @recv (@rlen
+ * bytes; 0: none) must lie in this client's buffers. Returns as post. */
+int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
+			 const void *send, size_t slen, const void *recv,
+			 size_t rlen, cs_req_t *req);
+/* A control message and its reply (the reply's status, or -ENOTCONN). */
+int cs__client_rpc(struct cs_client *c, struct cs_ipc_msg *m,
+		   struct cs_ipc_msg *r);
+__attribute__((format(printf, 2, 3))) void
+cs__client_set_err(struct cs_client *c, const char *fmt, ...);
+struct cs_client *cs__group_client(const struct cs_group *g);
+const char *cs__group_name(const struct cs_group *g);
+/* The sidecar's handle of a PS table (test hook). */
+struct cs_ps_table;
+uint32_t cs__ps_table_handle(const struct cs_ps_table *t);
+
 /* The sidecar's id for @b, and the sidecar's handle for @g (test hooks). */
 uint32_t cs__buf_seg(const struct cs_buf *b);
 uint32_t cs__group_handle(const struct cs_group *g);

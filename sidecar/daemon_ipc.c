@@ -75,6 +75,7 @@
 #include "control/ipc/ipc_server.h"
 #include "daemon.h"
 #include "daemon_ipc.h"
+#include "svc_ps_trainer.h"
 #include "cs_config.h"
 #if CS_HAVE_CUDA
 #include "gpu/ipc_dev.h" /* trainers' device buffers (docs/gpu.md) */
@@ -228,6 +229,7 @@ struct cs_daemon_ipc {
 	struct ipcd_conf *cf;
 	struct cs_ipc_server *srv;
 	struct cs_gpu_ipc *gpu; /* device buffers: NULL without a GPU */
+	struct cs_pst *pst; /* parameter-server tables (svc_ps_trainer.c) */
 	pthread_t thr;
 	atomic_bool stop;
 	bool hosted; /* ipc.on_lcore: lcore 0 runs ipc_side() */
@@ -1806,6 +1808,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	if (!cs_gpu_ipc_create(0, d->conf.port.type, &x->gpu))
 		cs_ipc_server_set_dev(x->srv, &cs_gpu_ipc_ops, x->gpu);
 #endif
+	if (cs_pst_create(d->svc, &x->pst) ||
+	    cs_ipc_server_set_ps(x->srv, &cs_pst_ipc_ops, x->pst))
+		CS_WARN("no parameter-server tables for trainers: no memory");
 	/* ctlplane: groups formed from now on belong to this view */
 	x->epoch = atomic_load(&d->view.epoch);
 	x->nlost_seen = atomic_load(&d->view.nlost);
@@ -1834,6 +1839,7 @@ out_srv:
 	atomic_store(&d->view.wake_fd, -1);
 	cs_ar_svc_set_notify_fd(d->svc, -1);
 	cs_ipc_server_destroy(x->srv);
+	cs_pst_destroy(x->pst);
 out_free:
 	if (x->efd >= 0)
 		close(x->efd);
@@ -1864,6 +1870,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
+	cs_pst_destroy(x->pst); /* PS tables: their flows end */
 #if CS_HAVE_CUDA
 	cs_gpu_ipc_destroy(x->gpu);
 #endif

@@ -530,6 +530,11 @@ void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 	cs_core_svc_set_notify_fd(s->core, fd);
 }
 
+struct cs_core_svc *cs_ar_svc_core(struct cs_ar_svc *s)
+{
+	return s->core;
+}
+
 void cs_ar_svc_flush(struct cs_ar_svc *s)
 {
 	cs_core_svc_flush(s->core);

@@ -92,6 +92,12 @@ struct core_op {
 	struct core_op *ext_next; /* trainer op: s->ext */
 	bool ext_put; /* trainer op: its owner is done with it */
 	struct cs_svc_ps *ps; /* collstack run ps: the job (svc_ps.h) */
+	/* or a service's long-lived flow (cs_core_svc_flow_post) */
+	const struct cs_flow_ops *fops;
+	void *farg;
+	unsigned (*fpoll)(void *fpoll_arg, cs_ns_t now);
+	void *fpoll_arg;
+	struct core_op *flow_next; /* s->flows */
 };
 
 /*
@@ -151,6 +157,7 @@ struct cs_core_svc {
 	struct core_op *grave; /* replaced, not released yet */
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
 	struct core_op *ps_op; /* collstack run ps's job, not forgotten yet */
+	struct core_op *flows; /* services' flows, not freed yet */
 	int done_fd;
 	atomic_int notify_fd;
 };
@@ -436,11 +443,13 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 					   : list->notify ? CORE_TRAINERS
 							  : CORE_GROUP,
 					   list->op_id,
-					   list->ps    ? &cs_ps_flow_ops
+					   list->fops  ? list->fops
+					   : list->ps  ? &cs_ps_flow_ops
 					   : list->a2a ? &cs_a2a_flow_ops
 						       : &cs_coll_flow_ops,
-					   list->ps ? (void *)cs_svc_ps_flow(
-							      list->ps)
+					   list->fops ? list->farg
+					   : list->ps ? (void *)cs_svc_ps_flow(
+								list->ps)
 					   : list->a2a ? (void *)list->a2a
 						       : (void *)list->coll,
 					   list->bytes, list, now);
@@ -542,6 +551,8 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 	for (unsigned i = 0; i < l->nlive; i++)
 		if (l->live[i]->ps) /* collstack run ps: train, apply */
 			work += cs_svc_ps_poll(l->live[i]->ps, now);
+		else if (l->live[i]->fops) /* a service's flow */
+			work += l->live[i]->fpoll(l->live[i]->fpoll_arg, now);
 		else if (!l->live[i]->t_ready &&
 			 (l->live[i]->a2a
 				  ? cs_a2a_result_ready(l->live[i]->a2a)
@@ -1310,6 +1321,84 @@ int cs_core_svc_ps_end(struct cs_core_svc *s)
 	return core_forget(s, CS_SVC_PS_GROUP);
 }
 
+/* ---- services' long-lived flows (svc_ps_trainer.c) ---------------------- */
+
+int cs_core_svc_flow_post(struct cs_core_svc *s, const struct cs_svc_flow *f,
+			  uint32_t *nodes, uint32_t n, struct cs_core_flow **h)
+{
+	struct core_op *op = op_new(f->op_id, atomic_load(&s->d->view.epoch));
+
+	if (!op)
+		return -ENOMEM;
+	op->fops = f->ops;
+	op->farg = f->arg;
+	op->fpoll = f->poll;
+	op->fpoll_arg = f->poll_arg;
+	op->nodes = nodes;
+	op->n = n;
+	op->group = f->group;
+	op->bytes = 0; /* latency class: small messages */
+	pthread_mutex_lock(&s->ctl);
+	op->flow_next = s->flows;
+	s->flows = op;
+	core_hand(s, op);
+	pthread_mutex_unlock(&s->ctl);
+	*h = (struct cs_core_flow *)op;
+	return 0;
+}
+
+int cs_core_svc_flow_state(const struct cs_core_flow *h, uint32_t *culprit)
+{
+	const struct core_op *op = (const struct core_op *)h;
+
+	if (!atomic_load_explicit(&op->released, memory_order_acquire))
+		return 0;
+	*culprit = op->culprit;
+	return op->status ? op->status : 1;
+}
+
+void cs_core_svc_flow_kick(struct cs_core_svc *s, struct cs_core_flow *h)
+{
+	struct core_op *op = (struct core_op *)h;
+
+	cs_lcore_kick(&s->d->lcores[lane_of(s, op->group, op->op_id)->q]);
+}
+
+void cs_core_svc_flow_cancel(struct cs_core_svc *s, struct cs_core_flow *h)
+{
+	atomic_store(&((struct core_op *)h)->cancel, true);
+	cs_core_svc_flow_kick(s, h);
+}
+
+void cs_core_svc_flow_free(struct cs_core_svc *s, struct cs_core_flow *h)
+{
+	struct core_op *op = (struct core_op *)h;
+
+	pthread_mutex_lock(&s->ctl);
+	for (struct core_op **pp = &s->flows; *pp; pp = &(*pp)->flow_next)
+		if (*pp == op) {
+			*pp = op->flow_next;
+			break;
+		}
+	core_bury(s, op);
+	pthread_mutex_unlock(&s->ctl);
+}
+
+void cs_core_svc_wake_ipc(struct cs_core_svc *s)
+{
+	int fd = atomic_load_explicit(&s->notify_fd, memory_order_relaxed);
+
+	if (fd >= 0)
+		(void)!write(fd, &(uint64_t){ 1 }, sizeof(uint64_t));
+	else /* ipc.on_lcore: lcore 0 serves the trainers */
+		cs_lcore_kick(&s->d->lcores[0]);
+}
+
+cs_ns_t cs_core_svc_deadline(const struct cs_core_svc *s)
+{
+	return s->coll.deadline;
+}
+
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
 		       int err)
 {
@@ -1723,6 +1812,10 @@ void cs_core_svc_fini(struct cs_core_svc *s)
 		atomic_store(&op->released, true);
 	for (struct core_op *op = s->mx, *nx; op; op = nx) {
 		nx = op->mx_next;
+		op_free(op);
+	}
+	for (struct core_op *op = s->flows, *nx; op; op = nx) {
+		nx = op->flow_next;
 		op_free(op);
 	}
 	core_bury(s, NULL);

@@ -72,6 +72,10 @@ int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
  * are not acknowledged yet (the core still resends them). */
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);
 
+/* The collective service's core (service.c). */
+struct cs_ar_svc;
+struct cs_core_svc *cs_ar_svc_core(struct cs_ar_svc *s);
+
 /* collstack run ps (sidecar/svc_ps.c): the job's operation. */
 struct cs_svc_ps;
 /* Largest frame payload the port carries. */
@@ -92,5 +96,36 @@ void cs_core_svc_ps_kick(struct cs_core_svc *s);
 /* End the job: its flow cancelled, the job freed, the group forgotten.
  * Returns 0, -ENOENT (none), -ENOMEM. */
 int cs_core_svc_ps_end(struct cs_core_svc *s);
+
+/* A service's long-lived flow (sidecar/svc_ps_trainer.c): an engine of
+ * the transport core that its service polls on the lane's lcore. */
+struct cs_flow_ops;
+struct cs_core_flow;
+struct cs_svc_flow {
+	uint32_t group; /* a transport group of its own, over every node */
+	uint32_t op_id; /* the same on every node */
+	const struct cs_flow_ops *ops;
+	void *arg; /* the engine */
+	/* every lcore round while it runs */
+	unsigned (*poll)(void *poll_arg, cs_ns_t now);
+	void *poll_arg;
+};
+/* Post @f over @nodes (@n; taken on success); *@h: its handle, freed
+ * with cs_core_svc_flow_free() once released. Returns 0 or -ENOMEM. */
+int cs_core_svc_flow_post(struct cs_core_svc *s, const struct cs_svc_flow *f,
+			  uint32_t *nodes, uint32_t n, struct cs_core_flow **h);
+/* 0 while the lcore holds it (it polls @f->poll); once released: 1 when
+ * it ended well, else its error (@culprit: the group rank blamed). */
+int cs_core_svc_flow_state(const struct cs_core_flow *h, uint32_t *culprit);
+/* Wake its lcore (work was queued for it). */
+void cs_core_svc_flow_kick(struct cs_core_svc *s, struct cs_core_flow *h);
+/* End it (CS_ERR_CANCELLED); released some lcore rounds later. */
+void cs_core_svc_flow_cancel(struct cs_core_svc *s, struct cs_core_flow *h);
+/* After its release (or with the lcores stopped). */
+void cs_core_svc_flow_free(struct cs_core_svc *s, struct cs_core_flow *h);
+/* Wake whoever serves the trainers (their completions are in). */
+void cs_core_svc_wake_ipc(struct cs_core_svc *s);
+/* coll.deadline: how long a trainer operation may take (0: no limit). */
+cs_ns_t cs_core_svc_deadline(const struct cs_core_svc *s);
 
 #endif

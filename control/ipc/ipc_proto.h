@@ -32,6 +32,7 @@
 #define CS_IPC_MSG_TEXT 96 /* reply text, NUL included */
 #define CS_IPC_RING_SLOTS 256u /* submission and completion */
 #define CS_IPC_MAX_LOCAL 64u /* trainers of one group per node */
+#define CS_IPC_PS_NAME_MAX 32 /* PS table name, NUL included */
 
 /* Collective operations (struct cs_ipc_sqe.op). */
 enum cs_ipc_opcode {
@@ -44,6 +45,19 @@ enum cs_ipc_opcode {
 	CS_IPC_OP_ALLTOALL = 6,
 	CS_IPC_OP_COUNT
 };
+
+/*
+ * Parameter-server operations (control/ipc/ipc_ps.c), numbered apart from
+ * the collectives: they are not matched across ranks. Their descriptor:
+ * @group the table handle (CS_IPC_MSG_PS_CREATE's reply), @count keys,
+ * @dtype and @root the row's type and values per row as the trainer
+ * knows them (checked against the table's), @send_seg/@send_off the keys
+ * (u64), @recv_seg/@recv_off the rows (read by a push, written by a pull),
+ * @reserved1 the version (push) or clock (pull); @redop, @flags and
+ * @reserved0 0.
+ */
+#define CS_IPC_OP_PS_PUSH 24u
+#define CS_IPC_OP_PS_PULL 25u
 
 /*
  * Submission descriptor, one 64-byte slot. Buffers are (segment id, byte
@@ -103,6 +117,13 @@ enum cs_ipc_bad {
 	 * contiguously in local-rank order, or nodes differ in their count
 	 * of ranks (collstack.h, cs_alltoall) */
 	CS_IPC_BAD_LAYOUT,
+	/* parameter server (ipc_ps.c): the table handle is none of this
+	 * trainer's (never created, destroyed, or failed); the rows' type or
+	 * size differs from the table's; a key is not below the table's
+	 * key_max (the completion's aux word: the index of the first one) */
+	CS_IPC_BAD_PS_TABLE,
+	CS_IPC_BAD_PS_ROW,
+	CS_IPC_BAD_PS_KEY,
 	CS_IPC_BAD_COUNT_
 };
 
@@ -199,6 +220,10 @@ enum cs_ipc_msg_type {
 	CS_IPC_MSG_WAKE = 6, /* no body, no reply: see sq_asleep */
 	CS_IPC_MSG_REG_DEV = 7, /* a device range (gpu/); fd: a VMM
 				 * allocation's, for CS_IPC_DEV_POSIX_FD */
+	/* parameter server (ipc_ps.c): open a table for one rank of a group
+	 * (reply: the table handle), close it */
+	CS_IPC_MSG_PS_CREATE = 24,
+	CS_IPC_MSG_PS_DESTROY = 25,
 	CS_IPC_MSG_REPLY = 100,
 };
 
@@ -244,6 +269,28 @@ struct cs_ipc_msg {
 		struct {
 			uint32_t group;
 		} leave;
+		/* a parameter-server table for rank @group's member (every
+		 * rank of the group opens it with the same fields) */
+		struct cs_ipc_ps_create {
+			uint32_t group; /* the trainer's group handle */
+			uint32_t dim; /* values per row */
+			uint64_t key_max; /* keys 0 .. key_max - 1 */
+			uint8_t dtype; /* enum cs_dtype */
+			uint8_t mode; /* enum cs_ps_mode */
+			uint8_t opt; /* enum cs_ps_opt_kind */
+			uint8_t init; /* enum cs_ps_init_kind */
+			uint32_t staleness; /* ssp */
+			float lr, momentum, beta1, beta2, eps, initial_acc;
+			float scale; /* initializer */
+			uint32_t nonce; /* the ranks agreed on it: names
+					 * this incarnation of the table */
+			uint64_t seed; /* initializer */
+			uint64_t mem_budget; /* 0 (no SSD tier yet) */
+			char name[CS_IPC_PS_NAME_MAX];
+		} ps_create;
+		struct {
+			uint32_t table; /* handle */
+		} ps_destroy;
 		struct {
 			int32_t status; /* 0 or negative */
 			uint32_t value; /* segment id, group handle */

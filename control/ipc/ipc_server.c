@@ -17,6 +17,7 @@
 #include "client/shm_ring.h"
 #include "collectives/reduce.h"
 #include "internal/log.h"
+#include "ipc_ps.h" /* parameter-server tables */
 #include "ipc_server.h"
 #include "observe/flight.h" /* observe/: flight recorder, trace */
 
@@ -168,6 +169,7 @@ struct trainer {
 	uint32_t inflight; /* taken, completion not in the CQ */
 	struct cs_ipc_cqe backlog[CS_IPC_RING_SLOTS];
 	uint32_t bl_head, bl_count;
+	struct cs_ipc_ps_tr *ps; /* its PS tables (ipc_ps.c) */
 };
 
 struct cs_ipc_server {
@@ -189,6 +191,7 @@ struct cs_ipc_server {
 	struct cs_ipc_stats st;
 	uint32_t epoch; /* the backend's node view (cs_ipc_server_view) */
 	cs_ns_t now; /* of the current cs_ipc_server_poll() */
+	struct cs_ipc_ps *ps; /* PS tables (ipc_ps.c), NULL: none */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -1365,6 +1368,10 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	unsigned bad;
 
 	t->inflight++;
+	if (cs_ipc_ps_is_op(d->op)) { /* ipc_ps.c */
+		cs_ipc_ps_take(s, t, d);
+		return;
+	}
 	if (d->op == CS_IPC_OP_NONE || d->op >= CS_IPC_OP_COUNT) {
 		s->st.bad_desc++;
 		complete(s, t, d->user_id, CS_ERR_BAD_DESC, CS_IPC_BAD_OP, -1);
@@ -1451,6 +1458,7 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 
 	CS_INFO("trainer pid %d: %s; cancelling its operations", (int)t->pid,
 		why);
+	cs_ipc_ps_trainer_gone(s, t);
 	for (uint32_t h = 0; h < s->cfg.max_groups; h++) {
 		struct member *m = t->groups[h];
 
@@ -2025,6 +2033,11 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 				ret = handle_leave(s, t, &msg, why,
 						   sizeof(why));
 				break;
+			case CS_IPC_MSG_PS_CREATE:
+			case CS_IPC_MSG_PS_DESTROY:
+				ret = cs_ipc_ps_msg(s, t, &msg, &val, why,
+						    sizeof(why));
+				break;
 			case CS_IPC_MSG_WAKE: /* its work is in the SQ */
 				ret = 0;
 				answer = false;
@@ -2224,6 +2237,7 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 			work++;
 		}
 	}
+	work += (int)cs_ipc_ps_poll(s);
 	/* Kicks last: completions of one trainer's op may land on others. */
 	for (uint32_t i = 0; i < s->tr_end; i++)
 		if (s->tr[i] && s->tr[i]->hello)
@@ -2361,10 +2375,73 @@ void cs_ipc_server_destroy(struct cs_ipc_server *s)
 	for (uint32_t i = 0; i < s->cfg.max_trainers; i++)
 		if (s->tr[i])
 			trainer_drop(s, i, "server shutting down");
+	cs_ipc_ps_fini(s);
 	close(s->lfd);
 	unlink(s->cfg.socket_path);
 	free(s->tr);
 	free(s->groups);
 	free(s->pfd);
 	free(s);
+}
+
+/* ---- for ipc_ps.c (declared in ipc_ps.h) ------------------------------ */
+
+struct cs_ipc_ps **cs__ipc_ps_state(struct cs_ipc_server *s)
+{
+	return &s->ps;
+}
+
+struct cs_ipc_ps_tr **cs__ipc_trainer_ps(struct trainer *t)
+{
+	return &t->ps;
+}
+
+int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t, uint32_t handle,
+		   struct cs__ipc_member_info *mi)
+{
+	struct member *m;
+
+	if (handle >= s->cfg.max_groups || !t->groups[handle])
+		return -ENOENT;
+	m = t->groups[handle];
+	mi->group = m->g->name;
+	mi->rank = m->rank;
+	mi->size = m->g->size;
+	mi->local_size = m->g->local_size;
+	mi->fail_status = m->g->failed ? m->g->fail_status : 0;
+	mi->fail_detail = m->g->lost_detail;
+	mi->fail_peer = m->g->lost_rank;
+	mi->fail_aux = m->g->lost_epoch;
+	return 0;
+}
+
+uint8_t *cs__ipc_seg(struct cs_ipc_server *s, struct trainer *t, uint32_t seg,
+		     uint64_t off, uint64_t len, bool hold)
+{
+	struct seg *sg = seg_get(s, t, seg);
+	uint8_t *p;
+
+	if (!sg || sg->dev) /* device memory: not for PS rows */
+		return NULL;
+	p = seg_range(sg, off, len);
+	if (p && hold)
+		sg->refs++;
+	return p;
+}
+
+void cs__ipc_seg_put(struct cs_ipc_server *s, struct trainer *t, uint32_t seg)
+{
+	struct seg *sg = seg_get(s, t, seg);
+
+	if (sg && sg->refs)
+		sg->refs--;
+}
+
+void cs__ipc_complete(struct cs_ipc_server *s, struct trainer *t,
+		      uint64_t user_id, int status, unsigned detail,
+		      int32_t peer, uint32_t aux)
+{
+	if (status == CS_ERR_BAD_DESC)
+		s->st.bad_desc++;
+	complete_ex(s, t, user_id, status, detail, peer, aux);
 }

@@ -1,13 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstack parameter server: trainer API — A SKETCH, NOT YET WIRED.
+ * collstack parameter server: the trainer API (libcollstack).
  *
- * The types in the first half are real and shared with the engines in
- * collectives/ps/ (they are what a table is). The functions in the second
- * half are the API the trainer will get once the PS engines are plugged
- * into the transport core and the sidecar's IPC: today NO library exports
- * them, and a program calling them does not link. The header is not
- * installed. See docs/ps.md for what is built and what is missing.
+ * The types in the first half are shared with the engines in
+ * collectives/ps/ (they are what a table is). The functions of the second
+ * half create tables on a group, push sparse gradients and pull rows
+ * through the local sidecar, which carries them to the owning shards on
+ * its transport core (docs/ps.md, "Trainer API"). Checkpoints and the SSD
+ * tier are not reachable from trainers yet.
+ *
+ *	struct cs_ps_table_attr a;
+ *	struct cs_ps_table *t;
+ *
+ *	cs_ps_table_attr_init(&a, 16, 1000000, CS_PS_OPT_ADAGRAD);
+ *	cs_ps_table_create(g, "emb", &a, &t);
+ *	// keys and grads inside cs_bufs
+ *	cs_ps_push(t, step, keys, grads, n, &r);
+ *	cs_wait(c, r, -1);
+ *	cs_ps_pull(t, step + 1, keys, n, rows, &r);
+ *	cs_wait(c, r, -1);
  */
 #ifndef COLLSTACK_PS_H
 #define COLLSTACK_PS_H
@@ -61,7 +72,7 @@ struct cs_ps_init {
 	float scale;
 };
 
-/* ---- not yet wired: no library exports what follows -------------------- */
+/* ---- the trainer API (libcollstack; docs/ps.md "Trainer API") ------- */
 
 struct cs_group;
 struct cs_ps_table;
@@ -69,13 +80,14 @@ struct cs_ps_table;
 /**
  * struct cs_ps_table_attr - a table as the trainer describes it
  * @dim: values per row
- * @dtype: CS_F32, CS_F64, CS_F16 or CS_BF16
+ * @dtype: CS_F32, CS_F64, CS_F16 or CS_BF16 (rows are stored and carried
+ *	in this type; the optimizer computes in f32)
  * @key_max: keys are 0 .. key_max - 1
  * @mode: update mode; @staleness: s of CS_PS_SSP
- * @opt: server-side optimizer
- * @init: initializer
- * @mem_budget: bytes of rows a server shard keeps in memory (0: all);
- *	beyond it cold rows go to the sidecar's spill file (ps.spill_dir)
+ * @opt: server-side optimizer (cs_ps_table_attr_init() sets the
+ *	defaults of its kind)
+ * @init: initializer of rows never pushed
+ * @mem_budget: must be 0 (no SSD tier for trainer tables yet)
  */
 struct cs_ps_table_attr {
 	uint32_t dim;
@@ -89,49 +101,92 @@ struct cs_ps_table_attr {
 };
 
 /**
- * cs_ps_table_create - create (or join) a table, collectively
- * @g: the workers (every rank calls it with the same @name and @attr)
- * @name: the table's name
+ * cs_ps_table_attr_init - fill @a with a table of @dim f32 values per row,
+ *	keys below @key_max, sync, SGD (lr 0.01), zero initializer
+ * @a: out
+ * @dim: values per row
+ * @key_max: keys are 0 .. @key_max - 1
+ * @opt: the optimizer kind (its default parameters: lr 0.01, momentum
+ *	0.9, adam 0.9 / 0.999, eps 1e-8 (adam) / 1e-10 (adagrad))
+ */
+void cs_ps_table_attr_init(struct cs_ps_table_attr *a, uint32_t dim,
+			   uint64_t key_max, enum cs_ps_opt_kind opt);
+
+/**
+ * cs_ps_table_create - create a table, collectively
+ * @g: the group: every rank calls it, in the same order as its other
+ *	operations on @g, with the same @name and @attr; each rank is a
+ *	worker of the table (worker rank = group rank)
+ * @name: the table's name (1-31 bytes)
  * @attr: what it is
  * @out: the table
  *
- * The key space is sharded over the group's server sidecars by consistent
- * hashing (a sidecar started as a worker only holds no shard).
- * Returns: 0, -EINVAL (bad attribute, or another rank's differs).
+ * The key space is sharded by consistent hashing over the sidecars of the
+ * group's nodes (over this node alone for a group whose ranks are all
+ * here). Completes an allreduce of the attributes on @g: on return every
+ * rank has created it, so pushes may start at once.
+ * Returns: 0, -EINVAL (bad attribute, or another rank's differ: the table
+ * is not created), -EOPNOTSUPP (the sidecar has no parameter server, or
+ * @attr->mem_budget is not 0), -EMSGSIZE (a row does not fit a frame),
+ * -ENOSPC, or the group's error; cs_errmsg() says which.
  */
 int cs_ps_table_create(struct cs_group *g, const char *name,
 		       const struct cs_ps_table_attr *attr,
 		       struct cs_ps_table **out);
+
+/**
+ * cs_ps_table_destroy - close the table, collectively (a barrier on the
+ *	group first, so that no rank still pushes to this node's shard)
+ * @t: table (may be NULL); freed in every case
+ *
+ * Requests still in flight end with CS_ERR_CANCELLED. Once no rank of a
+ * node holds the table, that node's shard is gone.
+ * Returns: 0, or the barrier's error.
+ */
 int cs_ps_table_destroy(struct cs_ps_table *t);
 
 /**
  * cs_ps_push - post sparse gradients for one version
  * @t: table
- * @version: this worker's clock (0, 1, 2 ...)
+ * @version: this worker's clock (0, 1, 2 ...; sync and ssp: every worker
+ *	pushes every version, with @n 0 where it has no key)
  * @keys: @n keys inside a cs_buf; duplicates are summed on the worker
- * @rows: @n rows of the table's dtype inside a cs_buf
+ * @rows: @n rows of the table's dtype and dim inside a cs_buf
+ * @n: keys (0: an empty version)
  * @req: out: completes (cs_wait) once every owning shard took the push;
- *	CS_ERR_PEER_LOST when a shard is lost (cs_lost_node names it)
+ *	CS_ERR_PEER_LOST when a shard's node stopped answering (cs_errmsg()
+ *	names it)
  *
- * A push is applied exactly once, whatever the network did to it.
+ * The keys and rows are copied when the sidecar takes the request: the
+ * buffers may be reused once it completed. A push is applied exactly
+ * once, whatever the network did to it.
+ * Returns: 0, -EFAULT (a buffer outside this client's), -EAGAIN, -ENOTCONN.
  */
 int cs_ps_push(struct cs_ps_table *t, uint64_t version, const uint64_t *keys,
 	       const void *rows, size_t n, cs_req_t *req);
 
 /**
  * cs_ps_pull - post a read of rows
+ * @t: table
  * @clock: this worker's clock (sync: answered once versions < @clock are
- *	applied everywhere; ssp: once every worker completed @clock - s)
- * @keys: @n keys inside a cs_buf; @rows: @n rows written before completion
+ *	applied everywhere; ssp: once every worker completed @clock - s;
+ *	async: at once)
+ * @keys: @n keys inside a cs_buf (at least one)
+ * @n: keys
+ * @rows: @n rows inside a cs_buf, written before completion
+ * @req: out
+ *
+ * A request that is not answered within the sidecar's coll.deadline ends
+ * with CS_ERR_TIMEOUT (a sync pull waits for every worker's pushes).
+ * Returns: as cs_ps_push().
  */
 int cs_ps_pull(struct cs_ps_table *t, uint64_t clock, const uint64_t *keys,
 	       size_t n, void *rows, cs_req_t *req);
 
-/**
- * cs_ps_checkpoint - every shard writes its part of the table to its
- *	sidecar's ps.checkpoint_dir (atomically, off the dataplane)
- */
-int cs_ps_checkpoint(struct cs_ps_table *t, cs_req_t *req);
+/* Values per row, element type and bytes per row of @t. */
+uint32_t cs_ps_table_dim(const struct cs_ps_table *t);
+enum cs_dtype cs_ps_table_dtype(const struct cs_ps_table *t);
+size_t cs_ps_table_row_bytes(const struct cs_ps_table *t);
 
 #ifdef __cplusplus
 }

@@ -422,6 +422,13 @@ class Group:
     def barrier(self):
         return self._post(_lib.cs_barrier)
 
+    def ps_table(self, name, dim, key_max, **kw):
+        """A parameter-server table on this group, created collectively
+        (collstack.ps.Table: push, pull, ipush, ipull, destroy; needs
+        numpy)."""
+        from .ps import Table
+        return Table(self, name, dim, key_max, **kw)
+
     def alltoall(self, send, recv):
         """Post an all-to-all: block j of send (size/n elements) goes to
         rank j, where it lands as block i (i: this rank) of recv.

@@ -1,0 +1,301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libcollstack: parameter-server tables (collstack/ps.h). A table is opened
+ * on the local sidecar by every rank of a group (CS_IPC_MSG_PS_CREATE);
+ * pushes and pulls are descriptors on the trainer's submission ring, done
+ * by the sidecar and waited for like any request.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_internal.h"
+#include "collstack/ps.h"
+#include "internal/util.h"
+
+struct cs_ps_table {
+	struct cs_group *g;
+	struct cs_client *c;
+	uint32_t handle; /* the sidecar's */
+	struct cs_ps_table_attr attr;
+	size_t row_bytes;
+	char name[CS_IPC_PS_NAME_MAX];
+	struct cs_buf *agree; /* the ranks' allreduces at create */
+};
+
+cs_export void cs_ps_table_attr_init(struct cs_ps_table_attr *a, uint32_t dim,
+				     uint64_t key_max, enum cs_ps_opt_kind opt)
+{
+	memset(a, 0, sizeof(*a));
+	a->dim = dim;
+	a->dtype = CS_F32;
+	a->key_max = key_max;
+	a->mode = CS_PS_SYNC;
+	/* the engine's defaults (cs_ps_opt_defaults in collectives/ps/) */
+	a->opt.kind = opt;
+	a->opt.lr = 0.01f;
+	a->opt.momentum = 0.9f;
+	a->opt.beta1 = 0.9f;
+	a->opt.beta2 = 0.999f;
+	a->opt.eps = opt == CS_PS_OPT_ADAGRAD ? 1e-10f : 1e-8f;
+	a->init.kind = CS_PS_INIT_ZERO;
+}
+
+static void fnv(uint64_t *h, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		*h = (*h ^ b[i]) * 0x100000001b3ull;
+}
+
+/* A hash of the name and every attribute, field by field (no padding). */
+static uint64_t attr_hash(const char *name, const struct cs_ps_table_attr *a)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	uint32_t u[6] = {
+		a->dim,	      (uint32_t)a->dtype,    (uint32_t)a->mode,
+		a->staleness, (uint32_t)a->opt.kind, (uint32_t)a->init.kind
+	};
+	float f[7] = { a->opt.lr,    a->opt.momentum, a->opt.beta1,
+		       a->opt.beta2, a->opt.eps,      a->opt.initial_acc,
+		       a->init.scale };
+
+	fnv(&h, name, strlen(name));
+	fnv(&h, u, sizeof(u));
+	fnv(&h, f, sizeof(f));
+	fnv(&h, &a->key_max, sizeof(a->key_max));
+	fnv(&h, &a->init.seed, sizeof(a->init.seed));
+	fnv(&h, &a->mem_budget, sizeof(a->mem_budget));
+	return h >> 2; /* its negation fits an int64_t */
+}
+
+/* An allreduce (max) of @n int64 on the table's group, waited for. */
+static int all_max(struct cs_ps_table *t, int64_t *v, size_t n)
+{
+	int64_t *b = cs_buf_ptr(t->agree);
+	cs_req_t r;
+	int ret;
+
+	memcpy(b, v, n * sizeof(*v));
+	ret = cs_allreduce(t->g, b, b, n, CS_I64, CS_MAX, &r);
+	if (!ret)
+		ret = cs_wait(t->c, r, -1);
+	memcpy(v, b, n * sizeof(*v));
+	return ret;
+}
+
+/*
+ * Before the open: every rank's attributes equal? An allreduce (max) of
+ * (nonce, h, -h): h and -h come back unchanged on every rank only if every
+ * rank had the same h, and the largest nonce names this incarnation of
+ * the table (its flow's op id on every node: a table created again gets
+ * another, so nothing of the old one's frames can reach it).
+ */
+static int agree(struct cs_ps_table *t, uint32_t *nonce)
+{
+	int64_t h = (int64_t)attr_hash(t->name, &t->attr), v[3];
+	uint32_t x;
+	int ret;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != sizeof(x))
+		x = (uint32_t)time(NULL) ^ ((uint32_t)getpid() << 16);
+	v[0] = x;
+	v[1] = h;
+	v[2] = -h;
+	ret = all_max(t, v, 3);
+	if (ret)
+		return ret;
+	if (v[1] != h || v[2] != -h) {
+		cs__client_set_err(t->c,
+				   "rank %d create PS table '%s' on group "
+				   "'%s': another rank created it with other "
+				   "attributes (or another name)",
+				   cs_group_rank(t->g), t->name,
+				   cs__group_name(t->g));
+		return -EINVAL;
+	}
+	*nonce = (uint32_t)v[0];
+	return 0;
+}
+
+static int table_close(struct cs_ps_table *t)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_PS_DESTROY }, r;
+
+	m.u.ps_destroy.table = t->handle;
+	return cs__client_rpc(t->c, &m, &r);
+}
+
+cs_export int cs_ps_table_create(struct cs_group *g, const char *name,
+				 const struct cs_ps_table_attr *a,
+				 struct cs_ps_table **out)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_PS_CREATE }, r;
+	struct cs_ipc_ps_create *pc = &m.u.ps_create;
+	struct cs_ps_table *t;
+	struct cs_client *c;
+	int ret;
+
+	if (!g || !name || !a || !out)
+		return -EINVAL;
+	c = cs__group_client(g);
+	if (!name[0] || strlen(name) >= CS_IPC_PS_NAME_MAX ||
+	    !cs_dtype_size(a->dtype) || !a->dim) {
+		cs__client_set_err(c,
+				   "rank %d create PS table on group '%s': a "
+				   "name of 1-%d bytes, dim >= 1 and a known "
+				   "dtype",
+				   cs_group_rank(g), cs__group_name(g),
+				   CS_IPC_PS_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->g = g;
+	t->c = c;
+	t->attr = *a;
+	t->row_bytes = (size_t)a->dim * cs_dtype_size(a->dtype);
+	strcpy(t->name, name);
+	ret = cs_buf_alloc(c, 2 * sizeof(int64_t), &t->agree);
+	if (ret)
+		goto out_free;
+	ret = agree(t, &pc->nonce);
+	if (ret)
+		goto out_buf;
+	pc->group = cs__group_handle(g);
+	pc->dim = a->dim;
+	pc->key_max = a->key_max;
+	pc->dtype = (uint8_t)a->dtype;
+	pc->mode = (uint8_t)a->mode;
+	pc->opt = (uint8_t)a->opt.kind;
+	pc->init = (uint8_t)a->init.kind;
+	pc->staleness = a->staleness;
+	pc->lr = a->opt.lr;
+	pc->momentum = a->opt.momentum;
+	pc->beta1 = a->opt.beta1;
+	pc->beta2 = a->opt.beta2;
+	pc->eps = a->opt.eps;
+	pc->initial_acc = a->opt.initial_acc;
+	pc->scale = a->init.scale;
+	pc->seed = a->init.seed;
+	pc->mem_budget = a->mem_budget;
+	memcpy(pc->name, name, strlen(name) + 1);
+	ret = cs__client_rpc(c, &m, &r);
+	if (ret)
+		cs__client_set_err(c,
+				   "rank %d create PS table '%s' on group "
+				   "'%s': %s",
+				   cs_group_rank(g), name, cs__group_name(g),
+				   ret == -ENOTCONN ? "sidecar gone"
+						    : r.u.reply.text);
+	t->handle = r.u.reply.value;
+	/* every rank opened it (so a push finds every shard), or none
+	 * keeps it: (failed here, failed somewhere) */
+	{
+		int64_t v = ret != 0;
+		int rc = all_max(t, &v, 1);
+
+		if (!ret && (rc || v)) {
+			(void)table_close(t);
+			if (rc)
+				ret = rc;
+			else {
+				ret = -EIO;
+				cs__client_set_err(
+					c,
+					"rank %d create PS table "
+					"'%s' on group '%s': another "
+					"rank's sidecar refused it",
+					cs_group_rank(g), name,
+					cs__group_name(g));
+			}
+		}
+	}
+	if (ret)
+		goto out_buf;
+	*out = t;
+	return 0;
+out_buf:
+	cs_buf_free(t->agree);
+out_free:
+	free(t);
+	return ret;
+}
+
+cs_export int cs_ps_table_destroy(struct cs_ps_table *t)
+{
+	cs_req_t r;
+	int ret, rc;
+
+	if (!t)
+		return 0;
+	ret = cs_barrier(t->g, &r);
+	if (!ret)
+		ret = cs_wait(t->c, r, -1);
+	rc = table_close(t);
+	if (!ret && rc && rc != -ENOTCONN) {
+		cs__client_set_err(t->c,
+				   "rank %d destroy PS table '%s': the sidecar "
+				   "refused: %s",
+				   cs_group_rank(t->g), t->name,
+				   cs_strerror(rc));
+		ret = rc;
+	}
+	cs_buf_free(t->agree);
+	free(t);
+	return ret;
+}
+
+static int ps_post(struct cs_ps_table *t, uint8_t op, uint64_t clock,
+		   const uint64_t *keys, size_t n, const void *rows,
+		   cs_req_t *req)
+{
+	struct cs_ipc_sqe d = { .op = op, .count = n, .reserved1 = clock };
+
+	if (!t || !req)
+		return -EINVAL;
+	d.group = t->handle;
+	d.dtype = (uint8_t)t->attr.dtype;
+	d.root = t->attr.dim;
+	return cs__client_post_bufs(t->g, &d, keys, n * sizeof(*keys), rows,
+				    n * t->row_bytes, req);
+}
+
+cs_export int cs_ps_push(struct cs_ps_table *t, uint64_t version,
+			 const uint64_t *keys, const void *rows, size_t n,
+			 cs_req_t *req)
+{
+	return ps_post(t, CS_IPC_OP_PS_PUSH, version, keys, n, rows, req);
+}
+
+cs_export int cs_ps_pull(struct cs_ps_table *t, uint64_t clock,
+			 const uint64_t *keys, size_t n, void *rows,
+			 cs_req_t *req)
+{
+	return ps_post(t, CS_IPC_OP_PS_PULL, clock, keys, n, rows, req);
+}
+
+cs_export uint32_t cs_ps_table_dim(const struct cs_ps_table *t)
+{
+	return t->attr.dim;
+}
+
+cs_export enum cs_dtype cs_ps_table_dtype(const struct cs_ps_table *t)
+{
+	return t->attr.dtype;
+}
+
+cs_export size_t cs_ps_table_row_bytes(const struct cs_ps_table *t)
+{
+	return t->row_bytes;
+}
+
+uint32_t cs__ps_table_handle(const struct cs_ps_table *t)
+{
+	return t->handle;
+}

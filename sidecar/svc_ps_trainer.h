@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * collstackd's parameter-server tables for trainers (the trainer API of
+ * include/collstack/ps.h): the backend of the IPC server's PS requests
+ * (control/ipc/ipc_ps.h).
+ *
+ * A table is one long-lived cs_ps_flow (transport/ps_flow.h) posted on
+ * the transport core by every sidecar that has a rank of the table's group
+ * (op id: a hash of group, table name and a nonce the ranks agreed on
+ * when they created it, the same on every node). Every such sidecar is a server
+ * of the table (its shard store) and runs one worker engine per local rank
+ * (worker rank = group rank; every rank pushes every version in sync and
+ * ssp). A group on one node shards the table over that node alone.
+ *
+ * The lcore that runs the flow owns the stores and the worker engines: the
+ * IPC side only queues requests under a lock, and the lcore marks them
+ * done. Once the flow has ended (cancelled when no rank here holds the
+ * table any more, aborted by a peer, a lost session or a new view), the
+ * IPC side takes the table over, ends what is left with the flow's error
+ * and frees it.
+ */
+#ifndef CS_SIDECAR_SVC_PS_TRAINER_H
+#define CS_SIDECAR_SVC_PS_TRAINER_H
+
+#include "control/ipc/ipc_ps.h"
+
+struct cs_core_svc;
+struct cs_pst;
+
+/* Transport groups of the tables' flows: over every node of the view, and
+ * over this node alone (a group whose ranks are all here). */
+#define CS_PST_GROUP 10u
+#define CS_PST_GROUP_LOCAL 11u
+
+/* The IPC server's backend (ctx: the struct cs_pst). */
+extern const struct cs_ipc_ps_ops cs_pst_ipc_ops;
+
+/* For the collective service @svc's core. Returns 0 or -ENOMEM. */
+struct cs_ar_svc;
+int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out);
+/* After the IPC server is gone: ends every table's flow (waits for its
+ * lcore to let go of it) and frees the tables. */
+void cs_pst_destroy(struct cs_pst *p);
+
+#endif

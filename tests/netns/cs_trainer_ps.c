@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cs-trainer-ps: one trainer of the parameter-server API (collstack/ps.h)
+ * for tests/netns/test_ps_trainers.sh. Rank and layout from RANK,
+ * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; the sidecar from
+ * COLLSTACK_SOCKET.
+ *
+ *   cs-trainer-ps train [--steps S] [--dim D] [--rows K] [--kpp P]
+ *		[--mode sync|async|ssp:S] [--group NAME]
+ *	A table of K rows of D f32 (constant initializer 1, SGD, lr 0.5).
+ *	Step s: push version s (P keys of a pattern of (rank, step), some
+ *	of them twice, gradients (1 + (rank + 3s + key + j) % 8) / 64),
+ *	then pull those keys at clock s + 1. The gradients are dyadic and
+ *	lr a power of two, so the table is exact in f32 whatever the order
+ *	of the sums: every rank keeps the serial reference itself. sync:
+ *	every pulled row equals the reference after versions 0..s, bit for
+ *	bit; every mode: after a barrier, a pull of every key equals the
+ *	reference after all versions. Prints
+ *	"ps_trainer ok rank=R mode=M steps=S rows_checked=N wrong=0".
+ *
+ *   cs-trainer-ps bad
+ *	Bad inputs, each with its named error, then a good table works:
+ *	push before any create, unknown table handle, rows of another size
+ *	or type, a key outside the table, a pull of zero keys, a key buffer
+ *	outside the trainer's segments, a destroyed table, bad attributes
+ *	(dim 0, an integer dtype, mem_budget, a row larger than a frame).
+ *	A push of zero keys is an empty version and succeeds. Prints
+ *	"ps_trainer bad_ok rank=R cases=N".
+ *
+ *   cs-trainer-ps mismatch
+ *	Rank 1 creates the table with another lr: every rank gets -EINVAL
+ *	("another rank created it with other attributes"). Prints
+ *	"ps_trainer mismatch_ok rank=R".
+ *
+ *   cs-trainer-ps deadline
+ *	(for a sidecar with a short coll.deadline) Every rank pulls at clock
+ *	3 before anyone pushed: the pull must end with CS_ERR_TIMEOUT. Then
+ *	every rank pushes versions 0..2 (the timed-out pull is served
+ *	meanwhile and dropped by the sidecar) and pulls at clock 3: served,
+ *	rows as the reference. Prints "ps_trainer deadline_ok rank=R".
+ *
+ *   cs-trainer-ps die DIE_RANK
+ *	Every rank pushes version 0 and pulls at clock 2 (never served:
+ *	nobody pushes version 1); rank DIE_RANK exits while its pull is in
+ *	flight. Every other rank's pull must end with an error within 60 s
+ *	(not hang). Prints "ps_trainer died_ok rank=R err=E msg=...".
+ *
+ * Exit 0 on success, 1 on a failed check, 2 on usage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/client_internal.h"
+#include "collstack/ps.h"
+
+#define WAIT_NS (120 * 1000000000ll)
+
+static int rank, world, lrank, lworld;
+static struct cs_client *c;
+static struct cs_group *g;
+
+static int env(const char *n, int dflt)
+{
+	const char *s = getenv(n);
+
+	return s && *s ? atoi(s) : dflt;
+}
+
+static int fail(const char *what, int ret)
+{
+	printf("ps_trainer FAIL rank=%d %s: %s: %s\n", rank, what,
+	       cs_strerror(ret), cs_errmsg(c));
+	return 1;
+}
+
+/* The keys rank @r pushes at step @s: a pattern, every fifth one the
+ * previous one again (duplicates are combined on the worker). */
+static void step_keys(int r, uint32_t s, uint32_t p, uint64_t k, uint64_t *keys)
+{
+	for (uint32_t i = 0; i < p; i++)
+		keys[i] = i % 5 == 4
+				  ? keys[i - 1]
+				  : ((uint64_t)r * 7919 + s * 104729 + i * 31) %
+					    k;
+}
+
+static float grad(int r, uint32_t s, uint64_t key, uint32_t j)
+{
+	return (float)(1 + (r + 3 * s + key + j) % 8) / 64.0f;
+}
+
+/* Every rank's pushes of version @s into @ref (SGD, lr 0.5; exact). */
+static void ref_apply(float *ref, uint32_t s, uint32_t d, uint32_t p,
+		      uint64_t k, uint64_t *keys)
+{
+	for (int r = 0; r < world; r++) {
+		step_keys(r, s, p, k, keys);
+		for (uint32_t i = 0; i < p; i++)
+			for (uint32_t j = 0; j < d; j++)
+				ref[keys[i] * d + j] -=
+					0.5f * grad(r, s, keys[i], j);
+	}
+}
+
+static int wait_ok(cs_req_t r, const char *what)
+{
+	int ret = cs_wait(c, r, WAIT_NS);
+
+	return ret ? fail(what, ret) : 0;
+}
+
+static int train(int argc, char **argv)
+{
+	uint32_t steps = 10, d = 8, p = 64;
+	uint64_t k = 5000, wrong = 0, checked = 0;
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	const char *mode = "sync";
+	uint64_t *keys, *all;
+	float *rows, *ref;
+	cs_req_t r;
+	int ret;
+
+	for (int i = 2; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--steps"))
+			steps = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--dim"))
+			d = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--rows"))
+			k = (uint64_t)atoll(argv[i + 1]);
+		else if (!strcmp(argv[i], "--kpp"))
+			p = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--mode"))
+			mode = argv[i + 1];
+		else if (strcmp(argv[i], "--group"))
+			return 2;
+	}
+	if (!steps || !d || !p || !k || p > k)
+		return 2;
+	cs_ps_table_attr_init(&a, d, k, CS_PS_OPT_SGD);
+	a.opt.lr = 0.5f;
+	a.init.kind = CS_PS_INIT_CONST;
+	a.init.scale = 1.0f;
+	if (!strcmp(mode, "async")) {
+		a.mode = CS_PS_ASYNC;
+	} else if (!strncmp(mode, "ssp:", 4)) {
+		a.mode = CS_PS_SSP;
+		a.staleness = (uint32_t)atoi(mode + 4);
+	} else if (strcmp(mode, "sync")) {
+		return 2;
+	}
+	ret = cs_buf_alloc(c, (size_t)k * (8 + 4 * d) + p * (8 + 4 * d), &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + p);
+	all = (uint64_t *)(rows + (size_t)p * d);
+	ref = malloc(k * d * sizeof(float));
+	if (!ref)
+		return fail("reference", -ENOMEM);
+	for (uint64_t i = 0; i < k * d; i++)
+		ref[i] = 1.0f;
+	ret = cs_ps_table_create(g, "emb", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	for (uint32_t s = 0; s < steps; s++) {
+		step_keys(rank, s, p, k, keys);
+		for (uint32_t i = 0; i < p; i++)
+			for (uint32_t j = 0; j < d; j++)
+				rows[i * d + j] = grad(rank, s, keys[i], j);
+		ret = cs_ps_push(t, s, keys, rows, p, &r);
+		if (ret || wait_ok(r, "push"))
+			return ret ? fail("push", ret) : 1;
+		step_keys(rank, s, p, k, keys);
+		ret = cs_ps_pull(t, s + 1, keys, p, rows, &r);
+		if (ret || wait_ok(r, "pull"))
+			return ret ? fail("pull", ret) : 1;
+		/* the reference after version s (ref_apply clobbers the
+		 * key buffer: the pulled rows are checked against keys
+		 * computed again) */
+		ref_apply(ref, s, d, p, k, all);
+		if (a.mode != CS_PS_SYNC)
+			continue;
+		step_keys(rank, s, p, k, all);
+		for (uint32_t i = 0; i < p; i++, checked++)
+			wrong += !!memcmp(rows + i * d, ref + all[i] * d,
+					  d * sizeof(float));
+	}
+	/* every rank's pushes are in: the whole table */
+	ret = cs_barrier(g, &r);
+	if (ret || wait_ok(r, "barrier"))
+		return ret ? fail("barrier", ret) : 1;
+	for (uint64_t i = 0; i < k; i += p) {
+		uint32_t n = (uint32_t)(k - i < p ? k - i : p);
+
+		for (uint32_t j = 0; j < n; j++)
+			keys[j] = i + j;
+		ret = cs_ps_pull(t, steps, keys, n, rows, &r);
+		if (ret || wait_ok(r, "final pull"))
+			return ret ? fail("final pull", ret) : 1;
+		for (uint32_t j = 0; j < n; j++, checked++)
+			wrong += !!memcmp(rows + j * d, ref + (i + j) * d,
+					  d * sizeof(float));
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	printf("ps_trainer %s rank=%d mode=%s steps=%u rows_checked=%llu "
+	       "wrong=%llu\n",
+	       wrong ? "FAIL" : "ok", rank, mode, steps,
+	       (unsigned long long)checked, (unsigned long long)wrong);
+	free(ref);
+	cs_buf_free(b);
+	return wrong ? 1 : 0;
+}
+
+/* A raw descriptor of a PS op (what a hostile trainer may write). */
+static int raw(uint8_t op, uint32_t handle, uint64_t count, uint8_t dtype,
+	       uint32_t dim, uint32_t kseg, uint64_t koff, uint32_t rseg,
+	       uint64_t roff, unsigned want_detail, const char *what)
+{
+	struct cs_ipc_sqe d = { .op = op,
+				.group = handle,
+				.count = count,
+				.dtype = dtype,
+				.root = dim,
+				.send_seg = kseg,
+				.send_off = koff,
+				.recv_seg = rseg,
+				.recv_off = roff };
+	unsigned detail;
+	cs_req_t r;
+	int ret, peer;
+
+	ret = cs__client_post_raw(c, &d, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC || detail != want_detail) {
+		printf("ps_trainer FAIL rank=%d bad %s: got %s detail %u, "
+		       "want detail %u: %s\n",
+		       rank, what, cs_strerror(ret), detail, want_detail,
+		       cs_errmsg(c));
+		return 1;
+	}
+	printf("  %s: %s\n", what, cs_errmsg(c));
+	return 0;
+}
+
+static int bad_create(const struct cs_ps_table_attr *a, int want,
+		      const char *what)
+{
+	struct cs_ps_table *t = NULL;
+	int ret = cs_ps_table_create(g, "bad", a, &t);
+
+	if (ret != want) {
+		printf("ps_trainer FAIL rank=%d create %s: got %s, want %s: "
+		       "%s\n",
+		       rank, what, cs_strerror(ret), cs_strerror(want),
+		       cs_errmsg(c));
+		if (!ret)
+			cs_ps_table_destroy(t);
+		return 1;
+	}
+	printf("  create %s: %s\n", what, cs_errmsg(c));
+	return 0;
+}
+
+static int bad(void)
+{
+	const uint32_t d = 4, k = 100;
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t, *t2;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	uint32_t seg, h;
+	cs_req_t r;
+	int ret, n = 0, cases = 0;
+
+	ret = cs_buf_alloc(c, 4096, &b);
+	if (ret)
+		return fail("buffer", ret);
+	seg = cs__buf_seg(b);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 16);
+	for (int i = 0; i < 16; i++)
+		keys[i] = (uint64_t)i;
+	/* push before any create: no table handle 0 yet */
+	n += raw(CS_IPC_OP_PS_PUSH, 0, 1, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_TABLE, "push before create");
+	cases++;
+	cs_ps_table_attr_init(&a, d, k, CS_PS_OPT_SGD);
+	ret = cs_ps_table_create(g, "t", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	h = cs__ps_table_handle(t);
+	n += raw(CS_IPC_OP_PS_PUSH, h + 7, 1, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_TABLE, "unknown table");
+	n += raw(CS_IPC_OP_PS_PULL, 1u << 30, 1, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_TABLE, "table handle out of range");
+	n += raw(CS_IPC_OP_PS_PUSH, h, 2, CS_F32, d + 1, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_ROW, "row size mismatch");
+	n += raw(CS_IPC_OP_PS_PUSH, h, 2, CS_F64, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_ROW, "row type mismatch");
+	keys[1] = k; /* one past the last key */
+	n += raw(CS_IPC_OP_PS_PUSH, h, 2, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_KEY, "key outside the table");
+	keys[1] = 1;
+	n += raw(CS_IPC_OP_PS_PULL, h, 0, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_COUNT, "pull of zero keys");
+	n += raw(CS_IPC_OP_PS_PULL, h, 2, CS_F32, d, seg + 5, 0, seg, 128,
+		 CS_IPC_BAD_SEND_SEG, "keys in no segment");
+	n += raw(CS_IPC_OP_PS_PULL, h, 600, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_SEND_RANGE, "keys past the segment");
+	n += raw(CS_IPC_OP_PS_PULL, h, 2, CS_F32, d, seg, 3, seg, 128,
+		 CS_IPC_BAD_ALIGN, "keys not aligned");
+	cases += 9;
+	/* a push of zero keys is an empty version: fine (sync: version 0) */
+	ret = cs_ps_push(t, 0, NULL, NULL, 0, &r);
+	if (ret || (ret = cs_wait(c, r, WAIT_NS)))
+		return fail("empty push", ret);
+	/* and the table still works: version 0 applied (nothing), a row
+	 * is the initializer's */
+	ret = cs_ps_pull(t, 1, keys, 2, rows, &r);
+	if (ret || (ret = cs_wait(c, r, WAIT_NS)))
+		return fail("pull after the bad ones", ret);
+	if (rows[0] != 0.0f || rows[2 * d - 1] != 0.0f)
+		return fail("pull after the bad ones: not the initializer's",
+			    -EIO);
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	n += raw(CS_IPC_OP_PS_PUSH, h, 1, CS_F32, d, seg, 0, seg, 128,
+		 CS_IPC_BAD_PS_TABLE, "destroyed table");
+	cases++;
+	/* bad attributes: refused before anything is created */
+	a.dim = 0;
+	n += bad_create(&a, -EINVAL, "dim 0");
+	a.dim = d;
+	a.dtype = CS_I32;
+	n += bad_create(&a, -EINVAL, "integer rows");
+	a.dtype = CS_F32;
+	a.mem_budget = 1 << 20;
+	n += bad_create(&a, -EOPNOTSUPP, "mem_budget");
+	a.mem_budget = 0;
+	a.dim = 4096; /* 16 KiB rows: larger than any frame */
+	n += bad_create(&a, -EMSGSIZE, "row larger than a frame");
+	a.dim = d;
+	a.opt.lr = -1.0f;
+	n += bad_create(&a, -EINVAL, "negative lr");
+	cases += 5;
+	/* after all that: a table works */
+	cs_ps_table_attr_init(&a, d, k, CS_PS_OPT_ADAGRAD);
+	ret = cs_ps_table_create(g, "t2", &a, &t2);
+	if (ret)
+		return fail("create after the bad ones", ret);
+	ret = cs_ps_push(t2, 0, keys, rows, 2, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (!ret)
+		ret = cs_ps_pull(t2, 1, keys, 2, rows, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret)
+		return fail("push and pull after the bad ones", ret);
+	ret = cs_ps_table_destroy(t2);
+	if (ret)
+		return fail("destroy", ret);
+	if (n)
+		return 1;
+	printf("ps_trainer bad_ok rank=%d cases=%d\n", rank, cases);
+	return 0;
+}
+
+static int mismatch(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t = NULL;
+	int ret;
+
+	cs_ps_table_attr_init(&a, 4, 100, CS_PS_OPT_SGD);
+	if (rank == 1)
+		a.opt.lr = 0.5f;
+	ret = cs_ps_table_create(g, "mm", &a, &t);
+	if (ret != -EINVAL || !strstr(cs_errmsg(c), "other attributes")) {
+		printf("ps_trainer FAIL rank=%d mismatch: got %s: %s\n", rank,
+		       cs_strerror(ret), cs_errmsg(c));
+		return 1;
+	}
+	printf("ps_trainer mismatch_ok rank=%d: %s\n", rank, cs_errmsg(c));
+	return 0;
+}
+
+static int deadline(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	ret = cs_buf_alloc(c, 4096, &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 8);
+	cs_ps_table_attr_init(&a, 1, 100, CS_PS_OPT_SGD);
+	a.opt.lr = 0.5f;
+	ret = cs_ps_table_create(g, "dl", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	keys[0] = 7;
+	ret = cs_ps_pull(t, 3, keys, 1, rows, &r);
+	if (ret)
+		return fail("pull", ret);
+	ret = cs_wait(c, r, WAIT_NS);
+	if (ret != CS_ERR_TIMEOUT) {
+		printf("ps_trainer FAIL rank=%d deadline: got %s: %s\n", rank,
+		       cs_strerror(ret), cs_errmsg(c));
+		return 1;
+	}
+	printf("  timed out: %s\n", cs_errmsg(c));
+	/* every rank timed out before anyone pushes */
+	ret = cs_barrier(g, &r);
+	if (ret || wait_ok(r, "barrier"))
+		return ret ? fail("barrier", ret) : 1;
+	for (uint32_t v = 0; v < 3; v++) {
+		rows[0] = 1.0f;
+		ret = cs_ps_push(t, v, keys, rows, 1, &r);
+		if (ret || wait_ok(r, "push"))
+			return ret ? fail("push", ret) : 1;
+	}
+	ret = cs_ps_pull(t, 3, keys, 1, rows, &r);
+	if (ret || wait_ok(r, "pull after the timeout"))
+		return ret ? fail("pull after the timeout", ret) : 1;
+	/* 3 versions of every rank's gradient 1, lr 0.5, from 0 */
+	if (rows[0] != -1.5f * (float)world) {
+		printf("ps_trainer FAIL rank=%d deadline: row %g, want %g\n",
+		       rank, rows[0], -1.5 * world);
+		return 1;
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	printf("ps_trainer deadline_ok rank=%d\n", rank);
+	return 0;
+}
+
+static int die(int who)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	ret = cs_buf_alloc(c, 4096, &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 8);
+	for (int i = 0; i < 8; i++) {
+		keys[i] = (uint64_t)(rank * 8 + i);
+		rows[i] = 1.0f;
+	}
+	cs_ps_table_attr_init(&a, 1, 1000, CS_PS_OPT_SGD);
+	ret = cs_ps_table_create(g, "die", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	ret = cs_ps_push(t, 0, keys, rows, 8, &r);
+	if (ret || wait_ok(r, "push"))
+		return ret ? fail("push", ret) : 1;
+	ret = cs_ps_pull(t, 2, keys, 8, rows, &r); /* never served */
+	if (ret)
+		return fail("pull", ret);
+	if (rank == who) {
+		usleep(300000); /* the others' pulls are in flight too */
+		printf("ps_trainer dying rank=%d\n", rank);
+		fflush(stdout);
+		_exit(0);
+	}
+	ret = cs_wait(c, r, 60 * 1000000000ll);
+	if (!ret || ret == CS_ERR_TIMEOUT) {
+		printf("ps_trainer FAIL rank=%d die: the pull %s\n", rank,
+		       ret ? "hangs (60 s)" : "was served");
+		return 1;
+	}
+	printf("ps_trainer died_ok rank=%d err=%s msg=%s\n", rank,
+	       cs_strerror(ret), cs_errmsg(c));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *name = "ps";
+	int ret;
+
+	if (argc < 2)
+		return 2;
+	for (int i = 2; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--group"))
+			name = argv[i + 1];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	rank = env("RANK", 0);
+	world = env("WORLD_SIZE", 1);
+	lrank = env("LOCAL_RANK", rank);
+	lworld = env("LOCAL_WORLD_SIZE", world);
+	ret = cs_connect(NULL, &c);
+	if (ret) {
+		printf("ps_trainer FAIL rank=%d connect: %s\n", rank,
+		       cs_strerror(ret));
+		return 1;
+	}
+	ret = cs_group_join(c, name, rank, world, lrank, lworld, &g);
+	if (ret)
+		return fail("join", ret);
+	if (!strcmp(argv[1], "train"))
+		ret = train(argc, argv);
+	else if (!strcmp(argv[1], "bad"))
+		ret = bad();
+	else if (!strcmp(argv[1], "mismatch"))
+		ret = mismatch();
+	else if (!strcmp(argv[1], "deadline"))
+		ret = deadline();
+	else if (!strcmp(argv[1], "die") && argc > 2)
+		ret = die(atoi(argv[2]));
+	else
+		ret = 2;
+	cs_group_leave(g);
+	cs_disconnect(c);
+	return ret;
+}

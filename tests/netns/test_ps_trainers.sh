@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The parameter-server trainer API (collstack/ps.h) through real sidecars:
+# trainers (libcollstack) create tables, push and pull through their
+# node's collstackd, which carries every request as PS messages of the
+# table's flow on its transport core (sidecar/svc_ps_trainer.c).
+# 4 namespaces, af_packet (udp where collstackd has no DPDK).
+#
+#   test_ps_trainers.sh CASE   (suite netns; CS_BUILD_DIR set by meson)
+#
+#   pstr_4x1     cs-trainer-ps train, one trainer per node: sync (every
+#                pulled row equal to the serial reference, bit for bit),
+#                async and ssp:1 (the whole table exact at the end)
+#   pstr_4x2     the same, two trainers per node (sync, ssp:2)
+#   pstr_4x1_bad bad inputs, each with its named error, the sidecars
+#                running on: push before create, unknown table, rows of
+#                another size or type, a key outside the table, a pull of
+#                zero keys, buffers outside the segments, a destroyed
+#                table, bad attributes, ranks that disagree on them; a
+#                trainer that dies while its pull is in flight (one per
+#                node, then two per node): the other trainers' requests end
+#                with an error instead of hanging; then training again
+#   pstr_4x1_example  examples/ps_recsys.py (python3 + numpy): a sparse
+#                embedding table through the PS and dense layers through
+#                allreduce in one job; the loss goes down and the final
+#                table equals the single-process run's, bit for bit
+#   pstr_2x2_example  the same on 2 nodes x 2 trainers
+#   pstr_local   no root, no namespaces: one collstackd (loop port) and two
+#                trainers on it (a group on one node: its tables' shard is
+#                that node): train sync and ssp:1, the bad inputs, a pull
+#                past coll.deadline (3 s: CS_ERR_TIMEOUT, then the table
+#                goes on), a dying trainer (the other's pull ends with
+#                CS_ERR_PEER_LOST naming it), the example (where numpy is)
+#
+# The namespace cases need root (skip, 77, without). CS_CLUSTER names the cluster (default:
+# q<pid digits><case digits>).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/netns/lib.sh
+
+CASE=${1:?usage: test_ps_trainers.sh CASE}
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLI=$BUILD/tools/collstack
+DAEMON=$BUILD/sidecar/collstackd
+TRAINER=$BUILD/tests/netns/cs-trainer-ps
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# pstr_local: one sidecar on the loop port, in a folder of its own
+local_case() {
+	local dir pid
+	dir=$(mktemp -d /tmp/cs-pstr.XXXXXX)
+	# shellcheck disable=SC2064
+	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
+	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
+		--set coll.deadline=3s </dev/null >"$dir/l0.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 300); do
+		[ -f "$dir/l0/ready" ] && break
+		kill -0 $pid 2>/dev/null || { cat "$dir/l0.log"; fail "collstackd died"; }
+		sleep 0.1
+	done
+	printf 'CS_NODES="l0"\nCS_RUN=%s\n' "$dir" >"$dir/cluster.env"
+	ENV=$dir/cluster.env
+	LAUNCH_ARGS=(--no-netns)
+	train 2 sync
+	train 2 ssp:1
+	launch 2 "$TRAINER" bad
+	want 2 '^ps_trainer bad_ok rank=.* cases=16$'
+	launch 2 "$TRAINER" deadline
+	want 2 '^ps_trainer deadline_ok rank='
+	want 2 "no answer within the sidecar's coll.deadline"
+	launch 2 "$TRAINER" die 1
+	want 1 '^ps_trainer died_ok rank=0 .*rank 1 was lost'
+	train 2 sync
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+		example 2
+	else
+		echo "(no numpy for /usr/bin/python3: example skipped)"
+	fi
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	echo "PASS: $CASE"
+	exit 0
+}
+LAUNCH_ARGS=()
+NODES=1
+
+
+up() {	# N [cluster.sh args]
+	local n=$1
+	shift
+	CS_BUILD_DIR=$BUILD scripts/cluster.sh up "$n" --port $PORT "$@" ||
+		fail "cluster.sh up $n"
+	NODES=$n
+}
+
+# launch T PROGRAM ARGS...: every rank's output in $out; fails on exit != 0
+launch() {
+	local t=$1
+	shift
+	out=$(timeout 600 "$CLI" launch "${LAUNCH_ARGS[@]}" -T "$t" \
+		--cluster "$ENV" --timeout 500 --all-output -- "$@" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || fail "launch -T $t $*: exit $rc"
+}
+
+# want N PATTERN: N lines of $out match
+want() {
+	local got
+	got=$(grep -c "$2" <<<"$out")
+	[ "$got" = "$1" ] || fail "$1 lines '$2' expected, $got found"
+}
+
+alive() {
+	local i pid
+	for ((i = 0; i < NODES; i++)); do
+		pid=$(cat "/run/collstack/${CS_CLUSTER}n$i/pid" 2>/dev/null)
+		[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null ||
+			fail "the sidecar of ${CS_CLUSTER}n$i died"
+	done
+}
+
+train() {	# T MODE
+	launch "$1" "$TRAINER" train --steps 12 --mode "$2"
+	want $((NODES * $1)) "^ps_trainer ok rank=.* mode=$2 .* wrong=0$"
+}
+
+example() {	# T
+	local lib
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
+		skip "libcollstack.so not built"
+	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
+		skip "no numpy for /usr/bin/python3"
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
+		--timeout 500 -- \
+		/usr/bin/python3 examples/ps_recsys.py --steps 30 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || fail "ps_recsys.py: exit $rc"
+	grep -q "^ps_recsys ok ranks=$((NODES * $1)) .* loss_down=True.* table_equal_reference=True" <<<"$out" ||
+		fail "no 'ps_recsys ok' line with the loss down and the table equal"
+}
+
+[ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
+[ "$CASE" = pstr_local ] && local_case
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+for t in ip nft python3; do
+	command -v $t >/dev/null || skip "missing tool: $t"
+done
+PORT=udp	# (grep -q would end the pipe early: pipefail)
+grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
+export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
+ENV=/run/collstack/cluster-$CS_CLUSTER.env
+trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+
+case $CASE in
+pstr_4x1)
+	up 4
+	train 1 sync
+	train 1 async
+	train 1 ssp:1
+	;;
+pstr_4x2)
+	up 4
+	train 2 sync
+	train 2 ssp:2
+	;;
+pstr_4x1_bad)
+	up 4 --set coll.deadline=20s
+	launch 1 "$TRAINER" bad
+	want 4 '^ps_trainer bad_ok rank=.* cases=16$'
+	for what in 'push before create: .*not a PS table of this trainer' \
+		'row size mismatch: .*rows of another type or size' \
+		'key outside the table: .*key \[1\] is not below' \
+		'pull of zero keys: .*element count out of range' \
+		'create mem_budget: .*no SSD tier' \
+		'create row larger than a frame: .*does not fit a frame'; do
+		want 4 "$what"
+	done
+	alive
+	launch 1 "$TRAINER" mismatch
+	want 4 '^ps_trainer mismatch_ok rank=.*other attributes'
+	# a trainer dies while its pull is in flight: the others end
+	launch 1 "$TRAINER" die 2
+	want 3 '^ps_trainer died_ok rank=.*node 2 ended the table'
+	alive
+	launch 2 "$TRAINER" die 5
+	want 1 '^ps_trainer died_ok rank=4 .*rank 5 was lost'
+	want 6 '^ps_trainer died_ok rank=.*node 2 ended the table'
+	alive
+	train 1 sync
+	alive
+	;;
+pstr_4x1_example)
+	up 4
+	example 1
+	alive
+	;;
+pstr_2x2_example)
+	up 2
+	example 2
+	alive
+	;;
+*)
+	fail "unknown case $CASE"
+	;;
+esac
+echo "PASS: $CASE"
