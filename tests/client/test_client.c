@@ -2901,37 +2901,51 @@ static int pl_main(const char *path, int rank, int size, void *arg)
 	return 0;
 }
 
-static void pl_run(struct pl_be *f, int (*fn)(const char *, int, int, void *),
-		   const char *tag, pid_t *a, pid_t *b, struct sidecar *sc)
+/*
+ * A sidecar whose backend is a struct pl_be in @mode (@total: ops of the
+ * group the trainers post) and trainers rank 0 and 2 running @fn; waits
+ * for both (rank 2 killed by itself in PL_KILL) and the sidecar's clean
+ * exit. Returns the backend's record (munmap it).
+ */
+static struct pl_be *pl_run(int mode, unsigned total,
+			    int (*fn)(const char *, int, int, void *),
+			    const char *tag)
 {
+	struct pl_be *f = pl_shared();
 	struct cs_ipc_backend be = { .ctx = f,
 				     .start_inter_node = pl_start,
 				     .cancel = pl_cancel,
 				     .verdicts = true };
+	struct sidecar sc;
+	pid_t a, b;
+	int st;
 
-	sidecar_start_be(sc, tag, &be, pl_tick);
-	*a = spawn(fn, sc->path, 0, 4, f);
-	*b = spawn(fn, sc->path, 2, 4, f);
+	f->mode = mode;
+	f->total = total;
+	sidecar_start_be(&sc, tag, &be, pl_tick);
+	a = spawn(fn, sc.path, 0, 4, f);
+	b = spawn(fn, sc.path, 2, 4, f);
+	expect_exit0(a, "rank 0");
+	if (mode == PL_KILL) {
+		cr_assert_eq(waitpid(b, &st, 0), b);
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	} else {
+		expect_exit0(b, "rank 2");
+	}
+	sidecar_stop(&sc);
+	cr_assert_eq(f->bad, 0);
+	return f;
 }
 
 Test(client, pipelined_ops_complete_out_of_order, .timeout = 120)
 {
-	struct pl_be *f = pl_shared();
-	struct sidecar sc;
-	pid_t a, b;
+	struct pl_be *f = pl_run(PL_OUT_OF_ORDER, PL_N, pl_main, "pipe");
 
-	f->mode = PL_OUT_OF_ORDER;
-	f->total = PL_N;
-	pl_run(f, pl_main, "pipe", &a, &b, &sc);
-	expect_exit0(a, "rank 0");
-	expect_exit0(b, "rank 2");
-	sidecar_stop(&sc);
 	cr_assert_eq(f->max_held, PL_GROUP_INFLIGHT,
 		     "at most %u of the group's ops were in flight at once",
 		     f->max_held);
 	cr_assert_eq(f->done, PL_N);
 	cr_assert_eq(f->overlaps, 0, "ops in flight shared buffer bytes");
-	cr_assert_eq(f->bad, 0);
 	munmap(f, sizeof(*f));
 }
 
@@ -2981,41 +2995,21 @@ static int pl_lost_main(const char *path, int rank, int size, void *arg)
 
 Test(client, pipelined_ops_fail_together_when_a_node_is_lost, .timeout = 120)
 {
-	struct pl_be *f = pl_shared();
-	struct sidecar sc;
-	pid_t a, b;
+	struct pl_be *f = pl_run(PL_VIEW, PL_LOST_N, pl_lost_main, "plview");
 
-	f->mode = PL_VIEW;
-	f->total = PL_LOST_N;
-	pl_run(f, pl_lost_main, "plview", &a, &b, &sc);
-	expect_exit0(a, "rank 0");
-	expect_exit0(b, "rank 2");
-	sidecar_stop(&sc);
 	cr_assert_eq(f->max_held, PL_LOST_N - 1);
 	cr_assert_eq(f->cancels, PL_LOST_N - 1,
 		     "%u of the ops in flight taken back from the backend",
 		     f->cancels);
-	cr_assert_eq(f->bad, 0);
 	munmap(f, sizeof(*f));
 }
 
 Test(client, pipelined_ops_fail_together_when_a_rank_dies, .timeout = 120)
 {
-	struct pl_be *f = pl_shared();
-	struct sidecar sc;
-	pid_t a, b;
-	int st;
+	struct pl_be *f = pl_run(PL_KILL, PL_LOST_N, pl_lost_main, "plkill");
 
-	f->mode = PL_KILL;
-	f->total = PL_LOST_N;
-	pl_run(f, pl_lost_main, "plkill", &a, &b, &sc);
-	expect_exit0(a, "rank 0");
-	cr_assert_eq(waitpid(b, &st, 0), b);
-	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-	sidecar_stop(&sc);
 	cr_assert_eq(f->cancels, PL_LOST_N - 1);
 	/* the other nodes are told, op by op, that the rank is lost */
 	cr_assert_eq(f->verdicts, PL_LOST_N - 1, "%u verdicts", f->verdicts);
-	cr_assert_eq(f->bad, 0);
 	munmap(f, sizeof(*f));
 }
