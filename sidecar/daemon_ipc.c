@@ -39,8 +39,11 @@
  * of different groups run at once (up to ipc.inflight; each its own slot,
  * handle on the core, verdict and check buffer), matched across the nodes
  * by id, so groups posted in different orders on different nodes do not
- * wait for each other; a group's own run one at a time, in order
- * (schedule()). The core's sessions outlive operations, so a finished
+ * wait for each other. A group's own start in order (schedule()) and run
+ * together, up to the server's ipc.group_inflight, and complete in any
+ * order; those that are not their group's oldest take at most
+ * ipc.pipelined slots, so that every group's oldest always finds one
+ * (be_start()). The core's sessions outlive operations, so a finished
  * operation's last ACKs are the session's business (and an early one's frames
  * are resent by the core until acknowledged). Once no group is left on this
  * node and ipc.linger has passed, it is removed, so a later run that reuses a
@@ -82,6 +85,8 @@
 #endif
 
 #define IPCD_QUEUE 64 /* cross-node operations waiting (groups) */
+/* operations of failed groups that succeeded here, remembered at once */
+#define IPCD_OK_MAX 16
 #define IPCD_SOCK_NAME "collstack.sock"
 
 struct ipcd_conf {
@@ -95,6 +100,7 @@ struct ipcd_conf {
 	cs_ns_t quiet_sleep;
 	char trace_dir[CS_CFG_STR_MAX];
 	uint32_t inflight;
+	uint32_t pipelined;
 };
 
 static_assert(sizeof(struct ipcd_conf) <=
@@ -129,11 +135,18 @@ static const struct cs_cfg_entry ipcd_cfg[] = {
 	  "the lcore, result ready, last ACK, verdict seen; the first "
 	  "65536) and write them to <dir>/ipc-<node.rank>.txt at exit "
 	  "(scripts/op-breakdown.py)" },
-	{ "ipc.inflight", CS_CFG_U32, IC(inflight), "16", 1, IPCD_QUEUE,
-	  "cross-node operations of different groups on the port at once "
-	  "(one per group at a time; 1: one after another, in the order "
-	  "they came, as before: then groups must be posted in the same "
-	  "order on every node)" },
+	{ "ipc.inflight", CS_CFG_U32, IC(inflight), "24", 1, IPCD_QUEUE,
+	  "cross-node operations on the port at once, of every group (1: "
+	  "one after another, in the order they came, as before: then "
+	  "groups must be posted in the same order on every node); groups "
+	  "posted in different orders on different nodes complete as long "
+	  "as at most ipc.inflight - ipc.pipelined of them wait on each "
+	  "other" },
+	{ "ipc.pipelined", CS_CFG_U32, IC(pipelined), "8", 0, IPCD_QUEUE / 2,
+	  "of those, and of the ones waiting for a slot, at most this many "
+	  "that are not their group's oldest (a group's later buckets, "
+	  "ipc.group_inflight): the rest is kept for every group's oldest "
+	  "(0: a group's operations run one at a time)" },
 };
 
 /* One cross-node operation's timestamps (CLOCK_MONOTONIC ns), when
@@ -151,6 +164,9 @@ struct ipcd_op {
 	struct cs_ipc_inter_op op;
 	uint32_t op_id;
 	bool used; /* the slot holds an op of the server's */
+	/* the server's verdict on an op it refused (send_verdict): it waits
+	 * for no cs_ipc_server_inter_done() */
+	bool verdict_only;
 	uint64_t order; /* arrival: a group's ops start in this order */
 	bool running; /* on the lcore (or nothing to exchange) */
 	bool checking; /* what runs is its membership check */
@@ -249,11 +265,11 @@ struct cs_daemon_ipc {
 	uint64_t next_order;
 	bool installed; /* an engine may still be on the lcore */
 	cs_ns_t done_at;
-	/* the last op whose cross-node part succeeded here, though its
-	 * group failed before the results were handed out: its verdict
-	 * would wait for nodes that are done with it */
-	uint64_t ok_cookie;
-	bool ok_valid;
+	/* the last ops whose cross-node part succeeded here, though their
+	 * group failed before the results were handed out: their verdicts
+	 * would wait for nodes that are done with them (ok_note()) */
+	uint64_t ok_cookie[IPCD_OK_MAX];
+	unsigned nok;
 	uint32_t epoch; /* the node view the queued operations belong to */
 	unsigned nlost_seen; /* view.nlost at the last view: unchanged when
 			      * a view only grew (a node joined) */
@@ -418,6 +434,32 @@ static bool root_is_local(const struct cs_ipc_inter_op *op)
 #define OP_ID_CTRL 0x20000000u
 #define OP_ID_CHECK(id) ((id) | OP_ID_CTRL)
 #define OP_ID_VERDICT(id) ((id) | OP_ID_CTRL | OP_ID_RING_KIND)
+
+/* An op of a failed group that succeeded here: no verdict for it. */
+static void ok_note(struct cs_daemon_ipc *x, uint64_t cookie)
+{
+	if (x->nok == IPCD_OK_MAX) /* the oldest goes */
+		memmove(x->ok_cookie, x->ok_cookie + 1,
+			--x->nok * sizeof(x->ok_cookie[0]));
+	x->ok_cookie[x->nok++] = cookie;
+}
+
+/* Forget @cookie (@group: every op of its group); whether it was noted. */
+static bool ok_take(struct cs_daemon_ipc *x, uint64_t cookie, bool group)
+{
+	bool found = false;
+
+	for (unsigned i = 0; i < x->nok;) {
+		if (group ? x->ok_cookie[i] >> 32 == cookie >> 32
+			  : x->ok_cookie[i] == cookie) {
+			x->ok_cookie[i] = x->ok_cookie[--x->nok];
+			found = true;
+			continue;
+		}
+		i++;
+	}
+	return found;
+}
 
 static void op_running(struct cs_daemon_ipc *x, struct ipcd_op *o);
 /* This node's ring index and the ring's size in the current view; a
@@ -850,9 +892,8 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	int ret;
 
 	op_let_go(x, o);
-	/* a later op of its group: that one is long finished */
-	if (x->ok_valid && x->ok_cookie >> 32 == op->cookie >> 32)
-		x->ok_valid = false;
+	/* a later op of its group: those are long finished */
+	ok_take(x, op->cookie, true);
 	if (op->kind == CS_IPC_INTER_VERDICT || o->postmortem)
 		return launch_verdict(x, o);
 	if (o->check)
@@ -1052,9 +1093,11 @@ static unsigned finish_and_next(struct cs_daemon_ipc *x, struct ipcd_op *o,
 }
 
 /*
- * The op to start next: the oldest waiting one that is its group's
- * oldest (a group's ops run one at a time, in the order they came, the
- * same on every node), while fewer than ipc.inflight run. Groups do not
+ * The op to start next: the oldest waiting one whose group's older ops
+ * all run already (a group's ops start in the order they came, the same
+ * on every node, and run together: the server hands over at most
+ * ipc.group_inflight of a group, ipc.pipelined of all groups beyond
+ * each one's oldest), while fewer than ipc.inflight run. Groups do not
  * wait for each other: their ops are matched across the nodes by id, so
  * two groups posted in opposite orders on two nodes both run.
  */
@@ -1072,13 +1115,14 @@ static struct ipcd_op *next_op(struct cs_daemon_ipc *x)
 			continue;
 		/* ... and no running op of another group has its id (two
 		 * names whose hash bits meet: not both on the core at once) */
-		for (unsigned j = 0; j < IPCD_QUEUE && first; j++)
-			first = j == i || !x->q[j].used ||
-				((x->q[j].op.cookie >> 32 !=
-					  o->op.cookie >> 32 ||
-				  x->q[j].order > o->order) &&
-				 (!x->q[j].running ||
-				  x->q[j].op_id != o->op_id));
+		for (unsigned j = 0; j < IPCD_QUEUE && first; j++) {
+			const struct ipcd_op *p = &x->q[j];
+
+			first = j == i || !p->used ||
+				((p->op.cookie >> 32 != o->op.cookie >> 32 ||
+				  p->order > o->order || p->running) &&
+				 (!p->running || p->op_id != o->op_id));
+		}
 		if (first)
 			best = o;
 	}
@@ -1303,18 +1347,52 @@ static void be_progress(void *ctx)
 		l->fn(l->arg, l->q, now_ns());
 }
 
+/* Whether an op of @cookie's group is queued (waiting or running; the
+ * server's verdicts do not count: no operation of the server waits for
+ * them). */
+static bool group_queued(const struct cs_daemon_ipc *x, uint64_t cookie)
+{
+	for (unsigned i = 0; i < IPCD_QUEUE; i++)
+		if (x->q[i].used && !x->q[i].verdict_only &&
+		    x->q[i].op.cookie >> 32 == cookie >> 32)
+			return true;
+	return false;
+}
+
+/* Queued ops that are not their group's oldest (ipc.pipelined). */
+static unsigned pipelined(const struct cs_daemon_ipc *x)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < IPCD_QUEUE; i++) {
+		const struct ipcd_op *o = &x->q[i];
+
+		if (!o->used || o->verdict_only)
+			continue;
+		for (unsigned j = 0; j < IPCD_QUEUE; j++)
+			if (x->q[j].used && !x->q[j].verdict_only &&
+			    x->q[j].order < o->order &&
+			    x->q[j].op.cookie >> 32 == o->op.cookie >> 32) {
+				n++;
+				break;
+			}
+	}
+	return n;
+}
+
 static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
 	struct cs_daemon_ipc *x = ctx;
 	struct ipcd_op *o = NULL;
 
-	if (op->kind == CS_IPC_INTER_VERDICT && x->ok_valid &&
-	    op->cookie == x->ok_cookie) {
-		/* nothing to tell: every node has its part of it */
-		x->ok_valid = false;
-		return 0;
-	}
+	if (op->kind == CS_IPC_INTER_VERDICT && ok_take(x, op->cookie, false))
+		return 0; /* nothing to tell: every node has its part of it */
 	if (x->count == IPCD_QUEUE)
+		return -EBUSY;
+	/* not its group's oldest: only within ipc.pipelined (the server
+	 * hands it over again once one of its group finished) */
+	if (op->kind != CS_IPC_INTER_VERDICT &&
+	    pipelined(x) >= x->cf->pipelined && group_queued(x, op->cookie))
 		return -EBUSY;
 	if (x->d->drv.npeers < 2) {
 		CS_WARN("group '%s' spans nodes but node.peers lists fewer "
@@ -1328,6 +1406,7 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->op = *op;
 	o->op_id = op_id_of(op);
 	o->used = true;
+	o->verdict_only = op->kind == CS_IPC_INTER_VERDICT;
 	o->order = x->next_order++;
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
@@ -1357,9 +1436,9 @@ static void be_cancel(void *ctx, uint64_t cookie)
 			continue;
 		if (o->running) {
 			/* its cross-node part succeeded: no verdict follows */
-			x->ok_valid = !o->checking && !o->verdicting &&
-				      atomic_load(&o->notify) > 0;
-			x->ok_cookie = cookie;
+			if (!o->checking && !o->verdicting &&
+			    atomic_load(&o->notify) > 0)
+				ok_note(x, cookie);
 			/* The staging buffer is about to go: the lcore must
 			 * let go of it first. The peers' sessions time out
 			 * and fail. */

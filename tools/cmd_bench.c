@@ -33,7 +33,7 @@ static void usage(FILE *out)
 		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast|"
 		"alltoall "
 		"[-b MIN] [-e MAX] [-f F]\n"
-		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] "
+		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] [-k K] "
 		"[--trainers-per-node T] "
 		"[--cluster FILE]\n"
 		"          [--trainer PATH] [--timeout S] [--no-netns] "
@@ -48,6 +48,9 @@ static void usage(FILE *out)
 		"p50(us) p99(us) place cpu(s/GB).\n-m b2b (default): "
 		"a barrier, then the iterations back to back (nccl-tests);\n"
 		"-m iter: each iteration refilled and fenced by a barrier.\n"
+		"-k K: each iteration posts K buckets of the size (buffers of "
+		"their own) before\nwaiting for any (DDP); time, p50 and p99 "
+		"per bucket.\n"
 		"--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
@@ -80,6 +83,8 @@ static bool pass_ok(int o, const char *v)
 		return !cs_parse_whole(v, 1, 100000000, &x);
 	case 'w':
 		return !cs_parse_whole(v, 0, 100000000, &x);
+	case 'k':
+		return !cs_parse_whole(v, 1, 64, &x);
 	case 'm':
 		return !strcmp(v, "b2b") || !strcmp(v, "iter");
 	}
@@ -87,7 +92,7 @@ static bool pass_ok(int o, const char *v)
 }
 
 /* Bench options that pass through to every trainer. */
-static const char pass_opts[] = "obefnwm";
+static const char pass_opts[] = "obefnwmk";
 
 int cs_cmd_bench_ops(int argc, char **argv)
 {
@@ -109,7 +114,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 	unsigned timeout = 600;
 	unsigned long num;
 
-	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:m:h", opts, NULL)) !=
+	while ((o = getopt_long(argc, argv, "o:b:e:f:n:w:m:k:h", opts, NULL)) !=
 	       -1) {
 		switch (o) {
 		case 'c':
@@ -167,6 +172,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 					  : o == 'f' ? "-f"
 					  : o == 'n' ? "-n"
 					  : o == 'm' ? "-m"
+					  : o == 'k' ? "-k"
 						     : "-w";
 			targs[ntargs++] = optarg;
 			break;

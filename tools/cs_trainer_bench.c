@@ -24,6 +24,12 @@
  *     completion; time(us) is the mean over the timed iterations. A
  *     timed iteration's check waits for a second barrier, so that no
  *     rank checks while another's operation still runs.
+ * -k K (buckets, default 1): an iteration is K operations of the size
+ *   on K buffers of their own (data of their own: bucket j is shifted by
+ *   7 j elements), all posted before any is waited for, as DDP posts its
+ *   gradient buckets; every bucket is checked, and time(us), p50 and p99
+ *   are per bucket (an iteration's time over K), algbw and busbw of the
+ *   K buckets together.
  * cpu(s/GB), b2b only: CPU seconds used during the timed iterations by
  * every trainer and its node's sidecar (read from /proc/PID/stat; the PID
  * from the pid file beside $COLLSTACK_SOCKET, counted by LOCAL_RANK 0),
@@ -54,10 +60,14 @@ static const char *const op_names[] = { "allreduce", "reduce_scatter",
 					"all_gather", "broadcast", "alltoall" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
+#define BENCH_MAX_BUCKETS 64
+
 struct bench {
 	struct cs_client *c;
 	struct cs_group *g;
 	int rank, n;
+	int buckets; /* -k: posted before waiting */
+	size_t stride; /* elements from one bucket's buffer to the next */
 	double *meta; /* inside a cs_buf: iters + 2 doubles */
 	long sidecar; /* this node's collstackd, counted here; 0: none */
 };
@@ -137,9 +147,9 @@ static int barrier(struct bench *b)
 	return finish(b, ret, r, "barrier");
 }
 
-/* Fill the input of one iteration. */
+/* Fill the input of one bucket, its values shifted by @sh elements. */
 static void fill(enum op op, const struct bench *b, float *send, float *recv,
-		 size_t count, int inplace)
+		 size_t count, int inplace, size_t sh)
 {
 	size_t per = count / (size_t)b->n;
 	float *in = inplace ? recv : send;
@@ -148,34 +158,36 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 	case OP_ALLREDUCE:
 	case OP_REDUCE_SCATTER:
 		for (size_t i = 0; i < count; i++)
-			in[i] = val(b->rank, i);
+			in[i] = val(b->rank, i + sh);
 		break;
 	case OP_ALL_GATHER:
 		in = inplace ? recv + per * (size_t)b->rank : send;
 		for (size_t i = 0; i < per; i++)
-			in[i] = val(b->rank, per * (size_t)b->rank + i);
+			in[i] = val(b->rank, per * (size_t)b->rank + i + sh);
 		break;
 	case OP_BROADCAST:
 		for (size_t i = 0; i < count; i++)
-			recv[i] = b->rank ? -1.0f : val(0, i);
+			recv[i] = b->rank ? -1.0f : val(0, i + sh);
 		break;
 	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
 		for (size_t i = 0; i < count; i++)
-			send[i] = a2a_val(b->rank, (int)(i / per), i % per);
+			send[i] = a2a_val(b->rank, (int)(i / per),
+					  i % per + sh);
 		break;
 	}
 	if (!inplace && op != OP_BROADCAST)
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
 }
 
+/* Wrong elements of one bucket's result (fill()'s @sh). */
 static long check(enum op op, const struct bench *b, const float *recv,
-		  size_t count, const float *expect97)
+		  size_t count, const float *expect97, size_t sh)
 {
 	size_t per = count / (size_t)b->n;
 	long wrong = 0;
 
 	if (op == OP_REDUCE_SCATTER) { /* block rank() of the sum */
-		size_t lo = per * (size_t)b->rank;
+		size_t lo = per * (size_t)b->rank + sh;
 
 		for (size_t i = 0; i < per; i++)
 			if (memcmp(&recv[i], &expect97[(lo + i) % 97],
@@ -188,16 +200,16 @@ static long check(enum op op, const struct bench *b, const float *recv,
 
 		switch (op) {
 		case OP_ALLREDUCE:
-			want = expect97[i % 97];
+			want = expect97[(i + sh) % 97];
 			break;
 		case OP_ALL_GATHER:
-			want = val((int)(i / per), i);
+			want = val((int)(i / per), i + sh);
 			break;
 		case OP_ALLTOALL: /* block i / per came from that rank */
-			want = a2a_val((int)(i / per), b->rank, i % per);
+			want = a2a_val((int)(i / per), b->rank, i % per + sh);
 			break;
 		default:
-			want = val(0, i);
+			want = val(0, i + sh);
 			break;
 		}
 		if (memcmp(&recv[i], &want, sizeof(want)))
@@ -241,6 +253,51 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 	}
 }
 
+/* Fill every bucket of an iteration (-k). */
+static void fill_all(enum op op, const struct bench *b, float *send,
+		     float *recv, size_t count, int inplace)
+{
+	for (int j = 0; j < b->buckets; j++)
+		fill(op, b, send + (size_t)j * b->stride,
+		     recv + (size_t)j * b->stride, count, inplace,
+		     7 * (size_t)j);
+}
+
+/* Wrong elements of every bucket of an iteration. */
+static long check_all(enum op op, const struct bench *b, float *recv,
+		      size_t count, int inplace, const float *expect97)
+{
+	long wrong = 0;
+
+	for (int j = 0; j < b->buckets; j++)
+		wrong += check(op, b,
+			       result(op, b, recv + (size_t)j * b->stride,
+				      count, inplace),
+			       count, expect97, 7 * (size_t)j);
+	return wrong;
+}
+
+/* Post every bucket of an iteration, then wait for each (the ones posted
+ * are waited for even when a later post fails). Returns 0 or an error. */
+static int post_wait(enum op op, struct bench *b, float *send, float *recv,
+		     size_t count, int inplace)
+{
+	cs_req_t r[BENCH_MAX_BUCKETS];
+	int n, ret = 0, err;
+
+	for (n = 0; n < b->buckets && !ret; n++)
+		ret = post(op, b, send + (size_t)n * b->stride,
+			   recv + (size_t)n * b->stride, count, inplace, &r[n]);
+	err = ret ? finish(b, ret, 0, op_names[op]) : 0;
+	n -= ret ? 1 : 0;
+	for (int j = 0; j < n; j++) {
+		ret = finish(b, 0, r[j], op_names[op]);
+		if (ret && !err)
+			err = ret;
+	}
+	return err;
+}
+
 /* One size and place, timed: this rank's figures. */
 struct timed {
 	double *lat; /* per timed iteration, us */
@@ -255,18 +312,13 @@ static int warm_up(enum op op, struct bench *b, float *send, float *recv,
 		   size_t count, int inplace, int warmup, const float *expect97,
 		   struct timed *t)
 {
-	cs_req_t r = 0;
-	int ret;
-
 	for (int it = 0; it < warmup; it++) {
-		fill(op, b, send, recv, count, inplace);
+		fill_all(op, b, send, recv, count, inplace);
 		if (barrier(b))
 			return -1;
-		ret = post(op, b, send, recv, count, inplace, &r);
-		if (finish(b, ret, r, op_names[op]) || barrier(b))
+		if (post_wait(op, b, send, recv, count, inplace) || barrier(b))
 			return -1;
-		t->wrong += check(op, b, result(op, b, recv, count, inplace),
-				  count, expect97);
+		t->wrong += check_all(op, b, recv, count, inplace, expect97);
 	}
 	return 0;
 }
@@ -276,14 +328,12 @@ static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
 		   const float *expect97, struct timed *t)
 {
 	double t0, prev, cpu0;
-	cs_req_t r = 0;
-	int ret;
 
 	/* at least one checked iteration, timed or not */
 	if (warm_up(op, b, send, recv, count, inplace, warmup > 0 ? warmup : 1,
 		    expect97, t))
 		return -1;
-	fill(op, b, send, recv, count, inplace);
+	fill_all(op, b, send, recv, count, inplace);
 	if (barrier(b))
 		return -1;
 	cpu0 = cpu_now(b);
@@ -291,8 +341,7 @@ static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
 	for (int it = 0; it < iters; it++) {
 		double now;
 
-		ret = post(op, b, send, recv, count, inplace, &r);
-		if (finish(b, ret, r, op_names[op]))
+		if (post_wait(op, b, send, recv, count, inplace))
 			return -1;
 		now = now_us();
 		t->lat[it] = now - prev;
@@ -305,8 +354,7 @@ static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
 		return 0;
 	if (barrier(b))
 		return -1;
-	t->wrong += check(op, b, result(op, b, recv, count, inplace), count,
-			  expect97);
+	t->wrong += check_all(op, b, recv, count, inplace, expect97);
 	return 0;
 }
 
@@ -314,20 +362,16 @@ static int run_iter(enum op op, struct bench *b, float *send, float *recv,
 		    size_t count, int inplace, int warmup, int iters,
 		    const float *expect97, FILE *trace, struct timed *t)
 {
-	cs_req_t r = 0;
-	int ret;
-
 	t->total = 0;
 	t->cpu = 0;
 	for (int it = 0; it < warmup + iters; it++) {
 		double t0, dt;
 
-		fill(op, b, send, recv, count, inplace);
+		fill_all(op, b, send, recv, count, inplace);
 		if (barrier(b))
 			return -1;
 		t0 = now_us();
-		ret = post(op, b, send, recv, count, inplace, &r);
-		if (finish(b, ret, r, op_names[op]))
+		if (post_wait(op, b, send, recv, count, inplace))
 			return -1;
 		dt = now_us() - t0;
 		if (trace)
@@ -342,8 +386,7 @@ static int run_iter(enum op op, struct bench *b, float *send, float *recv,
 		 * rank's time */
 		if (barrier(b))
 			return -1;
-		t->wrong += check(op, b, result(op, b, recv, count, inplace),
-				  count, expect97);
+		t->wrong += check_all(op, b, recv, count, inplace, expect97);
 	}
 	return 0;
 }
@@ -357,13 +400,16 @@ static void print_row(enum op op, const struct bench *b, size_t count,
 	double sz = (double)count * sizeof(float), sum = 0, tm, alg, bus;
 	char cpu[32] = "NA";
 
+	/* -k: per bucket (an iteration is b->buckets of them) */
+	for (int it = 0; it < iters; it++)
+		lat[it] /= b->buckets;
 	if (mode == CS_BENCH_B2B) {
-		tm = t->total / iters;
+		tm = t->total / iters / b->buckets;
 		snprintf(cpu, sizeof(cpu), "%.2f",
 			 t->cpu /
 				 (cs_bench_moved(op == OP_ALLREDUCE,
 						 op == OP_BROADCAST, sz, b->n) *
-				  iters / 1e9));
+				  iters * b->buckets / 1e9));
 	} else {
 		for (int it = 0; it < iters; it++)
 			sum += lat[it];
@@ -392,7 +438,7 @@ static void print_row(enum op op, const struct bench *b, size_t count,
 int main(int argc, char **argv)
 {
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
-	int iters = 20, warmup = 5, ret = 1, bad = 0;
+	int iters = 20, warmup = 5, ret = 1, bad = 0, buckets = 1;
 	const char *group = "bench";
 	struct cs_buf *bs = NULL, *br = NULL, *bm = NULL;
 	struct bench b = { 0 };
@@ -417,6 +463,8 @@ int main(int argc, char **argv)
 			warmup = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-g"))
 			group = argv[i + 1];
+		else if (!strcmp(argv[i], "-k"))
+			buckets = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-m")) {
 			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
 				fprintf(stderr,
@@ -449,7 +497,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (factor < 2 || minb < sizeof(float) || maxb < minb || iters < 1 ||
-	    warmup < 0) {
+	    warmup < 0 || buckets < 1 || buckets > BENCH_MAX_BUCKETS) {
 		fprintf(stderr, "cs-trainer-bench: bad arguments\n");
 		return 2;
 	}
@@ -471,9 +519,11 @@ int main(int argc, char **argv)
 	}
 	b.rank = cs_group_rank(b.g);
 	b.n = cs_group_size(b.g);
-	ret = cs_buf_alloc(b.c, maxb, &bs);
+	b.buckets = buckets;
+	b.stride = maxb / sizeof(float);
+	ret = cs_buf_alloc(b.c, maxb * (size_t)buckets, &bs);
 	if (!ret)
-		ret = cs_buf_alloc(b.c, maxb, &br);
+		ret = cs_buf_alloc(b.c, maxb * (size_t)buckets, &br);
 	if (!ret)
 		ret = cs_buf_alloc(b.c, sizeof(double) * (size_t)(iters + 2),
 				   &bm);
@@ -495,10 +545,11 @@ int main(int argc, char **argv)
 	}
 	if (!b.rank)
 		printf("# op %s ranks %d (libcollstack through collstackd), "
-		       "timing %s\n"
+		       "timing %s, %d bucket(s) posted before waiting%s\n"
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
 		       "%6s %9s\n",
 		       op_names[op], b.n, mode == CS_BENCH_B2B ? "b2b" : "iter",
+		       buckets, buckets > 1 ? " (time, p50, p99 per bucket)" : "",
 		       "size", "count", "type", "redop", "root", "time(us)",
 		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
 		       "place", "cpu(s/GB)");

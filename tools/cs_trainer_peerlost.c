@@ -6,13 +6,18 @@
  * allreduces of -c elements (f32, checked element by element) until one
  * fails, prints what failed and when, and with -r then forms the group of
  * the survivors (the lost node's L ranks out, the others renumbered) and
- * checks -m allreduces on it.
+ * checks -m allreduces on it. With -k K every iteration is K allreduces
+ * on buffers of their own, all posted before any is waited for (DDP's
+ * buckets): on the loss each of them either finished before it or fails
+ * with CS_ERR_PEER_LOST, and none waits beyond that.
  *
  *   RANK=1 WORLD_SIZE=4 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
  *   COLLSTACK_SOCKET=... cs-trainer-peerlost -c 4M -g train -r -m 3
  *
  * Output lines (one per event, flushed): "ok iter=K" every -p iterations,
- * "lost t=<CLOCK_REALTIME s> iter=K status=<code> node=<n> msg=<...>",
+ * "lost t=<CLOCK_REALTIME s> iter=K status=<code> node=<n> msg=<...>"
+ * (the first failure), "buckets=K done=D lost=L other=O" (-k: how the
+ * iteration's buckets ended; other: any other error),
  * "reformed group=<name> rank=<r> size=<s> iters=<m> wrong=<w>".
  * Exit: 0 when a loss was seen and (with -r) the new group's allreduces
  * were all correct; 1 on errors, 2 on usage, 3 when -n iterations passed
@@ -50,31 +55,70 @@ static float val(int rank, size_t i)
 	return (float)((rank * 7 + (int)(i % 97)) % 13);
 }
 
-/* One in-place allreduce of @count floats on @g; *@wrong counts misses. */
-static int allreduce_checked(struct cs_client *c, struct cs_group *g, float *x,
-			     size_t count, long *wrong)
-{
-	int rank = cs_group_rank(g), n = cs_group_size(g);
-	float want[97];
-	cs_req_t r = 0;
-	int ret;
+#define PEERLOST_MAX_BUCKETS 64
 
-	for (size_t i = 0; i < count; i++)
-		x[i] = val(rank, i);
-	ret = cs_allreduce(g, x, x, count, CS_F32, CS_SUM, &r);
-	if (!ret)
-		ret = cs_wait(c, r, -1);
-	if (ret)
-		return ret;
+/* How the buckets of the last iteration ended (-k). */
+struct outcome {
+	int done, lost, other;
+	int first; /* the first error (in bucket order), 0: none */
+	char msg[512]; /* cs_errmsg() of it */
+};
+
+/*
+ * @nb in-place allreduces of @count floats on @g, bucket j at x + j x
+ * @count with its values shifted by 7 j, all posted, then each waited
+ * for; *@wrong counts misses in the ones that succeeded. Returns 0, or
+ * the first error (in bucket order; *@out says how each ended).
+ */
+static int allreduce_checked(struct cs_client *c, struct cs_group *g, float *x,
+			     size_t count, int nb, long *wrong,
+			     struct outcome *out)
+{
+	int rank = cs_group_rank(g), n = cs_group_size(g), posted;
+	cs_req_t r[PEERLOST_MAX_BUCKETS];
+	int st[PEERLOST_MAX_BUCKETS];
+	float want[97];
+
+	memset(out, 0, sizeof(*out));
+	for (int j = 0; j < nb; j++)
+		for (size_t i = 0; i < count; i++)
+			x[(size_t)j * count + i] = val(rank, i + 7 * (size_t)j);
+	for (posted = 0; posted < nb; posted++) {
+		st[posted] = cs_allreduce(g, x + (size_t)posted * count,
+					  x + (size_t)posted * count, count,
+					  CS_F32, CS_SUM, &r[posted]);
+		if (st[posted])
+			break;
+	}
+	for (int j = 0; j < nb; j++) {
+		if (j < posted)
+			st[j] = cs_wait(c, r[j], -1);
+		else if (j > posted)
+			st[j] = st[posted];
+		if (!st[j])
+			out->done++;
+		else if (st[j] == CS_ERR_PEER_LOST)
+			out->lost++;
+		else
+			out->other++;
+		if (st[j] && !out->first) {
+			out->first = st[j];
+			snprintf(out->msg, sizeof(out->msg), "%s",
+				 cs_errmsg(c));
+		}
+	}
 	for (size_t i = 0; i < 97; i++) {
 		want[i] = 0;
 		for (int k = 0; k < n; k++)
 			want[i] += val(k, i);
 	}
-	for (size_t i = 0; i < count; i++)
-		if (memcmp(&x[i], &want[i % 97], sizeof(float)))
-			(*wrong)++;
-	return 0;
+	for (int j = 0; j < nb; j++)
+		for (size_t i = 0; !st[j] && i < count; i++)
+			if (memcmp(&x[(size_t)j * count + i],
+				   &want[(i + 7 * (size_t)j) % 97],
+				   sizeof(float)))
+				(*wrong)++;
+	return out->first;
 }
 
 int main(int argc, char **argv)
@@ -82,7 +126,8 @@ int main(int argc, char **argv)
 	size_t count = 4u << 20;
 	long iters = 0, after = 3, every = 10, wrong = 0, it;
 	const char *group = "peerlost";
-	int reform = 0, ret, lost_node;
+	int reform = 0, ret, lost_node, nb = 1;
+	struct outcome oc;
 	int rank = env_int("RANK", -1), size = env_int("WORLD_SIZE", -1);
 	int lrank = env_int("LOCAL_RANK", 0);
 	int lsize = env_int("LOCAL_WORLD_SIZE", 1);
@@ -112,12 +157,15 @@ int main(int argc, char **argv)
 			every = atol(v);
 		else if (!strcmp(a, "-g"))
 			group = v;
+		else if (!strcmp(a, "-k"))
+			nb = atoi(v);
 		else
 			goto usage;
 	}
 	if (!count || after < 1 || every < 1 || iters < 0 || rank < 0 ||
 	    size < 2 || rank >= size || lsize < 1 || size % lsize ||
-	    lrank < 0 || lrank >= lsize || strlen(group) > 40)
+	    lrank < 0 || lrank >= lsize || strlen(group) > 40 || nb < 1 ||
+	    nb > PEERLOST_MAX_BUCKETS)
 		goto usage;
 	ret = cs_connect(NULL, &c);
 	if (ret) {
@@ -125,7 +173,7 @@ int main(int argc, char **argv)
 			cs_strerror(ret));
 		return 1;
 	}
-	ret = cs_buf_alloc(c, count * sizeof(float), &b);
+	ret = cs_buf_alloc(c, count * sizeof(float) * (size_t)nb, &b);
 	if (!ret)
 		ret = cs_group_join(c, group, rank, size, lrank, lsize, &g);
 	if (ret) {
@@ -135,10 +183,10 @@ int main(int argc, char **argv)
 	}
 	x = cs_buf_ptr(b);
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("joined group=%s rank=%d size=%d node=%d count=%zu\n", group,
-	       rank, size, rank / lsize, count);
+	printf("joined group=%s rank=%d size=%d node=%d count=%zu buckets=%d\n",
+	       group, rank, size, rank / lsize, count, nb);
 	for (it = 0; !iters || it < iters; it++) {
-		ret = allreduce_checked(c, g, x, count, &wrong);
+		ret = allreduce_checked(c, g, x, count, nb, &wrong, &oc);
 		if (ret)
 			break;
 		if (wrong) {
@@ -155,8 +203,14 @@ int main(int argc, char **argv)
 	}
 	lost_node = cs_lost_node(c);
 	printf("lost t=%.6f iter=%ld status=%d (%s) node=%d msg=%s\n",
-	       now_real(), it, ret, cs_strerror(ret), lost_node, cs_errmsg(c));
-	if (ret != CS_ERR_PEER_LOST || lost_node < 0)
+	       now_real(), it, ret, cs_strerror(ret), lost_node, oc.msg);
+	printf("buckets=%d done=%d lost=%d other=%d\n", nb, oc.done, oc.lost,
+	       oc.other);
+	if (wrong) {
+		printf("wrong iter=%ld elements=%ld\n", it, wrong);
+		goto out_wrong;
+	}
+	if (ret != CS_ERR_PEER_LOST || lost_node < 0 || oc.other)
 		goto out_fail;
 	if (!reform)
 		goto out_ok;
@@ -174,10 +228,10 @@ int main(int argc, char **argv)
 		goto out_fail;
 	}
 	for (it = 0; it < after; it++) {
-		ret = allreduce_checked(c, g, x, count, &wrong);
+		ret = allreduce_checked(c, g, x, count, nb, &wrong, &oc);
 		if (ret) {
 			fprintf(stderr, "rank %d: group %s: %s (%s)\n", rank,
-				name, cs_strerror(ret), cs_errmsg(c));
+				name, cs_strerror(ret), oc.msg);
 			goto out_fail;
 		}
 	}
@@ -200,7 +254,8 @@ usage:
 	fprintf(stderr,
 		"usage: RANK=.. WORLD_SIZE=.. [LOCAL_RANK=.. "
 		"LOCAL_WORLD_SIZE=..] %s [-c COUNT[K|M]] [-g GROUP] [-n ITERS "
-		"(0: until an error)] [-p PRINT_EVERY] [-r [-m ITERS_AFTER]]\n",
+		"(0: until an error)] [-p PRINT_EVERY] [-k BUCKETS] "
+		"[-r [-m ITERS_AFTER]]\n",
 		argv[0]);
 	return 2;
 }

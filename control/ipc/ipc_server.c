@@ -25,7 +25,18 @@
 #define IPC_MSGS_PER_POLL 16 /* control messages per trainer */
 #define IPC_MAX_CTRL_BYTES (1u << 20) /* control segment size limit */
 #define IPC_MAX_GROUP_SIZE (1u << 20)
-#define IPC_WINDOW CS_IPC_RING_SLOTS /* ops in flight per group */
+/* Cross-node operations of one group started at once (ipc.group_inflight),
+ * at most. */
+#define IPC_MAX_GROUP_INFLIGHT 64u
+/*
+ * Instances of a group in its window: a trainer has at most
+ * CS_IPC_RING_SLOTS operations taken and not completed, and an instance
+ * may complete before the older ones only if it was started, i.e. lies
+ * within ipc.group_inflight of the group's oldest unfinished one (whose
+ * slot stays taken until then). So a trainer's operations of one group
+ * span at most this many sequence numbers, and no two share a slot.
+ */
+#define IPC_WINDOW (CS_IPC_RING_SLOTS + IPC_MAX_GROUP_INFLIGHT)
 /* Long reductions and copies run in pieces of IPC_PIECE bytes with the
  * backend's progress hook between them (cs_ipc_backend.progress). */
 #define IPC_PIECE ((size_t)4 << 20)
@@ -74,6 +85,13 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "a connection that has not sent its hello this long after it was "
 	  "accepted is closed (so connections that never say hello cannot "
 	  "hold the trainer slots)" },
+	{ "ipc.group_inflight", CS_CFG_U32,
+	  offsetof(struct cs_ipc_cfg, group_inflight), "8", 1,
+	  IPC_MAX_GROUP_INFLIGHT,
+	  "cross-node operations of one group running at once (a DDP job's "
+	  "gradient buckets overlap; each takes a staging buffer of the "
+	  "group's pool of this many); they complete in any order, each to "
+	  "its own request (1: one at a time, in posting order)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -112,6 +130,9 @@ struct part {
 /* The k-th op of a group: one part per local rank. */
 struct inst {
 	bool active;
+	/* finished before an older instance of its group: the completions
+	 * are out, the slot stays taken until the older ones finish */
+	bool done;
 	bool inter; /* waiting for the backend */
 	bool in_recv0; /* the backend works on local rank 0's recv buffer */
 	uint64_t seq;
@@ -119,6 +140,19 @@ struct inst {
 	cs_ns_t first_at; /* when its first part arrived */
 	uint64_t cookie;
 	struct part *parts; /* local_size of them */
+	struct stage *stage; /* its staging buffer while it runs, or NULL */
+	/* inter: its step, prepared; parked: the backend had no room for
+	 * it yet (inter_start) */
+	bool parked;
+	struct cs_ipc_inter_op op;
+};
+
+/* A staging buffer of a group's pool: kept between operations (grown,
+ * never shrunk), taken by one running instance at a time. */
+struct stage {
+	uint8_t *buf;
+	size_t len;
+	bool busy;
 };
 
 struct group {
@@ -146,11 +180,11 @@ struct group {
 	uint32_t size, local_size, nmembers;
 	struct member *m[CS_IPC_MAX_LOCAL]; /* by local rank */
 	int32_t ranks[CS_IPC_MAX_LOCAL]; /* global rank by local rank */
-	uint64_t next_done;
+	uint64_t next_done; /* its oldest unfinished instance */
+	uint64_t next_run; /* instances before it were started (in order) */
 	struct inst *win; /* IPC_WINDOW of them */
 	struct part *part_mem;
-	void *staging;
-	size_t staging_len;
+	struct stage *pool; /* cfg.group_inflight of them */
 };
 
 struct trainer {
@@ -384,6 +418,40 @@ static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	return 0;
 }
 
+/*
+ * @in's completions are out: give its staging buffer back and free its
+ * slot, or, when an older instance of the group still runs (it finished
+ * out of order), keep the slot until that one is done too. The group's
+ * oldest unfinished instance moves past every finished one.
+ */
+static void inst_retire(struct cs_ipc_server *s, struct group *g,
+			struct inst *in)
+{
+	struct inst *nx;
+
+	if (in->stage)
+		in->stage->busy = false;
+	in->stage = NULL;
+	in->inter = false;
+	in->parked = false;
+	in->arrived = 0;
+	if (in->seq != g->next_done) {
+		in->done = true;
+		return;
+	}
+	in->active = false;
+	for (g->next_done++;; g->next_done++) {
+		nx = &g->win[g->next_done % IPC_WINDOW];
+		if (!nx->active || !nx->done || nx->seq != g->next_done)
+			break;
+		nx->active = false;
+		nx->done = false;
+	}
+	if (g->next_run < g->next_done)
+		g->next_run = g->next_done;
+	g->head_at = s->now;
+}
+
 /* Complete every arrived part of @in with the same status (a part whose
  * device result could not be written back gets -EIO); @aux goes to the
  * completions' aux word (cs_ipc_cqe.epoch). */
@@ -421,13 +489,7 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 				    aux);
 		part_release(p);
 	}
-	in->active = false;
-	in->inter = false;
-	in->arrived = 0;
-	if (in->seq == g->next_done) {
-		g->next_done++;
-		g->head_at = s->now;
-	}
+	inst_retire(s, g, in);
 }
 
 static void inst_finish(struct cs_ipc_server *s, struct group *g,
@@ -444,18 +506,49 @@ static size_t esz_of(const struct part *p)
 	return cs_dtype_size((enum cs_dtype)p->d.dtype);
 }
 
-static int staging(struct group *g, size_t len)
+/*
+ * A staging buffer of at least @len bytes for @in, from its group's pool:
+ * the smallest free one that is large enough, else the largest free one,
+ * grown (its old bytes are not kept). Given back when @in finishes
+ * (inst_retire). At most cfg.group_inflight instances of a group run at
+ * once, each holding one, so a free one is always there.
+ */
+static int stage_take(struct cs_ipc_server *s, struct group *g,
+		      struct inst *in, size_t len)
 {
-	void *b;
+	struct stage *fit = NULL, *big = NULL;
 
-	if (len <= g->staging_len)
-		return 0;
-	b = realloc(g->staging, len);
-	if (!b)
-		return -ENOMEM;
-	g->staging = b;
-	g->staging_len = len;
+	for (uint32_t i = 0; i < s->cfg.group_inflight; i++) {
+		struct stage *st = &g->pool[i];
+
+		if (st->busy)
+			continue;
+		if (st->len >= len && (!fit || st->len < fit->len))
+			fit = st;
+		if (!big || st->len > big->len)
+			big = st;
+	}
+	if (!fit && big) {
+		uint8_t *b = malloc(len);
+
+		if (!b)
+			return -ENOMEM;
+		free(big->buf);
+		big->buf = b;
+		big->len = len;
+		fit = big;
+	}
+	if (!fit) /* cannot happen: see above */
+		return -EBUSY;
+	fit->busy = true;
+	in->stage = fit;
 	return 0;
+}
+
+/* @in's staging buffer (stage_take() first). */
+static uint8_t *staging_of(const struct inst *in)
+{
+	return in->stage->buf;
 }
 
 /* Which local rank holds global rank @r, or -1. */
@@ -537,7 +630,7 @@ static void reduce_local(struct cs_ipc_server *s, struct group *g,
 static void a2a_stage(struct group *g, struct inst *in, size_t blk)
 {
 	uint32_t L = g->local_size, nn = g->size / L;
-	uint8_t *out = g->staging;
+	uint8_t *out = staging_of(in);
 
 	for (uint32_t j = 0; j < nn; j++)
 		for (uint32_t l = 0; l < L; l++)
@@ -550,11 +643,11 @@ static void a2a_stage(struct group *g, struct inst *in, size_t blk)
 }
 
 /* Local rank @m's blocks out of the second half of the staging buffer. */
-static void a2a_unstage(struct group *g, uint32_t m, uint8_t *recv, size_t blk)
+static void a2a_unstage(struct group *g, const struct inst *inst, uint32_t m,
+			uint8_t *recv, size_t blk)
 {
 	uint32_t L = g->local_size;
-	const uint8_t *in =
-		(const uint8_t *)g->staging + (size_t)g->size * L * blk;
+	const uint8_t *in = staging_of(inst) + (size_t)g->size * L * blk;
 
 	for (uint32_t r = 0; r < g->size; r++) /* r = i x L + l' */
 		memcpy(recv + (size_t)r * blk, in + ((size_t)r * L + m) * blk,
@@ -574,19 +667,18 @@ static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		case CS_IPC_OP_ALLREDUCE:
 		case CS_IPC_OP_BROADCAST:
 			if (!in->in_recv0)
-				copy_pieces(s, p->recv, g->staging, blk);
+				copy_pieces(s, p->recv, staging_of(in), blk);
 			else if (l) /* local rank 0 holds the result */
 				copy_pieces(s, p->recv, p0->recv, blk);
 			break;
 		case CS_IPC_OP_REDUCE_SCATTER:
 			copy_pieces(s, p->recv,
-				    (uint8_t *)g->staging +
-					    (size_t)g->ranks[l] * blk,
+				    staging_of(in) + (size_t)g->ranks[l] * blk,
 				    blk);
 			break;
 		case CS_IPC_OP_ALL_GATHER:
 			if (!in->in_recv0)
-				copy_pieces(s, p->recv, g->staging,
+				copy_pieces(s, p->recv, staging_of(in),
 					    blk * g->size);
 			else if (l)
 				copy_pieces(s, p->recv, p0->recv,
@@ -594,7 +686,7 @@ static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			break;
 		case CS_IPC_OP_ALLTOALL:
 			if (!in->in_recv0)
-				a2a_unstage(g, l, p->recv, blk);
+				a2a_unstage(g, in, l, p->recv, blk);
 			break;
 		default:
 			break;
@@ -618,11 +710,11 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* Staged: a rank's recv may sit inside its send (in place). */
-		if (staging(g, blk * g->size)) {
+		if (stage_take(s, g, in, blk * g->size)) {
 			inst_finish(s, g, in, -ENOMEM, 0, -1);
 			return;
 		}
-		reduce_local(s, g, in, g->staging, n * g->size);
+		reduce_local(s, g, in, staging_of(in), n * g->size);
 		fan_out(s, g, in);
 		break;
 	case CS_IPC_OP_ALL_GATHER:
@@ -658,6 +750,25 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		break;
 	}
 	inst_finish(s, g, in, 0, 0, -1);
+}
+
+/*
+ * Hand @in's prepared step to the backend. One that is not its group's
+ * oldest unfinished instance, which the backend has no room for now
+ * (-EBUSY: it keeps room for every group's oldest), is parked and handed
+ * over again once an instance of its group finished (run_ready()); its
+ * local part is done and is not redone. Any other refusal fails it.
+ */
+static void inter_start(struct cs_ipc_server *s, struct group *g,
+			struct inst *in)
+{
+	int ret = s->be.start_inter_node(s->be.ctx, &in->op);
+
+	in->parked = ret == -EBUSY && in->seq != g->next_done;
+	if (ret && !in->parked) {
+		in->inter = false;
+		inst_finish(s, g, in, ret, 0, -1);
+	}
 }
 
 /* Part of the group is on other nodes: combine here, then the backend. */
@@ -703,8 +814,9 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	default:
 		break;
 	}
-	if (staging(g, need ? need : 1)) {
-		inst_finish(s, g, in, -ENOMEM, 0, -1);
+	ret = stage_take(s, g, in, need ? need : 1);
+	if (ret) {
+		inst_finish(s, g, in, ret, 0, -1);
 		return;
 	}
 	in->in_recv0 = false;
@@ -746,7 +858,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			op.sendbuf = p0->send;
 			break;
 		}
-		reduce_local(s, g, in, g->staging, n * g->size);
+		reduce_local(s, g, in, staging_of(in), n * g->size);
 		break;
 	case CS_IPC_OP_ALL_GATHER:
 		op.kind = CS_IPC_INTER_ALL_GATHER;
@@ -764,8 +876,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			break;
 		}
 		for (uint32_t l = 0; l < g->local_size; l++)
-			memcpy((uint8_t *)g->staging +
-				       (size_t)g->ranks[l] * blk,
+			memcpy(staging_of(in) + (size_t)g->ranks[l] * blk,
 			       in->parts[l].send, blk);
 		break;
 	case CS_IPC_OP_ALLTOALL:
@@ -781,8 +892,8 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			break;
 		}
 		a2a_stage(g, in, blk);
-		op.sendbuf = g->staging;
-		op.buf = (uint8_t *)g->staging + blk * g->size * g->local_size;
+		op.sendbuf = staging_of(in);
+		op.buf = staging_of(in) + blk * g->size * g->local_size;
 		break;
 	case CS_IPC_OP_BROADCAST:
 		op.kind = CS_IPC_INTER_BROADCAST;
@@ -795,7 +906,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		}
 		root = local_of(g, p0->d.root);
 		if (root >= 0)
-			memcpy(g->staging, in->parts[root].recv, blk);
+			memcpy(staging_of(in), in->parts[root].recv, blk);
 		break;
 	default:
 		op.kind = CS_IPC_INTER_BARRIER;
@@ -803,14 +914,11 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		break;
 	}
 	if (!op.buf)
-		op.buf = g->staging;
+		op.buf = staging_of(in);
 	in->inter = true;
 	in->cookie = op.cookie;
-	ret = s->be.start_inter_node(s->be.ctx, &op);
-	if (ret) {
-		in->inter = false;
-		inst_finish(s, g, in, ret, 0, -1);
-	}
+	in->op = op;
+	inter_start(s, g, in);
 }
 
 /*
@@ -865,17 +973,13 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 			g->name, (unsigned long long)seq, cs_strerror(ret));
 }
 
+/* Every local rank posted @in, and it may start (run_ready()): run it. */
 static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	int32_t bad_rank = -1; /* -1 too: a rank not numbered yet */
 	bool bad = false;
 
-	if (in->arrived < g->local_size || in->inter)
-		return;
-	/* Operations run in order: an earlier one may wait for the backend. */
-	if (in->seq != g->next_done)
-		return;
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 
@@ -924,19 +1028,67 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		run_inter(s, g, in);
 }
 
-/* Instances become runnable in order; run all that are ready. */
+/*
+ * Whether instance @seq of @g, which every local rank posted, may start
+ * now (the ones before it have). The group's oldest unfinished one
+ * always may; later ones run beside it, up to ipc.group_inflight from the
+ * oldest, except while the oldest is the group's first operation in its
+ * view (the nodes check its membership first, which may refuse the
+ * group) or re-forms the group (its size may change).
+ */
+static bool may_start(const struct cs_ipc_server *s, const struct group *g,
+		      uint64_t seq)
+{
+	if (seq == g->next_done)
+		return true;
+	if (g->regroup || g->next_done == g->seq_base)
+		return false;
+	return seq - g->next_done < s->cfg.group_inflight;
+}
+
+/* Start, in posting order, every instance of @g that may start. */
 static void run_ready(struct cs_ipc_server *s, struct group *g)
 {
-	for (;;) {
-		struct inst *in = &g->win[g->next_done % IPC_WINDOW];
-		uint64_t before = g->next_done;
+	/* parked steps first: nothing newer starts before them */
+	for (uint64_t q = g->next_done; q < g->next_run; q++) {
+		struct inst *in = &g->win[q % IPC_WINDOW];
 
-		if (!in->active || in->seq != g->next_done)
-			return;
-		try_run(s, g, in);
-		if (g->next_done == before)
+		if (!in->active || in->done || in->seq != q || !in->parked)
+			continue;
+		inter_start(s, g, in);
+		if (in->seq == q && in->parked)
 			return;
 	}
+	while (!g->failed) {
+		uint64_t q = g->next_run;
+		struct inst *in = &g->win[q % IPC_WINDOW];
+
+		if (!in->active || in->done || in->seq != q ||
+		    in->arrived < g->local_size || !may_start(s, g, q))
+			return;
+		g->next_run = q + 1;
+		try_run(s, g, in);
+		if (in->seq == q && in->parked)
+			return;
+	}
+}
+
+/*
+ * The running instance of @g that the backend calls @cookie, or NULL
+ * (stale: finished, cancelled, or of an older incarnation). Its index
+ * since the view began is the cookie's low half (cookie_of()).
+ */
+static struct inst *inst_of(struct group *g, uint64_t cookie)
+{
+	uint64_t seq = g->next_done +
+		       (uint32_t)((uint32_t)cookie -
+				  (uint32_t)(g->next_done - g->seq_base));
+	struct inst *in = &g->win[seq % IPC_WINDOW];
+
+	if (seq - g->next_done >= IPC_MAX_GROUP_INFLIGHT || !in->active ||
+	    in->done || in->seq != seq || !in->inter || in->cookie != cookie)
+		return NULL;
+	return in;
 }
 
 void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
@@ -957,8 +1109,8 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	g = &s->groups[gid];
 	if (!g->used)
 		return;
-	in = &g->win[g->next_done % IPC_WINDOW];
-	if (!in->active || !in->inter || in->cookie != cookie)
+	in = inst_of(g, cookie);
+	if (!in)
 		return;
 	if (!status)
 		fan_out(s, g, in);
@@ -983,8 +1135,8 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
 	g = &s->groups[gid];
 	if (!g->used)
 		return;
-	in = &g->win[g->next_done % IPC_WINDOW];
-	if (!in->active || !in->inter || in->cookie != cookie)
+	in = inst_of(g, cookie);
+	if (!in)
 		return;
 	/* the backend let go of it: no cancel() from end_pending() */
 	in->inter = false;
@@ -999,12 +1151,15 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
 static void end_pending(struct cs_ipc_server *s, struct group *g, int status,
 			unsigned detail, int32_t peer, uint32_t aux)
 {
-	for (uint32_t k = 0; k < IPC_WINDOW; k++) {
-		struct inst *in = &g->win[k];
+	uint64_t from = g->next_done;
 
-		if (!in->active)
+	/* oldest first: each one finished moves next_done on */
+	for (uint64_t q = from; q < from + IPC_WINDOW; q++) {
+		struct inst *in = &g->win[q % IPC_WINDOW];
+
+		if (!in->active || in->done || in->seq != q)
 			continue;
-		if (in->inter && s->have_be && s->be.cancel)
+		if (in->inter && !in->parked && s->have_be && s->be.cancel)
 			s->be.cancel(s->be.ctx, in->cookie);
 		inst_finish_ex(s, g, in, status, detail, peer, aux);
 	}
@@ -1150,8 +1305,8 @@ int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
 	g = &s->groups[gid];
 	if (!g->used || g->failed || !g->elastic)
 		return -ENOENT;
-	in = &g->win[g->next_done % IPC_WINDOW];
-	if (!in->active || !in->inter || in->cookie != cookie)
+	in = inst_of(g, cookie);
+	if (!in)
 		return -ENOENT;
 	if (size < g->local_size || size > IPC_MAX_GROUP_SIZE)
 		return -EINVAL;
@@ -1218,11 +1373,13 @@ static void group_cancel(struct cs_ipc_server *s, struct group *g)
 	end_pending(s, g, CS_ERR_CANCELLED, 0, -1, 0);
 }
 
-static void group_free(struct group *g)
+static void group_free(struct cs_ipc_server *s, struct group *g)
 {
 	free(g->win);
 	free(g->part_mem);
-	free(g->staging);
+	for (uint32_t i = 0; g->pool && i < s->cfg.group_inflight; i++)
+		free(g->pool[i].buf);
+	free(g->pool);
 	uint32_t id = g->id, gen = g->gen;
 
 	memset(g, 0, sizeof(*g));
@@ -1238,7 +1395,7 @@ static void member_remove(struct cs_ipc_server *s, struct member *m)
 	g->ranks[m->local_rank] = -1;
 	m->t->groups[m->handle] = NULL;
 	if (--g->nmembers == 0) {
-		group_free(g);
+		group_free(s, g);
 		s->st.groups--;
 	}
 	free(m);
@@ -1406,8 +1563,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		in->first_at = s->now;
 	}
 	p = &in->parts[m->local_rank];
-	if (in->seq != m->seq || p->arrived) {
-		/* Cannot happen while inflight <= IPC_WINDOW; be safe. */
+	if (in->seq != m->seq || in->done || p->arrived) {
+		/* Cannot happen (see IPC_WINDOW); be safe. */
 		CS_ERR("group '%s': window slot clash at seq %llu", g->name,
 		       (unsigned long long)m->seq);
 		complete(s, t, d->user_id, -EOVERFLOW, 0, -1);
@@ -1451,6 +1608,29 @@ static int poll_sq(struct cs_ipc_server *s, struct trainer *t)
 
 static void seg_unmap(struct cs_ipc_server *s, struct seg *sg);
 
+/*
+ * Which of @g's instances from its oldest unfinished one on (bit k: that
+ * one + k) some local ranks posted and that have not finished: the ones
+ * the other nodes may be running (they start no operation of the group
+ * further than ipc.group_inflight past it either).
+ */
+static uint64_t pending_mask(const struct cs_ipc_server *s,
+			     const struct group *g)
+{
+	uint64_t mask = 0;
+
+	if (g->failed)
+		return 0;
+	for (uint32_t k = 0; k < s->cfg.group_inflight; k++) {
+		const struct inst *in =
+			&g->win[(g->next_done + k) % IPC_WINDOW];
+
+		if (in->active && !in->done && in->seq == g->next_done + k)
+			mask |= 1ull << k;
+	}
+	return mask;
+}
+
 static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			 const char *why)
 {
@@ -1465,21 +1645,19 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 		if (!m)
 			continue;
 		struct group *g = m->g;
-		struct inst *head = &g->win[g->next_done % IPC_WINDOW];
-		/* the other nodes wait for this one in that op: tell them
-		 * the rank is lost (after the backend let go of the op) */
-		bool tell =
-			!g->failed && head->active && head->seq == g->next_done;
-		uint64_t seq = g->next_done;
+		/* the other nodes wait for this one in those ops: tell them
+		 * the rank is lost (after the backend let go of the ops) */
+		uint64_t seq = g->next_done, tell = pending_mask(s, g);
 
 		/* Completions to @t itself are discarded below. */
 		if (g->nmembers > 1)
 			group_fail(s, g, m->rank, CS_IPC_LOST_RANK, 0);
 		else
 			group_cancel(s, g);
-		if (tell)
-			send_verdict(s, g, seq, CS_ERR_PEER_LOST,
-				     CS_IPC_LOST_RANK, m->rank);
+		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++)
+			if (tell >> k & 1)
+				send_verdict(s, g, seq + k, CS_ERR_PEER_LOST,
+					     CS_IPC_LOST_RANK, m->rank);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
@@ -1764,11 +1942,14 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->win = calloc(IPC_WINDOW, sizeof(*g->win));
 	g->part_mem =
 		calloc((size_t)IPC_WINDOW * local_size, sizeof(*g->part_mem));
-	if (!g->win || !g->part_mem) {
+	g->pool = calloc(s->cfg.group_inflight, sizeof(*g->pool));
+	if (!g->win || !g->part_mem || !g->pool) {
 		free(g->win);
 		free(g->part_mem);
+		free(g->pool);
 		g->win = NULL;
 		g->part_mem = NULL;
+		g->pool = NULL;
 		return -ENOMEM;
 	}
 	for (uint32_t k = 0; k < IPC_WINDOW; k++)
@@ -1915,7 +2096,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		if (!g->nmembers) {
-			group_free(g);
+			group_free(s, g);
 			s->st.groups--;
 		}
 		return -ENOMEM;
@@ -2302,7 +2483,8 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 
 	if (!cfg || !out || !cfg->max_trainers || !cfg->max_segments ||
 	    !cfg->max_groups || cfg->max_trainers > 4096 || !cfg->sq_burst ||
-	    cfg->sq_burst > CS_IPC_RING_SLOTS)
+	    cfg->sq_burst > CS_IPC_RING_SLOTS || !cfg->group_inflight ||
+	    cfg->group_inflight > IPC_MAX_GROUP_INFLIGHT)
 		return -EINVAL;
 	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path) ||
 	    !cfg->socket_path[0])

@@ -59,6 +59,9 @@ struct cs_ipc_cfg {
 	uint64_t allowed_gid; /* CS_IPC_NO_GID: only our uid */
 	cs_ns_t match_deadline; /* 0: local matching waits forever */
 	cs_ns_t hello_deadline; /* a connection must say hello by then */
+	/* cross-node operations of one group started at once (from its
+	 * oldest unfinished one; each its own staging buffer) */
+	uint32_t group_inflight;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -109,7 +112,9 @@ struct cs_ipc_inter_op {
 	enum cs_dtype dtype;
 	enum cs_redop redop;
 	uint32_t root; /* broadcast root (global rank) */
-	void *buf; /* server-owned staging buffer */
+	/* the instance's own staging buffer (one of the group's pool), or
+	 * a local rank's buffer */
+	void *buf;
 	/* allreduce, reduce-scatter: the input when it is not @buf (NULL:
 	 * in place in @buf). Set with one local rank: its send buffer, and
 	 * @buf (its recv buffer, or the staging buffer of a reduce-scatter)

@@ -35,7 +35,12 @@
  *
  * Buffers passed to the collectives must lie inside buffers from
  * cs_buf_alloc() of the same client; the sidecar reads and writes them in
- * place (zero copy).
+ * place (zero copy). Requests are matched across ranks in posting order
+ * per group, but several of a group may run at once (the sidecar's
+ * ipc.group_inflight) and finish in any order, each one to its own
+ * request: a buffer one pending request writes must not be read or
+ * written by another pending one (as with MPI's non-blocking
+ * collectives).
  */
 
 #include <stddef.h>

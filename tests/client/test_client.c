@@ -2605,3 +2605,411 @@ Test(client, per_trainer_limits, .timeout = 120)
 	cs_disconnect(d);
 	sidecar_stop(&sc);
 }
+
+/* ---- several operations of one group in flight (ipc.group_inflight) --- */
+
+/*
+ * The group of two_node_main() (ranks 0 and 2 here, 1 and 3 played by
+ * the backend). Each trainer posts PL_N operations before it waits for
+ * any, op k in a region of its own and of kind k % 4 (allreduce,
+ * reduce-scatter, all-gather, broadcast from rank 1), its data shifted
+ * by k. The backend holds what it is handed until it has as many as the
+ * server may run at once (the first alone: the membership check; then
+ * ipc.group_inflight, 8) and completes them out of order: the newest
+ * first, then, once both trainers saw that one done while the older
+ * ones still pend, the rest newest to oldest. Every element of every
+ * result is checked. The backend also checks that no two operations it
+ * holds share a byte of their buffers (each its own staging buffer).
+ */
+#define PL_N 12
+#define PL_GROUP_INFLIGHT 8 /* ipc.group_inflight's default */
+#define PL_COUNT 128
+#define PL_BLK 32
+#define PL_REGION 256 /* floats per op */
+#define PL_MAX_HELD 64
+
+enum { PL_OUT_OF_ORDER, PL_VIEW, PL_KILL };
+
+struct pl_be {
+	int mode;
+	unsigned total; /* ops of the group the trainers post */
+	struct cs_ipc_inter_op held[PL_MAX_HELD];
+	unsigned nheld, done;
+	unsigned batch; /* PL_OUT_OF_ORDER: the current batch's size, once
+			 * its newest is done */
+	bool viewed;
+	/* read by the test and the trainers (shared memory) */
+	atomic_uint seen; /* trainers that saw the newest done first */
+	atomic_uint ready; /* PL_KILL: the victim may go */
+	unsigned max_held, overlaps, cancels, verdicts, bad;
+};
+
+static struct pl_be *pl_shared(void)
+{
+	void *p = mmap(NULL, sizeof(struct pl_be), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(p, MAP_FAILED);
+	memset(p, 0, sizeof(struct pl_be));
+	return p;
+}
+
+static size_t pl_bytes(const struct cs_ipc_inter_op *op)
+{
+	return op->kind == CS_IPC_INTER_BARRIER ? 0 : op->count * sizeof(float);
+}
+
+static int pl_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct pl_be *f = ctx;
+
+	if (op->kind == CS_IPC_INTER_VERDICT) {
+		f->verdicts++;
+		return 0;
+	}
+	if (op->group_size != 4 || op->local_size != 2 ||
+	    op->local_ranks[0] != 0 || op->local_ranks[1] != 2 ||
+	    f->nheld == PL_MAX_HELD) {
+		f->bad++;
+		return -EPROTO;
+	}
+	for (unsigned i = 0; i < f->nheld; i++) {
+		const struct cs_ipc_inter_op *h = &f->held[i];
+		const uint8_t *a = op->buf, *b = h->buf;
+
+		if (h->cookie == op->cookie)
+			f->bad++;
+		if (a < b + pl_bytes(h) && b < a + pl_bytes(op))
+			f->overlaps++;
+	}
+	f->held[f->nheld++] = *op;
+	if (f->nheld > f->max_held)
+		f->max_held = f->nheld;
+	return 0;
+}
+
+static void pl_cancel(void *ctx, uint64_t cookie)
+{
+	struct pl_be *f = ctx;
+
+	for (unsigned i = 0; i < f->nheld; i++)
+		if (f->held[i].cookie == cookie) {
+			f->held[i] = f->held[--f->nheld];
+			f->cancels++;
+			return;
+		}
+}
+
+/* What the remote ranks 1 and 3 add to op k (see pl_main). */
+static void pl_remote(const struct cs_ipc_inter_op *op)
+{
+	float *b = op->buf;
+	int k = (int)(uint32_t)op->cookie;
+
+	switch (op->kind) {
+	case CS_IPC_INTER_ALLREDUCE:
+		for (uint64_t i = 0; i < op->count; i++)
+			b[i] += (float)(1000 + i + 7 * k) +
+				(float)(3000 + i + 7 * k);
+		break;
+	case CS_IPC_INTER_REDUCE_SCATTER:
+		for (uint64_t j = 0; j < op->count; j++)
+			b[j] += (float)(1 + j + k) + (float)(3 + j + k);
+		break;
+	case CS_IPC_INTER_ALL_GATHER:
+		for (uint32_t r = 1; r < 4; r += 2)
+			for (uint64_t q = 0; q < op->block; q++)
+				b[r * op->block + q] = (float)(r * 100 + q + k);
+		break;
+	case CS_IPC_INTER_BROADCAST:
+		for (uint64_t q = 0; q < op->count; q++)
+			b[q] = (float)(7 * q + 1 + k);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Complete held op @i (remote data in, then done). */
+static void pl_done(struct cs_ipc_server *srv, struct pl_be *f, unsigned i)
+{
+	struct cs_ipc_inter_op op = f->held[i];
+
+	f->held[i] = f->held[--f->nheld];
+	f->done++;
+	pl_remote(&op);
+	cs_ipc_server_inter_done(srv, op.cookie, 0);
+}
+
+static unsigned pl_newest(const struct pl_be *f)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 1; i < f->nheld; i++)
+		if ((uint32_t)f->held[i].cookie > (uint32_t)f->held[n].cookie)
+			n = i;
+	return n;
+}
+
+static int pl_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct pl_be *f = ctx;
+	unsigned want;
+
+	if (!f->done) { /* the first: alone (its membership check) */
+		if (!f->nheld)
+			return 0;
+		pl_done(srv, f, 0);
+		return 1;
+	}
+	want = CS_MIN(PL_GROUP_INFLIGHT, f->total - f->done);
+	if (f->mode == PL_VIEW && f->nheld == want && !f->viewed) {
+		f->viewed = true; /* node 1 leaves the view */
+		cs_ipc_server_view(srv, 1, 1);
+		return 1;
+	}
+	if (f->mode == PL_KILL && f->nheld == want)
+		atomic_store(&f->ready, 1);
+	if (f->mode != PL_OUT_OF_ORDER)
+		return 0;
+	if (!f->batch) {
+		if (!want || f->nheld < want)
+			return 0;
+		f->batch = want;
+		pl_done(srv, f, pl_newest(f));
+		return 1;
+	}
+	if (atomic_load(&f->seen) < 2)
+		return 0;
+	atomic_store(&f->seen, 0);
+	/* the rest newest first; completing the oldest starts the next
+	 * batch, which pl_start() adds to the held ones */
+	for (uint32_t k = (uint32_t)f->held[pl_newest(f)].cookie,
+		      left = f->batch - 1;
+	     left; left--, k--)
+		for (unsigned i = 0; i < f->nheld; i++)
+			if ((uint32_t)f->held[i].cookie == k) {
+				pl_done(srv, f, i);
+				break;
+			}
+	f->batch = 0;
+	return 1;
+}
+
+/* Post op @k of rank @rank in @base (a region of its own). */
+static int pl_post(struct cs_group *g, float *base, int rank, int k,
+		   cs_req_t *r)
+{
+	float *x = base + (size_t)k * PL_REGION, *d = x + 4 * PL_BLK;
+
+	switch (k % 4) {
+	case 0:
+		for (int i = 0; i < PL_COUNT; i++)
+			x[i] = (float)(rank * 1000 + i + 7 * k);
+		return cs_allreduce(g, x, x, PL_COUNT, CS_F32, CS_SUM, r);
+	case 1:
+		for (int j = 0; j < 4 * PL_BLK; j++)
+			x[j] = (float)(rank + j + k);
+		return cs_reduce_scatter(g, x, d, PL_BLK, CS_F32, CS_SUM, r);
+	case 2:
+		for (int q = 0; q < PL_BLK; q++)
+			x[q] = (float)(rank * 100 + q + k);
+		return cs_all_gather(g, x, d, PL_BLK, CS_F32, r);
+	default:
+		for (int q = 0; q < PL_BLK; q++)
+			x[q] = rank == 1 ? 0 : -1.0f;
+		return cs_broadcast(g, x, PL_BLK, CS_F32, 1, r);
+	}
+}
+
+/* Wrong elements of op @k's result. */
+static int pl_check(const float *base, int rank, int k)
+{
+	const float *x = base + (size_t)k * PL_REGION, *d = x + 4 * PL_BLK;
+	int wrong = 0;
+
+	switch (k % 4) {
+	case 0:
+		for (int i = 0; i < PL_COUNT; i++)
+			wrong += x[i] != (float)(6000 + 4 * i + 28 * k);
+		break;
+	case 1:
+		for (int q = 0; q < PL_BLK; q++)
+			wrong += d[q] !=
+				 (float)(6 + 4 * (rank * PL_BLK + q) + 4 * k);
+		break;
+	case 2:
+		for (int r = 0; r < 4; r++)
+			for (int q = 0; q < PL_BLK; q++)
+				wrong += d[r * PL_BLK + q] !=
+					 (float)(r * 100 + q + k);
+		break;
+	default:
+		for (int q = 0; q < PL_BLK; q++)
+			wrong += x[q] != (float)(7 * q + 1 + k);
+		break;
+	}
+	return wrong;
+}
+
+/* Wait for ops [@from, @to) and check each one's result. */
+static int pl_wait(struct cs_client *c, const cs_req_t *r, const float *base,
+		   int rank, int from, int to)
+{
+	for (int k = from; k < to; k++)
+		if (cs_wait(c, r[k], WAIT_NS) || pl_check(base, rank, k))
+			return 1;
+	return 0;
+}
+
+static int pl_main(const char *path, int rank, int size, void *arg)
+{
+	struct pl_be *f = arg;
+	cs_req_t r[PL_N];
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *base;
+	int k;
+
+	if (connect_retry(path, &c) ||
+	    cs_buf_alloc(c, PL_N * PL_REGION * sizeof(float), &b) ||
+	    cs_group_join(c, "pipe", rank, size, rank / 2, 2, &g))
+		return 2;
+	base = cs_buf_ptr(b);
+	for (k = 0; k < PL_N; k++)
+		if (pl_post(g, base, rank, k, &r[k]))
+			return 3;
+	if (pl_wait(c, r, base, rank, 0, 1))
+		return 4;
+	/* batches: 1..8, then 9..11 (ipc.group_inflight from the oldest) */
+	for (int lo = 1; lo < PL_N; lo += PL_GROUP_INFLIGHT) {
+		int hi = CS_MIN(lo + PL_GROUP_INFLIGHT, PL_N);
+
+		/* the newest finishes first, its own request ... */
+		if (pl_wait(c, r, base, rank, hi - 1, hi))
+			return 5;
+		/* ... while the older ones are still running */
+		for (k = lo; k < hi - 1; k++)
+			if (cs_test(c, r[k]) != -EINPROGRESS)
+				return 6;
+		atomic_fetch_add(&f->seen, 1);
+		if (pl_wait(c, r, base, rank, lo, hi - 1))
+			return 7;
+	}
+	cs_disconnect(c);
+	return 0;
+}
+
+/*
+ * A sidecar whose backend is a struct pl_be in @mode (@total: ops of the
+ * group the trainers post) and trainers rank 0 and 2 running @fn; waits
+ * for both (rank 2 killed by itself in PL_KILL) and the sidecar's clean
+ * exit. Returns the backend's record (munmap it).
+ */
+static struct pl_be *pl_run(int mode, unsigned total,
+			    int (*fn)(const char *, int, int, void *),
+			    const char *tag)
+{
+	struct pl_be *f = pl_shared();
+	struct cs_ipc_backend be = { .ctx = f,
+				     .start_inter_node = pl_start,
+				     .cancel = pl_cancel,
+				     .verdicts = true };
+	struct sidecar sc;
+	pid_t a, b;
+	int st;
+
+	f->mode = mode;
+	f->total = total;
+	sidecar_start_be(&sc, tag, &be, pl_tick);
+	a = spawn(fn, sc.path, 0, 4, f);
+	b = spawn(fn, sc.path, 2, 4, f);
+	expect_exit0(a, "rank 0");
+	if (mode == PL_KILL) {
+		cr_assert_eq(waitpid(b, &st, 0), b);
+		cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	} else {
+		expect_exit0(b, "rank 2");
+	}
+	sidecar_stop(&sc);
+	cr_assert_eq(f->bad, 0);
+	return f;
+}
+
+Test(client, pipelined_ops_complete_out_of_order, .timeout = 120)
+{
+	struct pl_be *f = pl_run(PL_OUT_OF_ORDER, PL_N, pl_main, "pipe");
+
+	cr_assert_eq(f->max_held, PL_GROUP_INFLIGHT,
+		     "at most %u of the group's ops were in flight at once",
+		     f->max_held);
+	cr_assert_eq(f->done, PL_N);
+	cr_assert_eq(f->overlaps, 0, "ops in flight shared buffer bytes");
+	munmap(f, sizeof(*f));
+}
+
+/* Several in flight when node 1 leaves the view (PL_VIEW) or local rank
+ * 1 is killed (PL_KILL): the first op is done, the others in flight
+ * (and one posted after) fail with CS_ERR_PEER_LOST. */
+#define PL_LOST_N 6
+
+static int pl_lost_main(const char *path, int rank, int size, void *arg)
+{
+	struct pl_be *f = arg;
+	cs_req_t r[PL_LOST_N + 1];
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	float *base;
+
+	if (connect_retry(path, &c) ||
+	    cs_buf_alloc(c, (PL_LOST_N + 1) * PL_REGION * sizeof(float), &b) ||
+	    cs_group_join(c, "lost", rank, size, rank / 2, 2, &g))
+		return 2;
+	base = cs_buf_ptr(b);
+	for (int k = 0; k < PL_LOST_N; k++)
+		if (pl_post(g, base, rank, k, &r[k]))
+			return 3;
+	if (cs_wait(c, r[0], WAIT_NS) || pl_check(base, rank, 0))
+		return 4;
+	if (f->mode == PL_KILL && rank == 2) {
+		while (!atomic_load(&f->ready))
+			usleep(1000);
+		kill(getpid(), SIGKILL);
+	}
+	for (int k = 1; k < PL_LOST_N; k++) {
+		if (cs_wait(c, r[k], WAIT_NS) != CS_ERR_PEER_LOST)
+			return 5;
+		if (f->mode == PL_VIEW ? cs_lost_node(c) != 1
+				       : !strstr(cs_errmsg(c), "rank 2 "))
+			return 6;
+	}
+	/* the group is failed: a later op fails at once */
+	if (pl_post(g, base, rank, PL_LOST_N, &r[PL_LOST_N]) ||
+	    cs_wait(c, r[PL_LOST_N], WAIT_NS) != CS_ERR_PEER_LOST)
+		return 7;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, pipelined_ops_fail_together_when_a_node_is_lost, .timeout = 120)
+{
+	struct pl_be *f = pl_run(PL_VIEW, PL_LOST_N, pl_lost_main, "plview");
+
+	cr_assert_eq(f->max_held, PL_LOST_N - 1);
+	cr_assert_eq(f->cancels, PL_LOST_N - 1,
+		     "%u of the ops in flight taken back from the backend",
+		     f->cancels);
+	munmap(f, sizeof(*f));
+}
+
+Test(client, pipelined_ops_fail_together_when_a_rank_dies, .timeout = 120)
+{
+	struct pl_be *f = pl_run(PL_KILL, PL_LOST_N, pl_lost_main, "plkill");
+
+	cr_assert_eq(f->cancels, PL_LOST_N - 1);
+	/* the other nodes are told, op by op, that the rank is lost */
+	cr_assert_eq(f->verdicts, PL_LOST_N - 1, "%u verdicts", f->verdicts);
+	munmap(f, sizeof(*f));
+}

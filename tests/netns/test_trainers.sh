@@ -43,7 +43,13 @@
 # that do not add up and sizes that differ: a clear error on every rank,
 # the sidecars go on, a proper all-to-all then works), alltoall_lost_3x2
 # (a sidecar killed under a loop of all-to-alls: the other trainers get
-# CS_ERR_PEER_LOST naming its node, none hangs).
+# CS_ERR_PEER_LOST naming its node, none hangs), pipe_4x2 (every trainer
+# posts 8 allreduce buckets of one group before waiting for any, 64 KiB
+# to 4 MiB, every element of every bucket checked; several of the group's
+# operations on the transport core at once), peer_lost_pipe_4x2
+# (peer_lost_4x2 with 8 buckets of 1 MiB in flight per iteration: each
+# one finished before the loss or fails with CS_ERR_PEER_LOST, none
+# hangs, and the survivors' group runs 8 at once again).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i> (CS_CLUSTER=P: Pn<i>), bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -486,6 +492,7 @@ case_launch() {
 case_peer_lost() {
 	local n=$1 t=$2 count=$3 victim=${4:-2} fail_s=${IPCD_FAIL_TIMEOUT_S:-2}
 	local pids=() i l r nr t_kill t_lost dt bound worst=0 rc
+	local k=${PEERLOST_BUCKETS:-1}
 	[ -x "$PEERLOST" ] || fail "not built: $PEERLOST"
 	BOOT=1
 	up "$n" --set member.hb_interval=200ms \
@@ -497,7 +504,7 @@ case_peer_lost() {
 				LOCAL_RANK=$l LOCAL_WORLD_SIZE=$t \
 				COLLSTACK_SOCKET=$RUN/${P}n$i/collstack.sock \
 				timeout 600 "$PEERLOST" -c "$count" -g train -p 1 \
-				-r -m 3 >"$RUN/t$r.out" 2>&1 &
+				-k "$k" -r -m 3 >"$RUN/t$r.out" 2>&1 &
 			pids+=($!)
 			TPIDS+=($!)
 		done
@@ -539,6 +546,10 @@ case_peer_lost() {
 		grep -q "^lost .* status=-1001 .* node=$victim msg=.*node $victim was lost" \
 			"$RUN/t$r.out" ||
 			fail "rank $r: no CS_ERR_PEER_LOST naming node $victim"
+		# every bucket in flight: done before the loss, or lost
+		grep -qE "^buckets=$k done=[0-9]+ lost=[1-9][0-9]* other=0$" \
+			"$RUN/t$r.out" ||
+			fail "rank $r: a bucket ended otherwise than done or lost"
 		nr=$((r / t > victim ? r - t : r))
 		grep -q "^reformed group=train.lost$victim rank=$nr size=$(((n - 1) * t)) iters=3 wrong=0 " \
 			"$RUN/t$r.out" || fail "rank $r: the group of the survivors failed"
@@ -560,6 +571,24 @@ case_peer_lost() {
 		grep -E "view epoch|peer lost" "$RUN/${P}n$i.log" | head -n 3 |
 			sed "s/^/  ${P}n$i: /"
 	done
+}
+
+# 4 nodes x 2 trainers, one group, 8 allreduce buckets posted before any
+# is waited for (collstack bench -k 8, -m iter: every element of every
+# bucket of every iteration checked). The transport core of node 0 must
+# have carried several of them at once (peak_ops: a serial group peaks
+# at 2 to 3, an early barrier beside a bucket; 32 iterations of 8 here).
+case_pipe() {
+	local peak
+	up 4
+	bench 2 -o allreduce -k 8 -b 64K -e 4M -f 4 -n 3 -w 1 ||
+		fail "8 buckets in flight: wrong elements or an error"
+	bench 2 -o all_gather -k 8 -b 64K -e 1M -f 16 -n 2 -w 1 ||
+		fail "8 all-gather buckets in flight (staging buffers)"
+	sidecars_alive
+	peak=$(kv "$(ctl "$RUN/${P}n0" ar_stats)" peak_ops)
+	echo "node 0: at most $peak operations on the transport core at once"
+	[ "$peak" -ge 4 ] || fail "the buckets did not overlap (peak_ops $peak)"
 }
 
 # Trainers joining as told: join_run NAME OP NOPS SPEC...; SPEC is
@@ -914,6 +943,8 @@ peer_lost_etcd_4x1)	# no coordinator: node 0 is lost like any other
 	ETCD=1
 	case_peer_lost 4 1 4M 0 ;;
 peer_lost_4x2) case_peer_lost 4 2 1M ;;
+peer_lost_pipe_4x2) PEERLOST_BUCKETS=8 case_peer_lost 4 2 1M ;;
+pipe_4x2) case_pipe ;;
 trace_4x1) case_trace ;;
 early_4x1) case_early ;;
 members_size_2x1) case_members_size ;;
@@ -943,7 +974,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
