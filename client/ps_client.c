@@ -6,6 +6,7 @@
  * by the sidecar and waited for like any request.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "client_internal_strategy.h"
 #include "collstack/ps.h"
 #include "internal/util.h"
 
@@ -128,6 +130,26 @@ static int table_close(struct cs_ps_table *t)
 
 	m.u.ps_destroy.table = t->handle;
 	return cs__client_rpc(t->c, &m, &r);
+}
+
+/*
+ * Whether @c's sidecar serves PS tables, asked locally (no collective): a
+ * destroy of a handle no table has is refused with -EOPNOTSUPP by a
+ * sidecar without a parameter server and with -ENOENT by one with it.
+ * Returns 0, -EOPNOTSUPP (@why says so), or -ENOTCONN.
+ */
+int cs__ps_probe(struct cs_client *c, char *why, size_t whylen)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_PS_DESTROY }, r;
+	int ret;
+
+	m.u.ps_destroy.table = UINT32_MAX;
+	ret = cs__client_rpc(c, &m, &r);
+	if (ret == -EOPNOTSUPP)
+		snprintf(why, whylen, "%s", r.u.reply.text);
+	else if (ret == -ENOTCONN)
+		snprintf(why, whylen, "sidecar gone");
+	return ret == -ENOENT || !ret ? 0 : ret;
 }
 
 cs_export int cs_ps_table_create(struct cs_group *g, const char *name,

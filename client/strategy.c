@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_internal_strategy.h"
 #include "collstack/strategy.h"
 #include "internal/util.h"
 
@@ -26,9 +27,8 @@ static pthread_once_t reg_once = PTHREAD_ONCE_INIT;
 /* ---- built-ins ------------------------------------------------------------
  */
 
-/* After posting (@ret, request @r): wait, and say what failed. */
-static int wait_req(const struct cs_strategy_ctx *ctx, int ret, cs_req_t r,
-		    const char *what, char *why, size_t whylen)
+int cs_strat_wait(const struct cs_strategy_ctx *ctx, int ret, cs_req_t r,
+		  const char *what, char *why, size_t whylen)
 {
 	if (!ret)
 		ret = cs_wait(ctx->client, r, -1);
@@ -47,7 +47,7 @@ static int ar_exchange(void *state, const struct cs_strategy_ctx *ctx,
 
 	(void)state;
 	ret = cs_allreduce(ctx->group, grad, grad, count, dtype, CS_SUM, &r);
-	return wait_req(ctx, ret, r, "allreduce", why, whylen);
+	return cs_strat_wait(ctx, ret, r, "allreduce", why, whylen);
 }
 
 /*
@@ -71,11 +71,12 @@ static int rsag_exchange(void *state, const struct cs_strategy_ctx *ctx,
 
 		ret = cs_reduce_scatter(ctx->group, base, mine, per, dtype,
 					CS_SUM, &r);
-		ret = wait_req(ctx, ret, r, "reduce-scatter", why, whylen);
+		ret = cs_strat_wait(ctx, ret, r, "reduce-scatter", why, whylen);
 		if (!ret) {
 			ret = cs_all_gather(ctx->group, mine, base, per, dtype,
 					    &r);
-			ret = wait_req(ctx, ret, r, "all-gather", why, whylen);
+			ret = cs_strat_wait(ctx, ret, r, "all-gather", why,
+					    whylen);
 		}
 	}
 	if (!ret && count % (size_t)ctx->size)
@@ -92,19 +93,6 @@ static int local_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	(void)state, (void)ctx, (void)grad, (void)count, (void)dtype;
 	(void)why, (void)whylen;
 	return 0;
-}
-
-static int ps_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
-		   size_t whylen)
-{
-	(void)state;
-	snprintf(why, whylen,
-		 "strategy 'ps' for group '%s': trainers cannot push/pull "
-		 "yet (collstackd's PS service, sidecar/svc_ps.c, serves "
-		 "`collstack run ps` only; libcollstack has no push/pull "
-		 "call)",
-		 ctx->param_group);
-	return -ENOTSUP;
 }
 
 static int a2a_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
@@ -141,8 +129,8 @@ static const struct cs_strategy_ops builtin[] = {
 	  "no exchange: parameters that live on one rank only", NULL,
 	  local_exchange, NULL },
 	{ CS_STRATEGY_ABI, "ps",
-	  "parameter-server push/pull (not carried by the sidecar yet)",
-	  ps_open, never_exchange, NULL },
+	  "sum through a parameter-server table (pushes only non-zero rows)",
+	  cs_strat_ps_open, cs_strat_ps_exchange, cs_strat_ps_close },
 	{ CS_STRATEGY_ABI, "alltoall",
 	  "all-to-all (not carried by the sidecar yet)", a2a_open,
 	  never_exchange, NULL },

@@ -27,9 +27,11 @@
  * Built-ins: "allreduce" (cs_allreduce, sum; the sidecar picks direct,
  * ring or two-level), "rs-ag" (cs_reduce_scatter then cs_all_gather: the
  * same sum in two operations), "local" (no exchange: for parameters that
- * live on one rank only). "ps" and "alltoall" are registered so that a
- * config naming them fails with the reason: the sidecar does not carry
- * parameter-server or all-to-all traffic yet.
+ * live on one rank only), "ps" (the sum through a parameter-server table
+ * of the group: only rows that are not all zero are pushed; f32, f16,
+ * bf16; refused at open where the sidecar has no parameter server).
+ * "alltoall" is registered so that a config naming it fails with the
+ * reason: no strategy over cs_alltoallv is written yet.
  */
 #ifndef COLLSTACK_STRATEGY_H
 #define COLLSTACK_STRATEGY_H

@@ -8,13 +8,15 @@ an embedding table (ROWS x 8) is appended, a mixture-of-experts layer
 follows, then an MLP 24 -> 32 -> 1; loss: mean squared error to a
 synthetic target. Gradients by hand (numpy), SGD.
 
-Strategies: from the config file (--config, default: what `collstack
-plan` picks among what the sidecar carries today: allreduce for all three,
-since PS and all-to-all are not carried yet). --switch-at S asks, on rank
-1 only, to move the embedding to PS at step S (refused on every rank with
-the reason, printed by rank 0), then to "rs-ag" at step S + 1; every rank
-switches at the same step, and the parameters stay bit-identical across
-ranks (checked at the end). --timeline FILE (rank 0) writes each step's
+Strategies: from the config file (--config, default: allreduce for all
+three). --switch-at S asks, on rank 1 only, to move the embedding to PS at
+step S: a sidecar with a parameter server (collstackd) takes it and the
+embedding's rows are summed through a PS table from then on (only the
+rows a rank touched are pushed); one without (the mini sidecar of
+run_local.py) refuses it on every rank with the reason (printed by rank
+0), and rank 1 then asks for "rs-ag" at step S + 1. Every rank switches at
+the same step, and the parameters stay bit-identical across ranks
+(checked at the end). --timeline FILE (rank 0) writes each step's
 exchanges as Chrome trace events (chrome://tracing, Perfetto), and rank 0
 prints the mean exchange time of the embedding before and after the
 switch.
@@ -25,7 +27,14 @@ Launch with run_local.py (a mini sidecar and N ranks on this node):
         build/client/libcollstack.so 4 train_hybrid.py
 
 (options through HYBRID_ARGS, e.g. HYBRID_ARGS="--switch-at 50
---timeline /tmp/hybrid.json"). Needs numpy (python3-numpy).
+--timeline /tmp/hybrid.json"), or on a cluster of collstackd sidecars,
+where the switch to PS is taken (scripts/cluster.sh up 4):
+
+    COLLSTACK_LIB=build/client/libcollstack.so PYTHONPATH=python \\
+        build/tools/collstack launch -T 2 -- /usr/bin/python3 \\
+        python/examples/train_hybrid.py --switch-at 50
+
+Needs numpy (python3-numpy).
 """
 
 import argparse
@@ -123,16 +132,18 @@ def main():
             for name in GROUPS:
                 job.add(name, "allreduce")
         events, losses, emb_us = [], [], {"before": [], "after": []}
+        ps_refused = False
         t0 = time.perf_counter()
         for step in range(args.steps):
             if rank == 1 and args.switch_at >= 0:
                 if step == args.switch_at:
                     job.request("embedding", "ps")
-                elif step == args.switch_at + 1:
+                elif step == args.switch_at + 1 and ps_refused:
                     job.request("embedding", "rs-ag")
             try:
                 job.step(step)
             except StrategyError as e:
+                ps_refused = step == args.switch_at
                 if rank == 0:
                     print(f"step {step}: switch refused: {e}")
             xd, ids, t = batch(rank, step)

@@ -4,7 +4,8 @@
  * the registry and plug-in loader, config-file errors named by line, and
  * 4 trainer processes that switch groups' strategies at agreed steps
  * (asked by one rank each), with every result exact across the switches;
- * PS and all-to-all refused with their reason on every rank; ranks at
+ * PS (mini_sidecar has no parameter server) and all-to-all refused with
+ * their reason on every rank; ranks at
  * different steps told so.
  *
  *   strategy_switch MINI_SIDECAR PLUGIN.so BAD_PLUGIN.so
@@ -120,7 +121,7 @@ static void config_checks(struct cs_client *c, struct cs_group *g)
 		  -ENOENT },
 		{ "group emb ps\n",
 		  ":1: strategy 'ps' for group 'emb': "
-		  "trainers cannot push/pull",
+		  "this sidecar has no parameter server",
 		  -ENOTSUP },
 		{ "group moe alltoall\n",
 		  ":1: strategy 'alltoall' for group "
@@ -224,7 +225,7 @@ static int trainer(int rank)
 		if (s == 5)
 			CHECK(ret == -ENOTSUP &&
 				      strstr(cs_strat_job_errmsg(j),
-					     "trainers cannot push/pull"),
+					     "has no parameter server"),
 			      "rank %d step 5: ps switch: %d '%s'", rank, ret,
 			      cs_strat_job_errmsg(j));
 		else if (s == 6)

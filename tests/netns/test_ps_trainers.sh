@@ -11,7 +11,10 @@
 #   pstr_4x1     cs-trainer-ps train, one trainer per node: sync (every
 #                pulled row equal to the serial reference, bit for bit),
 #                async and ssp:1 (the whole table exact at the end)
-#   pstr_4x2     the same, two trainers per node (sync, ssp:2)
+#   pstr_4x2     the same, two trainers per node (sync, ssp:2); then
+#                tests/netns/strat_ps_check.py: the "ps" strategy of
+#                collstack/strategy.h equals allreduce element by element
+#                (switched to, away and back), f64 refused
 #   pstr_4x1_bad bad inputs, each with its named error, the sidecars
 #                running on: push before create, unknown table, rows of
 #                another size or type, a key outside the table, a pull of
@@ -24,7 +27,9 @@
 #                embedding table through the PS and dense layers through
 #                allreduce in one job; the loss goes down and the final
 #                table equals the single-process run's, bit for bit
-#   pstr_2x2_example  the same on 2 nodes x 2 trainers
+#   pstr_2x2_example  the same on 2 nodes x 2 trainers, then
+#                python/examples/train_hybrid.py, whose embedding moves to
+#                the "ps" strategy at step 20
 #   pstr_local   no root, no namespaces: one collstackd (loop port) and two
 #                trainers on it (a group on one node: its tables' shard is
 #                that node): train sync and ssp:1, the bad inputs, a pull
@@ -78,6 +83,7 @@ local_case() {
 	kill -0 $pid 2>/dev/null || fail "collstackd died"
 	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
 		example 2
+		strat 2
 	else
 		echo "(no numpy for /usr/bin/python3: example skipped)"
 	fi
@@ -146,6 +152,23 @@ example() {	# T
 		fail "no 'ps_recsys ok' line with the loss down and the table equal"
 }
 
+strat() {	# T: the "ps" strategy equals allreduce (strat_ps_check.py)
+	local lib
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
+		skip "libcollstack.so not built"
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
+		--timeout 500 --all-output -- \
+		/usr/bin/python3 tests/netns/strat_ps_check.py 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || fail "strat_ps_check.py: exit $rc"
+	# (counted as matches: launch may relay two ranks' lines as one)
+	[ "$(grep -o 'strat_ps ok rank=[0-9]* steps=12 ps_steps=7' <<<"$out" |
+		wc -l)" = $((NODES * $1)) ] ||
+		fail "$((NODES * $1)) 'strat_ps ok' expected"
+}
+
 [ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
 [ "$CASE" = pstr_local ] && local_case
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
@@ -169,6 +192,9 @@ pstr_4x2)
 	up 4
 	train 2 sync
 	train 2 ssp:2
+	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+		strat 2
+	fi
 	;;
 pstr_4x1_bad)
 	up 4 --set coll.deadline=20s
@@ -204,6 +230,18 @@ pstr_4x1_example)
 pstr_2x2_example)
 	up 2
 	example 2
+	alive
+	# the hybrid job moves its embedding to PS at step 20 (taken here)
+	out=$(COLLSTACK_LIB="$BUILD/client/libcollstack.so" \
+		PYTHONPATH="$PWD/python" timeout 600 "$CLI" launch -T 2 \
+		--cluster "$ENV" --timeout 500 -- /usr/bin/python3 \
+		python/examples/train_hybrid.py --switch-at 20 --steps 40 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || fail "train_hybrid.py: exit $rc"
+	grep -q "'embedding': 'ps'.*params identical on every rank: True" \
+		<<<"$out" || fail "train_hybrid.py: embedding not on ps at the end"
+	grep -q "switch refused" <<<"$out" && fail "train_hybrid.py: refused"
 	alive
 	;;
 *)
