@@ -14,13 +14,15 @@
  *		rank 0 also pushes, into the other bank, the rows it pulled
  *		from that bank at exchange v - 1: w - w = 0, so that bank is
  *		zero again before exchange v + 1 uses it
- *	pull	every row of bank v & 1 at clock v + 1 (answered once every
- *		worker's version v is applied on every shard)
+ *	pull	the rows of bank v & 1 that some rank pushed, at clock v + 1
+ *		(answered once every worker's version v is applied on every
+ *		shard); which rows is agreed by an allreduce (max) of one byte
+ *		per row, posted beside the push
  *
  * and the gradient becomes the pulled rows negated (a sign flip, exact),
- * the same bits on every rank. The sum is the shards' f32 sum, so f32,
- * f16 and bf16 are offered; f64 and integers are refused (the table's
- * optimizer computes in f32).
+ * the same bits on every rank; rows no rank pushed are zero. The sum is the
+ *shards' f32 sum, so f32, f16 and bf16 are offered; f64 and integers are
+ *refused (the table's optimizer computes in f32).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -35,7 +37,7 @@
 
 struct ps_strat {
 	struct cs_ps_table *t;
-	struct cs_buf *keys, *push, *pull;
+	struct cs_buf *keys, *push, *pull, *map;
 	size_t count, nrows, nreset;
 	enum cs_dtype dtype;
 	uint64_t version;
@@ -49,6 +51,7 @@ static void ps_free(struct ps_strat *s)
 	cs_buf_free(s->keys);
 	cs_buf_free(s->push);
 	cs_buf_free(s->pull);
+	cs_buf_free(s->map);
 	free(s->reset);
 	free(s);
 }
@@ -124,6 +127,8 @@ static int ps_setup(struct ps_strat *s, const struct cs_strategy_ctx *ctx,
 		ret = cs_buf_alloc(ctx->client, 2 * s->nrows * rowb, &s->push);
 	if (!ret)
 		ret = cs_buf_alloc(ctx->client, s->nrows * rowb, &s->pull);
+	if (!ret)
+		ret = cs_buf_alloc(ctx->client, s->nrows, &s->map);
 	if (!ret && ctx->rank == 0) {
 		s->reset = calloc(s->nrows, sizeof(*s->reset));
 		ret = s->reset ? 0 : -ENOMEM;
@@ -154,21 +159,26 @@ static bool row_is_zero(const uint8_t *row, size_t len)
 }
 
 /*
- * Pulled rows (-G) into @grad as G: the sign bit of every non-zero value
- * flipped (zero stays +0, as a sum of zeros is); rank 0 notes the rows to
- * zero at the next exchange.
+ * Pulled rows (-G, in row order, only those @map marks) into @grad as G:
+ * the sign bit of every non-zero value flipped (zero stays +0, as a sum
+ * of zeros is); rows no rank pushed become zeros. Rank 0 notes the rows
+ * to zero at the next exchange.
  */
 static void take_pulled(struct ps_strat *s, const struct cs_strategy_ctx *ctx,
 			uint8_t *grad, uint64_t bank)
 {
-	size_t esz = cs_dtype_size(s->dtype), rowb = PS_DIM * esz;
-	const uint8_t *pull = cs_buf_ptr(s->pull);
+	size_t esz = cs_dtype_size(s->dtype), rowb = PS_DIM * esz, k = 0;
+	const uint8_t *pull = cs_buf_ptr(s->pull), *map = cs_buf_ptr(s->map);
 
 	s->nreset = 0;
 	for (size_t r = 0; r < s->nrows; r++) {
-		const uint8_t *row = pull + r * rowb;
 		size_t n = r + 1 < s->nrows ? PS_DIM : s->count - r * PS_DIM;
+		const uint8_t *row = pull + k * rowb;
 
+		if (!map[r]) {
+			memset(grad + r * rowb, 0, n * esz);
+			continue;
+		}
 		if (ctx->rank == 0 && !row_is_zero(row, rowb))
 			s->reset[s->nreset++] = bank * s->nrows + r;
 		for (size_t i = 0; i < n; i++) {
@@ -179,6 +189,13 @@ static void take_pulled(struct ps_strat *s, const struct cs_strategy_ctx *ctx,
 			if (!row_is_zero(src, esz))
 				dst[esz - 1] ^= 0x80; /* little-endian sign */
 		}
+		/* rank 0 zeroes it from the copy kept in its reset area */
+		if (ctx->rank == 0 && s->nreset &&
+		    s->reset[s->nreset - 1] == bank * s->nrows + r)
+			memmove((uint8_t *)cs_buf_ptr(s->pull) +
+					(s->nreset - 1) * rowb,
+				row, rowb);
+		k++;
 	}
 }
 
@@ -189,9 +206,9 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	struct ps_strat *s = state;
 	size_t esz = cs_dtype_size(dtype), rowb = PS_DIM * esz, n = 0;
 	uint64_t bank = s->version & 1, *keys;
-	uint8_t *push, *g = grad;
-	cs_req_t r = 0;
-	int ret;
+	uint8_t *push, *map, *g = grad;
+	cs_req_t r = 0, rm = 0;
+	int ret, ret2;
 
 	if (!count)
 		return 0;
@@ -210,11 +227,13 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	}
 	keys = cs_buf_ptr(s->keys);
 	push = cs_buf_ptr(s->push);
+	map = cs_buf_ptr(s->map);
 	for (size_t row = 0; row < s->nrows; row++) {
 		size_t len = row + 1 < s->nrows ? rowb
 						: (count - row * PS_DIM) * esz;
 
-		if (row_is_zero(g + row * rowb, len))
+		map[row] = !row_is_zero(g + row * rowb, len);
+		if (!map[row])
 			continue;
 		keys[n] = bank * s->nrows + row;
 		memcpy(push + n * rowb, g + row * rowb, len);
@@ -225,21 +244,28 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	for (size_t i = 0; i < s->nreset; i++, n++) {
 		keys[n] = s->reset[i];
 		memcpy(push + n * rowb,
-		       (uint8_t *)cs_buf_ptr(s->pull) +
-			       (s->reset[i] - (1 - bank) * s->nrows) * rowb,
-		       rowb);
+		       (uint8_t *)cs_buf_ptr(s->pull) + i * rowb, rowb);
 	}
+	/* which rows some rank pushed: one byte per row, max */
+	ret = cs_allreduce(ctx->group, map, map, s->nrows, CS_U8, CS_MAX, &rm);
+	if (ret)
+		return cs_strat_wait(ctx, ret, rm, "PS row map", why, whylen);
 	ret = cs_ps_push(s->t, s->version, keys, push, n, &r);
 	ret = cs_strat_wait(ctx, ret, r, "PS push", why, whylen);
-	if (ret)
-		return ret;
+	ret2 = cs_strat_wait(ctx, 0, rm, "PS row map", why, ret ? 0 : whylen);
+	if (ret || ret2)
+		return ret ? ret : ret2;
+	n = 0;
 	for (size_t row = 0; row < s->nrows; row++)
-		keys[row] = bank * s->nrows + row;
-	ret = cs_ps_pull(s->t, s->version + 1, keys, s->nrows,
-			 cs_buf_ptr(s->pull), &r);
-	ret = cs_strat_wait(ctx, ret, r, "PS pull", why, whylen);
-	if (ret)
-		return ret;
+		if (map[row])
+			keys[n++] = bank * s->nrows + row;
+	if (n) {
+		ret = cs_ps_pull(s->t, s->version + 1, keys, n,
+				 cs_buf_ptr(s->pull), &r);
+		ret = cs_strat_wait(ctx, ret, r, "PS pull", why, whylen);
+		if (ret)
+			return ret;
+	}
 	take_pulled(s, ctx, g, bank);
 	s->version++;
 	return 0;

@@ -21,9 +21,11 @@ static const char *const strat_names[CS_PLAN_STRAT_COUNT] = {
 	[CS_PLAN_LOCAL] = "local",
 };
 
-/* Carried by the sidecar today (the others are predicted only). */
+/* Carried by the sidecar today (the others are predicted only): the "ps"
+ * strategy sums a group through a PS table (client/strategy_ps.c). */
 static const bool strat_carried[CS_PLAN_STRAT_COUNT] = {
 	[CS_PLAN_ALLREDUCE] = true,
+	[CS_PLAN_PS] = true,
 	[CS_PLAN_LOCAL] = true,
 };
 
@@ -79,8 +81,8 @@ static int load_group(json_t *o, const char *path, unsigned i,
 	k = json_is_string(kind) ? json_string_value(kind) : "";
 	rep = json_object_get(o, "replicated");
 	if (rep && !json_is_boolean(rep)) {
-		snprintf(err, errlen, "%s: groups[%u].replicated: not true/false",
-			 path, i);
+		snprintf(err, errlen,
+			 "%s: groups[%u].replicated: not true/false", path, i);
 		return -EINVAL;
 	}
 	g->replicated = !rep || json_is_true(rep);
@@ -116,9 +118,8 @@ static int load_group(json_t *o, const char *path, unsigned i,
 			return -EINVAL;
 		return 0;
 	}
-	snprintf(err, errlen,
-		 "%s: groups[%u].kind: %s (dense, sparse or moe)", path, i,
-		 kind ? "unknown" : "missing");
+	snprintf(err, errlen, "%s: groups[%u].kind: %s (dense, sparse or moe)",
+		 path, i, kind ? "unknown" : "missing");
 	return -EINVAL;
 }
 
@@ -149,8 +150,8 @@ int cs_plan_load(const char *path, struct cs_plan *p, char *err, size_t errlen)
 	v = json_object_get(root, "ranks_per_node");
 	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
 		  json_integer_value(v) > 1024)) {
-		snprintf(err, errlen, "%s: ranks_per_node: a whole number 1..1024",
-			 path);
+		snprintf(err, errlen,
+			 "%s: ranks_per_node: a whole number 1..1024", path);
 		goto out;
 	}
 	if (v)
@@ -271,7 +272,8 @@ static const char *const kind_names[] = { "dense", "sparse", "moe" };
 int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 		  uint32_t ranks, uint32_t rpn, FILE *out)
 {
-	double total = 0, total_carried = 0, single[CS_PLAN_STRAT_COUNT] = { 0 };
+	double total = 0, total_carried = 0,
+	       single[CS_PLAN_STRAT_COUNT] = { 0 };
 	bool single_ok[CS_PLAN_STRAT_COUNT];
 	char cell[CS_PLAN_STRAT_COUNT][32], sz[16];
 
@@ -289,7 +291,7 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 	for (unsigned i = 0; i < p->ngroups; i++) {
 		const struct cs_plan_group *g = &p->g[i];
 		double ns[CS_PLAN_STRAT_COUNT], best = INFINITY,
-			best_c = INFINITY;
+						best_c = INFINITY;
 		int ret[CS_PLAN_STRAT_COUNT], pick = -1, pick_c = -1;
 
 		for (unsigned s = 0; s < CS_PLAN_STRAT_COUNT; s++) {
