@@ -20,8 +20,13 @@
  *		per row, posted beside the push
  *
  * and the gradient becomes the pulled rows negated (a sign flip, exact),
- * the same bits on every rank; rows no rank pushed are zero. The sum is the
- *shards' f32 sum, so f32, f16 and bf16 are offered; f64 and integers are
+ * the same bits on every rank; rows no rank pushed are zero.
+ *
+ * The table is made, collectively, at the group's first exchange on "ps"
+ * and sized for it; a later exchange of fewer elements uses the first
+ * rows, one of more (or of another type) makes a bigger table, again
+ * together (every rank passes the same count to a collective exchange). The sum
+ *is the shards' f32 sum, so f32, f16 and bf16 are offered; f64 and integers are
  *refused (the table's optimizer computes in f32).
  */
 #include <errno.h>
@@ -38,13 +43,15 @@
 struct ps_strat {
 	struct cs_ps_table *t;
 	struct cs_buf *keys, *push, *pull, *map;
-	size_t count, nrows, nreset;
+	size_t count, nrows, nreset; /* the table's capacity */
+	size_t cur, cur_rows; /* this exchange's elements and rows */
 	enum cs_dtype dtype;
 	uint64_t version;
 	uint64_t *reset; /* rank 0: rows of the other bank to zero (keys) */
 };
 
-static void ps_free(struct ps_strat *s)
+/* Destroy the table (collectively) and free the buffers; @s is zeroed. */
+static void ps_reset(struct ps_strat *s)
 {
 	if (s->t)
 		cs_ps_table_destroy(s->t);
@@ -53,7 +60,7 @@ static void ps_free(struct ps_strat *s)
 	cs_buf_free(s->pull);
 	cs_buf_free(s->map);
 	free(s->reset);
-	free(s);
+	memset(s, 0, sizeof(*s));
 }
 
 int cs_strat_ps_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
@@ -77,8 +84,10 @@ int cs_strat_ps_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
 
 void cs_strat_ps_close(void *state)
 {
-	if (state)
-		ps_free(state);
+	if (!state)
+		return;
+	ps_reset(state);
+	free(state);
 }
 
 /* The table's name: "st." and the parameter group's (a hash if long). */
@@ -171,8 +180,8 @@ static void take_pulled(struct ps_strat *s, const struct cs_strategy_ctx *ctx,
 	const uint8_t *pull = cs_buf_ptr(s->pull), *map = cs_buf_ptr(s->map);
 
 	s->nreset = 0;
-	for (size_t r = 0; r < s->nrows; r++) {
-		size_t n = r + 1 < s->nrows ? PS_DIM : s->count - r * PS_DIM;
+	for (size_t r = 0; r < s->cur_rows; r++) {
+		size_t n = r + 1 < s->cur_rows ? PS_DIM : s->cur - r * PS_DIM;
 		const uint8_t *row = pull + k * rowb;
 
 		if (!map[r]) {
@@ -205,32 +214,33 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 {
 	struct ps_strat *s = state;
 	size_t esz = cs_dtype_size(dtype), rowb = PS_DIM * esz, n = 0;
-	uint64_t bank = s->version & 1, *keys;
+	uint64_t bank, *keys;
 	uint8_t *push, *map, *g = grad;
 	cs_req_t r = 0, rm = 0;
 	int ret, ret2;
 
 	if (!count)
 		return 0;
+	/* every rank sees the same count: a bigger table, together */
+	if (s->t && (count > s->count || dtype != s->dtype))
+		ps_reset(s);
 	if (!s->t) {
 		ret = ps_setup(s, ctx, count, dtype, why, whylen);
-		if (ret)
+		if (ret) {
+			ps_reset(s);
 			return ret;
-	} else if (count != s->count || dtype != s->dtype) {
-		snprintf(why, whylen,
-			 "strategy 'ps' for group '%s': %zu %s elements, but "
-			 "its table holds %zu %s (one table per group: switch "
-			 "away and back to resize)",
-			 ctx->param_group, count, cs_dtype_name(dtype),
-			 s->count, cs_dtype_name(s->dtype));
-		return -EINVAL;
+		}
 	}
+	bank = s->version & 1;
+	s->cur = count;
+	s->cur_rows = (count + PS_DIM - 1) / PS_DIM;
 	keys = cs_buf_ptr(s->keys);
 	push = cs_buf_ptr(s->push);
 	map = cs_buf_ptr(s->map);
-	for (size_t row = 0; row < s->nrows; row++) {
-		size_t len = row + 1 < s->nrows ? rowb
-						: (count - row * PS_DIM) * esz;
+	for (size_t row = 0; row < s->cur_rows; row++) {
+		size_t len = row + 1 < s->cur_rows
+				     ? rowb
+				     : (count - row * PS_DIM) * esz;
 
 		map[row] = !row_is_zero(g + row * rowb, len);
 		if (!map[row])
@@ -247,7 +257,8 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 		       (uint8_t *)cs_buf_ptr(s->pull) + i * rowb, rowb);
 	}
 	/* which rows some rank pushed: one byte per row, max */
-	ret = cs_allreduce(ctx->group, map, map, s->nrows, CS_U8, CS_MAX, &rm);
+	ret = cs_allreduce(ctx->group, map, map, s->cur_rows, CS_U8, CS_MAX,
+			   &rm);
 	if (ret)
 		return cs_strat_wait(ctx, ret, rm, "PS row map", why, whylen);
 	ret = cs_ps_push(s->t, s->version, keys, push, n, &r);
@@ -256,7 +267,7 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	if (ret || ret2)
 		return ret ? ret : ret2;
 	n = 0;
-	for (size_t row = 0; row < s->nrows; row++)
+	for (size_t row = 0; row < s->cur_rows; row++)
 		if (map[row])
 			keys[n++] = bank * s->nrows + row;
 	if (n) {

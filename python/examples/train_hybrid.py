@@ -173,6 +173,7 @@ def main():
                 for k in keys:
                     p[k] = p[k] - LR * flat[:p[k].size].reshape(p[k].shape)
                     flat = flat[p[k].size:]
+        step_ms = (time.perf_counter() - t0) * 1e3 / max(1, args.steps)
         # parameters bit-identical on every rank: min and max of a hash
         h = c.buffer(2, "i64")
         digest = int.from_bytes(hashlib.sha256(b"".join(
@@ -187,6 +188,8 @@ def main():
         print(f"hybrid: {size} ranks, {args.steps} steps, loss "
               f"{losses[0]:.4f} -> {losses[-1]:.4f}, strategies {final}, "
               f"params identical on every rank: {same}")
+        print(f"step time: mean {step_ms:.3f} ms over {args.steps} steps "
+              f"(rank 0, exchanges and numpy)")
         if args.switch_at >= 0 and emb_us["after"]:
             print("embedding exchange: mean %.0f us before the switch, "
                   "%.0f us after" % (np.mean(emb_us["before"]),

@@ -6,7 +6,9 @@ through allreduce, "emb" through the strategy of the step (allreduce, then
 ps, rs-ag, ps again: the table is destroyed and made anew). Gradients are
 small integers (sums exact in any order) with most rows of 64 all zero,
 as an embedding's are; every step "emb" must equal "ref" element by
-element. Then f64 through ps must be refused with its reason.
+element; so must a 100-element exchange on the same group each step. A
+group that grows from 10 to 300 elements gets a bigger table and the
+right sums. Then f64 through ps must be refused with its reason.
 
 Prints "strat_ps ok rank=R steps=N ps_steps=P" or "strat_ps FAIL ...".
 """
@@ -65,6 +67,23 @@ def main():
                            f"{view[diff[0]]}")
             if not view[:N].any():
                 bad.append(f"step {step}: the sum is all zero")
+            # a shorter exchange on the same group (the first rows)
+            view[:100] = grad(rank, step + 100)[:100] + rank + 1
+            view[N:N + 100] = view[:100]
+            job.exchange("ref", buf, 100, 0)
+            job.exchange("emb", buf, 100, N)
+            if (view[:100] != view[N:N + 100]).any():
+                bad.append(f"step {step}: 100-element exchange differs")
+        job.close()
+        # a group that grows: 10 elements, then 300 (a new, bigger table)
+        job = Job(c, g)
+        job.add("grow", "ps")
+        want = g.size * (g.size + 1) / 2
+        for n in (10, 300, 300, 10):
+            view[:n] = rank + 1
+            job.exchange("grow", buf, n, 0)
+            if (view[:n] != want).any():
+                bad.append(f"grow: {n} elements: {view[:n][:4]} != {want}")
         job.close()
         # f64 is refused with its reason (the table sums in f32)
         job = Job(c, g)
