@@ -396,21 +396,32 @@ static int mismatch(void)
 	return 0;
 }
 
+/* A page of a cs_buf: 8 keys, then rows (float) (never freed: the
+ * trainer exits after its case). */
+static int scratch(uint64_t **keys, float **rows)
+{
+	struct cs_buf *b;
+	int ret = cs_buf_alloc(c, 4096, &b);
+
+	if (ret)
+		return ret;
+	*keys = cs_buf_ptr(b);
+	*rows = (float *)(*keys + 8);
+	return 0;
+}
+
 static int deadline(void)
 {
 	struct cs_ps_table_attr a;
 	struct cs_ps_table *t;
-	struct cs_buf *b;
 	uint64_t *keys;
 	float *rows;
 	cs_req_t r;
 	int ret;
 
-	ret = cs_buf_alloc(c, 4096, &b);
+	ret = scratch(&keys, &rows);
 	if (ret)
 		return fail("buffer", ret);
-	keys = cs_buf_ptr(b);
-	rows = (float *)(keys + 8);
 	cs_ps_table_attr_init(&a, 1, 100, CS_PS_OPT_SGD);
 	a.opt.lr = 0.5f;
 	ret = cs_ps_table_create(g, "dl", &a, &t);
@@ -457,17 +468,14 @@ static int die(int who)
 {
 	struct cs_ps_table_attr a;
 	struct cs_ps_table *t;
-	struct cs_buf *b;
 	uint64_t *keys;
 	float *rows;
 	cs_req_t r;
 	int ret;
 
-	ret = cs_buf_alloc(c, 4096, &b);
+	ret = scratch(&keys, &rows);
 	if (ret)
 		return fail("buffer", ret);
-	keys = cs_buf_ptr(b);
-	rows = (float *)(keys + 8);
 	for (int i = 0; i < 8; i++) {
 		keys[i] = (uint64_t)(rank * 8 + i);
 		rows[i] = 1.0f;
