@@ -26,4 +26,12 @@ int cs_strat_ps_exchange(void *state, const struct cs_strategy_ctx *ctx,
 			 char *why, size_t whylen);
 void cs_strat_ps_close(void *state);
 
+/* "alltoall": the sum as two cs_alltoall()s (strategy_a2a.c). */
+int cs_strat_a2a_open(const struct cs_strategy_ctx *ctx, void **state,
+		      char *why, size_t whylen);
+int cs_strat_a2a_exchange(void *state, const struct cs_strategy_ctx *ctx,
+			  void *grad, size_t count, enum cs_dtype dtype,
+			  char *why, size_t whylen);
+void cs_strat_a2a_close(void *state);
+
 #endif

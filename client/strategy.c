@@ -95,29 +95,6 @@ static int local_exchange(void *state, const struct cs_strategy_ctx *ctx,
 	return 0;
 }
 
-static int a2a_open(const struct cs_strategy_ctx *ctx, void **state, char *why,
-		    size_t whylen)
-{
-	(void)state;
-	snprintf(why, whylen,
-		 "strategy 'alltoall' for group '%s': the sidecar does not "
-		 "carry all-to-all yet (collectives/alltoall.c runs in the "
-		 "simulator only); building it from all-gathers would move "
-		 "N times the bytes and is not offered",
-		 ctx->param_group);
-	return -ENOTSUP;
-}
-
-static int never_exchange(void *state, const struct cs_strategy_ctx *ctx,
-			  void *grad, size_t count, enum cs_dtype dtype,
-			  char *why, size_t whylen)
-{
-	(void)state, (void)grad, (void)count, (void)dtype;
-	snprintf(why, whylen, "group '%s': strategy cannot run",
-		 ctx->param_group);
-	return -ENOTSUP;
-}
-
 static const struct cs_strategy_ops builtin[] = {
 	{ CS_STRATEGY_ABI, "allreduce",
 	  "one allreduce (sum); the sidecar picks direct, ring or two-level",
@@ -132,8 +109,8 @@ static const struct cs_strategy_ops builtin[] = {
 	  "sum through a parameter-server table (pushes only non-zero rows)",
 	  cs_strat_ps_open, cs_strat_ps_exchange, cs_strat_ps_close },
 	{ CS_STRATEGY_ABI, "alltoall",
-	  "all-to-all (not carried by the sidecar yet)", a2a_open,
-	  never_exchange, NULL },
+	  "the sum as two all-to-alls (reduce, then gather; f32/f64/i32/i64)",
+	  cs_strat_a2a_open, cs_strat_a2a_exchange, cs_strat_a2a_close },
 };
 
 static int reg_add(const struct cs_strategy_ops *ops);

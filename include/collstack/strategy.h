@@ -30,8 +30,9 @@
  * live on one rank only), "ps" (the sum through a parameter-server table
  * of the group: only rows that are not all zero are pushed; f32, f16,
  * bf16; refused at open where the sidecar has no parameter server).
- * "alltoall" is registered so that a config naming it fails with the
- * reason: no strategy over cs_alltoallv is written yet.
+ * "alltoall" (the sum as two cs_alltoall()s: each rank sums its block of
+ * every rank's gradient, then every sum goes to every rank; f32, f64,
+ * i32, i64).
  */
 #ifndef COLLSTACK_STRATEGY_H
 #define COLLSTACK_STRATEGY_H

@@ -12,9 +12,8 @@
 
 job.step() agrees on switches through the group (a small allreduce), so
 every rank changes a group's strategy at the same step. A strategy that
-cannot run ("alltoall"; "ps" where the sidecar has no parameter server)
-is refused with its reason (StrategyError), and the group keeps its
-strategy.
+cannot run ("ps" where the sidecar has no parameter server) is refused
+with its reason (StrategyError), and the group keeps its strategy.
 """
 
 import ctypes

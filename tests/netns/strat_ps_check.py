@@ -8,7 +8,9 @@ small integers (sums exact in any order) with most rows of 64 all zero,
 as an embedding's are; every step "emb" must equal "ref" element by
 element; so must a 100-element exchange on the same group each step. A
 group that grows from 10 to 300 elements gets a bigger table and the
-right sums. Then f64 through ps must be refused with its reason.
+right sums. A third group on the "alltoall" strategy (two cs_alltoall)
+must equal allreduce too. Then f64 through ps must be refused with its
+reason.
 
 Prints "strat_ps ok rank=R steps=N ps_steps=P" or "strat_ps FAIL ...".
 """
@@ -39,11 +41,12 @@ def main():
     with collstack.Client() as c:
         g = c.join("stratps")
         rank = g.rank
-        buf = c.buffer(2 * N, "f32")
+        buf = c.buffer(3 * N, "f32")
         view = buf.numpy()
         job = Job(c, g)
         job.add("ref", "allreduce")
         job.add("emb", "allreduce")
+        job.add("a2a", "alltoall")
         ps_steps = 0
         for step in range(STEPS):
             if rank == (step % g.size) and step in PLAN:
@@ -56,10 +59,14 @@ def main():
                            f"{want} asked")
             ps_steps += job.current("emb") == "ps"
             view[:N] = grad(rank, step)
-            view[N:] = view[:N]
+            view[N:2 * N] = view[:N]
+            view[2 * N:] = view[:N]
             job.exchange("ref", buf, N, 0)
             job.exchange("emb", buf, N, N)
-            diff = np.nonzero(view[:N] != view[N:])[0]
+            job.exchange("a2a", buf, N, 2 * N)
+            if (view[:N] != view[2 * N:]).any():
+                bad.append(f"step {step}: the alltoall strategy differs")
+            diff = np.nonzero(view[:N] != view[N:2 * N])[0]
             if len(diff):
                 bad.append(f"step {step} ({job.current('emb')}): "
                            f"{len(diff)} elements differ, first "
