@@ -493,9 +493,8 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			continue;
 		}
 		/* auth.enable: nothing unauthenticated reaches the core */
-		if (s->auth &&
-		    !cs_frame_auth_rx_ok(s->auth, q, view_epoch, h,
-					 pk[i].payload))
+		if (s->auth && !cs_frame_auth_rx_ok(s->auth, q, view_epoch, h,
+						    pk[i].payload))
 			continue;
 		cs_tp_rx(l->tp, h->src, h, pk[i].payload, now);
 	}
@@ -1532,8 +1531,7 @@ int cs_core_svc_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			 LANE_SUM(s, post_refused), LANE_SUM(s, cores),
 			 LANE_SUM(s, tx_too_big), LANE_SUM(s, early_unacked),
 			 s->auth != NULL, fa.rx_fail, fa.rx_notag, fa.rekey,
-			 s->nlanes,
-			 s->rx_other_q);
+			 s->nlanes, s->rx_other_q);
 		for (unsigned q = 0; q < s->nlanes; q++) {
 			size_t l = strlen(out);
 			struct cs_tp_stats one;
@@ -1664,8 +1662,17 @@ static void ext_stop(struct cs_core_svc *s, struct core_op *op)
 	if (!atomic_load(&op->released) &&
 	    cs_lcore_is_self(&s->d->lcores[l->q]) && l->tp &&
 	    !atomic_load(&l->pending)) {
-		/* on the lcore, between two of its rounds: end it now */
-		cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id, CS_ERR_CANCELLED);
+		/* on the lcore, between two of its rounds: end it now. The
+		 * view moved on (a node lost): the peers learn that from
+		 * their own view; a cancellation told first would reach one
+		 * that has not seen it yet as a bare CS_ERR_CANCELLED. */
+		if (atomic_load_explicit(&s->d->view.epoch,
+					 memory_order_acquire) != l->tp_epoch)
+			cs_tp_drop(l->tp, CORE_TRAINERS, op->op_id,
+				   CS_ERR_PEER_LOST);
+		else
+			cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id,
+				     CS_ERR_CANCELLED);
 		cs_tp_poll(l->tp, cs_lcore_now());
 		core_flush(l);
 	}

@@ -831,6 +831,17 @@ int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 	return 0;
 }
 
+int cs_tp_drop(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
+{
+	struct tp_op *op = tp_op_find(tp, group, op_id);
+
+	if (!op)
+		return -ENOENT;
+	op->peer_aborted = true; /* tp_finish() tells nobody */
+	op->ops->abort(op->flow, err, UINT32_MAX);
+	return 0;
+}
+
 /* @op ended: forget it, clear its slots, tell the owner. */
 static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 		      uint32_t culprit)

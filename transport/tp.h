@@ -224,6 +224,14 @@ int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
  */
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 
+/*
+ * cs_tp_drop - cs_tp_cancel() without telling the other members: for an
+ * op abandoned because the node view moved on, which every peer learns
+ * from its own view (an abort told first would reach a peer that has not
+ * seen the new view yet as a bare cancellation instead of the lost node).
+ */
+int cs_tp_drop(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
+
 /**
  * cs_tp_refuse - this node will not run operation (@group, @op_id) (its
  * descriptor was refused here with @err, e.g. CS_ERR_BAD_DESC): every

@@ -693,6 +693,40 @@ Test(tp, cancel_is_announced_to_the_group)
 	teardown_nodes();
 }
 
+/*
+ * An op dropped because the node view moved on (cs_tp_drop) is not
+ * announced: a peer that has not seen the new view yet must not end its
+ * op with a bare cancellation; it keeps waiting for its own view.
+ */
+Test(tp, drop_is_not_announced)
+{
+	const uint32_t all[] = { 0, 1, 2 };
+	struct ar a[NODES];
+	struct cs_tp_stats st;
+
+	setup_nodes(8, 256);
+	for (uint32_t i = 0; i < NODES; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, all, 3, NULL), 0);
+	ar_post(&a[0], &nodes[0], 10, 7, 3, 0, 100000, 0, 0);
+	ar_post(&a[2], &nodes[2], 10, 7, 3, 2, 100000, 0, 0);
+	pump(5);
+	cr_assert_eq(cs_tp_drop(nodes[2].tp, 10, 7, CS_ERR_PEER_LOST), 0);
+	cr_assert_eq(cs_tp_drop(nodes[2].tp, 10, 99, CS_ERR_PEER_LOST),
+		     -ENOENT);
+	pump(20);
+	cr_assert_eq(nodes[2].status[0], CS_ERR_PEER_LOST);
+	cr_assert_eq(nodes[0].ndone, 0, "node 0 ended it: %d",
+		     nodes[0].status[0]);
+	cs_tp_get_stats(nodes[2].tp, &st);
+	cr_assert_eq(st.tx_aborts, 0, "the drop was announced");
+	cr_assert_eq(cs_tp_cancel(nodes[0].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(5);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
+	ar_free(&a[0]);
+	ar_free(&a[2]);
+	teardown_nodes();
+}
+
 /* Groups whose ids restart (trainer groups): a failure is answered only
  * while it is recent, so the id's op of a later incarnation, whose data
  * reaches the node that failed the old one before it posts the new one,
