@@ -15,7 +15,9 @@
 # loss), kill_2x2 (a trainer killed mid-run: the
 # sidecars survive, the other trainers end with an error instead of
 # hanging, and a new run then works), python_2x1 (python/examples/
-# train_local.py across nodes), peer_lost_4x1 (membership through the
+# train_local.py across nodes), moe_4x2 (python/examples/train_moe.py,
+# expert parallelism over all-to-alls, 4 nodes x 2 trainers, 3 % loss:
+# loss curve and expert weights equal to a single-process run's), peer_lost_4x1 (membership through the
 # bootstrap coordinator; kill -9 one sidecar during a loop of 16 MiB
 # allreduces: the 3 other trainers get CS_ERR_PEER_LOST naming its node
 # within 2 x member.fail_timeout, re-form a 3-rank group, and its
@@ -486,6 +488,28 @@ case_launch() {
 	sidecars_alive
 }
 
+# `collstack launch -T 2` on 4 nodes: python/examples/train_moe.py, an
+# expert-parallel MoE layer (16 experts, top-2, 3 all-to-alls per step
+# through the sidecars, two-level), then the same under 3 % fault-shim
+# loss; rank 0 compares the loss curve and the expert weights with a
+# single-process run and every rank exits 1 if they differ.
+case_moe() {
+	local lib out
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
+		skip "libcollstack.so not built"
+	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
+		skip "no numpy for /usr/bin/python3"
+	up 4 "$@"
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch -T 2 --timeout 500 --cluster "$ENV_FILE" -- \
+		/usr/bin/python3 python/examples/train_moe.py --steps 30 2>&1) ||
+		{ echo "$out"; fail "collstack launch train_moe.py exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^moe: 8 ranks, 30 steps, 16 experts top-2, .* match: True" ||
+		fail "no 'match: True' line from rank 0"
+	sidecars_alive
+}
+
 # case_peer_lost N T COUNT [VICTIM]: N nodes x T trainers (node i: ranks
 # i*T..), allreduces of COUNT f32; node VICTIM (2) is lost. Trainer r
 # writes $RUN/t<r>.out.
@@ -926,6 +950,7 @@ core_4x2) case_core ;;
 mixed_4x2) case_mixed ;;
 mixed_4x2_udp) PORT=udp; case_mixed ;;
 launch_4x2) case_launch ;;
+moe_4x2) case_moe --set fault.drop=0.03 --set fault.seed=5 ;;
 udp_queues_2x1) case_udp_queues ;;
 ar_2x1) case_ar 2 1 ;;
 ar_2x2) case_ar 2 2 ;;
@@ -974,7 +999,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
