@@ -31,6 +31,7 @@ struct req {
 	uint64_t count;
 	uint64_t seq; /* the group's k-th operation (k = seq) */
 	uint8_t dtype, redop;
+	uint32_t root, tag; /* send/recv: the peer rank and the tag */
 	struct cs_group *g;
 };
 
@@ -136,10 +137,17 @@ static bool is_ps_op(unsigned op)
 	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL;
 }
 
+static bool is_p2p_op(unsigned op)
+{
+	return op == CS_IPC_OP_SEND || op == CS_IPC_OP_RECV;
+}
+
 static const char *op_name(unsigned op)
 {
 	if (is_ps_op(op))
 		return op == CS_IPC_OP_PS_PUSH ? "ps push" : "ps pull";
+	if (is_p2p_op(op))
+		return op == CS_IPC_OP_SEND ? "send" : "recv";
 	return op < CS_IPC_OP_COUNT ? op_names[op] : "unknown op";
 }
 
@@ -719,6 +727,8 @@ static int post_locked(struct cs_client *c, struct cs_group *g,
 			   .count = d->count,
 			   .dtype = d->dtype,
 			   .redop = d->redop,
+			   .root = d->root,
+			   .tag = d->reserved0,
 			   .seq = g ? g->posted : 0,
 			   .g = g };
 	if (g) {
@@ -884,12 +894,70 @@ static void reap(struct cs_client *c)
 	} while (n == CS_CLIENT_REAP_BURST);
 }
 
+/* A send or receive's error (svc_p2p.h says where each comes from). */
+static void describe_p2p(struct cs_client *c, const struct req *q,
+			 const char *what)
+{
+	if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_MISMATCH)
+		set_err(c,
+			"%s: refused: the matching %s of rank %d is %u bytes, "
+			"this one %llu (both must be the same size)",
+			what, q->op == CS_IPC_OP_SEND ? "recv" : "send",
+			(int)q->peer, q->epoch,
+			(unsigned long long)q->count *
+				cs_dtype_size((enum cs_dtype)q->dtype));
+	else if (q->status == CS_ERR_BAD_DESC)
+		set_err(c, "%s: %s", what,
+			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
+						      : "bad descriptor");
+	else if (q->status == CS_ERR_PEER_LOST &&
+		 q->detail == CS_IPC_LOST_RANK && q->peer >= 0)
+		set_err(c,
+			"%s: rank %d is gone (its trainer left or died "
+			"during the transfer)",
+			what, (int)q->peer);
+	else if (q->status == CS_ERR_PEER_LOST && q->detail == CS_IPC_LOST_NODE)
+		set_err(c,
+			"%s: node %d was lost (its sidecar left the view, "
+			"epoch %u); the group's ranks there are gone",
+			what, (int)q->peer, q->epoch);
+	else if (q->status == CS_ERR_PEER_LOST)
+		set_err(c,
+			"%s: the sidecars' point-to-point flow ended (a node "
+			"lost or a new view of the nodes)",
+			what);
+	else if (q->status == CS_ERR_TIMEOUT)
+		set_err(c,
+			"%s: no matching %s within the sidecar's "
+			"coll.deadline (or the other side gave up)",
+			what, q->op == CS_IPC_OP_SEND ? "recv" : "send");
+	else if (q->status == -ENOBUFS)
+		set_err(c,
+			"%s: refused: the receiving sidecar holds too many "
+			"sends no receive was posted for",
+			what);
+	else
+		set_err(c, "%s: %s", what, cs_strerror(q->status));
+}
+
 static void describe_failure(struct cs_client *c, const struct req *q)
 {
 	char what[160];
 	const char *gname = q->g ? q->g->name : "?";
 	int rank = q->g ? q->g->rank : -1;
 
+	if (is_p2p_op(q->op)) {
+		snprintf(what, sizeof(what),
+			 "rank %d %s #%llu on group '%s' (%llu x %s %s rank "
+			 "%u, tag %u)",
+			 rank, op_name(q->op), (unsigned long long)q->id, gname,
+			 (unsigned long long)q->count,
+			 cs_dtype_name((enum cs_dtype)q->dtype),
+			 q->op == CS_IPC_OP_SEND ? "to" : "from", q->root,
+			 q->tag);
+		describe_p2p(c, q, what);
+		return;
+	}
 	if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
 		snprintf(what, sizeof(what),
 			 "rank %d %s #%llu on group "

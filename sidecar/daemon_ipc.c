@@ -79,6 +79,7 @@
 #include "daemon.h"
 #include "daemon_ipc.h"
 #include "svc_ps_trainer.h"
+#include "svc_p2p.h"
 #include "cs_config.h"
 #if CS_HAVE_CUDA
 #include "gpu/ipc_dev.h" /* trainers' device buffers (docs/gpu.md) */
@@ -246,6 +247,7 @@ struct cs_daemon_ipc {
 	struct cs_ipc_server *srv;
 	struct cs_gpu_ipc *gpu; /* device buffers: NULL without a GPU */
 	struct cs_pst *pst; /* parameter-server tables (svc_ps_trainer.c) */
+	struct cs_p2p *p2p; /* point-to-point send/recv (svc_p2p.c) */
 	pthread_t thr;
 	atomic_bool stop;
 	bool hosted; /* ipc.on_lcore: lcore 0 runs ipc_side() */
@@ -1890,6 +1892,9 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	if (cs_pst_create(d->svc, &x->pst) ||
 	    cs_ipc_server_set_ps(x->srv, &cs_pst_ipc_ops, x->pst))
 		CS_WARN("no parameter-server tables for trainers: no memory");
+	if (cs_p2p_create(d->svc, &x->p2p) ||
+	    cs_ipc_server_set_p2p(x->srv, &cs_p2p_ipc_ops, x->p2p))
+		CS_WARN("no point-to-point send/recv for trainers: no memory");
 	/* ctlplane: groups formed from now on belong to this view */
 	x->epoch = atomic_load(&d->view.epoch);
 	x->nlost_seen = atomic_load(&d->view.nlost);
@@ -1919,6 +1924,7 @@ out_srv:
 	cs_ar_svc_set_notify_fd(d->svc, -1);
 	cs_ipc_server_destroy(x->srv);
 	cs_pst_destroy(x->pst);
+	cs_p2p_destroy(x->p2p);
 out_free:
 	if (x->efd >= 0)
 		close(x->efd);
@@ -1950,6 +1956,7 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
 	cs_pst_destroy(x->pst); /* PS tables: their flows end */
+	cs_p2p_destroy(x->p2p); /* send/recv: its flow ends */
 #if CS_HAVE_CUDA
 	cs_gpu_ipc_destroy(x->gpu);
 #endif

@@ -1240,6 +1240,11 @@ void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
 	*npeers = s->d->drv.npeers;
 }
 
+uint32_t cs_core_svc_epoch(const struct cs_core_svc *s)
+{
+	return atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
+}
+
 int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,
 			struct cs_svc_ps *ps, uint32_t *nodes, uint32_t n)
 {

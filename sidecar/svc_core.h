@@ -83,6 +83,8 @@ uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s);
 /* This sidecar's node id and the view's node count. */
 void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
 		      uint32_t *npeers);
+/* The node view's epoch (the same on every node once it settled). */
+uint32_t cs_core_svc_epoch(const struct cs_core_svc *s);
 /* Post @ps's flow as op @op_id of the PS group over @nodes (@n; both
  * taken on success). Returns 0, -EBUSY (a job runs), -ENOMEM. */
 int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,

@@ -60,6 +60,18 @@ enum cs_ipc_opcode {
 #define CS_IPC_OP_PS_PULL 25u
 
 /*
+ * Point-to-point (control/ipc/ipc_p2p.c), not matched across ranks either:
+ * @group the trainer's group handle, @count elements of @dtype, @root the
+ * peer's rank in the group (the destination of a send, the source of a
+ * receive), @reserved0 the tag; a send's data at @send_seg/@send_off, a
+ * receive's room at @recv_seg/@recv_off; @redop, @flags and @reserved1 0.
+ * The k-th send from rank a to rank b with tag t meets the k-th receive of
+ * b from a with tag t; both must have the same size in bytes.
+ */
+#define CS_IPC_OP_SEND 26u
+#define CS_IPC_OP_RECV 27u
+
+/*
  * Submission descriptor, one 64-byte slot. Buffers are (segment id, byte
  * offset) pairs; segment ids are those the sidecar returned when the
  * trainer registered the segment. @count is in elements: the whole buffer

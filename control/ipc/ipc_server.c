@@ -18,6 +18,7 @@
 #include "collectives/reduce.h"
 #include "internal/log.h"
 #include "ipc_ps.h" /* parameter-server tables */
+#include "ipc_p2p.h" /* point-to-point send and receive */
 #include "ipc_server.h"
 #include "observe/flight.h" /* observe/: flight recorder, trace */
 
@@ -204,6 +205,7 @@ struct trainer {
 	struct cs_ipc_cqe backlog[CS_IPC_RING_SLOTS];
 	uint32_t bl_head, bl_count;
 	struct cs_ipc_ps_tr *ps; /* its PS tables (ipc_ps.c) */
+	struct cs_ipc_p2p_tr *p2p; /* its send/recv counters (ipc_p2p.c) */
 };
 
 struct cs_ipc_server {
@@ -226,6 +228,7 @@ struct cs_ipc_server {
 	uint32_t epoch; /* the backend's node view (cs_ipc_server_view) */
 	cs_ns_t now; /* of the current cs_ipc_server_poll() */
 	struct cs_ipc_ps *ps; /* PS tables (ipc_ps.c), NULL: none */
+	struct cs_ipc_p2p *p2p; /* send/recv (ipc_p2p.c), NULL: none */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -1529,6 +1532,10 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		cs_ipc_ps_take(s, t, d);
 		return;
 	}
+	if (cs_ipc_p2p_is_op(d->op)) { /* ipc_p2p.c */
+		cs_ipc_p2p_take(s, t, d);
+		return;
+	}
 	if (d->op == CS_IPC_OP_NONE || d->op >= CS_IPC_OP_COUNT) {
 		s->st.bad_desc++;
 		complete(s, t, d->user_id, CS_ERR_BAD_DESC, CS_IPC_BAD_OP, -1);
@@ -1639,6 +1646,7 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 	CS_INFO("trainer pid %d: %s; cancelling its operations", (int)t->pid,
 		why);
 	cs_ipc_ps_trainer_gone(s, t);
+	cs_ipc_p2p_trainer_gone(s, t);
 	for (uint32_t h = 0; h < s->cfg.max_groups; h++) {
 		struct member *m = t->groups[h];
 
@@ -2136,6 +2144,7 @@ static int handle_leave(struct cs_ipc_server *s, struct trainer *t,
 	/* The others cannot run collectives without it any more. */
 	if (g->nmembers > 1)
 		group_fail(s, g, m->rank, CS_IPC_LOST_RANK, 0);
+	cs_ipc_p2p_leave(s, t, h); /* before the member goes */
 	member_remove(s, m);
 	return 0;
 }
@@ -2419,6 +2428,7 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 		}
 	}
 	work += (int)cs_ipc_ps_poll(s);
+	work += (int)cs_ipc_p2p_poll(s);
 	/* Kicks last: completions of one trainer's op may land on others. */
 	for (uint32_t i = 0; i < s->tr_end; i++)
 		if (s->tr[i] && s->tr[i]->hello)
@@ -2558,6 +2568,7 @@ void cs_ipc_server_destroy(struct cs_ipc_server *s)
 		if (s->tr[i])
 			trainer_drop(s, i, "server shutting down");
 	cs_ipc_ps_fini(s);
+	cs_ipc_p2p_fini(s);
 	close(s->lfd);
 	unlink(s->cfg.socket_path);
 	free(s->tr);
@@ -2576,6 +2587,16 @@ struct cs_ipc_ps **cs__ipc_ps_state(struct cs_ipc_server *s)
 struct cs_ipc_ps_tr **cs__ipc_trainer_ps(struct trainer *t)
 {
 	return &t->ps;
+}
+
+struct cs_ipc_p2p **cs__ipc_p2p_state(struct cs_ipc_server *s)
+{
+	return &s->p2p;
+}
+
+struct cs_ipc_p2p_tr **cs__ipc_trainer_p2p(struct trainer *t)
+{
+	return &t->p2p;
 }
 
 int cs__ipc_member(struct cs_ipc_server *s, struct trainer *t, uint32_t handle,

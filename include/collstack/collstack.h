@@ -379,6 +379,50 @@ int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
 		enum cs_dtype dtype, cs_req_t *req);
 
 /**
+ * cs_send - post: send @count elements of @buf to rank @dst of @g
+ * @g: group
+ * @buf: the data (read once, when the sidecar takes the request: the
+ *	buffer may be reused as soon as cs_send() returns)
+ * @count: elements (0: an empty message)
+ * @dtype: element type (only its size matters: bytes are moved)
+ * @dst: the receiving rank, not this one
+ * @tag: matched with the receive's tag
+ * @req: out: the request
+ *
+ * Not collective: only @dst takes part, with cs_recv(). The k-th send of
+ * this rank to @dst with @tag meets the k-th receive of @dst from this
+ * rank with @tag (messages between two ranks with one tag arrive in
+ * order), on the same node or across nodes, and both must be the same
+ * size in bytes (else both fail with CS_ERR_BAD_DESC, detail
+ * CS_IPC_BAD_MISMATCH). The send completes once the receive has every
+ * byte. Across nodes the ranks must be laid out as for cs_alltoall() (node
+ * k holds ranks k x L .. k x L + L - 1); a group on one node may be any.
+ * A receive that never comes ends the send with CS_ERR_TIMEOUT after the
+ * sidecar's coll.deadline; a receiving trainer that dies ends it with
+ * CS_ERR_PEER_LOST naming its rank. Carried by collstackd (svc_p2p.c);
+ * other sidecars refuse it (CS_ERR_BAD_DESC, CS_IPC_BAD_OP).
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_send(struct cs_group *g, const void *buf, size_t count,
+	    enum cs_dtype dtype, int dst, unsigned tag, cs_req_t *req);
+
+/**
+ * cs_recv - post: receive @count elements from rank @src of @g into @buf
+ * @g: group
+ * @buf: room for the data (written when the request completes)
+ * @count: elements; the matching send's size in bytes must be the same
+ * @dtype: element type
+ * @src: the sending rank, not this one
+ * @tag: the matching send's tag
+ * @req: out: the request
+ *
+ * See cs_send(). Returns: as cs_allreduce().
+ */
+int cs_recv(struct cs_group *g, void *buf, size_t count, enum cs_dtype dtype,
+	    int src, unsigned tag, cs_req_t *req);
+
+/**
  * cs_barrier - post a barrier: completes once every rank has posted it
  * @g: group
  * @req: out: the request

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Point-to-point send and receive (cs_send / cs_recv, sidecar/svc_p2p.c)
+# through real collstackd sidecars, with tests/netns/cs_trainer_p2p.c:
+#
+#   p2p_local  no root, no namespaces: one collstackd (loop port,
+#              coll.deadline 3 s) and 3 trainers on it: the ring (both
+#              neighbours, all in flight, 0 B to 1 MiB, every byte
+#              checked, 8 messages of one tag in order), the bad inputs
+#              (a peer that is itself or past the group, memory not the
+#              client's, sizes that differ: both sides refused naming the
+#              other's size, then a proper one; a send nobody receives:
+#              CS_ERR_TIMEOUT), a trainer that dies with its 256 MiB
+#              receive running (the sender's error names it, unless the
+#              transfer was done first; a later send to it ends with
+#              CS_ERR_PEER_LOST on its node, CS_ERR_TIMEOUT at
+#              coll.deadline on another), then the ring again
+#   p2p_4x2    the same across 4 nodes, 2 trainers each, with 2 % of
+#              frames dropped by the fault shim (coll.deadline 5 s); the
+#              death case with one trainer per node, so that the dying
+#              receiver is on another node than its sender
+#
+# The namespace case needs root (skip, 77, without). CS_CLUSTER names the
+# cluster (default: p<pid digits>).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+CASE=${1:?usage: test_p2p.sh p2p_local|p2p_4x2}
+BUILD=${CS_BUILD_DIR:-build}
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+CLI=$BUILD/tools/collstack
+DAEMON=$BUILD/sidecar/collstackd
+TRAINER=$BUILD/tests/netns/cs-trainer-p2p
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+
+# launch T MODE ARGS...: every rank's output in $out; fails on exit != 0
+launch() {
+	local t=$1
+	shift
+	# a group of its own: the last run's may not be gone yet
+	LAUNCHES=$((${LAUNCHES:-0} + 1))
+	export P2P_GROUP=p2p.$LAUNCHES
+	out=$(timeout 600 "$CLI" launch "${LAUNCH_ARGS[@]}" -T "$t" \
+		--cluster "$ENV" --timeout 500 --all-output -- "$TRAINER" "$@" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || fail "launch -T $t $*: exit $rc"
+	grep -q "FAIL" <<<"$out" && fail "a rank failed"
+	return 0
+}
+
+# want N PATTERN: N lines of $out match
+want() {
+	local got
+	got=$(grep -c "$2" <<<"$out")
+	[ "$got" = "$1" ] || fail "$1 lines '$2' expected, $got found"
+}
+
+checks() {	# RANKS: the ring, the bad inputs
+	local n=$1
+	launch "$T" ring 2
+	want "$n" '^ring ok rank .* bytes=4247688$'
+	launch "$T" bad
+	want "$n" '^bad ok rank'
+	want 1 'rank 1 recv of 200 bytes of a send of 100: .*matching send of rank 0 is 100 bytes'
+	want 1 'rank 0 send nobody receives: .*no matching recv within'
+	want "$n" 'send to itself: .*root rank out of range'
+}
+
+[ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
+LAUNCH_ARGS=()
+
+case $CASE in
+p2p_local)
+	dir=$(mktemp -d /tmp/cs-p2p.XXXXXX)
+	# shellcheck disable=SC2064
+	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
+	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
+		--set coll.deadline=3s </dev/null >"$dir/l0.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 300); do
+		[ -f "$dir/l0/ready" ] && break
+		kill -0 $pid 2>/dev/null || { cat "$dir/l0.log"; fail "collstackd died"; }
+		sleep 0.1
+	done
+	printf 'CS_NODES="l0"\nCS_RUN=%s\n' "$dir" >"$dir/cluster.env"
+	ENV=$dir/cluster.env
+	LAUNCH_ARGS=(--no-netns)
+	export P2P_DEADLINE_S=3
+	T=3
+	checks 3
+	launch 3 die
+	want 1 '^die ok rank 0$'
+	want 1 'send to the rank gone: .*\(no matching recv\|rank 1 is gone\)'
+	want 1 '^die ok rank 2$'
+	launch 3 ring 1
+	want 3 '^ring ok rank'
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	;;
+p2p_4x2)
+	[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+	command -v ip >/dev/null || skip "missing tool: ip"
+	PORT=udp	# (grep -q would end the pipe early: pipefail)
+	grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
+	export CS_CLUSTER=${CS_CLUSTER:-p$(printf '%02d' $(($$ % 100)))}
+	ENV=/run/collstack/cluster-$CS_CLUSTER.env
+	trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+	CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --port $PORT \
+		--set coll.deadline=5s --set fault.drop=0.02 \
+		--set fault.seed=7 || fail "cluster.sh up 4"
+	export P2P_DEADLINE_S=5
+	T=2
+	checks 8
+	T=1
+	launch 1 die
+	want 1 '^die ok rank 0$'
+	want 1 'send to the rank gone: .*\(no matching recv\|rank 1 is gone\)'
+	want 2 '^die ok rank [23]$'
+	launch 2 ring 1
+	want 8 '^ring ok rank'
+	for i in 0 1 2 3; do
+		p=$(cat "/run/collstack/${CS_CLUSTER}n$i/pid" 2>/dev/null)
+		[ -n "$p" ] && kill -0 "$p" 2>/dev/null ||
+			fail "the sidecar of ${CS_CLUSTER}n$i died"
+	done
+	;;
+*) fail "unknown case $CASE" ;;
+esac
+echo "PASS: $CASE"
