@@ -52,6 +52,16 @@
 # The collstack side is `build/tools/collstack bench -o OP ...` against the
 # sidecars of scripts/cluster.sh; where that command or the cluster is
 # missing its cells are NA. See docs/bench-vs-mpi.md.
+# --ops alltoall (not in all/auto): MPI_Alltoall against `collstack bench
+# -o alltoall` (cs_alltoall through the trainers); size = each rank's send
+# buffer, busbw = size / time x (n-1)/n (nccl-tests), out-of-place rows
+# only, every warm-up iteration's blocks checked on both sides. Adverse
+# conditions run --adverse-ops (default allreduce): pass --adverse-ops
+# alltoall for alltoall under loss. The goals lines give issue 23's
+# alltoall 1 MiB ratios (>= 1.5x clean, >= 3x under loss) where the run
+# has them. --ops alltoallv runs only the Open MPI side so far
+# (MPI_Alltoallv, Zipf 1.1 counts: tools/mpi_bench.c); collstack's cells
+# are NA until `collstack bench -o alltoallv` exists.
 #
 # Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
 # ratios), bench-vs-mpi-raw.csv (every row of every run),
@@ -678,9 +688,19 @@ steal_summary() {	# the host's steal per stack, where the run recorded it
 		END { for (k in n) printf "#   %s runs: load average (1 min) at their start %.2f on %d cores; host steal mean %.1f%%, most %.1f%% (%s)\n", k, l[k] / n[k], '"$(nproc)"', s[k] / n[k], m[k], w[k] }' "$f" | sort
 }
 
-goals() {	# the headline figures of issue 22, where the run has them
+goals() {	# the headline figures of issues 22 and 23, where the run has them
 	local sum=$OUT/bench-vs-mpi.csv
 	echo "# goals (${#NODES[@]} nodes, MTU $MTU, medians; bw x = collstack/MPI busbw, time x = MPI/collstack mean time):"
+	# issue 23: alltoall 1 MiB busbw >= 1.5x Open MPI clean, >= 3x under loss
+	awk -F, 'NR > 1 && $2 == "alltoall" && $3 == 1048576 {
+		g = $1 ~ /^loss/ ? 3 : $1 ~ /^clean/ ? 1.5 : 0
+		v = ""
+		if (g && $6 == "NA") v = " (goal >= " g ": NA)"
+		else if (g && $6 + 0 >= g) v = " (goal >= " g ": met)"
+		else if (g) v = " (goal >= " g ": not met)"
+		printf "#   %-13s alltoall  1M busbw: collstack %s, Open MPI %s GB/s, bw x %s%s\n",
+			$1, $4, $5, $6, v
+	}' "$sum"
 	awk -F, 'NR > 1 && $2 == "allreduce" &&
 		($3 == 67108864 || $3 == 1048576 || $3 == 4096) {
 		z = $3 == 67108864 ? "64M" : $3 == 1048576 ? "1M" : "4K"

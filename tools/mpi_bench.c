@@ -10,6 +10,22 @@
  *          [--row-bytes B] [--keys-per-push P] [--rows N] [--skew Z]
  *          [--mode sync|async|ssp:S] [--dense 0|1] [-n ITERS] [-w WARMUP]
  *   (the parameter-server pattern of `collstack bench -o ps`, below)
+ *   mpirun -np 4 build/tools/cs-mpi-bench -o alltoall|alltoallv ...
+ *          [--zipf-seed S]   (alltoallv: the seed of its counts, default 1)
+ *
+ * alltoall (MPI_Alltoall): size is each rank's send buffer, n blocks of
+ * size/n, block j to rank j; element i of the block from s to d is
+ * a2a_val(s, d, i), as tools/cs_trainer_bench.c; algbw = size / time,
+ * busbw = algbw x (n-1)/n (nccl-tests: the own block does not cross).
+ * alltoallv (MPI_Alltoallv), the MPI side only so far (collstack's side
+ * needs `cs-trainer-bench -o alltoallv`): every rank sends size bytes in
+ * all, split over the destinations by Zipf 1.1 weights w = 1/(k+1)^1.1,
+ * k the destination's place in a permutation of the ranks drawn from
+ * --zipf-seed (splitmix64, Fisher-Yates; the same for every rank, so one
+ * rank is every rank's hottest destination, as a popular MoE expert);
+ * count(d) = floor(elements x w_k / sum w), the remainder to the hottest.
+ * algbw = size / time; busbw = the bytes all ranks send to others / n /
+ * time (what crosses, per rank; (n-1)/n x algbw where the split is even).
  *
  * Timing, -m as in tools/cs_trainer_bench.c: b2b (default; nccl-tests and
  * OSU: a barrier, the timed iterations back to back, time(us) = the
@@ -21,6 +37,7 @@
  * the bytes all ranks sent (cs_bench_moved).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <math.h>
 #include <mpi.h>
@@ -34,10 +51,79 @@
 #include "collectives/ps/ps.h"
 #include "collectives/ps/ps_pattern.h"
 
-enum op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_BROADCAST };
+enum op {
+	OP_ALLREDUCE,
+	OP_REDUCE_SCATTER,
+	OP_ALL_GATHER,
+	OP_BROADCAST,
+	OP_ALLTOALL,
+	OP_ALLTOALLV
+};
 
-static const char *const op_names[] = { "allreduce", "reduce_scatter",
-					"all_gather", "broadcast" };
+static const char *const op_names[] = { "allreduce",  "reduce_scatter",
+					"all_gather", "broadcast",
+					"alltoall",   "alltoallv" };
+#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
+
+/* All-to-all: element @i of the block from rank @src to rank @dst,
+ * distinct for every (source, destination) pair at a given @i, exact
+ * (tools/cs_trainer_bench.c's a2a_val). */
+static float a2a_val(int src, int dst, size_t i)
+{
+	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
+}
+
+/* alltoallv: elements every rank sends to each rank (the same split on
+ * every rank), this rank's displacements, and what it receives. */
+static int *v_cnt, *v_sdis, *v_rcnt, *v_rdis;
+static uint64_t v_seed = 1;
+
+static uint64_t splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Zipf 1.1 split of @count elements over @n destinations (header). */
+static void v_counts(size_t count, int n)
+{
+	int *perm = malloc(sizeof(int) * (size_t)n);
+	double *w = malloc(sizeof(double) * (size_t)n), sum = 0;
+	uint64_t x = v_seed;
+	size_t left = count;
+	int hot = 0;
+
+	if (!perm || !w) {
+		fprintf(stderr, "mpi_bench: out of memory\n");
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	for (int i = 0; i < n; i++)
+		perm[i] = i;
+	for (int i = n - 1; i > 0; i--) {
+		int j = (int)(splitmix64(&x) % (uint64_t)(i + 1)), t = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	/* perm[k]: the destination in place k (k = 0 the hottest) */
+	for (int k = 0; k < n; k++) {
+		w[k] = 1.0 / pow(k + 1, 1.1);
+		sum += w[k];
+	}
+	for (int k = 0; k < n; k++) {
+		size_t c = (size_t)floor((double)count * w[k] / sum);
+
+		v_cnt[perm[k]] = (int)c;
+		left -= c;
+	}
+	hot = perm[0];
+	v_cnt[hot] += (int)left;
+	free(perm);
+	free(w);
+}
 
 /* Value every rank puts at element i: small integers, so float sums are
  * exact and the check can be exact too. */
@@ -93,6 +179,26 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 		for (size_t i = 0; i < count; i++)
 			wrong += recv[i] != val(0, i);
 		break;
+	case OP_ALLTOALL: /* block i / per came from that rank */
+		MPI_Alltoall(send, (int)per, MPI_FLOAT, recv, (int)per,
+			     MPI_FLOAT, MPI_COMM_WORLD);
+		for (size_t i = 0; i < per * (size_t)n; i++) {
+			float want = a2a_val((int)(i / per), rank, i % per);
+
+			wrong += memcmp(&recv[i], &want, sizeof(want)) != 0;
+		}
+		break;
+	case OP_ALLTOALLV:
+		MPI_Alltoallv(send, v_cnt, v_sdis, MPI_FLOAT, recv, v_rcnt,
+			      v_rdis, MPI_FLOAT, MPI_COMM_WORLD);
+		for (int s = 0; s < n; s++)
+			for (int i = 0; i < v_rcnt[s]; i++) {
+				float want = a2a_val(s, rank, (size_t)i);
+
+				wrong += memcmp(&recv[v_rdis[s] + i], &want,
+						sizeof(want)) != 0;
+			}
+		break;
 	}
 	return wrong;
 }
@@ -119,6 +225,15 @@ static void timed_op(enum op op, float *send, float *recv, size_t count, int n,
 		break;
 	case OP_BROADCAST:
 		MPI_Bcast(recv, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+		break;
+	case OP_ALLTOALL:
+		MPI_Alltoall(send, (int)(count / (size_t)n), MPI_FLOAT, recv,
+			     (int)(count / (size_t)n), MPI_FLOAT,
+			     MPI_COMM_WORLD);
+		break;
+	case OP_ALLTOALLV:
+		MPI_Alltoallv(send, v_cnt, v_sdis, MPI_FLOAT, recv, v_rcnt,
+			      v_rdis, MPI_FLOAT, MPI_COMM_WORLD);
 		break;
 	}
 }
@@ -148,6 +263,18 @@ static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 			memcpy(recv, send, count * sizeof(float));
 		else
 			memset(recv, 0, count * sizeof(float));
+		break;
+	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
+		for (size_t i = 0; i < count; i++)
+			send[i] = a2a_val(rank, (int)(i / per), i % per);
+		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
+		break;
+	case OP_ALLTOALLV:
+		for (int d = 0; d < n; d++)
+			for (int i = 0; i < v_cnt[d]; i++)
+				send[v_sdis[d] + i] =
+					a2a_val(rank, d, (size_t)i);
+		memset(recv, 0xff, count * sizeof(float));
 		break;
 	}
 }
@@ -720,26 +847,50 @@ int main(int argc, char **argv)
 			warmup = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-m"))
 			bad_mode = cs_bench_parse_mode(argv[i + 1], &mode);
+		else if (!strcmp(argv[i], "--zipf-seed"))
+			v_seed = strtoull(argv[i + 1], NULL, 0);
 		else if (!strcmp(argv[i], "-o")) {
-			for (unsigned k = 0; k < 4; k++)
+			int found = 0;
+
+			for (unsigned k = 0; k < NOPS; k++)
 				if (!strcasecmp(argv[i + 1], op_names[k]) ||
 				    (k == 1 &&
 				     !strcmp(argv[i + 1], "reduce-scatter")) ||
 				    (k == 2 &&
-				     !strcmp(argv[i + 1], "all-gather")))
+				     !strcmp(argv[i + 1], "all-gather"))) {
 					op = (enum op)k;
+					found = 1;
+				}
+			if (!found) {
+				if (!rank)
+					fprintf(stderr,
+						"mpi_bench: unknown op %s "
+						"(allreduce, reduce_scatter, "
+						"all_gather, broadcast, "
+						"alltoall, alltoallv, ps)\n",
+						argv[i + 1]);
+				MPI_Finalize();
+				return 2;
+			}
 		}
 	}
-	if (factor < 2 || !minb || maxb < minb || iters < 1 || bad_mode) {
+	if (factor < 2 || !minb || maxb < minb || iters < 1 || bad_mode ||
+	    (op == OP_ALLTOALLV && maxb / sizeof(float) > (size_t)INT_MAX)) {
 		if (!rank)
 			fprintf(stderr, "mpi_bench: bad arguments\n");
 		MPI_Finalize();
 		return 2;
 	}
-	float *send = malloc(maxb), *recv = malloc(maxb);
+	/* alltoallv: the hottest rank receives up to n x size */
+	float *send = malloc(maxb),
+	      *recv = malloc(op == OP_ALLTOALLV ? maxb * (size_t)n : maxb);
 	double *lat = malloc(sizeof(double) * (size_t)iters);
 
-	if (!send || !recv || !lat) {
+	v_cnt = malloc(sizeof(int) * (size_t)n);
+	v_sdis = malloc(sizeof(int) * (size_t)n);
+	v_rcnt = malloc(sizeof(int) * (size_t)n);
+	v_rdis = malloc(sizeof(int) * (size_t)n);
+	if (!send || !recv || !lat || !v_cnt || !v_sdis || !v_rcnt || !v_rdis) {
 		fprintf(stderr, "mpi_bench: out of memory\n");
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
@@ -752,13 +903,33 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		if (op == OP_REDUCE_SCATTER || op == OP_ALL_GATHER)
+		/* off: the bytes all ranks send to others, over n */
+		double off = (double)bytes * (double)(n - 1) / n;
+
+		if (op != OP_ALLREDUCE && op != OP_BROADCAST)
 			count -= count % (size_t)n;
+		if (op == OP_ALLTOALLV) {
+			v_counts(count, n);
+			for (int d = 0, a = 0; d < n; d++) {
+				v_sdis[d] = a;
+				a += v_cnt[d];
+				v_rcnt[d] = v_cnt[rank];
+				v_rdis[d] = d * v_cnt[rank];
+			}
+			/* every rank sends to d what this rank does */
+			off = 0;
+			for (int d = 0; d < n; d++)
+				off += (double)v_cnt[d] * (n - 1) / n;
+			off *= sizeof(float);
+		}
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0, total_wrong = 0;
 			double sum = 0, cpu = 0;
 
-			if (op == OP_BROADCAST && inplace)
+			/* broadcast is in place; all-to-all never (as
+			 * cs-trainer-bench) */
+			if ((op == OP_BROADCAST || op >= OP_ALLTOALL) &&
+			    inplace)
 				continue;
 			/* Warm-up and check: every element, every time
 			 * (b2b: at least once) */
@@ -825,25 +996,31 @@ int main(int argc, char **argv)
 
 				if (op == OP_ALLREDUCE)
 					bus = alg * 2.0 * (n - 1) / n;
+				else if (op == OP_ALLTOALLV)
+					bus = off / (t * 1e3);
 				else if (op != OP_BROADCAST)
 					bus = alg * (double)(n - 1) / n;
 				char cpus[32] = "NA";
+				/* alltoallv: what all ranks send to others */
+				double moved =
+					op == OP_ALLTOALLV
+						? off * n
+						: cs_bench_moved(
+							  op == OP_ALLREDUCE,
+							  op == OP_BROADCAST,
+							  sz, n);
 
 				if (mode == CS_BENCH_B2B)
-					snprintf(
-						cpus, sizeof(cpus), "%.2f",
-						cpu / (cs_bench_moved(
-							       op == OP_ALLREDUCE,
-							       op == OP_BROADCAST,
-							       sz, n) *
-						       iters / 1e9));
+					snprintf(cpus, sizeof(cpus), "%.2f",
+						 cpu / (moved * iters / 1e9));
 				qsort(lat, (size_t)iters, sizeof(double),
 				      cs_bench_cmp_double);
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s %9s\n",
 				       count * sizeof(float), count, "float",
-				       op == OP_BROADCAST || op == OP_ALL_GATHER
-					       ? "none"
-					       : "sum",
+				       op == OP_ALLREDUCE ||
+						       op == OP_REDUCE_SCATTER
+					       ? "sum"
+					       : "none",
 				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
 				       total_wrong,
 				       lat[(size_t)(iters - 1) / 2],
@@ -856,6 +1033,10 @@ int main(int argc, char **argv)
 	free(send);
 	free(recv);
 	free(lat);
+	free(v_cnt);
+	free(v_sdis);
+	free(v_rcnt);
+	free(v_rdis);
 	MPI_Finalize();
 	return 0;
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# cs-mpi-bench -o alltoall and -o alltoallv on this machine (mpirun, no
+# namespaces): every row checked (#wrong 0: every element of every
+# warm-up iteration compared), the columns of cs-trainer-bench (redop
+# none, root -1, out-of-place rows only), busbw = algbw x (n-1)/n; a rank
+# count that does not divide the size (3 ranks) and an unknown op.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=${CS_BUILD_DIR:-build}/tools/cs-mpi-bench
+fail() { echo "FAIL: $*"; exit 1; }
+[ -x "$B" ] || fail "$B not built"
+run() {	# ranks op -> rows on stdout
+	timeout 240 mpirun --allow-run-as-root --oversubscribe -np "$1" \
+		--bind-to none --mca mpi_yield_when_idle 1 \
+		"$B" -o "$2" -b 4K -e 256K -f 4 -n 3 -w 2 2>&1 |
+		grep -v 'setpgid.*failed in parent'
+}
+for np in 4 3; do
+	for op in alltoall alltoallv; do
+		out=$(run $np $op) || fail "$op on $np ranks: rc $?: $out"
+		grep -q "^# op $op ranks $np, timing b2b" <<<"$out" ||
+			fail "$op on $np ranks: no header: $out"
+		rows=$(awk '$1 ~ /^[0-9]+$/' <<<"$out")
+		[ "$(wc -l <<<"$rows")" = 4 ] ||
+			fail "$op on $np ranks: want 4 rows (4K..256K, out of place): $out"
+		awk -v n=$np -v op=$op '{
+			if ($4 != "none" || $5 != -1 || $12 != "out") bad = bad " columns " $0
+			if ($9 != 0) bad = bad " wrong " $0
+			if ($2 != int($1 / 4) || $2 % n) bad = bad " count " $0
+			# busbw = algbw (n-1)/n, to the printed rounding
+			d = $8 - $7 * (n - 1) / n
+			if (d > 0.0015 || d < -0.0015) bad = bad " busbw " $0
+		} END { if (bad != "") { print op ":" bad; exit 1 } }' <<<"$rows" ||
+			fail "$op on $np ranks: $out"
+	done
+done
+err=$(run 2 nosuchop) && fail "an unknown op ran: $err"
+grep -q "mpi_bench: unknown op nosuchop" <<<"$err" || fail "unknown op: '$err'"
+echo "PASS: cs-mpi-bench alltoall, alltoallv (4 and 3 ranks), unknown op refused"
