@@ -525,6 +525,23 @@ static int locate(struct cs_client *c, const void *p, size_t len, uint32_t *seg,
 	return -EFAULT;
 }
 
+/* Which registered segment holds the byte at @p (not one that ends
+ * there: two mappings may be adjacent)? Lock held. */
+static int locate_start(struct cs_client *c, const void *p, uint32_t *seg,
+			uint64_t *off)
+{
+	for (struct cs_buf *b = c->bufs; b; b = b->next) {
+		uintptr_t s = (uintptr_t)b->mem, a = (uintptr_t)p;
+
+		if (a >= s && a - s < b->len) {
+			*seg = b->seg;
+			*off = a - s;
+			return 0;
+		}
+	}
+	return -EFAULT;
+}
+
 static_assert(CS_GROUP_ELASTIC == CS_IPC_JOIN_ELASTIC, "one flag, two names");
 
 /* ---- groups ----------------------------------------------------------- */
@@ -933,9 +950,9 @@ cs_export int cs_alltoallv(struct cs_group *g, const void *send,
 	/* the buffers' start only: the sidecar checks every block against
 	 * the segment, so that a bad one fails the operation on every rank
 	 * (CS_IPC_BAD_*_RANGE here, CS_IPC_BAD_PEER there) */
-	if (!send || locate(c, send, 0, &d.send_seg, &d.send_off))
+	if (!send || locate_start(c, send, &d.send_seg, &d.send_off))
 		which = "send";
-	else if (!recv || locate(c, recv, 0, &d.recv_seg, &d.recv_off))
+	else if (!recv || locate_start(c, recv, &d.recv_seg, &d.recv_off))
 		which = "recv";
 	if (which) {
 		set_err(c,
