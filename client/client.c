@@ -1025,7 +1025,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 	const char *gname = q->g ? q->g->name : "?";
 	int rank = q->g ? q->g->rank : -1;
 
-	if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
+	if (q->op == CS_IPC_OP_ALLTOALLV)
+		snprintf(what, sizeof(what),
+			 "rank %d %s #%llu on group '%s' (%s, counts per "
+			 "rank)",
+			 rank, op_name(q->op), (unsigned long long)q->id, gname,
+			 cs_dtype_name((enum cs_dtype)q->dtype));
+	else if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
 		snprintf(what, sizeof(what),
 			 "rank %d %s #%llu on group "
 			 "'%s'",
