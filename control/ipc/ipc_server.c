@@ -1737,7 +1737,7 @@ static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
 		const uint64_t *c = s->vtab + 2 * k * n, *dp = c + n;
 
 		for (uint32_t j = 0; j < n; j++) {
-			if (c[j] > max || dp[j] > max)
+			if (c[j] > max || (c[j] && dp[j] > max))
 				return CS_IPC_BAD_COUNT;
 			sum[k] += c[j];
 			if (c[j] && dp[j] + c[j] > ext[k])
