@@ -397,8 +397,9 @@ int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
  * The four arrays are copied before this returns (into a table in shared
  * memory the sidecar reads; the group's first call allocates it, a cs_buf
  * of 256 x 32 x size bytes, one table per request slot, freed at
- * cs_group_leave()). The sidecar checks every block with a non-zero count against the segment
- * of @send or @recv: one outside it fails the operation with
+ * cs_group_leave()). The sidecar checks every block with a non-zero
+ * count against the segment of @send or @recv: one outside it fails the
+ * operation with
  * CS_ERR_BAD_DESC (CS_IPC_BAD_SEND_RANGE / _RECV_RANGE) on this rank and
  * CS_IPC_BAD_PEER on the others. Counts that do not add up across the
  * ranks fail it with CS_ERR_BAD_DESC (CS_IPC_BAD_A2AV_COUNTS, naming the
