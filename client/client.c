@@ -63,6 +63,12 @@ struct cs_group {
 	uint64_t pending;
 	uint64_t posted; /* operations posted: the next one's index */
 	char name[CS_IPC_NAME_MAX];
+	/* cs_alltoallv()'s count tables, one per request slot of the
+	 * client (CS_IPC_RING_SLOTS of CS_IPC_A2AV_BYTES(vtab_n)): a slot's
+	 * table is not written again before its request finished, and the
+	 * sidecar copies it when it takes the descriptor */
+	struct cs_buf *vtab;
+	uint32_t vtab_n;
 };
 
 struct cs_client {
@@ -100,6 +106,7 @@ static const char *const op_names[CS_IPC_OP_COUNT] = {
 	[CS_IPC_OP_BROADCAST] = "broadcast",
 	[CS_IPC_OP_BARRIER] = "barrier",
 	[CS_IPC_OP_ALLTOALL] = "all-to-all",
+	[CS_IPC_OP_ALLTOALLV] = "all-to-all-v",
 };
 
 static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
@@ -129,6 +136,9 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 				"created, or destroyed)",
 	[CS_IPC_BAD_PS_ROW] = "rows of another type or size than the "
 			      "table's",
+	[CS_IPC_BAD_A2AV_TABLE] = "all-to-all-v count table: unknown "
+				  "segment, outside it, or not 8-aligned",
+	[CS_IPC_BAD_A2AV_COUNTS] = "all-to-all-v counts do not add up",
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
 
@@ -523,6 +533,23 @@ static int locate(struct cs_client *c, const void *p, size_t len, uint32_t *seg,
 	return -EFAULT;
 }
 
+/* Which registered segment holds the byte at @p (not one that ends
+ * there: two mappings may be adjacent)? Lock held. */
+static int locate_start(struct cs_client *c, const void *p, uint32_t *seg,
+			uint64_t *off)
+{
+	for (struct cs_buf *b = c->bufs; b; b = b->next) {
+		uintptr_t s = (uintptr_t)b->mem, a = (uintptr_t)p;
+
+		if (a >= s && a - s < b->len) {
+			*seg = b->seg;
+			*off = a - s;
+			return 0;
+		}
+	}
+	return -EFAULT;
+}
+
 static_assert(CS_GROUP_ELASTIC == CS_IPC_JOIN_ELASTIC, "one flag, two names");
 
 /* ---- groups ----------------------------------------------------------- */
@@ -662,6 +689,7 @@ cs_export int cs_group_leave(struct cs_group *g)
 	}
 	m.u.leave.group = g->handle;
 	ret = rpc(c, &m, NULL, 0, &r);
+	/* (its count tables go after the unlock: cs_buf_free() locks) */
 	if (ret && ret != -ENOTCONN) {
 		set_err(c, "rank %d leave group '%s': %s", g->rank, g->name,
 			r.u.reply.text);
@@ -674,6 +702,8 @@ cs_export int cs_group_leave(struct cs_group *g)
 			break;
 		}
 	pthread_mutex_unlock(&c->lock);
+	if (g->vtab)
+		cs_buf_free(g->vtab);
 	free(g);
 	return 0;
 }
@@ -861,6 +891,111 @@ cs_export int cs_alltoall(struct cs_group *g, const void *send, void *recv,
 	return post(g, CS_IPC_OP_ALLTOALL, send, recv, count, dtype, 0, 0, req);
 }
 
+/*
+ * @g's count tables for @n ranks (struct cs_group.vtab), allocated at its
+ * first cs_alltoallv() and again when an elastic group grew.
+ */
+static int a2av_tables(struct cs_group *g, uint32_t n)
+{
+	struct cs_client *c = g->c;
+	struct cs_buf *b;
+	int ret;
+
+	if (g->vtab && g->vtab_n >= n)
+		return 0;
+	if (g->vtab) {
+		if (g->pending) {
+			pthread_mutex_lock(&c->lock);
+			set_err(c,
+				"rank %d all-to-all-v on group '%s': the group "
+				"grew to %u ranks; finish its pending requests "
+				"first",
+				g->rank, g->name, n);
+			pthread_mutex_unlock(&c->lock);
+			return -EAGAIN;
+		}
+		cs_buf_free(g->vtab);
+		g->vtab = NULL;
+	}
+	ret = cs_buf_alloc(c, CS_IPC_RING_SLOTS * CS_IPC_A2AV_BYTES(n), &b);
+	if (ret)
+		return ret;
+	g->vtab = b;
+	g->vtab_n = n;
+	return 0;
+}
+
+cs_export int cs_alltoallv(struct cs_group *g, const void *send,
+			   const size_t *sendcounts, const size_t *sdispls,
+			   void *recv, const size_t *recvcounts,
+			   const size_t *rdispls, enum cs_dtype dtype,
+			   cs_req_t *req)
+{
+	struct cs_ipc_sqe d = { .op = CS_IPC_OP_ALLTOALLV,
+				.dtype = (uint8_t)dtype };
+	const char *which = NULL;
+	struct cs_client *c;
+	uint32_t n;
+	int ret;
+
+	if (!g || !req || !sendcounts || !sdispls || !recvcounts || !rdispls)
+		return -EINVAL;
+	c = g->c;
+	if (g->size < 1) {
+		pthread_mutex_lock(&c->lock);
+		set_err(c,
+			"all-to-all-v on group '%s': the group has no size "
+			"yet (joined with rank -1): its first operation must "
+			"be an allreduce or a barrier",
+			g->name);
+		pthread_mutex_unlock(&c->lock);
+		return -EINVAL;
+	}
+	n = (uint32_t)g->size;
+	ret = a2av_tables(g, n);
+	if (ret)
+		return ret;
+	d.group = g->handle;
+	pthread_mutex_lock(&c->lock);
+	/* the buffers' start only: the sidecar checks every block against
+	 * the segment, so that a bad one fails the operation on every rank
+	 * (CS_IPC_BAD_*_RANGE here, CS_IPC_BAD_PEER there) */
+	if (!send || locate_start(c, send, &d.send_seg, &d.send_off))
+		which = "send";
+	else if (!recv || locate_start(c, recv, &d.recv_seg, &d.recv_off))
+		which = "recv";
+	if (which) {
+		set_err(c,
+			"rank %d all-to-all-v on group '%s': %s buffer is not "
+			"inside a cs_buf_alloc() buffer of this client",
+			g->rank, g->name, which);
+		pthread_mutex_unlock(&c->lock);
+		return -EFAULT;
+	}
+	/* the table of the slot this request takes, unless that slot is
+	 * still busy (post_locked() refuses it then: -EAGAIN) */
+	if (c->reqs[c->next_id % CS_IPC_RING_SLOTS].state == REQ_FREE) {
+		uint64_t off = (c->next_id % CS_IPC_RING_SLOTS) *
+			       CS_IPC_A2AV_BYTES(g->vtab_n);
+		uint64_t *t = (uint64_t *)((uint8_t *)g->vtab->mem + off);
+
+		for (uint32_t j = 0; j < n; j++) {
+			t[j] = sendcounts[j];
+			t[n + j] = sdispls[j];
+			t[2 * n + j] = recvcounts[j];
+			t[3 * n + j] = rdispls[j];
+		}
+		d.reserved0 = g->vtab->seg;
+		d.reserved1 = off;
+	}
+	ret = post_locked(c, g, &d, req);
+	if (ret == -ENOTCONN)
+		set_err(c, "rank %d all-to-all-v on group '%s': sidecar gone",
+			g->rank, g->name);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
 cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)
 {
 	return post(g, CS_IPC_OP_BARRIER, NULL, NULL, 0, CS_F32, 0, 0, req);
@@ -958,7 +1093,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		describe_p2p(c, q, what);
 		return;
 	}
-	if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
+	if (q->op == CS_IPC_OP_ALLTOALLV)
+		snprintf(what, sizeof(what),
+			 "rank %d %s #%llu on group '%s' (%s, counts per "
+			 "rank)",
+			 rank, op_name(q->op), (unsigned long long)q->id, gname,
+			 cs_dtype_name((enum cs_dtype)q->dtype));
+	else if (q->op == CS_IPC_OP_BARRIER || q->op >= CS_IPC_OP_COUNT)
 		snprintf(what, sizeof(what),
 			 "rank %d %s #%llu on group "
 			 "'%s'",
@@ -999,6 +1140,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"nodes disagree on its membership); the group is "
 			"failed",
 			what, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC &&
+		 q->detail == CS_IPC_BAD_A2AV_COUNTS)
+		set_err(c,
+			"%s: refused on every rank, nothing sent: the counts "
+			"do not add up: rank %d's sendcounts[%u] differs from "
+			"rank %u's recvcounts[%d]",
+			what, (int)q->peer, q->epoch, q->epoch, (int)q->peer);
 	else if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_PS_KEY)
 		set_err(c, "%s: key [%u] is not below the table's key_max",
 			what, q->epoch);

@@ -959,6 +959,10 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		c.alltoall = true;
 		c.sendbuf = op->sendbuf;
 		c.count = op->block;
+		if (op->a2a_counts) { /* an all-to-all-v's data step */
+			c.a2a_counts = op->a2a_counts;
+			c.count = 1; /* something moves (the server knows) */
+		}
 		break;
 	case CS_IPC_INTER_BARRIER:
 		o->barrier_word = 0;
@@ -1412,7 +1416,7 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->order = x->next_order++;
 	/* a group's first operation (k = 0 on every node): its nodes check
 	 * first that they agree on who is in it (launch_check) */
-	o->check = op->kind != CS_IPC_INTER_VERDICT &&
+	o->check = op->kind != CS_IPC_INTER_VERDICT && !op->again &&
 		   ((uint32_t)op->cookie == 0 || op->regroup);
 	o->postmortem = false;
 	o->a2a_refused = false;

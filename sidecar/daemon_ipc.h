@@ -47,6 +47,10 @@ struct cs_ar_coll {
 	 * every node to every node (ring index order; @sendbuf and @recvbuf
 	 * hold ring size x @count, never overlapping) */
 	bool alltoall;
+	/* with @alltoall, NULL or an all-to-all-v's counts per node (ring
+	 * order, elements): 2 x ring size, to each node then from each;
+	 * node after node in @sendbuf and @recvbuf (@count ignored) */
+	const uint64_t *a2a_counts;
 };
 
 /**

@@ -974,7 +974,7 @@ static void run_wait(struct cs_core_svc *s, uint32_t op_id, unsigned ms,
  */
 static int a2a_engine(struct cs_core_svc *s, struct core_op *op,
 		      const void *sendbuf, void *recvbuf, uint32_t group,
-		      uint64_t deadline)
+		      uint64_t deadline, const uint64_t *counts)
 {
 	uint32_t n = op->n, fmax = cs_core_svc_frame_payload(s);
 	struct cs_a2a_params p = { 0 };
@@ -988,14 +988,24 @@ static int a2a_engine(struct cs_core_svc *s, struct core_op *op,
 		c[r] = c[2 * n + r] = op->count;
 		c[n + r] = c[3 * n + r] = (uint64_t)r * op->count;
 	}
+	p.send_count = p.recv_count = (uint64_t)n * op->count;
+	if (counts) { /* an all-to-all-v: packed node after node */
+		p.send_count = p.recv_count = 0;
+		for (uint32_t r = 0; r < n; r++) {
+			c[r] = counts[r];
+			c[2 * n + r] = counts[n + r];
+			c[n + r] = p.send_count;
+			c[3 * n + r] = p.recv_count;
+			p.send_count += c[r];
+			p.recv_count += c[2 * n + r];
+		}
+	}
 	p.nranks = n;
 	p.rank = op->rank;
 	p.ranks_per_node = 1;
 	p.esz = (uint32_t)cs_dtype_size(op->dtype);
 	p.sendbuf = sendbuf;
-	p.send_count = (uint64_t)n * op->count;
 	p.recvbuf = recvbuf;
-	p.recv_count = (uint64_t)n * op->count;
 	p.sendcounts = c;
 	p.sdispls = c + n;
 	p.recvcounts = c + 2 * n;
@@ -1023,7 +1033,7 @@ static int mx_a2a(struct cs_core_svc *s, struct core_op *op, char *out,
 		for (size_t x = 0; x < op->count; x++)
 			cs_td_store(op->dtype, op->sbuf, r * op->count + x,
 				    a2a_value(op, op->rank, r, x));
-	ret = a2a_engine(s, op, op->sbuf, op->buf, op->group, 0);
+	ret = a2a_engine(s, op, op->sbuf, op->buf, op->group, 0, NULL);
 	if (ret)
 		snprintf(out, len, "err all-to-all refused: %s",
 			 cs_strerror(ret));
@@ -1588,8 +1598,15 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 	op->notify = c->notify;
 	if (c->alltoall) { /* one engine rank per node (daemon_ipc.h) */
 		op->bytes *= n;
+		if (c->a2a_counts) {
+			op->count = 0;
+			op->bytes = 0;
+			for (uint32_t r = 0; r < n; r++)
+				op->bytes += c->a2a_counts[r] *
+					     cs_dtype_size(c->dtype);
+		}
 		ret = a2a_engine(s, op, c->sendbuf, c->recvbuf, CORE_TRAINERS,
-				 c->deadline);
+				 c->deadline, c->a2a_counts);
 		if (ret) {
 			snprintf(msg, mlen, "all-to-all refused: %s",
 				 cs_strerror(ret));

@@ -31,13 +31,15 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast|"
-		"alltoall "
+		"alltoall|alltoallv "
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] [-k K] "
 		"[--trainers-per-node T] "
 		"[--cluster FILE]\n"
 		"          [--trainer PATH] [--timeout S] [--no-netns] "
 		"[--no-pin]\n"
+		"          [--skew S] [--seed N] [--zero PCT] [--silent R] "
+		"[--sink R] [--bad counts|displ]   (alltoallv)\n"
 		"       collstack bench raw ...   (raw port rate)\n"
 		"       collstack bench -o ps ...   (parameter server: "
 		"-o ps --help)\n\n"
@@ -51,6 +53,12 @@ static void usage(FILE *out)
 		"-k K: each iteration posts K buckets of the size (buffers of "
 		"their own) before\nwaiting for any (DDP); time, p50 and p99 "
 		"per bucket.\n"
+		"-o alltoallv: per-pair counts (tools/cs_trainer_bench.c): "
+		"Zipf weights 1/k^S\n(--skew, 0: equal), destinations "
+		"shuffled from --seed, about PCT %% of the\nblocks empty "
+		"(--zero), rank R sends nothing (--silent) or receives "
+		"everything\n(--sink); --bad first posts one that must be "
+		"refused on every rank.\n"
 		"--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
@@ -73,7 +81,7 @@ static bool pass_ok(int o, const char *v)
 		return !strcmp(v, "allreduce") ||
 		       !strcmp(v, "reduce_scatter") ||
 		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast") ||
-		       !strcmp(v, "alltoall");
+		       !strcmp(v, "alltoall") || !strcmp(v, "alltoallv");
 	case 'b':
 	case 'e':
 		return !cs_sim_parse_size(v, &sz) && sz >= 1;
@@ -87,12 +95,24 @@ static bool pass_ok(int o, const char *v)
 		return !cs_parse_whole(v, 1, 64, &x);
 	case 'm':
 		return !strcmp(v, "b2b") || !strcmp(v, "iter");
+	case 'S':
+		return strspn(v, "0123456789.") == strlen(v) && *v &&
+		       atof(v) <= 16;
+	case 'D':
+		return !cs_parse_whole(v, 0, ULONG_MAX, &x);
+	case 'Z':
+		return !cs_parse_whole(v, 0, 100, &x);
+	case 'L':
+	case 'K':
+		return !cs_parse_whole(v, 0, 1u << 20, &x);
+	case 'B':
+		return !strcmp(v, "counts") || !strcmp(v, "displ");
 	}
 	return false;
 }
 
 /* Bench options that pass through to every trainer. */
-static const char pass_opts[] = "obefnwmk";
+static const char pass_opts[] = "obefnwmkSDZLKB";
 
 int cs_cmd_bench_ops(int argc, char **argv)
 {
@@ -104,6 +124,13 @@ int cs_cmd_bench_ops(int argc, char **argv)
 		{ "no-netns", no_argument, NULL, 'N' },
 		{ "no-pin", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
+		/* -o alltoallv's shape, passed on */
+		{ "skew", required_argument, NULL, 'S' },
+		{ "seed", required_argument, NULL, 'D' },
+		{ "zero", required_argument, NULL, 'Z' },
+		{ "silent", required_argument, NULL, 'L' },
+		{ "sink", required_argument, NULL, 'K' },
+		{ "bad", required_argument, NULL, 'B' },
 		{ 0 }
 	};
 	struct cs_trainers tr = { .cmd = "collstack bench",
@@ -173,6 +200,12 @@ int cs_cmd_bench_ops(int argc, char **argv)
 					  : o == 'n' ? "-n"
 					  : o == 'm' ? "-m"
 					  : o == 'k' ? "-k"
+					  : o == 'S' ? "--skew"
+					  : o == 'D' ? "--seed"
+					  : o == 'Z' ? "--zero"
+					  : o == 'L' ? "--silent"
+					  : o == 'K' ? "--sink"
+					  : o == 'B' ? "--bad"
 						     : "-w";
 			targs[ntargs++] = optarg;
 			break;

@@ -34,6 +34,20 @@
  * every trainer and its node's sidecar (read from /proc/PID/stat; the PID
  * from the pid file beside $COLLSTACK_SOCKET, counted by LOCAL_RANK 0),
  * over the bytes all ranks sent (cs_bench_moved); NA in iter mode.
+ * -o alltoallv (cs_alltoallv): the size is what each rank sends in all
+ * (its blocks add up to it, give or take rounding); the count of every
+ * pair comes from a matrix every rank computes alike (a2av_matrix()):
+ * --skew S Zipf weights 1/k^S over a destination order of each sender's
+ * own (0, the default: equal blocks), --seed N that order, --zero P about
+ * P % of the blocks empty, --silent R rank R sends nothing, --sink R
+ * every rank sends everything to rank R. Blocks sit in the send buffer in
+ * reverse rank order with a gap of one element, and in the receive
+ * buffer in rank order with a gap of three; every element of the receive
+ * buffer is checked, the gaps too (untouched). --bad counts|displ: first
+ * one all-to-all-v that must be refused on every rank (rank 1 expects
+ * one element more from rank 0 / rank 1's block for rank 0 lies past its
+ * buffer): each rank prints the error to stderr and fails unless it got
+ * CS_ERR_BAD_DESC; the sizes then run as usual.
  */
 #include <errno.h>
 #include <math.h>
@@ -52,12 +66,14 @@ enum op {
 	OP_REDUCE_SCATTER,
 	OP_ALL_GATHER,
 	OP_BROADCAST,
-	OP_ALLTOALL
+	OP_ALLTOALL,
+	OP_ALLTOALLV
 };
 
 /* the names and the order of tools/mpi_bench.c */
-static const char *const op_names[] = { "allreduce", "reduce_scatter",
-					"all_gather", "broadcast", "alltoall" };
+static const char *const op_names[] = { "allreduce",  "reduce_scatter",
+					"all_gather", "broadcast",
+					"alltoall",   "alltoallv" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 #define BENCH_MAX_BUCKETS 64
@@ -70,6 +86,13 @@ struct bench {
 	size_t stride; /* elements from one bucket's buffer to the next */
 	double *meta; /* inside a cs_buf: iters + 2 doubles */
 	long sidecar; /* this node's collstackd, counted here; 0: none */
+	/* -o alltoallv: the shape options, the matrix of the current size
+	 * (mat[i * n + j]: elements from i to j) and this rank's arrays */
+	double skew;
+	unsigned long long seed;
+	int zero_pct, silent, sink;
+	size_t *mat, *sc, *sd, *rc, *rd;
+	size_t rext; /* elements the receive layout spans */
 };
 
 static double now_us(void)
@@ -129,6 +152,73 @@ static float a2a_val(int src, int dst, size_t i)
 	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
 }
 
+/* splitmix64: the same sequence on every rank */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
+ * The all-to-all-v matrix for @count elements sent per rank (the header's
+ * options), and this rank's arrays: sends in reverse rank order with a
+ * gap of 1 element, receives in rank order with a gap of 3.
+ */
+static void a2av_matrix(struct bench *b, size_t count)
+{
+	size_t n = (size_t)b->n, off;
+	double w[n], sum;
+	size_t ord[n];
+
+	for (size_t i = 0; i < n; i++) {
+		/* sender i's destination order: a seeded shuffle */
+		for (size_t j = 0; j < n; j++)
+			ord[j] = j;
+		for (size_t j = n - 1; j > 0; j--) {
+			size_t k = mix(b->seed ^ (i << 20) ^ j) % (j + 1), t;
+
+			t = ord[j];
+			ord[j] = ord[k];
+			ord[k] = t;
+		}
+		sum = 0;
+		for (size_t k = 0; k < n; k++) {
+			w[ord[k]] = 1.0 / pow((double)(k + 1), b->skew);
+			if (b->zero_pct &&
+			    mix(b->seed ^ 0x5a5a ^ (i * n + ord[k])) % 100 <
+				    (uint64_t)b->zero_pct)
+				w[ord[k]] = 0;
+			sum += w[ord[k]];
+		}
+		for (size_t j = 0; j < n; j++) {
+			size_t c =
+				sum > 0 ? (size_t)((double)count * w[j] / sum)
+					: 0;
+
+			if (b->sink >= 0)
+				c = j == (size_t)b->sink ? count : 0;
+			if ((int)i == b->silent)
+				c = 0;
+			b->mat[i * n + j] = c;
+		}
+	}
+	off = 0;
+	for (size_t j = n; j-- > 0;) {
+		b->sc[j] = b->mat[(size_t)b->rank * n + j];
+		b->sd[j] = off;
+		off += b->sc[j] + 1;
+	}
+	off = 0;
+	for (size_t i = 0; i < n; i++) {
+		b->rc[i] = b->mat[i * n + (size_t)b->rank];
+		b->rd[i] = off;
+		off += b->rc[i] + 3;
+	}
+	b->rext = off;
+}
+
 static int finish(struct bench *b, int ret, cs_req_t r, const char *what)
 {
 	if (!ret)
@@ -171,9 +261,16 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 		break;
 	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
 		for (size_t i = 0; i < count; i++)
-			send[i] = a2a_val(b->rank, (int)(i / per),
-					  i % per + sh);
+			send[i] =
+				a2a_val(b->rank, (int)(i / per), i % per + sh);
 		break;
+	case OP_ALLTOALLV:
+		for (int j = 0; j < b->n; j++)
+			for (size_t x = 0; x < b->sc[j]; x++)
+				send[b->sd[j] + x] =
+					a2a_val(b->rank, j, x + sh);
+		memset(recv, 0xff, b->rext * sizeof(float));
+		return;
 	}
 	if (!inplace && op != OP_BROADCAST)
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
@@ -186,6 +283,25 @@ static long check(enum op op, const struct bench *b, const float *recv,
 	size_t per = count / (size_t)b->n;
 	long wrong = 0;
 
+	if (op == OP_ALLTOALLV) { /* every element, the gaps too */
+		static const uint32_t nan1 = 0xffffffffu; /* fill()'s */
+		size_t at = 0;
+
+		for (int i = 0; i < b->n; i++) {
+			for (; at < b->rd[i]; at++)
+				wrong += !!memcmp(&recv[at], &nan1,
+						  sizeof(float));
+			for (size_t x = 0; x < b->rc[i]; x++, at++) {
+				float want = a2a_val(i, b->rank, x + sh);
+
+				wrong += !!memcmp(&recv[at], &want,
+						  sizeof(float));
+			}
+		}
+		for (; at < b->rext; at++)
+			wrong += !!memcmp(&recv[at], &nan1, sizeof(float));
+		return wrong;
+	}
 	if (op == OP_REDUCE_SCATTER) { /* block rank() of the sum */
 		size_t lo = per * (size_t)b->rank + sh;
 
@@ -248,6 +364,9 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 			recv, per, CS_F32, r);
 	case OP_ALLTOALL: /* never in place (skipped in main) */
 		return cs_alltoall(b->g, send, recv, per, CS_F32, r);
+	case OP_ALLTOALLV:
+		return cs_alltoallv(b->g, send, b->sc, b->sd, recv, b->rc,
+				    b->rd, CS_F32, r);
 	default:
 		return cs_broadcast(b->g, recv, count, CS_F32, 0, r);
 	}
@@ -391,6 +510,35 @@ static int run_iter(enum op op, struct bench *b, float *send, float *recv,
 	return 0;
 }
 
+/*
+ * --bad: one all-to-all-v that every rank must see refused (counts that
+ * do not add up, or a block outside the buffer on rank 1). Returns 0 if
+ * it was, on this rank.
+ */
+static int a2av_bad(struct bench *b, const char *how, float *send, float *recv,
+		    size_t count)
+{
+	cs_req_t r = 0;
+	int ret;
+
+	a2av_matrix(b, count);
+	if (b->rank == 1 && !strcmp(how, "counts")) {
+		b->rc[0]++;
+	} else if (b->rank == 1) { /* past the buffer and its last page */
+		b->sc[0] = b->sc[0] ? b->sc[0] : 1;
+		b->sd[0] = b->stride * (size_t)b->buckets + 4096;
+	}
+	ret = cs_alltoallv(b->g, send, b->sc, b->sd, recv, b->rc, b->rd, CS_F32,
+			   &r);
+	if (!ret)
+		ret = cs_wait(b->c, r, -1);
+	a2av_matrix(b, count); /* the proper one again */
+	fprintf(stderr,
+		"cs-trainer-bench rank %d: alltoallv --bad %s: %s (%s)\n",
+		b->rank, how, cs_strerror(ret), ret ? cs_errmsg(b->c) : "");
+	return ret == CS_ERR_BAD_DESC ? 0 : -1;
+}
+
 /* Rank 0's row: the columns of tools/mpi_bench.c. */
 static void print_row(enum op op, const struct bench *b, size_t count,
 		      int inplace, int iters, double *lat,
@@ -449,7 +597,11 @@ int main(int argc, char **argv)
 	float *send, *recv;
 	FILE *trace = NULL;
 	const char *trace_dir = getenv("COLLSTACK_BENCH_TRACE_DIR");
+	const char *bad_how = NULL;
+	size_t buflen;
 
+	b.seed = 1;
+	b.silent = b.sink = -1;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "-b"))
 			minb = cs_bench_parse_size(argv[i + 1]);
@@ -465,6 +617,18 @@ int main(int argc, char **argv)
 			group = argv[i + 1];
 		else if (!strcmp(argv[i], "-k"))
 			buckets = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--skew"))
+			b.skew = atof(argv[i + 1]);
+		else if (!strcmp(argv[i], "--seed"))
+			b.seed = strtoull(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--zero"))
+			b.zero_pct = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--silent"))
+			b.silent = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--sink"))
+			b.sink = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--bad"))
+			bad_how = argv[i + 1];
 		else if (!strcmp(argv[i], "-m")) {
 			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
 				fprintf(stderr,
@@ -483,7 +647,7 @@ int main(int argc, char **argv)
 				fprintf(stderr,
 					"cs-trainer-bench: -o %s: allreduce, "
 					"reduce_scatter, all_gather, "
-					"broadcast or alltoall\n",
+					"broadcast, alltoall or alltoallv\n",
 					argv[i + 1]);
 				return 2;
 			}
@@ -497,7 +661,10 @@ int main(int argc, char **argv)
 		}
 	}
 	if (factor < 2 || minb < sizeof(float) || maxb < minb || iters < 1 ||
-	    warmup < 0 || buckets < 1 || buckets > BENCH_MAX_BUCKETS) {
+	    warmup < 0 || buckets < 1 || buckets > BENCH_MAX_BUCKETS ||
+	    b.skew < 0 || b.zero_pct < 0 || b.zero_pct > 100 ||
+	    (bad_how && strcmp(bad_how, "counts") &&
+	     strcmp(bad_how, "displ"))) {
 		fprintf(stderr, "cs-trainer-bench: bad arguments\n");
 		return 2;
 	}
@@ -520,10 +687,29 @@ int main(int argc, char **argv)
 	b.rank = cs_group_rank(b.g);
 	b.n = cs_group_size(b.g);
 	b.buckets = buckets;
-	b.stride = maxb / sizeof(float);
-	ret = cs_buf_alloc(b.c, maxb * (size_t)buckets, &bs);
+	/* all-to-all-v: a rank may receive everything (--sink), and the
+	 * layouts have gaps */
+	buflen = op == OP_ALLTOALLV
+			 ? (size_t)b.n * maxb + 4 * sizeof(float) * (size_t)b.n
+			 : maxb;
+	b.stride = buflen / sizeof(float);
+	if ((b.silent >= b.n || b.sink >= b.n ||
+	     (bad_how && (op != OP_ALLTOALLV || b.n < 2)))) {
+		fprintf(stderr, "cs-trainer-bench: --silent/--sink past the "
+				"group, or --bad without -o alltoallv on 2+ "
+				"ranks\n");
+		ret = 2;
+		goto out_group;
+	}
+	b.mat = calloc((size_t)b.n * b.n + 4 * (size_t)b.n, sizeof(size_t));
+	b.sc = b.mat + (size_t)b.n * b.n;
+	b.sd = b.sc + b.n;
+	b.rc = b.sd + b.n;
+	b.rd = b.rc + b.n;
+	ret = b.mat ? cs_buf_alloc(b.c, buflen * (size_t)buckets, &bs)
+		    : -ENOMEM;
 	if (!ret)
-		ret = cs_buf_alloc(b.c, maxb * (size_t)buckets, &br);
+		ret = cs_buf_alloc(b.c, buflen * (size_t)buckets, &br);
 	if (!ret)
 		ret = cs_buf_alloc(b.c, sizeof(double) * (size_t)(iters + 2),
 				   &bm);
@@ -549,7 +735,8 @@ int main(int argc, char **argv)
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
 		       "%6s %9s\n",
 		       op_names[op], b.n, mode == CS_BENCH_B2B ? "b2b" : "iter",
-		       buckets, buckets > 1 ? " (time, p50, p99 per bucket)" : "",
+		       buckets,
+		       buckets > 1 ? " (time, p50, p99 per bucket)" : "",
 		       "size", "count", "type", "redop", "root", "time(us)",
 		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
 		       "place", "cpu(s/GB)");
@@ -572,17 +759,25 @@ int main(int argc, char **argv)
 				"completed (CLOCK_MONOTONIC ns)\n",
 				b.rank, b.n, op_names[op]);
 	}
+	if (bad_how &&
+	    a2av_bad(&b, bad_how, send, recv, minb / sizeof(float))) {
+		ret = 1;
+		goto out_bufs;
+	}
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
 		count -= count % (size_t)b.n;
+		if (op == OP_ALLTOALLV)
+			a2av_matrix(&b, count);
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0;
 			cs_req_t r = 0;
 			struct timed t = { .lat = lat, .wrong = 0 };
 
 			/* broadcast is in place; all-to-all never */
-			if ((op == OP_BROADCAST || op == OP_ALLTOALL) &&
+			if ((op == OP_BROADCAST || op == OP_ALLTOALL ||
+			     op == OP_ALLTOALLV) &&
 			    inplace)
 				continue;
 			if (mode == CS_BENCH_B2B)
@@ -632,6 +827,8 @@ out_bufs:
 	cs_buf_free(bm);
 	cs_buf_free(br);
 	cs_buf_free(bs);
+out_group:
+	free(b.mat);
 	cs_group_leave(b.g);
 out_client:
 	cs_disconnect(b.c);

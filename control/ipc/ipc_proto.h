@@ -43,6 +43,7 @@ enum cs_ipc_opcode {
 	CS_IPC_OP_BROADCAST = 4,
 	CS_IPC_OP_BARRIER = 5,
 	CS_IPC_OP_ALLTOALL = 6,
+	CS_IPC_OP_ALLTOALLV = 7, /* per-pair counts: CS_IPC_A2AV_BYTES */
 	CS_IPC_OP_COUNT
 };
 
@@ -77,6 +78,11 @@ enum cs_ipc_opcode {
  * trainer registered the segment. @count is in elements: the whole buffer
  * for allreduce and broadcast, the per-rank block for reduce-scatter (recv)
  * and all-gather (send). Barrier ignores buffers and needs count 0.
+ * All-to-all-v: @count 0; @send_off/@recv_off the buffers' element 0 (the
+ * displacements count from there); @reserved0 and @reserved1 the segment
+ * and byte offset (a multiple of 8) of its count table, the table
+ * below (CS_IPC_A2AV_BYTES) in the trainer's memory, read once when the sidecar
+ * takes the descriptor (later changes to it are not seen).
  */
 struct cs_ipc_sqe {
 	uint64_t user_id; /* echoed in the completion */
@@ -95,6 +101,16 @@ struct cs_ipc_sqe {
 	uint64_t reserved1;
 };
 static_assert(sizeof(struct cs_ipc_sqe) == 64, "sqe is one cache line");
+
+/*
+ * The count table of an all-to-all-v (CS_IPC_OP_ALLTOALLV), n = the group's
+ * size: four arrays of n u64 (sendcounts, sdispls, recvcounts, rdispls), in
+ * elements of the descriptor's dtype, MPI's meaning. Every block must lie
+ * inside its segment, the send and the receive extents must not overlap, and
+ * what rank i sends to j must be what j expects from i (checked across every
+ * rank before anything moves: CS_IPC_BAD_A2AV_COUNTS on every rank otherwise).
+ */
+#define CS_IPC_A2AV_BYTES(n) (32u * (uint64_t)(n))
 
 /* Which descriptor field a CS_ERR_BAD_DESC completion complains about. */
 enum cs_ipc_bad {
@@ -136,6 +152,12 @@ enum cs_ipc_bad {
 	CS_IPC_BAD_PS_TABLE,
 	CS_IPC_BAD_PS_ROW,
 	CS_IPC_BAD_PS_KEY,
+	/* all-to-all-v: the count table's segment or range is bad (unknown
+	 * segment, outside it, not 8-aligned) */
+	CS_IPC_BAD_A2AV_TABLE,
+	/* all-to-all-v: what rank @peer sends to rank (aux word) differs
+	 * from what that rank expects from it; every rank gets this */
+	CS_IPC_BAD_A2AV_COUNTS,
 	CS_IPC_BAD_COUNT_
 };
 

@@ -126,6 +126,14 @@ struct part {
 	struct cs_ipc_sqe d;
 	struct seg *send_seg, *recv_seg;
 	uint8_t *send, *recv;
+	/* an all-to-all-v: its count table, copied when taken (4 x @vn:
+	 * sendcounts, sdispls, recvcounts, rdispls; @vn the group's size
+	 * then), and the bytes its blocks span from @send and @recv. @v is
+	 * kept (grown, never shrunk) from one instance of the slot to the
+	 * next; freed with the group. */
+	uint64_t *v;
+	uint32_t vcap, vn;
+	size_t vslen, vrlen;
 };
 
 /* The k-th op of a group: one part per local rank. */
@@ -136,6 +144,10 @@ struct inst {
 	bool done;
 	bool inter; /* waiting for the backend */
 	bool in_recv0; /* the backend works on local rank 0's recv buffer */
+	/* an all-to-all-v across nodes: 1 while its count matrix is
+	 * exchanged, 2 while its data is (a2av_data()) */
+	uint8_t a2av_step;
+	size_t a2av_recv_at; /* its data from the nodes, in the staging */
 	uint64_t seq;
 	uint32_t arrived;
 	cs_ns_t first_at; /* when its first part arrived */
@@ -229,6 +241,9 @@ struct cs_ipc_server {
 	cs_ns_t now; /* of the current cs_ipc_server_poll() */
 	struct cs_ipc_ps *ps; /* PS tables (ipc_ps.c), NULL: none */
 	struct cs_ipc_p2p *p2p; /* send/recv (ipc_p2p.c), NULL: none */
+	/* an all-to-all-v's count table while validate() checks it */
+	uint64_t *vtab;
+	size_t vtab_cap; /* u64 */
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -365,6 +380,18 @@ static void op_lens(const struct group *g, const struct cs_ipc_sqe *d,
 	}
 }
 
+/* The same for a taken part (an all-to-all-v's spans are in its table). */
+static void part_lens(const struct group *g, const struct part *p, size_t *slen,
+		      size_t *rlen)
+{
+	if (p->d.op == CS_IPC_OP_ALLTOALLV) {
+		*slen = p->vslen;
+		*rlen = p->vrlen;
+		return;
+	}
+	op_lens(g, &p->d, slen, rlen);
+}
+
 static void progress(struct cs_ipc_server *s);
 
 /*
@@ -399,7 +426,7 @@ static int dev_out(struct cs_ipc_server *s, struct group *g, struct part *p)
 {
 	size_t slen, rlen;
 
-	op_lens(g, &p->d, &slen, &rlen);
+	part_lens(g, p, &slen, &rlen);
 	return dev_copy(s, p->recv_seg, p->recv, rlen, false);
 }
 
@@ -411,7 +438,7 @@ static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		struct seg *ss = p->send_seg, *rs = p->recv_seg;
 		size_t slen, rlen;
 
-		op_lens(g, &p->d, &slen, &rlen);
+		part_lens(g, p, &slen, &rlen);
 		if (ss && ss->dev && dev_copy(s, ss, p->send, slen, true))
 			return -EIO;
 		if (rs && rs->dev && p->d.op == CS_IPC_OP_BROADCAST &&
@@ -437,6 +464,7 @@ static void inst_retire(struct cs_ipc_server *s, struct group *g,
 	in->stage = NULL;
 	in->inter = false;
 	in->parked = false;
+	in->a2av_step = 0;
 	in->arrived = 0;
 	if (in->seq != g->next_done) {
 		in->done = true;
@@ -516,8 +544,8 @@ static size_t esz_of(const struct part *p)
  * (inst_retire). At most cfg.group_inflight instances of a group run at
  * once, each holding one, so a free one is always there.
  */
-static int stage_take(struct cs_ipc_server *s, struct group *g,
-		      struct inst *in, size_t len)
+static int stage_take(struct cs_ipc_server *s, struct group *g, struct inst *in,
+		      size_t len)
 {
 	struct stage *fit = NULL, *big = NULL;
 
@@ -657,6 +685,89 @@ static void a2a_unstage(struct group *g, const struct inst *inst, uint32_t m,
 		       blk);
 }
 
+/*
+ * An all-to-all-v's count matrix across nodes (a2av_counts()): row r holds
+ * rank r's send counts (n), then its receive counts (n). Then the
+ * node-level counts (to each node, from each node), then what this node
+ * sends, by destination node j, source local rank l, destination local
+ * rank m (an all-to-all's order, a2a_stage()), then what it receives.
+ */
+static size_t a2av_nodes_at(uint32_t n)
+{
+	return 2 * sizeof(uint64_t) * (size_t)n * n;
+}
+
+static size_t a2av_send_at(uint32_t n, uint32_t nn)
+{
+	return a2av_nodes_at(n) + 2 * sizeof(uint64_t) * (size_t)nn;
+}
+
+/*
+ * Whether the counts add up: what rank i sends to j (@sc of i's table)
+ * equals what j expects from i. The first pair that does not, in rank
+ * order of i then j, in *@bi, *@bj. One node: every table is here.
+ */
+static bool a2av_local_bad(const struct group *g, const struct inst *in,
+			   int32_t *bi, int32_t *bj)
+{
+	uint32_t n = g->size;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int li = local_of(g, i);
+
+		for (uint32_t j = 0; li >= 0 && j < n; j++) {
+			int lj = local_of(g, j);
+
+			if (lj >= 0 &&
+			    in->parts[li].v[j] != in->parts[lj].v[2 * n + i]) {
+				*bi = (int32_t)i;
+				*bj = (int32_t)j;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* The same over the whole group's count matrix (a2av_nodes_at()). */
+static bool a2av_matrix_bad(const uint64_t *M, uint32_t n, int32_t *bi,
+			    int32_t *bj)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = 0; j < n; j++)
+			if (M[(size_t)i * 2 * n + j] !=
+			    M[(size_t)j * 2 * n + n + i]) {
+				*bi = (int32_t)i;
+				*bj = (int32_t)j;
+				return true;
+			}
+	return false;
+}
+
+/* The received blocks of an all-to-all-v across nodes, out of the
+ * staging buffer into each local rank's recv at its displacements. */
+static void a2av_unstage(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in)
+{
+	uint32_t n = g->size, L = g->local_size, nn = n / L;
+	const uint64_t *M = (const uint64_t *)staging_of(in);
+	const uint8_t *src = staging_of(in) + in->a2av_recv_at;
+	size_t esz = esz_of(&in->parts[0]);
+
+	for (uint32_t i = 0; i < nn; i++)
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t m = 0; m < L; m++) {
+				const struct part *p = &in->parts[m];
+				uint32_t r = (uint32_t)g->ranks[m],
+					 q = i * L + l;
+				size_t b = M[(size_t)q * 2 * n + r] * esz;
+
+				copy_pieces(s, p->recv + p->v[3 * n + q] * esz,
+					    src, b);
+				src += b;
+			}
+}
+
 /* Copy the result from the staging buffer to every local rank. */
 static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
@@ -695,6 +806,8 @@ static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			break;
 		}
 	}
+	if (p0->d.op == CS_IPC_OP_ALLTOALLV)
+		a2av_unstage(s, g, in);
 }
 
 /* Every local rank is in and valid: run it on this node. */
@@ -749,6 +862,32 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 					       (size_t)g->ranks[m] * blk,
 				       blk);
 		break;
+	case CS_IPC_OP_ALLTOALLV: {
+		uint32_t n = g->size;
+		int32_t bi, bj;
+
+		if (a2av_local_bad(g, in, &bi, &bj)) { /* nothing moved */
+			inst_finish_ex(s, g, in, CS_ERR_BAD_DESC,
+				       CS_IPC_BAD_A2AV_COUNTS, bi,
+				       (uint32_t)bj);
+			return;
+		}
+		for (uint32_t l = 0; l < g->local_size; l++) {
+			const struct part *src = &in->parts[l];
+
+			for (uint32_t m = 0; m < g->local_size; m++) {
+				struct part *dst = &in->parts[m];
+				uint32_t i = (uint32_t)g->ranks[l],
+					 j = (uint32_t)g->ranks[m];
+
+				copy_pieces(s,
+					    dst->recv + dst->v[3 * n + i] * esz,
+					    src->send + src->v[n + j] * esz,
+					    src->v[j] * esz);
+			}
+		}
+		break;
+	}
 	default: /* barrier */
 		break;
 	}
@@ -772,6 +911,52 @@ static void inter_start(struct cs_ipc_server *s, struct group *g,
 		in->inter = false;
 		inst_finish(s, g, in, ret, 0, -1);
 	}
+}
+
+/*
+ * An all-to-all-v across nodes runs in two steps of the backend, with the
+ * same cookie: first every node learns every rank's counts (a2av_counts(),
+ * an allreduce of the count matrix, each row from the one node that has
+ * it and zero elsewhere, so the sum is the rows bit for bit), so that
+ * every node refuses counts that do not add up, the same pair, before
+ * anything moved; then the data goes node to node (a2av_data()), an
+ * all-to-all with a count per node pair. Staging (a2av_nodes_at()): the
+ * matrix, the node counts, this node's outgoing bytes, its incoming ones.
+ */
+static size_t a2av_need(const struct group *g, const struct inst *in)
+{
+	uint32_t n = g->size, nn = n / g->local_size;
+	size_t esz = esz_of(&in->parts[0]), out = 0, inb = 0;
+
+	for (uint32_t l = 0; l < g->local_size; l++)
+		for (uint32_t j = 0; j < n; j++) {
+			out += in->parts[l].v[j] * esz;
+			inb += in->parts[l].v[2 * n + j] * esz;
+		}
+	return a2av_send_at(n, nn) + ((out + 7) & ~(size_t)7) + inb;
+}
+
+static void a2av_counts(struct group *g, struct inst *in,
+			struct cs_ipc_inter_op *op)
+{
+	uint32_t n = g->size;
+	uint64_t *M = (uint64_t *)staging_of(in);
+
+	memset(M, 0, a2av_nodes_at(n));
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		uint64_t *row = M + (size_t)g->ranks[l] * 2 * n;
+
+		/* sendcounts, recvcounts: the table's [0, n), [2n, 3n) */
+		memcpy(row, in->parts[l].v, sizeof(uint64_t) * n);
+		memcpy(row + n, in->parts[l].v + 2 * n, sizeof(uint64_t) * n);
+	}
+	op->kind = CS_IPC_INTER_ALLREDUCE;
+	op->dtype = CS_I64;
+	op->redop = CS_SUM;
+	op->count = 2 * (uint64_t)n * n;
+	op->block = 0;
+	op->buf = M;
+	in->a2av_step = 1;
 }
 
 /* Part of the group is on other nodes: combine here, then the backend. */
@@ -813,6 +998,9 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_ALLTOALL: /* what goes out, what comes in */
 		if (g->local_size > 1)
 			need = 2 * blk * g->size * g->local_size;
+		break;
+	case CS_IPC_OP_ALLTOALLV:
+		need = a2av_need(g, in);
 		break;
 	default:
 		break;
@@ -897,6 +1085,9 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		a2a_stage(g, in, blk);
 		op.sendbuf = staging_of(in);
 		op.buf = staging_of(in) + blk * g->size * g->local_size;
+		break;
+	case CS_IPC_OP_ALLTOALLV:
+		a2av_counts(g, in, &op);
 		break;
 	case CS_IPC_OP_BROADCAST:
 		op.kind = CS_IPC_INTER_BROADCAST;
@@ -1015,7 +1206,9 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		}
 	}
 	/* every local rank is numbered now (not yet when one posts) */
-	if (p0->d.op == CS_IPC_OP_ALLTOALL && !a2a_layout_ok(g)) {
+	if ((p0->d.op == CS_IPC_OP_ALLTOALL ||
+	     p0->d.op == CS_IPC_OP_ALLTOALLV) &&
+	    !a2a_layout_ok(g)) {
 		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT,
 			     -1);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
@@ -1094,6 +1287,80 @@ static struct inst *inst_of(struct group *g, uint64_t cookie)
 	return in;
 }
 
+/*
+ * An all-to-all-v's count matrix is here (a2av_counts()): refuse counts
+ * that do not add up (every node finds the same pair: nothing is sent),
+ * else pack this node's blocks and hand the data step to the backend.
+ */
+static void a2av_data(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	uint32_t n = g->size, L = g->local_size, nn = n / L;
+	uint8_t *st = staging_of(in), *out = st + a2av_send_at(n, nn), *o;
+	const uint64_t *M = (const uint64_t *)st;
+	uint64_t *nc = (uint64_t *)(st + a2av_nodes_at(n)), total = 0;
+	size_t esz = esz_of(&in->parts[0]);
+	struct cs_ipc_inter_op op = in->op;
+	int32_t bi, bj;
+
+	in->inter = false;
+	if (in->parts[0].vn != n) { /* re-formed at another size */
+		inst_finish(s, g, in, CS_ERR_EPOCH, CS_IPC_EPOCH_RESIZED, -1);
+		return;
+	}
+	if (a2av_matrix_bad(M, n, &bi, &bj)) {
+		inst_finish_ex(s, g, in, CS_ERR_BAD_DESC,
+			       CS_IPC_BAD_A2AV_COUNTS, bi, (uint32_t)bj);
+		return;
+	}
+	for (uint32_t k = 0; k < nn; k++) {
+		nc[k] = nc[nn + k] = 0;
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t m = 0; m < L; m++) {
+				uint32_t r = (uint32_t)g->ranks[l],
+					 q = (uint32_t)g->ranks[m];
+
+				nc[k] += M[(size_t)r * 2 * n + k * L + m];
+				nc[nn + k] +=
+					M[(size_t)(k * L + l) * 2 * n + q];
+			}
+	}
+	for (size_t x = 0; x < (size_t)n * n; x++)
+		total |= M[(x / n) * 2 * n + x % n];
+	if (!total) { /* nothing to move anywhere: every node sees it */
+		inst_finish(s, g, in, 0, 0, -1);
+		return;
+	}
+	o = out;
+	for (uint32_t j = 0; j < nn; j++)
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t m = 0; m < L; m++) {
+				const struct part *p = &in->parts[l];
+				size_t b = p->v[j * L + m] * esz;
+
+				copy_pieces(s, o,
+					    p->send + p->v[n + j * L + m] * esz,
+					    b);
+				o += b;
+			}
+	in->a2av_recv_at =
+		a2av_send_at(n, nn) + (((size_t)(o - out) + 7) & ~(size_t)7);
+	op.kind = CS_IPC_INTER_ALLTOALL;
+	op.dtype = (enum cs_dtype)in->parts[0].d.dtype;
+	op.sendbuf = out;
+	op.buf = st + in->a2av_recv_at;
+	op.a2a_counts = nc;
+	op.count = 0;
+	for (uint32_t k = 0; k < nn; k++)
+		op.count += nc[nn + k];
+	op.block = 0;
+	op.again = true;
+	op.regroup = false;
+	in->a2av_step = 2;
+	in->inter = true;
+	in->op = op;
+	inter_start(s, g, in);
+}
+
 void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 			      int status)
 {
@@ -1115,6 +1382,11 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	in = inst_of(g, cookie);
 	if (!in)
 		return;
+	if (!status && in->a2av_step == 1) { /* its counts are in */
+		a2av_data(s, g, in);
+		run_ready(s, g);
+		return;
+	}
 	if (!status)
 		fan_out(s, g, in);
 	in->inter = false;
@@ -1378,6 +1650,9 @@ static void group_cancel(struct cs_ipc_server *s, struct group *g)
 
 static void group_free(struct cs_ipc_server *s, struct group *g)
 {
+	for (size_t i = 0;
+	     g->part_mem && i < (size_t)IPC_WINDOW * g->local_size; i++)
+		free(g->part_mem[i].v);
 	free(g->win);
 	free(g->part_mem);
 	for (uint32_t i = 0; g->pool && i < s->cfg.group_inflight; i++)
@@ -1428,6 +1703,74 @@ static bool overlap(const uint8_t *a, size_t al, const uint8_t *b, size_t bl)
 }
 
 /*
+ * An all-to-all-v's count table (CS_IPC_A2AV_BYTES in the trainer's
+ * memory): copied into s->vtab (the trainer may change it after this),
+ * then every block checked against its buffer's segment. Zero-count
+ * blocks are not checked (their displacement is never used). Returns 0 or
+ * an enum cs_ipc_bad.
+ */
+static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
+			      const struct cs_ipc_sqe *d, struct part *p)
+{
+	struct trainer *t = m->t;
+	uint32_t n = m->g->size;
+	size_t esz = cs_dtype_size((enum cs_dtype)d->dtype);
+	uint64_t max = s->cfg.max_op_bytes / esz, ext[2] = { 0, 0 };
+	uint64_t sum[2] = { 0, 0 };
+	struct seg *ts = seg_get(s, t, d->reserved0);
+	const uint8_t *tab;
+
+	if (d->count)
+		return CS_IPC_BAD_COUNT;
+	if (!ts || ts->dev || d->reserved1 % 8)
+		return CS_IPC_BAD_A2AV_TABLE;
+	tab = seg_range(ts, d->reserved1, CS_IPC_A2AV_BYTES(n));
+	if (!tab)
+		return CS_IPC_BAD_A2AV_TABLE;
+	if (s->vtab_cap < 4 * (size_t)n) {
+		uint64_t *v = realloc(s->vtab, 4 * (size_t)n * sizeof(*v));
+
+		if (!v)
+			return CS_IPC_BAD_COUNT;
+		s->vtab = v;
+		s->vtab_cap = 4 * (size_t)n;
+	}
+	memcpy(s->vtab, tab, CS_IPC_A2AV_BYTES(n));
+	for (uint32_t k = 0; k < 2; k++) { /* send, then recv */
+		const uint64_t *c = s->vtab + 2 * k * n, *dp = c + n;
+
+		for (uint32_t j = 0; j < n; j++) {
+			if (c[j] > max || (c[j] && dp[j] > max))
+				return CS_IPC_BAD_COUNT;
+			sum[k] += c[j];
+			if (c[j] && dp[j] + c[j] > ext[k])
+				ext[k] = dp[j] + c[j];
+		}
+		if (sum[k] > max)
+			return CS_IPC_BAD_COUNT;
+	}
+	p->vslen = ext[0] * esz;
+	p->vrlen = ext[1] * esz;
+	p->send_seg = seg_get(s, t, d->send_seg);
+	if (!p->send_seg)
+		return CS_IPC_BAD_SEND_SEG;
+	p->recv_seg = seg_get(s, t, d->recv_seg);
+	if (!p->recv_seg)
+		return CS_IPC_BAD_RECV_SEG;
+	if (d->send_off % esz || d->recv_off % esz)
+		return CS_IPC_BAD_ALIGN;
+	p->send = seg_range(p->send_seg, d->send_off, p->vslen);
+	if (!p->send)
+		return CS_IPC_BAD_SEND_RANGE;
+	p->recv = seg_range(p->recv_seg, d->recv_off, p->vrlen);
+	if (!p->recv)
+		return CS_IPC_BAD_RECV_RANGE;
+	if (overlap(p->send, p->vslen, p->recv, p->vrlen))
+		return CS_IPC_BAD_OVERLAP;
+	return 0;
+}
+
+/*
  * Check @d (a private copy) for member @m and fill @p. Returns 0 or the
  * enum cs_ipc_bad of the first bad field.
  */
@@ -1443,7 +1786,8 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	bool needs_send =
 		d->op != CS_IPC_OP_BROADCAST && d->op != CS_IPC_OP_BARRIER;
 
-	if (d->flags || d->reserved0 || d->reserved1)
+	if (d->flags ||
+	    (d->op != CS_IPC_OP_ALLTOALLV && (d->reserved0 || d->reserved1)))
 		return CS_IPC_BAD_FLAGS;
 	if (d->op == CS_IPC_OP_BARRIER)
 		return d->count ? CS_IPC_BAD_COUNT : 0;
@@ -1455,6 +1799,8 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	 * operation: only one that needs none can be that */
 	if (!g->size && d->op != CS_IPC_OP_ALLREDUCE)
 		return CS_IPC_BAD_OP;
+	if (d->op == CS_IPC_OP_ALLTOALLV)
+		return validate_a2av(s, m, d, p);
 	max_elems = s->cfg.max_op_bytes / esz;
 	if (d->op == CS_IPC_OP_REDUCE_SCATTER ||
 	    d->op == CS_IPC_OP_ALL_GATHER || d->op == CS_IPC_OP_ALLTOALL)
@@ -1525,6 +1871,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	struct group *g;
 	struct inst *in;
 	struct part *p, tmp = { 0 };
+	uint64_t *v;
+	uint32_t vcap;
 	unsigned bad;
 
 	t->inflight++;
@@ -1578,7 +1926,28 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		return;
 	}
 	m->seq++;
+	v = p->v;
+	vcap = p->vcap;
+	if (!bad && d->op == CS_IPC_OP_ALLTOALLV && vcap < 4 * g->size) {
+		uint64_t *nv = realloc(v, 4 * (size_t)g->size * sizeof(*nv));
+
+		if (nv) {
+			v = nv;
+			vcap = 4 * g->size;
+		} else { /* as a bad one: it still takes its place */
+			bad = CS_IPC_BAD_COUNT;
+			s->st.bad_desc++;
+			tmp.send_seg = tmp.recv_seg = NULL;
+			tmp.send = tmp.recv = NULL;
+		}
+	}
 	*p = tmp;
+	p->v = v;
+	p->vcap = vcap;
+	if (!bad && d->op == CS_IPC_OP_ALLTOALLV) {
+		memcpy(p->v, s->vtab, CS_IPC_A2AV_BYTES(g->size));
+		p->vn = g->size;
+	}
 	p->arrived = true;
 	p->bad = (uint16_t)bad;
 	p->t = t;
@@ -2574,6 +2943,7 @@ void cs_ipc_server_destroy(struct cs_ipc_server *s)
 	free(s->tr);
 	free(s->groups);
 	free(s->pfd);
+	free(s->vtab);
 	free(s);
 }
 

@@ -96,7 +96,10 @@ enum cs_ipc_inter_kind {
 	 * from each node i at i x @block (@count = nodes x @block). The
 	 * group's node k holds ranks k x L .. k x L + L - 1 (L = @local_size,
 	 * the same on every node; the server checked its own node's ranks,
-	 * the backend checks the ring index).
+	 * the backend checks the ring index). With @a2a_counts (an
+	 * all-to-all-v): @sendbuf holds @a2a_counts[j] elements for node j,
+	 * node after node, and @buf receives @a2a_counts[nodes + i] from
+	 * node i, node after node (@count and @block are then unused).
 	 */
 	CS_IPC_INTER_ALLTOALL = 7,
 };
@@ -127,6 +130,13 @@ struct cs_ipc_inter_op {
 	 * nodes re-form the group first and the backend hands the new size
 	 * and ranks to cs_ipc_server_regroup() before it runs the step */
 	bool regroup;
+	/* CS_IPC_INTER_ALLTOALL of an all-to-all-v: 2 x nodes counts (to
+	 * each node, then from each node, ring order), or NULL */
+	const uint64_t *a2a_counts;
+	/* a later step of an instance whose first step ran already (an
+	 * all-to-all-v: its counts, then its data): no membership check,
+	 * and the same cookie */
+	bool again;
 	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
 	int32_t status;
 	uint16_t detail;

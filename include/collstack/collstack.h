@@ -423,6 +423,44 @@ int cs_recv(struct cs_group *g, void *buf, size_t count, enum cs_dtype dtype,
 	    int src, unsigned tag, cs_req_t *req);
 
 /**
+ * cs_alltoallv - post: @sendcounts[j] elements at @sdispls[j] of every
+ * rank's @send go to rank j, where they land at @rdispls[i] of its @recv
+ * (i: the sender's rank); MPI_Alltoallv's meaning
+ * @g: group
+ * @send: element 0 of the send buffer, inside a cs_buf
+ * @sendcounts: [size]: elements for each rank (0: nothing)
+ * @sdispls: [size]: where each rank's block starts in @send, in elements
+ * @recv: element 0 of the receive buffer, inside a cs_buf; no block of it
+ *        may overlap the span of @send's blocks
+ * @recvcounts: [size]: elements from each rank; @recvcounts[i] of rank j
+ *        must equal @sendcounts[j] of rank i
+ * @rdispls: [size]: where each rank's block goes in @recv, in elements
+ * @dtype: element type
+ * @req: out: the request
+ *
+ * The four arrays are copied before this returns (into a table in shared
+ * memory the sidecar reads; the group's first call allocates it, a cs_buf
+ * of 256 x 32 x size bytes, one table per request slot, freed at
+ * cs_group_leave()). The sidecar checks every block with a non-zero
+ * count against the segment of @send or @recv: one outside it fails the
+ * operation with
+ * CS_ERR_BAD_DESC (CS_IPC_BAD_SEND_RANGE / _RECV_RANGE) on this rank and
+ * CS_IPC_BAD_PEER on the others. Counts that do not add up across the
+ * ranks fail it with CS_ERR_BAD_DESC (CS_IPC_BAD_A2AV_COUNTS, naming the
+ * first pair in rank order) on every rank; nothing is sent then. Across
+ * nodes it goes as cs_alltoall() does (the same layout rule, two-level),
+ * after one exchange of the counts (every node checks them all): an
+ * allreduce of 16 x size x size bytes. Received blocks that overlap each
+ * other leave those elements undefined.
+ *
+ * Returns: as cs_allreduce(), and -EINVAL (a NULL array, or a group
+ * without a size yet).
+ */
+int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
+		 const size_t *sdispls, void *recv, const size_t *recvcounts,
+		 const size_t *rdispls, enum cs_dtype dtype, cs_req_t *req);
+
+/**
  * cs_barrier - post a barrier: completes once every rank has posted it
  * @g: group
  * @req: out: the request

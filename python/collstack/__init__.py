@@ -59,6 +59,9 @@ def _load():
         "cs_all_gather": (i, [p, p, p, sz, i, ctypes.POINTER(u64)]),
         "cs_broadcast": (i, [p, p, sz, i, i, ctypes.POINTER(u64)]),
         "cs_alltoall": (i, [p, p, p, sz, i, ctypes.POINTER(u64)]),
+        "cs_alltoallv": (i, [p, p, ctypes.POINTER(sz), ctypes.POINTER(sz),
+                             p, ctypes.POINTER(sz), ctypes.POINTER(sz), i,
+                             ctypes.POINTER(u64)]),
         "cs_barrier": (i, [p, ctypes.POINTER(u64)]),
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
@@ -67,8 +70,9 @@ def _load():
         "cs_event_arm": (i, [p]),
     }
     for fn, (res, args) in sigs.items():
-        if fn == "cs_buf_register_dev" and not hasattr(lib, fn):
-            continue            # a libcollstack older than 0.3
+        if fn in ("cs_buf_register_dev", "cs_alltoallv") and \
+                not hasattr(lib, fn):
+            continue            # an older libcollstack
         f = getattr(lib, fn)
         f.restype = res
         f.argtypes = args
@@ -446,6 +450,53 @@ class Group:
                              f"multiple of the group's size {n}")
         return self._post(_lib.cs_alltoall, sa, ra, sn // n, sc,
                           keep=(send, recv))
+
+    def alltoallv(self, send, recv, sendcounts, recvcounts, sdispls=None,
+                  rdispls=None):
+        """Post an all-to-all with a count per pair (MPI_Alltoallv):
+        sendcounts[j] elements at sdispls[j] of send go to rank j, where
+        they land at rdispls[i] of recv (i: this rank); recvcounts[i] must
+        equal what rank i sends here. Counts and displacements are in
+        elements, one per rank; displacements default to the counts
+        packed in rank order. send/recv: Buffers or numpy arrays over
+        shared memory, one element type, not overlapping. A block outside
+        its array raises ValueError here (nothing posted: the other ranks'
+        call then fails at the sidecar's ipc.match_deadline); counts that
+        do not add up across the ranks fail on every rank (CollstackError,
+        CS_ERR_BAD_DESC), nothing sent. Returns the Request."""
+        if not hasattr(_lib, "cs_alltoallv"):
+            raise CollstackError(-95, "alltoallv: this libcollstack has "
+                                 "no cs_alltoallv")
+        (sa, sn, sc), (ra, rn, rc) = _shared(send), _shared(recv)
+        n = self.size
+        if sc != rc:
+            raise ValueError("alltoallv: send and recv differ in type")
+
+        def vec(name, v, default=None):
+            if v is None:
+                v, o = [], 0
+                for c in default:
+                    v.append(o)
+                    o += c
+            v = [int(x) for x in v]
+            if len(v) != n or any(x < 0 for x in v):
+                raise ValueError(f"alltoallv: {name} needs {n} entries, "
+                                 f"none negative")
+            return v
+        scnt = vec("sendcounts", sendcounts)
+        rcnt = vec("recvcounts", recvcounts)
+        sdis = vec("sdispls", sdispls, scnt)
+        rdis = vec("rdispls", rdispls, rcnt)
+        for what, cnt, dis, total in (("send", scnt, sdis, sn),
+                                      ("recv", rcnt, rdis, rn)):
+            for j in range(n):
+                if cnt[j] and dis[j] + cnt[j] > total:
+                    raise ValueError(
+                        f"alltoallv: {what} block {j} ({cnt[j]} elements "
+                        f"at {dis[j]}) runs past the array's {total}")
+        arr = ctypes.c_size_t * n
+        return self._post(_lib.cs_alltoallv, sa, arr(*scnt), arr(*sdis), ra,
+                          arr(*rcnt), arr(*rdis), sc, keep=(send, recv))
 
 
 class Client:

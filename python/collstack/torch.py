@@ -946,15 +946,22 @@ class ProcessGroupCollstack(dist.ProcessGroup):
     def _alltoallv_bytes(self, name, src_u8, in_splits, out_splits, dst_u8,
                          result):
         """All-to-all of byte blocks. in_splits/out_splits: bytes per
-        peer. The split vectors are exchanged first with a blocking
-        all-gather; then, where the sidecars carry all-to-all (the same
-        number of ranks on every node), one cs_alltoall with every block
-        padded to the exchange's longest block; elsewhere an all-gather of
-        every rank's whole input padded to the longest one (every rank
-        receives world size x the longest input)."""
+        peer. Where the sidecars carry all-to-all (the same number of
+        ranks on every node), one cs_alltoallv with the blocks as they are
+        (the sidecars check that the splits add up across the ranks; no
+        padding, no exchange of the split vectors first). Elsewhere (or
+        with a libcollstack without cs_alltoallv) the split vectors are
+        exchanged first with a blocking all-gather; then, where the
+        sidecars carry all-to-all, one cs_alltoall with every block padded
+        to the exchange's longest block; else an all-gather of every
+        rank's whole input padded to the longest one (every rank receives
+        world size x the longest input)."""
         size, me = self._size, self._rank
         if len(in_splits) != size or len(out_splits) != size:
             raise _err(name, f"split sizes need {size} entries")
+        if self._a2a_native() and hasattr(_lib, "cs_alltoallv"):
+            return self._alltoallv_native(name, src_u8, in_splits,
+                                          out_splits, dst_u8, result)
         # everyone's input splits (an int64 all-gather, waited for here so
         # that the data all-gather is posted in call order on every rank)
         mine = torch.tensor(in_splits, dtype=torch.int64)
@@ -1000,6 +1007,35 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         for n in self._nodes:
             per[n] = per.get(n, 0) + 1
         return len(set(per.values())) == 1
+
+    def _alltoallv_native(self, name, src_u8, in_splits, out_splits, dst_u8,
+                          result):
+        """All-to-all of byte blocks through cs_alltoallv: the input
+        staged as it is, the output packed in rank order."""
+        size = self._size
+        tin, tout = sum(in_splits), sum(out_splits)
+        s = self._rt.stage(max(tin, 1))
+        d = self._rt.stage(max(tout, 1))
+        if tin:
+            s.u8[:tin].copy_(src_u8[:tin])
+
+        def displs(v):
+            out, o = [], 0
+            for x in v:
+                out.append(o)
+                o += x
+            return out
+
+        def done():
+            if tout:
+                dst_u8[:tout].copy_(d.u8[:tout])
+            return result
+        arr = ctypes.c_size_t * size
+        return self._post(name, _lib.cs_alltoallv,
+                          (s.start, arr(*in_splits), arr(*displs(in_splits)),
+                           d.start, arr(*out_splits),
+                           arr(*displs(out_splits)), _U8), [s, d], done,
+                          result)
 
     def _alltoall_padded(self, name, src_u8, in_splits, out_splits, dst_u8,
                          allsp, result):

@@ -1362,6 +1362,430 @@ Test(client, alltoall_bad_layout_refused, .timeout = 120)
 	two_local_ranks("a2alay", fake_start, fake_tick, a2a_layout_main);
 }
 
+/* ---- all-to-all-v ------------------------------------------------------ */
+
+/*
+ * Hostile all-to-all-v descriptors of a group of one: each refused with
+ * its detail, and the sidecar goes on. The table (4 u64) at byte 6144 of
+ * the 8 KiB buffer; a good one sends 16 f32 from 0 to 4096.
+ */
+struct a2av_bad_case {
+	const char *what;
+	unsigned detail;
+	void (*mutate)(struct cs_ipc_sqe *d, uint64_t *t);
+};
+
+#define VMUT(name, body)                                                       \
+	static void name(struct cs_ipc_sqe *d, uint64_t *t)                    \
+	{                                                                      \
+		(void)d;                                                       \
+		(void)t;                                                       \
+		body;                                                          \
+	}
+
+VMUT(v_tab_seg, d->reserved0 = 999)
+VMUT(v_tab_align, d->reserved1 = 6148)
+VMUT(v_tab_past, d->reserved1 = 8192 - 16)
+VMUT(v_tab_wrap, d->reserved1 = UINT64_MAX - 7)
+VMUT(v_count, d->count = 16)
+VMUT(v_flags, d->flags = 1)
+VMUT(v_huge_count, t[0] = 1ull << 62)
+VMUT(v_wrap_displ, t[1] = UINT64_MAX - 3)
+VMUT(v_send_past, t[1] = 2048 - 8)
+VMUT(v_recv_past, t[3] = 1024)
+VMUT(v_overlap, d->recv_off = 32) /* recv from element 8 */
+VMUT(v_align, d->send_off = 2)
+VMUT(v_send_seg, d->send_seg = 4242)
+
+static const struct a2av_bad_case a2av_bad_cases[] = {
+	{ "table segment", CS_IPC_BAD_A2AV_TABLE, v_tab_seg },
+	{ "table misaligned", CS_IPC_BAD_A2AV_TABLE, v_tab_align },
+	{ "table past the end", CS_IPC_BAD_A2AV_TABLE, v_tab_past },
+	{ "table offset wraps", CS_IPC_BAD_A2AV_TABLE, v_tab_wrap },
+	{ "count not 0", CS_IPC_BAD_COUNT, v_count },
+	{ "flags", CS_IPC_BAD_FLAGS, v_flags },
+	{ "count 2^62", CS_IPC_BAD_COUNT, v_huge_count },
+	{ "displacement wraps", CS_IPC_BAD_COUNT, v_wrap_displ },
+	{ "send block past the segment", CS_IPC_BAD_SEND_RANGE, v_send_past },
+	{ "recv block past the segment", CS_IPC_BAD_RECV_RANGE, v_recv_past },
+	{ "recv over send", CS_IPC_BAD_OVERLAP, v_overlap },
+	{ "misaligned", CS_IPC_BAD_ALIGN, v_align },
+	{ "send segment", CS_IPC_BAD_SEND_SEG, v_send_seg },
+};
+
+Test(client, alltoallv_malformed_descriptors, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+	uint64_t *t;
+	size_t sc0 = 16, sd0 = 0, rc0 = 16, rd0 = 0;
+
+	solo_trainer(&sc, "v_bad", 8192, "g", &c, &b, &g);
+	x = cs_buf_ptr(b);
+	t = (uint64_t *)((uint8_t *)x + 6144);
+
+	const struct cs_ipc_sqe good = {
+		.group = cs__group_handle(g),
+		.op = CS_IPC_OP_ALLTOALLV,
+		.dtype = CS_F32,
+		.send_seg = cs__buf_seg(b),
+		.send_off = 0,
+		.recv_seg = cs__buf_seg(b),
+		.recv_off = 4096,
+		.reserved0 = cs__buf_seg(b),
+		.reserved1 = 6144,
+	};
+	const uint64_t good_t[4] = { 16, 0, 16, 0 };
+
+	for (size_t i = 0; i < CS_ARRAY_SIZE(a2av_bad_cases); i++) {
+		struct cs_ipc_sqe d = good;
+		unsigned detail;
+		int peer;
+
+		memcpy(t, good_t, sizeof(good_t));
+		a2av_bad_cases[i].mutate(&d, t);
+		cr_assert_eq(cs__client_post_raw(c, &d, &r), 0);
+		cr_assert_eq(cs_wait(c, r, WAIT_NS), CS_ERR_BAD_DESC,
+			     "case '%s' not rejected", a2av_bad_cases[i].what);
+		cs__client_last_fail(c, &detail, &peer);
+		cr_assert_eq(detail, a2av_bad_cases[i].detail,
+			     "case '%s': detail %u, want %u (%s)",
+			     a2av_bad_cases[i].what, detail,
+			     a2av_bad_cases[i].detail, cs_errmsg(c));
+		cr_assert(strstr(cs_errmsg(c), "all-to-all-v"), "%s",
+			  cs_errmsg(c));
+	}
+	/* a zero-count block's displacement is never used: accepted */
+	memcpy(t, good_t, sizeof(good_t));
+	for (int i = 0; i < 16; i++)
+		x[i] = (float)(i + 1);
+	t[0] = t[2] = 0;
+	t[1] = t[3] = UINT64_MAX / 8;
+	cr_assert_eq(cs__client_post_raw(c, &good, &r), 0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	cr_assert_float_eq(x[1024], 0.0f, 0);
+	/* the public call checks its arguments and its buffers */
+	cr_assert_eq(cs_alltoallv(g, x, NULL, &sd0, x + 1024, &rc0, &rd0,
+				  CS_F32, &r),
+		     -EINVAL);
+	cr_assert_eq(cs_alltoallv(g, &sc0, &sc0, &sd0, x + 1024, &rc0, &rd0,
+				  CS_F32, &r),
+		     -EFAULT);
+	/* and a proper one through it works */
+	cr_assert_eq(cs_alltoallv(g, x, &sc0, &sd0, x + 1024, &rc0, &rd0,
+				  CS_F32, &r),
+		     0);
+	cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+	for (int i = 0; i < 16; i++)
+		cr_assert_float_eq(x[1024 + i], (float)(i + 1), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
+/*
+ * Elements from rank i to rank j of a 4-rank group: (i + 2 j) % 5, some
+ * blocks empty; rank @silent sends nothing (its row 0). Element x of it:
+ * i * 1000 + j * 100 + x. Send blocks in reverse rank order with a gap
+ * of 1 element, receive blocks in rank order with a gap of 2.
+ */
+#define V_N 4
+
+static size_t v_cnt(int i, int j, int silent)
+{
+	return i == silent ? 0 : (size_t)((i + 2 * j) % 5) * 3;
+}
+
+static float v_val(int i, int j, size_t x)
+{
+	return (float)(i * 1000 + j * 100 + (int)x);
+}
+
+static size_t v_layout(int rank, int silent, size_t *sc, size_t *sd, size_t *rc,
+		       size_t *rd)
+{
+	size_t off = 0;
+
+	for (int j = V_N - 1; j >= 0; j--) {
+		sc[j] = v_cnt(rank, j, silent);
+		sd[j] = off;
+		off += sc[j] + 1;
+	}
+	off = 0;
+	for (int i = 0; i < V_N; i++) {
+		rc[i] = v_cnt(i, rank, silent);
+		rd[i] = off;
+		off += rc[i] + 2;
+	}
+	return off;
+}
+
+/* Every element of @recv (@ext of them): the blocks, and -1 in the gaps. */
+static int v_check(int rank, const float *recv, const size_t *rc,
+		   const size_t *rd, size_t ext)
+{
+	size_t at = 0;
+
+	for (int i = 0; i < V_N; i++) {
+		for (; at < rd[i]; at++)
+			if (recv[at] != -1.0f)
+				return -1;
+		for (size_t x = 0; x < rc[i]; x++, at++)
+			if (recv[at] != v_val(i, rank, x))
+				return -1;
+	}
+	for (; at < ext; at++)
+		if (recv[at] != -1.0f)
+			return -1;
+	return 0;
+}
+
+/* One node, four trainers (the server's own exchange): a proper one, one
+ * whose counts do not add up (every rank told the same pair), one with a
+ * block past rank 1's buffer, and then a proper one again. */
+static int v_local_main(const char *path, int rank, int size, void *arg)
+{
+	size_t sc[V_N], sd[V_N], rc[V_N], rd[V_N], ext;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	unsigned detail;
+	float *s, *d;
+	cs_req_t r;
+	int peer, ret;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 8192, &b) ||
+	    cs_group_join(c, "v", rank, size, rank, size, &g))
+		return 2;
+	s = cs_buf_ptr(b);
+	d = s + 1024;
+	for (int round = 0; round < 2; round++) {
+		int silent = round ? 2 : -1;
+
+		ext = v_layout(rank, silent, sc, sd, rc, rd);
+		for (int j = 0; j < V_N; j++)
+			for (size_t x = 0; x < sc[j]; x++)
+				s[sd[j] + x] = v_val(rank, j, x);
+		for (size_t k = 0; k < ext; k++)
+			d[k] = -1.0f;
+		if (cs_alltoallv(g, s, sc, sd, d, rc, rd, CS_F32, &r) ||
+		    cs_wait(c, r, WAIT_NS))
+			return 3;
+		if (v_check(rank, d, rc, rd, ext))
+			return 4;
+	}
+	/* rank 3 expects one element more from rank 1 than it sends */
+	v_layout(rank, -1, sc, sd, rc, rd);
+	if (rank == 3)
+		rc[1]++;
+	if (cs_alltoallv(g, s, sc, sd, d, rc, rd, CS_F32, &r))
+		return 5;
+	ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC || detail != CS_IPC_BAD_A2AV_COUNTS ||
+	    peer != 1 ||
+	    !strstr(cs_errmsg(c), "rank 1's sendcounts[3] differs from "
+				  "rank 3's recvcounts[1]"))
+		return 6;
+	/* rank 1's block for rank 0 past its buffer */
+	v_layout(rank, -1, sc, sd, rc, rd);
+	if (rank == 1)
+		sd[0] = 8192;
+	if (cs_alltoallv(g, s, sc, sd, d, rc, rd, CS_F32, &r))
+		return 7;
+	ret = cs_wait(c, r, WAIT_NS);
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC ||
+	    detail != (rank == 1 ? CS_IPC_BAD_SEND_RANGE : CS_IPC_BAD_PEER) ||
+	    (rank != 1 && peer != 1))
+		return 8;
+	ext = v_layout(rank, -1, sc, sd, rc, rd);
+	for (size_t k = 0; k < ext; k++)
+		d[k] = -1.0f;
+	if (cs_alltoallv(g, s, sc, sd, d, rc, rd, CS_F32, &r) ||
+	    cs_wait(c, r, WAIT_NS) || v_check(rank, d, rc, rd, ext))
+		return 9;
+	if (cs_group_leave(g))
+		return 10;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, alltoallv_one_node, .timeout = 120)
+{
+	struct sidecar sc;
+	pid_t p[V_N];
+
+	sidecar_start(&sc, "v_one");
+	for (int k = 0; k < V_N; k++)
+		p[k] = spawn(v_local_main, sc.path, k, V_N, NULL);
+	for (int k = 0; k < V_N; k++)
+		expect_exit0(p[k], "a rank");
+	sidecar_stop(&sc);
+}
+
+/*
+ * Across two nodes of two ranks (node 0, ranks 0 and 1, here; node 1
+ * played by the backend): first the count matrix (an allreduce of 2 x 16
+ * i64, node 0's rows filled in), to which the backend adds node 1's rows;
+ * then the data, a node-level all-to-all with a count per node whose
+ * stream for node 1 holds, for l, m, what rank l sends to rank 2 + m.
+ * @v_bad_rows: node 1's rows say rank 2 sends rank 0 one element more
+ * than rank 0 expects: refused on both ranks, and no data step.
+ */
+static bool v_bad_rows;
+
+static int v_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	struct fake_be *f = ctx;
+
+	if (f->pending || op->group_size != V_N || op->local_size != 2)
+		return -EPROTO;
+	if (op->kind == CS_IPC_INTER_ALLREDUCE &&
+	    (op->dtype != CS_I64 || op->count != 2 * V_N * V_N || op->again))
+		return -EPROTO;
+	if (op->kind == CS_IPC_INTER_ALLTOALL &&
+	    (!op->a2a_counts || !op->again || !op->sendbuf))
+		return -EPROTO;
+	if (op->kind != CS_IPC_INTER_ALLREDUCE &&
+	    op->kind != CS_IPC_INTER_ALLTOALL)
+		return -EPROTO;
+	f->op = *op;
+	f->pending = true;
+	return 0;
+}
+
+static int v_tick(struct cs_ipc_server *srv, void *ctx)
+{
+	struct fake_be *f = ctx;
+	int bad = 0;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	if (f->op.kind == CS_IPC_INTER_ALLREDUCE) {
+		int64_t *m = f->op.buf;
+
+		for (int r = 0; r < V_N; r++)
+			for (int j = 0; j < V_N; j++) {
+				int64_t *row = m + r * 2 * V_N;
+
+				if (r < 2) { /* node 0's, as posted */
+					bad += row[j] !=
+					       (int64_t)v_cnt(r, j, -1);
+					bad += row[V_N + j] !=
+					       (int64_t)v_cnt(j, r, -1);
+					continue;
+				}
+				bad += row[j] != 0 || row[V_N + j] != 0;
+				row[j] = (int64_t)v_cnt(r, j, -1);
+				row[V_N + j] = (int64_t)v_cnt(j, r, -1);
+			}
+		if (v_bad_rows)
+			m[2 * 2 * V_N + 0]++;
+	} else {
+		const uint64_t *nc = f->op.a2a_counts;
+		const float *out = f->op.sendbuf;
+		float *in = f->op.buf;
+		size_t want[2] = { 0, 0 }, from[2] = { 0, 0 };
+
+		for (int k = 0; k < 2; k++)
+			for (int l = 0; l < 2; l++)
+				for (int m = 0; m < 2; m++) {
+					want[k] += v_cnt(l, k * 2 + m, -1);
+					from[k] += v_cnt(k * 2 + l, m, -1);
+				}
+		for (int k = 0; k < 2; k++)
+			bad += nc[k] != want[k] || nc[2 + k] != from[k];
+		/* node 0's own stream comes back as is; node 1's checked
+		 * and answered with node 1's blocks for ranks 0 and 1 */
+		for (size_t x = 0; x < want[0]; x++)
+			in[x] = out[x];
+		out += want[0];
+		in += from[0];
+		for (int l = 0; l < 2; l++)
+			for (int m = 0; m < 2; m++) {
+				for (size_t x = 0; x < v_cnt(l, 2 + m, -1); x++)
+					bad += *out++ != v_val(l, 2 + m, x);
+				for (size_t x = 0; x < v_cnt(2 + l, m, -1); x++)
+					*in++ = v_val(2 + l, m, x);
+			}
+	}
+	cs_ipc_server_inter_done(srv, f->op.cookie, bad ? -EPROTO : 0);
+	return 1;
+}
+
+static int v_two_main(const char *path, int rank, int size, void *arg)
+{
+	size_t sc[V_N], sd[V_N], rc[V_N], rd[V_N], ext;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	unsigned detail;
+	float *s, *d;
+	cs_req_t r;
+	int peer, ret;
+
+	(void)arg;
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 8192, &b) ||
+	    cs_group_join(c, v_bad_rows ? "vtb" : "vt", rank, size, rank, 2,
+			  &g))
+		return 2;
+	s = cs_buf_ptr(b);
+	d = s + 1024;
+	ext = v_layout(rank, -1, sc, sd, rc, rd);
+	for (int j = 0; j < V_N; j++)
+		for (size_t x = 0; x < sc[j]; x++)
+			s[sd[j] + x] = v_val(rank, j, x);
+	for (size_t k = 0; k < ext; k++)
+		d[k] = -1.0f;
+	if (cs_alltoallv(g, s, sc, sd, d, rc, rd, CS_F32, &r))
+		return 3;
+	ret = cs_wait(c, r, WAIT_NS);
+	if (!v_bad_rows)
+		return ret || v_check(rank, d, rc, rd, ext) ? 4 : 0;
+	cs__client_last_fail(c, &detail, &peer);
+	if (ret != CS_ERR_BAD_DESC || detail != CS_IPC_BAD_A2AV_COUNTS ||
+	    peer != 2 ||
+	    !strstr(cs_errmsg(c), "rank 2's sendcounts[0] differs"))
+		return 5;
+	for (size_t k = 0; k < ext; k++) /* nothing was written */
+		if (d[k] != -1.0f)
+			return 6;
+	cs_disconnect(c);
+	return 0;
+}
+
+static void v_two(const char *tag, bool bad_rows)
+{
+	static struct fake_be fake;
+	const struct cs_ipc_backend be = fake_backend(&fake, v_start);
+	struct sidecar sc;
+	pid_t a, b;
+
+	v_bad_rows = bad_rows;
+	sidecar_start_be(&sc, tag, &be, v_tick);
+	a = spawn(v_two_main, sc.path, 0, V_N, NULL);
+	b = spawn(v_two_main, sc.path, 1, V_N, NULL);
+	expect_exit0(a, "rank 0");
+	expect_exit0(b, "rank 1");
+	sidecar_stop(&sc);
+}
+
+Test(client, alltoallv_two_level_through_backend, .timeout = 120)
+{
+	v_two("vtwo", false);
+}
+
+Test(client, alltoallv_counts_refused_across_nodes, .timeout = 120)
+{
+	v_two("vtwob", true);
+}
+
 /*
  * A long intra-node reduction runs in pieces (IPC_PIECE, 4 MiB) with the
  * backend's progress hook between them: collstackd's lcore, which polls

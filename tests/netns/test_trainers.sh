@@ -45,7 +45,13 @@
 # that do not add up and sizes that differ: a clear error on every rank,
 # the sidecars go on, a proper all-to-all then works), alltoall_lost_3x2
 # (a sidecar killed under a loop of all-to-alls: the other trainers get
-# CS_ERR_PEER_LOST naming its node, none hangs), pipe_4x2 (every trainer
+# CS_ERR_PEER_LOST naming its node, none hangs), alltoallv_4x2
+# (cs_alltoallv, 3 % loss: Zipf-skewed counts with a quarter of the blocks
+# empty and rank 3 sending nothing, then every rank sending everything to
+# rank 5, then one trainer per node; every element and every gap of every
+# iteration checked), alltoallv_bad_2x2 (counts that do not add up, then
+# a block past its buffer: a clear error on every rank, nothing sent, the
+# sidecars go on and proper ones then work), pipe_4x2 (every trainer
 # posts 8 allreduce buckets of one group before waiting for any, 64 KiB
 # to 4 MiB, every element of every bucket checked; several of the group's
 # operations on the transport core at once), peer_lost_pipe_4x2
@@ -889,6 +895,57 @@ case_a2a_bad() {
 	sidecars_alive
 }
 
+# cs_alltoallv (docs/alltoall.md) on N nodes of T trainers: the counts of
+# every pair from tools/cs_trainer_bench.c's matrix, every element of the
+# receive buffer checked on every rank (the gaps between blocks too).
+case_a2av() {	# N T [collstackd --set args...]
+	local n=$1 t=$2
+	shift 2
+	up "$n" "$@"
+	bench "$t" -o alltoallv -b 4K -e 1M -f 16 -n 3 -w 1 --skew 1.1 \
+		--seed 7 --zero 25 --silent 3 ||
+		fail "alltoallv ${n}x$t (Zipf, empty blocks, rank 3 silent)"
+	bench "$t" -o alltoallv -b 4K -e 256K -f 8 -n 3 -w 1 --sink 5 ||
+		fail "alltoallv ${n}x$t (everything to rank 5)"
+	bench 1 -o alltoallv -b 4K -e 256K -f 8 -n 3 -w 1 --skew 1.1 \
+		--seed 3 ||
+		fail "alltoallv ${n}x1: wrong elements or an error"
+	sidecars_alive
+}
+
+# All-to-all-v inputs that must be refused, 2 nodes x 2 trainers: counts
+# that do not add up (rank 1 expects one element more from rank 0 than
+# rank 0 sends: found by every node in the count exchange, the same pair
+# named on every rank, nothing sent), then a block of rank 1 past its
+# send buffer (refused by node 0's server, the others told why); each
+# bench then runs proper ones on the same sidecars.
+case_a2av_bad() {
+	local out=$RUN/a2av_bad.out k
+	up 2 --set rel.max_timeouts=64 --set coll.deadline=8s
+	bench 2 -o alltoallv -b 4K -e 64K -f 16 -n 2 -w 1 --skew 1.1 \
+		--bad counts >"$out" 2>&1 ||
+		{ cat "$out"; fail "alltoallv --bad counts: not refused, or then failed"; }
+	for k in 0 1 2 3; do
+		grep -q "rank $k: alltoallv --bad counts: malformed .*refused on every rank, nothing sent: the counts do not add up: rank 0's sendcounts\[1\] differs from rank 1's recvcounts\[0\]" "$out" ||
+			{ cat "$out"; fail "rank $k: no clear error for counts that do not add up"; }
+	done
+	grep "alltoallv --bad" "$out" | head -n 1 | sed 's/^/  /'
+	sidecars_alive
+	bench 2 -o alltoallv -b 4K -e 64K -f 16 -n 2 -w 1 --bad displ \
+		>"$out" 2>&1 ||
+		{ cat "$out"; fail "alltoallv --bad displ: not refused, or then failed"; }
+	grep -q "rank 1: alltoallv --bad displ: malformed .*send buffer runs past its segment" "$out" ||
+		{ cat "$out"; fail "rank 1: no clear error for its block past the buffer"; }
+	for k in 0 2 3; do
+		grep -q "rank $k: alltoallv --bad displ: malformed .*another rank posted a bad call: rank 1" "$out" ||
+			{ cat "$out"; fail "rank $k: not told that rank 1's call was bad"; }
+	done
+	! grep -qE "was lost|stopped answering|deadline" "$out" ||
+		{ cat "$out"; fail "reported as a lost peer or a timeout"; }
+	grep "alltoallv --bad" "$out" | head -n 2 | sed 's/^/  /'
+	sidecars_alive
+}
+
 # A sidecar killed (-9) under a loop of all-to-alls, 3 nodes x 2 trainers
 # (static peers): the trainers of the two other nodes end within 60 s with
 # CS_ERR_PEER_LOST naming node 2 (its sessions gave up after
@@ -981,6 +1038,8 @@ alltoall_2x2) case_a2a 2 2 ;;
 alltoall_4x2) case_a2a 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoall_bad_2x2) case_a2a_bad ;;
 alltoall_lost_3x2) case_a2a_lost ;;
+alltoallv_4x2) case_a2av 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
+alltoallv_bad_2x2) case_a2av_bad ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -999,7 +1058,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
