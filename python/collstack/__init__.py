@@ -62,6 +62,8 @@ def _load():
         "cs_alltoallv": (i, [p, p, ctypes.POINTER(sz), ctypes.POINTER(sz),
                              p, ctypes.POINTER(sz), ctypes.POINTER(sz), i,
                              ctypes.POINTER(u64)]),
+        "cs_send": (i, [p, p, sz, i, i, ctypes.c_uint, ctypes.POINTER(u64)]),
+        "cs_recv": (i, [p, p, sz, i, i, ctypes.c_uint, ctypes.POINTER(u64)]),
         "cs_barrier": (i, [p, ctypes.POINTER(u64)]),
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
@@ -70,7 +72,8 @@ def _load():
         "cs_event_arm": (i, [p]),
     }
     for fn, (res, args) in sigs.items():
-        if fn in ("cs_buf_register_dev", "cs_alltoallv") and \
+        if fn in ("cs_buf_register_dev", "cs_alltoallv", "cs_send",
+                  "cs_recv") and \
                 not hasattr(lib, fn):
             continue            # an older libcollstack
         f = getattr(lib, fn)
@@ -497,6 +500,31 @@ class Group:
         arr = ctypes.c_size_t * n
         return self._post(_lib.cs_alltoallv, sa, arr(*scnt), arr(*sdis), ra,
                           arr(*rcnt), arr(*rdis), sc, keep=(send, recv))
+
+
+    def _p2p(self, fn, name, buf, peer, tag):
+        if not hasattr(_lib, fn):
+            raise CollstackError(-95, f"{name}: this libcollstack has no "
+                                 f"{fn}")
+        a, n, code = _shared(buf)
+        if not 0 <= peer < self.size or peer == self.rank:
+            raise ValueError(f"{name}: peer rank {peer} is not another "
+                             f"rank of the group (size {self.size})")
+        return self._post(getattr(_lib, fn), a, n, code, peer, tag,
+                          keep=(buf,))
+
+    def send(self, buf, dst, tag=0):
+        """Post a send of buf (a Buffer, or a numpy array over shared
+        memory) to rank dst: not collective, only dst takes part with a
+        recv of the same size and tag; the k-th send to dst with a tag
+        meets dst's k-th recv from this rank with that tag. buf may be
+        reused as soon as this returns. Returns the Request."""
+        return self._p2p("cs_send", "send", buf, dst, tag)
+
+    def recv(self, buf, src, tag=0):
+        """Post a receive into buf from rank src (see send). Returns the
+        Request; buf holds the data once it completed."""
+        return self._p2p("cs_recv", "recv", buf, src, tag)
 
 
 class Client:

@@ -1138,17 +1138,15 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     # point to point --------------------------------------------------------
     def _pair(self, name, src, dst):
-        """The 2-rank group carrying messages src -> dst (same node)."""
+        """The 2-rank group carrying messages src -> dst (same node): the
+        path of a libcollstack without cs_send/cs_recv."""
         key = (src, dst)
         g = self._pairs.get(key)
         if g is not None:
             return g
         if self._nodes[src] != self._nodes[dst]:
             raise _err(name, f"rank {src} -> rank {dst} crosses nodes: "
-                       "point-to-point between nodes needs cs_send/cs_recv "
-                       "in the C API (not there yet); a 2-rank group across "
-                       "nodes is not possible (a multi-node group spans "
-                       "every node, docs/ipcd.md)")
+                       "this libcollstack has no cs_send/cs_recv")
         g = self._rt.client.join(f"{self._name}.{src}>{dst}",
                                  0 if self._rank == src else 1, 2,
                                  0 if self._rank == src else 1, 2)
@@ -1157,16 +1155,34 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     def _p2p(self, name, tensors, peer, tag, sending):
         t = _one(name, tensors)
-        if tag:
-            raise _err(name, f"tag {tag}: tags are not supported (messages "
-                       "between two ranks are matched in order)")
         if not 0 <= peer < self._size or peer == self._rank:
             raise _err(name, f"bad peer rank {peer}")
+        if not 0 <= tag < 2 ** 32:
+            raise _err(name, f"tag {tag} is not in 0 .. 2^32 - 1")
+        staged = []
+        done = None
+        if hasattr(_lib, "cs_send"):
+            # cs_send/cs_recv: between any two ranks, on one node or
+            # across nodes, tags matched (sidecar/svc_p2p.c)
+            if sending:
+                addr, _ = self._in(t, staged)
+                fn = _lib.cs_send
+            else:
+                addr, back = self._out(t, staged)
+                fn = _lib.cs_recv
+                if back:
+                    def done():
+                        back()
+                        return tensors
+            return self._post(name, fn, (addr, _nbytes(t), _U8, peer, tag),
+                              staged, done, tensors)
+        if tag:
+            raise _err(name, f"tag {tag}: this libcollstack has no "
+                       "cs_send/cs_recv (messages between two ranks are "
+                       "matched in order)")
         src, dst = (self._rank, peer) if sending else (peer, self._rank)
         g = self._pair(name, src, dst)
-        staged = []
         addr, back = self._inout(t, staged)
-        done = None
         if back and not sending:
             def done():
                 back()

@@ -18,7 +18,10 @@
 #   p2p_4x2    the same across 4 nodes, 2 trainers each, with 2 % of
 #              frames dropped by the fault shim (coll.deadline 5 s); the
 #              death case with one trainer per node, so that the dying
-#              receiver is on another node than its sender
+#              receiver is on another node than its sender; then
+#              tests/torch/p2p_pipeline.py (torch.distributed isend/irecv
+#              over the collstack backend, 8 pipeline stages, forward and
+#              backward, several micro-batches in flight, every element)
 #
 # The namespace case needs root (skip, 77, without). CS_CLUSTER names the
 # cluster (default: p<pid digits>).
@@ -120,6 +123,21 @@ p2p_4x2)
 	want 2 '^die ok rank [23]$'
 	launch 2 ring 1
 	want 8 '^ring ok rank'
+	# torch.distributed over collstack: a pipeline of 8 stages, 4 of its
+	# hops across nodes
+	if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+		out=$(MASTER_ADDR=10.77.0.1 MASTER_PORT=${CS_TORCH_MASTER_PORT:-29541} \
+			COLLSTACK_LIB="$BUILD/client/libcollstack.so" \
+			PYTHONWARNINGS=ignore OMP_NUM_THREADS=1 timeout 600 \
+			"$CLI" launch -T 2 --cluster "$ENV" --timeout 500 \
+			--all-output -- /usr/bin/python3 tests/torch/p2p_pipeline.py 2>&1)
+		rc=$?
+		echo "$out" | sed 's/^/  /'
+		[ $rc -eq 0 ] || fail "p2p_pipeline.py: exit $rc"
+		want 8 '^pipeline ok rank'
+	else
+		echo "(no torch for /usr/bin/python3: the pipeline check skipped)"
+	fi
 	for i in 0 1 2 3; do
 		p=$(cat "/run/collstack/${CS_CLUSTER}n$i/pid" 2>/dev/null)
 		[ -n "$p" ] && kill -0 "$p" 2>/dev/null ||

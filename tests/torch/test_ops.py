@@ -259,6 +259,24 @@ def movement(n, size):
             return out
         both(f"send/recv ring {tag}", p2p, xs[(RANK - 1) % size])
 
+        # tags: two messages to the next rank, received in the other order
+        def p2p_tags(g, c=c, dt=dt):
+            nxt, prv = (RANK + 1) % size, (RANK - 1) % size
+            a, b = torch.empty(n, dtype=dt), torch.empty(n, dtype=dt)
+            rb = dist.irecv(b, prv, group=g, tag=5)
+            ra = dist.irecv(a, prv, group=g, tag=3)
+            s3 = dist.isend(gen(RANK, c, n, torch.int64).to(dt), nxt,
+                            group=g, tag=3)
+            s5 = dist.isend(gen(RANK + 7, c, n, torch.int64).to(dt), nxt,
+                            group=g, tag=5)
+            for w in (s3, s5, ra, rb):
+                w.wait()
+            return torch.cat([a, b])
+        both(f"send/recv tags {tag}", p2p_tags,
+             torch.cat([xs[(RANK - 1) % size],
+                        gen((RANK - 1) % size + 7, c, n,
+                            torch.int64).to(dt)]))
+
 
 def expect_error(name, fn, *words):
     counts["cases"] += 1
@@ -280,8 +298,8 @@ def errors():
         torch.ones(4, dtype=torch.int64), op=R.AVG), "allreduce", "AVG")
     expect_error("bool sum", lambda: dist.all_reduce(
         torch.ones(4, dtype=torch.bool)), "allreduce", "dtype")
-    expect_error("send tag", lambda: dist.send(t, (RANK + 1) % SIZE,
-                                               tag=3), "send", "tag")
+    expect_error("send to itself", lambda: dist.send(t, RANK), "send",
+                 "bad peer rank")
     expect_error("recv any", lambda: dist.recv(t), "recv_anysource")
     expect_error("uneven all_gather", lambda: dist.all_gather(
         [torch.ones(3) for _ in range(SIZE)], torch.ones(4)),
