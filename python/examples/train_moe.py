@@ -47,6 +47,10 @@ or on a cluster of collstackd sidecars (scripts/cluster.sh up 4):
         build/tools/collstack launch -T 2 -- /usr/bin/python3 \\
         python/examples/train_moe.py
 
+--alltoallv sends only the rows used: an all-to-all of the row counts (one
+i64 per pair), then Group.alltoallv for the three exchanges; the results
+are the same bits.
+
 Options through MOE_ARGS or the command line: --steps S (default 40),
 --tokens T per rank per step (64), --hidden H (16), --ffn F (32),
 --topk K (2), --experts-per-rank P (2), --lr (0.05), --seed.
@@ -76,6 +80,10 @@ def args_of(argv):
     p.add_argument("--experts-per-rank", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--alltoallv", action="store_true",
+                   help="send only the rows used: an all-to-all of the "
+                   "row counts, then Group.alltoallv for the three "
+                   "exchanges (instead of capacity-padded blocks)")
     return p.parse_args(argv)
 
 
@@ -196,6 +204,7 @@ def main():
     b_y = [c.buffer(n * cap * h) for _ in range(2)]
     sx, rx = (b.numpy().reshape(n, cap, h + 1) for b in b_x)
     sy, ry = (b.numpy().reshape(n, cap, h) for b in b_y)
+    cnt = [c.buffer(n, "i64") for _ in range(2)]    # --alltoallv
     lb = c.buffer(1, "f64")
     ntotal, curve, t_comm = T * n, [], 0.0
     t0 = time.monotonic()
@@ -211,41 +220,71 @@ def main():
                 d = dst[t, j]
                 pos[t, j] = fill[d]
                 fill[d] += 1
-        sx[:, :, 0] = -1
-        sx[dst, pos, 0] = top
-        sx[dst, pos, 1:] = x[:, None, :]
         tc = time.monotonic()
-        g.alltoall(sx.reshape(-1), rx.reshape(-1)).wait()   # dispatch
+        if a.alltoallv:
+            # rows packed per destination, only the ones used; the
+            # counts travel first (one i64 per pair)
+            row = np.concatenate([[0], np.cumsum(fill)[:-1]])[dst] + pos
+            cnt[0].numpy()[:] = fill
+            g.alltoall(cnt[0].numpy(), cnt[1].numpy()).wait()
+            got = cnt[1].numpy().copy()
+            nin = int(got.sum())
+            px = sx.reshape(-1, h + 1)[:T * k]
+            px[row, 0] = top
+            px[row, 1:] = x[:, None, :]
+            g.alltoallv(px.reshape(-1), rx.reshape(-1), fill * (h + 1),
+                        got * (h + 1)).wait()               # dispatch
+            inx = rx.reshape(-1, h + 1)[:nin]
+        else:
+            sx[:, :, 0] = -1
+            sx[dst, pos, 0] = top
+            sx[dst, pos, 1:] = x[:, None, :]
+            g.alltoall(sx.reshape(-1), rx.reshape(-1)).wait()   # dispatch
+            inx = rx.reshape(-1, h + 1)
         t_comm += time.monotonic() - tc
-        eid = rx[:, :, 0].reshape(-1)
-        flat_x = rx[:, :, 1:].reshape(-1, h)
+        eid = inx[:, 0]
+        flat_x = inx[:, 1:]
+        outy = sy.reshape(-1, h)[:len(inx)]
         idx, cache = {}, {}
-        sy[:] = 0
+        outy[:] = 0
         for e in mine:
             idx[e] = np.flatnonzero(eid == e)    # (source, row) order
             if idx[e].size:
                 ye, hh = expert_fwd(params[e], flat_x[idx[e]])
                 cache[e] = (flat_x[idx[e]], hh)
-                sy.reshape(-1, h)[idx[e]] = ye
+                outy[idx[e]] = ye
         tc = time.monotonic()
-        g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # combine
+        if a.alltoallv:
+            g.alltoallv(outy.reshape(-1), ry.reshape(-1), got * h,
+                        fill * h).wait()                    # combine
+            ys = ry.reshape(-1, h)[row]                     # T x K x H
+        else:
+            g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # combine
+            ys = ry[dst, pos]                               # T x K x H
         t_comm += time.monotonic() - tc
-        ys = ry[dst, pos]                                   # T x K x H
         out = np.zeros((T, h), np.float32)
         for j in range(k):
             out += w[:, j:j + 1] * ys[:, j]
         s, dout = loss_terms(out, y, ntotal, h)
-        sy[:] = 0
-        sy[dst, pos] = w[:, :, None] * dout[:, None, :]
         tc = time.monotonic()
-        g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # backward
+        if a.alltoallv:
+            pdy = sy.reshape(-1, h)[:T * k]
+            pdy[row] = w[:, :, None] * dout[:, None, :]
+            g.alltoallv(pdy.reshape(-1), ry.reshape(-1), fill * h,
+                        got * h).wait()                     # backward
+            indy = ry.reshape(-1, h)[:nin]
+        else:
+            sy[:] = 0
+            sy[dst, pos] = w[:, :, None] * dout[:, None, :]
+            g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # backward
+            indy = ry.reshape(-1, h)
         lb.numpy()[0] = s
         g.allreduce(lb).wait()
         t_comm += time.monotonic() - tc
         for e in mine:
             if idx[e].size:
                 expert_bwd(params[e], cache[e][0], cache[e][1],
-                           ry.reshape(-1, h)[idx[e]], a.lr)
+                           indy[idx[e]], a.lr)
         curve.append(float(lb.numpy()[0]) / (ntotal * h))
     t_run = time.monotonic() - t0
     # every rank's experts to every rank, in expert order
@@ -268,10 +307,17 @@ def main():
               f"loss {curve[0]:.6f} -> {curve[-1]:.6f}, single-process "
               f"loss curve max rel diff {rel:.3g}, expert weights max abs "
               f"diff {wdiff:.3g}, match: {ok}")
-        print(f"moe: {t_run * 1e3 / a.steps:.2f} ms per step, "
-              f"{t_comm * 1e3 / a.steps:.2f} ms of it in 3 all-to-alls "
-              f"({n * cap * (h + 1) * 4} + 2 x {n * cap * h * 4} bytes "
-              "per rank) and 1 allreduce")
+        if a.alltoallv:
+            print(f"moe: {t_run * 1e3 / a.steps:.2f} ms per step, "
+                  f"{t_comm * 1e3 / a.steps:.2f} ms of it in 3 "
+                  f"all-to-all-v (the rows used: {T * k * (h + 1) * 4} + "
+                  f"2 x {T * k * h * 4} bytes sent per rank), 1 all-to-all "
+                  "of the counts and 1 allreduce")
+        else:
+            print(f"moe: {t_run * 1e3 / a.steps:.2f} ms per step, "
+                  f"{t_comm * 1e3 / a.steps:.2f} ms of it in 3 all-to-alls "
+                  f"({n * cap * (h + 1) * 4} + 2 x {n * cap * h * 4} bytes "
+                  "per rank) and 1 allreduce")
     fl = c.buffer(1, "f64")
     fl.numpy()[0] = 0.0 if ok else 1.0
     g.allreduce(fl).wait()

@@ -497,8 +497,9 @@ case_launch() {
 # `collstack launch -T 2` on 4 nodes: python/examples/train_moe.py, an
 # expert-parallel MoE layer (16 experts, top-2, 3 all-to-alls per step
 # through the sidecars, two-level), then the same under 3 % fault-shim
-# loss; rank 0 compares the loss curve and the expert weights with a
-# single-process run and every rank exits 1 if they differ.
+# loss, once with capacity-padded all-to-alls and once with --alltoallv
+# (the rows used only); rank 0 compares the loss curve and the expert
+# weights with a single-process run and every rank exits 1 if they differ.
 case_moe() {
 	local lib out
 	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
@@ -506,13 +507,16 @@ case_moe() {
 	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
 		skip "no numpy for /usr/bin/python3"
 	up 4 "$@"
-	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
-		"$CLI" launch -T 2 --timeout 500 --cluster "$ENV_FILE" -- \
-		/usr/bin/python3 python/examples/train_moe.py --steps 30 2>&1) ||
-		{ echo "$out"; fail "collstack launch train_moe.py exited $?"; }
-	echo "$out" | sed 's/^/  /'
-	echo "$out" | grep -q "^moe: 8 ranks, 30 steps, 16 experts top-2, .* match: True" ||
-		fail "no 'match: True' line from rank 0"
+	for v in "" --alltoallv; do
+		# shellcheck disable=SC2086
+		out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+			"$CLI" launch -T 2 --timeout 500 --cluster "$ENV_FILE" -- \
+			/usr/bin/python3 python/examples/train_moe.py --steps 30 $v 2>&1) ||
+			{ echo "$out"; fail "collstack launch train_moe.py $v exited $?"; }
+		echo "$out" | sed 's/^/  /'
+		echo "$out" | grep -q "^moe: 8 ranks, 30 steps, 16 experts top-2, .* match: True" ||
+			fail "no 'match: True' line from rank 0 ($v)"
+	done
 	sidecars_alive
 }
 
