@@ -69,6 +69,28 @@ struct cs_group {
 	 * sidecar copies it when it takes the descriptor */
 	struct cs_buf *vtab;
 	uint32_t vtab_n;
+	/* cs_reduce()'s room for the result on ranks other than the root
+	 * (discarded; shared by the group's operations, grown by a new
+	 * buffer: an older one may still be written by one in flight) */
+	struct cs_buf *scratch[24];
+	unsigned nscratch;
+	size_t scratch_len;
+};
+
+/*
+ * A request made of several (cs_gather()'s and cs_scatter()'s root: one
+ * receive or send per rank): its id has CS_COMP_BIT set; it finishes once
+ * every part did, with the first error among them.
+ */
+#define CS_COMP_BIT (1ull << 63)
+
+struct comp {
+	cs_req_t id;
+	uint32_t n;
+	cs_req_t *sub; /* 0: finished */
+	int status;
+	char err[256];
+	struct comp *next;
 };
 
 struct cs_client {
@@ -96,6 +118,8 @@ struct cs_client {
 	int last_peer;
 	int last_lost_node; /* node whose loss failed the last request */
 	char err[256];
+	struct comp *comps;
+	uint64_t next_comp;
 };
 
 static const char *const op_names[CS_IPC_OP_COUNT] = {
@@ -371,6 +395,13 @@ cs_export void cs_disconnect(struct cs_client *c)
 
 		c->groups = g->next;
 		free(g);
+	}
+	while (c->comps) {
+		struct comp *k = c->comps;
+
+		c->comps = k->next;
+		free(k->sub);
+		free(k);
 	}
 	cs_shm_unmap(c->ctrl_mem, c->ctrl_len);
 	close(c->ctrl_fd);
@@ -704,6 +735,8 @@ cs_export int cs_group_leave(struct cs_group *g)
 	pthread_mutex_unlock(&c->lock);
 	if (g->vtab)
 		cs_buf_free(g->vtab);
+	for (unsigned i = 0; i < g->nscratch; i++)
+		cs_buf_free(g->scratch[i]);
 	free(g);
 	return 0;
 }
@@ -824,15 +857,14 @@ static int post(struct cs_group *g, unsigned op, const void *send, void *recv,
 				    op == CS_IPC_OP_BARRIER ? 0 : rlen, req);
 }
 
-int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
-			 const void *send, size_t slen, const void *recv,
-			 size_t rlen, cs_req_t *req)
+static int post_bufs_locked(struct cs_group *g, struct cs_ipc_sqe *d,
+			    const void *send, size_t slen, const void *recv,
+			    size_t rlen, cs_req_t *req)
 {
 	struct cs_client *c = g->c;
 	const char *which = NULL;
 	int ret;
 
-	pthread_mutex_lock(&c->lock);
 	if (slen &&
 	    (!send || locate(c, send, slen, &d->send_seg, &d->send_off)))
 		which = "send";
@@ -844,14 +876,24 @@ int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
 			"rank %d %s on group '%s': %s buffer is not inside "
 			"a cs_buf_alloc() buffer of this client",
 			g->rank, op_name(d->op), g->name, which);
-		pthread_mutex_unlock(&c->lock);
 		return -EFAULT;
 	}
 	ret = post_locked(c, g, d, req);
 	if (ret == -ENOTCONN)
 		set_err(c, "rank %d %s on group '%s': sidecar gone", g->rank,
 			op_name(d->op), g->name);
-	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
+			 const void *send, size_t slen, const void *recv,
+			 size_t rlen, cs_req_t *req)
+{
+	int ret;
+
+	pthread_mutex_lock(&g->c->lock);
+	ret = post_bufs_locked(g, d, send, slen, recv, rlen, req);
+	pthread_mutex_unlock(&g->c->lock);
 	return ret;
 }
 
@@ -999,6 +1041,205 @@ cs_export int cs_alltoallv(struct cs_group *g, const void *send,
 cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)
 {
 	return post(g, CS_IPC_OP_BARRIER, NULL, NULL, 0, CS_F32, 0, 0, req);
+}
+
+/* ---- rooted collectives (cs_reduce, cs_gather, cs_scatter) ------------ */
+
+/* Tags of the library's own point-to-point messages (users': below
+ * CS_TAG_RESERVED). */
+#define TAG_GATHER (CS_TAG_RESERVED + 1)
+#define TAG_SCATTER (CS_TAG_RESERVED + 2)
+
+/* Room for @len bytes no one reads (the group's, grown on demand). */
+static void *scratch(struct cs_group *g, size_t len)
+{
+	struct cs_buf *b;
+
+	if (g->nscratch && g->scratch_len >= len)
+		return cs_buf_ptr(g->scratch[g->nscratch - 1]);
+	if (g->nscratch == sizeof(g->scratch) / sizeof(g->scratch[0]))
+		return NULL;
+	len = len < 2 * g->scratch_len ? 2 * g->scratch_len : len;
+	if (cs_buf_alloc(g->c, len, &b))
+		return NULL;
+	g->scratch[g->nscratch++] = b;
+	g->scratch_len = len;
+	return cs_buf_ptr(b);
+}
+
+static int rooted_check(struct cs_group *g, const char *what,
+			enum cs_dtype dtype, int root, cs_req_t *req)
+{
+	if (!g || !req)
+		return -EINVAL;
+	if (!cs_dtype_size(dtype) || root < 0 || root >= g->size) {
+		pthread_mutex_lock(&g->c->lock);
+		set_err(g->c, "rank %d %s on group '%s': %s", g->rank, what,
+			g->name,
+			!cs_dtype_size(dtype) ? "unknown element type"
+					      : "root rank out of range");
+		pthread_mutex_unlock(&g->c->lock);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
+			size_t count, enum cs_dtype dtype, enum cs_redop op,
+			int root, cs_req_t *req)
+{
+	int ret = rooted_check(g, "reduce", dtype, root, req);
+	void *to = recv;
+
+	if (ret)
+		return ret;
+	if (g->rank != root) {
+		/* an allreduce whose result only the root keeps */
+		to = scratch(g, count * cs_dtype_size(dtype));
+		if (!to) {
+			pthread_mutex_lock(&g->c->lock);
+			set_err(g->c,
+				"rank %d reduce on group '%s': no memory "
+				"for the discarded result",
+				g->rank, g->name);
+			pthread_mutex_unlock(&g->c->lock);
+			return -ENOMEM;
+		}
+	}
+	return cs_allreduce(g, send, to, count, dtype, op, req);
+}
+
+/*
+ * The root's side of a gather or scatter: one receive (@gather) or send
+ * per other rank, of block j of @buf, as one composite request; its own
+ * block is copied now. All parts are posted under the lock, so either all
+ * are or none.
+ */
+static int rooted_root(struct cs_group *g, bool gather, const void *send,
+		       void *recv, size_t count, enum cs_dtype dtype,
+		       cs_req_t *req)
+{
+	struct cs_client *c = g->c;
+	size_t len = count * cs_dtype_size(dtype);
+	uint32_t n = (uint32_t)g->size, k = 0;
+	struct comp *cp = calloc(1, sizeof(*cp));
+	int ret = 0;
+
+	if (!cp || !(cp->sub = calloc(n, sizeof(*cp->sub)))) {
+		free(cp);
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&c->lock);
+	{ /* every block inside a buffer of the client, before any post */
+		uint32_t seg;
+		uint64_t off;
+
+		if (len && n > 1 &&
+		    locate(c, gather ? recv : send, (size_t)n * len, &seg,
+			   &off)) {
+			set_err(c,
+				"rank %d %s on group '%s': %s buffer (%u "
+				"blocks) is not inside a cs_buf_alloc() "
+				"buffer of this client",
+				g->rank, gather ? "gather" : "scatter", g->name,
+				gather ? "recv" : "send", n);
+			ret = -EFAULT;
+			goto out;
+		}
+	}
+	for (uint32_t i = 0; i + 1 < n; i++)
+		if (c->reqs[(c->next_id + i) % CS_IPC_RING_SLOTS].state !=
+		    REQ_FREE) {
+			set_err(c,
+				"rank %d %s on group '%s': %u requests needed, "
+				"fewer slots free of %u; test or wait first",
+				g->rank, gather ? "gather" : "scatter", g->name,
+				n - 1, CS_IPC_RING_SLOTS);
+			ret = -EAGAIN;
+			goto out;
+		}
+	for (uint32_t j = 0; j < n; j++) {
+		uint8_t *blk = (uint8_t *)(gather ? recv : (void *)send) +
+			       (size_t)j * len;
+		struct cs_ipc_sqe d = {
+			.group = g->handle,
+			.op = gather ? CS_IPC_OP_RECV : CS_IPC_OP_SEND,
+			.dtype = (uint8_t)dtype,
+			.count = count,
+			.root = j,
+			.reserved0 = gather ? TAG_GATHER : TAG_SCATTER
+		};
+
+		if ((int)j == g->rank) {
+			if (len)
+				memmove(gather ? blk : recv,
+					gather ? send : blk, len);
+			continue;
+		}
+		ret = gather ? post_bufs_locked(g, &d, NULL, 0, blk, len,
+						&cp->sub[k])
+			     : post_bufs_locked(g, &d, blk, len, NULL, 0,
+						&cp->sub[k]);
+		if (ret)
+			goto out;
+		k++;
+	}
+	cp->n = k;
+	cp->id = CS_COMP_BIT | c->next_comp++;
+	cp->next = c->comps;
+	c->comps = cp;
+	*req = cp->id;
+out:
+	/* (slots and buffers checked: a post fails only with the sidecar
+	 * gone, when what was posted no longer matters) */
+	pthread_mutex_unlock(&c->lock);
+	if (ret) {
+		free(cp->sub);
+		free(cp);
+	}
+	return ret;
+}
+
+cs_export int cs_gather(struct cs_group *g, const void *send, void *recv,
+			size_t count, enum cs_dtype dtype, int root,
+			cs_req_t *req)
+{
+	int ret = rooted_check(g, "gather", dtype, root, req);
+	struct cs_ipc_sqe d;
+
+	if (ret)
+		return ret;
+	if (g->rank == root)
+		return rooted_root(g, true, send, recv, count, dtype, req);
+	d = (struct cs_ipc_sqe){ .group = g->handle,
+				 .op = CS_IPC_OP_SEND,
+				 .dtype = (uint8_t)dtype,
+				 .count = count,
+				 .root = (uint32_t)root,
+				 .reserved0 = TAG_GATHER };
+	return cs__client_post_bufs(g, &d, send, count * cs_dtype_size(dtype),
+				    NULL, 0, req);
+}
+
+cs_export int cs_scatter(struct cs_group *g, const void *send, void *recv,
+			 size_t count, enum cs_dtype dtype, int root,
+			 cs_req_t *req)
+{
+	int ret = rooted_check(g, "scatter", dtype, root, req);
+	struct cs_ipc_sqe d;
+
+	if (ret)
+		return ret;
+	if (g->rank == root)
+		return rooted_root(g, false, send, recv, count, dtype, req);
+	d = (struct cs_ipc_sqe){ .group = g->handle,
+				 .op = CS_IPC_OP_RECV,
+				 .dtype = (uint8_t)dtype,
+				 .count = count,
+				 .root = (uint32_t)root,
+				 .reserved0 = TAG_SCATTER };
+	return cs__client_post_bufs(g, &d, NULL, 0, recv,
+				    count * cs_dtype_size(dtype), req);
 }
 
 /* Move completions from the ring into the request table. Lock held. */
@@ -1240,10 +1481,54 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			: -1;
 }
 
+static int test_locked(struct cs_client *c, cs_req_t req);
+
+/* A composite request: done once every part is, with the first error. */
+static int comp_test_locked(struct cs_client *c, cs_req_t req)
+{
+	struct comp **pp, *k;
+	bool pending = false;
+	int st;
+
+	for (pp = &c->comps; (k = *pp) && k->id != req; pp = &k->next)
+		;
+	if (!k) {
+		set_err(c, "request %llu: unknown or already finished",
+			(unsigned long long)req);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < k->n; i++) {
+		if (!k->sub[i])
+			continue;
+		st = test_locked(c, k->sub[i]);
+		if (st == -EINPROGRESS) {
+			pending = true;
+			continue;
+		}
+		if (st && !k->status) {
+			k->status = st;
+			snprintf(k->err, sizeof(k->err), "%s", c->err);
+		}
+		k->sub[i] = 0;
+	}
+	if (pending)
+		return -EINPROGRESS;
+	*pp = k->next;
+	st = k->status;
+	if (st)
+		snprintf(c->err, sizeof(c->err), "%s", k->err);
+	free(k->sub);
+	free(k);
+	return st;
+}
+
 static int test_locked(struct cs_client *c, cs_req_t req)
 {
 	struct req *q = &c->reqs[req % CS_IPC_RING_SLOTS];
 	int st;
+
+	if (req & CS_COMP_BIT)
+		return comp_test_locked(c, req);
 
 	if (q->id != req || q->state == REQ_FREE) {
 		set_err(c, "request %llu: unknown or already finished",

@@ -21,7 +21,8 @@ static int p2p_post(struct cs_group *g, uint8_t op, const void *buf,
 				.reserved0 = tag };
 	size_t len = count * cs_dtype_size(dtype);
 
-	if (!g || !req || !cs_dtype_size(dtype) || peer < 0)
+	if (!g || !req || !cs_dtype_size(dtype) || peer < 0 ||
+	    tag >= CS_TAG_RESERVED)
 		return -EINVAL;
 	d.group = cs__group_handle(g);
 	if (op == CS_IPC_OP_SEND)

@@ -49,7 +49,7 @@ enum cs_reduce_isa {
 };
 
 /**
- * cs_reduce - in-place reduction: dst[i] = op(dst[i], src[i])
+ * cs_reduce_into - in-place reduction: dst[i] = op(dst[i], src[i])
  * @dst: destination and first operand
  * @src: second operand
  * @count: number of elements (0 is allowed, with any pointers)
@@ -59,7 +59,7 @@ enum cs_reduce_isa {
  * Returns: 0, or -EINVAL for a bad @t or @op or a NULL pointer with a
  * non-zero @count.
  */
-int cs_reduce(void *dst, const void *src, size_t count, enum cs_dtype t,
+int cs_reduce_into(void *dst, const void *src, size_t count, enum cs_dtype t,
 	      enum cs_redop op);
 
 /**
@@ -106,7 +106,7 @@ cs_reduce_fn cs_reduce_get_isa(enum cs_dtype t, enum cs_redop op,
 			       enum cs_reduce_isa isa);
 
 /**
- * cs_reduce_isa - name of the path cs_reduce() and cs_reduce_get() use
+ * cs_reduce_isa - name of the path cs_reduce_into() and cs_reduce_get() use
  *
  * Returns: "avx2" or "scalar".
  */

@@ -247,14 +247,14 @@ static void selftest_reduce(void)
 		memcpy(fgot, fa, sizeof(fa));
 		snprintf(what, sizeof(what), "i32 and f32 %s, %d elements",
 			 cs_redop_name((enum cs_redop)op), N);
-		check(!cs_reduce(got, b, N, CS_I32, (enum cs_redop)op) &&
-			      !cs_reduce(fgot, fb, N, CS_F32,
+		check(!cs_reduce_into(got, b, N, CS_I32, (enum cs_redop)op) &&
+			      !cs_reduce_into(fgot, fb, N, CS_F32,
 					 (enum cs_redop)op) &&
 			      !memcmp(got, want, sizeof(want)) &&
 			      !memcmp(fgot, fwant, sizeof(fwant)),
 		      what);
 	}
-	check(cs_reduce(got, b, N, CS_DTYPE_COUNT, CS_SUM) == -EINVAL,
+	check(cs_reduce_into(got, b, N, CS_DTYPE_COUNT, CS_SUM) == -EINVAL,
 	      "bad dtype is refused with -EINVAL");
 }
 

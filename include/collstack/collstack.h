@@ -386,7 +386,7 @@ int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
  * @count: elements (0: an empty message)
  * @dtype: element type (only its size matters: bytes are moved)
  * @dst: the receiving rank, not this one
- * @tag: matched with the receive's tag
+ * @tag: matched with the receive's tag (below CS_TAG_RESERVED)
  * @req: out: the request
  *
  * Not collective: only @dst takes part, with cs_recv(). The k-th send of
@@ -406,6 +406,10 @@ int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
  */
 int cs_send(struct cs_group *g, const void *buf, size_t count,
 	    enum cs_dtype dtype, int dst, unsigned tag, cs_req_t *req);
+
+/* Tags from here up are the library's own (cs_gather(), cs_scatter()):
+ * cs_send() and cs_recv() refuse them (-EINVAL). */
+#define CS_TAG_RESERVED 0xffff0000u
 
 /**
  * cs_recv - post: receive @count elements from rank @src of @g into @buf
@@ -459,6 +463,69 @@ int cs_recv(struct cs_group *g, void *buf, size_t count, enum cs_dtype dtype,
 int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
 		 const size_t *sdispls, void *recv, const size_t *recvcounts,
 		 const size_t *rdispls, enum cs_dtype dtype, cs_req_t *req);
+
+/**
+ * cs_reduce - post: @recv of rank @root = @op over ranks of @send
+ * @g: group
+ * @send: @count elements
+ * @recv: @count elements on @root (may be @send: in place); ignored on
+ *	the other ranks (may be NULL)
+ * @count: elements
+ * @dtype: element type
+ * @op: reduction
+ * @root: the rank that gets the result
+ * @req: out: the request
+ *
+ * Collective. Carried as an allreduce whose result only @root keeps (the
+ * other ranks receive it into a buffer of the group's and drop it): the
+ * cost of cs_allreduce(), not less.
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_reduce(struct cs_group *g, const void *send, void *recv, size_t count,
+	      enum cs_dtype dtype, enum cs_redop op, int root, cs_req_t *req);
+
+/**
+ * cs_gather - post: block i (@count elements) of @recv on rank @root =
+ * rank i's @send
+ * @g: group
+ * @send: @count elements (in a cs_buf, except on @root)
+ * @recv: size x @count elements on @root (in a cs_buf); ignored elsewhere
+ * @count: elements per rank
+ * @dtype: element type
+ * @root: the rank that gathers
+ * @req: out: the request
+ *
+ * Collective. Carried as point-to-point messages (cs_send() to @root;
+ * @root posts one receive per rank and copies its own block now): @root
+ * receives exactly (size - 1) x @count elements. The root's request is
+ * one for all of them (size - 1 of the client's request slots stay in
+ * use until it finished: -EAGAIN when fewer are free). Tags from
+ * CS_TAG_RESERVED up carry these messages.
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_gather(struct cs_group *g, const void *send, void *recv, size_t count,
+	      enum cs_dtype dtype, int root, cs_req_t *req);
+
+/**
+ * cs_scatter - post: rank i's @recv = block i (@count elements) of
+ * @send on rank @root
+ * @g: group
+ * @send: size x @count elements on @root (in a cs_buf); ignored elsewhere
+ * @recv: @count elements (in a cs_buf, except on @root)
+ * @count: elements per rank
+ * @dtype: element type
+ * @root: the rank that scatters
+ * @req: out: the request
+ *
+ * Collective; the mirror of cs_gather() (@root sends each rank its block,
+ * one request for all of them).
+ *
+ * Returns: as cs_allreduce().
+ */
+int cs_scatter(struct cs_group *g, const void *send, void *recv, size_t count,
+	       enum cs_dtype dtype, int root, cs_req_t *req);
 
 /**
  * cs_barrier - post a barrier: completes once every rank has posted it

@@ -64,6 +64,9 @@ def _load():
                              ctypes.POINTER(u64)]),
         "cs_send": (i, [p, p, sz, i, i, ctypes.c_uint, ctypes.POINTER(u64)]),
         "cs_recv": (i, [p, p, sz, i, i, ctypes.c_uint, ctypes.POINTER(u64)]),
+        "cs_reduce": (i, [p, p, p, sz, i, i, i, ctypes.POINTER(u64)]),
+        "cs_gather": (i, [p, p, p, sz, i, i, ctypes.POINTER(u64)]),
+        "cs_scatter": (i, [p, p, p, sz, i, i, ctypes.POINTER(u64)]),
         "cs_barrier": (i, [p, ctypes.POINTER(u64)]),
         "cs_test": (i, [p, u64]),
         "cs_wait": (i, [p, u64, ctypes.c_int64]),
@@ -73,7 +76,7 @@ def _load():
     }
     for fn, (res, args) in sigs.items():
         if fn in ("cs_buf_register_dev", "cs_alltoallv", "cs_send",
-                  "cs_recv") and \
+                  "cs_recv", "cs_reduce", "cs_gather", "cs_scatter") and \
                 not hasattr(lib, fn):
             continue            # an older libcollstack
         f = getattr(lib, fn)
@@ -512,6 +515,37 @@ class Group:
                              f"rank of the group (size {self.size})")
         return self._post(getattr(_lib, fn), a, n, code, peer, tag,
                           keep=(buf,))
+
+    def _rooted(self, fn, name, send, recv, root, per, *extra):
+        if not hasattr(_lib, fn):
+            raise CollstackError(-95, f"{name}: this libcollstack has no "
+                                 f"{fn}")
+        if not 0 <= root < self.size:
+            raise ValueError(f"{name}: root {root} is not a rank of the "
+                             f"group (size {self.size})")
+        sa, sn, sc = _shared(send) if send is not None else (None, 0, 0)
+        ra, rn, rc = _shared(recv) if recv is not None else (None, 0, sc)
+        return self._post(getattr(_lib, fn), sa, ra, per(sn, rn), sc or rc,
+                          *extra, root, keep=(send, recv))
+
+    def reduce(self, send, recv=None, op="sum", root=0):
+        """Post recv (on root) = op over ranks of send; recv is ignored
+        on the other ranks (an allreduce whose result only root keeps)."""
+        return self._rooted("cs_reduce", "reduce", send, recv, root,
+                            lambda sn, rn: sn, _REDOPS[op])
+
+    def gather(self, send, recv=None, root=0):
+        """Post: block i of recv on root = rank i's send (recv: size x
+        len(send) elements on root, ignored elsewhere; point-to-point to
+        the root)."""
+        return self._rooted("cs_gather", "gather", send, recv, root,
+                            lambda sn, rn: sn)
+
+    def scatter(self, send, recv, root=0):
+        """Post: recv of rank i = block i of send on root (send: size x
+        len(recv) elements on root, ignored elsewhere)."""
+        return self._rooted("cs_scatter", "scatter", send, recv, root,
+                            lambda sn, rn: rn)
 
     def send(self, buf, dst, tag=0):
         """Post a send of buf (a Buffer, or a numpy array over shared

@@ -1157,8 +1157,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         t = _one(name, tensors)
         if not 0 <= peer < self._size or peer == self._rank:
             raise _err(name, f"bad peer rank {peer}")
-        if not 0 <= tag < 2 ** 32:
-            raise _err(name, f"tag {tag} is not in 0 .. 2^32 - 1")
+        if not 0 <= tag < 0xffff0000:
+            raise _err(name, f"tag {tag} is not in 0 .. 0xfffeffff (tags "
+                       "from 0xffff0000 are the library's)")
         staged = []
         done = None
         if hasattr(_lib, "cs_send"):

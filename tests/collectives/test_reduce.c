@@ -320,14 +320,14 @@ static size_t check_one(cs_reduce_fn fn, enum cs_dtype t, enum cs_redop op,
 	gen(t, &rng, b, n);
 	for (size_t i = 0; i < n; i++)
 		ref_elem(t, op, a + i * sz, b + i * sz, want + i * sz);
-	/* fn == NULL: through cs_reduce() and cs_reduce3() */
+	/* fn == NULL: through cs_reduce_into() and cs_reduce3() */
 	switch (m) {
 	case M_INPLACE:
 		memcpy(d, a, bytes);
 		if (fn)
 			fn(d, d, b, n);
 		else
-			cr_assert_eq(cs_reduce(d, b, n, t, op), 0);
+			cr_assert_eq(cs_reduce_into(d, b, n, t, op), 0);
 		break;
 	case M_DISTINCT:
 		if (fn)
@@ -595,7 +595,7 @@ Test(reduce, known_values)
 	uint16_t h1 = 0x3c00, h2 = 0x1000, hr; /* 1 + 2^-11: tie, to 1 */
 	uint16_t b1 = 0x3f80, b2 = 0x3b80, br; /* 1 + 2^-8: tie, to 1 */
 
-	cr_assert_eq(cs_reduce(&i32a, &i32b, 1, CS_I32, CS_SUM), 0);
+	cr_assert_eq(cs_reduce_into(&i32a, &i32b, 1, CS_I32, CS_SUM), 0);
 	cr_assert_eq(i32a, INT32_MIN);
 	cr_assert_eq(cs_reduce3(&i64r, &i64a, &i64b, 1, CS_I64, CS_PROD), 0);
 	cr_assert_eq(i64r, INT64_MIN);
@@ -615,7 +615,7 @@ Test(reduce, known_values)
 		cr_assert_eq(u8r[i], (uint8_t)((200 + i) * 100));
 	i32b = -5;
 	i32r = 7;
-	cr_assert_eq(cs_reduce(&i32r, &i32b, 1, CS_I32, CS_MIN), 0);
+	cr_assert_eq(cs_reduce_into(&i32r, &i32b, 1, CS_I32, CS_MIN), 0);
 	cr_assert_eq(i32r, -5);
 	cr_assert_eq(cs_reduce3(&hr, &h1, &h2, 1, CS_F16, CS_SUM), 0);
 	cr_assert_eq(hr, 0x3c00);
@@ -636,18 +636,18 @@ Test(reduce, bad_arguments)
 {
 	float x = 1, y = 2;
 
-	cr_assert_eq(cs_reduce(&x, &y, 1, CS_DTYPE_COUNT, CS_SUM), -EINVAL);
-	cr_assert_eq(cs_reduce(&x, &y, 1, CS_F32, CS_REDOP_COUNT), -EINVAL);
-	cr_assert_eq(cs_reduce(&x, &y, 1, (enum cs_dtype) - 1, CS_SUM),
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_DTYPE_COUNT, CS_SUM), -EINVAL);
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_F32, CS_REDOP_COUNT), -EINVAL);
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, (enum cs_dtype) - 1, CS_SUM),
 		     -EINVAL);
 	cr_assert_eq(cs_reduce3(&x, NULL, &y, 1, CS_F32, CS_SUM), -EINVAL);
-	cr_assert_eq(cs_reduce(NULL, NULL, 0, CS_F32, CS_SUM), 0);
-	cr_assert_eq(cs_reduce(NULL, NULL, 0, CS_U8, 9), -EINVAL);
+	cr_assert_eq(cs_reduce_into(NULL, NULL, 0, CS_F32, CS_SUM), 0);
+	cr_assert_eq(cs_reduce_into(NULL, NULL, 0, CS_U8, 9), -EINVAL);
 	cr_assert_null(cs_reduce_get(CS_DTYPE_COUNT, CS_SUM));
 	cr_assert_null(cs_reduce_get(CS_F32, CS_REDOP_COUNT));
 	cr_assert_null(cs_reduce_get_isa(CS_F32, CS_SUM, CS_REDUCE_ISA_COUNT));
 	cr_assert_eq(x, 1);
-	cr_assert_eq(cs_reduce(&x, &y, 1, CS_F32, CS_SUM), 0);
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_F32, CS_SUM), 0);
 	cr_assert_eq(x, 3);
 }
 

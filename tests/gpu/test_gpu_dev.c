@@ -164,7 +164,7 @@ static void test_kernels(void)
 		fill(a, n, t);
 		fill(b, n, t);
 		memcpy(ref, a, n * esz);
-		cs_reduce(ref, b, n, t, (enum cs_redop)op);
+		cs_reduce_into(ref, b, n, t, (enum cs_redop)op);
 		cudaMemcpy(pa, a, n * esz, cudaMemcpyHostToDevice);
 		cudaMemcpy(pb, b, n * esz, cudaMemcpyHostToDevice);
 		err = cs_gpu_reduce(pa, pb, n, t, (enum cs_redop)op, NULL);
@@ -206,7 +206,7 @@ static void test_kernels(void)
 /* ---- staging over CUDA streams -------------------------------------------- */
 
 /* incoming chunks reduced into device memory where they land: @dev holds
- * f32 values, @in arrives from the wire; checked against cs_reduce */
+ * f32 values, @in arrives from the wire; checked against cs_reduce_into */
 static void test_stage_reduce(void *dev, const void *in)
 {
 	const size_t len = (16u << 20) + 12, chunk = 1u << 20;
@@ -219,7 +219,7 @@ static void test_stage_reduce(void *dev, const void *in)
 	int err;
 
 	cudaMemcpy(ref, dev, len, cudaMemcpyDeviceToHost);
-	cs_reduce(ref, in, len / 4, CS_F32, CS_SUM);
+	cs_reduce_into(ref, in, len / 4, CS_F32, CS_SUM);
 	err = cs_gpu_cuda_copier_create(cfg.depth, &cp);
 	if (!err)
 		err = cs_gpu_cuda_copier_reduce(cp, chunk, CS_F32, CS_SUM);

@@ -32,6 +32,11 @@
  *                  than 0 and 1 exchange around their own ring meanwhile.
  *                  Prints "die ok rank R ...".
  *
+ *   rooted         cs_reduce, cs_gather and cs_scatter from every root, 1
+ *                  and 70001 f32 per rank, every element checked; a root
+ *                  past the group and a reserved tag refused. Prints
+ *                  "rooted ok rank R roots=N".
+ *
  * Exit 0 when the mode's checks held, 1 otherwise (with what was wrong),
  * 2 on usage.
  */
@@ -309,13 +314,77 @@ static void mode_die(void)
 	}
 }
 
+/* cs_reduce, cs_gather, cs_scatter: every root, two sizes, every element;
+ * then a bad root refused. */
+static void mode_rooted(void)
+{
+	static const size_t counts[] = { 1, 70001 };
+	size_t maxc = 70001;
+	float *x = buf(maxc * 4), *y = buf(maxc * 4);
+	float *all = buf(maxc * 4 * size), *blk = buf(maxc * 4);
+	cs_req_t r;
+
+	for (int root = 0; root < size; root++)
+		for (unsigned s = 0; s < 2; s++) {
+			size_t n = counts[s];
+			size_t bad = 0;
+
+			/* reduce: sum of (rank + 1) * (i % 7) */
+			for (size_t i = 0; i < n; i++)
+				x[i] = (float)((rank + 1) * (int)(i % 7));
+			memset(y, 0, n * 4);
+			if (cs_reduce(g, x, rank == root ? y : NULL, n, CS_F32,
+				      CS_SUM, root, &r) ||
+			    wait_req(r))
+				FAIL("reduce root %d: %s", root, cs_errmsg(c));
+			for (size_t i = 0; rank == root && i < n; i++)
+				bad += y[i] != (float)(size * (size + 1) / 2 *
+						       (int)(i % 7));
+			/* gather: block j = rank j's x, tagged */
+			for (size_t i = 0; i < n; i++)
+				x[i] = (float)(rank * 1000 + (int)(i % 997));
+			memset(all, 0, n * 4 * size);
+			if (cs_gather(g, x, all, n, CS_F32, root, &r) ||
+			    wait_req(r))
+				FAIL("gather root %d: %s", root, cs_errmsg(c));
+			for (int j = 0; rank == root && j < size; j++)
+				for (size_t i = 0; i < n; i++)
+					bad += all[(size_t)j * n + i] !=
+					       (float)(j * 1000 +
+						       (int)(i % 997));
+			/* scatter: block j of the root's = j * 3 + i % 11 */
+			for (int j = 0; rank == root && j < size; j++)
+				for (size_t i = 0; i < n; i++)
+					all[(size_t)j * n + i] =
+						(float)(j * 3 + (int)(i % 11));
+			memset(blk, 0, n * 4);
+			if (cs_scatter(g, all, blk, n, CS_F32, root, &r) ||
+			    wait_req(r))
+				FAIL("scatter root %d: %s", root, cs_errmsg(c));
+			for (size_t i = 0; i < n; i++)
+				bad += blk[i] !=
+				       (float)(rank * 3 + (int)(i % 11));
+			if (bad)
+				FAIL("root %d, %zu elements: %zu wrong", root,
+				     n, bad);
+		}
+	if (cs_gather(g, x, all, 4, CS_F32, size, &r) != -EINVAL ||
+	    !strstr(cs_errmsg(c), "root rank out of range"))
+		FAIL("a root past the group was not refused: %s", cs_errmsg(c));
+	if (cs_send(g, x, 4, CS_F32, (rank + 1) % size, CS_TAG_RESERVED, &r) !=
+	    -EINVAL)
+		FAIL("a reserved tag was not refused");
+	printf("rooted ok rank %d roots=%d\n", rank, size);
+}
+
 int main(int argc, char **argv)
 {
 	int ret;
 
 	if (argc < 2 || (strcmp(argv[1], "ring") && strcmp(argv[1], "bad") &&
-			 strcmp(argv[1], "die"))) {
-		fprintf(stderr, "usage: cs-trainer-p2p ring ITERS|bad|die\n");
+			 strcmp(argv[1], "die") && strcmp(argv[1], "rooted"))) {
+		fprintf(stderr,
+			"usage: cs-trainer-p2p ring ITERS|bad|die|rooted\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -342,6 +411,8 @@ int main(int argc, char **argv)
 		mode_ring(argc > 2 ? (unsigned)atoi(argv[2]) : 2);
 	else if (!strcmp(argv[1], "bad"))
 		mode_bad();
+	else if (!strcmp(argv[1], "rooted"))
+		mode_rooted();
 	else
 		mode_die();
 	cs_disconnect(c);

@@ -10,11 +10,14 @@
 #              (a peer that is itself or past the group, memory not the
 #              client's, sizes that differ: both sides refused naming the
 #              other's size, then a proper one; a send nobody receives:
-#              CS_ERR_TIMEOUT), a trainer that dies with its 256 MiB
+#              CS_ERR_TIMEOUT), cs_reduce / cs_gather / cs_scatter from
+#              every root (every element), a trainer that dies with its 256 MiB
 #              receive running (the sender's error names it, unless the
 #              transfer was done first; a later send to it ends with
 #              CS_ERR_PEER_LOST on its node, CS_ERR_TIMEOUT at
-#              coll.deadline on another), then the ring again
+#              coll.deadline on another), then the ring again, and
+#              tests/netns/p2p_check.py (Python's Group.send/recv with tags,
+#              reduce, gather, scatter; where numpy is)
 #   p2p_4x2    the same across 4 nodes, 2 trainers each, with 2 % of
 #              frames dropped by the fault shim (coll.deadline 5 s); the
 #              death case with one trainer per node, so that the dying
@@ -70,6 +73,8 @@ checks() {	# RANKS: the ring, the bad inputs
 	want 1 'rank 1 recv of 200 bytes of a send of 100: .*matching send of rank 0 is 100 bytes'
 	want 1 'rank 0 send nobody receives: .*no matching recv within'
 	want "$n" 'send to itself: .*root rank out of range'
+	launch "$T" rooted
+	want "$n" '^rooted ok rank'
 }
 
 [ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
@@ -100,6 +105,18 @@ p2p_local)
 	want 1 '^die ok rank 2$'
 	launch 3 ring 1
 	want 3 '^ring ok rank'
+	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+		out=$(COLLSTACK_LIB="$BUILD/client/libcollstack.so" timeout 300 \
+			"$CLI" launch --no-netns -T 3 --cluster "$ENV" --timeout 200 \
+			--all-output -- /usr/bin/python3 tests/netns/p2p_check.py 2>&1)
+		rc=$?
+		echo "$out" | sed 's/^/  /'
+		[ $rc -eq 0 ] || fail "p2p_check.py: exit $rc"
+		# (counted as matches: launch may relay two ranks' lines as one)
+		[ "$(grep -o 'python p2p ok rank [0-9]*' <<<"$out" | wc -l)" = 3 ] ||
+			fail "3 'python p2p ok' expected"
+
+	fi
 	kill -0 $pid 2>/dev/null || fail "collstackd died"
 	;;
 p2p_4x2)
