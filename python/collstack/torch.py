@@ -811,8 +811,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         return w
 
     def gather(self, output_tensors, input_tensors, opts=None):
-        # An all-gather: exact; every rank receives world size x input
-        # (gather's root alone would receive that much).
+        # cs_gather where the library has it (the root receives the
+        # blocks); else an all-gather: exact; every rank receives world
+        # size x input (gather's root alone would receive that much).
         name = "gather"
         t = _one(name, input_tensors)
         root = opts.rootRank if opts is not None else 0
@@ -835,6 +836,23 @@ class ProcessGroupCollstack(dist.ProcessGroup):
             outs = []
         staged = []
         src, _ = self._in(t, staged)
+        if hasattr(_lib, "cs_gather"):
+            # point to point to the root (cs_gather): only the root
+            # receives, world size - 1 blocks
+            dst = None
+            if self._rank == root:
+                dst = self._rt.stage(n * self._size)
+                staged.append(dst)
+
+            def done_p2p():
+                for r, o in enumerate(outs):
+                    if n:
+                        o.copy_(dst.u8[r * n:(r + 1) * n].view(o.dtype)
+                                .view(o.shape))
+                return output_tensors
+            return self._post(name, _lib.cs_gather,
+                              (src, dst.start if dst else None, n, _U8,
+                               root), staged, done_p2p, output_tensors)
 
         def done(dst):
             for r, o in enumerate(outs):
@@ -846,14 +864,17 @@ class ProcessGroupCollstack(dist.ProcessGroup):
                                      output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
-        # A broadcast of the root's whole list: exact; every rank receives
-        # world size x output (scatter would send each rank its block).
+        # cs_scatter where the library has it (each rank receives its
+        # block); else a broadcast of the root's whole list: exact; every
+        # rank receives world size x output.
         name = "scatter"
         t = _one(name, output_tensors)
         root = opts.rootRank if opts is not None else 0
         self._check_root(name, root)
         n = _nbytes(t)
-        s = self._rt.stage(n * self._size)
+        p2p = hasattr(_lib, "cs_scatter")
+        s = self._rt.stage(n * self._size if self._rank == root or not p2p
+                           else 1)
         if self._rank == root:
             if len(input_tensors) != 1 or len(input_tensors[0]) != \
                     self._size:
@@ -869,6 +890,19 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         elif input_tensors and any(len(x) for x in input_tensors):
             raise _err(name, "only the root gives input tensors")
         me = self._rank
+        if p2p:
+            # point to point from the root (cs_scatter): each rank
+            # receives its block only
+            staged = [s]
+            addr, back = self._out(t, staged)
+
+            def done_p2p():
+                if back:
+                    back()
+                return output_tensors
+            return self._post(name, _lib.cs_scatter,
+                              (s.start if me == root else None, addr, n,
+                               _U8, root), staged, done_p2p, output_tensors)
 
         def done():
             if n:
