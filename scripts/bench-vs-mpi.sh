@@ -92,9 +92,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 BUILD=${CS_BUILD_DIR:-build}
-CLI=$ROOT/$BUILD/tools/collstack
-MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
-DAEMON=$ROOT/$BUILD/sidecar/collstackd
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac	# meson gives it whole
+CLI=$BUILD/tools/collstack
+MPI_BENCH=$BUILD/tools/cs-mpi-bench
+DAEMON=$BUILD/sidecar/collstackd
 CS_BENCH_ARGS=${CS_BENCH_ARGS:-}	# extra arguments for collstack bench
 RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
 MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
@@ -742,9 +743,9 @@ a2av_counts() {
 	local c m
 	ls "$OUT"/logs/*-alltoallv-*.log >/dev/null 2>&1 || return 0
 	c=$(cat "$OUT"/logs/*-collstack-alltoallv-*.log 2>/dev/null |
-		grep '^# counts' | sort -u)
+		grep '^# counts' | sort -u || true)
 	m=$(cat "$OUT"/logs/*-mpi-alltoallv-*.log 2>/dev/null |
-		grep '^# counts' | sort -u)
+		grep '^# counts' | sort -u || true)
 	if [ -z "$c" ] || [ -z "$m" ]; then
 		echo "#   alltoallv count matrices: not compared (a side printed none)"
 	elif [ "$c" = "$m" ]; then
