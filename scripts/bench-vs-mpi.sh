@@ -35,7 +35,7 @@
 #                           [--out DIR] [--no-plots] [--no-mpi]
 #                           [--no-collstack] [--report-only]
 #                           [--iters-small N] [--cpus auto|none|LIST]
-#                           [--pin-mpi]
+#                           [--pin-mpi] [--a2av-skew S] [--a2av-seed N]
 #                           [--variant NAME=PORT[:KEY=VALUE,...]]...
 #
 # Open MPI ranks: one per namespace, launched by mpirun in the first
@@ -59,9 +59,16 @@
 # conditions run --adverse-ops (default allreduce): pass --adverse-ops
 # alltoall for alltoall under loss. The goals lines give issue 23's
 # alltoall 1 MiB ratios (>= 1.5x clean, >= 3x under loss) where the run
-# has them. --ops alltoallv runs only the Open MPI side so far
-# (MPI_Alltoallv, Zipf 1.1 counts: tools/mpi_bench.c); collstack's cells
-# are NA until `collstack bench -o alltoallv` exists.
+# has them. --ops alltoallv (not in all/auto): MPI_Alltoallv against
+# `collstack bench -o alltoallv` (cs_alltoallv), both with the count
+# matrix of tools/zipf_split.h for --a2av-skew S (default 1.1) and
+# --a2av-seed N (default 1): every rank sends size bytes in all, split by
+# Zipf weights 1/(k+1)^S over one seeded permutation of the ranks (one
+# rank everybody's hottest); busbw = algbw x (n-1)/n as alltoall; both
+# print each size's matrix ("# counts" in the logs) and the goals lines
+# say whether the two sides' matrices were the same; issue 23's goals as
+# for alltoall (1 MiB, >= 1.5x clean, >= 3x under loss: --adverse-ops
+# alltoallv).
 #
 # Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
 # ratios), bench-vs-mpi-raw.csv (every row of every run),
@@ -85,9 +92,10 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 BUILD=${CS_BUILD_DIR:-build}
-CLI=$ROOT/$BUILD/tools/collstack
-MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
-DAEMON=$ROOT/$BUILD/sidecar/collstackd
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac	# meson gives it whole
+CLI=$BUILD/tools/collstack
+MPI_BENCH=$BUILD/tools/cs-mpi-bench
+DAEMON=$BUILD/sidecar/collstackd
 CS_BENCH_ARGS=${CS_BENCH_ARGS:-}	# extra arguments for collstack bench
 RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
 MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
@@ -97,6 +105,7 @@ SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOADS=both
 TIMING=b2b SETS=()
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 CPUS=auto PIN_MPI=0
+A2AV_SKEW=1.1 A2AV_SEED=1	# --ops alltoallv's counts (tools/zipf_split.h)
 VARIANTS=()	# NAME=PORT[:KEY=VALUE,...]
 VSETS=()	# the current variant's --set arguments
 MTU=1500	# on every veth of the namespaces, for both stacks
@@ -143,6 +152,8 @@ while [ $# -gt 0 ]; do
 	--iters-small) ITERS_SMALL=$2; ITERS_SMALL_SET=1; shift 2 ;;
 	--cpus) CPUS=$2; shift 2 ;;
 	--pin-mpi) PIN_MPI=1; shift ;;
+	--a2av-skew) A2AV_SKEW=$2; shift 2 ;;
+	--a2av-seed) A2AV_SEED=$2; shift 2 ;;
 	--variant) VARIANTS+=("$2"); shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	*) die "unknown option $1 (--help)" ;;
@@ -167,6 +178,10 @@ case $OFFLOADS in on|off) OFFL_LIST=$OFFLOADS ;; both) OFFL_LIST="on off" ;;
 case $TIMING in b2b) : "${ITERS_LARGE:=10}" ;; iter) : "${ITERS_LARGE:=3}" ;;
 *) die "--timing b2b|iter" ;; esac
 [[ "$ITERS_LARGE" =~ ^[0-9]+$ ]] && [ "$ITERS_LARGE" -ge 1 ] || die "--iters-large wants a count"
+[[ "$A2AV_SKEW" =~ ^[0-9]+(\.[0-9]+)?$ ]] &&
+	awk -v s="$A2AV_SKEW" 'BEGIN { exit !(s <= 16) }' ||
+	die "--a2av-skew wants a number from 0 to 16"
+[[ "$A2AV_SEED" =~ ^[0-9]+$ ]] || die "--a2av-seed wants a whole number"
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, nft, tc)"
 for t in ip nft tc awk sort timeout ethtool; do
 	command -v $t >/dev/null || die "missing tool: $t"
@@ -413,7 +428,10 @@ mpi_ranks_up() {	# a cs-mpi-bench process in every namespace?
 
 mpi_bench() {	# op minb maxb iters warmup logfile
 	[ -x "$MPI_BENCH" ] || { echo "cs-mpi-bench not built" >"$6"; return 1; }
-	local rc=0 pid attempt t started pin=()
+	local rc=0 pid attempt t started pin=() va=()
+	# alltoallv: the counts of the collstack side (tools/zipf_split.h)
+	[ "$1" = alltoallv ] &&
+		va=(--zipf-skew "$A2AV_SKEW" --zipf-seed "$A2AV_SEED")
 	# mpirun starts the first namespace's rank itself, not via the agent
 	if [ $PIN_MPI = 1 ] && [ -n "${NODE_CPUS[0]:-}" ]; then
 		pin=(taskset -c "${NODE_CPUS[0]}")
@@ -433,7 +451,7 @@ mpi_bench() {	# op minb maxb iters warmup logfile
 			--mca oob_tcp_if_include "$MPI_NET" \
 			--mca mpi_yield_when_idle 1 \
 			"$MPI_BENCH" -o "$1" -b "$2" -e "$3" -f "$FACTOR" \
-			-n "$4" -w "$5" -m "$TIMING" >"$6.run" 2>&1 &
+			-n "$4" -w "$5" -m "$TIMING" "${va[@]}" >"$6.run" 2>&1 &
 		pid=$!
 		# Watchdog: orteds are daemonized, so mpirun never learns of
 		# one that died before reporting in and waits for ever.
@@ -462,7 +480,9 @@ mpi_bench() {	# op minb maxb iters warmup logfile
 
 CS_AVAILABLE=""
 collstack_bench() {	# op minb maxb iters warmup logfile
-	local mode z rc=0
+	local mode z rc=0 va=()
+	# alltoallv: the counts of the Open MPI side (tools/zipf_split.h)
+	[ "$1" = alltoallv ] && va=(--skew "$A2AV_SKEW" --seed "$A2AV_SEED")
 	if [ -z "$CS_AVAILABLE" ]; then
 		mode=$(cs_mode)
 		CS_AVAILABLE=$mode
@@ -481,7 +501,7 @@ collstack_bench() {	# op minb maxb iters warmup logfile
 	bench)
 		# shellcheck disable=SC2086
 		timeout "$RUN_TIMEOUT" "$CLI" bench -o "$1" -b "$2" -e "$3" \
-			-f "$FACTOR" -n "$4" -w "$5" -m "$TIMING" \
+			-f "$FACTOR" -n "$4" -w "$5" -m "$TIMING" "${va[@]}" \
 			--cluster "$CLUSTER_ENV" \
 			$CS_BENCH_ARGS >"$6" 2>&1 || rc=$?
 		# The sidecars' health counters after it (cumulative since
@@ -691,16 +711,19 @@ steal_summary() {	# the host's steal per stack, where the run recorded it
 goals() {	# the headline figures of issues 22 and 23, where the run has them
 	local sum=$OUT/bench-vs-mpi.csv
 	echo "# goals (${#NODES[@]} nodes, MTU $MTU, medians; bw x = collstack/MPI busbw, time x = MPI/collstack mean time):"
-	# issue 23: alltoall 1 MiB busbw >= 1.5x Open MPI clean, >= 3x under loss
-	awk -F, 'NR > 1 && $2 == "alltoall" && $3 == 1048576 {
+	# issue 23: alltoall and alltoallv (Zipf counts) 1 MiB busbw >= 1.5x
+	# Open MPI clean, >= 3x under loss
+	awk -F, 'NR > 1 && ($2 == "alltoall" || $2 == "alltoallv") &&
+		$3 == 1048576 {
 		g = $1 ~ /^loss/ ? 3 : $1 ~ /^clean/ ? 1.5 : 0
 		v = ""
 		if (g && $6 == "NA") v = " (goal >= " g ": NA)"
 		else if (g && $6 + 0 >= g) v = " (goal >= " g ": met)"
 		else if (g) v = " (goal >= " g ": not met)"
-		printf "#   %-13s alltoall  1M busbw: collstack %s, Open MPI %s GB/s, bw x %s%s\n",
-			$1, $4, $5, $6, v
+		printf "#   %-13s %-9s 1M busbw: collstack %s, Open MPI %s GB/s, bw x %s%s\n",
+			$1, $2, $4, $5, $6, v
 	}' "$sum"
+	a2av_counts
 	awk -F, 'NR > 1 && $2 == "allreduce" &&
 		($3 == 67108864 || $3 == 1048576 || $3 == 4096) {
 		z = $3 == 67108864 ? "64M" : $3 == 1048576 ? "1M" : "4K"
@@ -711,6 +734,25 @@ goals() {	# the headline figures of issues 22 and 23, where the run has them
 			printf "#   %-9s allreduce %3s busbw: collstack %s, Open MPI %s GB/s, bw x %s\n",
 				$1, z, $4, $5, $6
 	}' "$sum"
+}
+
+# alltoallv: the count matrices both sides printed ("# counts SIZE: ..."
+# in their logs), per stack, compared; a difference makes the ratios
+# meaningless.
+a2av_counts() {
+	local c m
+	ls "$OUT"/logs/*-alltoallv-*.log >/dev/null 2>&1 || return 0
+	c=$(cat "$OUT"/logs/*-collstack-alltoallv-*.log 2>/dev/null |
+		grep '^# counts' | sort -u || true)
+	m=$(cat "$OUT"/logs/*-mpi-alltoallv-*.log 2>/dev/null |
+		grep '^# counts' | sort -u || true)
+	if [ -z "$c" ] || [ -z "$m" ]; then
+		echo "#   alltoallv count matrices: not compared (a side printed none)"
+	elif [ "$c" = "$m" ]; then
+		echo "#   alltoallv count matrices (tools/zipf_split.h): the same on both sides, $(wc -l <<<"$c") sizes$(grep '^# counts 1048576:' <<<"$c" | cut -d/ -f1 | cut -d: -f2 | awk 'NF { $1 = $1; print "; 1M: every rank sends (" $0 ") f32 elements to ranks 0.." NF - 1 }')"
+	else
+		echo "#   alltoallv count matrices: DIFFER between the sides (logs/*-alltoallv-*.log, '# counts'): the ratios compare different work"
+	fi
 }
 
 plots() {
@@ -812,6 +854,9 @@ mpi_setup
 	echo "# collstackd settings: ${SETS[*]:-defaults}"
 	[ -z "$VNAME" ] || echo "# variants (rows COND/OFFLOAD@NAME; Open MPI ran with the first): ${VARIANTS[*]}"
 	echo "# $(mpirun --version 2>/dev/null | head -1), btl tcp,self on $MPI_NET, mpi_yield_when_idle 1"
+	case ,$OPS,$ADVERSE_OPS, in *,alltoallv,*)
+		echo "# alltoallv counts: tools/zipf_split.h, Zipf $A2AV_SKEW, seed $A2AV_SEED (collstack bench --skew $A2AV_SKEW --seed $A2AV_SEED, cs-mpi-bench --zipf-skew $A2AV_SKEW --zipf-seed $A2AV_SEED)" ;;
+	esac
 	echo "# sizes $MINB..$MAXB x$FACTOR, iterations <=1M: -n $ITERS_SMALL -w $WARM_SMALL, larger: -n $ITERS_LARGE -w $WARM_LARGE, reps $REPS"
 } | tee "$OUT/bench-vs-mpi.env" >&2
 

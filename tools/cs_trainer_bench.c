@@ -35,12 +35,22 @@
  * from the pid file beside $COLLSTACK_SOCKET, counted by LOCAL_RANK 0),
  * over the bytes all ranks sent (cs_bench_moved); NA in iter mode.
  * -o alltoallv (cs_alltoallv): the size is what each rank sends in all
- * (its blocks add up to it, give or take rounding); the count of every
- * pair comes from a matrix every rank computes alike (a2av_matrix()):
- * --skew S Zipf weights 1/k^S over a destination order of each sender's
- * own (0, the default: equal blocks), --seed N that order, --zero P about
- * P % of the blocks empty, --silent R rank R sends nothing, --sink R
- * every rank sends everything to rank R. Blocks sit in the send buffer in
+ * (its blocks add up to it exactly); the count of every pair comes from a
+ * matrix every rank computes alike (a2av_matrix()): the split of
+ * tools/zipf_split.h, which tools/mpi_bench.c -o alltoallv uses too, so
+ * the same size, --skew and --seed give both sides the same matrix:
+ * --skew S Zipf weights 1/(k+1)^S, k a destination's place in one
+ * permutation of the ranks drawn from --seed N (splitmix64, Fisher-Yates;
+ * the same for every sender: one rank is everybody's hottest, as a
+ * popular MoE expert), count = floor(size x w_k / sum w), the remainder
+ * to the hottest (0, the default: equal blocks; mpi_bench's --zipf-skew,
+ * --zipf-seed). On top of it: --zero P about P % of the blocks empty
+ * (their weight 0), --silent R rank R sends nothing, --sink R every rank
+ * sends everything to rank R. Rank 0 prints each size's matrix before its
+ * row ("# counts SIZE: row 0 / row 1 / ...", in elements, as mpi_bench).
+ * algbw = size / time, busbw = algbw x (n-1)/n as for alltoall (with the
+ * split alone: every row adds up to size and every rank receives its
+ * column from n-1 others). Blocks sit in the send buffer in
  * reverse rank order with a gap of one element, and in the receive
  * buffer in rank order with a gap of three; every element of the receive
  * buffer is checked, the gaps too (untouched). --bad counts|displ: first
@@ -60,6 +70,7 @@
 #include <collstack/collstack.h>
 
 #include "bench_util.h"
+#include "zipf_split.h"
 
 enum op {
 	OP_ALLREDUCE,
@@ -163,45 +174,31 @@ static uint64_t mix(uint64_t x)
 
 /*
  * The all-to-all-v matrix for @count elements sent per rank (the header's
- * options), and this rank's arrays: sends in reverse rank order with a
- * gap of 1 element, receives in rank order with a gap of 3.
+ * options; the split of tools/zipf_split.h, as tools/mpi_bench.c), and
+ * this rank's arrays: sends in reverse rank order with a gap of 1
+ * element, receives in rank order with a gap of 3.
  */
 static void a2av_matrix(struct bench *b, size_t count)
 {
 	size_t n = (size_t)b->n, off;
-	double w[n], sum;
-	size_t ord[n];
+	unsigned char keep[n];
+	int perm[n];
 
 	for (size_t i = 0; i < n; i++) {
-		/* sender i's destination order: a seeded shuffle */
+		size_t *row = b->mat + i * n;
+
+		/* --zero: sender i's blocks that stay empty */
 		for (size_t j = 0; j < n; j++)
-			ord[j] = j;
-		for (size_t j = n - 1; j > 0; j--) {
-			size_t k = mix(b->seed ^ (i << 20) ^ j) % (j + 1), t;
-
-			t = ord[j];
-			ord[j] = ord[k];
-			ord[k] = t;
-		}
-		sum = 0;
-		for (size_t k = 0; k < n; k++) {
-			w[ord[k]] = 1.0 / pow((double)(k + 1), b->skew);
-			if (b->zero_pct &&
-			    mix(b->seed ^ 0x5a5a ^ (i * n + ord[k])) % 100 <
-				    (uint64_t)b->zero_pct)
-				w[ord[k]] = 0;
-			sum += w[ord[k]];
-		}
+			keep[j] = !(b->zero_pct &&
+				    mix(b->seed ^ 0x5a5a ^ (i * n + j)) % 100 <
+					    (uint64_t)b->zero_pct);
+		cs_zipf_split(count, b->n, b->skew, b->seed,
+			      b->zero_pct ? keep : NULL, perm, row);
 		for (size_t j = 0; j < n; j++) {
-			size_t c =
-				sum > 0 ? (size_t)((double)count * w[j] / sum)
-					: 0;
-
 			if (b->sink >= 0)
-				c = j == (size_t)b->sink ? count : 0;
+				row[j] = j == (size_t)b->sink ? count : 0;
 			if ((int)i == b->silent)
-				c = 0;
-			b->mat[i * n + j] = c;
+				row[j] = 0;
 		}
 	}
 	off = 0;
@@ -539,6 +536,24 @@ static int a2av_bad(struct bench *b, const char *how, float *send, float *recv,
 	return ret == CS_ERR_BAD_DESC ? 0 : -1;
 }
 
+/* The matrix of a size, in elements, as tools/mpi_bench.c prints it:
+ * "# counts SIZE: row 0 / row 1 / ..." (row i: what rank i sends to each
+ * rank), for scripts/bench-vs-mpi.sh to compare the two sides. */
+static void print_counts(const struct bench *b, size_t count)
+{
+	size_t n = (size_t)b->n;
+
+	printf("# counts %zu:", count * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = 0; j < n; j++)
+			printf("%s%zu",
+			       j   ? " "
+			       : i ? " / "
+				   : " ",
+			       b->mat[i * n + j]);
+	printf("\n");
+}
+
 /* Rank 0's row: the columns of tools/mpi_bench.c. */
 static void print_row(enum op op, const struct bench *b, size_t count,
 		      int inplace, int iters, double *lat,
@@ -768,8 +783,11 @@ int main(int argc, char **argv)
 		size_t count = bytes / sizeof(float);
 
 		count -= count % (size_t)b.n;
-		if (op == OP_ALLTOALLV)
+		if (op == OP_ALLTOALLV) {
 			a2av_matrix(&b, count);
+			if (!b.rank) /* tools/mpi_bench.c's format */
+				print_counts(&b, count);
+		}
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0;
 			cs_req_t r = 0;

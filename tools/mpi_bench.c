@@ -11,21 +11,28 @@
  *          [--mode sync|async|ssp:S] [--dense 0|1] [-n ITERS] [-w WARMUP]
  *   (the parameter-server pattern of `collstack bench -o ps`, below)
  *   mpirun -np 4 build/tools/cs-mpi-bench -o alltoall|alltoallv ...
- *          [--zipf-seed S]   (alltoallv: the seed of its counts, default 1)
+ *          [--zipf-skew Z] [--zipf-seed S]   (alltoallv: the exponent of
+ *          its counts, default 1.1, and their seed, default 1)
  *
  * alltoall (MPI_Alltoall): size is each rank's send buffer, n blocks of
  * size/n, block j to rank j; element i of the block from s to d is
  * a2a_val(s, d, i), as tools/cs_trainer_bench.c; algbw = size / time,
  * busbw = algbw x (n-1)/n (nccl-tests: the own block does not cross).
- * alltoallv (MPI_Alltoallv), the MPI side only so far (collstack's side
- * needs `cs-trainer-bench -o alltoallv`): every rank sends size bytes in
- * all, split over the destinations by Zipf 1.1 weights w = 1/(k+1)^1.1,
- * k the destination's place in a permutation of the ranks drawn from
- * --zipf-seed (splitmix64, Fisher-Yates; the same for every rank, so one
- * rank is every rank's hottest destination, as a popular MoE expert);
- * count(d) = floor(elements x w_k / sum w), the remainder to the hottest.
- * algbw = size / time; busbw = the bytes all ranks send to others / n /
- * time (what crosses, per rank; (n-1)/n x algbw where the split is even).
+ * alltoallv (MPI_Alltoallv): every rank sends size bytes in all, split
+ * over the destinations by tools/zipf_split.h, the rule cs-trainer-bench
+ * -o alltoallv uses too (its --skew Z --seed S are --zipf-skew Z
+ * --zipf-seed S here): Zipf weights w = 1/(k+1)^Z, k the destination's
+ * place in a permutation of the ranks drawn from the seed (splitmix64,
+ * Fisher-Yates; the same for every rank, so one rank is every rank's
+ * hottest destination, as a popular MoE expert); count(d) = floor(
+ * elements x w_k / sum w), the remainder to the hottest. Rank 0 prints
+ * the matrix of each size ("# counts SIZE: row 0 / row 1 / ...", in
+ * elements, the format of cs-trainer-bench) before its row. Element i of
+ * the block from s to d is a2a_val(s, d, i), as for alltoall, and every
+ * element received is checked (the receive buffer is set to NaNs first).
+ * algbw = size / time; busbw = algbw x (n-1)/n, as alltoall: every rank's
+ * counts add up to size and every rank receives its column from n-1
+ * others, so that is what crosses per rank on average.
  *
  * Timing, -m as in tools/cs_trainer_bench.c: b2b (default; nccl-tests and
  * OSU: a barrier, the timed iterations back to back, time(us) = the
@@ -48,6 +55,7 @@
 #include <strings.h>
 
 #include "bench_util.h"
+#include "zipf_split.h"
 #include "collectives/ps/ps.h"
 #include "collectives/ps/ps_pattern.h"
 
@@ -74,55 +82,41 @@ static float a2a_val(int src, int dst, size_t i)
 }
 
 /* alltoallv: elements every rank sends to each rank (the same split on
- * every rank), this rank's displacements, and what it receives. */
+ * every rank: tools/zipf_split.h), this rank's displacements, and what it
+ * receives. */
 static int *v_cnt, *v_sdis, *v_rcnt, *v_rdis;
 static uint64_t v_seed = 1;
+static double v_skew = 1.1;
 
-static uint64_t splitmix64(uint64_t *x)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Zipf 1.1 split of @count elements over @n destinations (header). */
-static void v_counts(size_t count, int n)
+/* The split of @count elements over @n destinations (tools/zipf_split.h,
+ * as cs-trainer-bench), into v_cnt; rank 0 prints it (every sender's row,
+ * all alike here) as cs-trainer-bench does, for scripts/bench-vs-mpi.sh to
+ * compare the two sides' matrices. */
+static void v_counts(size_t count, int n, int rank)
 {
 	int *perm = malloc(sizeof(int) * (size_t)n);
-	double *w = malloc(sizeof(double) * (size_t)n), sum = 0;
-	uint64_t x = v_seed;
-	size_t left = count;
-	int hot = 0;
+	size_t *c = malloc(sizeof(size_t) * (size_t)n);
 
-	if (!perm || !w) {
+	if (!perm || !c) {
 		fprintf(stderr, "mpi_bench: out of memory\n");
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
-	for (int i = 0; i < n; i++)
-		perm[i] = i;
-	for (int i = n - 1; i > 0; i--) {
-		int j = (int)(splitmix64(&x) % (uint64_t)(i + 1)), t = perm[i];
-
-		perm[i] = perm[j];
-		perm[j] = t;
+	cs_zipf_split(count, n, v_skew, v_seed, NULL, perm, c);
+	for (int d = 0; d < n; d++)
+		v_cnt[d] = (int)c[d];
+	if (!rank) {
+		printf("# counts %zu:", count * sizeof(float));
+		for (int s = 0; s < n; s++)
+			for (int d = 0; d < n; d++)
+				printf("%s%zu",
+				       d   ? " "
+				       : s ? " / "
+					   : " ",
+				       c[d]);
+		printf("\n");
 	}
-	/* perm[k]: the destination in place k (k = 0 the hottest) */
-	for (int k = 0; k < n; k++) {
-		w[k] = 1.0 / pow(k + 1, 1.1);
-		sum += w[k];
-	}
-	for (int k = 0; k < n; k++) {
-		size_t c = (size_t)floor((double)count * w[k] / sum);
-
-		v_cnt[perm[k]] = (int)c;
-		left -= c;
-	}
-	hot = perm[0];
-	v_cnt[hot] += (int)left;
 	free(perm);
-	free(w);
+	free(c);
 }
 
 /* Value every rank puts at element i: small integers, so float sums are
@@ -274,7 +268,9 @@ static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 			for (int i = 0; i < v_cnt[d]; i++)
 				send[v_sdis[d] + i] =
 					a2a_val(rank, d, (size_t)i);
-		memset(recv, 0xff, count * sizeof(float));
+		/* what this rank receives: n blocks of v_cnt[rank] */
+		memset(recv, 0xff,
+		       (size_t)n * (size_t)v_cnt[rank] * sizeof(float));
 		break;
 	}
 }
@@ -849,6 +845,8 @@ int main(int argc, char **argv)
 			bad_mode = cs_bench_parse_mode(argv[i + 1], &mode);
 		else if (!strcmp(argv[i], "--zipf-seed"))
 			v_seed = strtoull(argv[i + 1], NULL, 0);
+		else if (!strcmp(argv[i], "--zipf-skew"))
+			v_skew = atof(argv[i + 1]);
 		else if (!strcmp(argv[i], "-o")) {
 			int found = 0;
 
@@ -875,7 +873,9 @@ int main(int argc, char **argv)
 		}
 	}
 	if (factor < 2 || !minb || maxb < minb || iters < 1 || bad_mode ||
-	    (op == OP_ALLTOALLV && maxb / sizeof(float) > (size_t)INT_MAX)) {
+	    !(v_skew >= 0 && v_skew <= 16) ||
+	    (op == OP_ALLTOALLV &&
+	     maxb / sizeof(float) > (size_t)INT_MAX / (size_t)n)) {
 		if (!rank)
 			fprintf(stderr, "mpi_bench: bad arguments\n");
 		MPI_Finalize();
@@ -903,24 +903,16 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		/* off: the bytes all ranks send to others, over n */
-		double off = (double)bytes * (double)(n - 1) / n;
-
 		if (op != OP_ALLREDUCE && op != OP_BROADCAST)
 			count -= count % (size_t)n;
 		if (op == OP_ALLTOALLV) {
-			v_counts(count, n);
+			v_counts(count, n, rank);
 			for (int d = 0, a = 0; d < n; d++) {
 				v_sdis[d] = a;
 				a += v_cnt[d];
 				v_rcnt[d] = v_cnt[rank];
 				v_rdis[d] = d * v_cnt[rank];
 			}
-			/* every rank sends to d what this rank does */
-			off = 0;
-			for (int d = 0; d < n; d++)
-				off += (double)v_cnt[d] * (n - 1) / n;
-			off *= sizeof(float);
 		}
 		for (int inplace = 0; inplace < 2; inplace++) {
 			long wrong = 0, total_wrong = 0;
@@ -994,21 +986,18 @@ int main(int argc, char **argv)
 				double alg = sz / (t * 1e3);
 				double bus = alg;
 
+				/* alltoallv as alltoall: every rank's
+				 * counts add up to count and every rank
+				 * receives its column from n - 1 others,
+				 * so (n-1)/n of size crosses per rank */
 				if (op == OP_ALLREDUCE)
 					bus = alg * 2.0 * (n - 1) / n;
-				else if (op == OP_ALLTOALLV)
-					bus = off / (t * 1e3);
 				else if (op != OP_BROADCAST)
 					bus = alg * (double)(n - 1) / n;
 				char cpus[32] = "NA";
-				/* alltoallv: what all ranks send to others */
-				double moved =
-					op == OP_ALLTOALLV
-						? off * n
-						: cs_bench_moved(
-							  op == OP_ALLREDUCE,
-							  op == OP_BROADCAST,
-							  sz, n);
+				double moved = cs_bench_moved(
+					op == OP_ALLREDUCE, op == OP_BROADCAST,
+					sz, n);
 
 				if (mode == CS_BENCH_B2B)
 					snprintf(cpus, sizeof(cpus), "%.2f",
