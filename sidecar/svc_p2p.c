@@ -5,7 +5,6 @@
  * the lcore that runs it; requests from the IPC side through a locked
  * queue.
  */
-#include <endian.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +14,7 @@
 
 #define CS_LOG_MODULE "p2p"
 #include "internal/log.h"
+#include "internal/wire.h"
 #include "svc_core.h"
 #include "svc_p2p.h"
 #include "transport/ps_flow.h"
@@ -30,7 +30,7 @@ enum {
 };
 
 /*
- * Every message starts with this header, little-endian: type (1 byte), 3
+ * Every message starts with this header, big-endian: type (1 byte), 3
  * zero bytes, status (i32), group key (u64), the transfer's sender and
  * receiver ranks, its tag, aux (u32 each: an ABORT's detail, a mismatch's
  * bytes), sequence number, offset, length (u64 each). DATA carries its
@@ -107,47 +107,19 @@ struct cs_p2p {
 
 /* ---- wire ---------------------------------------------------------------- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htole32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	v = htole64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return le64toh(v);
-}
-
 static void hdr_put(uint8_t *b, const struct p2p_hdr *h)
 {
 	memset(b, 0, P2P_HDR);
 	b[0] = h->type;
-	put32(b + 4, (uint32_t)h->status);
-	put64(b + 8, h->gkey);
-	put32(b + 16, h->src);
-	put32(b + 20, h->dst);
-	put32(b + 24, h->tag);
-	put32(b + 28, h->aux);
-	put64(b + 32, h->seq);
-	put64(b + 40, h->off);
-	put64(b + 48, h->len);
+	cs_put_be32(b + 4, (uint32_t)h->status);
+	cs_put_be64(b + 8, h->gkey);
+	cs_put_be32(b + 16, h->src);
+	cs_put_be32(b + 20, h->dst);
+	cs_put_be32(b + 24, h->tag);
+	cs_put_be32(b + 28, h->aux);
+	cs_put_be64(b + 32, h->seq);
+	cs_put_be64(b + 40, h->off);
+	cs_put_be64(b + 48, h->len);
 }
 
 static int hdr_get(const uint8_t *b, size_t len, struct p2p_hdr *h)
@@ -155,15 +127,15 @@ static int hdr_get(const uint8_t *b, size_t len, struct p2p_hdr *h)
 	if (len < P2P_HDR || b[1] || b[2] || b[3])
 		return -EPROTO;
 	h->type = b[0];
-	h->status = (int32_t)get32(b + 4);
-	h->gkey = get64(b + 8);
-	h->src = get32(b + 16);
-	h->dst = get32(b + 20);
-	h->tag = get32(b + 24);
-	h->aux = get32(b + 28);
-	h->seq = get64(b + 32);
-	h->off = get64(b + 40);
-	h->len = get64(b + 48);
+	h->status = (int32_t)cs_get_be32(b + 4);
+	h->gkey = cs_get_be64(b + 8);
+	h->src = cs_get_be32(b + 16);
+	h->dst = cs_get_be32(b + 20);
+	h->tag = cs_get_be32(b + 24);
+	h->aux = cs_get_be32(b + 28);
+	h->seq = cs_get_be64(b + 32);
+	h->off = cs_get_be64(b + 40);
+	h->len = cs_get_be64(b + 48);
 	if (h->type < P2P_RTS || h->type > P2P_ABORT_SEND)
 		return -EPROTO;
 	if (h->type != P2P_DATA && len != P2P_HDR)

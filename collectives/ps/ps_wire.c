@@ -1,53 +1,11 @@
 // SPDX-License-Identifier: MIT
 /* PS wire messages: encode and validate (layout in ps_wire.h). */
-#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
 #include "collectives/ps/ps.h"
 #include "collectives/ps/ps_wire.h"
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	v = htobe16(v);
-	memcpy(p, &v, 2);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	v = htobe32(v);
-	memcpy(p, &v, 4);
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	v = htobe64(v);
-	memcpy(p, &v, 8);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, 2);
-	return be16toh(v);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return be32toh(v);
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, 8);
-	return be64toh(v);
-}
+#include "internal/wire.h"
 
 static bool dtype_ok(unsigned t)
 {
@@ -86,26 +44,26 @@ size_t cs_ps_wire_len(uint8_t type, uint32_t nkeys, uint32_t dim,
 
 void cs_ps_wire_put_hdr(uint8_t *b, const struct cs_ps_msg *m)
 {
-	put16(b, CS_PS_WIRE_MAGIC);
+	cs_put_be16(b, CS_PS_WIRE_MAGIC);
 	b[2] = CS_PS_WIRE_VERSION;
 	b[3] = m->type;
-	put32(b + 4, m->table);
-	put32(b + 8, m->worker);
-	put32(b + 12, (uint32_t)m->status);
-	put64(b + 16, m->id);
-	put64(b + 24, m->version);
-	put16(b + 32, m->part);
-	put16(b + 34, m->nparts);
-	put32(b + 36, m->nkeys);
-	put32(b + 40, m->dim);
+	cs_put_be32(b + 4, m->table);
+	cs_put_be32(b + 8, m->worker);
+	cs_put_be32(b + 12, (uint32_t)m->status);
+	cs_put_be64(b + 16, m->id);
+	cs_put_be64(b + 24, m->version);
+	cs_put_be16(b + 32, m->part);
+	cs_put_be16(b + 34, m->nparts);
+	cs_put_be32(b + 36, m->nkeys);
+	cs_put_be32(b + 40, m->dim);
 	b[44] = (uint8_t)m->dtype;
 	b[45] = 0;
-	put16(b + 46, CS_PS_WIRE_HDR);
+	cs_put_be16(b + 46, CS_PS_WIRE_HDR);
 }
 
 void cs_ps_wire_put_key(uint8_t *buf, uint32_t i, uint64_t key)
 {
-	put64(buf + CS_PS_WIRE_HDR + 8ull * i, key);
+	cs_put_be64(buf + CS_PS_WIRE_HDR + 8ull * i, key);
 }
 
 static uint8_t *row_at(uint8_t *buf, const struct cs_ps_msg *m, uint32_t i)
@@ -130,17 +88,17 @@ void cs_ps_wire_put_row(uint8_t *buf, const struct cs_ps_msg *m, uint32_t i,
 			uint16_t v;
 
 			memcpy(&v, s, 2);
-			put16(p, v);
+			cs_put_be16(p, v);
 		} else if (es == 4) {
 			uint32_t v;
 
 			memcpy(&v, s, 4);
-			put32(p, v);
+			cs_put_be32(p, v);
 		} else {
 			uint64_t v;
 
 			memcpy(&v, s, 8);
-			put64(p, v);
+			cs_put_be64(p, v);
 		}
 	}
 }
@@ -153,27 +111,27 @@ int cs_ps_wire_decode(const void *buf, size_t len, struct cs_ps_msg *m)
 
 	if (len < CS_PS_WIRE_HDR)
 		return -CS_PS_WIRE_E_SHORT;
-	if (get16(b) != CS_PS_WIRE_MAGIC)
+	if (cs_get_be16(b) != CS_PS_WIRE_MAGIC)
 		return -CS_PS_WIRE_E_MAGIC;
 	if (b[2] != CS_PS_WIRE_VERSION)
 		return -CS_PS_WIRE_E_VERSION;
 	m->type = b[3];
 	if (m->type < CS_PS_MSG_PUSH || m->type > CS_PS_MSG_PULL_REPLY)
 		return -CS_PS_WIRE_E_TYPE;
-	hdr_len = get16(b + 46);
+	hdr_len = cs_get_be16(b + 46);
 	if (hdr_len < CS_PS_WIRE_HDR || hdr_len > len || (hdr_len & 7))
 		return -CS_PS_WIRE_E_HDR_LEN;
 	if (b[45] != 0)
 		return -CS_PS_WIRE_E_FLAGS;
-	m->table = get32(b + 4);
-	m->worker = get32(b + 8);
-	m->status = (int32_t)get32(b + 12);
-	m->id = get64(b + 16);
-	m->version = get64(b + 24);
-	m->part = get16(b + 32);
-	m->nparts = get16(b + 34);
-	m->nkeys = get32(b + 36);
-	m->dim = get32(b + 40);
+	m->table = cs_get_be32(b + 4);
+	m->worker = cs_get_be32(b + 8);
+	m->status = (int32_t)cs_get_be32(b + 12);
+	m->id = cs_get_be64(b + 16);
+	m->version = cs_get_be64(b + 24);
+	m->part = cs_get_be16(b + 32);
+	m->nparts = cs_get_be16(b + 34);
+	m->nkeys = cs_get_be32(b + 36);
+	m->dim = cs_get_be32(b + 40);
 	if (!dtype_ok(b[44]))
 		return -CS_PS_WIRE_E_DTYPE;
 	m->dtype = (enum cs_dtype)b[44];
@@ -201,7 +159,7 @@ int cs_ps_wire_decode(const void *buf, size_t len, struct cs_ps_msg *m)
 
 uint64_t cs_ps_wire_key(const struct cs_ps_msg *m, uint32_t i)
 {
-	return get64(m->keys + 8ull * i);
+	return cs_get_be64(m->keys + 8ull * i);
 }
 
 void cs_ps_wire_row(const struct cs_ps_msg *m, uint32_t i, void *row)
@@ -212,15 +170,15 @@ void cs_ps_wire_row(const struct cs_ps_msg *m, uint32_t i, void *row)
 
 	for (uint32_t j = 0; j < m->dim; j++, p += es, d += es) {
 		if (es == 2) {
-			uint16_t v = get16(p);
+			uint16_t v = cs_get_be16(p);
 
 			memcpy(d, &v, 2);
 		} else if (es == 4) {
-			uint32_t v = get32(p);
+			uint32_t v = cs_get_be32(p);
 
 			memcpy(d, &v, 4);
 		} else {
-			uint64_t v = get64(p);
+			uint64_t v = cs_get_be64(p);
 
 			memcpy(d, &v, 8);
 		}
