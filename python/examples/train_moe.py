@@ -10,7 +10,8 @@ fixed teacher's target, tanh(x T). Gradients by hand (numpy, float32),
 SGD on the experts.
 
 Expert parallelism: each rank owns EXPERTS_PER_RANK experts (E = that x
-the group's size) and draws its own tokens every step. Per step:
+the group's size) and draws its own tokens every step. The exchanges are
+collstack.moe.MoE's (dispatch, combine, backward). Per step:
 
 1. dispatch: one Group.alltoall of the tokens' rows (with the expert id
    in front) to the ranks that own their experts; every block has room
@@ -68,6 +69,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import collstack  # noqa: E402
+from collstack.moe import MoE  # noqa: E402
 
 
 def args_of(argv):
@@ -200,91 +202,43 @@ def main():
     cap = T * k                      # rows per block: never a drop
     mine = list(range(r * P, (r + 1) * P))
     params = {e: st.expert_init(e) for e in mine}
-    b_x = [c.buffer(n * cap * (h + 1)) for _ in range(2)]
-    b_y = [c.buffer(n * cap * h) for _ in range(2)]
-    sx, rx = (b.numpy().reshape(n, cap, h + 1) for b in b_x)
-    sy, ry = (b.numpy().reshape(n, cap, h) for b in b_y)
-    cnt = [c.buffer(n, "i64") for _ in range(2)]    # --alltoallv
+    moe = MoE(c, g, hidden=h, max_tokens=T, topk=k, experts_per_rank=P,
+              padded=not a.alltoallv)
+    # bad routing is refused before anything is sent (every rank alike)
+    for bad in (np.full((T, k), st.E), np.full((T, k), -2)):
+        try:
+            moe.dispatch(np.zeros((T, h), np.float32), bad)
+            raise SystemExit(f"rank {r}: expert {bad[0, 0]} not refused")
+        except ValueError:
+            pass
     lb = c.buffer(1, "f64")
     ntotal, curve, t_comm = T * n, [], 0.0
     t0 = time.monotonic()
     for step in range(a.steps):
         x, y = st.tokens(step, r)
         top, w = st.route(x)
-        # where each (t, k) goes: its owner's block, the next free row
-        dst = top // P
-        pos = np.zeros((T, k), np.int64)
-        fill = np.zeros(n, np.int64)
-        for t in range(T):
-            for j in range(k):
-                d = dst[t, j]
-                pos[t, j] = fill[d]
-                fill[d] += 1
         tc = time.monotonic()
-        if a.alltoallv:
-            # rows packed per destination, only the ones used; the
-            # counts travel first (one i64 per pair)
-            row = np.concatenate([[0], np.cumsum(fill)[:-1]])[dst] + pos
-            cnt[0].numpy()[:] = fill
-            g.alltoall(cnt[0].numpy(), cnt[1].numpy()).wait()
-            got = cnt[1].numpy().copy()
-            nin = int(got.sum())
-            px = sx.reshape(-1, h + 1)[:T * k]
-            px[row, 0] = top
-            px[row, 1:] = x[:, None, :]
-            g.alltoallv(px.reshape(-1), rx.reshape(-1), fill * (h + 1),
-                        got * (h + 1)).wait()               # dispatch
-            inx = rx.reshape(-1, h + 1)[:nin]
-        else:
-            sx[:, :, 0] = -1
-            sx[dst, pos, 0] = top
-            sx[dst, pos, 1:] = x[:, None, :]
-            g.alltoall(sx.reshape(-1), rx.reshape(-1)).wait()   # dispatch
-            inx = rx.reshape(-1, h + 1)
+        rows, local = moe.dispatch(x, top)       # (source, token, slot)
         t_comm += time.monotonic() - tc
-        eid = inx[:, 0]
-        flat_x = inx[:, 1:]
-        outy = sy.reshape(-1, h)[:len(inx)]
-        idx, cache = {}, {}
-        outy[:] = 0
-        for e in mine:
-            idx[e] = np.flatnonzero(eid == e)    # (source, row) order
-            if idx[e].size:
-                ye, hh = expert_fwd(params[e], flat_x[idx[e]])
-                cache[e] = (flat_x[idx[e]], hh)
-                outy[idx[e]] = ye
+        yrows = np.zeros_like(rows)
+        cache = {}
+        for j, e in enumerate(mine):
+            sel = np.flatnonzero(local == j)
+            if sel.size:
+                ye, hh = expert_fwd(params[e], rows[sel])
+                cache[e] = (sel, rows[sel], hh)
+                yrows[sel] = ye
         tc = time.monotonic()
-        if a.alltoallv:
-            g.alltoallv(outy.reshape(-1), ry.reshape(-1), got * h,
-                        fill * h).wait()                    # combine
-            ys = ry.reshape(-1, h)[row]                     # T x K x H
-        else:
-            g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # combine
-            ys = ry[dst, pos]                               # T x K x H
+        out = moe.combine(yrows, w)              # slot order
         t_comm += time.monotonic() - tc
-        out = np.zeros((T, h), np.float32)
-        for j in range(k):
-            out += w[:, j:j + 1] * ys[:, j]
         s, dout = loss_terms(out, y, ntotal, h)
         tc = time.monotonic()
-        if a.alltoallv:
-            pdy = sy.reshape(-1, h)[:T * k]
-            pdy[row] = w[:, :, None] * dout[:, None, :]
-            g.alltoallv(pdy.reshape(-1), ry.reshape(-1), fill * h,
-                        got * h).wait()                     # backward
-            indy = ry.reshape(-1, h)[:nin]
-        else:
-            sy[:] = 0
-            sy[dst, pos] = w[:, :, None] * dout[:, None, :]
-            g.alltoall(sy.reshape(-1), ry.reshape(-1)).wait()   # backward
-            indy = ry.reshape(-1, h)
+        dy = moe.backward(w[:, :, None] * dout[:, None, :])
         lb.numpy()[0] = s
         g.allreduce(lb).wait()
         t_comm += time.monotonic() - tc
-        for e in mine:
-            if idx[e].size:
-                expert_bwd(params[e], cache[e][0], cache[e][1],
-                           indy[idx[e]], a.lr)
+        for e, (sel, xe, hh) in cache.items():
+            expert_bwd(params[e], xe, hh, dy[sel], a.lr)
         curve.append(float(lb.numpy()[0]) / (ntotal * h))
     t_run = time.monotonic() - t0
     # every rank's experts to every rank, in expert order
