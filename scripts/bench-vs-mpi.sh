@@ -69,6 +69,15 @@
 # say whether the two sides' matrices were the same; issue 23's goals as
 # for alltoall (1 MiB, >= 1.5x clean, >= 3x under loss: --adverse-ops
 # alltoallv).
+# --ops sendrecv (not in all/auto): point to point, OSU style (osu_bibw,
+# MPI_Sendrecv): ranks paired, rank i with rank i + n/2 (one per node:
+# every pair crosses nodes); per iteration each rank posts its receive
+# from its partner and its send of size bytes to it and waits for both
+# (`collstack bench -o sendrecv`: cs_recv + cs_send; cs-mpi-bench -o
+# sendrecv: MPI_Irecv + MPI_Isend + MPI_Waitall); every warm-up
+# iteration's data checked on both sides; busbw = algbw = size / time,
+# the bytes each rank sends per iteration (it receives as many); CPU per
+# GB over n x size. Needs an even --nodes; no goals lines (no issue goal).
 #
 # Output (in --out, default bench-out/): bench-vs-mpi.csv (medians and
 # ratios), bench-vs-mpi-raw.csv (every row of every run),

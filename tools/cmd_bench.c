@@ -31,7 +31,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast|"
-		"alltoall|alltoallv "
+		"alltoall|alltoallv|sendrecv "
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] [-k K] "
 		"[--trainers-per-node T] "
@@ -81,7 +81,8 @@ static bool pass_ok(int o, const char *v)
 		return !strcmp(v, "allreduce") ||
 		       !strcmp(v, "reduce_scatter") ||
 		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast") ||
-		       !strcmp(v, "alltoall") || !strcmp(v, "alltoallv");
+		       !strcmp(v, "alltoall") || !strcmp(v, "alltoallv") ||
+		       !strcmp(v, "sendrecv");
 	case 'b':
 	case 'e':
 		return !cs_sim_parse_size(v, &sz) && sz >= 1;

@@ -58,6 +58,15 @@
  * one element more from rank 0 / rank 1's block for rank 0 lies past its
  * buffer): each rank prints the error to stderr and fails unless it got
  * CS_ERR_BAD_DESC; the sizes then run as usual.
+ * -o sendrecv (cs_recv + cs_send, point to point; osu_bibw /
+ * MPI_Sendrecv style): the group size must be even; rank i is paired with
+ * rank (i + n/2) mod n (one trainer per node: every pair crosses nodes).
+ * An iteration: each rank posts its receive from its partner and its send
+ * of size bytes to it (tag: the bucket), then waits for both. Element i
+ * from s to d is a2a_val(s, d, i) (shifted per bucket as the others), and
+ * every element received is checked (set to NaNs first). algbw = busbw =
+ * size / time: the bytes each rank sends per iteration (it receives as
+ * many), as tools/mpi_bench.c -o sendrecv; cpu(s/GB) over n x size.
  */
 #include <errno.h>
 #include <math.h>
@@ -78,13 +87,15 @@ enum op {
 	OP_ALL_GATHER,
 	OP_BROADCAST,
 	OP_ALLTOALL,
-	OP_ALLTOALLV
+	OP_ALLTOALLV,
+	OP_SENDRECV
 };
 
 /* the names and the order of tools/mpi_bench.c */
 static const char *const op_names[] = { "allreduce",  "reduce_scatter",
 					"all_gather", "broadcast",
-					"alltoall",   "alltoallv" };
+					"alltoall",   "alltoallv",
+					"sendrecv" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 #define BENCH_MAX_BUCKETS 64
@@ -161,6 +172,12 @@ static float val(int rank, size_t i)
 static float a2a_val(int src, int dst, size_t i)
 {
 	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
+}
+
+/* sendrecv: this rank's partner */
+static int sr_peer(const struct bench *b)
+{
+	return (b->rank + b->n / 2) % b->n;
 }
 
 /* splitmix64: the same sequence on every rank */
@@ -268,6 +285,10 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 					a2a_val(b->rank, j, x + sh);
 		memset(recv, 0xff, b->rext * sizeof(float));
 		return;
+	case OP_SENDRECV: /* to the partner */
+		for (size_t i = 0; i < count; i++)
+			send[i] = a2a_val(b->rank, sr_peer(b), i + sh);
+		break;
 	}
 	if (!inplace && op != OP_BROADCAST)
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
@@ -320,6 +341,9 @@ static long check(enum op op, const struct bench *b, const float *recv,
 			break;
 		case OP_ALLTOALL: /* block i / per came from that rank */
 			want = a2a_val((int)(i / per), b->rank, i % per + sh);
+			break;
+		case OP_SENDRECV: /* from the partner */
+			want = a2a_val(sr_peer(b), b->rank, i + sh);
 			break;
 		default:
 			want = val(0, i + sh);
@@ -394,18 +418,31 @@ static long check_all(enum op op, const struct bench *b, float *recv,
 }
 
 /* Post every bucket of an iteration, then wait for each (the ones posted
- * are waited for even when a later post fails). Returns 0 or an error. */
+ * are waited for even when a later post fails). sendrecv: a bucket is a
+ * receive from the partner and a send to it, tag = the bucket. Returns 0
+ * or an error. */
 static int post_wait(enum op op, struct bench *b, float *send, float *recv,
 		     size_t count, int inplace)
 {
-	cs_req_t r[BENCH_MAX_BUCKETS];
-	int n, ret = 0, err;
+	cs_req_t r[2 * BENCH_MAX_BUCKETS];
+	int n = 0, ret = 0, err;
 
-	for (n = 0; n < b->buckets && !ret; n++)
-		ret = post(op, b, send + (size_t)n * b->stride,
-			   recv + (size_t)n * b->stride, count, inplace, &r[n]);
+	for (int k = 0; k < b->buckets && !ret; k++) {
+		float *s = send + (size_t)k * b->stride;
+		float *v = recv + (size_t)k * b->stride;
+
+		if (op == OP_SENDRECV) {
+			ret = cs_recv(b->g, v, count, CS_F32, sr_peer(b),
+				      (unsigned)k, &r[n]);
+			if (!ret)
+				ret = cs_send(b->g, s, count, CS_F32,
+					      sr_peer(b), (unsigned)k, &r[++n]);
+		} else {
+			ret = post(op, b, s, v, count, inplace, &r[n]);
+		}
+		n += !ret;
+	}
 	err = ret ? finish(b, ret, 0, op_names[op]) : 0;
-	n -= ret ? 1 : 0;
 	for (int j = 0; j < n; j++) {
 		ret = finish(b, 0, r[j], op_names[op]);
 		if (ret && !err)
@@ -568,23 +605,27 @@ static void print_row(enum op op, const struct bench *b, size_t count,
 		lat[it] /= b->buckets;
 	if (mode == CS_BENCH_B2B) {
 		tm = t->total / iters / b->buckets;
+		double moved =
+			op == OP_SENDRECV
+				? sz * b->n
+				: cs_bench_moved(op == OP_ALLREDUCE,
+						 op == OP_BROADCAST, sz, b->n);
+
 		snprintf(cpu, sizeof(cpu), "%.2f",
-			 t->cpu /
-				 (cs_bench_moved(op == OP_ALLREDUCE,
-						 op == OP_BROADCAST, sz, b->n) *
-				  iters * b->buckets / 1e9));
+			 t->cpu / (moved * iters * b->buckets / 1e9));
 	} else {
 		for (int it = 0; it < iters; it++)
 			sum += lat[it];
 		tm = sum / iters;
 	}
 	/* all-to-all: size is each rank's send buffer (n blocks), busbw
-	 * alg x (n-1)/n as nccl-tests (the own block does not cross) */
+	 * alg x (n-1)/n as nccl-tests (the own block does not cross);
+	 * sendrecv: size / time, what each rank sends */
 	alg = sz / (tm * 1e3);
 	bus = alg;
 	if (op == OP_ALLREDUCE)
 		bus = alg * 2.0 * (b->n - 1) / b->n;
-	else if (op != OP_BROADCAST)
+	else if (op != OP_BROADCAST && op != OP_SENDRECV)
 		bus = alg * (double)(b->n - 1) / b->n;
 	qsort(lat, (size_t)iters, sizeof(double), cs_bench_cmp_double);
 	printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f "
@@ -662,7 +703,8 @@ int main(int argc, char **argv)
 				fprintf(stderr,
 					"cs-trainer-bench: -o %s: allreduce, "
 					"reduce_scatter, all_gather, "
-					"broadcast, alltoall or alltoallv\n",
+					"broadcast, alltoall, alltoallv or "
+					"sendrecv\n",
 					argv[i + 1]);
 				return 2;
 			}
@@ -708,6 +750,15 @@ int main(int argc, char **argv)
 			 ? (size_t)b.n * maxb + 4 * sizeof(float) * (size_t)b.n
 			 : maxb;
 	b.stride = buflen / sizeof(float);
+	if (op == OP_SENDRECV && (b.n < 2 || b.n % 2)) {
+		fprintf(stderr,
+			"cs-trainer-bench: -o sendrecv pairs rank i "
+			"with i + n/2: needs an even number of ranks, "
+			"not %d\n",
+			b.n);
+		ret = 2;
+		goto out_group;
+	}
 	if ((b.silent >= b.n || b.sink >= b.n ||
 	     (bad_how && (op != OP_ALLTOALLV || b.n < 2)))) {
 		fprintf(stderr, "cs-trainer-bench: --silent/--sink past the "
@@ -782,7 +833,8 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		count -= count % (size_t)b.n;
+		if (op != OP_SENDRECV) /* a pair's message is kept whole */
+			count -= count % (size_t)b.n;
 		if (op == OP_ALLTOALLV) {
 			a2av_matrix(&b, count);
 			if (!b.rank) /* tools/mpi_bench.c's format */
@@ -795,7 +847,7 @@ int main(int argc, char **argv)
 
 			/* broadcast is in place; all-to-all never */
 			if ((op == OP_BROADCAST || op == OP_ALLTOALL ||
-			     op == OP_ALLTOALLV) &&
+			     op == OP_ALLTOALLV || op == OP_SENDRECV) &&
 			    inplace)
 				continue;
 			if (mode == CS_BENCH_B2B)

@@ -13,6 +13,7 @@
  *   mpirun -np 4 build/tools/cs-mpi-bench -o alltoall|alltoallv ...
  *          [--zipf-skew Z] [--zipf-seed S]   (alltoallv: the exponent of
  *          its counts, default 1.1, and their seed, default 1)
+ *   mpirun -np 4 build/tools/cs-mpi-bench -o sendrecv ...   (pairs)
  *
  * alltoall (MPI_Alltoall): size is each rank's send buffer, n blocks of
  * size/n, block j to rank j; element i of the block from s to d is
@@ -33,6 +34,15 @@
  * algbw = size / time; busbw = algbw x (n-1)/n, as alltoall: every rank's
  * counts add up to size and every rank receives its column from n-1
  * others, so that is what crosses per rank on average.
+ *
+ * sendrecv (MPI_Irecv + MPI_Isend to the partner, then MPI_Waitall, as
+ * osu_bibw / MPI_Sendrecv): n must be even; rank i is paired with rank
+ * (i + n/2) mod n (one rank per node: every pair crosses nodes), and each
+ * rank sends size bytes to its partner and receives size bytes from it
+ * per iteration; element i from s to d is a2a_val(s, d, i), every element
+ * received is checked (set to NaNs first). algbw = busbw = size / time:
+ * the bytes each rank sends per iteration (each also receives as much),
+ * as cs-trainer-bench -o sendrecv.
  *
  * Timing, -m as in tools/cs_trainer_bench.c: b2b (default; nccl-tests and
  * OSU: a barrier, the timed iterations back to back, time(us) = the
@@ -65,12 +75,14 @@ enum op {
 	OP_ALL_GATHER,
 	OP_BROADCAST,
 	OP_ALLTOALL,
-	OP_ALLTOALLV
+	OP_ALLTOALLV,
+	OP_SENDRECV
 };
 
 static const char *const op_names[] = { "allreduce",  "reduce_scatter",
 					"all_gather", "broadcast",
-					"alltoall",   "alltoallv" };
+					"alltoall",   "alltoallv",
+					"sendrecv" };
 #define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 /* All-to-all: element @i of the block from rank @src to rank @dst,
@@ -117,6 +129,23 @@ static void v_counts(size_t count, int n, int rank)
 	}
 	free(perm);
 	free(c);
+}
+
+/* sendrecv: this rank's partner, and the exchange (posted both ways,
+ * then waited for) */
+static int sr_peer(int rank, int n)
+{
+	return (rank + n / 2) % n;
+}
+
+static void sendrecv(float *send, float *recv, size_t count, int rank, int n)
+{
+	MPI_Request r[2];
+	int peer = sr_peer(rank, n);
+
+	MPI_Irecv(recv, (int)count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, &r[0]);
+	MPI_Isend(send, (int)count, MPI_FLOAT, peer, 7, MPI_COMM_WORLD, &r[1]);
+	MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
 }
 
 /* Value every rank puts at element i: small integers, so float sums are
@@ -193,13 +222,21 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 						sizeof(want)) != 0;
 			}
 		break;
+	case OP_SENDRECV:
+		sendrecv(send, recv, count, rank, n);
+		for (size_t i = 0; i < count; i++) {
+			float want = a2a_val(sr_peer(rank, n), rank, i);
+
+			wrong += memcmp(&recv[i], &want, sizeof(want)) != 0;
+		}
+		break;
 	}
 	return wrong;
 }
 
 /* The collective alone, as timed. */
-static void timed_op(enum op op, float *send, float *recv, size_t count, int n,
-		     int inplace)
+static void timed_op(enum op op, float *send, float *recv, size_t count,
+		     int rank, int n, int inplace)
 {
 	switch (op) {
 	case OP_ALLREDUCE:
@@ -228,6 +265,9 @@ static void timed_op(enum op op, float *send, float *recv, size_t count, int n,
 	case OP_ALLTOALLV:
 		MPI_Alltoallv(send, v_cnt, v_sdis, MPI_FLOAT, recv, v_rcnt,
 			      v_rdis, MPI_FLOAT, MPI_COMM_WORLD);
+		break;
+	case OP_SENDRECV:
+		sendrecv(send, recv, count, rank, n);
 		break;
 	}
 }
@@ -271,6 +311,11 @@ static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 		/* what this rank receives: n blocks of v_cnt[rank] */
 		memset(recv, 0xff,
 		       (size_t)n * (size_t)v_cnt[rank] * sizeof(float));
+		break;
+	case OP_SENDRECV: /* to the partner */
+		for (size_t i = 0; i < count; i++)
+			send[i] = a2a_val(rank, sr_peer(rank, n), i);
+		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
 		break;
 	}
 }
@@ -865,7 +910,8 @@ int main(int argc, char **argv)
 						"mpi_bench: unknown op %s "
 						"(allreduce, reduce_scatter, "
 						"all_gather, broadcast, "
-						"alltoall, alltoallv, ps)\n",
+						"alltoall, alltoallv, sendrecv, "
+						"ps)\n",
 						argv[i + 1]);
 				MPI_Finalize();
 				return 2;
@@ -878,6 +924,16 @@ int main(int argc, char **argv)
 	     maxb / sizeof(float) > (size_t)INT_MAX / (size_t)n)) {
 		if (!rank)
 			fprintf(stderr, "mpi_bench: bad arguments\n");
+		MPI_Finalize();
+		return 2;
+	}
+	if (op == OP_SENDRECV && n % 2) {
+		if (!rank)
+			fprintf(stderr,
+				"mpi_bench: -o sendrecv pairs rank i "
+				"with i + n/2: needs an even number of "
+				"ranks, not %d\n",
+				n);
 		MPI_Finalize();
 		return 2;
 	}
@@ -903,7 +959,8 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		if (op != OP_ALLREDUCE && op != OP_BROADCAST)
+		if (op != OP_ALLREDUCE && op != OP_BROADCAST &&
+		    op != OP_SENDRECV)
 			count -= count % (size_t)n;
 		if (op == OP_ALLTOALLV) {
 			v_counts(count, n, rank);
@@ -947,7 +1004,7 @@ int main(int argc, char **argv)
 				for (int it = 0; it < iters; it++) {
 					double now;
 
-					timed_op(op, send, recv, count, n,
+					timed_op(op, send, recv, count, rank, n,
 						 inplace);
 					now = MPI_Wtime();
 					lat[it] = (now - prev) * 1e6;
@@ -971,7 +1028,8 @@ int main(int argc, char **argv)
 				fill(op, send, recv, count, rank, n, inplace);
 				MPI_Barrier(MPI_COMM_WORLD);
 				t0 = MPI_Wtime();
-				timed_op(op, send, recv, count, n, inplace);
+				timed_op(op, send, recv, count, rank, n,
+					 inplace);
 				dt = MPI_Wtime() - t0;
 				MPI_Allreduce(&dt, &mx, 1, MPI_DOUBLE, MPI_MAX,
 					      MPI_COMM_WORLD);
@@ -990,14 +1048,21 @@ int main(int argc, char **argv)
 				 * counts add up to count and every rank
 				 * receives its column from n - 1 others,
 				 * so (n-1)/n of size crosses per rank */
+				/* sendrecv: size / time, the bytes each
+				 * rank sends (and receives) */
 				if (op == OP_ALLREDUCE)
 					bus = alg * 2.0 * (n - 1) / n;
-				else if (op != OP_BROADCAST)
+				else if (op != OP_BROADCAST &&
+					 op != OP_SENDRECV)
 					bus = alg * (double)(n - 1) / n;
 				char cpus[32] = "NA";
-				double moved = cs_bench_moved(
-					op == OP_ALLREDUCE, op == OP_BROADCAST,
-					sz, n);
+				double moved =
+					op == OP_SENDRECV
+						? sz * n
+						: cs_bench_moved(
+							  op == OP_ALLREDUCE,
+							  op == OP_BROADCAST,
+							  sz, n);
 
 				if (mode == CS_BENCH_B2B)
 					snprintf(cpus, sizeof(cpus), "%.2f",

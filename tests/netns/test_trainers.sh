@@ -57,7 +57,12 @@
 # operations on the transport core at once), peer_lost_pipe_4x2
 # (peer_lost_4x2 with 8 buckets of 1 MiB in flight per iteration: each
 # one finished before the loss or fails with CS_ERR_PEER_LOST, none
-# hangs, and the survivors' group runs 8 at once again).
+# hangs, and the survivors' group runs 8 at once again), sendrecv_4x2
+# (`collstack bench -o sendrecv`, 3 % loss: rank i and rank i + n/2
+# exchange size bytes both ways, cs_recv + cs_send; 8 trainers with 3
+# buckets of their own tags in flight, sizes the rank count does not
+# divide, -m iter and b2b, then one trainer per node; every element of
+# every iteration checked).
 #
 # Its own names, so it never meets scripts/cluster.sh or another helper:
 # namespaces ipn<i> (CS_CLUSTER=P: Pn<i>), bridge ipbr0, veths ipv<i>/ipd<i>, 10.79.0.<i+1>/24,
@@ -849,6 +854,24 @@ case_a2a() {	# N T [collstackd --set args...]
 	sidecars_alive
 }
 
+# Point to point as `collstack bench -o sendrecv` times it (pairs i and
+# i + n/2, each sending size bytes to the other): 4 nodes x 2 trainers
+# (ranks 0-3 on nodes 0-1, 4-7 on nodes 2-3: every pair crosses nodes),
+# 3 buckets per iteration (tags 0..2), 4100 B to 1 MiB (+ 4 B: counts no
+# rank count divides); then b2b timing, then one trainer per node.
+case_sendrecv() {	# N T [collstackd --set args...]
+	local n=$1 t=$2
+	shift 2
+	up "$n" "$@"
+	bench "$t" -o sendrecv -b 4100 -e 1049600 -f 16 -n 3 -w 1 -k 3 ||
+		fail "sendrecv ${n}x$t -k 3: wrong elements or an error"
+	bench "$t" -o sendrecv -b 4K -e 256K -f 8 -n 5 -w 1 -m b2b ||
+		fail "sendrecv ${n}x$t b2b: wrong elements or an error"
+	bench 1 -o sendrecv -b 4K -e 1M -f 16 -n 3 -w 1 ||
+		fail "sendrecv ${n}x1: wrong elements or an error"
+	sidecars_alive
+}
+
 # All-to-all inputs that do not add up, on 2 nodes of 2 trainers: each
 # is refused with a clear error on every rank (not a lost peer, not a
 # hang), the sidecars go on, and a proper all-to-all then works.
@@ -1044,6 +1067,7 @@ alltoall_bad_2x2) case_a2a_bad ;;
 alltoall_lost_3x2) case_a2a_lost ;;
 alltoallv_4x2) case_a2av 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoallv_bad_2x2) case_a2av_bad ;;
+sendrecv_4x2) case_sendrecv 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 bench)
 	shift
 	n=${1:?bench N T [args]}; t=${2:?bench N T [args]}; shift 2
@@ -1062,7 +1086,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"

@@ -8,7 +8,10 @@
 # alltoallv: the "# counts" matrix of every size is the one
 # tools/zipf_split.h gives (test_zipf_split prints it; cs-trainer-bench
 # prints the same), with the default Zipf 1.1, seed 1 and with
-# --zipf-skew 0 (even blocks) / --zipf-skew 2 --zipf-seed 5.
+# --zipf-skew 0 (even blocks) / --zipf-skew 2 --zipf-seed 5. sendrecv
+# on 2 and 4 ranks (4100..65600 bytes: counts the rank count does not
+# divide, kept whole), busbw = algbw, every element checked; 3 ranks
+# refused.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${CS_BUILD_DIR:-build}/tools/cs-mpi-bench
@@ -62,6 +65,26 @@ for a in "0 1" "2 5"; do
 	[ "$1" != 0 ] || grep -q '^# counts 4096: 256 256 256 256 / ' <<<"$out" ||
 		fail "--zipf-skew 0: blocks not even: $out"
 done
+# sendrecv: pairs (i, i + n/2), size each way, every element checked;
+# busbw = algbw = size / time, count not rounded to the ranks; odd refused
+for np in 2 4; do
+	out=$(run $np sendrecv -b 4100 -e 65600) || fail "sendrecv on $np ranks: rc $?: $out"
+	grep -q "^# op sendrecv ranks $np, timing b2b" <<<"$out" ||
+		fail "sendrecv on $np ranks: no header: $out"
+	rows=$(awk '$1 ~ /^[0-9]+$/' <<<"$out")
+	[ "$(wc -l <<<"$rows")" = 3 ] ||
+		fail "sendrecv on $np ranks: want 3 rows (4100..65600, out of place): $out"
+	awk '{
+		if ($4 != "none" || $5 != -1 || $12 != "out") bad = bad " columns " $0
+		if ($9 != 0) bad = bad " wrong " $0
+		if ($2 != $1 / 4) bad = bad " count " $0
+		if ($8 != $7) bad = bad " busbw " $0
+	} END { if (bad != "") { print "sendrecv:" bad; exit 1 } }' <<<"$rows" ||
+		fail "sendrecv on $np ranks: $out"
+done
+err=$(run 3 sendrecv) && fail "sendrecv on 3 ranks ran: $err"
+grep -q "needs an even number of ranks, not 3" <<<"$err" ||
+	fail "sendrecv on 3 ranks: '$err'"
 err=$(run 2 nosuchop) && fail "an unknown op ran: $err"
 grep -q "mpi_bench: unknown op nosuchop" <<<"$err" || fail "unknown op: '$err'"
-echo "PASS: cs-mpi-bench alltoall, alltoallv (4 and 3 ranks; the matrices of tools/zipf_split.h), unknown op refused"
+echo "PASS: cs-mpi-bench alltoall, alltoallv (4 and 3 ranks; the matrices of tools/zipf_split.h), sendrecv (2 and 4 ranks; 3 refused), unknown op refused"
