@@ -214,7 +214,7 @@ int cs_reduce3(void *dst, const void *a, const void *b, size_t count,
 }
 
 int cs_reduce_into(void *dst, const void *src, size_t count, enum cs_dtype t,
-	      enum cs_redop op)
+		   enum cs_redop op)
 {
 	return cs_reduce3(dst, dst, src, count, t, op);
 }

@@ -60,7 +60,7 @@ enum cs_reduce_isa {
  * non-zero @count.
  */
 int cs_reduce_into(void *dst, const void *src, size_t count, enum cs_dtype t,
-	      enum cs_redop op);
+		   enum cs_redop op);
 
 /**
  * cs_reduce3 - out-of-place reduction: dst[i] = op(a[i], b[i])

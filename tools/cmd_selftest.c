@@ -85,9 +85,9 @@ static void selftest_auth_cost(struct cs_pkt_hdr *h, const uint8_t *payload,
 			       uint32_t plen)
 {
 	enum cs_auth_mac order[2] = { cs_auth_mac_auto(),
-				      cs_auth_mac_auto() == CS_AUTH_GMAC ?
-					      CS_AUTH_SIPHASH :
-					      CS_AUTH_GMAC };
+				      cs_auth_mac_auto() == CS_AUTH_GMAC
+					      ? CS_AUTH_SIPHASH
+					      : CS_AUTH_GMAC };
 	uint8_t key[CS_AUTH_KEY_LEN];
 	struct cs_auth_ctx ctx;
 
@@ -249,7 +249,7 @@ static void selftest_reduce(void)
 			 cs_redop_name((enum cs_redop)op), N);
 		check(!cs_reduce_into(got, b, N, CS_I32, (enum cs_redop)op) &&
 			      !cs_reduce_into(fgot, fb, N, CS_F32,
-					 (enum cs_redop)op) &&
+					      (enum cs_redop)op) &&
 			      !memcmp(got, want, sizeof(want)) &&
 			      !memcmp(fgot, fwant, sizeof(fwant)),
 		      what);

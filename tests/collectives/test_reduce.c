@@ -636,8 +636,10 @@ Test(reduce, bad_arguments)
 {
 	float x = 1, y = 2;
 
-	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_DTYPE_COUNT, CS_SUM), -EINVAL);
-	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_F32, CS_REDOP_COUNT), -EINVAL);
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_DTYPE_COUNT, CS_SUM),
+		     -EINVAL);
+	cr_assert_eq(cs_reduce_into(&x, &y, 1, CS_F32, CS_REDOP_COUNT),
+		     -EINVAL);
 	cr_assert_eq(cs_reduce_into(&x, &y, 1, (enum cs_dtype) - 1, CS_SUM),
 		     -EINVAL);
 	cr_assert_eq(cs_reduce3(&x, NULL, &y, 1, CS_F32, CS_SUM), -EINVAL);

@@ -66,8 +66,8 @@ static void test_discover(void)
 		else
 			printf("NIC %s (%s): %s, %u PCIe hops, GPU NUMA %d, "
 			       "NIC NUMA %d\n",
-			       d->d_name, bdf, cs_gpu_path_name(p.path),
-			       p.hops, p.gpu_numa, p.nic_numa);
+			       d->d_name, bdf, cs_gpu_path_name(p.path), p.hops,
+			       p.gpu_numa, p.nic_numa);
 	}
 	if (dir)
 		closedir(dir);
@@ -152,37 +152,56 @@ static void test_kernels(void)
 		for (int op = 0; op < CS_REDOP_COUNT; op++)
 			for (size_t si = 0; si < 6; si++)
 				for (int al = 0; al < 3; al++) {
-		enum cs_dtype t = types[ti];
-		size_t n = sizes[si], esz = cs_dtype_size(t);
-		/* aligned; both one element off (scalar path); dst only */
-		size_t doff = al ? esz : 0, soff = al == 1 ? esz : 0;
-		unsigned char *pa = (unsigned char *)da + doff;
-		unsigned char *pb = (unsigned char *)db + soff;
-		size_t bad = 0, first = 0;
-		int err;
+					enum cs_dtype t = types[ti];
+					size_t n = sizes[si],
+					       esz = cs_dtype_size(t);
+					/* aligned; both one element off (scalar
+					 * path); dst only */
+					size_t doff = al ? esz : 0,
+					       soff = al == 1 ? esz : 0;
+					unsigned char *pa =
+						(unsigned char *)da + doff;
+					unsigned char *pb =
+						(unsigned char *)db + soff;
+					size_t bad = 0, first = 0;
+					int err;
 
-		fill(a, n, t);
-		fill(b, n, t);
-		memcpy(ref, a, n * esz);
-		cs_reduce_into(ref, b, n, t, (enum cs_redop)op);
-		cudaMemcpy(pa, a, n * esz, cudaMemcpyHostToDevice);
-		cudaMemcpy(pb, b, n * esz, cudaMemcpyHostToDevice);
-		err = cs_gpu_reduce(pa, pb, n, t, (enum cs_redop)op, NULL);
-		CHECK(!err && CUOK(cudaDeviceSynchronize()), "launch: %d", err);
-		cudaMemcpy(got, pa, n * esz, cudaMemcpyDeviceToHost);
-		for (size_t i = 0; i < n; i++) {
-			const unsigned char *x = (unsigned char *)got + i * esz;
-			const unsigned char *y = (unsigned char *)ref + i * esz;
+					fill(a, n, t);
+					fill(b, n, t);
+					memcpy(ref, a, n * esz);
+					cs_reduce_into(ref, b, n, t,
+						       (enum cs_redop)op);
+					cudaMemcpy(pa, a, n * esz,
+						   cudaMemcpyHostToDevice);
+					cudaMemcpy(pb, b, n * esz,
+						   cudaMemcpyHostToDevice);
+					err = cs_gpu_reduce(pa, pb, n, t,
+							    (enum cs_redop)op,
+							    NULL);
+					CHECK(!err && CUOK(cudaDeviceSynchronize()),
+					      "launch: %d", err);
+					cudaMemcpy(got, pa, n * esz,
+						   cudaMemcpyDeviceToHost);
+					for (size_t i = 0; i < n; i++) {
+						const unsigned char *x =
+							(unsigned char *)got +
+							i * esz;
+						const unsigned char *y =
+							(unsigned char *)ref +
+							i * esz;
 
-			if (memcmp(x, y, esz) &&
-			    !(is_nan(x, t) && is_nan(y, t)))
-				if (!bad++)
-					first = i;
-		}
-		CHECK(!bad, "%s %s n=%zu align=%d: %zu of %zu differ, first at %zu",
-		      cs_dtype_name(t), cs_redop_name((enum cs_redop)op), n, al,
-		      bad, n, first);
-		combos++;
+						if (memcmp(x, y, esz) &&
+						    !(is_nan(x, t) &&
+						      is_nan(y, t)))
+							if (!bad++)
+								first = i;
+					}
+					CHECK(!bad,
+					      "%s %s n=%zu align=%d: %zu of %zu differ, first at %zu",
+					      cs_dtype_name(t),
+					      cs_redop_name((enum cs_redop)op),
+					      n, al, bad, n, first);
+					combos++;
 				}
 	printf("kernels: %u type/op/size/alignment combinations checked "
 	       "against the CPU reference\n",
@@ -193,8 +212,7 @@ static void test_kernels(void)
 		      -EINVAL,
 	      "misaligned");
 	CHECK(cs_gpu_reduce(da, db, 4, CS_F32, 7, NULL) == -EINVAL, "bad op");
-	CHECK(cs_gpu_reduce(NULL, NULL, 0, CS_F32, CS_SUM, NULL) == 0,
-	      "empty");
+	CHECK(cs_gpu_reduce(NULL, NULL, 0, CS_F32, CS_SUM, NULL) == 0, "empty");
 	cudaFree(da);
 	cudaFree(db);
 	free(a);
@@ -203,7 +221,8 @@ static void test_kernels(void)
 	free(got);
 }
 
-/* ---- staging over CUDA streams -------------------------------------------- */
+/* ---- staging over CUDA streams --------------------------------------------
+ */
 
 /* incoming chunks reduced into device memory where they land: @dev holds
  * f32 values, @in arrives from the wire; checked against cs_reduce_into */
@@ -228,7 +247,7 @@ static void test_stage_reduce(void *dev, const void *in)
 					  cp, &st);
 	CHECK(!err && slots, "reducing stage: %d", err);
 	CHECK(cp && cs_gpu_cuda_copier_reduce(cp, chunk, CS_I32, CS_SUM) ==
-			    -EINVAL,
+			      -EINVAL,
 	      "reduce mode set twice");
 	if (!err && slots)
 		err = stage_in_run(st, dev, len, in, chunk);
@@ -287,7 +306,8 @@ out:
 	free(dst);
 }
 
-/* ---- registration --------------------------------------------------------- */
+/* ---- registration ---------------------------------------------------------
+ */
 
 static int tn_dmabuf(void *ctx, int fd, uint64_t off, size_t len, void *va,
 		     void **mr)
@@ -331,7 +351,8 @@ static void test_register(void)
 	cudaFree(d);
 }
 
-/* ---- allocations shared with another process ------------------------------ */
+/* ---- allocations shared with another process ------------------------------
+ */
 
 struct share_msg {
 	struct cs_gpu_handle a, freed;
@@ -424,7 +445,8 @@ static int recv_fd(int sock, void *buf, size_t len, int *fd)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
 			     .msg_control = cbuf,
 			     .msg_controllen = sizeof(cbuf) };
 	struct cmsghdr *c;
