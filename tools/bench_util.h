@@ -120,4 +120,30 @@ static inline double cs_bench_moved(int op_allreduce, int op_broadcast,
 	return bytes * (n - 1);
 }
 
+/* The ops of tools/cs_trainer_bench.c and tools/mpi_bench.c, in one order
+ * (scripts/bench-vs-mpi.sh runs both by name). */
+enum cs_bench_op {
+	OP_ALLREDUCE,
+	OP_REDUCE_SCATTER,
+	OP_ALL_GATHER,
+	OP_BROADCAST,
+	OP_ALLTOALL,
+	OP_ALLTOALLV,
+	OP_SENDRECV
+};
+#define CS_BENCH_NOPS 7
+
+static const char *const cs_bench_op_names[CS_BENCH_NOPS] = {
+	"allreduce", "reduce_scatter", "all_gather", "broadcast",
+	"alltoall",  "alltoallv",      "sendrecv"
+};
+
+/* All-to-all: element @i of the block from rank @src to rank @dst,
+ * distinct for every (source, destination) pair at a given @i, exact in
+ * f32; both programs fill and check with it. */
+static inline float cs_bench_a2a_val(int src, int dst, size_t i)
+{
+	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
+}
+
 #endif

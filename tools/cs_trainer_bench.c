@@ -63,8 +63,8 @@
  * rank (i + n/2) mod n (one trainer per node: every pair crosses nodes).
  * An iteration: each rank posts its receive from its partner and its send
  * of size bytes to it (tag: the bucket), then waits for both. Element i
- * from s to d is a2a_val(s, d, i) (shifted per bucket as the others), and
- * every element received is checked (set to NaNs first). algbw = busbw =
+ * from s to d is cs_bench_a2a_val(s, d, i) (shifted per bucket as the others),
+ * and every element received is checked (set to NaNs first). algbw = busbw =
  * size / time: the bytes each rank sends per iteration (it receives as
  * many), as tools/mpi_bench.c -o sendrecv; cpu(s/GB) over n x size.
  */
@@ -80,23 +80,6 @@
 
 #include "bench_util.h"
 #include "zipf_split.h"
-
-enum op {
-	OP_ALLREDUCE,
-	OP_REDUCE_SCATTER,
-	OP_ALL_GATHER,
-	OP_BROADCAST,
-	OP_ALLTOALL,
-	OP_ALLTOALLV,
-	OP_SENDRECV
-};
-
-/* the names and the order of tools/mpi_bench.c */
-static const char *const op_names[] = { "allreduce",  "reduce_scatter",
-					"all_gather", "broadcast",
-					"alltoall",   "alltoallv",
-					"sendrecv" };
-#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
 
 #define BENCH_MAX_BUCKETS 64
 
@@ -165,13 +148,6 @@ static double cpu_now(const struct bench *b)
 static float val(int rank, size_t i)
 {
 	return (float)((rank * 7 + (int)(i % 97)) % 13);
-}
-
-/* All-to-all: element @i of the block from rank @src to rank @dst,
- * distinct for every (source, destination) pair at a given @i, exact. */
-static float a2a_val(int src, int dst, size_t i)
-{
-	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
 }
 
 /* sendrecv: this rank's partner */
@@ -252,8 +228,8 @@ static int barrier(struct bench *b)
 }
 
 /* Fill the input of one bucket, its values shifted by @sh elements. */
-static void fill(enum op op, const struct bench *b, float *send, float *recv,
-		 size_t count, int inplace, size_t sh)
+static void fill(enum cs_bench_op op, const struct bench *b, float *send,
+		 float *recv, size_t count, int inplace, size_t sh)
 {
 	size_t per = count / (size_t)b->n;
 	float *in = inplace ? recv : send;
@@ -275,19 +251,19 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 		break;
 	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
 		for (size_t i = 0; i < count; i++)
-			send[i] =
-				a2a_val(b->rank, (int)(i / per), i % per + sh);
+			send[i] = cs_bench_a2a_val(b->rank, (int)(i / per),
+						   i % per + sh);
 		break;
 	case OP_ALLTOALLV:
 		for (int j = 0; j < b->n; j++)
 			for (size_t x = 0; x < b->sc[j]; x++)
 				send[b->sd[j] + x] =
-					a2a_val(b->rank, j, x + sh);
+					cs_bench_a2a_val(b->rank, j, x + sh);
 		memset(recv, 0xff, b->rext * sizeof(float));
 		return;
 	case OP_SENDRECV: /* to the partner */
 		for (size_t i = 0; i < count; i++)
-			send[i] = a2a_val(b->rank, sr_peer(b), i + sh);
+			send[i] = cs_bench_a2a_val(b->rank, sr_peer(b), i + sh);
 		break;
 	}
 	if (!inplace && op != OP_BROADCAST)
@@ -295,7 +271,7 @@ static void fill(enum op op, const struct bench *b, float *send, float *recv,
 }
 
 /* Wrong elements of one bucket's result (fill()'s @sh). */
-static long check(enum op op, const struct bench *b, const float *recv,
+static long check(enum cs_bench_op op, const struct bench *b, const float *recv,
 		  size_t count, const float *expect97, size_t sh)
 {
 	size_t per = count / (size_t)b->n;
@@ -310,7 +286,8 @@ static long check(enum op op, const struct bench *b, const float *recv,
 				wrong += !!memcmp(&recv[at], &nan1,
 						  sizeof(float));
 			for (size_t x = 0; x < b->rc[i]; x++, at++) {
-				float want = a2a_val(i, b->rank, x + sh);
+				float want =
+					cs_bench_a2a_val(i, b->rank, x + sh);
 
 				wrong += !!memcmp(&recv[at], &want,
 						  sizeof(float));
@@ -340,10 +317,11 @@ static long check(enum op op, const struct bench *b, const float *recv,
 			want = val((int)(i / per), i + sh);
 			break;
 		case OP_ALLTOALL: /* block i / per came from that rank */
-			want = a2a_val((int)(i / per), b->rank, i % per + sh);
+			want = cs_bench_a2a_val((int)(i / per), b->rank,
+						i % per + sh);
 			break;
 		case OP_SENDRECV: /* from the partner */
-			want = a2a_val(sr_peer(b), b->rank, i + sh);
+			want = cs_bench_a2a_val(sr_peer(b), b->rank, i + sh);
 			break;
 		default:
 			want = val(0, i + sh);
@@ -357,7 +335,7 @@ static long check(enum op op, const struct bench *b, const float *recv,
 
 /* Where this rank's result is: in place, reduce-scatter's is the rank's
  * block of the input. */
-static float *result(enum op op, const struct bench *b, float *recv,
+static float *result(enum cs_bench_op op, const struct bench *b, float *recv,
 		     size_t count, int inplace)
 {
 	if (op == OP_REDUCE_SCATTER && inplace)
@@ -365,7 +343,7 @@ static float *result(enum op op, const struct bench *b, float *recv,
 	return recv;
 }
 
-static int post(enum op op, struct bench *b, float *send, float *recv,
+static int post(enum cs_bench_op op, struct bench *b, float *send, float *recv,
 		size_t count, int inplace, cs_req_t *r)
 {
 	size_t per = count / (size_t)b->n;
@@ -394,7 +372,7 @@ static int post(enum op op, struct bench *b, float *send, float *recv,
 }
 
 /* Fill every bucket of an iteration (-k). */
-static void fill_all(enum op op, const struct bench *b, float *send,
+static void fill_all(enum cs_bench_op op, const struct bench *b, float *send,
 		     float *recv, size_t count, int inplace)
 {
 	for (int j = 0; j < b->buckets; j++)
@@ -404,7 +382,7 @@ static void fill_all(enum op op, const struct bench *b, float *send,
 }
 
 /* Wrong elements of every bucket of an iteration. */
-static long check_all(enum op op, const struct bench *b, float *recv,
+static long check_all(enum cs_bench_op op, const struct bench *b, float *recv,
 		      size_t count, int inplace, const float *expect97)
 {
 	long wrong = 0;
@@ -421,8 +399,8 @@ static long check_all(enum op op, const struct bench *b, float *recv,
  * are waited for even when a later post fails). sendrecv: a bucket is a
  * receive from the partner and a send to it, tag = the bucket. Returns 0
  * or an error. */
-static int post_wait(enum op op, struct bench *b, float *send, float *recv,
-		     size_t count, int inplace)
+static int post_wait(enum cs_bench_op op, struct bench *b, float *send,
+		     float *recv, size_t count, int inplace)
 {
 	cs_req_t r[2 * BENCH_MAX_BUCKETS];
 	int n = 0, ret = 0, err;
@@ -442,9 +420,9 @@ static int post_wait(enum op op, struct bench *b, float *send, float *recv,
 		}
 		n += !ret;
 	}
-	err = ret ? finish(b, ret, 0, op_names[op]) : 0;
+	err = ret ? finish(b, ret, 0, cs_bench_op_names[op]) : 0;
 	for (int j = 0; j < n; j++) {
-		ret = finish(b, 0, r[j], op_names[op]);
+		ret = finish(b, 0, r[j], cs_bench_op_names[op]);
 		if (ret && !err)
 			err = ret;
 	}
@@ -461,9 +439,9 @@ struct timed {
 
 /* The iterations before the timed ones: each filled, fenced by barriers
  * and checked, untimed. */
-static int warm_up(enum op op, struct bench *b, float *send, float *recv,
-		   size_t count, int inplace, int warmup, const float *expect97,
-		   struct timed *t)
+static int warm_up(enum cs_bench_op op, struct bench *b, float *send,
+		   float *recv, size_t count, int inplace, int warmup,
+		   const float *expect97, struct timed *t)
 {
 	for (int it = 0; it < warmup; it++) {
 		fill_all(op, b, send, recv, count, inplace);
@@ -476,9 +454,9 @@ static int warm_up(enum op op, struct bench *b, float *send, float *recv,
 	return 0;
 }
 
-static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
-		   size_t count, int inplace, int warmup, int iters,
-		   const float *expect97, struct timed *t)
+static int run_b2b(enum cs_bench_op op, struct bench *b, float *send,
+		   float *recv, size_t count, int inplace, int warmup,
+		   int iters, const float *expect97, struct timed *t)
 {
 	double t0, prev, cpu0;
 
@@ -511,9 +489,10 @@ static int run_b2b(enum op op, struct bench *b, float *send, float *recv,
 	return 0;
 }
 
-static int run_iter(enum op op, struct bench *b, float *send, float *recv,
-		    size_t count, int inplace, int warmup, int iters,
-		    const float *expect97, FILE *trace, struct timed *t)
+static int run_iter(enum cs_bench_op op, struct bench *b, float *send,
+		    float *recv, size_t count, int inplace, int warmup,
+		    int iters, const float *expect97, FILE *trace,
+		    struct timed *t)
 {
 	t->total = 0;
 	t->cpu = 0;
@@ -592,7 +571,7 @@ static void print_counts(const struct bench *b, size_t count)
 }
 
 /* Rank 0's row: the columns of tools/mpi_bench.c. */
-static void print_row(enum op op, const struct bench *b, size_t count,
+static void print_row(enum cs_bench_op op, const struct bench *b, size_t count,
 		      int inplace, int iters, double *lat,
 		      const struct timed *t, long wrong,
 		      enum cs_bench_mode mode)
@@ -646,7 +625,7 @@ int main(int argc, char **argv)
 	const char *group = "bench";
 	struct cs_buf *bs = NULL, *br = NULL, *bm = NULL;
 	struct bench b = { 0 };
-	enum op op = OP_ALLREDUCE;
+	enum cs_bench_op op = OP_ALLREDUCE;
 	enum cs_bench_mode mode = CS_BENCH_B2B;
 	float expect97[97];
 	double *lat = NULL;
@@ -696,10 +675,10 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "-o")) {
 			unsigned k;
 
-			for (k = 0; k < NOPS; k++)
-				if (!strcmp(argv[i + 1], op_names[k]))
+			for (k = 0; k < CS_BENCH_NOPS; k++)
+				if (!strcmp(argv[i + 1], cs_bench_op_names[k]))
 					break;
-			if (k == NOPS) {
+			if (k == CS_BENCH_NOPS) {
 				fprintf(stderr,
 					"cs-trainer-bench: -o %s: allreduce, "
 					"reduce_scatter, all_gather, "
@@ -708,7 +687,7 @@ int main(int argc, char **argv)
 					argv[i + 1]);
 				return 2;
 			}
-			op = (enum op)k;
+			op = (enum cs_bench_op)k;
 		} else {
 			fprintf(stderr,
 				"cs-trainer-bench: unknown option "
@@ -800,8 +779,8 @@ int main(int argc, char **argv)
 		       "timing %s, %d bucket(s) posted before waiting%s\n"
 		       "#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s "
 		       "%6s %9s\n",
-		       op_names[op], b.n, mode == CS_BENCH_B2B ? "b2b" : "iter",
-		       buckets,
+		       cs_bench_op_names[op], b.n,
+		       mode == CS_BENCH_B2B ? "b2b" : "iter", buckets,
 		       buckets > 1 ? " (time, p50, p99 per bucket)" : "",
 		       "size", "count", "type", "redop", "root", "time(us)",
 		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
@@ -823,7 +802,7 @@ int main(int argc, char **argv)
 				"# rank %d of %d, op %s: bytes place "
 				"iteration (negative: warm-up) posted "
 				"completed (CLOCK_MONOTONIC ns)\n",
-				b.rank, b.n, op_names[op]);
+				b.rank, b.n, cs_bench_op_names[op]);
 	}
 	if (bad_how &&
 	    a2av_bad(&b, bad_how, send, recv, minb / sizeof(float))) {

@@ -17,7 +17,7 @@
  *
  * alltoall (MPI_Alltoall): size is each rank's send buffer, n blocks of
  * size/n, block j to rank j; element i of the block from s to d is
- * a2a_val(s, d, i), as tools/cs_trainer_bench.c; algbw = size / time,
+ * cs_bench_a2a_val(s, d, i), as tools/cs_trainer_bench.c; algbw = size / time,
  * busbw = algbw x (n-1)/n (nccl-tests: the own block does not cross).
  * alltoallv (MPI_Alltoallv): every rank sends size bytes in all, split
  * over the destinations by tools/zipf_split.h, the rule cs-trainer-bench
@@ -29,8 +29,8 @@
  * elements x w_k / sum w), the remainder to the hottest. Rank 0 prints
  * the matrix of each size ("# counts SIZE: row 0 / row 1 / ...", in
  * elements, the format of cs-trainer-bench) before its row. Element i of
- * the block from s to d is a2a_val(s, d, i), as for alltoall, and every
- * element received is checked (the receive buffer is set to NaNs first).
+ * the block from s to d is cs_bench_a2a_val(s, d, i), as for alltoall, and
+ * every element received is checked (the receive buffer is set to NaNs first).
  * algbw = size / time; busbw = algbw x (n-1)/n, as alltoall: every rank's
  * counts add up to size and every rank receives its column from n-1
  * others, so that is what crosses per rank on average.
@@ -39,8 +39,8 @@
  * osu_bibw / MPI_Sendrecv): n must be even; rank i is paired with rank
  * (i + n/2) mod n (one rank per node: every pair crosses nodes), and each
  * rank sends size bytes to its partner and receives size bytes from it
- * per iteration; element i from s to d is a2a_val(s, d, i), every element
- * received is checked (set to NaNs first). algbw = busbw = size / time:
+ * per iteration; element i from s to d is cs_bench_a2a_val(s, d, i), every
+ * element received is checked (set to NaNs first). algbw = busbw = size / time:
  * the bytes each rank sends per iteration (each also receives as much),
  * as cs-trainer-bench -o sendrecv.
  *
@@ -68,30 +68,6 @@
 #include "zipf_split.h"
 #include "collectives/ps/ps.h"
 #include "collectives/ps/ps_pattern.h"
-
-enum op {
-	OP_ALLREDUCE,
-	OP_REDUCE_SCATTER,
-	OP_ALL_GATHER,
-	OP_BROADCAST,
-	OP_ALLTOALL,
-	OP_ALLTOALLV,
-	OP_SENDRECV
-};
-
-static const char *const op_names[] = { "allreduce",  "reduce_scatter",
-					"all_gather", "broadcast",
-					"alltoall",   "alltoallv",
-					"sendrecv" };
-#define NOPS (sizeof(op_names) / sizeof(op_names[0]))
-
-/* All-to-all: element @i of the block from rank @src to rank @dst,
- * distinct for every (source, destination) pair at a given @i, exact
- * (tools/cs_trainer_bench.c's a2a_val). */
-static float a2a_val(int src, int dst, size_t i)
-{
-	return (float)(((size_t)src * 4099 + (size_t)dst * 61 + i) % 1000003);
-}
 
 /* alltoallv: elements every rank sends to each rank (the same split on
  * every rank: tools/zipf_split.h), this rank's displacements, and what it
@@ -156,8 +132,8 @@ static float val(int rank, size_t i)
 }
 
 /* Run one op; returns the number of wrong elements on this rank. */
-static long run_once(enum op op, float *send, float *recv, size_t count,
-		     int rank, int n, int inplace)
+static long run_once(enum cs_bench_op op, float *send, float *recv,
+		     size_t count, int rank, int n, int inplace)
 {
 	size_t per = count / (size_t)n;
 	long wrong = 0;
@@ -206,7 +182,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 		MPI_Alltoall(send, (int)per, MPI_FLOAT, recv, (int)per,
 			     MPI_FLOAT, MPI_COMM_WORLD);
 		for (size_t i = 0; i < per * (size_t)n; i++) {
-			float want = a2a_val((int)(i / per), rank, i % per);
+			float want =
+				cs_bench_a2a_val((int)(i / per), rank, i % per);
 
 			wrong += memcmp(&recv[i], &want, sizeof(want)) != 0;
 		}
@@ -216,7 +193,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 			      v_rdis, MPI_FLOAT, MPI_COMM_WORLD);
 		for (int s = 0; s < n; s++)
 			for (int i = 0; i < v_rcnt[s]; i++) {
-				float want = a2a_val(s, rank, (size_t)i);
+				float want =
+					cs_bench_a2a_val(s, rank, (size_t)i);
 
 				wrong += memcmp(&recv[v_rdis[s] + i], &want,
 						sizeof(want)) != 0;
@@ -225,7 +203,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 	case OP_SENDRECV:
 		sendrecv(send, recv, count, rank, n);
 		for (size_t i = 0; i < count; i++) {
-			float want = a2a_val(sr_peer(rank, n), rank, i);
+			float want =
+				cs_bench_a2a_val(sr_peer(rank, n), rank, i);
 
 			wrong += memcmp(&recv[i], &want, sizeof(want)) != 0;
 		}
@@ -235,8 +214,8 @@ static long run_once(enum op op, float *send, float *recv, size_t count,
 }
 
 /* The collective alone, as timed. */
-static void timed_op(enum op op, float *send, float *recv, size_t count,
-		     int rank, int n, int inplace)
+static void timed_op(enum cs_bench_op op, float *send, float *recv,
+		     size_t count, int rank, int n, int inplace)
 {
 	switch (op) {
 	case OP_ALLREDUCE:
@@ -272,8 +251,8 @@ static void timed_op(enum op op, float *send, float *recv, size_t count,
 	}
 }
 
-static void fill(enum op op, float *send, float *recv, size_t count, int rank,
-		 int n, int inplace)
+static void fill(enum cs_bench_op op, float *send, float *recv, size_t count,
+		 int rank, int n, int inplace)
 {
 	size_t per = count / (size_t)n;
 
@@ -300,21 +279,22 @@ static void fill(enum op op, float *send, float *recv, size_t count, int rank,
 		break;
 	case OP_ALLTOALL: /* block j (per elements) goes to rank j */
 		for (size_t i = 0; i < count; i++)
-			send[i] = a2a_val(rank, (int)(i / per), i % per);
+			send[i] =
+				cs_bench_a2a_val(rank, (int)(i / per), i % per);
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
 		break;
 	case OP_ALLTOALLV:
 		for (int d = 0; d < n; d++)
 			for (int i = 0; i < v_cnt[d]; i++)
 				send[v_sdis[d] + i] =
-					a2a_val(rank, d, (size_t)i);
+					cs_bench_a2a_val(rank, d, (size_t)i);
 		/* what this rank receives: n blocks of v_cnt[rank] */
 		memset(recv, 0xff,
 		       (size_t)n * (size_t)v_cnt[rank] * sizeof(float));
 		break;
 	case OP_SENDRECV: /* to the partner */
 		for (size_t i = 0; i < count; i++)
-			send[i] = a2a_val(rank, sr_peer(rank, n), i);
+			send[i] = cs_bench_a2a_val(rank, sr_peer(rank, n), i);
 		memset(recv, 0xff, count * sizeof(float)); /* NaNs */
 		break;
 	}
@@ -861,7 +841,7 @@ int main(int argc, char **argv)
 {
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
 	int iters = 20, warmup = 5, rank, n;
-	enum op op = OP_ALLREDUCE;
+	enum cs_bench_op op = OP_ALLREDUCE;
 	enum cs_bench_mode mode = CS_BENCH_B2B;
 	int bad_mode = 0;
 
@@ -895,13 +875,14 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "-o")) {
 			int found = 0;
 
-			for (unsigned k = 0; k < NOPS; k++)
-				if (!strcasecmp(argv[i + 1], op_names[k]) ||
+			for (unsigned k = 0; k < CS_BENCH_NOPS; k++)
+				if (!strcasecmp(argv[i + 1],
+						cs_bench_op_names[k]) ||
 				    (k == 1 &&
 				     !strcmp(argv[i + 1], "reduce-scatter")) ||
 				    (k == 2 &&
 				     !strcmp(argv[i + 1], "all-gather"))) {
-					op = (enum op)k;
+					op = (enum cs_bench_op)k;
 					found = 1;
 				}
 			if (!found) {
@@ -952,10 +933,10 @@ int main(int argc, char **argv)
 	}
 	if (!rank)
 		printf("# op %s ranks %d, timing %s\n#%11s %12s %6s %6s %5s %10s %8s %8s %6s %10s %10s %6s %9s\n",
-		       op_names[op], n, mode == CS_BENCH_B2B ? "b2b" : "iter",
-		       "size", "count", "type", "redop", "root", "time(us)",
-		       "algbw", "busbw", "#wrong", "p50(us)", "p99(us)",
-		       "place", "cpu(s/GB)");
+		       cs_bench_op_names[op], n,
+		       mode == CS_BENCH_B2B ? "b2b" : "iter", "size", "count",
+		       "type", "redop", "root", "time(us)", "algbw", "busbw",
+		       "#wrong", "p50(us)", "p99(us)", "place", "cpu(s/GB)");
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
