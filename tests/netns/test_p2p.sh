@@ -30,6 +30,7 @@
 # cluster (default: p<pid digits>).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. tests/netns/lib.sh
 
 CASE=${1:?usage: test_p2p.sh p2p_local|p2p_4x2}
 BUILD=${CS_BUILD_DIR:-build}
@@ -82,20 +83,7 @@ LAUNCH_ARGS=()
 
 case $CASE in
 p2p_local)
-	dir=$(mktemp -d /tmp/cs-p2p.XXXXXX)
-	# shellcheck disable=SC2064
-	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
-	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
-		--set coll.deadline=3s </dev/null >"$dir/l0.log" 2>&1 &
-	pid=$!
-	for _ in $(seq 300); do
-		[ -f "$dir/l0/ready" ] && break
-		kill -0 $pid 2>/dev/null || { cat "$dir/l0.log"; fail "collstackd died"; }
-		sleep 0.1
-	done
-	printf 'CS_NODES="l0"\nCS_RUN=%s\n' "$dir" >"$dir/cluster.env"
-	ENV=$dir/cluster.env
-	LAUNCH_ARGS=(--no-netns)
+	loop_sidecar p2p
 	export P2P_DEADLINE_S=3
 	T=3
 	checks 3

@@ -55,21 +55,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # pstr_local: one sidecar on the loop port, in a folder of its own
 local_case() {
-	local dir pid
-	dir=$(mktemp -d /tmp/cs-pstr.XXXXXX)
-	# shellcheck disable=SC2064
-	trap "kill -TERM \$pid 2>/dev/null; wait; rm -rf $dir" EXIT
-	"$DAEMON" --set name=l0 --set run_dir="$dir/l0" --set port.type=loop \
-		--set coll.deadline=3s </dev/null >"$dir/l0.log" 2>&1 &
-	pid=$!
-	for _ in $(seq 300); do
-		[ -f "$dir/l0/ready" ] && break
-		kill -0 $pid 2>/dev/null || { cat "$dir/l0.log"; fail "collstackd died"; }
-		sleep 0.1
-	done
-	printf 'CS_NODES="l0"\nCS_RUN=%s\n' "$dir" >"$dir/cluster.env"
-	ENV=$dir/cluster.env
-	LAUNCH_ARGS=(--no-netns)
+	loop_sidecar pstr
 	train 2 sync
 	train 2 ssp:1
 	launch 2 "$TRAINER" bad
