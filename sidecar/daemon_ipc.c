@@ -23,9 +23,10 @@
  * sessions per peer) on lcore 0. All-gather and broadcast ride the same
  * allreduce as an integer sum over the raw bytes (every byte is zero
  * except the ones one node supplies, so the sum is that node's bytes,
- * bit for bit); a barrier is a one-element allreduce. With one trainer
- * per node, reduce-scatter and all-gather run as such (launch()), with
- * half the bytes.
+ * bit for bit); a barrier is a one-element allreduce. When the group is
+ * laid out in node blocks (as many ranks on every node, node i's
+ * consecutive and in node order), reduce-scatter and all-gather run as
+ * such (launch()), with half the bytes.
  *
  * Operation ids need no orchestrator: the k-th operation of a group has
  * the same k on every node (every node's server numbers a group's
@@ -800,22 +801,57 @@ static void zero_remote_blocks(const struct cs_ipc_inter_op *op, size_t esz)
 }
 
 /*
+ * Whether @o's group, whose membership check just agreed (o->chk), is laid
+ * out in node blocks: every node of the ring holds L = size / nodes ranks,
+ * the node at ring index j ranks j L .. j L + L - 1. Every node sees the
+ * same slots, so every node decides the same.
+ */
+static bool chk_blocked(const struct ipcd_op *o)
+{
+	uint32_t n = o->chk_n, size = o->op.group_size, L;
+
+	if (!n || size % n)
+		return false;
+	L = size / n;
+	if (L > CS_IPC_MAX_LOCAL)
+		return false;
+	for (uint32_t j = 0; j < n; j++) {
+		const int32_t *sl = o->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		if (sl[0] != 1 || (uint32_t)sl[3] != L)
+			return false;
+		for (uint32_t l = 0; l < L; l++) {
+			int32_t r = sl[IPCD_CHK_HDR + l] - 1;
+
+			if (r < 0 || (uint32_t)r / L != j)
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
  * Whether @op (a reduce-scatter or all-gather) may run as such on the
  * ring (see launch()): 1 with *@pos this node's ring index, 0, or a
- * negative error (-EAGAIN: the view moved).
+ * negative error (-EAGAIN: the view moved). It may when the group's
+ * membership check found node blocks (op->blocked, the same on every
+ * node): node i's L ranks' blocks are then one block of the ring.
  */
 static int ring_layout(struct cs_daemon_ipc *x,
 		       const struct cs_ipc_inter_op *op, uint32_t *pos)
 {
-	uint32_t nn;
+	uint32_t nn, L = op->local_size;
 	int ret;
 
-	if (op->local_size != 1 || !op->block)
+	if (!op->blocked || !op->block)
 		return 0;
 	ret = ring_pos(x, op->group, pos, &nn);
 	if (ret)
 		return ret;
-	return op->group_size == nn && (uint32_t)op->local_ranks[0] == *pos;
+	/* what the check found, still so in this view (else it fails) */
+	return op->group_size == nn * L &&
+	       (uint32_t)op->local_ranks[0] / L == *pos &&
+	       op->count >= (uint64_t)op->group_size * op->block;
 }
 
 /*
@@ -861,10 +897,11 @@ static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos)
  * Start @o on the port; returns 0, 1 (nothing to exchange) or a
  * negative error.
  *
- * With one trainer on every node and node i holding rank i (what
- * docs/ipcd.md asks of a multi-node group: every node takes part, node
- * order = rank order), reduce-scatter and all-gather run as such on the
- * ring: (n-1)/n of the buffer across each link instead of the sum's
+ * When the group is laid out in node blocks (op->blocked: the membership
+ * check found L ranks on every node, node i holding ranks i L .. i L +
+ * L - 1; node order = rank order as docs/ipcd.md asks), reduce-scatter
+ * and all-gather run as such on the ring, a node's L blocks one block of
+ * it: (n-1)/n of the buffer across each link instead of the sum's
  * 2(n-1)/n. Each needs every node's data, so no node finishes one before
  * every node finished the one before. Every node
  * sees the same and decides the same; should one not (ranks out of node
@@ -889,6 +926,7 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		.notify = &o->notify,
 	};
 	uint32_t pos = 0;
+	size_t node_block = 0;
 	int ring = 0;
 	char msg[160];
 	int ret;
@@ -905,6 +943,8 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		ring = ring_layout(x, op, &pos);
 		if (ring < 0)
 			return ring; /* -EAGAIN: on_view() fails it */
+		/* the node's L ranks' blocks, consecutive */
+		node_block = (size_t)op->block * op->local_size;
 	}
 	switch (op->kind) {
 	case CS_IPC_INTER_ALLREDUCE:
@@ -914,10 +954,10 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		c.sendbuf = op->sendbuf;
 		if (ring) { /* this node's block of the node sums, in @buf */
 			c.kind = CS_COLL_REDUCE_SCATTER;
-			c.count = op->block;
+			c.count = node_block;
 			c.sendbuf = op->sendbuf ? op->sendbuf : op->buf;
 			c.recvbuf = (uint8_t *)op->buf +
-				    (size_t)pos * op->block * esz;
+				    (size_t)pos * node_block * esz;
 		}
 		break;
 	case CS_IPC_INTER_BROADCAST:
@@ -933,9 +973,9 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	case CS_IPC_INTER_ALL_GATHER:
 		if (ring) {
 			c.kind = CS_COLL_ALL_GATHER;
-			c.count = op->block;
+			c.count = node_block;
 			c.sendbuf = (uint8_t *)op->buf +
-				    (size_t)pos * op->block * esz;
+				    (size_t)pos * node_block * esz;
 			break;
 		}
 		zero_remote_blocks(op, esz);
@@ -1171,6 +1211,16 @@ static unsigned check_done(struct cs_daemon_ipc *x, struct ipcd_op *o,
 	if (check_refuses(x, o, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1, &ref, now);
 	o->check = false;
+	/* re-formed: the slots hold the old numbering; the new one is
+	 * not checked for blocks (its ops ride allreduces) */
+	o->op.blocked = !o->op.regroup && chk_blocked(o);
+	if (cs_ipc_server_set_blocked(x->srv, o->op.cookie, o->op.blocked))
+		CS_WARN("group '%s': gone before its layout was noted",
+			o->name);
+	else if (o->op.blocked)
+		CS_INFO("group '%s': %u ranks per node in node blocks: its "
+			"reduce-scatters and all-gathers run on the ring",
+			o->name, o->op.local_size);
 	if (o->op.regroup) {
 		ret = regroup(x, o);
 		if (ret == CS_ERR_EPOCH) {

@@ -178,6 +178,9 @@ struct group {
 	 * moved it to a new view, or this node joined it with no rank yet:
 	 * size 0, ranks -1; the backend numbers it) */
 	bool regroup;
+	/* its last membership check found the node-block layout
+	 * (cs_ipc_server_set_blocked) */
+	bool blocked;
 	uint64_t seq_base; /* the first operation of its current view */
 	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
@@ -977,6 +980,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		.block = n,
 		.epoch = g->epoch,
 		.regroup = g->regroup,
+		.blocked = g->blocked && !g->regroup,
 	};
 	size_t need = 0;
 	int root, ret;
@@ -1038,8 +1042,9 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_REDUCE_SCATTER:
 		/* The node sum of everything; across nodes the backend
 		 * reduces at least the local ranks' blocks (as a ring
-		 * reduce-scatter with one trainer per node, else as an
-		 * allreduce of it all); each rank keeps its block. */
+		 * reduce-scatter when the group is laid out in node blocks,
+		 * op.blocked, else as an allreduce of it all); each rank
+		 * keeps its block. */
 		op.kind = CS_IPC_INTER_REDUCE_SCATTER;
 		op.count = n * g->size;
 		/* one local rank: the network reads its send buffer into
@@ -1601,6 +1606,21 @@ int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
 	return 0;
 }
 
+int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
+			      bool blocked)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+
+	if (gid >= s->cfg.max_groups)
+		return -ENOENT;
+	g = &s->groups[gid];
+	if (!g->used || g->failed || !inst_of(g, cookie))
+		return -ENOENT;
+	g->blocked = blocked;
+	return 0;
+}
+
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node)
 {
@@ -1630,6 +1650,7 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 				    lost_node, epoch);
 			g->epoch = epoch;
 			g->regroup = true;
+			g->blocked = false; /* until the next check says */
 			g->seq_base = g->next_done;
 			continue;
 		}
@@ -2338,6 +2359,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->local_size = local_size;
 	g->epoch = s->epoch;
 	g->head_at = s->now;
+	g->blocked = false; /* until its membership check says */
 	g->used = true;
 	s->st.groups++;
 	*out = g;

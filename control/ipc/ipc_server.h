@@ -130,6 +130,11 @@ struct cs_ipc_inter_op {
 	 * nodes re-form the group first and the backend hands the new size
 	 * and ranks to cs_ipc_server_regroup() before it runs the step */
 	bool regroup;
+	/* the group's membership check found it laid out in node blocks:
+	 * every node holds size / nodes ranks, the node at ring index i
+	 * ranks i L .. i L + L - 1 (cs_ipc_server_set_blocked()); the same
+	 * on every node, so reduce-scatter and all-gather may run as such */
+	bool blocked;
 	/* CS_IPC_INTER_ALLTOALL of an all-to-all-v: 2 x nodes counts (to
 	 * each node, then from each node, ring order), or NULL */
 	const uint64_t *a2a_counts;
@@ -332,6 +337,15 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
  */
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node);
+
+/*
+ * cs_ipc_server_set_blocked - the membership check of group operation
+ * @cookie's group agreed; @blocked: whether it found the node-block
+ * layout (struct cs_ipc_inter_op.blocked), handed with the group's later
+ * operations until its next check. Returns 0 or -ENOENT.
+ */
+int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
+			      bool blocked);
 
 /**
  * cs_ipc_server_regroup - an elastic group's nodes re-formed it

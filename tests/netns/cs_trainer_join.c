@@ -5,7 +5,8 @@
  * posts one collective, then reports what came back.
  *
  *   COLLSTACK_SOCKET=... cs-trainer-join GROUP RANK SIZE LOCAL_RANK \
- *	LOCAL_SIZE allreduce|all_gather|alltoall|barrier [N_OPS [COUNT]]
+ *	LOCAL_SIZE allreduce|all_gather|reduce_scatter|alltoall|barrier \
+ *	[N_OPS [COUNT]]
  *
  * COUNT: elements per operation (default 1024; a rank that posts another
  * count than its peers on the node has its operation refused there).
@@ -14,7 +15,9 @@
  * result>" or "error op=K status=<code> msg=<cs_errmsg>".
  * Each rank contributes rank + 1 to every element (alltoall: COUNT to
  * every rank; each block received is checked to hold its sender's rank +
- * 1, else "wrong op=K elements=<how many>"). Exit 0 once every
+ * 1, all-gather's block j to hold j + 1, reduce-scatter's block (COUNT)
+ * the sum of every rank's, SIZE (SIZE + 1) / 2; else "wrong op=K
+ * elements=<how many>"). Exit 0 once every
  * operation reported (success or error), 1 when setup failed, 2 on usage.
  */
 #include <stdio.h>
@@ -39,7 +42,8 @@ int main(int argc, char **argv)
 	if (argc < 7 || argc > 9) {
 		fprintf(stderr, "usage: cs-trainer-join GROUP RANK SIZE "
 				"LOCAL_RANK LOCAL_SIZE "
-				"allreduce|all_gather|alltoall|barrier [N_OPS "
+				"allreduce|all_gather|reduce_scatter|alltoall|"
+				"barrier [N_OPS "
 				"[COUNT]]\n");
 		return 2;
 	}
@@ -88,6 +92,9 @@ int main(int argc, char **argv)
 		} else if (!strcmp(op, "all_gather")) {
 			ret = cs_all_gather(g, x, y, count, CS_F32, &r);
 			n = (size_t)size * count;
+		} else if (!strcmp(op, "reduce_scatter")) {
+			ret = cs_reduce_scatter(g, x, y, count, CS_F32, CS_SUM,
+						&r);
 		} else if (!strcmp(op, "alltoall")) {
 			n = (size_t)size * count;
 			for (size_t i = 0; i < n; i++)
@@ -109,8 +116,11 @@ int main(int argc, char **argv)
 		}
 		for (size_t i = 0; i < n; i++) {
 			sum += y[i];
-			wrong += !strcmp(op, "alltoall") &&
-				 y[i] != (float)(i / count + 1);
+			if (!strcmp(op, "alltoall") ||
+			    !strcmp(op, "all_gather"))
+				wrong += y[i] != (float)(i / count + 1);
+			else if (!strcmp(op, "reduce_scatter"))
+				wrong += y[i] != (float)(size * (size + 1) / 2);
 		}
 		if (wrong)
 			printf("wrong op=%d elements=%zu\n", k, wrong);

@@ -10,9 +10,11 @@
 # element of every iteration checked bit for bit on every rank; lcore 0
 # serves the trainers, ipc.on_lcore), ar_4x2_thread (the same with a
 # thread of its own serving them, ipc.on_lcore=0), gather_2x2
-# (all_gather, broadcast, reduce_scatter), gather_4x1 (the same with one
-# trainer per node: reduce_scatter and all_gather on the ring itself, 3 %
-# loss), kill_2x2 (a trainer killed mid-run: the
+# (all_gather, broadcast, reduce_scatter; two trainers per node in node
+# blocks: reduce_scatter and all_gather on the ring itself), gather_4x1
+# (the same with one trainer per node, 3 % loss), layout_2x2
+# (reduce_scatter and all_gather of groups in node blocks, interleaved,
+# and 3 + 1 ranks per node: every element checked), kill_2x2 (a trainer killed mid-run: the
 # sidecars survive, the other trainers end with an error instead of
 # hanging, and a new run then works), python_2x1 (python/examples/
 # train_local.py across nodes), moe_4x2 (python/examples/train_moe.py,
@@ -357,6 +359,10 @@ case_gather() {
 		fail "broadcast failed"
 	bench 2 -o reduce_scatter -b 4K -e 256K -f 8 -n 2 -w 1 ||
 		fail "reduce_scatter failed"
+	# 2 ranks per node, node i ranks 2i, 2i + 1: node blocks, so the
+	# reduce-scatters and all-gathers above ran on the ring
+	grep -q "2 ranks per node in node blocks" "$RUN/${P}n0.log" ||
+		fail "2 x 2 in node blocks, yet not run on the ring"
 	# back-to-back timing (the default): the warm-up and the last timed
 	# iteration are checked, and the CPU column is a number
 	out=$("$CLI" bench --cluster "$ENV_FILE" --trainers-per-node 2 \
@@ -711,6 +717,45 @@ case_members_rank() {
 	sidecars_alive
 }
 
+# layout_ok NAME: each of the 4 trainers of join_run: 3 operations, every
+# element right
+layout_ok() {
+	local k
+	for ((k = 0; k < 4; k++)); do
+		[ "$(grep -c '^ok op=' "$RUN/j$k.out")" = 3 ] ||
+			fail "$1: trainer $k: not 3 good operations"
+	done
+}
+
+# Reduce-scatter and all-gather across nodes run on the ring only when
+# the membership check found node blocks (every node L ranks, node i
+# ranks iL .. iL + L - 1); any other layout rides an allreduce. Both must
+# give every rank its own block (cs-trainer-join checks each element).
+case_layout() {
+	local op g k
+	up 2
+	for op in reduce_scatter all_gather; do
+		# node blocks: node 0 ranks 0, 1; node 1 ranks 2, 3
+		join_run "bk$op" $op 3 "0 0 4 0 2 4096" "0 1 4 1 2 4096" \
+			"1 2 4 0 2 4096" "1 3 4 1 2 4096"
+		layout_ok "bk$op"
+		# interleaved: node 0 ranks 0, 2; node 1 ranks 1, 3
+		join_run "il$op" $op 3 "0 0 4 0 2 4096" "0 2 4 1 2 4096" \
+			"1 1 4 0 2 4096" "1 3 4 1 2 4096"
+		layout_ok "il$op"
+		# uneven: node 0 ranks 0, 1, 2; node 1 rank 3
+		join_run "uv$op" $op 3 "0 0 4 0 3 4096" "0 1 4 1 3 4096" \
+			"0 2 4 2 3 4096" "1 3 4 0 1 4096"
+		layout_ok "uv$op"
+	done
+	grep -q "group 'bkreduce_scatter': 2 ranks per node in node blocks" \
+		"$RUN/${P}n0.log" || fail "node blocks, yet not on the ring"
+	! grep -qE "group '(il|uv)[a-z_]*': .* in node blocks" \
+		"$RUN/${P}n0.log" "$RUN/${P}n1.log" ||
+		fail "a group not in node blocks was taken for one"
+	sidecars_alive
+}
+
 # A descriptor one node refuses: ranks 0 and 1 on ${P}n0 post different
 # counts (refused there as a mismatch naming rank 1), rank 2 on ${P}n1 waits
 # for ${P}n0 in the cross-node step. Rank 2 must end with ${P}n0's error (the
@@ -1059,6 +1104,7 @@ early_4x1) case_early ;;
 members_size_2x1) case_members_size ;;
 members_rank_2x1) case_members_rank ;;
 members_desc_2x2) case_members_desc ;;
+layout_2x2) case_layout ;;
 groups_2x1) case_groups 1 "${@:2}" ;;	# [--set k=v ...]
 groups_2x2) case_groups 2 "${@:2}" ;;
 alltoall_2x2) case_a2a 2 2 ;;
@@ -1086,7 +1132,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
