@@ -996,7 +996,6 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		need = blk;
 		break;
 	case CS_IPC_OP_REDUCE_SCATTER:
-	case CS_IPC_OP_ALL_GATHER:
 		need = blk * g->size;
 		break;
 	case CS_IPC_OP_ALLTOALL: /* what goes out, what comes in */
@@ -1059,21 +1058,19 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	case CS_IPC_OP_ALL_GATHER:
 		op.kind = CS_IPC_INTER_ALL_GATHER;
 		op.count = n * g->size;
-		if (g->local_size == 1) {
-			/* One local rank: in its recv buffer, so fan_out()
-			 * has nothing to copy. Its own block (there already
-			 * when in place); the backend fills the others. */
-			uint8_t *own = p0->recv + (size_t)g->ranks[0] * blk;
+		/* In local rank 0's recv buffer: every local rank's block
+		 * placed there (rank 0's is there already when in place),
+		 * the backend fills the others, and fan_out() copies the
+		 * result to the other local ranks only (with one local
+		 * rank: nothing to copy). */
+		for (uint32_t l = 0; l < g->local_size; l++) {
+			uint8_t *own = p0->recv + (size_t)g->ranks[l] * blk;
 
-			if (p0->send != own)
-				memcpy(own, p0->send, blk);
-			op.buf = p0->recv;
-			in->in_recv0 = true;
-			break;
+			if (in->parts[l].send != own)
+				memcpy(own, in->parts[l].send, blk);
 		}
-		for (uint32_t l = 0; l < g->local_size; l++)
-			memcpy(staging_of(in) + (size_t)g->ranks[l] * blk,
-			       in->parts[l].send, blk);
+		op.buf = p0->recv;
+		in->in_recv0 = true;
 		break;
 	case CS_IPC_OP_ALLTOALL:
 		/* node to node: L x L blocks from each node to each */
