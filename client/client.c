@@ -75,6 +75,7 @@ struct cs_group {
 	struct cs_buf *scratch[24];
 	unsigned nscratch;
 	size_t scratch_len;
+	unsigned nsplit; /* cs_group_split() calls: names the groups made */
 };
 
 /*
@@ -117,6 +118,7 @@ struct cs_client {
 	unsigned last_detail;
 	int last_peer;
 	int last_lost_node; /* node whose loss failed the last request */
+	uint32_t node; /* the sidecar's ring index (its hello's reply) */
 	char err[256];
 	struct comp *comps;
 	uint64_t next_comp;
@@ -360,6 +362,7 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 		ret = -ECONNRESET; /* refused (credentials) */
 	if (ret)
 		goto out_ctrl;
+	c->node = r.u.reply.value;
 	*out = c;
 	return 0;
 
@@ -593,9 +596,10 @@ cs_export int cs_group_join(struct cs_client *c, const char *name, int rank,
 				out);
 }
 
-cs_export int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
-			       int size, int local_rank, int local_size,
-			       unsigned flags, struct cs_group **out)
+/* cs_group_join_ex() over the nodes in @nodes (NULL: every node). */
+static int group_join(struct cs_client *c, const char *name, int rank, int size,
+		      int local_rank, int local_size, unsigned flags,
+		      const uint64_t *nodes, struct cs_group **out)
 {
 	struct cs_ipc_msg m = { .type = CS_IPC_MSG_JOIN }, r;
 	struct cs_group *g;
@@ -617,6 +621,8 @@ cs_export int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
 	m.u.join.local_rank = local_rank;
 	m.u.join.local_size = local_size;
 	m.u.join.flags = flags; /* CS_GROUP_* are CS_IPC_JOIN_* */
+	if (nodes)
+		memcpy(m.u.join.nodes, nodes, sizeof(m.u.join.nodes));
 	pthread_mutex_lock(&c->lock);
 	ret = rpc(c, &m, NULL, 0, &r);
 	if (ret) {
@@ -639,6 +645,131 @@ cs_export int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
 	pthread_mutex_unlock(&c->lock);
 	*out = g;
 	return 0;
+}
+
+cs_export int cs_group_join_ex(struct cs_client *c, const char *name, int rank,
+			       int size, int local_rank, int local_size,
+			       unsigned flags, struct cs_group **out)
+{
+	return group_join(c, name, rank, size, local_rank, local_size, flags,
+			  NULL, out);
+}
+
+cs_export int cs_group_join_nodes(struct cs_client *c, const char *name,
+				  int rank, int size, int local_rank,
+				  int local_size, const int *nodes, int nnodes,
+				  struct cs_group **out)
+{
+	uint64_t set[CS_IPC_NODE_WORDS] = { 0 };
+
+	if (!c || (nnodes && !nodes) || nnodes < 0)
+		return -EINVAL;
+	for (int i = 0; i < nnodes; i++) {
+		if (nodes[i] < 0 || nodes[i] >= CS_IPC_SUBSET_NODES) {
+			set_err(c,
+				"rank %d join group '%s': node %d: groups "
+				"over some nodes take nodes 0..%d",
+				rank, name ? name : "?", nodes[i],
+				CS_IPC_SUBSET_NODES - 1);
+			return -EINVAL;
+		}
+		set[nodes[i] / 64] |= 1ull << (nodes[i] % 64);
+	}
+	return group_join(c, name, rank, size, local_rank, local_size, 0,
+			  nnodes && local_size < size ? set : NULL, out);
+}
+
+cs_export int cs_node_index(const struct cs_client *c)
+{
+	return c ? (int)c->node : -EINVAL;
+}
+
+/* The k-th split of @p: "<p's name>/k.color", or, when that is too long,
+ * the name's hash in its place (every rank makes the same). */
+static void split_name(const struct cs_group *p, unsigned k, int color,
+		       char *out, size_t len)
+{
+	uint32_t h = 2166136261u;
+
+	if ((size_t)snprintf(out, len, "%s/%u.%d", p->name, k, color) < len)
+		return;
+	for (const char *s = p->name; *s; s++)
+		h = (h ^ (uint8_t)*s) * 16777619u;
+	snprintf(out, len, "#%08x/%u.%d", h, k, color);
+}
+
+cs_export int cs_group_split(struct cs_group *parent, int color, int key,
+			     struct cs_group **out)
+{
+	uint64_t nodes[CS_IPC_NODE_WORDS] = { 0 };
+	int rank = 0, size = 0, lr = 0, ls = 0;
+	char name[CS_IPC_NAME_MAX];
+	struct cs_client *c;
+	struct cs_buf *b;
+	unsigned k;
+	int32_t *v;
+	cs_req_t req;
+	int ret;
+
+	if (!parent || !out)
+		return -EINVAL;
+	c = parent->c;
+	*out = NULL;
+	if (color < CS_SPLIT_NONE || parent->elastic) {
+		set_err(c, "rank %d split of group '%s': %s", parent->rank,
+			parent->name,
+			parent->elastic
+				? "an elastic group cannot be split"
+				: "color must be >= 0 or CS_SPLIT_NONE");
+		return -EINVAL;
+	}
+	k = parent->nsplit++; /* every rank counts the same calls */
+	ret = cs_buf_alloc(c, (size_t)parent->size * 4 * sizeof(int32_t), &b);
+	if (ret)
+		return ret;
+	v = cs_buf_ptr(b);
+	v[parent->rank * 4] = color;
+	v[parent->rank * 4 + 1] = key;
+	v[parent->rank * 4 + 2] = (int32_t)c->node;
+	v[parent->rank * 4 + 3] = 0;
+	ret = cs_all_gather(parent, v + parent->rank * 4, v, 4, CS_I32, &req);
+	if (!ret)
+		ret = cs_wait(c, req, -1);
+	if (ret || color == CS_SPLIT_NONE)
+		goto out;
+	/* the ranks of @color, ordered by (key, parent rank); local ranks
+	 * in the same order among those on this node */
+	for (int r = 0; r < parent->size; r++) {
+		const int32_t *e = v + r * 4;
+		bool before = e[1] < key || (e[1] == key && r < parent->rank);
+		uint32_t node = (uint32_t)e[2];
+
+		if (e[0] != color)
+			continue;
+		size++;
+		rank += before;
+		if (node == c->node) {
+			ls++;
+			lr += before;
+		}
+		if (node >= CS_IPC_SUBSET_NODES) {
+			set_err(c,
+				"rank %d split of group '%s': rank %d is on "
+				"node %u; groups over some nodes take nodes "
+				"below %d",
+				parent->rank, parent->name, r, node,
+				CS_IPC_SUBSET_NODES);
+			ret = -EINVAL;
+			goto out;
+		}
+		nodes[node / 64] |= 1ull << (node % 64);
+	}
+	split_name(parent, k, color, name, sizeof(name));
+	ret = group_join(c, name, rank, size, lr, ls, 0,
+			 ls < size ? nodes : NULL, out);
+out:
+	cs_buf_free(b);
+	return ret;
 }
 
 static bool env_int(const char *name, int *v)

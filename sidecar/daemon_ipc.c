@@ -192,6 +192,13 @@ struct ipcd_op {
 	 * server's, valid only while the op is pending there) */
 	char name[CS_IPC_NAME_MAX];
 	cs_ns_t launched; /* ipc.trace_dir */
+	/* a group over some nodes (cs_group_split): their set (copied:
+	 * op.nodes is the server's), and, for the current view, their ring
+	 * indexes in ring order (grp_ring(); @nnodes 0: every node) */
+	bool has_mask;
+	uint64_t mask[CS_IPC_NODE_WORDS];
+	uint32_t nodes[CS_IPC_SUBSET_NODES];
+	uint32_t nnodes;
 };
 
 /*
@@ -479,6 +486,86 @@ static int ring_pos(struct cs_daemon_ipc *x, const char *group, uint32_t *pos,
 	return ret;
 }
 
+/*
+ * The transport group of the operations of a group over some nodes: from
+ * its node set, so the same on each of them (bit 30: apart from the
+ * sidecar's own groups and collstack run's).
+ */
+static uint32_t subset_group(const uint64_t *mask)
+{
+	uint32_t h = 2166136261u;
+
+	for (unsigned i = 0; i < CS_IPC_NODE_WORDS; i++)
+		for (unsigned b = 0; b < 64; b += 8)
+			h = (h ^ (uint8_t)(mask[i] >> b)) * 16777619u;
+	return 0x40000000u | (h & 0x3fffffffu);
+}
+
+/*
+ * ring_pos() for @o's group: every node's ring, or, for a group over some
+ * nodes (o->has_mask), theirs: *@pos this node's index among them, *@nn
+ * how many, o->nodes their ring indexes (o->nnodes; 0 when the set is
+ * every node of the view, which is the view's ring). Every member
+ * computes the same from the same set. -EINVAL (logged) for a set with a
+ * node the view does not have.
+ */
+static int grp_ring(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos,
+		    uint32_t *nn)
+{
+	uint32_t self, n, k = 0;
+	int ret = ring_pos(x, o->name, &self, &n);
+
+	o->nnodes = 0;
+	*pos = self;
+	*nn = n;
+	if (ret || !o->has_mask)
+		return ret;
+	for (uint32_t i = 0; i < CS_IPC_SUBSET_NODES; i++) {
+		if (!(o->mask[i / 64] >> (i % 64) & 1))
+			continue;
+		if (i >= n) {
+			CS_WARN("group '%s' spans node %u, the view has %u "
+				"nodes",
+				o->name, i, n);
+			return -EINVAL;
+		}
+		if (i == self)
+			*pos = k;
+		o->nodes[k++] = i;
+	}
+	if (self >= CS_IPC_SUBSET_NODES ||
+	    !(o->mask[self / 64] >> (self % 64) & 1) || k < 2) {
+		CS_WARN("group '%s': its %u nodes leave out this one (%u)",
+			o->name, k, self);
+		return -EINVAL;
+	}
+	if (k == n) { /* every node: the view's ring */
+		*pos = self;
+		return 0;
+	}
+	o->nnodes = k;
+	*nn = k;
+	return 0;
+}
+
+/* @c runs in @o's group's ring (grp_ring() ran). */
+static void grp_coll(const struct ipcd_op *o, struct cs_ar_coll *c)
+{
+	if (!o->nnodes)
+		return;
+	c->nodes = o->nodes;
+	c->nnodes = o->nnodes;
+	c->group = subset_group(o->mask);
+}
+
+/* cs_ar_svc_refuse() in @o's group's ring (grp_ring() ran). */
+static int grp_refuse(struct cs_daemon_ipc *x, const struct ipcd_op *o,
+		      uint32_t op_id, int err)
+{
+	return cs_ar_svc_refuse_in(x->d->svc, op_id, x->epoch, err,
+				   subset_group(o->mask), o->nodes, o->nnodes);
+}
+
 static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
 
 /*
@@ -510,9 +597,10 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	cs_ns_t now;
 	int ret;
 
-	ret = ring_pos(x, o->name, &pos, &nn);
+	ret = grp_ring(x, o, &pos, &nn);
 	if (ret)
 		return ret;
+	grp_coll(o, &c);
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -536,10 +624,9 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 				  : CS_ERR_BAD_DESC;
 
 		if (!o->tries && !o->a2a_refused &&
-		    (cs_ar_svc_refuse(x->d->svc, o->op_id, x->epoch, why) ||
+		    (grp_refuse(x, o, o->op_id, why) ||
 		     ((uint32_t)op->cookie == 0 &&
-		      cs_ar_svc_refuse(x->d->svc, OP_ID_CHECK(o->op_id),
-				       x->epoch, why))))
+		      grp_refuse(x, o, OP_ID_CHECK(o->op_id), why))))
 			CS_WARN("group '%s': op %#x: the refusal was not "
 				"announced",
 				o->name, o->op_id);
@@ -580,9 +667,10 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	char msg[160];
 	int ret;
 
-	ret = ring_pos(x, op->group, &pos, &nn);
+	ret = grp_ring(x, o, &pos, &nn);
 	if (ret)
 		return ret;
+	grp_coll(o, &c);
 	free(o->chk);
 	o->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*o->chk));
 	if (!o->chk)
@@ -837,15 +925,16 @@ static bool chk_blocked(const struct ipcd_op *o)
  * membership check found node blocks (op->blocked, the same on every
  * node): node i's L ranks' blocks are then one block of the ring.
  */
-static int ring_layout(struct cs_daemon_ipc *x,
-		       const struct cs_ipc_inter_op *op, uint32_t *pos)
+static int ring_layout(struct cs_daemon_ipc *x, struct ipcd_op *o,
+		       uint32_t *pos)
 {
+	const struct cs_ipc_inter_op *op = &o->op;
 	uint32_t nn, L = op->local_size;
 	int ret;
 
 	if (!op->blocked || !op->block)
 		return 0;
-	ret = ring_pos(x, op->group, pos, &nn);
+	ret = grp_ring(x, o, pos, &nn);
 	if (ret)
 		return ret;
 	/* what the check found, still so in this view (else it fails) */
@@ -870,7 +959,7 @@ static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos)
 	uint32_t nn, L = op->local_size;
 	int ret;
 
-	ret = ring_pos(x, op->group, pos, &nn);
+	ret = grp_ring(x, o, pos, &nn);
 	if (ret)
 		return ret;
 	if (op->group_size == nn * L &&
@@ -881,8 +970,7 @@ static int a2a_layout(struct cs_daemon_ipc *x, struct ipcd_op *o, uint32_t *pos)
 		"%u..%u (the same number on every node, in ring order)",
 		op->group, L, (int)op->local_ranks[0], op->group_size, nn, *pos,
 		*pos * L, *pos * L + L - 1);
-	if (cs_ar_svc_refuse(x->d->svc, o->op_id | OP_ID_RING_KIND, x->epoch,
-			     CS_ERR_BAD_DESC))
+	if (grp_refuse(x, o, o->op_id | OP_ID_RING_KIND, CS_ERR_BAD_DESC))
 		CS_WARN("group '%s': the refusal was not announced", op->group);
 	o->a2a_refused = true;
 	op->kind = CS_IPC_INTER_VERDICT;
@@ -940,7 +1028,7 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		return launch_check(x, o);
 	if (op->kind == CS_IPC_INTER_REDUCE_SCATTER ||
 	    op->kind == CS_IPC_INTER_ALL_GATHER) {
-		ring = ring_layout(x, op, &pos);
+		ring = ring_layout(x, o, &pos);
 		if (ring < 0)
 			return ring; /* -EAGAIN: on_view() fails it */
 		/* the node's L ranks' blocks, consecutive */
@@ -1019,6 +1107,16 @@ static int launch(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	}
 	if (!c.count)
 		return 1; /* nothing to exchange: done now */
+	/* a group over some nodes: its ring (ring_layout() and a2a_layout()
+	 * looked it up already) */
+	if (o->has_mask && !ring && !c.alltoall) {
+		uint32_t p, nn;
+
+		ret = grp_ring(x, o, &p, &nn);
+		if (ret)
+			return ret;
+	}
+	grp_coll(o, &c);
 	if (c.kind != CS_COLL_ALLREDUCE || c.alltoall) {
 		c.op_id |= OP_ID_RING_KIND;
 		c.rank = pos;
@@ -1211,6 +1309,19 @@ static unsigned check_done(struct cs_daemon_ipc *x, struct ipcd_op *o,
 	if (check_refuses(x, o, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1, &ref, now);
 	o->check = false;
+	if (o->nnodes) {
+		char list[96];
+		size_t n = 0;
+
+		for (uint32_t i = 0; i < o->nnodes && n < sizeof(list) - 12;
+		     i++)
+			n += (size_t)snprintf(list + n, sizeof(list) - n,
+					      "%s%u", i ? "," : "",
+					      o->nodes[i]);
+		CS_INFO("group '%s': over %u of the nodes (ring indexes %s): "
+			"its ring and sessions' group are theirs",
+			o->name, o->nnodes, list);
+	}
 	/* re-formed: the slots hold the old numbering; the new one is
 	 * not checked for blocks (its ops ride allreduces) */
 	o->op.blocked = !o->op.regroup && chk_blocked(o);
@@ -1475,6 +1586,12 @@ static int be_start(void *ctx, const struct cs_ipc_inter_op *op)
 	o->chk = NULL;
 	atomic_store(&o->notify, 0);
 	snprintf(o->name, sizeof(o->name), "%s", op->group);
+	o->has_mask = op->nodes != NULL;
+	memset(o->mask, 0, sizeof(o->mask));
+	if (op->nodes)
+		memcpy(o->mask, op->nodes, sizeof(o->mask));
+	o->op.nodes = NULL; /* the server's: see o->mask */
+	o->nnodes = 0;
 	x->count++;
 	/* started by schedule(), later in this round (start_inter_node may
 	 * not complete it from in here) */
@@ -1511,6 +1628,18 @@ static void be_cancel(void *ctx, uint64_t cookie)
  * and what waits at once, and with them every cross-node group of the
  * older view; the next operations run on the new view's ring.
  */
+/* Tell the server this node's ring index in view x->epoch (trainers learn
+ * it at hello; cs_group_split() gathers it). */
+static void tell_node(struct cs_daemon_ipc *x)
+{
+	uint32_t pos, nn;
+	char msg[160];
+
+	if (!cs_ar_svc_ring_pos(x->d->svc, x->epoch, &pos, &nn, msg,
+				sizeof(msg)))
+		cs_ipc_server_set_node(x->srv, pos);
+}
+
 static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 {
 	uint32_t e =
@@ -1528,6 +1657,7 @@ static unsigned on_view(struct cs_daemon_ipc *x, cs_ns_t now)
 		if (x->q[i].used && x->q[i].running)
 			op_stop(x, &x->q[i]);
 	x->epoch = e;
+	tell_node(x);
 	/* cancels (be_cancel) and fails the queued ops of those groups */
 	groups = cs_ipc_server_view(x->srv, e, lost);
 	/* None should be left (every queued op was of an older view's
@@ -1953,6 +2083,7 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 	x->epoch = atomic_load(&d->view.epoch);
 	x->nlost_seen = atomic_load(&d->view.nlost);
 	cs_ipc_server_view(x->srv, x->epoch, -1);
+	tell_node(x);
 	cs_ar_svc_set_notify_fd(d->svc, x->efd);
 	/* a new view wakes quiet(), or the lcore */
 	atomic_store(&d->view.wake_fd,

@@ -51,6 +51,14 @@ struct cs_ar_coll {
 	 * order, elements): 2 x ring size, to each node then from each;
 	 * node after node in @sendbuf and @recvbuf (@count ignored) */
 	const uint64_t *a2a_counts;
+	/* a group over some of the nodes: @nnodes ring indexes in ring
+	 * order (this node among them), a transport group of its own,
+	 * @group (nonzero, the same on each of them); the ring and its
+	 * indexes (@rank, @root, @a2a_counts) are theirs. @nnodes 0: every
+	 * node of the view */
+	const uint32_t *nodes;
+	uint32_t nnodes;
+	uint32_t group;
 };
 
 /**
@@ -127,6 +135,11 @@ bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s);
  */
 int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 		     int err);
+/* cs_ar_svc_refuse() for an operation of a group over some nodes
+ * (struct cs_ar_coll's @group, @nodes, @nnodes; 0 nodes: every node). */
+int cs_ar_svc_refuse_in(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+			int err, uint32_t group, const uint32_t *nodes,
+			uint32_t nnodes);
 
 /**
  * cs_ar_svc_stop_ext - take every trainer operation off the lcore (the

@@ -476,6 +476,7 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 			 struct cs_ar_ext **h, char *msg, size_t mlen)
 {
 	struct cs_daemon *d = s->d;
+	uint32_t n, rank;
 	int ret;
 
 	svc_lock(s, &s->view_lock);
@@ -489,17 +490,37 @@ int cs_ar_svc_start_coll(struct cs_ar_svc *s, const struct cs_ar_coll *c,
 		ret = -EINVAL;
 		goto out_unlock;
 	}
-	if ((c->kind != CS_COLL_ALLREDUCE || c->alltoall) &&
-	    c->rank != d->drv.rank) {
+	n = d->drv.npeers;
+	rank = d->drv.rank;
+	if (c->nnodes) { /* a group over some nodes: its own ring */
+		rank = UINT32_MAX;
+		for (uint32_t i = 0; i < c->nnodes; i++) {
+			if (c->nodes[i] >= n ||
+			    (i && c->nodes[i] <= c->nodes[i - 1]))
+				rank = UINT32_MAX - 1;
+			else if (c->nodes[i] == d->drv.rank &&
+				 rank == UINT32_MAX)
+				rank = i;
+		}
+		if (rank >= c->nnodes || c->nnodes < 2 || !c->group) {
+			snprintf(msg, mlen,
+				 "bad node list (%u nodes) for a group over "
+				 "some of the view's %u nodes",
+				 c->nnodes, n);
+			ret = -EINVAL;
+			goto out_unlock;
+		}
+		n = c->nnodes;
+	}
+	if ((c->kind != CS_COLL_ALLREDUCE || c->alltoall) && c->rank != rank) {
 		snprintf(msg, mlen,
 			 "buffers laid out for ring index %u, this node "
 			 "is %u",
-			 c->rank, d->drv.rank);
+			 c->rank, rank);
 		ret = -EINVAL;
 		goto out_unlock;
 	}
-	ret = cs_core_svc_start(s->core, c, d->drv.npeers, d->drv.rank, h, msg,
-				mlen);
+	ret = cs_core_svc_start(s->core, c, n, rank, h, msg, mlen);
 out_unlock:
 	pthread_mutex_unlock(&s->view_lock);
 	return ret;
@@ -548,7 +569,15 @@ bool cs_ar_svc_ext_unsettled(struct cs_ar_svc *s)
 int cs_ar_svc_refuse(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
 		     int err)
 {
-	return cs_core_svc_refuse(s->core, op_id, epoch, err);
+	return cs_core_svc_refuse(s->core, op_id, epoch, err, 0, NULL, 0);
+}
+
+int cs_ar_svc_refuse_in(struct cs_ar_svc *s, uint32_t op_id, uint32_t epoch,
+			int err, uint32_t group, const uint32_t *nodes,
+			uint32_t nnodes)
+{
+	return cs_core_svc_refuse(s->core, op_id, epoch, err,
+				  nnodes ? group : 0, nodes, nnodes);
 }
 
 void cs_ar_svc_stop_ext(struct cs_ar_svc *s)

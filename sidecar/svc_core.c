@@ -87,6 +87,9 @@ struct core_op {
 	struct cs_a2a_node *a2a_node;
 	uint64_t *a2a_cnt;
 	bool forget;
+	/* a trainer group's ops: op ids restart when a group of the same
+	 * name is formed again (cs_tp_group_reuse_ids) */
+	bool reuse_ids;
 	int refuse; /* trainer op @op_id refused here with this error */
 	struct core_op *mx_next; /* the control side's list */
 	struct core_op *ext_next; /* trainer op: s->ext */
@@ -374,6 +377,15 @@ static bool core_table_moved(const struct core_lane *l)
 		      drv->npeers * sizeof(drv->peers[0]));
 }
 
+/* The transport group of @op: its own, the trainers' (a trainer op or
+ * its refusal) or collstack run's. */
+static uint32_t op_group(const struct core_op *op)
+{
+	return op->group		  ? op->group
+	       : op->notify || op->refuse ? CORE_TRAINERS
+					  : CORE_GROUP;
+}
+
 /* Post what the control and IPC threads handed over. */
 static void core_take(struct core_lane *l, cs_ns_t now)
 {
@@ -409,8 +421,24 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 				     now);
 			continue;
 		}
+		/* run mixed: its group on first use (the same member list on
+		 * every node: collstack run mixed sends it to each); a trainer
+		 * group over some nodes the same way (every member computes
+		 * the same list from the group's node set) */
+		if (list->group && list->nodes) {
+			ret = cs_tp_group_add(l->tp, list->group, list->nodes,
+					      list->n, NULL);
+			if (!ret && list->reuse_ids)
+				ret = cs_tp_group_reuse_ids(l->tp, list->group);
+			if (ret && ret != -EEXIST) {
+				l->post_refused++;
+				core_verdict(l, list, CS_ERR_BAD_DESC,
+					     UINT32_MAX, now);
+				continue;
+			}
+		}
 		if (list->refuse) {
-			ret = cs_tp_refuse(l->tp, CORE_TRAINERS, list->op_id,
+			ret = cs_tp_refuse(l->tp, op_group(list), list->op_id,
 					   list->refuse);
 			if (ret)
 				CS_WARN("op %#x: the refusal was not announced:"
@@ -423,18 +451,6 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 			cs_tp_group_remove(l->tp, list->group);
 			core_verdict(l, list, 0, UINT32_MAX, now);
 			continue;
-		}
-		/* run mixed: its group on first use (the same member list on
-		 * every node: collstack run mixed sends it to each) */
-		if (list->group && list->nodes) {
-			ret = cs_tp_group_add(l->tp, list->group, list->nodes,
-					      list->n, NULL);
-			if (ret && ret != -EEXIST) {
-				l->post_refused++;
-				core_verdict(l, list, CS_ERR_BAD_DESC,
-					     UINT32_MAX, now);
-				continue;
-			}
 		}
 		ret = l->nlive == CORE_MAX_LIVE
 			      ? -ENOSPC
@@ -643,11 +659,6 @@ static void lane_hand(struct core_lane *l, struct core_op *op)
 	atomic_store_explicit(&l->pending, true, memory_order_release);
 	pthread_mutex_unlock(&l->lock);
 	cs_lcore_kick(&l->s->d->lcores[l->q]);
-}
-
-static uint32_t op_group(const struct core_op *op)
-{
-	return op->group ? op->group : op->notify ? CORE_TRAINERS : CORE_GROUP;
 }
 
 static void core_hand(struct cs_core_svc *s, struct core_op *op)
@@ -1414,13 +1425,25 @@ cs_ns_t cs_core_svc_deadline(const struct cs_core_svc *s)
 }
 
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
-		       int err)
+		       int err, uint32_t group, const uint32_t *nodes,
+		       uint32_t nnodes)
 {
 	struct core_op *op = op_new(op_id, epoch);
 
 	if (!op)
 		return -ENOMEM;
 	op->refuse = err;
+	if (nnodes) {
+		op->group = group;
+		op->n = nnodes;
+		op->reuse_ids = true;
+		op->nodes = malloc(nnodes * sizeof(*op->nodes));
+		if (!op->nodes) {
+			op_free(op);
+			return -ENOMEM;
+		}
+		memcpy(op->nodes, nodes, nnodes * sizeof(*nodes));
+	}
 	pthread_mutex_lock(&s->ctl);
 	core_hand(s, op);
 	core_bury(s, op);
@@ -1596,6 +1619,16 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 	op->count = c->count;
 	op->bytes = c->count * cs_dtype_size(c->dtype);
 	op->notify = c->notify;
+	if (c->nnodes) { /* a group over some nodes: its own */
+		op->group = c->group;
+		op->reuse_ids = true;
+		op->nodes = malloc(c->nnodes * sizeof(*op->nodes));
+		if (!op->nodes) {
+			op_free(op);
+			return -ENOMEM;
+		}
+		memcpy(op->nodes, c->nodes, c->nnodes * sizeof(*op->nodes));
+	}
 	if (c->alltoall) { /* one engine rank per node (daemon_ipc.h) */
 		op->bytes *= n;
 		if (c->a2a_counts) {
@@ -1605,7 +1638,7 @@ int cs_core_svc_start(struct cs_core_svc *s, const struct cs_ar_coll *c,
 				op->bytes += c->a2a_counts[r] *
 					     cs_dtype_size(c->dtype);
 		}
-		ret = a2a_engine(s, op, c->sendbuf, c->recvbuf, CORE_TRAINERS,
+		ret = a2a_engine(s, op, c->sendbuf, c->recvbuf, op_group(op),
 				 c->deadline, c->a2a_counts);
 		if (ret) {
 			snprintf(msg, mlen, "all-to-all refused: %s",
@@ -1644,6 +1677,8 @@ int cs_core_svc_failed_peer(const struct cs_ar_ext *h)
 	if (!op || atomic_load(&op->state) != OP_FAILED ||
 	    op->culprit == UINT32_MAX)
 		return -1;
+	if (op->nodes && op->notify) /* a trainer group over some nodes */
+		return op->culprit < op->n ? (int)op->nodes[op->culprit] : -1;
 	return (int)op->culprit;
 }
 
@@ -1679,7 +1714,7 @@ void cs_core_svc_flush(struct cs_core_svc *s)
  */
 static void ext_stop(struct cs_core_svc *s, struct core_op *op)
 {
-	struct core_lane *l = lane_of(s, CORE_TRAINERS, op->op_id);
+	struct core_lane *l = lane_of(s, op_group(op), op->op_id);
 
 	if (!atomic_load(&op->released) &&
 	    cs_lcore_is_self(&s->d->lcores[l->q]) && l->tp &&
@@ -1690,10 +1725,10 @@ static void ext_stop(struct cs_core_svc *s, struct core_op *op)
 		 * that has not seen it yet as a bare CS_ERR_CANCELLED. */
 		if (atomic_load_explicit(&s->d->view.epoch,
 					 memory_order_acquire) != l->tp_epoch)
-			cs_tp_drop(l->tp, CORE_TRAINERS, op->op_id,
+			cs_tp_drop(l->tp, op_group(op), op->op_id,
 				   CS_ERR_PEER_LOST);
 		else
-			cs_tp_cancel(l->tp, CORE_TRAINERS, op->op_id,
+			cs_tp_cancel(l->tp, op_group(op), op->op_id,
 				     CS_ERR_CANCELLED);
 		cs_tp_poll(l->tp, cs_lcore_now());
 		core_flush(l);

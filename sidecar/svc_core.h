@@ -65,9 +65,12 @@ void cs_core_svc_ext_put(struct cs_core_svc *s, struct cs_ar_ext *h);
 /* Every trainer op, held or let go of, taken off the lcore. */
 void cs_core_svc_stop_ext(struct cs_core_svc *s);
 /* Trainer op @op_id (of view @epoch) was refused here with @err: the core
- * tells the other nodes, whose part ends with @err naming this node. */
+ * tells the other nodes, whose part ends with @err naming this node. Of
+ * transport group @group over @nodes (@nnodes), or of the trainers' group
+ * over every node (@group 0). */
 int cs_core_svc_refuse(struct cs_core_svc *s, uint32_t op_id, uint32_t epoch,
-		       int err);
+		       int err, uint32_t group, const uint32_t *nodes,
+		       uint32_t nnodes);
 /* A trainer op let go of was reported done early and its last frames
  * are not acknowledged yet (the core still resends them). */
 bool cs_core_svc_ext_unsettled(struct cs_core_svc *s);

@@ -7,7 +7,9 @@
  * - G groups: group 0 over every rank; each other one, by the seed, over
  *   every rank again, over one "column" (local rank c of every node: a
  *   group spanning every node with one trainer each, the shape of a
- *   tensor-parallel group), or over the trainers of one node (local only);
+ *   tensor-parallel group), over the trainers of one node (local only),
+ *   or over every trainer of some of the nodes (at least 2; made with
+ *   cs_group_split() of group 0, its ranks in node order);
  * - K operations per group, each of a random kind (allreduce,
  *   reduce-scatter, all-gather, broadcast, barrier), type, operator and
  *   size (log-uniform in [MIN, MAX] bytes), the same sequence on every
@@ -52,6 +54,7 @@ static const char *const kind_name[MX_KINDS] = { "allreduce", "reduce-scatter",
 
 struct mx_group {
 	char name[48];
+	bool split; /* over some nodes: cs_group_split() of group 0 */
 	bool member;
 	int rank, size, lrank, lsize; /* this trainer's place in it */
 	struct cs_group *g;
@@ -82,11 +85,29 @@ static void plan_groups(struct mx_group *gr, unsigned ng, uint64_t seed,
 
 	for (unsigned i = 0; i < ng; i++) {
 		uint64_t h = hash3(seed, 1000 + i, 7);
-		unsigned shape = i ? (unsigned)(h % 3) : 0;
+		unsigned shape = i ? (unsigned)(h % 4) : 0;
 		struct mx_group *x = &gr[i];
 
 		snprintf(x->name, sizeof(x->name), "mx%" PRIx64 ".%u", seed, i);
-		if (shape == 1 && ls > 1) { /* column c: one per node */
+		if (shape == 3 && nodes > 2 && nodes <= 32) { /* some nodes */
+			int cnt = 0, pos = 0;
+
+			for (int n = 0; n < nodes; n++)
+				cnt += (int)(h >> (8 + n) & 1);
+			for (int n = 0; n < nodes && cnt < 2; n++)
+				if (!(h >> (8 + n) & 1)) {
+					h |= 1ull << (8 + n);
+					cnt++;
+				}
+			for (int n = 0; n < node; n++)
+				pos += (int)(h >> (8 + n) & 1);
+			x->split = true;
+			x->member = h >> (8 + node) & 1;
+			x->rank = pos * ls + lr;
+			x->size = cnt * ls;
+			x->lrank = lr;
+			x->lsize = ls;
+		} else if (shape == 1 && ls > 1) { /* column c: one per node */
 			int c = (int)((h >> 8) % (uint64_t)ls);
 
 			x->member = lr == c;
@@ -295,7 +316,7 @@ int main(int argc, char **argv)
 	static struct mx_group gr[MX_GROUPS_MAX];
 	static struct mx_op op[MX_OPS_MAX];
 	static unsigned order[MX_OPS_MAX];
-	unsigned ng = 4, nk = 16, nop = 0, wait_s = 120;
+	unsigned ng = 4, nk = 16, nop = 0, wait_s = 120, nsplit = 0;
 	uint64_t seed = 1, minb = 4, maxb = 1 << 20, wrong = 0;
 	int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
 	int lr = env_int("LOCAL_RANK", 0), ls = env_int("LOCAL_WORLD_SIZE", 1);
@@ -368,10 +389,24 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < ng; i++) {
 		struct mx_group *x = &gr[i];
 
-		if (!x->member)
-			continue;
-		ret = cs_group_join(c, x->name, x->rank, x->size, x->lrank,
-				    x->lsize, &x->g);
+		if (x->split) { /* every rank of group 0 takes part */
+			ret = cs_group_split(gr[0].g,
+					     x->member ? 0 : CS_SPLIT_NONE,
+					     rank, &x->g);
+			if (!ret && x->member &&
+			    (cs_group_rank(x->g) != x->rank ||
+			     cs_group_size(x->g) != x->size)) {
+				fprintf(stderr,
+					"cs-trainer-mixed rank %d: split %s: "
+					"rank %d of %d, planned %d of %d\n",
+					rank, x->name, cs_group_rank(x->g),
+					cs_group_size(x->g), x->rank, x->size);
+				return 1;
+			}
+		} else if (x->member) {
+			ret = cs_group_join(c, x->name, x->rank, x->size,
+					    x->lrank, x->lsize, &x->g);
+		}
 		if (ret) {
 			fprintf(stderr,
 				"cs-trainer-mixed rank %d: join %s: %s: %s\n",
@@ -432,9 +467,11 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	for (unsigned i = 0; i < nop; i++)
 		wrong += check(&op[i], &gr[op[i].g], base, rank);
-	printf("mixed %s rank=%d groups=%u ops=%u bytes=%zu wrong=%" PRIu64
-	       " time_us=%.1f\n",
-	       wrong ? "FAILED" : "ok", rank, ng, nop, total, wrong,
+	for (unsigned i = 0; i < ng; i++)
+		nsplit += gr[i].split;
+	printf("mixed %s rank=%d groups=%u split_groups=%u ops=%u bytes=%zu "
+	       "wrong=%" PRIu64 " time_us=%.1f\n",
+	       wrong ? "FAILED" : "ok", rank, ng, nsplit, nop, total, wrong,
 	       (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
 		       (double)(t1.tv_nsec - t0.tv_nsec) / 1e3);
 	if (wrong)

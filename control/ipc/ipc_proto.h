@@ -33,6 +33,10 @@
 #define CS_IPC_RING_SLOTS 256u /* submission and completion */
 #define CS_IPC_MAX_LOCAL 64u /* trainers of one group per node */
 #define CS_IPC_PS_NAME_MAX 32 /* PS table name, NUL included */
+/* A group over some of the nodes names them in a bit set of this many
+ * 64-bit words: node ring indexes below CS_IPC_SUBSET_NODES. */
+#define CS_IPC_NODE_WORDS 2
+#define CS_IPC_SUBSET_NODES (64 * CS_IPC_NODE_WORDS)
 
 /* Collective operations (struct cs_ipc_sqe.op). */
 enum cs_ipc_opcode {
@@ -299,6 +303,10 @@ struct cs_ipc_msg {
 			int32_t rank, size;
 			int32_t local_rank, local_size;
 			uint32_t flags; /* CS_IPC_JOIN_* (0 before) */
+			/* the nodes (ring indexes of the view, bit i: node
+			 * i) the group spans when not every node: a group
+			 * made by cs_group_split(); all zero: every node */
+			uint64_t nodes[CS_IPC_NODE_WORDS];
 		} join;
 		struct {
 			uint32_t group;
@@ -327,7 +335,8 @@ struct cs_ipc_msg {
 		} ps_destroy;
 		struct {
 			int32_t status; /* 0 or negative */
-			uint32_t value; /* segment id, group handle */
+			uint32_t value; /* segment id, group handle; hello:
+					 * this node's ring index */
 			char text[CS_IPC_MSG_TEXT];
 		} reply;
 	} u;

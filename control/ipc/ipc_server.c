@@ -181,6 +181,9 @@ struct group {
 	/* its last membership check found the node-block layout
 	 * (cs_ipc_server_set_blocked) */
 	bool blocked;
+	/* the nodes it spans (struct cs_ipc_msg.u.join.nodes): all zero,
+	 * every node */
+	uint64_t nodes[CS_IPC_NODE_WORDS];
 	uint64_t seq_base; /* the first operation of its current view */
 	int32_t fail_status; /* what its operations complete with then */
 	int32_t lost_rank; /* group rank, or node rank (lost_detail) */
@@ -229,6 +232,7 @@ struct cs_ipc_server {
 	bool have_be;
 	const struct cs_ipc_dev_ops *dev_ops;
 	void *dev_ctx;
+	uint32_t node; /* this node's ring index (cs_ipc_server_set_node) */
 	int lfd;
 	uid_t uid;
 	cs_ns_t next_sock_poll;
@@ -962,6 +966,15 @@ static void a2av_counts(struct group *g, struct inst *in,
 	in->a2av_step = 1;
 }
 
+/* The nodes @g spans (struct cs_ipc_inter_op.nodes), NULL: every node. */
+static const uint64_t *nodes_of(const struct group *g)
+{
+	for (unsigned i = 0; i < CS_IPC_NODE_WORDS; i++)
+		if (g->nodes[i])
+			return g->nodes;
+	return NULL;
+}
+
 /* Part of the group is on other nodes: combine here, then the backend. */
 static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
@@ -981,6 +994,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		.epoch = g->epoch,
 		.regroup = g->regroup,
 		.blocked = g->blocked && !g->regroup,
+		.nodes = nodes_of(g),
 	};
 	size_t need = 0;
 	int root, ret;
@@ -1154,6 +1168,7 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 		.local_ranks = g->ranks,
 		.kind = CS_IPC_INTER_VERDICT,
 		.epoch = g->epoch,
+		.nodes = nodes_of(g),
 		.status = status,
 		.detail = (uint16_t)detail,
 		.peer = peer,
@@ -1601,6 +1616,11 @@ int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
 	g->size = size;
 	g->regroup = false;
 	return 0;
+}
+
+void cs_ipc_server_set_node(struct cs_ipc_server *s, uint32_t node)
+{
+	s->node = node;
 }
 
 int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
@@ -2371,7 +2391,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	int32_t rank = msg->u.join.rank, size = msg->u.join.size;
 	int32_t lr = msg->u.join.local_rank, ls = msg->u.join.local_size;
 	uint32_t max_h = CS_MIN(s->cfg.max_groups, s->cfg.max_trainer_groups);
-	bool newcomer;
+	bool newcomer, subset = false;
 	struct member *m;
 	struct group *g;
 	uint32_t h;
@@ -2385,6 +2405,25 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 	if (msg->u.join.flags & ~CS_IPC_JOIN_FLAGS) {
 		snprintf(why, wl, "unknown join flags %#x",
 			 msg->u.join.flags & ~CS_IPC_JOIN_FLAGS);
+		return -EINVAL;
+	}
+	for (unsigned i = 0; i < CS_IPC_NODE_WORDS; i++)
+		subset |= msg->u.join.nodes[i] != 0;
+	/* a group over some nodes: this node among them, numbered in one
+	 * view (an elastic group is re-numbered in the next) */
+	if (subset && (msg->u.join.flags & CS_IPC_JOIN_ELASTIC)) {
+		snprintf(why, wl,
+			 "a group over some of the nodes cannot be "
+			 "elastic");
+		return -EINVAL;
+	}
+	if (subset &&
+	    (s->node >= CS_IPC_SUBSET_NODES ||
+	     !(msg->u.join.nodes[s->node / 64] >> (s->node % 64) & 1))) {
+		snprintf(why, wl,
+			 "the group's nodes do not include this one (node "
+			 "%u)",
+			 s->node);
 		return -EINVAL;
 	}
 	/* rank and size -1: an elastic group's rank on a node that joined
@@ -2460,6 +2499,13 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 				 g->elastic ? "" : "not ");
 			return -EINVAL;
 		}
+		if (memcmp(g->nodes, msg->u.join.nodes, sizeof(g->nodes))) {
+			snprintf(why, wl,
+				 "group '%.24s': the ranks here disagree "
+				 "on its nodes",
+				 name);
+			return -EINVAL;
+		}
 		/* one connection, one rank of a group: else one trainer
 		 * could hold every local slot of a group and the real
 		 * trainers of those ranks would be refused */
@@ -2488,6 +2534,7 @@ static int handle_join(struct cs_ipc_server *s, struct trainer *t,
 		}
 		g->elastic = msg->u.join.flags & CS_IPC_JOIN_ELASTIC;
 		g->regroup = newcomer;
+		memcpy(g->nodes, msg->u.join.nodes, sizeof(g->nodes));
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
@@ -2590,6 +2637,7 @@ static int trainer_read(struct cs_ipc_server *s, struct trainer *t, int *work)
 			case CS_IPC_MSG_HELLO:
 				ret = handle_hello(s, t, &msg, fds, nfd, why,
 						   sizeof(why));
+				val = s->node;
 				break;
 			case CS_IPC_MSG_REG_SEG:
 				ret = handle_reg(s, t, &msg, fds, nfd, &val,

@@ -138,6 +138,9 @@ struct cs_ipc_inter_op {
 	/* CS_IPC_INTER_ALLTOALL of an all-to-all-v: 2 x nodes counts (to
 	 * each node, then from each node, ring order), or NULL */
 	const uint64_t *a2a_counts;
+	/* the nodes the group spans (CS_IPC_NODE_WORDS words, bit i: ring
+	 * index i; a group made by cs_group_split()), or NULL: every node */
+	const uint64_t *nodes;
 	/* a later step of an instance whose first step ran already (an
 	 * all-to-all-v: its counts, then its data): no membership check,
 	 * and the same cookie */
@@ -337,6 +340,13 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
  */
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node);
+
+/*
+ * cs_ipc_server_set_node - this node's ring index in the current view:
+ * told to trainers in the hello's reply (cs_group_split() gathers it), and
+ * a group over some nodes must include it.
+ */
+void cs_ipc_server_set_node(struct cs_ipc_server *s, uint32_t node);
 
 /*
  * cs_ipc_server_set_blocked - the membership check of group operation

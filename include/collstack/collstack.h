@@ -250,6 +250,50 @@ int cs_group_join_ex(struct cs_client *c, const char *name, int rank, int size,
 		     struct cs_group **out);
 
 /**
+ * cs_group_join_nodes - cs_group_join() of a group that spans only some of
+ *	the nodes: their indexes (cs_node_index() of a trainer on each),
+ *	@nnodes of them, this trainer's among them, every rank giving the
+ *	same set. Its operations across nodes run over those nodes only.
+ *	Not elastic; nodes below CS_IPC_SUBSET_NODES (128). @nnodes 0:
+ *	cs_group_join().
+ * Returns: as cs_group_join().
+ */
+int cs_group_join_nodes(struct cs_client *c, const char *name, int rank,
+			int size, int local_rank, int local_size,
+			const int *nodes, int nnodes, struct cs_group **out);
+
+/* The index of @c's sidecar among the nodes (its ring index in the view
+ * at connect: node i of node.peers with static peers). */
+int cs_node_index(const struct cs_client *c);
+
+/* cs_group_split()'s color of a rank that joins no new group. */
+#define CS_SPLIT_NONE (-1)
+
+/**
+ * cs_group_split - make groups of some of @parent's ranks (MPI_Comm_split,
+ *	ncclCommSplit); every rank of @parent calls it, in the same order
+ *	as its other calls on @parent
+ * @parent: the group (not elastic)
+ * @color: the ranks that give the same color form one new group; >= 0,
+ *	or CS_SPLIT_NONE: this rank joins none (*@out is NULL)
+ * @key: orders the new group's ranks (ties: @parent's rank order)
+ * @out: the new group
+ *
+ * The ranks exchange color, key and node with an all-gather on @parent
+ * (it runs as @parent's next operation), then each joins its group,
+ * named after @parent, the call and @color. A new group may span any
+ * subset of the nodes: its operations across nodes run over those nodes
+ * only (their own ring and sessions' group on the transport core), beside
+ * other groups' operations. Such a group cannot be elastic and its nodes
+ * must be among the first CS_IPC_SUBSET_NODES (128) of the view; the view
+ * must not change between the connect and the split.
+ *
+ * Returns: 0, -EINVAL, an error of the all-gather, or as cs_group_join().
+ */
+int cs_group_split(struct cs_group *parent, int color, int key,
+		   struct cs_group **out);
+
+/**
  * cs_group_join_env - join a group using the launcher's variables
  * @c: client
  * @name: group name

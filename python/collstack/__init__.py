@@ -50,6 +50,10 @@ def _load():
         "cs_group_join_env": (i, [p, ctypes.c_char_p, pp]),
         "cs_group_join_ex": (i, [p, ctypes.c_char_p, i, i, i, i,
                                  ctypes.c_uint, pp]),
+        "cs_group_split": (i, [p, i, i, pp]),
+        "cs_group_join_nodes": (i, [p, ctypes.c_char_p, i, i, i, i,
+                                    ctypes.POINTER(i), i, pp]),
+        "cs_node_index": (i, [p]),
         "cs_group_rank": (i, [p]),
         "cs_group_size": (i, [p]),
         "cs_group_leave": (i, [p]),
@@ -429,6 +433,18 @@ class Group:
         return self._post(_lib.cs_broadcast, buf.addr(), buf.count,
                           buf.code, root, keep=(buf,))
 
+    def split(self, color, key=None):
+        """cs_group_split: every rank of this group calls it (in the same
+        order as its other calls); the ranks giving the same color form a
+        new group, ordered by key (default: this group's rank). color=None
+        joins none and returns None. The new group may span any subset of
+        the nodes."""
+        h = ctypes.c_void_p()
+        self._c._check(_lib.cs_group_split(
+            self._h, -1 if color is None else color,
+            self.rank() if key is None else key, ctypes.byref(h)))
+        return Group(self._c, h) if h.value else None
+
     def barrier(self):
         return self._post(_lib.cs_barrier)
 
@@ -630,6 +646,20 @@ class Client:
                 (1 if size < 0 else size) if local_size is None
                 else local_size,
                 1 if elastic else 0, ctypes.byref(h)))
+        return Group(self, h)
+
+    def node_index(self):
+        """cs_node_index: this trainer's sidecar's index among the nodes."""
+        return _lib.cs_node_index(self._h)
+
+    def join_nodes(self, name, rank, size, local_rank, local_size, nodes):
+        """cs_group_join_nodes: a group over the nodes in `nodes` only
+        (node_index() of a trainer on each)."""
+        h = ctypes.c_void_p()
+        arr = (ctypes.c_int * max(1, len(nodes)))(*nodes)
+        self._check(_lib.cs_group_join_nodes(
+            self._h, name.encode(), rank, size, local_rank, local_size,
+            arr, len(nodes), ctypes.byref(h)))
         return Group(self, h)
 
     def close(self):

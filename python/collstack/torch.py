@@ -517,7 +517,8 @@ class ProcessGroupCollstack(dist.ProcessGroup):
             raise CollstackTorchError(
                 f"collstack: init: rank {rank} was claimed by another "
                 "process of this group (two processes with the same rank)")
-        me = {"node": _node_key(), "size": size, "pid": os.getpid()}
+        me = {"node": _node_key(), "size": size, "pid": os.getpid(),
+              "cs_node": self._rt.client.node_index()}
         store.set(f"cs/who{rank}", json.dumps(me))
         if rank == 0:
             store.set("cs/name", "t" + secrets.token_hex(6))
@@ -557,20 +558,23 @@ class ProcessGroupCollstack(dist.ProcessGroup):
                 f"docs/ipcd.md); got nodes {order}")
         if is_world:
             _WORLD["nodes"] = set(order)
-        elif len(order) > 1 and _WORLD["nodes"] is not None and \
-                set(order) != _WORLD["nodes"]:
-            raise CollstackTorchError(
-                f"collstack: new_group: a group spanning nodes must span "
-                f"every node of the job ({len(_WORLD['nodes'])}), this one "
-                f"spans {len(order)}: the sidecars run a multi-node group "
-                "on every node (docs/ipcd.md)")
         mine = nodes[rank]
         local = [r for r in range(size) if nodes[r] == mine]
         self._local_rank = local.index(rank)
         self._local_size = len(local)
-        self._group = self._rt.client.join(self._name, rank, size,
-                                           self._local_rank,
-                                           self._local_size)
+        # a group over some of the nodes runs over those only (its own
+        # ring on the sidecars: cs_group_join_nodes)
+        spans = sorted({w["cs_node"] for w in who})
+        if not is_world and len(order) > 1 and \
+                _WORLD["nodes"] is not None and \
+                set(order) != _WORLD["nodes"]:
+            self._group = self._rt.client.join_nodes(
+                self._name, rank, size, self._local_rank,
+                self._local_size, spans)
+        else:
+            self._group = self._rt.client.join(self._name, rank, size,
+                                               self._local_rank,
+                                               self._local_size)
 
     def getBackendName(self):
         return BACKEND

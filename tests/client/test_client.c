@@ -3030,6 +3030,114 @@ Test(client, per_trainer_limits, .timeout = 120)
 	sidecar_stop(&sc);
 }
 
+/* ---- cs_group_split ---------------------------------------------------- */
+
+/*
+ * Rank r of a world of 4 on one sidecar splits it by color r % 2 with key
+ * -r (rank 3 keeps out: CS_SPLIT_NONE), so color 0 is ranks {2, 0} in
+ * that order and color 1 is rank 1 alone; then splits the world again
+ * by color 0 for all with key r (one group of 4). Each new group's
+ * allreduce sums its ranks' (parent rank + 1).
+ */
+static int split_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_group *w, *g, *h;
+	struct cs_client *c;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+
+	(void)arg;
+	if (connect_retry(path, &c) ||
+	    cs_group_join(c, "world", rank, size, rank, size, &w))
+		return 1;
+	if (cs_group_split(w, -2, 0, &g) != -EINVAL ||
+	    !strstr(cs_errmsg(c), "color must be"))
+		return 2;
+	if (cs_group_split(w, rank == 3 ? CS_SPLIT_NONE : rank % 2, -rank, &g))
+		return 3;
+	if (rank == 3) {
+		if (g)
+			return 4;
+		if (cs_group_split(w, 0, rank, &h) || cs_group_size(h) != 4 ||
+		    cs_group_rank(h) != 3)
+			return 5;
+		if (cs_buf_alloc(c, 64, &b))
+			return 7;
+		x = cs_buf_ptr(b);
+		x[0] = 4.0f;
+		if (cs_allreduce(h, x, x, 1, CS_F32, CS_SUM, &r) ||
+		    cs_wait(c, r, -1) || x[0] != 10.0f)
+			return 10;
+		cs_disconnect(c);
+		return 0;
+	}
+	if (!g || cs_group_size(g) != (rank % 2 ? 1 : 2) ||
+	    cs_group_rank(g) != (rank == 0 ? 1 : 0))
+		return 6;
+	if (cs_buf_alloc(c, 64, &b))
+		return 7;
+	x = cs_buf_ptr(b);
+	x[0] = (float)(rank + 1);
+	if (cs_allreduce(g, x, x, 1, CS_F32, CS_SUM, &r) || cs_wait(c, r, -1) ||
+	    x[0] != (rank % 2 ? 2.0f : 4.0f))
+		return 8;
+	if (cs_group_split(w, 0, rank, &h) || cs_group_size(h) != 4 ||
+	    cs_group_rank(h) != rank)
+		return 9;
+	x[0] = (float)(rank + 1);
+	if (cs_allreduce(h, x, x, 1, CS_F32, CS_SUM, &r) || cs_wait(c, r, -1) ||
+	    x[0] != 10.0f)
+		return 10;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, split_groups_one_node, .timeout = 120)
+{
+	struct sidecar sc;
+	pid_t pid[4];
+
+	sidecar_start(&sc, "split");
+	for (int r = 0; r < 4; r++)
+		pid[r] = spawn(split_main, sc.path, r, 4, NULL);
+	for (int r = 0; r < 4; r++)
+		expect_exit0(pid[r], "trainer");
+	sidecar_stop(&sc);
+}
+
+/* A join naming nodes that leave this one out is refused, the sidecar
+ * goes on. */
+Test(client, join_over_other_nodes_refused, .timeout = 120)
+{
+	struct cs_ipc_msg m = { .type = CS_IPC_MSG_JOIN,
+				.version = CS_IPC_VERSION },
+			  r;
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *g;
+
+	sidecar_start(&sc, "subset");
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	snprintf(m.u.join.name, sizeof(m.u.join.name), "elsewhere");
+	m.u.join.rank = 0;
+	m.u.join.size = 2;
+	m.u.join.local_rank = 0;
+	m.u.join.local_size = 1;
+	m.u.join.nodes[0] = 0x6; /* nodes 1 and 2; this sidecar is node 0 */
+	cr_assert_eq(cs__client_rpc(c, &m, &r), -EINVAL);
+	cr_assert(strstr(r.u.reply.text, "do not include this one (node 0)"),
+		  "%s", r.u.reply.text);
+	m.u.join.nodes[0] = 0x3;
+	m.u.join.flags = CS_IPC_JOIN_ELASTIC;
+	cr_assert_eq(cs__client_rpc(c, &m, &r), -EINVAL);
+	cr_assert(strstr(r.u.reply.text, "cannot be elastic"), "%s",
+		  r.u.reply.text);
+	cr_assert_eq(cs_group_join(c, "fine", 0, 1, 0, 1, &g), 0);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
 /* ---- several operations of one group in flight (ipc.group_inflight) --- */
 
 /*

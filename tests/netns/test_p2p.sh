@@ -139,7 +139,7 @@ p2p_4x2)
 		rc=$?
 		echo "$out" | sed 's/^/  /'
 		[ $rc -eq 0 ] || fail "p2p_pipeline.py: exit $rc"
-		want 8 '^pipeline ok rank'
+		want 8 '^pipeline ok rank .* half_groups=2'
 	else
 		echo "(no torch for /usr/bin/python3: the pipeline check skipped)"
 	fi

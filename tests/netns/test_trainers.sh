@@ -1070,6 +1070,12 @@ case_mixed() {
 				fail "run mixed seed $s ($pass)"
 		done
 		"$CLI" stats --cluster "$ENV_FILE" 2>&1 | sed "s/^/  $pass: /"
+		# groups made by cs_group_split() over some of the 4 nodes
+		# ran on their own ring (at least one per seed plan above)
+		cat "$RUN"/${P}n*.log | grep "over [23] of the nodes" |
+			sed "s/^/  $pass: /" | head -n 4
+		cat "$RUN"/${P}n*.log | grep -q "over [23] of the nodes" ||
+			fail "no group over some of the nodes ($pass)"
 		sidecars_alive
 	done
 }

@@ -54,7 +54,25 @@ def main():
                                          act(r + 1, m).double() * 2):
             raise SystemExit(f"rank {r}: micro-batch {m} backward wrong")
     dist.barrier()
-    print(f"pipeline ok rank {r} micro={MICRO} elems={N}", flush=True)
+    # groups over some of the nodes (the first and the second half of the
+    # ranks: nodes 0..k-1 and k..2k-1 with node-consecutive ranks), each
+    # running beside the other on its own ring; every rank sums its half
+    halves = [dist.new_group(ranks=list(range(h * n // 2, (h + 1) * n // 2)))
+              for h in range(2)] if n >= 4 else []
+    for h, g in enumerate(halves):
+        if h == (2 * r) // n:
+            t = torch.full((1000,), float(r + 1))
+            dist.all_reduce(t, group=g)
+            lo, hi = h * n // 2, (h + 1) * n // 2
+            want = float(sum(q + 1 for q in range(lo, hi)))
+            if not torch.equal(t, torch.full((1000,), want)):
+                raise SystemExit(f"rank {r}: half {h} allreduce wrong: "
+                                 f"{t[0].item()} != {want}")
+    dist.barrier()
+    # one write: the ranks share the launcher's pipe
+    sys.stdout.write(f"pipeline ok rank {r} micro={MICRO} elems={N} "
+                     f"half_groups={len(halves)}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
