@@ -50,8 +50,8 @@ struct mo {
 
 static uint64_t mo_hash(uint64_t a, uint64_t b, uint64_t c)
 {
-	uint64_t z = a ^ (b * 0x9e3779b97f4a7c15ull) ^
-		     (c * 0xd1b54a32d192ed03ull);
+	uint64_t z =
+		a ^ (b * 0x9e3779b97f4a7c15ull) ^ (c * 0xd1b54a32d192ed03ull);
 
 	z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 32)) * 0x94d049bb133111ebull;
@@ -66,8 +66,8 @@ static float mo_expert(uint32_t e, float v)
 static void mo_fail(struct mo *m, const char *what, uint32_t r, int err)
 {
 	if (!m->nfailed++ && !m->wrong)
-		snprintf(m->first, sizeof(m->first), "rank %u: %s: %s", r,
-			 what, cs_strerror(err));
+		snprintf(m->first, sizeof(m->first), "rank %u: %s: %s", r, what,
+			 cs_strerror(err));
 	cs_sim_stop(m->sim);
 }
 
@@ -109,8 +109,8 @@ static void mo_tokens(struct mo *m, struct mo_rank *r, const double *cdf)
 				*s = (int32_t)lo;
 				dup = false;
 				for (uint32_t i = 0; i < j; i++)
-					dup |= r->idx[(size_t)t * c->topk + i] ==
-					       *s;
+					dup |= r->idx[(size_t)t * c->topk +
+						      i] == *s;
 			} while (dup);
 		}
 }
@@ -124,8 +124,8 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 	const float *rows;
 	const uint32_t *src, *tok, *slot;
 
-	for (uint32_t i = 0; !cs_moe_local(r->moe, i, &e, &cnt, &rows, &src,
-					   &tok, &slot);
+	for (uint32_t i = 0;
+	     !cs_moe_local(r->moe, i, &e, &cnt, &rows, &src, &tok, &slot);
 	     i++) {
 		uint64_t k = 0;
 
@@ -150,15 +150,16 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 								"rank %u expert %u row %llu: not "
 								"rank %u token %u slot %u",
 								r->id, e,
-								(unsigned long long)k,
+								(unsigned long long)
+									k,
 								s, t, j);
 					}
 					k++;
 				}
 		if (k != cnt && !m->wrong++)
 			snprintf(m->first, sizeof(m->first),
-				 "rank %u expert %u: %u rows, want %llu",
-				 r->id, e, cnt, (unsigned long long)k);
+				 "rank %u expert %u: %u rows, want %llu", r->id,
+				 e, cnt, (unsigned long long)k);
 	}
 }
 
@@ -176,8 +177,9 @@ static void mo_check_combine(struct mo *m, struct mo_rank *r)
 				if (r->idx[at] < 0)
 					continue;
 				acc += r->w[at] *
-				       mo_expert((uint32_t)r->idx[at],
-						 r->x[(size_t)t * c->hidden + h]);
+				       mo_expert(
+					       (uint32_t)r->idx[at],
+					       r->x[(size_t)t * c->hidden + h]);
 			}
 			got = r->out[(size_t)t * c->hidden + h];
 			m->checked++;
@@ -249,13 +251,15 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 		cs_a2a_node_set_notify(m->node[1][b], mo_notify,
 				       &m->rk[b * m->G]);
 	for (uint32_t k = 0; !ret && k < m->G; k++)
-		ret = cs_a2a_init(m->node[1][b], k, &m->rk[b * m->G + k].eng[1]);
+		ret = cs_a2a_init(m->node[1][b], k,
+				  &m->rk[b * m->G + k].eng[1]);
 	if (ret) {
 		mo_fail(m, "combine set-up", b * m->G, ret);
 		return;
 	}
 	for (uint32_t k = 0; k < m->G; k++)
-		cs_sim_timer(m->sim, m->rk[b * m->G + k].id, cs_sim_now(m->sim));
+		cs_sim_timer(m->sim, m->rk[b * m->G + k].id,
+			     cs_sim_now(m->sim));
 }
 
 static void mo_done(void *owner, void *user, int status, uint32_t culprit)
@@ -330,8 +334,8 @@ static void mo_service(struct mo_rank *r, cs_ns_t now)
 	wake = cs_tp_next_deadline(r->tp, now);
 	q = cs_sim_backlog(m->sim, r->id, (r->id + 1) % m->n);
 	if (q >= c->nic_ring / 2)
-		wake = CS_MIN(wake, now + (cs_ns_t)((double)q * 8 / c->gbps /
-						    2) + 1);
+		wake = CS_MIN(wake,
+			      now + (cs_ns_t)((double)q * 8 / c->gbps / 2) + 1);
 	if (m->node_left[b] == UINT32_MAX)
 		wake = now + 1;
 	if (wake != CS_NS_NEVER)
@@ -374,7 +378,9 @@ static int mo_setup(struct mo *m)
 	const struct cs_moe_sim_cfg *c = m->cfg;
 	const struct cs_a2a_sim_cfg *nc = &c->net;
 	struct cs_sim_link_params host = {
-		.gbps = nc->gbps, .delay_ns = nc->delay_ns, .loss = nc->loss,
+		.gbps = nc->gbps,
+		.delay_ns = nc->delay_ns,
+		.loss = nc->loss,
 	};
 	struct cs_sim_link_params port = host;
 	struct cs_xport_params xp = nc->xp;
@@ -496,6 +502,53 @@ int cs_moe_sim_cfg_default(struct cs_moe_sim_cfg *c)
 	return cs_a2a_sim_cfg_default(&c->net);
 }
 
+/*
+ * The bound's bytes: for every token, its row once to every other node
+ * that holds one of its experts (what a token must cross at least, the
+ * two-level scheme's count); per node the larger of what leaves and what
+ * arrives, the largest over the nodes.
+ */
+static int mo_node_bytes(const struct mo *m, uint64_t *max)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	uint32_t L = c->net.rpn, nn = m->n / L;
+	uint64_t row = (uint64_t)c->hidden * sizeof(float);
+	uint64_t *out = calloc(nn, sizeof(*out)), *in = calloc(nn, sizeof(*in));
+	uint32_t *seen = calloc(nn, sizeof(*seen)), mark = 0;
+
+	if (!out || !in || !seen) {
+		free(out);
+		free(in);
+		free(seen);
+		return -ENOMEM;
+	}
+	for (uint32_t r = 0; r < m->n; r++)
+		for (uint32_t t = 0; t < c->tokens; t++) {
+			mark++;
+			for (uint32_t j = 0; j < c->topk; j++) {
+				int32_t e =
+					m->rk[r].idx[(size_t)t * c->topk + j];
+				uint32_t dn;
+
+				if (e < 0)
+					continue;
+				dn = m->erank[e] / L;
+				if (dn == r / L || seen[dn] == mark)
+					continue;
+				seen[dn] = mark;
+				out[r / L] += row;
+				in[dn] += row;
+			}
+		}
+	*max = 0;
+	for (uint32_t k = 0; k < nn; k++)
+		*max = CS_MAX(*max, CS_MAX(out[k], in[k]));
+	free(out);
+	free(in);
+	free(seen);
+	return 0;
+}
+
 int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 		   struct cs_moe_sim_result *res)
 {
@@ -531,6 +584,8 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left
 		      ? mo_setup(&m)
 		      : -ENOMEM;
+	if (!ret)
+		ret = mo_node_bytes(&m, &res->node_bytes_max);
 	if (ret)
 		goto out;
 	for (uint32_t i = 0; i < m.n; i++)

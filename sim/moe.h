@@ -30,6 +30,10 @@ struct cs_moe_sim_result {
 	uint64_t t_dispatch_ns; /* last rank's dispatch done */
 	uint64_t time_ns; /* last rank's combine done */
 	uint64_t max_queue, drops, retx;
+	/* the busiest node's bytes over its links in dispatch (the larger
+	 * of what it sends and receives, a token's row counted once per
+	 * other node it goes to); combine moves the same back */
+	uint64_t node_bytes_max;
 	char first[200];
 };
 

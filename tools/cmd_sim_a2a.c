@@ -255,7 +255,10 @@ static void moe_usage(FILE *out)
 		"dispatched row and every output value is compared bit for\n"
 		"bit with a single-process reference. Prints 'moe ok ...' or\n"
 		"'moe FAILED ...' (exit 1). Defaults: 8 ranks, T 128, H 256,\n"
-		"K 4, E 32, Z 0.\n");
+		"K 4, E 32, Z 0. bound_us: dispatch and combine each moving\n"
+		"the busiest node's bytes (the larger of what it sends and\n"
+		"receives, a token's row once per other node it goes to)\n"
+		"over its L links at G.\n");
 }
 
 int cs_cmd_sim_moe(int argc, char **argv)
@@ -263,6 +266,7 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	struct cs_moe_sim_result r;
 	struct cs_moe_sim_cfg c;
 	unsigned long nodes = 0, u;
+	double bound;
 	char *end;
 	bool ok;
 	int ret;
@@ -330,17 +334,21 @@ int cs_cmd_sim_moe(int argc, char **argv)
 		return 1;
 	}
 	ok = r.done == c.net.ranks && !r.failed && !r.wrong && r.checked;
+	/* dispatch and combine each move the busiest node's bytes over its
+	 * L links (r.node_bytes_max) */
+	bound = 2.0 * (double)r.node_bytes_max * 8 / (c.net.gbps * c.net.rpn);
 	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s tokens=%u "
 	       "hidden=%u topk=%u experts=%u skew=%g dispatch_us=%.1f "
-	       "time_us=%.1f dispatch_bytes=%" PRIu64
-	       " max_queue_bytes=%" PRIu64 " drops=%" PRIu64 " retx=%" PRIu64
-	       " checked=%" PRIu64 " wrong=%" PRIu64 " loss=%g seed=%" PRIu64
-	       "\n",
+	       "time_us=%.1f bound_us=%.1f time_over_bound=%.3f "
+	       "dispatch_bytes=%" PRIu64 " max_queue_bytes=%" PRIu64
+	       " drops=%" PRIu64 " retx=%" PRIu64 " checked=%" PRIu64
+	       " wrong=%" PRIu64 " loss=%g seed=%" PRIu64 "\n",
 	       ok ? "ok" : "FAILED", c.net.ranks, c.net.rpn, algo_name(r.algo),
 	       c.net.no_bucket ? "(unbucketed)" : "", c.tokens, c.hidden,
 	       c.topk, c.experts, c.skew, r.t_dispatch_ns / 1e3,
-	       r.time_ns / 1e3, r.disp_bytes, r.max_queue, r.drops, r.retx,
-	       r.checked, r.wrong, c.net.loss, c.net.seed);
+	       r.time_ns / 1e3, bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
+	       r.disp_bytes, r.max_queue, r.drops, r.retx, r.checked, r.wrong,
+	       c.net.loss, c.net.seed);
 	if (!ok)
 		printf("moe: %s\n",
 		       r.first[0] ? r.first : "not every rank completed");
