@@ -92,7 +92,7 @@ struct comp {
 	char err[256];
 	struct comp *next;
 	/* once every part finished well: the result (cs__comp_wrap()) */
-	int (*fin)(void *arg, char *err, size_t len);
+	int (*fin)(void *arg, int status, char *err, size_t len);
 	void *fin_arg;
 };
 
@@ -1044,8 +1044,8 @@ cs_export int cs_alltoallv(struct cs_group *g, const void *send,
 }
 
 int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
-		  int (*fin)(void *arg, char *err, size_t len), void *arg,
-		  cs_req_t *req)
+		  int (*fin)(void *arg, int status, char *err, size_t len),
+		  void *arg, cs_req_t *req)
 {
 	struct comp *cp = calloc(1, sizeof(*cp));
 
@@ -1577,8 +1577,9 @@ static int comp_test_locked(struct cs_client *c, cs_req_t req)
 	if (pending)
 		return -EINPROGRESS;
 	*pp = k->next;
-	if (!k->status && k->fin)
-		k->status = k->fin(k->fin_arg, k->err, sizeof(k->err));
+	if (k->fin)
+		k->status =
+			k->fin(k->fin_arg, k->status, k->err, sizeof(k->err));
 	st = k->status;
 	if (st)
 		snprintf(c->err, sizeof(c->err), "%s", k->err);

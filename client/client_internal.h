@@ -92,13 +92,14 @@ void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
 			  int *peer);
 
 /*
- * A request that finishes with @sub, and then with @fin(@arg) (run inside
- * cs_test()/cs_wait() once @sub succeeded; its non-zero return, with a
- * message in @err, is the request's status). client/moe.c.
+ * A request that finishes with @sub, and then with @fin(@arg, status of
+ * @sub) (run inside cs_test()/cs_wait() once @sub finished; its return,
+ * with a message in @err when not 0, is the request's status).
+ * client/moe.c.
  */
 int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
-		  int (*fin)(void *arg, char *err, size_t len), void *arg,
-		  cs_req_t *req);
+		  int (*fin)(void *arg, int status, char *err, size_t len),
+		  void *arg, cs_req_t *req);
 
 /*
  * CS_IPC_OP_ALLTOALLV_DYN (ipc_proto.h): @table (4 x size u64 inside a

@@ -128,7 +128,7 @@ static int table_rows(struct cs_moe_layer *l, size_t row, uint64_t *rc,
 	return 0;
 }
 
-static int dispatch_fin(void *arg, char *err, size_t len)
+static int dispatch_fin(void *arg, int status, char *err, size_t len)
 {
 	struct cs_moe_layer *l = arg;
 	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
@@ -138,6 +138,10 @@ static int dispatch_fin(void *arg, char *err, size_t len)
 	int ret;
 
 	l->busy = false;
+	if (status) { /* its message is in @err already */
+		free(rc);
+		return status;
+	}
 	if (!rc)
 		return -ENOMEM;
 	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
@@ -158,7 +162,7 @@ static int dispatch_fin(void *arg, char *err, size_t len)
 /* Post the rows of @m's table (the counts in rows) from sbuf into rbuf. */
 static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
 		     const uint64_t *sd, uint64_t room_rows, bool bad,
-		     int (*fin)(void *, char *, size_t), cs_req_t *req)
+		     int (*fin)(void *, int, char *, size_t), cs_req_t *req)
 {
 	uint64_t *t = cs_buf_ptr(l->tab);
 	cs_req_t sub;
@@ -272,7 +276,7 @@ cs_export float *cs_moe_layer_out(struct cs_moe_layer *l, uint32_t i)
 	return cs_moe_expert_out(l->m, i);
 }
 
-static int combine_fin(void *arg, char *err, size_t len)
+static int combine_fin(void *arg, int status, char *err, size_t len)
 {
 	struct cs_moe_layer *l = arg;
 	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
@@ -283,6 +287,10 @@ static int combine_fin(void *arg, char *err, size_t len)
 	int ret;
 
 	l->busy = false;
+	if (status) { /* its message is in @err already */
+		free(rc);
+		return status;
+	}
 	if (!rc)
 		return -ENOMEM;
 	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
