@@ -10,6 +10,7 @@
 #ifndef CS_TEST_MOE_CHECK_H
 #define CS_TEST_MOE_CHECK_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
