@@ -360,3 +360,12 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, false,
 			 combine_fin, req);
 }
+
+cs_export int cs_moe_set_weights(struct cs_moe_layer *l, const float *w)
+{
+	if (!l || !w || l->busy || !l->m || !l->rows_ok)
+		return -EINVAL;
+	/* the engine-level MoE reads them from here (cs_moe_create()) */
+	memcpy(l->w, w, (size_t)l->ntok * l->cfg.topk * sizeof(float));
+	return 0;
+}

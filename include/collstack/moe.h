@@ -110,6 +110,14 @@ float *cs_moe_layer_out(struct cs_moe_layer *l, uint32_t i);
 int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out, float *out,
 		   cs_req_t *req);
 
+/**
+ * cs_moe_set_weights - replace the last dispatch's weights (@ntokens x
+ * topk, copied) before cs_moe_combine(): for callers that know them only
+ * after the experts ran
+ * Returns: 0 or -EINVAL (no dispatch done, a request pending, NULL).
+ */
+int cs_moe_set_weights(struct cs_moe_layer *l, const float *w);
+
 /* Free the layer (no request of it pending). */
 void cs_moe_layer_free(struct cs_moe_layer *l);
 
