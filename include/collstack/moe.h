@@ -29,8 +29,8 @@
  * rank (an index >= E or below -1, one expert twice in a token's top-k,
  * more tokens than cfg.tokens, a NULL buffer) fails the dispatch with
  * CS_ERR_BAD_DESC on every rank of the group (cs_errmsg(): "another
- * rank's descriptor was bad: rank R"), nothing sent. Across nodes the
- * group must be laid out as for cs_alltoall().
+ * rank posted a bad call: rank R", R the rank that had it), nothing sent.
+ * Across nodes the group must be laid out as for cs_alltoall().
  */
 #ifndef COLLSTACK_MOE_H
 #define COLLSTACK_MOE_H
