@@ -135,8 +135,10 @@ struct part {
 	uint32_t vcap, vn;
 	size_t vslen, vrlen;
 	/* CS_IPC_OP_ALLTOALLV_DYN: the trainer's table, where the receive
-	 * counts and displacements go back on success */
+	 * counts and displacements go back on success, and its segment
+	 * (held like @send_seg: not unregistered under the operation) */
 	uint64_t *vuser;
+	struct seg *vuser_seg;
 };
 
 static bool is_a2av(unsigned op)
@@ -356,7 +358,10 @@ static void part_release(struct part *p)
 		p->send_seg->refs--;
 	if (p->recv_seg)
 		p->recv_seg->refs--;
-	p->send_seg = p->recv_seg = NULL;
+	if (p->vuser_seg)
+		p->vuser_seg->refs--;
+	p->send_seg = p->recv_seg = p->vuser_seg = NULL;
+	p->vuser = NULL;
 	p->arrived = false;
 	p->t = NULL;
 }
@@ -1871,6 +1876,7 @@ static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
 	}
 	memcpy(s->vtab, tab, CS_IPC_A2AV_BYTES(n));
 	p->vuser = dyn ? (uint64_t *)tab : NULL;
+	p->vuser_seg = dyn ? ts : NULL;
 	if (dyn) /* the receive side: filled in when the counts are known */
 		ext[1] = d->count;
 	for (uint32_t k = 0; k < (dyn ? 1u : 2u); k++) { /* send, recv */
@@ -2043,7 +2049,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		s->st.bad_desc++;
 		/* It still takes its place in the group's sequence, so the
 		 * other ranks' matching op fails too instead of hanging. */
-		tmp.send_seg = tmp.recv_seg = NULL;
+		tmp.send_seg = tmp.recv_seg = tmp.vuser_seg = NULL;
+		tmp.vuser = NULL;
 		tmp.send = tmp.recv = NULL;
 	}
 	in = &g->win[m->seq % IPC_WINDOW];
@@ -2073,8 +2080,9 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		} else { /* as a bad one: it still takes its place */
 			bad = CS_IPC_BAD_COUNT;
 			s->st.bad_desc++;
-			tmp.send_seg = tmp.recv_seg = NULL;
+			tmp.send_seg = tmp.recv_seg = tmp.vuser_seg = NULL;
 			tmp.send = tmp.recv = NULL;
+			tmp.vuser = NULL;
 		}
 	}
 	*p = tmp;
@@ -2093,6 +2101,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		p->send_seg->refs++;
 	if (p->recv_seg)
 		p->recv_seg->refs++;
+	if (p->vuser_seg)
+		p->vuser_seg->refs++;
 	in->arrived++;
 	cs_obs_ipc_post(s->now, g->id, g->name, g->size, g->local_size,
 			g->ranks, in->seq, m->local_rank, d->op,
