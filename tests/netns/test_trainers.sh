@@ -537,7 +537,8 @@ case_moe() {
 # single-process reference, every row, source and bit of the sums; then
 # bad input on one rank (expert index E, -2, too many tokens, a NULL
 # buffer) refused on every rank with CS_ERR_BAD_DESC naming it, nothing
-# sent; then a proper round again.
+# sent; then a proper round again; then `collstack bench -o moe` (2 to 32
+# KiB of tokens per rank, every combined value checked).
 case_moe_api() {	# N [collstackd --set args...]
 	local n=$1 out; shift
 	up "$n" "$@"
@@ -547,6 +548,9 @@ case_moe_api() {	# N [collstackd --set args...]
 	echo "$out" | sed 's/^/  /'
 	echo "$out" | grep -q "^moe api: $((2 * n)) ranks, 3 rounds + 4 bad inputs: ok" ||
 		fail "no 'ok' line from rank 0"
+	# `collstack bench -o moe`: every combined value checked (#wrong 0)
+	bench 2 -o moe -b 2K -e 32K -f 4 -n 3 -w 1 ||
+		fail "bench -o moe ${n}x2: wrong values or an error"
 	sidecars_alive
 }
 
