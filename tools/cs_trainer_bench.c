@@ -653,8 +653,7 @@ static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 	if (!tmax)
 		tmax = 1;
 	if (maxb > MOE_MAX_BYTES) { /* the receive room: tokens x ranks */
-		fprintf(stderr,
-			"cs-trainer-bench: -o moe: -e at most %d MiB\n",
+		fprintf(stderr, "cs-trainer-bench: -o moe: -e at most %d MiB\n",
 			MOE_MAX_BYTES >> 20);
 		return 2;
 	}

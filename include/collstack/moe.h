@@ -30,7 +30,9 @@
  * more tokens than cfg.tokens, a NULL buffer) fails the dispatch with
  * CS_ERR_BAD_DESC on every rank of the group (cs_errmsg(): "another
  * rank posted a bad call: rank R", R the rank that had it), nothing sent.
- * Across nodes the group must be laid out as for cs_alltoall().
+ * Across nodes the group must be laid out as for cs_alltoall(). The
+ * group's size and this rank are read at cs_moe_layer_create(): an elastic
+ * group that re-formed at another size needs a new layer.
  */
 #ifndef COLLSTACK_MOE_H
 #define COLLSTACK_MOE_H
