@@ -92,6 +92,9 @@ struct comp {
 	int status;
 	char err[256];
 	struct comp *next;
+	/* once every part finished well: the result (cs__comp_wrap()) */
+	int (*fin)(void *arg, int status, char *err, size_t len);
+	void *fin_arg;
 };
 
 struct cs_client {
@@ -133,6 +136,7 @@ static const char *const op_names[CS_IPC_OP_COUNT] = {
 	[CS_IPC_OP_BARRIER] = "barrier",
 	[CS_IPC_OP_ALLTOALL] = "all-to-all",
 	[CS_IPC_OP_ALLTOALLV] = "all-to-all-v",
+	[CS_IPC_OP_ALLTOALLV_DYN] = "all-to-all-v (counts sent along)",
 };
 
 static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
@@ -165,6 +169,7 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_A2AV_TABLE] = "all-to-all-v count table: unknown "
 				  "segment, outside it, or not 8-aligned",
 	[CS_IPC_BAD_A2AV_COUNTS] = "all-to-all-v counts do not add up",
+	[CS_IPC_BAD_DYN_ROOM] = "no room for what the others send to",
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
 
@@ -1169,6 +1174,64 @@ cs_export int cs_alltoallv(struct cs_group *g, const void *send,
 	return ret;
 }
 
+int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
+		  int (*fin)(void *arg, int status, char *err, size_t len),
+		  void *arg, cs_req_t *req)
+{
+	struct comp *cp = calloc(1, sizeof(*cp));
+
+	if (!cp)
+		return -ENOMEM;
+	cp->sub = malloc(sizeof(*cp->sub));
+	if (!cp->sub) {
+		free(cp);
+		return -ENOMEM;
+	}
+	cp->sub[0] = sub;
+	cp->n = 1;
+	cp->fin = fin;
+	cp->fin_arg = arg;
+	pthread_mutex_lock(&c->lock);
+	cp->id = CS_COMP_BIT | c->next_comp++;
+	cp->next = c->comps;
+	c->comps = cp;
+	*req = cp->id;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
+		      void *recv, size_t room, enum cs_dtype dtype, bool bad,
+		      cs_req_t *req)
+{
+	struct cs_ipc_sqe d = { .op = CS_IPC_OP_ALLTOALLV_DYN,
+				.dtype = (uint8_t)dtype,
+				.count = room,
+				.root = bad ? CS_IPC_DYN_BAD_INPUT : 0 };
+	struct cs_client *c = g->c;
+	uint32_t seg;
+	uint64_t off;
+	int ret;
+
+	d.group = g->handle;
+	pthread_mutex_lock(&c->lock);
+	if (locate_start(c, send, &d.send_seg, &d.send_off) ||
+	    locate_start(c, recv, &d.recv_seg, &d.recv_off) ||
+	    locate_start(c, table, &seg, &off)) {
+		set_err(c,
+			"rank %d all-to-all-v (counts sent along) on group "
+			"'%s': a buffer is not inside a cs_buf_alloc() buffer",
+			g->rank, g->name);
+		pthread_mutex_unlock(&c->lock);
+		return -EFAULT;
+	}
+	d.reserved0 = seg;
+	d.reserved1 = off;
+	ret = post_locked(c, g, &d, req);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
 cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)
 {
 	return post(g, CS_IPC_OP_BARRIER, NULL, NULL, 0, CS_F32, 0, 0, req);
@@ -1465,7 +1528,7 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		describe_p2p(c, q, what);
 		return;
 	}
-	if (q->op == CS_IPC_OP_ALLTOALLV)
+	if (q->op == CS_IPC_OP_ALLTOALLV || q->op == CS_IPC_OP_ALLTOALLV_DYN)
 		snprintf(what, sizeof(what),
 			 "rank %d %s #%llu on group '%s' (%s, counts per "
 			 "rank)",
@@ -1645,6 +1708,9 @@ static int comp_test_locked(struct cs_client *c, cs_req_t req)
 	if (pending)
 		return -EINPROGRESS;
 	*pp = k->next;
+	if (k->fin)
+		k->status =
+			k->fin(k->fin_arg, k->status, k->err, sizeof(k->err));
 	st = k->status;
 	if (st)
 		snprintf(c->err, sizeof(c->err), "%s", k->err);

@@ -91,4 +91,24 @@ struct cs_ipc_ctrl *cs__client_ctrl(struct cs_client *c);
 void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
 			  int *peer);
 
+/*
+ * A request that finishes with @sub, and then with @fin(@arg, status of
+ * @sub) (run inside cs_test()/cs_wait() once @sub finished; its return,
+ * with a message in @err when not 0, is the request's status).
+ * client/moe.c.
+ */
+int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
+		  int (*fin)(void *arg, int status, char *err, size_t len),
+		  void *arg, cs_req_t *req);
+
+/*
+ * CS_IPC_OP_ALLTOALLV_DYN (ipc_proto.h): @table (4 x size u64 inside a
+ * cs_buf: sendcounts and sdispls filled in; recvcounts and rdispls
+ * written back on success), @room elements at @recv; @bad: this rank's
+ * input was bad, refuse it on every rank. client/moe.c.
+ */
+int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
+		      void *recv, size_t room, enum cs_dtype dtype, bool bad,
+		      cs_req_t *req);
+
 #endif

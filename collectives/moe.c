@@ -203,8 +203,7 @@ void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p)
 /* A received dispatch row: every slot of its mask names an expert here. */
 static int row_ok(const struct cs_moe *m, const uint32_t *r)
 {
-	if (r[0] >= m->c.max_tokens || !r[1] ||
-	    (m->K < 32 && r[1] >> m->K))
+	if (r[0] >= m->c.max_tokens || !r[1] || (m->K < 32 && r[1] >> m->K))
 		return CS_ERR_PROTO;
 	for (uint32_t j = 0; j < m->K; j++) {
 		int32_t e = (int32_t)r[2 + j];
@@ -217,13 +216,15 @@ static int row_ok(const struct cs_moe *m, const uint32_t *r)
 	return 0;
 }
 
-int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a)
+int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
+			      const uint64_t *rc, const uint64_t *rd)
 {
-	const uint64_t *rc, *rd;
+	const uint8_t *base = recv ? recv : m->drecv;
 	uint32_t *fill;
 	int ret;
 
-	cs_a2a_recv_layout(a, &rc, &rd);
+	if (m->loc_off)
+		return -EALREADY;
 	m->loc_of = malloc(m->c.experts * sizeof(*m->loc_of));
 	m->loc_e = malloc(m->c.experts * sizeof(*m->loc_e));
 	m->loc_cnt = calloc(m->c.experts, sizeof(*m->loc_cnt));
@@ -240,7 +241,8 @@ int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a)
 	/* count, checking every row */
 	for (uint32_t s = 0; s < m->n; s++)
 		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r = row_u32(m->drecv, m->drow, rd[s] + i);
+			const uint32_t *r =
+				row_u32((uint8_t *)base, m->drow, rd[s] + i);
 
 			ret = row_ok(m, r);
 			if (ret)
@@ -267,7 +269,8 @@ int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a)
 	 * each source's rows in its token order */
 	for (uint32_t s = 0; s < m->n; s++)
 		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r = row_u32(m->drecv, m->drow, rd[s] + i);
+			const uint32_t *r =
+				row_u32((uint8_t *)base, m->drow, rd[s] + i);
 
 			for (uint32_t j = 0; j < m->K; j++) {
 				uint32_t l;
@@ -289,9 +292,8 @@ int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a)
 }
 
 int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,
-		 uint32_t *count, const float **rows,
-		 const uint32_t **src_rank, const uint32_t **src_token,
-		 const uint32_t **src_slot)
+		 uint32_t *count, const float **rows, const uint32_t **src_rank,
+		 const uint32_t **src_token, const uint32_t **src_slot)
 {
 	uint64_t o;
 
@@ -368,6 +370,11 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 
 int cs_moe_combine_finish(struct cs_moe *m, float *out)
 {
+	return cs_moe_combine_finish_at(m, m->crecv, out);
+}
+
+int cs_moe_combine_finish_at(struct cs_moe *m, const void *recv, float *out)
+{
 	size_t slots = (size_t)m->T * m->K;
 	const float **y = calloc(slots ? slots : 1, sizeof(*y));
 	int ret = 0;
@@ -376,8 +383,8 @@ int cs_moe_combine_finish(struct cs_moe *m, float *out)
 		return -ENOMEM;
 	for (uint32_t d = 0; d < m->n && !ret; d++)
 		for (uint64_t i = 0; i < m->crc[d] && !ret; i++) {
-			const uint32_t *r =
-				row_u32(m->crecv, m->crow, m->crd[d] + i);
+			const uint32_t *r = row_u32((uint8_t *)recv, m->crow,
+						    m->crd[d] + i);
 			size_t at = (size_t)r[0] * m->K + r[1];
 			int32_t e;
 
@@ -412,4 +419,32 @@ int cs_moe_combine_finish(struct cs_moe *m, float *out)
 		}
 	free(y);
 	return ret;
+}
+
+void cs_moe_wire(const struct cs_moe *m, size_t *drow, size_t *crow,
+		 const void **dsend, uint64_t *dsend_rows, const void **csend,
+		 uint64_t *csend_rows, uint64_t *crecv_rows)
+{
+	uint64_t cs = 0, cr = 0;
+
+	for (uint32_t d = 0; m->csc && m->crc && d < m->n; d++) {
+		cs += m->csc[d];
+		cr += m->crc[d];
+	}
+	*drow = m->drow;
+	*crow = m->crow;
+	*dsend = m->dsend;
+	*dsend_rows = m->dsend_rows;
+	*csend = m->csend;
+	*csend_rows = cs;
+	*crecv_rows = cr;
+}
+
+void cs_moe_combine_layout(const struct cs_moe *m, struct cs_a2a_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->recvcounts = m->crc;
+	p->rdispls = m->crd;
+	p->sendcounts = m->csc;
+	p->sdispls = m->csd;
 }

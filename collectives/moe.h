@@ -74,12 +74,27 @@ void cs_moe_free(struct cs_moe *m);
 void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p);
 
 /**
+ * cs_moe_dispatch_finish_at - the same on rows received elsewhere (the
+ * trainer API, client/moe.c): @recv (NULL: the engine's own receive
+ * buffer) holds @counts[s] rows from rank s at row @displs[s]
+ */
+/**
  * cs_moe_dispatch_finish - the dispatch engine @a completed: lay out the
  * rows per local expert
  * Returns: 0, CS_ERR_PROTO (a row naming an expert not here, a bad
  *	token), -ENOMEM.
  */
-int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a);
+int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
+			      const uint64_t *counts, const uint64_t *displs);
+
+static inline int cs_moe_dispatch_finish(struct cs_moe *m,
+					 const struct cs_a2a *a)
+{
+	const uint64_t *rc, *rd;
+
+	cs_a2a_recv_layout(a, &rc, &rd);
+	return cs_moe_dispatch_finish_at(m, NULL, rc, rd);
+}
 
 /**
  * cs_moe_local - what dispatch delivered for local expert number @i
@@ -91,9 +106,8 @@ int cs_moe_dispatch_finish(struct cs_moe *m, const struct cs_a2a *a);
  * Returns: 0 or -ENOENT (no such local expert).
  */
 int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,
-		 uint32_t *count, const float **rows,
-		 const uint32_t **src_rank, const uint32_t **src_token,
-		 const uint32_t **src_slot);
+		 uint32_t *count, const float **rows, const uint32_t **src_rank,
+		 const uint32_t **src_token, const uint32_t **src_slot);
 
 /**
  * cs_moe_expert_out - where local expert @i's outputs go: [count][hidden]
@@ -115,5 +129,20 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p);
  *	sent to that rank, or came twice).
  */
 int cs_moe_combine_finish(struct cs_moe *m, float *out);
+
+/* The same on rows received elsewhere: @recv laid out as the params'
+ * recvcounts and rdispls say (client/moe.c). */
+int cs_moe_combine_finish_at(struct cs_moe *m, const void *recv, float *out);
+
+/* The combine's counts and displacements (rows), after
+ * cs_moe_combine_params(), in @p (only those four fields). */
+void cs_moe_combine_layout(const struct cs_moe *m, struct cs_a2a_params *p);
+
+/* The packed rows and their sizes (the trainer API copies them into its
+ * shared buffers): the dispatch's after cs_moe_create(), the combine's
+ * after cs_moe_combine_params(). */
+void cs_moe_wire(const struct cs_moe *m, size_t *drow, size_t *crow,
+		 const void **dsend, uint64_t *dsend_rows, const void **csend,
+		 uint64_t *csend_rows, uint64_t *crecv_rows);
 
 #endif

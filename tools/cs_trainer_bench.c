@@ -77,6 +77,7 @@
 #include <time.h>
 
 #include <collstack/collstack.h>
+#include <collstack/moe.h>
 
 #include "bench_util.h"
 #include "zipf_split.h"
@@ -618,10 +619,162 @@ static void print_row(enum cs_bench_op op, const struct bench *b, size_t count,
 	fflush(stdout);
 }
 
+/*
+ * -o moe (collstack/moe.h): SIZE is each rank's tokens in bytes (tokens of
+ * MOE_H f32 values, at least one), top-2 of 2 experts per rank, token t of
+ * rank r to experts (3r + 5t) mod E and the next one; an iteration is
+ * dispatch, the experts (y = (e + 1) x), combine. Each rank checks every
+ * value of its combined output against its own reference (the same sum in
+ * slot order: the same bits). time: the slowest rank's mean per iteration.
+ */
+#define MOE_H 512
+#define MOE_MAX_BYTES (8 << 20)
+
+static float moe_x(int r, size_t t, size_t h)
+{
+	return (float)((r * 31 + (int)(t % 1000) * 7 + (int)h) % 61) / 8.0f;
+}
+
+static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
+		   int warmup, int iters)
+{
+	uint32_t E = 2 * (uint32_t)b->n, K = 2;
+	size_t tmax = maxb / (MOE_H * sizeof(float));
+	struct cs_moe_layer_cfg cfg = {
+		.hidden = MOE_H, .topk = K, .experts = E, .experts_per_rank = 2
+	};
+	struct cs_moe_layer *l = NULL;
+	float *x, *w, *out;
+	int32_t *idx;
+	double *lat;
+	long bad = 0;
+	int ret;
+
+	if (!tmax)
+		tmax = 1;
+	if (maxb > MOE_MAX_BYTES) { /* the receive room: tokens x ranks */
+		fprintf(stderr, "cs-trainer-bench: -o moe: -e at most %d MiB\n",
+			MOE_MAX_BYTES >> 20);
+		return 2;
+	}
+	cfg.tokens = (uint32_t)tmax;
+	x = malloc(tmax * MOE_H * sizeof(float));
+	out = malloc(tmax * MOE_H * sizeof(float));
+	w = malloc(tmax * K * sizeof(float));
+	idx = malloc(tmax * K * sizeof(int32_t));
+	lat = malloc(sizeof(double) * ((size_t)iters + 1));
+	ret = x && out && w && idx && lat ? 0 : -ENOMEM;
+	if (!ret)
+		ret = cs_moe_layer_create(b->g, &cfg, &l);
+	if (ret) {
+		fprintf(stderr, "cs-trainer-bench: moe layer: %s\n",
+			cs_strerror(ret));
+		goto out;
+	}
+	if (!b->rank)
+		printf("# op moe ranks %d (libcollstack through collstackd): "
+		       "tokens of %d f32, top-%u of %u experts; size = a "
+		       "rank's tokens; time = dispatch + experts + combine\n"
+		       "#%11s %8s %10s %8s %10s %10s %6s\n",
+		       b->n, MOE_H, K, E, "size", "tokens", "time(us)", "algbw",
+		       "p50(us)", "p99(us)", "#wrong");
+	for (size_t bytes = minb; bytes <= maxb && !ret; bytes *= factor) {
+		size_t T = bytes / (MOE_H * sizeof(float)), q;
+		long wrong = 0;
+		double total = 0, tm;
+		cs_req_t r = 0;
+
+		if (!T)
+			T = 1;
+		for (size_t t = 0; t < T; t++) {
+			for (size_t h = 0; h < MOE_H; h++)
+				x[t * MOE_H + h] = moe_x(b->rank, t, h);
+			for (uint32_t j = 0; j < K; j++) {
+				idx[t * K + j] =
+					(int32_t)((3u * (uint32_t)b->rank +
+						   5u * (uint32_t)t + j) %
+						  E);
+				w[t * K + j] = 0.5f + 0.25f * (float)j;
+			}
+		}
+		for (int it = -warmup; it < iters && !ret; it++) {
+			double t0;
+
+			if ((ret = barrier(b)))
+				break;
+			t0 = now_us();
+			ret = cs_moe_dispatch(l, (uint32_t)T, x, idx, w, &r);
+			if ((ret = finish(b, ret, r, "moe dispatch")))
+				break;
+			for (uint32_t i = 0; i < cs_moe_local_experts(l); i++) {
+				uint32_t e, n;
+				const float *rows;
+				const uint32_t *a, *c, *d;
+				float *y = cs_moe_layer_out(l, i);
+
+				cs_moe_rows(l, i, &e, &n, &rows, &a, &c, &d);
+				for (q = 0; q < (size_t)n * MOE_H; q++)
+					y[q] = (float)(e + 1) * rows[q];
+			}
+			ret = cs_moe_combine(l, NULL, out, &r);
+			if ((ret = finish(b, ret, r, "moe combine")))
+				break;
+			if (it >= 0)
+				total += lat[it] = now_us() - t0;
+			for (size_t t = 0; t < T; t++)
+				for (size_t h = 0; h < MOE_H; h++) {
+					float acc = 0.0f;
+
+					for (uint32_t j = 0; j < K; j++)
+						acc += w[t * K + j] *
+						       ((float)(idx[t * K + j] +
+								1) *
+							x[t * MOE_H + h]);
+					wrong += memcmp(&acc,
+							&out[t * MOE_H + h],
+							sizeof(acc)) != 0;
+				}
+		}
+		if (ret)
+			break;
+		/* the slowest rank per iteration; wrong summed */
+		memcpy(b->meta, lat, sizeof(double) * (size_t)iters);
+		b->meta[iters] = total;
+		ret = cs_allreduce(b->g, b->meta, b->meta, (size_t)iters + 1,
+				   CS_F64, CS_MAX, &r);
+		if ((ret = finish(b, ret, r, "timing max")))
+			break;
+		memcpy(lat, b->meta, sizeof(double) * (size_t)iters);
+		tm = b->meta[iters] / iters;
+		b->meta[0] = (double)wrong;
+		ret = cs_allreduce(b->g, b->meta, b->meta, 1, CS_F64, CS_SUM,
+				   &r);
+		if ((ret = finish(b, ret, r, "#wrong sum")))
+			break;
+		wrong = (long)b->meta[0];
+		bad += wrong;
+		qsort(lat, (size_t)iters, sizeof(double), cs_bench_cmp_double);
+		if (!b->rank)
+			printf("%12zu %8zu %10.1f %8.3f %10.1f %10.1f %6ld\n",
+			       T * MOE_H * sizeof(float), T, tm,
+			       (double)(T * MOE_H * sizeof(float)) / (tm * 1e3),
+			       lat[(size_t)(iters - 1) / 2],
+			       lat[(size_t)(iters - 1) * 99 / 100], wrong);
+	}
+out:
+	cs_moe_layer_free(l);
+	free(x);
+	free(out);
+	free(w);
+	free(idx);
+	free(lat);
+	return ret ? 1 : bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	size_t minb = 4096, maxb = 64 << 20, factor = 4;
-	int iters = 20, warmup = 5, ret = 1, bad = 0, buckets = 1;
+	int iters = 20, warmup = 5, ret = 1, bad = 0, buckets = 1, moe = 0;
 	const char *group = "bench";
 	struct cs_buf *bs = NULL, *br = NULL, *bm = NULL;
 	struct bench b = { 0 };
@@ -672,6 +825,9 @@ int main(int argc, char **argv)
 					argv[i + 1]);
 				return 2;
 			}
+		} else if (!strcmp(argv[i], "-o") &&
+			   !strcmp(argv[i + 1], "moe")) {
+			moe = 1;
 		} else if (!strcmp(argv[i], "-o")) {
 			unsigned k;
 
@@ -768,6 +924,10 @@ int main(int argc, char **argv)
 	send = cs_buf_ptr(bs);
 	recv = cs_buf_ptr(br);
 	b.meta = cs_buf_ptr(bm);
+	if (moe) {
+		ret = run_moe(&b, minb, maxb, factor, warmup, iters);
+		goto out_bufs;
+	}
 	b.sidecar = sidecar_pid();
 	for (size_t i = 0; i < 97; i++) {
 		expect97[i] = 0;

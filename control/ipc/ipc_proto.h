@@ -48,6 +48,9 @@ enum cs_ipc_opcode {
 	CS_IPC_OP_BARRIER = 5,
 	CS_IPC_OP_ALLTOALL = 6,
 	CS_IPC_OP_ALLTOALLV = 7, /* per-pair counts: CS_IPC_A2AV_BYTES */
+	/* receive counts not known by the receiver: they travel with the
+	 * rows (CS_IPC_A2AV_BYTES table, below) */
+	CS_IPC_OP_ALLTOALLV_DYN = 8,
 	CS_IPC_OP_COUNT
 };
 
@@ -116,6 +119,21 @@ static_assert(sizeof(struct cs_ipc_sqe) == 64, "sqe is one cache line");
  */
 #define CS_IPC_A2AV_BYTES(n) (32u * (uint64_t)(n))
 
+/*
+ * CS_IPC_OP_ALLTOALLV_DYN: the same table, but only sendcounts and sdispls
+ * are read; @count is the receive room (elements from @recv_off); @root 0,
+ * or 1: this rank's own input was bad (the trainer library found it so,
+ * e.g. an MoE expert index out of range): the operation is refused on
+ * every rank with CS_ERR_BAD_DESC (CS_IPC_BAD_PEER naming it), nothing
+ * sent. On success the sidecar writes recvcounts and rdispls into the
+ * table (the rows of each source rank, packed in source rank order from
+ * @recv_off) before the completion. Room too small on some rank: refused
+ * on every rank (CS_IPC_BAD_DYN_ROOM naming it). Across nodes the count
+ * matrix travels in a first step of the same operation (as for
+ * CS_IPC_OP_ALLTOALLV), then the rows.
+ */
+#define CS_IPC_DYN_BAD_INPUT 1u
+
 /* Which descriptor field a CS_ERR_BAD_DESC completion complains about. */
 enum cs_ipc_bad {
 	CS_IPC_BAD_NONE = 0,
@@ -162,6 +180,9 @@ enum cs_ipc_bad {
 	/* all-to-all-v: what rank @peer sends to rank (aux word) differs
 	 * from what that rank expects from it; every rank gets this */
 	CS_IPC_BAD_A2AV_COUNTS,
+	/* all-to-all-v with receive counts sent along: rank @peer has not
+	 * the room for what the others send it; every rank gets this */
+	CS_IPC_BAD_DYN_ROOM,
 	CS_IPC_BAD_COUNT_
 };
 

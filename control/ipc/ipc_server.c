@@ -134,7 +134,17 @@ struct part {
 	uint64_t *v;
 	uint32_t vcap, vn;
 	size_t vslen, vrlen;
+	/* CS_IPC_OP_ALLTOALLV_DYN: the trainer's table, where the receive
+	 * counts and displacements go back on success, and its segment
+	 * (held like @send_seg: not unregistered under the operation) */
+	uint64_t *vuser;
+	struct seg *vuser_seg;
 };
+
+static bool is_a2av(unsigned op)
+{
+	return op == CS_IPC_OP_ALLTOALLV || op == CS_IPC_OP_ALLTOALLV_DYN;
+}
 
 /* The k-th op of a group: one part per local rank. */
 struct inst {
@@ -352,7 +362,10 @@ static void part_release(struct part *p)
 		p->send_seg->refs--;
 	if (p->recv_seg)
 		p->recv_seg->refs--;
-	p->send_seg = p->recv_seg = NULL;
+	if (p->vuser_seg)
+		p->vuser_seg->refs--;
+	p->send_seg = p->recv_seg = p->vuser_seg = NULL;
+	p->vuser = NULL;
 	p->arrived = false;
 	p->t = NULL;
 }
@@ -391,7 +404,7 @@ static void op_lens(const struct group *g, const struct cs_ipc_sqe *d,
 static void part_lens(const struct group *g, const struct part *p, size_t *slen,
 		      size_t *rlen)
 {
-	if (p->d.op == CS_IPC_OP_ALLTOALLV) {
+	if (is_a2av(p->d.op)) {
 		*slen = p->vslen;
 		*rlen = p->vrlen;
 		return;
@@ -507,6 +520,11 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 				status); /* observe/ */
 		if (!st && p->recv_seg && p->recv_seg->dev)
 			st = dev_out(s, g, p);
+		if (!st && p->d.op == CS_IPC_OP_ALLTOALLV_DYN && p->vuser &&
+		    p->vn == g->size) /* the counts go back with the rows */
+			memcpy(p->vuser + 2 * (size_t)g->size,
+			       p->v + 2 * (size_t)g->size,
+			       2 * sizeof(uint64_t) * g->size);
 		if (st != status)
 			complete(s, p->t, p->user_id, st, 0, -1);
 		else if (p->bad && status == CS_ERR_BAD_DESC)
@@ -813,8 +831,88 @@ static void fan_out(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			break;
 		}
 	}
-	if (p0->d.op == CS_IPC_OP_ALLTOALLV)
+	if (is_a2av(p0->d.op))
 		a2av_unstage(s, g, in);
+}
+
+/*
+ * An all-to-all-v with receive counts sent along (CS_IPC_OP_ALLTOALLV_DYN):
+ * the count matrix @M (a2av_nodes_at(), rows of every rank: its
+ * sendcounts, then its receive room with the CS_IPC_DYN_BAD_INPUT flag
+ * in its top bit (DYN_BAD_BIT), where
+ * the receive counts go otherwise). Refuse the operation when a rank's
+ * input was bad or a rank lacks room (the same verdict on every node: each
+ * has the whole matrix); else write the receive side (the transpose) into
+ * the matrix and into every local rank's table, packed in source order.
+ * Returns 0 or 1 (refused: finished).
+ */
+#define DYN_BAD_BIT (1ull << 63)
+
+static int dyn_matrix(struct cs_ipc_server *s, struct group *g, struct inst *in,
+		      uint64_t *M)
+{
+	uint32_t n = g->size;
+
+	for (uint32_t r = 0; r < n; r++)
+		if (M[(size_t)r * 2 * n + n] & DYN_BAD_BIT) {
+			inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PEER,
+				    (int32_t)r);
+			return 1;
+		}
+	for (uint32_t r = 0; r < n; r++) {
+		uint64_t sum = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			sum += M[(size_t)i * 2 * n + r];
+		if (sum > M[(size_t)r * 2 * n + n]) {
+			inst_finish(s, g, in, CS_ERR_BAD_DESC,
+				    CS_IPC_BAD_DYN_ROOM, (int32_t)r);
+			return 1;
+		}
+	}
+	for (uint32_t r = 0; r < n; r++)
+		for (uint32_t i = 0; i < n; i++)
+			M[(size_t)r * 2 * n + n + i] = M[(size_t)i * 2 * n + r];
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		uint64_t *v = in->parts[l].v, at = 0;
+		uint32_t r = (uint32_t)g->ranks[l];
+
+		for (uint32_t i = 0; i < n; i++) {
+			v[2 * n + i] = M[(size_t)r * 2 * n + n + i];
+			v[3 * n + i] = at;
+			at += v[2 * n + i];
+		}
+	}
+	return 0;
+}
+
+/* Put a dynamic all-to-all-v's matrix row of local rank @l into @row. */
+static void dyn_row(const struct group *g, const struct part *p, uint64_t *row)
+{
+	uint32_t n = g->size;
+
+	memcpy(row, p->v, sizeof(uint64_t) * n);
+	memset(row + n, 0, sizeof(uint64_t) * n);
+	/* the room (below max_op_bytes), the flag in its top bit */
+	row[n] = p->d.count | (p->d.root ? DYN_BAD_BIT : 0);
+}
+
+/* The same on one node: every row is here. */
+static int dyn_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	uint32_t n = g->size;
+	uint64_t *M = calloc(2 * (size_t)n * n, sizeof(*M));
+	int ret;
+
+	if (!M) {
+		inst_finish(s, g, in, -ENOMEM, 0, -1);
+		return 1;
+	}
+	for (uint32_t l = 0; l < g->local_size; l++)
+		dyn_row(g, &in->parts[l], M + (size_t)g->ranks[l] * 2 * n);
+	ret = dyn_matrix(s, g, in, M);
+	free(M);
+	return ret;
 }
 
 /* Every local rank is in and valid: run it on this node. */
@@ -869,9 +967,14 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 					       (size_t)g->ranks[m] * blk,
 				       blk);
 		break;
+	case CS_IPC_OP_ALLTOALLV_DYN:
 	case CS_IPC_OP_ALLTOALLV: {
 		uint32_t n = g->size;
 		int32_t bi, bj;
+
+		/* counts sent along: the receive side is filled in here */
+		if (p0->d.op == CS_IPC_OP_ALLTOALLV_DYN && dyn_local(s, g, in))
+			return; /* refused on every rank, nothing moved */
 
 		if (a2av_local_bad(g, in, &bi, &bj)) { /* nothing moved */
 			inst_finish_ex(s, g, in, CS_ERR_BAD_DESC,
@@ -935,11 +1038,15 @@ static size_t a2av_need(const struct group *g, const struct inst *in)
 	uint32_t n = g->size, nn = n / g->local_size;
 	size_t esz = esz_of(&in->parts[0]), out = 0, inb = 0;
 
-	for (uint32_t l = 0; l < g->local_size; l++)
+	for (uint32_t l = 0; l < g->local_size; l++) {
 		for (uint32_t j = 0; j < n; j++) {
 			out += in->parts[l].v[j] * esz;
-			inb += in->parts[l].v[2 * n + j] * esz;
+			if (in->parts[l].d.op == CS_IPC_OP_ALLTOALLV)
+				inb += in->parts[l].v[2 * n + j] * esz;
 		}
+		if (in->parts[l].d.op == CS_IPC_OP_ALLTOALLV_DYN)
+			inb += in->parts[l].d.count * esz; /* its room */
+	}
 	return a2av_send_at(n, nn) + ((out + 7) & ~(size_t)7) + inb;
 }
 
@@ -953,6 +1060,10 @@ static void a2av_counts(struct group *g, struct inst *in,
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		uint64_t *row = M + (size_t)g->ranks[l] * 2 * n;
 
+		if (in->parts[l].d.op == CS_IPC_OP_ALLTOALLV_DYN) {
+			dyn_row(g, &in->parts[l], row);
+			continue;
+		}
 		/* sendcounts, recvcounts: the table's [0, n), [2n, 3n) */
 		memcpy(row, in->parts[l].v, sizeof(uint64_t) * n);
 		memcpy(row + n, in->parts[l].v + 2 * n, sizeof(uint64_t) * n);
@@ -1017,6 +1128,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			need = 2 * blk * g->size * g->local_size;
 		break;
 	case CS_IPC_OP_ALLTOALLV:
+	case CS_IPC_OP_ALLTOALLV_DYN:
 		need = a2av_need(g, in);
 		break;
 	default:
@@ -1103,6 +1215,7 @@ static void run_inter(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		op.buf = staging_of(in) + blk * g->size * g->local_size;
 		break;
 	case CS_IPC_OP_ALLTOALLV:
+	case CS_IPC_OP_ALLTOALLV_DYN:
 		a2av_counts(g, in, &op);
 		break;
 	case CS_IPC_OP_BROADCAST:
@@ -1209,7 +1322,9 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	for (uint32_t l = 1; l < g->local_size; l++) {
 		const struct cs_ipc_sqe *a = &p0->d, *b = &in->parts[l].d;
 
-		if (a->op != b->op || a->count != b->count ||
+		if (a->op != b->op ||
+		    (a->op != CS_IPC_OP_ALLTOALLV_DYN &&
+		     a->count != b->count) ||
 		    (a->op != CS_IPC_OP_BARRIER && a->dtype != b->dtype) ||
 		    ((a->op == CS_IPC_OP_ALLREDUCE ||
 		      a->op == CS_IPC_OP_REDUCE_SCATTER) &&
@@ -1223,8 +1338,7 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		}
 	}
 	/* every local rank is numbered now (not yet when one posts) */
-	if ((p0->d.op == CS_IPC_OP_ALLTOALL ||
-	     p0->d.op == CS_IPC_OP_ALLTOALLV) &&
+	if ((p0->d.op == CS_IPC_OP_ALLTOALL || is_a2av(p0->d.op)) &&
 	    !a2a_layout_ok(g)) {
 		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT,
 			     -1);
@@ -1313,7 +1427,7 @@ static void a2av_data(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	uint32_t n = g->size, L = g->local_size, nn = n / L;
 	uint8_t *st = staging_of(in), *out = st + a2av_send_at(n, nn), *o;
-	const uint64_t *M = (const uint64_t *)st;
+	uint64_t *M = (uint64_t *)st;
 	uint64_t *nc = (uint64_t *)(st + a2av_nodes_at(n)), total = 0;
 	size_t esz = esz_of(&in->parts[0]);
 	struct cs_ipc_inter_op op = in->op;
@@ -1324,6 +1438,9 @@ static void a2av_data(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		inst_finish(s, g, in, CS_ERR_EPOCH, CS_IPC_EPOCH_RESIZED, -1);
 		return;
 	}
+	if (in->parts[0].d.op == CS_IPC_OP_ALLTOALLV_DYN &&
+	    dyn_matrix(s, g, in, M))
+		return; /* every node refuses it alike: nothing sent */
 	if (a2av_matrix_bad(M, n, &bi, &bj)) {
 		inst_finish_ex(s, g, in, CS_ERR_BAD_DESC,
 			       CS_IPC_BAD_A2AV_COUNTS, bi, (uint32_t)bj);
@@ -1758,8 +1875,12 @@ static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
 	struct seg *ts = seg_get(s, t, d->reserved0);
 	const uint8_t *tab;
 
-	if (d->count)
+	bool dyn = d->op == CS_IPC_OP_ALLTOALLV_DYN;
+
+	if (dyn ? d->count > max : d->count)
 		return CS_IPC_BAD_COUNT;
+	if (dyn && d->root > CS_IPC_DYN_BAD_INPUT)
+		return CS_IPC_BAD_ROOT;
 	if (!ts || ts->dev || d->reserved1 % 8)
 		return CS_IPC_BAD_A2AV_TABLE;
 	tab = seg_range(ts, d->reserved1, CS_IPC_A2AV_BYTES(n));
@@ -1774,7 +1895,11 @@ static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
 		s->vtab_cap = 4 * (size_t)n;
 	}
 	memcpy(s->vtab, tab, CS_IPC_A2AV_BYTES(n));
-	for (uint32_t k = 0; k < 2; k++) { /* send, then recv */
+	p->vuser = dyn ? (uint64_t *)tab : NULL;
+	p->vuser_seg = dyn ? ts : NULL;
+	if (dyn) /* the receive side: filled in when the counts are known */
+		ext[1] = d->count;
+	for (uint32_t k = 0; k < (dyn ? 1u : 2u); k++) { /* send, recv */
 		const uint64_t *c = s->vtab + 2 * k * n, *dp = c + n;
 
 		for (uint32_t j = 0; j < n; j++) {
@@ -1824,8 +1949,7 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	bool needs_send =
 		d->op != CS_IPC_OP_BROADCAST && d->op != CS_IPC_OP_BARRIER;
 
-	if (d->flags ||
-	    (d->op != CS_IPC_OP_ALLTOALLV && (d->reserved0 || d->reserved1)))
+	if (d->flags || (!is_a2av(d->op) && (d->reserved0 || d->reserved1)))
 		return CS_IPC_BAD_FLAGS;
 	if (d->op == CS_IPC_OP_BARRIER)
 		return d->count ? CS_IPC_BAD_COUNT : 0;
@@ -1837,7 +1961,7 @@ static unsigned validate(struct cs_ipc_server *s, struct member *m,
 	 * operation: only one that needs none can be that */
 	if (!g->size && d->op != CS_IPC_OP_ALLREDUCE)
 		return CS_IPC_BAD_OP;
-	if (d->op == CS_IPC_OP_ALLTOALLV)
+	if (is_a2av(d->op))
 		return validate_a2av(s, m, d, p);
 	max_elems = s->cfg.max_op_bytes / esz;
 	if (d->op == CS_IPC_OP_REDUCE_SCATTER ||
@@ -1945,7 +2069,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		s->st.bad_desc++;
 		/* It still takes its place in the group's sequence, so the
 		 * other ranks' matching op fails too instead of hanging. */
-		tmp.send_seg = tmp.recv_seg = NULL;
+		tmp.send_seg = tmp.recv_seg = tmp.vuser_seg = NULL;
+		tmp.vuser = NULL;
 		tmp.send = tmp.recv = NULL;
 	}
 	in = &g->win[m->seq % IPC_WINDOW];
@@ -1966,7 +2091,7 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 	m->seq++;
 	v = p->v;
 	vcap = p->vcap;
-	if (!bad && d->op == CS_IPC_OP_ALLTOALLV && vcap < 4 * g->size) {
+	if (!bad && is_a2av(d->op) && vcap < 4 * g->size) {
 		uint64_t *nv = realloc(v, 4 * (size_t)g->size * sizeof(*nv));
 
 		if (nv) {
@@ -1975,14 +2100,15 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		} else { /* as a bad one: it still takes its place */
 			bad = CS_IPC_BAD_COUNT;
 			s->st.bad_desc++;
-			tmp.send_seg = tmp.recv_seg = NULL;
+			tmp.send_seg = tmp.recv_seg = tmp.vuser_seg = NULL;
 			tmp.send = tmp.recv = NULL;
+			tmp.vuser = NULL;
 		}
 	}
 	*p = tmp;
 	p->v = v;
 	p->vcap = vcap;
-	if (!bad && d->op == CS_IPC_OP_ALLTOALLV) {
+	if (!bad && is_a2av(d->op)) {
 		memcpy(p->v, s->vtab, CS_IPC_A2AV_BYTES(g->size));
 		p->vn = g->size;
 	}
@@ -1995,6 +2121,8 @@ static void take(struct cs_ipc_server *s, struct trainer *t,
 		p->send_seg->refs++;
 	if (p->recv_seg)
 		p->recv_seg->refs++;
+	if (p->vuser_seg)
+		p->vuser_seg->refs++;
 	in->arrived++;
 	cs_obs_ipc_post(s->now, g->id, g->name, g->size, g->local_size,
 			g->ranks, in->seq, m->local_rank, d->op,

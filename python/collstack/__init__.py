@@ -77,11 +77,20 @@ def _load():
         "cs_buf_register_dev": (i, [p, p, sz, sz, pp]),
         "cs_event_fd": (i, [p]),
         "cs_event_arm": (i, [p]),
+        "cs_moe_layer_create": (i, [p, p, pp]),
+        "cs_moe_dispatch": (i, [p, ctypes.c_uint32, p, p, p,
+                                ctypes.POINTER(u64)]),
+        "cs_moe_local_experts": (ctypes.c_uint32, [p]),
+        "cs_moe_rows": (i, [p, ctypes.c_uint32] + [p] * 6),
+        "cs_moe_layer_out": (p, [p, ctypes.c_uint32]),
+        "cs_moe_combine": (i, [p, p, p, ctypes.POINTER(u64)]),
+        "cs_moe_set_weights": (i, [p, p]),
+        "cs_moe_layer_free": (None, [p]),
     }
     for fn, (res, args) in sigs.items():
-        if fn in ("cs_buf_register_dev", "cs_alltoallv", "cs_send",
-                  "cs_recv", "cs_reduce", "cs_gather", "cs_scatter") and \
-                not hasattr(lib, fn):
+        if (fn in ("cs_buf_register_dev", "cs_alltoallv", "cs_send",
+                   "cs_recv", "cs_reduce", "cs_gather", "cs_scatter") or
+                fn.startswith("cs_moe_")) and not hasattr(lib, fn):
             continue            # an older libcollstack
         f = getattr(lib, fn)
         f.restype = res
@@ -454,6 +463,16 @@ class Group:
         numpy)."""
         from .ps import Table
         return Table(self, name, dim, key_max, **kw)
+
+    def moe_layer(self, tokens, hidden, topk, experts_per_rank=None,
+                  expert_rank=None):
+        """An MoE layer of this group (collstack.moe.MoELayer: dispatch
+        and combine through the sidecar, the counts sent along with the
+        rows; float32; needs numpy)."""
+        from .moe import MoELayer
+        return MoELayer(self, tokens, hidden, topk,
+                        experts_per_rank=experts_per_rank,
+                        expert_rank=expert_rank)
 
     def alltoall(self, send, recv):
         """Post an all-to-all: block j of send (size/n elements) goes to

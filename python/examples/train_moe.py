@@ -48,9 +48,13 @@ or on a cluster of collstackd sidecars (scripts/cluster.sh up 4):
         build/tools/collstack launch -T 2 -- /usr/bin/python3 \\
         python/examples/train_moe.py
 
---alltoallv sends only the rows used: an all-to-all of the row counts (one
-i64 per pair), then Group.alltoallv for the three exchanges; the results
-are the same bits.
+By default dispatch and the weighted combine go through the trainer API's
+MoE layer (collstack.moe.MoELayer, collstack/moe.h: the receive counts
+travel with the rows), backward through Group.alltoallv with the counts
+dispatch delivered. --alltoallv sends only the rows used: an all-to-all of
+the row counts (one i64 per pair), then Group.alltoallv for the three
+exchanges; --padded sends capacity-padded blocks with Group.alltoall. The
+results are the same bits.
 
 Options through MOE_ARGS or the command line: --steps S (default 40),
 --tokens T per rank per step (64), --hidden H (16), --ffn F (32),
@@ -85,7 +89,10 @@ def args_of(argv):
     p.add_argument("--alltoallv", action="store_true",
                    help="send only the rows used: an all-to-all of the "
                    "row counts, then Group.alltoallv for the three "
-                   "exchanges (instead of capacity-padded blocks)")
+                   "exchanges (instead of the MoE layer)")
+    p.add_argument("--padded", action="store_true",
+                   help="capacity-padded blocks with Group.alltoall "
+                   "(instead of the MoE layer)")
     return p.parse_args(argv)
 
 
@@ -202,8 +209,10 @@ def main():
     cap = T * k                      # rows per block: never a drop
     mine = list(range(r * P, (r + 1) * P))
     params = {e: st.expert_init(e) for e in mine}
+    exchange = ("alltoallv" if a.alltoallv else
+                "padded" if a.padded else "layer")
     moe = MoE(c, g, hidden=h, max_tokens=T, topk=k, experts_per_rank=P,
-              padded=not a.alltoallv)
+              exchange=exchange)
     # bad routing is refused before anything is sent (every rank alike)
     for bad in (np.full((T, k), st.E), np.full((T, k), -2)):
         try:
@@ -211,6 +220,18 @@ def main():
             raise SystemExit(f"rank {r}: expert {bad[0, 0]} not refused")
         except ValueError:
             pass
+    if exchange == "layer" and n > 1:
+        # the layer itself: rank 1's bad index fails every rank's
+        # dispatch (CS_ERR_BAD_DESC naming rank 1), nothing sent
+        bad = np.full((T, k), -1, np.int32)
+        if r == 1:
+            bad[0, 0] = st.E
+        try:
+            moe._layer.dispatch(np.zeros((T, h), np.float32), bad).wait()
+            raise SystemExit(f"rank {r}: bad input of rank 1 not refused")
+        except collstack.CollstackError as e:
+            if e.code != -1004 or "rank 1" not in str(e):
+                raise
     lb = c.buffer(1, "f64")
     ntotal, curve, t_comm = T * n, [], 0.0
     t0 = time.monotonic()
@@ -267,6 +288,11 @@ def main():
                   f"all-to-all-v (the rows used: {T * k * (h + 1) * 4} + "
                   f"2 x {T * k * h * 4} bytes sent per rank), 1 all-to-all "
                   "of the counts and 1 allreduce")
+        elif exchange == "layer":
+            print(f"moe: {t_run * 1e3 / a.steps:.2f} ms per step, "
+                  f"{t_comm * 1e3 / a.steps:.2f} ms of it in the MoE "
+                  "layer's dispatch and combine, 1 all-to-all-v "
+                  "(backward) and 1 allreduce")
         else:
             print(f"moe: {t_run * 1e3 / a.steps:.2f} ms per step, "
                   f"{t_comm * 1e3 / a.steps:.2f} ms of it in 3 all-to-alls "

@@ -24,6 +24,7 @@
 #include "client_internal.h"
 #include "collstack/collstack.h"
 #include "internal/log.h"
+#include "moe_check.h"
 #include "shm_ring.h"
 #include "sidecar_loop.h"
 
@@ -3544,4 +3545,39 @@ Test(client, pipelined_ops_fail_together_when_a_rank_dies, .timeout = 120)
 	/* the other nodes are told, op by op, that the rank is lost */
 	cr_assert_eq(f->verdicts, PL_LOST_N - 1, "%u verdicts", f->verdicts);
 	munmap(f, sizeof(*f));
+}
+
+/* Trainers' MoE on one node (4 ranks): dispatch and combine checked
+ * against the single-process reference (moe_check.h), every value; bad
+ * input on one rank refused on every rank, nothing sent. */
+static int moe_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	int ret;
+
+	(void)arg;
+	if (connect_retry(path, &c) ||
+	    cs_group_join(c, "moe", rank, size, rank, size, &g))
+		return 2;
+	ret = mc_run(c, g, rank, size, 3, WAIT_NS);
+	if (ret)
+		return ret;
+	if (cs_group_leave(g))
+		return 3;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, moe_one_node, .timeout = 120)
+{
+	struct sidecar sc;
+	pid_t p[4];
+
+	sidecar_start(&sc, "moe");
+	for (int k = 0; k < 4; k++)
+		p[k] = spawn(moe_main, sc.path, k, 4, NULL);
+	for (int k = 0; k < 4; k++)
+		expect_exit0(p[k], "a rank");
+	sidecar_stop(&sc);
 }

@@ -531,6 +531,29 @@ case_moe() {
 	sidecars_alive
 }
 
+# The MoE API in C (collstack/moe.h): N nodes x 2 trainers through
+# `collstack launch`, tests/netns/cs_trainer_moe.c: dispatch + combine
+# (receive counts sent along with the rows) checked against a
+# single-process reference, every row, source and bit of the sums; then
+# bad input on one rank (expert index E, -2, too many tokens, a NULL
+# buffer) refused on every rank with CS_ERR_BAD_DESC naming it, nothing
+# sent; then a proper round again; then `collstack bench -o moe` (2 to 32
+# KiB of tokens per rank, every combined value checked).
+case_moe_api() {	# N [collstackd --set args...]
+	local n=$1 out; shift
+	up "$n" "$@"
+	out=$(timeout 300 "$CLI" launch -T 2 --timeout 240 \
+		--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 3 2>&1) ||
+		{ echo "$out"; fail "cs-trainer-moe ${n}x2 exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^moe api: $((2 * n)) ranks, 3 rounds + 4 bad inputs: ok" ||
+		fail "no 'ok' line from rank 0"
+	# `collstack bench -o moe`: every combined value checked (#wrong 0)
+	bench 2 -o moe -b 2K -e 32K -f 4 -n 3 -w 1 ||
+		fail "bench -o moe ${n}x2: wrong values or an error"
+	sidecars_alive
+}
+
 # case_peer_lost N T COUNT [VICTIM]: N nodes x T trainers (node i: ranks
 # i*T..), allreduces of COUNT f32; node VICTIM (2) is lost. Trainer r
 # writes $RUN/t<r>.out.
@@ -1119,6 +1142,8 @@ alltoall_bad_2x2) case_a2a_bad ;;
 alltoall_lost_3x2) case_a2a_lost ;;
 alltoallv_4x2) case_a2av 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoallv_bad_2x2) case_a2av_bad ;;
+moe_api_2x2) case_moe_api 2 ;;
+moe_api_4x2) case_moe_api 4 --set fault.drop=0.03 --set fault.seed=17 ;;
 sendrecv_4x2) case_sendrecv 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 bench)
 	shift
@@ -1138,7 +1163,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"

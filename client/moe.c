@@ -1,0 +1,371 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * MoE dispatch and combine for trainers (collstack/moe.h): the rows are
+ * built, checked and summed by the engine-level MoE (collectives/moe.c);
+ * they travel through the sidecar as an all-to-all-v whose receive counts
+ * go along with the rows (CS_IPC_OP_ALLTOALLV_DYN), in bytes (CS_U8).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/client_internal.h"
+#include "collectives/moe.h"
+#include "collstack/moe.h"
+
+struct cs_moe_layer {
+	struct cs_group *g;
+	struct cs_client *c;
+	struct cs_moe_layer_cfg cfg;
+	uint32_t n, rank;
+	uint32_t *erank;
+	int32_t *idx; /* copies of the last dispatch's top-k */
+	float *w;
+	uint32_t ntok;
+	struct cs_moe *m; /* the last dispatch, or NULL */
+	bool rows_ok; /* its rows are laid out (dispatch finished well) */
+	bool busy; /* a request of the layer is pending */
+	float *out; /* the pending combine's result */
+	/* shared with the sidecar: the count table, the rows */
+	struct cs_buf *tab, *sbuf, *rbuf;
+};
+
+static int grow(struct cs_moe_layer *l, struct cs_buf **b, size_t len)
+{
+	if (!len)
+		len = 64;
+	if (*b && cs_buf_len(*b) >= len)
+		return 0;
+	if (*b)
+		cs_buf_free(*b);
+	*b = NULL;
+	return cs_buf_alloc(l->c, len, b);
+}
+
+cs_export int cs_moe_layer_create(struct cs_group *g,
+				  const struct cs_moe_layer_cfg *cfg,
+				  struct cs_moe_layer **out)
+{
+	struct cs_moe_layer *l;
+	int ret = -ENOMEM;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!g || !cfg || !cfg->hidden || !cfg->topk ||
+	    cfg->topk > CS_MOE_MAX_TOPK || !cfg->experts ||
+	    cs_group_size(g) < 1 ||
+	    (!cfg->expert_rank &&
+	     (uint64_t)cfg->experts_per_rank * (uint32_t)cs_group_size(g) !=
+		     cfg->experts))
+		return -EINVAL;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->g = g;
+	l->c = cs__group_client(g);
+	l->cfg = *cfg;
+	l->n = (uint32_t)cs_group_size(g);
+	l->rank = (uint32_t)cs_group_rank(g);
+	l->erank = malloc(cfg->experts * sizeof(*l->erank));
+	l->idx = malloc(((size_t)cfg->tokens * cfg->topk + 1) * 4);
+	l->w = malloc(((size_t)cfg->tokens * cfg->topk + 1) * 4);
+	if (!l->erank || !l->idx || !l->w)
+		goto fail;
+	for (uint32_t e = 0; e < cfg->experts; e++) {
+		l->erank[e] = cfg->expert_rank ? cfg->expert_rank[e]
+					       : e / cfg->experts_per_rank;
+		if (l->erank[e] >= l->n) {
+			ret = -EINVAL;
+			goto fail;
+		}
+	}
+	l->cfg.expert_rank = l->erank;
+	ret = grow(l, &l->tab, CS_IPC_A2AV_BYTES(l->n));
+	if (ret)
+		goto fail;
+	*out = l;
+	return 0;
+fail:
+	cs_moe_layer_free(l);
+	return ret;
+}
+
+cs_export void cs_moe_layer_free(struct cs_moe_layer *l)
+{
+	if (!l)
+		return;
+	cs_moe_free(l->m);
+	if (l->tab)
+		cs_buf_free(l->tab);
+	if (l->sbuf)
+		cs_buf_free(l->sbuf);
+	if (l->rbuf)
+		cs_buf_free(l->rbuf);
+	free(l->erank);
+	free(l->idx);
+	free(l->w);
+	free(l);
+}
+
+/* The receive counts the sidecar wrote back, in rows. */
+static int table_rows(struct cs_moe_layer *l, size_t row, uint64_t *rc,
+		      uint64_t *rd, char *err, size_t len)
+{
+	const uint64_t *t = cs_buf_ptr(l->tab);
+
+	for (uint32_t s = 0; s < l->n; s++) {
+		if (t[2 * l->n + s] % row || t[3 * l->n + s] % row) {
+			snprintf(err, len,
+				 "moe: rank %u sent %llu bytes, not whole rows",
+				 s, (unsigned long long)t[2 * l->n + s]);
+			return CS_ERR_PROTO;
+		}
+		rc[s] = t[2 * l->n + s] / row;
+		rd[s] = t[3 * l->n + s] / row;
+	}
+	return 0;
+}
+
+static int dispatch_fin(void *arg, int status, char *err, size_t len)
+{
+	struct cs_moe_layer *l = arg;
+	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	size_t drow, crow;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn;
+	int ret;
+
+	l->busy = false;
+	if (status) { /* its message is in @err already */
+		free(rc);
+		return status;
+	}
+	if (!rc)
+		return -ENOMEM;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	ret = table_rows(l, drow, rc, rc + l->n, err, len);
+	if (!ret)
+		ret = cs_moe_dispatch_finish_at(l->m, cs_buf_ptr(l->rbuf), rc,
+						rc + l->n);
+	if (ret)
+		snprintf(err, len,
+			 "moe dispatch: the rows received do not fit this "
+			 "rank's experts (%s)",
+			 cs_strerror(ret));
+	l->rows_ok = !ret;
+	free(rc);
+	return ret;
+}
+
+/* Post the rows of @m's table (the counts in rows) from sbuf into rbuf. */
+static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
+		     const uint64_t *sd, uint64_t room_rows, bool bad,
+		     int (*fin)(void *, int, char *, size_t), cs_req_t *req)
+{
+	uint64_t *t = cs_buf_ptr(l->tab);
+	cs_req_t sub;
+	int ret;
+
+	for (uint32_t d = 0; d < l->n; d++) {
+		t[d] = bad ? 0 : sc[d] * row;
+		t[l->n + d] = bad ? 0 : sd[d] * row;
+	}
+	ret = cs__alltoallv_dyn(l->g, cs_buf_ptr(l->sbuf), t,
+				cs_buf_ptr(l->rbuf), room_rows * row, CS_U8,
+				bad, &sub);
+	if (ret)
+		return ret;
+	l->busy = true;
+	ret = cs__comp_wrap(l->c, sub, fin, l, req);
+	if (ret) { /* cannot happen but for memory: wait it out */
+		cs_wait(l->c, sub, -1);
+		l->busy = false;
+	}
+	return ret;
+}
+
+cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
+			      const float *x, const int32_t *idx,
+			      const float *w, cs_req_t *req)
+{
+	const uint32_t K = l ? l->cfg.topk : 0;
+	struct cs_moe_cfg mc;
+	struct cs_a2a_params p;
+	size_t drow, crow;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn, room;
+	bool bad;
+	int ret;
+
+	if (!l || !req || l->busy)
+		return -EINVAL;
+	cs_moe_free(l->m);
+	l->m = NULL;
+	l->rows_ok = false;
+	l->ntok = 0;
+	mc = (struct cs_moe_cfg){ .nranks = l->n,
+				  .rank = l->rank,
+				  .ranks_per_node = 1,
+				  .tokens = ntokens,
+				  .max_tokens = l->cfg.tokens,
+				  .hidden = l->cfg.hidden,
+				  .topk = K,
+				  .experts = l->cfg.experts,
+				  .expert_rank = l->erank };
+	bad = ntokens > l->cfg.tokens || (ntokens && (!x || !idx || !w));
+	if (!bad) {
+		memcpy(l->idx, idx, (size_t)ntokens * K * 4);
+		memcpy(l->w, w, (size_t)ntokens * K * 4);
+		ret = cs_moe_create(&mc, x, l->idx, l->w, &l->m);
+		if (ret == -ENOMEM)
+			return ret;
+		bad = ret != 0;
+	}
+	/* the room: every rank may send each of its tokens here once */
+	drow = 4 * ((size_t)2 + K + l->cfg.hidden);
+	room = (uint64_t)l->cfg.tokens * l->n;
+	ret = grow(l, &l->rbuf, room * drow);
+	if (ret)
+		return ret;
+	if (bad) { /* nothing of ours goes: the op fails on every rank */
+		cs_moe_free(l->m);
+		l->m = NULL;
+		ret = grow(l, &l->sbuf, 64);
+		if (ret)
+			return ret;
+		return post_rows(l, drow, NULL, NULL, room, true, dispatch_fin,
+				 req);
+	}
+	l->ntok = ntokens;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	ret = grow(l, &l->sbuf, dn * drow);
+	if (ret)
+		return ret;
+	memcpy(cs_buf_ptr(l->sbuf), ds, dn * drow);
+	cs_moe_dispatch_params(l->m, &p);
+	return post_rows(l, drow, p.sendcounts, p.sdispls, room, false,
+			 dispatch_fin, req);
+}
+
+cs_export uint32_t cs_moe_local_experts(const struct cs_moe_layer *l)
+{
+	uint32_t k = 0;
+
+	for (uint32_t e = 0; l && e < l->cfg.experts; e++)
+		k += l->erank[e] == l->rank;
+	return k;
+}
+
+cs_export int cs_moe_rows(const struct cs_moe_layer *l, uint32_t i,
+			  uint32_t *expert, uint32_t *count, const float **rows,
+			  const uint32_t **src_rank, const uint32_t **src_token,
+			  const uint32_t **src_slot)
+{
+	if (!l || !l->m || !l->rows_ok)
+		return -ENOENT;
+	return cs_moe_local(l->m, i, expert, count, rows, src_rank, src_token,
+			    src_slot);
+}
+
+cs_export float *cs_moe_layer_out(struct cs_moe_layer *l, uint32_t i)
+{
+	if (!l || !l->m || !l->rows_ok)
+		return NULL;
+	return cs_moe_expert_out(l->m, i);
+}
+
+static int combine_fin(void *arg, int status, char *err, size_t len)
+{
+	struct cs_moe_layer *l = arg;
+	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	struct cs_a2a_params p;
+	size_t drow, crow;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn;
+	int ret;
+
+	l->busy = false;
+	if (status) { /* its message is in @err already */
+		free(rc);
+		return status;
+	}
+	if (!rc)
+		return -ENOMEM;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	ret = table_rows(l, crow, rc, rc + l->n, err, len);
+	/* what came is what this rank sent out (collectives/moe.c's
+	 * layout, the sidecar's: packed in rank order) */
+	cs_moe_combine_layout(l->m, &p);
+	for (uint32_t d = 0; !ret && d < l->n; d++)
+		if (rc[d] != p.recvcounts[d] || rc[l->n + d] != p.rdispls[d])
+			ret = CS_ERR_PROTO;
+	if (!ret)
+		ret = cs_moe_combine_finish_at(l->m, cs_buf_ptr(l->rbuf),
+					       l->out);
+	if (ret)
+		snprintf(err, len,
+			 "moe combine: the outputs received do not match the "
+			 "tokens dispatched (%s)",
+			 cs_strerror(ret));
+	free(rc);
+	return ret;
+}
+
+cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
+			     float *out, cs_req_t *req)
+{
+	struct cs_a2a_params p;
+	size_t drow, crow;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn;
+	int ret;
+
+	if (!l || !req || l->busy || !l->m || !l->rows_ok)
+		return -EINVAL;
+	crow = 4 * ((size_t)2 + l->cfg.hidden);
+	if (!out && l->ntok) { /* bad: the op fails on every rank */
+		l->rows_ok = false;
+		return post_rows(l, crow, NULL, NULL, 0, true, combine_fin,
+				 req);
+	}
+	if (expert_out) {
+		uint64_t rows = 0;
+
+		for (uint32_t i = 0; i < cs_moe_local_experts(l); i++) {
+			uint32_t e, k;
+			const float *r;
+			const uint32_t *a, *b, *s;
+
+			cs_moe_local(l->m, i, &e, &k, &r, &a, &b, &s);
+			rows += k;
+		}
+		if (rows)
+			memcpy(cs_moe_expert_out(l->m, 0), expert_out,
+			       rows * l->cfg.hidden * sizeof(float));
+	}
+	cs_moe_combine_params(l->m, &p);
+	if (!p.sendcounts || !p.recvcounts || !p.sendbuf || !p.recvbuf)
+		return -ENOMEM;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	ret = grow(l, &l->sbuf, cn * crow);
+	if (!ret)
+		ret = grow(l, &l->rbuf, crn * crow);
+	if (ret)
+		return ret;
+	memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
+	l->out = out;
+	l->rows_ok = false; /* the rows are consumed: dispatch again */
+	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, false,
+			 combine_fin, req);
+}
+
+cs_export int cs_moe_set_weights(struct cs_moe_layer *l, const float *w)
+{
+	if (!l || !w || l->busy || !l->m || !l->rows_ok)
+		return -EINVAL;
+	/* the engine-level MoE reads them from here (cs_moe_create()) */
+	memcpy(l->w, w, (size_t)l->ntok * l->cfg.topk * sizeof(float));
+	return 0;
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A trainer of the MoE API (collstack/moe.h) across nodes, started by
+ * `collstack launch` (test_trainers.sh moe_api_*): dispatch and combine
+ * checked against the single-process reference, every value, then bad
+ * input on one rank refused on every rank (tests/client/moe_check.h).
+ * Usage: cs-trainer-moe [ROUNDS]. Exits 0 or the failing check's code.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../client/moe_check.h"
+#include "collstack/collstack.h"
+
+int main(int argc, char **argv)
+{
+	int rounds = argc > 1 ? atoi(argv[1]) : 4, ret;
+	struct cs_client *c;
+	struct cs_group *g;
+
+	if (cs_connect(NULL, &c) || cs_group_join_env(c, "moe", &g)) {
+		fprintf(stderr, "cs-trainer-moe: connect or join failed\n");
+		return 2;
+	}
+	ret = mc_run(c, g, cs_group_rank(g), cs_group_size(g), rounds,
+		     60ll * 1000000000);
+	if (!ret && cs_group_leave(g))
+		ret = 3;
+	if (!ret && cs_group_rank(g) == 0)
+		printf("moe api: %d ranks, %d rounds + 4 bad inputs: ok\n",
+		       cs_group_size(g), rounds);
+	cs_disconnect(c);
+	return ret;
+}
