@@ -128,24 +128,37 @@ static int table_rows(struct cs_moe_layer *l, size_t row, uint64_t *rc,
 	return 0;
 }
 
-static int dispatch_fin(void *arg, int status, char *err, size_t len)
+/*
+ * The start of an exchange's finish: the request's outcome, then the rows
+ * each rank sent here (*@rc: 2 x n, counts then displacements, to free;
+ * @dispatch: of the dispatch's rows, else of the combine's).
+ */
+static int fin_rows(struct cs_moe_layer *l, int status, bool dispatch,
+		    uint64_t **rc, char *err, size_t len)
 {
-	struct cs_moe_layer *l = arg;
-	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
 	size_t drow, crow;
 	const void *ds, *cs;
 	uint64_t dn, cn, crn;
-	int ret;
 
 	l->busy = false;
-	if (status) { /* its message is in @err already */
-		free(rc);
+	*rc = NULL;
+	if (status) /* its message is in @err already */
 		return status;
-	}
-	if (!rc)
+	*rc = calloc(2 * (size_t)l->n, sizeof(**rc));
+	if (!*rc)
 		return -ENOMEM;
 	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
-	ret = table_rows(l, drow, rc, rc + l->n, err, len);
+	return table_rows(l, dispatch ? drow : crow, *rc, *rc + l->n, err, len);
+}
+
+static int dispatch_fin(void *arg, int status, char *err, size_t len)
+{
+	struct cs_moe_layer *l = arg;
+	uint64_t *rc;
+	int ret = fin_rows(l, status, true, &rc, err, len);
+
+	if (!rc) /* failed before the rows were read */
+		return ret;
 	if (!ret)
 		ret = cs_moe_dispatch_finish_at(l->m, cs_buf_ptr(l->rbuf), rc,
 						rc + l->n);
@@ -279,22 +292,12 @@ cs_export float *cs_moe_layer_out(struct cs_moe_layer *l, uint32_t i)
 static int combine_fin(void *arg, int status, char *err, size_t len)
 {
 	struct cs_moe_layer *l = arg;
-	uint64_t *rc = calloc(2 * (size_t)l->n, sizeof(*rc));
 	struct cs_a2a_params p;
-	size_t drow, crow;
-	const void *ds, *cs;
-	uint64_t dn, cn, crn;
-	int ret;
+	uint64_t *rc;
+	int ret = fin_rows(l, status, false, &rc, err, len);
 
-	l->busy = false;
-	if (status) { /* its message is in @err already */
-		free(rc);
-		return status;
-	}
-	if (!rc)
-		return -ENOMEM;
-	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
-	ret = table_rows(l, crow, rc, rc + l->n, err, len);
+	if (!rc) /* failed before the rows were read */
+		return ret;
 	/* what came is what this rank sent out (collectives/moe.c's
 	 * layout, the sidecar's: packed in rank order) */
 	cs_moe_combine_layout(l->m, &p);

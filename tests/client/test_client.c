@@ -3094,17 +3094,25 @@ static int split_main(const char *path, int rank, int size, void *arg)
 	return 0;
 }
 
-Test(client, split_groups_one_node, .timeout = 120)
+/* @n ranks of @fn beside one sidecar (@tag); each must exit 0. */
+static void run_ranks(const char *tag,
+		      int (*fn)(const char *, int, int, void *), int n)
 {
 	struct sidecar sc;
-	pid_t pid[4];
+	pid_t pid[8];
 
-	sidecar_start(&sc, "split");
-	for (int r = 0; r < 4; r++)
-		pid[r] = spawn(split_main, sc.path, r, 4, NULL);
-	for (int r = 0; r < 4; r++)
-		expect_exit0(pid[r], "trainer");
+	cr_assert_leq(n, 8);
+	sidecar_start(&sc, tag);
+	for (int r = 0; r < n; r++)
+		pid[r] = spawn(fn, sc.path, r, n, NULL);
+	for (int r = 0; r < n; r++)
+		expect_exit0(pid[r], "a rank");
 	sidecar_stop(&sc);
+}
+
+Test(client, split_groups_one_node, .timeout = 120)
+{
+	run_ranks("split", split_main, 4);
 }
 
 /* A join naming nodes that leave this one out is refused, the sidecar
@@ -3571,13 +3579,5 @@ static int moe_main(const char *path, int rank, int size, void *arg)
 
 Test(client, moe_one_node, .timeout = 120)
 {
-	struct sidecar sc;
-	pid_t p[4];
-
-	sidecar_start(&sc, "moe");
-	for (int k = 0; k < 4; k++)
-		p[k] = spawn(moe_main, sc.path, k, 4, NULL);
-	for (int k = 0; k < 4; k++)
-		expect_exit0(p[k], "a rank");
-	sidecar_stop(&sc);
+	run_ranks("moe", moe_main, 4);
 }
