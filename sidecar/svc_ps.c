@@ -322,10 +322,11 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 		cs_svc_ps_free(ps);
 		return -EINVAL;
 	}
-	if (o.bad && ps->versions * CS_DIV_ROUND_UP((uint64_t)ps->pat.kpp *
-							    (8 + 4 * dim),
-						    mss - CS_PS_WIRE_HDR) >=
-			     CS_PS_DEDUP_WINDOW - 1) {
+	if (o.bad &&
+	    ps->versions * CS_DIV_ROUND_UP(
+				   (uint64_t)ps->pat.kpp * (8 + 4 * dim),
+				   CS_PS_FLOW_MSG_MAX - CS_PS_WIRE_HDR) >=
+		    CS_PS_DEDUP_WINDOW - 1) {
 		snprintf(err, elen,
 			 "bad=1: a short job (its pushes to one server must "
 			 "stay below %u ids)",
@@ -336,7 +337,7 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	if (ps->server) {
 		struct cs_ps_store_cfg sc = { .server = ps->rank,
 					      .map = &ps->map,
-					      .msg_max = mss,
+					      .msg_max = CS_PS_FLOW_MSG_MAX,
 					      .parked_max = 4096 };
 		struct cs_ps_store_io sio = { ps_st_send, ps };
 
@@ -355,7 +356,7 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 		cs_ns_t rto = early ? 100 * CS_NS_PER_MS : 5 * CS_NS_PER_S;
 		struct cs_ps_worker_cfg wc = { .rank = (uint32_t)ps->my_wrank,
 					       .map = &ps->map,
-					       .msg_max = mss,
+					       .msg_max = CS_PS_FLOW_MSG_MAX,
 					       .rto = rto,
 					       .rto_max = 5 * CS_NS_PER_S };
 		struct cs_ps_worker_io wio = { ps_wk_send, ps_wk_done, ps };
