@@ -21,7 +21,7 @@
  *           [--keys-per-push P] [--iters I] [--mode sync|async|ssp:S]
  *           [--opt sgd|momentum|adagrad|adam] [--dtype f32|f16|bf16|f64]
  *           [--skew Z] [--loss P] [--dup P] [--seed N] [--msg-max B]
- *           [--slow W] [--budget ROWS] [--vnodes V]
+ *           [--frame B] [--slow W] [--budget ROWS] [--vnodes V]
  *           [--ckpt-at C --kill-server K --kill-at T] [--max-share X]
  *
  * max_server_share is the largest server's count of gradient rows taken
@@ -71,6 +71,7 @@ struct opts {
 	double skew, loss, dup;
 	uint64_t seed;
 	size_t msg_max;
+	size_t frame; /* --carrier tp: a frame's payload (0: msg_max) */
 	int slow;
 	uint32_t budget;
 	uint32_t ckpt_at, kill_at;
@@ -265,8 +266,9 @@ static void tp_setup(void)
 
 		if (cs_tp_create(&tp, &xp, &tp_io, ctx, r, 1, &tps[r]) ||
 		    cs_tp_group_add(tps[r], PS_GROUP, members, n, NULL) ||
-		    cs_ps_flow_create(n, r, (uint32_t)o.msg_max, tp_msg, ctx,
-				      &flows[r]) ||
+		    cs_ps_flow_create(n, r,
+				      (uint32_t)(o.frame ? o.frame : o.msg_max),
+				      tp_msg, ctx, &flows[r]) ||
 		    cs_tp_post(tps[r], PS_GROUP, PS_OP, &cs_ps_flow_ops,
 			       flows[r], 0, NULL, now))
 			die("tp set-up of node %u", r);
@@ -652,7 +654,7 @@ static void usage(void)
 		"[--dim D] [--keys-per-push P] [--iters I] "
 		"[--mode sync|async|ssp:S] [--opt sgd|momentum|adagrad|adam] "
 		"[--dtype T] [--skew Z] [--loss P] [--dup P] [--seed N] "
-		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V] "
+		"[--msg-max B] [--frame B] [--slow W] [--budget ROWS] [--vnodes V] "
 		"[--ckpt-at C --kill-server K --kill-at T] [--max-share X] "
 		"[--row-bytes B] [--optimizer O] [--carrier tp|queue] "
 		"[--bad-push 1]\n");
@@ -728,6 +730,8 @@ static void parse(int argc, char **argv, bool tp)
 			o.seed = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--msg-max"))
 			o.msg_max = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--frame"))
+			o.frame = strtoul(v, NULL, 0);
 		else if (!strcmp(a, "--slow"))
 			o.slow = atoi(v);
 		else if (!strcmp(a, "--budget"))
