@@ -33,7 +33,7 @@
  */
 #define CS_PS_DEDUP_WINDOW 64u
 /* Versions a worker may push ahead of what a server has completed. */
-#define CS_PS_AHEAD 8u
+#define CS_PS_AHEAD 32u
 /* Pushes a server keeps that came ahead of that window (taken when their
  * version becomes current; more are dropped, and resent by the worker). */
 #define CS_PS_EARLY_MAX 1024u

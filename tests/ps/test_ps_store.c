@@ -221,12 +221,14 @@ Test(ps_store, early_push_parked_then_taken)
 	cr_assert_eq(rep[nrep - 1].m.type, CS_PS_MSG_PUSH_ACK);
 	cr_assert_eq(rep[nrep - 1].m.id, CS_PS_AHEAD);
 	cr_assert_eq(rep[nrep - 1].m.status, 0);
+	nrep = 0;
 	for (uint64_t v = 1; v <= CS_PS_AHEAD; v++) {
 		n = push(&s, 1, v, v, NULL, NULL, 0, 0, 1);
 		cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
 		cr_assert_eq(cs_ps_store_flush(st), 0);
 	}
 	cr_assert_eq(cs_ps_store_clock(st, 2), CS_PS_AHEAD + 1);
+	cr_assert_eq(nrep, CS_PS_AHEAD);
 	/* every version's gradient applied once */
 	cr_assert_eq(val(st, 7, 0), 10.0f - (float)(CS_PS_AHEAD + 1));
 	cr_assert_eq(cs_ps_store_stats(st)->push_applied,
