@@ -347,13 +347,14 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	}
 	if (ps->my_wrank >= 0) {
 		/* the core's sessions retransmit; the worker's own timer
-		 * (5 s) only covers a core that was replaced, or (100 ms) a
+		 * (5 s) only covers a core that was replaced, or (1 s) a
 		 * push a server dropped because it came more than
-		 * CS_PS_AHEAD versions early (push only, sync / ssp). A
-		 * shorter one resends what the core still queues (1 KiB
-		 * rows: a frame each) and feeds the queue. */
+		 * CS_PS_AHEAD versions early and its parking was full (push
+		 * only, sync / ssp). A short one resends whole messages the
+		 * core still queues (a push to one server is one message of
+		 * many frames) and feeds the queue. */
 		bool early = o.pattern == PS_PUSH && o.mode != CS_PS_ASYNC;
-		cs_ns_t rto = early ? 100 * CS_NS_PER_MS : 5 * CS_NS_PER_S;
+		cs_ns_t rto = early ? CS_NS_PER_S : 5 * CS_NS_PER_S;
 		struct cs_ps_worker_cfg wc = { .rank = (uint32_t)ps->my_wrank,
 					       .map = &ps->map,
 					       .msg_max = CS_PS_FLOW_MSG_MAX,
