@@ -15,7 +15,10 @@
 #   scripts/bench-ps-vs-mpi.sh [--iters N] [--warmup W] [--kpp P]
 #                              [--rows R] [--skew Z] [--mode M]
 #                              [--sizes 64,1024] [--patterns push,pull,pushpull]
-#                              [--dense BYTES|0] [--mtu M]
+#                              [--dense BYTES|0] [--mtu M] [--msg-max B]
+#
+# --msg-max B: collstack's PS messages up to B bytes (default: the
+# sidecar's, 1 MiB; a message longer than a frame goes as several).
 #
 # CS_CLUSTER (default pq) names the cluster (scripts/cluster.sh); it is
 # brought up here and taken down at exit. Needs root, Open MPI (mpirun)
@@ -27,7 +30,7 @@ BUILD=${CS_BUILD_DIR:-build}
 CLI=$ROOT/$BUILD/tools/collstack
 MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
 ITERS=30 WARM=3 KPP=256 ROWS=100000 SKEW=0 MODE=sync SIZES=64,1024
-PATTERNS=push,pull,pushpull DENSE=1M MTU=1500
+PATTERNS=push,pull,pushpull DENSE=1M MTU=1500 MSG=
 while [ $# -gt 0 ]; do
 	case $1 in
 	--iters) ITERS=$2 ;;
@@ -40,6 +43,7 @@ while [ $# -gt 0 ]; do
 	--patterns) PATTERNS=$2 ;;
 	--dense) DENSE=$2 ;;
 	--mtu) MTU=$2 ;;
+	--msg-max) MSG=$2 ;;
 	-h | --help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench-ps-vs-mpi: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -99,14 +103,17 @@ ratio() {
 
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo ?) cpus: $(nproc)" \
 	"nodes: ${NODES[*]} port af_packet MTU $MTU, $(mpirun --version 2>/dev/null | head -1)"
-echo "# $0 --iters $ITERS --warmup $WARM --kpp $KPP --rows $ROWS --skew $SKEW --mode $MODE --sizes $SIZES --patterns $PATTERNS --dense $DENSE --mtu $MTU"
+echo "# $0 --iters $ITERS --warmup $WARM --kpp $KPP --rows $ROWS --skew $SKEW --mode $MODE --sizes $SIZES --patterns $PATTERNS --dense $DENSE --mtu $MTU${MSG:+ --msg-max $MSG}"
 common=(-n "$ITERS" -w "$WARM" --mode "$MODE")
+csopt=()
+[ -z "$MSG" ] || csopt=(--msg-max "$MSG")
 for rb in ${SIZES//,/ }; do
 	for pat in ${PATTERNS//,/ }; do
 		echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
 		cs=$("$CLI" bench -o ps --pattern "$pat" --row-bytes "$rb" \
 			--keys-per-push "$KPP" --rows "$ROWS" --skew "$SKEW" \
-			--dense 0 "${common[@]}" 2>&1 | grep '^ps' || true)
+			--dense 0 "${common[@]}" "${csopt[@]}" 2>&1 |
+			grep '^ps' || true)
 		echo "${cs:-ps-bench stack=collstack FAILED}"
 		m=$(mpi --pattern "$pat" --row-bytes "$rb" --keys-per-push "$KPP" \
 			--rows "$ROWS" --skew "$SKEW" "${common[@]}")
@@ -118,7 +125,7 @@ if [ "$DENSE" != 0 ]; then
 	bytes=$(numfmt --from=iec "$DENSE")
 	echo "# load: $(cut -d' ' -f1-3 /proc/loadavg)"
 	cs=$("$CLI" bench -o ps --pattern none --dense "$DENSE" \
-		"${common[@]}" 2>&1 | grep '^ps' || true)
+		"${common[@]}" "${csopt[@]}" 2>&1 | grep '^ps' || true)
 	echo "${cs:-ps-bench stack=collstack FAILED}"
 	m=$(mpi --dense 1 --rows $((bytes / 1024)) --row-bytes 1024 "${common[@]}")
 	echo "$m"

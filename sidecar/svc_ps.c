@@ -146,6 +146,7 @@ struct ps_opts {
 	unsigned warm;
 	double skew;
 	bool dense, bad;
+	uint32_t msg; /* largest PS message (0: CS_PS_FLOW_MSG_MAX) */
 };
 
 static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
@@ -183,6 +184,12 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 			if (*end || end == v ||
 			    !(o->skew >= 0 && o->skew <= 10))
 				goto bad;
+		} else if (!strcmp(tok, "msg")) {
+			u = strtoul(v, &end, 10);
+			if (*end || end == v || u < CS_PS_MSG_MIN ||
+			    u > CS_PS_FLOW_MSG_MAX)
+				goto bad;
+			o->msg = (uint32_t)u;
 		} else if (!strcmp(tok, "dense") || !strcmp(tok, "bad")) {
 			if (strcmp(v, "0") && strcmp(v, "1"))
 				goto bad;
@@ -195,7 +202,7 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 		snprintf(err, elen,
 			 "option %s%s%s: not one of mode=sync|async|ssp:S "
 			 "pattern=pushpull|push|pull warmup=N skew=Z dense=0|1 "
-			 "bad=0|1",
+			 "bad=0|1 msg=BYTES(256-1048576)",
 			 tok, v ? "=" : "", v ? v : "");
 		return -EINVAL;
 	}
@@ -238,6 +245,7 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	struct ps_opts o = { .mode = CS_PS_SYNC };
 	int64_t me;
 	int skip = 0;
+	uint32_t msg_max;
 	struct cs_svc_ps *ps;
 
 	if (sscanf(args, "%64s %u %u %u %u %1023s%n", roles, &iters, &rows,
@@ -251,6 +259,7 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	}
 	if (ps_parse_opts(args + skip, &o, err, elen))
 		return -EINVAL;
+	msg_max = o.msg ? o.msg : CS_PS_FLOW_MSG_MAX;
 	if (o.dense && kpp != rows) {
 		snprintf(err, elen,
 			 "dense=1: every key each push (KPP = ROWS)");
@@ -322,9 +331,15 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 		cs_svc_ps_free(ps);
 		return -EINVAL;
 	}
+	if (cs_ps_wire_len(CS_PS_MSG_PUSH, 1, dim, CS_F32, 0) > msg_max) {
+		snprintf(err, elen, "msg=%u: less than one row's message",
+			 msg_max);
+		cs_svc_ps_free(ps);
+		return -EINVAL;
+	}
 	if (o.bad && ps->versions * CS_DIV_ROUND_UP((uint64_t)ps->pat.kpp *
 							    (8 + 4 * dim),
-						    mss - CS_PS_WIRE_HDR) >=
+						    msg_max - CS_PS_WIRE_HDR) >=
 			     CS_PS_DEDUP_WINDOW - 1) {
 		snprintf(err, elen,
 			 "bad=1: a short job (its pushes to one server must "
@@ -336,7 +351,7 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	if (ps->server) {
 		struct cs_ps_store_cfg sc = { .server = ps->rank,
 					      .map = &ps->map,
-					      .msg_max = mss,
+					      .msg_max = msg_max,
 					      .parked_max = 4096 };
 		struct cs_ps_store_io sio = { ps_st_send, ps };
 
@@ -346,16 +361,17 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	}
 	if (ps->my_wrank >= 0) {
 		/* the core's sessions retransmit; the worker's own timer
-		 * (5 s) only covers a core that was replaced, or (100 ms) a
+		 * (5 s) only covers a core that was replaced, or (1 s) a
 		 * push a server dropped because it came more than
-		 * CS_PS_AHEAD versions early (push only, sync / ssp). A
-		 * shorter one resends what the core still queues (1 KiB
-		 * rows: a frame each) and feeds the queue. */
+		 * CS_PS_AHEAD versions early and its parking was full (push
+		 * only, sync / ssp). A short one resends whole messages the
+		 * core still queues (a push to one server is one message of
+		 * many frames) and feeds the queue. */
 		bool early = o.pattern == PS_PUSH && o.mode != CS_PS_ASYNC;
-		cs_ns_t rto = early ? 100 * CS_NS_PER_MS : 5 * CS_NS_PER_S;
+		cs_ns_t rto = early ? CS_NS_PER_S : 5 * CS_NS_PER_S;
 		struct cs_ps_worker_cfg wc = { .rank = (uint32_t)ps->my_wrank,
 					       .map = &ps->map,
-					       .msg_max = mss,
+					       .msg_max = msg_max,
 					       .rto = rto,
 					       .rto_max = 5 * CS_NS_PER_S };
 		struct cs_ps_worker_io wio = { ps_wk_send, ps_wk_done, ps };

@@ -446,7 +446,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 	if (!ret) {
 		struct cs_ps_store_cfg sc = { .server = t->self,
 					      .map = &t->map,
-					      .msg_max = mss,
+					      .msg_max = CS_PS_FLOW_MSG_MAX,
 					      .parked_max = PST_PARKED_MAX };
 		struct cs_ps_store_io sio = { st_send, t };
 
@@ -557,7 +557,7 @@ static int pst_open(void *ctx, const struct cs_ipc_ps_open *o, void **table,
 	{
 		struct cs_ps_worker_cfg wc = { .rank = o->rank,
 					       .map = &t->map,
-					       .msg_max = mss,
+					       .msg_max = CS_PS_FLOW_MSG_MAX,
 					       .rto = PST_RTO,
 					       .rto_max = PST_RTO_MAX };
 		struct cs_ps_worker_io wio = { wk_send, op_done, w };

@@ -21,7 +21,8 @@
  *           [--keys-per-push P] [--iters I] [--mode sync|async|ssp:S]
  *           [--opt sgd|momentum|adagrad|adam] [--dtype f32|f16|bf16|f64]
  *           [--skew Z] [--loss P] [--dup P] [--seed N] [--msg-max B]
- *           [--slow W] [--budget ROWS] [--vnodes V]
+ *           [--frame B] [--expect-clean 0|1] [--slow W] [--budget ROWS]
+ * [--vnodes V]
  *           [--ckpt-at C --kill-server K --kill-at T] [--max-share X]
  *
  * max_server_share is the largest server's count of gradient rows taken
@@ -71,6 +72,7 @@ struct opts {
 	double skew, loss, dup;
 	uint64_t seed;
 	size_t msg_max;
+	size_t frame; /* --carrier tp: a frame's payload (0: msg_max) */
 	int slow;
 	uint32_t budget;
 	uint32_t ckpt_at, kill_at;
@@ -78,6 +80,7 @@ struct opts {
 	int kill; /* server index killed at iteration kill_at, or -1 */
 	bool tp; /* --carrier tp: the messages ride the transport core */
 	bool bad_push; /* worker 0 first sends a push of the wrong dim */
+	bool clean; /* --expect-clean: no push early, resent or refused */
 };
 
 #define SRV_BASE 1000u
@@ -265,8 +268,9 @@ static void tp_setup(void)
 
 		if (cs_tp_create(&tp, &xp, &tp_io, ctx, r, 1, &tps[r]) ||
 		    cs_tp_group_add(tps[r], PS_GROUP, members, n, NULL) ||
-		    cs_ps_flow_create(n, r, (uint32_t)o.msg_max, tp_msg, ctx,
-				      &flows[r]) ||
+		    cs_ps_flow_create(n, r,
+				      (uint32_t)(o.frame ? o.frame : o.msg_max),
+				      tp_msg, ctx, &flows[r]) ||
 		    cs_tp_post(tps[r], PS_GROUP, PS_OP, &cs_ps_flow_ops,
 			       flows[r], 0, NULL, now))
 			die("tp set-up of node %u", r);
@@ -652,7 +656,7 @@ static void usage(void)
 		"[--dim D] [--keys-per-push P] [--iters I] "
 		"[--mode sync|async|ssp:S] [--opt sgd|momentum|adagrad|adam] "
 		"[--dtype T] [--skew Z] [--loss P] [--dup P] [--seed N] "
-		"[--msg-max B] [--slow W] [--budget ROWS] [--vnodes V] "
+		"[--msg-max B] [--frame B] [--expect-clean 0|1] [--slow W] [--budget ROWS] [--vnodes V] "
 		"[--ckpt-at C --kill-server K --kill-at T] [--max-share X] "
 		"[--row-bytes B] [--optimizer O] [--carrier tp|queue] "
 		"[--bad-push 1]\n");
@@ -728,6 +732,10 @@ static void parse(int argc, char **argv, bool tp)
 			o.seed = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--msg-max"))
 			o.msg_max = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--frame"))
+			o.frame = strtoul(v, NULL, 0);
+		else if (!strcmp(a, "--expect-clean"))
+			o.clean = atoi(v) != 0;
 		else if (!strcmp(a, "--slow"))
 			o.slow = atoi(v);
 		else if (!strcmp(a, "--budget"))
@@ -1073,6 +1081,26 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	for (uint32_t w = 0; w < o.workers; w++) {
 		retx += cs_ps_worker_stats(wk[w])->retransmits;
 		combined += cs_ps_worker_stats(wk[w])->keys_combined;
+	}
+	if (o.clean) {
+		uint64_t early = 0, bad = 0;
+
+		for (uint32_t k = 0; k < o.servers; k++)
+			early += cs_ps_store_stats(srv[k])->push_early;
+		for (uint32_t r = 0; o.tp && flows && r < o.workers + o.servers;
+		     r++) {
+			struct cs_ps_flow_stats fs;
+
+			if (!flows[r])
+				continue;
+			cs_ps_flow_get_stats(flows[r], &fs);
+			bad += fs.rx_bad;
+		}
+		if (early || retx || dups || bad)
+			die("--expect-clean: push_early=%llu worker_retx=%llu "
+			    "server_dups=%llu flow_rx_bad=%llu",
+			    (unsigned long long)early, (unsigned long long)retx,
+			    (unsigned long long)dups, (unsigned long long)bad);
 	}
 	if (rejected != (o.bad_push ? 1u : 0u))
 		die("servers refused %llu messages, %u expected",

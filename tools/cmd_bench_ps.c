@@ -28,19 +28,22 @@ static void usage(FILE *out)
 		"       [--row-bytes 64,1024] [--keys-per-push P] [--rows N]\n"
 		"       [--skew Z] [--mode sync|async|ssp:S] [-n ITERS]\n"
 		"       [-w WARMUP] [--dense BYTES|0] [--dense-row-bytes B]\n"
-		"       [--roles R] [--timeout MS] [--cluster ENV]\n\n"
+		"       [--roles R] [--msg-max BYTES] [--timeout MS]\n"
+		"       [--cluster ENV]\n\n"
 		"One line per pattern and row size, then the dense case\n"
 		"(push+pull of every key of a BYTES table, default 1M; 0: none;\n"
 		"--pattern none: the dense case only).\n"
 		"Defaults: all three patterns, rows of 64 and 1024 bytes, 256\n"
 		"keys per push over 100000 rows, uniform keys (Z 0), sync, 100\n"
-		"timed steps after 5 warm-up steps, dense rows of 1024 bytes.\n");
+		"timed steps after 5 warm-up steps, dense rows of 1024 bytes,\n"
+		"PS messages up to 1 MiB (--msg-max: smaller ones; a message\n"
+		"longer than a frame goes as several).\n");
 }
 
 static int one(const char *env, const char *roles, const char *pattern,
 	       unsigned row_bytes, unsigned kpp, unsigned rows,
 	       const char *skew, const char *mode, unsigned iters,
-	       unsigned warm, unsigned ms, bool dense)
+	       unsigned warm, unsigned ms, bool dense, unsigned long msg)
 {
 	struct cs_ps_job_res r;
 	char job[256];
@@ -51,6 +54,9 @@ static int one(const char *env, const char *roles, const char *pattern,
 		 "%u %u %u %u mode=%s pattern=%s warmup=%u skew=%s dense=%d",
 		 iters, rows, row_bytes / 4, kpp, mode, pattern, warm, skew,
 		 dense);
+	if (msg) /* only when asked: older sidecars know no msg= */
+		snprintf(job + strlen(job), sizeof(job) - strlen(job),
+			 " msg=%lu", msg);
 	ret = cs_ps_job_run(env, roles, job, ms, false, &r);
 	if (ret)
 		return ret;
@@ -94,6 +100,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		{ "dense", required_argument, NULL, 'D' },
 		{ "dense-row-bytes", required_argument, NULL, 'E' },
 		{ "roles", required_argument, NULL, 'R' },
+		{ "msg-max", required_argument, NULL, 'M' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
@@ -103,7 +110,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		   *skew = "0";
 	char patterns[128] = "push,pull,pushpull", sizes[128] = "64,1024";
 	unsigned long kpp = 256, rows = 100000, iters = 100, warm = 5,
-		      drb = 1024, ms = 600000, v;
+		      drb = 1024, ms = 600000, msg = 0, v;
 	unsigned long long dense = 1 << 20;
 	char *save, *p, *tok;
 	int o, ret = 0;
@@ -152,6 +159,9 @@ int cs_cmd_bench_ps(int argc, char **argv)
 			break;
 		case 'R':
 			roles = optarg;
+			break;
+		case 'M':
+			bad = cs_parse_whole(optarg, 256, 1 << 20, &msg);
 			break;
 		case 't':
 			bad = cs_parse_whole(optarg, 1, 86400000, &ms);
@@ -204,7 +214,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 			}
 			ret |= one(env, roles, pat, (unsigned)v, (unsigned)kpp,
 				   (unsigned)rows, skew, mode, (unsigned)iters,
-				   (unsigned)warm, (unsigned)ms, false);
+				   (unsigned)warm, (unsigned)ms, false, msg);
 		}
 	}
 	if (dense) {
@@ -220,7 +230,8 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		}
 		ret |= one(env, roles, "pushpull", (unsigned)drb,
 			   (unsigned)drows, (unsigned)drows, "0", mode,
-			   (unsigned)iters, (unsigned)warm, (unsigned)ms, true);
+			   (unsigned)iters, (unsigned)warm, (unsigned)ms, true,
+			   msg);
 	}
 	return ret ? 1 : 0;
 }

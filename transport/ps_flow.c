@@ -16,14 +16,31 @@
 #include "collstack/types.h"
 #include "transport/ps_flow.h"
 
+/* A slot is one frame: a whole message, or one fragment of a longer one. */
 struct psf_slot {
 	uint8_t *buf;
 	uint32_t len;
 	uint32_t dst;
 	uint32_t gen;
+	uint32_t msg_id; /* per destination, from 1 (hdr.step) */
+	uint32_t msg_len; /* the whole message's bytes */
+	uint16_t unit; /* fragment size: every fragment but the last */
+	uint16_t frag; /* this fragment's index */
 	bool used;
 	bool handed; /* given to the core, not yet acknowledged */
 };
+
+/* A message being reassembled from its fragments (one source rank). */
+struct psf_part {
+	uint8_t *buf;
+	uint64_t *have; /* bit per fragment */
+	uint32_t msg_id, msg_len, nfrag, got;
+	uint16_t unit;
+};
+
+/* Partial messages kept per source rank (more: the fragment is refused;
+ * the session window bounds what can be in flight far below this). */
+#define PSF_PARTS_MAX 256u
 
 /* FIFO of slot indices. */
 struct psf_fifo {
@@ -42,8 +59,10 @@ struct cs_ps_flow {
 	/* per rank: messages not handed to the core yet; [self] holds the
 	 * local ones (channel self sends nothing) */
 	struct psf_fifo *q;
+	uint32_t *next_id; /* per rank: the last message id sent to it */
+	struct psf_part **part; /* per source rank: [PSF_PARTS_MAX] */
+	uint32_t *nparts;
 	uint64_t backlog; /* slots in use */
-	uint64_t offset; /* frames handed out (header offset: diagnostics) */
 	bool closed;
 	int err;
 	uint32_t culprit;
@@ -84,13 +103,20 @@ int cs_ps_flow_create(uint32_t n, uint32_t self, uint32_t mss,
 {
 	struct cs_ps_flow *f;
 
-	if (!n || self >= n || !mss || !rx || !out)
+	if (!n || self >= n || mss < 64 || mss > UINT16_MAX || !rx || !out)
 		return -EINVAL;
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	f->q = calloc(n, sizeof(*f->q));
-	if (!f->q) {
+	f->next_id = calloc(n, sizeof(*f->next_id));
+	f->part = calloc(n, sizeof(*f->part));
+	f->nparts = calloc(n, sizeof(*f->nparts));
+	if (!f->q || !f->next_id || !f->part || !f->nparts) {
+		free(f->q);
+		free(f->next_id);
+		free(f->part);
+		free(f->nparts);
 		free(f);
 		return -ENOMEM;
 	}
@@ -110,9 +136,18 @@ void cs_ps_flow_destroy(struct cs_ps_flow *f)
 		return;
 	for (uint32_t i = 0; i < f->nslots; i++)
 		free(f->slot[i].buf);
-	for (uint32_t r = 0; r < f->n; r++)
+	for (uint32_t r = 0; r < f->n; r++) {
 		free(f->q[r].v);
+		for (uint32_t i = 0; f->part[r] && i < f->nparts[r]; i++) {
+			free(f->part[r][i].buf);
+			free(f->part[r][i].have);
+		}
+		free(f->part[r]);
+	}
 	free(f->q);
+	free(f->next_id);
+	free(f->part);
+	free(f->nparts);
 	free(f->slot);
 	free(f->free_idx);
 	free(f);
@@ -156,19 +191,15 @@ static void psf_slot_put(struct cs_ps_flow *f, uint32_t idx)
 	f->backlog--;
 }
 
-int cs_ps_flow_send(struct cs_ps_flow *f, uint32_t dst, const void *msg,
-		    size_t len)
+/* Queue one frame (a copy of @len bytes at @p) for @dst. */
+static int psf_queue(struct cs_ps_flow *f, uint32_t dst, const uint8_t *p,
+		     uint32_t len, uint32_t msg_id, uint32_t msg_len,
+		     uint16_t frag)
 {
 	struct psf_slot *s;
 	uint32_t idx;
 	int ret;
 
-	if (dst >= f->n || !len || !msg)
-		return -EINVAL;
-	if (len > f->mss)
-		return -EMSGSIZE;
-	if (f->closed || f->err)
-		return -EPIPE;
 	ret = psf_slot_get(f, &idx);
 	if (ret)
 		return ret;
@@ -178,9 +209,13 @@ int cs_ps_flow_send(struct cs_ps_flow *f, uint32_t dst, const void *msg,
 		f->free_idx[f->nfree++] = idx;
 		return -ENOMEM;
 	}
-	memcpy(s->buf, msg, len);
-	s->len = (uint32_t)len;
+	memcpy(s->buf, p, len);
+	s->len = len;
 	s->dst = dst;
+	s->msg_id = msg_id;
+	s->msg_len = msg_len;
+	s->unit = (uint16_t)f->mss;
+	s->frag = frag;
 	s->used = true;
 	s->handed = false;
 	f->backlog++;
@@ -189,10 +224,48 @@ int cs_ps_flow_send(struct cs_ps_flow *f, uint32_t dst, const void *msg,
 		psf_slot_put(f, idx);
 		return ret;
 	}
-	if (dst == f->self)
-		f->st.local++;
-	else
-		f->st.sent++;
+	return 0;
+}
+
+int cs_ps_flow_send(struct cs_ps_flow *f, uint32_t dst, const void *msg,
+		    size_t len)
+{
+	const uint8_t *p = msg;
+	uint32_t id, nfrag;
+	int ret;
+
+	if (dst >= f->n || !len || !msg)
+		return -EINVAL;
+	if (len > CS_PS_FLOW_MSG_MAX)
+		return -EMSGSIZE;
+	if (f->closed || f->err)
+		return -EPIPE;
+	if (dst == f->self) {
+		/* never on the wire: one slot, whatever its size */
+		ret = psf_queue(f, dst, p, (uint32_t)len, 0, (uint32_t)len, 0);
+		if (!ret)
+			f->st.local++;
+		return ret;
+	}
+	id = ++f->next_id[dst];
+	if (!id)
+		id = f->next_id[dst] = 1;
+	nfrag = (uint32_t)((len + f->mss - 1) / f->mss);
+	for (uint32_t i = 0; i < nfrag; i++) {
+		size_t off = (size_t)i * f->mss;
+		uint32_t fl = (uint32_t)CS_MIN((size_t)f->mss, len - off);
+
+		/* a failure after some fragments leaves a message that never
+		 * completes at the receiver: it is the same as a lost one
+		 * (the worker's timer resends; the store deduplicates) */
+		ret = psf_queue(f, dst, p + off, fl, id, (uint32_t)len,
+				(uint16_t)i);
+		if (ret)
+			return ret;
+	}
+	f->st.sent++;
+	if (nfrag > 1)
+		f->st.frag_tx += nfrag;
 	return 0;
 }
 
@@ -278,6 +351,9 @@ static void psf_tx(struct cs_ps_flow *f, uint32_t idx, struct cs_flow_tx *out)
 	out->hdr.version = CS_PROTO_VERSION;
 	out->hdr.type = CS_PKT_DATA;
 	out->hdr.channel = (uint16_t)s->dst;
+	out->hdr.step = s->msg_id;
+	out->hdr.offset =
+		(uint64_t)s->msg_len << 32 | (uint32_t)s->unit << 16 | s->frag;
 	out->payload = s->buf;
 	out->len = s->len;
 	out->cookie = (uint64_t)s->gen << 32 | idx;
@@ -297,16 +373,85 @@ static unsigned psf_next(void *p, cs_ns_t now, uint32_t ch,
 
 		f->slot[idx].handed = true;
 		psf_tx(f, idx, &out[k]);
-		out[k].hdr.offset = f->offset++;
 		k++;
 	}
 	return k;
+}
+
+static void psf_part_drop(struct cs_ps_flow *f, uint32_t src, uint32_t i)
+{
+	struct psf_part *pt = f->part[src];
+
+	free(pt[i].buf);
+	free(pt[i].have);
+	pt[i] = pt[--f->nparts[src]];
+}
+
+/*
+ * A fragment of message @id from @src: into its partial message (made at
+ * its first fragment). Returns 1 with *@msg (the whole message, the
+ * caller frees it) when it completed, 0 when more are due, -EPROTO for a
+ * fragment that does not fit (its message's length or unit differ, its
+ * index or length are wrong, it overlaps one already taken, too many
+ * partial messages) and -ENOMEM.
+ */
+static int psf_reasm(struct cs_ps_flow *f, uint32_t src, uint32_t id,
+		     uint32_t msg_len, uint32_t unit, uint32_t frag,
+		     const uint8_t *p, uint32_t len, uint8_t **msg)
+{
+	struct psf_part *pt;
+	uint32_t nfrag, i;
+
+	if (!f->part[src]) {
+		f->part[src] = calloc(PSF_PARTS_MAX, sizeof(*f->part[src]));
+		if (!f->part[src])
+			return -ENOMEM;
+	}
+	for (i = 0; i < f->nparts[src]; i++)
+		if (f->part[src][i].msg_id == id)
+			break;
+	nfrag = (msg_len + unit - 1) / unit;
+	if (i == f->nparts[src]) {
+		if (i == PSF_PARTS_MAX)
+			return -EPROTO;
+		pt = &f->part[src][i];
+		memset(pt, 0, sizeof(*pt));
+		pt->buf = malloc(msg_len);
+		pt->have = calloc((nfrag + 63) / 64, sizeof(uint64_t));
+		if (!pt->buf || !pt->have) {
+			free(pt->buf);
+			free(pt->have);
+			return -ENOMEM;
+		}
+		pt->msg_id = id;
+		pt->msg_len = msg_len;
+		pt->nfrag = nfrag;
+		pt->unit = (uint16_t)unit;
+		f->nparts[src]++;
+	}
+	pt = &f->part[src][i];
+	if (pt->msg_len != msg_len || pt->unit != unit ||
+	    pt->have[frag / 64] >> (frag % 64) & 1)
+		return -EPROTO;
+	memcpy(pt->buf + (size_t)frag * unit, p, len);
+	pt->have[frag / 64] |= 1ull << (frag % 64);
+	if (++pt->got < pt->nfrag)
+		return 0;
+	*msg = pt->buf;
+	pt->buf = NULL;
+	psf_part_drop(f, src, i);
+	return 1;
 }
 
 static int psf_on_data(void *p, cs_ns_t now, const struct cs_pkt_hdr *h,
 		       const void *payload)
 {
 	struct cs_ps_flow *f = p;
+	uint32_t msg_len = (uint32_t)(h->offset >> 32);
+	uint32_t unit = (uint32_t)(h->offset >> 16) & 0xffff;
+	uint32_t frag = (uint32_t)h->offset & 0xffff, nfrag;
+	uint8_t *msg = NULL;
+	int ret;
 
 	/* the channel names the rank the frame was sent to: a frame that
 	 * reached another node (a switch floods frames to a MAC it has not
@@ -318,8 +463,34 @@ static int psf_on_data(void *p, cs_ns_t now, const struct cs_pkt_hdr *h,
 	}
 	if (f->err)
 		return 0; /* aborted here: acknowledged, not applied */
+	/* the fragment's place: every fragment but the last is @unit bytes,
+	 * the last what remains; a message of one fragment is the frame */
+	if (!msg_len || msg_len > CS_PS_FLOW_MSG_MAX || unit < 64) {
+		f->st.rx_bad++;
+		return -EPROTO;
+	}
+	nfrag = (msg_len + unit - 1) / unit;
+	if (frag >= nfrag ||
+	    h->len != (frag + 1 < nfrag ? unit : msg_len - frag * unit)) {
+		f->st.rx_bad++;
+		return -EPROTO;
+	}
+	if (nfrag > 1) {
+		ret = psf_reasm(f, h->src, h->step, msg_len, unit, frag,
+				payload, h->len, &msg);
+		if (ret < 0) {
+			f->st.rx_bad++;
+			f->st.frag_bad++;
+			return ret == -ENOMEM ? ret : -EPROTO;
+		}
+		f->st.frag_rx++;
+		if (!ret)
+			return CS_FLOW_RX_ACK_NOW;
+		payload = msg;
+	}
 	f->st.rx++;
-	f->rx(f->ctx, h->src, payload, h->len, now);
+	f->rx(f->ctx, h->src, payload, msg_len, now);
+	free(msg);
 	/* a request or a reply somebody waits for: no coalescing delay */
 	return CS_FLOW_RX_ACK_NOW;
 }

@@ -5,11 +5,19 @@
  *
  * Every PS node (server, worker, or both) posts one cs_ps_flow to its core
  * under the same (group, op id). The flow has one channel per rank of the
- * group (channel r sends to rank r), and a PS message is one DATA frame:
- * the store's and the worker's send callbacks call cs_ps_flow_send(), the
+ * group (channel r sends to rank r). A PS message up to the mss is one
+ * DATA frame; a longer one (up to CS_PS_FLOW_MSG_MAX) is cut into frames
+ * of mss bytes (the last shorter), each carrying in its header the
+ * message's id per destination (hdr.step), its length, the fragment size
+ * and the fragment's index (hdr.offset: len << 32 | unit << 16 | index),
+ * and reassembled at the receiver: a fragment whose length does not match
+ * its index, that overlaps one already taken, or whose message length or
+ * unit differ from its message's is refused and counted (frag_bad).
+ * The store's and the worker's send callbacks call cs_ps_flow_send(), the
  * core's sessions stamp, pace, acknowledge and retransmit the frames, and
- * each new frame reaches the receiving node's rx callback exactly once, in
- * the order its session delivered it. A message to the node itself (a
+ * each message reaches the receiving node's rx callback exactly once,
+ * when its last fragment arrives (messages from one sender may complete
+ * in another order than they were sent). A message to the node itself (a
  * sidecar that is server and worker) never leaves: it waits in a local
  * queue that cs_ps_flow_drain_local() hands to the rx callback.
  *
@@ -46,7 +54,16 @@ struct cs_ps_flow_stats {
 	uint64_t rx_bad; /* frames refused (empty, not from a peer, sent
 			  * to another rank) */
 	uint64_t rebuilt; /* frames rebuilt for a retransmission */
+	uint64_t frag_tx; /* frames of messages sent in several */
+	uint64_t frag_rx; /* fragments taken into a reassembly */
+	uint64_t frag_bad; /* fragments refused (of those in rx_bad):
+			    * overlapping, a length or unit that differ
+			    * from their message's, too many partial */
 };
+
+/* Largest message: one longer than a frame's payload goes as fragments
+ * (one frame each), reassembled at the receiver. */
+#define CS_PS_FLOW_MSG_MAX (1u << 20)
 
 /* The flow's entry points for cs_tp_post(). */
 extern const struct cs_flow_ops cs_ps_flow_ops;
@@ -55,8 +72,7 @@ extern const struct cs_flow_ops cs_ps_flow_ops;
  * cs_ps_flow_create - a PS message flow for rank @self of @n
  * @n: ranks in the PS group (>= 1)
  * @self: this node's rank (< @n)
- * @mss: largest message (a frame's payload: the PS layer's msg_max must
- *	not exceed it)
+ * @mss: a frame's payload (64 to 65535): longer messages are fragmented
  * @rx: where messages go (also called from inside cs_tp_rx())
  * @ctx: passed to @rx
  * @out: the flow
@@ -70,8 +86,8 @@ void cs_ps_flow_destroy(struct cs_ps_flow *f);
 
 /**
  * cs_ps_flow_send - queue message @msg for rank @dst (copied)
- * Returns: 0, -EINVAL (bad rank, empty message), -EMSGSIZE (over the
- *	mss), -EPIPE (closed or aborted), -ENOMEM.
+ * Returns: 0, -EINVAL (bad rank, empty message), -EMSGSIZE (over
+ *	CS_PS_FLOW_MSG_MAX), -EPIPE (closed or aborted), -ENOMEM.
  */
 int cs_ps_flow_send(struct cs_ps_flow *f, uint32_t dst, const void *msg,
 		    size_t len);
@@ -88,7 +104,7 @@ unsigned cs_ps_flow_drain_local(struct cs_ps_flow *f, cs_ns_t now,
 /* No more sends: the operation completes once every frame is acked. */
 void cs_ps_flow_close(struct cs_ps_flow *f);
 
-/* Messages queued or not yet acknowledged (local ones included). */
+/* Frames queued or not yet acknowledged (local messages included). */
 uint64_t cs_ps_flow_backlog(const struct cs_ps_flow *f);
 
 void cs_ps_flow_get_stats(const struct cs_ps_flow *f,

@@ -33,7 +33,11 @@
  */
 #define CS_PS_DEDUP_WINDOW 64u
 /* Versions a worker may push ahead of what a server has completed. */
-#define CS_PS_AHEAD 8u
+#define CS_PS_AHEAD 32u
+/* Pushes a server keeps that came ahead of that window (taken when their
+ * version becomes current; more are dropped, and resent by the worker). */
+#define CS_PS_EARLY_MAX 1024u
+#define CS_PS_EARLY_BYTES ((size_t)64 << 20)
 #define CS_PS_MSG_MIN 256u /* smallest msg_max accepted */
 #define CS_PS_MSG_MAX (1u << 24) /* largest message */
 
@@ -225,7 +229,9 @@ struct cs_ps_store_cfg {
 struct cs_ps_store_stats {
 	uint64_t push_applied; /* push messages taken into an update */
 	uint64_t push_dup; /* duplicates acknowledged, not applied */
-	uint64_t push_early; /* beyond the window: dropped, no ack */
+	uint64_t push_early; /* beyond the window, none parked: dropped, no
+			      * ack */
+	uint64_t push_parked; /* ahead of the version window: parked */
 	uint64_t rejected; /* malformed or refused messages */
 	uint64_t rows_updated; /* optimizer steps (one per key per flush) */
 	uint64_t grads_in; /* gradient rows received (after worker combine) */

@@ -78,6 +78,10 @@ struct cs_ps_store {
 	struct ps_table *tab[CS_PS_TABLES_MAX];
 	struct ps_parked *parked;
 	uint32_t nparked;
+	/* pushes that came ahead of the window, taken when it reaches them */
+	struct ps_parked early[CS_PS_EARLY_MAX];
+	uint32_t nearly;
+	size_t early_bytes;
 	uint8_t *reply;
 	struct cs_ps_store_stats st;
 	int snap_table;
@@ -157,6 +161,8 @@ void cs_ps_store_destroy(struct cs_ps_store *st)
 		table_free(st->tab[i]);
 	for (uint32_t i = 0; i < st->nparked; i++)
 		free(st->parked[i].msg);
+	for (uint32_t i = 0; i < st->nearly; i++)
+		free(st->early[i].msg);
 	free(st->parked);
 	free(st->reply);
 	free(st);
@@ -475,6 +481,9 @@ static void refuse_push(struct cs_ps_store *st, struct ps_wstate *w,
 	refuse(st, m, status);
 }
 
+/* rx_push: a push for a version beyond the window (nothing done) */
+#define PS_PUSH_EARLY 1
+
 static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 {
 	uint32_t d = m->dim;
@@ -516,10 +525,8 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 			refuse_push(st, w, m, CS_ERR_PROTO);
 			return 0;
 		}
-		if (m->version >= lim) {
-			st->st.push_early++;
-			return 0;
-		}
+		if (m->version >= lim)
+			return PS_PUSH_EARLY; /* parked or dropped: rx */
 		slot = (unsigned)(m->version % CS_PS_AHEAD);
 		if (w->nparts[slot] && w->nparts[slot] != m->nparts) {
 			refuse_push(st, w, m, CS_ERR_PROTO);
@@ -623,6 +630,68 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 	return 0;
 }
 
+/*
+ * Park push @msg that came ahead of its window (bounded: beyond
+ * CS_PS_EARLY_MAX messages or CS_PS_EARLY_BYTES it is dropped, no ack,
+ * and the worker's timer resends it). A copy of one parked already is
+ * dropped.
+ */
+static void early_park(struct cs_ps_store *st, const struct cs_ps_msg *m,
+		       const void *msg, size_t len)
+{
+	uint8_t *copy;
+
+	for (uint32_t i = 0; i < st->nearly; i++) {
+		struct cs_ps_msg q;
+
+		cs_ps_wire_decode(st->early[i].msg, st->early[i].len, &q);
+		if (q.table == m->table && q.worker == m->worker &&
+		    q.id == m->id)
+			return;
+	}
+	if (st->nearly == CS_PS_EARLY_MAX ||
+	    st->early_bytes + len > CS_PS_EARLY_BYTES ||
+	    !(copy = malloc(len))) {
+		st->st.push_early++;
+		return;
+	}
+	memcpy(copy, msg, len);
+	st->early[st->nearly++] = (struct ps_parked){ copy, len };
+	st->early_bytes += len;
+	st->st.push_parked++;
+}
+
+/* Take the parked pushes whose versions the window now reaches (each
+ * taken one may move a worker's clock: again until none is taken). */
+static int early_retry(struct cs_ps_store *st)
+{
+	bool again = true;
+	int rc = 0;
+
+	while (again && !rc) {
+		again = false;
+		for (uint32_t i = 0; i < st->nearly && !rc;) {
+			struct ps_parked p = st->early[i];
+			struct cs_ps_msg q;
+
+			cs_ps_wire_decode(p.msg, p.len, &q);
+			rc = rx_push(st, &q);
+			if (rc == PS_PUSH_EARLY) {
+				rc = 0;
+				i++;
+				continue;
+			}
+			/* taken, refused, or not taken for lack of memory
+			 * (no ack: the worker resends) */
+			st->early[i] = st->early[--st->nearly];
+			st->early_bytes -= p.len;
+			free(p.msg);
+			again = true;
+		}
+	}
+	return rc;
+}
+
 int cs_ps_store_rx(struct cs_ps_store *st, const void *msg, size_t len)
 {
 	struct cs_ps_msg m;
@@ -635,7 +704,14 @@ int cs_ps_store_rx(struct cs_ps_store *st, const void *msg, size_t len)
 	}
 	switch (m.type) {
 	case CS_PS_MSG_PUSH:
-		return rx_push(st, &m);
+		rc = rx_push(st, &m);
+		if (rc == PS_PUSH_EARLY) {
+			early_park(st, &m, msg, len);
+			return 0;
+		}
+		if (rc || !st->nearly)
+			return rc;
+		return early_retry(st);
 	case CS_PS_MSG_PULL:
 		return rx_pull(st, &m, msg, len);
 	default:
@@ -776,6 +852,11 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 			continue;
 		rc = t->spec.mode == CS_PS_SYNC ? sync_apply(st, t)
 						: agg_apply(st, t);
+		if (rc)
+			return rc;
+	}
+	if (st->nearly) {
+		rc = early_retry(st);
 		if (rc)
 			return rc;
 	}

@@ -26,7 +26,8 @@
 #                nothing applied (every row exact), then the sidecars run
 #                another job
 #   ps_4x_bench  collstack bench -o ps, a few steps of each pattern and
-#                the dense case, every line wrong=0
+#                the dense case, every line wrong=0, no push dropped for
+#                coming early (push_early=0)
 #
 # Needs root (skips, 77, without). CS_CLUSTER names the cluster (default:
 # p<pid digits><case digits>, so that parallel checkouts never meet).
@@ -123,6 +124,9 @@ ps_4x_bench)
 	[ $rc -eq 0 ] || fail "bench -o ps: exit $rc"
 	[ "$(grep -c '^ps-bench stack=collstack .* wrong=0 ' <<<"$out")" = 7 ] ||
 		fail "bench -o ps: 7 lines with wrong=0 expected"
+	# pushes ahead of a server's window are parked, not dropped
+	[ "$(grep -c '^ps-bench stack=collstack .* push_early=0$' <<<"$out")" = 6 ] ||
+		fail "bench -o ps: push_early=0 expected on the 6 sparse lines"
 	;;
 *)
 	fail "unknown case $CASE"

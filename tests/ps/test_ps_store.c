@@ -191,6 +191,52 @@ Test(ps_store, out_of_order_ids_and_window)
 	cs_ps_store_destroy(st);
 }
 
+/* Sync: a push CS_PS_AHEAD versions ahead of what the server applied is
+ * parked (no ack yet, nothing applied), taken once its version is in the
+ * window; a copy of it that arrives meanwhile is not parked twice. */
+Test(ps_store, early_push_parked_then_taken)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SYNC, 0, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 7;
+	float g = 1.0f;
+	size_t n;
+
+	for (uint64_t v = 0; v <= CS_PS_AHEAD; v++) {
+		n = push(&s, 0, v, v, &k, &g, 1, 0, 1);
+		cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	}
+	/* the copy a worker's timer sends */
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(nrep, CS_PS_AHEAD);
+	cr_assert_eq(cs_ps_store_stats(st)->push_parked, 1);
+	cr_assert_eq(cs_ps_store_stats(st)->push_early, 0);
+	/* worker 1 completes version 0: the parked push is taken */
+	n = push(&s, 1, 0, 0, NULL, NULL, 0, 0, 1);
+	cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(cs_ps_store_clock(st, 2), 1);
+	cr_assert_eq(nrep, CS_PS_AHEAD + 2);
+	cr_assert_eq(rep[nrep - 1].m.type, CS_PS_MSG_PUSH_ACK);
+	cr_assert_eq(rep[nrep - 1].m.id, CS_PS_AHEAD);
+	cr_assert_eq(rep[nrep - 1].m.status, 0);
+	nrep = 0;
+	for (uint64_t v = 1; v <= CS_PS_AHEAD; v++) {
+		n = push(&s, 1, v, v, NULL, NULL, 0, 0, 1);
+		cr_assert_eq(cs_ps_store_rx(st, msg, n), 0);
+		cr_assert_eq(cs_ps_store_flush(st), 0);
+	}
+	cr_assert_eq(cs_ps_store_clock(st, 2), CS_PS_AHEAD + 1);
+	cr_assert_eq(nrep, CS_PS_AHEAD);
+	/* every version's gradient applied once */
+	cr_assert_eq(val(st, 7, 0), 10.0f - (float)(CS_PS_AHEAD + 1));
+	cr_assert_eq(cs_ps_store_stats(st)->push_applied,
+		     2 * (CS_PS_AHEAD + 1));
+	cr_assert_eq(cs_ps_store_stats(st)->push_early, 0);
+	cs_ps_store_destroy(st);
+}
+
 /* Sync: a version is applied only when every worker's push (all its
  * parts) arrived; a pull at clock 1 waits for it. */
 Test(ps_store, sync_waits_for_every_worker)

@@ -553,10 +553,22 @@ Test(tp_ps, lost_server_named)
 	teardown();
 }
 
+static uint8_t f_got[4096];
+static size_t f_got_len;
+
+static void f_frag_rx(void *ctx, uint32_t src, const void *msg, size_t len,
+		      cs_ns_t now)
+{
+	(void)ctx, (void)src, (void)now;
+	cr_assert_leq(len, sizeof(f_got));
+	memcpy(f_got, msg, len);
+	f_got_len = len;
+}
+
 Test(tp_ps, flow_bad_inputs)
 {
 	struct cs_ps_flow *f;
-	uint8_t big[MSS + 1] = { 0 };
+	static uint8_t big[CS_PS_FLOW_MSG_MAX + 1];
 
 	cr_assert_eq(cs_ps_flow_create(0, 0, MSS, f_rx, NULL, &f), -EINVAL);
 	cr_assert_eq(cs_ps_flow_create(2, 2, MSS, f_rx, NULL, &f), -EINVAL);
@@ -566,6 +578,9 @@ Test(tp_ps, flow_bad_inputs)
 	cr_assert_eq(cs_ps_flow_send(f, 1, big, sizeof(big)), -EMSGSIZE);
 	cr_assert_eq(cs_ps_flow_send(f, 1, big, MSS), 0);
 	cr_assert_eq(cs_ps_flow_backlog(f), 1);
+	/* a longer message: one frame per MSS bytes */
+	cr_assert_eq(cs_ps_flow_send(f, 1, big, 2 * MSS + 1), 0);
+	cr_assert_eq(cs_ps_flow_backlog(f), 4);
 	cs_ps_flow_close(f);
 	cr_assert_eq(cs_ps_flow_send(f, 1, big, 4), -EPIPE);
 	/* unknown cookies are refused, not followed */
@@ -583,6 +598,68 @@ Test(tp_ps, flow_bad_inputs)
 		h.channel = 0;
 		h.len = 0;
 		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, NULL), -EPROTO);
+		cs_ps_flow_destroy(f);
+	}
+	/* fragments: reassembled once whole; malformed, overlapping and
+	 * oversized ones refused and counted */
+	{
+		struct cs_pkt_hdr h = {
+			.type = CS_PKT_DATA, .src = 1, .channel = 0, .step = 7
+		};
+		struct cs_ps_flow_stats fs;
+		static uint8_t msg[3 * 100 + 10];
+
+		for (size_t i = 0; i < sizeof(msg); i++)
+			msg[i] = (uint8_t)(i * 7 + 1);
+		f_got_len = 0;
+		cr_assert_eq(cs_ps_flow_create(2, 0, MSS, f_frag_rx, NULL, &f),
+			     0);
+#define FRAG(len_, unit_, idx_)                                                \
+	((uint64_t)(len_) << 32 | (uint64_t)(unit_) << 16 | (idx_))
+		/* too long a message, too small a unit */
+		h.len = 100;
+		h.offset = FRAG(CS_PS_FLOW_MSG_MAX + 1, 100, 0);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg), -EPROTO);
+		h.offset = FRAG(sizeof(msg), 32, 0);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg), -EPROTO);
+		/* an index past the end, a length that does not fit it */
+		h.offset = FRAG(sizeof(msg), 100, 4);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg), -EPROTO);
+		h.len = 99;
+		h.offset = FRAG(sizeof(msg), 100, 1);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 100),
+			     -EPROTO);
+		/* out of order: 3 (last, 10 bytes), 1, 0, a copy of 1, 2 */
+		h.len = 10;
+		h.offset = FRAG(sizeof(msg), 100, 3);
+		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 300), 0);
+		h.len = 100;
+		h.offset = FRAG(sizeof(msg), 100, 1);
+		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 100), 0);
+		h.offset = FRAG(sizeof(msg), 100, 0);
+		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg), 0);
+		h.offset = FRAG(sizeof(msg), 100, 1);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 100),
+			     -EPROTO);
+		/* the same id with another length: refused */
+		h.offset = FRAG(sizeof(msg) + 100, 100, 2);
+		cr_assert_eq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 200),
+			     -EPROTO);
+		cr_assert_eq(f_got_len, 0);
+		h.offset = FRAG(sizeof(msg), 100, 2);
+		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg + 200), 0);
+		cr_assert_eq(f_got_len, sizeof(msg));
+		cr_assert_arr_eq(f_got, msg, sizeof(msg));
+		cs_ps_flow_get_stats(f, &fs);
+		cr_assert_eq(fs.rx, 1);
+		cr_assert_eq(fs.frag_rx, 4);
+		cr_assert_eq(fs.frag_bad, 2);
+		cr_assert_eq(fs.rx_bad, 6);
+		/* a partial message left at destroy is freed */
+		h.step = 8;
+		h.offset = FRAG(sizeof(msg), 100, 0);
+		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg), 0);
+#undef FRAG
 		cs_ps_flow_destroy(f);
 	}
 	/* a message of no known type, or for a part the node lacks */
