@@ -41,6 +41,10 @@ struct psf_part {
 /* Partial messages kept per source rank (more: the fragment is refused;
  * the session window bounds what can be in flight far below this). */
 #define PSF_PARTS_MAX 256u
+/* ... and their bytes: each is allocated whole at its first fragment, so
+ * 256 first fragments of 1 MiB messages would otherwise hold 256 MiB. A
+ * sender's session window keeps far less than this in flight. */
+#define PSF_PART_BYTES (32u << 20)
 
 /* FIFO of slot indices. */
 struct psf_fifo {
@@ -412,7 +416,11 @@ static int psf_reasm(struct cs_ps_flow *f, uint32_t src, uint32_t id,
 			break;
 	nfrag = (msg_len + unit - 1) / unit;
 	if (i == f->nparts[src]) {
-		if (i == PSF_PARTS_MAX)
+		uint64_t held = msg_len;
+
+		for (uint32_t j = 0; j < i; j++)
+			held += f->part[src][j].msg_len;
+		if (i == PSF_PARTS_MAX || held > PSF_PART_BYTES)
 			return -EPROTO;
 		pt = &f->part[src][i];
 		memset(pt, 0, sizeof(*pt));

@@ -659,6 +659,18 @@ Test(tp_ps, flow_bad_inputs)
 		h.step = 8;
 		h.offset = FRAG(sizeof(msg), 100, 0);
 		cr_assert_geq(cs_ps_flow_ops.on_data(f, 0, &h, msg), 0);
+		/* first fragments of 1 MiB messages: partial ones of one
+		 * sender hold at most 32 MiB (the 32nd new one is refused,
+		 * the 311-byte one above holding some) */
+		h.len = 100;
+		for (uint32_t k = 0; k < 32; k++) {
+			h.step = 100 + k;
+			h.offset = FRAG(CS_PS_FLOW_MSG_MAX, 100, 0);
+			int r = cs_ps_flow_ops.on_data(f, 0, &h, msg);
+
+			cr_assert(k < 31 ? r >= 0 : r == -EPROTO,
+				  "message %u: %d", k, r);
+		}
 #undef FRAG
 		cs_ps_flow_destroy(f);
 	}
