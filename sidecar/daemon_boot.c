@@ -580,6 +580,7 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 {
 	struct cs_boot_state *b = d->boot;
 	unsigned n = 0;
+	uint32_t ep;
 	int self = -1;
 
 	if (!b)
@@ -600,16 +601,21 @@ int cs_daemon_boot_apply_view(struct cs_daemon *d, uint32_t *epoch, char *msg,
 		snprintf(p->name, sizeof(p->name), "rank%u", r);
 		n++;
 	}
-	*epoch = b->epoch;
+	ep = b->epoch;
 	pthread_mutex_unlock(&b->mu);
+	/* Not applied: every later caller gets the same refusal (were the
+	 * epoch taken, the next would find the view applied and run on the
+	 * old peer table: the first caller, not collstack run, may be the
+	 * one that met the refusal) */
 	if (self < 0) {
 		if (msg)
 			snprintf(msg, mlen,
 				 "err this node (rank %u) is not in "
 				 "the group's view (epoch %u): it must rejoin",
-				 b->rank, *epoch);
+				 b->rank, ep);
 		return CS_ERR_PEER_LOST;
 	}
+	*epoch = ep;
 	d->drv.npeers = n;
 	d->drv.rank = (unsigned)self;
 	d->conf.rank = b->rank;
