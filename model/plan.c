@@ -21,13 +21,18 @@ static const char *const strat_names[CS_PLAN_STRAT_COUNT] = {
 	[CS_PLAN_LOCAL] = "local",
 };
 
-/* Carried by the sidecar today (the others are predicted only): the "ps"
- * strategy sums a group through a PS table (client/strategy_ps.c). */
-static const bool strat_carried[CS_PLAN_STRAT_COUNT] = {
-	[CS_PLAN_ALLREDUCE] = true,
-	[CS_PLAN_PS] = true,
-	[CS_PLAN_LOCAL] = true,
-};
+/*
+ * The strategy a strategies file names for a pick: the same, except that
+ * all-to-all for an MoE layer is expert parallelism, which is the model's
+ * own code (tokens through cs_moe_dispatch()/cs_moe_combine()), with the
+ * experts' gradients on "local" (each expert lives on one rank).
+ */
+static const char *config_name(enum cs_plan_strat s, enum cs_plan_kind k)
+{
+	if (s == CS_PLAN_ALLTOALL && k == CS_PLAN_MOE)
+		return "local";
+	return cs_plan_strat_name(s);
+}
 
 const char *cs_plan_strat_name(enum cs_plan_strat s)
 {
@@ -257,14 +262,14 @@ static void fmt_bytes(double b, char *s, size_t n)
 		snprintf(s, n, "%.0f", b);
 }
 
-static void fmt_us(int ret, double ns, bool carried, char *s, size_t n)
+static void fmt_us(int ret, double ns, char *s, size_t n)
 {
 	if (ret == -ENOTSUP)
 		snprintf(s, n, "-");
 	else if (ret)
 		snprintf(s, n, "n/a");
 	else
-		snprintf(s, n, "%.1f%s", ns / 1000, carried ? "" : "*");
+		snprintf(s, n, "%.1f", ns / 1000);
 }
 
 static const char *const kind_names[] = { "dense", "sparse", "moe" };
@@ -272,8 +277,7 @@ static const char *const kind_names[] = { "dense", "sparse", "moe" };
 int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 		  uint32_t ranks, uint32_t rpn, FILE *out)
 {
-	double total = 0, total_carried = 0,
-	       single[CS_PLAN_STRAT_COUNT] = { 0 };
+	double total = 0, single[CS_PLAN_STRAT_COUNT] = { 0 };
 	bool single_ok[CS_PLAN_STRAT_COUNT];
 	char cell[CS_PLAN_STRAT_COUNT][32], sz[16];
 
@@ -282,24 +286,22 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 	fprintf(out,
 		"# plan for '%s': %u ranks, %u per node (%u nodes), model "
 		"fitted on %u %s nodes\n"
-		"# predicted communication time per step, us (* = predicted "
-		"only: the sidecar does not carry it yet; - = does not apply)\n",
+		"# predicted communication time per step, us (- = does not "
+		"apply); config: the strategy a strategies file names\n",
 		p->name, ranks, rpn, ranks / rpn, m->fit_nodes, m->source);
 	fprintf(out, "%-16s %-7s %9s %12s %12s %12s %8s %-10s %s\n", "group",
 		"kind", "grad", "allreduce", "ps", "alltoall", "local", "pick",
-		"pick-carried");
+		"config");
 	for (unsigned i = 0; i < p->ngroups; i++) {
 		const struct cs_plan_group *g = &p->g[i];
-		double ns[CS_PLAN_STRAT_COUNT], best = INFINITY,
-						best_c = INFINITY;
-		int ret[CS_PLAN_STRAT_COUNT], pick = -1, pick_c = -1;
+		double ns[CS_PLAN_STRAT_COUNT], best = INFINITY;
+		int ret[CS_PLAN_STRAT_COUNT], pick = -1;
 
 		for (unsigned s = 0; s < CS_PLAN_STRAT_COUNT; s++) {
 			ret[s] = cs_plan_cost(m, g, p->dtype_bytes,
 					      (enum cs_plan_strat)s, ranks, rpn,
 					      &ns[s], NULL);
-			fmt_us(ret[s], ns[s], strat_carried[s], cell[s],
-			       sizeof(cell[s]));
+			fmt_us(ret[s], ns[s], cell[s], sizeof(cell[s]));
 			if (ret[s]) {
 				single_ok[s] = false;
 				continue;
@@ -308,10 +310,6 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 			if (ns[s] < best) {
 				best = ns[s];
 				pick = (int)s;
-			}
-			if (strat_carried[s] && ns[s] < best_c) {
-				best_c = ns[s];
-				pick_c = (int)s;
 			}
 		}
 		if (pick < 0) {
@@ -327,16 +325,16 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 			cell[CS_PLAN_ALLREDUCE], cell[CS_PLAN_PS],
 			cell[CS_PLAN_ALLTOALL], cell[CS_PLAN_LOCAL],
 			strat_names[pick],
-			pick_c >= 0 ? strat_names[pick_c] : "(none)");
+			config_name((enum cs_plan_strat)pick, g->kind));
 		total += best;
-		total_carried += pick_c >= 0 ? best_c : NAN;
 	}
-	fprintf(out, "# total per step: plan %.1f us; carried today %.1f us",
-		total / 1000, total_carried / 1000);
+	fprintf(out, "# total per step: plan %.1f us", total / 1000);
 	for (unsigned s = 0; s < CS_PLAN_STRAT_COUNT; s++)
 		if (single_ok[s])
 			fprintf(out, "; all %s %.1f us", strat_names[s],
 				single[s] / 1000);
-	fprintf(out, "\n");
+	fprintf(out, "\n# alltoall for a moe group is expert parallelism: "
+		     "its experts on 'local', the tokens through "
+		     "cs_moe_dispatch()/cs_moe_combine()\n");
 	return 0;
 }

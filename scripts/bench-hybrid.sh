@@ -2,11 +2,15 @@
 # SPDX-License-Identifier: MIT
 # Issue 28's goal, measured: python/examples/train_hybrid.py on a 4-node
 # cluster (T trainers per node) with the strategies `collstack plan`
-# picks (its pick-carried column, for examples/train_hybrid_model.json)
-# against every single strategy that can carry the whole model
-# ("allreduce", "ps"), the three configs alternated R times on the same
-# cluster. Prints each run's mean step time (rank 0: exchanges and numpy)
-# and one line with the medians:
+# picks (its config column, for examples/train_hybrid_model.json, which
+# describes the example at the sizes below: a 200,000 x 8 embedding, 8
+# experts of 24 -> 512 -> 24) against every single strategy that can
+# carry the whole model ("allreduce", "ps": the experts data-parallel),
+# the three configs alternated R times on the same cluster. The plan's
+# all-to-all for the MoE layer is expert parallelism (the experts on
+# "local", 4 all-to-alls per step through the sidecars). Prints each
+# run's mean step time (rank 0: exchanges and numpy) and one line with
+# the medians:
 #   hybrid plan=... plan_ms=A allreduce_ms=B ps_ms=C plan_vs_best=A/min(B,C)
 # Root; uses scripts/cluster.sh; numpy for /usr/bin/python3.
 #
@@ -39,7 +43,7 @@ if [ -z "$MODEL" ]; then
 	MODEL=$TMP/model.json
 	"$CLI" model fit --sim -o "$MODEL" >/dev/null 2>&1
 fi
-# the plan's pick-carried column as a strategies file
+# the plan's config column as a strategies file
 "$CLI" plan examples/train_hybrid_model.json --ranks $((NODES * T)) \
 	--ranks-per-node "$T" -m "$MODEL" >"$TMP/plan.txt"
 awk '!/^#/ && NF > 2 && $1 != "group" { print "group", $1, $NF }' \
@@ -60,7 +64,7 @@ for ((r = 0; r < REPS; r++)); do
 			PYTHONPATH=$PWD/python timeout 600 "$CLI" launch -T "$T" \
 			--cluster "$ENV" --timeout 500 -- /usr/bin/python3 \
 			python/examples/train_hybrid.py --steps "$STEPS" \
-			--config "$TMP/$c.conf" 2>&1) || {
+			--rows 200000 --experts 8 --ffn 512 --config "$TMP/$c.conf" 2>&1) || {
 			echo "$out"
 			echo "bench-hybrid: $c run $r failed" >&2
 			exit 1
@@ -71,7 +75,8 @@ for ((r = 0; r < REPS; r++)); do
 			exit 1
 		}
 		v=$(sed -n 's/^step time: mean \([0-9.]*\) ms.*/\1/p' <<<"$out")
-		echo "run $r $c step_ms=$v load=$(cut -d' ' -f1 /proc/loadavg)"
+		echo "run $r $c step_ms=$v load=$(cut -d' ' -f1 /proc/loadavg)" \
+			"$(grep -o 'the 4 all-to-alls: .*' <<<"$out")"
 		ms[$c]="${ms[$c]:-} $v"
 	done
 done

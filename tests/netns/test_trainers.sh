@@ -478,9 +478,11 @@ case_python() {
 }
 
 # `collstack launch -T 2` on 4 nodes: the hybrid example (MLP, embedding,
-# MoE layer, a strategy switch at step 20) as 8 Python trainers through
-# the sidecars; every rank's parameters must hash the same at the end,
-# and rank 0 prints its summary (every rank's output with --all-output).
+# MoE layer expert-parallel: 4 all-to-alls per step, the embedding
+# switched to PS at step 20) as 8 Python trainers through the sidecars;
+# every rank's parameters must hash the same at the end (the experts
+# after an all-gather), and rank 0 prints its summary (every rank's
+# output with --all-output).
 case_launch() {
 	local lib out
 	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) ||
@@ -491,10 +493,13 @@ case_launch() {
 	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
 		"$CLI" launch -T 2 --timeout 500 --cluster "$ENV_FILE" -- \
 		/usr/bin/python3 python/examples/train_hybrid.py --steps 40 \
-		--switch-at 20 2>&1) || { echo "$out"; fail "collstack launch exited $?"; }
+		--switch-at 20 --config examples/hybrid_expert_parallel.conf \
+		2>&1) || { echo "$out"; fail "collstack launch exited $?"; }
 	echo "$out" | sed 's/^/  /'
-	echo "$out" | grep -q "^hybrid: 8 ranks, 40 steps,.*params identical on every rank: True" ||
-		fail "no 'params identical' line from rank 0"
+	echo "$out" | grep -q "^hybrid: 8 ranks, 40 steps,.*'embedding': 'ps'.*params identical on every rank: True" ||
+		fail "no 'params identical' line with the embedding on ps from rank 0"
+	echo "$out" | grep -q "^experts: 8, expert-parallel" ||
+		fail "the experts were not expert-parallel"
 	# a program that fails on one rank: launch says so and exits 1
 	if "$CLI" launch -T 2 --cluster "$ENV_FILE" -- sh -c '[ "$RANK" != 5 ]' \
 		>"$RUN/launch_fail.out" 2>&1; then
