@@ -227,9 +227,11 @@ def main():
             moe = MoE(c, g, hidden=WIDTH, max_tokens=BATCH, topk=1,
                       experts_per_rank=per)
         events, losses, emb_us = [], [], {"before": [], "after": []}
+        step_us = {"before": [], "after": []}
         ps_refused = False
         t0 = time.perf_counter()
         for step in range(args.steps):
+            t_step = time.perf_counter()
             if rank == 1 and args.switch_at >= 0:
                 if step == args.switch_at:
                     job.request("embedding", "ps")
@@ -281,6 +283,14 @@ def main():
                 for k in keys:
                     p[k] = p[k] - LR * flat[:p[k].size].reshape(p[k].shape)
                     flat = flat[p[k].size:]
+            dur = (time.perf_counter() - t_step) * 1e6
+            events.append({"name": "step", "ph": "X", "pid": rank,
+                           "tid": "step", "dur": dur,
+                           "ts": (t_step - t0) * 1e6,
+                           "args": {"step": step, "embedding":
+                                    job.current("embedding")}})
+            step_us["after" if step > args.switch_at + 1
+                    else "before"].append(dur)
         step_ms = (time.perf_counter() - t0) * 1e3 / max(1, args.steps)
         if moe is not None:
             # every rank's experts to every rank (an expert's weights
@@ -322,6 +332,9 @@ def main():
             print("embedding exchange: mean %.0f us before the switch, "
                   "%.0f us after" % (np.mean(emb_us["before"]),
                                      np.mean(emb_us["after"])))
+            print("step time: mean %.3f ms before the switch, %.3f ms "
+                  "after" % (np.mean(step_us["before"]) / 1e3,
+                             np.mean(step_us["after"]) / 1e3))
         if args.timeline:
             with open(args.timeline, "w") as f:
                 json.dump({"traceEvents": events}, f)
