@@ -276,9 +276,12 @@ const char *cs_plan_strat_name(enum cs_plan_strat s);
 
 /**
  * cs_plan_print - the table: per group, each strategy's time and the pick
+ * @out: the table
+ * @conf: NULL, or where the picks go as a strategies file
+ *	(cs_strat_job_config(): one "group NAME STRATEGY" line per group)
  * Returns: 0, or a negative error when no strategy applies to a group.
  */
 int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
-		  uint32_t ranks, uint32_t rpn, FILE *out);
+		  uint32_t ranks, uint32_t rpn, FILE *out, FILE *conf);
 
 #endif

@@ -275,7 +275,7 @@ static void fmt_us(int ret, double ns, char *s, size_t n)
 static const char *const kind_names[] = { "dense", "sparse", "moe" };
 
 int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
-		  uint32_t ranks, uint32_t rpn, FILE *out)
+		  uint32_t ranks, uint32_t rpn, FILE *out, FILE *conf)
 {
 	double total = 0, single[CS_PLAN_STRAT_COUNT] = { 0 };
 	bool single_ok[CS_PLAN_STRAT_COUNT];
@@ -326,6 +326,11 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 			cell[CS_PLAN_ALLTOALL], cell[CS_PLAN_LOCAL],
 			strat_names[pick],
 			config_name((enum cs_plan_strat)pick, g->kind));
+		if (conf)
+			fprintf(conf, "%sgroup %s %s\n",
+				i ? "" : "# collstack plan: the config column\n",
+				g->name,
+				config_name((enum cs_plan_strat)pick, g->kind));
 		total += best;
 	}
 	fprintf(out, "# total per step: plan %.1f us", total / 1000);

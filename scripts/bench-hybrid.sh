@@ -45,15 +45,15 @@ if [ -z "$MODEL" ]; then
 fi
 # the plan's config column as a strategies file
 "$CLI" plan examples/train_hybrid_model.json --ranks $((NODES * T)) \
-	--ranks-per-node "$T" -m "$MODEL" >"$TMP/plan.txt"
-awk '!/^#/ && NF > 2 && $1 != "group" { print "group", $1, $NF }' \
-	"$TMP/plan.txt" >"$TMP/plan.conf"
-[ -s "$TMP/plan.conf" ] || { cat "$TMP/plan.txt"; exit 1; }
+	--ranks-per-node "$T" -m "$MODEL" -o "$TMP/plan.conf" >"$TMP/plan.txt" ||
+	{ cat "$TMP/plan.txt"; exit 1; }
 for s in allreduce ps; do
-	awk -v s=$s '{ print "group", $2, s }' "$TMP/plan.conf" >"$TMP/$s.conf"
+	awk -v s=$s '$1 == "group" { print "group", $2, s }' "$TMP/plan.conf" \
+		>"$TMP/$s.conf"
 done
 sed 's/^/  /' "$TMP/plan.txt"
-PLAN=$(awk '{ printf "%s%s=%s", (NR > 1 ? "," : ""), $2, $3 }' "$TMP/plan.conf")
+PLAN=$(awk '$1 == "group" { printf "%s%s=%s", (n++ ? "," : ""), $2, $3 }' \
+	"$TMP/plan.conf")
 
 scripts/cluster.sh down >/dev/null 2>&1 || true
 CS_BUILD_DIR=$BUILD scripts/cluster.sh up $NODES --port "$PORT" >/dev/null

@@ -916,10 +916,12 @@ static void plan_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack plan MODEL.json --ranks N [--ranks-per-node "
-		"L] [-m COST.json]\n"
+		"L] [-m COST.json] [-o STRATEGIES]\n"
 		"MODEL.json describes the parameter groups (docs/model.md, "
 		"examples/hybrid_model.json);\nCOST.json is the fitted cost "
-		"model (default model.json: collstack model fit -o model.json).\n");
+		"model (default model.json: collstack model fit -o model.json);\n"
+		"-o writes the picks as a strategies file (its config column: "
+		"cs_strat_job_config()).\n");
 }
 
 int cs_cmd_plan(int argc, char **argv)
@@ -928,18 +930,20 @@ int cs_cmd_plan(int argc, char **argv)
 		{ "ranks", required_argument, NULL, 'n' },
 		{ "ranks-per-node", required_argument, NULL, 'l' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "output", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *mp = "model.json";
+	const char *mp = "model.json", *op = NULL;
 	uint32_t ranks = 0, rpn = 0;
 	struct cs_model m;
 	struct cs_plan p;
+	FILE *conf = NULL;
 	char err[400];
 	int o, ret;
 
 	optind = 1;
-	while ((o = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "m:o:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'n':
 			if (parse_u32("--ranks", optarg, 1u << 20, &ranks))
@@ -951,6 +955,9 @@ int cs_cmd_plan(int argc, char **argv)
 			break;
 		case 'm':
 			mp = optarg;
+			break;
+		case 'o':
+			op = optarg;
 			break;
 		case 'h':
 			plan_usage(stdout);
@@ -981,8 +988,20 @@ int cs_cmd_plan(int argc, char **argv)
 		cs_plan_free(&p);
 		return 2;
 	}
-	ret = cs_plan_print(&m, &p, ranks, rpn, stdout);
+	if (op && !(conf = fopen(op, "w"))) {
+		fprintf(stderr, "collstack plan: %s: %s\n", op, strerror(errno));
+		cs_plan_free(&p);
+		return 1;
+	}
+	ret = cs_plan_print(&m, &p, ranks, rpn, stdout, conf);
 	cs_plan_free(&p);
+	if (conf && (fclose(conf) || ret)) {
+		if (!ret)
+			fprintf(stderr, "collstack plan: %s: %s\n", op,
+				strerror(errno));
+		unlink(op);
+		return 1;
+	}
 	return ret ? 1 : 0;
 }
 

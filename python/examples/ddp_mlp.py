@@ -15,7 +15,12 @@ X = max |p_collstack - p_gloo| / max |p_gloo| over all parameters (they
 must agree to 1e-5 relative; the two sum the gradients in different
 orders). A and B: median wall time of a training step (forward, backward
 with DDP's allreduces, optimizer), the slowest rank's, after --warmup
-steps. Every rank also checks its parameters are bit-identical to rank
+steps. A third run without DDP (each rank trains alone, all at once)
+gives the floor of a step on this machine, printed as
+
+  ddp floor step_ms_compute=C: ... collstack/gloo A/B, compute/gloo C/B
+
+(no backend's step can be shorter than C here). Every rank also checks its parameters are bit-identical to rank
 0's within each backend. Exit 1 (and 'ddp FAIL ...') otherwise.
 """
 
@@ -38,10 +43,13 @@ def make_model(seed, width):
         torch.nn.Linear(width, 10))
 
 
-def train(group, args, rank):
+def train(group, args, rank, local=False):
+    """DDP over @group; with @local no DDP at all (each rank trains its own
+    copy, no gradient exchange: the compute-only floor of a step), @group
+    then only times the steps."""
     model = make_model(args.seed, args.width)
-    ddp = torch.nn.parallel.DistributedDataParallel(model,
-                                                    process_group=group)
+    ddp = model if local else torch.nn.parallel.DistributedDataParallel(
+        model, process_group=group)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     w_true = torch.randn(64, 10, generator=torch.Generator().manual_seed(
@@ -78,6 +86,7 @@ def main():
     gloo = dist.new_group(backend="gloo")
     p_cs, ms_cs, loss_cs = train(None, args, rank)
     p_gl, ms_gl, loss_gl = train(gloo, args, rank)
+    _, ms_local, _ = train(gloo, args, rank, local=True)
     # every rank's parameters, per backend, gathered over gloo
     bad = []
     for name, p in (("collstack", p_cs), ("gloo", p_gl)):
@@ -99,6 +108,11 @@ def main():
                   f"step_ms_collstack={ms_cs:.2f} step_ms_gloo={ms_gl:.2f}"
                   f"  (ranks={size} params={p_cs.numel()} loss "
                   f"{loss_cs:.4f}/{loss_gl:.4f})")
+            print(f"ddp floor step_ms_compute={ms_local:.2f}: the same "
+                  f"steps without any gradient exchange (every rank "
+                  f"training alone, at once); no backend's step here can "
+                  f"be shorter: collstack/gloo {ms_cs / ms_gl:.2f}, "
+                  f"compute/gloo {ms_local / ms_gl:.2f}")
         sys.stdout.flush()
     dist.barrier(group=gloo)
     dist.destroy_process_group()

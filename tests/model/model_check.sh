@@ -25,7 +25,12 @@ echo "$out"
 out=$("$cs" model predict -m "$d/m.json" --ranks 256 --ranks-per-node 8 --op alltoall --bytes 64K)
 [[ $out == *"algo=two-level"* ]] || bad "alltoall at 32 x 8 should be two-level: $out"
 
-"$cs" plan "$example" --ranks 64 -m "$d/m.json" | tee "$d/plan.log" || bad "plan"
+"$cs" plan "$example" --ranks 64 -m "$d/m.json" -o "$d/plan.conf" |
+	tee "$d/plan.log" || bad "plan"
+# -o: the config column as a strategies file, one line per group
+[ "$(grep -v '^#' "$d/plan.conf")" = "$(awk '!/^#/ && NF > 2 && $1 != "group" {
+	print "group", $1, $NF }' "$d/plan.log")" ] || bad "plan -o: not the config column"
+grep -q '^group experts local$' "$d/plan.conf" || bad "plan -o: experts not on local"
 grep -q '^embedding .* ps  ' "$d/plan.log" || bad "plan: the sparse table should go to PS"
 grep -q '^experts .* alltoall  *local$' "$d/plan.log" ||
 	bad "plan: the MoE layer should go to all-to-all, configured as 'local'"
