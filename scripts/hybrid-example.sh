@@ -55,3 +55,4 @@ run --config "$TMP/plan.conf"
 echo "== 2. the embedding on allreduce, switched to ps at step $AT"
 run --config examples/hybrid_expert_parallel.conf --switch-at "$AT" \
 	--timeline "$TL"
+echo "draw it: scripts/trace-plot.py $TL timeline.png"

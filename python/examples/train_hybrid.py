@@ -253,7 +253,7 @@ def main():
                 ta = [0.0]
                 ts = time.perf_counter()
                 gr, loss = grads_ep(p, xd, ids, t, moe, mine, ta)
-                events.append({"name": "experts:alltoall", "ph": "X",
+                events.append({"name": "experts:alltoall", "ph": "X", "cat": "trainer",
                                "pid": rank, "tid": "experts",
                                "dur": ta[0] * 1e6, "ts": (ts - t0) * 1e6,
                                "args": {"step": step,
@@ -268,7 +268,7 @@ def main():
                 strat = job.current(name)
                 job.exchange(name, buf, n, o)
                 dur = (time.perf_counter() - ts) * 1e6
-                events.append({"name": f"{name}:{strat}", "ph": "X",
+                events.append({"name": f"{name}:{strat}", "ph": "X", "cat": "trainer",
                                "pid": rank, "tid": name, "dur": dur,
                                "ts": (ts - t0) * 1e6,
                                "args": {"step": step}})
@@ -284,7 +284,7 @@ def main():
                     p[k] = p[k] - LR * flat[:p[k].size].reshape(p[k].shape)
                     flat = flat[p[k].size:]
             dur = (time.perf_counter() - t_step) * 1e6
-            events.append({"name": "step", "ph": "X", "pid": rank,
+            events.append({"name": "step", "ph": "X", "cat": "trainer", "pid": rank,
                            "tid": "step", "dur": dur,
                            "ts": (t_step - t0) * 1e6,
                            "args": {"step": step, "embedding":
