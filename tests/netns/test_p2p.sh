@@ -76,6 +76,8 @@ checks() {	# RANKS: the ring, the bad inputs
 	want "$n" 'send to itself: .*root rank out of range'
 	launch "$T" rooted
 	want "$n" '^rooted ok rank'
+	launch "$T" reduce
+	want "$n" '^reduce ok rank .* cases=1[0-9][0-9]$'
 }
 
 [ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
