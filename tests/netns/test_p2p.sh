@@ -24,7 +24,10 @@
 #              receiver is on another node than its sender; then
 #              tests/torch/p2p_pipeline.py (torch.distributed isend/irecv
 #              over the collstack backend, 8 pipeline stages, forward and
-#              backward, several micro-batches in flight, every element)
+#              backward, several micro-batches in flight, every element);
+#              cs_reduce of 8 MiB to rank 0: nodes 1..3 each receive
+#              less than 8 MiB (collstack stats rx_bytes), an allreduce
+#              of 8 MiB more than 10 MiB
 #
 # The namespace case needs root (skip, 77, without). CS_CLUSTER names the
 # cluster (default: p<pid digits>).
@@ -123,6 +126,32 @@ p2p_4x2)
 	export P2P_DEADLINE_S=5
 	T=2
 	checks 8
+	# not an allreduce: the nodes without the root receive what the
+	# reduce-scatter brings them (3/4 of 8 MiB) and nothing of the
+	# gather, where an allreduce brings them 2 x 3/4 (its all-gather)
+	rx() {	# the port's received bytes of nodes 1..3, one line
+		"$CLI" stats --cluster "$ENV" --raw |
+			sed -n 's/^[^ ]*n\([123]\) stats: .* rx_bytes=\([0-9]*\).*/\2/p' |
+			tr '\n' ' '
+	}
+	for how in reduce allreduce; do
+		b0=($(rx))
+		launch 2 reducebig 8 $([ $how = allreduce ] && echo allreduce)
+		want 8 '^reducebig ok rank'
+		b1=($(rx))
+		[ ${#b0[@]} = 3 ] && [ ${#b1[@]} = 3 ] || fail "no rx_bytes from collstack stats"
+		for i in 0 1 2; do
+			d=$((b1[i] - b0[i]))
+			echo "  $how of 8 MiB to rank 0: node $((i + 1)) received $d bytes"
+			if [ $how = reduce ]; then
+				[ $d -lt $((8 << 20)) ] ||
+					fail "reduce: node $((i + 1)) received $d bytes (an allreduce's?)"
+			else	# the measure tells them apart
+				[ $d -gt $((10 << 20)) ] ||
+					fail "allreduce: node $((i + 1)) received only $d bytes"
+			fi
+		done
+	done
 	T=1
 	launch 1 die
 	want 1 '^die ok rank 0$'
