@@ -1386,9 +1386,26 @@ struct rd_op {
 	struct rd_room *room; /* a non-root rank's block (and tail) */
 	size_t cnt; /* elements of each rank's block */
 	uint32_t root;
-	uint8_t dtype;
+	uint8_t dtype, redop;
 	bool gathered; /* stage 2 posted */
+	size_t count;
 };
+
+/* A failure names the reduce, then the part that failed. */
+static int rd_fin(void *arg, int status, char *err, size_t len)
+{
+	struct rd_op *o = arg;
+	char part[256];
+
+	if (!status)
+		return 0;
+	snprintf(part, sizeof(part), "%s", err);
+	snprintf(err, len, "rank %d reduce of %zu x %s %s to rank %u (%s): %s",
+		 o->g->rank, o->count, cs_dtype_name((enum cs_dtype)o->dtype),
+		 cs_redop_name((enum cs_redop)o->redop), o->root,
+		 o->gathered ? "its gather" : "its reduce-scatter", part);
+	return status;
+}
 
 /* Stage 2, once the reduce-scatter (and the tail's allreduce) finished
  * well: the blocks go to the root. Lock held. */
@@ -1504,7 +1521,9 @@ cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
 			     .recv = recv,
 			     .cnt = cnt,
 			     .root = (uint32_t)root,
-			     .dtype = (uint8_t)dtype };
+			     .dtype = (uint8_t)dtype,
+			     .redop = (uint8_t)op,
+			     .count = count };
 	if (g->rank != root) {
 		o->room = room_get(g, (cnt + tail) * esz);
 		if (!o->room) {
@@ -1560,6 +1579,8 @@ cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
 	}
 	cp->step = rd_step;
 	cp->done = rd_done;
+	cp->fin = rd_fin;
+	cp->fin_arg = o;
 	cp->own = o;
 	cp->id = CS_COMP_BIT | c->next_comp++;
 	cp->next = c->comps;

@@ -49,6 +49,13 @@
  *                  one cs_reduce (or cs_allreduce) of MIB MiB of f32 to
  *                  root 0, checked; for the byte count of
  *                  tests/netns/test_p2p.sh. Prints "reducebig ok rank R".
+ *   reducedie      a cs_reduce of 16 MiB of f32 to rank 0, and the last
+ *                  rank exits at once after posting it: rank 0's request
+ *                  must end with an error (CS_ERR_PEER_LOST, or
+ *                  CS_ERR_TIMEOUT at coll.deadline where the dead rank's
+ *                  reduce-scatter was done and only its block is missing),
+ *                  the others' with one or done: no hang. Prints
+ *                  "reducedie ok rank R: ...".
  *
  * Exit 0 when the mode's checks held, 1 otherwise (with what was wrong),
  * 2 on usage.
@@ -599,6 +606,36 @@ static void mode_reducebig(size_t mib, bool allreduce)
 	printf("reducebig ok rank %d\n", rank);
 }
 
+static void mode_reducedie(void)
+{
+	size_t n = (16u << 20) / 4;
+	float *x = buf(n * 4), *y = buf(n * 4);
+	struct timespec t0, t1;
+	cs_req_t r;
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(i % 3);
+	if (cs_reduce(g, x, rank ? NULL : y, n, CS_F32, CS_SUM, 0, &r))
+		FAIL("post: %s", cs_errmsg(c));
+	if (rank == size - 1) {
+		printf("reducedie rank %d exits with its reduce posted\n",
+		       rank);
+		fflush(stdout);
+		_exit(0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = wait_req(r);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rank == 0 && ret != CS_ERR_PEER_LOST && ret != CS_ERR_TIMEOUT)
+		FAIL("the root's reduce without rank %d: %d (%s)", size - 1,
+		     ret, ret ? cs_errmsg(c) : "done");
+	printf("reducedie ok rank %d: %s (%.2f s)\n", rank,
+	       ret ? cs_errmsg(c) : "done",
+	       (double)(t1.tv_sec - t0.tv_sec) +
+		       (t1.tv_nsec - t0.tv_nsec) / 1e9);
+}
+
 int main(int argc, char **argv)
 {
 	int ret;
@@ -606,9 +643,11 @@ int main(int argc, char **argv)
 	if (argc < 2 ||
 	    (strcmp(argv[1], "ring") && strcmp(argv[1], "bad") &&
 	     strcmp(argv[1], "die") && strcmp(argv[1], "rooted") &&
-	     strcmp(argv[1], "reduce") && strcmp(argv[1], "reducebig"))) {
-		fprintf(stderr, "usage: cs-trainer-p2p ring ITERS|bad|die|"
-				"rooted|reduce|reducebig MIB [allreduce]\n");
+	     strcmp(argv[1], "reduce") && strcmp(argv[1], "reducebig") &&
+	     strcmp(argv[1], "reducedie"))) {
+		fprintf(stderr,
+			"usage: cs-trainer-p2p ring ITERS|bad|die|"
+			"rooted|reduce|reducebig MIB [allreduce]|reducedie\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -639,6 +678,8 @@ int main(int argc, char **argv)
 		mode_rooted();
 	else if (!strcmp(argv[1], "reduce"))
 		mode_reduce();
+	else if (!strcmp(argv[1], "reducedie"))
+		mode_reducedie();
 	else if (!strcmp(argv[1], "reducebig"))
 		mode_reducebig(argc > 2 ? (size_t)atoi(argv[2]) : 8,
 			       argc > 3 && !strcmp(argv[3], "allreduce"));

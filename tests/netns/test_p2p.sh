@@ -11,7 +11,11 @@
 #              client's, sizes that differ: both sides refused naming the
 #              other's size, then a proper one; a send nobody receives:
 #              CS_ERR_TIMEOUT), cs_reduce / cs_gather / cs_scatter from
-#              every root (every element), a trainer that dies with its 256 MiB
+#              every root (every element), cs_reduce of 6 dtypes x 4 ops
+#              (every root, in place, counts below, above and not a
+#              multiple of the size; every element), a rank that exits
+#              with its reduce posted (the root gets an error naming it),
+#              a trainer that dies with its 256 MiB
 #              receive running (the sender's error names it, unless the
 #              transfer was done first; a later send to it ends with
 #              CS_ERR_PEER_LOST on its node, CS_ERR_TIMEOUT at
@@ -98,6 +102,11 @@ p2p_local)
 	want 1 '^die ok rank 2$'
 	launch 3 ring 1
 	want 3 '^ring ok rank'
+	launch 3 reducedie
+	want 1 '^reducedie ok rank 0: .*reduce of .*\(rank 2\|no matching\)'
+	want 1 '^reducedie ok rank 1'
+	launch 3 ring 1
+	want 3 '^ring ok rank'
 	if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
 		out=$(COLLSTACK_LIB="$BUILD/client/libcollstack.so" timeout 300 \
 			"$CLI" launch --no-netns -T 3 --cluster "$ENV" --timeout 200 \
@@ -152,6 +161,9 @@ p2p_4x2)
 			fi
 		done
 	done
+	launch 2 reducedie
+	want 1 '^reducedie ok rank 0: .*reduce of .*\(rank 7\|no matching\|node 3\)'
+	want 7 '^reducedie ok rank'
 	T=1
 	launch 1 die
 	want 1 '^die ok rank 0$'
