@@ -135,6 +135,8 @@ struct cs_client {
 	unsigned slow_answers;
 	int64_t spin_ns; /* and spin at most this long */
 	bool dead;
+	/* CS_CLIENT_REDUCE_ENV: 0 auto, 1 allreduce, 2 scatter-gather */
+	uint8_t reduce_how;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
 	int last_peer;
@@ -340,6 +342,11 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 		e = getenv(CS_CLIENT_SPIN_FREE_ENV);
 		if (e && *e)
 			c->spin_free = (unsigned)strtoul(e, NULL, 10);
+		e = getenv(CS_CLIENT_REDUCE_ENV);
+		if (e && !strcmp(e, "allreduce"))
+			c->reduce_how = 1;
+		else if (e && !strcmp(e, "scatter-gather"))
+			c->reduce_how = 2;
 		c->spin_yield = CS_CLIENT_SPIN_YIELD;
 		e = getenv(CS_CLIENT_SPIN_YIELD_ENV);
 		if (e && *e && strtoul(e, NULL, 10) > 0)
@@ -1343,12 +1350,17 @@ static int reduce_by_allreduce(struct cs_group *g, const void *send, void *recv,
 static bool reduce_split(const struct cs_group *g, size_t count, size_t esz)
 {
 	int L = g->local_size;
+	bool forced = g->c->reduce_how == 2;
 
-	if (g->size < 2 || g->elastic || g->subset || count < (size_t)g->size ||
-	    count * esz <= CS_REDUCE_ALLREDUCE_MAX)
+	if (g->c->reduce_how == 1 || g->size < 2 || g->elastic || g->subset ||
+	    count < (size_t)g->size ||
+	    (!forced && count * esz <= CS_REDUCE_ALLREDUCE_MAX))
 		return false;
+	/* one node: the allreduce moves nothing over the network and
+	 * reduces in shared memory, where point to point copies each block
+	 * through a message flow (much slower: docs/p2p.md) */
 	if (g->size == L)
-		return true; /* one node: any numbering */
+		return forced; /* any numbering */
 	return L > 0 && g->size % L == 0 && g->rank % L == g->local_rank &&
 	       g->rank / L == (int)g->c->node;
 }

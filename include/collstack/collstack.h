@@ -538,14 +538,20 @@ int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
  * reduction in flight, kept for the next) and leaves @send as it was.
  *
  * Carried as a cs_allreduce() whose result only @root keeps instead,
- * where that costs less or the two stages cannot run: at most 16 KiB
- * (CS_REDUCE_ALLREDUCE_MAX in client.c: one direct exchange up to
- * coll.direct_max), fewer elements than ranks, an elastic group, a
- * group over some of the nodes only, and ranks not numbered as
+ * where that costs less or the two stages cannot run: a group on one
+ * node (the allreduce is a reduction in shared memory there, no
+ * network; point to point copies every block through a message flow),
+ * at most 16 KiB (CS_REDUCE_ALLREDUCE_MAX in client.c: one direct
+ * exchange up to coll.direct_max), fewer elements than ranks, an
+ * elastic group, a group over some of the nodes only, and ranks not
+ * numbered as
  * cs_send() needs across nodes (node k holds ranks k x L .. k x L + L -
  * 1, local rank = rank mod L; decided from this rank's own numbering:
  * where the ranks of one group decide differently they post different
- * operations, a case not tested).
+ * operations, a case not tested). COLLSTACK_REDUCE=allreduce in the
+ * environment at cs_connect() makes every cs_reduce() an allreduce,
+ * =scatter-gather takes the two stages wherever they can run (one node
+ * and small sizes too); every rank of a group must see the same.
  *
  * Results: exact for integers and min / max; for floating-point sums
  * and products the order of the reduction is the reduce-scatter's (the

@@ -102,7 +102,11 @@ p2p_local)
 	want 1 '^die ok rank 2$'
 	launch 3 ring 1
 	want 3 '^ring ok rank'
-	launch 3 reducedie
+	# one node: cs_reduce is an allreduce there unless forced (the
+	# reduce mode above ran that way); forced: the two stages
+	COLLSTACK_REDUCE=scatter-gather launch 3 reduce
+	want 3 '^reduce ok rank .* cases=1[0-9][0-9]$'
+	COLLSTACK_REDUCE=scatter-gather launch 3 reducedie
 	want 1 '^reducedie ok rank 0: .*reduce of .*\(rank 2\|no matching\)'
 	want 1 '^reducedie ok rank 1'
 	launch 3 ring 1
