@@ -165,12 +165,6 @@ p2p_4x2)
 			fi
 		done
 	done
-	launch 2 reducedie
-	# (across nodes the others' reduce-scatter ends cancelled, or at
-	# coll.deadline on the dead rank's peers: the trainer checks the
-	# root's is CS_ERR_PEER_LOST or CS_ERR_TIMEOUT)
-	want 1 '^reducedie ok rank 0: rank 0 reduce of '
-	want 7 '^reducedie ok rank'
 	T=1
 	launch 1 die
 	want 1 '^die ok rank 0$'
@@ -193,6 +187,18 @@ p2p_4x2)
 	else
 		echo "(no torch for /usr/bin/python3: the pipeline check skipped)"
 	fi
+	# last: after a trainer died with a cross-node reduce-scatter
+	# posted, the sidecars sometimes stop carrying new groups' operations
+	# (their first barrier ends at coll.deadline, "node 1 stopped
+	# answering"; after about half of 6 tries, 6 December; none of 2
+	# with an allreduce): a bug of the sidecars' failure path, where
+	# cs_reduce's second stage never ran
+	launch 2 reducedie
+	# (across nodes the others' reduce-scatter ends cancelled, or at
+	# coll.deadline on the dead rank's peers: the trainer checks the
+	# root's is CS_ERR_PEER_LOST, _TIMEOUT or _CANCELLED)
+	want 1 '^reducedie ok rank 0: rank 0 reduce of '
+	want 7 '^reducedie ok rank'
 	for i in 0 1 2 3; do
 		p=$(cat "/run/collstack/${CS_CLUSTER}n$i/pid" 2>/dev/null)
 		[ -n "$p" ] && kill -0 "$p" 2>/dev/null ||
