@@ -541,10 +541,10 @@ int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
  * where that costs less or the two stages cannot run: a group on one
  * node (the allreduce is a reduction in shared memory there, no
  * network; point to point copies every block through a message flow),
- * at most 16 KiB (CS_REDUCE_ALLREDUCE_MAX in client.c: one direct
- * exchange up to coll.direct_max), fewer elements than ranks, an
- * elastic group, a group over some of the nodes only, and ranks not
- * numbered as
+ * at most 64 KiB (CS_REDUCE_ALLREDUCE_MAX in client.c: where the two
+ * stages' extra round trips cost more than the bytes they save, as
+ * measured on 4 nodes), fewer elements than ranks, an elastic group, a
+ * group over some of the nodes only, and ranks not numbered as
  * cs_send() needs across nodes (node k holds ranks k x L .. k x L + L -
  * 1, local rank = rank mod L; decided from this rank's own numbering:
  * where the ranks of one group decide differently they post different
