@@ -423,19 +423,29 @@ cs_export void cs_disconnect(struct cs_client *c)
 		c->bufs = b->next;
 		buf_release(b);
 	}
-	while (c->groups) {
-		struct cs_group *g = c->groups;
-
-		c->groups = g->next;
-		free(g);
-	}
+	/* (unfinished composites first: done() gives a reduce's room back
+	 * to its group, freed below; the rooms' buffers went above) */
 	while (c->comps) {
 		struct comp *k = c->comps;
 
 		c->comps = k->next;
+		if (k->done)
+			k->done(c, k);
 		free(k->sub);
 		free(k->own);
 		free(k);
+	}
+	while (c->groups) {
+		struct cs_group *g = c->groups;
+
+		c->groups = g->next;
+		while (g->rd_free) {
+			struct rd_room *m = g->rd_free;
+
+			g->rd_free = m->next;
+			free(m);
+		}
+		free(g);
 	}
 	cs_shm_unmap(c->ctrl_mem, c->ctrl_len);
 	close(c->ctrl_fd);
