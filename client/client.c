@@ -1331,7 +1331,8 @@ static int rooted_check(struct cs_group *g, const char *what,
 }
 
 /* cs_reduce() as an allreduce whose result only @root keeps: small
- * reductions, and the groups a reduce-scatter and a gather cannot carry. */
+ * reductions, groups on one node, and the groups a reduce-scatter and a
+ * gather cannot carry. */
 static int reduce_by_allreduce(struct cs_group *g, const void *send, void *recv,
 			       size_t count, enum cs_dtype dtype,
 			       enum cs_redop op, int root, cs_req_t *req)

@@ -714,7 +714,8 @@ class ProcessGroupCollstack(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         # cs_reduce: a reduce-scatter and the blocks sent to the root (an
-        # allreduce the root keeps for small tensors; see collstack.h).
+        # allreduce the root keeps on one node and for small tensors; see
+        # collstack.h).
         # The other ranks' tensors are only read.
         name = "reduce"
         t = _one(name, tensors)
