@@ -84,7 +84,7 @@ struct cs_group {
 	 * (read again by its send to the root: one per operation in
 	 * flight, taken at the post, given back when it finished) */
 	struct rd_room *rd_free;
-	bool subset; /* over some nodes only (cs_group_join_nodes, split) */
+	bool subset; /* joined with a node set (cs_group_join_nodes, split) */
 	unsigned nsplit; /* cs_group_split() calls: names the groups made */
 };
 

@@ -544,7 +544,8 @@ int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
  * at most 64 KiB (CS_REDUCE_ALLREDUCE_MAX in client.c: where the two
  * stages' extra round trips cost more than the bytes they save, as
  * measured on 4 nodes), fewer elements than ranks, an elastic group, a
- * group over some of the nodes only, and ranks not numbered as
+ * group across nodes made with a node set (cs_group_join_nodes(),
+ * cs_group_split()), and ranks not numbered as
  * cs_send() needs across nodes (node k holds ranks k x L .. k x L + L -
  * 1, local rank = rank mod L; decided from this rank's own numbering:
  * where the ranks of one group decide differently they post different
