@@ -54,6 +54,11 @@ static void buf_release(struct cs_buf *b)
 	free(b);
 }
 
+struct rd_room {
+	struct cs_buf *b;
+	struct rd_room *next;
+};
+
 struct cs_group {
 	struct cs_client *c;
 	struct cs_group *next;
@@ -75,6 +80,11 @@ struct cs_group {
 	struct cs_buf *scratch[24];
 	unsigned nscratch;
 	size_t scratch_len;
+	/* cs_reduce()'s rooms for a non-root rank's block of the reduction
+	 * (read again by its send to the root: one per operation in
+	 * flight, taken at the post, given back when it finished) */
+	struct rd_room *rd_free;
+	bool subset; /* joined with a node set (cs_group_join_nodes, split) */
 	unsigned nsplit; /* cs_group_split() calls: names the groups made */
 };
 
@@ -95,6 +105,14 @@ struct comp {
 	/* once every part finished well: the result (cs__comp_wrap()) */
 	int (*fin)(void *arg, int status, char *err, size_t len);
 	void *fin_arg;
+	/* a request in stages (cs_reduce()): once every part finished well,
+	 * step() may post the next stage's parts into sub[] (room for
+	 * cap of them) and return 1; 0: done; < 0: failed (c->err says
+	 * why). Lock held. @own is freed with the request, after done(). */
+	int (*step)(struct cs_client *c, struct comp *k);
+	void (*done)(struct cs_client *c, struct comp *k);
+	void *own;
+	uint32_t cap;
 };
 
 struct cs_client {
@@ -117,6 +135,8 @@ struct cs_client {
 	unsigned slow_answers;
 	int64_t spin_ns; /* and spin at most this long */
 	bool dead;
+	/* CS_CLIENT_REDUCE_ENV: 0 auto, 1 allreduce, 2 scatter-gather */
+	uint8_t reduce_how;
 	struct req reqs[CS_IPC_RING_SLOTS];
 	unsigned last_detail;
 	int last_peer;
@@ -322,6 +342,11 @@ cs_export int cs_connect(const char *path, struct cs_client **out)
 		e = getenv(CS_CLIENT_SPIN_FREE_ENV);
 		if (e && *e)
 			c->spin_free = (unsigned)strtoul(e, NULL, 10);
+		e = getenv(CS_CLIENT_REDUCE_ENV);
+		if (e && !strcmp(e, "allreduce"))
+			c->reduce_how = 1;
+		else if (e && !strcmp(e, "scatter-gather"))
+			c->reduce_how = 2;
 		c->spin_yield = CS_CLIENT_SPIN_YIELD;
 		e = getenv(CS_CLIENT_SPIN_YIELD_ENV);
 		if (e && *e && strtoul(e, NULL, 10) > 0)
@@ -398,18 +423,29 @@ cs_export void cs_disconnect(struct cs_client *c)
 		c->bufs = b->next;
 		buf_release(b);
 	}
-	while (c->groups) {
-		struct cs_group *g = c->groups;
-
-		c->groups = g->next;
-		free(g);
-	}
+	/* (unfinished composites first: done() gives a reduce's room back
+	 * to its group, freed below; the rooms' buffers went above) */
 	while (c->comps) {
 		struct comp *k = c->comps;
 
 		c->comps = k->next;
+		if (k->done)
+			k->done(c, k);
 		free(k->sub);
+		free(k->own);
 		free(k);
+	}
+	while (c->groups) {
+		struct cs_group *g = c->groups;
+
+		c->groups = g->next;
+		while (g->rd_free) {
+			struct rd_room *m = g->rd_free;
+
+			g->rd_free = m->next;
+			free(m);
+		}
+		free(g);
 	}
 	cs_shm_unmap(c->ctrl_mem, c->ctrl_len);
 	close(c->ctrl_fd);
@@ -644,6 +680,7 @@ static int group_join(struct cs_client *c, const char *name, int rank, int size,
 	g->local_rank = local_rank;
 	g->local_size = local_size;
 	g->elastic = flags & CS_GROUP_ELASTIC;
+	g->subset = nodes != NULL;
 	snprintf(g->name, sizeof(g->name), "%s", name);
 	g->next = c->groups;
 	c->groups = g;
@@ -873,6 +910,13 @@ cs_export int cs_group_leave(struct cs_group *g)
 		cs_buf_free(g->vtab);
 	for (unsigned i = 0; i < g->nscratch; i++)
 		cs_buf_free(g->scratch[i]);
+	while (g->rd_free) {
+		struct rd_room *m = g->rd_free;
+
+		g->rd_free = m->next;
+		cs_buf_free(m->b);
+		free(m);
+	}
 	free(g);
 	return 0;
 }
@@ -1243,6 +1287,14 @@ cs_export int cs_barrier(struct cs_group *g, cs_req_t *req)
  * CS_TAG_RESERVED). */
 #define TAG_GATHER (CS_TAG_RESERVED + 1)
 #define TAG_SCATTER (CS_TAG_RESERVED + 2)
+#define TAG_REDUCE (CS_TAG_RESERVED + 3)
+
+/* cs_reduce() of at most this many bytes goes as an allreduce (see
+ * cs_reduce() in collstack.h): 4 nodes x 2 trainers, af_packet, loaded
+ * machine, 6 December, two runs each (ms, two stages / allreduce): 64
+ * KiB 3.37, 1.18 / 1.15, 1.18; 128 KiB 1.79, 1.66 / 1.83, 1.83; 256 KiB
+ * 2.79, 2.65 / 3.26, 3.09 (docs/p2p.md). */
+#define CS_REDUCE_ALLREDUCE_MAX (64u << 10)
 
 /* Room for @len bytes no one reads (the group's, grown on demand). */
 static void *scratch(struct cs_group *g, size_t len)
@@ -1278,17 +1330,16 @@ static int rooted_check(struct cs_group *g, const char *what,
 	return 0;
 }
 
-cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
-			size_t count, enum cs_dtype dtype, enum cs_redop op,
-			int root, cs_req_t *req)
+/* cs_reduce() as an allreduce whose result only @root keeps: small
+ * reductions, groups on one node, and the groups a reduce-scatter and a
+ * gather cannot carry. */
+static int reduce_by_allreduce(struct cs_group *g, const void *send, void *recv,
+			       size_t count, enum cs_dtype dtype,
+			       enum cs_redop op, int root, cs_req_t *req)
 {
-	int ret = rooted_check(g, "reduce", dtype, root, req);
 	void *to = recv;
 
-	if (ret)
-		return ret;
 	if (g->rank != root) {
-		/* an allreduce whose result only the root keeps */
 		to = scratch(g, count * cs_dtype_size(dtype));
 		if (!to) {
 			pthread_mutex_lock(&g->c->lock);
@@ -1301,6 +1352,280 @@ cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
 		}
 	}
 	return cs_allreduce(g, send, to, count, dtype, op, req);
+}
+
+/*
+ * Can cs_reduce() of @count elements of @esz bytes go as a reduce-scatter
+ * and a gather? Only from what every rank of a group laid out as
+ * cs_send() needs it knows alike (its size, this call), and its own place:
+ * node k holds ranks k x L .. k x L + L - 1 (a rank of another layout
+ * takes the allreduce; its send to the root would be refused).
+ */
+static bool reduce_split(const struct cs_group *g, size_t count, size_t esz)
+{
+	int L = g->local_size;
+	bool forced = g->c->reduce_how == 2;
+
+	if (g->c->reduce_how == 1 || g->size < 2 || g->elastic || g->subset ||
+	    count < (size_t)g->size ||
+	    (!forced && count * esz <= CS_REDUCE_ALLREDUCE_MAX))
+		return false;
+	/* one node: the allreduce moves nothing over the network and
+	 * reduces in shared memory, where point to point copies each block
+	 * through a message flow (much slower: docs/p2p.md) */
+	if (g->size == L)
+		return forced; /* any numbering */
+	return L > 0 && g->size % L == 0 && g->rank % L == g->local_rank &&
+	       g->rank / L == (int)g->c->node;
+}
+
+/* A room of @len bytes for a non-root rank's block (the group's pool). */
+static struct rd_room *room_get(struct cs_group *g, size_t len)
+{
+	struct cs_client *c = g->c;
+	struct rd_room *m, *small = NULL;
+
+	pthread_mutex_lock(&c->lock);
+	m = g->rd_free;
+	if (m)
+		g->rd_free = m->next;
+	pthread_mutex_unlock(&c->lock);
+	if (m && m->b->len >= len)
+		return m;
+	small = m; /* too small: make a new one of the size asked now */
+	m = calloc(1, sizeof(*m));
+	if (m && cs_buf_alloc(c, len, &m->b)) {
+		free(m);
+		m = NULL;
+	}
+	if (small) {
+		cs_buf_free(small->b);
+		free(small);
+	}
+	return m;
+}
+
+/* The state of one cs_reduce() carried in two stages (struct comp.own). */
+struct rd_op {
+	struct cs_group *g;
+	uint8_t *recv; /* the root's @recv */
+	struct rd_room *room; /* a non-root rank's block (and tail) */
+	size_t cnt; /* elements of each rank's block */
+	uint32_t root;
+	uint8_t dtype, redop;
+	bool gathered; /* stage 2 posted */
+	size_t count;
+};
+
+/* A failure names the reduce, then the part that failed. */
+static int rd_fin(void *arg, int status, char *err, size_t len)
+{
+	struct rd_op *o = arg;
+	char part[256];
+
+	if (!status)
+		return 0;
+	snprintf(part, sizeof(part), "%s", err);
+	snprintf(err, len, "rank %d reduce of %zu x %s %s to rank %u (%s): %s",
+		 o->g->rank, o->count, cs_dtype_name((enum cs_dtype)o->dtype),
+		 cs_redop_name((enum cs_redop)o->redop), o->root,
+		 o->gathered ? "its gather" : "its reduce-scatter", part);
+	return status;
+}
+
+/* Stage 2, once the reduce-scatter (and the tail's allreduce) finished
+ * well: the blocks go to the root. Lock held. */
+static int rd_step(struct cs_client *c, struct comp *k)
+{
+	struct rd_op *o = k->own;
+	struct cs_group *g = o->g;
+	size_t len = o->cnt * cs_dtype_size((enum cs_dtype)o->dtype);
+	uint32_t n = (uint32_t)g->size, m = 0;
+	struct cs_ipc_sqe d = { .group = g->handle,
+				.dtype = o->dtype,
+				.count = o->cnt,
+				.reserved0 = TAG_REDUCE };
+	int ret = 0;
+
+	if (o->gathered)
+		return 0;
+	o->gathered = true;
+	if ((uint32_t)g->rank != o->root) {
+		d.op = CS_IPC_OP_SEND;
+		d.root = o->root;
+		ret = post_bufs_locked(g, &d, o->room->b->mem, len, NULL, 0,
+				       &k->sub[0]);
+		if (ret)
+			return ret;
+		k->n = 1;
+		return 1;
+	}
+	for (uint32_t i = 0; i + 1 < n; i++)
+		if (c->reqs[(c->next_id + i) % CS_IPC_RING_SLOTS].state !=
+		    REQ_FREE) {
+			set_err(c,
+				"rank %d reduce on group '%s': its gather needs "
+				"%u requests, fewer slots free of %u (test or "
+				"wait for the others first); the other ranks' "
+				"sends end at coll.deadline",
+				g->rank, g->name, n - 1, CS_IPC_RING_SLOTS);
+			return -EAGAIN;
+		}
+	d.op = CS_IPC_OP_RECV;
+	for (uint32_t j = 0; j < n; j++) {
+		if (j == o->root)
+			continue;
+		d.root = j;
+		ret = post_bufs_locked(g, &d, NULL, 0, o->recv + j * len, len,
+				       &k->sub[m]);
+		if (ret)
+			break;
+		m++;
+	}
+	k->n = m;
+	if (ret && !m)
+		return ret;
+	if (ret) { /* the sidecar is gone: the posted parts end so */
+		k->status = ret;
+		snprintf(k->err, sizeof(k->err), "%s", c->err);
+	}
+	return 1;
+}
+
+/* The room goes back to the group's pool. Lock held. */
+static void rd_done(struct cs_client *c, struct comp *k)
+{
+	struct rd_op *o = k->own;
+
+	(void)c;
+	if (o->room) {
+		o->room->next = o->g->rd_free;
+		o->g->rd_free = o->room;
+	}
+}
+
+cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
+			size_t count, enum cs_dtype dtype, enum cs_redop op,
+			int root, cs_req_t *req)
+{
+	int ret = rooted_check(g, "reduce", dtype, root, req);
+	size_t esz, n, cnt, tail, len;
+	struct cs_client *c;
+	struct rd_op *o;
+	struct comp *cp;
+	uint8_t *blk;
+
+	if (ret)
+		return ret;
+	esz = cs_dtype_size(dtype);
+	if (g->rank == root && !recv && count) {
+		pthread_mutex_lock(&g->c->lock);
+		set_err(g->c,
+			"rank %d reduce on group '%s': the root's recv buffer "
+			"is NULL",
+			g->rank, g->name);
+		pthread_mutex_unlock(&g->c->lock);
+		return -EFAULT;
+	}
+	if (!reduce_split(g, count, esz))
+		return reduce_by_allreduce(g, send, recv, count, dtype, op,
+					   root, req);
+	c = g->c;
+	n = (size_t)g->size;
+	cnt = count / n; /* the reduce-scatter's elements per rank */
+	tail = count - cnt * n; /* the rest (< n): an allreduce */
+	len = cnt * esz;
+	o = calloc(1, sizeof(*o));
+	cp = calloc(1, sizeof(*cp));
+	if (!o || !cp || !(cp->sub = calloc(n + 1, sizeof(*cp->sub)))) {
+		free(o);
+		free(cp);
+		return -ENOMEM;
+	}
+	cp->cap = (uint32_t)n + 1;
+	*o = (struct rd_op){ .g = g,
+			     .recv = recv,
+			     .cnt = cnt,
+			     .root = (uint32_t)root,
+			     .dtype = (uint8_t)dtype,
+			     .redop = (uint8_t)op,
+			     .count = count };
+	if (g->rank != root) {
+		o->room = room_get(g, (cnt + tail) * esz);
+		if (!o->room) {
+			pthread_mutex_lock(&c->lock);
+			set_err(c,
+				"rank %d reduce on group '%s': no memory for "
+				"its block of %zu bytes",
+				g->rank, g->name, (cnt + tail) * esz);
+			pthread_mutex_unlock(&c->lock);
+			ret = -ENOMEM;
+			goto out_free;
+		}
+	}
+	pthread_mutex_lock(&c->lock);
+	if (c->reqs[c->next_id % CS_IPC_RING_SLOTS].state != REQ_FREE ||
+	    (tail &&
+	     c->reqs[(c->next_id + 1) % CS_IPC_RING_SLOTS].state != REQ_FREE)) {
+		set_err(c, "reduce: %u requests unfinished; test or wait first",
+			CS_IPC_RING_SLOTS);
+		ret = -EAGAIN;
+		goto out_unlock;
+	}
+	blk = o->room ? o->room->b->mem : (uint8_t *)recv + (size_t)root * len;
+	{
+		struct cs_ipc_sqe d = { .group = g->handle,
+					.op = CS_IPC_OP_REDUCE_SCATTER,
+					.dtype = (uint8_t)dtype,
+					.redop = (uint8_t)op,
+					.count = cnt };
+
+		ret = post_bufs_locked(g, &d, send, n * len, blk, len,
+				       &cp->sub[0]);
+		if (ret)
+			goto out_unlock;
+		cp->n = 1;
+	}
+	if (tail) {
+		struct cs_ipc_sqe d = { .group = g->handle,
+					.op = CS_IPC_OP_ALLREDUCE,
+					.dtype = (uint8_t)dtype,
+					.redop = (uint8_t)op,
+					.count = tail };
+		uint8_t *to = o->room ? o->room->b->mem + len
+				      : (uint8_t *)recv + n * len;
+
+		/* (the slot is free: only the sidecar gone fails it, and
+		 * then what was posted no longer matters) */
+		ret = post_bufs_locked(g, &d, (const uint8_t *)send + n * len,
+				       tail * esz, to, tail * esz, &cp->sub[1]);
+		if (ret)
+			goto out_unlock;
+		cp->n = 2;
+	}
+	cp->step = rd_step;
+	cp->done = rd_done;
+	cp->fin = rd_fin;
+	cp->fin_arg = o;
+	cp->own = o;
+	cp->id = CS_COMP_BIT | c->next_comp++;
+	cp->next = c->comps;
+	c->comps = cp;
+	*req = cp->id;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+
+out_unlock:
+	if (o->room) {
+		o->room->next = g->rd_free;
+		g->rd_free = o->room;
+	}
+	pthread_mutex_unlock(&c->lock);
+out_free:
+	free(cp->sub);
+	free(cp);
+	free(o);
+	return ret;
 }
 
 /*
@@ -1707,14 +2032,26 @@ static int comp_test_locked(struct cs_client *c, cs_req_t req)
 	}
 	if (pending)
 		return -EINPROGRESS;
+	if (k->step && !k->status) {
+		st = k->step(c, k);
+		if (st > 0)
+			return -EINPROGRESS;
+		if (st < 0) {
+			k->status = st;
+			snprintf(k->err, sizeof(k->err), "%s", c->err);
+		}
+	}
 	*pp = k->next;
 	if (k->fin)
 		k->status =
 			k->fin(k->fin_arg, k->status, k->err, sizeof(k->err));
+	if (k->done)
+		k->done(c, k);
 	st = k->status;
 	if (st)
 		snprintf(c->err, sizeof(c->err), "%s", k->err);
 	free(k->sub);
+	free(k->own);
 	free(k);
 	return st;
 }

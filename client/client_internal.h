@@ -40,6 +40,15 @@
 #define CS_CLIENT_SLOW_MEMORY 8
 #define CS_CLIENT_SPIN_YIELD 1
 #define CS_CLIENT_SPIN_YIELD_ENV "COLLSTACK_SPIN_YIELD"
+/*
+ * How cs_reduce() is carried, read at cs_connect() (every rank of a group
+ * must see the same): "auto" (default, the rule of cs_reduce() in
+ * collstack.h), "allreduce" (always an allreduce the root keeps), or
+ * "scatter-gather" (the two stages wherever they can run, one node and
+ * small sizes included: for tests and comparisons).
+ */
+#define CS_CLIENT_REDUCE_ENV "COLLSTACK_REDUCE"
+
 /* Control-message replies slower than this mean the sidecar is gone. */
 #define CS_CLIENT_RPC_TIMEOUT_S 60
 /* Completions reaped from the ring per call. */

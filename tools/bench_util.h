@@ -129,13 +129,14 @@ enum cs_bench_op {
 	OP_BROADCAST,
 	OP_ALLTOALL,
 	OP_ALLTOALLV,
-	OP_SENDRECV
+	OP_SENDRECV,
+	OP_REDUCE /* sum to rank 0 */
 };
-#define CS_BENCH_NOPS 7
+#define CS_BENCH_NOPS 8
 
 static const char *const cs_bench_op_names[CS_BENCH_NOPS] = {
 	"allreduce", "reduce_scatter", "all_gather", "broadcast",
-	"alltoall",  "alltoallv",      "sendrecv"
+	"alltoall",  "alltoallv",      "sendrecv",   "reduce"
 };
 
 /* All-to-all: element @i of the block from rank @src to rank @dst,

@@ -31,7 +31,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack bench -o allreduce|reduce_scatter|all_gather|broadcast|"
-		"alltoall|alltoallv|sendrecv|moe "
+		"alltoall|alltoallv|sendrecv|reduce|moe "
 		"[-b MIN] [-e MAX] [-f F]\n"
 		"          [-n ITERS] [-w WARMUP] [-m b2b|iter] [-k K] "
 		"[--trainers-per-node T] "
@@ -59,6 +59,8 @@ static void usage(FILE *out)
 		"%% of the blocks empty (--zero), rank R sends nothing "
 		"(--silent) or\nreceives everything (--sink); --bad first "
 		"posts one that must be refused on\nevery rank.\n"
+		"-o reduce: cs_reduce, sum to rank 0 (the others' recv NULL; "
+		"busbw = algbw).\n"
 		"-o moe: cs_moe_dispatch + cs_moe_combine (collstack/moe.h); "
 		"SIZE is a rank's\ntokens (512 f32 each, top-2 of 2 experts "
 		"per rank), -e at most 8M; own columns.\n"
@@ -85,7 +87,8 @@ static bool pass_ok(int o, const char *v)
 		       !strcmp(v, "reduce_scatter") ||
 		       !strcmp(v, "all_gather") || !strcmp(v, "broadcast") ||
 		       !strcmp(v, "alltoall") || !strcmp(v, "alltoallv") ||
-		       !strcmp(v, "sendrecv") || !strcmp(v, "moe");
+		       !strcmp(v, "sendrecv") || !strcmp(v, "moe") ||
+		       !strcmp(v, "reduce");
 	case 'b':
 	case 'e':
 		return !cs_sim_parse_size(v, &sz) && sz >= 1;

@@ -67,6 +67,10 @@
  * and every element received is checked (set to NaNs first). algbw = busbw =
  * size / time: the bytes each rank sends per iteration (it receives as
  * many), as tools/mpi_bench.c -o sendrecv; cpu(s/GB) over n x size.
+ * -o reduce (cs_reduce, sum to rank 0; tools/mpi_bench.c: MPI_Reduce):
+ * the others pass a NULL recv; only rank 0's result is checked; the size
+ * is not trimmed to a multiple of the ranks; busbw = algbw and cpu(s/GB)
+ * over (n - 1) x size, as for broadcast (nccl-tests' reduce).
  */
 #include <errno.h>
 #include <math.h>
@@ -238,6 +242,7 @@ static void fill(enum cs_bench_op op, const struct bench *b, float *send,
 	switch (op) {
 	case OP_ALLREDUCE:
 	case OP_REDUCE_SCATTER:
+	case OP_REDUCE:
 		for (size_t i = 0; i < count; i++)
 			in[i] = val(b->rank, i + sh);
 		break;
@@ -298,6 +303,8 @@ static long check(enum cs_bench_op op, const struct bench *b, const float *recv,
 			wrong += !!memcmp(&recv[at], &nan1, sizeof(float));
 		return wrong;
 	}
+	if (op == OP_REDUCE && b->rank) /* only rank 0 gets the sum */
+		return 0;
 	if (op == OP_REDUCE_SCATTER) { /* block rank() of the sum */
 		size_t lo = per * (size_t)b->rank + sh;
 
@@ -312,6 +319,7 @@ static long check(enum cs_bench_op op, const struct bench *b, const float *recv,
 
 		switch (op) {
 		case OP_ALLREDUCE:
+		case OP_REDUCE:
 			want = expect97[(i + sh) % 97];
 			break;
 		case OP_ALL_GATHER:
@@ -367,6 +375,10 @@ static int post(enum cs_bench_op op, struct bench *b, float *send, float *recv,
 	case OP_ALLTOALLV:
 		return cs_alltoallv(b->g, send, b->sc, b->sd, recv, b->rc,
 				    b->rd, CS_F32, r);
+	case OP_REDUCE: /* the others' recv: NULL */
+		return cs_reduce(b->g, inplace ? recv : send,
+				 b->rank ? NULL : recv, count, CS_F32, CS_SUM,
+				 0, r);
 	default:
 		return cs_broadcast(b->g, recv, count, CS_F32, 0, r);
 	}
@@ -482,7 +494,8 @@ static int run_b2b(enum cs_bench_op op, struct bench *b, float *send,
 	t->total = prev - t0;
 	t->cpu = cpu_now(b) - cpu0;
 	/* An in-place reduction's input was the previous result. */
-	if (inplace && (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER))
+	if (inplace &&
+	    (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_REDUCE))
 		return 0;
 	if (barrier(b))
 		return -1;
@@ -585,11 +598,12 @@ static void print_row(enum cs_bench_op op, const struct bench *b, size_t count,
 		lat[it] /= b->buckets;
 	if (mode == CS_BENCH_B2B) {
 		tm = t->total / iters / b->buckets;
-		double moved =
-			op == OP_SENDRECV
-				? sz * b->n
-				: cs_bench_moved(op == OP_ALLREDUCE,
-						 op == OP_BROADCAST, sz, b->n);
+		double moved = op == OP_SENDRECV
+				       ? sz * b->n
+				       : cs_bench_moved(op == OP_ALLREDUCE,
+							op == OP_BROADCAST ||
+								op == OP_REDUCE,
+							sz, b->n);
 
 		snprintf(cpu, sizeof(cpu), "%.2f",
 			 t->cpu / (moved * iters * b->buckets / 1e9));
@@ -605,15 +619,17 @@ static void print_row(enum cs_bench_op op, const struct bench *b, size_t count,
 	bus = alg;
 	if (op == OP_ALLREDUCE)
 		bus = alg * 2.0 * (b->n - 1) / b->n;
-	else if (op != OP_BROADCAST && op != OP_SENDRECV)
+	else if (op != OP_BROADCAST && op != OP_SENDRECV && op != OP_REDUCE)
 		bus = alg * (double)(b->n - 1) / b->n;
 	qsort(lat, (size_t)iters, sizeof(double), cs_bench_cmp_double);
 	printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f "
 	       "%6s %9s\n",
 	       count * sizeof(float), count, "float",
-	       op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER ? "sum" : "none",
-	       op == OP_BROADCAST ? 0 : -1, tm, alg, bus, wrong,
-	       lat[(size_t)(iters - 1) / 2],
+	       op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER || op == OP_REDUCE
+		       ? "sum"
+		       : "none",
+	       op == OP_BROADCAST || op == OP_REDUCE ? 0 : -1, tm, alg, bus,
+	       wrong, lat[(size_t)(iters - 1) / 2],
 	       lat[(size_t)ceil(0.99 * iters) - 1], inplace ? "in" : "out",
 	       cpu);
 	fflush(stdout);
@@ -838,8 +854,8 @@ int main(int argc, char **argv)
 				fprintf(stderr,
 					"cs-trainer-bench: -o %s: allreduce, "
 					"reduce_scatter, all_gather, "
-					"broadcast, alltoall, alltoallv or "
-					"sendrecv\n",
+					"broadcast, alltoall, alltoallv, "
+					"sendrecv or reduce\n",
 					argv[i + 1]);
 				return 2;
 			}
@@ -972,7 +988,8 @@ int main(int argc, char **argv)
 	for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
 		size_t count = bytes / sizeof(float);
 
-		if (op != OP_SENDRECV) /* a pair's message is kept whole */
+		/* a pair's message is kept whole, a reduce's too */
+		if (op != OP_SENDRECV && op != OP_REDUCE)
 			count -= count % (size_t)b.n;
 		if (op == OP_ALLTOALLV) {
 			a2av_matrix(&b, count);

@@ -200,6 +200,17 @@ static long run_once(enum cs_bench_op op, float *send, float *recv,
 						sizeof(want)) != 0;
 			}
 		break;
+	case OP_REDUCE:
+		MPI_Reduce(inplace && !rank ? MPI_IN_PLACE : send, recv,
+			   (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+		for (size_t i = 0; !rank && i < count; i++) {
+			float want = 0;
+
+			for (int r = 0; r < n; r++)
+				want += val(r, i);
+			wrong += recv[i] != want;
+		}
+		break;
 	case OP_SENDRECV:
 		sendrecv(send, recv, count, rank, n);
 		for (size_t i = 0; i < count; i++) {
@@ -248,6 +259,10 @@ static void timed_op(enum cs_bench_op op, float *send, float *recv,
 	case OP_SENDRECV:
 		sendrecv(send, recv, count, rank, n);
 		break;
+	case OP_REDUCE:
+		MPI_Reduce(inplace && !rank ? MPI_IN_PLACE : send, recv,
+			   (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+		break;
 	}
 }
 
@@ -261,6 +276,7 @@ static void fill(enum cs_bench_op op, float *send, float *recv, size_t count,
 	switch (op) {
 	case OP_ALLREDUCE:
 	case OP_REDUCE_SCATTER:
+	case OP_REDUCE:
 		memcpy(recv, send, count * sizeof(float));
 		break;
 	case OP_ALL_GATHER:
@@ -941,7 +957,7 @@ int main(int argc, char **argv)
 		size_t count = bytes / sizeof(float);
 
 		if (op != OP_ALLREDUCE && op != OP_BROADCAST &&
-		    op != OP_SENDRECV)
+		    op != OP_SENDRECV && op != OP_REDUCE)
 			count -= count % (size_t)n;
 		if (op == OP_ALLTOALLV) {
 			v_counts(count, n, rank);
@@ -958,7 +974,8 @@ int main(int argc, char **argv)
 
 			/* broadcast is in place; all-to-all never (as
 			 * cs-trainer-bench) */
-			if ((op == OP_BROADCAST || op >= OP_ALLTOALL) &&
+			if ((op == OP_BROADCAST || op == OP_ALLTOALL ||
+			     op == OP_ALLTOALLV || op == OP_SENDRECV) &&
 			    inplace)
 				continue;
 			/* Warm-up and check: every element, every time
@@ -1034,7 +1051,7 @@ int main(int argc, char **argv)
 				if (op == OP_ALLREDUCE)
 					bus = alg * 2.0 * (n - 1) / n;
 				else if (op != OP_BROADCAST &&
-					 op != OP_SENDRECV)
+					 op != OP_SENDRECV && op != OP_REDUCE)
 					bus = alg * (double)(n - 1) / n;
 				char cpus[32] = "NA";
 				double moved =
@@ -1042,7 +1059,8 @@ int main(int argc, char **argv)
 						? sz * n
 						: cs_bench_moved(
 							  op == OP_ALLREDUCE,
-							  op == OP_BROADCAST,
+							  op == OP_BROADCAST ||
+								  op == OP_REDUCE,
 							  sz, n);
 
 				if (mode == CS_BENCH_B2B)
@@ -1053,11 +1071,14 @@ int main(int argc, char **argv)
 				printf("%12zu %12zu %6s %6s %5d %10.1f %8.3f %8.3f %6ld %10.1f %10.1f %6s %9s\n",
 				       count * sizeof(float), count, "float",
 				       op == OP_ALLREDUCE ||
-						       op == OP_REDUCE_SCATTER
+						       op == OP_REDUCE_SCATTER ||
+						       op == OP_REDUCE
 					       ? "sum"
 					       : "none",
-				       op == OP_BROADCAST ? 0 : -1, t, alg, bus,
-				       total_wrong,
+				       op == OP_BROADCAST || op == OP_REDUCE
+					       ? 0
+					       : -1,
+				       t, alg, bus, total_wrong,
 				       lat[(size_t)(iters - 1) / 2],
 				       lat[(size_t)ceil(0.99 * iters) - 1],
 				       inplace ? "in" : "out", cpus);

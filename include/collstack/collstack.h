@@ -451,7 +451,8 @@ int cs_alltoall(struct cs_group *g, const void *send, void *recv, size_t count,
 int cs_send(struct cs_group *g, const void *buf, size_t count,
 	    enum cs_dtype dtype, int dst, unsigned tag, cs_req_t *req);
 
-/* Tags from here up are the library's own (cs_gather(), cs_scatter()):
+/* Tags from here up are the library's own (cs_gather(), cs_scatter(),
+ * cs_reduce()):
  * cs_send() and cs_recv() refuse them (-EINVAL). */
 #define CS_TAG_RESERVED 0xffff0000u
 
@@ -520,11 +521,49 @@ int cs_alltoallv(struct cs_group *g, const void *send, const size_t *sendcounts,
  * @root: the rank that gets the result
  * @req: out: the request
  *
- * Collective. Carried as an allreduce whose result only @root keeps (the
- * other ranks receive it into a buffer of the group's and drop it): the
- * cost of cs_allreduce(), not less.
+ * Collective. With count = size x b + t (t < size), carried in two
+ * stages (Rabenseifner's reduce): a cs_reduce_scatter() of the first
+ * size x b elements (block i, b elements, to rank i: the root's straight
+ * into its @recv) and, beside it, a cs_allreduce() of the t last ones;
+ * once those finished well, each other rank sends its block to @root
+ * (cs_send(), tag CS_TAG_RESERVED + 3) and @root receives each into
+ * place. Each rank other than @root receives about (size - 1) / size of
+ * the data (the reduce-scatter's) and sends its block, where an
+ * allreduce would bring it the result too; @root receives about twice
+ * that. The second stage is posted by cs_test() / cs_wait() of the
+ * request (no thread); the root's request holds size - 1 of the
+ * client's request slots then (fails with -EAGAIN, and the others'
+ * sends at coll.deadline, if fewer are free), another rank's one. A
+ * rank other than @root reduces into a buffer of the group's (one per
+ * reduction in flight, kept for the next) and leaves @send as it was.
  *
- * Returns: as cs_allreduce().
+ * Carried as a cs_allreduce() whose result only @root keeps instead,
+ * where that costs less or the two stages cannot run: a group on one
+ * node (the allreduce is a reduction in shared memory there, no
+ * network; point to point copies every block through a message flow),
+ * at most 64 KiB (CS_REDUCE_ALLREDUCE_MAX in client.c: where the two
+ * stages' extra round trips cost more than the bytes they save, as
+ * measured on 4 nodes), fewer elements than ranks, an elastic group, a
+ * group across nodes made with a node set (cs_group_join_nodes(),
+ * cs_group_split()), and ranks not numbered as
+ * cs_send() needs across nodes (node k holds ranks k x L .. k x L + L -
+ * 1, local rank = rank mod L; decided from this rank's own numbering:
+ * where the ranks of one group decide differently they post different
+ * operations, a case not tested). COLLSTACK_REDUCE=allreduce in the
+ * environment at cs_connect() makes every cs_reduce() an allreduce,
+ * =scatter-gather takes the two stages wherever they can run (one node
+ * and small sizes too); every rank of a group must see the same.
+ *
+ * Results: exact for integers and min / max; for floating-point sums
+ * and products the order of the reduction is the reduce-scatter's (the
+ * allreduce's for the tail), which need not round like cs_allreduce()
+ * of the whole buffer. A failure
+ * of either stage fails the request with that stage's error (a lost
+ * rank: CS_ERR_PEER_LOST; a rank whose first stage failed sends
+ * nothing: the root's receive ends at coll.deadline).
+ *
+ * Returns: as cs_allreduce(); -EFAULT for a NULL @recv on @root;
+ * -EINVAL for an unknown @dtype or @root out of range (nothing posted).
  */
 int cs_reduce(struct cs_group *g, const void *send, void *recv, size_t count,
 	      enum cs_dtype dtype, enum cs_redop op, int root, cs_req_t *req);

@@ -565,7 +565,9 @@ class Group:
 
     def reduce(self, send, recv=None, op="sum", root=0):
         """Post recv (on root) = op over ranks of send; recv is ignored
-        on the other ranks (an allreduce whose result only root keeps)."""
+        on the other ranks (cs_reduce: a reduce-scatter, then each
+        rank's block sent to root; an allreduce root keeps on one node
+        and up to 64 KiB)."""
         return self._rooted("cs_reduce", "reduce", send, recv, root,
                             lambda sn, rn: sn, _REDOPS[op])
 

@@ -713,8 +713,10 @@ class ProcessGroupCollstack(dist.ProcessGroup):
                           tensors)
 
     def reduce(self, tensors, opts=None):
-        # An allreduce into a staging copy: exact, costs what an allreduce
-        # costs (every rank gets the result; only the root keeps it).
+        # cs_reduce: a reduce-scatter and the blocks sent to the root (an
+        # allreduce the root keeps on one node and for small tensors; see
+        # collstack.h).
+        # The other ranks' tensors are only read.
         name = "reduce"
         t = _one(name, tensors)
         root = opts.rootRank if opts is not None else 0
@@ -725,12 +727,10 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         staged = []
         if self._rank == root:
             addr, back = self._inout(t, staged)
-        else:           # a copy: the non-root tensors are left alone
-            s = self._rt.stage(_nbytes(t))
-            staged.append(s)
-            if _nbytes(t):
-                s.u8[:_nbytes(t)].copy_(_bytes_of(t))
-            addr, back = s.start, None
+            to = addr
+        else:
+            addr, _ = self._in(t, staged)
+            back, to = None, None
         size, me = self._size, self._rank
 
         def done():
@@ -740,8 +740,8 @@ class ProcessGroupCollstack(dist.ProcessGroup):
                 if avg:
                     t.div_(size)
             return tensors
-        return self._post(name, _lib.cs_allreduce,
-                          (addr, addr, t.numel(), dt, red), staged, done,
+        return self._post(name, _lib.cs_reduce,
+                          (addr, to, t.numel(), dt, red, root), staged, done,
                           tensors)
 
     def _allgather_bytes(self, name, src, nbytes, staged, outs_done,

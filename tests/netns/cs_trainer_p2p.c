@@ -36,11 +36,32 @@
  *                  and 70001 f32 per rank, every element checked; a root
  *                  past the group and a reserved tag refused. Prints
  *                  "rooted ok rank R roots=N".
+ *   reduce         cs_reduce of f32, f64, f16, bf16, i32, i64 x sum, prod,
+ *                  min, max, from every root, in place on the root and
+ *                  not, the other ranks' recv NULL, at counts below the
+ *                  group's size, not a multiple of it, above the
+ *                  allreduce threshold and 1 MiB; every element against
+ *                  the exact result (small integers: exact in every
+ *                  dtype, whatever the order); then a NULL recv on the
+ *                  root and a bad dtype refused. Prints "reduce ok rank R
+ *                  cases=N".
+ *   reducebig MIB [allreduce]
+ *                  one cs_reduce (or cs_allreduce) of MIB MiB of f32 to
+ *                  root 0, checked; for the byte count of
+ *                  tests/netns/test_p2p.sh. Prints "reducebig ok rank R".
+ *   reducedie      a cs_reduce of 16 MiB of f32 to rank 0, and the last
+ *                  rank exits at once after posting it: rank 0's request
+ *                  must end with an error (CS_ERR_PEER_LOST, _CANCELLED, or
+ *                  CS_ERR_TIMEOUT at coll.deadline where the dead rank's
+ *                  reduce-scatter was done and only its block is missing),
+ *                  the others' with one or done: no hang. Prints
+ *                  "reducedie ok rank R: ...".
  *
  * Exit 0 when the mode's checks held, 1 otherwise (with what was wrong),
  * 2 on usage.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -377,14 +398,257 @@ static void mode_rooted(void)
 	printf("rooted ok rank %d roots=%d\n", rank, size);
 }
 
+/* f16 / bf16 of a small integer (exact), and back */
+static uint16_t to_half(int v)
+{
+	unsigned m = (unsigned)(v < 0 ? -v : v), e = 0;
+
+	if (!m)
+		return 0;
+	while ((m >> e) > 1)
+		e++;
+	return (uint16_t)((v < 0 ? 0x8000u : 0) | ((e + 15) << 10) |
+			  (((m << 10) >> e) & 0x3ffu));
+}
+
+static double from_half(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f;
+	double m = (h & 0x3ff) / 1024.0;
+
+	if (!e)
+		return (h & 0x8000 ? -1 : 1) * m / 16384.0;
+	return (h & 0x8000 ? -1 : 1) * (1 + m) * (double)(1u << e) / 32768.0;
+}
+
+static uint16_t to_bf16(int v)
+{
+	float f = (float)v;
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16); /* exact: small integers */
+}
+
+static double from_bf16(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void put(void *p, enum cs_dtype dt, size_t i, int v)
+{
+	switch (dt) {
+	case CS_F32:
+		((float *)p)[i] = (float)v;
+		break;
+	case CS_F64:
+		((double *)p)[i] = v;
+		break;
+	case CS_F16:
+		((uint16_t *)p)[i] = to_half(v);
+		break;
+	case CS_BF16:
+		((uint16_t *)p)[i] = to_bf16(v);
+		break;
+	case CS_I32:
+		((int32_t *)p)[i] = v;
+		break;
+	default:
+		((int64_t *)p)[i] = v;
+		break;
+	}
+}
+
+static double get(const void *p, enum cs_dtype dt, size_t i)
+{
+	switch (dt) {
+	case CS_F32:
+		return ((const float *)p)[i];
+	case CS_F64:
+		return ((const double *)p)[i];
+	case CS_F16:
+		return from_half(((const uint16_t *)p)[i]);
+	case CS_BF16:
+		return from_bf16(((const uint16_t *)p)[i]);
+	case CS_I32:
+		return ((const int32_t *)p)[i];
+	default:
+		return (double)((const int64_t *)p)[i];
+	}
+}
+
+/* rank @r's element @i for @op: -5..5, or for a product 1, -1 or 2 (so
+ * that up to 8 ranks stay exact in bf16's 8 bits) */
+static int rd_val(enum cs_redop op, int r, size_t i)
+{
+	if (op == CS_PROD)
+		return (r + i) % 3 == 0 ? 2 : (r + i) % 5 == 0 ? -1 : 1;
+	return (int)((r * 7 + i * 3 + (i >> 9)) % 11) - 5;
+}
+
+static int rd_want(enum cs_redop op, size_t i)
+{
+	int w = rd_val(op, 0, i);
+
+	for (int r = 1; r < size; r++) {
+		int v = rd_val(op, r, i);
+
+		w = op == CS_SUM    ? w + v
+		    : op == CS_PROD ? w * v
+		    : op == CS_MIN  ? (v < w ? v : w)
+				    : (v > w ? v : w);
+	}
+	return w;
+}
+
+static void mode_reduce(void)
+{
+	static const enum cs_dtype dts[] = { CS_F32,  CS_F64, CS_F16,
+					     CS_BF16, CS_I32, CS_I64 };
+	static const enum cs_redop ops[] = { CS_SUM, CS_PROD, CS_MIN, CS_MAX };
+	size_t counts[] = { 1,
+			    (size_t)size - 1,
+			    (size_t)size * 3 + 1,
+			    (size_t)size * 2500 + (size_t)size - 1,
+			    (size_t)size * 4096,
+			    0 };
+	size_t maxb = 1u << 20, nc = 5, cases = 0;
+	uint8_t *x = buf(maxb), *y = buf(maxb);
+	cs_req_t r;
+	int ret;
+
+	for (unsigned d = 0; d < 6; d++)
+		for (unsigned o = 0; o < 4; o++)
+			for (unsigned k = 0; k <= nc; k++) {
+				enum cs_dtype dt = dts[d];
+				size_t esz = dt == CS_F64 || dt == CS_I64 ? 8
+					     : dt == CS_F16 || dt == CS_BF16
+						     ? 2
+						     : 4;
+				/* the last: 1 MiB, for f32 x sum only */
+				size_t n = k == nc ? maxb / esz : counts[k];
+				int root =
+					(int)((d * 4 + o + k) % (unsigned)size);
+				bool inplace = (d + o + k) % 2;
+				size_t bad = 0;
+
+				if (!n || (k == nc && (d || o)))
+					continue;
+				for (size_t i = 0; i < n; i++)
+					put(x, dt, i, rd_val(ops[o], rank, i));
+				memset(y, 0x5a, n * esz);
+				ret = cs_reduce(g, x,
+						rank != root ? NULL
+						: inplace    ? x
+							     : y,
+						n, dt, ops[o], root, &r);
+				if (!ret)
+					ret = wait_req(r);
+				if (ret)
+					FAIL("reduce %s %s x %zu root %d: %s",
+					     cs_dtype_name(dt),
+					     cs_redop_name(ops[o]), n, root,
+					     cs_errmsg(c));
+				for (size_t i = 0; rank == root && i < n; i++)
+					bad += get(inplace ? x : y, dt, i) !=
+					       (double)rd_want(ops[o], i);
+				/* a non-root rank's send is left alone */
+				for (size_t i = 0; rank != root && i < n; i++)
+					bad += get(x, dt, i) !=
+					       (double)rd_val(ops[o], rank, i);
+				if (bad)
+					FAIL("reduce %s %s x %zu root %d%s: "
+					     "%zu wrong",
+					     cs_dtype_name(dt),
+					     cs_redop_name(ops[o]), n, root,
+					     inplace ? " in place" : "", bad);
+				cases++;
+			}
+	/* refused at the post, on every rank alike (nothing posted): each
+	 * rank the root of its own call, with a NULL recv; a root past the
+	 * group; a bad element type */
+	ret = cs_reduce(g, x, NULL, 100000, CS_F32, CS_SUM, rank, &r);
+	if (ret != -EFAULT || !strstr(cs_errmsg(c), "NULL"))
+		FAIL("a NULL recv on the root: %d %s", ret, cs_errmsg(c));
+	ret = cs_reduce(g, x, y, 100000, CS_F32, CS_SUM, size, &r);
+	if (ret != -EINVAL || !strstr(cs_errmsg(c), "root rank out of range"))
+		FAIL("a root past the group: %d %s", ret, cs_errmsg(c));
+	ret = cs_reduce(g, x, y, 10, CS_DTYPE_COUNT, CS_SUM, 0, &r);
+	if (ret != -EINVAL || !strstr(cs_errmsg(c), "element type"))
+		FAIL("a bad dtype: %d %s", ret, cs_errmsg(c));
+	printf("reduce ok rank %d cases=%zu\n", rank, cases);
+}
+
+static void mode_reducebig(size_t mib, bool allreduce)
+{
+	size_t n = (mib << 20) / 4, bad = 0;
+	float *x = buf(n * 4), *y = rank ? NULL : buf(n * 4);
+	cs_req_t r;
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)((rank + 1) * (int)(i % 5));
+	if (allreduce) {
+		if (cs_allreduce(g, x, x, n, CS_F32, CS_SUM, &r) || wait_req(r))
+			FAIL("allreduce: %s", cs_errmsg(c));
+		y = x;
+	} else if (cs_reduce(g, x, y, n, CS_F32, CS_SUM, 0, &r) ||
+		   wait_req(r)) {
+		FAIL("reduce: %s", cs_errmsg(c));
+	}
+	for (size_t i = 0; rank == 0 && i < n; i++)
+		bad += y[i] != (float)(size * (size + 1) / 2 * (int)(i % 5));
+	if (bad)
+		FAIL("reducebig: %zu wrong", bad);
+	printf("reducebig ok rank %d\n", rank);
+}
+
+static void mode_reducedie(void)
+{
+	size_t n = (16u << 20) / 4;
+	float *x = buf(n * 4), *y = buf(n * 4);
+	struct timespec t0, t1;
+	cs_req_t r;
+	int ret;
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(i % 3);
+	if (cs_reduce(g, x, rank ? NULL : y, n, CS_F32, CS_SUM, 0, &r))
+		FAIL("post: %s", cs_errmsg(c));
+	if (rank == size - 1) {
+		printf("reducedie rank %d exits with its reduce posted\n",
+		       rank);
+		fflush(stdout);
+		_exit(0);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ret = wait_req(r);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rank == 0 && ret != CS_ERR_PEER_LOST && ret != CS_ERR_TIMEOUT &&
+	    ret != CS_ERR_CANCELLED)
+		FAIL("the root's reduce without rank %d: %d (%s)", size - 1,
+		     ret, ret ? cs_errmsg(c) : "done");
+	printf("reducedie ok rank %d: %s (%.2f s)\n", rank,
+	       ret ? cs_errmsg(c) : "done",
+	       (double)(t1.tv_sec - t0.tv_sec) +
+		       (t1.tv_nsec - t0.tv_nsec) / 1e9);
+}
+
 int main(int argc, char **argv)
 {
 	int ret;
 
-	if (argc < 2 || (strcmp(argv[1], "ring") && strcmp(argv[1], "bad") &&
-			 strcmp(argv[1], "die") && strcmp(argv[1], "rooted"))) {
+	if (argc < 2 ||
+	    (strcmp(argv[1], "ring") && strcmp(argv[1], "bad") &&
+	     strcmp(argv[1], "die") && strcmp(argv[1], "rooted") &&
+	     strcmp(argv[1], "reduce") && strcmp(argv[1], "reducebig") &&
+	     strcmp(argv[1], "reducedie"))) {
 		fprintf(stderr,
-			"usage: cs-trainer-p2p ring ITERS|bad|die|rooted\n");
+			"usage: cs-trainer-p2p ring ITERS|bad|die|"
+			"rooted|reduce|reducebig MIB [allreduce]|reducedie\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -413,6 +677,13 @@ int main(int argc, char **argv)
 		mode_bad();
 	else if (!strcmp(argv[1], "rooted"))
 		mode_rooted();
+	else if (!strcmp(argv[1], "reduce"))
+		mode_reduce();
+	else if (!strcmp(argv[1], "reducedie"))
+		mode_reducedie();
+	else if (!strcmp(argv[1], "reducebig"))
+		mode_reducebig(argc > 2 ? (size_t)atoi(argv[2]) : 8,
+			       argc > 3 && !strcmp(argv[3], "allreduce"));
 	else
 		mode_die();
 	cs_disconnect(c);

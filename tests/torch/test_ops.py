@@ -115,6 +115,16 @@ def reductions(n, size, case0):
                 return t if RANK == size - 1 else want
             both(f"reduce {tag}", red, want)
 
+            # a shared tensor (zero copy), a count no multiple of the size,
+            # to rank 0 (cs_reduce's reduce-scatter plus tail when large)
+            m = n * size - 1
+
+            def red_zc(g, c=c, dt=dt, op=op, kind=kind, m=m):
+                t = ct.shared(gen(RANK, c, n * size, dt, kind)[:m].clone())
+                dist.reduce(t, dst=0, op=op, group=g)
+                return t if RANK == 0 else want[:m]
+            both(f"reduce shared uneven {tag}", red_zc, want[:m])
+
             blocks = list(want.chunk(size))
 
             def rs(g, c=c, dt=dt, op=op, kind=kind):
