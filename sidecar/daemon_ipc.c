@@ -623,8 +623,12 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 				  ? op->status
 				  : CS_ERR_BAD_DESC;
 
+		/* under both ids op k may run as elsewhere: as a sum, and
+		 * as a ring kind (reduce-scatter, all-gather in node blocks,
+		 * all-to-all) */
 		if (!o->tries && !o->a2a_refused &&
 		    (grp_refuse(x, o, o->op_id, why) ||
+		     grp_refuse(x, o, o->op_id | OP_ID_RING_KIND, why) ||
 		     ((uint32_t)op->cookie == 0 &&
 		      grp_refuse(x, o, OP_ID_CHECK(o->op_id), why))))
 			CS_WARN("group '%s': op %#x: the refusal was not "

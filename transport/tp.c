@@ -494,6 +494,18 @@ static void tp_hold(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 	tp->st.rx_held++;
 }
 
+/* Held frame @i stays, at position *@j (swapped: buffers are kept). */
+static void tp_held_keep(struct cs_tp *tp, uint32_t i, uint32_t *j)
+{
+	if (i != *j) {
+		struct tp_held t = tp->held[*j];
+
+		tp->held[*j] = tp->held[i];
+		tp->held[i] = t;
+	}
+	(*j)++;
+}
+
 /* Feed @op the frames held for it; keep the others in order. */
 static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
 {
@@ -514,13 +526,7 @@ static void tp_replay(struct cs_tp *tp, struct tp_op *op, cs_ns_t now)
 			tp->st.rx_replayed++;
 			continue;
 		}
-		if (i != j) { /* swap, so that buffers are kept */
-			struct tp_held t = tp->held[j];
-
-			tp->held[j] = *k;
-			*k = t;
-		}
-		j++;
+		tp_held_keep(tp, i, &j);
 	}
 	tp->nheld = j;
 }
@@ -539,13 +545,7 @@ static void tp_expire_held(struct cs_tp *tp, cs_ns_t now)
 			tp_abort_unposted(tp, k);
 			continue;
 		}
-		if (i != j) {
-			struct tp_held t = tp->held[j];
-
-			tp->held[j] = *k;
-			*k = t;
-		}
-		j++;
+		tp_held_keep(tp, i, &j);
 	}
 	tp->nheld = j;
 }
@@ -789,6 +789,25 @@ out_free:
 	return ret;
 }
 
+/* Frames held for (@group, @op), which will never be posted here, go:
+ * kept, they would take the room of other operations' early frames until
+ * tp.hold_ttl (their senders are told of the refusal). */
+static void tp_unhold(struct cs_tp *tp, uint32_t group, uint32_t op)
+{
+	uint32_t j = 0;
+
+	for (uint32_t i = 0; i < tp->nheld; i++) {
+		struct tp_held *k = &tp->held[i];
+
+		if (k->hdr.group == group && k->hdr.op == op) {
+			tp->st.rx_done_op++;
+			continue;
+		}
+		tp_held_keep(tp, i, &j);
+	}
+	tp->nheld = j;
+}
+
 int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 {
 	struct tp_group *g = tp_group(tp, group);
@@ -800,6 +819,7 @@ int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 		return -EINVAL;
 	if (tp_op_find(tp, group, op_id))
 		return -EEXIST;
+	tp_unhold(tp, group, op_id);
 	a = tp_abort_add(tp, group, op_id, false);
 	a->err = err;
 	a->culprit_node = tp->self;

@@ -237,7 +237,7 @@ int cs_tp_drop(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
  * descriptor was refused here with @err, e.g. CS_ERR_BAD_DESC): every
  * other member is told, and its part ends with @err blaming this node
  * (at once, or at its post; a frame of it that still arrives is answered
- * the same way)
+ * the same way); frames of it held here are dropped
  * Returns: 0, -ENOENT (unknown group), -EEXIST (posted here), -EINVAL
  *	(@err is not a CS_ERR_* code).
  */

@@ -694,6 +694,50 @@ Test(tp, cancel_is_announced_to_the_group)
 }
 
 /*
+ * Frames held for an op this node then refuses (its trainer's part was
+ * cancelled before it reached the core: the IPC side's verdict refuses
+ * it) leave the hold at once: kept until tp.hold_ttl they would take the
+ * room of the next op's early frames, which would then go unacknowledged.
+ */
+Test(tp, refuse_drops_held_frames)
+{
+	const uint32_t two[] = { 0, 1 };
+	struct cs_tp_stats st, st2;
+	struct ar never, next[2];
+
+	setup_nodes(8, 4);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, two, 2, NULL), 0);
+	ar_post(&never, &nodes[0], 10, 7, 2, 0, 64 * 1024, 0, 0);
+	pump(20); /* node 1 never posts op 7: it holds what it can */
+	cs_tp_get_stats(nodes[1].tp, &st);
+	cr_assert_eq(st.rx_held, 4);
+	cr_assert_eq(cs_tp_refuse(nodes[1].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	cs_tp_get_stats(nodes[1].tp, &st2);
+	cr_assert_eq(st2.rx_done_op, st.rx_done_op + 4,
+		     "the held frames stayed (%lu dropped)",
+		     (unsigned long)(st2.rx_done_op - st.rx_done_op));
+	pump(20);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
+	cr_assert_eq(nodes[0].culprit[0], 1);
+	/* the next op: node 0 first, its frames held at node 1 (room) */
+	ar_post(&next[0], &nodes[0], 10, 8, 2, 0, 4096, 1, 0);
+	pump(3);
+	cs_tp_get_stats(nodes[1].tp, &st);
+	cr_assert_eq(st.rx_hold_full, st2.rx_hold_full);
+	ar_post(&next[1], &nodes[1], 10, 8, 2, 1, 4096, 1, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[1].status[1], 0);
+	ar_check(&next[0]);
+	ar_check(&next[1]);
+	ar_free(&never);
+	ar_free(&next[0]);
+	ar_free(&next[1]);
+	teardown_nodes();
+}
+
+/*
  * An op dropped because the node view moved on (cs_tp_drop) is not
  * announced: a peer that has not seen the new view yet must not end its
  * op with a bare cancellation; it keeps waiting for its own view.
