@@ -319,6 +319,14 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 				g->name);
 			return -ENODATA;
 		}
+		/* a strategies file's line is "group NAME STRATEGY" */
+		if (conf && strpbrk(g->name, " \t\r\n#")) {
+			fprintf(stderr,
+				"plan: group '%s': a name with blanks or '#' "
+				"cannot be written to a strategies file\n",
+				g->name);
+			return -EINVAL;
+		}
 		fmt_bytes(g->params * p->dtype_bytes, sz, sizeof(sz));
 		fprintf(out, "%-16s %-7s %9s %12s %12s %12s %8s %-10s %s\n",
 			g->name, kind_names[g->kind], sz,

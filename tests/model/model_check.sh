@@ -31,6 +31,14 @@ out=$("$cs" model predict -m "$d/m.json" --ranks 256 --ranks-per-node 8 --op all
 [ "$(grep -v '^#' "$d/plan.conf")" = "$(awk '!/^#/ && NF > 2 && $1 != "group" {
 	print "group", $1, $NF }' "$d/plan.log")" ] || bad "plan -o: not the config column"
 grep -q '^group experts local$' "$d/plan.conf" || bad "plan -o: experts not on local"
+printf '{ "name": "x", "groups": [ { "name": "two words", "kind": "dense", "params": 10 } ] }' \
+	>"$d/blank.json"
+"$cs" plan "$d/blank.json" --ranks 8 -m "$d/m.json" >/dev/null ||
+	bad "plan without -o: a name with a blank is fine in the table"
+out=$("$cs" plan "$d/blank.json" --ranks 8 -m "$d/m.json" -o "$d/blank.conf" 2>&1 >/dev/null) &&
+	bad "plan -o accepted a group name with a blank"
+[[ $out == *"cannot be written to a strategies file"* ]] || bad "plan -o: '$out'"
+[ ! -e "$d/blank.conf" ] || bad "plan -o left a partial strategies file"
 grep -q '^embedding .* ps  ' "$d/plan.log" || bad "plan: the sparse table should go to PS"
 grep -q '^experts .* alltoall  *local$' "$d/plan.log" ||
 	bad "plan: the MoE layer should go to all-to-all, configured as 'local'"
