@@ -336,7 +336,8 @@ int cs_plan_print(const struct cs_model *m, const struct cs_plan *p,
 			config_name((enum cs_plan_strat)pick, g->kind));
 		if (conf)
 			fprintf(conf, "%sgroup %s %s\n",
-				i ? "" : "# collstack plan: the config column\n",
+				i ? ""
+				  : "# collstack plan: the config column\n",
 				g->name,
 				config_name((enum cs_plan_strat)pick, g->kind));
 		total += best;
