@@ -1492,16 +1492,22 @@ static int rd_step(struct cs_client *c, struct comp *k)
 	return 1;
 }
 
+/* @m (may be NULL) goes back to @g's pool. Lock held. */
+static void room_put(struct cs_group *g, struct rd_room *m)
+{
+	if (m) {
+		m->next = g->rd_free;
+		g->rd_free = m;
+	}
+}
+
 /* The room goes back to the group's pool. Lock held. */
 static void rd_done(struct cs_client *c, struct comp *k)
 {
 	struct rd_op *o = k->own;
 
 	(void)c;
-	if (o->room) {
-		o->room->next = o->g->rd_free;
-		o->g->rd_free = o->room;
-	}
+	room_put(o->g, o->room);
 }
 
 cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
@@ -1616,10 +1622,7 @@ cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
 	return 0;
 
 out_unlock:
-	if (o->room) {
-		o->room->next = g->rd_free;
-		g->rd_free = o->room;
-	}
+	room_put(g, o->room);
 	pthread_mutex_unlock(&c->lock);
 out_free:
 	free(cp->sub);
