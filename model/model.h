@@ -167,7 +167,8 @@ struct cs_model_ring {
 void cs_model_ring_shape(const struct cs_model *m, uint32_t n, uint64_t bytes,
 			 struct cs_model_ring *r);
 
-/* ---- the fit (model/fit.c) ------------------------------------------------ */
+/* ---- the fit (model/fit.c) ------------------------------------------------
+ */
 
 /**
  * struct cs_model_run - one measured run
@@ -210,8 +211,7 @@ int cs_model_fit_ack(struct cs_model *m, const struct cs_model_run *r,
 		     size_t n);
 int cs_model_fit_a2a(struct cs_model *m, const struct cs_model_run *r,
 		     size_t n);
-int cs_model_fit_ps(struct cs_model *m, const struct cs_model_run *r,
-		    size_t n);
+int cs_model_fit_ps(struct cs_model *m, const struct cs_model_run *r, size_t n);
 int cs_model_fit_cluster(struct cs_model *m, const struct cs_model_run *r,
 			 size_t n);
 

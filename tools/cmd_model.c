@@ -64,8 +64,8 @@ static int run_child(char *const argv[], char *out, size_t outlen)
 		close(fd[0]);
 		close(fd[1]);
 		execv(argv[0], argv);
-		fprintf(stderr, "collstack model: cannot run %s: %s\n",
-			argv[0], strerror(errno));
+		fprintf(stderr, "collstack model: cannot run %s: %s\n", argv[0],
+			strerror(errno));
 		_exit(127);
 	}
 	close(fd[1]);
@@ -90,7 +90,8 @@ static char self_path[PATH_MAX];
 
 static int find_self(void)
 {
-	ssize_t n = readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
+	ssize_t n =
+		readlink("/proc/self/exe", self_path, sizeof(self_path) - 1);
 
 	if (n <= 0)
 		return -1;
@@ -143,7 +144,8 @@ static int sim_time(const char *const args[], double *ns)
 	argv[n] = NULL;
 	st = run_child(argv, out, sizeof(out));
 	if (st || !strstr(out, " ok ") || field(out, "time_us", &us)) {
-		fprintf(stderr, "collstack model: sim %s %s failed (exit %d): %s",
+		fprintf(stderr,
+			"collstack model: sim %s %s failed (exit %d): %s",
 			args[0], args[1] ? args[1] : "", st,
 			out[0] ? out : "no output\n");
 		return -1;
@@ -158,9 +160,8 @@ static void fmt_size(uint64_t b, char *s, size_t n)
 }
 
 /* sim allreduce at @n ranks, @bytes; extra args (NULL-terminated) */
-static int sim_ar(const char *kind, uint32_t n, uint64_t bytes,
-		  const char *e1, const char *e2, const char *e3,
-		  const char *e4, double *ns)
+static int sim_ar(const char *kind, uint32_t n, uint64_t bytes, const char *e1,
+		  const char *e2, const char *e3, const char *e4, double *ns)
 {
 	char r[16], b[32];
 	const char *a[16] = { kind, "--ranks", r, "--bytes", b, "--no-data" };
@@ -179,8 +180,9 @@ static int sim_a2a(uint32_t nodes, uint32_t rpn, uint64_t bytes,
 		   const char *algo, double *ns)
 {
 	char m[16], l[16], b[32];
-	const char *a[] = { "alltoall", "--nodes", m, "--ranks-per-node", l,
-			    "--bytes", b, "--algo", algo, "--nodata", NULL };
+	const char *a[] = { "alltoall", "--nodes",  m,	 "--ranks-per-node",
+			    l,		"--bytes",  b,	 "--algo",
+			    algo,	"--nodata", NULL };
 
 	snprintf(m, sizeof(m), "%u", nodes);
 	snprintf(l, sizeof(l), "%u", rpn);
@@ -199,10 +201,17 @@ static int ps_run(const char *scen, uint32_t w, uint32_t k, uint32_t keys,
 		  double *ns)
 {
 	char ws[16], ks[16], dim[16], kpp[16], it[16], out[4096];
-	char *argv[] = { (char *)scen, "--workers", ws, "--servers", ks,
-			 "--rows", PS_ROWS, "--dim", dim, "--keys-per-push",
-			 kpp, "--iters", it, "--mode", "sync", "--opt", "sgd",
-			 "--loss", "0", "--dup", "0", NULL };
+	char *argv[] = { (char *)scen, "--workers",
+			 ws,	       "--servers",
+			 ks,	       "--rows",
+			 PS_ROWS,      "--dim",
+			 dim,	       "--keys-per-push",
+			 kpp,	       "--iters",
+			 it,	       "--mode",
+			 "sync",       "--opt",
+			 "sgd",	       "--loss",
+			 "0",	       "--dup",
+			 "0",	       NULL };
 	double ms;
 	int st;
 
@@ -227,7 +236,8 @@ static uint64_t ps_bytes(void)
 	return (uint64_t)PS_KPP * PS_DIM * 4;
 }
 
-/* ---- fit ------------------------------------------------------------------ */
+/* ---- fit ------------------------------------------------------------------
+ */
 
 #define FIT_RANKS 4
 
@@ -266,8 +276,11 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 				   NULL, NULL, &ns))
 				return -1;
 			r[k++] = (struct cs_model_run){
-				.ranks = FIT_RANKS, .bytes = big[i],
-				.mtu_payload = mtus[j] - 20 - 8 - 76, .ns = ns };
+				.ranks = FIT_RANKS,
+				.bytes = big[i],
+				.mtu_payload = mtus[j] - 20 - 8 - 76,
+				.ns = ns
+			};
 		}
 	if (fit_step("beta", cs_model_fit_beta(m, r, k)))
 		return -1;
@@ -279,7 +292,8 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 			   NULL, &ns))
 			return -1;
 		r[k] = (struct cs_model_run){ .ranks = FIT_RANKS,
-					      .bytes = small[k], .ns = ns };
+					      .bytes = small[k],
+					      .ns = ns };
 	}
 	if (fit_step("alpha", cs_model_fit_alpha(m, r, k)))
 		return -1;
@@ -294,7 +308,8 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 			   NULL, &ns))
 			return -1;
 		r[k++] = (struct cs_model_run){ .ranks = FIT_RANKS,
-						.bytes = tiny[i], .ns = ns };
+						.bytes = tiny[i],
+						.ns = ns };
 	}
 	m->direct_alpha_ns = m->alpha_ns;
 	if (k && fit_step("direct", cs_model_fit_direct(m, r, k)))
@@ -307,7 +322,8 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 			   "--chunk", ch, &ns))
 			return -1;
 		r[k] = (struct cs_model_run){ .ranks = FIT_RANKS,
-					      .bytes = stall[k], .window = 1,
+					      .bytes = stall[k],
+					      .window = 1,
 					      .chunk = m->mtu_payload,
 					      .ns = ns };
 	}
@@ -327,8 +343,9 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 	    sim_ar("all-gather", FIT_RANKS, 16u << 20, NULL, NULL, NULL, NULL,
 		   &ns2))
 		return -1;
-	fprintf(stderr, "fit:   simulator: %.5f ns per byte reduced (none "
-			"charged); host kernels:",
+	fprintf(stderr,
+		"fit:   simulator: %.5f ns per byte reduced (none "
+		"charged); host kernels:",
 		(ns - ns2) / ((FIT_RANKS - 1.0) / FIT_RANKS * (16u << 20)));
 	host_rates(m);
 	fprintf(stderr, " reduce %.4f ns/B, copy %.4f ns/B\n", m->reduce_ns,
@@ -338,20 +355,21 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 	for (k = 0; k < 3; k++) {
 		if (sim_a2a(4, 2, a2a[k], "flat", &ns))
 			return -1;
-		r[k] = (struct cs_model_run){ .ranks = 8, .bytes = a2a[k],
+		r[k] = (struct cs_model_run){ .ranks = 8,
+					      .bytes = a2a[k],
 					      .ns = ns };
 	}
 	if (fit_step("all-to-all", cs_model_fit_a2a(m, r, k)))
 		return -1;
 
 	if (!ps_scen) {
-		fprintf(stderr,
-			"fit: no PS scenario (tests/ps/ps_scen; set "
-			"CS_PS_SCEN): the model has no PS constants\n");
+		fprintf(stderr, "fit: no PS scenario (tests/ps/ps_scen; set "
+				"CS_PS_SCEN): the model has no PS constants\n");
 		return 0;
 	}
-	fprintf(stderr, "fit: PS (scenario: 1 x 1 and 4 workers x 1/2/4 "
-			"servers, %d and %d keys per push)\n",
+	fprintf(stderr,
+		"fit: PS (scenario: 1 x 1 and 4 workers x 1/2/4 "
+		"servers, %d and %d keys per push)\n",
 		PS_KPP, 4 * PS_KPP);
 	for (k = 0; k < 8; k++) {
 		uint32_t w = k < 2 ? 1 : 4;
@@ -360,8 +378,10 @@ static int fit_sim(struct cs_model *m, const char *ps_scen)
 
 		if (ps_run(ps_scen, w, srv, kpp, &ns))
 			return -1;
-		r[k] = (struct cs_model_run){ .ranks = w, .servers = srv,
-					      .bytes = (uint64_t)kpp * PS_DIM * 4,
+		r[k] = (struct cs_model_run){ .ranks = w,
+					      .servers = srv,
+					      .bytes = (uint64_t)kpp * PS_DIM *
+						       4,
 					      .ns = ns };
 	}
 	return fit_step("PS", cs_model_fit_ps(m, r, k));
@@ -405,8 +425,8 @@ out:
  */
 static int fit_cluster(struct cs_model *m, const char *iters)
 {
-	char *argv[] = { self_path, "run", "allreduce", "-b", "4K", "-e",
-			 "16M", "--iters", (char *)iters, NULL };
+	char *argv[] = { self_path, "run", "allreduce", "-b",	       "4K",
+			 "-e",	    "16M", "--iters",	(char *)iters, NULL };
 	static char out[1 << 16];
 	struct cs_model_run r[64], clean[64];
 	bool lossy[64];
@@ -443,10 +463,12 @@ static int fit_cluster(struct cs_model *m, const char *iters)
 		if (line[0] == '#')
 			continue;
 		if (sscanf(line, "%llu %llu %15s %15s %lf", &size, &count, type,
-			   op, &us) != 5 || k == 64 || ranks < 2)
+			   op, &us) != 5 ||
+		    k == 64 || ranks < 2)
 			continue;
 		lossy[k] = false;
-		r[k++] = (struct cs_model_run){ .ranks = ranks, .bytes = size,
+		r[k++] = (struct cs_model_run){ .ranks = ranks,
+						.bytes = size,
 						.ns = us * 1000 };
 	}
 	for (size_t i = 0; i < k; i++)
@@ -455,8 +477,9 @@ static int fit_cluster(struct cs_model *m, const char *iters)
 			ring += r[i].bytes > m->direct_max;
 		}
 	m->fit_nodes = ranks;
-	fprintf(stderr, "fit: %zu sizes from 'collstack run allreduce' on "
-			"%u sidecars, %zu without retransmissions%s\n",
+	fprintf(stderr,
+		"fit: %zu sizes from 'collstack run allreduce' on "
+		"%u sidecars, %zu without retransmissions%s\n",
 		k, ranks, kc,
 		ring >= 2 ? " (fitted on those)" : " (too few: fitted on all)");
 	if (ring >= 2) {
@@ -565,11 +588,13 @@ static int cmd_fit(int argc, char **argv)
 		m.alpha_ns, m.direct_alpha_ns, m.beta_ns,
 		m.beta_ns > 0 ? 8 / m.beta_ns : 0, m.frame_ns, m.ack_turn_ns,
 		m.incast, m.a2a_alpha_ns, m.reduce_ns, m.ps_round_ns,
-		m.ps_tail_ns, m.ps_beta_ns, outp ? " -> " : "", outp ? outp : "");
+		m.ps_tail_ns, m.ps_beta_ns, outp ? " -> " : "",
+		outp ? outp : "");
 	return 0;
 }
 
-/* ---- predict -------------------------------------------------------------- */
+/* ---- predict --------------------------------------------------------------
+ */
 
 static int load_model(const char *path, struct cs_model *m)
 {
@@ -587,8 +612,9 @@ static int parse_u32(const char *opt, const char *s, uint32_t max,
 	unsigned long v;
 
 	if (cs_parse_whole(s, 1, max, &v)) {
-		fprintf(stderr, "collstack model: %s: '%s' is not a whole "
-				"number in 1..%u\n",
+		fprintf(stderr,
+			"collstack model: %s: '%s' is not a whole "
+			"number in 1..%u\n",
 			opt, s, max);
 		return -1;
 	}
@@ -656,8 +682,9 @@ static int cmd_predict(int argc, char **argv)
 			break;
 		case 'o':
 			if (cs_model_op_parse(optarg, &c.op)) {
-				fprintf(stderr, "collstack model: unknown --op "
-						"'%s'\n",
+				fprintf(stderr,
+					"collstack model: unknown --op "
+					"'%s'\n",
 					optarg);
 				predict_usage(stderr);
 				return 2;
@@ -665,8 +692,9 @@ static int cmd_predict(int argc, char **argv)
 			break;
 		case 'b':
 			if (cs_sim_parse_size(optarg, &b)) {
-				fprintf(stderr, "collstack model: bad --bytes "
-						"'%s'\n",
+				fprintf(stderr,
+					"collstack model: bad --bytes "
+					"'%s'\n",
 					optarg);
 				return 2;
 			}
@@ -689,8 +717,9 @@ static int cmd_predict(int argc, char **argv)
 		return 2;
 	}
 	if (c.ranks % c.rpn) {
-		fprintf(stderr, "collstack model predict: --ranks-per-node %u "
-				"does not divide --ranks %u\n",
+		fprintf(stderr,
+			"collstack model predict: --ranks-per-node %u "
+			"does not divide --ranks %u\n",
 			c.rpn, c.ranks);
 		return 2;
 	}
@@ -709,7 +738,8 @@ static int cmd_predict(int argc, char **argv)
 	return 0;
 }
 
-/* ---- check ---------------------------------------------------------------- */
+/* ---- check ----------------------------------------------------------------
+ */
 
 struct check_stats {
 	unsigned cases, failed_runs, over;
@@ -775,7 +805,8 @@ static int cmd_check(int argc, char **argv)
 	static const uint32_t ar_n[] = { 8, 64, 256 };
 	static const uint64_t ar_b[] = { 4u << 10, 64u << 10, 1u << 20,
 					 16u << 20 };
-	static const uint32_t a2a_nodes[] = { 4, 8, 32 }, a2a_rpn[] = { 2, 8, 8 };
+	static const uint32_t a2a_nodes[] = { 4, 8, 32 },
+			      a2a_rpn[] = { 2, 8, 8 };
 	static const uint64_t a2a_b[] = { 16u << 10, 64u << 10, 1u << 20 };
 	static const uint32_t ps_w[] = { 8, 64, 256 };
 	struct check_stats st = { .tol = 15 };
@@ -800,8 +831,9 @@ static int cmd_check(int argc, char **argv)
 		case 't':
 			st.tol = strtod(optarg, &end);
 			if (*end || !(st.tol > 0)) {
-				fprintf(stderr, "model check: bad --tolerance "
-						"'%s'\n",
+				fprintf(stderr,
+					"model check: bad --tolerance "
+					"'%s'\n",
 					optarg);
 				return 2;
 			}
@@ -910,7 +942,8 @@ static int cmd_check(int argc, char **argv)
 	return st.failed_runs || st.over ? 1 : 0;
 }
 
-/* ---- plan ----------------------------------------------------------------- */
+/* ---- plan -----------------------------------------------------------------
+ */
 
 static void plan_usage(FILE *out)
 {
@@ -982,14 +1015,16 @@ int cs_cmd_plan(int argc, char **argv)
 	if (!rpn)
 		rpn = p.rpn ? p.rpn : 1;
 	if (ranks % rpn) {
-		fprintf(stderr, "collstack plan: %u ranks per node do not "
-				"divide %u ranks\n",
+		fprintf(stderr,
+			"collstack plan: %u ranks per node do not "
+			"divide %u ranks\n",
 			rpn, ranks);
 		cs_plan_free(&p);
 		return 2;
 	}
 	if (op && !(conf = fopen(op, "w"))) {
-		fprintf(stderr, "collstack plan: %s: %s\n", op, strerror(errno));
+		fprintf(stderr, "collstack plan: %s: %s\n", op,
+			strerror(errno));
 		cs_plan_free(&p);
 		return 1;
 	}
