@@ -151,6 +151,11 @@ struct tp_abort {
 	uint32_t group, op, culprit_node;
 	int err;
 	bool valid, remote; /* remote: a peer's, for an op not posted here */
+	/* local, in a group whose ids restart, past TP_ABORT_REUSE_TTL: not
+	 * answered (a later incarnation's op may carry the id), its frames
+	 * held, until the hold fills (tp_hold_reclaim()); sticky: answered
+	 * again since, until this node posts the id */
+	bool stale, sticky;
 	uint32_t from; /* remote: the node that said so */
 	cs_ns_t at, told; /* when, and when a peer was last told */
 };
@@ -808,6 +813,42 @@ static void tp_unhold(struct cs_tp *tp, uint32_t group, uint32_t op)
 	tp->nheld = j;
 }
 
+/*
+ * The hold is full, and part of it may be frames of operations that failed
+ * here (or whose peer said so) longer ago than TP_ABORT_REUSE_TTL, in a
+ * group whose ids restart: no longer answered (the id could be a later
+ * incarnation's), so a member that posted its part late keeps sending
+ * them, and they would hold the room of every other operation's early
+ * frames, unacknowledged, until the sessions to their senders give up.
+ * Those frames go and the failure is told again, for good (sticky) until
+ * this node posts the id. Returns the number of frames that went.
+ */
+static uint32_t tp_hold_reclaim(struct cs_tp *tp)
+{
+	uint32_t before = tp->nheld;
+
+	for (uint32_t i = 0; i < TP_ABORTS; i++) {
+		struct tp_abort *a = &tp->aborts[i];
+		struct tp_group *g = tp_group(tp, a->group);
+		uint32_t n = tp->nheld;
+
+		if (!a->valid || a->remote || !a->stale || !g)
+			continue;
+		tp_unhold(tp, a->group, a->op);
+		if (tp->nheld == n)
+			continue;
+		a->stale = false;
+		a->sticky = true;
+		for (uint32_t r = 0; r < g->n; r++)
+			if (g->nodes[r] != tp->self &&
+			    !(tp->peer[g->nodes[r]] &&
+			      tp->peer[g->nodes[r]]->lost))
+				tp_tell_abort(tp, g->nodes[r], a);
+	}
+	tp->st.rx_hold_reclaimed += before - tp->nheld;
+	return before - tp->nheld;
+}
+
 int cs_tp_refuse(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 {
 	struct tp_group *g = tp_group(tp, group);
@@ -895,14 +936,17 @@ static void tp_finish(struct cs_tp *tp, uint32_t idx, int status,
 	cs_obs_tp_done(g->id, op->id, status); /* observe/ */
 	/* failed here: every other member is told, so that none waits for
 	 * it until its deadline (and a peer's abort is not echoed) */
-	if (status && !op->peer_aborted) {
+	if (status) {
 		struct tp_abort *a = tp_abort_add(tp, g->id, op->id, false);
 
 		a->err = status;
 		a->culprit_node =
 			culprit < g->n ? g->nodes[culprit] : UINT32_MAX;
 		a->at = tp->now;
-		for (uint32_t r = 0; r < g->n; r++) {
+		/* ended by a peer's abort (or dropped): not echoed, but a
+		 * member that posts its part only now is answered when its
+		 * frames come, as by the node that failed it */
+		for (uint32_t r = 0; !op->peer_aborted && r < g->n; r++) {
 			uint32_t node = g->nodes[r];
 
 			if (node != tp->self &&
@@ -974,14 +1018,15 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 			/* ids that restart (trainer groups): a later
 			 * incarnation's op may carry it; answer only while
 			 * the failure is recent */
-			if (a && g && g->reuse &&
-			    now - a->at > TP_ABORT_REUSE_TTL) {
-				a->valid = false;
+			if (a && g && g->reuse && !a->sticky &&
+			    now - a->at > TP_ABORT_REUSE_TTL)
+				a->stale = true;
+			if (a && a->stale)
 				a = NULL;
-			}
 			hold = !a && (!g || !tp_recently_done(g, h->op));
 			/* it failed here: tell its sender (again) */
-			if (a && now - a->told >= TP_ABORT_RETELL)
+			if (a && (now - a->told >= TP_ABORT_RETELL ||
+				  a->told < a->at))
 				tp_tell_abort(tp, src, a);
 		}
 	}
@@ -990,12 +1035,19 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		tp->st.rx_bad_src++;
 		return;
 	}
-	/* No room to keep it: leave it unacknowledged (its sender resends
-	 * it), but let a duplicate through so that its ACK is repeated. */
+	/* No room to keep it: frames held for ops that failed here go
+	 * first (this one's among them: it is answered, not held); with
+	 * none, leave it unacknowledged (its sender resends it), but let a
+	 * duplicate through so that its ACK is repeated. */
 	if (hold && tp->nheld == tp->p.hold_frames &&
 	    cs_rel_rx_new(&s->rel, h->seq)) {
-		tp->st.rx_hold_full++;
-		return;
+		if (tp_hold_reclaim(tp) &&
+		    tp_abort_find(tp, h->group, h->op, false))
+			hold = false;
+		if (hold && tp->nheld == tp->p.hold_frames) {
+			tp->st.rx_hold_full++;
+			return;
+		}
 	}
 	spur = s->rel.st.spurious_rto;
 	m = cs_rel_on_packet(&s->rel, h, now);
@@ -1441,6 +1493,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rx_not_member=%" PRIu64 " rx_done_op=%" PRIu64
 		" rx_proto=%" PRIu64 " rx_held=%" PRIu64 " rx_replayed=%" PRIu64
 		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
+		" rx_hold_reclaimed=%" PRIu64
 		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
 		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64 " ops_early=%" PRIu64
 		" tx_retx_early=%" PRIu64 " early_dropped=%" PRIu64
@@ -1454,7 +1507,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
-		st->rx_hold_expired, st->tx_frames, st->tx_data, st->tx_retx,
+		st->rx_hold_expired, st->rx_hold_reclaimed, st->tx_frames, st->tx_data, st->tx_retx,
 		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
 		st->early_dropped, st->grants_set, st->peak_senders,
 		st->tx_aborts, st->rx_aborts, st->ops_posted, st->ops_done,

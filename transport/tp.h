@@ -113,6 +113,8 @@ struct cs_tp_stats {
 	uint64_t bad_acked; /* the engine knew no such frame acknowledged */
 	uint64_t bad_rebuild; /* the engine could not rebuild a frame */
 	uint64_t rx_held, rx_replayed, rx_hold_full, rx_hold_expired;
+	uint64_t rx_hold_reclaimed; /* held frames of ops failed here, let go
+				     * to make room (told again) */
 	uint64_t tx_frames, tx_data, tx_retx, tx_fillers, tx_acks;
 	uint64_t ops_posted, ops_done, ops_failed;
 	uint64_t sessions; /* sessions set up */

@@ -188,11 +188,10 @@ p2p_4x2)
 		echo "(no torch for /usr/bin/python3: the pipeline check skipped)"
 	fi
 	# last: after a trainer died with a cross-node reduce-scatter
-	# posted, the sidecars sometimes stop carrying new groups' operations
-	# (their first barrier ends at coll.deadline, "node 1 stopped
-	# answering"; after about half of 6 tries, 6 December; none of 2
-	# with an allreduce): a bug of the sidecars' failure path, where
-	# cs_reduce's second stage never ran
+	# posted, the sidecars sometimes stopped carrying new groups'
+	# operations (a bug of their failure path, fixed on 7 December:
+	# docs/p2p.md); kept last so that a return of it fails this case
+	# alone
 	launch 2 reducedie
 	# (across nodes the others' reduce-scatter ends cancelled, or at
 	# coll.deadline on the dead rank's peers: the trainer checks the

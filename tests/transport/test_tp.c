@@ -809,6 +809,94 @@ Test(tp, reused_id_after_a_failure_runs)
 	teardown_nodes();
 }
 
+/*
+ * A member whose part ended by a peer's abort passes it on: a third member
+ * that posts its part only after that (ids that restart: it did not keep
+ * the abort) and sends only to the second one is answered by it, instead
+ * of having its frames held there until its own deadline. Group order
+ * {1, 0, 2}: on the ring node 1 sends to node 0 alone.
+ */
+Test(tp, peer_abort_is_passed_on_to_a_late_member)
+{
+	const uint32_t order[] = { 1, 0, 2 };
+	struct ar a[NODES];
+	struct cs_tp_stats st;
+
+	setup_nodes(8, 256);
+	ar_channels = 1;
+	for (uint32_t i = 0; i < NODES; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, order, 3, NULL),
+			     0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	ar_post(&a[0], &nodes[0], 10, 7, 3, 1, 100000, 0, 0);
+	ar_post(&a[2], &nodes[2], 10, 7, 3, 2, 100000, 0, 0);
+	pump(5);
+	cr_assert_eq(cs_tp_cancel(nodes[2].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(20);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
+	ar_post(&a[1], &nodes[1], 10, 7, 3, 0, 100000, 0, 0);
+	pump(20);
+	cr_assert_eq(nodes[1].status[0], CS_ERR_CANCELLED,
+		     "the late member was not told: %d", nodes[1].status[0]);
+	cr_assert_eq(nodes[1].culprit[0], 2, "blamed rank %u",
+		     nodes[1].culprit[0]);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_eq(st.rx_held, 0);
+	cr_assert_gt(st.tx_aborts, 0);
+	for (uint32_t i = 0; i < NODES; i++)
+		ar_free(&a[i]);
+	ar_channels = 0;
+	teardown_nodes();
+}
+
+/*
+ * Ids that restart: a refusal older than TP_ABORT_REUSE_TTL is no longer
+ * answered (the id could be a later incarnation's), so a member that
+ * posts the refused op only then has its frames held. When they fill the
+ * hold they go, and the refusal is told again, so the late member ends
+ * its part and the hold is free for the next operation's early frames.
+ */
+Test(tp, stale_refusal_gives_up_a_full_hold)
+{
+	const uint32_t two[] = { 0, 1 };
+	struct cs_tp_stats st;
+	struct ar late, next[2];
+
+	setup_nodes(8, 4);
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, two, 2, NULL), 0);
+		cr_assert_eq(cs_tp_group_reuse_ids(nodes[i].tp, 10), 0);
+	}
+	cr_assert_eq(cs_tp_refuse(nodes[1].tp, 10, 7, CS_ERR_CANCELLED), 0);
+	pump(5);
+	now += 300000000; /* past TP_ABORT_REUSE_TTL */
+	ar_post(&late, &nodes[0], 10, 7, 2, 0, 64 * 1024, 0, 0);
+	pump(40);
+	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED,
+		     "the late member was not told: %d", nodes[0].status[0]);
+	cr_assert_eq(nodes[0].culprit[0], 1);
+	cs_tp_get_stats(nodes[1].tp, &st);
+	cr_assert_eq(st.rx_held, 4);
+	cr_assert_eq(st.rx_hold_reclaimed, 4);
+	cr_assert_eq(st.rx_hold_full, 0);
+	/* the next op: node 0 first, its frames held at node 1 */
+	ar_post(&next[0], &nodes[0], 10, 8, 2, 0, 4096, 1, 0);
+	pump(3);
+	ar_post(&next[1], &nodes[1], 10, 8, 2, 1, 4096, 1, 0);
+	pump(20);
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[1].status[1], 0);
+	ar_check(&next[0]);
+	ar_check(&next[1]);
+	ar_free(&late);
+	ar_free(&next[0]);
+	ar_free(&next[1]);
+	ar_channels = 0;
+	teardown_nodes();
+}
+
 /* Op 1 of group 10 (nodes 0 and 1) on one channel, to the end: the
  * session on channel 0 between them measures the RTT. */
 static void measure_rtt_0_1(struct ar a[2])
