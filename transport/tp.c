@@ -1493,9 +1493,9 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rx_not_member=%" PRIu64 " rx_done_op=%" PRIu64
 		" rx_proto=%" PRIu64 " rx_held=%" PRIu64 " rx_replayed=%" PRIu64
 		" rx_hold_full=%" PRIu64 " rx_hold_expired=%" PRIu64
-		" rx_hold_reclaimed=%" PRIu64
-		" tx_frames=%" PRIu64 " tx_data=%" PRIu64 " tx_retx=%" PRIu64
-		" tx_fillers=%" PRIu64 " tx_acks=%" PRIu64 " ops_early=%" PRIu64
+		" rx_hold_reclaimed=%" PRIu64 " tx_frames=%" PRIu64
+		" tx_data=%" PRIu64 " tx_retx=%" PRIu64 " tx_fillers=%" PRIu64
+		" tx_acks=%" PRIu64 " ops_early=%" PRIu64
 		" tx_retx_early=%" PRIu64 " early_dropped=%" PRIu64
 		" grants_set=%" PRIu64 " peak_senders=%" PRIu64
 		" tx_aborts=%" PRIu64 " rx_aborts=%" PRIu64
@@ -1507,13 +1507,13 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
-		st->rx_hold_expired, st->rx_hold_reclaimed, st->tx_frames, st->tx_data, st->tx_retx,
-		st->tx_fillers, st->tx_acks, st->ops_early, st->tx_retx_early,
-		st->early_dropped, st->grants_set, st->peak_senders,
-		st->tx_aborts, st->rx_aborts, st->ops_posted, st->ops_done,
-		st->ops_failed, st->sessions, st->peak_ops, st->rel_timeouts,
-		st->bad_acked, st->bad_rebuild, st->sess_failed,
-		st->rel_stale_rcvd, st->timers_held);
+		st->rx_hold_expired, st->rx_hold_reclaimed, st->tx_frames,
+		st->tx_data, st->tx_retx, st->tx_fillers, st->tx_acks,
+		st->ops_early, st->tx_retx_early, st->early_dropped,
+		st->grants_set, st->peak_senders, st->tx_aborts, st->rx_aborts,
+		st->ops_posted, st->ops_done, st->ops_failed, st->sessions,
+		st->peak_ops, st->rel_timeouts, st->bad_acked, st->bad_rebuild,
+		st->sess_failed, st->rel_stale_rcvd, st->timers_held);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
