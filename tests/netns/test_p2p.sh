@@ -189,7 +189,7 @@ p2p_4x2)
 	fi
 	# last: after a trainer died with a cross-node reduce-scatter
 	# posted, the sidecars sometimes stopped carrying new groups'
-	# operations (a bug of their failure path, fixed on 7 December:
+	# operations (a bug of their failure path, fixed on 6 December:
 	# docs/p2p.md); kept last so that a return of it fails this case
 	# alone
 	launch 2 reducedie
