@@ -100,6 +100,7 @@ struct core_op {
 	void *farg;
 	unsigned (*fpoll)(void *fpoll_arg, cs_ns_t now);
 	void *fpoll_arg;
+	bool fkeep; /* cs_svc_flow.keep_on_stall */
 	struct core_op *flow_next; /* s->flows */
 };
 
@@ -476,6 +477,8 @@ static void core_take(struct core_lane *l, cs_ns_t now)
 			core_verdict(l, list, CS_ERR_BAD_DESC, UINT32_MAX, now);
 			continue;
 		}
+		if (list->fkeep)
+			cs_tp_keep_on_stall(l->tp, op_group(list), list->op_id);
 		l->live[l->nlive++] = list;
 	}
 }
@@ -1359,6 +1362,7 @@ int cs_core_svc_flow_post(struct cs_core_svc *s, const struct cs_svc_flow *f,
 	op->farg = f->arg;
 	op->fpoll = f->poll;
 	op->fpoll_arg = f->poll_arg;
+	op->fkeep = f->keep_on_stall;
 	op->nodes = nodes;
 	op->n = n;
 	op->group = f->group;

@@ -114,6 +114,9 @@ struct cs_svc_flow {
 	/* every lcore round while it runs */
 	unsigned (*poll)(void *poll_arg, cs_ns_t now);
 	void *poll_arg;
+	/* not ended when a session gives up on a peer (cs_tp_keep_on_stall):
+	 * only a new view or a cancel ends it */
+	bool keep_on_stall;
 };
 /* Post @f over @nodes (@n; taken on success); *@h: its handle, freed
  * with cs_core_svc_flow_free() once released. Returns 0 or -ENOMEM. */

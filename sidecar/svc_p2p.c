@@ -651,7 +651,8 @@ static int flow_start(struct cs_p2p *p)
 				.ops = &cs_ps_flow_ops,
 				.arg = p->flow,
 				.poll = p2p_poll,
-				.poll_arg = p },
+				.poll_arg = p,
+				.keep_on_stall = true },
 			nodes, n, &p->h);
 	if (ret) {
 		free(nodes);

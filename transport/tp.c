@@ -125,6 +125,7 @@ struct tp_op {
 	uint32_t slots; /* frames in flight in sessions */
 	bool ready; /* io->ready told (tp.early) */
 	bool peer_aborted; /* ended by a peer's TP_CTRL_ABORT: not echoed */
+	bool keep_on_stall; /* cs_tp_keep_on_stall() */
 	struct tp_op *hnext;
 };
 
@@ -892,6 +893,16 @@ int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 	return 0;
 }
 
+int cs_tp_keep_on_stall(struct cs_tp *tp, uint32_t group, uint32_t op_id)
+{
+	struct tp_op *op = tp_op_find(tp, group, op_id);
+
+	if (!op)
+		return -ENOENT;
+	op->keep_on_stall = true;
+	return 0;
+}
+
 int cs_tp_drop(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err)
 {
 	struct tp_op *op = tp_op_find(tp, group, op_id);
@@ -1255,14 +1266,15 @@ static unsigned tp_acks(struct cs_tp *tp, cs_ns_t now)
 	return sent;
 }
 
-/* Every op whose group holds @node ends with CS_ERR_PEER_LOST. */
-static void tp_fail_ops_of(struct cs_tp *tp, uint32_t node)
+/* Every op whose group holds @node ends with CS_ERR_PEER_LOST (on a
+ * session's stall (@stall), not those kept on stalls). */
+static void tp_fail_ops_of(struct cs_tp *tp, uint32_t node, bool stall)
 {
 	for (uint32_t i = 0; i < tp->nops; i++) {
 		struct tp_op *op = tp->ops[i];
 		int32_t r = op->g->rank_of[node];
 
-		if (r >= 0)
+		if (r >= 0 && !(stall && op->keep_on_stall))
 			op->ops->abort(op->flow, CS_ERR_PEER_LOST, (uint32_t)r);
 	}
 }
@@ -1275,7 +1287,7 @@ static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
 	if (pr->lost)
 		return;
 	pr->lost = true;
-	tp_fail_ops_of(tp, node);
+	tp_fail_ops_of(tp, node, false);
 }
 
 /*
@@ -1287,7 +1299,7 @@ static void tp_peer_lost(struct cs_tp *tp, uint32_t node)
 static void tp_sess_failed(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now)
 {
 	tp->st.sess_failed++;
-	tp_fail_ops_of(tp, s->node);
+	tp_fail_ops_of(tp, s->node, true);
 	cs_rel_revive(&s->rel, now);
 }
 

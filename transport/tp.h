@@ -226,6 +226,17 @@ int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
  */
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
 
+/**
+ * cs_tp_keep_on_stall - operation (@group, @op_id) outlives a session that
+ * gives up on a peer (rel.max_timeouts without progress: the peer may be
+ * slow or descheduled), which ends every other operation with that peer:
+ * for a service's long-lived flow (point-to-point), which has deadlines of
+ * its own per transfer and could not be posted again under its id in this
+ * view. A lost peer (cs_tp_peer_lost()) still ends it.
+ * Returns: 0 or -ENOENT.
+ */
+int cs_tp_keep_on_stall(struct cs_tp *tp, uint32_t group, uint32_t op_id);
+
 /*
  * cs_tp_drop - cs_tp_cancel() without telling the other members: for an
  * op abandoned because the node view moved on, which every peer learns

@@ -474,6 +474,60 @@ Test(tp, lost_peer_named)
 }
 
 /*
+ * A session that gives up on its peer (node 1 silent for a while: slow,
+ * descheduled) ends every op with it, except one kept on stalls (a
+ * service's long-lived flow, cs_tp_keep_on_stall()): that one goes on
+ * when the peer answers again, to an exact result. A lost peer still
+ * ends it.
+ */
+Test(tp, kept_op_outlives_a_stalled_session)
+{
+	const uint32_t pair[] = { 0, 1 };
+	struct ar kept[2], plain[2], last;
+
+	setup_nodes(3, 256);
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, pair, 2, NULL),
+			     0);
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_post(&kept[i], &nodes[i], 10, 1, 2, i, 1u << 20, 0, 0);
+		cr_assert_eq(cs_tp_keep_on_stall(nodes[i].tp, 10, 1), 0);
+		ar_post(&plain[i], &nodes[i], 10, 2, 2, i, 1u << 20, 1, 0);
+	}
+	cr_assert_eq(cs_tp_keep_on_stall(nodes[0].tp, 10, 99), -ENOENT);
+	pump(3);
+	dead[1] = true;
+	for (unsigned k = 0; k < 200000 && !nodes[0].ndone; k++)
+		pump(1);
+	cr_assert_eq(nodes[0].status[1], CS_ERR_PEER_LOST);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS,
+		     "the kept op ended with the session: %d",
+		     nodes[0].status[0]);
+	dead[1] = false;
+	for (unsigned k = 0; k < 200000 && nodes[0].status[0] == -EINPROGRESS;
+	     k++)
+		pump(1);
+	pump(200);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&kept[i]);
+	}
+	/* membership ends a kept op */
+	ar_post(&last, &nodes[0], 10, 3, 2, 0, 1u << 20, 2, 0);
+	cr_assert_eq(cs_tp_keep_on_stall(nodes[0].tp, 10, 3), 0);
+	cr_assert_eq(cs_tp_peer_lost(nodes[0].tp, 1), 0);
+	pump(1);
+	cr_assert_eq(nodes[0].status[2], CS_ERR_PEER_LOST);
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_free(&kept[i]);
+		ar_free(&plain[i]);
+	}
+	ar_free(&last);
+	teardown_nodes();
+}
+
+/*
  * tp.early: a direct exchange (small allreduce) is reported ready once its
  * result is in, while its own frame still waits for an ACK (every pure ACK
  * to node 0 is lost); the core then resends it and ends the op when the
