@@ -314,6 +314,42 @@ int cs_ps_store_snap_step(struct cs_ps_store *st, uint32_t max_rows);
 /* The clock recorded at snap_begin (goes in the checkpoint header). */
 uint64_t cs_ps_store_snap_clock(struct cs_ps_store *st);
 
+/**
+ * struct cs_ps_snap_pace - when a pump runs its next snapshot step
+ *
+ * A snapshot's steps copy rows on the core that applies pushes. Paced,
+ * they take at most @share of that core's time: after a step that took
+ * t ns, the next is due t (1 - share) / share ns later. The rows per step
+ * adapt so that a step takes about @step_ns (shorter steps cost more
+ * calls; longer ones delay the pushes behind them). A checkpoint writer
+ * that falls behind (more than @queued_max bytes handed over and not
+ * written) holds the next step back by @step_ns more. Sans-IO: the
+ * pump passes its clock.
+ */
+struct cs_ps_snap_pace {
+	double share;
+	cs_ns_t step_ns;
+	uint32_t rows; /* for the next step */
+	cs_ns_t due; /* no step before */
+	uint64_t steps, held; /* steps run; held back by the writer */
+};
+
+#define CS_PS_PACE_ROWS_MIN 16u
+#define CS_PS_PACE_ROWS_MAX (1u << 20)
+
+/* @share in (0, 1], @step_ns > 0. Returns 0 or -EINVAL. */
+int cs_ps_snap_pace_init(struct cs_ps_snap_pace *p, double share,
+			 cs_ns_t step_ns);
+/* Whether a step may run at @now (then with p->rows rows). */
+static inline bool cs_ps_snap_pace_due(const struct cs_ps_snap_pace *p,
+				       cs_ns_t now)
+{
+	return now >= p->due;
+}
+/* A step ran from @start to @end; @queued: the writer's backlog. */
+void cs_ps_snap_pace_done(struct cs_ps_snap_pace *p, cs_ns_t start, cs_ns_t end,
+			  size_t queued, size_t queued_max);
+
 /* Load one record of a checkpoint (restore). The table must be empty of
  * that key. Returns 0, -EEXIST, -ENOMEM, -EINVAL. */
 int cs_ps_store_load_rec(struct cs_ps_store *st, uint32_t table,

@@ -975,6 +975,35 @@ uint64_t cs_ps_store_snap_clock(struct cs_ps_store *st)
 	return st->snap_clock;
 }
 
+int cs_ps_snap_pace_init(struct cs_ps_snap_pace *p, double share,
+			 cs_ns_t step_ns)
+{
+	if (!(share > 0.0 && share <= 1.0) || !step_ns)
+		return -EINVAL;
+	memset(p, 0, sizeof(*p));
+	p->share = share;
+	p->step_ns = step_ns;
+	p->rows = 256;
+	return 0;
+}
+
+void cs_ps_snap_pace_done(struct cs_ps_snap_pace *p, cs_ns_t start, cs_ns_t end,
+			  size_t queued, size_t queued_max)
+{
+	cs_ns_t spent = end > start ? end - start : 0;
+
+	p->steps++;
+	if (spent < p->step_ns / 2 && p->rows < CS_PS_PACE_ROWS_MAX)
+		p->rows *= 2;
+	else if (spent > 2 * p->step_ns && p->rows > CS_PS_PACE_ROWS_MIN)
+		p->rows /= 2;
+	p->due = end + (cs_ns_t)((double)spent * (1.0 - p->share) / p->share);
+	if (queued > queued_max) {
+		p->held++;
+		p->due += p->step_ns;
+	}
+}
+
 int cs_ps_store_load_rec(struct cs_ps_store *st, uint32_t table,
 			 const struct cs_ps_rec_head *h, const void *frame,
 			 size_t frame_len)

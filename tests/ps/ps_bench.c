@@ -7,7 +7,12 @@
  * what one server core can apply. Run by scripts/bench-ps.sh.
  *
  *   ps_bench [--dim D] [--mb SHARD_MB] [--keys-per-msg K] [--seconds S]
- *            [--ckpt PATH] [--step ROWS]
+ *            [--ckpt PATH] [--step ROWS] [--share F]
+ *
+ * --share F: the snapshot paced (struct cs_ps_snap_pace: its steps take
+ * at most F of the core's time); without, one step of --step rows after
+ * every 4 pushes. The push rate during the checkpoint is compared with the
+ * mean of a push window right before it and one right after it.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -44,10 +49,38 @@ static void put_id(uint8_t *msg, uint64_t id)
 
 #define NMSG 64
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Push messages for @secs: rows per second. */
+static double push_window(struct cs_ps_store *st, uint8_t **push,
+			  size_t len_push, uint32_t kpm, uint64_t *id,
+			  double secs)
+{
+	uint64_t rows = 0;
+	double t0 = now_s(), t;
+
+	do {
+		for (int i = 0; i < NMSG; i++) {
+			put_id(push[i], (*id)++);
+			cs_ps_store_rx(st, push[i], len_push);
+			cs_ps_store_flush(st);
+			rows += kpm;
+		}
+		t = now_s() - t0;
+	} while (t < secs);
+	return (double)rows / t;
+}
+
 int main(int argc, char **argv)
 {
 	uint32_t dim = 16, kpm = 256, step = 4096;
-	double secs = 2.0, t0, t, base_rate;
+	double secs = 2.0, share = 0, t0, t, base_rate;
 	size_t mb = 256, rb, len_push, len_pull;
 	const char *ckpt_path = NULL;
 	struct cs_ps_table_spec s;
@@ -72,6 +105,8 @@ int main(int argc, char **argv)
 			ckpt_path = argv[i + 1];
 		else if (!strcmp(argv[i], "--step"))
 			step = (uint32_t)atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--share"))
+			share = atof(argv[i + 1]);
 		else {
 			fprintf(stderr, "ps_bench: unknown %s\n", argv[i]);
 			return 2;
@@ -200,6 +235,15 @@ int main(int argc, char **argv)
 			printf("ps_bench ckpt skipped: %s\n", strerror(-rc));
 			goto out;
 		}
+		struct cs_ps_snap_pace pace;
+		double before, after, during;
+
+		if (share &&
+		    cs_ps_snap_pace_init(&pace, share, 200000 /* 200 us */)) {
+			fprintf(stderr, "ps_bench: --share in (0, 1]\n");
+			return 2;
+		}
+		before = push_window(st, push, len_push, kpm, &id, secs);
 		rc = cs_ps_store_snap_begin(st, 0, &sink, 1 << 20);
 		if (rc)
 			return 1;
@@ -207,7 +251,7 @@ int main(int argc, char **argv)
 		rows = 0;
 		t0 = now_s();
 		do {
-			/* bursts of pushes, one bounded snapshot step each */
+			/* bursts of pushes, a bounded snapshot step between */
 			for (int i = 0; i < 4; i++) {
 				int k = (int)(id % NMSG);
 
@@ -216,22 +260,39 @@ int main(int argc, char **argv)
 				cs_ps_store_flush(st);
 				rows += kpm;
 			}
-			rc = cs_ps_store_snap_step(st, step);
+			if (!share) {
+				rc = cs_ps_store_snap_step(st, step);
+			} else if (cs_ps_snap_pace_due(&pace, now_ns())) {
+				uint64_t a = now_ns();
+
+				rc = cs_ps_store_snap_step(st, pace.rows);
+				cs_ps_snap_pace_done(&pace, a, now_ns(),
+						     cs_ps_ckpt_queued(c),
+						     64u << 20);
+			}
 		} while (rc == 1);
 		t = now_s() - t0;
+		during = (double)rows / t;
 		rc = cs_ps_ckpt_wait(c);
 		t_ck = now_s() - t0;
+		after = push_window(st, push, len_push, kpm, &id, secs);
 		if (cs_ps_store_stats(st)->push_early ||
 		    cs_ps_store_stats(st)->rejected) {
 			fprintf(stderr, "ps_bench: pushes dropped\n");
 			return 1;
 		}
-		printf("ps_bench ckpt rc=%d shard_mib=%zu step_rows=%u "
+		printf("ps_bench ckpt rc=%d shard_mib=%zu %s=%g "
 		       "snapshot_secs=%.2f written_secs=%.2f "
-		       "push_rows_per_s_during=%.0f baseline=%.0f "
-		       "slowdown_pct=%.1f\n",
-		       rc, mb, step, t, t_ck, (double)rows / t, base_rate,
-		       100.0 * (1.0 - (double)rows / t / base_rate));
+		       "push_rows_per_s_during=%.0f before=%.0f after=%.0f "
+		       "slowdown_pct=%.1f",
+		       rc, mb, share ? "share" : "step_rows",
+		       share ? share : (double)step, t, t_ck, during, before,
+		       after, 100.0 * (1.0 - during / ((before + after) / 2)));
+		if (share)
+			printf(" steps=%llu last_rows=%u held=%llu",
+			       (unsigned long long)pace.steps, pace.rows,
+			       (unsigned long long)pace.held);
+		printf("\n");
 	}
 out:
 	for (int i = 0; i < NMSG; i++) {

@@ -712,3 +712,37 @@ Test(ps_store, snapshot_is_the_table_at_begin)
 	free(cap.p);
 	cs_ps_store_destroy(st);
 }
+
+/*
+ * The snapshot pacer: a step that took t ns makes the next one due
+ * t (1 - share) / share later; rows per step grow while steps are short
+ * and shrink while they are long; a writer behind holds the next step
+ * back; bad settings are refused.
+ */
+Test(ps_store, snapshot_pacer)
+{
+	struct cs_ps_snap_pace p;
+
+	cr_assert_eq(cs_ps_snap_pace_init(&p, 0.0, 1000), -EINVAL);
+	cr_assert_eq(cs_ps_snap_pace_init(&p, 1.5, 1000), -EINVAL);
+	cr_assert_eq(cs_ps_snap_pace_init(&p, 0.05, 0), -EINVAL);
+	cr_assert_eq(cs_ps_snap_pace_init(&p, 0.05, 200000), 0);
+	cr_assert(cs_ps_snap_pace_due(&p, 0));
+	/* 90 us: short, more rows; next due 19 x 90 us later */
+	cs_ps_snap_pace_done(&p, 1000000, 1090000, 0, 1 << 20);
+	cr_assert_eq(p.rows, 512);
+	cr_assert_eq(p.due, 1090000 + 1710000);
+	cr_assert_not(cs_ps_snap_pace_due(&p, 2799999));
+	cr_assert(cs_ps_snap_pace_due(&p, 2800000));
+	/* 1 ms: long, fewer rows; the writer behind: held 200 us more */
+	cs_ps_snap_pace_done(&p, 3000000, 4000000, 2 << 20, 1 << 20);
+	cr_assert_eq(p.rows, 256);
+	cr_assert_eq(p.due, 4000000 + 19000000 + 200000);
+	cr_assert_eq(p.held, 1);
+	cr_assert_eq(p.steps, 2);
+	/* share 1: back to back */
+	cr_assert_eq(cs_ps_snap_pace_init(&p, 1.0, 200000), 0);
+	cs_ps_snap_pace_done(&p, 0, 300000, 0, 1 << 20);
+	cr_assert_eq(p.due, 300000);
+	cr_assert_eq(p.rows, 256);
+}
