@@ -22,6 +22,9 @@
  *    submission ring (no system call), validates each one, matches it with
  *    the other local ranks' descriptors of the same group and, once all
  *    local ranks are in, runs the operation;
+ *  - always: polls the device copies in flight (cs_ipc_dev_ops copy_poll),
+ *    issues the next pieces, runs the operations whose inputs are in and
+ *    completes those whose results are out;
  *  - publishes completions and kicks eventfds of trainers that sleep;
  *  - every sock_poll_interval: fails groups whose oldest operation waited
  *    ipc.match_deadline for a local rank that did not post it.
