@@ -38,6 +38,7 @@ static const unsigned char the_uuid[16] = { 0x42, 0x42 };
 /* ---- state shared by the sidecar, the trainers and main (MAP_SHARED) ----- */
 
 enum { FAIL_NONE, FAIL_TO_HOST, FAIL_FROM_HOST };
+enum { STALL_NONE, STALL_ALL, STALL_OUT }; /* STALL_OUT: shadow -> device */
 enum { EV_START, EV_DONE, EV_INTER_START, EV_INTER_DONE };
 
 #define LOG_MAX 8192
@@ -52,12 +53,14 @@ struct ev {
 
 struct shared {
 	_Atomic int fail; /* FAIL_*: the next copy that way fails (once) */
-	_Atomic int stall; /* copies do not finish ... */
+	_Atomic int stall; /* STALL_*: copies do not finish ... */
 	_Atomic int victim_dead; /* ... until main saw the victim exit */
 	_Atomic uint32_t starts; /* copies started */
+	_Atomic uint32_t starts_out; /* of them, shadow -> device */
 	_Atomic uint32_t late; /* copies finished after victim_dead was set */
 	_Atomic uint32_t uaf; /* range or shadow freed under a copy */
 	_Atomic uint32_t eio; /* trainers that got -EIO (copy out) */
+	_Atomic uint32_t bar; /* barrier() */
 	_Atomic uint32_t nlog;
 	struct ev log[LOG_MAX];
 };
@@ -230,6 +233,8 @@ static int fa_start(void *ctx, void *cookie, uint64_t off, void *host,
 				.len = len,
 				.polls = 1 + (int)(rand_r(&rng) % 4) };
 	atomic_fetch_add(&sh->starts, 1);
+	if (!to_host)
+		atomic_fetch_add(&sh->starts_out, 1);
 	log_ev(&(struct ev){
 		.kind = EV_START, .to_host = to_host, .off = off, .len = len });
 	*token = i;
@@ -239,12 +244,14 @@ static int fa_start(void *ctx, void *cookie, uint64_t off, void *host,
 static int fa_poll(void *ctx, uint64_t token)
 {
 	struct job *j = &jobs[token % JOBS];
-	int want = j->to_host ? FAIL_TO_HOST : FAIL_FROM_HOST;
+	int want = j->to_host ? FAIL_TO_HOST : FAIL_FROM_HOST, stall;
 
 	(void)ctx;
 	if (token >= JOBS || !j->used)
 		return -EINVAL;
-	if (atomic_load(&sh->stall) && !atomic_load(&sh->victim_dead))
+	stall = atomic_load(&sh->stall);
+	if (stall && !atomic_load(&sh->victim_dead) &&
+	    (stall == STALL_ALL || !j->to_host))
 		return 0;
 	if (--j->polls > 0)
 		return 0;
@@ -464,6 +471,21 @@ static int sum_check(struct cs_client *c, struct cs_group *g, float *x,
 }
 
 /*
+ * Every rank of the world is here (the @n-th time): before rank 0 arms a
+ * fault, every rank's last operation must be complete. With synchronous
+ * copies a rank's completion goes as soon as its own result is copied
+ * out, before the next rank's, whose copy would take the fault.
+ */
+static void barrier(int size, uint32_t *n)
+{
+	uint32_t want = (uint32_t)size * ++*n;
+
+	atomic_fetch_add(&sh->bar, 1);
+	for (int i = 0; i < 2000000 && atomic_load(&sh->bar) < want; i++)
+		usleep(10);
+}
+
+/*
  * All-gather in place on the device range, reduce-scatter from it into a
  * host buffer, a broadcast with its values, then copy errors: a copy in
  * that fails gives -EIO to every rank, a copy out that fails gives it to
@@ -475,6 +497,7 @@ static int more_ops(struct cs_client *c, struct cs_group *g, float *x, float *h,
 		    int rank, int size)
 {
 	size_t k = COUNT / 4;
+	uint32_t nbar = 0;
 	cs_req_t r;
 	int err, st;
 
@@ -511,12 +534,14 @@ static int more_ops(struct cs_client *c, struct cs_group *g, float *x, float *h,
 			return -1;
 		}
 
+	barrier(size, &nbar);
 	if (!rank)
 		atomic_store(&sh->fail, FAIL_TO_HOST);
 	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) && st == -EIO,
 	      "a failed copy in: %d (want -EIO)", st);
 	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) && !st,
 	      "the operation after a failed copy in: %d", st);
+	barrier(size, &nbar);
 	if (!rank)
 		atomic_store(&sh->fail, FAIL_FROM_HOST);
 	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) &&
@@ -688,7 +713,7 @@ static int wire_trainer(const char *path)
 	CHECK(!err && !wait_for(c, ra), "first operation over the wire");
 	CHECK(x[5] == 10.0f, "first operation: %g", x[5]);
 
-	atomic_store(&sh->stall, 1);
+	atomic_store(&sh->stall, STALL_ALL);
 	for (unsigned i = 0; i < 2 * WN; i++)
 		x[i] = (float)i;
 	err = cs_allreduce(g, x, x, WN, CS_F32, CS_SUM, &ra);
@@ -703,7 +728,7 @@ static int wire_trainer(const char *path)
 	CHECK(seen, "B's copy in started while A's copies were in flight");
 	CHECK(cs_test(c, ra) == -EINPROGRESS,
 	      "A not complete when B's copy in started");
-	atomic_store(&sh->stall, 0);
+	atomic_store(&sh->stall, STALL_NONE);
 	if (!err) {
 		sa = wait_for(c, ra);
 		sb = wait_for(c, rb);
@@ -723,8 +748,10 @@ static int wire_trainer(const char *path)
 
 /* ---- a trainer dies with copies in flight ------------------------------- */
 
-static int die_trainer(const char *path, int rank)
+/* @out: the victim dies while the results are copied out, not in */
+static int die_trainer(const char *path, int rank, bool out)
 {
+	_Atomic uint32_t *started = out ? &sh->starts_out : &sh->starts;
 	struct cs_client *c = NULL;
 	struct cs_group *g = NULL, *g2 = NULL;
 	struct cs_buf *db = NULL;
@@ -747,10 +774,11 @@ static int die_trainer(const char *path, int rank)
 		x[i] = 1.0f;
 	err = cs_allreduce(g, x, x, COUNT, CS_F32, CS_SUM, &r);
 	CHECK(!err, "post: %d", err);
-	if (rank == 1) { /* the victim: dies once copies are in flight */
-		for (int i = 0; i < 200000 && !atomic_load(&sh->starts); i++)
+	if (rank == 0) { /* the victim (local rank 0: its pieces go first) */
+		for (int i = 0; i < 200000 && !atomic_load(started); i++)
 			usleep(50);
-		CHECK(atomic_load(&sh->starts) > 0, "copies started");
+		CHECK(atomic_load(started) > 0, "copies %s started",
+		      out ? "out" : "in");
 		check_report("victim");
 		_exit(check_failed ? 1 : 0);
 	}
@@ -794,6 +822,7 @@ static void world(const char *path, enum mode mode)
 	pid_t sc, tr[3];
 
 	atomic_store(&sh->eio, 0);
+	atomic_store(&sh->bar, 0);
 	sc = spawn_sidecar(path, mode);
 	for (int r = 0; r < size; r++) {
 		tr[r] = fork();
@@ -808,6 +837,46 @@ static void world(const char *path, enum mode mode)
 	CHECK(atomic_load(&sh->eio) == 1,
 	      "%s: a failed copy out gave -EIO to %u ranks (want 1)",
 	      mode == SYNC ? "sync" : "async", atomic_load(&sh->eio));
+}
+
+/*
+ * Two trainers of one group post an allreduce of device ranges; the fake
+ * device stops finishing copies (all of them, or those out: @out); one
+ * trainer dies once copies are in flight. The other gets
+ * CS_ERR_PEER_LOST and goes on in a new group; the sidecar frees nothing
+ * under a copy (sh->uaf; under ASan: no use after free, no leak) and exits
+ * cleanly. The copies finish after main saw the victim exit (sh->late).
+ */
+static void die(const char *path, int out)
+{
+	pid_t sc, tr[2];
+	uint32_t uaf;
+
+	atomic_store(&sh->starts, 0);
+	atomic_store(&sh->starts_out, 0);
+	atomic_store(&sh->late, 0);
+	atomic_store(&sh->uaf, 0);
+	atomic_store(&sh->stall, out ? STALL_OUT : STALL_ALL);
+	sc = spawn_sidecar(path, ASYNC);
+	for (int r = 0; r < 2; r++) {
+		tr[r] = fork();
+		if (tr[r] == 0)
+			_exit(die_trainer(path, r, out));
+	}
+	reap(tr[0], "victim");
+	atomic_store(&sh->victim_dead, 1);
+	reap(tr[1], "survivor");
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+	uaf = atomic_load(&sh->uaf);
+	CHECK(!uaf, "%s: %u copies in flight when their range or shadow went",
+	      out ? "out" : "in", uaf);
+	CHECK(atomic_load(&sh->late) > 0,
+	      "%s: copies in flight when the victim died (finished after: %u)",
+	      out ? "out" : "in", atomic_load(&sh->late));
+	atomic_store(&sh->stall, STALL_NONE);
+	atomic_store(&sh->victim_dead, 0);
 }
 
 /* the settings' checks: a bad chunk or depth names its key */
@@ -839,8 +908,7 @@ static void bad_settings(void)
 int main(void)
 {
 	char dir[] = "/tmp/cs-ipc-dev-XXXXXX", path[64];
-	pid_t sc, tr[2];
-	uint32_t uaf;
+	pid_t sc, tr[1];
 
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -859,32 +927,13 @@ int main(void)
 	if (tr[0] == 0)
 		_exit(wire_trainer(path));
 	reap(tr[0], "trainer over the wire");
-	atomic_store(&sh->stall, 0);
+	atomic_store(&sh->stall, STALL_NONE);
 	kill(sc, SIGTERM);
 	reap(sc, "sidecar");
 	unlink(path);
 
-	atomic_store(&sh->starts, 0);
-	atomic_store(&sh->stall, 1);
-	sc = spawn_sidecar(path, ASYNC);
-	for (int r = 0; r < 2; r++) {
-		tr[r] = fork();
-		if (tr[r] == 0)
-			_exit(die_trainer(path, r));
-	}
-	reap(tr[1], "victim");
-	atomic_store(&sh->victim_dead, 1);
-	reap(tr[0], "survivor");
-	kill(sc, SIGTERM);
-	reap(sc, "sidecar"); /* under ASan: no use after free, no leak */
-	unlink(path);
-	uaf = atomic_load(&sh->uaf);
-	CHECK(!uaf, "%u copies in flight when their range or shadow went", uaf);
-	CHECK(atomic_load(&sh->late) > 0,
-	      "copies in flight when the victim died (finished after: %u)",
-	      atomic_load(&sh->late));
-	atomic_store(&sh->stall, 0);
-	atomic_store(&sh->victim_dead, 0);
+	for (int out = 0; out < 2; out++)
+		die(path, out);
 
 	snprintf(path, sizeof(path), "%s/sock2", dir);
 	sc = spawn_sidecar(path, NO_DEV);
