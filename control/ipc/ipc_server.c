@@ -201,7 +201,7 @@ struct inst {
 enum dev_phase {
 	DEV_NONE, /* no asynchronous device copy */
 	DEV_IN, /* its device inputs go to their shadows */
-	DEV_RUN, /* copied in: ready to run */
+	DEV_RUN, /* copied in: running */
 	DEV_OUT, /* its results go back to the device */
 	DEV_DONE, /* copied out: its completions may go */
 };
@@ -305,7 +305,7 @@ struct cs_ipc_server {
 	uint64_t *vtab;
 	size_t vtab_cap; /* u64 */
 	/* asynchronous device copies: cfg.dev_depth slots, how many are
-	 * taken, and the instances that copy, oldest first */
+	 * taken, and the instances that copy, in the order they began */
 	struct dev_xfer *xf;
 	uint32_t xf_used;
 	struct inst *dev_head;
@@ -582,7 +582,7 @@ static void dev_unlink(struct cs_ipc_server *s, struct inst *in)
 
 /*
  * Issue @in's next pieces while the server has free slots (ipc.dev_depth
- * over all instances: the oldest copying instance is served first). A
+ * over all instances: the instance that began copying first is served first). A
  * copy that does not start fails like one that does not finish: DEV_IN,
  * the instance (dev_err); DEV_OUT, that part's result (dev_eio, the rest
  * of its range skipped).
