@@ -582,10 +582,10 @@ static void dev_unlink(struct cs_ipc_server *s, struct inst *in)
 
 /*
  * Issue @in's next pieces while the server has free slots (ipc.dev_depth
- * over all instances: the instance that began copying first is served first). A
- * copy that does not start fails like one that does not finish: DEV_IN,
- * the instance (dev_err); DEV_OUT, that part's result (dev_eio, the rest
- * of its range skipped).
+ * over all instances; dev_pump() serves them in the order they began
+ * copying). A copy that does not start fails like one that does not
+ * finish: DEV_IN, the instance (dev_err); DEV_OUT, that part's result
+ * (dev_eio, the rest of its range skipped).
  */
 static void dev_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
