@@ -61,6 +61,7 @@ struct shared {
 	_Atomic uint32_t uaf; /* range or shadow freed under a copy */
 	_Atomic uint32_t eio; /* trainers that got -EIO (copy out) */
 	_Atomic uint32_t bar; /* barrier() */
+	_Atomic uint64_t hold; /* bit n: the backend holds its n-th step */
 	_Atomic uint32_t nlog;
 	struct ev log[LOG_MAX];
 };
@@ -313,6 +314,7 @@ static const struct cs_ipc_dev_ops async_dev_ops = {
  */
 struct wire_op {
 	bool used;
+	uint32_t n; /* started n-th */
 	struct cs_ipc_inter_op op;
 };
 
@@ -324,9 +326,11 @@ static int wire_start(void *ctx, const struct cs_ipc_inter_op *op)
 	(void)ctx;
 	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++)
 		if (!wire[i].used) {
-			wire[i] = (struct wire_op){ .used = true, .op = *op };
+			wire[i] = (struct wire_op){ .used = true,
+						    .n = wire_n++,
+						    .op = *op };
 			log_ev(&(struct ev){ .kind = EV_INTER_START,
-					     .op = wire_n++ });
+					     .op = wire[i].n });
 			return 0;
 		}
 	return -EBUSY;
@@ -347,14 +351,15 @@ static void wire_tick(struct cs_ipc_server *srv)
 		float *b = w->op.buf;
 		const float *src = w->op.sendbuf ? w->op.sendbuf : w->op.buf;
 
-		if (!w->used)
+		if (!w->used ||
+		    (w->n < 64 && atomic_load(&sh->hold) >> w->n & 1))
 			continue;
 		if (w->op.kind == CS_IPC_INTER_ALLREDUCE &&
 		    w->op.dtype == CS_F32)
 			for (uint64_t k = 0; k < w->op.count; k++)
 				b[k] = 2 * src[k];
 		w->used = false;
-		log_ev(&(struct ev){ .kind = EV_INTER_DONE });
+		log_ev(&(struct ev){ .kind = EV_INTER_DONE, .op = w->n });
 		cs_ipc_server_inter_done(srv, w->op.cookie, 0);
 	}
 }
@@ -677,6 +682,88 @@ static bool b_copy_started(void)
 	return false;
 }
 
+/* whether the log from @from on has an event @kind (of step @op, or of
+ * the half of the range @half: 0 A's, 1 B's; @to_host for copies) */
+static bool log_has(uint32_t from, int kind, uint32_t op, int half,
+		    bool to_host)
+{
+	uint32_t n = atomic_load(&sh->nlog);
+
+	if (n > LOG_MAX)
+		n = LOG_MAX;
+	for (uint32_t i = from; i < n; i++) {
+		const struct ev *e = &sh->log[i];
+
+		if (e->kind != kind)
+			continue;
+		if ((kind == EV_INTER_START || kind == EV_INTER_DONE) &&
+		    e->op == op)
+			return true;
+		if ((kind == EV_START || kind == EV_DONE) &&
+		    e->to_host == to_host && (e->off >= B_OFF) == half)
+			return true;
+	}
+	return false;
+}
+
+static bool wait_log(uint32_t from, int kind, uint32_t op, int half,
+		     bool to_host)
+{
+	for (int i = 0; i < 200000; i++) { /* ~10 s: failure only */
+		if (log_has(from, kind, op, half, to_host))
+			return true;
+		usleep(50);
+	}
+	return false;
+}
+
+/*
+ * With the network in the picture (the fake backend holds steps on the
+ * "wire" as told, sh->hold): C goes on the wire (its step number @n);
+ * then D copies in and goes on the wire while C is still there; then C
+ * comes off the wire, copies out and completes while D is still on it.
+ */
+static void wire_overlap(struct cs_client *c, struct cs_group *g, float *x,
+			 uint32_t n)
+{
+	uint32_t mark;
+	cs_req_t rc, rd;
+	int err, sc = -1, sd = -1;
+
+	for (unsigned i = 0; i < 2 * WN; i++)
+		x[i] = (float)i;
+	atomic_store(&sh->hold, 3ull << n);
+	err = cs_allreduce(g, x, x, WN, CS_F32, CS_SUM, &rc);
+	CHECK(!err && wait_log(0, EV_INTER_START, n, 0, false),
+	      "C on the wire");
+	mark = atomic_load(&sh->nlog);
+	err = err ? err
+		  : cs_allreduce(g, x + WN, x + WN, WN, CS_F32, CS_SUM, &rd);
+	CHECK(!err && wait_log(mark, EV_INTER_START, n + 1, 0, false),
+	      "D on the wire");
+	CHECK(log_has(mark, EV_DONE, 0, 1, true) &&
+		      !log_has(0, EV_INTER_DONE, n, 0, false) &&
+		      cs_test(c, rc) == -EINPROGRESS,
+	      "D copied in while C was on the wire");
+	mark = atomic_load(&sh->nlog);
+	atomic_fetch_and(&sh->hold, ~(1ull << n));
+	if (!err)
+		sc = wait_for(c, rc);
+	CHECK(!sc && log_has(mark, EV_DONE, 0, 0, false) &&
+		      !log_has(0, EV_INTER_DONE, n + 1, 0, false) &&
+		      cs_test(c, rd) == -EINPROGRESS,
+	      "C copied out and complete (%d) while D was on the wire", sc);
+	atomic_store(&sh->hold, 0);
+	if (!err)
+		sd = wait_for(c, rd);
+	CHECK(!sd, "D: %d", sd);
+	for (unsigned i = 0; i < 2 * WN; i++)
+		if (x[i] != 2.0f * (float)i) {
+			CHECK(0, "C, D [%u]: %g, want %g", i, x[i], 2.0f * i);
+			break;
+		}
+}
+
 /*
  * One rank of a group of 2 over two nodes (the fake backend is the other
  * node). After a first operation (the group's first waits for the
@@ -739,6 +826,7 @@ static int wire_trainer(const char *path)
 			CHECK(0, "[%u]: %g, want %g", i, x[i], 2.0f * i);
 			break;
 		}
+	wire_overlap(c, g, x, 3); /* steps 0, 1, 2: the first one, A, B */
 	CHECK(!cs_buf_free(db), "free the device range");
 	cs_group_leave(g);
 	cs_disconnect(c);
