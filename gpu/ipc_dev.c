@@ -3,6 +3,7 @@
  * server (cs_ipc_dev_ops) over the mapping cache, the registrar and CUDA
  * copies into pinned host shadows. Only built with CS_HAVE_CUDA. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +23,18 @@ struct cs_gpu_ipc {
 	struct cs_gpu_host_caps host;
 	struct cs_gpu_nic nic;
 	char nic_name[32];
-	cudaStream_t stream;
+	cudaStream_t stream; /* synchronous copies (to_host, from_host) */
+	/* asynchronous copies (copy_start): device -> host and host ->
+	 * device on streams of their own (both copy engines), one event per
+	 * piece, from a free list (events are made once, reused) */
+	cudaStream_t d2h, h2d;
+	struct gi_ev *free_ev;
+	unsigned nev_out; /* pieces started and not yet polled done */
+};
+
+struct gi_ev {
+	cudaEvent_t ev;
+	struct gi_ev *next;
 };
 
 /* one registered range: what the server's cookie points to */
@@ -58,10 +70,22 @@ int cs_gpu_ipc_create(int ordinal, const char *port_name,
 		err = -EIO;
 		goto out_free;
 	}
+	if (cudaStreamCreateWithFlags(&x->d2h, cudaStreamNonBlocking) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		err = -EIO;
+		goto out_stream;
+	}
+	if (cudaStreamCreateWithFlags(&x->h2d, cudaStreamNonBlocking) !=
+	    cudaSuccess) {
+		cudaGetLastError();
+		err = -EIO;
+		goto out_d2h;
+	}
 	memcpy(cfg.uuid, x->dev.uuid, CS_GPU_UUID_LEN);
 	err = cs_gpu_map_create(&cfg, &cs_gpu_cuda_map_ops, NULL, &x->map);
 	if (err)
-		goto out_stream;
+		goto out_h2d;
 	cs_gpu_host_caps_read("/sys", &x->host);
 	/* The ports have no device-memory hooks yet (dpdk: extmem + DMA map
 	 * of a dma-buf; verbs: ibv_reg_dmabuf_mr): the registrar says so and
@@ -76,6 +100,10 @@ int cs_gpu_ipc_create(int ordinal, const char *port_name,
 	*out = x;
 	return 0;
 
+out_h2d:
+	cudaStreamDestroy(x->h2d);
+out_d2h:
+	cudaStreamDestroy(x->d2h);
 out_stream:
 	cudaStreamDestroy(x->stream);
 out_free:
@@ -87,7 +115,21 @@ void cs_gpu_ipc_destroy(struct cs_gpu_ipc *x)
 {
 	if (!x)
 		return;
+	/* the server polled every piece it started before it unmapped */
+	if (x->nev_out)
+		CS_WARN("%u device copies never polled to the end", x->nev_out);
+	cudaStreamSynchronize(x->d2h);
+	cudaStreamSynchronize(x->h2d);
+	while (x->free_ev) {
+		struct gi_ev *e = x->free_ev;
+
+		x->free_ev = e->next;
+		cudaEventDestroy(e->ev);
+		free(e);
+	}
 	cs_gpu_map_destroy(x->map);
+	cudaStreamDestroy(x->h2d);
+	cudaStreamDestroy(x->d2h);
 	cudaStreamDestroy(x->stream);
 	free(x);
 }
@@ -183,6 +225,77 @@ static int gi_from_host(void *ctx, void *cookie, uint64_t off,
 	return gi_copy(ctx, cookie, off, (void *)host, len, false);
 }
 
+/*
+ * Start one piece: cudaMemcpyAsync on the direction's stream, then an
+ * event recorded behind it; the token is the event's holder. Nothing on
+ * this path waits for the device.
+ */
+static int gi_copy_start(void *ctx, void *cookie, uint64_t off, void *host,
+			 size_t len, bool to_host, uint64_t *token)
+{
+	struct cs_gpu_ipc *x = ctx;
+	struct range *r = cookie;
+	cudaStream_t st = to_host ? x->d2h : x->h2d;
+	struct gi_ev *e = x->free_ev;
+	void *va;
+
+	if (off > r->len || len > r->len - off ||
+	    cs_gpu_map_addr(x->map, r->owner, r->id, r->off + off, len, &va))
+		return -ERANGE;
+	if (e) {
+		x->free_ev = e->next;
+	} else {
+		e = calloc(1, sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		if (cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming) !=
+		    cudaSuccess) {
+			CS_ERR("cudaEventCreate: %s",
+			       cudaGetErrorString(cudaGetLastError()));
+			free(e);
+			return -EIO;
+		}
+	}
+	if ((to_host ? cudaMemcpyAsync(host, va, len, cudaMemcpyDeviceToHost,
+				       st)
+		     : cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
+				       st)) != cudaSuccess ||
+	    cudaEventRecord(e->ev, st) != cudaSuccess) {
+		CS_ERR("device copy of %zu bytes did not start: %s", len,
+		       cudaGetErrorString(cudaGetLastError()));
+		e->next = x->free_ev;
+		x->free_ev = e;
+		return -EIO;
+	}
+	x->nev_out++;
+	*token = (uint64_t)(uintptr_t)e;
+	return 0;
+}
+
+static int gi_copy_poll(void *ctx, uint64_t token)
+{
+	struct cs_gpu_ipc *x = ctx;
+	struct gi_ev *e = (struct gi_ev *)(uintptr_t)token;
+	cudaError_t q = cudaEventQuery(e->ev);
+	int ret = 1;
+
+	if (q == cudaErrorNotReady)
+		return 0;
+	if (q != cudaSuccess) {
+		CS_ERR("device copy failed: %s", cudaGetErrorString(q));
+		cudaGetLastError();
+		/* a failed event is not reused: a new one is made */
+		cudaEventDestroy(e->ev);
+		free(e);
+		x->nev_out--;
+		return -EIO;
+	}
+	e->next = x->free_ev;
+	x->free_ev = e;
+	x->nev_out--;
+	return ret;
+}
+
 static void *gi_shadow_alloc(void *ctx, size_t len)
 {
 	void *p = NULL;
@@ -209,4 +322,6 @@ const struct cs_ipc_dev_ops cs_gpu_ipc_ops = {
 	.from_host = gi_from_host,
 	.shadow_alloc = gi_shadow_alloc,
 	.shadow_free = gi_shadow_free,
+	.copy_start = gi_copy_start,
+	.copy_poll = gi_copy_poll,
 };

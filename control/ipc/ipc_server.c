@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,10 @@
 /* Long reductions and copies run in pieces of IPC_PIECE bytes with the
  * backend's progress hook between them (cs_ipc_backend.progress). */
 #define IPC_PIECE ((size_t)4 << 20)
+/* ipc.dev_chunk and ipc.dev_depth, at most (and the chunk at least) */
+#define IPC_DEV_CHUNK_MIN 4096u
+#define IPC_DEV_CHUNK_MAX ((uint64_t)1 << 30)
+#define IPC_DEV_DEPTH_MAX 256u
 
 const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
@@ -93,6 +98,14 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "gradient buckets overlap; each takes a staging buffer of the "
 	  "group's pool of this many); they complete in any order, each to "
 	  "its own request (1: one at a time, in posting order)" },
+	{ "ipc.dev_chunk", CS_CFG_SIZE, offsetof(struct cs_ipc_cfg, dev_chunk),
+	  "4M", IPC_DEV_CHUNK_MIN, (double)IPC_DEV_CHUNK_MAX,
+	  "bytes per copy piece between a trainer's device range and its "
+	  "pinned host shadow (4K to 1G)" },
+	{ "ipc.dev_depth", CS_CFG_U32, offsetof(struct cs_ipc_cfg, dev_depth),
+	  "8", 1, IPC_DEV_DEPTH_MAX,
+	  "device <-> shadow copy pieces in flight at once in the sidecar, "
+	  "over all operations (with asynchronous device copies)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -139,6 +152,7 @@ struct part {
 	 * (held like @send_seg: not unregistered under the operation) */
 	uint64_t *vuser;
 	struct seg *vuser_seg;
+	bool dev_eio; /* its device result could not be written back */
 };
 
 static bool is_a2av(unsigned op)
@@ -168,6 +182,35 @@ struct inst {
 	 * it yet (inter_start) */
 	bool parked;
 	struct cs_ipc_inter_op op;
+	/* asynchronous device copies (dev_pump()): its phase, its pieces
+	 * in flight, where the next one starts (part, range, bytes), a copy
+	 * in failed, what it finishes with after its copies out, and its
+	 * place in the server's list of instances that copy */
+	uint8_t dev_phase; /* enum dev_phase */
+	bool dev_err;
+	uint32_t dev_busy;
+	uint32_t dev_l, dev_r;
+	size_t dev_at;
+	int32_t fin_status, fin_peer;
+	uint16_t fin_detail;
+	uint32_t fin_aux;
+	struct group *dev_g;
+	struct inst *dev_next;
+};
+
+enum dev_phase {
+	DEV_NONE, /* no asynchronous device copy */
+	DEV_IN, /* its device inputs go to their shadows */
+	DEV_RUN, /* copied in: running */
+	DEV_OUT, /* its results go back to the device */
+	DEV_DONE, /* copied out: its completions may go */
+};
+
+/* One device copy piece in flight: whose, and the device ops' token. */
+struct dev_xfer {
+	struct inst *in; /* NULL: a free slot */
+	uint32_t part;
+	uint64_t token;
 };
 
 /* A staging buffer of a group's pool: kept between operations (grown,
@@ -261,6 +304,11 @@ struct cs_ipc_server {
 	/* an all-to-all-v's count table while validate() checks it */
 	uint64_t *vtab;
 	size_t vtab_cap; /* u64 */
+	/* asynchronous device copies: cfg.dev_depth slots, how many are
+	 * taken, and the instances that copy, in the order they began */
+	struct dev_xfer *xf;
+	uint32_t xf_used;
+	struct inst *dev_head;
 };
 
 /* ---- completions ------------------------------------------------------ */
@@ -367,6 +415,7 @@ static void part_release(struct part *p)
 	p->send_seg = p->recv_seg = p->vuser_seg = NULL;
 	p->vuser = NULL;
 	p->arrived = false;
+	p->dev_eio = false;
 	p->t = NULL;
 }
 
@@ -415,9 +464,10 @@ static void part_lens(const struct group *g, const struct part *p, size_t *slen,
 static void progress(struct cs_ipc_server *s);
 
 /*
- * Copy [@off, @off + @len) of a device segment to its shadow (@in) or back,
- * in IPC_PIECE pieces with the backend's progress hook between them: a
- * polling lcore serving the IPC keeps serving its port.
+ * Device ops without copy_start / copy_poll: copy [@off, @off + @len) of a
+ * device segment to its shadow (@in) or back and wait, in ipc.dev_chunk
+ * pieces with the backend's progress hook between them: a polling lcore
+ * serving the IPC keeps serving its port.
  */
 static int dev_copy(struct cs_ipc_server *s, struct seg *sg, uint8_t *host,
 		    size_t len, bool in)
@@ -425,7 +475,7 @@ static int dev_copy(struct cs_ipc_server *s, struct seg *sg, uint8_t *host,
 	uint64_t off = (uint64_t)(host - (uint8_t *)sg->base);
 
 	for (size_t done = 0; done < len;) {
-		size_t n = CS_MIN(len - done, IPC_PIECE);
+		size_t n = CS_MIN(len - done, (size_t)s->cfg.dev_chunk);
 		int err =
 			in ? s->dev_ops->to_host(s->dev_ctx, sg->dev,
 						 off + done, host + done, n)
@@ -466,6 +516,253 @@ static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
 			return -EIO;
 	}
 	return 0;
+}
+
+/* ---- asynchronous device copies -------------------------------------- */
+
+static bool dev_async(const struct cs_ipc_server *s)
+{
+	return s->dev_ops && s->dev_ops->copy_start && s->dev_ops->copy_poll;
+}
+
+/*
+ * Range @r (0: send, 1: recv) of part @l of @in that phase @phase copies:
+ * DEV_IN the device send ranges (and a broadcast's recv) into their
+ * shadows, DEV_OUT the device recv ranges back (the same as the
+ * synchronous dev_in() and dev_out()). Returns false if there is none.
+ */
+static bool dev_range(const struct group *g, const struct inst *in,
+		      unsigned phase, uint32_t l, uint32_t r, struct seg **sg,
+		      uint8_t **host, size_t *len)
+{
+	const struct part *p = &in->parts[l];
+	size_t slen, rlen;
+
+	if (!p->arrived || p->bad)
+		return false;
+	part_lens(g, p, &slen, &rlen);
+	if (phase == DEV_IN && !r && p->send_seg && p->send_seg->dev) {
+		*sg = p->send_seg;
+		*host = p->send;
+		*len = slen;
+	} else if (r && p->recv_seg && p->recv_seg->dev &&
+		   (phase == DEV_OUT || p->d.op == CS_IPC_OP_BROADCAST)) {
+		*sg = p->recv_seg;
+		*host = p->recv;
+		*len = rlen;
+	} else {
+		return false;
+	}
+	return *len != 0;
+}
+
+static bool dev_needs(const struct group *g, const struct inst *in,
+		      unsigned phase)
+{
+	struct seg *sg;
+	uint8_t *host;
+	size_t len;
+
+	for (uint32_t l = 0; l < g->local_size; l++)
+		for (uint32_t r = 0; r < 2; r++)
+			if (dev_range(g, in, phase, l, r, &sg, &host, &len))
+				return true;
+	return false;
+}
+
+static void dev_unlink(struct cs_ipc_server *s, struct inst *in)
+{
+	for (struct inst **pp = &s->dev_head; *pp; pp = &(*pp)->dev_next)
+		if (*pp == in) {
+			*pp = in->dev_next;
+			break;
+		}
+	in->dev_next = NULL;
+}
+
+/*
+ * Issue @in's next pieces while the server has free slots (ipc.dev_depth
+ * over all instances; dev_pump() serves them in the order they began
+ * copying). A copy that does not start fails like one that does not
+ * finish: DEV_IN, the instance (dev_err); DEV_OUT, that part's result
+ * (dev_eio, the rest of its range skipped).
+ */
+static void dev_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	uint32_t slot = 0;
+
+	while (s->xf_used < s->cfg.dev_depth && !in->dev_err &&
+	       in->dev_l < g->local_size) {
+		struct part *p = &in->parts[in->dev_l];
+		struct seg *sg;
+		uint8_t *host;
+		size_t len, n;
+		uint64_t tok = 0;
+		int err;
+
+		if (!dev_range(g, in, in->dev_phase, in->dev_l, in->dev_r, &sg,
+			       &host, &len) ||
+		    in->dev_at >= len ||
+		    (in->dev_phase == DEV_OUT && p->dev_eio)) {
+			in->dev_at = 0;
+			if (++in->dev_r == 2) {
+				in->dev_r = 0;
+				in->dev_l++;
+			}
+			continue;
+		}
+		n = CS_MIN(len - in->dev_at, (size_t)s->cfg.dev_chunk);
+		while (s->xf[slot].in)
+			slot++;
+		err = s->dev_ops->copy_start(
+			s->dev_ctx, sg->dev,
+			(uint64_t)(host + in->dev_at - (uint8_t *)sg->base),
+			host + in->dev_at, n, in->dev_phase == DEV_IN, &tok);
+		if (err) {
+			CS_WARN("device copy of %zu bytes did not start: %s", n,
+				cs_strerror(err));
+			if (in->dev_phase == DEV_IN)
+				in->dev_err = true;
+			else
+				p->dev_eio = true;
+			continue;
+		}
+		s->xf[slot] = (struct dev_xfer){ .in = in,
+						 .part = in->dev_l,
+						 .token = tok };
+		s->xf_used++;
+		in->dev_busy++;
+		in->dev_at += n;
+	}
+}
+
+/* Start copying @in's device ranges in (DEV_IN) or out (DEV_OUT). */
+static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
+		      unsigned phase)
+{
+	struct inst **pp = &s->dev_head;
+
+	in->dev_phase = (uint8_t)phase;
+	in->dev_err = false;
+	in->dev_l = in->dev_r = 0;
+	in->dev_at = 0;
+	in->dev_g = g;
+	while (*pp)
+		pp = &(*pp)->dev_next;
+	*pp = in;
+	in->dev_next = NULL;
+	dev_issue(s, g, in);
+}
+
+/* A finished piece of slot @x: @ret from copy_poll (1 or an error). */
+static void dev_xfer_end(struct cs_ipc_server *s, struct dev_xfer *x, int ret)
+{
+	struct inst *in = x->in;
+
+	if (ret < 0) {
+		CS_WARN("device copy failed: %s", cs_strerror(ret));
+		if (in->dev_phase == DEV_IN)
+			in->dev_err = true;
+		else
+			in->parts[x->part].dev_eio = true;
+	}
+	x->in = NULL;
+	s->xf_used--;
+	in->dev_busy--;
+}
+
+/*
+ * @in ends while it copies (its group failed, a trainer died, a copy in
+ * failed): wait for its pieces in flight, whose device range and shadow
+ * must stay until they are done (the caller is about to let them go),
+ * and take it off the list. The device ops finish every copy (CUDA: an
+ * event that completes or reports an error), so this ends.
+ */
+static void dev_drain(struct cs_ipc_server *s, struct inst *in)
+{
+	for (uint32_t i = 0; in->dev_busy && i < s->cfg.dev_depth; i++) {
+		struct dev_xfer *x = &s->xf[i];
+		int ret;
+
+		if (x->in != in)
+			continue;
+		while (!(ret = s->dev_ops->copy_poll(s->dev_ctx, x->token)))
+			sched_yield();
+		dev_xfer_end(s, x, ret);
+	}
+	dev_unlink(s, in);
+	in->dev_phase = DEV_NONE;
+	in->dev_err = false;
+}
+
+static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
+			   struct inst *in, int status, unsigned detail,
+			   int32_t peer, uint32_t aux);
+static void inst_finish(struct cs_ipc_server *s, struct group *g,
+			struct inst *in, int status, unsigned detail,
+			int32_t peer);
+static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
+			 int status, unsigned detail, int32_t peer);
+static void run_now(struct cs_ipc_server *s, struct group *g, struct inst *in);
+static void run_ready(struct cs_ipc_server *s, struct group *g);
+
+/* @in's copies of its current phase are all done: on to the next one. */
+static void dev_phase_done(struct cs_ipc_server *s, struct group *g,
+			   struct inst *in)
+{
+	dev_unlink(s, in);
+	if (in->dev_phase == DEV_OUT) {
+		in->dev_phase = DEV_DONE;
+		inst_finish_ex(s, g, in, in->fin_status, in->fin_detail,
+			       in->fin_peer, in->fin_aux);
+	} else if (in->dev_err) {
+		in->dev_phase = DEV_NONE;
+		send_verdict(s, g, in->seq, -EIO, 0, -1);
+		inst_finish(s, g, in, -EIO, 0, -1);
+	} else {
+		in->dev_phase = DEV_RUN;
+		run_now(s, g, in);
+	}
+	run_ready(s, g);
+}
+
+/*
+ * One round of device copies (cs_ipc_server_poll): poll every piece in
+ * flight, issue new ones, and move the instances whose pieces are all
+ * done on (run them, or post their completions). Returns the work done,
+ * at least 1 while copies are in flight (the caller must not sleep).
+ */
+static int dev_pump(struct cs_ipc_server *s)
+{
+	int work = 0;
+
+	if (!s->xf_used && !s->dev_head)
+		return 0;
+	for (uint32_t i = 0; s->xf_used && i < s->cfg.dev_depth; i++) {
+		struct dev_xfer *x = &s->xf[i];
+		int ret;
+
+		if (!x->in)
+			continue;
+		ret = s->dev_ops->copy_poll(s->dev_ctx, x->token);
+		if (ret) {
+			dev_xfer_end(s, x, ret);
+			work++;
+		}
+	}
+again: /* a phase that ends may start or end others: from the head again */
+	for (struct inst *in = s->dev_head; in; in = in->dev_next) {
+		struct group *g = in->dev_g;
+
+		dev_issue(s, g, in);
+		if (!in->dev_busy &&
+		    (in->dev_err || in->dev_l >= g->local_size)) {
+			dev_phase_done(s, g, in);
+			work++;
+			goto again;
+		}
+	}
+	return work + (s->xf_used || s->dev_head);
 }
 
 /*
@@ -510,6 +807,21 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 			   struct inst *in, int status, unsigned detail,
 			   int32_t peer, uint32_t aux)
 {
+	bool copied = in->dev_phase == DEV_DONE;
+
+	/* ended while it copies: its pieces in flight finish first */
+	if (in->dev_phase == DEV_IN || in->dev_phase == DEV_OUT)
+		dev_drain(s, in);
+	/* a result for device memory: copied out first, completed after */
+	if (!status && !copied && dev_async(s) && dev_needs(g, in, DEV_OUT)) {
+		in->fin_status = status;
+		in->fin_detail = (uint16_t)detail;
+		in->fin_peer = peer;
+		in->fin_aux = aux;
+		dev_start(s, g, in, DEV_OUT);
+		return;
+	}
+	in->dev_phase = DEV_NONE;
 	for (uint32_t l = 0; l < g->local_size; l++) {
 		struct part *p = &in->parts[l];
 		int st = status;
@@ -518,7 +830,9 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 			continue;
 		cs_obs_ipc_done(s->now, g->id, in->seq, l,
 				status); /* observe/ */
-		if (!st && p->recv_seg && p->recv_seg->dev)
+		if (!st && copied && p->dev_eio)
+			st = -EIO;
+		else if (!st && !copied && p->recv_seg && p->recv_seg->dev)
 			st = dev_out(s, g, p);
 		if (!st && p->d.op == CS_IPC_OP_ALLTOALLV_DYN && p->vuser &&
 		    p->vn == g->size) /* the counts go back with the rows */
@@ -1345,10 +1659,21 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
 		return;
 	}
-	if (s->dev_ops && dev_in(s, g, in)) {
+	/* device inputs: copied in first, run when they are all there
+	 * (dev_pump()), while other instances go on */
+	if (dev_async(s) && dev_needs(g, in, DEV_IN)) {
+		dev_start(s, g, in, DEV_IN);
+		return;
+	}
+	if (s->dev_ops && !dev_async(s) && dev_in(s, g, in)) {
 		inst_finish(s, g, in, -EIO, 0, -1);
 		return;
 	}
+	run_now(s, g, in);
+}
+
+static void run_now(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
 	if (g->local_size == g->size)
 		run_local(s, g, in);
 	else
@@ -2993,6 +3318,7 @@ int cs_ipc_server_poll(struct cs_ipc_server *s, cs_ns_t now)
 	}
 	work += (int)cs_ipc_ps_poll(s);
 	work += (int)cs_ipc_p2p_poll(s);
+	work += dev_pump(s);
 	/* Kicks last: completions of one trainer's op may land on others. */
 	for (uint32_t i = 0; i < s->tr_end; i++)
 		if (s->tr[i] && s->tr[i]->hello)
@@ -3022,6 +3348,8 @@ int cs_ipc_server_sleep_prepare(struct cs_ipc_server *s, struct pollfd *pfd)
 	/* Pairs with the trainer's publish of a descriptor, then its look
 	 * at sq_asleep (client.c wake_sidecar). */
 	atomic_thread_fence(memory_order_seq_cst);
+	if (s->xf_used || s->dev_head) /* device copies to poll */
+		work = true;
 	for (uint32_t i = 0; i < s->tr_end && !work; i++) {
 		struct trainer *t = s->tr[i];
 
@@ -3060,6 +3388,17 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 	    cfg->sq_burst > CS_IPC_RING_SLOTS || !cfg->group_inflight ||
 	    cfg->group_inflight > IPC_MAX_GROUP_INFLIGHT)
 		return -EINVAL;
+	if (cfg->dev_chunk < IPC_DEV_CHUNK_MIN ||
+	    cfg->dev_chunk > IPC_DEV_CHUNK_MAX) {
+		CS_ERR("ipc.dev_chunk: %llu bytes, not within 4K..1G",
+		       (unsigned long long)cfg->dev_chunk);
+		return -EINVAL;
+	}
+	if (!cfg->dev_depth || cfg->dev_depth > IPC_DEV_DEPTH_MAX) {
+		CS_ERR("ipc.dev_depth: %u, not within 1..%u", cfg->dev_depth,
+		       IPC_DEV_DEPTH_MAX);
+		return -EINVAL;
+	}
 	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path) ||
 	    !cfg->socket_path[0])
 		return -ENAMETOOLONG;
@@ -3075,7 +3414,8 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 	s->tr = calloc(cfg->max_trainers, sizeof(*s->tr));
 	s->groups = calloc(cfg->max_groups, sizeof(*s->groups));
 	s->pfd = calloc(cfg->max_trainers, sizeof(*s->pfd));
-	if (!s->tr || !s->groups || !s->pfd) {
+	s->xf = calloc(cfg->dev_depth, sizeof(*s->xf));
+	if (!s->tr || !s->groups || !s->pfd || !s->xf) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -3115,6 +3455,7 @@ out_free:
 	free(s->tr);
 	free(s->groups);
 	free(s->pfd);
+	free(s->xf);
 	free(s);
 	return ret;
 }
@@ -3139,6 +3480,7 @@ void cs_ipc_server_destroy(struct cs_ipc_server *s)
 	free(s->groups);
 	free(s->pfd);
 	free(s->vtab);
+	free(s->xf);
 	free(s);
 }
 

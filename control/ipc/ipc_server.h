@@ -22,6 +22,9 @@
  *    submission ring (no system call), validates each one, matches it with
  *    the other local ranks' descriptors of the same group and, once all
  *    local ranks are in, runs the operation;
+ *  - always: polls the device copies in flight (cs_ipc_dev_ops copy_poll),
+ *    issues the next pieces, runs the operations whose inputs are in and
+ *    completes those whose results are out;
  *  - publishes completions and kicks eventfds of trainers that sleep;
  *  - every sock_poll_interval: fails groups whose oldest operation waited
  *    ipc.match_deadline for a local rank that did not post it.
@@ -62,6 +65,10 @@ struct cs_ipc_cfg {
 	/* cross-node operations of one group started at once (from its
 	 * oldest unfinished one; each its own staging buffer) */
 	uint32_t group_inflight;
+	/* device segments: bytes per copy piece between a device range and
+	 * its shadow, and pieces in flight at once in the whole server */
+	uint64_t dev_chunk;
+	uint32_t dev_depth;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -180,6 +187,13 @@ struct cs_ipc_backend {
  * from the device before it runs and writes the part it wrote back after
  * it succeeded; everything in between runs on the shadow. @owner is the
  * trainer's pid.
+ *
+ * The copies go in pieces of ipc.dev_chunk bytes. With @copy_start and
+ * @copy_poll (both or neither) they are asynchronous: an operation's
+ * pieces are issued (at most ipc.dev_depth in flight in the server) and
+ * polled by cs_ipc_server_poll(), so other operations run meanwhile.
+ * Without them, @to_host / @from_host copy one piece and return when it
+ * is done (the server waits, the backend's progress hook between pieces).
  */
 struct cs_ipc_dev_ops {
 	/* map the range; @fd (-1 if none) is taken over; *cookie names it */
@@ -195,6 +209,20 @@ struct cs_ipc_dev_ops {
 			 const void *host, size_t len);
 	void *(*shadow_alloc)(void *ctx, size_t len);
 	void (*shadow_free)(void *ctx, void *p, size_t len);
+	/*
+	 * Optional: start copying @len bytes at @off of the range to @host
+	 * (@to_host) or from it; *@token names the copy. 0 or a negative
+	 * error (nothing started then).
+	 */
+	int (*copy_start)(void *ctx, void *cookie, uint64_t off, void *host,
+			  size_t len, bool to_host, uint64_t *token);
+	/*
+	 * Whether copy @token is done: 1 (done), 0 (still running) or a
+	 * negative error (it failed). After 1 or an error the token is
+	 * spent. The server polls every started copy until then before the
+	 * range is unmapped or its shadow freed or reused.
+	 */
+	int (*copy_poll)(void *ctx, uint64_t token);
 };
 
 /**

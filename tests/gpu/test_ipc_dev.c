@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
 /* Device buffers through the trainer API, without a GPU: a sidecar whose
  * device ops are a fake (a "device allocation" is a memfd the trainer
- * sends as a POSIX-fd handle; the fake maps it), two trainers that
- * allreduce in place in their device ranges, mixed host/device buffers,
- * and the refusals (a range past the allocation, a handle that does not
- * open, a range of the wrong device) reaching cs_errmsg(). */
+ * sends as a POSIX-fd handle; the fake maps it), three trainers that
+ * allreduce, all-gather, reduce-scatter and broadcast on their device
+ * ranges, mixed host/device buffers, copy errors, and the refusals (a
+ * range past the allocation, a handle that does not open, a range of the
+ * wrong device) reaching cs_errmsg(). Twice: with synchronous fake copies
+ * (to_host / from_host) and with asynchronous ones (copy_start /
+ * copy_poll) that finish after a random number of polls, out of order.
+ * Then, asynchronous only: the overlap of one operation's copies with
+ * another's network step (a fake backend; seen in the fake's log of
+ * calls, not timed), and a trainer that dies with copies in flight. */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -13,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -26,6 +34,47 @@
 #define COUNT ((5u << 20) / 4 + 3) /* floats: two 4 MiB pieces of copying */
 
 static const unsigned char the_uuid[16] = { 0x42, 0x42 };
+
+/* ---- state shared by the sidecar, the trainers and main (MAP_SHARED) ----- */
+
+enum { FAIL_NONE, FAIL_TO_HOST, FAIL_FROM_HOST };
+enum { STALL_NONE, STALL_ALL, STALL_OUT }; /* STALL_OUT: shadow -> device */
+enum { EV_START, EV_DONE, EV_INTER_START, EV_INTER_DONE };
+
+#define LOG_MAX 8192
+
+struct ev {
+	uint8_t kind; /* EV_* */
+	uint8_t to_host;
+	uint32_t op; /* EV_INTER_*: the backend's operation number */
+	uint64_t off; /* EV_START / EV_DONE: offset in the device range */
+	uint64_t len;
+};
+
+struct shared {
+	_Atomic int fail; /* FAIL_*: the next copy that way fails (once) */
+	_Atomic int stall; /* STALL_*: copies do not finish ... */
+	_Atomic int victim_dead; /* ... until main saw the victim exit */
+	_Atomic uint32_t starts; /* copies started */
+	_Atomic uint32_t starts_out; /* of them, shadow -> device */
+	_Atomic uint32_t late; /* copies finished after victim_dead was set */
+	_Atomic uint32_t uaf; /* range or shadow freed under a copy */
+	_Atomic uint32_t eio; /* trainers that got -EIO (copy out) */
+	_Atomic uint32_t bar; /* barrier() */
+	_Atomic uint64_t hold; /* bit n: the backend holds its n-th step */
+	_Atomic uint32_t nlog;
+	struct ev log[LOG_MAX];
+};
+
+static struct shared *sh;
+
+static void log_ev(const struct ev *e)
+{
+	uint32_t i = atomic_fetch_add(&sh->nlog, 1);
+
+	if (i < LOG_MAX)
+		sh->log[i] = *e;
+}
 
 /* ---- the sidecar, with fake device ops ------------------------------------ */
 
@@ -92,9 +141,13 @@ static int fd_to_host(void *ctx, void *cookie, uint64_t off, void *host,
 {
 	struct fake_range *r = cookie;
 
+	int want = FAIL_TO_HOST;
+
 	(void)ctx;
 	if (off > r->len || len > r->len - off)
 		return -ERANGE;
+	if (atomic_compare_exchange_strong(&sh->fail, &want, FAIL_NONE))
+		return -EIO;
 	memcpy(host, r->map + r->off + off, len);
 	return 0;
 }
@@ -104,9 +157,13 @@ static int fd_from_host(void *ctx, void *cookie, uint64_t off,
 {
 	struct fake_range *r = cookie;
 
+	int want = FAIL_FROM_HOST;
+
 	(void)ctx;
 	if (off > r->len || len > r->len - off)
 		return -ERANGE;
+	if (atomic_compare_exchange_strong(&sh->fail, &want, FAIL_NONE))
+		return -EIO;
 	memcpy(r->map + r->off + off, host, len);
 	return 0;
 }
@@ -133,6 +190,180 @@ static const struct cs_ipc_dev_ops fake_dev_ops = {
 	.shadow_alloc = fd_shadow_alloc, .shadow_free = fd_shadow_free,
 };
 
+/*
+ * The asynchronous fake: copy_start only notes the copy; it happens when
+ * copy_poll finds it done, after 1 to 4 polls (random, so pieces finish
+ * out of order), and not at all while sh->stall holds (until main saw
+ * the victim exit). The shadow comes from malloc, so that ASan sees a
+ * copy into a freed one; unmapping a range or freeing a shadow under a
+ * copy in flight is counted (sh->uaf).
+ */
+#define JOBS 512
+
+struct job {
+	bool used;
+	bool to_host;
+	struct fake_range *r;
+	uint64_t off;
+	uint8_t *host;
+	size_t len;
+	int polls;
+};
+
+static struct job jobs[JOBS]; /* in the sidecar */
+static unsigned rng = 12345;
+
+static int fa_start(void *ctx, void *cookie, uint64_t off, void *host,
+		    size_t len, bool to_host, uint64_t *token)
+{
+	struct fake_range *r = cookie;
+	unsigned i;
+
+	(void)ctx;
+	if (off > r->len || len > r->len - off)
+		return -ERANGE;
+	for (i = 0; i < JOBS && jobs[i].used; i++)
+		;
+	if (i == JOBS)
+		return -EAGAIN;
+	jobs[i] = (struct job){ .used = true,
+				.to_host = to_host,
+				.r = r,
+				.off = off,
+				.host = host,
+				.len = len,
+				.polls = 1 + (int)(rand_r(&rng) % 4) };
+	atomic_fetch_add(&sh->starts, 1);
+	if (!to_host)
+		atomic_fetch_add(&sh->starts_out, 1);
+	log_ev(&(struct ev){
+		.kind = EV_START, .to_host = to_host, .off = off, .len = len });
+	*token = i;
+	return 0;
+}
+
+static int fa_poll(void *ctx, uint64_t token)
+{
+	struct job *j = &jobs[token % JOBS];
+	int want = j->to_host ? FAIL_TO_HOST : FAIL_FROM_HOST, stall;
+
+	(void)ctx;
+	if (token >= JOBS || !j->used)
+		return -EINVAL;
+	stall = atomic_load(&sh->stall);
+	if (stall && !atomic_load(&sh->victim_dead) &&
+	    (stall == STALL_ALL || !j->to_host))
+		return 0;
+	if (--j->polls > 0)
+		return 0;
+	j->used = false;
+	if (atomic_load(&sh->victim_dead))
+		atomic_fetch_add(&sh->late, 1);
+	log_ev(&(struct ev){ .kind = EV_DONE,
+			     .to_host = j->to_host,
+			     .off = j->off,
+			     .len = j->len });
+	if (atomic_compare_exchange_strong(&sh->fail, &want, FAIL_NONE))
+		return -EIO;
+	if (j->to_host)
+		memcpy(j->host, j->r->map + j->r->off + j->off, j->len);
+	else
+		memcpy(j->r->map + j->r->off + j->off, j->host, j->len);
+	return 1;
+}
+
+static void fa_unmap(void *ctx, void *cookie)
+{
+	for (unsigned i = 0; i < JOBS; i++)
+		if (jobs[i].used && jobs[i].r == cookie)
+			atomic_fetch_add(&sh->uaf, 1);
+	fd_unmap(ctx, cookie);
+}
+
+static void *fa_shadow_alloc(void *ctx, size_t len)
+{
+	(void)ctx;
+	return malloc(len);
+}
+
+static void fa_shadow_free(void *ctx, void *p, size_t len)
+{
+	(void)ctx;
+	for (unsigned i = 0; i < JOBS; i++)
+		if (jobs[i].used && jobs[i].host >= (uint8_t *)p &&
+		    jobs[i].host < (uint8_t *)p + len)
+			atomic_fetch_add(&sh->uaf, 1);
+	free(p);
+}
+
+static const struct cs_ipc_dev_ops async_dev_ops = {
+	.map = fd_map,
+	.unmap = fa_unmap,
+	.to_host = fd_to_host,
+	.from_host = fd_from_host,
+	.shadow_alloc = fa_shadow_alloc,
+	.shadow_free = fa_shadow_free,
+	.copy_start = fa_start,
+	.copy_poll = fa_poll,
+};
+
+/*
+ * A fake backend for groups of size 2 with one rank here: the other node
+ * holds the same data, so an f32 sum allreduce doubles it. Each operation
+ * ends at the sidecar's next round.
+ */
+struct wire_op {
+	bool used;
+	uint32_t n; /* started n-th */
+	struct cs_ipc_inter_op op;
+};
+
+static struct wire_op wire[CS_IPC_RING_SLOTS];
+static uint32_t wire_n;
+
+static int wire_start(void *ctx, const struct cs_ipc_inter_op *op)
+{
+	(void)ctx;
+	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++)
+		if (!wire[i].used) {
+			wire[i] = (struct wire_op){ .used = true,
+						    .n = wire_n++,
+						    .op = *op };
+			log_ev(&(struct ev){ .kind = EV_INTER_START,
+					     .op = wire[i].n });
+			return 0;
+		}
+	return -EBUSY;
+}
+
+static void wire_cancel(void *ctx, uint64_t cookie)
+{
+	(void)ctx;
+	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++)
+		if (wire[i].used && wire[i].op.cookie == cookie)
+			wire[i].used = false;
+}
+
+static void wire_tick(struct cs_ipc_server *srv)
+{
+	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++) {
+		struct wire_op *w = &wire[i];
+		float *b = w->op.buf;
+		const float *src = w->op.sendbuf ? w->op.sendbuf : w->op.buf;
+
+		if (!w->used ||
+		    (w->n < 64 && atomic_load(&sh->hold) >> w->n & 1))
+			continue;
+		if (w->op.kind == CS_IPC_INTER_ALLREDUCE &&
+		    w->op.dtype == CS_F32)
+			for (uint64_t k = 0; k < w->op.count; k++)
+				b[k] = 2 * src[k];
+		w->used = false;
+		log_ev(&(struct ev){ .kind = EV_INTER_DONE, .op = w->n });
+		cs_ipc_server_inter_done(srv, w->op.cookie, 0);
+	}
+}
+
 static volatile sig_atomic_t stop;
 
 static void on_term(int sig)
@@ -141,11 +372,16 @@ static void on_term(int sig)
 	stop = 1;
 }
 
-static int sidecar(const char *path, bool with_dev)
+enum mode { NO_DEV, SYNC, ASYNC };
+
+static int sidecar(const char *path, enum mode mode)
 {
+	struct cs_ipc_backend be = { .start_inter_node = wire_start,
+				     .cancel = wire_cancel };
 	struct cs_ipc_server *srv;
 	struct cs_ipc_cfg cfg;
 	struct timespec ts;
+	char err[256] = "";
 	int ret;
 
 	signal(SIGTERM, on_term);
@@ -154,14 +390,27 @@ static int sidecar(const char *path, bool with_dev)
 		return 1;
 	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", path);
 	cfg.sock_poll_interval = 100000;
-	if (cs_ipc_server_create(&cfg, NULL, &srv))
+	/* many pieces per operation, few in flight */
+	if (cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+		       "ipc.dev_chunk", "256k", err, sizeof(err)) ||
+	    cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+		       "ipc.dev_depth", "3", err, sizeof(err))) {
+		fprintf(stderr, "sidecar: %s\n", err);
 		return 1;
-	if (with_dev)
-		cs_ipc_server_set_dev(srv, &fake_dev_ops, NULL);
+	}
+	if (cs_ipc_server_create(&cfg, mode == ASYNC ? &be : NULL, &srv))
+		return 1;
+	if (mode != NO_DEV)
+		cs_ipc_server_set_dev(
+			srv, mode == ASYNC ? &async_dev_ops : &fake_dev_ops,
+			NULL);
 	while (!stop) {
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		if (cs_ipc_server_poll(srv, (cs_ns_t)ts.tv_sec * 1000000000 +
-						    (cs_ns_t)ts.tv_nsec) <= 0)
+		ret = cs_ipc_server_poll(srv, (cs_ns_t)ts.tv_sec * 1000000000 +
+						      (cs_ns_t)ts.tv_nsec);
+		if (mode == ASYNC)
+			wire_tick(srv);
+		if (ret <= 0)
 			usleep(50);
 	}
 	cs_ipc_server_destroy(srv);
@@ -199,6 +448,114 @@ static int dev_alloc(struct cs_dev_mem *m)
 	memcpy(m->uuid, the_uuid, 16);
 	m->base = p;
 	m->alloc_len = ALLOC_LEN;
+	return 0;
+}
+
+static int wait_for(struct cs_client *c, cs_req_t r)
+{
+	return cs_wait(c, r, 30000000000ll);
+}
+
+/* f32 sum allreduce in place of x[i] = (rank + 1) i: sum = s(s+1)/2 i */
+static int sum_check(struct cs_client *c, struct cs_group *g, float *x,
+		     size_t n, int rank, int size, int *status)
+{
+	cs_req_t r;
+	int err;
+
+	for (size_t i = 0; i < n; i++)
+		x[i] = (float)(rank + 1) * (float)i;
+	err = cs_allreduce(g, x, x, n, CS_F32, CS_SUM, &r);
+	*status = err ? err : wait_for(c, r);
+	if (*status)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != (float)(size * (size + 1) / 2) * (float)i)
+			return -1;
+	return 0;
+}
+
+/*
+ * Every rank of the world is here (the @n-th time): before rank 0 arms a
+ * fault, every rank's last operation must be complete. With synchronous
+ * copies a rank's completion goes as soon as its own result is copied
+ * out, before the next rank's, whose copy would take the fault.
+ */
+static void barrier(int size, uint32_t *n)
+{
+	uint32_t want = (uint32_t)size * ++*n;
+
+	atomic_fetch_add(&sh->bar, 1);
+	for (int i = 0; i < 2000000 && atomic_load(&sh->bar) < want; i++)
+		usleep(10);
+}
+
+/*
+ * All-gather in place on the device range, reduce-scatter from it into a
+ * host buffer, a broadcast with its values, then copy errors: a copy in
+ * that fails gives -EIO to every rank, a copy out that fails gives it to
+ * the one rank whose result it was (counted in sh->eio: main wants 1);
+ * the operation after each succeeds. Rank 0 arms the fault before it
+ * posts: the operation cannot start before then.
+ */
+static int more_ops(struct cs_client *c, struct cs_group *g, float *x, float *h,
+		    int rank, int size)
+{
+	size_t k = COUNT / 4;
+	uint32_t nbar = 0;
+	cs_req_t r;
+	int err, st;
+
+	for (size_t i = 0; i < k; i++)
+		x[(size_t)rank * k + i] = (float)(rank * 1000000 + (int)i);
+	err = cs_all_gather(g, x + (size_t)rank * k, x, k, CS_F32, &r);
+	CHECK(!err && !wait_for(c, r), "all-gather in place: %d", err);
+	for (int q = 0; q < size; q++)
+		for (size_t i = 0; i < k; i += 997)
+			if (x[(size_t)q * k + i] !=
+			    (float)(q * 1000000 + (int)i)) {
+				CHECK(0, "all-gather block %d [%zu]: %g", q, i,
+				      x[(size_t)q * k + i]);
+				return -1;
+			}
+	for (size_t i = 0; i < (size_t)size * k; i++)
+		x[i] = (float)(rank + 1) * (float)(i % 4096);
+	err = cs_reduce_scatter(g, x, h, k, CS_F32, CS_SUM, &r);
+	CHECK(!err && !wait_for(c, r), "reduce-scatter device -> host: %d",
+	      err);
+	for (size_t i = 0; i < k; i++)
+		if (h[i] != (float)(size * (size + 1) / 2) *
+				    (float)(((size_t)rank * k + i) % 4096)) {
+			CHECK(0, "reduce-scatter [%zu]: %g", i, h[i]);
+			return -1;
+		}
+	for (size_t i = 0; i < COUNT; i++)
+		x[i] = rank ? -1.0f : (float)i * 0.5f;
+	err = cs_broadcast(g, x, COUNT, CS_F32, 0, &r);
+	CHECK(!err && !wait_for(c, r), "broadcast from a device range");
+	for (size_t i = 0; i < COUNT; i++)
+		if (x[i] != (float)i * 0.5f) {
+			CHECK(0, "broadcast [%zu]: %g", i, x[i]);
+			return -1;
+		}
+
+	barrier(size, &nbar);
+	if (!rank)
+		atomic_store(&sh->fail, FAIL_TO_HOST);
+	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) && st == -EIO,
+	      "a failed copy in: %d (want -EIO)", st);
+	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) && !st,
+	      "the operation after a failed copy in: %d", st);
+	barrier(size, &nbar);
+	if (!rank)
+		atomic_store(&sh->fail, FAIL_FROM_HOST);
+	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) &&
+		      (!st || st == -EIO),
+	      "a failed copy out: %d", st);
+	if (st == -EIO)
+		atomic_fetch_add(&sh->eio, 1);
+	CHECK(!sum_check(c, g, x, COUNT, rank, size, &st) && !st,
+	      "the operation after a failed copy out: %d", st);
 	return 0;
 }
 
@@ -249,6 +606,8 @@ static int trainer(const char *path, int rank, int size)
 	      h[7]);
 	err = cs_broadcast(g, x, COUNT, CS_F32, 0, &r);
 	CHECK(!err && !cs_wait(c, r, 30000000000ll), "broadcast");
+	err = more_ops(c, g, x, h, rank, size);
+	CHECK(!err, "all-gather, reduce-scatter, broadcast, copy errors");
 
 	/* refusals */
 	err = cs_buf_register_dev(c, &m, ALLOC_LEN - 4096, 8192, &bad);
@@ -304,12 +663,234 @@ static int no_gpu_trainer(const char *path)
 	return check_report("trainer of a sidecar without GPU support");
 }
 
-static pid_t spawn_sidecar(const char *path, bool with_dev)
-{
-	pid_t pid = fork();
+/* ---- overlap: two operations of one group copy at once --------------- */
 
+#define WN (128u << 10) /* floats: 512 KiB, two 256 KiB pieces */
+#define B_OFF (WN * 4u) /* operation B's half of the range */
+
+/* whether the log shows a copy in (a start) of B's half of the range */
+static bool b_copy_started(void)
+{
+	uint32_t n = atomic_load(&sh->nlog);
+
+	if (n > LOG_MAX)
+		n = LOG_MAX;
+	for (uint32_t i = 0; i < n; i++)
+		if (sh->log[i].kind == EV_START && sh->log[i].to_host &&
+		    sh->log[i].off >= B_OFF)
+			return true;
+	return false;
+}
+
+/* whether the log from @from on has an event @kind (of step @op, or of
+ * the half of the range @half: 0 A's, 1 B's; @to_host for copies) */
+static bool log_has(uint32_t from, int kind, uint32_t op, int half,
+		    bool to_host)
+{
+	uint32_t n = atomic_load(&sh->nlog);
+
+	if (n > LOG_MAX)
+		n = LOG_MAX;
+	for (uint32_t i = from; i < n; i++) {
+		const struct ev *e = &sh->log[i];
+
+		if (e->kind != kind)
+			continue;
+		if ((kind == EV_INTER_START || kind == EV_INTER_DONE) &&
+		    e->op == op)
+			return true;
+		if ((kind == EV_START || kind == EV_DONE) &&
+		    e->to_host == to_host && (e->off >= B_OFF) == half)
+			return true;
+	}
+	return false;
+}
+
+static bool wait_log(uint32_t from, int kind, uint32_t op, int half,
+		     bool to_host)
+{
+	for (int i = 0; i < 200000; i++) { /* ~10 s: failure only */
+		if (log_has(from, kind, op, half, to_host))
+			return true;
+		usleep(50);
+	}
+	return false;
+}
+
+/*
+ * With the network in the picture (the fake backend holds steps on the
+ * "wire" as told, sh->hold): C goes on the wire (its step number @n);
+ * then D copies in and goes on the wire while C is still there; then C
+ * comes off the wire, copies out and completes while D is still on it.
+ */
+static void wire_overlap(struct cs_client *c, struct cs_group *g, float *x,
+			 uint32_t n)
+{
+	uint32_t mark;
+	cs_req_t rc, rd;
+	int err, sc = -1, sd = -1;
+
+	for (unsigned i = 0; i < 2 * WN; i++)
+		x[i] = (float)i;
+	atomic_store(&sh->hold, 3ull << n);
+	err = cs_allreduce(g, x, x, WN, CS_F32, CS_SUM, &rc);
+	CHECK(!err && wait_log(0, EV_INTER_START, n, 0, false),
+	      "C on the wire");
+	mark = atomic_load(&sh->nlog);
+	err = err ? err
+		  : cs_allreduce(g, x + WN, x + WN, WN, CS_F32, CS_SUM, &rd);
+	CHECK(!err && wait_log(mark, EV_INTER_START, n + 1, 0, false),
+	      "D on the wire");
+	CHECK(log_has(mark, EV_DONE, 0, 1, true) &&
+		      !log_has(0, EV_INTER_DONE, n, 0, false) &&
+		      cs_test(c, rc) == -EINPROGRESS,
+	      "D copied in while C was on the wire");
+	mark = atomic_load(&sh->nlog);
+	atomic_fetch_and(&sh->hold, ~(1ull << n));
+	if (!err)
+		sc = wait_for(c, rc);
+	CHECK(!sc && log_has(mark, EV_DONE, 0, 0, false) &&
+		      !log_has(0, EV_INTER_DONE, n + 1, 0, false) &&
+		      cs_test(c, rd) == -EINPROGRESS,
+	      "C copied out and complete (%d) while D was on the wire", sc);
+	atomic_store(&sh->hold, 0);
+	if (!err)
+		sd = wait_for(c, rd);
+	CHECK(!sd, "D: %d", sd);
+	for (unsigned i = 0; i < 2 * WN; i++)
+		if (x[i] != 2.0f * (float)i) {
+			CHECK(0, "C, D [%u]: %g, want %g", i, x[i], 2.0f * i);
+			break;
+		}
+}
+
+/*
+ * One rank of a group of 2 over two nodes (the fake backend is the other
+ * node). After a first operation (the group's first waits for the
+ * membership check), the fake device stops finishing copies; A and B go
+ * in, on the two halves of the range. B's copy in must start while A's
+ * copies are still in flight and A is not complete (a sidecar that waits
+ * for each copy, or copies one operation at a time, never gets there).
+ * Then the device goes on, and both results are checked.
+ */
+static int wire_trainer(const char *path)
+{
+	struct cs_client *c = NULL;
+	struct cs_group *g = NULL;
+	struct cs_buf *db = NULL;
+	struct cs_dev_mem m;
+	cs_req_t ra, rb;
+	float *x;
+	int err, sa = -1, sb = -1;
+	bool seen = false;
+
+	CHECK(!connect_retry(path, &c), "connect");
+	if (!c)
+		return 1;
+	CHECK(!dev_alloc(&m), "fake device allocation");
+	CHECK(!cs_group_join(c, "wire", 0, 2, 0, 1, &g), "join");
+	err = cs_buf_register_dev(c, &m, RANGE_OFF, 2 * WN * 4, &db);
+	CHECK(!err, "register: %d %s", err, cs_errmsg(c));
+	if (!db || !g)
+		return 1;
+	x = cs_buf_ptr(db);
+	for (unsigned i = 0; i < 2 * WN; i++)
+		x[i] = (float)i;
+	err = cs_allreduce(g, x, x, WN, CS_F32, CS_SUM, &ra);
+	CHECK(!err && !wait_for(c, ra), "first operation over the wire");
+	CHECK(x[5] == 10.0f, "first operation: %g", x[5]);
+
+	atomic_store(&sh->stall, STALL_ALL);
+	for (unsigned i = 0; i < 2 * WN; i++)
+		x[i] = (float)i;
+	err = cs_allreduce(g, x, x, WN, CS_F32, CS_SUM, &ra);
+	err = err ? err
+		  : cs_allreduce(g, x + WN, x + WN, WN, CS_F32, CS_SUM, &rb);
+	CHECK(!err, "post A and B: %d", err);
+	for (int i = 0; i < 200000 && !seen; i++) { /* ~10 s: failure only */
+		seen = b_copy_started();
+		if (!seen)
+			usleep(50);
+	}
+	CHECK(seen, "B's copy in started while A's copies were in flight");
+	CHECK(cs_test(c, ra) == -EINPROGRESS,
+	      "A not complete when B's copy in started");
+	atomic_store(&sh->stall, STALL_NONE);
+	if (!err) {
+		sa = wait_for(c, ra);
+		sb = wait_for(c, rb);
+	}
+	CHECK(!sa && !sb, "A %d, B %d", sa, sb);
+	for (unsigned i = 0; i < 2 * WN; i++)
+		if (x[i] != 2.0f * (float)i) {
+			CHECK(0, "[%u]: %g, want %g", i, x[i], 2.0f * i);
+			break;
+		}
+	wire_overlap(c, g, x, 3); /* steps 0, 1, 2: the first one, A, B */
+	CHECK(!cs_buf_free(db), "free the device range");
+	cs_group_leave(g);
+	cs_disconnect(c);
+	close(m.fd);
+	return check_report("trainer over the wire");
+}
+
+/* ---- a trainer dies with copies in flight ------------------------------- */
+
+/* @out: the victim dies while the results are copied out, not in */
+static int die_trainer(const char *path, int rank, bool out)
+{
+	_Atomic uint32_t *started = out ? &sh->starts_out : &sh->starts;
+	struct cs_client *c = NULL;
+	struct cs_group *g = NULL, *g2 = NULL;
+	struct cs_buf *db = NULL;
+	struct cs_dev_mem m;
+	cs_req_t r;
+	float *x;
+	int err, st = -1;
+
+	CHECK(!connect_retry(path, &c), "connect");
+	if (!c)
+		return 1;
+	CHECK(!dev_alloc(&m), "fake device allocation");
+	CHECK(!cs_group_join(c, "die", rank, 2, rank, 2, &g), "join");
+	err = cs_buf_register_dev(c, &m, RANGE_OFF, COUNT * 4, &db);
+	CHECK(!err, "register: %d %s", err, cs_errmsg(c));
+	if (!db || !g)
+		return 1;
+	x = cs_buf_ptr(db);
+	for (unsigned i = 0; i < COUNT; i++)
+		x[i] = 1.0f;
+	err = cs_allreduce(g, x, x, COUNT, CS_F32, CS_SUM, &r);
+	CHECK(!err, "post: %d", err);
+	if (rank == 0) { /* the victim (local rank 0: its pieces go first) */
+		for (int i = 0; i < 200000 && !atomic_load(started); i++)
+			usleep(50);
+		CHECK(atomic_load(started) > 0, "copies %s started",
+		      out ? "out" : "in");
+		check_report("victim");
+		_exit(check_failed ? 1 : 0);
+	}
+	st = wait_for(c, r);
+	CHECK(st == CS_ERR_PEER_LOST, "the survivor's operation: %d", st);
+	/* the sidecar goes on: a new group, a device operation */
+	CHECK(!cs_group_join(c, "after", 0, 1, 0, 1, &g2), "join again");
+	CHECK(g2 && !sum_check(c, g2, x, COUNT, 0, 1, &st) && !st,
+	      "an operation after the death: %d", st);
+	CHECK(!cs_buf_free(db), "free the device range");
+	cs_group_leave(g2);
+	cs_disconnect(c);
+	close(m.fd);
+	return check_report("survivor");
+}
+
+static pid_t spawn_sidecar(const char *path, enum mode mode)
+{
+	pid_t pid;
+
+	atomic_store(&sh->nlog, 0);
+	pid = fork();
 	if (pid == 0)
-		_exit(sidecar(path, with_dev));
+		_exit(sidecar(path, mode));
 	return pid;
 }
 
@@ -322,16 +903,15 @@ static void reap(pid_t pid, const char *who)
 	      "%s exited %#x", who, st);
 }
 
-int main(void)
+/* three trainers on one node, all the operations (trainer()) */
+static void world(const char *path, enum mode mode)
 {
-	char dir[] = "/tmp/cs-ipc-dev-XXXXXX", path[64];
-	pid_t sc, tr[4];
 	const int size = 3;
+	pid_t sc, tr[3];
 
-	if (!mkdtemp(dir))
-		return 1;
-	snprintf(path, sizeof(path), "%s/sock", dir);
-	sc = spawn_sidecar(path, true);
+	atomic_store(&sh->eio, 0);
+	atomic_store(&sh->bar, 0);
+	sc = spawn_sidecar(path, mode);
 	for (int r = 0; r < size; r++) {
 		tr[r] = fork();
 		if (tr[r] == 0)
@@ -341,17 +921,116 @@ int main(void)
 		reap(tr[r], "trainer");
 	kill(sc, SIGTERM);
 	reap(sc, "sidecar");
+	unlink(path);
+	CHECK(atomic_load(&sh->eio) == 1,
+	      "%s: a failed copy out gave -EIO to %u ranks (want 1)",
+	      mode == SYNC ? "sync" : "async", atomic_load(&sh->eio));
+}
+
+/*
+ * Two trainers of one group post an allreduce of device ranges; the fake
+ * device stops finishing copies (all of them, or those out: @out); one
+ * trainer dies once copies are in flight. The other gets
+ * CS_ERR_PEER_LOST and goes on in a new group; the sidecar frees nothing
+ * under a copy (sh->uaf; under ASan: no use after free, no leak) and exits
+ * cleanly. The copies finish after main saw the victim exit (sh->late).
+ */
+static void die(const char *path, int out)
+{
+	pid_t sc, tr[2];
+	uint32_t uaf;
+
+	atomic_store(&sh->starts, 0);
+	atomic_store(&sh->starts_out, 0);
+	atomic_store(&sh->late, 0);
+	atomic_store(&sh->uaf, 0);
+	atomic_store(&sh->stall, out ? STALL_OUT : STALL_ALL);
+	sc = spawn_sidecar(path, ASYNC);
+	for (int r = 0; r < 2; r++) {
+		tr[r] = fork();
+		if (tr[r] == 0)
+			_exit(die_trainer(path, r, out));
+	}
+	reap(tr[0], "victim");
+	atomic_store(&sh->victim_dead, 1);
+	reap(tr[1], "survivor");
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+	uaf = atomic_load(&sh->uaf);
+	CHECK(!uaf, "%s: %u copies in flight when their range or shadow went",
+	      out ? "out" : "in", uaf);
+	CHECK(atomic_load(&sh->late) > 0,
+	      "%s: copies in flight when the victim died (finished after: %u)",
+	      out ? "out" : "in", atomic_load(&sh->late));
+	atomic_store(&sh->stall, STALL_NONE);
+	atomic_store(&sh->victim_dead, 0);
+}
+
+/* the settings' checks: a bad chunk or depth names its key */
+static void bad_settings(void)
+{
+	struct cs_ipc_server *srv = NULL;
+	struct cs_ipc_cfg cfg;
+	char err[256] = "";
+
+	cs_cfg_defaults(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg);
+	CHECK(cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+			 "ipc.dev_chunk", "1k", err, sizeof(err)) == -EINVAL &&
+		      strstr(err, "ipc.dev_chunk"),
+	      "ipc.dev_chunk=1k: '%s'", err);
+	CHECK(cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+			 "ipc.dev_depth", "0", err, sizeof(err)) == -EINVAL &&
+		      strstr(err, "ipc.dev_depth"),
+	      "ipc.dev_depth=0: '%s'", err);
+	snprintf(cfg.socket_path, sizeof(cfg.socket_path), "/nonexistent/s");
+	cfg.dev_chunk = 100;
+	CHECK(cs_ipc_server_create(&cfg, NULL, &srv) == -EINVAL,
+	      "a server with a 100-byte chunk");
+	cfg.dev_chunk = 4096;
+	cfg.dev_depth = 0;
+	CHECK(cs_ipc_server_create(&cfg, NULL, &srv) == -EINVAL,
+	      "a server with depth 0");
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/cs-ipc-dev-XXXXXX", path[64];
+	pid_t sc, tr[1];
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (sh == MAP_FAILED || !mkdtemp(dir))
+		return 1;
+	bad_settings();
+	snprintf(path, sizeof(path), "%s/sock", dir);
+	world(path, SYNC);
+	CHECK(!atomic_load(&sh->starts), "sync: no asynchronous copy");
+	world(path, ASYNC);
+	CHECK(atomic_load(&sh->starts) > 100, "async: %u pieces",
+	      atomic_load(&sh->starts));
+
+	sc = spawn_sidecar(path, ASYNC);
+	tr[0] = fork();
+	if (tr[0] == 0)
+		_exit(wire_trainer(path));
+	reap(tr[0], "trainer over the wire");
+	atomic_store(&sh->stall, STALL_NONE);
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+
+	for (int out = 0; out < 2; out++)
+		die(path, out);
 
 	snprintf(path, sizeof(path), "%s/sock2", dir);
-	sc = spawn_sidecar(path, false);
+	sc = spawn_sidecar(path, NO_DEV);
 	tr[0] = fork();
 	if (tr[0] == 0)
 		_exit(no_gpu_trainer(path));
 	reap(tr[0], "trainer");
 	kill(sc, SIGTERM);
 	reap(sc, "sidecar");
-	unlink(path);
-	snprintf(path, sizeof(path), "%s/sock", dir);
 	unlink(path);
 	rmdir(dir);
 	return check_report("test_ipc_dev");
