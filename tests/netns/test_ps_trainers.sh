@@ -41,7 +41,9 @@
 #                the restored rows equal the rows at checkpoint time bit
 #                for bit; a missing directory, a file in the way, a second
 #                checkpoint, another table's file, no file, a damaged file
-#                each refused by name, the sidecar serving on)
+#                each refused by name, the sidecar serving on); then
+#                tests/netns/ps_ckpt_check.py (table.checkpoint(dir),
+#                ps_table(..., restore=dir)) where numpy is
 #   pstr_4x1_ckpt  the same over 4 namespaces, one trainer each: 4 shards,
 #                4 files
 #
@@ -104,7 +106,24 @@ ckpt_case() {
 		{ rm -rf "$ck"; fail "$shards shard files expected in $ck/ok"; }
 	[ -z "$(ls "$ck/ok" | grep -v '^ck\.shard[0-9]*\.ckpt$')" ] ||
 		{ rm -rf "$ck"; fail "files left in $ck/ok besides the shards'"; }
+	pyck "$2" "$3" "$ck"
 	rm -rf "$ck"
+}
+
+pyck() {	# T N DIR: ps_ckpt_check.py (the Python binding), where numpy is
+	local lib
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) || return 0
+	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
+		{ echo "(no numpy for /usr/bin/python3: ps_ckpt_check.py skipped)"; return 0; }
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
+		--timeout 500 --all-output -- \
+		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || { rm -rf "$3"; fail "ps_ckpt_check.py: exit $rc"; }
+	[ "$(grep -o 'ps_ckpt_py ok rank=[0-9]* clock=3 rows=300' <<<"$out" |
+		wc -l)" = "$2" ] || { rm -rf "$3"; fail "$2 'ps_ckpt_py ok' expected"; }
 }
 
 # pstr_ckpt: checkpoint and restore on one loop-port sidecar
