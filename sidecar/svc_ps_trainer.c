@@ -73,6 +73,7 @@ struct pst_ckpt {
 	int rc; /* the snapshot's failure */
 	uint64_t clock;
 	struct cs_ipc_ps_req *r; /* the driving rank's request */
+	char path[PATH_MAX];
 };
 
 /* One local rank's worker engine. */
@@ -302,8 +303,7 @@ static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
 	t->ck.snapping = true;
 	t->ck.rc = 0;
 	t->ck.r = r;
-	CS_INFO("table %s: checkpoint to %s at clock %" PRIu64, t->key, path,
-		t->ck.clock);
+	memcpy(t->ck.path, path, sizeof(path));
 }
 
 /* The running checkpoint's next snapshot step, when the pacer lets it;
@@ -335,8 +335,14 @@ static unsigned ckpt_pump(struct pst_table *t, cs_ns_t now)
 	if (!rc)
 		rc = t->ck.rc;
 	if (rc)
-		CS_WARN("table %s: checkpoint failed: %s", t->key,
-			cs_strerror(rc));
+		CS_WARN("table %s: checkpoint to %s failed: %s", t->key,
+			t->ck.path, cs_strerror(rc));
+	else
+		CS_INFO("table %s: checkpoint %s written: clock %" PRIu64
+			", %" PRIu64 " paced steps (the last of %u rows), "
+			"held %" PRIu64 " times by the writer",
+			t->key, t->ck.path, t->ck.clock, t->ck.pace.steps,
+			t->ck.pace.rows, t->ck.pace.held);
 	ctl_finish(t, t->ck.r, rc, true, t->ck.clock);
 	t->ck.r = NULL;
 	return 1;

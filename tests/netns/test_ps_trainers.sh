@@ -130,6 +130,11 @@ pyck() {	# T N DIR: ps_ckpt_check.py (the Python binding), where numpy is
 ckpt_local_case() {
 	loop_sidecar pstr
 	ckpt_case 1 2 2
+	# the shard's 600 rows in paced steps (256 rows the first): >= 2
+	grep 'checkpoint .*/ok/ck.shard0.ckpt written' "$dir/l0.log" |
+		sed 's/^/  /'
+	grep -q 'checkpoint .*/ok/ck.shard0.ckpt written: clock 5, \([2-9]\|[1-9][0-9]\+\) paced steps' \
+		"$dir/l0.log" || fail "no checkpoint of clock 5 in 2 or more paced steps in the sidecar's log"
 	kill -0 $pid 2>/dev/null || fail "collstackd died"
 	echo "PASS: $CASE"
 	exit 0
