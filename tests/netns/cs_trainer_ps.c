@@ -59,7 +59,9 @@
  *	for bit, and version 5 pushed again gives the same rows after it.
  *	Then restores refused: a table of another dim (-EINVAL), a table
  *	with no file (-ENOENT), the files with one byte flipped (DIR/bad,
- *	-EBADMSG); a table created after them works. Prints
+ *	-EBADMSG); descriptors of a hostile trainer (a path without its
+ *	NUL, a misaligned or foreign result buffer, a dtype) refused as bad
+ *	descriptors; a table created after them works. Prints
  *	"ps_trainer ckpt_ok rank=R clock=5 rows=600 equal=600".
  *
  * Exit 0 on success, 1 on a failed check, 2 on usage.
@@ -770,8 +772,27 @@ static int ckpt(const char *dir)
 		       "restore of a damaged file") ||
 	    cs_ps_table_destroy(t))
 		return 1;
-	/* the sidecar serves on */
-	if (ck_create("ck", CK_DIM, &t) || ck_push(t, 0, 1, keys, rows) ||
+	/* hostile descriptors, then the sidecar serves on */
+	if (ck_create("ck", CK_DIM, &t))
+		return 1;
+	{
+		uint32_t h = cs__ps_table_handle(t), seg = cs__buf_seg(b);
+		int n = 0;
+
+		memcpy(keys, "abcdefgh", 8); /* no NUL in its 3 bytes */
+		n += raw(CS_IPC_OP_PS_CKPT, h, 3, 0, 0, seg, 0, seg, 64,
+			 CS_IPC_BAD_COUNT, "checkpoint path without its NUL");
+		strcpy((char *)keys, "/tmp");
+		n += raw(CS_IPC_OP_PS_CKPT, h, 5, 0, 0, seg, 0, seg, 68,
+			 CS_IPC_BAD_ALIGN, "checkpoint result misaligned");
+		n += raw(CS_IPC_OP_PS_RESTORE, h, 5, 0, 0, seg, 0, seg + 5, 64,
+			 CS_IPC_BAD_RECV_SEG, "restore result outside");
+		n += raw(CS_IPC_OP_PS_CKPT, h, 5, CS_F64, 0, seg, 0, seg, 64,
+			 CS_IPC_BAD_FLAGS, "checkpoint with a dtype");
+		if (n)
+			return 1;
+	}
+	if (ck_push(t, 0, 1, keys, rows) ||
 	    ck_pull_all(t, 1, keys, rows, got) || cs_ps_table_destroy(t))
 		return 1;
 	printf("ps_trainer ckpt_ok rank=%d clock=5 rows=%u equal=%u\n", rank,
