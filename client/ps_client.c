@@ -390,7 +390,8 @@ static const char *ctl_why(int err, bool ckpt)
 {
 	switch (err) {
 	case EINVAL:
-		return ckpt ? "invalid argument"
+		return ckpt ? "the table's name is not a file name (a '/' "
+			      "in it)"
 			    : "the file is another table's (its dim, dtype, "
 			      "key range or optimizer differ)";
 	case EBADMSG:

@@ -250,12 +250,16 @@ static void ctl_finish(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
 	t->wake = true;
 }
 
-/* <dir>/<table name>.shard<server>.ckpt, or -ENAMETOOLONG. */
+/* <dir>/<table name>.shard<server>.ckpt, or -ENAMETOOLONG, or -EINVAL
+ * for a table name that would name another folder (a '/' in it). */
 static int ckpt_path(const struct pst_table *t, const char *dir, char *out,
 		     size_t len)
 {
-	int n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, t->name, t->self);
+	int n;
 
+	if (strchr(t->name, '/'))
+		return -EINVAL;
+	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, t->name, t->self);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 

@@ -59,7 +59,8 @@
  *	for bit, and version 5 pushed again gives the same rows after it.
  *	Then restores refused: a table of another dim (-EINVAL), a table
  *	with no file (-ENOENT), the files with one byte flipped (DIR/bad,
- *	-EBADMSG); descriptors of a hostile trainer (a path without its
+ *	-EBADMSG), a checkpoint of a table named "sub/ck" (-EINVAL);
+ *	descriptors of a hostile trainer (a path without its
  *	NUL, a misaligned or foreign result buffer, a dtype) refused as bad
  *	descriptors; a table created after them works. Prints
  *	"ps_trainer ckpt_ok rank=R clock=5 rows=600 equal=600".
@@ -757,6 +758,11 @@ static int ckpt(const char *dir)
 	if (ck_create("nofile", CK_DIM, &t) ||
 	    ck_refused(t, false, ok, -ENOENT, "No such file",
 		       "restore without a file") ||
+	    cs_ps_table_destroy(t))
+		return 1;
+	if (ck_create("sub/ck", CK_DIM, &t) ||
+	    ck_refused(t, true, ok, -EINVAL, "not a file name",
+		       "checkpoint of a table named sub/ck") ||
 	    cs_ps_table_destroy(t))
 		return 1;
 	if (rank == 0) {
