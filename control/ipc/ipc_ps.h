@@ -2,7 +2,9 @@
 /*
  * Parameter-server tables for trainers, the IPC side (ipc_ps.c): the
  * CS_IPC_MSG_PS_CREATE / _DESTROY messages and the CS_IPC_OP_PS_PUSH /
- * _PULL descriptors of control/ipc/ipc_proto.h.
+ * _PULL / _CKPT / _RESTORE descriptors of control/ipc/ipc_proto.h (a
+ * checkpoint's or restore's directory is copied like keys, its result
+ * written back like a pull's rows).
  *
  * A trainer opens a table for its rank of a group; the server validates
  * every descriptor against the table (rows of the table's type and size,
