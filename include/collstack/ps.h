@@ -192,7 +192,8 @@ int cs_ps_pull(struct cs_ps_table *t, uint64_t clock, const uint64_t *keys,
  * @dir: an existing, writable directory, the same on every rank (a shared
  *	file system is not needed: each node writes its own shard)
  * @req: out: completes (cs_wait) once every shard's file is in place, or
- *	with the first error (cs_errmsg() names the directory, the node and
+ *	on every rank with a failed shard's error (the largest errno of
+ *	those that failed; cs_errmsg() names the directory, the node and
  *	the reason: -ENOENT, -ENOTDIR, -EACCES ... for @dir, -EBUSY)
  *
  * A barrier first: the checkpoint holds every push completed by any rank
@@ -217,8 +218,8 @@ int cs_ps_checkpoint(struct cs_ps_table *t, const char *dir, cs_req_t *req);
  * @t: a table just created (no push or pull yet) with the attributes, the
  *	group size and the node layout of the one checkpointed
  * @dir: where the files are
- * @req: out: completes once every shard is loaded, or with the first
- *	error: -ENOENT (a shard's file is missing), -EINVAL (the file is of
+ * @req: out: completes once every shard is loaded, or with a failed
+ *	shard's error, as cs_ps_checkpoint(): -ENOENT (a shard's file is missing), -EINVAL (the file is of
  *	another table: dim, dtype, key range or optimizer), -EBADMSG (a
  *	damaged file, or shards of different checkpoints), -EEXIST (the
  *	table has rows already); cs_errmsg() names the directory and node
