@@ -90,7 +90,10 @@ local_case() {
 # ckpt_case N: cs-trainer-ps ckpt into a new folder, then its files
 ckpt_case() {
 	local ck shards=$1 f
-	ck=$(mktemp -d "/tmp/cs-pstr-ck.XXXXXX")
+	# (in the loop sidecar's folder, removed at exit; else removed by
+	# the namespace cases' exit trap)
+	ck=$(mktemp -d "${dir:-/tmp}/cs-pstr-ck.XXXXXX")
+	CKDIR=$ck
 	launch "$2" "$TRAINER" ckpt "$ck"
 	want "$3" '^ps_trainer ckpt_ok rank=.* clock=5 rows=600 equal=600$'
 	for what in 'second checkpoint: .*still running' \
@@ -228,7 +231,8 @@ PORT=udp	# (grep -q would end the pipe early: pipefail)
 grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
 export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
 ENV=/run/collstack/cluster-$CS_CLUSTER.env
-trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+CKDIR=
+trap 'scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"' EXIT
 
 case $CASE in
 pstr_4x1_ckpt)
