@@ -111,6 +111,8 @@ struct comp {
 	 * why). Lock held. @own is freed with the request, after done(). */
 	int (*step)(struct cs_client *c, struct comp *k);
 	void (*done)(struct cs_client *c, struct comp *k);
+	/* cs__comp_stages(): posts the next stage */
+	int (*stage)(void *arg, cs_req_t *sub);
 	void *own;
 	uint32_t cap;
 };
@@ -195,7 +197,8 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 
 static bool is_ps_op(unsigned op)
 {
-	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL;
+	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL ||
+	       op == CS_IPC_OP_PS_CKPT || op == CS_IPC_OP_PS_RESTORE;
 }
 
 static bool is_p2p_op(unsigned op)
@@ -205,6 +208,8 @@ static bool is_p2p_op(unsigned op)
 
 static const char *op_name(unsigned op)
 {
+	if (op == CS_IPC_OP_PS_CKPT || op == CS_IPC_OP_PS_RESTORE)
+		return op == CS_IPC_OP_PS_CKPT ? "ps checkpoint" : "ps restore";
 	if (is_ps_op(op))
 		return op == CS_IPC_OP_PS_PUSH ? "ps push" : "ps pull";
 	if (is_p2p_op(op))
@@ -1065,6 +1070,13 @@ static int post_bufs_locked(struct cs_group *g, struct cs_ipc_sqe *d,
 	return ret;
 }
 
+int cs__client_post_bufs_locked(struct cs_group *g, struct cs_ipc_sqe *d,
+				const void *send, size_t slen, const void *recv,
+				size_t rlen, cs_req_t *req)
+{
+	return post_bufs_locked(g, d, send, slen, recv, rlen, req);
+}
+
 int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
 			 const void *send, size_t slen, const void *recv,
 			 size_t rlen, cs_req_t *req)
@@ -1236,6 +1248,53 @@ int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
 	cp->fin = fin;
 	cp->fin_arg = arg;
 	pthread_mutex_lock(&c->lock);
+	cp->id = CS_COMP_BIT | c->next_comp++;
+	cp->next = c->comps;
+	c->comps = cp;
+	*req = cp->id;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+/* The next stage of a cs__comp_stages() request. Lock held. */
+static int stages_step(struct cs_client *c, struct comp *k)
+{
+	int ret = k->stage(k->fin_arg, &k->sub[0]);
+
+	(void)c;
+	if (ret > 0)
+		k->n = 1;
+	return ret;
+}
+
+int cs__comp_stages(struct cs_client *c, int (*next)(void *arg, cs_req_t *sub),
+		    int (*fin)(void *arg, int status, char *err, size_t len),
+		    void *arg, cs_req_t *req)
+{
+	struct comp *cp = calloc(1, sizeof(*cp));
+	int ret;
+
+	if (!cp)
+		return -ENOMEM;
+	cp->sub = calloc(1, sizeof(*cp->sub));
+	if (!cp->sub) {
+		free(cp);
+		return -ENOMEM;
+	}
+	cp->cap = 1;
+	cp->stage = next;
+	cp->step = stages_step;
+	cp->fin = fin;
+	cp->fin_arg = arg;
+	pthread_mutex_lock(&c->lock);
+	ret = next(arg, &cp->sub[0]);
+	if (ret <= 0) {
+		pthread_mutex_unlock(&c->lock);
+		free(cp->sub);
+		free(cp);
+		return ret ? ret : -EINVAL;
+	}
+	cp->n = 1;
 	cp->id = CS_COMP_BIT | c->next_comp++;
 	cp->next = c->comps;
 	c->comps = cp;

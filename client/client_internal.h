@@ -72,6 +72,11 @@ int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 int cs__client_post_bufs(struct cs_group *g, struct cs_ipc_sqe *d,
 			 const void *send, size_t slen, const void *recv,
 			 size_t rlen, cs_req_t *req);
+/* cs__client_post_bufs() with the client's lock held (a stage of
+ * cs__comp_stages()). */
+int cs__client_post_bufs_locked(struct cs_group *g, struct cs_ipc_sqe *d,
+				const void *send, size_t slen, const void *recv,
+				size_t rlen, cs_req_t *req);
 /* A control message and its reply (the reply's status, or -ENOTCONN). */
 int cs__client_rpc(struct cs_client *c, struct cs_ipc_msg *m,
 		   struct cs_ipc_msg *r);
@@ -109,6 +114,18 @@ void cs__client_last_fail(const struct cs_client *c, unsigned *detail,
 int cs__comp_wrap(struct cs_client *c, cs_req_t sub,
 		  int (*fin)(void *arg, int status, char *err, size_t len),
 		  void *arg, cs_req_t *req);
+
+/*
+ * A request in stages: @next(@arg, &sub) runs with the client's lock held,
+ * now and each time the stage it posted finished well; it posts the next
+ * stage with cs__client_post_bufs_locked() into *sub and returns 1, or
+ * returns 0 (done) or < 0 (failed, the client's error set). @fin as
+ * cs__comp_wrap()'s, once. Returns 0, or the first @next's error (then
+ * nothing was posted and @fin is not called). client/ps_client.c.
+ */
+int cs__comp_stages(struct cs_client *c, int (*next)(void *arg, cs_req_t *sub),
+		    int (*fin)(void *arg, int status, char *err, size_t len),
+		    void *arg, cs_req_t *req);
 
 /*
  * CS_IPC_OP_ALLTOALLV_DYN (ipc_proto.h): @table (4 x size u64 inside a

@@ -25,8 +25,15 @@ struct cs_ps_table {
 	struct cs_ps_table_attr attr;
 	size_t row_bytes;
 	char name[CS_IPC_PS_NAME_MAX];
-	struct cs_buf *agree; /* the ranks' allreduces at create */
+	/* the ranks' allreduces at create; a checkpoint's or restore's
+	 * result (at 0) and directory (at PS_CTL_PATH_OFF) */
+	struct cs_buf *agree;
+	uint64_t clock; /* restored at (cs_ps_table_restore()) */
+	bool ctl_busy; /* a checkpoint or restore not finished yet */
 };
+
+#define PS_CTL_PATH_OFF 64u
+#define PS_AGREE_BYTES (PS_CTL_PATH_OFF + CS_IPC_PS_PATH_MAX)
 
 cs_export void cs_ps_table_attr_init(struct cs_ps_table_attr *a, uint32_t dim,
 				     uint64_t key_max, enum cs_ps_opt_kind opt)
@@ -183,7 +190,7 @@ cs_export int cs_ps_table_create(struct cs_group *g, const char *name,
 	t->attr = *a;
 	t->row_bytes = (size_t)a->dim * cs_dtype_size(a->dtype);
 	strcpy(t->name, name);
-	ret = cs_buf_alloc(c, 2 * sizeof(int64_t), &t->agree);
+	ret = cs_buf_alloc(c, PS_AGREE_BYTES, &t->agree);
 	if (ret)
 		goto out_free;
 	ret = agree(t, &pc->nonce);
@@ -320,4 +327,184 @@ cs_export size_t cs_ps_table_row_bytes(const struct cs_ps_table *t)
 uint32_t cs__ps_table_handle(const struct cs_ps_table *t)
 {
 	return t->handle;
+}
+
+/* ---- checkpoint and restore ------------------------------------------------
+ */
+
+/* One cs_ps_checkpoint() or cs_ps_table_restore() in stages. */
+struct ps_ctl_op {
+	struct cs_ps_table *t;
+	uint8_t op; /* CS_IPC_OP_PS_CKPT or _RESTORE */
+	unsigned stage;
+	size_t plen; /* the directory's bytes, NUL included */
+};
+
+enum { CTL_BARRIER, CTL_SHARD, CTL_AGREE, CTL_DONE };
+
+/*
+ * The stages (client lock held): a barrier (checkpoint only: every rank's
+ * earlier pushes were taken by their shards before any shard starts its
+ * snapshot), this node's shard (the sidecar lets the lowest local rank
+ * drive it and answers the others at once), then an allreduce (max) of
+ * the results, so that every rank ends with every shard's outcome.
+ */
+static int ctl_next(void *arg, cs_req_t *sub)
+{
+	struct ps_ctl_op *o = arg;
+	struct cs_ps_table *t = o->t;
+	uint8_t *b = cs_buf_ptr(t->agree);
+	struct cs_ipc_sqe d = { .group = cs__group_handle(t->g) };
+	int ret;
+
+	switch (o->stage++) {
+	case CTL_BARRIER:
+		d.op = CS_IPC_OP_BARRIER;
+		ret = cs__client_post_bufs_locked(t->g, &d, NULL, 0, NULL, 0,
+						  sub);
+		break;
+	case CTL_SHARD:
+		d.op = o->op;
+		d.group = t->handle;
+		d.count = o->plen;
+		ret = cs__client_post_bufs_locked(t->g, &d, b + PS_CTL_PATH_OFF,
+						  o->plen, b,
+						  CS_IPC_PS_CTL_RESULT, sub);
+		break;
+	case CTL_AGREE:
+		d.op = CS_IPC_OP_ALLREDUCE;
+		d.dtype = CS_I64;
+		d.redop = CS_MAX;
+		d.count = CS_IPC_PS_CTL_RESULT / sizeof(int64_t);
+		ret = cs__client_post_bufs_locked(t->g, &d, b,
+						  CS_IPC_PS_CTL_RESULT, b,
+						  CS_IPC_PS_CTL_RESULT, sub);
+		break;
+	default:
+		return 0;
+	}
+	return ret ? ret : 1;
+}
+
+static const char *ctl_why(int err, bool ckpt)
+{
+	switch (err) {
+	case EINVAL:
+		return ckpt ? "the table's name is not a file name (a '/' "
+			      "in it)"
+			    : "the file is another table's (its dim, dtype, "
+			      "key range or optimizer differ)";
+	case EBADMSG:
+		return "the file is damaged (its header, size or a checksum "
+		       "is wrong)";
+	case EBUSY:
+		return "a checkpoint of this table is already running";
+	case EEXIST:
+		return "the table is not empty (restore right after create, "
+		       "before any push)";
+	default:
+		return strerror(err);
+	}
+}
+
+/* The request ended: every shard's outcome, or the stage that failed. */
+static int ctl_fin(void *arg, int status, char *err, size_t len)
+{
+	struct ps_ctl_op *o = arg;
+	struct cs_ps_table *t = o->t;
+	const struct cs_ipc_ps_ctl_result *v = cs_buf_ptr(t->agree);
+	bool ckpt = o->op == CS_IPC_OP_PS_CKPT;
+	const char *dir = (const char *)cs_buf_ptr(t->agree) + PS_CTL_PATH_OFF;
+	char what[CS_IPC_PS_PATH_MAX + 128], part[256];
+
+	snprintf(what, sizeof(what), "rank %d %s of PS table '%s' %s '%s'",
+		 cs_group_rank(t->g), ckpt ? "checkpoint" : "restore", t->name,
+		 ckpt ? "to" : "from", dir);
+	if (status) {
+		snprintf(part, sizeof(part), "%s", err);
+		snprintf(err, len, "%s: %s", what, part);
+	} else if (v->err) {
+		int e = (int)(v->err >> 32);
+
+		snprintf(err, len, "%s: node %u: %s", what,
+			 (uint32_t)(v->err & 0xffffffff), ctl_why(e, ckpt));
+		status = -e;
+	} else if (!ckpt && v->clock != -v->nclock) {
+		snprintf(err, len,
+			 "%s: the shards' files are of different clocks "
+			 "(%lld to %lld): not one checkpoint (create the table "
+			 "again)",
+			 what, (long long)-v->nclock, (long long)v->clock);
+		status = -EBADMSG;
+	} else if (!ckpt) {
+		t->clock = (uint64_t)v->clock;
+	}
+	t->ctl_busy = false;
+	free(o);
+	return status;
+}
+
+static int ctl_post(struct cs_ps_table *t, uint8_t op, const char *dir,
+		    cs_req_t *req)
+{
+	struct ps_ctl_op *o;
+	size_t plen;
+	int ret;
+
+	if (!t || !dir || !req)
+		return -EINVAL;
+	plen = strlen(dir) + 1;
+	if (plen < 2 || plen > CS_IPC_PS_PATH_MAX) {
+		cs__client_set_err(t->c,
+				   "rank %d %s of PS table '%s': a directory "
+				   "of 1-%u bytes",
+				   cs_group_rank(t->g),
+				   op == CS_IPC_OP_PS_CKPT ? "checkpoint"
+							   : "restore",
+				   t->name, CS_IPC_PS_PATH_MAX - 1);
+		return plen < 2 ? -EINVAL : -ENAMETOOLONG;
+	}
+	if (t->ctl_busy) {
+		cs__client_set_err(t->c,
+				   "rank %d %s of PS table '%s': a checkpoint "
+				   "or restore of it is still running (wait "
+				   "for it first)",
+				   cs_group_rank(t->g),
+				   op == CS_IPC_OP_PS_CKPT ? "checkpoint"
+							   : "restore",
+				   t->name);
+		return -EBUSY;
+	}
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->t = t;
+	o->op = op;
+	o->plen = plen;
+	o->stage = op == CS_IPC_OP_PS_CKPT ? CTL_BARRIER : CTL_SHARD;
+	memcpy((uint8_t *)cs_buf_ptr(t->agree) + PS_CTL_PATH_OFF, dir, plen);
+	t->ctl_busy = true;
+	ret = cs__comp_stages(t->c, ctl_next, ctl_fin, o, req);
+	if (ret) {
+		t->ctl_busy = false;
+		free(o);
+	}
+	return ret;
+}
+
+cs_export int cs_ps_checkpoint(struct cs_ps_table *t, const char *dir,
+			       cs_req_t *req)
+{
+	return ctl_post(t, CS_IPC_OP_PS_CKPT, dir, req);
+}
+
+cs_export int cs_ps_table_restore(struct cs_ps_table *t, const char *dir,
+				  cs_req_t *req)
+{
+	return ctl_post(t, CS_IPC_OP_PS_RESTORE, dir, req);
+}
+
+cs_export uint64_t cs_ps_table_clock(const struct cs_ps_table *t)
+{
+	return t->clock;
 }

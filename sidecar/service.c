@@ -26,12 +26,14 @@
 #include "daemon_boot.h"
 #include "frame_auth.h"
 #include "svc_core.h"
+#include "svc_ps_trainer.h"
 #include "transport/tp.h"
 
 struct svc_conf {
 	struct cs_xport_params xp;
 	struct cs_coll_cfg coll;
 	struct cs_tp_params tp;
+	struct cs_pst_cfg pst;
 	char auth[CS_CFG_STR_MAX]; /* auth.enable: auto, 1 or 0 */
 	char auth_mac[CS_CFG_STR_MAX]; /* auth.mac: auto, gmac or siphash */
 	bool direct_early; /* coll.direct_early */
@@ -169,6 +171,9 @@ int cs_daemon_conf_defaults(struct cs_daemon_conf *c)
 	ret = cs_cfg_defaults(early_cfg, CS_ARRAY_SIZE(early_cfg), sc);
 	if (ret)
 		return ret;
+	ret = cs_cfg_defaults(cs_pst_cfg, cs_pst_cfg_len, &sc->pst);
+	if (ret)
+		return ret;
 	return cs_cfg_defaults(auth_cfg, CS_ARRAY_SIZE(auth_cfg), sc);
 }
 
@@ -194,6 +199,10 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 	if (ret != -ENOENT)
 		return ret;
 	ret = cs_cfg_set(early_cfg, CS_ARRAY_SIZE(early_cfg), sc, key, val, err,
+			 errlen);
+	if (ret != -ENOENT)
+		return ret;
+	ret = cs_cfg_set(cs_pst_cfg, cs_pst_cfg_len, &sc->pst, key, val, err,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
@@ -232,6 +241,8 @@ void cs_daemon_help_config(FILE *out)
 		"tp.rx_budget to half the port's receive ring, port.rx_desc / "
 		"2 frames, e.g. 378K at MTU 1500):\n");
 	cs_cfg_help(cs_tp_cfg, cs_tp_cfg_len, out);
+	fprintf(out, "\nparameter-server tables of trainers (docs/ps.md):\n");
+	cs_cfg_help(cs_pst_cfg, cs_pst_cfg_len, out);
 	fprintf(out, "\npacket authentication (docs/auth.md):\n");
 	cs_cfg_help(auth_cfg, CS_ARRAY_SIZE(auth_cfg), out);
 }
@@ -554,6 +565,11 @@ void cs_ar_svc_set_notify_fd(struct cs_ar_svc *s, int fd)
 struct cs_core_svc *cs_ar_svc_core(struct cs_ar_svc *s)
 {
 	return s->core;
+}
+
+const struct cs_pst_cfg *cs_ar_svc_pst_cfg(struct cs_ar_svc *s)
+{
+	return &s->cf->pst;
 }
 
 void cs_ar_svc_flush(struct cs_ar_svc *s)

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,7 +15,9 @@
 #include <time.h>
 
 #define CS_LOG_MODULE "pst"
+#include "collectives/ps/ps_io.h"
 #include "collectives/ps/ps_wire.h"
+#include "dataplane/lcore.h"
 #include "internal/log.h"
 #include "svc_core.h"
 #include "svc_ps_trainer.h"
@@ -30,6 +33,23 @@
 #define PST_RTO (1 * CS_NS_PER_S)
 #define PST_RTO_MAX (5 * CS_NS_PER_S)
 #define PST_KEY_MAX (CS_IPC_NAME_MAX + CS_IPC_PS_NAME_MAX + 16)
+/* A checkpoint: writes in flight, bytes per chunk handed to the writer,
+ * the length of one paced snapshot step, and the writer's backlog that
+ * holds the next step back. */
+#define PST_CKPT_QDEPTH 16u
+#define PST_CKPT_CHUNK (1u << 20)
+#define PST_CKPT_STEP_NS (200 * CS_NS_PER_US)
+#define PST_CKPT_QUEUED_MAX ((size_t)64 << 20)
+
+const struct cs_cfg_entry cs_pst_cfg[] = {
+	{ "ps.ckpt_share", CS_CFG_DOUBLE,
+	  offsetof(struct cs_pst_cfg, ckpt_share), "0.05", 1e-4, 1,
+	  "share of its lcore's time a trainer table's checkpoint may take "
+	  "to copy rows out (cs_ps_checkpoint; pushes and pulls are served "
+	  "in the rest)" },
+};
+
+const size_t cs_pst_cfg_len = CS_ARRAY_SIZE(cs_pst_cfg);
 
 /* A push or pull the worker engine runs. */
 struct pst_op {
@@ -44,6 +64,17 @@ struct pst_op {
 };
 
 struct pst_table;
+
+/* A checkpoint running on the table's lcore. */
+struct pst_ckpt {
+	struct cs_ps_ckpt *w; /* the writer; NULL: none running */
+	struct cs_ps_snap_pace pace;
+	bool snapping; /* snapshot steps remain */
+	int rc; /* the snapshot's failure */
+	uint64_t clock;
+	struct cs_ipc_ps_req *r; /* the driving rank's request */
+	char path[PATH_MAX];
+};
 
 /* One local rank's worker engine. */
 struct pst_worker {
@@ -62,6 +93,7 @@ struct pst_table {
 	struct cs_pst *p;
 	struct pst_table *next; /* p->tables (IPC side) */
 	char key[PST_KEY_MAX]; /* group / name # nonce */
+	char name[CS_IPC_PS_NAME_MAX]; /* the table's, as created */
 	uint32_t op_id;
 	bool local_only; /* CS_PST_GROUP_LOCAL */
 	struct cs_ps_table_spec spec;
@@ -80,6 +112,7 @@ struct pst_table {
 	struct pst_worker *workers;
 	bool wake;
 	uint64_t rx_bad;
+	struct pst_ckpt ck;
 	/* IPC side, once the flow ended */
 	int err;
 	uint32_t culprit;
@@ -87,6 +120,7 @@ struct pst_table {
 
 struct cs_pst {
 	struct cs_core_svc *core;
+	double ckpt_share;
 	pthread_mutex_t lock;
 	struct pst_table *tables; /* IPC side */
 };
@@ -180,6 +214,204 @@ static struct pst_worker *worker_of(struct pst_table *t, uint32_t rank)
 	return NULL;
 }
 
+/* ---- checkpoint and restore (lcore) ------------------------------------- */
+
+/* The node this shard serves from (the one a failure names). */
+static uint32_t pst_self_node(const struct pst_table *t)
+{
+	return pst_node(t, t->self);
+}
+
+/*
+ * Whether rank @wrank drives this node's shard for a checkpoint or
+ * restore: the lowest rank of the group here (every local rank opened the
+ * table before its create returned, so all are linked by now).
+ */
+static bool pst_driver(const struct pst_table *t, uint32_t wrank)
+{
+	for (const struct pst_worker *w = t->workers; w; w = w->next)
+		if (w->rank < wrank &&
+		    !atomic_load_explicit(&w->closing, memory_order_relaxed))
+			return false;
+	return true;
+}
+
+/* A checkpoint's or restore's outcome, in the trainer's result buffer
+ * (struct cs_ipc_ps_ctl_result); the descriptor itself succeeds. */
+static void ctl_finish(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
+		       bool driver, uint64_t clock)
+{
+	struct cs_ipc_ps_ctl_result *v = r->rows;
+
+	v->err = rc ? ((int64_t)-rc << 32) | pst_self_node(t) : 0;
+	v->clock = driver ? (int64_t)clock : INT64_MIN;
+	v->nclock = driver ? -(int64_t)clock : INT64_MIN;
+	req_finish(r, 0, UINT32_MAX);
+	t->wake = true;
+}
+
+/* <dir>/<table name>.shard<server>.ckpt, or -ENAMETOOLONG, or -EINVAL
+ * for a table name that would name another folder (a '/' in it). */
+static int ckpt_path(const struct pst_table *t, const char *dir, char *out,
+		     size_t len)
+{
+	int n;
+
+	if (strchr(t->name, '/'))
+		return -EINVAL;
+	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, t->name, t->self);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Start this shard's checkpoint: the writer's thread, then the snapshot,
+ * whose steps pst_ckpt_pump() runs. */
+static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
+{
+	struct cs_ps_snap_sink sink;
+	char path[PATH_MAX];
+	int rc;
+
+	if (t->ck.w) {
+		ctl_finish(t, r, -EBUSY, true, 0);
+		return;
+	}
+	rc = ckpt_path(t, r->path, path, sizeof(path));
+	if (rc) {
+		ctl_finish(t, r, rc, true, 0);
+		return;
+	}
+	/* what is complete is applied first: a version every worker pushed
+	 * before the checkpoint is in it */
+	if (cs_ps_store_flush(t->st))
+		CS_WARN("table %s: store flush failed", t->key);
+	rc = cs_ps_ckpt_start(&t->ck.w, path, t->st, PST_TABLE, PST_CKPT_QDEPTH,
+			      &sink);
+	if (rc) {
+		t->ck.w = NULL;
+		ctl_finish(t, r, rc, true, 0);
+		return;
+	}
+	rc = cs_ps_store_snap_begin(t->st, PST_TABLE, &sink, PST_CKPT_CHUNK);
+	if (rc) { /* the writer waits for an end: give it one */
+		sink.end(sink.ctx, 0, rc);
+		(void)cs_ps_ckpt_wait(t->ck.w);
+		t->ck.w = NULL;
+		ctl_finish(t, r, rc, true, 0);
+		return;
+	}
+	t->ck.clock = cs_ps_store_snap_clock(t->st);
+	cs_ps_ckpt_set_clock(t->ck.w, t->ck.clock);
+	/* the share was validated when the config was read */
+	(void)cs_ps_snap_pace_init(&t->ck.pace, t->p->ckpt_share,
+				   PST_CKPT_STEP_NS);
+	t->ck.snapping = true;
+	t->ck.rc = 0;
+	t->ck.r = r;
+	memcpy(t->ck.path, path, sizeof(path));
+}
+
+/* The running checkpoint's next snapshot step, when the pacer lets it;
+ * its request ends once the writer renamed the file into place. */
+static unsigned ckpt_pump(struct pst_table *t, cs_ns_t now)
+{
+	cs_ns_t a;
+	int rc;
+
+	if (!t->ck.w)
+		return 0;
+	if (t->ck.snapping) {
+		if (!cs_ps_snap_pace_due(&t->ck.pace, now))
+			return 0;
+		a = cs_lcore_now();
+		rc = cs_ps_store_snap_step(t->st, t->ck.pace.rows);
+		cs_ps_snap_pace_done(&t->ck.pace, a, cs_lcore_now(),
+				     cs_ps_ckpt_queued(t->ck.w),
+				     PST_CKPT_QUEUED_MAX);
+		if (rc == 1)
+			return 1;
+		t->ck.snapping = false; /* ended: the sink was told */
+		t->ck.rc = rc;
+	}
+	if (!cs_ps_ckpt_done(t->ck.w))
+		return 0;
+	rc = cs_ps_ckpt_wait(t->ck.w);
+	t->ck.w = NULL;
+	if (!rc)
+		rc = t->ck.rc;
+	if (rc)
+		CS_WARN("table %s: checkpoint to %s failed: %s", t->key,
+			t->ck.path, cs_strerror(rc));
+	else
+		CS_INFO("table %s: checkpoint %s written: clock %" PRIu64
+			", %" PRIu64 " paced steps (the last of %u rows), "
+			"held %" PRIu64 " times by the writer",
+			t->key, t->ck.path, t->ck.clock, t->ck.pace.steps,
+			t->ck.pace.rows, t->ck.pace.held);
+	ctl_finish(t, t->ck.r, rc, true, t->ck.clock);
+	t->ck.r = NULL;
+	return 1;
+}
+
+/* The flow ended with a checkpoint running (IPC side, the lcore let go):
+ * the snapshot is finished here, the writer waited for, and the request
+ * ends with the flow's error. */
+static void ckpt_abandon(struct pst_table *t)
+{
+	if (!t->ck.w)
+		return;
+	while (t->ck.snapping && cs_ps_store_snap_step(t->st, UINT32_MAX) == 1)
+		;
+	t->ck.snapping = false;
+	(void)cs_ps_ckpt_wait(t->ck.w);
+	t->ck.w = NULL;
+	if (t->ck.r) /* (freed there if its trainer is gone) */
+		req_finish(t->ck.r, t->err, t->culprit);
+	t->ck.r = NULL;
+}
+
+/*
+ * Load this shard from its file. Runs on the lcore (the store is its),
+ * right after create: the file is read whole (one io_uring read loop)
+ * before any row is loaded, so the table is left empty if it is refused.
+ */
+static void restore_run(struct pst_table *t, struct cs_ipc_ps_req *r)
+{
+	char path[PATH_MAX];
+	int rc;
+
+	if (t->ck.w) {
+		ctl_finish(t, r, -EBUSY, true, 0);
+		return;
+	}
+	rc = ckpt_path(t, r->path, path, sizeof(path));
+	if (!rc)
+		rc = cs_ps_ckpt_restore(t->st, PST_TABLE, path);
+	if (rc)
+		CS_WARN("table %s: restore from %s refused: %s", t->key, path,
+			cs_strerror(rc));
+	else
+		CS_INFO("table %s: restored from %s at clock %" PRIu64, t->key,
+			path, cs_ps_store_clock(t->st, PST_TABLE));
+	ctl_finish(t, r, rc, true,
+		   rc ? 0 : cs_ps_store_clock(t->st, PST_TABLE));
+}
+
+/* A checkpoint or restore request of rank r->wrank. */
+static void ctl_issue(struct pst_table *t, struct cs_ipc_ps_req *r)
+{
+	if (!worker_of(t, r->wrank)) { /* the rank closed the table */
+		req_finish(r, CS_ERR_CANCELLED, UINT32_MAX);
+		t->wake = true;
+		return;
+	}
+	if (!pst_driver(t, r->wrank))
+		ctl_finish(t, r, 0, false, 0);
+	else if (r->ctl == CS_IPC_PS_CTL_CKPT)
+		ckpt_begin(t, r);
+	else
+		restore_run(t, r);
+}
+
 /* Hand @r to its worker engine. */
 static void req_issue(struct pst_table *t, struct cs_ipc_ps_req *r, cs_ns_t now)
 {
@@ -188,6 +420,10 @@ static void req_issue(struct pst_table *t, struct cs_ipc_ps_req *r, cs_ns_t now)
 	struct pst_op *o;
 	int ret;
 
+	if (r->ctl) {
+		ctl_issue(t, r);
+		return;
+	}
 	if (!w) { /* the rank closed the table meanwhile */
 		req_finish(r, CS_ERR_CANCELLED, UINT32_MAX);
 		t->wake = true;
@@ -331,6 +567,7 @@ static unsigned pst_poll(void *arg, cs_ns_t now)
 	for (struct pst_worker *w = t->workers; w; w = w->next)
 		cs_ps_worker_tick(w->w, now);
 	table_deadlines(t, now);
+	work += ckpt_pump(t, now);
 	if (t->wake) {
 		t->wake = false;
 		cs_core_svc_wake_ipc(t->p->core);
@@ -372,6 +609,7 @@ static void table_teardown(struct pst_table *t)
 {
 	struct cs_ipc_ps_req *r, *nx;
 
+	ckpt_abandon(t);
 	for (r = t->inq; r; r = nx) {
 		nx = r->next;
 		if (atomic_load(&r->state) == CS_IPC_PS_ORPHAN)
@@ -418,6 +656,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 		return -ENOMEM;
 	t->p = p;
 	snprintf(t->key, sizeof(t->key), "%s", key);
+	snprintf(t->name, sizeof(t->name), "%s", o->name);
 	t->spec = *spec;
 	t->local_only = o->size == o->local_size || npeers < 2;
 	t->n = t->local_only ? 1 : npeers;
@@ -695,6 +934,7 @@ int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out)
 	if (!p)
 		return -ENOMEM;
 	p->core = cs_ar_svc_core(svc);
+	p->ckpt_share = cs_ar_svc_pst_cfg(svc)->ckpt_share;
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;

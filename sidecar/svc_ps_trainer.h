@@ -23,6 +23,7 @@
 #define CS_SIDECAR_SVC_PS_TRAINER_H
 
 #include "control/ipc/ipc_ps.h"
+#include "internal/config.h"
 
 struct cs_core_svc;
 struct cs_pst;
@@ -32,12 +33,23 @@ struct cs_pst;
 #define CS_PST_GROUP 10u
 #define CS_PST_GROUP_LOCAL 11u
 
+/* Tunables of trainer tables (config table cs_pst_cfg). */
+struct cs_pst_cfg {
+	/* share of the lcore's time a checkpoint's snapshot steps may take
+	 * (struct cs_ps_snap_pace), in (0, 1] */
+	double ckpt_share;
+};
+extern const struct cs_cfg_entry cs_pst_cfg[];
+extern const size_t cs_pst_cfg_len;
+
 /* The IPC server's backend (ctx: the struct cs_pst). */
 extern const struct cs_ipc_ps_ops cs_pst_ipc_ops;
 
 /* For the collective service @svc's core. Returns 0 or -ENOMEM. */
 struct cs_ar_svc;
 int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out);
+/* The service's trainer-table settings (service.c). */
+const struct cs_pst_cfg *cs_ar_svc_pst_cfg(struct cs_ar_svc *s);
 /* After the IPC server is gone: ends every table's flow (waits for its
  * lcore to let go of it) and frees the tables. */
 void cs_pst_destroy(struct cs_pst *p);

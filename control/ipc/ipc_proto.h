@@ -66,6 +66,34 @@ enum cs_ipc_opcode {
  */
 #define CS_IPC_OP_PS_PUSH 24u
 #define CS_IPC_OP_PS_PULL 25u
+/*
+ * A table's checkpoint and restore (docs/ps.md, "Trainer API"): @group
+ * the table handle, @count the bytes of a directory's path (its NUL
+ * included, at most CS_IPC_PS_PATH_MAX) at @send_seg/@send_off, and
+ * CS_IPC_PS_CTL_RESULT bytes (8-aligned) at @recv_seg/@recv_off where the
+ * sidecar writes the outcome (struct cs_ipc_ps_ctl_result) before it
+ * completes the descriptor with status 0; @dtype, @root, @redop, @flags,
+ * @reserved0 and @reserved1 0.
+ */
+#define CS_IPC_OP_PS_CKPT 28u
+#define CS_IPC_OP_PS_RESTORE 29u
+#define CS_IPC_PS_PATH_MAX 4000u
+
+/*
+ * The outcome of CS_IPC_OP_PS_CKPT / _RESTORE, made to be allreduced (max)
+ * over the group as it is: @err is 0, or (positive errno << 32) | the
+ * node whose shard failed; @clock the shard's clock (the snapshot's, or
+ * the restored one) and @nclock its negation, both INT64_MIN from a rank
+ * that does not drive its node's shard (only the lowest local rank does).
+ */
+struct cs_ipc_ps_ctl_result {
+	int64_t err;
+	int64_t clock;
+	int64_t nclock;
+};
+#define CS_IPC_PS_CTL_RESULT 24u
+static_assert(sizeof(struct cs_ipc_ps_ctl_result) == CS_IPC_PS_CTL_RESULT,
+	      "the control result's layout");
 
 /*
  * Point-to-point (control/ipc/ipc_p2p.c), not matched across ranks either:

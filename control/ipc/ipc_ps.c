@@ -41,7 +41,8 @@ struct cs_ipc_ps {
 
 bool cs_ipc_ps_is_op(uint8_t op)
 {
-	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL;
+	return op == CS_IPC_OP_PS_PUSH || op == CS_IPC_OP_PS_PULL ||
+	       op == CS_IPC_OP_PS_CKPT || op == CS_IPC_OP_PS_RESTORE;
 }
 
 int cs_ipc_server_set_ps(struct cs_ipc_server *s,
@@ -65,6 +66,7 @@ void cs_ipc_ps_req_free(struct cs_ipc_ps_req *r)
 		return;
 	free(r->keys);
 	free(r->rows);
+	free(r->path);
 	free(r);
 }
 
@@ -123,6 +125,49 @@ static unsigned check_desc(struct cs_ipc_server *s, struct trainer *t,
 	return *rows ? 0 : CS_IPC_BAD_RECV_RANGE;
 }
 
+/* A checkpoint's or restore's descriptor: the path is read once (a
+ * NUL-terminated string of d->count bytes); the result's room is held.
+ * Returns 0, an enum cs_ipc_bad, or -ENOMEM. */
+static int ctl_take(struct cs_ipc_server *s, struct trainer *t,
+		    const struct cs_ipc_sqe *d, struct cs_ipc_ps_req *r)
+{
+	const char *path;
+
+	if (d->flags || d->redop || d->reserved0 || d->reserved1 || d->dtype ||
+	    d->root)
+		return CS_IPC_BAD_FLAGS;
+	if (d->count < 2 || d->count > CS_IPC_PS_PATH_MAX)
+		return CS_IPC_BAD_COUNT;
+	path = (const char *)cs__ipc_seg(s, t, d->send_seg, d->send_off,
+					 d->count, false);
+	if (!path)
+		return cs__ipc_seg(s, t, d->send_seg, 0, 0, false)
+			       ? CS_IPC_BAD_SEND_RANGE
+			       : CS_IPC_BAD_SEND_SEG;
+	if (d->recv_off % sizeof(int64_t))
+		return CS_IPC_BAD_ALIGN;
+	if (!cs__ipc_seg(s, t, d->recv_seg, d->recv_off, CS_IPC_PS_CTL_RESULT,
+			 false))
+		return cs__ipc_seg(s, t, d->recv_seg, 0, 0, false)
+			       ? CS_IPC_BAD_RECV_RANGE
+			       : CS_IPC_BAD_RECV_SEG;
+	r->path = malloc(d->count);
+	r->rows = calloc(1, CS_IPC_PS_CTL_RESULT);
+	if (!r->path || !r->rows)
+		return -ENOMEM;
+	/* one copy: the trainer may change its buffer meanwhile */
+	memcpy(r->path, path, d->count);
+	if (strnlen(r->path, d->count) != d->count - 1)
+		return CS_IPC_BAD_COUNT; /* not one string of count bytes */
+	r->ctl = d->op == CS_IPC_OP_PS_CKPT ? CS_IPC_PS_CTL_CKPT
+					    : CS_IPC_PS_CTL_RESTORE;
+	r->rows_len = CS_IPC_PS_CTL_RESULT;
+	r->recv =
+		cs__ipc_seg(s, t, d->recv_seg, d->recv_off, r->rows_len, true);
+	r->recv_seg = d->recv_seg;
+	return 0;
+}
+
 void cs_ipc_ps_take(struct cs_ipc_server *s, struct trainer *t,
 		    const struct cs_ipc_sqe *d)
 {
@@ -148,6 +193,23 @@ void cs_ipc_ps_take(struct cs_ipc_server *s, struct trainer *t,
 		cs__ipc_complete(s, t, d->user_id, mi.fail_status,
 				 mi.fail_detail, mi.fail_peer, mi.fail_aux);
 		return;
+	}
+	if (d->op == CS_IPC_OP_PS_CKPT || d->op == CS_IPC_OP_PS_RESTORE) {
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			goto out_nomem;
+		atomic_init(&r->state, CS_IPC_PS_QUEUED);
+		r->wrank = h->wrank;
+		ret = ctl_take(s, t, d, r);
+		if (ret < 0)
+			goto out_nomem;
+		if (ret) {
+			cs_ipc_ps_req_free(r);
+			cs__ipc_complete(s, t, d->user_id, CS_ERR_BAD_DESC,
+					 (unsigned)ret, -1, 0);
+			return;
+		}
+		goto submit;
 	}
 	bad = check_desc(s, t, h, d, &keys, &rows);
 	if (bad) {
@@ -186,12 +248,13 @@ void cs_ipc_ps_take(struct cs_ipc_server *s, struct trainer *t,
 	} else if (r->rows_len) {
 		memcpy(r->rows, rows, r->rows_len);
 	}
+submit:
 	r->t = t;
 	r->group = h->group;
 	r->user_id = d->user_id;
 	ret = ps->ops->submit(ps->ctx, h->table, r);
 	if (ret) {
-		if (r->pull)
+		if (r->pull || r->ctl)
 			cs__ipc_seg_put(s, t, r->recv_seg);
 		cs_ipc_ps_req_free(r);
 		cs__ipc_complete(s, t, d->user_id, ret, 0, -1, 0);
@@ -229,7 +292,7 @@ unsigned cs_ipc_ps_poll(struct cs_ipc_server *s)
 				continue;
 			}
 			*pp = r->srv_next;
-			if (r->pull)
+			if (r->pull || r->ctl)
 				cs__ipc_seg_put(s, r->t, r->recv_seg);
 			cs__ipc_complete(s, r->t, r->user_id, mi.fail_status,
 					 mi.fail_detail, mi.fail_peer,
@@ -239,7 +302,7 @@ unsigned cs_ipc_ps_poll(struct cs_ipc_server *s)
 			continue;
 		}
 		*pp = r->srv_next;
-		if (r->pull) {
+		if (r->pull || r->ctl) {
 			if (!r->status && r->rows)
 				memcpy(r->recv, r->rows, r->rows_len);
 			cs__ipc_seg_put(s, r->t, r->recv_seg);

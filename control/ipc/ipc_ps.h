@@ -2,7 +2,9 @@
 /*
  * Parameter-server tables for trainers, the IPC side (ipc_ps.c): the
  * CS_IPC_MSG_PS_CREATE / _DESTROY messages and the CS_IPC_OP_PS_PUSH /
- * _PULL descriptors of control/ipc/ipc_proto.h.
+ * _PULL / _CKPT / _RESTORE descriptors of control/ipc/ipc_proto.h (a
+ * checkpoint's or restore's directory is copied like keys, its result
+ * written back like a pull's rows).
  *
  * A trainer opens a table for its rank of a group; the server validates
  * every descriptor against the table (rows of the table's type and size,
@@ -36,10 +38,21 @@ enum {
 	CS_IPC_PS_ORPHAN = 2, /* its trainer is gone: the backend's to free */
 };
 
-/* One push or pull, owned as the state says. */
+/* What a request is besides a push or pull (cs_ipc_ps_req.ctl). */
+enum {
+	CS_IPC_PS_CTL_NONE = 0,
+	CS_IPC_PS_CTL_CKPT = 1, /* checkpoint the shard to @path */
+	CS_IPC_PS_CTL_RESTORE = 2, /* load the shard from @path */
+};
+
+/* One push or pull (or checkpoint, restore), owned as the state says. */
 struct cs_ipc_ps_req {
 	_Atomic int state;
 	bool pull;
+	uint8_t ctl; /* CS_IPC_PS_CTL_*: then @path is the directory and
+		      * @rows a struct cs_ipc_ps_ctl_result, written by the
+		      * backend, copied to @recv like a pull's rows */
+	char *path;
 	uint32_t wrank; /* the trainer's rank: its worker */
 	uint64_t clock; /* push: version; pull: clock */
 	uint32_t n; /* keys */

@@ -6,8 +6,9 @@
  * collectives/ps/ (they are what a table is). The functions of the second
  * half create tables on a group, push sparse gradients and pull rows
  * through the local sidecar, which carries them to the owning shards on
- * its transport core (docs/ps.md, "Trainer API"). Checkpoints and the SSD
- * tier are not reachable from trainers yet.
+ * its transport core (docs/ps.md, "Trainer API"); cs_ps_checkpoint() writes
+ * every shard to a file and cs_ps_table_restore() loads a new table from
+ * them. The SSD tier is not reachable from trainers yet.
  *
  *	struct cs_ps_table_attr a;
  *	struct cs_ps_table *t;
@@ -182,6 +183,57 @@ int cs_ps_push(struct cs_ps_table *t, uint64_t version, const uint64_t *keys,
  */
 int cs_ps_pull(struct cs_ps_table *t, uint64_t clock, const uint64_t *keys,
 	       size_t n, void *rows, cs_req_t *req);
+
+/**
+ * cs_ps_checkpoint - write the table to files, collectively
+ * @t: table: every rank of its group calls it (in the same order as its
+ *	other operations on the group, none of which may be posted until
+ *	this one completed)
+ * @dir: an existing, writable directory, the same on every rank (a shared
+ *	file system is not needed: each node writes its own shard)
+ * @req: out: completes (cs_wait) once every shard's file is in place, or
+ *	on every rank with a failed shard's error (the largest errno of
+ *	those that failed; cs_errmsg() names the directory, the node and
+ *	the reason: -ENOENT, -ENOTDIR, -EACCES ... for @dir, -EBUSY)
+ *
+ * A barrier first: the checkpoint holds every push completed by any rank
+ * before every rank called it (sync: the versions complete by then; pull
+ * at the next clock first to make sure they were applied). Then the lowest
+ * rank of each node drives its node's shard: the sidecar copies it out in
+ * paced steps on the lcore that serves the table (at most ps.ckpt_share
+ * of its time) while pushes and pulls go on, and a writer thread writes
+ * <dir>/<table name>.shard<S>.ckpt (S: the shard, the node of a group
+ * spanning nodes, 0 for a group on one node) as <file>.tmp, fsyncs it and
+ * renames it into place; a failure leaves the previous file. A push
+ * posted before the request completed may or may not be in it. @t must
+ * not be destroyed before it completed.
+ * Returns: 0, -EBUSY (this rank's previous checkpoint or restore of @t has
+ * not completed), -EINVAL, -ENAMETOOLONG, -EAGAIN, -ENOTCONN.
+ */
+int cs_ps_checkpoint(struct cs_ps_table *t, const char *dir, cs_req_t *req);
+
+/**
+ * cs_ps_table_restore - load a new table from cs_ps_checkpoint()'s files,
+ *	collectively
+ * @t: a table just created (no push or pull yet) with the attributes, the
+ *	group size and the node layout of the one checkpointed
+ * @dir: where the files are
+ * @req: out: completes once every shard is loaded, or with a failed
+ *	shard's error, as cs_ps_checkpoint(): -ENOENT (a shard's file is missing), -EINVAL (the file is of
+ *	another table: dim, dtype, key range or optimizer), -EBADMSG (a
+ *	damaged file, or shards of different checkpoints), -EEXIST (the
+ *	table has rows already); cs_errmsg() names the directory and node
+ *
+ * A refused file loads nothing on its shard; other shards may have loaded
+ * theirs: destroy the table and create it again. After it completed,
+ * cs_ps_table_clock() is the checkpoint's clock: in sync and ssp, workers
+ * push versions from there on.
+ * Returns: as cs_ps_checkpoint().
+ */
+int cs_ps_table_restore(struct cs_ps_table *t, const char *dir, cs_req_t *req);
+
+/* The clock @t was restored at (0 for a table not restored). */
+uint64_t cs_ps_table_clock(const struct cs_ps_table *t);
 
 /* Values per row, element type and bytes per row of @t. */
 uint32_t cs_ps_table_dim(const struct cs_ps_table *t);

@@ -7,7 +7,9 @@
                      lr=0.05, mode="sync")
     rows = emb.pull(keys)            # numpy (n, dim), at this worker's clock
     emb.push(keys, grads)            # version = this worker's clock, then +1
+    emb.checkpoint("/ckpt")          # every shard to /ckpt/emb.shard<S>.ckpt
     emb.destroy()
+    emb = g.ps_table("emb", ..., restore="/ckpt")   # loaded; emb.clock set
 
 Every rank of the group creates the table (collectively, with the same
 arguments) and is one of its workers. `pull(keys)` asks at the worker's
@@ -17,6 +19,11 @@ without waiting and return a Request (`ipull(...).wait()` returns the
 rows). Keys and rows are copied into shared buffers of the table (numpy
 in, numpy out); the sidecar copies them once more when it takes the
 request.
+
+`checkpoint(dir)` (collective) writes every shard's file and returns once
+all are in place (`icheckpoint` posts it); `restore=dir` at creation (or
+`restore(dir)` before any push) loads them into the new table and sets
+the worker's clock to the checkpoint's (docs/ps.md, "Trainer API").
 """
 
 import ctypes
@@ -67,6 +74,14 @@ def _bind():
         "cs_ps_push": (i, [p, u64, p, p, sz, ctypes.POINTER(u64)]),
         "cs_ps_pull": (i, [p, u64, p, sz, p, ctypes.POINTER(u64)]),
     }
+    if hasattr(_lib, "cs_ps_checkpoint"):
+        sigs.update({
+            "cs_ps_checkpoint": (i, [p, ctypes.c_char_p,
+                                     ctypes.POINTER(u64)]),
+            "cs_ps_table_restore": (i, [p, ctypes.c_char_p,
+                                        ctypes.POINTER(u64)]),
+            "cs_ps_table_clock": (u64, [p]),
+        })
     for fn, (res, args) in sigs.items():
         f = getattr(_lib, fn)
         f.restype = res
@@ -121,6 +136,20 @@ class _PushRequest(Request):
             self._slot.busy = False
 
 
+class _CtlRequest(Request):
+    """A posted checkpoint or restore (a restore sets the table's clock
+    to the checkpoint's when it finished well)."""
+
+    def __init__(self, table, req, restore):
+        super().__init__(table._c, req, ())
+        self._t, self._restore = table, restore
+
+    def _finish(self, ret):
+        super()._finish(ret)
+        if self._restore:
+            self._t.clock = int(_lib.cs_ps_table_clock(self._t._h))
+
+
 class Table:
     """A parameter-server table of `key_max` rows of `dim` values (see the
     module's doc). Created by Group.ps_table()."""
@@ -128,7 +157,8 @@ class Table:
     def __init__(self, group, name, dim, key_max, dtype="f32", mode="sync",
                  optimizer="sgd", lr=0.01, momentum=None, beta1=None,
                  beta2=None, eps=None, initial_acc=None, init="zero",
-                 init_scale=0.0, seed=0, max_keys=65536, max_inflight=4):
+                 init_scale=0.0, seed=0, max_keys=65536, max_inflight=4,
+                 restore=None):
         if not _HAVE:
             raise CollstackError(-95, "libcollstack has no PS tables")
         if dtype not in _ROW_NUMPY:
@@ -165,6 +195,12 @@ class Table:
                                                ctypes.byref(h)))
         self._h = h
         self._slots = []
+        if restore is not None:
+            try:
+                self.restore(restore)
+            except BaseException:
+                self.destroy()
+                raise
 
     def _slot(self, n):
         if n > self.max_keys:
@@ -231,6 +267,32 @@ class Table:
     def pull(self, keys, clock=None):
         """Pull and wait: the rows, numpy (n x dim)."""
         return self.ipull(keys, clock).wait()
+
+    def _ctl(self, fn, path, restore):
+        if not hasattr(_lib, "cs_ps_checkpoint"):
+            raise CollstackError(-95, "libcollstack has no PS checkpoints")
+        req = ctypes.c_uint64()
+        ret = fn(self._h, str(path).encode(), ctypes.byref(req))
+        if ret:
+            raise CollstackError(ret, self._c.errmsg())
+        return _CtlRequest(self, req.value, restore)
+
+    def icheckpoint(self, path):
+        """Post a checkpoint of every shard into directory `path`
+        (collective: every rank, the same path; no other operation on
+        the group until it finished); returns a Request."""
+        return self._ctl(_lib.cs_ps_checkpoint, path, False)
+
+    def checkpoint(self, path):
+        """Checkpoint and wait: every shard's file
+        (<path>/<name>.shard<S>.ckpt) is in place on return."""
+        self.icheckpoint(path).wait()
+
+    def restore(self, path):
+        """Load the table from a checkpoint in `path` (collective; right
+        after creation, before any push or pull); this worker's clock
+        becomes the checkpoint's."""
+        self._ctl(_lib.cs_ps_table_restore, path, True).wait()
 
     def destroy(self):
         """Close the table (collective: a barrier on the group first)."""

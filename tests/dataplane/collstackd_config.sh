@@ -17,7 +17,8 @@ for k in name run_dir node.rank node.peers log.level port.type port.dev \
 	 fault.dup fault.reorder fault.delay fault.corrupt fault.delay_ns \
 	 fault.reorder_depth lcore.poll lcore.cpus lcore.spin lcore.sleep \
 	 lcore.pin lcore.yield lcore.spin_wake ipc.idle_spin ipc.on_lcore \
-	 rel.window rel.rto_min cc.enable coll.channels coll.chunk; do
+	 rel.window rel.rto_min cc.enable coll.channels coll.chunk \
+	 ps.ckpt_share; do
 	grep -q "^  $k " <<<"$help" || fail "key $k missing from --help-config"
 done
 
@@ -27,6 +28,8 @@ out=$("$D" --set port.mtu=100 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "port.mtu" <<<"$out" || fail "out of range: rc $rc, '$out'"
 out=$("$D" --set port.afp_frames=8 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "port.afp_frames: 8 is neither" <<<"$out" || fail "afp_frames 8: rc $rc, '$out'"
+out=$("$D" --set ps.ckpt_share=0 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "ps.ckpt_share" <<<"$out" || fail "ckpt_share 0: rc $rc, '$out'"
 out=$("$D" --set fault.drop=abc 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "fault.drop" <<<"$out" || fail "bad value: rc $rc, '$out'"
 # string keys with a fixed set of values

@@ -45,12 +45,34 @@
  *	flight. Every other rank's pull must end with an error within 60 s
  *	(not hang). Prints "ps_trainer died_ok rank=R err=E msg=...".
  *
+ *   cs-trainer-ps ckpt DIR
+ *	(DIR: an existing, empty directory seen by every node) Table "ck"
+ *	(600 rows of 4 f32, sync, SGD lr 0.5, constant 1): versions 0..4
+ *	pushed, every row pulled at clock 5 (the rows at checkpoint time),
+ *	cs_ps_checkpoint to DIR/ok; a second one posted before the first
+ *	completed is refused -EBUSY; a checkpoint to DIR/missing (no such
+ *	directory) ends -ENOENT and one to DIR/file/x (a file in the way)
+ *	-ENOTDIR, each message naming the directory; version 5 pushed and
+ *	pulled at clock 6 (the rows after it), versions 6..9 pushed (the
+ *	sidecar served on). A new "ck" restored from DIR/ok: its clock is 5,
+ *	every row pulled at clock 5 equals the rows at checkpoint time, bit
+ *	for bit, and version 5 pushed again gives the same rows after it.
+ *	Then restores refused: a table of another dim (-EINVAL), a table
+ *	with no file (-ENOENT), the files with one byte flipped (DIR/bad,
+ *	-EBADMSG), a checkpoint of a table named "sub/ck" (-EINVAL);
+ *	descriptors of a hostile trainer (a path without its
+ *	NUL, a misaligned or foreign result buffer, a dtype) refused as bad
+ *	descriptors; a table created after them works. Prints
+ *	"ps_trainer ckpt_ok rank=R clock=5 rows=600 equal=600".
+ *
  * Exit 0 on success, 1 on a failed check, 2 on usage.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "client/client_internal.h"
@@ -507,6 +529,285 @@ static int die(int who)
 	return 0;
 }
 
+#define CK_ROWS 600u
+#define CK_DIM 4u
+#define CK_KPP 40u
+
+/* Rank @r's push of version @v to "ck": keys and gradients. */
+static void ck_push_rows(uint32_t v, uint64_t *keys, float *rows)
+{
+	step_keys(rank, v, CK_KPP, CK_ROWS, keys);
+	for (uint32_t i = 0; i < CK_KPP; i++)
+		for (uint32_t j = 0; j < CK_DIM; j++)
+			rows[i * CK_DIM + j] = grad(rank, v, keys[i], j);
+}
+
+static int ck_create(const char *name, uint32_t dim, struct cs_ps_table **t)
+{
+	struct cs_ps_table_attr a;
+	int ret;
+
+	cs_ps_table_attr_init(&a, dim, CK_ROWS, CS_PS_OPT_SGD);
+	a.opt.lr = 0.5f;
+	a.init.kind = CS_PS_INIT_CONST;
+	a.init.scale = 1.0f;
+	ret = cs_ps_table_create(g, name, &a, t);
+	return ret ? fail("create", ret) : 0;
+}
+
+/* Push versions [v0, v1) of this rank. */
+static int ck_push(struct cs_ps_table *t, uint32_t v0, uint32_t v1,
+		   uint64_t *keys, float *rows)
+{
+	cs_req_t r;
+	int ret;
+
+	for (uint32_t v = v0; v < v1; v++) {
+		ck_push_rows(v, keys, rows);
+		ret = cs_ps_push(t, v, keys, rows, CK_KPP, &r);
+		if (ret || wait_ok(r, "push"))
+			return ret ? fail("push", ret) : 1;
+	}
+	return 0;
+}
+
+/* Every row at @clock into @out. */
+static int ck_pull_all(struct cs_ps_table *t, uint64_t clock, uint64_t *keys,
+		       float *rows, float *out)
+{
+	cs_req_t r;
+	int ret;
+
+	for (uint32_t i = 0; i < CK_ROWS; i += CK_KPP) {
+		for (uint32_t j = 0; j < CK_KPP; j++)
+			keys[j] = i + j;
+		ret = cs_ps_pull(t, clock, keys, CK_KPP, rows, &r);
+		if (ret || wait_ok(r, "pull"))
+			return ret ? fail("pull", ret) : 1;
+		memcpy(out + (size_t)i * CK_DIM, rows,
+		       CK_KPP * CK_DIM * sizeof(float));
+	}
+	return 0;
+}
+
+/* A checkpoint or restore that must fail with @want, its message naming
+ * @dir and containing @why. */
+static int ck_refused(struct cs_ps_table *t, bool ckpt, const char *dir,
+		      int want, const char *why, const char *what)
+{
+	cs_req_t r;
+	int ret = ckpt ? cs_ps_checkpoint(t, dir, &r)
+		       : cs_ps_table_restore(t, dir, &r);
+
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret != want || !strstr(cs_errmsg(c), dir) ||
+	    !strstr(cs_errmsg(c), why)) {
+		printf("ps_trainer FAIL rank=%d ckpt %s: got %s (want %s): "
+		       "%s\n",
+		       rank, what, cs_strerror(ret), cs_strerror(want),
+		       cs_errmsg(c));
+		return 1;
+	}
+	printf("  %s: %s\n", what, cs_errmsg(c));
+	return 0;
+}
+
+/* Rank 0: DIR/bad holds DIR/ok's files with their last byte flipped. */
+static int ck_corrupt(const char *dir)
+{
+	char from[512], to[512];
+	static uint8_t buf[1 << 20];
+
+	snprintf(to, sizeof(to), "%s/bad", dir);
+	if (mkdir(to, 0700) && errno != EEXIST)
+		return -errno;
+	for (int s = 0; s < 64; s++) {
+		FILE *f, *o;
+		size_t n;
+
+		snprintf(from, sizeof(from), "%s/ok/ck.shard%d.ckpt", dir, s);
+		snprintf(to, sizeof(to), "%s/bad/ck.shard%d.ckpt", dir, s);
+		f = fopen(from, "rb");
+		if (!f)
+			continue;
+		n = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		if (!n || n == sizeof(buf))
+			return -EFBIG;
+		buf[n - 1] ^= 0x40; /* a record's byte: its checksum fails */
+		o = fopen(to, "wb");
+		if (!o || fwrite(buf, 1, n, o) != n)
+			return -EIO;
+		fclose(o);
+	}
+	return 0;
+}
+
+static int ckpt(const char *dir)
+{
+	char ok[256], missing[256], notdir[256], bad[256];
+	float *snap, *after5, *got;
+	struct cs_ps_table *t;
+	uint64_t *keys;
+	float *rows;
+	struct cs_buf *b;
+	cs_req_t r, r2;
+	uint32_t equal = 0;
+	int ret;
+
+	snprintf(ok, sizeof(ok), "%s/ok", dir);
+	snprintf(missing, sizeof(missing), "%s/missing", dir);
+	snprintf(notdir, sizeof(notdir), "%s/file/x", dir);
+	snprintf(bad, sizeof(bad), "%s/bad", dir);
+	ret = cs_buf_alloc(c, CK_KPP * (8 + 4 * CK_DIM), &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + CK_KPP);
+	snap = calloc(3 * CK_ROWS * CK_DIM, sizeof(float));
+	if (!snap)
+		return fail("memory", -ENOMEM);
+	after5 = snap + CK_ROWS * CK_DIM;
+	got = after5 + CK_ROWS * CK_DIM;
+	if (rank == 0) {
+		int fd;
+
+		snprintf(bad, sizeof(bad), "%s/file", dir);
+		fd = open(bad, O_CREAT | O_WRONLY, 0600);
+		if (fd < 0 || (mkdir(ok, 0700) && errno != EEXIST))
+			return fail("test directories", -errno);
+		close(fd);
+		snprintf(bad, sizeof(bad), "%s/bad", dir);
+	}
+	if (ck_create("ck", CK_DIM, &t) || ck_push(t, 0, 5, keys, rows) ||
+	    ck_pull_all(t, 5, keys, rows, snap))
+		return 1;
+	ret = cs_ps_checkpoint(t, ok, &r);
+	if (ret)
+		return fail("checkpoint", ret);
+	ret = cs_ps_checkpoint(t, ok, &r2);
+	if (ret != -EBUSY) {
+		printf("ps_trainer FAIL rank=%d ckpt: a second checkpoint "
+		       "while one runs: %s, want busy\n",
+		       rank, cs_strerror(ret));
+		return 1;
+	}
+	printf("  second checkpoint: %s\n", cs_errmsg(c));
+	if (wait_ok(r, "checkpoint"))
+		return 1;
+	if (ck_refused(t, true, missing, -ENOENT, "No such file",
+		       "checkpoint to a missing directory") ||
+	    ck_refused(t, true, notdir, -ENOTDIR, "Not a directory",
+		       "checkpoint under a file"))
+		return 1;
+	if (ck_push(t, 5, 6, keys, rows) ||
+	    ck_pull_all(t, 6, keys, rows, after5) ||
+	    ck_push(t, 6, 10, keys, rows) ||
+	    ck_pull_all(t, 10, keys, rows, got))
+		return 1;
+	if (!memcmp(got, snap, CK_ROWS * CK_DIM * sizeof(float))) {
+		printf("ps_trainer FAIL rank=%d ckpt: the table did not move "
+		       "after the checkpoint\n",
+		       rank);
+		return 1;
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	/* a new table from the files */
+	if (ck_create("ck", CK_DIM, &t))
+		return 1;
+	ret = cs_ps_table_restore(t, ok, &r);
+	if (ret || wait_ok(r, "restore"))
+		return ret ? fail("restore", ret) : 1;
+	if (cs_ps_table_clock(t) != 5) {
+		printf("ps_trainer FAIL rank=%d ckpt: restored at clock %llu, "
+		       "want 5\n",
+		       rank, (unsigned long long)cs_ps_table_clock(t));
+		return 1;
+	}
+	if (ck_pull_all(t, 5, keys, rows, got))
+		return 1;
+	for (uint32_t i = 0; i < CK_ROWS; i++)
+		equal += !memcmp(got + i * CK_DIM, snap + i * CK_DIM,
+				 CK_DIM * sizeof(float));
+	if (equal != CK_ROWS) {
+		printf("ps_trainer FAIL rank=%d ckpt: %u of %u rows equal the "
+		       "rows at checkpoint time\n",
+		       rank, equal, CK_ROWS);
+		return 1;
+	}
+	if (ck_push(t, 5, 6, keys, rows) || ck_pull_all(t, 6, keys, rows, got))
+		return 1;
+	if (memcmp(got, after5, CK_ROWS * CK_DIM * sizeof(float))) {
+		printf("ps_trainer FAIL rank=%d ckpt: version 5 on the restored "
+		       "table differs from the first run's\n",
+		       rank);
+		return 1;
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	/* refused restores */
+	if (ck_create("ck", CK_DIM + 1, &t) ||
+	    ck_refused(t, false, ok, -EINVAL, "another table's",
+		       "restore of another dim") ||
+	    cs_ps_table_destroy(t))
+		return 1;
+	if (ck_create("nofile", CK_DIM, &t) ||
+	    ck_refused(t, false, ok, -ENOENT, "No such file",
+		       "restore without a file") ||
+	    cs_ps_table_destroy(t))
+		return 1;
+	if (ck_create("sub/ck", CK_DIM, &t) ||
+	    ck_refused(t, true, ok, -EINVAL, "not a file name",
+		       "checkpoint of a table named sub/ck") ||
+	    cs_ps_table_destroy(t))
+		return 1;
+	if (rank == 0) {
+		ret = ck_corrupt(dir);
+		if (ret)
+			return fail("corrupt copies", ret);
+	}
+	ret = cs_barrier(g, &r);
+	if (ret || wait_ok(r, "barrier"))
+		return ret ? fail("barrier", ret) : 1;
+	if (ck_create("ck", CK_DIM, &t) ||
+	    ck_refused(t, false, bad, -EBADMSG, "damaged",
+		       "restore of a damaged file") ||
+	    cs_ps_table_destroy(t))
+		return 1;
+	/* hostile descriptors, then the sidecar serves on */
+	if (ck_create("ck", CK_DIM, &t))
+		return 1;
+	{
+		uint32_t h = cs__ps_table_handle(t), seg = cs__buf_seg(b);
+		int n = 0;
+
+		memcpy(keys, "abcdefgh", 8); /* no NUL in its 3 bytes */
+		n += raw(CS_IPC_OP_PS_CKPT, h, 3, 0, 0, seg, 0, seg, 64,
+			 CS_IPC_BAD_COUNT, "checkpoint path without its NUL");
+		strcpy((char *)keys, "/tmp");
+		n += raw(CS_IPC_OP_PS_CKPT, h, 5, 0, 0, seg, 0, seg, 68,
+			 CS_IPC_BAD_ALIGN, "checkpoint result misaligned");
+		n += raw(CS_IPC_OP_PS_RESTORE, h, 5, 0, 0, seg, 0, seg + 5, 64,
+			 CS_IPC_BAD_RECV_SEG, "restore result outside");
+		n += raw(CS_IPC_OP_PS_CKPT, h, 5, CS_F64, 0, seg, 0, seg, 64,
+			 CS_IPC_BAD_FLAGS, "checkpoint with a dtype");
+		if (n)
+			return 1;
+	}
+	if (ck_push(t, 0, 1, keys, rows) ||
+	    ck_pull_all(t, 1, keys, rows, got) || cs_ps_table_destroy(t))
+		return 1;
+	printf("ps_trainer ckpt_ok rank=%d clock=5 rows=%u equal=%u\n", rank,
+	       CK_ROWS, equal);
+	free(snap);
+	cs_buf_free(b);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *name = "ps";
@@ -541,6 +842,8 @@ int main(int argc, char **argv)
 		ret = deadline();
 	else if (!strcmp(argv[1], "die") && argc > 2)
 		ret = die(atoi(argv[2]));
+	else if (!strcmp(argv[1], "ckpt") && argc > 2)
+		ret = ckpt(argv[2]);
 	else
 		ret = 2;
 	cs_group_leave(g);

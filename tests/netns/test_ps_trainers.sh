@@ -36,6 +36,16 @@
 #                past coll.deadline (3 s: CS_ERR_TIMEOUT, then the table
 #                goes on), a dying trainer (the other's pull ends with
 #                CS_ERR_PEER_LOST naming it), the example (where numpy is)
+#   pstr_ckpt    no root: one loop-port sidecar, two trainers:
+#                cs-trainer-ps ckpt (cs_ps_checkpoint, cs_ps_table_restore:
+#                the restored rows equal the rows at checkpoint time bit
+#                for bit; a missing directory, a file in the way, a second
+#                checkpoint, another table's file, no file, a damaged file
+#                each refused by name, the sidecar serving on); then
+#                tests/netns/ps_ckpt_check.py (table.checkpoint(dir),
+#                ps_table(..., restore=dir)) where numpy is
+#   pstr_4x1_ckpt  the same over 4 namespaces, one trainer each: 4 shards,
+#                4 files
 #
 # The namespace cases need root (skip, 77, without). CS_CLUSTER names the cluster (default:
 # q<pid digits><case digits>).
@@ -73,6 +83,61 @@ local_case() {
 	else
 		echo "(no numpy for /usr/bin/python3: example skipped)"
 	fi
+	kill -0 $pid 2>/dev/null || fail "collstackd died"
+	echo "PASS: $CASE"
+	exit 0
+}
+# ckpt_case N: cs-trainer-ps ckpt into a new folder, then its files
+ckpt_case() {
+	local ck shards=$1 f
+	# (in the loop sidecar's folder, removed at exit; else removed by
+	# the namespace cases' exit trap)
+	ck=$(mktemp -d "${dir:-/tmp}/cs-pstr-ck.XXXXXX")
+	CKDIR=$ck
+	launch "$2" "$TRAINER" ckpt "$ck"
+	want "$3" '^ps_trainer ckpt_ok rank=.* clock=5 rows=600 equal=600$'
+	for what in 'second checkpoint: .*still running' \
+		"checkpoint to a missing directory: .*'$ck/missing': node [0-9]*: No such file or directory" \
+		"checkpoint under a file: .*'$ck/file/x': node [0-9]*: Not a directory" \
+		"restore of another dim: .*'$ck/ok': node [0-9]*: the file is another table's" \
+		"restore without a file: .*'$ck/ok': node [0-9]*: No such file or directory" \
+		"restore of a damaged file: .*'$ck/bad': node [0-9]*: the file is damaged"; do
+		want "$3" "$what"
+	done
+	ls -l "$ck/ok" | sed 's/^/  /'
+	[ "$(ls "$ck/ok" | grep -c '^ck\.shard[0-9]*\.ckpt$')" = "$shards" ] ||
+		{ rm -rf "$ck"; fail "$shards shard files expected in $ck/ok"; }
+	[ -z "$(ls "$ck/ok" | grep -v '^ck\.shard[0-9]*\.ckpt$')" ] ||
+		{ rm -rf "$ck"; fail "files left in $ck/ok besides the shards'"; }
+	pyck "$2" "$3" "$ck"
+	rm -rf "$ck"
+}
+
+pyck() {	# T N DIR: ps_ckpt_check.py (the Python binding), where numpy is
+	local lib
+	lib=$(ls "$BUILD"/client/libcollstack.so 2>/dev/null) || return 0
+	/usr/bin/python3 -c "import numpy" 2>/dev/null ||
+		{ echo "(no numpy for /usr/bin/python3: ps_ckpt_check.py skipped)"; return 0; }
+	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
+		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
+		--timeout 500 --all-output -- \
+		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  /'
+	[ $rc -eq 0 ] || { rm -rf "$3"; fail "ps_ckpt_check.py: exit $rc"; }
+	[ "$(grep -o 'ps_ckpt_py ok rank=[0-9]* clock=3 rows=300' <<<"$out" |
+		wc -l)" = "$2" ] || { rm -rf "$3"; fail "$2 'ps_ckpt_py ok' expected"; }
+}
+
+# pstr_ckpt: checkpoint and restore on one loop-port sidecar
+ckpt_local_case() {
+	loop_sidecar pstr
+	ckpt_case 1 2 2
+	# the shard's 600 rows in paced steps (256 rows the first): >= 2
+	grep 'checkpoint .*/ok/ck.shard0.ckpt written' "$dir/l0.log" |
+		sed 's/^/  /'
+	grep -q 'checkpoint .*/ok/ck.shard0.ckpt written: clock 5, \([2-9]\|[1-9][0-9]\+\) paced steps' \
+		"$dir/l0.log" || fail "no checkpoint of clock 5 in 2 or more paced steps in the sidecar's log"
 	kill -0 $pid 2>/dev/null || fail "collstackd died"
 	echo "PASS: $CASE"
 	exit 0
@@ -157,6 +222,7 @@ strat() {	# T: the "ps" strategy equals allreduce (strat_ps_check.py)
 
 [ -x "$CLI" ] && [ -x "$TRAINER" ] || fail "not built: $CLI $TRAINER"
 [ "$CASE" = pstr_local ] && local_case
+[ "$CASE" = pstr_ckpt ] && ckpt_local_case
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
 for t in ip nft python3; do
 	command -v $t >/dev/null || skip "missing tool: $t"
@@ -165,9 +231,15 @@ PORT=udp	# (grep -q would end the pipe early: pipefail)
 grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
 export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
 ENV=/run/collstack/cluster-$CS_CLUSTER.env
-trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
+CKDIR=
+trap 'scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"' EXIT
 
 case $CASE in
+pstr_4x1_ckpt)
+	up 4
+	ckpt_case 4 1 4
+	alive
+	;;
 pstr_4x1)
 	up 4
 	train 1 sync
