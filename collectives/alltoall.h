@@ -61,6 +61,15 @@
  * CS_A2A_F_NODATA.
  */
 #define CS_A2A_F_RECV_DYNAMIC 0x4u
+/*
+ * Rail-aligned two-level (G > 1): node pair (a, b) is carried by G
+ * streams instead of one, local rank i of a to local rank i of b, stream
+ * i holding the blocks (a*G + j -> b*G + i), j = 0 .. G-1 (gathered from
+ * the node's send buffers, as NCCL's PXN does): every rank sends M - 1
+ * streams and receives M - 1, so all G NICs of a node carry 1/G of its
+ * traffic whatever M is, and a stream lands at its final receiver.
+ */
+#define CS_A2A_F_RAIL 0x8u
 
 #define CS_A2A_MAX_RANKS 16384
 #define CS_A2A_MAX_RPN 64 /* ranks per node */
@@ -70,6 +79,7 @@ enum cs_a2a_algo {
 	CS_A2A_AUTO = 0,
 	CS_A2A_FLAT = 1,
 	CS_A2A_TWO_LEVEL = 2,
+	CS_A2A_RAIL = 3, /* two-level with CS_A2A_F_RAIL */
 };
 
 /**

@@ -182,7 +182,7 @@ static void moe_params(const struct cs_moe *m, struct cs_a2a_params *p,
 	p->ranks_per_node = m->c.ranks_per_node;
 	p->esz = (uint32_t)row;
 	p->mtu_payload = m->c.mtu_payload;
-	p->flags = m->c.flags & CS_A2A_F_NO_BUCKET;
+	p->flags = m->c.flags & (CS_A2A_F_NO_BUCKET | CS_A2A_F_RAIL);
 	p->group = m->c.group;
 	p->epoch = m->c.epoch;
 	p->op_id = op;

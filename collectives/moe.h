@@ -38,7 +38,7 @@
  * @topk: K
  * @experts: E
  * @expert_rank: [E] the rank holding each expert
- * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET), @group, @epoch
+ * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET, CS_A2A_F_RAIL), @group, @epoch
  * @op_dispatch, @op_combine: the two operations' ids
  */
 struct cs_moe_cfg {

@@ -38,6 +38,7 @@ struct mo {
 	const struct cs_moe_sim_cfg *cfg;
 	struct cs_sim *sim;
 	uint32_t n, G;
+	bool rail; /* CS_A2A_RAIL */
 	uint32_t *erank;
 	struct mo_rank *rk;
 	struct cs_a2a_node **node[2]; /* [n / G] per op */
@@ -45,6 +46,7 @@ struct mo {
 	uint32_t ndone, nfailed, ndisp;
 	cs_ns_t t_disp, t_end;
 	uint64_t wrong, checked, rows;
+	uint64_t *busy0, *bytes0; /* [2n] NIC links at dispatch's end */
 	char first[200];
 };
 
@@ -262,6 +264,35 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 			     cs_sim_now(m->sim));
 }
 
+/* NIC link @i of the 2n (rank -> switch, then switch -> rank) */
+static const struct cs_sim_link_stats *mo_link(const struct mo *m, uint32_t i)
+{
+	uint32_t sw = cs_sim_nodes(m->sim) - 1, r = m->rk[i % m->n].id;
+	int l = i < m->n ? cs_sim_link_find(m->sim, r, sw)
+			 : cs_sim_link_find(m->sim, sw, r);
+
+	return l >= 0 ? cs_sim_link_stats(m->sim, (uint32_t)l) : NULL;
+}
+
+/* The busiest NIC link since @busy0/@bytes0. */
+static void mo_link_max(const struct mo *m, const uint64_t *busy0,
+			const uint64_t *bytes0, uint64_t *busy, uint64_t *bytes)
+{
+	*busy = *bytes = 0;
+	for (uint32_t i = 0; i < 2 * m->n; i++) {
+		const struct cs_sim_link_stats *ls = mo_link(m, i);
+		uint64_t b;
+
+		if (!ls)
+			continue;
+		b = ls->busy_ps - busy0[i];
+		if (b > *busy) {
+			*busy = b;
+			*bytes = ls->bytes - bytes0[i];
+		}
+	}
+}
+
 static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 {
 	struct mo_rank *r = owner;
@@ -278,8 +309,16 @@ static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 		return;
 	}
 	if (r->phase++ == 0) {
-		if (++m->ndisp == m->n)
+		if (++m->ndisp == m->n) {
 			m->t_disp = cs_sim_now(m->sim);
+			for (uint32_t i = 0; i < 2 * m->n; i++) {
+				const struct cs_sim_link_stats *ls =
+					mo_link(m, i);
+
+				m->busy0[i] = ls ? ls->busy_ps : 0;
+				m->bytes0[i] = ls ? ls->bytes : 0;
+			}
+		}
 		if (!--m->node_left[b]) {
 			/* combine: set up by the node's next service */
 			m->node_left[b] = UINT32_MAX;
@@ -437,7 +476,9 @@ static int mo_setup(struct mo *m)
 				.experts = c->experts,
 				.expert_rank = m->erank,
 				.mtu_payload = nc->mtu,
-				.flags = nc->no_bucket ? CS_A2A_F_NO_BUCKET : 0,
+				.flags = (nc->no_bucket ? CS_A2A_F_NO_BUCKET
+							: 0) |
+					 (m->rail ? CS_A2A_F_RAIL : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,
@@ -487,6 +528,8 @@ static void mo_free(struct mo *m)
 	free(m->node[0]);
 	free(m->node[1]);
 	free(m->node_left);
+	free(m->busy0);
+	free(m->bytes0);
 	free(m->rk);
 	free(m->erank);
 	cs_sim_destroy(m->sim);
@@ -568,10 +611,11 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 			    : cs_a2a_choose(nc->ranks, nc->rpn,
 					    (uint64_t)c->tokens * c->hidden *
 						    4 * c->topk / nc->ranks);
-	if (res->algo == CS_A2A_TWO_LEVEL && nc->ranks / nc->rpn < 2)
+	if (res->algo != CS_A2A_FLAT && nc->ranks / nc->rpn < 2)
 		return -EINVAL;
 	m.n = nc->ranks;
-	m.G = res->algo == CS_A2A_TWO_LEVEL ? nc->rpn : 1;
+	m.G = res->algo != CS_A2A_FLAT ? nc->rpn : 1;
+	m.rail = res->algo == CS_A2A_RAIL;
 	sp.max_payload = nc->mtu;
 	ret = cs_sim_create(&m.sim, &sp);
 	if (ret)
@@ -581,7 +625,10 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	m.node[0] = calloc(m.n / m.G, sizeof(*m.node[0]));
 	m.node[1] = calloc(m.n / m.G, sizeof(*m.node[1]));
 	m.node_left = calloc(m.n / m.G, sizeof(*m.node_left));
-	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left
+	m.busy0 = calloc(2 * m.n, sizeof(*m.busy0));
+	m.bytes0 = calloc(2 * m.n, sizeof(*m.bytes0));
+	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left &&
+			      m.busy0 && m.bytes0
 		      ? mo_setup(&m)
 		      : -ENOMEM;
 	if (!ret)
@@ -600,6 +647,16 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	res->t_dispatch_ns = m.t_disp;
 	res->time_ns = m.t_end;
 	snprintf(res->first, sizeof(res->first), "%s", m.first);
+	if (m.ndisp == m.n) {
+		/* dispatch: the snapshot at its end */
+		for (uint32_t i = 0; i < 2 * m.n; i++)
+			if (m.busy0[i] > res->link_busy_ps[0]) {
+				res->link_busy_ps[0] = m.busy0[i];
+				res->link_bytes[0] = m.bytes0[i];
+			}
+		mo_link_max(&m, m.busy0, m.bytes0, &res->link_busy_ps[1],
+			    &res->link_bytes[1]);
+	}
 	for (uint32_t i = 0; i < m.n; i++) {
 		struct cs_tp_stats ts;
 		int l = cs_sim_link_find(m.sim, cs_sim_nodes(m.sim) - 1,

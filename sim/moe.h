@@ -34,6 +34,9 @@ struct cs_moe_sim_result {
 	 * of what it sends and receives, a token's row counted once per
 	 * other node it goes to); combine moves the same back */
 	uint64_t node_bytes_max;
+	/* the busiest NIC link (either direction) of each phase: its
+	 * serialization time, ps, and the frame bytes it carried */
+	uint64_t link_busy_ps[2], link_bytes[2];
 	char first[200];
 };
 
