@@ -407,7 +407,8 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 			return -ENOMEM;
 		for (uint32_t b = 0; b < nb; b++)
 			if (!nd->rail || b % G == a->me)
-				s->cnt[b] = nd->loc[b / G].sc[pnode * G + b % G];
+				s->cnt[b] =
+					nd->loc[b / G].sc[pnode * G + b % G];
 	}
 	for (uint32_t b = 0; b < nb; b++) {
 		uint32_t j = b / G, k = b % G;
