@@ -20,6 +20,8 @@ struct cs_moe {
 	const float *x, *w;
 	const int32_t *idx;
 	uint32_t n, K, H, T;
+	uint32_t G; /* ranks per node */
+	bool node_rows; /* CS_MOE_F_NODE_ROWS with G > 1 */
 	size_t drow, crow; /* row bytes */
 	/* dispatch */
 	uint64_t *dsc, *dsd;
@@ -33,6 +35,8 @@ struct cs_moe {
 	uint64_t ltotal;
 	float *lrows, *lout;
 	uint32_t *lsrc, *ltok, *lslot;
+	uint32_t *dest; /* node_rows: [T][M] the rank a token's row for
+			 * node b goes to (UINT32_MAX: none) */
 	/* combine */
 	uint64_t *csc, *csd, *crc, *crd;
 	uint8_t *csend, *crecv;
@@ -51,6 +55,20 @@ static uint32_t slot_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
 	return mask;
 }
 
+/* The slots of token @t whose experts are on node @b. */
+static uint32_t node_mask(const struct cs_moe *m, uint32_t t, uint32_t b)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t j = 0; j < m->K; j++) {
+		int32_t e = m->idx[(size_t)t * m->K + j];
+
+		if (e >= 0 && m->erank[e] / m->G == b)
+			mask |= 1u << j;
+	}
+	return mask;
+}
+
 static uint32_t *row_u32(uint8_t *base, size_t row, uint64_t i)
 {
 	return (uint32_t *)(base + i * row);
@@ -61,6 +79,7 @@ void cs_moe_free(struct cs_moe *m)
 	if (!m)
 		return;
 	free(m->erank);
+	free(m->dest);
 	free(m->dsc);
 	free(m->dsd);
 	free(m->dsend);
@@ -89,6 +108,9 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 	    c->topk > CS_MOE_MAX_TOPK || !c->hidden || !c->experts ||
 	    c->tokens > c->max_tokens || !c->expert_rank)
 		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_ROWS) &&
+	    (!c->ranks_per_node || c->nranks % c->ranks_per_node))
+		return -EINVAL;
 	for (uint32_t e = 0; e < c->experts; e++)
 		if (c->expert_rank[e] >= c->nranks)
 			return CS_ERR_BAD_DESC;
@@ -105,6 +127,55 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 					return CS_ERR_BAD_DESC;
 		}
 	return 0;
+}
+
+/*
+ * CS_MOE_F_NODE_ROWS: a token's row goes once to each node holding one of
+ * its experts, to one rank of it (the one this rank has given the fewest
+ * rows so far, scanning from its own local index: every rank of the far
+ * node, so every rail, gets 1/G of them), with the slots of the whole
+ * node; the node's ranks read each other's rows (finish_node).
+ */
+static int node_dest(struct cs_moe *m)
+{
+	uint32_t G = m->G, M = m->n / G, me = m->c.rank % G;
+	uint64_t *load = calloc(m->n, sizeof(*load));
+
+	m->dest = malloc(((size_t)m->T * M + 1) * sizeof(*m->dest));
+	if (!load || !m->dest) {
+		free(load);
+		return -ENOMEM;
+	}
+	for (uint32_t t = 0; t < m->T; t++)
+		for (uint32_t b = 0; b < M; b++) {
+			uint32_t best = UINT32_MAX;
+
+			if (node_mask(m, t, b))
+				for (uint32_t i = 0; i < G; i++) {
+					uint32_t d = b * G + (me + i) % G;
+
+					if (best == UINT32_MAX ||
+					    load[d] < load[best])
+						best = d;
+				}
+			if (best != UINT32_MAX)
+				load[best]++;
+			m->dest[(size_t)t * M + b] = best;
+		}
+	free(load);
+	return 0;
+}
+
+/* The slots of token @t that rank @d's row carries (0: no row). */
+static uint32_t row_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
+{
+	uint32_t b = d / m->G;
+
+	if (!m->node_rows)
+		return slot_mask(m, t, d);
+	if (m->dest[(size_t)t * (m->n / m->G) + b] != d)
+		return 0;
+	return node_mask(m, t, b);
 }
 
 int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
@@ -131,6 +202,8 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->K = cfg->topk;
 	m->H = cfg->hidden;
 	m->T = cfg->tokens;
+	m->G = cfg->ranks_per_node ? cfg->ranks_per_node : 1;
+	m->node_rows = (cfg->flags & CS_MOE_F_NODE_ROWS) && m->G > 1;
 	m->drow = 4 * ((size_t)2 + m->K + m->H);
 	m->crow = 4 * ((size_t)2 + m->H);
 	m->erank = malloc(cfg->experts * sizeof(*m->erank));
@@ -142,21 +215,27 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 		goto out_free;
 	memcpy(m->erank, cfg->expert_rank, cfg->experts * sizeof(*m->erank));
 	m->c.expert_rank = m->erank;
+	if (m->node_rows) {
+		ret = node_dest(m);
+		if (ret)
+			goto out_free;
+	}
 	for (uint32_t d = 0; d < m->n; d++) {
 		m->dsd[d] = rows;
 		for (uint32_t t = 0; t < m->T; t++)
-			m->dsc[d] += slot_mask(m, t, d) != 0;
+			m->dsc[d] += row_mask(m, t, d) != 0;
 		rows += m->dsc[d];
 	}
 	m->dsend_rows = rows;
 	m->dsend = malloc(rows ? rows * m->drow : 1);
 	m->drecv = malloc(m->drecv_cap ? m->drecv_cap * m->drow : 1);
+	ret = -ENOMEM;
 	if (!m->dsend || !m->drecv)
 		goto out_free;
 	rows = 0;
 	for (uint32_t d = 0; d < m->n; d++)
 		for (uint32_t t = 0; t < m->T; t++) {
-			uint32_t mask = slot_mask(m, t, d), *r;
+			uint32_t mask = row_mask(m, t, d), *r;
 
 			if (!mask)
 				continue;
@@ -200,7 +279,8 @@ void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p)
 	p->sdispls = m->dsd;
 }
 
-/* A received dispatch row: every slot of its mask names an expert here. */
+/* A received dispatch row: every slot of its mask names an expert here
+ * (node_rows: on this node). */
 static int row_ok(const struct cs_moe *m, const uint32_t *r)
 {
 	if (r[0] >= m->c.max_tokens || !r[1] || (m->K < 32 && r[1] >> m->K))
@@ -210,18 +290,59 @@ static int row_ok(const struct cs_moe *m, const uint32_t *r)
 
 		if (!(r[1] >> j & 1))
 			continue;
-		if (e < 0 || (uint32_t)e >= m->c.experts || m->loc_of[e] < 0)
+		if (e < 0 || (uint32_t)e >= m->c.experts)
+			return CS_ERR_PROTO;
+		if (m->node_rows ? m->erank[e] / m->G != m->c.rank / m->G
+				 : m->loc_of[e] < 0)
 			return CS_ERR_PROTO;
 	}
 	return 0;
 }
 
-int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
-			      const uint64_t *rc, const uint64_t *rd)
+static int cmp_tok(const void *x, const void *y)
 {
-	const uint8_t *base = recv ? recv : m->drecv;
-	uint32_t *fill;
-	int ret;
+	uint32_t a = **(const uint32_t *const *)x,
+		 b = **(const uint32_t *const *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/*
+ * The rows from source @s, in token order, into @out (room checked by the
+ * caller): @np parts (the node's ranks' receive buffers with node_rows,
+ * else one), each holding @rc[j][s] rows at @rd[j][s] of @recv[j].
+ * Returns: how many, or CS_ERR_PROTO (a bad row, a token twice).
+ */
+static int64_t src_rows(const struct cs_moe *m, uint32_t s, uint32_t np,
+			const void *const *recv, const uint64_t *const *rc,
+			const uint64_t *const *rd, const uint32_t **out)
+{
+	uint64_t k = 0;
+
+	for (uint32_t j = 0; j < np; j++)
+		for (uint64_t i = 0; i < rc[j][s]; i++) {
+			const uint32_t *r = row_u32((uint8_t *)recv[j],
+						    m->drow, rd[j][s] + i);
+
+			if (row_ok(m, r))
+				return CS_ERR_PROTO;
+			out[k++] = r;
+		}
+	if (np > 1) /* each part is in token order; together they are not */
+		qsort(out, k, sizeof(*out), cmp_tok);
+	for (uint64_t i = 1; i < k; i++)
+		if (out[i][0] <= out[i - 1][0])
+			return CS_ERR_PROTO;
+	return (int64_t)k;
+}
+
+static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
+			const uint64_t *const *rc, const uint64_t *const *rd)
+{
+	const uint32_t **rows = NULL;
+	uint64_t most = 0;
+	uint32_t *fill = NULL;
+	int ret = -ENOMEM;
 
 	if (m->loc_off)
 		return -EALREADY;
@@ -238,19 +359,30 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 			m->loc_e[m->nloc++] = e;
 		}
 	}
-	/* count, checking every row */
-	for (uint32_t s = 0; s < m->n; s++)
-		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r =
-				row_u32((uint8_t *)base, m->drow, rd[s] + i);
+	for (uint32_t s = 0; s < m->n; s++) {
+		uint64_t k = 0;
 
-			ret = row_ok(m, r);
-			if (ret)
-				return ret;
-			for (uint32_t j = 0; j < m->K; j++)
-				if (r[1] >> j & 1)
-					m->loc_cnt[m->loc_of[r[2 + j]]]++;
+		for (uint32_t j = 0; j < np; j++)
+			k += rc[j][s];
+		most = CS_MAX(most, k);
+	}
+	rows = malloc((most ? most : 1) * sizeof(*rows));
+	if (!rows)
+		goto out;
+	/* count, checking every row */
+	for (uint32_t s = 0; s < m->n; s++) {
+		int64_t k = src_rows(m, s, np, recv, rc, rd, rows);
+
+		if (k < 0) {
+			ret = (int)k;
+			goto out;
 		}
+		for (int64_t i = 0; i < k; i++)
+			for (uint32_t j = 0; j < m->K; j++)
+				if ((rows[i][1] >> j & 1) &&
+				    m->loc_of[rows[i][2 + j]] >= 0)
+					m->loc_cnt[m->loc_of[rows[i][2 + j]]]++;
+	}
 	for (uint32_t l = 0; l < m->nloc; l++)
 		m->loc_off[l + 1] = m->loc_off[l] + m->loc_cnt[l];
 	m->ltotal = m->loc_off[m->nloc];
@@ -261,24 +393,25 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 	m->lslot = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
 	fill = calloc(m->nloc ? m->nloc : 1, sizeof(*fill));
 	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot ||
-	    !fill) {
-		free(fill);
-		return -ENOMEM;
-	}
+	    !fill)
+		goto out;
 	/* (source, token) order within each expert: sources ascending,
 	 * each source's rows in its token order */
-	for (uint32_t s = 0; s < m->n; s++)
-		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r =
-				row_u32((uint8_t *)base, m->drow, rd[s] + i);
+	for (uint32_t s = 0; s < m->n; s++) {
+		int64_t k = src_rows(m, s, np, recv, rc, rd, rows);
+
+		for (int64_t i = 0; i < k; i++) {
+			const uint32_t *r = rows[i];
 
 			for (uint32_t j = 0; j < m->K; j++) {
-				uint32_t l;
+				int32_t l;
 				uint64_t at;
 
 				if (!(r[1] >> j & 1))
 					continue;
-				l = (uint32_t)m->loc_of[r[2 + j]];
+				l = m->loc_of[r[2 + j]];
+				if (l < 0) /* another rank's of the node */
+					continue;
 				at = m->loc_off[l] + fill[l]++;
 				m->lsrc[at] = s;
 				m->ltok[at] = r[0];
@@ -287,8 +420,37 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 				       4 * m->H);
 			}
 		}
+	}
+	ret = 0;
+out:
+	free(rows);
 	free(fill);
-	return 0;
+	return ret;
+}
+
+int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
+			      const uint64_t *rc, const uint64_t *rd)
+{
+	const void *base = recv ? recv : m->drecv;
+
+	if (m->node_rows)
+		return -EINVAL; /* the node's rows: cs_moe_dispatch_finish_node */
+	return finish_parts(m, 1, &base, &rc, &rd);
+}
+
+int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
+				const void *const *recv,
+				const uint64_t *const *rc,
+				const uint64_t *const *rd)
+{
+	if (nlocal != (m->node_rows ? m->G : 1))
+		return -EINVAL;
+	return finish_parts(m, nlocal, recv, rc, rd);
+}
+
+const void *cs_moe_dispatch_recv(const struct cs_moe *m)
+{
+	return m->drecv;
 }
 
 int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,

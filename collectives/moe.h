@@ -29,6 +29,18 @@
 
 #define CS_MOE_MAX_TOPK 32
 
+/*
+ * Flag of struct cs_moe_cfg: a token's dispatch row crosses the network
+ * once per destination node, not once per destination rank (DeepEP's
+ * rule), when ranks_per_node > 1. The row goes to one rank of that node
+ * (spread evenly over its ranks, so over its NICs) with the slots of every
+ * expert of the node; each rank of the node then takes its own slots from
+ * the rows every rank of its node received (cs_moe_dispatch_finish_node:
+ * the node's receive buffers are shared memory). What each rank gets,
+ * and in which order, is unchanged.
+ */
+#define CS_MOE_F_NODE_ROWS 0x100u
+
 /**
  * struct cs_moe_cfg - one rank's MoE layer
  * @nranks, @rank, @ranks_per_node: as struct cs_a2a_params (G)
@@ -38,7 +50,8 @@
  * @topk: K
  * @experts: E
  * @expert_rank: [E] the rank holding each expert
- * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET, CS_A2A_F_RAIL), @group, @epoch
+ * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET, CS_A2A_F_RAIL,
+ *	CS_MOE_F_NODE_ROWS), @group, @epoch
  * @op_dispatch, @op_combine: the two operations' ids
  */
 struct cs_moe_cfg {
@@ -86,6 +99,23 @@ void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p);
  */
 int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 			      const uint64_t *counts, const uint64_t *displs);
+
+/**
+ * cs_moe_dispatch_finish_node - the same with CS_MOE_F_NODE_ROWS: the
+ * rows every rank of the node received: local rank j's in @recv[j] (its
+ * cs_moe_dispatch_recv() or shared copy), @counts[j][s] rows from rank s
+ * at row @displs[j][s]
+ * @nlocal: ranks_per_node (1 without the flag)
+ * Returns: as cs_moe_dispatch_finish_at(); -EINVAL for a wrong @nlocal.
+ *	cs_moe_dispatch_finish_at() refuses a layer with the flag.
+ */
+int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
+				const void *const *recv,
+				const uint64_t *const *counts,
+				const uint64_t *const *displs);
+
+/* The dispatch's receive buffer (cs_moe_dispatch_params()'s recvbuf). */
+const void *cs_moe_dispatch_recv(const struct cs_moe *m);
 
 static inline int cs_moe_dispatch_finish(struct cs_moe *m,
 					 const struct cs_a2a *a)

@@ -230,7 +230,22 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 		const float *rows;
 		const uint32_t *src, *tok, *slot;
 
-		ret = cs_moe_dispatch_finish(r->moe, r->eng[0]);
+		if (c->node_rows) {
+			const void *rb[CS_A2A_MAX_RPN];
+			const uint64_t *rc[CS_A2A_MAX_RPN], *rd[CS_A2A_MAX_RPN];
+
+			/* the node's receive buffers: its shared memory */
+			for (uint32_t j = 0; j < m->G; j++) {
+				const struct mo_rank *q = &m->rk[b * m->G + j];
+
+				rb[j] = cs_moe_dispatch_recv(q->moe);
+				cs_a2a_recv_layout(q->eng[0], &rc[j], &rd[j]);
+			}
+			ret = cs_moe_dispatch_finish_node(r->moe, m->G, rb, rc,
+							  rd);
+		} else {
+			ret = cs_moe_dispatch_finish(r->moe, r->eng[0]);
+		}
 		if (ret) {
 			mo_fail(m, "dispatch result", r->id, ret);
 			return;
@@ -478,7 +493,9 @@ static int mo_setup(struct mo *m)
 				.mtu_payload = nc->mtu,
 				.flags = (nc->no_bucket ? CS_A2A_F_NO_BUCKET
 							: 0) |
-					 (m->rail ? CS_A2A_F_RAIL : 0),
+					 (m->rail ? CS_A2A_F_RAIL : 0) |
+					 (c->node_rows ? CS_MOE_F_NODE_ROWS
+						       : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,
@@ -616,6 +633,8 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	m.n = nc->ranks;
 	m.G = res->algo != CS_A2A_FLAT ? nc->rpn : 1;
 	m.rail = res->algo == CS_A2A_RAIL;
+	if (c->node_rows && m.G < 2)
+		return -EINVAL; /* rows per node need the node's memory */
 	sp.max_payload = nc->mtu;
 	ret = cs_sim_create(&m.sim, &sp);
 	if (ret)

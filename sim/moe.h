@@ -15,11 +15,14 @@
  * links, seed ...; bytes and uneven unused) and the layer
  * @tokens: per rank, @hidden: H, @topk: K, @experts: E
  * @skew: Zipf exponent of the expert choice (0: uniform)
+ * @node_rows: a token's row once per destination node
+ *	(CS_MOE_F_NODE_ROWS; two-level and rail only)
  */
 struct cs_moe_sim_cfg {
 	struct cs_a2a_sim_cfg net;
 	uint32_t tokens, hidden, topk, experts;
 	double skew;
+	bool node_rows;
 };
 
 struct cs_moe_sim_result {

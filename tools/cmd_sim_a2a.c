@@ -248,7 +248,8 @@ static void moe_usage(FILE *out)
 		"usage: collstack sim moe [--ranks N | --nodes M]\n"
 		"       [--ranks-per-node L] [--tokens T] [--hidden H]\n"
 		"       [--topk K] [--experts E] [--skew Z] [--no-bucket]\n"
-		"       [--algo flat|two-level|rail|auto] [--loss P] [--seed S]\n"
+		"       [--algo flat|two-level|rail|auto] [--node-rows]\n"
+		"       [--loss P] [--seed S]\n"
 		"       [--link-gbps G] [--delay-us D] [--port-buffer B]\n"
 		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n\n"
 		"A MoE layer: every rank has T tokens of H f32 values, each\n"
@@ -288,6 +289,9 @@ int cs_cmd_sim_moe(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(o, "--no-bucket")) {
 			c.net.no_bucket = true;
+			continue;
+		} else if (!strcmp(o, "--node-rows")) {
+			c.node_rows = true;
 			continue;
 		} else if (!v) {
 			bad = 1;
@@ -343,7 +347,7 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	/* dispatch and combine each move the busiest node's bytes over its
 	 * L links (r.node_bytes_max) */
 	bound = 2.0 * (double)r.node_bytes_max * 8 / (c.net.gbps * c.net.rpn);
-	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s tokens=%u "
+	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s%s tokens=%u "
 	       "hidden=%u topk=%u experts=%u skew=%g dispatch_us=%.1f "
 	       "time_us=%.1f bound_us=%.1f time_over_bound=%.3f "
 	       "link_us=%.1f+%.1f link_bytes=%" PRIu64 "+%" PRIu64 " "
@@ -351,7 +355,8 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	       " drops=%" PRIu64 " retx=%" PRIu64 " checked=%" PRIu64
 	       " wrong=%" PRIu64 " loss=%g seed=%" PRIu64 "\n",
 	       ok ? "ok" : "FAILED", c.net.ranks, c.net.rpn, algo_name(r.algo),
-	       c.net.no_bucket ? "(unbucketed)" : "", c.tokens, c.hidden,
+	       c.net.no_bucket ? "(unbucketed)" : "",
+	       c.node_rows ? "+node-rows" : "", c.tokens, c.hidden,
 	       c.topk, c.experts, c.skew, r.t_dispatch_ns / 1e3,
 	       r.time_ns / 1e3, bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
 	       r.link_busy_ps[0] / 1e6, r.link_busy_ps[1] / 1e6,
