@@ -321,8 +321,8 @@ static int64_t src_rows(const struct cs_moe *m, uint32_t s, uint32_t np,
 
 	for (uint32_t j = 0; j < np; j++)
 		for (uint64_t i = 0; i < rc[j][s]; i++) {
-			const uint32_t *r = row_u32((uint8_t *)recv[j],
-						    m->drow, rd[j][s] + i);
+			const uint32_t *r = row_u32((uint8_t *)recv[j], m->drow,
+						    rd[j][s] + i);
 
 			if (row_ok(m, r))
 				return CS_ERR_PROTO;
@@ -392,8 +392,7 @@ static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
 	m->ltok = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
 	m->lslot = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
 	fill = calloc(m->nloc ? m->nloc : 1, sizeof(*fill));
-	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot ||
-	    !fill)
+	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot || !fill)
 		goto out;
 	/* (source, token) order within each expert: sources ascending,
 	 * each source's rows in its token order */
@@ -434,7 +433,8 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 	const void *base = recv ? recv : m->drecv;
 
 	if (m->node_rows)
-		return -EINVAL; /* the node's rows: cs_moe_dispatch_finish_node */
+		return -EINVAL; /* the node's rows: cs_moe_dispatch_finish_node
+				 */
 	return finish_parts(m, 1, &base, &rc, &rd);
 }
 

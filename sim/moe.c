@@ -491,11 +491,11 @@ static int mo_setup(struct mo *m)
 				.experts = c->experts,
 				.expert_rank = m->erank,
 				.mtu_payload = nc->mtu,
-				.flags = (nc->no_bucket ? CS_A2A_F_NO_BUCKET
-							: 0) |
-					 (m->rail ? CS_A2A_F_RAIL : 0) |
-					 (c->node_rows ? CS_MOE_F_NODE_ROWS
-						       : 0),
+				.flags =
+					(nc->no_bucket ? CS_A2A_F_NO_BUCKET
+						       : 0) |
+					(m->rail ? CS_A2A_F_RAIL : 0) |
+					(c->node_rows ? CS_MOE_F_NODE_ROWS : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,

@@ -102,23 +102,35 @@ static void nw_dispatch(struct nworld *w, uint32_t flags)
 	memset(w, 0, sizeof(*w));
 	for (uint32_t r = 0; r < NR; r++) {
 		struct cs_moe_cfg c = {
-			.nranks = NR, .rank = r, .ranks_per_node = 2,
-			.tokens = NT, .max_tokens = NT, .hidden = NH,
-			.topk = NK, .experts = 8, .expert_rank = nerank,
-			.mtu_payload = 512, .flags = flags, .group = 1,
-			.epoch = 1, .op_dispatch = 1, .op_combine = 2,
+			.nranks = NR,
+			.rank = r,
+			.ranks_per_node = 2,
+			.tokens = NT,
+			.max_tokens = NT,
+			.hidden = NH,
+			.topk = NK,
+			.experts = 8,
+			.expert_rank = nerank,
+			.mtu_payload = 512,
+			.flags = flags,
+			.group = 1,
+			.epoch = 1,
+			.op_dispatch = 1,
+			.op_combine = 2,
 		};
 
 		for (uint32_t t = 0; t < NT; t++) {
 			for (uint32_t h = 0; h < NH; h++)
-				w->x[r][t * NH + h] = (float)(r * 100 + t * 10 + h);
+				w->x[r][t * NH + h] =
+					(float)(r * 100 + t * 10 + h);
 			for (uint32_t j = 0; j < NK; j++) {
 				/* token t: experts (r + t + 2 j) % 8, with a
 				 * "none" now and then */
 				w->idx[r][t * NK + j] =
 					(t + j) % 5 == 4
 						? -1
-						: (int32_t)((r + t + 2 * j) % 8);
+						: (int32_t)((r + t + 2 * j) %
+							    8);
 				w->w[r][t * NK + j] = 1;
 			}
 		}
@@ -193,7 +205,8 @@ Test(moe, node_rows_deliver_what_rank_rows_do)
 			cr_assert_eq(n1, n2, "rank %u expert %u", r, e1);
 			cr_assert(n1 > 0);
 			cr_assert_arr_eq(s1, s2, n1 * 4);
-			cr_assert_arr_eq(t1, t2, n1 * 4, "(source, token) order");
+			cr_assert_arr_eq(t1, t2, n1 * 4,
+					 "(source, token) order");
 			cr_assert_arr_eq(j1, j2, n1 * 4);
 			cr_assert_arr_eq(r1, r2, n1 * NH * 4);
 		}
