@@ -22,6 +22,7 @@ struct cs_moe {
 	uint32_t n, K, H, T;
 	uint32_t G; /* ranks per node */
 	bool node_rows; /* CS_MOE_F_NODE_ROWS with G > 1 */
+	bool node_sum; /* CS_MOE_F_NODE_SUM (and node_rows) */
 	size_t drow, crow; /* row bytes */
 	/* dispatch */
 	uint64_t *dsc, *dsd;
@@ -35,6 +36,11 @@ struct cs_moe {
 	uint64_t ltotal;
 	float *lrows, *lout;
 	uint32_t *lsrc, *ltok, *lslot;
+	/* node_sum: the dispatch rows this rank received and their sources,
+	 * in (source, token) order */
+	const uint32_t **rrow;
+	uint32_t *rsrc;
+	uint64_t nrrow;
 	uint32_t *dest; /* node_rows: [T][M] the rank a token's row for
 			 * node b goes to (UINT32_MAX: none) */
 	/* combine */
@@ -80,6 +86,8 @@ void cs_moe_free(struct cs_moe *m)
 		return;
 	free(m->erank);
 	free(m->dest);
+	free(m->rrow);
+	free(m->rsrc);
 	free(m->dsc);
 	free(m->dsd);
 	free(m->dsend);
@@ -110,6 +118,9 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 		return -EINVAL;
 	if ((c->flags & CS_MOE_F_NODE_ROWS) &&
 	    (!c->ranks_per_node || c->nranks % c->ranks_per_node))
+		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_SUM) &&
+	    (!(c->flags & CS_MOE_F_NODE_ROWS) || c->ranks_per_node < 2))
 		return -EINVAL;
 	for (uint32_t e = 0; e < c->experts; e++)
 		if (c->expert_rank[e] >= c->nranks)
@@ -204,7 +215,9 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->T = cfg->tokens;
 	m->G = cfg->ranks_per_node ? cfg->ranks_per_node : 1;
 	m->node_rows = (cfg->flags & CS_MOE_F_NODE_ROWS) && m->G > 1;
-	m->drow = 4 * ((size_t)2 + m->K + m->H);
+	m->node_sum = m->node_rows && (cfg->flags & CS_MOE_F_NODE_SUM);
+	/* node_sum: the K weights at the end (the node sums for the owner) */
+	m->drow = 4 * ((size_t)2 + m->K + m->H + (m->node_sum ? m->K : 0));
 	m->crow = 4 * ((size_t)2 + m->H);
 	m->erank = malloc(cfg->experts * sizeof(*m->erank));
 	m->dsc = calloc(m->n, sizeof(uint64_t));
@@ -244,6 +257,9 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 			r[1] = mask;
 			memcpy(&r[2], &idx[(size_t)t * m->K], 4 * m->K);
 			memcpy(&r[2 + m->K], &x[(size_t)t * m->H], 4 * m->H);
+			if (m->node_sum)
+				memcpy(&r[2 + m->K + m->H],
+				       &w[(size_t)t * m->K], 4 * m->K);
 		}
 	*out = m;
 	return 0;
@@ -339,6 +355,7 @@ static int64_t src_rows(const struct cs_moe *m, uint32_t s, uint32_t np,
 static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
 			const uint64_t *const *rc, const uint64_t *const *rd)
 {
+	uint32_t me = np > 1 ? m->c.rank % m->G : 0;
 	const uint32_t **rows = NULL;
 	uint64_t most = 0;
 	uint32_t *fill = NULL;
@@ -369,6 +386,22 @@ static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
 	rows = malloc((most ? most : 1) * sizeof(*rows));
 	if (!rows)
 		goto out;
+	if (m->node_sum) { /* what this rank sums and returns */
+		for (uint32_t s = 0; s < m->n; s++)
+			m->nrrow += rc[me][s];
+		m->rrow = malloc((m->nrrow ? m->nrrow : 1) * sizeof(*m->rrow));
+		m->rsrc = malloc((m->nrrow ? m->nrrow : 1) * sizeof(*m->rsrc));
+		if (!m->rrow || !m->rsrc)
+			goto out;
+		m->nrrow = 0;
+		for (uint32_t s = 0; s < m->n; s++)
+			for (uint64_t i = 0; i < rc[me][s]; i++) {
+				m->rsrc[m->nrrow] = s;
+				m->rrow[m->nrrow++] =
+					row_u32((uint8_t *)recv[me], m->drow,
+						rd[me][s] + i);
+			}
+	}
 	/* count, checking every row */
 	for (uint32_t s = 0; s < m->n; s++) {
 		int64_t k = src_rows(m, s, np, recv, rc, rd, rows);
@@ -483,6 +516,8 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 	uint64_t rows = 0, rr = 0;
 
 	moe_params(m, p, m->crow, m->c.op_combine);
+	if (m->node_sum)
+		return; /* cs_moe_combine_params_node(); no arrays: refused */
 	m->csc = calloc(m->n, sizeof(uint64_t));
 	m->csd = calloc(m->n, sizeof(uint64_t));
 	m->crc = calloc(m->n, sizeof(uint64_t));
@@ -530,6 +565,143 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 	p->rdispls = m->crd;
 }
 
+/* Local expert @l of @m: its output row for (source @s, token @t), NULL
+ * if it has none. */
+static const float *expert_out(const struct cs_moe *m, int32_t l, uint32_t s,
+			       uint32_t t)
+{
+	uint64_t lo = m->loc_off[l], hi = m->loc_off[l + 1];
+
+	while (lo < hi) { /* rows in (source, token) order */
+		uint64_t mid = (lo + hi) / 2;
+
+		if (m->lsrc[mid] < s || (m->lsrc[mid] == s && m->ltok[mid] < t))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == m->loc_off[l + 1] || m->lsrc[lo] != s || m->ltok[lo] != t)
+		return NULL;
+	return &m->lout[lo * m->H];
+}
+
+int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
+			       uint32_t nlocal, struct cs_a2a_params *p)
+{
+	uint32_t G = m->G, base = m->c.rank / G * G;
+	uint64_t rr = 0;
+
+	if (!m->node_sum || nlocal != G || !m->loc_off || m->csc)
+		return -EINVAL;
+	for (uint32_t k = 0; k < G; k++)
+		if (!node[k] || node[k]->c.rank != base + k || !node[k]->loc_off)
+			return -EINVAL;
+	moe_params(m, p, m->crow, m->c.op_combine);
+	m->csc = calloc(m->n, sizeof(uint64_t));
+	m->csd = calloc(m->n, sizeof(uint64_t));
+	m->crc = calloc(m->n, sizeof(uint64_t));
+	m->crd = calloc(m->n, sizeof(uint64_t));
+	m->csend = malloc((m->nrrow ? m->nrrow : 1) * m->crow);
+	if (!m->csc || !m->csd || !m->crc || !m->crd || !m->csend)
+		return -ENOMEM;
+	/* one row back per dispatch row, both ways: what this rank was sent
+	 * goes back to its source, what it sent comes back */
+	for (uint64_t i = 0; i < m->nrrow; i++)
+		m->csc[m->rsrc[i]]++;
+	for (uint32_t s = 1; s < m->n; s++)
+		m->csd[s] = m->csd[s - 1] + m->csc[s - 1];
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->crc[d] = m->dsc[d];
+		m->crd[d] = rr;
+		rr += m->crc[d];
+	}
+	m->crecv = malloc((rr ? rr : 1) * m->crow);
+	if (!m->crecv)
+		return -ENOMEM;
+	/* rrow is in (source, token) order: row i goes to csend row i */
+	for (uint64_t i = 0; i < m->nrrow; i++) {
+		const uint32_t *r = m->rrow[i];
+		uint32_t *o = row_u32(m->csend, m->crow, i);
+		float *acc = (float *)&o[2];
+		float wj;
+
+		o[0] = r[0];
+		o[1] = r[1];
+		memset(acc, 0, 4 * m->H);
+		/* the node's slots of the token, in slot order */
+		for (uint32_t j = 0; j < m->K; j++) {
+			const struct cs_moe *q;
+			const float *y;
+
+			if (!(r[1] >> j & 1))
+				continue;
+			q = node[m->erank[r[2 + j]] - base];
+			y = expert_out(q, q->loc_of[r[2 + j]], m->rsrc[i],
+				       r[0]);
+			if (!y)
+				return CS_ERR_PROTO;
+			memcpy(&wj, &r[2 + m->K + m->H + j], 4);
+			for (uint32_t h = 0; h < m->H; h++)
+				acc[h] += wj * y[h];
+		}
+	}
+	p->sendbuf = m->csend;
+	p->send_count = m->nrrow;
+	p->recvbuf = m->crecv;
+	p->recv_count = rr;
+	p->sendcounts = m->csc;
+	p->sdispls = m->csd;
+	p->recvcounts = m->crc;
+	p->rdispls = m->crd;
+	return 0;
+}
+
+/* node_sum: out[t] = the sum over nodes b, in node order, of what node b
+ * returned for the token (itself a sum in slot order). */
+static int combine_finish_node(struct cs_moe *m, const void *recv, float *out)
+{
+	uint32_t M = m->n / m->G;
+	size_t cells = (size_t)m->T * M;
+	const float **part = calloc(cells ? cells : 1, sizeof(*part));
+	int ret = 0;
+
+	if (!part)
+		return -ENOMEM;
+	for (uint32_t d = 0; d < m->n && !ret; d++)
+		for (uint64_t i = 0; i < m->crc[d] && !ret; i++) {
+			const uint32_t *r = row_u32((uint8_t *)recv, m->crow,
+						    m->crd[d] + i);
+			size_t at = (size_t)r[0] * M + d / m->G;
+
+			/* one row per (token, node), from the rank its
+			 * dispatch row went to, with that row's slots */
+			if (r[0] >= m->T || m->dest[at] != d || part[at] ||
+			    r[1] != node_mask(m, r[0], d / m->G))
+				ret = CS_ERR_PROTO;
+			else
+				part[at] = (const float *)&r[2];
+		}
+	for (uint32_t t = 0; t < m->T && !ret; t++)
+		for (uint32_t h = 0; h < m->H && !ret; h++) {
+			float acc = 0.0f;
+
+			for (uint32_t b = 0; b < M; b++) {
+				size_t at = (size_t)t * M + b;
+
+				if (m->dest[at] == UINT32_MAX)
+					continue;
+				if (!part[at]) {
+					ret = CS_ERR_PROTO;
+					break;
+				}
+				acc += part[at][h];
+			}
+			out[(size_t)t * m->H + h] = acc;
+		}
+	free(part);
+	return ret;
+}
+
 int cs_moe_combine_finish(struct cs_moe *m, float *out)
 {
 	return cs_moe_combine_finish_at(m, m->crecv, out);
@@ -538,9 +710,12 @@ int cs_moe_combine_finish(struct cs_moe *m, float *out)
 int cs_moe_combine_finish_at(struct cs_moe *m, const void *recv, float *out)
 {
 	size_t slots = (size_t)m->T * m->K;
-	const float **y = calloc(slots ? slots : 1, sizeof(*y));
+	const float **y;
 	int ret = 0;
 
+	if (m->node_sum)
+		return combine_finish_node(m, recv, out);
+	y = calloc(slots ? slots : 1, sizeof(*y));
 	if (!y)
 		return -ENOMEM;
 	for (uint32_t d = 0; d < m->n && !ret; d++)

@@ -168,20 +168,34 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 static void mo_check_combine(struct mo *m, struct mo_rank *r)
 {
 	const struct cs_moe_sim_cfg *c = m->cfg;
+	/* the reference's groups: the nodes (node_sum), or all ranks */
+	uint32_t gs = c->node_sum ? m->G : m->n, nb = m->n / gs;
 
 	for (uint32_t t = 0; t < c->tokens; t++)
 		for (uint32_t h = 0; h < c->hidden; h++) {
 			float acc = 0.0f, got;
 
-			for (uint32_t j = 0; j < c->topk; j++) {
-				size_t at = (size_t)t * c->topk + j;
+			for (uint32_t b = 0; b < nb; b++) {
+				float part = 0.0f;
+				bool any = false;
 
-				if (r->idx[at] < 0)
-					continue;
-				acc += r->w[at] *
-				       mo_expert(
-					       (uint32_t)r->idx[at],
-					       r->x[(size_t)t * c->hidden + h]);
+				for (uint32_t j = 0; j < c->topk; j++) {
+					size_t at = (size_t)t * c->topk + j;
+					int32_t e = r->idx[at];
+
+					if (e < 0 || m->erank[e] / gs != b)
+						continue;
+					any = true;
+					part += r->w[at] *
+						mo_expert((uint32_t)e,
+							  r->x[(size_t)t *
+								       c->hidden +
+							       h]);
+				}
+				/* node_sum: partial sums per node, in node
+				 * order; else one "node", slot order */
+				if (any)
+					acc += part;
 			}
 			got = r->out[(size_t)t * c->hidden + h];
 			m->checked++;
@@ -259,11 +273,24 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 			for (uint64_t v = 0; v < (uint64_t)cnt * c->hidden; v++)
 				y[v] = mo_expert(e, rows[v]);
 		}
-		cs_moe_combine_params(r->moe, &p[k]);
+	}
+	for (uint32_t k = 0; !ret && k < m->G; k++) {
+		struct mo_rank *r = &m->rk[b * m->G + k];
+		struct cs_moe *nm[CS_A2A_MAX_RPN];
+
+		if (c->node_sum) { /* the node's outputs: shared memory */
+			for (uint32_t j = 0; j < m->G; j++)
+				nm[j] = m->rk[b * m->G + j].moe;
+			ret = cs_moe_combine_params_node(r->moe, nm, m->G,
+							 &p[k]);
+		} else {
+			cs_moe_combine_params(r->moe, &p[k]);
+		}
 		p[k].deadline = c->net.time_limit_ns;
 		p[k].start = cs_sim_now(m->sim);
 	}
-	ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
+	if (!ret)
+		ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
 	if (!ret)
 		cs_a2a_node_set_notify(m->node[1][b], mo_notify,
 				       &m->rk[b * m->G]);
@@ -495,7 +522,8 @@ static int mo_setup(struct mo *m)
 					(nc->no_bucket ? CS_A2A_F_NO_BUCKET
 						       : 0) |
 					(m->rail ? CS_A2A_F_RAIL : 0) |
-					(c->node_rows ? CS_MOE_F_NODE_ROWS : 0),
+					(c->node_rows ? CS_MOE_F_NODE_ROWS : 0) |
+					(c->node_sum ? CS_MOE_F_NODE_SUM : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,
@@ -633,7 +661,7 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	m.n = nc->ranks;
 	m.G = res->algo != CS_A2A_FLAT ? nc->rpn : 1;
 	m.rail = res->algo == CS_A2A_RAIL;
-	if (c->node_rows && m.G < 2)
+	if ((c->node_rows || c->node_sum) && m.G < 2)
 		return -EINVAL; /* rows per node need the node's memory */
 	sp.max_payload = nc->mtu;
 	ret = cs_sim_create(&m.sim, &sp);

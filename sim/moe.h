@@ -17,12 +17,14 @@
  * @skew: Zipf exponent of the expert choice (0: uniform)
  * @node_rows: a token's row once per destination node
  *	(CS_MOE_F_NODE_ROWS; two-level and rail only)
+ * @node_sum: combine sums per node first (CS_MOE_F_NODE_SUM; needs
+ *	@node_rows); the reference sums the same way
  */
 struct cs_moe_sim_cfg {
 	struct cs_a2a_sim_cfg net;
 	uint32_t tokens, hidden, topk, experts;
 	double skew;
-	bool node_rows;
+	bool node_rows, node_sum;
 };
 
 struct cs_moe_sim_result {

@@ -249,6 +249,7 @@ static void moe_usage(FILE *out)
 		"       [--ranks-per-node L] [--tokens T] [--hidden H]\n"
 		"       [--topk K] [--experts E] [--skew Z] [--no-bucket]\n"
 		"       [--algo flat|two-level|rail|auto] [--node-rows]\n"
+		"       [--node-sum]\n"
 		"       [--loss P] [--seed S]\n"
 		"       [--link-gbps G] [--delay-us D] [--port-buffer B]\n"
 		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n\n"
@@ -292,6 +293,9 @@ int cs_cmd_sim_moe(int argc, char **argv)
 			continue;
 		} else if (!strcmp(o, "--node-rows")) {
 			c.node_rows = true;
+			continue;
+		} else if (!strcmp(o, "--node-sum")) {
+			c.node_rows = c.node_sum = true;
 			continue;
 		} else if (!v) {
 			bad = 1;
@@ -356,7 +360,10 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	       " wrong=%" PRIu64 " loss=%g seed=%" PRIu64 "\n",
 	       ok ? "ok" : "FAILED", c.net.ranks, c.net.rpn, algo_name(r.algo),
 	       c.net.no_bucket ? "(unbucketed)" : "",
-	       c.node_rows ? "+node-rows" : "", c.tokens, c.hidden, c.topk,
+	       c.node_sum    ? "+node-sum"
+	       : c.node_rows ? "+node-rows"
+			     : "",
+	       c.tokens, c.hidden, c.topk,
 	       c.experts, c.skew, r.t_dispatch_ns / 1e3, r.time_ns / 1e3,
 	       bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
 	       r.link_busy_ps[0] / 1e6, r.link_busy_ps[1] / 1e6,

@@ -122,16 +122,16 @@ static void nw_dispatch(struct nworld *w, uint32_t flags)
 		for (uint32_t t = 0; t < NT; t++) {
 			for (uint32_t h = 0; h < NH; h++)
 				w->x[r][t * NH + h] =
-					(float)(r * 100 + t * 10 + h);
+					(float)(r * 100 + t * 10 + h) * 0.37f;
 			for (uint32_t j = 0; j < NK; j++) {
-				/* token t: experts (r + t + 2 j) % 8, with a
+				/* token t: experts (r + t + j) % 8, with a
 				 * "none" now and then */
 				w->idx[r][t * NK + j] =
 					(t + j) % 5 == 4
 						? -1
-						: (int32_t)((r + t + 2 * j) %
-							    8);
-				w->w[r][t * NK + j] = 1;
+						: (int32_t)((r + t + j) % 8);
+				w->w[r][t * NK + j] = 0.1f * (float)(j + 1) +
+						      0.013f * (float)t;
 			}
 		}
 		cr_assert_eq(cs_moe_create(&c, w->x[r], w->idx[r], w->w[r],
@@ -237,5 +237,107 @@ Test(moe, node_rows_spread_and_checked)
 		if (row[1] >> j & 1)
 			row[2 + j] = 7; /* rank 3's: node 1 */
 	cr_assert_eq(nw_finish(&w, 1, true), CS_ERR_PROTO);
+	nw_free(&w);
+}
+
+static float nw_expert(uint32_t e, float v)
+{
+	return v * (1.0f + 0.31f * (float)e) + 0.7f;
+}
+
+Test(moe, node_sum_partial_sums_per_node)
+{
+	static struct nworld w;
+	struct cs_a2a_params p[NR];
+	float out[NR][NT * NH];
+	uint8_t *crecv[NR];
+	uint64_t differ = 0;
+
+	nw_dispatch(&w, CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM);
+	for (uint32_t r = 0; r < NR; r++) {
+		uint32_t e, n;
+		const float *rows;
+		const uint32_t *src, *tok, *slot;
+
+		cr_assert_eq(nw_finish(&w, r, true), 0);
+		for (uint32_t i = 0; !cs_moe_local(w.m[r], i, &e, &n, &rows,
+						   &src, &tok, &slot);
+		     i++) {
+			float *y = cs_moe_expert_out(w.m[r], i);
+
+			for (uint32_t v = 0; v < n * NH; v++)
+				y[v] = nw_expert(e, rows[v]);
+		}
+	}
+	for (uint32_t r = 0; r < NR; r++) {
+		struct cs_moe *nm[2] = { w.m[r / 2 * 2], w.m[r / 2 * 2 + 1] };
+
+		cr_assert_eq(cs_moe_combine_params_node(w.m[r], nm, 2, &p[r]),
+			     0);
+		cr_assert_eq(cs_moe_combine_params_node(w.m[r], nm, 2, &p[r]),
+			     -EINVAL, "once");
+	}
+	/* deliver: one row back per dispatch row */
+	for (uint32_t d = 0; d < NR; d++) {
+		crecv[d] = p[d].recvbuf;
+		for (uint32_t s = 0; s < NR; s++) {
+			cr_assert_eq(p[s].sendcounts[d], p[d].recvcounts[s]);
+			cr_assert_eq(p[d].recvcounts[s], w.rc[s][d],
+				     "as many rows back as went out");
+			memcpy(crecv[d] + p[d].rdispls[s] * p[d].esz,
+			       (const uint8_t *)p[s].sendbuf +
+				       p[s].sdispls[d] * p[s].esz,
+			       p[d].recvcounts[s] * p[d].esz);
+		}
+	}
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(cs_moe_combine_finish(w.m[r], out[r]), 0);
+		for (uint32_t t = 0; t < NT; t++)
+			for (uint32_t h = 0; h < NH; h++) {
+				float acc = 0, slot = 0;
+
+				for (uint32_t b = 0; b < 2; b++) {
+					float part = 0;
+					bool any = false;
+
+					for (uint32_t j = 0; j < NK; j++) {
+						int32_t e = w.idx[r][t * NK + j];
+
+						if (e < 0 || nerank[e] / 2 != b)
+							continue;
+						any = true;
+						part += w.w[r][t * NK + j] *
+							nw_expert((uint32_t)e,
+								  w.x[r][t * NH +
+									 h]);
+					}
+					if (any)
+						acc += part;
+				}
+				for (uint32_t j = 0; j < NK; j++) {
+					int32_t e = w.idx[r][t * NK + j];
+
+					if (e >= 0)
+						slot += w.w[r][t * NK + j] *
+							nw_expert((uint32_t)e,
+								  w.x[r][t * NH +
+									 h]);
+				}
+				cr_assert(!memcmp(&out[r][t * NH + h], &acc, 4),
+					  "rank %u token %u: %a, want %a", r, t,
+					  (double)out[r][t * NH + h],
+					  (double)acc);
+				differ += memcmp(&acc, &slot, 4) != 0;
+			}
+	}
+	cr_assert_gt(differ, 0, "the node order is not the slot order here");
+	/* a partial sum from a rank the token's row did not go to */
+	{
+		uint32_t *row = (uint32_t *)crecv[0];
+
+		row[0] = (row[0] + 1) % NT;
+		cr_assert_eq(cs_moe_combine_finish(w.m[0], out[0]),
+			     CS_ERR_PROTO);
+	}
 	nw_free(&w);
 }
