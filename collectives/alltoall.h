@@ -18,7 +18,9 @@
  * pair's channel (M nodes): the channels of a sender, in the order the
  * core serves them (0 first), name destinations a+1, a+2, ..., a shifted
  * schedule under which the senders of one moment aim at different
- * receivers instead of all at node 0 (incast by construction).
+ * receivers instead of all at node 0 (incast by construction). With
+ * CS_A2A_F_RAIL every local rank i carries every node pair, with only the
+ * blocks for local rank i of the far node: all G NICs busy at any M.
  *
  * Blocks inside a node never touch the network: they are copied from the
  * local sender's buffer into the local receiver's at cs_a2a_node_init()
@@ -86,7 +88,8 @@ enum cs_a2a_algo {
  * struct cs_a2a_params - one rank's all-to-all(v) as posted
  * @nranks: ranks in the group
  * @rank: this rank (its node is rank / @ranks_per_node)
- * @ranks_per_node: G: 1 runs flat, > 1 two-level; divides @nranks
+ * @ranks_per_node: G: 1 runs flat, > 1 two-level (rail-aligned with
+ *	CS_A2A_F_RAIL); divides @nranks
  * @esz: bytes per element (counts and displacements are in elements)
  * @sendbuf: @send_count elements
  * @recvbuf: @recv_count elements
