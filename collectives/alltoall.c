@@ -13,6 +13,10 @@
  *   send:    the stream a -> b, b = (a + 1 + c) mod M, to rank b*G + i
  *   receive: the stream a' -> a, a' = (a - 1 - c) mod M, from rank
  *            a'*G + i
+ * RAIL (CS_A2A_F_RAIL): every rank owns every channel c = 0 .. M-2, with
+ * the same peers, and its streams hold only the blocks for local rank i
+ * of the far node (the others are empty in both ends' cut, and in the
+ * count frame).
  * Frame f of a stream covers stream bytes [off, off + len): packed
  * (bucketed) off = f * mtu; unbucketed, each block starts a frame. Both
  * ends compute the same cut from the counts they hold; the header carries
@@ -40,7 +44,7 @@ struct a2a_local {
 struct cs_a2a_node {
 	uint32_t G, n, M, node;
 	uint32_t esz, mtu;
-	bool bucket, nodata, dyn;
+	bool bucket, nodata, dyn, rail;
 	uint32_t dyn_streams; /* RECV_DYNAMIC: streams into the node not
 			       * complete (counts and data) */
 	int err; /* the first abort of a local engine, shared */
@@ -249,7 +253,9 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 	nd->bucket = !(local[0].flags & CS_A2A_F_NO_BUCKET);
 	nd->nodata = local[0].flags & CS_A2A_F_NODATA;
 	nd->dyn = local[0].flags & CS_A2A_F_RECV_DYNAMIC;
-	nd->dyn_streams = nd->M - 1;
+	nd->rail = G > 1 && (local[0].flags & CS_A2A_F_RAIL);
+	/* streams into the node: one per node pair, G with rails */
+	nd->dyn_streams = (nd->M - 1) * (nd->rail ? G : 1);
 	base = nd->node * G;
 	for (uint32_t k = 0; k < G; k++) {
 		struct a2a_local *l = &nd->loc[k];
@@ -400,13 +406,19 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 		if (!s->cnt)
 			return -ENOMEM;
 		for (uint32_t b = 0; b < nb; b++)
-			s->cnt[b] = nd->loc[b / G].sc[pnode * G + b % G];
+			if (!nd->rail || b % G == a->me)
+				s->cnt[b] =
+					nd->loc[b / G].sc[pnode * G + b % G];
 	}
 	for (uint32_t b = 0; b < nb; b++) {
 		uint32_t j = b / G, k = b % G;
 		uint64_t cnt = tx ? nd->loc[j].sc[pnode * G + k]
 				  : nd->loc[k].rc[pnode * G + j];
-		uint64_t by = cnt * nd->esz;
+		uint64_t by;
+
+		if (nd->rail && k != a->me)
+			cnt = 0; /* another rail's */
+		by = cnt * nd->esz;
 
 		s->boff[b + 1] = s->boff[b] + by;
 		s->foff[b] = fr;
@@ -492,7 +504,7 @@ int cs_a2a_init(struct cs_a2a_node *nd, uint32_t local, struct cs_a2a **out)
 		uint32_t b = (nd->node + 1 + c) % M;
 		uint32_t src = umod((int64_t)nd->node - 1 - c, M);
 
-		if (c % G != local)
+		if (c % G != local && !nd->rail)
 			continue;
 		ret = stream_init(a, &a->tx[c], true, b);
 		if (!ret)
@@ -747,6 +759,11 @@ static int rx_counts(struct cs_a2a *a, struct a2a_stream *s,
 
 		memcpy(&cnt, (const uint8_t *)payload + b * sizeof(cnt),
 		       sizeof(cnt));
+		if (nd->rail && k != a->me) {
+			if (cnt) /* for another rail: not ours to place */
+				return CS_ERR_PROTO;
+			continue;
+		}
 		if (cnt > nd->loc[k].p.recv_count - nd->loc[k].used ||
 		    need[k] > nd->loc[k].p.recv_count - nd->loc[k].used - cnt) {
 			cs_a2a_abort(a, -ENOSPC, s->pnode * G + b / G);
@@ -762,9 +779,11 @@ static int rx_counts(struct cs_a2a *a, struct a2a_stream *s,
 		memcpy(&cnt, (const uint8_t *)payload + b * sizeof(cnt),
 		       sizeof(cnt));
 		by = cnt * nd->esz;
-		l->rc[src] = cnt;
-		l->rd[src] = l->used;
-		l->used += cnt;
+		if (!nd->rail || b % G == a->me) {
+			l->rc[src] = cnt;
+			l->rd[src] = l->used;
+			l->used += cnt;
+		}
 		s->boff[b + 1] = s->boff[b] + by;
 		s->foff[b] = fr;
 		fr += CS_DIV_ROUND_UP(by, nd->mtu);

@@ -18,7 +18,9 @@
  * pair's channel (M nodes): the channels of a sender, in the order the
  * core serves them (0 first), name destinations a+1, a+2, ..., a shifted
  * schedule under which the senders of one moment aim at different
- * receivers instead of all at node 0 (incast by construction).
+ * receivers instead of all at node 0 (incast by construction). With
+ * CS_A2A_F_RAIL every local rank i carries every node pair, with only the
+ * blocks for local rank i of the far node: all G NICs busy at any M.
  *
  * Blocks inside a node never touch the network: they are copied from the
  * local sender's buffer into the local receiver's at cs_a2a_node_init()
@@ -61,6 +63,15 @@
  * CS_A2A_F_NODATA.
  */
 #define CS_A2A_F_RECV_DYNAMIC 0x4u
+/*
+ * Rail-aligned two-level (G > 1): node pair (a, b) is carried by G
+ * streams instead of one, local rank i of a to local rank i of b, stream
+ * i holding the blocks (a*G + j -> b*G + i), j = 0 .. G-1 (gathered from
+ * the node's send buffers, as NCCL's PXN does): every rank sends M - 1
+ * streams and receives M - 1, so all G NICs of a node carry 1/G of its
+ * traffic whatever M is, and a stream lands at its final receiver.
+ */
+#define CS_A2A_F_RAIL 0x8u
 
 #define CS_A2A_MAX_RANKS 16384
 #define CS_A2A_MAX_RPN 64 /* ranks per node */
@@ -70,13 +81,15 @@ enum cs_a2a_algo {
 	CS_A2A_AUTO = 0,
 	CS_A2A_FLAT = 1,
 	CS_A2A_TWO_LEVEL = 2,
+	CS_A2A_RAIL = 3, /* two-level with CS_A2A_F_RAIL */
 };
 
 /**
  * struct cs_a2a_params - one rank's all-to-all(v) as posted
  * @nranks: ranks in the group
  * @rank: this rank (its node is rank / @ranks_per_node)
- * @ranks_per_node: G: 1 runs flat, > 1 two-level; divides @nranks
+ * @ranks_per_node: G: 1 runs flat, > 1 two-level (rail-aligned with
+ *	CS_A2A_F_RAIL); divides @nranks
  * @esz: bytes per element (counts and displacements are in elements)
  * @sendbuf: @send_count elements
  * @recvbuf: @recv_count elements

@@ -20,6 +20,9 @@ struct cs_moe {
 	const float *x, *w;
 	const int32_t *idx;
 	uint32_t n, K, H, T;
+	uint32_t G; /* ranks per node */
+	bool node_rows; /* CS_MOE_F_NODE_ROWS with G > 1 */
+	bool node_sum; /* CS_MOE_F_NODE_SUM (and node_rows) */
 	size_t drow, crow; /* row bytes */
 	/* dispatch */
 	uint64_t *dsc, *dsd;
@@ -33,6 +36,13 @@ struct cs_moe {
 	uint64_t ltotal;
 	float *lrows, *lout;
 	uint32_t *lsrc, *ltok, *lslot;
+	/* node_sum: the dispatch rows this rank received and their sources,
+	 * in (source, token) order */
+	const uint32_t **rrow;
+	uint32_t *rsrc;
+	uint64_t nrrow;
+	uint32_t *dest; /* node_rows: [T][M] the rank a token's row for
+			 * node b goes to (UINT32_MAX: none) */
 	/* combine */
 	uint64_t *csc, *csd, *crc, *crd;
 	uint8_t *csend, *crecv;
@@ -51,6 +61,20 @@ static uint32_t slot_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
 	return mask;
 }
 
+/* The slots of token @t whose experts are on node @b. */
+static uint32_t node_mask(const struct cs_moe *m, uint32_t t, uint32_t b)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t j = 0; j < m->K; j++) {
+		int32_t e = m->idx[(size_t)t * m->K + j];
+
+		if (e >= 0 && m->erank[e] / m->G == b)
+			mask |= 1u << j;
+	}
+	return mask;
+}
+
 static uint32_t *row_u32(uint8_t *base, size_t row, uint64_t i)
 {
 	return (uint32_t *)(base + i * row);
@@ -61,6 +85,9 @@ void cs_moe_free(struct cs_moe *m)
 	if (!m)
 		return;
 	free(m->erank);
+	free(m->dest);
+	free(m->rrow);
+	free(m->rsrc);
 	free(m->dsc);
 	free(m->dsd);
 	free(m->dsend);
@@ -89,6 +116,12 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 	    c->topk > CS_MOE_MAX_TOPK || !c->hidden || !c->experts ||
 	    c->tokens > c->max_tokens || !c->expert_rank)
 		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_ROWS) &&
+	    (!c->ranks_per_node || c->nranks % c->ranks_per_node))
+		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_SUM) &&
+	    (!(c->flags & CS_MOE_F_NODE_ROWS) || c->ranks_per_node < 2))
+		return -EINVAL;
 	for (uint32_t e = 0; e < c->experts; e++)
 		if (c->expert_rank[e] >= c->nranks)
 			return CS_ERR_BAD_DESC;
@@ -105,6 +138,55 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 					return CS_ERR_BAD_DESC;
 		}
 	return 0;
+}
+
+/*
+ * CS_MOE_F_NODE_ROWS: a token's row goes once to each node holding one of
+ * its experts, to one rank of it (the one this rank has given the fewest
+ * rows so far, scanning from its own local index: every rank of the far
+ * node, so every rail, gets 1/G of them), with the slots of the whole
+ * node; the node's ranks read each other's rows (finish_node).
+ */
+static int node_dest(struct cs_moe *m)
+{
+	uint32_t G = m->G, M = m->n / G, me = m->c.rank % G;
+	uint64_t *load = calloc(m->n, sizeof(*load));
+
+	m->dest = malloc(((size_t)m->T * M + 1) * sizeof(*m->dest));
+	if (!load || !m->dest) {
+		free(load);
+		return -ENOMEM;
+	}
+	for (uint32_t t = 0; t < m->T; t++)
+		for (uint32_t b = 0; b < M; b++) {
+			uint32_t best = UINT32_MAX;
+
+			if (node_mask(m, t, b))
+				for (uint32_t i = 0; i < G; i++) {
+					uint32_t d = b * G + (me + i) % G;
+
+					if (best == UINT32_MAX ||
+					    load[d] < load[best])
+						best = d;
+				}
+			if (best != UINT32_MAX)
+				load[best]++;
+			m->dest[(size_t)t * M + b] = best;
+		}
+	free(load);
+	return 0;
+}
+
+/* The slots of token @t that rank @d's row carries (0: no row). */
+static uint32_t row_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
+{
+	uint32_t b = d / m->G;
+
+	if (!m->node_rows)
+		return slot_mask(m, t, d);
+	if (m->dest[(size_t)t * (m->n / m->G) + b] != d)
+		return 0;
+	return node_mask(m, t, b);
 }
 
 int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
@@ -131,7 +213,11 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->K = cfg->topk;
 	m->H = cfg->hidden;
 	m->T = cfg->tokens;
-	m->drow = 4 * ((size_t)2 + m->K + m->H);
+	m->G = cfg->ranks_per_node ? cfg->ranks_per_node : 1;
+	m->node_rows = (cfg->flags & CS_MOE_F_NODE_ROWS) && m->G > 1;
+	m->node_sum = m->node_rows && (cfg->flags & CS_MOE_F_NODE_SUM);
+	/* node_sum: the K weights at the end (the node sums for the owner) */
+	m->drow = 4 * ((size_t)2 + m->K + m->H + (m->node_sum ? m->K : 0));
 	m->crow = 4 * ((size_t)2 + m->H);
 	m->erank = malloc(cfg->experts * sizeof(*m->erank));
 	m->dsc = calloc(m->n, sizeof(uint64_t));
@@ -142,21 +228,27 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 		goto out_free;
 	memcpy(m->erank, cfg->expert_rank, cfg->experts * sizeof(*m->erank));
 	m->c.expert_rank = m->erank;
+	if (m->node_rows) {
+		ret = node_dest(m);
+		if (ret)
+			goto out_free;
+	}
 	for (uint32_t d = 0; d < m->n; d++) {
 		m->dsd[d] = rows;
 		for (uint32_t t = 0; t < m->T; t++)
-			m->dsc[d] += slot_mask(m, t, d) != 0;
+			m->dsc[d] += row_mask(m, t, d) != 0;
 		rows += m->dsc[d];
 	}
 	m->dsend_rows = rows;
 	m->dsend = malloc(rows ? rows * m->drow : 1);
 	m->drecv = malloc(m->drecv_cap ? m->drecv_cap * m->drow : 1);
+	ret = -ENOMEM;
 	if (!m->dsend || !m->drecv)
 		goto out_free;
 	rows = 0;
 	for (uint32_t d = 0; d < m->n; d++)
 		for (uint32_t t = 0; t < m->T; t++) {
-			uint32_t mask = slot_mask(m, t, d), *r;
+			uint32_t mask = row_mask(m, t, d), *r;
 
 			if (!mask)
 				continue;
@@ -165,6 +257,9 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 			r[1] = mask;
 			memcpy(&r[2], &idx[(size_t)t * m->K], 4 * m->K);
 			memcpy(&r[2 + m->K], &x[(size_t)t * m->H], 4 * m->H);
+			if (m->node_sum)
+				memcpy(&r[2 + m->K + m->H],
+				       &w[(size_t)t * m->K], 4 * m->K);
 		}
 	*out = m;
 	return 0;
@@ -182,7 +277,7 @@ static void moe_params(const struct cs_moe *m, struct cs_a2a_params *p,
 	p->ranks_per_node = m->c.ranks_per_node;
 	p->esz = (uint32_t)row;
 	p->mtu_payload = m->c.mtu_payload;
-	p->flags = m->c.flags & CS_A2A_F_NO_BUCKET;
+	p->flags = m->c.flags & (CS_A2A_F_NO_BUCKET | CS_A2A_F_RAIL);
 	p->group = m->c.group;
 	p->epoch = m->c.epoch;
 	p->op_id = op;
@@ -200,7 +295,8 @@ void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p)
 	p->sdispls = m->dsd;
 }
 
-/* A received dispatch row: every slot of its mask names an expert here. */
+/* A received dispatch row: every slot of its mask names an expert here
+ * (node_rows: on this node). */
 static int row_ok(const struct cs_moe *m, const uint32_t *r)
 {
 	if (r[0] >= m->c.max_tokens || !r[1] || (m->K < 32 && r[1] >> m->K))
@@ -210,18 +306,60 @@ static int row_ok(const struct cs_moe *m, const uint32_t *r)
 
 		if (!(r[1] >> j & 1))
 			continue;
-		if (e < 0 || (uint32_t)e >= m->c.experts || m->loc_of[e] < 0)
+		if (e < 0 || (uint32_t)e >= m->c.experts)
+			return CS_ERR_PROTO;
+		if (m->node_rows ? m->erank[e] / m->G != m->c.rank / m->G
+				 : m->loc_of[e] < 0)
 			return CS_ERR_PROTO;
 	}
 	return 0;
 }
 
-int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
-			      const uint64_t *rc, const uint64_t *rd)
+static int cmp_tok(const void *x, const void *y)
 {
-	const uint8_t *base = recv ? recv : m->drecv;
-	uint32_t *fill;
-	int ret;
+	uint32_t a = **(const uint32_t *const *)x,
+		 b = **(const uint32_t *const *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/*
+ * The rows from source @s, in token order, into @out (room checked by the
+ * caller): @np parts (the node's ranks' receive buffers with node_rows,
+ * else one), each holding @rc[j][s] rows at @rd[j][s] of @recv[j].
+ * Returns: how many, or CS_ERR_PROTO (a bad row, a token twice).
+ */
+static int64_t src_rows(const struct cs_moe *m, uint32_t s, uint32_t np,
+			const void *const *recv, const uint64_t *const *rc,
+			const uint64_t *const *rd, const uint32_t **out)
+{
+	uint64_t k = 0;
+
+	for (uint32_t j = 0; j < np; j++)
+		for (uint64_t i = 0; i < rc[j][s]; i++) {
+			const uint32_t *r = row_u32((uint8_t *)recv[j], m->drow,
+						    rd[j][s] + i);
+
+			if (row_ok(m, r))
+				return CS_ERR_PROTO;
+			out[k++] = r;
+		}
+	if (np > 1) /* each part is in token order; together they are not */
+		qsort(out, k, sizeof(*out), cmp_tok);
+	for (uint64_t i = 1; i < k; i++)
+		if (out[i][0] <= out[i - 1][0])
+			return CS_ERR_PROTO;
+	return (int64_t)k;
+}
+
+static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
+			const uint64_t *const *rc, const uint64_t *const *rd)
+{
+	uint32_t me = np > 1 ? m->c.rank % m->G : 0;
+	const uint32_t **rows = NULL;
+	uint64_t most = 0;
+	uint32_t *fill = NULL;
+	int ret = -ENOMEM;
 
 	if (m->loc_off)
 		return -EALREADY;
@@ -238,19 +376,46 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 			m->loc_e[m->nloc++] = e;
 		}
 	}
-	/* count, checking every row */
-	for (uint32_t s = 0; s < m->n; s++)
-		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r =
-				row_u32((uint8_t *)base, m->drow, rd[s] + i);
+	for (uint32_t s = 0; s < m->n; s++) {
+		uint64_t k = 0;
 
-			ret = row_ok(m, r);
-			if (ret)
-				return ret;
-			for (uint32_t j = 0; j < m->K; j++)
-				if (r[1] >> j & 1)
-					m->loc_cnt[m->loc_of[r[2 + j]]]++;
+		for (uint32_t j = 0; j < np; j++)
+			k += rc[j][s];
+		most = CS_MAX(most, k);
+	}
+	rows = malloc((most ? most : 1) * sizeof(*rows));
+	if (!rows)
+		goto out;
+	if (m->node_sum) { /* what this rank sums and returns */
+		for (uint32_t s = 0; s < m->n; s++)
+			m->nrrow += rc[me][s];
+		m->rrow = malloc((m->nrrow ? m->nrrow : 1) * sizeof(*m->rrow));
+		m->rsrc = malloc((m->nrrow ? m->nrrow : 1) * sizeof(*m->rsrc));
+		if (!m->rrow || !m->rsrc)
+			goto out;
+		m->nrrow = 0;
+		for (uint32_t s = 0; s < m->n; s++)
+			for (uint64_t i = 0; i < rc[me][s]; i++) {
+				m->rsrc[m->nrrow] = s;
+				m->rrow[m->nrrow++] =
+					row_u32((uint8_t *)recv[me], m->drow,
+						rd[me][s] + i);
+			}
+	}
+	/* count, checking every row */
+	for (uint32_t s = 0; s < m->n; s++) {
+		int64_t k = src_rows(m, s, np, recv, rc, rd, rows);
+
+		if (k < 0) {
+			ret = (int)k;
+			goto out;
 		}
+		for (int64_t i = 0; i < k; i++)
+			for (uint32_t j = 0; j < m->K; j++)
+				if ((rows[i][1] >> j & 1) &&
+				    m->loc_of[rows[i][2 + j]] >= 0)
+					m->loc_cnt[m->loc_of[rows[i][2 + j]]]++;
+	}
 	for (uint32_t l = 0; l < m->nloc; l++)
 		m->loc_off[l + 1] = m->loc_off[l] + m->loc_cnt[l];
 	m->ltotal = m->loc_off[m->nloc];
@@ -260,25 +425,25 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 	m->ltok = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
 	m->lslot = malloc((m->ltotal ? m->ltotal : 1) * sizeof(uint32_t));
 	fill = calloc(m->nloc ? m->nloc : 1, sizeof(*fill));
-	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot ||
-	    !fill) {
-		free(fill);
-		return -ENOMEM;
-	}
+	if (!m->lrows || !m->lout || !m->lsrc || !m->ltok || !m->lslot || !fill)
+		goto out;
 	/* (source, token) order within each expert: sources ascending,
 	 * each source's rows in its token order */
-	for (uint32_t s = 0; s < m->n; s++)
-		for (uint64_t i = 0; i < rc[s]; i++) {
-			const uint32_t *r =
-				row_u32((uint8_t *)base, m->drow, rd[s] + i);
+	for (uint32_t s = 0; s < m->n; s++) {
+		int64_t k = src_rows(m, s, np, recv, rc, rd, rows);
+
+		for (int64_t i = 0; i < k; i++) {
+			const uint32_t *r = rows[i];
 
 			for (uint32_t j = 0; j < m->K; j++) {
-				uint32_t l;
+				int32_t l;
 				uint64_t at;
 
 				if (!(r[1] >> j & 1))
 					continue;
-				l = (uint32_t)m->loc_of[r[2 + j]];
+				l = m->loc_of[r[2 + j]];
+				if (l < 0) /* another rank's of the node */
+					continue;
 				at = m->loc_off[l] + fill[l]++;
 				m->lsrc[at] = s;
 				m->ltok[at] = r[0];
@@ -287,8 +452,38 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 				       4 * m->H);
 			}
 		}
+	}
+	ret = 0;
+out:
+	free(rows);
 	free(fill);
-	return 0;
+	return ret;
+}
+
+int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
+			      const uint64_t *rc, const uint64_t *rd)
+{
+	const void *base = recv ? recv : m->drecv;
+
+	if (m->node_rows)
+		return -EINVAL; /* the node's rows: cs_moe_dispatch_finish_node
+				 */
+	return finish_parts(m, 1, &base, &rc, &rd);
+}
+
+int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
+				const void *const *recv,
+				const uint64_t *const *rc,
+				const uint64_t *const *rd)
+{
+	if (nlocal != (m->node_rows ? m->G : 1))
+		return -EINVAL;
+	return finish_parts(m, nlocal, recv, rc, rd);
+}
+
+const void *cs_moe_dispatch_recv(const struct cs_moe *m)
+{
+	return m->drecv;
 }
 
 int cs_moe_local(const struct cs_moe *m, uint32_t i, uint32_t *expert,
@@ -321,6 +516,8 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 	uint64_t rows = 0, rr = 0;
 
 	moe_params(m, p, m->crow, m->c.op_combine);
+	if (m->node_sum)
+		return; /* cs_moe_combine_params_node(); no arrays: refused */
 	m->csc = calloc(m->n, sizeof(uint64_t));
 	m->csd = calloc(m->n, sizeof(uint64_t));
 	m->crc = calloc(m->n, sizeof(uint64_t));
@@ -368,6 +565,143 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 	p->rdispls = m->crd;
 }
 
+/* Local expert @l of @m: its output row for (source @s, token @t), NULL
+ * if it has none. */
+static const float *expert_out(const struct cs_moe *m, int32_t l, uint32_t s,
+			       uint32_t t)
+{
+	uint64_t lo = m->loc_off[l], hi = m->loc_off[l + 1];
+
+	while (lo < hi) { /* rows in (source, token) order */
+		uint64_t mid = (lo + hi) / 2;
+
+		if (m->lsrc[mid] < s || (m->lsrc[mid] == s && m->ltok[mid] < t))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == m->loc_off[l + 1] || m->lsrc[lo] != s || m->ltok[lo] != t)
+		return NULL;
+	return &m->lout[lo * m->H];
+}
+
+int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
+			       uint32_t nlocal, struct cs_a2a_params *p)
+{
+	uint32_t G = m->G, base = m->c.rank / G * G;
+	uint64_t rr = 0;
+
+	if (!m->node_sum || nlocal != G || !m->loc_off || m->csc)
+		return -EINVAL;
+	for (uint32_t k = 0; k < G; k++)
+		if (!node[k] || node[k]->c.rank != base + k || !node[k]->loc_off)
+			return -EINVAL;
+	moe_params(m, p, m->crow, m->c.op_combine);
+	m->csc = calloc(m->n, sizeof(uint64_t));
+	m->csd = calloc(m->n, sizeof(uint64_t));
+	m->crc = calloc(m->n, sizeof(uint64_t));
+	m->crd = calloc(m->n, sizeof(uint64_t));
+	m->csend = malloc((m->nrrow ? m->nrrow : 1) * m->crow);
+	if (!m->csc || !m->csd || !m->crc || !m->crd || !m->csend)
+		return -ENOMEM;
+	/* one row back per dispatch row, both ways: what this rank was sent
+	 * goes back to its source, what it sent comes back */
+	for (uint64_t i = 0; i < m->nrrow; i++)
+		m->csc[m->rsrc[i]]++;
+	for (uint32_t s = 1; s < m->n; s++)
+		m->csd[s] = m->csd[s - 1] + m->csc[s - 1];
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->crc[d] = m->dsc[d];
+		m->crd[d] = rr;
+		rr += m->crc[d];
+	}
+	m->crecv = malloc((rr ? rr : 1) * m->crow);
+	if (!m->crecv)
+		return -ENOMEM;
+	/* rrow is in (source, token) order: row i goes to csend row i */
+	for (uint64_t i = 0; i < m->nrrow; i++) {
+		const uint32_t *r = m->rrow[i];
+		uint32_t *o = row_u32(m->csend, m->crow, i);
+		float *acc = (float *)&o[2];
+		float wj;
+
+		o[0] = r[0];
+		o[1] = r[1];
+		memset(acc, 0, 4 * m->H);
+		/* the node's slots of the token, in slot order */
+		for (uint32_t j = 0; j < m->K; j++) {
+			const struct cs_moe *q;
+			const float *y;
+
+			if (!(r[1] >> j & 1))
+				continue;
+			q = node[m->erank[r[2 + j]] - base];
+			y = expert_out(q, q->loc_of[r[2 + j]], m->rsrc[i],
+				       r[0]);
+			if (!y)
+				return CS_ERR_PROTO;
+			memcpy(&wj, &r[2 + m->K + m->H + j], 4);
+			for (uint32_t h = 0; h < m->H; h++)
+				acc[h] += wj * y[h];
+		}
+	}
+	p->sendbuf = m->csend;
+	p->send_count = m->nrrow;
+	p->recvbuf = m->crecv;
+	p->recv_count = rr;
+	p->sendcounts = m->csc;
+	p->sdispls = m->csd;
+	p->recvcounts = m->crc;
+	p->rdispls = m->crd;
+	return 0;
+}
+
+/* node_sum: out[t] = the sum over nodes b, in node order, of what node b
+ * returned for the token (itself a sum in slot order). */
+static int combine_finish_node(struct cs_moe *m, const void *recv, float *out)
+{
+	uint32_t M = m->n / m->G;
+	size_t cells = (size_t)m->T * M;
+	const float **part = calloc(cells ? cells : 1, sizeof(*part));
+	int ret = 0;
+
+	if (!part)
+		return -ENOMEM;
+	for (uint32_t d = 0; d < m->n && !ret; d++)
+		for (uint64_t i = 0; i < m->crc[d] && !ret; i++) {
+			const uint32_t *r = row_u32((uint8_t *)recv, m->crow,
+						    m->crd[d] + i);
+			size_t at = (size_t)r[0] * M + d / m->G;
+
+			/* one row per (token, node), from the rank its
+			 * dispatch row went to, with that row's slots */
+			if (r[0] >= m->T || m->dest[at] != d || part[at] ||
+			    r[1] != node_mask(m, r[0], d / m->G))
+				ret = CS_ERR_PROTO;
+			else
+				part[at] = (const float *)&r[2];
+		}
+	for (uint32_t t = 0; t < m->T && !ret; t++)
+		for (uint32_t h = 0; h < m->H && !ret; h++) {
+			float acc = 0.0f;
+
+			for (uint32_t b = 0; b < M; b++) {
+				size_t at = (size_t)t * M + b;
+
+				if (m->dest[at] == UINT32_MAX)
+					continue;
+				if (!part[at]) {
+					ret = CS_ERR_PROTO;
+					break;
+				}
+				acc += part[at][h];
+			}
+			out[(size_t)t * m->H + h] = acc;
+		}
+	free(part);
+	return ret;
+}
+
 int cs_moe_combine_finish(struct cs_moe *m, float *out)
 {
 	return cs_moe_combine_finish_at(m, m->crecv, out);
@@ -376,9 +710,12 @@ int cs_moe_combine_finish(struct cs_moe *m, float *out)
 int cs_moe_combine_finish_at(struct cs_moe *m, const void *recv, float *out)
 {
 	size_t slots = (size_t)m->T * m->K;
-	const float **y = calloc(slots ? slots : 1, sizeof(*y));
+	const float **y;
 	int ret = 0;
 
+	if (m->node_sum)
+		return combine_finish_node(m, recv, out);
+	y = calloc(slots ? slots : 1, sizeof(*y));
 	if (!y)
 		return -ENOMEM;
 	for (uint32_t d = 0; d < m->n && !ret; d++)

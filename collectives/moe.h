@@ -29,6 +29,30 @@
 
 #define CS_MOE_MAX_TOPK 32
 
+/*
+ * Flag of struct cs_moe_cfg: a token's dispatch row crosses the network
+ * once per destination node, not once per destination rank (DeepEP's
+ * rule), when ranks_per_node > 1. The row goes to one rank of that node
+ * (spread evenly over its ranks, so over its NICs) with the slots of every
+ * expert of the node; each rank of the node then takes its own slots from
+ * the rows every rank of its node received (cs_moe_dispatch_finish_node:
+ * the node's receive buffers are shared memory). What each rank gets,
+ * and in which order, is unchanged.
+ */
+#define CS_MOE_F_NODE_ROWS 0x100u
+/*
+ * With CS_MOE_F_NODE_ROWS: combine returns one row per (token, node), not
+ * one per (token, slot). The rank of the node that received a token's
+ * dispatch row (which then carries the token's K weights) sums
+ * w[t][j] * y[t][j] over the node's slots j in slot order, from the
+ * outputs of every rank of the node (cs_moe_combine_params_node(): shared
+ * memory), and the owner sums those partial sums in node order. A fixed
+ * order again (the same bits run after run, whatever the arrival order),
+ * but a different one from the slot-order sum: the bits differ from it
+ * (DeepEP's combine reduces inside the node the same way).
+ */
+#define CS_MOE_F_NODE_SUM 0x200u
+
 /**
  * struct cs_moe_cfg - one rank's MoE layer
  * @nranks, @rank, @ranks_per_node: as struct cs_a2a_params (G)
@@ -38,7 +62,8 @@
  * @topk: K
  * @experts: E
  * @expert_rank: [E] the rank holding each expert
- * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET), @group, @epoch
+ * @mtu_payload, @flags (CS_A2A_F_NO_BUCKET, CS_A2A_F_RAIL,
+ *	CS_MOE_F_NODE_ROWS, CS_MOE_F_NODE_SUM), @group, @epoch
  * @op_dispatch, @op_combine: the two operations' ids
  */
 struct cs_moe_cfg {
@@ -87,6 +112,25 @@ void cs_moe_dispatch_params(struct cs_moe *m, struct cs_a2a_params *p);
 int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 			      const uint64_t *counts, const uint64_t *displs);
 
+/**
+ * cs_moe_dispatch_finish_node - the same with CS_MOE_F_NODE_ROWS: the
+ * rows every rank of the node received: local rank j's in @recv[j] (its
+ * cs_moe_dispatch_recv() or shared copy), @counts[j][s] rows from rank s
+ * at row @displs[j][s]
+ * @nlocal: ranks_per_node (1 without the flag)
+ * Returns: as cs_moe_dispatch_finish_at(); -EINVAL for a wrong @nlocal.
+ *	cs_moe_dispatch_finish_at() refuses a layer with the flag.
+ * With CS_MOE_F_NODE_SUM this rank's own rows (@recv[rank % G]) are
+ * read again by cs_moe_combine_params_node(): keep them till then.
+ */
+int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
+				const void *const *recv,
+				const uint64_t *const *counts,
+				const uint64_t *const *displs);
+
+/* The dispatch's receive buffer (cs_moe_dispatch_params()'s recvbuf). */
+const void *cs_moe_dispatch_recv(const struct cs_moe *m);
+
 static inline int cs_moe_dispatch_finish(struct cs_moe *m,
 					 const struct cs_a2a *a)
 {
@@ -122,8 +166,22 @@ float *cs_moe_expert_out(struct cs_moe *m, uint32_t i);
 void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p);
 
 /**
+ * cs_moe_combine_params_node - cs_moe_combine_params() with
+ * CS_MOE_F_NODE_SUM: the node's partial sums of the rows this rank
+ * received in dispatch
+ * @node: the layers of the node's ranks, in local order (@m among them),
+ *	every one with its dispatch finished and its expert outputs written
+ * @nlocal: ranks_per_node
+ * Returns: 0, -EINVAL (no CS_MOE_F_NODE_SUM, a wrong node, a dispatch not
+ *	finished, called twice), -ENOMEM, CS_ERR_PROTO (an output missing).
+ */
+int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
+			       uint32_t nlocal, struct cs_a2a_params *p);
+
+/**
  * cs_moe_combine_finish - the combine completed: @out[t] = sum over
- * j = 0 .. k-1 of w[t][j] * y[t][j], in that order
+ * j = 0 .. k-1 of w[t][j] * y[t][j], in that order (CS_MOE_F_NODE_SUM:
+ * the sum over nodes, in node order, of each node's sum in slot order)
  * @out: [tokens][hidden]
  * Returns: 0 or CS_ERR_PROTO (a row for a (token, slot) that was not
  *	sent to that rank, or came twice).

@@ -48,6 +48,7 @@ struct as {
 	const struct cs_a2a_sim_cfg *cfg;
 	struct cs_sim *sim;
 	uint32_t n, G;
+	enum cs_a2a_algo algo;
 	uint64_t *cnt; /* [s * n + d] elements */
 	struct as_rank *rk;
 	struct cs_a2a_node **node; /* [n / G] */
@@ -300,7 +301,8 @@ static int as_engines(struct as *m)
 			p->mtu_payload = c->mtu;
 			p->flags = (c->nodata ? CS_A2A_F_NODATA : 0) |
 				   (c->no_bucket ? CS_A2A_F_NO_BUCKET : 0) |
-				   (c->dynamic ? CS_A2A_F_RECV_DYNAMIC : 0);
+				   (c->dynamic ? CS_A2A_F_RECV_DYNAMIC : 0) |
+				   (m->algo == CS_A2A_RAIL ? CS_A2A_F_RAIL : 0);
 			p->group = A2A_GROUP;
 			p->epoch = 1;
 			p->op_id = A2A_OP;
@@ -462,10 +464,11 @@ int cs_a2a_sim_run(const struct cs_a2a_sim_cfg *c,
 	    (c->dynamic && c->nodata))
 		return -EINVAL;
 	res->algo = as_algo(c);
-	if (res->algo == CS_A2A_TWO_LEVEL && c->ranks / c->rpn < 2)
+	if (res->algo != CS_A2A_FLAT && c->ranks / c->rpn < 2)
 		return -EINVAL;
 	m.n = c->ranks;
-	m.G = res->algo == CS_A2A_TWO_LEVEL ? c->rpn : 1;
+	m.algo = res->algo;
+	m.G = res->algo != CS_A2A_FLAT ? c->rpn : 1;
 	sp.max_payload = c->mtu;
 	ret = cs_sim_create(&m.sim, &sp);
 	if (ret)

@@ -38,6 +38,7 @@ struct mo {
 	const struct cs_moe_sim_cfg *cfg;
 	struct cs_sim *sim;
 	uint32_t n, G;
+	bool rail; /* CS_A2A_RAIL */
 	uint32_t *erank;
 	struct mo_rank *rk;
 	struct cs_a2a_node **node[2]; /* [n / G] per op */
@@ -45,6 +46,7 @@ struct mo {
 	uint32_t ndone, nfailed, ndisp;
 	cs_ns_t t_disp, t_end;
 	uint64_t wrong, checked, rows;
+	uint64_t *busy0, *bytes0; /* [2n] NIC links at dispatch's end */
 	char first[200];
 };
 
@@ -166,20 +168,34 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 static void mo_check_combine(struct mo *m, struct mo_rank *r)
 {
 	const struct cs_moe_sim_cfg *c = m->cfg;
+	/* the reference's groups: the nodes (node_sum), or all ranks */
+	uint32_t gs = c->node_sum ? m->G : m->n, nb = m->n / gs;
 
 	for (uint32_t t = 0; t < c->tokens; t++)
 		for (uint32_t h = 0; h < c->hidden; h++) {
 			float acc = 0.0f, got;
 
-			for (uint32_t j = 0; j < c->topk; j++) {
-				size_t at = (size_t)t * c->topk + j;
+			for (uint32_t b = 0; b < nb; b++) {
+				float part = 0.0f;
+				bool any = false;
 
-				if (r->idx[at] < 0)
-					continue;
-				acc += r->w[at] *
-				       mo_expert(
-					       (uint32_t)r->idx[at],
-					       r->x[(size_t)t * c->hidden + h]);
+				for (uint32_t j = 0; j < c->topk; j++) {
+					size_t at = (size_t)t * c->topk + j;
+					int32_t e = r->idx[at];
+
+					if (e < 0 || m->erank[e] / gs != b)
+						continue;
+					any = true;
+					part += r->w[at] *
+						mo_expert((uint32_t)e,
+							  r->x[(size_t)t *
+								       c->hidden +
+							       h]);
+				}
+				/* node_sum: partial sums per node, in node
+				 * order; else one "node", slot order */
+				if (any)
+					acc += part;
 			}
 			got = r->out[(size_t)t * c->hidden + h];
 			m->checked++;
@@ -228,7 +244,22 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 		const float *rows;
 		const uint32_t *src, *tok, *slot;
 
-		ret = cs_moe_dispatch_finish(r->moe, r->eng[0]);
+		if (c->node_rows) {
+			const void *rb[CS_A2A_MAX_RPN];
+			const uint64_t *rc[CS_A2A_MAX_RPN], *rd[CS_A2A_MAX_RPN];
+
+			/* the node's receive buffers: its shared memory */
+			for (uint32_t j = 0; j < m->G; j++) {
+				const struct mo_rank *q = &m->rk[b * m->G + j];
+
+				rb[j] = cs_moe_dispatch_recv(q->moe);
+				cs_a2a_recv_layout(q->eng[0], &rc[j], &rd[j]);
+			}
+			ret = cs_moe_dispatch_finish_node(r->moe, m->G, rb, rc,
+							  rd);
+		} else {
+			ret = cs_moe_dispatch_finish(r->moe, r->eng[0]);
+		}
 		if (ret) {
 			mo_fail(m, "dispatch result", r->id, ret);
 			return;
@@ -242,11 +273,24 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 			for (uint64_t v = 0; v < (uint64_t)cnt * c->hidden; v++)
 				y[v] = mo_expert(e, rows[v]);
 		}
-		cs_moe_combine_params(r->moe, &p[k]);
+	}
+	for (uint32_t k = 0; !ret && k < m->G; k++) {
+		struct mo_rank *r = &m->rk[b * m->G + k];
+		struct cs_moe *nm[CS_A2A_MAX_RPN];
+
+		if (c->node_sum) { /* the node's outputs: shared memory */
+			for (uint32_t j = 0; j < m->G; j++)
+				nm[j] = m->rk[b * m->G + j].moe;
+			ret = cs_moe_combine_params_node(r->moe, nm, m->G,
+							 &p[k]);
+		} else {
+			cs_moe_combine_params(r->moe, &p[k]);
+		}
 		p[k].deadline = c->net.time_limit_ns;
 		p[k].start = cs_sim_now(m->sim);
 	}
-	ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
+	if (!ret)
+		ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
 	if (!ret)
 		cs_a2a_node_set_notify(m->node[1][b], mo_notify,
 				       &m->rk[b * m->G]);
@@ -260,6 +304,35 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 	for (uint32_t k = 0; k < m->G; k++)
 		cs_sim_timer(m->sim, m->rk[b * m->G + k].id,
 			     cs_sim_now(m->sim));
+}
+
+/* NIC link @i of the 2n (rank -> switch, then switch -> rank) */
+static const struct cs_sim_link_stats *mo_link(const struct mo *m, uint32_t i)
+{
+	uint32_t sw = cs_sim_nodes(m->sim) - 1, r = m->rk[i % m->n].id;
+	int l = i < m->n ? cs_sim_link_find(m->sim, r, sw)
+			 : cs_sim_link_find(m->sim, sw, r);
+
+	return l >= 0 ? cs_sim_link_stats(m->sim, (uint32_t)l) : NULL;
+}
+
+/* The busiest NIC link since @busy0/@bytes0. */
+static void mo_link_max(const struct mo *m, const uint64_t *busy0,
+			const uint64_t *bytes0, uint64_t *busy, uint64_t *bytes)
+{
+	*busy = *bytes = 0;
+	for (uint32_t i = 0; i < 2 * m->n; i++) {
+		const struct cs_sim_link_stats *ls = mo_link(m, i);
+		uint64_t b;
+
+		if (!ls)
+			continue;
+		b = ls->busy_ps - busy0[i];
+		if (b > *busy) {
+			*busy = b;
+			*bytes = ls->bytes - bytes0[i];
+		}
+	}
 }
 
 static void mo_done(void *owner, void *user, int status, uint32_t culprit)
@@ -278,8 +351,16 @@ static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 		return;
 	}
 	if (r->phase++ == 0) {
-		if (++m->ndisp == m->n)
+		if (++m->ndisp == m->n) {
 			m->t_disp = cs_sim_now(m->sim);
+			for (uint32_t i = 0; i < 2 * m->n; i++) {
+				const struct cs_sim_link_stats *ls =
+					mo_link(m, i);
+
+				m->busy0[i] = ls ? ls->busy_ps : 0;
+				m->bytes0[i] = ls ? ls->bytes : 0;
+			}
+		}
 		if (!--m->node_left[b]) {
 			/* combine: set up by the node's next service */
 			m->node_left[b] = UINT32_MAX;
@@ -437,7 +518,12 @@ static int mo_setup(struct mo *m)
 				.experts = c->experts,
 				.expert_rank = m->erank,
 				.mtu_payload = nc->mtu,
-				.flags = nc->no_bucket ? CS_A2A_F_NO_BUCKET : 0,
+				.flags =
+					(nc->no_bucket ? CS_A2A_F_NO_BUCKET
+						       : 0) |
+					(m->rail ? CS_A2A_F_RAIL : 0) |
+					(c->node_rows ? CS_MOE_F_NODE_ROWS : 0) |
+					(c->node_sum ? CS_MOE_F_NODE_SUM : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,
@@ -487,6 +573,8 @@ static void mo_free(struct mo *m)
 	free(m->node[0]);
 	free(m->node[1]);
 	free(m->node_left);
+	free(m->busy0);
+	free(m->bytes0);
 	free(m->rk);
 	free(m->erank);
 	cs_sim_destroy(m->sim);
@@ -568,10 +656,13 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 			    : cs_a2a_choose(nc->ranks, nc->rpn,
 					    (uint64_t)c->tokens * c->hidden *
 						    4 * c->topk / nc->ranks);
-	if (res->algo == CS_A2A_TWO_LEVEL && nc->ranks / nc->rpn < 2)
+	if (res->algo != CS_A2A_FLAT && nc->ranks / nc->rpn < 2)
 		return -EINVAL;
 	m.n = nc->ranks;
-	m.G = res->algo == CS_A2A_TWO_LEVEL ? nc->rpn : 1;
+	m.G = res->algo != CS_A2A_FLAT ? nc->rpn : 1;
+	m.rail = res->algo == CS_A2A_RAIL;
+	if ((c->node_rows || c->node_sum) && m.G < 2)
+		return -EINVAL; /* rows per node need the node's memory */
 	sp.max_payload = nc->mtu;
 	ret = cs_sim_create(&m.sim, &sp);
 	if (ret)
@@ -581,7 +672,10 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	m.node[0] = calloc(m.n / m.G, sizeof(*m.node[0]));
 	m.node[1] = calloc(m.n / m.G, sizeof(*m.node[1]));
 	m.node_left = calloc(m.n / m.G, sizeof(*m.node_left));
-	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left
+	m.busy0 = calloc(2 * m.n, sizeof(*m.busy0));
+	m.bytes0 = calloc(2 * m.n, sizeof(*m.bytes0));
+	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left &&
+			      m.busy0 && m.bytes0
 		      ? mo_setup(&m)
 		      : -ENOMEM;
 	if (!ret)
@@ -600,6 +694,16 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	res->t_dispatch_ns = m.t_disp;
 	res->time_ns = m.t_end;
 	snprintf(res->first, sizeof(res->first), "%s", m.first);
+	if (m.ndisp == m.n) {
+		/* dispatch: the snapshot at its end */
+		for (uint32_t i = 0; i < 2 * m.n; i++)
+			if (m.busy0[i] > res->link_busy_ps[0]) {
+				res->link_busy_ps[0] = m.busy0[i];
+				res->link_bytes[0] = m.bytes0[i];
+			}
+		mo_link_max(&m, m.busy0, m.bytes0, &res->link_busy_ps[1],
+			    &res->link_bytes[1]);
+	}
 	for (uint32_t i = 0; i < m.n; i++) {
 		struct cs_tp_stats ts;
 		int l = cs_sim_link_find(m.sim, cs_sim_nodes(m.sim) - 1,

@@ -15,11 +15,16 @@
  * links, seed ...; bytes and uneven unused) and the layer
  * @tokens: per rank, @hidden: H, @topk: K, @experts: E
  * @skew: Zipf exponent of the expert choice (0: uniform)
+ * @node_rows: a token's row once per destination node
+ *	(CS_MOE_F_NODE_ROWS; two-level and rail only)
+ * @node_sum: combine sums per node first (CS_MOE_F_NODE_SUM; needs
+ *	@node_rows); the reference sums the same way
  */
 struct cs_moe_sim_cfg {
 	struct cs_a2a_sim_cfg net;
 	uint32_t tokens, hidden, topk, experts;
 	double skew;
+	bool node_rows, node_sum;
 };
 
 struct cs_moe_sim_result {
@@ -34,6 +39,9 @@ struct cs_moe_sim_result {
 	 * of what it sends and receives, a token's row counted once per
 	 * other node it goes to); combine moves the same back */
 	uint64_t node_bytes_max;
+	/* the busiest NIC link (either direction) of each phase: its
+	 * serialization time, ps, and the frame bytes it carried */
+	uint64_t link_busy_ps[2], link_bytes[2];
 	char first[200];
 };
 

@@ -17,7 +17,7 @@ static void a2a_usage(FILE *out)
 	fprintf(out,
 		"usage: collstack sim alltoall [--ranks N | --nodes M]\n"
 		"       [--ranks-per-node L] [--bytes S] [--uneven]\n"
-		"       [--algo flat|two-level|auto] [--no-bucket] [--loss P]\n"
+		"       [--algo flat|two-level|rail|auto] [--no-bucket] [--loss P]\n"
 		"       [--seed K] [--credit B] [--link-gbps G] [--delay-us D]\n"
 		"       [--port-buffer B] [--mtu B] [--time-limit-ms T]\n"
 		"       [--nodata] [--dynamic] [--set key=value]...\n\n"
@@ -62,6 +62,7 @@ static int a2a_set(struct cs_a2a_sim_cfg *c, const char *kv)
 static const char *algo_name(enum cs_a2a_algo a)
 {
 	return a == CS_A2A_TWO_LEVEL ? "two-level"
+	       : a == CS_A2A_RAIL    ? "rail"
 	       : a == CS_A2A_FLAT    ? "flat"
 				     : "auto";
 }
@@ -102,6 +103,8 @@ static int net_opt(struct cs_a2a_sim_cfg *c, unsigned long *nodes,
 			c->algo = CS_A2A_FLAT;
 		else if (!strcmp(v, "two-level"))
 			c->algo = CS_A2A_TWO_LEVEL;
+		else if (!strcmp(v, "rail"))
+			c->algo = CS_A2A_RAIL;
 		else if (!strcmp(v, "auto"))
 			c->algo = CS_A2A_AUTO;
 		else
@@ -136,7 +139,8 @@ static int net_fix(struct cs_a2a_sim_cfg *c, unsigned long nodes,
 	if (nodes)
 		c->ranks = (uint32_t)(nodes * c->rpn);
 	if (c->ranks < 2 || c->ranks % c->rpn ||
-	    (c->algo == CS_A2A_TWO_LEVEL && c->ranks / c->rpn < 2)) {
+	    ((c->algo == CS_A2A_TWO_LEVEL || c->algo == CS_A2A_RAIL) &&
+	     c->ranks / c->rpn < 2)) {
 		fprintf(stderr,
 			"collstack sim %s: --ranks must be a "
 			"multiple (two-level: 2 or more) of "
@@ -244,7 +248,8 @@ static void moe_usage(FILE *out)
 		"usage: collstack sim moe [--ranks N | --nodes M]\n"
 		"       [--ranks-per-node L] [--tokens T] [--hidden H]\n"
 		"       [--topk K] [--experts E] [--skew Z] [--no-bucket]\n"
-		"       [--algo flat|two-level|auto] [--loss P] [--seed S]\n"
+		"       [--algo flat|two-level|rail|auto] [--node-rows]\n"
+		"       [--node-sum] [--loss P] [--seed S]\n"
 		"       [--link-gbps G] [--delay-us D] [--port-buffer B]\n"
 		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n\n"
 		"A MoE layer: every rank has T tokens of H f32 values, each\n"
@@ -253,12 +258,20 @@ static void moe_usage(FILE *out)
 		"blocks. Dispatch (counts in the same operation), the experts\n"
 		"(affine maps), combine (weighted sum in slot order); every\n"
 		"dispatched row and every output value is compared bit for\n"
-		"bit with a single-process reference. Prints 'moe ok ...' or\n"
+		"bit with a single-process reference. --algo rail: two-level,\n"
+		"node pair (a, b) on all L NICs (local i to local i).\n"
+		"--node-rows: a token's row once per node (not per rank),\n"
+		"shared by the node's ranks. --node-sum: that, and combine\n"
+		"returns one sum per (token, node) (summed in slot order in\n"
+		"the node, then in node order: other bits than the slot-order\n"
+		"sum; the reference sums the same way). Prints 'moe ok ...' or\n"
 		"'moe FAILED ...' (exit 1). Defaults: 8 ranks, T 128, H 256,\n"
 		"K 4, E 32, Z 0. bound_us: dispatch and combine each moving\n"
 		"the busiest node's bytes (the larger of what it sends and\n"
 		"receives, a token's row once per other node it goes to)\n"
-		"over its L links at G.\n");
+		"over its L links at G. link_us: the busiest NIC link's\n"
+		"serialization time in dispatch + in combine (link_bytes:\n"
+		"the frame bytes it carried).\n");
 }
 
 int cs_cmd_sim_moe(int argc, char **argv)
@@ -282,6 +295,12 @@ int cs_cmd_sim_moe(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(o, "--no-bucket")) {
 			c.net.no_bucket = true;
+			continue;
+		} else if (!strcmp(o, "--node-rows")) {
+			c.node_rows = true;
+			continue;
+		} else if (!strcmp(o, "--node-sum")) {
+			c.node_rows = c.node_sum = true;
 			continue;
 		} else if (!v) {
 			bad = 1;
@@ -337,18 +356,24 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	/* dispatch and combine each move the busiest node's bytes over its
 	 * L links (r.node_bytes_max) */
 	bound = 2.0 * (double)r.node_bytes_max * 8 / (c.net.gbps * c.net.rpn);
-	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s tokens=%u "
+	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s%s tokens=%u "
 	       "hidden=%u topk=%u experts=%u skew=%g dispatch_us=%.1f "
 	       "time_us=%.1f bound_us=%.1f time_over_bound=%.3f "
+	       "link_us=%.1f+%.1f link_bytes=%" PRIu64 "+%" PRIu64 " "
 	       "dispatch_bytes=%" PRIu64 " max_queue_bytes=%" PRIu64
 	       " drops=%" PRIu64 " retx=%" PRIu64 " checked=%" PRIu64
 	       " wrong=%" PRIu64 " loss=%g seed=%" PRIu64 "\n",
 	       ok ? "ok" : "FAILED", c.net.ranks, c.net.rpn, algo_name(r.algo),
-	       c.net.no_bucket ? "(unbucketed)" : "", c.tokens, c.hidden,
-	       c.topk, c.experts, c.skew, r.t_dispatch_ns / 1e3,
-	       r.time_ns / 1e3, bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
-	       r.disp_bytes, r.max_queue, r.drops, r.retx, r.checked, r.wrong,
-	       c.net.loss, c.net.seed);
+	       c.net.no_bucket ? "(unbucketed)" : "",
+	       c.node_sum    ? "+node-sum"
+	       : c.node_rows ? "+node-rows"
+			     : "",
+	       c.tokens, c.hidden, c.topk,
+	       c.experts, c.skew, r.t_dispatch_ns / 1e3, r.time_ns / 1e3,
+	       bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
+	       r.link_busy_ps[0] / 1e6, r.link_busy_ps[1] / 1e6,
+	       r.link_bytes[0], r.link_bytes[1], r.disp_bytes, r.max_queue,
+	       r.drops, r.retx, r.checked, r.wrong, c.net.loss, c.net.seed);
 	if (!ok)
 		printf("moe: %s\n",
 		       r.first[0] ? r.first : "not every rank completed");

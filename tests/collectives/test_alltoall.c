@@ -111,6 +111,9 @@ static void w_fini(struct world *w)
 		cs_a2a_node_free(w->node[b]);
 }
 
+static void w_dynamic(struct world *w);
+static void w_exchange_rounds(struct world *w, bool strict);
+
 struct sent {
 	uint32_t src;
 	struct cs_flow_tx tx;
@@ -233,6 +236,102 @@ Test(alltoall, two_level_streams_per_node_pair)
 	cr_assert_eq(st.local_bytes, 4 * 400, "intra-node exchange");
 	w_exchange(&w);
 	w_check(&w);
+	w_fini(&w);
+}
+
+Test(alltoall, rail_streams_per_rank)
+{
+	struct world w;
+	struct cs_a2a_stats st;
+
+	/* 4 nodes of 2, rail-aligned: every rank carries every node pair,
+	 * only the blocks for its own local index, to that local index */
+	w_counts(&w, 8, 2, true, 100);
+	w_params(&w, 512, CS_A2A_F_RAIL);
+	w_init(&w);
+	for (uint32_t r = 0; r < 8; r++) {
+		cr_assert_eq(cs_a2a_channels(w.eng[r]), 3);
+		for (uint32_t c = 0; c < 3; c++)
+			cr_assert_eq(cs_a2a_chan_peer(w.eng[r], c),
+				     ((r / 2 + 1 + c) % 4) * 2 + r % 2);
+		cs_a2a_get_stats(w.eng[r], &st);
+		/* 3 streams of the 2 local sources' blocks, 400 bytes each */
+		cr_assert_eq(st.tx_streams, 3);
+		cr_assert_eq(st.rx_streams, 3);
+		cr_assert_eq(st.staged_bytes, 3 * 2 * 400);
+	}
+	w_exchange(&w);
+	w_check(&w);
+	w_fini(&w);
+}
+
+Test(alltoall, rail_uneven_and_dynamic)
+{
+	static const uint32_t gs[] = { 2, 3, 6 };
+	static const uint32_t fl[] = { CS_A2A_F_RAIL,
+				       CS_A2A_F_RAIL | CS_A2A_F_NO_BUCKET };
+
+	for (size_t g = 0; g < 3; g++)
+		for (size_t b = 0; b < 2; b++) {
+			struct world w;
+
+			w_counts(&w, 12, gs[g], false, 37);
+			w_params(&w, 200, fl[b]);
+			w_init(&w);
+			w_exchange(&w);
+			w_check(&w);
+			w_fini(&w);
+		}
+	for (uint32_t G = 2; G <= 3; G++) {
+		struct world w;
+
+		w_counts(&w, 12, G, false, 41);
+		w_params(&w, 128, CS_A2A_F_RAIL);
+		w_dynamic(&w);
+		w_init(&w);
+		w_exchange_rounds(&w, true);
+		for (uint32_t d = 0; d < w.n; d++) {
+			const uint64_t *rc, *rd;
+
+			cr_assert_eq(cs_a2a_status(w.eng[d], NULL), 0);
+			cs_a2a_recv_layout(w.eng[d], &rc, &rd);
+			for (uint32_t s = 0; s < w.n; s++) {
+				cr_assert_eq(rc[s], w.cnt[s][d], "G %u %u->%u",
+					     G, s, d);
+				for (uint64_t x = 0; x < rc[s]; x++)
+					cr_assert_eq(w.recv[d][rd[s] + x],
+						     val(s, d, x));
+			}
+		}
+		w_fini(&w);
+	}
+}
+
+Test(alltoall, rail_count_for_another_rail_refused)
+{
+	struct world w;
+	struct cs_flow_tx tx;
+	struct cs_pkt_hdr h;
+	uint64_t cnt[4];
+
+	w_counts(&w, 4, 2, true, 10);
+	w_params(&w, 128, CS_A2A_F_RAIL);
+	w_dynamic(&w);
+	w_init(&w);
+	/* rank 0's count frame to rank 2 (node 1, local 0): blocks (j, 0)
+	 * only; one for local 1 is another rail's and refused */
+	cr_assert_eq(cs_a2a_next(w.eng[0], 0, &tx, 1), 1);
+	cr_assert_eq(tx.dst, 2);
+	memcpy(cnt, tx.payload, sizeof(cnt));
+	cr_assert_eq(cnt[0], 10);
+	cr_assert_eq(cnt[1], 0);
+	cr_assert_eq(cnt[2], 10);
+	cr_assert_eq(cnt[3], 0);
+	cnt[1] = 10;
+	h = tx.hdr;
+	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, cnt), CS_ERR_PROTO);
+	cnt[1] = 0;
+	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, cnt), CS_FLOW_RX_ACK_NOW);
 	w_fini(&w);
 }
 

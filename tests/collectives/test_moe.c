@@ -75,3 +75,269 @@ Test(moe, a_token_travels_once_per_rank)
 	cr_assert_null(p.recvcounts);
 	cs_moe_free(m);
 }
+
+/* ---- rows once per node (CS_MOE_F_NODE_ROWS) ---------------------------- */
+
+#define NR 4 /* 2 nodes of 2 ranks */
+#define NT 6
+#define NK 3
+#define NH 2
+
+static const uint32_t nerank[8] = { 0, 0, 1, 1, 2, 2, 3, 3 };
+
+struct nworld {
+	struct cs_moe *m[NR];
+	float x[NR][NT * NH], w[NR][NT * NK];
+	int32_t idx[NR][NT * NK];
+	uint8_t *recv[NR];
+	uint64_t rc[NR][NR], rd[NR][NR];
+	uint64_t rows; /* dispatch rows sent, all ranks */
+};
+
+/* Build the 4 layers and deliver every dispatch block by hand. */
+static void nw_dispatch(struct nworld *w, uint32_t flags)
+{
+	struct cs_a2a_params p[NR];
+
+	memset(w, 0, sizeof(*w));
+	for (uint32_t r = 0; r < NR; r++) {
+		struct cs_moe_cfg c = {
+			.nranks = NR,
+			.rank = r,
+			.ranks_per_node = 2,
+			.tokens = NT,
+			.max_tokens = NT,
+			.hidden = NH,
+			.topk = NK,
+			.experts = 8,
+			.expert_rank = nerank,
+			.mtu_payload = 512,
+			.flags = flags,
+			.group = 1,
+			.epoch = 1,
+			.op_dispatch = 1,
+			.op_combine = 2,
+		};
+
+		for (uint32_t t = 0; t < NT; t++) {
+			for (uint32_t h = 0; h < NH; h++)
+				w->x[r][t * NH + h] =
+					(float)(r * 100 + t * 10 + h) * 0.37f;
+			for (uint32_t j = 0; j < NK; j++) {
+				/* token t: experts (r + t + j) % 8, with a
+				 * "none" now and then */
+				w->idx[r][t * NK + j] =
+					(t + j) % 5 == 4
+						? -1
+						: (int32_t)((r + t + j) % 8);
+				w->w[r][t * NK + j] = 0.1f * (float)(j + 1) +
+						      0.013f * (float)t;
+			}
+		}
+		cr_assert_eq(cs_moe_create(&c, w->x[r], w->idx[r], w->w[r],
+					   &w->m[r]),
+			     0);
+		cs_moe_dispatch_params(w->m[r], &p[r]);
+		cr_assert_eq(p[r].flags & CS_MOE_F_NODE_ROWS, 0,
+			     "not an all-to-all flag");
+	}
+	for (uint32_t d = 0; d < NR; d++) {
+		uint64_t at = 0;
+
+		w->recv[d] = malloc(NR * NT * p[d].esz);
+		for (uint32_t s = 0; s < NR; s++) {
+			w->rc[d][s] = p[s].sendcounts[d];
+			w->rd[d][s] = at;
+			memcpy(w->recv[d] + at * p[d].esz,
+			       (const uint8_t *)p[s].sendbuf +
+				       p[s].sdispls[d] * p[s].esz,
+			       w->rc[d][s] * p[s].esz);
+			at += w->rc[d][s];
+			w->rows += w->rc[d][s];
+		}
+	}
+}
+
+static int nw_finish(struct nworld *w, uint32_t r, bool node)
+{
+	uint32_t b = r / 2;
+	const void *rb[2] = { w->recv[2 * b], w->recv[2 * b + 1] };
+	const uint64_t *rc[2] = { w->rc[2 * b], w->rc[2 * b + 1] };
+	const uint64_t *rd[2] = { w->rd[2 * b], w->rd[2 * b + 1] };
+
+	if (!node)
+		return cs_moe_dispatch_finish_at(w->m[r], w->recv[r], w->rc[r],
+						 w->rd[r]);
+	return cs_moe_dispatch_finish_node(w->m[r], 2, rb, rc, rd);
+}
+
+static void nw_free(struct nworld *w)
+{
+	for (uint32_t r = 0; r < NR; r++) {
+		cs_moe_free(w->m[r]);
+		free(w->recv[r]);
+	}
+}
+
+Test(moe, node_rows_deliver_what_rank_rows_do)
+{
+	static struct nworld a, b;
+
+	nw_dispatch(&a, 0);
+	nw_dispatch(&b, CS_MOE_F_NODE_ROWS);
+	cr_assert_lt(b.rows, a.rows, "a token crosses once per node");
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(nw_finish(&a, r, false), 0);
+		cr_assert_eq(nw_finish(&b, r, true), 0);
+		for (uint32_t i = 0;; i++) {
+			uint32_t e1, e2, n1, n2;
+			const float *r1, *r2;
+			const uint32_t *s1, *s2, *t1, *t2, *j1, *j2;
+			int g1 = cs_moe_local(a.m[r], i, &e1, &n1, &r1, &s1,
+					      &t1, &j1);
+			int g2 = cs_moe_local(b.m[r], i, &e2, &n2, &r2, &s2,
+					      &t2, &j2);
+
+			cr_assert_eq(g1, g2);
+			if (g1)
+				break;
+			cr_assert_eq(e1, e2);
+			cr_assert_eq(n1, n2, "rank %u expert %u", r, e1);
+			cr_assert(n1 > 0);
+			cr_assert_arr_eq(s1, s2, n1 * 4);
+			cr_assert_arr_eq(t1, t2, n1 * 4,
+					 "(source, token) order");
+			cr_assert_arr_eq(j1, j2, n1 * 4);
+			cr_assert_arr_eq(r1, r2, n1 * NH * 4);
+		}
+	}
+	nw_free(&a);
+	nw_free(&b);
+}
+
+Test(moe, node_rows_spread_and_checked)
+{
+	static struct nworld w;
+	uint64_t in[NR] = { 0 };
+	uint32_t *row;
+
+	nw_dispatch(&w, CS_MOE_F_NODE_ROWS);
+	/* the rows for a node are spread over its two ranks */
+	for (uint32_t d = 0; d < NR; d++)
+		for (uint32_t s = 0; s < NR; s++)
+			in[d] += w.rc[d][s];
+	cr_assert_leq(in[0] > in[1] ? in[0] - in[1] : in[1] - in[0], 4);
+	cr_assert_leq(in[2] > in[3] ? in[2] - in[3] : in[3] - in[2], 4);
+	/* a layer with the flag reads the node's rows, not one rank's */
+	cr_assert_eq(nw_finish(&w, 0, false), -EINVAL);
+	/* a row naming an expert of the other node is refused */
+	cr_assert_gt(w.rc[0][1], 0);
+	row = (uint32_t *)(w.recv[0] + w.rd[0][1] * 4 * (2 + NK + NH));
+	for (uint32_t j = 0; j < NK; j++)
+		if (row[1] >> j & 1)
+			row[2 + j] = 7; /* rank 3's: node 1 */
+	cr_assert_eq(nw_finish(&w, 1, true), CS_ERR_PROTO);
+	nw_free(&w);
+}
+
+static float nw_expert(uint32_t e, float v)
+{
+	return v * (1.0f + 0.31f * (float)e) + 0.7f;
+}
+
+Test(moe, node_sum_partial_sums_per_node)
+{
+	static struct nworld w;
+	struct cs_a2a_params p[NR];
+	float out[NR][NT * NH];
+	uint8_t *crecv[NR];
+	uint64_t differ = 0;
+
+	nw_dispatch(&w, CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM);
+	for (uint32_t r = 0; r < NR; r++) {
+		uint32_t e, n;
+		const float *rows;
+		const uint32_t *src, *tok, *slot;
+
+		cr_assert_eq(nw_finish(&w, r, true), 0);
+		for (uint32_t i = 0; !cs_moe_local(w.m[r], i, &e, &n, &rows,
+						   &src, &tok, &slot);
+		     i++) {
+			float *y = cs_moe_expert_out(w.m[r], i);
+
+			for (uint32_t v = 0; v < n * NH; v++)
+				y[v] = nw_expert(e, rows[v]);
+		}
+	}
+	for (uint32_t r = 0; r < NR; r++) {
+		struct cs_moe *nm[2] = { w.m[r / 2 * 2], w.m[r / 2 * 2 + 1] };
+
+		cr_assert_eq(cs_moe_combine_params_node(w.m[r], nm, 2, &p[r]),
+			     0);
+		cr_assert_eq(cs_moe_combine_params_node(w.m[r], nm, 2, &p[r]),
+			     -EINVAL, "once");
+	}
+	/* deliver: one row back per dispatch row */
+	for (uint32_t d = 0; d < NR; d++) {
+		crecv[d] = p[d].recvbuf;
+		for (uint32_t s = 0; s < NR; s++) {
+			cr_assert_eq(p[s].sendcounts[d], p[d].recvcounts[s]);
+			cr_assert_eq(p[d].recvcounts[s], w.rc[s][d],
+				     "as many rows back as went out");
+			memcpy(crecv[d] + p[d].rdispls[s] * p[d].esz,
+			       (const uint8_t *)p[s].sendbuf +
+				       p[s].sdispls[d] * p[s].esz,
+			       p[d].recvcounts[s] * p[d].esz);
+		}
+	}
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(cs_moe_combine_finish(w.m[r], out[r]), 0);
+		for (uint32_t t = 0; t < NT; t++)
+			for (uint32_t h = 0; h < NH; h++) {
+				float acc = 0, slot = 0;
+
+				for (uint32_t b = 0; b < 2; b++) {
+					float part = 0;
+					bool any = false;
+
+					for (uint32_t j = 0; j < NK; j++) {
+						int32_t e = w.idx[r][t * NK + j];
+
+						if (e < 0 || nerank[e] / 2 != b)
+							continue;
+						any = true;
+						part += w.w[r][t * NK + j] *
+							nw_expert((uint32_t)e,
+								  w.x[r][t * NH +
+									 h]);
+					}
+					if (any)
+						acc += part;
+				}
+				for (uint32_t j = 0; j < NK; j++) {
+					int32_t e = w.idx[r][t * NK + j];
+
+					if (e >= 0)
+						slot += w.w[r][t * NK + j] *
+							nw_expert((uint32_t)e,
+								  w.x[r][t * NH +
+									 h]);
+				}
+				cr_assert(!memcmp(&out[r][t * NH + h], &acc, 4),
+					  "rank %u token %u: %a, want %a", r, t,
+					  (double)out[r][t * NH + h],
+					  (double)acc);
+				differ += memcmp(&acc, &slot, 4) != 0;
+			}
+	}
+	cr_assert_gt(differ, 0, "the node order is not the slot order here");
+	/* a partial sum from a rank the token's row did not go to */
+	{
+		uint32_t *row = (uint32_t *)crecv[0];
+
+		row[0] = (row[0] + 1) % NT;
+		cr_assert_eq(cs_moe_combine_finish(w.m[0], out[0]),
+			     CS_ERR_PROTO);
+	}
+	nw_free(&w);
+}
