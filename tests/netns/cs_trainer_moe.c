@@ -22,13 +22,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cs-trainer-moe: connect or join failed\n");
 		return 2;
 	}
-	ret = mc_run(c, g, cs_group_rank(g), cs_group_size(g), rounds,
-		     60ll * 1000000000);
+	int rank = cs_group_rank(g), size = cs_group_size(g);
+
+	ret = mc_run(c, g, rank, size, rounds, 60ll * 1000000000);
+	/* (cs_group_leave() frees @g: rank and size were read before) */
 	if (!ret && cs_group_leave(g))
 		ret = 3;
-	if (!ret && cs_group_rank(g) == 0)
+	if (!ret && rank == 0)
 		printf("moe api: %d ranks, %d rounds + 4 bad inputs: ok\n",
-		       cs_group_size(g), rounds);
+		       size, rounds);
 	cs_disconnect(c);
 	return ret;
 }
