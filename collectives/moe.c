@@ -511,6 +511,21 @@ float *cs_moe_expert_out(struct cs_moe *m, uint32_t i)
 	return &m->lout[m->loc_off[i] * m->H];
 }
 
+/* The combine's buffers and count tables in @p: @rows rows to send, room
+ * for @rr. */
+static void combine_bufs(const struct cs_moe *m, struct cs_a2a_params *p,
+			 uint64_t rows, uint64_t rr)
+{
+	p->sendbuf = m->csend;
+	p->send_count = rows;
+	p->recvbuf = m->crecv;
+	p->recv_count = rr;
+	p->sendcounts = m->csc;
+	p->sdispls = m->csd;
+	p->recvcounts = m->crc;
+	p->rdispls = m->crd;
+}
+
 void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 {
 	uint64_t rows = 0, rr = 0;
@@ -555,14 +570,7 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p)
 		}
 		free(fill);
 	}
-	p->sendbuf = m->csend;
-	p->send_count = rows;
-	p->recvbuf = m->crecv;
-	p->recv_count = rr;
-	p->sendcounts = m->csc;
-	p->sdispls = m->csd;
-	p->recvcounts = m->crc;
-	p->rdispls = m->crd;
+	combine_bufs(m, p, rows, rr);
 }
 
 /* Local expert @l of @m: its output row for (source @s, token @t), NULL
@@ -645,14 +653,7 @@ int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
 				acc[h] += wj * y[h];
 		}
 	}
-	p->sendbuf = m->csend;
-	p->send_count = m->nrrow;
-	p->recvbuf = m->crecv;
-	p->recv_count = rr;
-	p->sendcounts = m->csc;
-	p->sdispls = m->csd;
-	p->recvcounts = m->crc;
-	p->rdispls = m->crd;
+	combine_bufs(m, p, m->nrrow, rr);
 	return 0;
 }
 

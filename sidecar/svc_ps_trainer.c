@@ -263,6 +263,18 @@ static int ckpt_path(const struct pst_table *t, const char *dir, char *out,
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
+/* @r's shard file in @path (PATH_MAX bytes), unless a checkpoint runs
+ * here or the name does not fit: then @r is finished with that error
+ * (-EBUSY, ...), which is returned. */
+static int ctl_path(struct pst_table *t, struct cs_ipc_ps_req *r, char *path)
+{
+	int rc = t->ck.w ? -EBUSY : ckpt_path(t, r->path, path, PATH_MAX);
+
+	if (rc)
+		ctl_finish(t, r, rc, true, 0);
+	return rc;
+}
+
 /* Start this shard's checkpoint: the writer's thread, then the snapshot,
  * whose steps pst_ckpt_pump() runs. */
 static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
@@ -271,15 +283,8 @@ static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
 	char path[PATH_MAX];
 	int rc;
 
-	if (t->ck.w) {
-		ctl_finish(t, r, -EBUSY, true, 0);
+	if (ctl_path(t, r, path))
 		return;
-	}
-	rc = ckpt_path(t, r->path, path, sizeof(path));
-	if (rc) {
-		ctl_finish(t, r, rc, true, 0);
-		return;
-	}
 	/* what is complete is applied first: a version every worker pushed
 	 * before the checkpoint is in it */
 	if (cs_ps_store_flush(t->st))
@@ -379,13 +384,9 @@ static void restore_run(struct pst_table *t, struct cs_ipc_ps_req *r)
 	char path[PATH_MAX];
 	int rc;
 
-	if (t->ck.w) {
-		ctl_finish(t, r, -EBUSY, true, 0);
+	if (ctl_path(t, r, path))
 		return;
-	}
-	rc = ckpt_path(t, r->path, path, sizeof(path));
-	if (!rc)
-		rc = cs_ps_ckpt_restore(t->st, PST_TABLE, path);
+	rc = cs_ps_ckpt_restore(t->st, PST_TABLE, path);
 	if (rc)
 		CS_WARN("table %s: restore from %s refused: %s", t->key, path,
 			cs_strerror(rc));

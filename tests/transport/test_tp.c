@@ -747,6 +747,29 @@ Test(tp, cancel_is_announced_to_the_group)
 	teardown_nodes();
 }
 
+/* Op 8 of group 10 between nodes 0 and 1, node 0 first (its frames held
+ * at node 1 for a while): both end well, exact. With @hold_full_was, node
+ * 1's rx_hold_full must not have moved from it while they were held. */
+static void next_op_runs(const uint64_t *hold_full_was)
+{
+	struct ar next[2];
+	struct cs_tp_stats st;
+
+	ar_post(&next[0], &nodes[0], 10, 8, 2, 0, 4096, 1, 0);
+	pump(3);
+	cs_tp_get_stats(nodes[1].tp, &st);
+	if (hold_full_was)
+		cr_assert_eq(st.rx_hold_full, *hold_full_was);
+	ar_post(&next[1], &nodes[1], 10, 8, 2, 1, 4096, 1, 0);
+	pump(20);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[1], 0, "node %u: %d", i,
+			     nodes[i].status[1]);
+		ar_check(&next[i]);
+		ar_free(&next[i]);
+	}
+}
+
 /*
  * Frames held for an op this node then refuses (its trainer's part was
  * cancelled before it reached the core: the IPC side's verdict refuses
@@ -757,7 +780,7 @@ Test(tp, refuse_drops_held_frames)
 {
 	const uint32_t two[] = { 0, 1 };
 	struct cs_tp_stats st, st2;
-	struct ar never, next[2];
+	struct ar never;
 
 	setup_nodes(8, 4);
 	for (uint32_t i = 0; i < 2; i++)
@@ -775,19 +798,8 @@ Test(tp, refuse_drops_held_frames)
 	cr_assert_eq(nodes[0].status[0], CS_ERR_CANCELLED);
 	cr_assert_eq(nodes[0].culprit[0], 1);
 	/* the next op: node 0 first, its frames held at node 1 (room) */
-	ar_post(&next[0], &nodes[0], 10, 8, 2, 0, 4096, 1, 0);
-	pump(3);
-	cs_tp_get_stats(nodes[1].tp, &st);
-	cr_assert_eq(st.rx_hold_full, st2.rx_hold_full);
-	ar_post(&next[1], &nodes[1], 10, 8, 2, 1, 4096, 1, 0);
-	pump(20);
-	cr_assert_eq(nodes[0].status[1], 0);
-	cr_assert_eq(nodes[1].status[1], 0);
-	ar_check(&next[0]);
-	ar_check(&next[1]);
+	next_op_runs(&st2.rx_hold_full);
 	ar_free(&never);
-	ar_free(&next[0]);
-	ar_free(&next[1]);
 	teardown_nodes();
 }
 
@@ -915,7 +927,7 @@ Test(tp, stale_refusal_gives_up_a_full_hold)
 {
 	const uint32_t two[] = { 0, 1 };
 	struct cs_tp_stats st;
-	struct ar late, next[2];
+	struct ar late;
 
 	setup_nodes(8, 4);
 	ar_channels = 1;
@@ -936,17 +948,8 @@ Test(tp, stale_refusal_gives_up_a_full_hold)
 	cr_assert_eq(st.rx_hold_reclaimed, 4);
 	cr_assert_eq(st.rx_hold_full, 0);
 	/* the next op: node 0 first, its frames held at node 1 */
-	ar_post(&next[0], &nodes[0], 10, 8, 2, 0, 4096, 1, 0);
-	pump(3);
-	ar_post(&next[1], &nodes[1], 10, 8, 2, 1, 4096, 1, 0);
-	pump(20);
-	cr_assert_eq(nodes[0].status[1], 0);
-	cr_assert_eq(nodes[1].status[1], 0);
-	ar_check(&next[0]);
-	ar_check(&next[1]);
+	next_op_runs(&st.rx_hold_full);
 	ar_free(&late);
-	ar_free(&next[0]);
-	ar_free(&next[1]);
 	ar_channels = 0;
 	teardown_nodes();
 }
