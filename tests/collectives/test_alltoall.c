@@ -100,6 +100,25 @@ static void w_init(struct world *w)
 	}
 }
 
+/* With dynamic receive counts: every rank's layout as the senders' counts
+ * say, and every element. */
+static void w_check_dynamic(struct world *w)
+{
+	for (uint32_t d = 0; d < w->n; d++) {
+		const uint64_t *rc, *rd;
+
+		cr_assert_eq(cs_a2a_status(w->eng[d], NULL), 0);
+		cs_a2a_recv_layout(w->eng[d], &rc, &rd);
+		for (uint32_t s = 0; s < w->n; s++) {
+			cr_assert_eq(rc[s], w->cnt[s][d], "G %u %u->%u", w->G,
+				     s, d);
+			for (uint64_t x = 0; x < rc[s]; x++)
+				cr_assert_eq(w->recv[d][rd[s] + x],
+					     val(s, d, x));
+		}
+	}
+}
+
 static void w_fini(struct world *w)
 {
 	for (uint32_t i = 0; i < w->n; i++) {
@@ -290,19 +309,7 @@ Test(alltoall, rail_uneven_and_dynamic)
 		w_dynamic(&w);
 		w_init(&w);
 		w_exchange_rounds(&w, true);
-		for (uint32_t d = 0; d < w.n; d++) {
-			const uint64_t *rc, *rd;
-
-			cr_assert_eq(cs_a2a_status(w.eng[d], NULL), 0);
-			cs_a2a_recv_layout(w.eng[d], &rc, &rd);
-			for (uint32_t s = 0; s < w.n; s++) {
-				cr_assert_eq(rc[s], w.cnt[s][d], "G %u %u->%u",
-					     G, s, d);
-				for (uint64_t x = 0; x < rc[s]; x++)
-					cr_assert_eq(w.recv[d][rd[s] + x],
-						     val(s, d, x));
-			}
-		}
+		w_check_dynamic(&w);
 		w_fini(&w);
 	}
 }
@@ -603,18 +610,7 @@ Test(alltoall, dynamic_counts_arrive_with_the_data)
 			cr_assert_eq(cs_a2a_on_acked(w.eng[0], tx.cookie), 0);
 		}
 		w_exchange_rounds(&w, true);
-		for (uint32_t d = 0; d < w.n; d++) {
-			const uint64_t *rc, *rd;
-
-			cr_assert_eq(cs_a2a_status(w.eng[d], NULL), 0);
-			cs_a2a_recv_layout(w.eng[d], &rc, &rd);
-			for (uint32_t s = 0; s < w.n; s++) {
-				cr_assert_eq(rc[s], w.cnt[s][d]);
-				for (uint64_t x = 0; x < rc[s]; x++)
-					cr_assert_eq(w.recv[d][rd[s] + x],
-						     val(s, d, x));
-			}
-		}
+		w_check_dynamic(&w);
 		w_fini(&w);
 	}
 }
