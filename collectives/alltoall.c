@@ -122,7 +122,7 @@ enum cs_a2a_algo cs_a2a_choose(uint32_t n, uint32_t rpn, uint64_t block_bytes)
 	if (4 * (n / rpn - 1) < 3 * rpn)
 		return CS_A2A_FLAT;
 	return block_bytes <= CS_A2A_TWO_LEVEL_MAX_BLOCK ? CS_A2A_TWO_LEVEL
-							  : CS_A2A_FLAT;
+							 : CS_A2A_FLAT;
 }
 
 /* ---- node: validation and the intra-node exchange ---------------------- */
@@ -181,8 +181,7 @@ static int check_local(const struct cs_a2a_params *p,
 	    p->flags != p0->flags || p->group != p0->group ||
 	    p->epoch != p0->epoch || p->op_id != p0->op_id)
 		return -EINVAL;
-	if ((p->flags & CS_A2A_F_RECV_DYNAMIC) &&
-	    (p->flags & CS_A2A_F_NODATA))
+	if ((p->flags & CS_A2A_F_RECV_DYNAMIC) && (p->flags & CS_A2A_F_NODATA))
 		return -EINVAL;
 	if (!p->sendcounts || !p->sdispls)
 		return CS_ERR_BAD_DESC;
@@ -308,7 +307,8 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 	/* inside the node both ends are known: they must agree */
 	for (uint32_t j = 0; j < G; j++)
 		for (uint32_t k = 0; k < G; k++)
-			if (nd->loc[j].sc[base + k] != nd->loc[k].rc[base + j]) {
+			if (nd->loc[j].sc[base + k] !=
+			    nd->loc[k].rc[base + j]) {
 				ret = CS_ERR_BAD_DESC;
 				goto out_free;
 			}
@@ -343,9 +343,8 @@ void cs_a2a_node_set_notify(struct cs_a2a_node *nd,
 /* ---- streams ------------------------------------------------------------ */
 
 /* Frame @f of @s: stream offset and length. */
-static void frame_geom(const struct cs_a2a_node *nd,
-		       const struct a2a_stream *s, uint32_t f, uint64_t *off,
-		       uint32_t *len)
+static void frame_geom(const struct cs_a2a_node *nd, const struct a2a_stream *s,
+		       uint32_t f, uint64_t *off, uint32_t *len)
 {
 	uint32_t lo = 0, hi = nd->G * nd->G;
 
@@ -397,8 +396,8 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 		s->known = false;
 		s->cap = cap;
 		s->left = 1;
-		s->bits = calloc(CS_DIV_ROUND_UP(cap, 64) + 1,
-				 sizeof(uint64_t));
+		s->bits =
+			calloc(CS_DIV_ROUND_UP(cap, 64) + 1, sizeof(uint64_t));
 		return s->bits ? 0 : -ENOMEM;
 	}
 	if (nd->dyn) {

@@ -602,7 +602,8 @@ int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
 	if (!m->node_sum || nlocal != G || !m->loc_off || m->csc)
 		return -EINVAL;
 	for (uint32_t k = 0; k < G; k++)
-		if (!node[k] || node[k]->c.rank != base + k || !node[k]->loc_off)
+		if (!node[k] || node[k]->c.rank != base + k ||
+		    !node[k]->loc_off)
 			return -EINVAL;
 	moe_params(m, p, m->crow, m->c.op_combine);
 	m->csc = calloc(m->n, sizeof(uint64_t));

@@ -202,8 +202,8 @@ static int gi_copy(struct cs_gpu_ipc *x, struct range *r, uint64_t off,
 	    cs_gpu_map_addr(x->map, r->owner, r->id, r->off + off, len, &va))
 		return -ERANGE;
 	if ((to_host ? cudaMemcpyAsync(host, va, len, cudaMemcpyDeviceToHost,
-				       x->stream) :
-		       cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
+				       x->stream)
+		     : cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
 				       x->stream)) != cudaSuccess ||
 	    cudaStreamSynchronize(x->stream) != cudaSuccess) {
 		CS_ERR("device copy of %zu bytes failed: %s", len,
@@ -219,8 +219,8 @@ static int gi_to_host(void *ctx, void *cookie, uint64_t off, void *host,
 	return gi_copy(ctx, cookie, off, host, len, true);
 }
 
-static int gi_from_host(void *ctx, void *cookie, uint64_t off,
-			const void *host, size_t len)
+static int gi_from_host(void *ctx, void *cookie, uint64_t off, const void *host,
+			size_t len)
 {
 	return gi_copy(ctx, cookie, off, (void *)host, len, false);
 }

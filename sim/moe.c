@@ -187,10 +187,11 @@ static void mo_check_combine(struct mo *m, struct mo_rank *r)
 						continue;
 					any = true;
 					part += r->w[at] *
-						mo_expert((uint32_t)e,
-							  r->x[(size_t)t *
-								       c->hidden +
-							       h]);
+						mo_expert(
+							(uint32_t)e,
+							r->x[(size_t)t *
+								     c->hidden +
+							     h]);
 				}
 				/* node_sum: partial sums per node, in node
 				 * order; else one "node", slot order */
@@ -518,12 +519,12 @@ static int mo_setup(struct mo *m)
 				.experts = c->experts,
 				.expert_rank = m->erank,
 				.mtu_payload = nc->mtu,
-				.flags =
-					(nc->no_bucket ? CS_A2A_F_NO_BUCKET
+				.flags = (nc->no_bucket ? CS_A2A_F_NO_BUCKET
+							: 0) |
+					 (m->rail ? CS_A2A_F_RAIL : 0) |
+					 (c->node_rows ? CS_MOE_F_NODE_ROWS
 						       : 0) |
-					(m->rail ? CS_A2A_F_RAIL : 0) |
-					(c->node_rows ? CS_MOE_F_NODE_ROWS : 0) |
-					(c->node_sum ? CS_MOE_F_NODE_SUM : 0),
+					 (c->node_sum ? CS_MOE_F_NODE_SUM : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,

@@ -368,12 +368,12 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	       c.node_sum    ? "+node-sum"
 	       : c.node_rows ? "+node-rows"
 			     : "",
-	       c.tokens, c.hidden, c.topk,
-	       c.experts, c.skew, r.t_dispatch_ns / 1e3, r.time_ns / 1e3,
-	       bound / 1e3, bound > 0 ? r.time_ns / bound : 0,
-	       r.link_busy_ps[0] / 1e6, r.link_busy_ps[1] / 1e6,
-	       r.link_bytes[0], r.link_bytes[1], r.disp_bytes, r.max_queue,
-	       r.drops, r.retx, r.checked, r.wrong, c.net.loss, c.net.seed);
+	       c.tokens, c.hidden, c.topk, c.experts, c.skew,
+	       r.t_dispatch_ns / 1e3, r.time_ns / 1e3, bound / 1e3,
+	       bound > 0 ? r.time_ns / bound : 0, r.link_busy_ps[0] / 1e6,
+	       r.link_busy_ps[1] / 1e6, r.link_bytes[0], r.link_bytes[1],
+	       r.disp_bytes, r.max_queue, r.drops, r.retx, r.checked, r.wrong,
+	       c.net.loss, c.net.seed);
 	if (!ok)
 		printf("moe: %s\n",
 		       r.first[0] ? r.first : "not every rank completed");

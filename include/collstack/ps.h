@@ -219,10 +219,10 @@ int cs_ps_checkpoint(struct cs_ps_table *t, const char *dir, cs_req_t *req);
  *	group size and the node layout of the one checkpointed
  * @dir: where the files are
  * @req: out: completes once every shard is loaded, or with a failed
- *	shard's error, as cs_ps_checkpoint(): -ENOENT (a shard's file is missing), -EINVAL (the file is of
- *	another table: dim, dtype, key range or optimizer), -EBADMSG (a
- *	damaged file, or shards of different checkpoints), -EEXIST (the
- *	table has rows already); cs_errmsg() names the directory and node
+ *	shard's error, as cs_ps_checkpoint(): -ENOENT (a shard's file is
+ *missing), -EINVAL (the file is of another table: dim, dtype, key range or
+ *optimizer), -EBADMSG (a damaged file, or shards of different checkpoints),
+ *-EEXIST (the table has rows already); cs_errmsg() names the directory and node
  *
  * A refused file loads nothing on its shard; other shards may have loaded
  * theirs: destroy the table and create it again. After it completed,

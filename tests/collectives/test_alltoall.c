@@ -18,8 +18,7 @@
 struct world {
 	uint32_t n, G;
 	uint64_t cnt[MAXN][MAXN]; /* elements s -> d */
-	uint64_t sc[MAXN][MAXN], sd[MAXN][MAXN], rc[MAXN][MAXN],
-		rd[MAXN][MAXN];
+	uint64_t sc[MAXN][MAXN], sd[MAXN][MAXN], rc[MAXN][MAXN], rd[MAXN][MAXN];
 	uint64_t ns[MAXN], nr[MAXN];
 	uint32_t *send[MAXN], *recv[MAXN];
 	struct cs_a2a_params p[MAXN];
@@ -90,9 +89,9 @@ static void w_params(struct world *w, uint32_t mtu, uint32_t flags)
 static void w_init(struct world *w)
 {
 	for (uint32_t b = 0; b < w->n / w->G; b++) {
-		cr_assert_eq(cs_a2a_node_init(&w->p[b * w->G], w->G,
-					      &w->node[b]),
-			     0);
+		cr_assert_eq(
+			cs_a2a_node_init(&w->p[b * w->G], w->G, &w->node[b]),
+			0);
 		for (uint32_t k = 0; k < w->G; k++)
 			cr_assert_eq(cs_a2a_init(w->node[b], k,
 						 &w->eng[b * w->G + k]),
@@ -148,7 +147,8 @@ static void w_exchange(struct world *w)
 		for (uint32_t c = 0; c < cs_a2a_channels(w->eng[i]); c++) {
 			unsigned got;
 
-			while ((got = cs_a2a_next(w->eng[i], c, &f[nf].tx, 1))) {
+			while ((got = cs_a2a_next(w->eng[i], c, &f[nf].tx,
+						  1))) {
 				cr_assert_eq(f[nf].tx.dst,
 					     (uint32_t)cs_a2a_chan_peer(
 						     w->eng[i], c));
@@ -171,9 +171,9 @@ static void w_exchange(struct world *w)
 	for (size_t k = 0; k < nf; k++) {
 		struct cs_flow_tx rb;
 
-		cr_assert_eq(cs_a2a_rebuild(w->eng[f[k].src], f[k].tx.cookie,
-					    &rb),
-			     0);
+		cr_assert_eq(
+			cs_a2a_rebuild(w->eng[f[k].src], f[k].tx.cookie, &rb),
+			0);
 		cr_assert_eq(rb.payload, f[k].tx.payload, "rule (a)");
 		cr_assert_eq(rb.len, f[k].tx.len);
 		cr_assert_eq(rb.hdr.offset, f[k].tx.hdr.offset);
@@ -224,9 +224,9 @@ Test(alltoall, flat_schedule_is_shifted)
 		cr_assert_eq(tx.hdr.channel, 1);
 		cr_assert_eq(!!(tx.hdr.flags & CS_PKT_F_LAST), f == 3);
 		/* flat: zero copy, from the caller's buffer */
-		cr_assert_eq(tx.payload,
-			     (const uint8_t *)w.send[0] + w.sd[0][2] * 4 +
-				     (uint64_t)f * 1024);
+		cr_assert_eq(tx.payload, (const uint8_t *)w.send[0] +
+						 w.sd[0][2] * 4 +
+						 (uint64_t)f * 1024);
 	}
 	cr_assert_eq(cs_a2a_next(w.eng[0], 1, &tx, 1), 0);
 	cr_assert_eq(cs_a2a_next(w.eng[0], 4, &tx, 1), 0, "no such channel");
@@ -362,8 +362,7 @@ Test(alltoall, uneven_exchanges_flat_and_two_level)
 		for (size_t b = 0; b < 2; b++) {
 			struct world w;
 
-			w_counts(&w, 12, gs[g], false,
-				 37);
+			w_counts(&w, 12, gs[g], false, 37);
 			w_params(&w, 200, fl[b]);
 			w_init(&w);
 			w_exchange(&w);
@@ -497,8 +496,7 @@ Test(alltoall, bad_frames_refused_nothing_written)
 	h = tx.hdr;
 	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, NULL), CS_ERR_PROTO);
 	h.epoch = 2;
-	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, tx.payload),
-		     CS_A2A_RX_STALE);
+	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, tx.payload), CS_A2A_RX_STALE);
 	h.epoch = 4;
 	cr_assert_eq(cs_a2a_on_data(w.eng[2], &h, tx.payload), CS_ERR_EPOCH);
 	cr_assert_eq(memcmp(copy, w.recv[2], w.nr[2] * 4), 0,
@@ -563,8 +561,8 @@ static void w_exchange_rounds(struct world *w, bool strict)
 			     c++)
 				while (cs_a2a_next(w->eng[i], c, &tx, 1)) {
 					struct cs_pkt_hdr h = tx.hdr;
-					int ret = cs_a2a_on_data(w->eng[tx.dst],
-								 &h, tx.payload);
+					int ret = cs_a2a_on_data(
+						w->eng[tx.dst], &h, tx.payload);
 
 					cr_assert(!strict ||
 						  ret == CS_A2A_RX_NEW ||
@@ -605,7 +603,8 @@ Test(alltoall, dynamic_counts_arrive_with_the_data)
 			cr_assert_eq(tx.len, G * G * 8);
 			cr_assert_eq(cs_a2a_on_data(w.eng[tx.dst], &tx.hdr,
 						    tx.payload),
-				     CS_FLOW_RX_ACK_NOW, "count frame: ACK now");
+				     CS_FLOW_RX_ACK_NOW,
+				     "count frame: ACK now");
 			cr_assert_eq(cs_a2a_next(w.eng[0], c, &tx, 1), 0);
 			cr_assert_eq(cs_a2a_on_acked(w.eng[0], tx.cookie), 0);
 		}

@@ -13,10 +13,20 @@ static const uint32_t erank[4] = { 0, 0, 1, 1 };
 static struct cs_moe_cfg cfg(void)
 {
 	return (struct cs_moe_cfg){
-		.nranks = 2, .rank = 0, .ranks_per_node = 1,
-		.tokens = 2, .max_tokens = 2, .hidden = 3, .topk = 2,
-		.experts = 4, .expert_rank = erank, .mtu_payload = 512,
-		.group = 1, .epoch = 1, .op_dispatch = 1, .op_combine = 2,
+		.nranks = 2,
+		.rank = 0,
+		.ranks_per_node = 1,
+		.tokens = 2,
+		.max_tokens = 2,
+		.hidden = 3,
+		.topk = 2,
+		.experts = 4,
+		.expert_rank = erank,
+		.mtu_payload = 512,
+		.group = 1,
+		.epoch = 1,
+		.op_dispatch = 1,
+		.op_combine = 2,
 	};
 }
 
@@ -260,8 +270,8 @@ Test(moe, node_sum_partial_sums_per_node)
 		const uint32_t *src, *tok, *slot;
 
 		cr_assert_eq(nw_finish(&w, r, true), 0);
-		for (uint32_t i = 0; !cs_moe_local(w.m[r], i, &e, &n, &rows,
-						   &src, &tok, &slot);
+		for (uint32_t i = 0;
+		     !cs_moe_local(w.m[r], i, &e, &n, &rows, &src, &tok, &slot);
 		     i++) {
 			float *y = cs_moe_expert_out(w.m[r], i);
 
@@ -301,15 +311,17 @@ Test(moe, node_sum_partial_sums_per_node)
 					bool any = false;
 
 					for (uint32_t j = 0; j < NK; j++) {
-						int32_t e = w.idx[r][t * NK + j];
+						int32_t e =
+							w.idx[r][t * NK + j];
 
 						if (e < 0 || nerank[e] / 2 != b)
 							continue;
 						any = true;
 						part += w.w[r][t * NK + j] *
-							nw_expert((uint32_t)e,
-								  w.x[r][t * NH +
-									 h]);
+							nw_expert(
+								(uint32_t)e,
+								w.x[r][t * NH +
+								       h]);
 					}
 					if (any)
 						acc += part;
@@ -319,9 +331,10 @@ Test(moe, node_sum_partial_sums_per_node)
 
 					if (e >= 0)
 						slot += w.w[r][t * NK + j] *
-							nw_expert((uint32_t)e,
-								  w.x[r][t * NH +
-									 h]);
+							nw_expert(
+								(uint32_t)e,
+								w.x[r][t * NH +
+								       h]);
 				}
 				cr_assert(!memcmp(&out[r][t * NH + h], &acc, 4),
 					  "rank %u token %u: %a, want %a", r, t,

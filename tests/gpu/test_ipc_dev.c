@@ -76,7 +76,8 @@ static void log_ev(const struct ev *e)
 		sh->log[i] = *e;
 }
 
-/* ---- the sidecar, with fake device ops ------------------------------------ */
+/* ---- the sidecar, with fake device ops ------------------------------------
+ */
 
 struct fake_range {
 	unsigned char *map;
@@ -152,8 +153,8 @@ static int fd_to_host(void *ctx, void *cookie, uint64_t off, void *host,
 	return 0;
 }
 
-static int fd_from_host(void *ctx, void *cookie, uint64_t off,
-			const void *host, size_t len)
+static int fd_from_host(void *ctx, void *cookie, uint64_t off, const void *host,
+			size_t len)
 {
 	struct fake_range *r = cookie;
 
@@ -185,9 +186,12 @@ static void fd_shadow_free(void *ctx, void *p, size_t len)
 }
 
 static const struct cs_ipc_dev_ops fake_dev_ops = {
-	.map = fd_map, .unmap = fd_unmap,
-	.to_host = fd_to_host, .from_host = fd_from_host,
-	.shadow_alloc = fd_shadow_alloc, .shadow_free = fd_shadow_free,
+	.map = fd_map,
+	.unmap = fd_unmap,
+	.to_host = fd_to_host,
+	.from_host = fd_from_host,
+	.shadow_alloc = fd_shadow_alloc,
+	.shadow_free = fd_shadow_free,
 };
 
 /*
@@ -417,7 +421,8 @@ static int sidecar(const char *path, enum mode mode)
 	return 0;
 }
 
-/* ---- trainers ------------------------------------------------------------- */
+/* ---- trainers -------------------------------------------------------------
+ */
 
 static int connect_retry(const char *path, struct cs_client **c)
 {
@@ -586,8 +591,10 @@ static int trainer(const char *path, int rank, int size)
 	for (unsigned i = 0; i < COUNT; i++)
 		x[i] = (float)(rank + 1) * (float)i;
 	err = cs_allreduce(g, x, x, COUNT, CS_F32, CS_SUM, &r);
-	CHECK(!err && !cs_wait(c, r, 30000000000ll), "allreduce in place on "
-	      "a device range: %d %s", err, cs_errmsg(c));
+	CHECK(!err && !cs_wait(c, r, 30000000000ll),
+	      "allreduce in place on "
+	      "a device range: %d %s",
+	      err, cs_errmsg(c));
 	for (unsigned i = 0; i < COUNT; i++)
 		if (x[i] != (float)(size * (size + 1) / 2) * (float)i) {
 			CHECK(0, "rank %d element %u: %g", rank, i, x[i]);
@@ -612,7 +619,8 @@ static int trainer(const char *path, int rank, int size)
 	/* refusals */
 	err = cs_buf_register_dev(c, &m, ALLOC_LEN - 4096, 8192, &bad);
 	CHECK(err == -EINVAL, "range past the allocation (client): %d", err);
-	m.alloc_len = 2 * ALLOC_LEN; /* a lie about the size: the sidecar checks */
+	m.alloc_len =
+		2 * ALLOC_LEN; /* a lie about the size: the sidecar checks */
 	err = cs_buf_register_dev(c, &m, ALLOC_LEN - 4096, 8192, &bad);
 	CHECK(err == -EINVAL && strstr(cs_errmsg(c), "past the allocation"),
 	      "range past the allocation (sidecar): %d '%s'", err,
@@ -634,8 +642,7 @@ static int trainer(const char *path, int rank, int size)
 	CHECK(err == -ENOENT && strstr(cs_errmsg(c), "does not open"),
 	      "a handle that does not open: %d '%s'", err, cs_errmsg(c));
 	m.kind = 9;
-	CHECK(cs_buf_register_dev(c, &m, 0, 4096, &bad) == -EINVAL,
-	      "bad kind");
+	CHECK(cs_buf_register_dev(c, &m, 0, 4096, &bad) == -EINVAL, "bad kind");
 
 	CHECK(!cs_buf_free(db), "free the device range");
 	CHECK(!cs_buf_free(hb), "free the host buffer");
