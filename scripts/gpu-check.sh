@@ -14,7 +14,9 @@
 #     3. cs-gpu-bench     kernel GB/s vs device copy, staging vs pinned copy
 #     4. 2- and 4-node allreduce, device buffers next to host buffers:
 #        collstackd per node on loopback (udp port), cs-gpu-allreduce per
-#        node, verified element by element
+#        node, verified element by element; at 2 nodes also the Python
+#        binding (python/examples/gpu_allreduce.py) and the torch backend
+#        with CUDA tensors (python/examples/gpu_torch.py)
 #
 # Output goes to stdout and to $OUT/gpu-check-output.txt ($OUT: the device
 # runner's folder; else build-gpu/). Every step has a time limit; the whole
@@ -178,6 +180,24 @@ allreduce() {
 		done
 		cat "$RUN"/py$n-*.out
 		[ "$rc" = 77 ] && { echo "python: no torch/CuPy"; rc=0; }
+	fi
+	# the torch backend: CUDA tensors through init_process_group
+	# ("collstack"), collectives and a few DDP steps (docs/torch.md)
+	if [ "$rc" = 0 ] && [ "$n" = 2 ] && command -v python3 >/dev/null; then
+		tp=()
+		for ((i = 0; i < n; i++)); do
+			COLLSTACK_SOCKET=$RUN/n$n-$i/collstack.sock \
+			COLLSTACK_LIB=$CARRY/lib/libcollstack.so.0 \
+			MASTER_ADDR=127.0.0.1 MASTER_PORT=$((base + 10)) \
+				timeout -k 5 60 python3 python/examples/gpu_torch.py \
+				$i "$n" >"$RUN/pt$n-$i.out" 2>&1 &
+			tp+=($!)
+		done
+		for ((i = 0; i < n; i++)); do
+			wait "${tp[$i]}" || rc=$?
+		done
+		cat "$RUN"/pt$n-*.out
+		[ "$rc" = 77 ] && { echo "torch backend: no torch or no GPU"; rc=0; }
 	fi
 	echo "--- sidecar 0 log (gpu lines):"
 	grep -E "gpu:|device" "$RUN/n$n-0.log" | head -8

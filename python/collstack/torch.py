@@ -14,7 +14,12 @@ operation's torch Future. Details, costs and limits: docs/torch.md.
 
 Tensors inside collstack shared segments (collstack.torch.empty/zeros/
 shared) are handed to the sidecar without a copy; others are copied once
-into a pooled shared segment and the result copied back. CPU tensors only.
+into a pooled shared segment and the result copied back. CUDA tensors go
+through the sidecar's GPU path (docs/gpu.md): each one's range of its CUDA
+allocation is registered with the sidecar once (cached) and the sidecar
+copies it through its own streams; with a sidecar that has no GPU support,
+or COLLSTACK_TORCH_CUDA=stage, they are copied once through a shared
+segment instead.
 """
 
 import atexit
@@ -29,6 +34,7 @@ import secrets
 import socket
 import threading
 import time
+import warnings
 import weakref
 
 import torch
@@ -40,6 +46,7 @@ _lib = _cs._lib
 BACKEND = "collstack"
 EINPROGRESS = 115
 EINVAL = 22
+EOPNOTSUPP = 95
 ENOTCONN = 107
 CS_ERR_TIMEOUT = -1002
 
@@ -85,12 +92,115 @@ def _size_class(nbytes):
     return cls
 
 
+class _DevReg:
+    """One registration of a CUDA tensor's range with the sidecar."""
+    __slots__ = ("key", "handle", "ipc", "base", "refs")
+
+    def __init__(self, key, handle, ipc, base):
+        self.key, self.handle, self.ipc, self.base = key, handle, ipc, base
+        self.refs = 0
+
+
+class _DevUse:
+    """An operation's use of a _DevReg (released with the op's staging)."""
+    __slots__ = ("reg", "regs")
+
+    def __init__(self, regs, reg):
+        self.regs, self.reg = regs, reg
+
+
+class _DevRegs:
+    """The registrations of CUDA tensors' ranges with the sidecar
+    (cs_buf_register_dev), cached by (address, bytes) so a DDP bucket is
+    registered once, at most `cap` of them (COLLSTACK_TORCH_DEV_REGS, 16:
+    each is one of the trainer's ipc.max_segments segments, and the
+    sidecar keeps a pinned shadow of its size) in least-recently-used
+    order; one in use by an operation in flight is never dropped.
+
+    Every lookup reads the allocation's CUDA IPC handle again: a range
+    whose memory went back to the driver and came back as another
+    allocation at the same address has another handle, and is registered
+    again (the old registration freed), never written through a stale
+    mapping. describe(ptr) -> _DevMem, register(mem, off, len) ->
+    (ret, handle), free(handle) are the CUDA / libcollstack calls (fakes
+    in tests/torch/test_cuda_path.py)."""
+
+    def __init__(self, describe, register, free, cap):
+        self.describe, self.register, self.free = describe, register, free
+        self.cap = max(1, cap)
+        self.lock = threading.Lock()
+        self.regs = collections.OrderedDict()   # key -> _DevReg, LRU first
+        self.registered = 0                     # calls that registered
+
+    def use(self, ptr, nbytes):
+        """A _DevUse of the range [ptr, ptr + nbytes); raises
+        CollstackError (its code from the sidecar) when refused."""
+        m = self.describe(ptr)
+        ipc = bytes(m.handle)
+        key = (ptr, nbytes)
+        with self.lock:
+            r = self.regs.get(key)
+            if r is not None and (r.ipc != ipc or r.base != m.base):
+                del self.regs[key]          # another allocation now
+                self._drop(r)
+                r = None
+            if r is None:
+                self._evict(self.cap - 1)
+                ret, h = self.register(m, ptr - m.base, nbytes)
+                if ret:
+                    raise _cs.CollstackError(ret, "")
+                r = _DevReg(key, h, ipc, m.base)
+                self.regs[key] = r
+                self.registered += 1
+            self.regs.move_to_end(key)
+            r.refs += 1
+            return _DevUse(self, r)
+
+    def put(self, u):
+        with self.lock:
+            u.reg.refs -= 1
+            if u.reg.refs == 0 and self.regs.get(u.reg.key) is not u.reg:
+                self.free(u.reg.handle)     # replaced while in use
+
+    def _drop(self, r):
+        if r.refs == 0:
+            self.free(r.handle)
+
+    def _evict(self, keep):
+        for key in [k for k, r in self.regs.items() if r.refs == 0]:
+            if len(self.regs) <= keep:
+                break
+            self.free(self.regs.pop(key).handle)
+
+    def clear(self):
+        with self.lock:
+            for r in self.regs.values():
+                self._drop(r)
+            self.regs.clear()
+
+
+def _dev_register(client):
+    def register(m, off, nbytes):
+        h = ctypes.c_void_p()
+        ret = _lib.cs_buf_register_dev(client._h, ctypes.byref(m), off,
+                                       nbytes, ctypes.byref(h))
+        return ret, h
+    return register
+
+
 class _Runtime:
     """One per process: the client, the arenas (collstack shared
     segments, ipc.max_segments of them at most per trainer, 64 by
     default) with a power-of-two block allocator, the progress thread."""
 
     def __init__(self):
+        mode = os.environ.get("COLLSTACK_TORCH_CUDA", "device")
+        if mode not in ("device", "stage"):
+            raise CollstackTorchError(
+                f"collstack: COLLSTACK_TORCH_CUDA={mode!r}: give device "
+                "(the sidecar's GPU path) or stage (copies through host "
+                "shared memory)")
+        self.cuda_mode = mode
         self.client = _cs.Client(os.environ.get("COLLSTACK_SOCKET") or None)
         self.h = self.client._h
         self.lock = threading.Lock()
@@ -104,6 +214,10 @@ class _Runtime:
         self.cur = None         # [next, end] of the arena being carved
         self.free = {}          # size class -> [free block starts]
         self.stopping = False
+        self.dev = _DevRegs(lambda p: _cs._Cuda.describe(p),
+                            _dev_register(self.client), _lib.cs_buf_free,
+                            int(os.environ.get("COLLSTACK_TORCH_DEV_REGS",
+                                               16)))
         self.thread = threading.Thread(target=self._progress,
                                        name="collstack-progress",
                                        daemon=True)
@@ -155,7 +269,35 @@ class _Runtime:
 
     def unstage(self, blocks):
         for b in blocks:
-            self.release(b.start, b.cls)
+            if isinstance(b, _DevUse):
+                b.regs.put(b)
+            else:
+                self.release(b.start, b.cls)
+
+    def dev_use(self, t, staged):
+        """The address of contiguous CUDA tensor t for the sidecar's GPU
+        path, or None where t goes through host staging (stage mode, or
+        a sidecar without GPU support: then for the rest of the run)."""
+        if self.cuda_mode != "device" or not t.is_contiguous():
+            return None
+        n = _nbytes(t)
+        if not n:
+            return None
+        try:
+            u = self.dev.use(t.data_ptr(), n)
+        except _cs.CollstackError as e:
+            if e.code == -EOPNOTSUPP:
+                self.cuda_mode = "stage"
+                warnings.warn("collstack: the sidecar has no GPU support "
+                              f"({self.client.errmsg()}): CUDA tensors are "
+                              "copied through host shared memory")
+                return None
+            raise CollstackTorchError(
+                "collstack: registering a CUDA tensor of "
+                f"{n} bytes with the sidecar: {self.client.errmsg()} "
+                f"({_lib.cs_strerror(e.code).decode()})") from None
+        staged.append(u)
+        return t.data_ptr()
 
     # completions
     def submit(self, op):
@@ -439,10 +581,11 @@ def _red_dtype(name, t):
 
 
 def _check_cpu(name, tensors):
+    """CPU and CUDA tensors are taken; any other device is refused."""
     for t in tensors:
-        if t.device.type != "cpu":
+        if t.device.type not in ("cpu", "cuda"):
             raise _err(name, f"{t.device} tensors are not supported: the "
-                       "backend takes CPU tensors (no GPU path yet)")
+                       "backend takes CPU and CUDA tensors")
 
 
 def _one(name, tensors):
@@ -603,10 +746,21 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         self._rt.submit(op)
         return work
 
+    def _cuda(self, t, staged):
+        """t's address for the sidecar's GPU path (docs/gpu.md), once the
+        kernels queued on its stream are done, or None: staged."""
+        if t.device.type != "cuda":
+            return None
+        torch.cuda.current_stream(t.device).synchronize()
+        return self._rt.dev_use(t, staged)
+
     def _in(self, t, staged):
         """(address, segment) of t's bytes for the sidecar to read."""
         if self._rt.find(t):
             return t.data_ptr(), None
+        addr = self._cuda(t, staged)
+        if addr is not None:
+            return addr, None
         n = _nbytes(t)
         s = self._rt.stage(n)
         staged.append(s)
@@ -618,6 +772,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
         """(address, copy-out or None) for the sidecar to write t."""
         if self._rt.find(t):
             return t.data_ptr(), None
+        addr = self._cuda(t, staged)
+        if addr is not None:
+            return addr, None
         n = _nbytes(t)
         s = self._rt.stage(n)
         staged.append(s)
@@ -630,6 +787,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
     def _inout(self, t, staged):
         if self._rt.find(t):
             return t.data_ptr(), None
+        addr = self._cuda(t, staged)
+        if addr is not None:
+            return addr, None
         addr, s = self._in(t, staged)
         n = _nbytes(t)
 
