@@ -29,9 +29,9 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 		dirs[PS_MAX_NODES][320];
 	uint32_t rank_of[PS_MAX_NODES];
 	char list[1024] = "", req[1400], reply[CS_CTL_LINE];
-	unsigned op_id;
-	double v;
-	int n, failed = 0;
+	unsigned op_id, rows = 0;
+	double v, shard_rows = 0;
+	int n, failed = 0, counted = 0;
 
 	memset(r, 0, sizeof(*r));
 	n = cs_run_cluster("collstack ps", env, names, dirs, rank_of);
@@ -65,6 +65,7 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 
 		if (sscanf(job, "%u %u %u %u%n", &a, &b, &c, &d, &skip) != 4)
 			return 2;
+		rows = b;
 		snprintf(head, sizeof(head), "%u %u %u %u", a, b, c, d);
 		snprintf(rest, sizeof(rest), "%s", job + skip);
 		snprintf(req, sizeof(req), "ps_start %u %s %s %s%s", op_id,
@@ -133,6 +134,10 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 			if (!cs_ctl_kv(reply, "p99_us", &v) && v > r->p99_us)
 				r->p99_us = v;
 		}
+		if (r->roles[i] != 'w' && !cs_ctl_kv(reply, "shard_rows", &v)) {
+			shard_rows += v;
+			counted++;
+		}
 		if (r->roles[i] != 'w' && !cs_ctl_kv(reply, "grads_in", &v)) {
 			r->gsum += v;
 			r->gmax = v > r->gmax ? v : r->gmax;
@@ -147,6 +152,13 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 	if (r->wrong || !r->checked) {
 		printf("ps FAILED wrong=%.0f rows_checked=%.0f\n", r->wrong,
 		       r->checked);
+		return 1;
+	}
+	/* every row of the table is in exactly one shard, checked there
+	 * (each server reports it; a sidecar older than this reports none) */
+	if (counted && shard_rows != rows) {
+		printf("ps FAILED the shards checked %.0f rows of %u\n",
+		       shard_rows, rows);
 		return 1;
 	}
 	return 0;

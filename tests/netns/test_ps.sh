@@ -54,7 +54,7 @@ trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
 CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 || fail "cluster.sh up 4"
 
 run_ps() {	# args of collstack run ps
-	out=$("$CLI" run ps --iters 10 --rows 2000 --dim 16 \
+	out=$("$CLI" run ps --iters 10 --rows 5000 --dim 16 \
 		--keys-per-push 32 --timeout 60000 "$@")
 	rc=$?
 	echo "$out"
