@@ -122,7 +122,8 @@ struct pst_table {
 	struct pst_ckpt ck;
 	/* IPC side, once the flow ended */
 	int err;
-	uint32_t culprit;
+	uint32_t culprit; /* a node, maybe with PST_VIEW_LOST */
+	uint32_t nlost0; /* nodes lost from the view when it was made */
 };
 
 struct cs_pst {
@@ -134,12 +135,21 @@ struct cs_pst {
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* A culprit that left the view (the flow ended at a new view): its
+ * sidecar rank with this bit, so that its requests say "node N was lost"
+ * (CS_IPC_LOST_NODE) rather than "stopped answering". */
+#define PST_VIEW_LOST 0x80000000u
+
 /* The request is done: the IPC side's now (or freed, its trainer gone). */
 static void req_finish(struct cs_ipc_ps_req *r, int status, uint32_t peer)
 {
+	bool view = peer != UINT32_MAX && (peer & PST_VIEW_LOST);
+
 	r->status = status;
-	r->peer = peer == UINT32_MAX ? -1 : (int32_t)peer;
-	r->detail = status == CS_ERR_PEER_LOST ? CS_IPC_LOST_SESSION : 0;
+	r->peer = peer == UINT32_MAX ? -1 : (int32_t)(peer & ~PST_VIEW_LOST);
+	r->detail = status != CS_ERR_PEER_LOST ? 0
+		    : view		       ? CS_IPC_LOST_NODE
+					       : CS_IPC_LOST_SESSION;
 	if (atomic_exchange_explicit(&r->state, CS_IPC_PS_DONE,
 				     memory_order_acq_rel) == CS_IPC_PS_ORPHAN)
 		cs_ipc_ps_req_free(r);
@@ -735,6 +745,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 	atomic_init(&t->pending, false);
 	t->err = CS_ERR_CANCELLED;
 	t->culprit = UINT32_MAX;
+	(void)cs_core_svc_lost_node(p->core, &t->nlost0);
 	servers = malloc(t->n * sizeof(*servers));
 	nodes = malloc(t->n * sizeof(*nodes));
 	t->wnode = malloc(t->spec.workers * sizeof(*t->wnode));
@@ -946,12 +957,25 @@ static void table_ended(struct cs_pst *p, struct pst_table *t, int st,
 {
 	t->err = st == 1 ? CS_ERR_CANCELLED : st;
 	t->culprit = culprit == UINT32_MAX ? UINT32_MAX : pst_node(t, culprit);
+	if (st == CS_ERR_PEER_LOST && culprit == UINT32_MAX && !t->local_only) {
+		/* a new view ended it: name the node it lost, if one was */
+		uint32_t nl;
+		int lost = cs_core_svc_lost_node(p->core, &nl);
+
+		if (lost >= 0 && nl != t->nlost0)
+			t->culprit = (uint32_t)lost | PST_VIEW_LOST;
+	}
 	cs_core_svc_flow_free(p->core, t->h);
 	t->h = NULL;
 	if (t->nlocal) /* a peer ended it, or a session or view did */
-		CS_INFO("table %s: its flow ended: %s (node %d)", t->key,
+		CS_INFO("table %s: its flow ended: %s (node %d%s)", t->key,
 			cs_strerror(t->err),
-			t->culprit == UINT32_MAX ? -1 : (int)t->culprit);
+			t->culprit == UINT32_MAX
+				? -1
+				: (int)(t->culprit & ~PST_VIEW_LOST),
+			t->culprit != UINT32_MAX && (t->culprit & PST_VIEW_LOST)
+				? ", lost from the view"
+				: "");
 	pthread_mutex_lock(&p->lock);
 	table_teardown(t);
 	pthread_mutex_unlock(&p->lock);
