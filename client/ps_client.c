@@ -454,7 +454,8 @@ static int ctl_fin(void *arg, int status, char *err, size_t len)
 		uint64_t x = (uint64_t)v->err >> 32;
 		int e = (int)(x & 0xff);
 		unsigned file = (unsigned)(x >> 8) & 0xffff;
-		const char *why = ckpt ? NULL : restore_why((unsigned)(x >> 24));
+		const char *why =
+			ckpt ? NULL : restore_why((unsigned)(x >> 24));
 
 		if (why)
 			snprintf(err, len, "%s: node %u: %s (file of shard %u)",

@@ -255,8 +255,8 @@ static bool pst_driver(const struct pst_table *t, uint32_t wrank)
 
 /* A checkpoint's or restore's outcome, in the trainer's result buffer
  * (struct cs_ipc_ps_ctl_result); the descriptor itself succeeds. */
-static void ctl_finish_why(struct pst_table *t, struct cs_ipc_ps_req *r,
-			   int rc, bool driver, uint64_t clock, uint32_t why,
+static void ctl_finish_why(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
+			   bool driver, uint64_t clock, uint32_t why,
 			   uint32_t shard)
 {
 	struct cs_ipc_ps_ctl_result *v = r->rows;

@@ -725,8 +725,8 @@ struct cs_ps_restore {
 	uint64_t nkeep, next;
 };
 
-static int rs_refuse(struct cs_ps_restore *r, int rc, enum cs_ps_restore_why why,
-		     uint32_t shard)
+static int rs_refuse(struct cs_ps_restore *r, int rc,
+		     enum cs_ps_restore_why why, uint32_t shard)
 {
 	r->info.why = why;
 	r->info.bad_shard = shard;
@@ -807,8 +807,8 @@ static int rs_file(struct cs_ps_restore *r, uint32_t s,
 	size_t len = 0;
 	int rc;
 
-	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir,
-				   r->src.name, s);
+	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir, r->src.name,
+				   s);
 	if (rc)
 		return rs_refuse(r, rc, CS_PS_RS_IO, s);
 	rc = read_all(path, &buf, &len);
@@ -879,8 +879,8 @@ static int rs_read(struct cs_ps_restore *r)
 	struct ckpt_hdr h0;
 	int rc;
 
-	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir,
-				   r->src.name, 0);
+	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir, r->src.name,
+				   0);
 	if (rc)
 		return rs_refuse(r, rc, CS_PS_RS_IO, 0);
 	rc = read_hdr(path, &h0);

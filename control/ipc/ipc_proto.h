@@ -85,9 +85,10 @@ enum cs_ipc_opcode {
  * shard failed, e = (why << 24) | (file << 8) | positive errno: a
  * restore's refusal says why (enum cs_ps_restore_why of
  * collectives/ps/ps_io.h, 0 for any other error) and the shard number of
- * the checkpoint file that made it refuse; @clock the shard's clock (the snapshot's, or
- * the restored one) and @nclock its negation, both INT64_MIN from a rank
- * that does not drive its node's shard (only the lowest local rank does).
+ * the checkpoint file that made it refuse; @clock the shard's clock (the
+ * snapshot's, or the restored one) and @nclock its negation, both INT64_MIN
+ * from a rank that does not drive its node's shard (only the lowest local rank
+ * does).
  */
 struct cs_ipc_ps_ctl_result {
 	int64_t err;

@@ -1069,8 +1069,8 @@ static int recover(const char *dir, const char *go)
 		return fail("destroy", ret);
 	printf("ps_trainer %s rank=%d size=%d clock=%u rows=%u equal=%u "
 	       "final_wrong=%u\n",
-	       wrong ? "FAIL" : "recover_ok", me, size, RC_CKPT, RC_ROWS,
-	       equal, wrong);
+	       wrong ? "FAIL" : "recover_ok", me, size, RC_CKPT, RC_ROWS, equal,
+	       wrong);
 	cs_buf_free(b);
 	return wrong ? 1 : 0;
 }
@@ -1097,10 +1097,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* recover: elastic, so that the group outlives the lost node */
-	ret = cs_group_join_ex(c, name, rank, world, lrank, lworld,
-			       !strcmp(argv[1], "recover") ? CS_GROUP_ELASTIC
-							   : 0,
-			       &g);
+	ret = cs_group_join_ex(
+		c, name, rank, world, lrank, lworld,
+		!strcmp(argv[1], "recover") ? CS_GROUP_ELASTIC : 0, &g);
 	if (ret)
 		return fail("join", ret);
 	if (!strcmp(argv[1], "train"))

@@ -358,10 +358,9 @@ static struct cs_ps_store *mkshard(const struct cs_ps_table_spec *s,
 				   const struct cs_ps_shardmap *m,
 				   uint32_t server)
 {
-	struct cs_ps_store_cfg cfg = { .server = server,
-				       .map = m,
-				       .msg_max = 1 << 16,
-				       .parked_max = 4 };
+	struct cs_ps_store_cfg cfg = {
+		.server = server, .map = m, .msg_max = 1 << 16, .parked_max = 4
+	};
 	struct cs_ps_store_io io = { .send = drop };
 	struct cs_ps_store *st;
 
@@ -409,10 +408,10 @@ static void push_keys(struct rs_shard *sh, const struct cs_ps_table_spec *s,
 		cs_ps_wire_put_row(msg, &h, k, row);
 		k++;
 	}
-	cr_assert_eq(cs_ps_store_rx(sh->st, msg,
-				    cs_ps_wire_len(h.type, k, s->dim, s->dtype,
-						   0)),
-		     0);
+	cr_assert_eq(
+		cs_ps_store_rx(sh->st, msg,
+			       cs_ps_wire_len(h.type, k, s->dim, s->dtype, 0)),
+		0);
 	cr_assert_eq(cs_ps_store_flush(sh->st), 0);
 }
 
@@ -552,10 +551,10 @@ Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
 			};
 
 			sh[j] = (struct rs_shard){ mkshard(&s, &map, j), 0 };
-			cr_assert_eq(cs_ps_restore_sharded(sh[j].st, 6, &src,
-							   &in),
-				     0, "%u -> %u: shard %u: %d why %d", n, m,
-				     j, in.rc, in.why);
+			cr_assert_eq(
+				cs_ps_restore_sharded(sh[j].st, 6, &src, &in),
+				0, "%u -> %u: shard %u: %d why %d", n, m, j,
+				in.rc, in.why);
 			cr_assert_eq(in.nshards, n);
 			cr_assert_eq(in.clock, RS_CLOCK);
 			cr_assert_eq(cs_ps_store_clock(sh[j].st, 6), RS_CLOCK);
@@ -734,11 +733,10 @@ Test(ps_io, reshard_refuses_sets_that_are_not_one_checkpoint, .init = setup,
 	{
 		struct rs_shard x = { mkshard(&s, NULL, 0), 0 };
 		uint64_t k = 1;
-		struct cs_ps_restore_src src = {
-			.dir = d,
-			.name = "emb",
-			.tag = cs_ps_ckpt_name_tag("emb")
-		};
+		struct cs_ps_restore_src src = { .dir = d,
+						 .name = "emb",
+						 .tag = cs_ps_ckpt_name_tag(
+							 "emb") };
 
 		push_keys(&x, &s, NULL, 0, &k, 1, 1.0f);
 		cr_assert_eq(cs_ps_restore_sharded(x.st, 6, &src, &in),
