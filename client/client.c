@@ -1982,6 +1982,14 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
 						      : "bad descriptor");
 	else if (is_ps_op(q->op) && q->status == CS_ERR_PEER_LOST &&
+		 q->detail == CS_IPC_LOST_NODE && q->peer >= 0)
+		set_err(c,
+			"%s: node %d was lost (its sidecar left the view): its "
+			"shard is gone and the table's flow ended here; create "
+			"the table again and restore it from its last "
+			"checkpoint",
+			what, (int)q->peer);
+	else if (is_ps_op(q->op) && q->status == CS_ERR_PEER_LOST &&
 		 q->peer < 0)
 		set_err(c,
 			"%s: the table's flow ended here (a new view of the "

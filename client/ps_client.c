@@ -407,6 +407,33 @@ static const char *ctl_why(int err, bool ckpt)
 	}
 }
 
+/* Why a restore refused a file (the sidecar's enum cs_ps_restore_why,
+ * collectives/ps/ps_io.h), in words; NULL: the errno says it. */
+static const char *restore_why(unsigned why)
+{
+	switch (why) {
+	case 2: /* CS_PS_RS_MISSING */
+		return "No such file or directory: the checkpoint's file of "
+		       "that shard is missing (not a complete set of shards)";
+	case 3: /* CS_PS_RS_DAMAGED */
+		return "the file is damaged (its header, size or a checksum "
+		       "is wrong)";
+	case 4: /* CS_PS_RS_OTHER_TABLE */
+		return "the file is another table's (a table of another name)";
+	case 5: /* CS_PS_RS_SPEC */
+		return "the file is another table's (its dim, dtype, row size, "
+		       "key range or optimizer differ)";
+	case 6: /* CS_PS_RS_CLOCK */
+		return "its clock differs from shard 0's file: not one "
+		       "checkpoint";
+	case 7: /* CS_PS_RS_SET */
+		return "it is not of the checkpoint's set of shards (another "
+		       "shard count or number, or rows of another shard)";
+	default:
+		return NULL;
+	}
+}
+
 /* The request ended: every shard's outcome, or the stage that failed. */
 static int ctl_fin(void *arg, int status, char *err, size_t len)
 {
@@ -424,10 +451,20 @@ static int ctl_fin(void *arg, int status, char *err, size_t len)
 		snprintf(part, sizeof(part), "%s", err);
 		snprintf(err, len, "%s: %s", what, part);
 	} else if (v->err) {
-		int e = (int)(v->err >> 32);
+		uint64_t x = (uint64_t)v->err >> 32;
+		int e = (int)(x & 0xff);
+		unsigned file = (unsigned)(x >> 8) & 0xffff;
+		const char *why =
+			ckpt ? NULL : restore_why((unsigned)(x >> 24));
 
-		snprintf(err, len, "%s: node %u: %s", what,
-			 (uint32_t)(v->err & 0xffffffff), ctl_why(e, ckpt));
+		if (why)
+			snprintf(err, len, "%s: node %u: %s (file of shard %u)",
+				 what, (uint32_t)(v->err & 0xffffffff), why,
+				 file);
+		else
+			snprintf(err, len, "%s: node %u: %s", what,
+				 (uint32_t)(v->err & 0xffffffff),
+				 ctl_why(e, ckpt));
 		status = -e;
 	} else if (!ckpt && v->clock != -v->nclock) {
 		snprintf(err, len,

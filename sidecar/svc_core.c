@@ -1269,6 +1269,13 @@ uint32_t cs_core_svc_epoch(const struct cs_core_svc *s)
 	return atomic_load_explicit(&s->d->view.epoch, memory_order_acquire);
 }
 
+int cs_core_svc_lost_node(const struct cs_core_svc *s, uint32_t *nlost)
+{
+	*nlost = atomic_load_explicit(&s->d->view.nlost, memory_order_acquire);
+	return atomic_load_explicit(&s->d->view.lost_rank,
+				    memory_order_acquire);
+}
+
 int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,
 			struct cs_svc_ps *ps, uint32_t *nodes, uint32_t n)
 {

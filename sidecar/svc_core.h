@@ -88,6 +88,9 @@ void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
 		      uint32_t *npeers);
 /* The node view's epoch (the same on every node once it settled). */
 uint32_t cs_core_svc_epoch(const struct cs_core_svc *s);
+/* The sidecar (boot) rank of the last node lost from the view, or -1;
+ * @nlost: how many were lost so far (a change says a loss happened). */
+int cs_core_svc_lost_node(const struct cs_core_svc *s, uint32_t *nlost);
 /* Post @ps's flow as op @op_id of the PS group over @nodes (@n; both
  * taken on success). Returns 0, -EBUSY (a job runs), -ENOMEM. */
 int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,

@@ -40,6 +40,9 @@
 #define PST_CKPT_CHUNK (1u << 20)
 #define PST_CKPT_STEP_NS (200 * CS_NS_PER_US)
 #define PST_CKPT_QUEUED_MAX ((size_t)64 << 20)
+/* A restore loads the rows its reader thread kept in steps of this many
+ * between the lcore's other work. */
+#define PST_RESTORE_STEP_ROWS 4096u
 
 const struct cs_cfg_entry cs_pst_cfg[] = {
 	{ "ps.ckpt_share", CS_CFG_DOUBLE,
@@ -74,6 +77,10 @@ struct pst_ckpt {
 	uint64_t clock;
 	struct cs_ipc_ps_req *r; /* the driving rank's request */
 	char path[PATH_MAX];
+	/* a restore: its reader thread, request and directory */
+	struct cs_ps_restore *rs;
+	struct cs_ipc_ps_req *rs_r;
+	char dir[CS_IPC_PS_PATH_MAX];
 };
 
 /* One local rank's worker engine. */
@@ -115,7 +122,8 @@ struct pst_table {
 	struct pst_ckpt ck;
 	/* IPC side, once the flow ended */
 	int err;
-	uint32_t culprit;
+	uint32_t culprit; /* a node, maybe with PST_VIEW_LOST */
+	uint32_t nlost0; /* nodes lost from the view when it was made */
 };
 
 struct cs_pst {
@@ -127,12 +135,21 @@ struct cs_pst {
 
 /* ---- requests ------------------------------------------------------------ */
 
+/* A culprit that left the view (the flow ended at a new view): its
+ * sidecar rank with this bit, so that its requests say "node N was lost"
+ * (CS_IPC_LOST_NODE) rather than "stopped answering". */
+#define PST_VIEW_LOST 0x80000000u
+
 /* The request is done: the IPC side's now (or freed, its trainer gone). */
 static void req_finish(struct cs_ipc_ps_req *r, int status, uint32_t peer)
 {
+	bool view = peer != UINT32_MAX && (peer & PST_VIEW_LOST);
+
 	r->status = status;
-	r->peer = peer == UINT32_MAX ? -1 : (int32_t)peer;
-	r->detail = status == CS_ERR_PEER_LOST ? CS_IPC_LOST_SESSION : 0;
+	r->peer = peer == UINT32_MAX ? -1 : (int32_t)(peer & ~PST_VIEW_LOST);
+	r->detail = status != CS_ERR_PEER_LOST ? 0
+		    : view		       ? CS_IPC_LOST_NODE
+					       : CS_IPC_LOST_SESSION;
 	if (atomic_exchange_explicit(&r->state, CS_IPC_PS_DONE,
 				     memory_order_acq_rel) == CS_IPC_PS_ORPHAN)
 		cs_ipc_ps_req_free(r);
@@ -238,16 +255,27 @@ static bool pst_driver(const struct pst_table *t, uint32_t wrank)
 
 /* A checkpoint's or restore's outcome, in the trainer's result buffer
  * (struct cs_ipc_ps_ctl_result); the descriptor itself succeeds. */
-static void ctl_finish(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
-		       bool driver, uint64_t clock)
+static void ctl_finish_why(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
+			   bool driver, uint64_t clock, uint32_t why,
+			   uint32_t shard)
 {
 	struct cs_ipc_ps_ctl_result *v = r->rows;
+	/* errno in the low byte of the high word, then the file's shard
+	 * and why a restore refused it (ipc_proto.h) */
+	uint64_t e = ((uint64_t)(why & 0xf) << 24) |
+		     ((uint64_t)(shard & 0xffff) << 8) | ((uint64_t)-rc & 0xff);
 
-	v->err = rc ? ((int64_t)-rc << 32) | pst_self_node(t) : 0;
+	v->err = rc ? (int64_t)((e << 32) | pst_self_node(t)) : 0;
 	v->clock = driver ? (int64_t)clock : INT64_MIN;
 	v->nclock = driver ? -(int64_t)clock : INT64_MIN;
 	req_finish(r, 0, UINT32_MAX);
 	t->wake = true;
+}
+
+static void ctl_finish(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
+		       bool driver, uint64_t clock)
+{
+	ctl_finish_why(t, r, rc, driver, clock, 0, 0);
 }
 
 /* <dir>/<table name>.shard<server>.ckpt, or -ENAMETOOLONG, or -EINVAL
@@ -255,12 +283,7 @@ static void ctl_finish(struct pst_table *t, struct cs_ipc_ps_req *r, int rc,
 static int ckpt_path(const struct pst_table *t, const char *dir, char *out,
 		     size_t len)
 {
-	int n;
-
-	if (strchr(t->name, '/'))
-		return -EINVAL;
-	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, t->name, t->self);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return cs_ps_ckpt_shard_path(out, len, dir, t->name, t->self);
 }
 
 /* @r's shard file in @path (PATH_MAX bytes), unless a checkpoint runs
@@ -268,7 +291,8 @@ static int ckpt_path(const struct pst_table *t, const char *dir, char *out,
  * (-EBUSY, ...), which is returned. */
 static int ctl_path(struct pst_table *t, struct cs_ipc_ps_req *r, char *path)
 {
-	int rc = t->ck.w ? -EBUSY : ckpt_path(t, r->path, path, PATH_MAX);
+	int rc = t->ck.w || t->ck.rs ? -EBUSY
+				     : ckpt_path(t, r->path, path, PATH_MAX);
 
 	if (rc)
 		ctl_finish(t, r, rc, true, 0);
@@ -306,6 +330,9 @@ static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
 	}
 	t->ck.clock = cs_ps_store_snap_clock(t->st);
 	cs_ps_ckpt_set_clock(t->ck.w, t->ck.clock);
+	/* which shard of which map: a restore onto other shards needs it */
+	cs_ps_ckpt_set_shard(t->ck.w, t->self, t->n, PST_VNODES,
+			     cs_ps_ckpt_name_tag(t->name));
 	/* the share was validated when the config was read */
 	(void)cs_ps_snap_pace_init(&t->ck.pace, t->p->ckpt_share,
 				   PST_CKPT_STEP_NS);
@@ -362,6 +389,12 @@ static unsigned ckpt_pump(struct pst_table *t, cs_ns_t now)
  * ends with the flow's error. */
 static void ckpt_abandon(struct pst_table *t)
 {
+	if (t->ck.rs) { /* the reader thread touches no store: wait */
+		(void)cs_ps_restore_finish(t->ck.rs, NULL);
+		t->ck.rs = NULL;
+		req_finish(t->ck.rs_r, t->err, t->culprit);
+		t->ck.rs_r = NULL;
+	}
 	if (!t->ck.w)
 		return;
 	while (t->ck.snapping && cs_ps_store_snap_step(t->st, UINT32_MAX) == 1)
@@ -375,26 +408,68 @@ static void ckpt_abandon(struct pst_table *t)
 }
 
 /*
- * Load this shard from its file. Runs on the lcore (the store is its),
- * right after create: the file is read whole (one io_uring read loop)
- * before any row is loaded, so the table is left empty if it is refused.
+ * Load this shard from a checkpoint, written by this table's layout or
+ * another (resharding). Runs on the lcore (the store is its), right after
+ * create: a reader thread (cs_ps_restore_start, its own io_uring) reads
+ * and checks every file the new map needs and keeps this shard's rows;
+ * restore_pump() loads them in steps once all passed, so the table is
+ * left empty if a file is refused and the lcore serves its other flows
+ * while the files are read.
  */
 static void restore_run(struct pst_table *t, struct cs_ipc_ps_req *r)
 {
+	struct cs_ps_restore_src src;
 	char path[PATH_MAX];
 	int rc;
 
 	if (ctl_path(t, r, path))
 		return;
-	rc = cs_ps_ckpt_restore(t->st, PST_TABLE, path);
+	snprintf(t->ck.dir, sizeof(t->ck.dir), "%s", r->path);
+	src = (struct cs_ps_restore_src){ .dir = t->ck.dir,
+					  .name = t->name,
+					  .tag = cs_ps_ckpt_name_tag(t->name),
+					  .map = &t->map,
+					  .self = t->self };
+	rc = cs_ps_restore_start(&t->ck.rs, t->st, PST_TABLE, &src);
+	if (rc) {
+		t->ck.rs = NULL;
+		CS_WARN("table %s: restore from %s refused: %s", t->key,
+			t->ck.dir, cs_strerror(rc));
+		ctl_finish_why(t, r, rc, true, 0,
+			       rc == -EEXIST ? CS_PS_RS_NOT_EMPTY : 0, 0);
+		return;
+	}
+	t->ck.rs_r = r;
+}
+
+/* The running restore's next step, once its files are read. */
+static unsigned restore_pump(struct pst_table *t)
+{
+	struct cs_ps_restore_info in;
+	int rc;
+
+	if (!t->ck.rs || !cs_ps_restore_ready(t->ck.rs))
+		return 0;
+	if (cs_ps_restore_step(t->ck.rs, PST_RESTORE_STEP_ROWS) == 1)
+		return 1;
+	rc = cs_ps_restore_finish(t->ck.rs, &in);
+	t->ck.rs = NULL;
 	if (rc)
-		CS_WARN("table %s: restore from %s refused: %s", t->key, path,
-			cs_strerror(rc));
+		CS_WARN("table %s: restore from %s refused: %s (shard %u's "
+			"file, reason %d)",
+			t->key, t->ck.dir, cs_strerror(rc), in.bad_shard,
+			(int)in.why);
 	else
-		CS_INFO("table %s: restored from %s at clock %" PRIu64, t->key,
-			path, cs_ps_store_clock(t->st, PST_TABLE));
-	ctl_finish(t, r, rc, true,
-		   rc ? 0 : cs_ps_store_clock(t->st, PST_TABLE));
+		CS_INFO("table %s: restored from %s at clock %" PRIu64
+			": a checkpoint of %u shard(s) onto %u, %u file(s) "
+			"read, %" PRIu64 " of %" PRIu64 " rows are this "
+			"shard's",
+			t->key, t->ck.dir, in.clock, in.nshards, t->n,
+			in.files_read, in.rows_loaded, in.recs_read);
+	ctl_finish_why(t, t->ck.rs_r, rc, true, rc ? 0 : in.clock,
+		       rc ? in.why : 0, rc ? in.bad_shard : 0);
+	t->ck.rs_r = NULL;
+	return 1;
 }
 
 /* A checkpoint or restore request of rank r->wrank. */
@@ -569,6 +644,7 @@ static unsigned pst_poll(void *arg, cs_ns_t now)
 		cs_ps_worker_tick(w->w, now);
 	table_deadlines(t, now);
 	work += ckpt_pump(t, now);
+	work += restore_pump(t);
 	if (t->wake) {
 		t->wake = false;
 		cs_core_svc_wake_ipc(t->p->core);
@@ -669,6 +745,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 	atomic_init(&t->pending, false);
 	t->err = CS_ERR_CANCELLED;
 	t->culprit = UINT32_MAX;
+	(void)cs_core_svc_lost_node(p->core, &t->nlost0);
 	servers = malloc(t->n * sizeof(*servers));
 	nodes = malloc(t->n * sizeof(*nodes));
 	t->wnode = malloc(t->spec.workers * sizeof(*t->wnode));
@@ -880,12 +957,25 @@ static void table_ended(struct cs_pst *p, struct pst_table *t, int st,
 {
 	t->err = st == 1 ? CS_ERR_CANCELLED : st;
 	t->culprit = culprit == UINT32_MAX ? UINT32_MAX : pst_node(t, culprit);
+	if (st == CS_ERR_PEER_LOST && culprit == UINT32_MAX && !t->local_only) {
+		/* a new view ended it: name the node it lost, if one was */
+		uint32_t nl;
+		int lost = cs_core_svc_lost_node(p->core, &nl);
+
+		if (lost >= 0 && nl != t->nlost0)
+			t->culprit = (uint32_t)lost | PST_VIEW_LOST;
+	}
 	cs_core_svc_flow_free(p->core, t->h);
 	t->h = NULL;
 	if (t->nlocal) /* a peer ended it, or a session or view did */
-		CS_INFO("table %s: its flow ended: %s (node %d)", t->key,
+		CS_INFO("table %s: its flow ended: %s (node %d%s)", t->key,
 			cs_strerror(t->err),
-			t->culprit == UINT32_MAX ? -1 : (int)t->culprit);
+			t->culprit == UINT32_MAX
+				? -1
+				: (int)(t->culprit & ~PST_VIEW_LOST),
+			t->culprit != UINT32_MAX && (t->culprit & PST_VIEW_LOST)
+				? ", lost from the view"
+				: "");
 	pthread_mutex_lock(&p->lock);
 	table_teardown(t);
 	pthread_mutex_unlock(&p->lock);

@@ -160,9 +160,16 @@ struct ckpt_hdr {
 	uint32_t init_kind;
 	uint64_t init_seed;
 	float init_scale;
-	uint32_t pad;
+	/* version 2: where the file sits in a sharded checkpoint */
+	uint32_t shard; /* this file's server id, 0 .. nshards - 1 */
+	uint32_t nshards; /* servers of the map that wrote it */
+	uint32_t vnodes; /* that map's virtual nodes per server; 0: none */
+	uint64_t name_tag; /* cs_ps_ckpt_name_tag of the table's name */
 	uint64_t hdr_sum;
 };
+_Static_assert(offsetof(struct ckpt_hdr, name_tag) == 144 &&
+		       offsetof(struct ckpt_hdr, hdr_sum) == 152,
+	       "no padding in the ckpt header (its checksum covers it)");
 _Static_assert(sizeof(struct ckpt_hdr) <= CS_PS_CKPT_HDR, "ckpt header");
 
 #define FNV_OFF 0xcbf29ce484222325ull
@@ -203,6 +210,24 @@ static void hdr_fill(struct ckpt_hdr *h, const struct cs_ps_table_spec *s,
 	h->init_kind = (uint32_t)s->init.kind;
 	h->init_seed = s->init.seed;
 	h->init_scale = s->init.scale;
+	h->shard = 0;
+	h->nshards = 1;
+}
+
+uint64_t cs_ps_ckpt_name_tag(const char *name)
+{
+	return fnv(FNV_OFF, name, strlen(name));
+}
+
+int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
+			  const char *name, uint32_t shard)
+{
+	int n;
+
+	if (strchr(name, '/'))
+		return -EINVAL;
+	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, name, shard);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
 /* ---- checkpoint writer -----------------------------------------------------
@@ -326,8 +351,10 @@ static int ckpt_finish(struct cs_ps_ckpt *c, struct io_uring *ring, int fd,
 	struct io_uring_sqe *sqe;
 	int rc, dfd;
 
+	pthread_mutex_lock(&c->mu);
 	c->hdr.nrec = nrec;
 	c->hdr.clock = c->clock;
+	pthread_mutex_unlock(&c->mu);
 	c->hdr.data_bytes = data_bytes;
 	c->hdr.data_sum = sum;
 	c->hdr.hdr_sum =
@@ -508,6 +535,17 @@ int cs_ps_ckpt_start(struct cs_ps_ckpt **out, const char *path,
 	return 0;
 }
 
+void cs_ps_ckpt_set_shard(struct cs_ps_ckpt *c, uint32_t shard,
+			  uint32_t nshards, uint32_t vnodes, uint64_t tag)
+{
+	pthread_mutex_lock(&c->mu);
+	c->hdr.shard = shard;
+	c->hdr.nshards = nshards;
+	c->hdr.vnodes = vnodes;
+	c->hdr.name_tag = tag;
+	pthread_mutex_unlock(&c->mu);
+}
+
 void cs_ps_ckpt_set_clock(struct cs_ps_ckpt *c, uint64_t clock)
 {
 	pthread_mutex_lock(&c->mu);
@@ -664,4 +702,358 @@ int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table, const char *path)
 out:
 	free(buf);
 	return rc;
+}
+
+/* ---- restore onto another set of shards ------------------------------------
+ */
+
+struct cs_ps_restore {
+	struct cs_ps_store *st;
+	uint32_t table;
+	struct cs_ps_restore_src src;
+	struct ckpt_hdr want; /* the table's spec, as a header */
+	size_t fb, rec; /* frame and record bytes */
+	uint64_t key_max;
+	pthread_t thr;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool ready;
+	bool complete; /* every kept row loaded, the clock set */
+	struct cs_ps_restore_info info;
+	uint8_t *keep; /* the records this shard owns */
+	size_t keep_len, keep_cap;
+	uint64_t nkeep, next;
+};
+
+static int rs_refuse(struct cs_ps_restore *r, int rc,
+		     enum cs_ps_restore_why why, uint32_t shard)
+{
+	r->info.why = why;
+	r->info.bad_shard = shard;
+	return rc;
+}
+
+/* A header read alone (shard 0's, for N and the clock). */
+static int read_hdr(const char *path, struct ckpt_hdr *h)
+{
+	uint8_t b[CS_PS_CKPT_HDR];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, b, sizeof(b), 0);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	if (n != (ssize_t)sizeof(b))
+		return -EBADMSG;
+	memcpy(h, b, sizeof(*h));
+	return 0;
+}
+
+/* Header @h of shard @s's file against the table and shard 0's @h0
+ * (NULL: @h is shard 0's). */
+static int rs_check_hdr(struct cs_ps_restore *r, const struct ckpt_hdr *h,
+			uint32_t s, const struct ckpt_hdr *h0)
+{
+	const struct ckpt_hdr *w = &r->want;
+
+	if (memcmp(h->magic, CS_PS_CKPT_MAGIC, 8) ||
+	    h->version != CS_PS_CKPT_VERSION || h->endian != 0x01020304 ||
+	    h->hdr_bytes != CS_PS_CKPT_HDR ||
+	    h->hdr_sum != fnv(FNV_OFF, h, offsetof(struct ckpt_hdr, hdr_sum)))
+		return rs_refuse(r, -EBADMSG, CS_PS_RS_DAMAGED, s);
+	if (h->name_tag != r->src.tag)
+		return rs_refuse(r, -EINVAL, CS_PS_RS_OTHER_TABLE, s);
+	if (h->frame_bytes != r->fb || h->id != w->id || h->dim != w->dim ||
+	    h->dtype != w->dtype || h->key_max != w->key_max ||
+	    h->opt_kind != w->opt_kind)
+		return rs_refuse(r, -EINVAL, CS_PS_RS_SPEC, s);
+	if (h->shard != s || h->nshards == 0 ||
+	    h->nshards > CS_PS_SERVERS_MAX || (h->nshards > 1 && !h->vnodes) ||
+	    (h0 && (h->nshards != h0->nshards || h->vnodes != h0->vnodes)))
+		return rs_refuse(r, -EBADMSG, CS_PS_RS_SET, s);
+	if (h0 && h->clock != h0->clock)
+		return rs_refuse(r, -EBADMSG, CS_PS_RS_CLOCK, s);
+	return 0;
+}
+
+static int keep_put(struct cs_ps_restore *r, const uint8_t *p)
+{
+	if (r->keep_len + r->rec > r->keep_cap) {
+		size_t cap = r->keep_cap ? r->keep_cap * 2 : r->rec * 1024;
+		uint8_t *q = realloc(r->keep, cap);
+
+		if (!q)
+			return -ENOMEM;
+		r->keep = q;
+		r->keep_cap = cap;
+	}
+	memcpy(r->keep + r->keep_len, p, r->rec);
+	r->keep_len += r->rec;
+	r->nkeep++;
+	return 0;
+}
+
+/* Shard @s's file: read whole, checked, this shard's records kept. */
+static int rs_file(struct cs_ps_restore *r, uint32_t s,
+		   const struct ckpt_hdr *h0, const struct cs_ps_shardmap *old,
+		   const struct cs_ps_shardmap *cur, uint32_t self)
+{
+	char path[PATH_MAX];
+	struct ckpt_hdr h;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir, r->src.name,
+				   s);
+	if (rc)
+		return rs_refuse(r, rc, CS_PS_RS_IO, s);
+	rc = read_all(path, &buf, &len);
+	if (rc == -ENOENT)
+		return rs_refuse(r, rc, CS_PS_RS_MISSING, s);
+	if (rc == -EBADMSG)
+		return rs_refuse(r, rc, CS_PS_RS_DAMAGED, s);
+	if (rc)
+		return rs_refuse(r, rc, CS_PS_RS_IO, s);
+	r->info.files_read++;
+	memcpy(&h, buf, sizeof(h));
+	rc = rs_check_hdr(r, &h, s, h0);
+	if (rc)
+		goto out;
+	rc = rs_refuse(r, -EBADMSG, CS_PS_RS_DAMAGED, s);
+	if (h.data_bytes != len - CS_PS_CKPT_HDR || h.data_bytes % r->rec ||
+	    h.data_bytes / r->rec != h.nrec)
+		goto out; /* truncated or padded */
+	if (fnv(FNV_OFF, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
+		goto out;
+	for (uint64_t i = 0; i < h.nrec; i++) {
+		const uint8_t *p = buf + CS_PS_CKPT_HDR + i * r->rec;
+		struct cs_ps_rec_head rh;
+
+		memcpy(&rh, p, sizeof(rh));
+		if (rh.key >= r->key_max) {
+			rc = rs_refuse(r, -EBADMSG, CS_PS_RS_DAMAGED, s);
+			goto out;
+		}
+		/* a row of another shard: not a file of this layout */
+		if (old && cs_ps_shard_of(old, h.id, rh.key) != s) {
+			rc = rs_refuse(r, -EBADMSG, CS_PS_RS_SET, s);
+			goto out;
+		}
+		r->info.recs_read++;
+		if (cur && cs_ps_shard_of(cur, r->table, rh.key) != self)
+			continue;
+		rc = keep_put(r, p);
+		if (rc) {
+			rs_refuse(r, rc, CS_PS_RS_IO, s);
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	free(buf);
+	return rc;
+}
+
+/* Whether @m's servers are 0 .. n - 1 with @vnodes each. */
+static bool map_is(const struct cs_ps_shardmap *m, uint32_t n, uint32_t vnodes)
+{
+	if (m->nservers != n || (n > 1 && m->vnodes != vnodes))
+		return false;
+	for (uint32_t i = 0; i < n; i++)
+		if (m->servers[i] != i)
+			return false;
+	return true;
+}
+
+static int rs_read(struct cs_ps_restore *r)
+{
+	const struct cs_ps_shardmap *cur = r->src.map;
+	uint32_t self = cur ? r->src.self : 0, m = cur ? cur->nservers : 1;
+	struct cs_ps_shardmap old = { 0 };
+	uint32_t *ids = NULL, n;
+	char path[PATH_MAX];
+	struct ckpt_hdr h0;
+	int rc;
+
+	rc = cs_ps_ckpt_shard_path(path, sizeof(path), r->src.dir, r->src.name,
+				   0);
+	if (rc)
+		return rs_refuse(r, rc, CS_PS_RS_IO, 0);
+	rc = read_hdr(path, &h0);
+	if (rc)
+		return rs_refuse(r, rc,
+				 rc == -ENOENT	  ? CS_PS_RS_MISSING
+				 : rc == -EBADMSG ? CS_PS_RS_DAMAGED
+						  : CS_PS_RS_IO,
+				 0);
+	rc = rs_check_hdr(r, &h0, 0, NULL);
+	if (rc)
+		return rc;
+	n = h0.nshards;
+	r->info.nshards = n;
+	r->info.clock = h0.clock;
+	if (n > 1) {
+		ids = malloc(n * sizeof(*ids));
+		if (!ids)
+			return rs_refuse(r, -ENOMEM, CS_PS_RS_IO, 0);
+		for (uint32_t i = 0; i < n; i++)
+			ids[i] = i;
+		rc = cs_ps_shardmap_init(&old, ids, n, h0.vnodes);
+		free(ids);
+		if (rc)
+			return rs_refuse(r, rc, CS_PS_RS_SET, 0);
+	}
+	if (n == m && (!cur || map_is(cur, n, h0.vnodes))) {
+		/* the same map: this shard's rows are all in its own file */
+		rc = rs_file(r, self, &h0, n > 1 ? &old : NULL, cur, self);
+	} else {
+		for (uint32_t s = 0; s < n && !rc; s++)
+			rc = rs_file(r, s, &h0, n > 1 ? &old : NULL, cur, self);
+	}
+	if (n > 1)
+		cs_ps_shardmap_fini(&old);
+	return rc;
+}
+
+static void *restore_thread(void *arg)
+{
+	struct cs_ps_restore *r = arg;
+	int rc = rs_read(r);
+
+	pthread_mutex_lock(&r->mu);
+	r->info.rc = rc;
+	r->ready = true;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	return NULL;
+}
+
+int cs_ps_restore_start(struct cs_ps_restore **out, struct cs_ps_store *st,
+			uint32_t table, const struct cs_ps_restore_src *src)
+{
+	const struct cs_ps_table_spec *spec = cs_ps_store_spec(st, table);
+	struct cs_ps_restore *r;
+	uint64_t total, resident;
+	int rc;
+
+	if (!spec)
+		return -ENOENT;
+	if (!src || !src->dir || !src->name ||
+	    (src->map && cs_ps_shardmap_index(src->map, src->self) < 0))
+		return -EINVAL;
+	cs_ps_store_nrows(st, table, &total, &resident);
+	if (total)
+		return -EEXIST;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->st = st;
+	r->table = table;
+	r->src = *src;
+	r->fb = cs_ps_store_frame_bytes(st, table);
+	r->rec = sizeof(struct cs_ps_rec_head) + r->fb;
+	r->key_max = spec->key_max;
+	hdr_fill(&r->want, spec, r->fb);
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	rc = -pthread_create(&r->thr, NULL, restore_thread, r);
+	if (rc) {
+		pthread_mutex_destroy(&r->mu);
+		pthread_cond_destroy(&r->cv);
+		free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+bool cs_ps_restore_ready(struct cs_ps_restore *r)
+{
+	bool d;
+
+	pthread_mutex_lock(&r->mu);
+	d = r->ready;
+	pthread_mutex_unlock(&r->mu);
+	return d;
+}
+
+int cs_ps_restore_step(struct cs_ps_restore *r, uint32_t max_rows)
+{
+	uint64_t end;
+	int rc;
+
+	if (!cs_ps_restore_ready(r))
+		return -EAGAIN;
+	if (r->info.rc)
+		return r->info.rc;
+	end = CS_MIN(r->nkeep, r->next + (max_rows ? max_rows : 1));
+	for (; r->next < end; r->next++) {
+		const uint8_t *p = r->keep + r->next * r->rec;
+		struct cs_ps_rec_head rh;
+
+		memcpy(&rh, p, sizeof(rh));
+		rc = cs_ps_store_load_rec(r->st, r->table, &rh, p + sizeof(rh),
+					  r->fb);
+		if (rc) { /* a row there already: a push came first */
+			r->info.rc = rc;
+			r->info.why = rc == -EEXIST ? CS_PS_RS_NOT_EMPTY
+						    : CS_PS_RS_IO;
+			return rc;
+		}
+		r->info.rows_loaded++;
+	}
+	if (r->next < r->nkeep)
+		return 1;
+	rc = cs_ps_store_set_clock(r->st, r->table, r->info.clock);
+	r->info.rc = rc;
+	r->complete = !rc;
+	return rc;
+}
+
+int cs_ps_restore_finish(struct cs_ps_restore *r,
+			 struct cs_ps_restore_info *info)
+{
+	int rc;
+
+	pthread_join(r->thr, NULL);
+	/* not every kept row loaded: never a success */
+	if (!r->info.rc && !r->complete)
+		r->info.rc = -ECANCELED;
+	rc = r->info.rc;
+	if (info)
+		*info = r->info;
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+	free(r->keep);
+	free(r);
+	return rc;
+}
+
+int cs_ps_restore_sharded(struct cs_ps_store *st, uint32_t table,
+			  const struct cs_ps_restore_src *src,
+			  struct cs_ps_restore_info *info)
+{
+	struct cs_ps_restore *r;
+	int rc = cs_ps_restore_start(&r, st, table, src);
+
+	if (rc) {
+		if (info) {
+			memset(info, 0, sizeof(*info));
+			info->rc = rc;
+			info->why = rc == -EEXIST ? CS_PS_RS_NOT_EMPTY
+						  : CS_PS_RS_IO;
+		}
+		return rc;
+	}
+	pthread_mutex_lock(&r->mu);
+	while (!r->ready)
+		pthread_cond_wait(&r->cv, &r->mu);
+	pthread_mutex_unlock(&r->mu);
+	while (cs_ps_restore_step(r, 65536) == 1)
+		;
+	return cs_ps_restore_finish(r, info);
 }

@@ -20,7 +20,7 @@
 #include "collectives/ps/ps.h"
 
 #define CS_PS_CKPT_MAGIC "CSPSCKP1"
-#define CS_PS_CKPT_VERSION 1u
+#define CS_PS_CKPT_VERSION 2u /* 2: shard, shard count, vnodes, name tag */
 #define CS_PS_CKPT_HDR 256u /* records start here */
 
 struct cs_ps_uring_spill;
@@ -55,6 +55,29 @@ struct cs_ps_ckpt;
 int cs_ps_ckpt_start(struct cs_ps_ckpt **out, const char *path,
 		     struct cs_ps_store *st, uint32_t table, unsigned qdepth,
 		     struct cs_ps_snap_sink *sink);
+/**
+ * cs_ps_ckpt_set_shard - which part of a sharded checkpoint this file is
+ * @c: the writer (before the snapshot ends)
+ * @shard: this store's server id in the map, 0 .. @nshards - 1
+ * @nshards: servers of the map (its server ids are 0 .. @nshards - 1)
+ * @vnodes: the map's virtual nodes per server
+ * @tag: names the table (cs_ps_ckpt_name_tag of its name)
+ *
+ * Recorded in the header, so that a restore onto another set of shards
+ * (cs_ps_restore_start) finds every file of one checkpoint and checks
+ * it. Without it a file is shard 0 of 1, no map, tag 0.
+ */
+void cs_ps_ckpt_set_shard(struct cs_ps_ckpt *c, uint32_t shard,
+			  uint32_t nshards, uint32_t vnodes, uint64_t tag);
+/* FNV-1a 64 of a table's name: the tag of its checkpoint files. */
+uint64_t cs_ps_ckpt_name_tag(const char *name);
+/**
+ * cs_ps_ckpt_shard_path - "<dir>/<name>.shard<shard>.ckpt"
+ * Returns 0, -EINVAL (a '/' in @name would name another folder) or
+ * -ENAMETOOLONG.
+ */
+int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
+			  const char *name, uint32_t shard);
 /* The clock to record (cs_ps_store_snap_clock after snap_begin). */
 void cs_ps_ckpt_set_clock(struct cs_ps_ckpt *c, uint64_t clock);
 /* Bytes handed over and not yet written: a pump slows its snap_step
@@ -79,5 +102,90 @@ int cs_ps_ckpt_wait(struct cs_ps_ckpt *c);
  */
 int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table,
 		       const char *path);
+
+/* ---- restore onto another set of shards (resharding) ------------------- */
+
+/*
+ * Why a sharded restore refused the checkpoint (cs_ps_restore_info.why),
+ * with the file (@bad_shard) that made it refuse.
+ */
+enum cs_ps_restore_why {
+	CS_PS_RS_OK = 0,
+	CS_PS_RS_IO, /* a file could not be read: -errno */
+	CS_PS_RS_MISSING, /* a shard's file is missing: -ENOENT */
+	CS_PS_RS_DAMAGED, /* header, size or checksum wrong: -EBADMSG */
+	CS_PS_RS_OTHER_TABLE, /* the file of a table of another name: -EINVAL */
+	CS_PS_RS_SPEC, /* dim, dtype, row size, key range, optimizer: -EINVAL */
+	CS_PS_RS_CLOCK, /* another clock than shard 0's file: -EBADMSG */
+	CS_PS_RS_SET, /* another shard count, shard number, or rows of
+		       * another shard in it: -EBADMSG */
+	CS_PS_RS_NOT_EMPTY, /* the table has rows already: -EEXIST */
+};
+
+/**
+ * struct cs_ps_restore_src - where a sharded checkpoint is and who loads
+ * @dir, @name: files "<dir>/<name>.shard<S>.ckpt", S = 0 .. N - 1 (N is
+ *	read from shard 0's file)
+ * @tag: cs_ps_ckpt_name_tag(name): every file must carry it
+ * @map: the NEW shard map (server ids 0 .. M - 1); NULL: this store owns
+ *	every key
+ * @self: this store's server id in @map
+ */
+struct cs_ps_restore_src {
+	const char *dir;
+	const char *name;
+	uint64_t tag;
+	const struct cs_ps_shardmap *map;
+	uint32_t self;
+};
+
+struct cs_ps_restore_info {
+	int rc;
+	enum cs_ps_restore_why why;
+	uint32_t bad_shard; /* the file that made it refuse */
+	uint32_t nshards; /* N: shards of the checkpoint */
+	uint64_t clock; /* the checkpoint's */
+	uint32_t files_read; /* 1 when N == M (its own file only), else N */
+	uint64_t recs_read, rows_loaded;
+};
+
+struct cs_ps_restore;
+
+/**
+ * cs_ps_restore_start - load a checkpoint written by N shards into this
+ * shard of M, each row into the shard that owns it under the new map
+ * @out: the job
+ * @st, @table: an empty table of the checkpoint's spec (dim, dtype, row
+ *	frame, key range, optimizer kind; the worker count may differ)
+ * @src: where the files are, the new map and this shard
+ *
+ * A thread with its own io_uring reads the files one at a time, checks
+ * each whole (magic, version, checksums, tag, spec, shard count and
+ * number, clock equal to shard 0's, every record's key owned by that
+ * file's shard under the old map) and keeps the records this shard owns
+ * under the new one. When N == M the maps are the same and only this
+ * shard's own file is read. Nothing is loaded before every file passed:
+ * the caller polls cs_ps_restore_ready(), then loads in bounded steps
+ * (cs_ps_restore_step) on the thread that owns the store, and ends with
+ * cs_ps_restore_finish. @src's strings and map must live until
+ * cs_ps_restore_finish. Returns 0, -EEXIST (rows already), -ENOENT (no
+ * such table), -ENOMEM, -errno.
+ */
+int cs_ps_restore_start(struct cs_ps_restore **out, struct cs_ps_store *st,
+			uint32_t table, const struct cs_ps_restore_src *src);
+/* Non-blocking: the files are read and checked (or refused). */
+bool cs_ps_restore_ready(struct cs_ps_restore *r);
+/* Load up to @max_rows of the kept records (after ready): 1 while more
+ * remain, 0 once all are loaded and the table's clock set, or -errno
+ * (the files were refused: nothing was loaded). */
+int cs_ps_restore_step(struct cs_ps_restore *r, uint32_t max_rows);
+/* Wait for the thread, free the job; the outcome in @info (may be NULL).
+ * Returns info->rc: 0 only if every row was loaded. */
+int cs_ps_restore_finish(struct cs_ps_restore *r,
+			 struct cs_ps_restore_info *info);
+/* The whole of it in one call (start, wait, every step, finish). */
+int cs_ps_restore_sharded(struct cs_ps_store *st, uint32_t table,
+			  const struct cs_ps_restore_src *src,
+			  struct cs_ps_restore_info *info);
 
 #endif

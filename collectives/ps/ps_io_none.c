@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /* PS persistence without liburing: nothing to do it with. */
 #include <errno.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "collectives/ps/ps_io.h"
 
@@ -50,5 +52,68 @@ int cs_ps_ckpt_wait(struct cs_ps_ckpt *c)
 int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table, const char *path)
 {
 	(void)st, (void)table, (void)path;
+	return -ENOTSUP;
+}
+
+void cs_ps_ckpt_set_shard(struct cs_ps_ckpt *c, uint32_t shard,
+			  uint32_t nshards, uint32_t vnodes, uint64_t tag)
+{
+	(void)c, (void)shard, (void)nshards, (void)vnodes, (void)tag;
+}
+
+uint64_t cs_ps_ckpt_name_tag(const char *name)
+{
+	(void)name;
+	return 0;
+}
+
+int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
+			  const char *name, uint32_t shard)
+{
+	int n;
+
+	if (strchr(name, '/'))
+		return -EINVAL;
+	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, name, shard);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int cs_ps_restore_start(struct cs_ps_restore **out, struct cs_ps_store *st,
+			uint32_t table, const struct cs_ps_restore_src *src)
+{
+	(void)out, (void)st, (void)table, (void)src;
+	return -ENOTSUP;
+}
+
+bool cs_ps_restore_ready(struct cs_ps_restore *r)
+{
+	(void)r;
+	return true;
+}
+
+int cs_ps_restore_step(struct cs_ps_restore *r, uint32_t max_rows)
+{
+	(void)r, (void)max_rows;
+	return -ENOTSUP;
+}
+
+int cs_ps_restore_finish(struct cs_ps_restore *r,
+			 struct cs_ps_restore_info *info)
+{
+	(void)r;
+	if (info)
+		memset(info, 0, sizeof(*info));
+	return -ENOTSUP;
+}
+
+int cs_ps_restore_sharded(struct cs_ps_store *st, uint32_t table,
+			  const struct cs_ps_restore_src *src,
+			  struct cs_ps_restore_info *info)
+{
+	(void)st, (void)table, (void)src;
+	if (info) {
+		memset(info, 0, sizeof(*info));
+		info->rc = -ENOTSUP;
+	}
 	return -ENOTSUP;
 }

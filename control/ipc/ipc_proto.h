@@ -81,10 +81,14 @@ enum cs_ipc_opcode {
 
 /*
  * The outcome of CS_IPC_OP_PS_CKPT / _RESTORE, made to be allreduced (max)
- * over the group as it is: @err is 0, or (positive errno << 32) | the
- * node whose shard failed; @clock the shard's clock (the snapshot's, or
- * the restored one) and @nclock its negation, both INT64_MIN from a rank
- * that does not drive its node's shard (only the lowest local rank does).
+ * over the group as it is: @err is 0, or (e << 32) | the node whose
+ * shard failed, e = (why << 24) | (file << 8) | positive errno: a
+ * restore's refusal says why (enum cs_ps_restore_why of
+ * collectives/ps/ps_io.h, 0 for any other error) and the shard number of
+ * the checkpoint file that made it refuse; @clock the shard's clock (the
+ * snapshot's, or the restored one) and @nclock its negation, both INT64_MIN
+ * from a rank that does not drive its node's shard (only the lowest local rank
+ * does).
  */
 struct cs_ipc_ps_ctl_result {
 	int64_t err;

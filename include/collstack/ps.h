@@ -215,17 +215,24 @@ int cs_ps_checkpoint(struct cs_ps_table *t, const char *dir, cs_req_t *req);
 /**
  * cs_ps_table_restore - load a new table from cs_ps_checkpoint()'s files,
  *	collectively
- * @t: a table just created (no push or pull yet) with the attributes, the
- *	group size and the node layout of the one checkpointed
+ * @t: a table just created (no push or pull yet) with the attributes of
+ *	the one checkpointed; its group may have another size and span
+ *	other nodes (a group re-formed after a node was lost, a larger one):
+ *	each shard loads the rows it owns under the new shard map from
+ *	every file of the checkpoint, optimizer state included
  * @dir: where the files are
  * @req: out: completes once every shard is loaded, or with a failed
  *	shard's error, as cs_ps_checkpoint(): -ENOENT (a shard's file is
- *missing), -EINVAL (the file is of another table: dim, dtype, key range or
- *optimizer), -EBADMSG (a damaged file, or shards of different checkpoints),
- *-EEXIST (the table has rows already); cs_errmsg() names the directory and node
+ *	missing: not a complete set), -EINVAL (a file of another table: its
+ *	name, dim, dtype, row size, key range or optimizer), -EBADMSG (a
+ *	damaged file, or files not of one checkpoint: another clock than
+ *	shard 0's, another shard count, rows of another shard), -EEXIST
+ *	(the table has rows already); cs_errmsg() names the directory, the
+ *	node, the reason and the file's shard
  *
- * A refused file loads nothing on its shard; other shards may have loaded
- * theirs: destroy the table and create it again. After it completed,
+ * Every file is checked before a row is loaded: a refused set loads
+ * nothing on that shard; other shards may have loaded theirs: destroy
+ * the table and create it again. After it completed,
  * cs_ps_table_clock() is the checkpoint's clock: in sync and ssp, workers
  * push versions from there on.
  * Returns: as cs_ps_checkpoint().

@@ -23,7 +23,9 @@ request.
 `checkpoint(dir)` (collective) writes every shard's file and returns once
 all are in place (`icheckpoint` posts it); `restore=dir` at creation (or
 `restore(dir)` before any push) loads them into the new table and sets
-the worker's clock to the checkpoint's (docs/ps.md, "Trainer API").
+the worker's clock to the checkpoint's; the new table's group may span
+other nodes than the checkpointed one's (each shard loads the rows it
+owns now from every file: docs/ps.md, "Trainer API").
 """
 
 import ctypes

@@ -65,6 +65,28 @@
  *	descriptors; a table created after them works. Prints
  *	"ps_trainer ckpt_ok rank=R clock=5 rows=600 equal=600".
  *
+ *   cs-trainer-ps recover DIR GO  (joins its group elastic)
+ *	Recovery of a lost node driven by the trainers (test_ps_trainers.sh
+ *	pstr_4x1_recover). Table "rc" (600 rows of 4 f32, sync, momentum
+ *	0.5, lr 0.5, constant 1, dyadic gradients): versions 0..5 pushed by
+ *	every rank (each pull at the next clock equal to the reference, bit
+ *	for bit), every row pulled at clock 6 (the rows at checkpoint time),
+ *	cs_ps_checkpoint to DIR; versions 6 and 7 pushed (lost later). Then
+ *	"ps_trainer phase1 rank=R" and a pull at clock 9 that nobody's push
+ *	lets through: the test kills a node's sidecar meanwhile, and the
+ *	pull must end with CS_ERR_PEER_LOST naming that node ("ps_trainer
+ *	lost rank=R err=... msg=..."). Once the file GO exists: a barrier
+ *	re-forms the elastic group on the nodes left (size, rank: new), the
+ *	table is destroyed and created again (its shards: the nodes left),
+ *	restored from DIR (clock 6, every row equal to the rows at
+ *	checkpoint time), and versions 6..11 pushed by the ranks left (their
+ *	new ranks' patterns), every pull checked against the reference (4
+ *	workers up to version 5, the ranks left after it, momentum state
+ *	included). Rank 0 writes the final table (600 x 4 f32) to
+ *	DIR/final.f32 for tests/netns/ps_recover_check.py. Prints
+ *	"ps_trainer recover_ok rank=R size=S clock=6 rows=600 equal=600
+ *	final_wrong=0".
+ *
  * Exit 0 on success, 1 on a failed check, 2 on usage.
  */
 #include <errno.h>
@@ -808,6 +830,251 @@ static int ckpt(const char *dir)
 	return 0;
 }
 
+#define RC_ROWS 600u
+#define RC_DIM 4u
+#define RC_KPP 40u
+#define RC_CKPT 6u /* versions before the checkpoint */
+#define RC_LOST 8u /* versions pushed before the node is lost */
+#define RC_END 12u /* versions in all */
+
+/* The reference of "rc": rows, momentum state. */
+static float rc_w[RC_ROWS * RC_DIM], rc_m[RC_ROWS * RC_DIM];
+
+/* Version @v pushed by ranks 0 .. @n - 1 into the reference (sync: the
+ * gradients of every worker summed, one momentum step per touched row). */
+static void rc_ref_version(uint32_t v, int n)
+{
+	static float g[RC_ROWS * RC_DIM];
+	static bool hit[RC_ROWS];
+	uint64_t keys[RC_KPP];
+
+	memset(g, 0, sizeof(g));
+	memset(hit, 0, sizeof(hit));
+	for (int r = 0; r < n; r++) {
+		step_keys(r, v, RC_KPP, RC_ROWS, keys);
+		for (uint32_t i = 0; i < RC_KPP; i++) {
+			hit[keys[i]] = true;
+			for (uint32_t j = 0; j < RC_DIM; j++)
+				g[keys[i] * RC_DIM + j] +=
+					grad(r, v, keys[i], j);
+		}
+	}
+	for (uint32_t k = 0; k < RC_ROWS; k++)
+		for (uint32_t j = 0; hit[k] && j < RC_DIM; j++) {
+			uint32_t x = k * RC_DIM + j;
+
+			rc_m[x] = 0.5f * rc_m[x] + g[x];
+			rc_w[x] -= 0.5f * rc_m[x];
+		}
+}
+
+static int rc_create(struct cs_ps_table **t)
+{
+	struct cs_ps_table_attr a;
+	int ret;
+
+	cs_ps_table_attr_init(&a, RC_DIM, RC_ROWS, CS_PS_OPT_MOMENTUM);
+	a.opt.lr = 0.5f;
+	a.opt.momentum = 0.5f;
+	a.init.kind = CS_PS_INIT_CONST;
+	a.init.scale = 1.0f;
+	ret = cs_ps_table_create(g, "rc", &a, t);
+	return ret ? fail("create rc", ret) : 0;
+}
+
+/* Push version @v as group rank @me, then pull its keys at @v + 1: equal
+ * to the reference (which the caller moved past @v). */
+static int rc_step(struct cs_ps_table *t, int me, uint32_t v, uint64_t *keys,
+		   float *rows)
+{
+	cs_req_t r;
+	int ret;
+
+	step_keys(me, v, RC_KPP, RC_ROWS, keys);
+	for (uint32_t i = 0; i < RC_KPP; i++)
+		for (uint32_t j = 0; j < RC_DIM; j++)
+			rows[i * RC_DIM + j] = grad(me, v, keys[i], j);
+	ret = cs_ps_push(t, v, keys, rows, RC_KPP, &r);
+	if (ret || wait_ok(r, "push"))
+		return ret ? fail("push", ret) : 1;
+	ret = cs_ps_pull(t, v + 1, keys, RC_KPP, rows, &r);
+	if (ret || wait_ok(r, "pull"))
+		return ret ? fail("pull", ret) : 1;
+	for (uint32_t i = 0; i < RC_KPP; i++)
+		if (memcmp(rows + i * RC_DIM, rc_w + keys[i] * RC_DIM,
+			   RC_DIM * sizeof(float))) {
+			printf("ps_trainer FAIL rank=%d recover: version %u: "
+			       "row %llu differs from the reference\n",
+			       rank, v, (unsigned long long)keys[i]);
+			return 1;
+		}
+	return 0;
+}
+
+/* Every row of "rc" at @clock into @out. */
+static int rc_pull_all(struct cs_ps_table *t, uint64_t clock, uint64_t *keys,
+		       float *rows, float *out)
+{
+	cs_req_t r;
+	int ret;
+
+	for (uint32_t i = 0; i < RC_ROWS; i += RC_KPP) {
+		for (uint32_t j = 0; j < RC_KPP; j++)
+			keys[j] = i + j;
+		ret = cs_ps_pull(t, clock, keys, RC_KPP, rows, &r);
+		if (ret || wait_ok(r, "pull all"))
+			return ret ? fail("pull all", ret) : 1;
+		memcpy(out + (size_t)i * RC_DIM, rows,
+		       RC_KPP * RC_DIM * sizeof(float));
+	}
+	return 0;
+}
+
+static int rc_wait_file(const char *path)
+{
+	for (int i = 0; i < 600 * 20; i++) {
+		if (!access(path, F_OK))
+			return 0;
+		usleep(50000);
+	}
+	printf("ps_trainer FAIL rank=%d recover: no %s\n", rank, path);
+	return 1;
+}
+
+static int recover(const char *dir, const char *go)
+{
+	static float snap[RC_ROWS * RC_DIM], got[RC_ROWS * RC_DIM];
+	static float ck_m[RC_ROWS * RC_DIM];
+	struct cs_ps_table *t;
+	uint32_t equal = 0, wrong = 0;
+	int n0 = world, me, size, ret;
+	uint64_t *keys;
+	float *rows;
+	struct cs_buf *b;
+	cs_req_t r;
+
+	ret = cs_buf_alloc(c, RC_KPP * (8 + 4 * RC_DIM), &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + RC_KPP);
+	for (uint32_t x = 0; x < RC_ROWS * RC_DIM; x++)
+		rc_w[x] = 1.0f;
+	if (rc_create(&t))
+		return 1;
+	for (uint32_t v = 0; v < RC_CKPT; v++) {
+		rc_ref_version(v, n0);
+		if (rc_step(t, rank, v, keys, rows))
+			return 1;
+	}
+	if (rc_pull_all(t, RC_CKPT, keys, rows, snap))
+		return 1;
+	ret = cs_ps_checkpoint(t, dir, &r);
+	if (ret || wait_ok(r, "checkpoint"))
+		return ret ? fail("checkpoint", ret) : 1;
+	/* the reference's momentum at checkpoint time (restored later) */
+	memcpy(ck_m, rc_m, sizeof(ck_m));
+	for (uint32_t x = 0; x < RC_ROWS * RC_DIM; x++)
+		wrong += snap[x] != rc_w[x];
+	if (wrong) {
+		printf("ps_trainer FAIL rank=%d recover: %u values at the "
+		       "checkpoint differ from the reference\n",
+		       rank, wrong);
+		return 1;
+	}
+	/* versions after the checkpoint, lost with the node */
+	for (uint32_t v = RC_CKPT; v < RC_LOST; v++) {
+		rc_ref_version(v, n0);
+		if (rc_step(t, rank, v, keys, rows))
+			return 1;
+	}
+	printf("ps_trainer phase1 rank=%d\n", rank);
+	/* a pull that waits for version RC_LOST, which nobody pushes */
+	for (uint32_t j = 0; j < RC_KPP; j++)
+		keys[j] = j * 15;
+	ret = cs_ps_pull(t, RC_LOST + 1, keys, RC_KPP, rows, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	printf("ps_trainer lost rank=%d err=%s msg=%s\n", rank,
+	       cs_strerror(ret), cs_errmsg(c));
+	if (ret != CS_ERR_PEER_LOST)
+		return 1;
+	if (rc_wait_file(go))
+		return 1;
+	/* the group re-forms on the nodes left at its next operation */
+	for (int i = 0;; i++) {
+		ret = cs_barrier(g, &r);
+		if (!ret)
+			ret = cs_wait(c, r, WAIT_NS);
+		if (!ret)
+			break;
+		printf("  barrier after the loss: %s: %s\n", cs_strerror(ret),
+		       cs_errmsg(c));
+		if (ret != CS_ERR_PEER_LOST || i == 2)
+			return fail("barrier after the loss", ret);
+	}
+	me = cs_group_rank(g);
+	size = cs_group_size(g);
+	printf("  re-formed: rank %d -> %d, size %d -> %d\n", rank, me, n0,
+	       size);
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		printf("  destroy of the failed table: %s: %s\n",
+		       cs_strerror(ret), cs_errmsg(c));
+	if (rc_create(&t))
+		return 1;
+	ret = cs_ps_table_restore(t, dir, &r);
+	if (ret || wait_ok(r, "restore"))
+		return ret ? fail("restore", ret) : 1;
+	if (cs_ps_table_clock(t) != RC_CKPT) {
+		printf("ps_trainer FAIL rank=%d recover: restored at clock "
+		       "%llu, want %u\n",
+		       rank, (unsigned long long)cs_ps_table_clock(t), RC_CKPT);
+		return 1;
+	}
+	if (rc_pull_all(t, RC_CKPT, keys, rows, got))
+		return 1;
+	for (uint32_t i = 0; i < RC_ROWS; i++)
+		equal += !memcmp(got + i * RC_DIM, snap + i * RC_DIM,
+				 RC_DIM * sizeof(float));
+	if (equal != RC_ROWS) {
+		printf("ps_trainer FAIL rank=%d recover: %u of %u rows equal "
+		       "the rows at checkpoint time\n",
+		       rank, equal, RC_ROWS);
+		return 1;
+	}
+	/* the reference from the checkpoint on: the ranks left */
+	memcpy(rc_w, snap, sizeof(rc_w));
+	memcpy(rc_m, ck_m, sizeof(rc_m));
+	for (uint32_t v = RC_CKPT; v < RC_END; v++) {
+		rc_ref_version(v, size);
+		if (rc_step(t, me, v, keys, rows))
+			return 1;
+	}
+	if (rc_pull_all(t, RC_END, keys, rows, got))
+		return 1;
+	for (uint32_t x = 0; x < RC_ROWS * RC_DIM; x++)
+		wrong += got[x] != rc_w[x];
+	if (me == 0) {
+		char path[512];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/final.f32", dir);
+		f = fopen(path, "wb");
+		if (!f || fwrite(got, sizeof(got), 1, f) != 1 || fclose(f))
+			return fail("final.f32", -EIO);
+	}
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	printf("ps_trainer %s rank=%d size=%d clock=%u rows=%u equal=%u "
+	       "final_wrong=%u\n",
+	       wrong ? "FAIL" : "recover_ok", me, size, RC_CKPT, RC_ROWS, equal,
+	       wrong);
+	cs_buf_free(b);
+	return wrong ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *name = "ps";
@@ -829,7 +1096,10 @@ int main(int argc, char **argv)
 		       cs_strerror(ret));
 		return 1;
 	}
-	ret = cs_group_join(c, name, rank, world, lrank, lworld, &g);
+	/* recover: elastic, so that the group outlives the lost node */
+	ret = cs_group_join_ex(
+		c, name, rank, world, lrank, lworld,
+		!strcmp(argv[1], "recover") ? CS_GROUP_ELASTIC : 0, &g);
 	if (ret)
 		return fail("join", ret);
 	if (!strcmp(argv[1], "train"))
@@ -844,6 +1114,8 @@ int main(int argc, char **argv)
 		ret = die(atoi(argv[2]));
 	else if (!strcmp(argv[1], "ckpt") && argc > 2)
 		ret = ckpt(argv[2]);
+	else if (!strcmp(argv[1], "recover") && argc > 3)
+		ret = recover(argv[2], argv[3]);
 	else
 		ret = 2;
 	cs_group_leave(g);

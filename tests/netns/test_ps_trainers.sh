@@ -46,6 +46,17 @@
 #                ps_table(..., restore=dir)) where numpy is
 #   pstr_4x1_ckpt  the same over 4 namespaces, one trainer each: 4 shards,
 #                4 files
+#   pstr_4x1_recover  a lost node, recovered by the trainers: 4 nodes
+#                (bootstrap coordinator in node 0), one trainer each in an
+#                elastic group (cs-trainer-ps recover): a table trained and
+#                checkpointed (4 shard files), trained on; kill -9 of
+#                node 2's sidecar and trainer while the others' pulls
+#                wait: each ends with CS_ERR_PEER_LOST naming node 2; the
+#                group re-forms on the 3 nodes left, the table is created
+#                again and restored from the 4 files onto 3 shards
+#                (resharded), training goes on; the final table equals
+#                tests/netns/ps_recover_check.py's replay from the
+#                checkpoint's files, bit for bit
 #
 # The namespace cases need root (skip, 77, without). CS_CLUSTER names the cluster (default:
 # q<pid digits><case digits>).
@@ -232,9 +243,85 @@ grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
 export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
 ENV=/run/collstack/cluster-$CS_CLUSTER.env
 CKDIR=
-trap 'scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"' EXIT
+RPIDS=()	# trainers started here (recover_case), ended at exit
+trap 'for p in "${RPIDS[@]}"; do kill $(pgrep -P "$p") "$p" 2>/dev/null; done
+scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"' EXIT
+
+# recover_case: pstr_4x1_recover (see the head of the file)
+recover_case() {
+	local ck i pids=() p2 t run=/run/collstack lost=2 st rc=0
+	up 4 --boot --set member.hb_interval=200ms \
+		--set member.fail_timeout=3s --set rel.max_timeouts=3000
+	ck=$(mktemp -d /tmp/cs-pstr-rc.XXXXXX)
+	CKDIR=$ck
+	for ((i = 0; i < 4; i++)); do
+		ip netns exec "${CS_CLUSTER}n$i" env RANK=$i WORLD_SIZE=4 \
+			LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+			COLLSTACK_SOCKET=$run/${CS_CLUSTER}n$i/collstack.sock \
+			timeout 600 "$TRAINER" recover "$ck" "$ck/go" \
+			--group rc >"$ck/t$i.out" 2>&1 &
+		pids[$i]=$!
+		RPIDS+=($!)
+	done
+	for ((i = 0; i < 4; i++)); do
+		for _ in $(seq 3000); do
+			grep -q '^ps_trainer \(phase1\|FAIL\)' "$ck/t$i.out" && break
+			sleep 0.1
+		done
+		grep -q '^ps_trainer phase1' "$ck/t$i.out" ||
+			{ cat "$ck/t$i.out"; fail "trainer $i: no phase 1"; }
+	done
+	ls "$ck" | grep '^rc\.shard' | sed 's/^/  checkpoint: /'
+	# node 2 goes while the others' pulls wait
+	p2=$(cat "$run/${CS_CLUSTER}n$lost/pid")
+	kill -9 "$p2"
+	kill -9 $(pgrep -P "${pids[$lost]}") "${pids[$lost]}" 2>/dev/null
+	wait "${pids[$lost]}" 2>/dev/null
+	echo "  killed node $lost's sidecar (pid $p2) and trainer"
+	for ((i = 0; i < 4; i++)); do
+		[ $i = $lost ] && continue
+		for _ in $(seq 1200); do
+			st=$(cs_ctl "$run/${CS_CLUSTER}n$i" ping)
+			[ "$(kv "$st" lost)" = $lost ] && break
+			sleep 0.1
+		done
+		[ "$(kv "$st" lost)" = $lost ] ||
+			fail "${CS_CLUSTER}n$i: node $lost not lost: $st"
+	done
+	echo "  node $lost lost in the view of every other node"
+	touch "$ck/go"
+	for ((i = 0; i < 4; i++)); do
+		[ $i = $lost ] && continue
+		wait "${pids[$i]}" || rc=1
+		sed 's/^/  t'$i': /' "$ck/t$i.out"
+	done
+	[ $rc = 0 ] || fail "a trainer failed"
+	out=$(cat "$ck"/t[013].out)
+	want 3 "^ps_trainer lost rank=.* err=peer lost msg=.*node $lost"
+	want 3 '^ps_trainer recover_ok rank=.* size=3 clock=6 rows=600 equal=600 final_wrong=0$'
+	for i in 0 1 3; do
+		grep 'restored from' "$run/${CS_CLUSTER}n$i.log" | tail -1 |
+			sed 's/^/  n'$i': /'
+		grep -q 'restored from .* at clock 6: a checkpoint of 4 shard(s) onto 3, 4 file(s) read' \
+			"$run/${CS_CLUSTER}n$i.log" ||
+			fail "node $i: no restore of 4 shards onto 3 in its log"
+	done
+	out=$(python3 tests/netns/ps_recover_check.py "$ck" --shards 4 \
+		--workers 3 2>&1)
+	rc=$?
+	echo "  $out"
+	[ $rc = 0 ] && grep -q '^ps_recover_ref ok .* differing_values=0$' \
+		<<<"$out" || fail "the table differs from the replay"
+	for i in 0 1 3; do
+		kill -0 "$(cat "$run/${CS_CLUSTER}n$i/pid")" 2>/dev/null ||
+			fail "the sidecar of ${CS_CLUSTER}n$i died"
+	done
+}
 
 case $CASE in
+pstr_4x1_recover)
+	recover_case
+	;;
 pstr_4x1_ckpt)
 	up 4
 	ckpt_case 4 1 4

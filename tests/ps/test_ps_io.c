@@ -342,6 +342,410 @@ Test(ps_io, spill_file_round_trip, .init = setup, .fini = teardown)
 	cr_assert_eq(cs_ps_spill_open(&u, path, 0, &sp), -EINVAL);
 }
 
+/* ---- restore onto another set of shards (resharding) ------------------- */
+
+#define RS_KEYS 20000u
+#define RS_VNODES 64u
+#define RS_CLOCK 9u
+
+/* A shard store of map @m (NULL: owns every key) and its push ids. */
+struct rs_shard {
+	struct cs_ps_store *st;
+	uint64_t id;
+};
+
+static struct cs_ps_store *mkshard(const struct cs_ps_table_spec *s,
+				   const struct cs_ps_shardmap *m,
+				   uint32_t server)
+{
+	struct cs_ps_store_cfg cfg = {
+		.server = server, .map = m, .msg_max = 1 << 16, .parked_max = 4
+	};
+	struct cs_ps_store_io io = { .send = drop };
+	struct cs_ps_store *st;
+
+	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), 0);
+	cr_assert_eq(cs_ps_store_add_table(st, s, 0, NULL), 0);
+	return st;
+}
+
+static void mkmap(struct cs_ps_shardmap *m, uint32_t n)
+{
+	uint32_t ids[16];
+
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = i;
+	cr_assert_eq(cs_ps_shardmap_init(m, ids, n, RS_VNODES), 0);
+}
+
+/* Push the keys of @keys (@n) that @m gives to @server (every key when
+ * @m is NULL) to @sh, gradient @g * (j + 1 + key % 3). */
+static void push_keys(struct rs_shard *sh, const struct cs_ps_table_spec *s,
+		      const struct cs_ps_shardmap *m, uint32_t server,
+		      const uint64_t *keys, uint32_t n, float g)
+{
+	struct cs_ps_msg h = { .type = CS_PS_MSG_PUSH,
+			       .table = s->id,
+			       .id = sh->id++,
+			       .nparts = 1,
+			       .dim = s->dim,
+			       .dtype = s->dtype };
+	uint32_t k = 0;
+	float row[8];
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!m || cs_ps_shard_of(m, s->id, keys[i]) == server)
+			k++;
+	h.nkeys = k;
+	cs_ps_wire_put_hdr(msg, &h);
+	k = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (m && cs_ps_shard_of(m, s->id, keys[i]) != server)
+			continue;
+		for (uint32_t j = 0; j < s->dim; j++)
+			row[j] = g * (float)(j + 1 + keys[i] % 3);
+		cs_ps_wire_put_key(msg, k, keys[i]);
+		cs_ps_wire_put_row(msg, &h, k, row);
+		k++;
+	}
+	cr_assert_eq(
+		cs_ps_store_rx(sh->st, msg,
+			       cs_ps_wire_len(h.type, k, s->dim, s->dtype, 0)),
+		0);
+	cr_assert_eq(cs_ps_store_flush(sh->st), 0);
+}
+
+/* Push @round's 500 keys to the reference @ref and to shards @sh of map
+ * @m (@n of them), each shard its own keys. */
+static void push_round(struct rs_shard *ref, struct rs_shard *sh, uint32_t n,
+		       const struct cs_ps_shardmap *m,
+		       const struct cs_ps_table_spec *s, int round)
+{
+	uint64_t keys[500];
+	float g = 0.01f * (float)(round % 7 + 1);
+
+	for (uint32_t i = 0; i < 500; i++)
+		keys[i] = ((uint64_t)round * 977 + 7ull * i) % RS_KEYS;
+	push_keys(ref, s, NULL, 0, keys, 500, g);
+	for (uint32_t i = 0; i < n; i++)
+		push_keys(&sh[i], s, n > 1 ? m : NULL, i, keys, 500, g);
+}
+
+/* Checkpoint shard @i of @n (map of RS_VNODES) of table @name to @d at
+ * @clock. */
+static void ckpt_shard(struct cs_ps_store *st, const char *d, const char *name,
+		       uint32_t i, uint32_t n, uint64_t clock)
+{
+	struct cs_ps_snap_sink sink;
+	struct cs_ps_ckpt *c;
+	char path[400];
+
+	cr_assert_eq(cs_ps_ckpt_shard_path(path, sizeof(path), d, name, i), 0);
+	cr_assert_eq(cs_ps_ckpt_start(&c, path, st, 6, 4, &sink), 0);
+	cr_assert_eq(cs_ps_store_snap_begin(st, 6, &sink, 4096), 0);
+	cs_ps_ckpt_set_clock(c, clock);
+	cs_ps_ckpt_set_shard(c, i, n, RS_VNODES, cs_ps_ckpt_name_tag(name));
+	while (cs_ps_store_snap_step(st, 1000) == 1)
+		;
+	cr_assert_eq(cs_ps_ckpt_wait(c), 0);
+}
+
+/* A table trained on @n shards (and on a reference store alone), each
+ * shard checkpointed to @d as table @name; the reference is returned. */
+static struct rs_shard train_on(uint32_t n, const struct cs_ps_table_spec *s,
+				const char *d, const char *name)
+{
+	struct rs_shard ref = { mkshard(s, NULL, 0), 0 }, sh[16];
+	struct cs_ps_shardmap m;
+
+	mkmap(&m, n);
+	for (uint32_t i = 0; i < n; i++)
+		sh[i] = (struct rs_shard){ mkshard(s, &m, i), 0 };
+	for (int r = 0; r < 12; r++)
+		push_round(&ref, sh, n, &m, s, r);
+	for (uint32_t i = 0; i < n; i++) {
+		ckpt_shard(sh[i].st, d, name, i, n, RS_CLOCK);
+		cs_ps_store_destroy(sh[i].st);
+	}
+	cs_ps_shardmap_fini(&m);
+	return ref;
+}
+
+static uint64_t rows_of(struct cs_ps_store *st)
+{
+	uint64_t total, res;
+
+	cs_ps_store_nrows(st, 6, &total, &res);
+	return total;
+}
+
+/* Every key's row on its owner under @m equals the reference's, and each
+ * shard holds exactly the reference's rows it owns. */
+static void same_as_ref(struct rs_shard *ref, struct rs_shard *sh, uint32_t m,
+			const struct cs_ps_shardmap *map, uint32_t dim)
+{
+	uint64_t own[16] = { 0 }, ref_rows = 0;
+
+	for (uint64_t k = 0; k < RS_KEYS; k++) {
+		uint32_t o = cs_ps_shard_of(map, 6, k);
+		float a[8], b[8];
+
+		cr_assert_eq(cs_ps_store_peek(ref->st, 6, k, a), 0);
+		cr_assert_eq(cs_ps_store_peek(sh[o].st, 6, k, b), 0);
+		cr_assert_eq(memcmp(a, b, sizeof(float) * dim), 0,
+			     "key %llu differs on shard %u",
+			     (unsigned long long)k, o);
+	}
+	/* which keys the reference holds: those some round pushed */
+	for (uint64_t k = 0; k < RS_KEYS; k++) {
+		bool held = false;
+
+		for (int r = 0; r < 12 && !held; r++)
+			for (uint32_t i = 0; i < 500 && !held; i++)
+				held = ((uint64_t)r * 977 + 7ull * i) %
+					       RS_KEYS ==
+				       k;
+		if (held) {
+			own[cs_ps_shard_of(map, 6, k)]++;
+			ref_rows++;
+		}
+	}
+	cr_assert_eq(rows_of(ref->st), ref_rows);
+	for (uint32_t j = 0; j < m; j++)
+		cr_assert_eq(rows_of(sh[j].st), own[j],
+			     "shard %u of %u holds %llu rows, owns %llu", j, m,
+			     (unsigned long long)rows_of(sh[j].st),
+			     (unsigned long long)own[j]);
+}
+
+/* N shards' files into M owners: every row lands on its new owner with
+ * its optimizer state (Adam: moments and step count), the clock is the
+ * checkpoint's; pushed again alike, the new shards still equal the
+ * reference. */
+Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
+     .fini = teardown)
+{
+	static const uint32_t nm[][2] = { { 4, 3 }, { 2, 4 }, { 3, 3 },
+					  { 1, 2 }, { 4, 1 }, { 3, 5 } };
+	struct cs_ps_table_spec s = mkspec(4);
+
+	need_uring();
+	for (size_t c = 0; c < CS_ARRAY_SIZE(nm); c++) {
+		uint32_t n = nm[c][0], m = nm[c][1];
+		struct rs_shard ref, sh[16];
+		struct cs_ps_restore_info in;
+		struct cs_ps_shardmap map;
+		char d[300];
+
+		snprintf(d, sizeof(d), "%s/c%zu", dir, c);
+		cr_assert_eq(mkdir(d, 0700), 0);
+		ref = train_on(n, &s, d, "emb");
+		mkmap(&map, m);
+		for (uint32_t j = 0; j < m; j++) {
+			struct cs_ps_restore_src src = {
+				.dir = d,
+				.name = "emb",
+				.tag = cs_ps_ckpt_name_tag("emb"),
+				.map = &map,
+				.self = j
+			};
+
+			sh[j] = (struct rs_shard){ mkshard(&s, &map, j), 0 };
+			cr_assert_eq(
+				cs_ps_restore_sharded(sh[j].st, 6, &src, &in),
+				0, "%u -> %u: shard %u: %d why %d", n, m, j,
+				in.rc, in.why);
+			cr_assert_eq(in.nshards, n);
+			cr_assert_eq(in.clock, RS_CLOCK);
+			cr_assert_eq(cs_ps_store_clock(sh[j].st, 6), RS_CLOCK);
+			cr_assert_eq(in.files_read, n == m ? 1 : n);
+			cr_assert_eq(in.rows_loaded, rows_of(sh[j].st));
+		}
+		same_as_ref(&ref, sh, m, &map, 4);
+		/* the state came along: the same pushes keep them equal */
+		for (int r = 3; r < 6; r++)
+			push_round(&ref, sh, m, &map, &s, r);
+		for (uint64_t k = 0; k < RS_KEYS; k++) {
+			float a[4], b[4];
+
+			cs_ps_store_peek(ref.st, 6, k, a);
+			cs_ps_store_peek(sh[cs_ps_shard_of(&map, 6, k)].st, 6,
+					 k, b);
+			cr_assert_eq(memcmp(a, b, sizeof(a)), 0,
+				     "%u -> %u: key %llu after more pushes", n,
+				     m, (unsigned long long)k);
+		}
+		for (uint32_t j = 0; j < m; j++)
+			cs_ps_store_destroy(sh[j].st);
+		cs_ps_store_destroy(ref.st);
+		cs_ps_shardmap_fini(&map);
+	}
+}
+
+/* Restore shard @self of @m from @d (table @name); returns the error and
+ * checks that a refusal loaded nothing. */
+static int rs_try(const char *d, const char *name,
+		  const struct cs_ps_table_spec *s, uint32_t self, uint32_t m,
+		  struct cs_ps_restore_info *in)
+{
+	struct cs_ps_shardmap map;
+	struct cs_ps_store *st;
+	struct cs_ps_restore_src src = { .dir = d,
+					 .name = name,
+					 .tag = cs_ps_ckpt_name_tag(name),
+					 .map = &map,
+					 .self = self };
+	int rc;
+
+	mkmap(&map, m);
+	st = mkshard(s, &map, self);
+	rc = cs_ps_restore_sharded(st, 6, &src, in);
+	if (rc)
+		cr_assert_eq(rows_of(st), 0, "rows loaded from a refused set");
+	cs_ps_store_destroy(st);
+	cs_ps_shardmap_fini(&map);
+	return rc;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[1000];
+
+	snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+	cr_assert_eq(system(cmd), 0);
+}
+
+/* Files that are not one checkpoint of the table are refused by name,
+ * with the file that made it refuse, and nothing is loaded. */
+Test(ps_io, reshard_refuses_sets_that_are_not_one_checkpoint, .init = setup,
+     .fini = teardown)
+{
+	struct cs_ps_table_spec s = mkspec(4), s2 = mkspec(2);
+	struct cs_ps_restore_info in;
+	char d[300], o[300], a[400], b[400];
+	struct rs_shard ref;
+	struct cs_ps_store *st;
+
+	need_uring();
+	snprintf(d, sizeof(d), "%s/set", dir);
+	snprintf(o, sizeof(o), "%s/other", dir);
+	cr_assert_eq(mkdir(d, 0700), 0);
+	cr_assert_eq(mkdir(o, 0700), 0);
+	ref = train_on(3, &s, d, "emb");
+	cs_ps_store_destroy(ref.st);
+	for (uint32_t self = 0; self < 2; self++)
+		cr_assert_eq(rs_try(d, "emb", &s, self, 2, &in), 0);
+
+	/* a shard's file missing */
+	cs_ps_ckpt_shard_path(a, sizeof(a), d, "emb", 1);
+	cs_ps_ckpt_shard_path(b, sizeof(b), o, "keep", 1);
+	copy_file(a, b);
+	cr_assert_eq(unlink(a), 0);
+	cr_assert_eq(rs_try(d, "emb", &s, 0, 2, &in), -ENOENT);
+	cr_assert_eq(in.why, CS_PS_RS_MISSING);
+	cr_assert_eq(in.bad_shard, 1);
+	/* shard 0's missing: nothing says how many there were */
+	cr_assert_eq(rs_try(d, "nothing", &s, 0, 2, &in), -ENOENT);
+	cr_assert_eq(in.why, CS_PS_RS_MISSING);
+	cr_assert_eq(in.bad_shard, 0);
+
+	/* in its place, shard 1 of another table of the same spec */
+	ref = train_on(3, &s, o, "other");
+	cs_ps_store_destroy(ref.st);
+	cs_ps_ckpt_shard_path(b, sizeof(b), o, "other", 1);
+	copy_file(b, a);
+	cr_assert_eq(rs_try(d, "emb", &s, 1, 2, &in), -EINVAL);
+	cr_assert_eq(in.why, CS_PS_RS_OTHER_TABLE);
+	cr_assert_eq(in.bad_shard, 1);
+
+	/* shard 1 of this table, but of another clock */
+	{
+		struct cs_ps_shardmap m3;
+
+		mkmap(&m3, 3);
+		st = mkshard(&s, &m3, 1);
+		ckpt_shard(st, d, "emb", 1, 3, RS_CLOCK + 1);
+		cs_ps_store_destroy(st);
+		cs_ps_shardmap_fini(&m3);
+	}
+	cr_assert_eq(rs_try(d, "emb", &s, 0, 2, &in), -EBADMSG);
+	cr_assert_eq(in.why, CS_PS_RS_CLOCK);
+	cr_assert_eq(in.bad_shard, 1);
+
+	/* shard 1 of a checkpoint of 4 shards (a stale file) */
+	{
+		struct cs_ps_shardmap m4;
+
+		mkmap(&m4, 4);
+		st = mkshard(&s, &m4, 1);
+		ckpt_shard(st, d, "emb", 1, 4, RS_CLOCK);
+		cs_ps_store_destroy(st);
+		cs_ps_shardmap_fini(&m4);
+	}
+	cr_assert_eq(rs_try(d, "emb", &s, 0, 2, &in), -EBADMSG);
+	cr_assert_eq(in.why, CS_PS_RS_SET);
+	cr_assert_eq(in.bad_shard, 1);
+
+	/* shard 1 as it was: the set is whole again */
+	cs_ps_ckpt_shard_path(b, sizeof(b), o, "keep", 1);
+	copy_file(b, a);
+	cr_assert_eq(rs_try(d, "emb", &s, 0, 2, &in), 0, "the set again");
+
+	/* shard 2's file with a header byte changed, then a record byte */
+	cs_ps_ckpt_shard_path(a, sizeof(a), d, "emb", 2);
+	cs_ps_ckpt_shard_path(b, sizeof(b), o, "keep", 2);
+	copy_file(a, b);
+	poke(a, 136, 0); /* the shard count */
+	cr_assert_eq(rs_try(d, "emb", &s, 0, 2, &in), -EBADMSG);
+	cr_assert_eq(in.why, CS_PS_RS_DAMAGED, "the header checksum");
+	cr_assert_eq(in.bad_shard, 2);
+	copy_file(b, a);
+	poke(a, CS_PS_CKPT_HDR + 40, 0);
+	cr_assert_eq(rs_try(d, "emb", &s, 1, 2, &in), -EBADMSG);
+	cr_assert_eq(in.why, CS_PS_RS_DAMAGED);
+	cr_assert_eq(in.bad_shard, 2);
+
+	/* a sound file named shard 2 that holds shard 1's rows */
+	{
+		struct rs_shard x;
+		struct cs_ps_shardmap m3;
+		uint64_t keys[500];
+
+		mkmap(&m3, 3);
+		x = (struct rs_shard){ mkshard(&s, &m3, 1), 0 };
+		for (uint32_t i = 0; i < 500; i++)
+			keys[i] = i;
+		push_keys(&x, &s, &m3, 1, keys, 500, 0.5f);
+		cr_assert_gt(rows_of(x.st), 0);
+		ckpt_shard(x.st, d, "emb", 2, 3, RS_CLOCK);
+		cs_ps_store_destroy(x.st);
+		cs_ps_shardmap_fini(&m3);
+	}
+	cr_assert_eq(rs_try(d, "emb", &s, 1, 2, &in), -EBADMSG);
+	cr_assert_eq(in.why, CS_PS_RS_SET, "why %d", in.why);
+	cr_assert_eq(in.bad_shard, 2);
+	copy_file(b, a);
+	cr_assert_eq(rs_try(d, "emb", &s, 1, 2, &in), 0, "the set again");
+
+	/* a table of another spec, and one that is not empty */
+	cr_assert_eq(rs_try(d, "emb", &s2, 0, 2, &in), -EINVAL);
+	cr_assert_eq(in.why, CS_PS_RS_SPEC);
+	{
+		struct rs_shard x = { mkshard(&s, NULL, 0), 0 };
+		uint64_t k = 1;
+		struct cs_ps_restore_src src = { .dir = d,
+						 .name = "emb",
+						 .tag = cs_ps_ckpt_name_tag(
+							 "emb") };
+
+		push_keys(&x, &s, NULL, 0, &k, 1, 1.0f);
+		cr_assert_eq(cs_ps_restore_sharded(x.st, 6, &src, &in),
+			     -EEXIST);
+		cr_assert_eq(in.why, CS_PS_RS_NOT_EMPTY);
+		cs_ps_store_destroy(x.st);
+	}
+}
+
 /*
  * Without liburing, or where the kernel refuses io_uring (a seccomp
  * profile, io_uring_disabled), the whole test skips with the reason and
