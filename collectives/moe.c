@@ -761,6 +761,18 @@ size_t cs_moe_gather_row(const struct cs_moe *m)
 	return m->grow;
 }
 
+void cs_moe_gather_sizes(const struct cs_moe *m, uint64_t *csend_rows,
+			 uint64_t *crecv_rows)
+{
+	uint32_t M = m->n / m->G;
+
+	*csend_rows = *crecv_rows = 0;
+	for (uint64_t k = 0; m->gather && m->lead && k < m->nrrow; k++)
+		*csend_rows += m->lead[k] == m->c.rank;
+	for (size_t a = 0; m->gather && a < (size_t)m->T * M; a++)
+		*crecv_rows += m->dest[a] != UINT32_MAX;
+}
+
 int cs_moe_gather_params(struct cs_moe *m, struct cs_a2a_params *p)
 {
 	uint32_t node = m->c.rank / m->G;

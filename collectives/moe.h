@@ -207,6 +207,12 @@ int cs_moe_gather_params(struct cs_moe *m, struct cs_a2a_params *p);
 /* The gather's row: [source, token, slot, y[H]] (bytes). */
 size_t cs_moe_gather_row(const struct cs_moe *m);
 
+/* After the dispatch finished, with CS_MOE_F_NODE_SUM_GATHER: the rows the
+ * combine after the gather will send (the tokens led here) and receive
+ * (one per (token, node)). */
+void cs_moe_gather_sizes(const struct cs_moe *m, uint64_t *csend_rows,
+			 uint64_t *crecv_rows);
+
 /**
  * cs_moe_combine_params_gathered - the gather completed: @grecv holds
  * @rc[d] rows from rank d at row @rd[d]; sum the node's slots of every
