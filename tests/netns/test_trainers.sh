@@ -540,7 +540,7 @@ case_moe() {
 tx_bytes() {
 	"$CLI" stats --cluster "$ENV_FILE" --raw |
 		sed -n 's/.* stats: ok .* tx_bytes=\([0-9]*\) .*/\1/p' |
-		awk '{s += $1} END {print s + 0}'
+		awk '{s += $1} END {printf "%.0f\n", s}'
 }
 
 # CS_MOE_LAYER_NODE_SUM across N nodes x 2 trainers (no loss: the bytes
