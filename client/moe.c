@@ -374,49 +374,67 @@ static void table_fill(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
 	}
 }
 
+/* The node sums of the gathered rows (@rc: 2 x n, counts then
+ * displacements, in rows; freed here), then post the combine. */
+static int post_sums(struct cs_moe_layer *l, uint64_t *rc, cs_req_t *sub)
+{
+	struct cs_a2a_params p;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn;
+	size_t drow, crow;
+	int ret = cs_moe_combine_params_gathered(l->m, cs_buf_ptr(l->rbuf), rc,
+						 rc + l->n, &p);
+
+	free(rc);
+	if (ret)
+		return l->cerr = ret < 0 ? ret : CS_ERR_PROTO;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
+	table_fill(l, crow, p.sendcounts, p.sdispls);
+	ret = cs__alltoallv_dyn_locked(l->g, cs_buf_ptr(l->sbuf),
+				       cs_buf_ptr(l->tab), cs_buf_ptr(l->rbuf),
+				       l->crecv_room * crow, CS_U8,
+				       tag(l, TAG_NS_COMBINE), sub);
+	return ret ? ret : 1;
+}
+
 /*
  * The node-sum combine's stages (client lock held): 0 the gather (its rows
- * in sbuf already), 1 the node sums of what came, then the combine, 2 done.
+ * in sbuf already; none with one trainer per node: G is the same on every
+ * node, the layout was checked at dispatch), 1 the node sums of what came,
+ * then the combine, 2 done.
  */
 static int combine_next(void *arg, cs_req_t *sub)
 {
 	struct cs_moe_layer *l = arg;
-	size_t grow = cs_moe_gather_row(l->m), drow, crow;
-	struct cs_a2a_params p;
-	const void *ds, *cs;
-	uint64_t dn, cn, crn, *rc;
+	size_t grow = cs_moe_gather_row(l->m);
+	uint64_t *rc;
 	int ret;
 
-	switch (l->cstage++) {
-	case 0:
+	if (l->cstage == 0 && l->G > 1) {
+		l->cstage = 1;
 		table_fill(l, grow, l->gp.sendcounts, l->gp.sdispls);
 		ret = cs__alltoallv_dyn_locked(
 			l->g, cs_buf_ptr(l->sbuf), cs_buf_ptr(l->tab),
 			cs_buf_ptr(l->rbuf), l->grecv_room * grow, CS_U8,
 			tag(l, TAG_NS_GATHER), sub);
 		return ret ? ret : 1;
-	case 1:
-		rc = calloc(2 * (size_t)l->n, sizeof(*rc));
-		if (!rc)
-			return l->cerr = -ENOMEM;
-		ret = table_rows(l, grow, rc, rc + l->n, (char[8]){ 0 }, 8);
-		if (!ret)
-			ret = cs_moe_combine_params_gathered(
-				l->m, cs_buf_ptr(l->rbuf), rc, rc + l->n, &p);
-		free(rc);
-		if (ret)
-			return l->cerr = ret < 0 ? ret : CS_ERR_PROTO;
-		cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
-		memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
-		table_fill(l, crow, p.sendcounts, p.sdispls);
-		ret = cs__alltoallv_dyn_locked(
-			l->g, cs_buf_ptr(l->sbuf), cs_buf_ptr(l->tab),
-			cs_buf_ptr(l->rbuf), l->crecv_room * crow, CS_U8,
-			tag(l, TAG_NS_COMBINE), sub);
-		return ret ? ret : 1;
-	default:
-		return 0;
 	}
+	if (l->cstage == 2)
+		return 0;
+	/* stage 1 (or 0 with nothing to gather): the sums, the combine */
+	rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	if (!rc)
+		return l->cerr = -ENOMEM;
+	if (l->cstage == 1) {
+		ret = table_rows(l, grow, rc, rc + l->n, (char[8]){ 0 }, 8);
+		if (ret) {
+			free(rc);
+			return l->cerr = ret;
+		}
+	}
+	l->cstage = 2;
+	return post_sums(l, rc, sub);
 }
 
 /* cs_moe_combine() of a CS_MOE_LAYER_NODE_SUM layer (outputs written). */
@@ -473,7 +491,8 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 		l->rows_ok = false;
 		return post_rows(l, crow, NULL, NULL, 0,
 				 CS_IPC_DYN_BAD_INPUT |
-					 tag(l, TAG_NS_GATHER),
+					 tag(l, l->G > 1 ? TAG_NS_GATHER
+							 : TAG_NS_COMBINE),
 				 combine_fin, req);
 	}
 	if (expert_out) {

@@ -549,7 +549,8 @@ tx_bytes() {
 # ranks refused on every rank naming rank 1, a proper round after); then
 # `collstack bench -o moe` without and with --node-sum, the same sizes
 # (every value checked against its reference, #wrong 0), and the sidecars'
-# tx_bytes during each: the node-sum run must have sent fewer.
+# tx_bytes during each: the node-sum run must have sent fewer; then the
+# check again with one trainer per node (no gather step).
 case_moe_node_sum() {	# N
 	local n=$1 out b0 b1 b2 plain ns; shift
 	up "$n" "$@"
@@ -571,6 +572,13 @@ case_moe_node_sum() {	# N
 	[ "$plain" -gt 0 ] && [ "$ns" -gt 0 ] || fail "no tx_bytes counted"
 	[ "$ns" -lt "$plain" ] ||
 		fail "node-sum sent $ns bytes, not fewer than the per-slot combine's $plain"
+	# one trainer per node: no gather step, each rank sums its slots
+	out=$(timeout 300 "$CLI" launch -T 1 --timeout 240 \
+		--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 2 node-sum 2>&1) ||
+		{ echo "$out"; fail "cs-trainer-moe node-sum ${n}x1 exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^moe api node-sum: $n ranks, 2 rounds + 4 bad inputs + layers that differ: ok" ||
+		fail "no 'ok' line from rank 0 (${n}x1)"
 	sidecars_alive
 }
 
