@@ -255,8 +255,9 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 	mc = (struct cs_moe_cfg){ .nranks = l->n,
 				  .rank = l->rank,
 				  .ranks_per_node = l->G,
-				  .flags = l->node_sum ? CS_MOE_F_NODE_SUM_GATHER
-						       : 0,
+				  .flags = l->node_sum
+						   ? CS_MOE_F_NODE_SUM_GATHER
+						   : 0,
 				  .tokens = ntokens,
 				  .max_tokens = l->cfg.tokens,
 				  .hidden = l->cfg.hidden,
@@ -459,8 +460,7 @@ static int combine_node_sum(struct cs_moe_layer *l, float *out, cs_req_t *req)
 	/* room for both exchanges now: no allocation in the stages */
 	ret = grow(l, &l->sbuf, CS_MAX(gs * grw, cs * crow));
 	if (!ret)
-		ret = grow(l, &l->rbuf,
-			   CS_MAX(l->grecv_room * grw, cr * crow));
+		ret = grow(l, &l->rbuf, CS_MAX(l->grecv_room * grw, cr * crow));
 	if (ret)
 		return ret;
 	memcpy(cs_buf_ptr(l->sbuf), p.sendbuf, gs * grw);
@@ -524,8 +524,8 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 	memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
 	l->out = out;
 	l->rows_ok = false; /* the rows are consumed: dispatch again */
-	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, 0,
-			 combine_fin, req);
+	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, 0, combine_fin,
+			 req);
 }
 
 cs_export int cs_moe_set_weights(struct cs_moe_layer *l, const float *w)

@@ -419,8 +419,8 @@ static int gather_keep(struct cs_moe *m)
 				return CS_ERR_PROTO;
 		memcpy(&c[2 + m->K], &r[2 + m->K + m->H], 4 * (size_t)m->K);
 		m->rrow[i] = c;
-		m->lead[i] = leader(m, (const int32_t *)&c[2],
-				    m->c.rank / m->G);
+		m->lead[i] =
+			leader(m, (const int32_t *)&c[2], m->c.rank / m->G);
 	}
 	return 0;
 }
@@ -867,8 +867,8 @@ int cs_moe_combine_params_gathered(struct cs_moe *m, const void *grecv,
 	/* every gathered output: a node slot of a token led here, once */
 	for (uint32_t d = 0; d < m->n && !ret; d++)
 		for (uint64_t i = 0; i < rc[d] && !ret; i++) {
-			const uint32_t *r = row_u32((uint8_t *)grecv, m->grow,
-						    rd[d] + i);
+			const uint32_t *r =
+				row_u32((uint8_t *)grecv, m->grow, rd[d] + i);
 			int64_t k = rrow_of(m, r[0], r[1]);
 			int32_t e;
 

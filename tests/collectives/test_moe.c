@@ -364,8 +364,8 @@ static void nw_outputs(struct nworld *w, bool node)
 		const uint32_t *src, *tok, *slot;
 
 		cr_assert_eq(nw_finish(w, r, node), 0);
-		for (uint32_t i = 0;
-		     !cs_moe_local(w->m[r], i, &e, &n, &rows, &src, &tok, &slot);
+		for (uint32_t i = 0; !cs_moe_local(w->m[r], i, &e, &n, &rows,
+						   &src, &tok, &slot);
 		     i++) {
 			float *y = cs_moe_expert_out(w->m[r], i);
 
@@ -420,9 +420,9 @@ Test(moe, node_sum_gather_same_bits)
 	}
 	nw_deliver(p, crecv);
 	for (uint32_t r = 0; r < NR; r++) {
-		cr_assert_eq(cs_moe_combine_finish_at(ns.m[r], crecv[r],
-						      o_ns[r]),
-			     0);
+		cr_assert_eq(
+			cs_moe_combine_finish_at(ns.m[r], crecv[r], o_ns[r]),
+			0);
 		free(crecv[r]);
 	}
 	/* the per-slot combine: its rows, to compare */
@@ -437,8 +437,9 @@ Test(moe, node_sum_gather_same_bits)
 	nw_dispatch(&ga, CS_MOE_F_NODE_SUM_GATHER);
 	nw_outputs(&ga, false);
 	for (uint32_t r = 0; r < NR; r++) {
-		cr_assert_eq(cs_moe_combine_params_node(ga.m[r], NULL, 2, &p[r]),
-			     -EINVAL);
+		cr_assert_eq(
+			cs_moe_combine_params_node(ga.m[r], NULL, 2, &p[r]),
+			-EINVAL);
 		cr_assert_eq(cs_moe_gather_params(ga.m[r], &g[r]), 0);
 		cr_assert_eq(cs_moe_gather_params(ga.m[r], &g[r]), -EINVAL,
 			     "once");
@@ -457,18 +458,18 @@ Test(moe, node_sum_gather_same_bits)
 	}
 	nw_deliver(g, grecv);
 	for (uint32_t r = 0; r < NR; r++) {
-		cr_assert_eq(cs_moe_combine_params_gathered(ga.m[r], grecv[r],
-							    g[r].recvcounts,
-							    g[r].rdispls, &p[r]),
+		cr_assert_eq(cs_moe_combine_params_gathered(
+				     ga.m[r], grecv[r], g[r].recvcounts,
+				     g[r].rdispls, &p[r]),
 			     0);
 		for (uint32_t d = 0; d < NR; d++)
 			rows_ga += d / 2 != r / 2 ? p[r].sendcounts[d] : 0;
 	}
 	nw_deliver(p, crecv);
 	for (uint32_t r = 0; r < NR; r++) {
-		cr_assert_eq(cs_moe_combine_finish_at(ga.m[r], crecv[r],
-						      o_ga[r]),
-			     0);
+		cr_assert_eq(
+			cs_moe_combine_finish_at(ga.m[r], crecv[r], o_ga[r]),
+			0);
 		cr_assert(!memcmp(o_ga[r], o_ns[r], sizeof(o_ga[r])),
 			  "rank %u: the node sum's bits", r);
 	}
