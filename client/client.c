@@ -192,6 +192,9 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 				  "segment, outside it, or not 8-aligned",
 	[CS_IPC_BAD_A2AV_COUNTS] = "all-to-all-v counts do not add up",
 	[CS_IPC_BAD_DYN_ROOM] = "no room for what the others send to",
+	[CS_IPC_BAD_DYN_TAG] = "posted another kind of exchange than rank 0 "
+			       "(an MoE layer with node-sum on some ranks "
+			       "only?)",
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
 
@@ -1303,21 +1306,20 @@ int cs__comp_stages(struct cs_client *c, int (*next)(void *arg, cs_req_t *sub),
 	return 0;
 }
 
-int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
-		      void *recv, size_t room, enum cs_dtype dtype, bool bad,
-		      cs_req_t *req)
+static int alltoallv_dyn_locked(struct cs_group *g, const void *send,
+				uint64_t *table, void *recv, size_t room,
+				enum cs_dtype dtype, uint32_t root,
+				cs_req_t *req)
 {
 	struct cs_ipc_sqe d = { .op = CS_IPC_OP_ALLTOALLV_DYN,
 				.dtype = (uint8_t)dtype,
 				.count = room,
-				.root = bad ? CS_IPC_DYN_BAD_INPUT : 0 };
+				.root = root };
 	struct cs_client *c = g->c;
 	uint32_t seg;
 	uint64_t off;
-	int ret;
 
 	d.group = g->handle;
-	pthread_mutex_lock(&c->lock);
 	if (locate_start(c, send, &d.send_seg, &d.send_off) ||
 	    locate_start(c, recv, &d.recv_seg, &d.recv_off) ||
 	    locate_start(c, table, &seg, &off)) {
@@ -1325,12 +1327,31 @@ int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
 			"rank %d all-to-all-v (counts sent along) on group "
 			"'%s': a buffer is not inside a cs_buf_alloc() buffer",
 			g->rank, g->name);
-		pthread_mutex_unlock(&c->lock);
 		return -EFAULT;
 	}
 	d.reserved0 = seg;
 	d.reserved1 = off;
-	ret = post_locked(c, g, &d, req);
+	return post_locked(c, g, &d, req);
+}
+
+int cs__alltoallv_dyn_locked(struct cs_group *g, const void *send,
+			     uint64_t *table, void *recv, size_t room,
+			     enum cs_dtype dtype, uint32_t root, cs_req_t *req)
+{
+	return alltoallv_dyn_locked(g, send, table, recv, room, dtype, root,
+				    req);
+}
+
+int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
+		      void *recv, size_t room, enum cs_dtype dtype,
+		      uint32_t root, cs_req_t *req)
+{
+	struct cs_client *c = g->c;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	ret = alltoallv_dyn_locked(g, send, table, recv, room, dtype, root,
+				   req);
 	pthread_mutex_unlock(&c->lock);
 	return ret;
 }
@@ -1972,6 +1993,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 	else if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_PS_KEY)
 		set_err(c, "%s: key [%u] is not below the table's key_max",
 			what, q->epoch);
+	else if (q->status == CS_ERR_BAD_DESC &&
+		 q->detail == CS_IPC_BAD_DYN_TAG)
+		set_err(c,
+			"%s: refused on every rank, nothing sent: rank %d "
+			"posted another kind of exchange than rank 0 (an MoE "
+			"layer with CS_MOE_LAYER_NODE_SUM on some ranks only?)",
+			what, (int)q->peer);
 	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]
@@ -2289,6 +2317,11 @@ int cs__client_post_raw(struct cs_client *c, const struct cs_ipc_sqe *d,
 struct cs_client *cs__group_client(const struct cs_group *g)
 {
 	return g->c;
+}
+
+int cs__group_local_size(const struct cs_group *g)
+{
+	return g->local_size;
 }
 
 const char *cs__group_name(const struct cs_group *g)

@@ -130,11 +130,18 @@ int cs__comp_stages(struct cs_client *c, int (*next)(void *arg, cs_req_t *sub),
 /*
  * CS_IPC_OP_ALLTOALLV_DYN (ipc_proto.h): @table (4 x size u64 inside a
  * cs_buf: sendcounts and sdispls filled in; recvcounts and rdispls
- * written back on success), @room elements at @recv; @bad: this rank's
- * input was bad, refuse it on every rank. client/moe.c.
+ * written back on success), @room elements at @recv; @root: the
+ * descriptor's (CS_IPC_DYN_BAD_INPUT: this rank's input was bad, refuse
+ * it on every rank; a tag << CS_IPC_DYN_TAG_SHIFT). client/moe.c.
  */
 int cs__alltoallv_dyn(struct cs_group *g, const void *send, uint64_t *table,
-		      void *recv, size_t room, enum cs_dtype dtype, bool bad,
-		      cs_req_t *req);
+		      void *recv, size_t room, enum cs_dtype dtype,
+		      uint32_t root, cs_req_t *req);
+/* The same with the client's lock held (a stage of cs__comp_stages()). */
+int cs__alltoallv_dyn_locked(struct cs_group *g, const void *send,
+			     uint64_t *table, void *recv, size_t room,
+			     enum cs_dtype dtype, uint32_t root, cs_req_t *req);
+/* The group's trainers on this node (cs_group_join()'s local_size). */
+int cs__group_local_size(const struct cs_group *g);
 
 #endif

@@ -4,6 +4,10 @@
  * built, checked and summed by the engine-level MoE (collectives/moe.c);
  * they travel through the sidecar as an all-to-all-v whose receive counts
  * go along with the rows (CS_IPC_OP_ALLTOALLV_DYN), in bytes (CS_U8).
+ * CS_MOE_LAYER_NODE_SUM: the engine's CS_MOE_F_NODE_SUM_GATHER, its
+ * combine two exchanges in one request (cs__comp_stages()): the gather
+ * inside the nodes, then the node sums; every exchange tagged (TAG_*) so
+ * that ranks whose layers differ are refused.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,6 +17,10 @@
 #include "client/client_internal.h"
 #include "collectives/moe.h"
 #include "collstack/moe.h"
+
+/* The exchanges' tags (ipc_proto.h CS_IPC_DYN_TAG_SHIFT): a plain layer's
+ * are 0 (as before tags), a node-sum layer's these. */
+enum { TAG_NS_DISPATCH = 1, TAG_NS_GATHER = 2, TAG_NS_COMBINE = 3 };
 
 struct cs_moe_layer {
 	struct cs_group *g;
@@ -29,7 +37,19 @@ struct cs_moe_layer {
 	float *out; /* the pending combine's result */
 	/* shared with the sidecar: the count table, the rows */
 	struct cs_buf *tab, *sbuf, *rbuf;
+	/* CS_MOE_LAYER_NODE_SUM: ranks per node; the combine's stage and
+	 * sizes, the engine's error of a stage */
+	bool node_sum;
+	uint32_t G;
+	int cstage, cerr;
+	uint64_t grecv_room, crecv_room;
+	struct cs_a2a_params gp; /* the gather's (the engine's arrays) */
 };
+
+static uint32_t tag(const struct cs_moe_layer *l, uint32_t t)
+{
+	return l->node_sum ? t << CS_IPC_DYN_TAG_SHIFT : 0;
+}
 
 static int grow(struct cs_moe_layer *l, struct cs_buf **b, size_t len)
 {
@@ -54,6 +74,7 @@ cs_export int cs_moe_layer_create(struct cs_group *g,
 		return -EINVAL;
 	*out = NULL;
 	if (!g || !cfg || !cfg->hidden || !cfg->topk ||
+	    (cfg->flags & ~CS_MOE_LAYER_NODE_SUM) ||
 	    cfg->topk > CS_MOE_MAX_TOPK || !cfg->experts ||
 	    cs_group_size(g) < 1 ||
 	    (!cfg->expert_rank &&
@@ -68,6 +89,17 @@ cs_export int cs_moe_layer_create(struct cs_group *g,
 	l->cfg = *cfg;
 	l->n = (uint32_t)cs_group_size(g);
 	l->rank = (uint32_t)cs_group_rank(g);
+	l->node_sum = cfg->flags & CS_MOE_LAYER_NODE_SUM;
+	l->G = 1;
+	if (l->node_sum) {
+		int L = cs__group_local_size(g);
+
+		if (L < 1 || l->n % (uint32_t)L) {
+			free(l);
+			return -EINVAL;
+		}
+		l->G = (uint32_t)L;
+	}
 	l->erank = malloc(cfg->experts * sizeof(*l->erank));
 	l->idx = malloc(((size_t)cfg->tokens * cfg->topk + 1) * 4);
 	l->w = malloc(((size_t)cfg->tokens * cfg->topk + 1) * 4);
@@ -174,12 +206,14 @@ static int dispatch_fin(void *arg, int status, char *err, size_t len)
 
 /* Post the rows of @m's table (the counts in rows) from sbuf into rbuf. */
 static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
-		     const uint64_t *sd, uint64_t room_rows, bool bad,
+		     const uint64_t *sd, uint64_t room_rows, uint32_t root,
 		     int (*fin)(void *, int, char *, size_t), cs_req_t *req)
 {
 	uint64_t *t = cs_buf_ptr(l->tab);
 	cs_req_t sub;
 	int ret;
+
+	bool bad = root & CS_IPC_DYN_BAD_INPUT;
 
 	for (uint32_t d = 0; d < l->n; d++) {
 		t[d] = bad ? 0 : sc[d] * row;
@@ -187,7 +221,7 @@ static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
 	}
 	ret = cs__alltoallv_dyn(l->g, cs_buf_ptr(l->sbuf), t,
 				cs_buf_ptr(l->rbuf), room_rows * row, CS_U8,
-				bad, &sub);
+				root, &sub);
 	if (ret)
 		return ret;
 	l->busy = true;
@@ -220,7 +254,10 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 	l->ntok = 0;
 	mc = (struct cs_moe_cfg){ .nranks = l->n,
 				  .rank = l->rank,
-				  .ranks_per_node = 1,
+				  .ranks_per_node = l->G,
+				  .flags = l->node_sum
+						   ? CS_MOE_F_NODE_SUM_GATHER
+						   : 0,
 				  .tokens = ntokens,
 				  .max_tokens = l->cfg.tokens,
 				  .hidden = l->cfg.hidden,
@@ -237,7 +274,7 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 		bad = ret != 0;
 	}
 	/* the room: every rank may send each of its tokens here once */
-	drow = 4 * ((size_t)2 + K + l->cfg.hidden);
+	drow = 4 * ((size_t)2 + K + l->cfg.hidden + (l->node_sum ? K : 0));
 	room = (uint64_t)l->cfg.tokens * l->n;
 	ret = grow(l, &l->rbuf, room * drow);
 	if (ret)
@@ -248,8 +285,9 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 		ret = grow(l, &l->sbuf, 64);
 		if (ret)
 			return ret;
-		return post_rows(l, drow, NULL, NULL, room, true, dispatch_fin,
-				 req);
+		return post_rows(l, drow, NULL, NULL, room,
+				 CS_IPC_DYN_BAD_INPUT | tag(l, TAG_NS_DISPATCH),
+				 dispatch_fin, req);
 	}
 	l->ntok = ntokens;
 	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
@@ -258,8 +296,8 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 		return ret;
 	memcpy(cs_buf_ptr(l->sbuf), ds, dn * drow);
 	cs_moe_dispatch_params(l->m, &p);
-	return post_rows(l, drow, p.sendcounts, p.sdispls, room, false,
-			 dispatch_fin, req);
+	return post_rows(l, drow, p.sendcounts, p.sdispls, room,
+			 tag(l, TAG_NS_DISPATCH), dispatch_fin, req);
 }
 
 cs_export uint32_t cs_moe_local_experts(const struct cs_moe_layer *l)
@@ -294,8 +332,17 @@ static int combine_fin(void *arg, int status, char *err, size_t len)
 	struct cs_moe_layer *l = arg;
 	struct cs_a2a_params p;
 	uint64_t *rc;
-	int ret = fin_rows(l, status, false, &rc, err, len);
+	int ret;
 
+	if (l->cerr) { /* a stage of the node sum failed here */
+		snprintf(err, len,
+			 "moe combine: the outputs gathered in this node do "
+			 "not match the tokens dispatched (%s)",
+			 cs_strerror(l->cerr));
+		status = l->cerr;
+		l->cerr = 0;
+	}
+	ret = fin_rows(l, status, false, &rc, err, len);
 	if (!rc) /* failed before the rows were read */
 		return ret;
 	/* what came is what this rank sent out (collectives/moe.c's
@@ -316,6 +363,118 @@ static int combine_fin(void *arg, int status, char *err, size_t len)
 	return ret;
 }
 
+/* Fill the layer's table with @sc/@sd rows of @row bytes. */
+static void table_fill(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
+		       const uint64_t *sd)
+{
+	uint64_t *t = cs_buf_ptr(l->tab);
+
+	for (uint32_t d = 0; d < l->n; d++) {
+		t[d] = sc[d] * row;
+		t[l->n + d] = sd[d] * row;
+	}
+}
+
+/* The node sums of the gathered rows (@rc: 2 x n, counts then
+ * displacements, in rows; freed here), then post the combine. */
+static int post_sums(struct cs_moe_layer *l, uint64_t *rc, cs_req_t *sub)
+{
+	struct cs_a2a_params p;
+	const void *ds, *cs;
+	uint64_t dn, cn, crn;
+	size_t drow, crow;
+	int ret = cs_moe_combine_params_gathered(l->m, cs_buf_ptr(l->rbuf), rc,
+						 rc + l->n, &p);
+
+	free(rc);
+	if (ret)
+		return l->cerr = ret < 0 ? ret : CS_ERR_PROTO;
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
+	table_fill(l, crow, p.sendcounts, p.sdispls);
+	ret = cs__alltoallv_dyn_locked(l->g, cs_buf_ptr(l->sbuf),
+				       cs_buf_ptr(l->tab), cs_buf_ptr(l->rbuf),
+				       l->crecv_room * crow, CS_U8,
+				       tag(l, TAG_NS_COMBINE), sub);
+	return ret ? ret : 1;
+}
+
+/*
+ * The node-sum combine's stages (client lock held): 0 the gather (its rows
+ * in sbuf already; none with one trainer per node: G is the same on every
+ * node, the layout was checked at dispatch), 1 the node sums of what came,
+ * then the combine, 2 done.
+ */
+static int combine_next(void *arg, cs_req_t *sub)
+{
+	struct cs_moe_layer *l = arg;
+	size_t grow = cs_moe_gather_row(l->m);
+	uint64_t *rc;
+	int ret;
+
+	if (l->cstage == 0 && l->G > 1) {
+		l->cstage = 1;
+		table_fill(l, grow, l->gp.sendcounts, l->gp.sdispls);
+		ret = cs__alltoallv_dyn_locked(
+			l->g, cs_buf_ptr(l->sbuf), cs_buf_ptr(l->tab),
+			cs_buf_ptr(l->rbuf), l->grecv_room * grow, CS_U8,
+			tag(l, TAG_NS_GATHER), sub);
+		return ret ? ret : 1;
+	}
+	if (l->cstage == 2)
+		return 0;
+	/* stage 1 (or 0 with nothing to gather): the sums, the combine */
+	rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	if (!rc)
+		return l->cerr = -ENOMEM;
+	if (l->cstage == 1) {
+		ret = table_rows(l, grow, rc, rc + l->n, (char[8]){ 0 }, 8);
+		if (ret) {
+			free(rc);
+			return l->cerr = ret;
+		}
+	}
+	l->cstage = 2;
+	return post_sums(l, rc, sub);
+}
+
+/* cs_moe_combine() of a CS_MOE_LAYER_NODE_SUM layer (outputs written). */
+static int combine_node_sum(struct cs_moe_layer *l, float *out, cs_req_t *req)
+{
+	size_t grw = cs_moe_gather_row(l->m),
+	       crow = 4 * ((size_t)2 + l->cfg.hidden);
+	struct cs_a2a_params p;
+	uint64_t gs = 0, cs, cr;
+	int ret = cs_moe_gather_params(l->m, &p);
+
+	l->gp = p;
+	if (ret)
+		return ret == -EINVAL ? -EINVAL : -ENOMEM;
+	l->grecv_room = 0;
+	for (uint32_t d = 0; d < l->n; d++) {
+		gs += p.sendcounts[d];
+		l->grecv_room += p.recvcounts[d];
+	}
+	cs_moe_gather_sizes(l->m, &cs, &cr);
+	l->crecv_room = cr;
+	/* room for both exchanges now: no allocation in the stages */
+	ret = grow(l, &l->sbuf, CS_MAX(gs * grw, cs * crow));
+	if (!ret)
+		ret = grow(l, &l->rbuf, CS_MAX(l->grecv_room * grw, cr * crow));
+	if (ret)
+		return ret;
+	memcpy(cs_buf_ptr(l->sbuf), p.sendbuf, gs * grw);
+	l->out = out;
+	l->rows_ok = false; /* the rows are consumed: dispatch again */
+	l->cstage = 0;
+	l->cerr = 0;
+	l->busy = true;
+	ret = cs__comp_stages(l->c, combine_next, combine_fin, l, req);
+	if (ret)
+		l->busy = false;
+	return ret;
+}
+
 cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 			     float *out, cs_req_t *req)
 {
@@ -330,8 +489,11 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 	crow = 4 * ((size_t)2 + l->cfg.hidden);
 	if (!out && l->ntok) { /* bad: the op fails on every rank */
 		l->rows_ok = false;
-		return post_rows(l, crow, NULL, NULL, 0, true, combine_fin,
-				 req);
+		return post_rows(l, crow, NULL, NULL, 0,
+				 CS_IPC_DYN_BAD_INPUT |
+					 tag(l, l->G > 1 ? TAG_NS_GATHER
+							 : TAG_NS_COMBINE),
+				 combine_fin, req);
 	}
 	if (expert_out) {
 		uint64_t rows = 0;
@@ -348,6 +510,8 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 			memcpy(cs_moe_expert_out(l->m, 0), expert_out,
 			       rows * l->cfg.hidden * sizeof(float));
 	}
+	if (l->node_sum)
+		return combine_node_sum(l, out, req);
 	cs_moe_combine_params(l->m, &p);
 	if (!p.sendcounts || !p.recvcounts || !p.sendbuf || !p.recvbuf)
 		return -ENOMEM;
@@ -360,13 +524,13 @@ cs_export int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out,
 	memcpy(cs_buf_ptr(l->sbuf), cs, cn * crow);
 	l->out = out;
 	l->rows_ok = false; /* the rows are consumed: dispatch again */
-	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, false,
-			 combine_fin, req);
+	return post_rows(l, crow, p.sendcounts, p.sdispls, crn, 0, combine_fin,
+			 req);
 }
 
 cs_export int cs_moe_set_weights(struct cs_moe_layer *l, const float *w)
 {
-	if (!l || !w || l->busy || !l->m || !l->rows_ok)
+	if (!l || !w || l->busy || !l->m || !l->rows_ok || l->node_sum)
 		return -EINVAL;
 	/* the engine-level MoE reads them from here (cs_moe_create()) */
 	memcpy(l->w, w, (size_t)l->ntok * l->cfg.topk * sizeof(float));

@@ -22,7 +22,8 @@ struct cs_moe {
 	uint32_t n, K, H, T;
 	uint32_t G; /* ranks per node */
 	bool node_rows; /* CS_MOE_F_NODE_ROWS with G > 1 */
-	bool node_sum; /* CS_MOE_F_NODE_SUM (and node_rows) */
+	bool node_sum; /* CS_MOE_F_NODE_SUM (and node_rows), or gather */
+	bool gather; /* CS_MOE_F_NODE_SUM_GATHER */
 	size_t drow, crow; /* row bytes */
 	/* dispatch */
 	uint64_t *dsc, *dsd;
@@ -42,7 +43,14 @@ struct cs_moe {
 	uint32_t *rsrc;
 	uint64_t nrrow;
 	uint32_t *dest; /* node_rows: [T][M] the rank a token's row for
-			 * node b goes to (UINT32_MAX: none) */
+			 * node b goes to (UINT32_MAX: none); gather: the
+			 * token's leader on node b */
+	/* gather: each received row's [token, mask, ids[K], w[K]] (rrow
+	 * points here), its leader on this node; the gather exchange */
+	uint32_t *rcopy, *lead;
+	uint64_t *gsc, *gsd, *grc, *grd;
+	uint8_t *gsend;
+	size_t grow;
 	/* combine */
 	uint64_t *csc, *csd, *crc, *crd;
 	uint8_t *csend, *crecv;
@@ -86,6 +94,13 @@ void cs_moe_free(struct cs_moe *m)
 		return;
 	free(m->erank);
 	free(m->dest);
+	free(m->rcopy);
+	free(m->lead);
+	free(m->gsc);
+	free(m->gsd);
+	free(m->grc);
+	free(m->grd);
+	free(m->gsend);
 	free(m->rrow);
 	free(m->rsrc);
 	free(m->dsc);
@@ -121,6 +136,10 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 		return -EINVAL;
 	if ((c->flags & CS_MOE_F_NODE_SUM) &&
 	    (!(c->flags & CS_MOE_F_NODE_ROWS) || c->ranks_per_node < 2))
+		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_SUM_GATHER) &&
+	    ((c->flags & (CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM)) ||
+	     !c->ranks_per_node || c->nranks % c->ranks_per_node))
 		return -EINVAL;
 	for (uint32_t e = 0; e < c->experts; e++)
 		if (c->expert_rank[e] >= c->nranks)
@@ -177,6 +196,30 @@ static int node_dest(struct cs_moe *m)
 	return 0;
 }
 
+/* gather: the rank of node @b holding the lowest slot of top-k @ids
+ * there (UINT32_MAX: none). */
+static uint32_t leader(const struct cs_moe *m, const int32_t *ids, uint32_t b)
+{
+	for (uint32_t j = 0; j < m->K; j++)
+		if (ids[j] >= 0 && m->erank[ids[j]] / m->G == b)
+			return m->erank[ids[j]];
+	return UINT32_MAX;
+}
+
+static int gather_dest(struct cs_moe *m)
+{
+	uint32_t M = m->n / m->G;
+
+	m->dest = malloc(((size_t)m->T * M + 1) * sizeof(*m->dest));
+	if (!m->dest)
+		return -ENOMEM;
+	for (uint32_t t = 0; t < m->T; t++)
+		for (uint32_t b = 0; b < M; b++)
+			m->dest[(size_t)t * M + b] =
+				leader(m, &m->idx[(size_t)t * m->K], b);
+	return 0;
+}
+
 /* The slots of token @t that rank @d's row carries (0: no row). */
 static uint32_t row_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
 {
@@ -216,6 +259,9 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->G = cfg->ranks_per_node ? cfg->ranks_per_node : 1;
 	m->node_rows = (cfg->flags & CS_MOE_F_NODE_ROWS) && m->G > 1;
 	m->node_sum = m->node_rows && (cfg->flags & CS_MOE_F_NODE_SUM);
+	m->gather = cfg->flags & CS_MOE_F_NODE_SUM_GATHER;
+	m->node_sum |= m->gather;
+	m->grow = 4 * ((size_t)3 + m->H);
 	/* node_sum: the K weights at the end (the node sums for the owner) */
 	m->drow = 4 * ((size_t)2 + m->K + m->H + (m->node_sum ? m->K : 0));
 	m->crow = 4 * ((size_t)2 + m->H);
@@ -228,8 +274,8 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 		goto out_free;
 	memcpy(m->erank, cfg->expert_rank, cfg->experts * sizeof(*m->erank));
 	m->c.expert_rank = m->erank;
-	if (m->node_rows) {
-		ret = node_dest(m);
+	if (m->node_rows || m->gather) {
+		ret = m->gather ? gather_dest(m) : node_dest(m);
 		if (ret)
 			goto out_free;
 	}
@@ -352,6 +398,33 @@ static int64_t src_rows(const struct cs_moe *m, uint32_t s, uint32_t np,
 	return (int64_t)k;
 }
 
+/* gather: keep what the combine needs of each received row (the receive
+ * buffer is reused meanwhile): token, mask, ids, weights; its leader. */
+static int gather_keep(struct cs_moe *m)
+{
+	size_t w = 2 + 2 * (size_t)m->K;
+
+	m->rcopy = malloc((m->nrrow ? m->nrrow : 1) * w * 4);
+	m->lead = malloc((m->nrrow ? m->nrrow : 1) * sizeof(*m->lead));
+	if (!m->rcopy || !m->lead)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < m->nrrow; i++) {
+		const uint32_t *r = m->rrow[i];
+		uint32_t *c = &m->rcopy[i * w];
+
+		memcpy(c, r, 4 * (2 + (size_t)m->K));
+		for (uint32_t j = 0; j < m->K; j++) /* every id: leader() */
+			if ((int32_t)c[2 + j] < -1 ||
+			    (int32_t)c[2 + j] >= (int32_t)m->c.experts)
+				return CS_ERR_PROTO;
+		memcpy(&c[2 + m->K], &r[2 + m->K + m->H], 4 * (size_t)m->K);
+		m->rrow[i] = c;
+		m->lead[i] =
+			leader(m, (const int32_t *)&c[2], m->c.rank / m->G);
+	}
+	return 0;
+}
+
 static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
 			const uint64_t *const *rc, const uint64_t *const *rd)
 {
@@ -401,6 +474,12 @@ static int finish_parts(struct cs_moe *m, uint32_t np, const void *const *recv,
 					row_u32((uint8_t *)recv[me], m->drow,
 						rd[me][s] + i);
 			}
+		if (m->gather) {
+			ret = gather_keep(m);
+			if (ret)
+				goto out;
+			ret = -ENOMEM;
+		}
 	}
 	/* count, checking every row */
 	for (uint32_t s = 0; s < m->n; s++) {
@@ -599,7 +678,7 @@ int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
 	uint32_t G = m->G, base = m->c.rank / G * G;
 	uint64_t rr = 0;
 
-	if (!m->node_sum || nlocal != G || !m->loc_off || m->csc)
+	if (!m->node_sum || m->gather || nlocal != G || !m->loc_off || m->csc)
 		return -EINVAL;
 	for (uint32_t k = 0; k < G; k++)
 		if (!node[k] || node[k]->c.rank != base + k ||
@@ -656,6 +735,223 @@ int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
 	}
 	combine_bufs(m, p, m->nrrow, rr);
 	return 0;
+}
+
+/* gather: the received row of (source @s, token @t), or -1. */
+static int64_t rrow_of(const struct cs_moe *m, uint32_t s, uint32_t t)
+{
+	uint64_t lo = 0, hi = m->nrrow;
+
+	while (lo < hi) { /* in (source, token) order */
+		uint64_t mid = (lo + hi) / 2;
+
+		if (m->rsrc[mid] < s ||
+		    (m->rsrc[mid] == s && m->rrow[mid][0] < t))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == m->nrrow || m->rsrc[lo] != s || m->rrow[lo][0] != t)
+		return -1;
+	return (int64_t)lo;
+}
+
+size_t cs_moe_gather_row(const struct cs_moe *m)
+{
+	return m->grow;
+}
+
+void cs_moe_gather_sizes(const struct cs_moe *m, uint64_t *csend_rows,
+			 uint64_t *crecv_rows)
+{
+	uint32_t M = m->n / m->G;
+
+	*csend_rows = *crecv_rows = 0;
+	for (uint64_t k = 0; m->gather && m->lead && k < m->nrrow; k++)
+		*csend_rows += m->lead[k] == m->c.rank;
+	for (size_t a = 0; m->gather && a < (size_t)m->T * M; a++)
+		*crecv_rows += m->dest[a] != UINT32_MAX;
+}
+
+int cs_moe_gather_params(struct cs_moe *m, struct cs_a2a_params *p)
+{
+	uint32_t node = m->c.rank / m->G;
+	uint64_t rows = 0, rr = 0, *fill;
+
+	if (!m->gather || !m->loc_off || m->gsc)
+		return -EINVAL;
+	moe_params(m, p, m->grow, m->c.op_combine);
+	m->gsc = calloc(m->n, sizeof(uint64_t));
+	m->gsd = calloc(m->n, sizeof(uint64_t));
+	m->grc = calloc(m->n, sizeof(uint64_t));
+	m->grd = calloc(m->n, sizeof(uint64_t));
+	fill = calloc(m->n, sizeof(uint64_t));
+	if (!m->gsc || !m->gsd || !m->grc || !m->grd || !fill) {
+		free(fill);
+		return -ENOMEM;
+	}
+	/* what goes: each output whose token another rank leads here */
+	for (uint64_t i = 0; i < m->ltotal; i++) {
+		int64_t k = rrow_of(m, m->lsrc[i], m->ltok[i]);
+
+		if (k >= 0 && m->lead[k] != m->c.rank)
+			m->gsc[m->lead[k]]++;
+	}
+	/* what comes: the node's other slots of the tokens led here */
+	for (uint64_t k = 0; k < m->nrrow; k++) {
+		const uint32_t *r = m->rrow[k];
+
+		if (m->lead[k] != m->c.rank)
+			continue;
+		for (uint32_t j = 0; j < m->K; j++) {
+			int32_t e = (int32_t)r[2 + j];
+
+			if (e >= 0 && m->erank[e] / m->G == node &&
+			    m->erank[e] != m->c.rank)
+				m->grc[m->erank[e]]++;
+		}
+	}
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->gsd[d] = rows;
+		rows += m->gsc[d];
+		m->grd[d] = rr;
+		rr += m->grc[d];
+	}
+	m->gsend = malloc((rows ? rows : 1) * m->grow);
+	if (!m->gsend) {
+		free(fill);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < m->ltotal; i++) {
+		int64_t k = rrow_of(m, m->lsrc[i], m->ltok[i]);
+		uint32_t d, *r;
+
+		if (k < 0 || m->lead[k] == m->c.rank)
+			continue;
+		d = m->lead[k];
+		r = row_u32(m->gsend, m->grow, m->gsd[d] + fill[d]++);
+		r[0] = m->lsrc[i];
+		r[1] = m->ltok[i];
+		r[2] = m->lslot[i];
+		memcpy(&r[3], &m->lout[i * m->H], 4 * m->H);
+	}
+	free(fill);
+	p->sendbuf = m->gsend;
+	p->send_count = rows;
+	p->recvbuf = NULL;
+	p->recv_count = rr;
+	p->sendcounts = m->gsc;
+	p->sdispls = m->gsd;
+	p->recvcounts = m->grc;
+	p->rdispls = m->grd;
+	return 0;
+}
+
+int cs_moe_combine_params_gathered(struct cs_moe *m, const void *grecv,
+				   const uint64_t *rc, const uint64_t *rd,
+				   struct cs_a2a_params *p)
+{
+	uint32_t node = m->c.rank / m->G, M = m->n / m->G;
+	uint64_t rows = 0, rr = 0, o = 0;
+	const float **got;
+	int ret = 0;
+
+	if (!m->gather || !m->gsc || m->csc)
+		return -EINVAL;
+	for (uint32_t d = 0; d < m->n; d++)
+		if (rc[d] != m->grc[d])
+			return CS_ERR_PROTO;
+	got = calloc((m->nrrow ? m->nrrow : 1) * m->K, sizeof(*got));
+	if (!got)
+		return -ENOMEM;
+	/* every gathered output: a node slot of a token led here, once */
+	for (uint32_t d = 0; d < m->n && !ret; d++)
+		for (uint64_t i = 0; i < rc[d] && !ret; i++) {
+			const uint32_t *r =
+				row_u32((uint8_t *)grecv, m->grow, rd[d] + i);
+			int64_t k = rrow_of(m, r[0], r[1]);
+			int32_t e;
+
+			if (k < 0 || m->lead[k] != m->c.rank || r[2] >= m->K ||
+			    got[k * m->K + r[2]]) {
+				ret = CS_ERR_PROTO;
+				break;
+			}
+			e = (int32_t)m->rrow[k][2 + r[2]];
+			if (e < 0 || m->erank[e] != d || d == m->c.rank) {
+				ret = CS_ERR_PROTO;
+				break;
+			}
+			got[k * m->K + r[2]] = (const float *)&r[3];
+		}
+	m->csc = calloc(m->n, sizeof(uint64_t));
+	m->csd = calloc(m->n, sizeof(uint64_t));
+	m->crc = calloc(m->n, sizeof(uint64_t));
+	m->crd = calloc(m->n, sizeof(uint64_t));
+	if (!ret && (!m->csc || !m->csd || !m->crc || !m->crd))
+		ret = -ENOMEM;
+	if (ret)
+		goto out;
+	/* one row back per token led here, to its source; one per (token,
+	 * node) comes, from the token's leader there */
+	for (uint64_t k = 0; k < m->nrrow; k++)
+		m->csc[m->rsrc[k]] += m->lead[k] == m->c.rank;
+	for (size_t a = 0; a < (size_t)m->T * M; a++)
+		if (m->dest[a] != UINT32_MAX)
+			m->crc[m->dest[a]]++;
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->csd[d] = rows;
+		rows += m->csc[d];
+		m->crd[d] = rr;
+		rr += m->crc[d];
+	}
+	m->csend = malloc((rows ? rows : 1) * m->crow);
+	m->crecv = malloc((rr ? rr : 1) * m->crow);
+	if (!m->csend || !m->crecv) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	/* rrow is in (source, token) order: so are the rows to each source */
+	for (uint64_t k = 0; k < m->nrrow && !ret; k++) {
+		const uint32_t *r = m->rrow[k];
+		uint32_t *w, mask = 0;
+		float *acc;
+
+		if (m->lead[k] != m->c.rank)
+			continue;
+		w = row_u32(m->csend, m->crow, o++);
+		acc = (float *)&w[2];
+		memset(acc, 0, 4 * m->H);
+		/* the node's slots of the token, in slot order (as
+		 * cs_moe_combine_params_node()) */
+		for (uint32_t j = 0; j < m->K; j++) {
+			int32_t e = (int32_t)r[2 + j];
+			const float *y;
+			float wj;
+
+			if (e < 0 || m->erank[e] / m->G != node)
+				continue;
+			mask |= 1u << j;
+			y = m->erank[e] == m->c.rank
+				    ? expert_out(m, m->loc_of[e], m->rsrc[k],
+						 r[0])
+				    : got[k * m->K + j];
+			if (!y) {
+				ret = CS_ERR_PROTO;
+				break;
+			}
+			memcpy(&wj, &r[2 + m->K + j], 4);
+			for (uint32_t h = 0; h < m->H; h++)
+				acc[h] += wj * y[h];
+		}
+		w[0] = r[0];
+		w[1] = mask;
+	}
+	if (!ret)
+		combine_bufs(m, p, rows, rr);
+out:
+	free(got);
+	return ret;
 }
 
 /* node_sum: out[t] = the sum over nodes b, in node order, of what node b

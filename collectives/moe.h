@@ -52,6 +52,22 @@
  * (DeepEP's combine reduces inside the node the same way).
  */
 #define CS_MOE_F_NODE_SUM 0x200u
+/*
+ * Instead of CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM, for ranks that do not
+ * share memory (the trainers' path, client/moe.c): dispatch rows go once
+ * per destination rank as without the flags, carrying the token's K
+ * weights; combine goes in two exchanges: (1) the gather: each rank sends
+ * its outputs [source, token, slot, y[H]] to the token's leader on its
+ * node (the rank holding the token's lowest slot there), an exchange
+ * inside the node only (cs_moe_gather_params()); (2) the leader sums
+ * w[t][j] * y[t][j] over the node's slots j in slot order and returns one
+ * row per (token, node) (cs_moe_combine_params_gathered()), the owner sums
+ * them in node order. The same bits as CS_MOE_F_NODE_SUM's (the same
+ * grouping and order, every node's part summed by one rank), fewer rows
+ * across nodes than the per-slot combine; ranks_per_node >= 1 (1: a
+ * rank's slots summed by that rank).
+ */
+#define CS_MOE_F_NODE_SUM_GATHER 0x400u
 
 /**
  * struct cs_moe_cfg - one rank's MoE layer
@@ -177,6 +193,37 @@ void cs_moe_combine_params(struct cs_moe *m, struct cs_a2a_params *p);
  */
 int cs_moe_combine_params_node(struct cs_moe *m, struct cs_moe *const *node,
 			       uint32_t nlocal, struct cs_a2a_params *p);
+
+/**
+ * cs_moe_gather_params - with CS_MOE_F_NODE_SUM_GATHER, after the
+ * dispatch finished and the expert outputs are written: the gather
+ * exchange (counts known at both ends, only inside the node; rows of
+ * cs_moe_gather_row() bytes, counts in rows)
+ * Returns: 0, -EINVAL (no flag, dispatch not finished, called twice),
+ *	-ENOMEM.
+ */
+int cs_moe_gather_params(struct cs_moe *m, struct cs_a2a_params *p);
+
+/* The gather's row: [source, token, slot, y[H]] (bytes). */
+size_t cs_moe_gather_row(const struct cs_moe *m);
+
+/* After the dispatch finished, with CS_MOE_F_NODE_SUM_GATHER: the rows the
+ * combine after the gather will send (the tokens led here) and receive
+ * (one per (token, node)). */
+void cs_moe_gather_sizes(const struct cs_moe *m, uint64_t *csend_rows,
+			 uint64_t *crecv_rows);
+
+/**
+ * cs_moe_combine_params_gathered - the gather completed: @grecv holds
+ * @rc[d] rows from rank d at row @rd[d]; sum the node's slots of every
+ * token this rank leads and describe the combine (as
+ * cs_moe_combine_params(); cs_moe_combine_finish() then sums the nodes)
+ * Returns: 0, -EINVAL (no gather posted), -ENOMEM, CS_ERR_PROTO (rows
+ *	not the ones expected: a count, a token not led here, a slot twice).
+ */
+int cs_moe_combine_params_gathered(struct cs_moe *m, const void *grecv,
+				   const uint64_t *rc, const uint64_t *rd,
+				   struct cs_a2a_params *p);
 
 /**
  * cs_moe_combine_finish - the combine completed: @out[t] = sum over

@@ -40,6 +40,7 @@ static void usage(FILE *out)
 		"[--no-pin]\n"
 		"          [--skew S] [--seed N] [--zero PCT] [--silent R] "
 		"[--sink R] [--bad counts|displ]   (alltoallv)\n"
+		"          [--node-sum]   (moe)\n"
 		"       collstack bench raw ...   (raw port rate)\n"
 		"       collstack bench -o ps ...   (parameter server: "
 		"-o ps --help)\n\n"
@@ -63,7 +64,9 @@ static void usage(FILE *out)
 		"busbw = algbw).\n"
 		"-o moe: cs_moe_dispatch + cs_moe_combine (collstack/moe.h); "
 		"SIZE is a rank's\ntokens (512 f32 each, top-2 of 2 experts "
-		"per rank), -e at most 8M; own columns.\n"
+		"per rank), -e at most 8M; own columns; --node-sum: "
+		"a layer with\nCS_MOE_LAYER_NODE_SUM (one combine row per "
+		"(token, node) across nodes).\n"
 		"--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
@@ -138,6 +141,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 		{ "silent", required_argument, NULL, 'L' },
 		{ "sink", required_argument, NULL, 'K' },
 		{ "bad", required_argument, NULL, 'B' },
+		{ "node-sum", no_argument, NULL, 'U' },
 		{ 0 }
 	};
 	struct cs_trainers tr = { .cmd = "collstack bench",
@@ -183,6 +187,14 @@ int cs_cmd_bench_ops(int argc, char **argv)
 			break;
 		case 'P':
 			pin = 0;
+			break;
+		case 'U': /* -o moe: passed on as a pair, like the others */
+			if (ntargs + 3 >= 32) {
+				usage(stderr);
+				return 2;
+			}
+			targs[ntargs++] = "--node-sum";
+			targs[ntargs++] = "1";
 			break;
 		case 'h':
 			usage(stdout);

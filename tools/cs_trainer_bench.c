@@ -101,6 +101,8 @@ struct bench {
 	double skew;
 	unsigned long long seed;
 	int zero_pct, silent, sink;
+	int node_sum; /* -o moe: --node-sum 1 */
+	int L; /* trainers per node (LOCAL_WORLD_SIZE, as the group's) */
 	size_t *mat, *sc, *sd, *rc, *rd;
 	size_t rext; /* elements the receive layout spans */
 };
@@ -651,14 +653,49 @@ static float moe_x(int r, size_t t, size_t h)
 	return (float)((r * 31 + (int)(t % 1000) * 7 + (int)h) % 61) / 8.0f;
 }
 
+/* The combined value of a token whose input is @v: the sum in slot order;
+ * with --node-sum each node's slots summed in slot order (expert e is on
+ * rank e / 2, node e / 2 / L), those sums in node order. */
+static float moe_ref(const struct bench *b, int L, const float *w,
+		     const int32_t *idx, uint32_t K, float v)
+{
+	float acc = 0.0f;
+
+	if (!b->node_sum) {
+		for (uint32_t j = 0; j < K; j++)
+			acc += w[j] * ((float)(idx[j] + 1) * v);
+		return acc;
+	}
+	for (int nd = 0; nd < b->n / L; nd++) {
+		float part = 0.0f;
+		int any = 0;
+
+		for (uint32_t j = 0; j < K; j++)
+			if (idx[j] / 2 / L == nd) {
+				part += w[j] * ((float)(idx[j] + 1) * v);
+				any = 1;
+			}
+		if (any)
+			acc += part;
+	}
+	return acc;
+}
+
 static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 		   int warmup, int iters)
 {
 	uint32_t E = 2 * (uint32_t)b->n, K = 2;
 	size_t tmax = maxb / (MOE_H * sizeof(float));
-	struct cs_moe_layer_cfg cfg = {
-		.hidden = MOE_H, .topk = K, .experts = E, .experts_per_rank = 2
-	};
+	struct cs_moe_layer_cfg cfg = { .hidden = MOE_H,
+					.topk = K,
+					.experts = E,
+					.experts_per_rank = 2,
+					.flags = b->node_sum
+							 ? CS_MOE_LAYER_NODE_SUM
+							 : 0 };
+	/* --node-sum: the expert's rank -> node (the trainers of a node are
+	 * ranks k L .. k L + L - 1, L = b->L) */
+	int L = b->L;
 	struct cs_moe_layer *l = NULL;
 	float *x, *w, *out;
 	int32_t *idx;
@@ -689,11 +726,12 @@ static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 	}
 	if (!b->rank)
 		printf("# op moe ranks %d (libcollstack through collstackd): "
-		       "tokens of %d f32, top-%u of %u experts; size = a "
+		       "tokens of %d f32, top-%u of %u experts%s; size = a "
 		       "rank's tokens; time = dispatch + experts + combine\n"
 		       "#%11s %8s %10s %8s %10s %10s %6s\n",
-		       b->n, MOE_H, K, E, "size", "tokens", "time(us)", "algbw",
-		       "p50(us)", "p99(us)", "#wrong");
+		       b->n, MOE_H, K, E, b->node_sum ? ", node-sum" : "",
+		       "size", "tokens", "time(us)", "algbw", "p50(us)",
+		       "p99(us)", "#wrong");
 	for (size_t bytes = minb; bytes <= maxb && !ret; bytes *= factor) {
 		size_t T = bytes / (MOE_H * sizeof(float)), q;
 		long wrong = 0;
@@ -739,13 +777,10 @@ static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 				total += lat[it] = now_us() - t0;
 			for (size_t t = 0; t < T; t++)
 				for (size_t h = 0; h < MOE_H; h++) {
-					float acc = 0.0f;
+					float acc = moe_ref(b, L, w + t * K,
+							    idx + t * K, K,
+							    x[t * MOE_H + h]);
 
-					for (uint32_t j = 0; j < K; j++)
-						acc += w[t * K + j] *
-						       ((float)(idx[t * K + j] +
-								1) *
-							x[t * MOE_H + h]);
 					wrong += memcmp(&acc,
 							&out[t * MOE_H + h],
 							sizeof(acc)) != 0;
@@ -833,6 +868,8 @@ int main(int argc, char **argv)
 			b.sink = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--bad"))
 			bad_how = argv[i + 1];
+		else if (!strcmp(argv[i], "--node-sum"))
+			b.node_sum = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-m")) {
 			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
 				fprintf(stderr,
@@ -886,6 +923,9 @@ int main(int argc, char **argv)
 			cs_strerror(ret));
 		return 1;
 	}
+	b.L = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
+	if (b.L < 1)
+		b.L = 1;
 	ret = cs_group_join_env(b.c, group, &b.g);
 	if (ret) {
 		fprintf(stderr, "cs-trainer-bench: join: %s (%s)\n",

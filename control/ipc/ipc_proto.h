@@ -165,6 +165,15 @@ static_assert(sizeof(struct cs_ipc_sqe) == 64, "sqe is one cache line");
  * CS_IPC_OP_ALLTOALLV), then the rows.
  */
 #define CS_IPC_DYN_BAD_INPUT 1u
+/*
+ * Bits 8..15 of @root: a tag naming the kind of exchange (0 for a plain
+ * one; the MoE layer's node-sum steps use 1..3, client/moe.c). Every rank
+ * of the operation must post the same tag: the tags travel in the count
+ * matrix and a rank whose tag differs from rank 0's fails the operation on
+ * every rank (CS_IPC_BAD_DYN_TAG naming it), nothing sent.
+ */
+#define CS_IPC_DYN_TAG_SHIFT 8
+#define CS_IPC_DYN_TAG_MASK 0xff00u
 
 /* Which descriptor field a CS_ERR_BAD_DESC completion complains about. */
 enum cs_ipc_bad {
@@ -215,6 +224,11 @@ enum cs_ipc_bad {
 	/* all-to-all-v with receive counts sent along: rank @peer has not
 	 * the room for what the others send it; every rank gets this */
 	CS_IPC_BAD_DYN_ROOM,
+	/* all-to-all-v with receive counts sent along: rank @peer posted
+	 * another kind of exchange than rank 0 (its tag, bits 8..15 of
+	 * @root, differs: e.g. an MoE layer with node-sum on some ranks
+	 * only); every rank gets this, nothing sent */
+	CS_IPC_BAD_DYN_TAG,
 	CS_IPC_BAD_COUNT_
 };
 

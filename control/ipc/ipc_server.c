@@ -1173,6 +1173,13 @@ static int dyn_matrix(struct cs_ipc_server *s, struct group *g, struct inst *in,
 				    (int32_t)r);
 			return 1;
 		}
+	/* the kind of exchange (its tag) is rank 0's on every rank */
+	for (uint32_t r = 1; n > 1 && r < n; r++)
+		if (M[(size_t)r * 2 * n + n + 1] != M[n + 1]) {
+			inst_finish(s, g, in, CS_ERR_BAD_DESC,
+				    CS_IPC_BAD_DYN_TAG, (int32_t)r);
+			return 1;
+		}
 	for (uint32_t r = 0; r < n; r++) {
 		uint64_t sum = 0;
 
@@ -1208,7 +1215,11 @@ static void dyn_row(const struct group *g, const struct part *p, uint64_t *row)
 	memcpy(row, p->v, sizeof(uint64_t) * n);
 	memset(row + n, 0, sizeof(uint64_t) * n);
 	/* the room (below max_op_bytes), the flag in its top bit */
-	row[n] = p->d.count | (p->d.root ? DYN_BAD_BIT : 0);
+	row[n] = p->d.count |
+		 (p->d.root & CS_IPC_DYN_BAD_INPUT ? DYN_BAD_BIT : 0);
+	if (n > 1) /* the tag (dyn_matrix() compares them) */
+		row[n + 1] = (p->d.root & CS_IPC_DYN_TAG_MASK) >>
+			     CS_IPC_DYN_TAG_SHIFT;
 }
 
 /* The same on one node: every row is here. */
@@ -2204,7 +2215,7 @@ static unsigned validate_a2av(struct cs_ipc_server *s, struct member *m,
 
 	if (dyn ? d->count > max : d->count)
 		return CS_IPC_BAD_COUNT;
-	if (dyn && d->root > CS_IPC_DYN_BAD_INPUT)
+	if (dyn && (d->root & ~(CS_IPC_DYN_BAD_INPUT | CS_IPC_DYN_TAG_MASK)))
 		return CS_IPC_BAD_ROOT;
 	if (!ts || ts->dev || d->reserved1 % 8)
 		return CS_IPC_BAD_A2AV_TABLE;

@@ -30,6 +30,16 @@
  * more tokens than cfg.tokens, a NULL buffer) fails the dispatch with
  * CS_ERR_BAD_DESC on every rank of the group (cs_errmsg(): "another
  * rank posted a bad call: rank R", R the rank that had it), nothing sent.
+ * With CS_MOE_LAYER_NODE_SUM (cfg.flags, the same on every rank: a rank
+ * whose layer differs fails the dispatch on every rank, CS_ERR_BAD_DESC,
+ * "rank R posted another kind of exchange than rank 0") combine sends one
+ * row per (token, node) across the network instead of one per (token,
+ * expert): the outputs of a node's experts are first gathered inside the
+ * node to one rank (the one holding the token's lowest slot there), which
+ * sums w[t][j] * y[t][j] over the node's slots in slot order; the owner
+ * then sums those in node order. A fixed order, but not the slot order's
+ * bits (docs/alltoall.md, "Trainers' MoE"). The weights travel with the
+ * dispatch (4 K bytes more per row): cs_moe_set_weights() is refused.
  * Across nodes the group must be laid out as for cs_alltoall(). The
  * group's size and this rank are read at cs_moe_layer_create(): an elastic
  * group that re-formed at another size needs a new layer.
@@ -54,19 +64,26 @@ extern "C" {
  * @expert_rank: [E] the rank holding each expert, or NULL: rank r holds
  *	experts r P .. r P + P - 1 (P = @experts_per_rank)
  * @experts_per_rank: P (with @expert_rank NULL)
+ * @flags: 0 or CS_MOE_LAYER_NODE_SUM
  */
 struct cs_moe_layer_cfg {
 	uint32_t tokens, hidden, topk, experts;
 	const uint32_t *expert_rank;
 	uint32_t experts_per_rank;
+	uint32_t flags;
 };
+
+/* cfg.flags: combine sums each node's slots on that node (see above). */
+#define CS_MOE_LAYER_NODE_SUM 1u
 
 struct cs_moe_layer;
 
 /**
  * cs_moe_layer_create - the layer of this rank of @g
  * Returns: 0, -EINVAL (a bad cfg: refused on this rank only, nothing is
- *	posted), -ENOMEM, or cs_buf_alloc()'s error.
+ *	posted; an unknown flag; NODE_SUM on a group whose size is not a
+ *	multiple of its trainers on this node), -ENOMEM, or cs_buf_alloc()'s
+ *	error.
  */
 int cs_moe_layer_create(struct cs_group *g, const struct cs_moe_layer_cfg *cfg,
 			struct cs_moe_layer **out);
@@ -107,6 +124,9 @@ float *cs_moe_layer_out(struct cs_moe_layer *l, uint32_t i);
  *	written into cs_moe_layer_out()
  * @out: [ntokens][hidden], written when the request succeeds: out[t] =
  *	sum over j = 0 .. k-1 (slots with an expert) of w[t][j] * y[t][j]
+ *	(CS_MOE_LAYER_NODE_SUM: the sum in node order of each node's sum in
+ *	slot order; the request is then two exchanges, the gather inside
+ *	the nodes and the combine)
  * Returns: as cs_moe_dispatch(); -EINVAL without a dispatch done.
  */
 int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out, float *out,
@@ -116,7 +136,8 @@ int cs_moe_combine(struct cs_moe_layer *l, const float *expert_out, float *out,
  * cs_moe_set_weights - replace the last dispatch's weights (@ntokens x
  * topk, copied) before cs_moe_combine(): for callers that know them only
  * after the experts ran
- * Returns: 0 or -EINVAL (no dispatch done, a request pending, NULL).
+ * Returns: 0 or -EINVAL (no dispatch done, a request pending, NULL, a
+ *	CS_MOE_LAYER_NODE_SUM layer: its weights went with the dispatch).
  */
 int cs_moe_set_weights(struct cs_moe_layer *l, const float *w);
 

@@ -465,14 +465,15 @@ class Group:
         return Table(self, name, dim, key_max, **kw)
 
     def moe_layer(self, tokens, hidden, topk, experts_per_rank=None,
-                  expert_rank=None):
+                  expert_rank=None, node_sum=False):
         """An MoE layer of this group (collstack.moe.MoELayer: dispatch
         and combine through the sidecar, the counts sent along with the
-        rows; float32; needs numpy)."""
+        rows; float32; needs numpy). node_sum=True: the combine sums each
+        node's experts on that node (CS_MOE_LAYER_NODE_SUM)."""
         from .moe import MoELayer
         return MoELayer(self, tokens, hidden, topk,
                         experts_per_rank=experts_per_rank,
-                        expert_rank=expert_rank)
+                        expert_rank=expert_rank, node_sum=node_sum)
 
     def alltoall(self, send, recv):
         """Post an all-to-all: block j of send (size/n elements) goes to

@@ -45,7 +45,10 @@ class _LayerCfg(ctypes.Structure):
     _fields_ = [("tokens", ctypes.c_uint32), ("hidden", ctypes.c_uint32),
                 ("topk", ctypes.c_uint32), ("experts", ctypes.c_uint32),
                 ("expert_rank", ctypes.c_void_p),
-                ("experts_per_rank", ctypes.c_uint32)]
+                ("experts_per_rank", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32)]
+
+NODE_SUM = 1  # CS_MOE_LAYER_NODE_SUM
 
 
 def _f32_view(addr, n, h):
@@ -77,10 +80,17 @@ class MoELayer:
     Bad input on any rank (an index >= E or below -1, a repeated expert,
     more than T tokens) fails the dispatch on every rank (CollstackError,
     CS_ERR_BAD_DESC), nothing sent.
+
+    node_sum=True (CS_MOE_LAYER_NODE_SUM, the same on every rank: else
+    the first dispatch fails on every rank): combine sends one row per
+    (token, node) across nodes, not one per (token, expert); out is then
+    the sum in node order of each node's sum in slot order (other last
+    bits than the slot order's); the weights go with the dispatch, so
+    set_weights() is refused (docs/alltoall.md, "Trainers' MoE").
     """
 
     def __init__(self, group, tokens, hidden, topk, experts_per_rank=None,
-                 expert_rank=None):
+                 expert_rank=None, node_sum=False):
         from . import _lib
         if not hasattr(_lib, "cs_moe_layer_create"):
             raise RuntimeError("this libcollstack has no cs_moe_layer_create")
@@ -94,7 +104,8 @@ class MoELayer:
             self.experts_n = len(self._er)
         cfg = _LayerCfg(tokens, hidden, topk, self.experts_n,
                         None if self._er is None else
-                        self._er.ctypes.data, experts_per_rank or 0)
+                        self._er.ctypes.data, experts_per_rank or 0,
+                        NODE_SUM if node_sum else 0)
         h = ctypes.c_void_p()
         self._c._check(_lib.cs_moe_layer_create(group._h, ctypes.byref(cfg),
                                                 ctypes.byref(h)))

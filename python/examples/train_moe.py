@@ -199,6 +199,55 @@ def reference(st):
     return curve, params
 
 
+def node_sum_check(c, g, st, a):
+    """A layer with node_sum=True: every bit of the combine against the
+    node-order sum (the nodes: LOCAL_WORLD_SIZE ranks each); its
+    set_weights refused."""
+    n, r, h, k, T = g.size, g.rank, a.hidden, a.topk, a.tokens
+    L = int(os.environ.get("LOCAL_WORLD_SIZE", n))
+    P = a.experts_per_rank
+    layer = g.moe_layer(T, h, k, experts_per_rank=P, node_sum=True)
+    rng = np.random.default_rng(1000 + r)
+    x = rng.standard_normal((T, h)).astype(np.float32)
+    idx = np.stack([rng.permutation(st.E)[:k] for _ in range(T)]
+                   ).astype(np.int32)
+    idx[::5, -1] = -1                      # "none" now and then
+    w = rng.random((T, k)).astype(np.float32)
+
+    def f(e, v):                           # the expert's function
+        return v * np.float32(e + 1) - np.float32(0.5 * e)
+    layer.dispatch(x, idx, w).wait()
+    try:
+        layer.set_weights(w)
+        raise SystemExit(f"rank {r}: set_weights of a node-sum layer "
+                         "not refused")
+    except collstack.CollstackError:
+        pass
+    for e, rows, _, _, _, y in layer.experts():
+        y[:] = f(e, rows)
+    out = layer.combine()
+    want = np.zeros((T, h), np.float32)
+    for t in range(T):
+        acc = np.zeros(h, np.float32)
+        for b in range(n // L):
+            part, any_ = np.zeros(h, np.float32), False
+            for j in range(k):
+                e = idx[t, j]
+                if e >= 0 and e // P // L == b:
+                    part = part + w[t, j] * f(e, x[t])
+                    any_ = True
+            if any_:
+                acc = acc + part
+        want[t] = acc
+    if not np.array_equal(out.view(np.uint32), want.view(np.uint32)):
+        raise SystemExit(f"rank {r}: node-sum combine differs from the "
+                         "node-order sum")
+    layer.close()
+    if r == 0:
+        print(f"moe: node-sum layer, {n} ranks in {n // L} node(s): every "
+              "bit as the node-order sum")
+
+
 def main():
     a = args_of(shlex.split(os.environ.get("MOE_ARGS", "")) + sys.argv[1:])
     c = collstack.Client()
@@ -232,6 +281,7 @@ def main():
         except collstack.CollstackError as e:
             if e.code != -1004 or "rank 1" not in str(e):
                 raise
+        node_sum_check(c, g, st, a)
     lb = c.buffer(1, "f64")
     ntotal, curve, t_comm = T * n, [], 0.0
     t0 = time.monotonic()

@@ -53,9 +53,12 @@ static int32_t mc_idx(int s, uint32_t t, uint32_t j, int E, int rd)
 		       : (int32_t)((base + 1 + j) % (uint32_t)E);
 }
 
+/* Weights that are not dyadic: the products round, so that another
+ * order of summation gives other bits (the node-sum checks rely on it). */
 static float mc_w(int s, uint32_t t, uint32_t j)
 {
-	return 0.25f + (float)((s + 3 * (int)t + 5 * (int)j) % 11) / 16.0f;
+	return 0.25f + 0.013f * (float)((s + 3 * (int)t + 5 * (int)j) % 11) +
+	       0.1f * (float)j;
 }
 
 /* The expert's function. */
@@ -86,9 +89,39 @@ static void mc_inputs(int s, int size, int rd, float *x, int32_t *idx, float *w)
 					idx[t * MC_K + j] = -1;
 }
 
-/* One dispatch + combine; every value checked. Returns 0 or a code. */
-static int mc_round(struct cs_client *c, struct cs_moe_layer *l, int rank,
-		    int size, int rd, int64_t wait_ns)
+/*
+ * The combined value of token @t (top-k @idx, weights @w, input @v): the
+ * sum in slot order, or with @G > 0 (CS_MOE_LAYER_NODE_SUM, @G ranks per
+ * node) each node's slots summed in slot order, those sums in node order.
+ */
+static float mc_ref(const int32_t *idx, const float *w, float v, int size,
+		    int G)
+{
+	float acc = 0.0f;
+
+	for (int b = 0; b < (G ? size / G : 1); b++) {
+		float part = 0.0f;
+		int any = 0;
+
+		for (uint32_t j = 0; j < MC_K; j++)
+			if (idx[j] >= 0 && (!G || idx[j] / MC_PER / G == b)) {
+				part += w[j] * mc_f(idx[j], v);
+				any = 1;
+			}
+		if (!G)
+			return part;
+		if (any)
+			acc += part;
+	}
+	return acc;
+}
+
+/* One dispatch + combine; every value checked (@G: as mc_ref()). Returns
+ * 0 or a code. */
+static long mc_differ; /* node-sum values whose slot-order sum differs */
+
+static int mc_round_ns(struct cs_client *c, struct cs_moe_layer *l, int rank,
+		       int size, int rd, int64_t wait_ns, int G)
 {
 	static float x[MC_TMAX * MC_H], w[MC_TMAX * MC_K], out[MC_TMAX * MC_H];
 	static float rx[MC_TMAX * MC_H], rw[MC_TMAX * MC_K];
@@ -148,13 +181,12 @@ static int mc_round(struct cs_client *c, struct cs_moe_layer *l, int rank,
 	}
 	for (uint32_t t = 0; t < T; t++)
 		for (uint32_t h = 0; h < MC_H; h++) {
-			float acc = 0.0f;
+			float acc = mc_ref(&idx[t * MC_K], &w[t * MC_K],
+					   x[t * MC_H + h], size, G),
+			      slot = mc_ref(&idx[t * MC_K], &w[t * MC_K],
+					    x[t * MC_H + h], size, 0);
 
-			for (uint32_t j = 0; j < MC_K; j++)
-				if (idx[t * MC_K + j] >= 0)
-					acc += w[t * MC_K + j] *
-					       mc_f(idx[t * MC_K + j],
-						    x[t * MC_H + h]);
+			mc_differ += memcmp(&acc, &slot, 4) != 0;
 			if (memcmp(&acc, &out[t * MC_H + h], 4)) {
 				fprintf(stderr,
 					"rank %d token %u [%u]: %g, not %g\n",
@@ -163,6 +195,12 @@ static int mc_round(struct cs_client *c, struct cs_moe_layer *l, int rank,
 			}
 		}
 	return 0;
+}
+
+static int mc_round(struct cs_client *c, struct cs_moe_layer *l, int rank,
+		    int size, int rd, int64_t wait_ns)
+{
+	return mc_round_ns(c, l, rank, size, rd, wait_ns, 0);
 }
 
 /* Bad input on rank @bad (kind @how): every rank's dispatch fails with
@@ -241,6 +279,75 @@ static int mc_run(struct cs_client *c, struct cs_group *g, int rank, int size,
 		ret = mc_bad(c, l, rank, size, (how + 1) % size, how, wait_ns);
 	if (!ret)
 		ret = mc_round(c, l, rank, size, rounds, wait_ns);
+	cs_moe_layer_free(l);
+	return ret;
+}
+
+/*
+ * CS_MOE_LAYER_NODE_SUM with @G ranks per node: @rounds rounds, every bit
+ * checked against the node-order reference; then the four bad inputs;
+ * then layers that differ (node-sum on the odd ranks only): the dispatch
+ * refused on every rank naming rank 1, nothing sent; then a proper round.
+ */
+static int mc_run_node_sum(struct cs_client *c, struct cs_group *g, int rank,
+			   int size, int G, int rounds, int64_t wait_ns)
+{
+	struct cs_moe_layer_cfg cfg = { .tokens = MC_TMAX,
+					.hidden = MC_H,
+					.topk = MC_K,
+					.experts = (uint32_t)(MC_PER * size),
+					.experts_per_rank = MC_PER,
+					.flags = CS_MOE_LAYER_NODE_SUM };
+	static float x[MC_TMAX * MC_H], w[MC_TMAX * MC_K];
+	static int32_t idx[MC_TMAX * MC_K];
+	struct cs_moe_layer *l;
+	cs_req_t r;
+	int ret = 0;
+
+	if (cs_moe_layer_create(g, &cfg, &l))
+		return 40;
+	if (cs_moe_set_weights(l, w) != -EINVAL)
+		return 41;
+	mc_differ = 0;
+	for (int rd = 0; rd < rounds && !ret; rd++)
+		ret = mc_round_ns(c, l, rank, size, rd, wait_ns, G);
+	/* the data tells the node order from the slot order on rank 0
+	 * (one node: the same order) */
+	if (!ret && rank == 0 && size > G) {
+		printf("moe node-sum: %ld values of rank 0 differ from the "
+		       "slot order's\n",
+		       mc_differ);
+		if (!mc_differ)
+			ret = 46;
+	}
+	for (int how = 0; how < 4 && !ret; how++)
+		ret = mc_bad(c, l, rank, size, (how + 1) % size, how, wait_ns);
+	cs_moe_layer_free(l);
+	if (ret)
+		return ret;
+	/* node-sum on the odd ranks only */
+	cfg.flags = rank % 2 ? CS_MOE_LAYER_NODE_SUM : 0;
+	if (cs_moe_layer_create(g, &cfg, &l))
+		return 42;
+	mc_inputs(rank, size, 0, x, idx, w);
+	if (cs_moe_dispatch(l, mc_ntok(rank, size, 0), x, idx, w, &r))
+		return 43;
+	ret = cs_wait(c, r, wait_ns);
+	if (ret != CS_ERR_BAD_DESC ||
+	    !strstr(cs_errmsg(c), "rank 1 posted another kind of exchange")) {
+		fprintf(stderr, "rank %d layers that differ: %d %s\n", rank,
+			ret, cs_errmsg(c));
+		cs_moe_layer_free(l);
+		return 44;
+	}
+	if (rank == 0)
+		printf("moe node-sum: layers that differ refused: %s\n",
+		       cs_errmsg(c));
+	cs_moe_layer_free(l);
+	cfg.flags = CS_MOE_LAYER_NODE_SUM;
+	if (cs_moe_layer_create(g, &cfg, &l))
+		return 45;
+	ret = mc_round_ns(c, l, rank, size, rounds, wait_ns, G);
 	cs_moe_layer_free(l);
 	return ret;
 }

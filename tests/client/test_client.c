@@ -3581,3 +3581,31 @@ Test(client, moe_one_node, .timeout = 120)
 {
 	run_ranks("moe", moe_main, 4);
 }
+
+/* The same with CS_MOE_LAYER_NODE_SUM (4 ranks of one node: one node sum
+ * per token): every bit against the node-order reference, the bad inputs,
+ * layers that differ (node-sum on ranks 1 and 3 only) refused on every
+ * rank naming rank 1, then a proper round. */
+static int moe_ns_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	int ret;
+
+	(void)arg;
+	if (connect_retry(path, &c) ||
+	    cs_group_join(c, "moens", rank, size, rank, size, &g))
+		return 2;
+	ret = mc_run_node_sum(c, g, rank, size, size, 3, WAIT_NS);
+	if (ret)
+		return ret;
+	if (cs_group_leave(g))
+		return 3;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, moe_node_sum_one_node, .timeout = 120)
+{
+	run_ranks("moens", moe_ns_main, 4);
+}

@@ -354,3 +354,177 @@ Test(moe, node_sum_partial_sums_per_node)
 	}
 	nw_free(&w);
 }
+
+/* Write every rank's expert outputs (nw_expert of its rows). */
+static void nw_outputs(struct nworld *w, bool node)
+{
+	for (uint32_t r = 0; r < NR; r++) {
+		uint32_t e, n;
+		const float *rows;
+		const uint32_t *src, *tok, *slot;
+
+		cr_assert_eq(nw_finish(w, r, node), 0);
+		for (uint32_t i = 0; !cs_moe_local(w->m[r], i, &e, &n, &rows,
+						   &src, &tok, &slot);
+		     i++) {
+			float *y = cs_moe_expert_out(w->m[r], i);
+
+			for (uint32_t v = 0; v < n * NH; v++)
+				y[v] = nw_expert(e, rows[v]);
+		}
+	}
+}
+
+/* Deliver the blocks of @p (every rank's) into fresh buffers @recv. */
+static void nw_deliver(const struct cs_a2a_params *p, uint8_t **recv)
+{
+	for (uint32_t d = 0; d < NR; d++) {
+		uint64_t rows = 0;
+
+		for (uint32_t s = 0; s < NR; s++)
+			rows += p[d].recvcounts[s];
+		recv[d] = calloc(rows + 1, p[d].esz);
+		for (uint32_t s = 0; s < NR; s++) {
+			cr_assert_eq(p[s].sendcounts[d], p[d].recvcounts[s],
+				     "%u -> %u: both ends agree", s, d);
+			memcpy(recv[d] + p[d].rdispls[s] * p[d].esz,
+			       (const uint8_t *)p[s].sendbuf +
+				       p[s].sdispls[d] * p[s].esz,
+			       p[d].recvcounts[s] * p[d].esz);
+		}
+	}
+}
+
+/*
+ * CS_MOE_F_NODE_SUM_GATHER (the trainers' path): rank rows, the outputs
+ * gathered inside the node to the token's leader, one row per (token,
+ * node) back: the same bits as CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM,
+ * no gather row across nodes, fewer combine rows than per slot.
+ */
+Test(moe, node_sum_gather_same_bits)
+{
+	static struct nworld ns, ga, pl;
+	struct cs_a2a_params p[NR], g[NR];
+	static float o_ns[NR][NT * NH], o_ga[NR][NT * NH];
+	uint8_t *crecv[NR], *grecv[NR];
+	uint64_t rows_ga = 0, rows_pl = 0, cross = 0;
+
+	/* the engine's node sum (shared memory), the reference */
+	nw_dispatch(&ns, CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM);
+	nw_outputs(&ns, true);
+	for (uint32_t r = 0; r < NR; r++) {
+		struct cs_moe *nm[2] = { ns.m[r / 2 * 2], ns.m[r / 2 * 2 + 1] };
+
+		cr_assert_eq(cs_moe_combine_params_node(ns.m[r], nm, 2, &p[r]),
+			     0);
+	}
+	nw_deliver(p, crecv);
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(
+			cs_moe_combine_finish_at(ns.m[r], crecv[r], o_ns[r]),
+			0);
+		free(crecv[r]);
+	}
+	/* the per-slot combine: its rows, to compare */
+	nw_dispatch(&pl, 0);
+	nw_outputs(&pl, false);
+	for (uint32_t r = 0; r < NR; r++) {
+		cs_moe_combine_params(pl.m[r], &p[r]);
+		for (uint32_t d = 0; d < NR; d++)
+			rows_pl += d / 2 != r / 2 ? p[r].sendcounts[d] : 0;
+	}
+	/* the gather */
+	nw_dispatch(&ga, CS_MOE_F_NODE_SUM_GATHER);
+	nw_outputs(&ga, false);
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(
+			cs_moe_combine_params_node(ga.m[r], NULL, 2, &p[r]),
+			-EINVAL);
+		cr_assert_eq(cs_moe_gather_params(ga.m[r], &g[r]), 0);
+		cr_assert_eq(cs_moe_gather_params(ga.m[r], &g[r]), -EINVAL,
+			     "once");
+		cr_assert_eq(g[r].esz, cs_moe_gather_row(ga.m[r]));
+		for (uint32_t d = 0; d < NR; d++)
+			if (d / 2 != r / 2)
+				cr_assert_eq(g[r].sendcounts[d], 0,
+					     "the gather stays in the node");
+			else
+				cross += g[r].sendcounts[d];
+	}
+	cr_assert_gt(cross, 0, "some outputs are gathered here");
+	for (uint32_t d = 0; d < NR; d++) {
+		/* the exchange sets the receive buffers: deliver into ours */
+		g[d].recvbuf = NULL;
+	}
+	nw_deliver(g, grecv);
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(cs_moe_combine_params_gathered(
+				     ga.m[r], grecv[r], g[r].recvcounts,
+				     g[r].rdispls, &p[r]),
+			     0);
+		for (uint32_t d = 0; d < NR; d++)
+			rows_ga += d / 2 != r / 2 ? p[r].sendcounts[d] : 0;
+	}
+	nw_deliver(p, crecv);
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(
+			cs_moe_combine_finish_at(ga.m[r], crecv[r], o_ga[r]),
+			0);
+		cr_assert(!memcmp(o_ga[r], o_ns[r], sizeof(o_ga[r])),
+			  "rank %u: the node sum's bits", r);
+	}
+	cr_assert_lt(rows_ga, rows_pl, "fewer rows across nodes (%llu, %llu)",
+		     (unsigned long long)rows_ga, (unsigned long long)rows_pl);
+	/* gathered rows that are not the ones expected: refused */
+	{
+		static struct nworld w2;
+		struct cs_a2a_params g2[NR], p2;
+		uint8_t *gr2[NR];
+		uint64_t rc[NR];
+		uint32_t r = 0, d;
+
+		nw_dispatch(&w2, CS_MOE_F_NODE_SUM_GATHER);
+		nw_outputs(&w2, false);
+		for (uint32_t q = 0; q < NR; q++) {
+			cr_assert_eq(cs_moe_gather_params(w2.m[q], &g2[q]), 0);
+			g2[q].recvbuf = NULL;
+		}
+		nw_deliver(g2, gr2);
+		while (r < NR && !g2[r].recvcounts[r ^ 1])
+			r++;
+		cr_assert_lt(r, NR, "a rank gathers from its neighbour");
+		d = r ^ 1;
+		/* one row fewer than expected */
+		memcpy(rc, g2[r].recvcounts, sizeof(rc));
+		rc[d]--;
+		cr_assert_eq(cs_moe_combine_params_gathered(w2.m[r], gr2[r], rc,
+							    g2[r].rdispls, &p2),
+			     CS_ERR_PROTO);
+		/* a row naming a source that sent no such token */
+		nw_free(&w2);
+		for (uint32_t q = 0; q < NR; q++)
+			free(gr2[q]);
+		nw_dispatch(&w2, CS_MOE_F_NODE_SUM_GATHER);
+		nw_outputs(&w2, false);
+		for (uint32_t q = 0; q < NR; q++) {
+			cr_assert_eq(cs_moe_gather_params(w2.m[q], &g2[q]), 0);
+			g2[q].recvbuf = NULL;
+		}
+		nw_deliver(g2, gr2);
+		((uint32_t *)(gr2[r] + g2[r].rdispls[d] * g2[r].esz))[1] = NT;
+		cr_assert_eq(cs_moe_combine_params_gathered(w2.m[r], gr2[r],
+							    g2[r].recvcounts,
+							    g2[r].rdispls, &p2),
+			     CS_ERR_PROTO);
+		nw_free(&w2);
+		for (uint32_t q = 0; q < NR; q++)
+			free(gr2[q]);
+	}
+	for (uint32_t r = 0; r < NR; r++) {
+		free(crecv[r]);
+		free(grecv[r]);
+	}
+	nw_free(&ns);
+	nw_free(&pl);
+	nw_free(&ga);
+}

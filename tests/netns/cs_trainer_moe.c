@@ -4,10 +4,13 @@
  * `collstack launch` (test_trainers.sh moe_api_*): dispatch and combine
  * checked against the single-process reference, every value, then bad
  * input on one rank refused on every rank (tests/client/moe_check.h).
- * Usage: cs-trainer-moe [ROUNDS]. Exits 0 or the failing check's code.
+ * Usage: cs-trainer-moe [ROUNDS [node-sum]]: node-sum runs the check of a
+ * CS_MOE_LAYER_NODE_SUM layer (mc_run_node_sum(), the ranks per node from
+ * LOCAL_WORLD_SIZE) instead. Exits 0 or the failing check's code.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../client/moe_check.h"
 #include "collstack/collstack.h"
@@ -24,6 +27,21 @@ int main(int argc, char **argv)
 	}
 	int rank = cs_group_rank(g), size = cs_group_size(g);
 
+	if (argc > 2 && !strcmp(argv[2], "node-sum")) {
+		const char *ls = getenv("LOCAL_WORLD_SIZE");
+		int G = ls ? atoi(ls) : 1;
+
+		ret = mc_run_node_sum(c, g, rank, size, G < 1 ? 1 : G, rounds,
+				      60ll * 1000000000);
+		if (!ret && cs_group_leave(g))
+			ret = 3;
+		if (!ret && rank == 0)
+			printf("moe api node-sum: %d ranks, %d rounds + 4 bad "
+			       "inputs + layers that differ: ok\n",
+			       size, rounds);
+		cs_disconnect(c);
+		return ret;
+	}
 	ret = mc_run(c, g, rank, size, rounds, 60ll * 1000000000);
 	/* (cs_group_leave() frees @g: rank and size were read before) */
 	if (!ret && cs_group_leave(g))

@@ -536,6 +536,52 @@ case_moe() {
 	sidecars_alive
 }
 
+# The ports' tx_bytes (collstack stats) summed over the cluster's sidecars.
+tx_bytes() {
+	"$CLI" stats --cluster "$ENV_FILE" --raw |
+		sed -n 's/.* stats: ok .* tx_bytes=\([0-9]*\) .*/\1/p' |
+		awk '{s += $1} END {printf "%.0f\n", s}'
+}
+
+# CS_MOE_LAYER_NODE_SUM across N nodes x 2 trainers (no loss: the bytes
+# are compared): tests/netns/cs_trainer_moe.c node-sum (every bit against
+# the node-order reference, the bad inputs, layers that differ between
+# ranks refused on every rank naming rank 1, a proper round after); then
+# `collstack bench -o moe` without and with --node-sum, the same sizes
+# (every value checked against its reference, #wrong 0), and the sidecars'
+# tx_bytes during each: the node-sum run must have sent fewer; then the
+# check again with one trainer per node (no gather step).
+case_moe_node_sum() {	# N
+	local n=$1 out b0 b1 b2 plain ns; shift
+	up "$n" "$@"
+	out=$(timeout 300 "$CLI" launch -T 2 --timeout 240 \
+		--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 3 node-sum 2>&1) ||
+		{ echo "$out"; fail "cs-trainer-moe node-sum ${n}x2 exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^moe api node-sum: $((2 * n)) ranks, 3 rounds + 4 bad inputs + layers that differ: ok" ||
+		fail "no 'ok' line from rank 0"
+	b0=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 ||
+		fail "bench -o moe ${n}x2: wrong values or an error"
+	b1=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 --node-sum ||
+		fail "bench -o moe --node-sum ${n}x2: wrong values or an error"
+	b2=$(tx_bytes)
+	plain=$((b1 - b0)) ns=$((b2 - b1))
+	echo "  tx_bytes of the sidecars: per-slot combine $plain, node-sum $ns"
+	[ "$plain" -gt 0 ] && [ "$ns" -gt 0 ] || fail "no tx_bytes counted"
+	[ "$ns" -lt "$plain" ] ||
+		fail "node-sum sent $ns bytes, not fewer than the per-slot combine's $plain"
+	# one trainer per node: no gather step, each rank sums its slots
+	out=$(timeout 300 "$CLI" launch -T 1 --timeout 240 \
+		--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 2 node-sum 2>&1) ||
+		{ echo "$out"; fail "cs-trainer-moe node-sum ${n}x1 exited $?"; }
+	echo "$out" | sed 's/^/  /'
+	echo "$out" | grep -q "^moe api node-sum: $n ranks, 2 rounds + 4 bad inputs + layers that differ: ok" ||
+		fail "no 'ok' line from rank 0 (${n}x1)"
+	sidecars_alive
+}
+
 # The MoE API in C (collstack/moe.h): N nodes x 2 trainers through
 # `collstack launch`, tests/netns/cs_trainer_moe.c: dispatch + combine
 # (receive counts sent along with the rows) checked against a
@@ -1150,6 +1196,7 @@ alltoall_lost_3x2) case_a2a_lost ;;
 alltoallv_4x2) case_a2av 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoallv_bad_2x2) case_a2av_bad ;;
 moe_api_2x2) case_moe_api 2 ;;
+moe_node_sum_4x2) case_moe_node_sum 4 ;;
 moe_api_4x2) case_moe_api 4 --set fault.drop=0.03 --set fault.seed=17 ;;
 sendrecv_4x2) case_sendrecv 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 bench)
@@ -1170,7 +1217,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|moe_node_sum_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
