@@ -422,8 +422,13 @@ static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 	 * a new view counts k from 0 again (cs_ipc_server_regroup), and the
 	 * transport core must not take its operations for the ones of the
 	 * same k in the view before (they may still be remembered there). */
+	/* A pipelined instance's slices (cs_ipc_inter_op.slice, at most
+	 * 2048) run as steps of their own: slice s xors s x 0x5a3 (odd, so
+	 * every slice of one operation gets other hash bits) into them;
+	 * slice 0, and an operation that is not cut, has the plain id. */
 	return 0x80000000u |
-	       ((name_hash(op->group) ^ op->epoch) & 0x7ff) << 18 |
+	       ((name_hash(op->group) ^ op->epoch ^ (op->slice * 0x5a3u)) &
+		0x7ff) << 18 |
 	       ((uint32_t)op->cookie & 0x3ffff);
 }
 
