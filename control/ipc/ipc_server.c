@@ -1818,6 +1818,15 @@ static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 }
 
 /*
+ * The slice of pipelined @in whose step the other nodes wait in for this
+ * node's part: the one on the wire here (or parked), else the next one.
+ */
+static uint32_t pipe_wait_slice(const struct inst *in)
+{
+	return in->pipe_wire ? in->pipe_net - 1 : in->pipe_net;
+}
+
+/*
  * Slice @k of pipelined @in is in (its device pieces, every node's own):
  * combine it here as run_inter() does the whole and hand its step to the
  * backend, with the instance's cookie and the slice's number.
@@ -1904,8 +1913,8 @@ static bool pipe_advance(struct cs_ipc_server *s, struct group *g,
 			return false;
 		dev_unlink(s, in);
 		in->dev_phase = DEV_NONE;
-		send_verdict_at(s, g, in->seq, in->pipe_net, in->pipe_n, -EIO,
-				0, -1);
+		send_verdict_at(s, g, in->seq, pipe_wait_slice(in), in->pipe_n,
+				-EIO, 0, -1);
 		inst_finish(s, g, in, -EIO, 0, -1);
 		return true;
 	}
@@ -2910,8 +2919,20 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			continue;
 		struct group *g = m->g;
 		/* the other nodes wait for this one in those ops: tell them
-		 * the rank is lost (after the backend let go of the ops) */
+		 * the rank is lost (after the backend let go of the ops),
+		 * in the slice they wait in if one is pipelined */
 		uint64_t seq = g->next_done, tell = pending_mask(s, g);
+		uint32_t sl[IPC_MAX_GROUP_INFLIGHT], nsl[IPC_MAX_GROUP_INFLIGHT];
+
+		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++) {
+			const struct inst *in = &g->win[(seq + k) % IPC_WINDOW];
+
+			sl[k] = nsl[k] = 0;
+			if (tell >> k & 1 && in->pipe_n) {
+				sl[k] = pipe_wait_slice(in);
+				nsl[k] = in->pipe_n;
+			}
+		}
 
 		/* Completions to @t itself are discarded below. */
 		if (g->nmembers > 1)
@@ -2920,8 +2941,9 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			group_cancel(s, g);
 		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++)
 			if (tell >> k & 1)
-				send_verdict(s, g, seq + k, CS_ERR_PEER_LOST,
-					     CS_IPC_LOST_RANK, m->rank);
+				send_verdict_at(s, g, seq + k, sl[k], nsl[k],
+						CS_ERR_PEER_LOST,
+						CS_IPC_LOST_RANK, m->rank);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)

@@ -368,6 +368,9 @@ static void wire_cancel(void *ctx, uint64_t cookie)
 		if (wire[i].used && wire[i].op.cookie == cookie) {
 			wire[i].used = false;
 			atomic_fetch_add(&sh->cancels, 1);
+			/* stalled copies may finish from now on: the server
+			 * must wait for them before it unmaps (sh->uaf) */
+			atomic_store(&sh->victim_dead, 1);
 		}
 }
 
@@ -1206,9 +1209,11 @@ static int pipe_trainer(const char *path, int rank)
 
 /*
  * A trainer dies in the middle of a pipelined operation: slice 1 held on
- * the wire, slice 0's copies out stalled. The other rank gets
- * CS_ERR_PEER_LOST, the step on the wire is cancelled, the copies finish
- * before their shadows go, and the other rank goes on.
+ * the wire, slice 0's copies out stalled (until the fake backend is told
+ * to forget the step: the server must then wait for them before it
+ * unmaps the dead trainer's ranges). The other rank gets
+ * CS_ERR_PEER_LOST, the other nodes a verdict in slice 1, and the other
+ * rank goes on.
  */
 static int pipe_die_trainer(const char *path, int rank)
 {
@@ -1232,7 +1237,7 @@ static int pipe_die_trainer(const char *path, int rank)
 	x = cs_buf_ptr(db);
 	err = pipe_sum(c, g, x, x, rank, &r, false);
 	CHECK(!err, "post: %d", err);
-	if (rank == 1) { /* the victim */
+	if (rank == 0) { /* the victim (local rank 0: its pieces go first) */
 		CHECK(ev_wait(0, EV_INTER_START, -1, 1, ALL_OFF, 1) &&
 			      ev_wait(0, EV_START, 0, -1, ALL_OFF, 1),
 		      "slice 1 on the wire, slice 0 copying out");
@@ -1376,9 +1381,9 @@ static void pipe_die(const char *path)
 		if (tr[r] == 0)
 			_exit(pipe_die_trainer(path, r));
 	}
-	reap(tr[1], "pipe victim");
+	reap(tr[0], "pipe victim");
 	atomic_store(&sh->victim_dead, 1);
-	reap(tr[0], "pipe survivor");
+	reap(tr[1], "pipe survivor");
 	kill(sc, SIGTERM);
 	reap(sc, "sidecar");
 	unlink(path);
@@ -1389,6 +1394,9 @@ static void pipe_die(const char *path)
 	      "pipe die: copies in flight at the death (finished after: %u), "
 	      "the step on the wire cancelled (%u)",
 	      atomic_load(&sh->late), atomic_load(&sh->cancels));
+	CHECK(ev_count(0, EV_VERDICT, -1, 1, ALL_OFF) == 1,
+	      "pipe die: the other nodes told in slice 1 (%u verdicts)",
+	      ev_count(0, EV_VERDICT, -1, 1, ALL_OFF));
 	atomic_store(&sh->hold_sl, 0);
 	atomic_store(&sh->stall, STALL_NONE);
 	atomic_store(&sh->victim_dead, 0);
