@@ -2147,6 +2147,20 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 				     sizeof(uint64_t));
 		pthread_join(x->thr, NULL);
 	}
+	/* what the device pipeline did (ipc.dev_pipe; scripts/gpu-check.sh
+	 * reads this line) */
+	{
+		struct cs_ipc_stats st;
+
+		cs_ipc_server_stats(x->srv, &st);
+		if (st.pipe_ops)
+			CS_INFO("device pipeline: %llu operations in %llu "
+				"slices; %llu copy pieces ran beside their own "
+				"operation's network step",
+				(unsigned long long)st.pipe_ops,
+				(unsigned long long)st.pipe_slices,
+				(unsigned long long)st.pipe_overlap);
+	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
 	cs_pst_destroy(x->pst); /* PS tables: their flows end */

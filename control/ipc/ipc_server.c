@@ -783,6 +783,8 @@ static void pipe_issue(struct cs_ipc_server *s, struct group *g,
 		in->dev_busy++;
 		if (!out)
 			in->pipe_in_busy[k % IPC_PIPE_AHEAD]++;
+		if (in->pipe_wire)
+			s->st.pipe_overlap++;
 		*ca += n;
 	}
 }
@@ -1988,6 +1990,8 @@ static void pipe_start(struct cs_ipc_server *s, struct group *g,
 	in->inter = false;
 	in->pipe_elems = e;
 	in->pipe_n = (uint32_t)((n + e - 1) / e);
+	s->st.pipe_ops++;
+	s->st.pipe_slices += in->pipe_n;
 	in->pipe_net = in->pipe_done = in->pipe_in = in->pipe_out = 0;
 	in->pipe_wire = false;
 	memset(in->pipe_in_busy, 0, sizeof(in->pipe_in_busy));

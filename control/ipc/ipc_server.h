@@ -262,6 +262,13 @@ struct cs_ipc_stats {
 	uint64_t groups; /* live groups */
 	uint64_t hello_timeouts; /* closed: no hello within the deadline */
 	uint64_t full; /* refused: every trainer slot taken */
+	/* pipelined device instances (ipc.dev_pipe): how many, their
+	 * slices, and their device copy pieces started while a step of the
+	 * same instance was on the wire (its copies beside its own network
+	 * step) */
+	uint64_t pipe_ops;
+	uint64_t pipe_slices;
+	uint64_t pipe_overlap;
 };
 
 /**

@@ -70,6 +70,8 @@ struct shared {
 	_Atomic int fail_slice; /* s + 1: the step of slice s fails */
 	_Atomic uint32_t cancels; /* steps the backend was told to forget */
 	_Atomic uint32_t inflight_at_fail; /* copies when fail_slice hit */
+	_Atomic int view_now; /* the sidecar moves to a new node view */
+	_Atomic uint64_t pipe_ops, pipe_slices, pipe_overlap; /* at exit */
 	_Atomic uint32_t nlog;
 	struct ev log[LOG_MAX];
 };
@@ -439,8 +441,10 @@ static int sidecar(const char *path, enum mode mode)
 				     .verdicts = true };
 	struct cs_ipc_server *srv;
 	struct cs_ipc_cfg cfg;
+	struct cs_ipc_stats st;
 	struct timespec ts;
 	char err[256] = "";
+	uint32_t epoch = 0;
 	int ret;
 
 	signal(SIGTERM, on_term);
@@ -467,6 +471,8 @@ static int sidecar(const char *path, enum mode mode)
 			srv, mode == ASYNC ? &async_dev_ops : &fake_dev_ops,
 			NULL);
 	while (!stop) {
+		if (atomic_exchange(&sh->view_now, 0)) /* a node was lost */
+			cs_ipc_server_view(srv, ++epoch, 1);
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ret = cs_ipc_server_poll(srv, (cs_ns_t)ts.tv_sec * 1000000000 +
 						      (cs_ns_t)ts.tv_nsec);
@@ -475,6 +481,10 @@ static int sidecar(const char *path, enum mode mode)
 		if (ret <= 0)
 			usleep(50);
 	}
+	cs_ipc_server_stats(srv, &st);
+	atomic_store(&sh->pipe_ops, st.pipe_ops);
+	atomic_store(&sh->pipe_slices, st.pipe_slices);
+	atomic_store(&sh->pipe_overlap, st.pipe_overlap);
 	cs_ipc_server_destroy(srv);
 	return 0;
 }
@@ -1199,6 +1209,47 @@ static int pipe_trainer(const char *path, int rank)
 	CHECK(!pipe_sum(c, g, x, x, rank, &r, true),
 	      "the operation after a failed step");
 
+	/* 6. the group fails (a node lost: a new view) with slice 1 on the
+	 * wire and slice 0's copies out stalled (until the backend is told
+	 * to forget the step): CS_ERR_PEER_LOST everywhere, then a new
+	 * group runs */
+	barrier(2, &nbar);
+	if (!rank) {
+		mark = atomic_load(&sh->nlog);
+		atomic_store(&sh->late, 0);
+		atomic_store(&sh->cancels, 0);
+		atomic_store(&sh->hold_sl, 1ull << 1);
+		atomic_store(&sh->stall, STALL_OUT);
+	}
+	barrier(2, &nbar);
+	err = pipe_sum(c, g, x, x, rank, &r, false);
+	if (!rank) {
+		CHECK(ev_wait(mark, EV_INTER_START, -1, 1, ALL_OFF, 1) &&
+			      ev_wait(mark, EV_START, 0, -1, ALL_OFF, 1),
+		      "slice 1 on the wire, slice 0 copying out");
+		atomic_store(&sh->view_now, 1);
+	}
+	st = err ? err : wait_for(c, r);
+	CHECK(st == CS_ERR_PEER_LOST, "the group failed mid-pipeline: %d", st);
+	barrier(2, &nbar);
+	if (!rank) {
+		CHECK(atomic_load(&sh->cancels) == 1 &&
+			      atomic_load(&sh->late) > 0,
+		      "the step on the wire cancelled (%u), copies in flight "
+		      "(finished after: %u)",
+		      atomic_load(&sh->cancels), atomic_load(&sh->late));
+		atomic_store(&sh->hold_sl, 0);
+		atomic_store(&sh->stall, STALL_NONE);
+		atomic_store(&sh->victim_dead, 0);
+	}
+	barrier(2, &nbar);
+	cs_group_leave(g);
+	g = NULL;
+	CHECK(!cs_group_join(c, "pipe2", rank, 4, rank, 2, &g) && g,
+	      "a new group");
+	CHECK(g && !pipe_sum(c, g, x, x, rank, &r, true),
+	      "an operation of the new group");
+
 	CHECK(!cs_buf_free(db), "free the device range");
 	CHECK(!cs_buf_free(hb), "free the host buffer");
 	cs_group_leave(g);
@@ -1358,6 +1409,16 @@ static void pipe_world(const char *path)
 	kill(sc, SIGTERM);
 	reap(sc, "sidecar");
 	unlink(path);
+	/* 12 operations of 6 slices each (4 of them cut short); copies
+	 * beside their own network step */
+	CHECK(atomic_load(&sh->pipe_ops) == 12 &&
+		      atomic_load(&sh->pipe_slices) == 72 &&
+		      atomic_load(&sh->pipe_overlap) > 0,
+	      "pipe: stats %llu operations, %llu slices, %llu pieces beside "
+	      "their step",
+	      (unsigned long long)atomic_load(&sh->pipe_ops),
+	      (unsigned long long)atomic_load(&sh->pipe_slices),
+	      (unsigned long long)atomic_load(&sh->pipe_overlap));
 	CHECK(!atomic_load(&sh->uaf),
 	      "pipe: %u copies in flight when their range or shadow went",
 	      atomic_load(&sh->uaf));
