@@ -317,8 +317,18 @@ int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
-	return cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc, key,
-			  val, err, errlen);
+	ret = cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc, key,
+			 val, err, errlen);
+	/* 0 (off) or 64K..1G: the table's bounds cannot say "or 0" */
+	if (!ret && !strcmp(key, "ipc.dev_pipe") && ic->ipc.dev_pipe &&
+	    ic->ipc.dev_pipe < (64u << 10)) {
+		snprintf(err, errlen,
+			 "config key 'ipc.dev_pipe': value '%s' is neither 0 "
+			 "(off) nor within [64K, 1G]",
+			 val);
+		return -EINVAL;
+	}
+	return ret;
 }
 
 void cs_daemon_ipc_help(FILE *out)

@@ -121,6 +121,11 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "the next one's device copy in and the previous one's copy out "
 	  "(sidecars with asynchronous device copies only; 0: never, else "
 	  "64K to 1G; the same on every node)" },
+	{ "ipc.dev_pipe_any", CS_CFG_BOOL,
+	  offsetof(struct cs_ipc_cfg, dev_pipe_any), "0", CS_CFG_NO_BOUNDS,
+	  "cut operations at ipc.dev_pipe in a sidecar without device "
+	  "copies too (host buffers: nothing to overlap; checks the cut "
+	  "across nodes without a GPU; the same on every node)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -1803,7 +1808,7 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 /*
  * Whether @in is cut into slices: a cross-node allreduce or broadcast of
  * more than ipc.dev_pipe bytes in a sidecar with asynchronous device
- * copies. Whether its buffers are on a device does not count: every node
+ * copies (or ipc.dev_pipe_any). Whether its buffers are on a device does not count: every node
  * must cut the same operation alike (the backend matches the slices'
  * steps by their number), and another node may have it in host memory.
  */
@@ -1812,7 +1817,8 @@ static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 {
 	const struct part *p0 = &in->parts[0];
 
-	return dev_async(s) && s->have_be && s->cfg.dev_pipe &&
+	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be &&
+	       s->cfg.dev_pipe &&
 	       g->local_size != g->size &&
 	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
 		p0->d.op == CS_IPC_OP_BROADCAST) &&

@@ -73,6 +73,9 @@ struct cs_ipc_cfg {
 	 * as slices of this many bytes, pipelined with their device copies
 	 * (0: never; only with asynchronous device copies) */
 	uint64_t dev_pipe;
+	/* cut at dev_pipe without asynchronous device copies too (host
+	 * buffers: nothing overlaps; checks the cut across nodes) */
+	bool dev_pipe_any;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
