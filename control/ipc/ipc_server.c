@@ -768,8 +768,8 @@ static void pipe_issue(struct cs_ipc_server *s, struct group *g,
 			slot++;
 		err = s->dev_ops->copy_start(
 			s->dev_ctx, sg->dev,
-			(uint64_t)(host + *ca - (uint8_t *)sg->base), host + *ca,
-			n, !out, &tok);
+			(uint64_t)(host + *ca - (uint8_t *)sg->base),
+			host + *ca, n, !out, &tok);
 		if (err) {
 			CS_WARN("device copy of %zu bytes did not start: %s", n,
 				cs_strerror(err));
@@ -817,8 +817,8 @@ static void dev_xfer_end(struct cs_ipc_server *s, struct dev_xfer *x, int ret)
 {
 	struct inst *in = x->in;
 	/* a copy in fails the instance, a copy out that part's result */
-	bool copy_in = in->dev_phase == DEV_PIPE ? !x->out
-						 : in->dev_phase == DEV_IN;
+	bool copy_in =
+		in->dev_phase == DEV_PIPE ? !x->out : in->dev_phase == DEV_IN;
 
 	if (ret < 0) {
 		CS_WARN("device copy failed: %s", cs_strerror(ret));
@@ -1808,9 +1808,10 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 /*
  * Whether @in is cut into slices: a cross-node allreduce or broadcast of
  * more than ipc.dev_pipe bytes in a sidecar with asynchronous device
- * copies (or ipc.dev_pipe_any). Whether its buffers are on a device does not count: every node
- * must cut the same operation alike (the backend matches the slices'
- * steps by their number), and another node may have it in host memory.
+ * copies (or ipc.dev_pipe_any). Whether its buffers are on a device
+ * does not count: every node must cut the same operation alike (the
+ * backend matches the slices' steps by their number), and another node
+ * may have it in host memory.
  */
 static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 			const struct inst *in)
@@ -1818,8 +1819,7 @@ static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 	const struct part *p0 = &in->parts[0];
 
 	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be &&
-	       s->cfg.dev_pipe &&
-	       g->local_size != g->size &&
+	       s->cfg.dev_pipe && g->local_size != g->size &&
 	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
 		p0->d.op == CS_IPC_OP_BROADCAST) &&
 	       p0->d.count * esz_of(p0) > s->cfg.dev_pipe;
@@ -1989,8 +1989,7 @@ static void pipe_start(struct cs_ipc_server *s, struct group *g,
 		inst_finish(s, g, in, ret, 0, -1);
 		return;
 	}
-	in->in_recv0 =
-		p0->d.op == CS_IPC_OP_ALLREDUCE || g->local_size == 1;
+	in->in_recv0 = p0->d.op == CS_IPC_OP_ALLREDUCE || g->local_size == 1;
 	in->op = op;
 	in->cookie = op.cookie;
 	in->inter = false;
@@ -2932,7 +2931,8 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 		 * the rank is lost (after the backend let go of the ops),
 		 * in the slice they wait in if one is pipelined */
 		uint64_t seq = g->next_done, tell = pending_mask(s, g);
-		uint32_t sl[IPC_MAX_GROUP_INFLIGHT], nsl[IPC_MAX_GROUP_INFLIGHT];
+		uint32_t sl[IPC_MAX_GROUP_INFLIGHT],
+			nsl[IPC_MAX_GROUP_INFLIGHT];
 
 		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++) {
 			const struct inst *in = &g->win[(seq + k) % IPC_WINDOW];

@@ -353,11 +353,11 @@ static int wire_start(void *ctx, const struct cs_ipc_inter_op *op)
 			wire[i] = (struct wire_op){ .used = true,
 						    .n = wire_n++,
 						    .op = *op };
-			log_ev(&(struct ev){ .kind = EV_INTER_START,
-					     .op = wire[i].n,
-					     .slice = op->slices
-							      ? (int32_t)op->slice
-							      : -1 });
+			log_ev(&(struct ev){
+				.kind = EV_INTER_START,
+				.op = wire[i].n,
+				.slice =
+					op->slices ? (int32_t)op->slice : -1 });
 			return 0;
 		}
 	return -EBUSY;
@@ -413,8 +413,7 @@ static void wire_tick(struct cs_ipc_server *srv)
 		/* a broadcast from the other node (ranks 2, 3): a pattern of
 		 * the slice and the element in it */
 		if (w->op.kind == CS_IPC_INTER_BROADCAST &&
-		    w->op.dtype == CS_F32 &&
-		    w->op.root >= w->op.local_size)
+		    w->op.dtype == CS_F32 && w->op.root >= w->op.local_size)
 			for (uint64_t k = 0; k < w->op.count; k++)
 				b[k] = (float)((sl > 0 ? sl : 0) * 1000 +
 					       (int)(k % 997));
@@ -1007,7 +1006,7 @@ static bool ev_wait(uint32_t from, int kind, int to_host, int slice,
 	return false;
 }
 
-#define SL(k) ((uint64_t)(k) * PIPE_SLICE_BYTES)
+#define SL(k) ((uint64_t)(k)*PIPE_SLICE_BYTES)
 #define ALL_OFF 0, UINT64_MAX
 
 /* x[i] = (rank + 1) i, summed here and doubled by the other node: 6 i */
@@ -1098,8 +1097,7 @@ static int pipe_trainer(const char *path, int rank)
 		      ev_count(mark, EV_DONE, 0, -1, 0, SL(PIPE_N - 1)));
 		CHECK(cs_test(c, r) == -EINPROGRESS,
 		      "not complete while its last slice is on the wire");
-		CHECK(ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF) ==
-			      PIPE_N,
+		CHECK(ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF) == PIPE_N,
 		      "one step per slice: %u",
 		      ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF));
 		atomic_store(&sh->hold_sl, 0);
@@ -1108,8 +1106,9 @@ static int pipe_trainer(const char *path, int rank)
 	CHECK(!st, "pipelined allreduce: %d", st);
 	for (size_t i = 0; !st && i < COUNT; i++)
 		if (x[i] != 6.0f * (float)i) {
-			CHECK(0, "pipelined allreduce rank %d [%zu]: %g, want "
-				 "%g",
+			CHECK(0,
+			      "pipelined allreduce rank %d [%zu]: %g, want "
+			      "%g",
 			      rank, i, x[i], 6.0f * (float)i);
 			break;
 		}
@@ -1150,12 +1149,14 @@ static int pipe_trainer(const char *path, int rank)
 	CHECK(st == -EIO, "a failed copy in (slice 1 or 2): %d", st);
 	barrier(2, &nbar);
 	if (!rank) {
-		uint32_t steps = ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF);
+		uint32_t steps =
+			ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF);
 
 		CHECK(steps >= 1 && steps < PIPE_N &&
 			      ev_count(mark, EV_VERDICT, -1, (int)steps,
 				       ALL_OFF) == 1,
-		      "one verdict for slice %u (the first not started)", steps);
+		      "one verdict for slice %u (the first not started)",
+		      steps);
 	}
 	CHECK(!pipe_sum(c, g, x, x, rank, &r, true),
 	      "the operation after a failed copy in");
