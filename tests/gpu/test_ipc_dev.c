@@ -10,7 +10,9 @@
  * copy_poll) that finish after a random number of polls, out of order.
  * Then, asynchronous only: the overlap of one operation's copies with
  * another's network step (a fake backend; seen in the fake's log of
- * calls, not timed), and a trainer that dies with copies in flight. */
+ * calls, not timed), and a trainer that dies with copies in flight.
+ * Then one large operation cut into ipc.dev_pipe slices, its copies
+ * beside its own network step (pipe_trainer(), pipe_die_trainer()). */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
