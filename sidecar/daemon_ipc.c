@@ -317,8 +317,18 @@ int cs_daemon_ipc_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
-	return cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc, key,
-			  val, err, errlen);
+	ret = cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &ic->ipc, key,
+			 val, err, errlen);
+	/* 0 (off) or 64K..1G: the table's bounds cannot say "or 0" */
+	if (!ret && !strcmp(key, "ipc.dev_pipe") && ic->ipc.dev_pipe &&
+	    ic->ipc.dev_pipe < (64u << 10)) {
+		snprintf(err, errlen,
+			 "config key 'ipc.dev_pipe': value '%s' is neither 0 "
+			 "(off) nor within [64K, 1G]",
+			 val);
+		return -EINVAL;
+	}
+	return ret;
 }
 
 void cs_daemon_ipc_help(FILE *out)
@@ -422,8 +432,13 @@ static uint32_t op_id_of(const struct cs_ipc_inter_op *op)
 	 * a new view counts k from 0 again (cs_ipc_server_regroup), and the
 	 * transport core must not take its operations for the ones of the
 	 * same k in the view before (they may still be remembered there). */
+	/* A pipelined instance's slices (cs_ipc_inter_op.slice, at most
+	 * 2048) run as steps of their own: slice s xors s x 0x5a3 (odd, so
+	 * every slice of one operation gets other hash bits) into them;
+	 * slice 0, and an operation that is not cut, has the plain id. */
 	return 0x80000000u |
-	       ((name_hash(op->group) ^ op->epoch) & 0x7ff) << 18 |
+	       ((name_hash(op->group) ^ op->epoch ^ (op->slice * 0x5a3u)) &
+		0x7ff) << 18 |
 	       ((uint32_t)op->cookie & 0x3ffff);
 }
 
@@ -2141,6 +2156,20 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 			(void)!write(x->efd, &(uint64_t){ 1 },
 				     sizeof(uint64_t));
 		pthread_join(x->thr, NULL);
+	}
+	/* what the device pipeline did (ipc.dev_pipe; scripts/gpu-check.sh
+	 * reads this line) */
+	{
+		struct cs_ipc_stats st;
+
+		cs_ipc_server_stats(x->srv, &st);
+		if (st.pipe_ops)
+			CS_INFO("device pipeline: %llu operations in %llu "
+				"slices; %llu copy pieces ran beside their own "
+				"operation's network step",
+				(unsigned long long)st.pipe_ops,
+				(unsigned long long)st.pipe_slices,
+				(unsigned long long)st.pipe_overlap);
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);

@@ -46,6 +46,14 @@
 #define IPC_DEV_CHUNK_MIN 4096u
 #define IPC_DEV_CHUNK_MAX ((uint64_t)1 << 30)
 #define IPC_DEV_DEPTH_MAX 256u
+/* ipc.dev_pipe: 0 (off) or within these; an instance is cut into at most
+ * IPC_PIPE_MAX_SLICES slices (larger ones if it must: the backend's ids
+ * tell that many apart), and its copies in run at most IPC_PIPE_AHEAD
+ * slices ahead of its network step */
+#define IPC_DEV_PIPE_MIN ((uint64_t)64 << 10)
+#define IPC_DEV_PIPE_MAX ((uint64_t)1 << 30)
+#define IPC_PIPE_MAX_SLICES 2048u
+#define IPC_PIPE_AHEAD 4u
 
 const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	{ "ipc.socket", CS_CFG_STR, offsetof(struct cs_ipc_cfg, socket_path),
@@ -106,6 +114,18 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "8", 1, IPC_DEV_DEPTH_MAX,
 	  "device <-> shadow copy pieces in flight at once in the sidecar, "
 	  "over all operations (with asynchronous device copies)" },
+	{ "ipc.dev_pipe", CS_CFG_SIZE, offsetof(struct cs_ipc_cfg, dev_pipe),
+	  "16M", 0, (double)IPC_DEV_PIPE_MAX,
+	  "a cross-node allreduce or broadcast larger than this runs in "
+	  "slices of this size, each slice's network step overlapped with "
+	  "the next one's device copy in and the previous one's copy out "
+	  "(sidecars with asynchronous device copies only; 0: never, else "
+	  "64K to 1G; the same on every node)" },
+	{ "ipc.dev_pipe_any", CS_CFG_BOOL,
+	  offsetof(struct cs_ipc_cfg, dev_pipe_any), "0", CS_CFG_NO_BOUNDS,
+	  "cut operations at ipc.dev_pipe in a sidecar without device "
+	  "copies too (host buffers: nothing to overlap; checks the cut "
+	  "across nodes without a GPU; the same on every node)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -196,6 +216,22 @@ struct inst {
 	uint32_t fin_aux;
 	struct group *dev_g;
 	struct inst *dev_next;
+	/*
+	 * A pipelined instance (DEV_PIPE, pipe_start()): @pipe_n slices of
+	 * @pipe_elems elements (0: not pipelined); the next slice whose
+	 * network step starts (@pipe_net; @pipe_wire: the one before is on
+	 * the wire), slices whose step ended (@pipe_done); the copy in's
+	 * cursor is dev_l / dev_r / dev_at in slice @pipe_in, with its
+	 * pieces in flight by slice (@pipe_in_busy, slice % IPC_PIPE_AHEAD);
+	 * the copy out's cursor: slice @pipe_out, part, range, bytes.
+	 */
+	uint32_t pipe_n;
+	uint64_t pipe_elems;
+	uint32_t pipe_net, pipe_done, pipe_in, pipe_out;
+	bool pipe_wire;
+	uint32_t pipe_in_busy[IPC_PIPE_AHEAD];
+	uint32_t pout_l, pout_r;
+	size_t pout_at;
 };
 
 enum dev_phase {
@@ -204,6 +240,9 @@ enum dev_phase {
 	DEV_RUN, /* copied in: running */
 	DEV_OUT, /* its results go back to the device */
 	DEV_DONE, /* copied out: its completions may go */
+	/* pipelined (ipc.dev_pipe): slices copy in, go on the wire and
+	 * copy out at once, each slice in that order */
+	DEV_PIPE,
 };
 
 /* One device copy piece in flight: whose, and the device ops' token. */
@@ -211,6 +250,9 @@ struct dev_xfer {
 	struct inst *in; /* NULL: a free slot */
 	uint32_t part;
 	uint64_t token;
+	/* DEV_PIPE: a copy out (else in), of this slice */
+	bool out;
+	uint32_t slice;
 };
 
 /* A staging buffer of a group's pool: kept between operations (grown,
@@ -587,9 +629,17 @@ static void dev_unlink(struct cs_ipc_server *s, struct inst *in)
  * finish: DEV_IN, the instance (dev_err); DEV_OUT, that part's result
  * (dev_eio, the rest of its range skipped).
  */
+static void pipe_issue(struct cs_ipc_server *s, struct group *g,
+		       struct inst *in);
+
 static void dev_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	uint32_t slot = 0;
+
+	if (in->dev_phase == DEV_PIPE) {
+		pipe_issue(s, g, in);
+		return;
+	}
 
 	while (s->xf_used < s->cfg.dev_depth && !in->dev_err &&
 	       in->dev_l < g->local_size) {
@@ -636,6 +686,114 @@ static void dev_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	}
 }
 
+/*
+ * Range @r of part @l of pipelined @in (DEV_PIPE), cut to slice @k:
+ * copied in (!@out: dev_range()'s DEV_IN) or out (DEV_OUT). Both an
+ * allreduce's and a broadcast's ranges are the operation's elements, so a
+ * slice is the same element range in each. False if there is none.
+ */
+static bool pipe_range(const struct group *g, const struct inst *in, bool out,
+		       uint32_t k, uint32_t l, uint32_t r, struct seg **sg,
+		       uint8_t **host, size_t *len)
+{
+	size_t esz = cs_dtype_size((enum cs_dtype)in->parts[0].d.dtype);
+	size_t a = (size_t)k * in->pipe_elems * esz;
+
+	if (!dev_range(g, in, out ? DEV_OUT : DEV_IN, l, r, sg, host, len) ||
+	    a >= *len)
+		return false;
+	*host += a;
+	*len = CS_MIN(*len - a, (size_t)in->pipe_elems * esz);
+	return true;
+}
+
+/*
+ * Issue pipelined @in's next pieces while the server has free slots:
+ * first its copies in, slice after slice, at most IPC_PIPE_AHEAD slices
+ * ahead of the next network step; then the copies out of the slices whose
+ * step ended. After a failed copy in nothing more is issued (the
+ * instance fails with -EIO); a failed copy out skips the rest of that
+ * part's result (-EIO for it), as dev_issue().
+ */
+static void pipe_issue(struct cs_ipc_server *s, struct group *g,
+		       struct inst *in)
+{
+	uint32_t slot = 0;
+
+	while (s->xf_used < s->cfg.dev_depth && !in->dev_err) {
+		bool out;
+		uint32_t k, *cl, *cr;
+		size_t *ca, len, n;
+		struct seg *sg;
+		uint8_t *host;
+		uint64_t tok = 0;
+		int err;
+
+		if (in->pipe_in < in->pipe_n &&
+		    in->pipe_in < in->pipe_net + IPC_PIPE_AHEAD) {
+			out = false;
+			k = in->pipe_in;
+			cl = &in->dev_l;
+			cr = &in->dev_r;
+			ca = &in->dev_at;
+		} else if (in->pipe_out < in->pipe_done) {
+			out = true;
+			k = in->pipe_out;
+			cl = &in->pout_l;
+			cr = &in->pout_r;
+			ca = &in->pout_at;
+		} else {
+			break;
+		}
+		if (*cl >= g->local_size) { /* slice k: every piece issued */
+			*cl = *cr = 0;
+			*ca = 0;
+			if (out)
+				in->pipe_out++;
+			else
+				in->pipe_in++;
+			continue;
+		}
+		if (!pipe_range(g, in, out, k, *cl, *cr, &sg, &host, &len) ||
+		    *ca >= len || (out && in->parts[*cl].dev_eio)) {
+			*ca = 0;
+			if (++*cr == 2) {
+				*cr = 0;
+				++*cl;
+			}
+			continue;
+		}
+		n = CS_MIN(len - *ca, (size_t)s->cfg.dev_chunk);
+		while (s->xf[slot].in)
+			slot++;
+		err = s->dev_ops->copy_start(
+			s->dev_ctx, sg->dev,
+			(uint64_t)(host + *ca - (uint8_t *)sg->base),
+			host + *ca, n, !out, &tok);
+		if (err) {
+			CS_WARN("device copy of %zu bytes did not start: %s", n,
+				cs_strerror(err));
+			if (!out)
+				in->dev_err = true;
+			else
+				in->parts[*cl].dev_eio = true;
+			continue;
+		}
+		s->xf[slot] = (struct dev_xfer){ .in = in,
+						 .part = *cl,
+						 .token = tok,
+						 .out = out,
+						 .slice = k };
+		s->xf_used++;
+		in->dev_busy++;
+		if (!out)
+			in->pipe_in_busy[k % IPC_PIPE_AHEAD]++;
+		if (in->pipe_wire)
+			s->st.pipe_overlap++;
+		*ca += n;
+	}
+}
+
 /* Start copying @in's device ranges in (DEV_IN) or out (DEV_OUT). */
 static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
 		      unsigned phase)
@@ -658,14 +816,19 @@ static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
 static void dev_xfer_end(struct cs_ipc_server *s, struct dev_xfer *x, int ret)
 {
 	struct inst *in = x->in;
+	/* a copy in fails the instance, a copy out that part's result */
+	bool copy_in =
+		in->dev_phase == DEV_PIPE ? !x->out : in->dev_phase == DEV_IN;
 
 	if (ret < 0) {
 		CS_WARN("device copy failed: %s", cs_strerror(ret));
-		if (in->dev_phase == DEV_IN)
+		if (copy_in)
 			in->dev_err = true;
 		else
 			in->parts[x->part].dev_eio = true;
 	}
+	if (in->dev_phase == DEV_PIPE && !x->out)
+		in->pipe_in_busy[x->slice % IPC_PIPE_AHEAD]--;
 	x->in = NULL;
 	s->xf_used--;
 	in->dev_busy--;
@@ -705,6 +868,8 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 			 int status, unsigned detail, int32_t peer);
 static void run_now(struct cs_ipc_server *s, struct group *g, struct inst *in);
 static void run_ready(struct cs_ipc_server *s, struct group *g);
+static bool pipe_advance(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in);
 
 /* @in's copies of its current phase are all done: on to the next one. */
 static void dev_phase_done(struct cs_ipc_server *s, struct group *g,
@@ -754,6 +919,14 @@ again: /* a phase that ends may start or end others: from the head again */
 	for (struct inst *in = s->dev_head; in; in = in->dev_next) {
 		struct group *g = in->dev_g;
 
+		if (in->dev_phase == DEV_PIPE) {
+			if (pipe_advance(s, g, in)) { /* it finished */
+				run_ready(s, g);
+				work++;
+				goto again;
+			}
+			continue;
+		}
 		dev_issue(s, g, in);
 		if (!in->dev_busy &&
 		    (in->dev_err || in->dev_l >= g->local_size)) {
@@ -783,6 +956,8 @@ static void inst_retire(struct cs_ipc_server *s, struct group *g,
 	in->parked = false;
 	in->a2av_step = 0;
 	in->arrived = 0;
+	in->pipe_n = 0;
+	in->pipe_wire = false;
 	if (in->seq != g->next_done) {
 		in->done = true;
 		return;
@@ -810,7 +985,8 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 	bool copied = in->dev_phase == DEV_DONE;
 
 	/* ended while it copies: its pieces in flight finish first */
-	if (in->dev_phase == DEV_IN || in->dev_phase == DEV_OUT)
+	if (in->dev_phase == DEV_IN || in->dev_phase == DEV_OUT ||
+	    in->dev_phase == DEV_PIPE)
 		dev_drain(s, in);
 	/* a result for device memory: copied out first, completed after */
 	if (!status && !copied && dev_async(s) && dev_needs(g, in, DEV_OUT)) {
@@ -958,18 +1134,19 @@ static void copy_pieces(struct cs_ipc_server *s, void *dst, const void *src,
  * direct exchange's order (ring.c), so a group reduced here and the same
  * group spread over nodes give the same bits.
  */
-static void reduce_local(struct cs_ipc_server *s, struct group *g,
-			 struct inst *in, uint8_t *acc, size_t n)
+static void reduce_local_at(struct cs_ipc_server *s, struct group *g,
+			    struct inst *in, uint8_t *acc, size_t from,
+			    size_t n)
 {
 	struct part *p0 = &in->parts[0];
-	size_t esz = esz_of(p0), piece = IPC_PIECE / esz;
+	size_t esz = esz_of(p0), piece = IPC_PIECE / esz, fb = from * esz;
 	cs_reduce_fn fn = cs_reduce_get((enum cs_dtype)p0->d.dtype,
 					(enum cs_redop)p0->d.redop);
 
 	/* acc is local rank 0's send (in place) or clear of every send */
 	if (g->local_size == 1) {
-		if (acc != p0->send)
-			copy_pieces(s, acc, p0->send, n * esz);
+		if (acc != p0->send + fb)
+			copy_pieces(s, acc, p0->send + fb, n * esz);
 		return;
 	}
 	if (!fn) /* validate() let no bad dtype or redop through */
@@ -979,14 +1156,20 @@ static void reduce_local(struct cs_ipc_server *s, struct group *g,
 		uint32_t l = 1;
 
 		/* acc = send0 op send1: no copy first */
-		fn(acc + b, (uint8_t *)p0->send + b,
-		   (uint8_t *)in->parts[l++].send + b, m);
+		fn(acc + b, (uint8_t *)p0->send + fb + b,
+		   (uint8_t *)in->parts[l++].send + fb + b, m);
 		for (; l < g->local_size; l++)
-			fn(acc + b, acc + b, (uint8_t *)in->parts[l].send + b,
-			   m);
+			fn(acc + b, acc + b,
+			   (uint8_t *)in->parts[l].send + fb + b, m);
 		if (off + m < n)
 			progress(s);
 	}
+}
+
+static void reduce_local(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in, uint8_t *acc, size_t n)
+{
+	reduce_local_at(s, g, in, acc, 0, n);
 }
 
 /*
@@ -1595,10 +1778,13 @@ static bool a2a_layout_ok(const struct group *g)
  * until their transport gives up on it ("stopped answering"). The
  * backend tells them why instead (CS_IPC_INTER_VERDICT).
  */
-static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
-			 int status, unsigned detail, int32_t peer)
+static void send_verdict_at(struct cs_ipc_server *s, struct group *g,
+			    uint64_t seq, uint32_t slice, uint32_t slices,
+			    int status, unsigned detail, int32_t peer)
 {
 	struct cs_ipc_inter_op op = {
+		.slice = slice,
+		.slices = slices,
 		.cookie = cookie_of(g, seq),
 		.group = g->name,
 		.group_size = g->size,
@@ -1620,6 +1806,223 @@ static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
 		CS_WARN("group '%s' op %llu: the other nodes are not told "
 			"why it failed here (%s)",
 			g->name, (unsigned long long)seq, cs_strerror(ret));
+}
+
+static void send_verdict(struct cs_ipc_server *s, struct group *g, uint64_t seq,
+			 int status, unsigned detail, int32_t peer)
+{
+	send_verdict_at(s, g, seq, 0, 0, status, detail, peer);
+}
+
+/* ---- pipelined device instances (ipc.dev_pipe) ------------------------ */
+
+/*
+ * Whether @in is cut into slices: a cross-node allreduce or broadcast of
+ * more than ipc.dev_pipe bytes in a sidecar with asynchronous device
+ * copies (or ipc.dev_pipe_any). Whether its buffers are on a device
+ * does not count: every node must cut the same operation alike (the
+ * backend matches the slices' steps by their number), and another node
+ * may have it in host memory.
+ */
+static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
+			const struct inst *in)
+{
+	const struct part *p0 = &in->parts[0];
+
+	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be &&
+	       s->cfg.dev_pipe && g->local_size != g->size &&
+	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
+		p0->d.op == CS_IPC_OP_BROADCAST) &&
+	       p0->d.count * esz_of(p0) > s->cfg.dev_pipe;
+}
+
+/*
+ * The slice of pipelined @in whose step the other nodes wait in for this
+ * node's part: the one on the wire here (or parked), else the next one.
+ */
+static uint32_t pipe_wait_slice(const struct inst *in)
+{
+	return in->pipe_wire ? in->pipe_net - 1 : in->pipe_net;
+}
+
+/*
+ * Slice @k of pipelined @in is in (its device pieces, every node's own):
+ * combine it here as run_inter() does the whole and hand its step to the
+ * backend, with the instance's cookie and the slice's number.
+ */
+static void pipe_step(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	uint32_t k = in->pipe_net;
+	size_t esz = esz_of(p0), from = (size_t)k * in->pipe_elems;
+	size_t m = CS_MIN((size_t)in->pipe_elems, (size_t)p0->d.count - from);
+	size_t a = from * esz;
+	struct cs_ipc_inter_op op = in->op;
+	int root;
+
+	op.slice = k;
+	op.slices = in->pipe_n;
+	op.count = op.block = m;
+	op.sendbuf = NULL;
+	if (k) { /* the first slice checks the group (or re-forms it) */
+		op.again = true;
+		op.regroup = false;
+	}
+	if (p0->d.op == CS_IPC_OP_ALLREDUCE) {
+		op.buf = p0->recv + a;
+		if (g->local_size == 1 && p0->send != p0->recv)
+			op.sendbuf = p0->send + a;
+		else
+			reduce_local_at(s, g, in, p0->recv + a, from, m);
+	} else if (in->in_recv0) { /* broadcast, one local rank */
+		op.buf = p0->recv + a;
+	} else {
+		op.buf = staging_of(in) + a;
+		root = local_of(g, p0->d.root);
+		if (root >= 0)
+			memcpy(op.buf, in->parts[root].recv + a, m * esz);
+	}
+	in->pipe_net++;
+	in->pipe_wire = true;
+	in->inter = true;
+	in->op = op;
+	inter_start(s, g, in);
+}
+
+/* The step of pipelined @in's slice pipe_done ended well: its result to
+ * every local rank (fan_out() of that slice), then on. */
+static void pipe_step_done(struct cs_ipc_server *s, struct group *g,
+			   struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0), from = (size_t)in->pipe_done * in->pipe_elems;
+	size_t m = CS_MIN((size_t)in->pipe_elems, (size_t)p0->d.count - from);
+	size_t a = from * esz;
+
+	for (uint32_t l = 0; l < g->local_size; l++) {
+		struct part *p = &in->parts[l];
+
+		if (!in->in_recv0)
+			copy_pieces(s, p->recv + a, staging_of(in) + a,
+				    m * esz);
+		else if (l)
+			copy_pieces(s, p->recv + a, p0->recv + a, m * esz);
+	}
+	in->pipe_done++;
+	in->pipe_wire = false;
+	in->inter = false;
+	if (pipe_advance(s, g, in))
+		run_ready(s, g);
+}
+
+/*
+ * Move pipelined @in on: issue its pieces, start the next slice's step
+ * once its pieces are in and the step before ended, and post its
+ * completions once every slice's result is out. A failed copy in: once
+ * the step on the wire (if any) ended and its pieces in flight are done,
+ * the other nodes are told (a verdict naming the slice they wait in next)
+ * and every local rank gets -EIO. Returns true if @in finished.
+ */
+static bool pipe_advance(struct cs_ipc_server *s, struct group *g,
+			 struct inst *in)
+{
+	pipe_issue(s, g, in);
+	if (in->dev_err) {
+		if (in->pipe_wire || in->dev_busy)
+			return false;
+		dev_unlink(s, in);
+		in->dev_phase = DEV_NONE;
+		send_verdict_at(s, g, in->seq, pipe_wait_slice(in), in->pipe_n,
+				-EIO, 0, -1);
+		inst_finish(s, g, in, -EIO, 0, -1);
+		return true;
+	}
+	if (!in->pipe_wire && in->pipe_net < in->pipe_n &&
+	    in->pipe_in > in->pipe_net &&
+	    !in->pipe_in_busy[in->pipe_net % IPC_PIPE_AHEAD]) {
+		pipe_step(s, g, in);
+		if (in->dev_phase != DEV_PIPE) /* refused: finished */
+			return true;
+		pipe_issue(s, g, in); /* one slice more may copy in now */
+	}
+	if (in->pipe_done == in->pipe_n && in->pipe_out == in->pipe_n &&
+	    !in->dev_busy) {
+		dev_unlink(s, in);
+		in->dev_phase = DEV_DONE;
+		inst_finish_ex(s, g, in, 0, 0, -1, 0);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Cut @in (pipe_wanted()) into slices of ipc.dev_pipe bytes (larger if
+ * it would take more than IPC_PIPE_MAX_SLICES: the same on every node)
+ * and start its copies in; its first step starts when slice 0 is in.
+ */
+static void pipe_start(struct cs_ipc_server *s, struct group *g,
+		       struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	size_t esz = esz_of(p0);
+	uint64_t n = p0->d.count;
+	uint64_t e = s->cfg.dev_pipe / esz;
+	struct cs_ipc_inter_op op = {
+		.cookie = cookie_of(g, in->seq),
+		.group = g->name,
+		.group_size = g->size,
+		.local_size = g->local_size,
+		.local_ranks = g->ranks,
+		.kind = p0->d.op == CS_IPC_OP_ALLREDUCE
+				? CS_IPC_INTER_ALLREDUCE
+				: CS_IPC_INTER_BROADCAST,
+		.dtype = (enum cs_dtype)p0->d.dtype,
+		.redop = (enum cs_redop)p0->d.redop,
+		.root = p0->d.root,
+		.epoch = g->epoch,
+		.regroup = g->regroup,
+		.blocked = g->blocked && !g->regroup,
+		.nodes = nodes_of(g),
+	};
+	struct inst **pp = &s->dev_head;
+	int ret;
+
+	if (e < (n + IPC_PIPE_MAX_SLICES - 1) / IPC_PIPE_MAX_SLICES)
+		e = (n + IPC_PIPE_MAX_SLICES - 1) / IPC_PIPE_MAX_SLICES;
+	if (!e)
+		e = 1;
+	/* a broadcast with several local ranks goes through the staging */
+	ret = stage_take(s, g, in,
+			 p0->d.op == CS_IPC_OP_BROADCAST && g->local_size > 1
+				 ? n * esz
+				 : 1);
+	if (ret) {
+		inst_finish(s, g, in, ret, 0, -1);
+		return;
+	}
+	in->in_recv0 = p0->d.op == CS_IPC_OP_ALLREDUCE || g->local_size == 1;
+	in->op = op;
+	in->cookie = op.cookie;
+	in->inter = false;
+	in->pipe_elems = e;
+	in->pipe_n = (uint32_t)((n + e - 1) / e);
+	s->st.pipe_ops++;
+	s->st.pipe_slices += in->pipe_n;
+	in->pipe_net = in->pipe_done = in->pipe_in = in->pipe_out = 0;
+	in->pipe_wire = false;
+	memset(in->pipe_in_busy, 0, sizeof(in->pipe_in_busy));
+	in->pout_l = in->pout_r = 0;
+	in->pout_at = 0;
+	in->dev_phase = DEV_PIPE;
+	in->dev_err = false;
+	in->dev_l = in->dev_r = 0;
+	in->dev_at = 0;
+	in->dev_g = g;
+	while (*pp)
+		pp = &(*pp)->dev_next;
+	*pp = in;
+	in->dev_next = NULL;
+	pipe_advance(s, g, in);
 }
 
 /* Every local rank posted @in, and it may start (run_ready()): run it. */
@@ -1668,6 +2071,12 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		send_verdict(s, g, in->seq, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT,
 			     -1);
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
+		return;
+	}
+	/* large enough to be cut in slices (on every node alike): each
+	 * slice's network step beside the next one's copies in */
+	if (pipe_wanted(s, g, in)) {
+		pipe_start(s, g, in);
 		return;
 	}
 	/* device inputs: copied in first, run when they are all there
@@ -1852,6 +2261,11 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	in = inst_of(g, cookie);
 	if (!in)
 		return;
+	if (!status && in->pipe_n) { /* a slice's step: the next ones */
+		pipe_step_done(s, g, in);
+		run_ready(s, g);
+		return;
+	}
 	if (!status && in->a2av_step == 1) { /* its counts are in */
 		a2av_data(s, g, in);
 		run_ready(s, g);
@@ -2525,8 +2939,21 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			continue;
 		struct group *g = m->g;
 		/* the other nodes wait for this one in those ops: tell them
-		 * the rank is lost (after the backend let go of the ops) */
+		 * the rank is lost (after the backend let go of the ops),
+		 * in the slice they wait in if one is pipelined */
 		uint64_t seq = g->next_done, tell = pending_mask(s, g);
+		uint32_t sl[IPC_MAX_GROUP_INFLIGHT],
+			nsl[IPC_MAX_GROUP_INFLIGHT];
+
+		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++) {
+			const struct inst *in = &g->win[(seq + k) % IPC_WINDOW];
+
+			sl[k] = nsl[k] = 0;
+			if (tell >> k & 1 && in->pipe_n) {
+				sl[k] = pipe_wait_slice(in);
+				nsl[k] = in->pipe_n;
+			}
+		}
 
 		/* Completions to @t itself are discarded below. */
 		if (g->nmembers > 1)
@@ -2535,8 +2962,9 @@ static void trainer_drop(struct cs_ipc_server *s, uint32_t slot,
 			group_cancel(s, g);
 		for (unsigned k = 0; k < IPC_MAX_GROUP_INFLIGHT; k++)
 			if (tell >> k & 1)
-				send_verdict(s, g, seq + k, CS_ERR_PEER_LOST,
-					     CS_IPC_LOST_RANK, m->rank);
+				send_verdict_at(s, g, seq + k, sl[k], nsl[k],
+						CS_ERR_PEER_LOST,
+						CS_IPC_LOST_RANK, m->rank);
 		member_remove(s, m);
 	}
 	for (uint32_t i = 0; i < s->cfg.max_segments; i++)
@@ -3408,6 +3836,13 @@ int cs_ipc_server_create(const struct cs_ipc_cfg *cfg,
 	if (!cfg->dev_depth || cfg->dev_depth > IPC_DEV_DEPTH_MAX) {
 		CS_ERR("ipc.dev_depth: %u, not within 1..%u", cfg->dev_depth,
 		       IPC_DEV_DEPTH_MAX);
+		return -EINVAL;
+	}
+	if (cfg->dev_pipe && (cfg->dev_pipe < IPC_DEV_PIPE_MIN ||
+			      cfg->dev_pipe > IPC_DEV_PIPE_MAX)) {
+		CS_ERR("ipc.dev_pipe: %llu bytes, not 0 (off) or within "
+		       "64K..1G",
+		       (unsigned long long)cfg->dev_pipe);
 		return -EINVAL;
 	}
 	if (strlen(cfg->socket_path) >= sizeof(sa.sun_path) ||

@@ -69,6 +69,13 @@ struct cs_ipc_cfg {
 	 * its shadow, and pieces in flight at once in the whole server */
 	uint64_t dev_chunk;
 	uint32_t dev_depth;
+	/* a cross-node allreduce or broadcast of more bytes than this runs
+	 * as slices of this many bytes, pipelined with their device copies
+	 * (0: never; only with asynchronous device copies) */
+	uint64_t dev_pipe;
+	/* cut at dev_pipe without asynchronous device copies too (host
+	 * buffers: nothing overlaps; checks the cut across nodes) */
+	bool dev_pipe_any;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -152,6 +159,17 @@ struct cs_ipc_inter_op {
 	 * all-to-all-v: its counts, then its data): no membership check,
 	 * and the same cookie */
 	bool again;
+	/*
+	 * A pipelined instance (ipc.dev_pipe): its cross-node step runs as
+	 * @slices steps, one after the other, with the same cookie: this is
+	 * step @slice (0 .. @slices - 1; @again from the second on), on
+	 * elements [@slice x the slice's size, + @count) of the instance.
+	 * Every node derives the same slices from the operation's size and
+	 * ipc.dev_pipe, so the backend tells the steps apart by @slice. An
+	 * instance that is not split: @slice 0, @slices 0. A verdict of a
+	 * pipelined instance names the slice the other nodes wait in.
+	 */
+	uint32_t slice, slices;
 	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
 	int32_t status;
 	uint16_t detail;
@@ -247,6 +265,13 @@ struct cs_ipc_stats {
 	uint64_t groups; /* live groups */
 	uint64_t hello_timeouts; /* closed: no hello within the deadline */
 	uint64_t full; /* refused: every trainer slot taken */
+	/* pipelined device instances (ipc.dev_pipe): how many, their
+	 * slices, and their device copy pieces started while a step of the
+	 * same instance was on the wire (its copies beside its own network
+	 * step) */
+	uint64_t pipe_ops;
+	uint64_t pipe_slices;
+	uint64_t pipe_overlap;
 };
 
 /**

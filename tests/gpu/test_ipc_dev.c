@@ -10,7 +10,9 @@
  * copy_poll) that finish after a random number of polls, out of order.
  * Then, asynchronous only: the overlap of one operation's copies with
  * another's network step (a fake backend; seen in the fake's log of
- * calls, not timed), and a trainer that dies with copies in flight. */
+ * calls, not timed), and a trainer that dies with copies in flight.
+ * Then one large operation cut into ipc.dev_pipe slices, its copies
+ * beside its own network step (pipe_trainer(), pipe_die_trainer()). */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -39,7 +41,7 @@ static const unsigned char the_uuid[16] = { 0x42, 0x42 };
 
 enum { FAIL_NONE, FAIL_TO_HOST, FAIL_FROM_HOST };
 enum { STALL_NONE, STALL_ALL, STALL_OUT }; /* STALL_OUT: shadow -> device */
-enum { EV_START, EV_DONE, EV_INTER_START, EV_INTER_DONE };
+enum { EV_START, EV_DONE, EV_INTER_START, EV_INTER_DONE, EV_VERDICT };
 
 #define LOG_MAX 8192
 
@@ -47,6 +49,7 @@ struct ev {
 	uint8_t kind; /* EV_* */
 	uint8_t to_host;
 	uint32_t op; /* EV_INTER_*: the backend's operation number */
+	int32_t slice; /* EV_INTER_*, EV_VERDICT: the step's slice, or -1 */
 	uint64_t off; /* EV_START / EV_DONE: offset in the device range */
 	uint64_t len;
 };
@@ -62,6 +65,15 @@ struct shared {
 	_Atomic uint32_t eio; /* trainers that got -EIO (copy out) */
 	_Atomic uint32_t bar; /* barrier() */
 	_Atomic uint64_t hold; /* bit n: the backend holds its n-th step */
+	/* bit s: the backend holds the step of slice s of a pipelined
+	 * instance (ipc.dev_pipe) */
+	_Atomic uint64_t hold_sl;
+	_Atomic int fail_skip; /* copies the way of sh->fail that go first */
+	_Atomic int fail_slice; /* s + 1: the step of slice s fails */
+	_Atomic uint32_t cancels; /* steps the backend was told to forget */
+	_Atomic uint32_t inflight_at_fail; /* copies when fail_slice hit */
+	_Atomic int view_now; /* the sidecar moves to a new node view */
+	_Atomic uint64_t pipe_ops, pipe_slices, pipe_overlap; /* at exit */
 	_Atomic uint32_t nlog;
 	struct ev log[LOG_MAX];
 };
@@ -261,6 +273,10 @@ static int fa_poll(void *ctx, uint64_t token)
 	if (--j->polls > 0)
 		return 0;
 	j->used = false;
+	if (atomic_load(&sh->fail) == want && atomic_load(&sh->fail_skip) > 0) {
+		atomic_fetch_sub(&sh->fail_skip, 1);
+		want = -1; /* not this one */
+	}
 	if (atomic_load(&sh->victim_dead))
 		atomic_fetch_add(&sh->late, 1);
 	log_ev(&(struct ev){ .kind = EV_DONE,
@@ -328,13 +344,22 @@ static uint32_t wire_n;
 static int wire_start(void *ctx, const struct cs_ipc_inter_op *op)
 {
 	(void)ctx;
+	if (op->kind == CS_IPC_INTER_VERDICT) { /* noted, nothing to run */
+		log_ev(&(struct ev){ .kind = EV_VERDICT,
+				     .slice = op->slices ? (int32_t)op->slice
+							 : -1 });
+		return 0;
+	}
 	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++)
 		if (!wire[i].used) {
 			wire[i] = (struct wire_op){ .used = true,
 						    .n = wire_n++,
 						    .op = *op };
-			log_ev(&(struct ev){ .kind = EV_INTER_START,
-					     .op = wire[i].n });
+			log_ev(&(struct ev){
+				.kind = EV_INTER_START,
+				.op = wire[i].n,
+				.slice =
+					op->slices ? (int32_t)op->slice : -1 });
 			return 0;
 		}
 	return -EBUSY;
@@ -344,8 +369,13 @@ static void wire_cancel(void *ctx, uint64_t cookie)
 {
 	(void)ctx;
 	for (unsigned i = 0; i < CS_IPC_RING_SLOTS; i++)
-		if (wire[i].used && wire[i].op.cookie == cookie)
+		if (wire[i].used && wire[i].op.cookie == cookie) {
 			wire[i].used = false;
+			atomic_fetch_add(&sh->cancels, 1);
+			/* stalled copies may finish from now on: the server
+			 * must wait for them before it unmaps (sh->uaf) */
+			atomic_store(&sh->victim_dead, 1);
+		}
 }
 
 static void wire_tick(struct cs_ipc_server *srv)
@@ -355,15 +385,42 @@ static void wire_tick(struct cs_ipc_server *srv)
 		float *b = w->op.buf;
 		const float *src = w->op.sendbuf ? w->op.sendbuf : w->op.buf;
 
+		int32_t sl = w->op.slices ? (int32_t)w->op.slice : -1;
+
 		if (!w->used ||
-		    (w->n < 64 && atomic_load(&sh->hold) >> w->n & 1))
+		    (w->n < 64 && atomic_load(&sh->hold) >> w->n & 1) ||
+		    (sl >= 0 && sl < 64 && atomic_load(&sh->hold_sl) >> sl & 1))
 			continue;
+		w->used = false;
+		if (sl >= 0 && atomic_load(&sh->fail_slice) == sl + 1) {
+			uint32_t busy = 0;
+
+			for (unsigned j = 0; j < JOBS; j++)
+				busy += jobs[j].used;
+			atomic_store(&sh->inflight_at_fail, busy);
+			atomic_store(&sh->fail_slice, 0);
+			/* stalled copies may finish from now on (sh->late) */
+			atomic_store(&sh->victim_dead, 1);
+			log_ev(&(struct ev){ .kind = EV_INTER_DONE,
+					     .op = w->n,
+					     .slice = sl });
+			cs_ipc_server_inter_fail(srv, w->op.cookie,
+						 CS_ERR_TIMEOUT, 0, -1);
+			continue;
+		}
 		if (w->op.kind == CS_IPC_INTER_ALLREDUCE &&
 		    w->op.dtype == CS_F32)
 			for (uint64_t k = 0; k < w->op.count; k++)
 				b[k] = 2 * src[k];
-		w->used = false;
-		log_ev(&(struct ev){ .kind = EV_INTER_DONE, .op = w->n });
+		/* a broadcast from the other node (ranks 2, 3): a pattern of
+		 * the slice and the element in it */
+		if (w->op.kind == CS_IPC_INTER_BROADCAST &&
+		    w->op.dtype == CS_F32 && w->op.root >= w->op.local_size)
+			for (uint64_t k = 0; k < w->op.count; k++)
+				b[k] = (float)((sl > 0 ? sl : 0) * 1000 +
+					       (int)(k % 997));
+		log_ev(&(struct ev){
+			.kind = EV_INTER_DONE, .op = w->n, .slice = sl });
 		cs_ipc_server_inter_done(srv, w->op.cookie, 0);
 	}
 }
@@ -381,11 +438,14 @@ enum mode { NO_DEV, SYNC, ASYNC };
 static int sidecar(const char *path, enum mode mode)
 {
 	struct cs_ipc_backend be = { .start_inter_node = wire_start,
-				     .cancel = wire_cancel };
+				     .cancel = wire_cancel,
+				     .verdicts = true };
 	struct cs_ipc_server *srv;
 	struct cs_ipc_cfg cfg;
+	struct cs_ipc_stats st;
 	struct timespec ts;
 	char err[256] = "";
+	uint32_t epoch = 0;
 	int ret;
 
 	signal(SIGTERM, on_term);
@@ -398,7 +458,10 @@ static int sidecar(const char *path, enum mode mode)
 	if (cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
 		       "ipc.dev_chunk", "256k", err, sizeof(err)) ||
 	    cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
-		       "ipc.dev_depth", "3", err, sizeof(err))) {
+		       "ipc.dev_depth", "3", err, sizeof(err)) ||
+	    /* operations over 1 MiB across nodes go in 1 MiB slices */
+	    cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+		       "ipc.dev_pipe", "1M", err, sizeof(err))) {
 		fprintf(stderr, "sidecar: %s\n", err);
 		return 1;
 	}
@@ -409,6 +472,8 @@ static int sidecar(const char *path, enum mode mode)
 			srv, mode == ASYNC ? &async_dev_ops : &fake_dev_ops,
 			NULL);
 	while (!stop) {
+		if (atomic_exchange(&sh->view_now, 0)) /* a node was lost */
+			cs_ipc_server_view(srv, ++epoch, 1);
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ret = cs_ipc_server_poll(srv, (cs_ns_t)ts.tv_sec * 1000000000 +
 						      (cs_ns_t)ts.tv_nsec);
@@ -417,6 +482,10 @@ static int sidecar(const char *path, enum mode mode)
 		if (ret <= 0)
 			usleep(50);
 	}
+	cs_ipc_server_stats(srv, &st);
+	atomic_store(&sh->pipe_ops, st.pipe_ops);
+	atomic_store(&sh->pipe_slices, st.pipe_slices);
+	atomic_store(&sh->pipe_overlap, st.pipe_overlap);
 	cs_ipc_server_destroy(srv);
 	return 0;
 }
@@ -890,6 +959,357 @@ static int die_trainer(const char *path, int rank, bool out)
 	return check_report("survivor");
 }
 
+/* ---- one large operation pipelined with its own copies (ipc.dev_pipe) -- */
+
+/*
+ * Groups of 4 over two nodes: ranks 0 and 1 here (two trainers), 2 and 3
+ * the fake backend (which holds the same data: a sum doubles the local
+ * one). ipc.dev_pipe is 1M, so COUNT floats (5 MiB + 12 bytes) go in 6
+ * slices of PIPE_E floats, 4 pieces of 256 KiB each (ipc.dev_chunk).
+ */
+#define PIPE_E (262144u)
+#define PIPE_N 6u
+#define PIPE_SLICE_BYTES ((uint64_t)PIPE_E * 4)
+
+/* whether the log from @from on has an event @kind (@to_host: 0, 1, or
+ * -1: either; @slice, or -1: any) at a range offset in [@lo, @hi) */
+static uint32_t ev_count(uint32_t from, int kind, int to_host, int slice,
+			 uint64_t lo, uint64_t hi)
+{
+	uint32_t n = atomic_load(&sh->nlog), c = 0;
+
+	if (n > LOG_MAX)
+		n = LOG_MAX;
+	for (uint32_t i = from; i < n; i++) {
+		const struct ev *e = &sh->log[i];
+
+		if (e->kind != kind)
+			continue;
+		if ((kind == EV_START || kind == EV_DONE) &&
+		    ((to_host >= 0 && e->to_host != to_host) || e->off < lo ||
+		     e->off >= hi))
+			continue;
+		if (kind != EV_START && kind != EV_DONE && slice >= 0 &&
+		    e->slice != slice)
+			continue;
+		c++;
+	}
+	return c;
+}
+
+static bool ev_wait(uint32_t from, int kind, int to_host, int slice,
+		    uint64_t lo, uint64_t hi, uint32_t want)
+{
+	for (int i = 0; i < 200000; i++) { /* ~10 s: failure only */
+		if (ev_count(from, kind, to_host, slice, lo, hi) >= want)
+			return true;
+		usleep(50);
+	}
+	return false;
+}
+
+#define SL(k) ((uint64_t)(k)*PIPE_SLICE_BYTES)
+#define ALL_OFF 0, UINT64_MAX
+
+/* x[i] = (rank + 1) i, summed here and doubled by the other node: 6 i */
+static int pipe_sum(struct cs_client *c, struct cs_group *g, float *x,
+		    float *out, int rank, cs_req_t *r, bool wait)
+{
+	int err;
+
+	for (size_t i = 0; i < COUNT; i++)
+		x[i] = (float)(rank + 1) * (float)i;
+	err = cs_allreduce(g, x, out, COUNT, CS_F32, CS_SUM, r);
+	if (err || !wait)
+		return err;
+	err = wait_for(c, *r);
+	if (err)
+		return err;
+	for (size_t i = 0; i < COUNT; i++)
+		if (out[i] != 6.0f * (float)i) {
+			CHECK(0, "rank %d [%zu]: %g, want %g", rank, i, out[i],
+			      6.0f * (float)i);
+			return -1;
+		}
+	return 0;
+}
+
+/*
+ * Rank 0 watches the fake's log while both ranks run: slice 0 held on the
+ * wire, slice 1 must copy in meanwhile; slice 1 held, slice 0 must copy
+ * out meanwhile; the last slice held with every other slice out, the
+ * operation must not be complete. Then exact results; a broadcast from
+ * the other node and one from here; a copy in and a copy out that fail
+ * mid-operation; a step that fails with copies in flight. After each
+ * failure the next operation succeeds.
+ */
+static int pipe_trainer(const char *path, int rank)
+{
+	struct cs_client *c = NULL;
+	struct cs_group *g = NULL;
+	struct cs_buf *db = NULL, *hb = NULL;
+	struct cs_dev_mem m;
+	uint32_t nbar = 0, mark = 0;
+	cs_req_t r;
+	float *x, *h;
+	int err, st;
+
+	CHECK(!connect_retry(path, &c), "connect");
+	if (!c)
+		return 1;
+	CHECK(!dev_alloc(&m), "fake device allocation");
+	CHECK(!cs_group_join(c, "pipe", rank, 4, rank, 2, &g), "join");
+	err = cs_buf_register_dev(c, &m, RANGE_OFF, COUNT * 4, &db);
+	CHECK(!err, "register: %d %s", err, cs_errmsg(c));
+	CHECK(!cs_buf_alloc(c, COUNT * 4, &hb), "host buffer");
+	if (!db || !hb || !g)
+		return 1;
+	x = cs_buf_ptr(db);
+	h = cs_buf_ptr(hb);
+
+	/* 1. the overlap, from the log */
+	if (!rank) {
+		atomic_store(&sh->hold_sl, 1ull << 0);
+		mark = atomic_load(&sh->nlog);
+	}
+	barrier(2, &nbar);
+	err = pipe_sum(c, g, x, x, rank, &r, false);
+	CHECK(!err, "post: %d", err);
+	if (!rank) {
+		CHECK(ev_wait(mark, EV_INTER_START, -1, 0, ALL_OFF, 1),
+		      "slice 0 on the wire");
+		CHECK(ev_wait(mark, EV_START, 1, -1, SL(1), SL(2), 1) &&
+			      !ev_count(mark, EV_INTER_DONE, -1, 0, ALL_OFF),
+		      "slice 1 copies in while slice 0 is on the wire");
+		CHECK(!ev_count(mark, EV_START, 0, -1, ALL_OFF),
+		      "nothing copied out before a slice came off the wire");
+		atomic_store(&sh->hold_sl, 1ull << 1);
+		CHECK(ev_wait(mark, EV_INTER_START, -1, 1, ALL_OFF, 1),
+		      "slice 1 on the wire");
+		CHECK(ev_wait(mark, EV_START, 0, -1, SL(0), SL(1), 1) &&
+			      !ev_count(mark, EV_INTER_DONE, -1, 1, ALL_OFF),
+		      "slice 0 copies out while slice 1 is on the wire");
+		atomic_store(&sh->hold_sl, 1ull << (PIPE_N - 1));
+		CHECK(ev_wait(mark, EV_INTER_START, -1, (int)PIPE_N - 1,
+			      ALL_OFF, 1),
+		      "the last slice on the wire");
+		/* slices 0 .. 4 out: 2 ranks x 5 MiB in 256 KiB pieces */
+		CHECK(ev_wait(mark, EV_DONE, 0, -1, 0, SL(PIPE_N - 1), 40),
+		      "slices 0 .. %u copied out (%u pieces)", PIPE_N - 2,
+		      ev_count(mark, EV_DONE, 0, -1, 0, SL(PIPE_N - 1)));
+		CHECK(cs_test(c, r) == -EINPROGRESS,
+		      "not complete while its last slice is on the wire");
+		CHECK(ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF) == PIPE_N,
+		      "one step per slice: %u",
+		      ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF));
+		atomic_store(&sh->hold_sl, 0);
+	}
+	st = err ? err : wait_for(c, r);
+	CHECK(!st, "pipelined allreduce: %d", st);
+	for (size_t i = 0; !st && i < COUNT; i++)
+		if (x[i] != 6.0f * (float)i) {
+			CHECK(0,
+			      "pipelined allreduce rank %d [%zu]: %g, want "
+			      "%g",
+			      rank, i, x[i], 6.0f * (float)i);
+			break;
+		}
+	/* device send, host recv (local rank 0's recv: a host buffer) */
+	CHECK(!pipe_sum(c, g, x, h, rank, &r, true), "device -> host");
+
+	/* 2. broadcasts: from the other node (rank 2), and from here */
+	for (size_t i = 0; i < COUNT; i++)
+		x[i] = -1.0f;
+	err = cs_broadcast(g, x, COUNT, CS_F32, 2, &r);
+	CHECK(!err && !wait_for(c, r), "broadcast from rank 2");
+	for (size_t i = 0; i < COUNT; i++)
+		if (x[i] != (float)((int)(i / PIPE_E) * 1000 +
+				    (int)(i % PIPE_E % 997))) {
+			CHECK(0, "broadcast from rank 2 [%zu]: %g", i, x[i]);
+			break;
+		}
+	for (size_t i = 0; i < COUNT; i++)
+		x[i] = rank ? -1.0f : (float)i * 0.5f;
+	err = cs_broadcast(g, x, COUNT, CS_F32, 0, &r);
+	CHECK(!err && !wait_for(c, r), "broadcast from rank 0");
+	for (size_t i = 0; i < COUNT; i++)
+		if (x[i] != (float)i * 0.5f) {
+			CHECK(0, "broadcast from rank 0 [%zu]: %g", i, x[i]);
+			break;
+		}
+
+	/* 3. a copy in fails in the middle: -EIO everywhere, the other
+	 * nodes told in the slice they wait in; then all is well */
+	barrier(2, &nbar);
+	if (!rank) {
+		mark = atomic_load(&sh->nlog);
+		atomic_store(&sh->fail_skip, 10);
+		atomic_store(&sh->fail, FAIL_TO_HOST);
+	}
+	barrier(2, &nbar);
+	st = pipe_sum(c, g, x, x, rank, &r, true);
+	CHECK(st == -EIO, "a failed copy in (slice 1 or 2): %d", st);
+	barrier(2, &nbar);
+	if (!rank) {
+		uint32_t steps =
+			ev_count(mark, EV_INTER_START, -1, -1, ALL_OFF);
+
+		CHECK(steps >= 1 && steps < PIPE_N &&
+			      ev_count(mark, EV_VERDICT, -1, (int)steps,
+				       ALL_OFF) == 1,
+		      "one verdict for slice %u (the first not started)",
+		      steps);
+	}
+	CHECK(!pipe_sum(c, g, x, x, rank, &r, true),
+	      "the operation after a failed copy in");
+
+	/* 4. a copy out fails in the middle: -EIO for that rank only */
+	barrier(2, &nbar);
+	if (!rank) {
+		atomic_store(&sh->eio, 0);
+		atomic_store(&sh->fail_skip, 10);
+		atomic_store(&sh->fail, FAIL_FROM_HOST);
+	}
+	barrier(2, &nbar);
+	st = pipe_sum(c, g, x, x, rank, &r, true);
+	CHECK(!st || st == -EIO, "a failed copy out: %d", st);
+	if (st == -EIO)
+		atomic_fetch_add(&sh->eio, 1);
+	barrier(2, &nbar);
+	CHECK(atomic_load(&sh->eio) == 1, "a failed copy out: -EIO to %u ranks",
+	      atomic_load(&sh->eio));
+	CHECK(!pipe_sum(c, g, x, x, rank, &r, true),
+	      "the operation after a failed copy out");
+
+	/* 5. slice 2's step fails with copies in flight: the copies out
+	 * stall until it failed (slices 0 and 1 are out by then; slice 2
+	 * copied in before any copy out took a slot, pipe_issue()): every
+	 * rank gets its error, no copy outlives its shadow (sh->uaf, main),
+	 * the next operation succeeds */
+	barrier(2, &nbar);
+	if (!rank) {
+		mark = atomic_load(&sh->nlog);
+		atomic_store(&sh->late, 0);
+		atomic_store(&sh->fail_slice, 3);
+		atomic_store(&sh->stall, STALL_OUT);
+	}
+	barrier(2, &nbar);
+	err = pipe_sum(c, g, x, x, rank, &r, false);
+	st = err ? err : wait_for(c, r);
+	CHECK(st == CS_ERR_TIMEOUT, "a slice's step failed: %d", st);
+	barrier(2, &nbar);
+	if (!rank) {
+		CHECK(atomic_load(&sh->inflight_at_fail) > 0 &&
+			      atomic_load(&sh->late) > 0,
+		      "copies in flight when the step failed: %u (finished "
+		      "after: %u)",
+		      atomic_load(&sh->inflight_at_fail),
+		      atomic_load(&sh->late));
+		atomic_store(&sh->stall, STALL_NONE);
+		atomic_store(&sh->victim_dead, 0);
+	}
+	barrier(2, &nbar);
+	CHECK(!pipe_sum(c, g, x, x, rank, &r, true),
+	      "the operation after a failed step");
+
+	/* 6. the group fails (a node lost: a new view) with slice 1 on the
+	 * wire and slice 0's copies out stalled (until the backend is told
+	 * to forget the step): CS_ERR_PEER_LOST everywhere, then a new
+	 * group runs */
+	barrier(2, &nbar);
+	if (!rank) {
+		mark = atomic_load(&sh->nlog);
+		atomic_store(&sh->late, 0);
+		atomic_store(&sh->cancels, 0);
+		atomic_store(&sh->hold_sl, 1ull << 1);
+		atomic_store(&sh->stall, STALL_OUT);
+	}
+	barrier(2, &nbar);
+	err = pipe_sum(c, g, x, x, rank, &r, false);
+	if (!rank) {
+		CHECK(ev_wait(mark, EV_INTER_START, -1, 1, ALL_OFF, 1) &&
+			      ev_wait(mark, EV_START, 0, -1, ALL_OFF, 1),
+		      "slice 1 on the wire, slice 0 copying out");
+		atomic_store(&sh->view_now, 1);
+	}
+	st = err ? err : wait_for(c, r);
+	CHECK(st == CS_ERR_PEER_LOST, "the group failed mid-pipeline: %d", st);
+	barrier(2, &nbar);
+	if (!rank) {
+		CHECK(atomic_load(&sh->cancels) == 1 &&
+			      atomic_load(&sh->late) > 0,
+		      "the step on the wire cancelled (%u), copies in flight "
+		      "(finished after: %u)",
+		      atomic_load(&sh->cancels), atomic_load(&sh->late));
+		atomic_store(&sh->hold_sl, 0);
+		atomic_store(&sh->stall, STALL_NONE);
+		atomic_store(&sh->victim_dead, 0);
+	}
+	barrier(2, &nbar);
+	cs_group_leave(g);
+	g = NULL;
+	CHECK(!cs_group_join(c, "pipe2", rank, 4, rank, 2, &g) && g,
+	      "a new group");
+	CHECK(g && !pipe_sum(c, g, x, x, rank, &r, true),
+	      "an operation of the new group");
+
+	CHECK(!cs_buf_free(db), "free the device range");
+	CHECK(!cs_buf_free(hb), "free the host buffer");
+	cs_group_leave(g);
+	cs_disconnect(c);
+	close(m.fd);
+	return check_report(rank ? "pipe rank 1" : "pipe rank 0");
+}
+
+/*
+ * A trainer dies in the middle of a pipelined operation: slice 1 held on
+ * the wire, slice 0's copies out stalled (until the fake backend is told
+ * to forget the step: the server must then wait for them before it
+ * unmaps the dead trainer's ranges). The other rank gets
+ * CS_ERR_PEER_LOST, the other nodes a verdict in slice 1, and the other
+ * rank goes on.
+ */
+static int pipe_die_trainer(const char *path, int rank)
+{
+	struct cs_client *c = NULL;
+	struct cs_group *g = NULL, *g2 = NULL;
+	struct cs_buf *db = NULL;
+	struct cs_dev_mem m;
+	cs_req_t r;
+	float *x;
+	int err, st = -1;
+
+	CHECK(!connect_retry(path, &c), "connect");
+	if (!c)
+		return 1;
+	CHECK(!dev_alloc(&m), "fake device allocation");
+	CHECK(!cs_group_join(c, "pipedie", rank, 4, rank, 2, &g), "join");
+	err = cs_buf_register_dev(c, &m, RANGE_OFF, COUNT * 4, &db);
+	CHECK(!err, "register: %d %s", err, cs_errmsg(c));
+	if (!db || !g)
+		return 1;
+	x = cs_buf_ptr(db);
+	err = pipe_sum(c, g, x, x, rank, &r, false);
+	CHECK(!err, "post: %d", err);
+	if (rank == 0) { /* the victim (local rank 0: its pieces go first) */
+		CHECK(ev_wait(0, EV_INTER_START, -1, 1, ALL_OFF, 1) &&
+			      ev_wait(0, EV_START, 0, -1, ALL_OFF, 1),
+		      "slice 1 on the wire, slice 0 copying out");
+		check_report("pipe victim");
+		_exit(check_failed ? 1 : 0);
+	}
+	st = wait_for(c, r);
+	CHECK(st == CS_ERR_PEER_LOST, "the survivor's operation: %d", st);
+	CHECK(!cs_group_join(c, "after", 0, 1, 0, 1, &g2), "join again");
+	CHECK(g2 && !sum_check(c, g2, x, COUNT, 0, 1, &st) && !st,
+	      "an operation after the death: %d", st);
+	CHECK(!cs_buf_free(db), "free the device range");
+	cs_group_leave(g2);
+	cs_disconnect(c);
+	close(m.fd);
+	return check_report("pipe survivor");
+}
+
 static pid_t spawn_sidecar(const char *path, enum mode mode)
 {
 	pid_t pid;
@@ -974,6 +1394,78 @@ static void die(const char *path, int out)
 	atomic_store(&sh->victim_dead, 0);
 }
 
+/* two trainers of a group over two nodes, pipelined (pipe_trainer()) */
+static void pipe_world(const char *path)
+{
+	pid_t sc, tr[2];
+
+	atomic_store(&sh->bar, 0);
+	atomic_store(&sh->uaf, 0);
+	sc = spawn_sidecar(path, ASYNC);
+	for (int r = 0; r < 2; r++) {
+		tr[r] = fork();
+		if (tr[r] == 0)
+			_exit(pipe_trainer(path, r));
+	}
+	for (int r = 0; r < 2; r++)
+		reap(tr[r], "pipe trainer");
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+	/* 12 operations of 6 slices each (4 of them cut short); copies
+	 * beside their own network step */
+	CHECK(atomic_load(&sh->pipe_ops) == 12 &&
+		      atomic_load(&sh->pipe_slices) == 72 &&
+		      atomic_load(&sh->pipe_overlap) > 0,
+	      "pipe: stats %llu operations, %llu slices, %llu pieces beside "
+	      "their step",
+	      (unsigned long long)atomic_load(&sh->pipe_ops),
+	      (unsigned long long)atomic_load(&sh->pipe_slices),
+	      (unsigned long long)atomic_load(&sh->pipe_overlap));
+	CHECK(!atomic_load(&sh->uaf),
+	      "pipe: %u copies in flight when their range or shadow went",
+	      atomic_load(&sh->uaf));
+	atomic_store(&sh->hold_sl, 0);
+	atomic_store(&sh->fail, FAIL_NONE);
+	atomic_store(&sh->fail_skip, 0);
+}
+
+static void pipe_die(const char *path)
+{
+	pid_t sc, tr[2];
+
+	atomic_store(&sh->late, 0);
+	atomic_store(&sh->uaf, 0);
+	atomic_store(&sh->cancels, 0);
+	atomic_store(&sh->hold_sl, 1ull << 1);
+	atomic_store(&sh->stall, STALL_OUT);
+	sc = spawn_sidecar(path, ASYNC);
+	for (int r = 0; r < 2; r++) {
+		tr[r] = fork();
+		if (tr[r] == 0)
+			_exit(pipe_die_trainer(path, r));
+	}
+	reap(tr[0], "pipe victim");
+	atomic_store(&sh->victim_dead, 1);
+	reap(tr[1], "pipe survivor");
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+	CHECK(!atomic_load(&sh->uaf),
+	      "pipe die: %u copies in flight when their range or shadow went",
+	      atomic_load(&sh->uaf));
+	CHECK(atomic_load(&sh->late) > 0 && atomic_load(&sh->cancels) == 1,
+	      "pipe die: copies in flight at the death (finished after: %u), "
+	      "the step on the wire cancelled (%u)",
+	      atomic_load(&sh->late), atomic_load(&sh->cancels));
+	CHECK(ev_count(0, EV_VERDICT, -1, 1, ALL_OFF) == 1,
+	      "pipe die: the other nodes told in slice 1 (%u verdicts)",
+	      ev_count(0, EV_VERDICT, -1, 1, ALL_OFF));
+	atomic_store(&sh->hold_sl, 0);
+	atomic_store(&sh->stall, STALL_NONE);
+	atomic_store(&sh->victim_dead, 0);
+}
+
 /* the settings' checks: a bad chunk or depth names its key */
 static void bad_settings(void)
 {
@@ -998,6 +1490,14 @@ static void bad_settings(void)
 	cfg.dev_depth = 0;
 	CHECK(cs_ipc_server_create(&cfg, NULL, &srv) == -EINVAL,
 	      "a server with depth 0");
+	cfg.dev_depth = 8;
+	CHECK(cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+			 "ipc.dev_pipe", "2G", err, sizeof(err)) == -EINVAL &&
+		      strstr(err, "ipc.dev_pipe"),
+	      "ipc.dev_pipe=2G: '%s'", err);
+	cfg.dev_pipe = 4096; /* within the table's bounds, under 64K */
+	CHECK(cs_ipc_server_create(&cfg, NULL, &srv) == -EINVAL,
+	      "a server with a 4K pipeline slice");
 }
 
 int main(void)
@@ -1029,6 +1529,8 @@ int main(void)
 
 	for (int out = 0; out < 2; out++)
 		die(path, out);
+	pipe_world(path);
+	pipe_die(path);
 
 	snprintf(path, sizeof(path), "%s/sock2", dir);
 	sc = spawn_sidecar(path, NO_DEV);
