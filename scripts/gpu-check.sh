@@ -127,7 +127,7 @@ stop_cluster() {
 trap 'stop_cluster; rm -rf "$RUN"' EXIT
 
 # allreduce N [PIPE [any]]: N sidecars on loopback, one trainer each;
-# PIPE: their ipc.dev_pipe (default: the sidecar's, 16M); any: cut host
+# PIPE: their ipc.dev_pipe (default: the sidecar's, 0: off); any: cut host
 # buffers' operations too (ipc.dev_pipe_any=1)
 allreduce() {
 	local n=$1 pipe=${2:-} base=$((17900 + 20 * $1)) i dir tp=() rc=0
@@ -214,7 +214,7 @@ allreduce() {
 	# logged at stop: how many operations were cut into ipc.dev_pipe
 	# slices and how many copy pieces ran beside their own operation's
 	# network step (docs/gpu.md); nothing with ipc.dev_pipe=0
-	echo "--- pipeline (sidecar 0, ipc.dev_pipe=${pipe:-16M}):"
+	echo "--- pipeline (sidecar 0, ipc.dev_pipe=${pipe:-0}):"
 	grep -h "device pipeline:" "$RUN/n$tag-0.log" ||
 		echo "no operation was pipelined"
 	return $rc
@@ -227,7 +227,7 @@ if [ $has_gpu = 1 ] || [ -n "${CS_GPU_HOST_ONLY:-}" ]; then
 		echo
 		echo "=== allreduce-$n ($(date -u +%H:%M:%S) UTC, trainers'" \
 			"limit 50s)"
-		allreduce "$n"
+		allreduce "$n" 16M
 		rc=$?
 		case $rc in
 		0) summary+=("PASS allreduce-$n") ;;

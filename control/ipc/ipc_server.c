@@ -115,7 +115,7 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "device <-> shadow copy pieces in flight at once in the sidecar, "
 	  "over all operations (with asynchronous device copies)" },
 	{ "ipc.dev_pipe", CS_CFG_SIZE, offsetof(struct cs_ipc_cfg, dev_pipe),
-	  "16M", 0, (double)IPC_DEV_PIPE_MAX,
+	  "0", 0, (double)IPC_DEV_PIPE_MAX,
 	  "a cross-node allreduce or broadcast larger than this runs in "
 	  "slices of this size, each slice's network step overlapped with "
 	  "the next one's device copy in and the previous one's copy out "
