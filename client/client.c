@@ -952,14 +952,41 @@ static void wake_sidecar(struct cs_client *c)
 	(void)send(c->fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/*
+ * Make the @n request slots from c->next_id on free, moving next_id past
+ * busy ones: a request's slot is its id modulo CS_IPC_RING_SLOTS, and a
+ * request that stays unfinished for long (a checkpoint of a large PS
+ * table, a receive nobody sends to yet) must not stop the next
+ * CS_IPC_RING_SLOTS - 1 requests from being posted while it lasts. Ids
+ * stay increasing (the sidecar only echoes them). Returns false when no
+ * @n consecutive slots are free. Lock held.
+ */
+static bool reserve_locked(struct cs_client *c, uint32_t n)
+{
+	for (uint32_t tries = 0; tries < CS_IPC_RING_SLOTS; tries++) {
+		uint32_t i = 0;
+
+		while (i < n &&
+		       c->reqs[(c->next_id + i) % CS_IPC_RING_SLOTS].state ==
+			       REQ_FREE)
+			i++;
+		if (i == n)
+			return true;
+		c->next_id += i + 1; /* past the busy one */
+	}
+	return false;
+}
+
 /* Post @d (user_id filled in here). Lock held. */
 static int post_locked(struct cs_client *c, struct cs_group *g,
 		       struct cs_ipc_sqe *d, cs_req_t *req)
 {
-	struct req *q = &c->reqs[c->next_id % CS_IPC_RING_SLOTS];
+	struct req *q;
 
 	if (c->dead)
 		return -ENOTCONN;
+	(void)reserve_locked(c, 1);
+	q = &c->reqs[c->next_id % CS_IPC_RING_SLOTS];
 	if (q->state != REQ_FREE) {
 		set_err(c, "%s: %u requests unfinished; test or wait first",
 			op_name(d->op), CS_IPC_RING_SLOTS);
@@ -1209,9 +1236,9 @@ cs_export int cs_alltoallv(struct cs_group *g, const void *send,
 		pthread_mutex_unlock(&c->lock);
 		return -EFAULT;
 	}
-	/* the table of the slot this request takes, unless that slot is
-	 * still busy (post_locked() refuses it then: -EAGAIN) */
-	if (c->reqs[c->next_id % CS_IPC_RING_SLOTS].state == REQ_FREE) {
+	/* the table of the slot this request takes, unless no slot is free
+	 * (post_locked() refuses it then: -EAGAIN) */
+	if (reserve_locked(c, 1)) {
 		uint64_t off = (c->next_id % CS_IPC_RING_SLOTS) *
 			       CS_IPC_A2AV_BYTES(g->vtab_n);
 		uint64_t *t = (uint64_t *)((uint8_t *)g->vtab->mem + off);
@@ -1540,17 +1567,15 @@ static int rd_step(struct cs_client *c, struct comp *k)
 		k->n = 1;
 		return 1;
 	}
-	for (uint32_t i = 0; i + 1 < n; i++)
-		if (c->reqs[(c->next_id + i) % CS_IPC_RING_SLOTS].state !=
-		    REQ_FREE) {
-			set_err(c,
-				"rank %d reduce on group '%s': its gather needs "
-				"%u requests, fewer slots free of %u (test or "
-				"wait for the others first); the other ranks' "
-				"sends end at coll.deadline",
-				g->rank, g->name, n - 1, CS_IPC_RING_SLOTS);
-			return -EAGAIN;
-		}
+	if (n > 1 && !reserve_locked(c, n - 1)) {
+		set_err(c,
+			"rank %d reduce on group '%s': its gather needs "
+			"%u requests, fewer slots free of %u (test or "
+			"wait for the others first); the other ranks' "
+			"sends end at coll.deadline",
+			g->rank, g->name, n - 1, CS_IPC_RING_SLOTS);
+		return -EAGAIN;
+	}
 	d.op = CS_IPC_OP_RECV;
 	for (uint32_t j = 0; j < n; j++) {
 		if (j == o->root)
@@ -1650,9 +1675,7 @@ cs_export int cs_reduce(struct cs_group *g, const void *send, void *recv,
 		}
 	}
 	pthread_mutex_lock(&c->lock);
-	if (c->reqs[c->next_id % CS_IPC_RING_SLOTS].state != REQ_FREE ||
-	    (tail &&
-	     c->reqs[(c->next_id + 1) % CS_IPC_RING_SLOTS].state != REQ_FREE)) {
+	if (!reserve_locked(c, tail ? 2 : 1)) {
 		set_err(c, "reduce: %u requests unfinished; test or wait first",
 			CS_IPC_RING_SLOTS);
 		ret = -EAGAIN;
@@ -1749,17 +1772,15 @@ static int rooted_root(struct cs_group *g, bool gather, const void *send,
 			goto out;
 		}
 	}
-	for (uint32_t i = 0; i + 1 < n; i++)
-		if (c->reqs[(c->next_id + i) % CS_IPC_RING_SLOTS].state !=
-		    REQ_FREE) {
-			set_err(c,
-				"rank %d %s on group '%s': %u requests needed, "
-				"fewer slots free of %u; test or wait first",
-				g->rank, gather ? "gather" : "scatter", g->name,
-				n - 1, CS_IPC_RING_SLOTS);
-			ret = -EAGAIN;
-			goto out;
-		}
+	if (n > 1 && !reserve_locked(c, n - 1)) {
+		set_err(c,
+			"rank %d %s on group '%s': %u requests needed, "
+			"fewer slots free of %u; test or wait first",
+			g->rank, gather ? "gather" : "scatter", g->name, n - 1,
+			CS_IPC_RING_SLOTS);
+		ret = -EAGAIN;
+		goto out;
+	}
 	for (uint32_t j = 0; j < n; j++) {
 		uint8_t *blk = (uint8_t *)(gather ? recv : (void *)send) +
 			       (size_t)j * len;

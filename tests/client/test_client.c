@@ -282,6 +282,93 @@ Test(client, post_wakes_a_sleeping_sidecar, .timeout = 120)
 	sidecar_stop(&sc);
 }
 
+/* Rank 1 of "duo": posts its allreduce of 4 floats once the parent
+ * writes a byte to the pipe *arg. */
+static int late_sender_main(const char *path, int rank, int size, void *arg)
+{
+	int *fds = arg;
+	struct cs_client *c;
+	struct cs_group *g;
+	struct cs_buf *b;
+	cs_req_t r;
+	float *x;
+	char ch;
+
+	if (connect_retry(path, &c) || cs_buf_alloc(c, 64, &b) ||
+	    cs_group_join(c, "duo", rank, size, rank, size, &g))
+		return 10;
+	x = cs_buf_ptr(b);
+	for (int i = 0; i < 4; i++)
+		x[i] = 1.5f * (float)(i + 1);
+	if (read(fds[0], &ch, 1) != 1)
+		return 11;
+	if (cs_allreduce(g, x, x + 4, 4, CS_F32, CS_SUM, &r) ||
+	    cs_wait(c, r, WAIT_NS))
+		return 12;
+	cs_group_leave(g);
+	cs_disconnect(c);
+	return 0;
+}
+
+/*
+ * A request that stays unfinished (an allreduce the other local rank
+ * has not posted yet) while
+ * more than CS_IPC_RING_SLOTS others are posted and finished: its slot is
+ * passed over, nothing is refused (before, the 256th post after it failed
+ * with -EAGAIN, "requests unfinished": a trainer could not push more than
+ * 255 times while its large table's checkpoint ran).
+ */
+Test(client, long_request_does_not_block_the_slots, .timeout = 120)
+{
+	struct sidecar sc;
+	struct cs_client *c;
+	struct cs_group *solo, *duo;
+	struct cs_buf *b;
+	cs_req_t rr, r;
+	int fds[2];
+	pid_t kid;
+	float *x;
+
+	sidecar_start(&sc, "slots");
+	cr_assert_eq(pipe(fds), 0);
+	kid = spawn(late_sender_main, sc.path, 1, 2, fds);
+	cr_assert_eq(connect_retry(sc.path, &c), 0);
+	cr_assert_eq(cs_buf_alloc(c, 4096, &b), 0);
+	x = cs_buf_ptr(b);
+	cr_assert_eq(cs_group_join(c, "solo", 0, 1, 0, 1, &solo), 0);
+	cr_assert_eq(cs_group_join(c, "duo", 0, 2, 0, 2, &duo), 0, "%s",
+		     cs_errmsg(c));
+	for (int i = 0; i < 4; i++)
+		x[i] = (float)i;
+	cr_assert_eq(cs_allreduce(duo, x, x + 4, 4, CS_F32, CS_SUM, &rr), 0,
+		     "%s", cs_errmsg(c));
+	for (int i = 0; i < 3 * 256; i++) {
+		x[16] = (float)i;
+		cr_assert_eq(cs_allreduce(solo, x + 16, x + 17, 1, CS_F32,
+					  CS_SUM, &r),
+			     0, "post %d beside the unfinished allreduce: %s",
+			     i, cs_errmsg(c));
+		cr_assert_eq(cs_wait(c, r, WAIT_NS), 0, "%s", cs_errmsg(c));
+		cr_assert_eq(x[17], (float)i);
+	}
+	{
+		int t = cs_test(c, rr);
+
+		cr_assert_eq(t, -EINPROGRESS,
+			     "the allreduce still waits: %d %s", t,
+			     cs_errmsg(c));
+	}
+	cr_assert_eq(write(fds[1], "g", 1), 1);
+	cr_assert_eq(cs_wait(c, rr, WAIT_NS), 0, "%s", cs_errmsg(c));
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(x[4 + i], (float)i + 1.5f * (float)(i + 1));
+	expect_exit0(kid, "late sender");
+	cs_group_leave(duo);
+	cs_group_leave(solo);
+	cs_disconnect(c);
+	sidecar_stop(&sc);
+}
+
 Test(client, join_env_and_join_errors, .timeout = 120)
 {
 	struct sidecar sc;
