@@ -152,7 +152,7 @@ struct ckpt_hdr {
 	uint64_t nrec;
 	uint64_t clock;
 	uint64_t data_bytes;
-	uint64_t data_sum; /* FNV-1a 64 of the records */
+	uint64_t data_sum; /* CRC-32C of the records (data_sum()) */
 	uint32_t id, dim, dtype, mode, staleness, workers;
 	uint64_t key_max;
 	uint32_t opt_kind;
@@ -182,6 +182,68 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 	for (size_t i = 0; i < n; i++)
 		h = (h ^ b[i]) * FNV_PRIME;
 	return h;
+}
+
+/*
+ * The records' checksum (data_sum, version 3): CRC-32C (Castagnoli,
+ * reflected 0x82f63b78, initial and final xor ~0), streamed over any split
+ * of the data. SSE4.2's crc32 instruction where the CPU has it: about
+ * 7 GB/s on one core of the development VM, where the byte-wise FNV-1a
+ * of versions 1-2 ran at 1 GB/s, a second of the writer thread's CPU per
+ * GiB checkpointed (and as long again to check it on restore); a table
+ * elsewhere. The header keeps FNV-1a (152 bytes).
+ */
+static uint32_t crc32c_tab[256];
+static pthread_once_t crc32c_once = PTHREAD_ONCE_INIT;
+
+static void crc32c_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc32c_tab[i] = c;
+	}
+}
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *b, size_t n)
+{
+	pthread_once(&crc32c_once, crc32c_init);
+	while (n--)
+		crc = crc32c_tab[(crc ^ *b++) & 0xff] ^ (crc >> 8);
+	return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_hw(uint32_t crc, const uint8_t *b, size_t n)
+{
+	uint64_t x = crc;
+
+	for (; n >= 8; n -= 8, b += 8) {
+		uint64_t w;
+
+		memcpy(&w, b, 8);
+		x = __builtin_ia32_crc32di(x, w);
+	}
+	crc = (uint32_t)x;
+	while (n--)
+		crc = __builtin_ia32_crc32qi(crc, *b++);
+	return crc;
+}
+#endif
+
+/* The running checksum of the records: cs_ps_data_sum(0, ...) first. */
+static uint64_t data_sum(uint64_t sum, const void *p, size_t n)
+{
+	uint32_t crc = ~(uint32_t)sum;
+
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("sse4.2"))
+		return ~crc32c_hw(crc, p, n) & 0xffffffffu;
+#endif
+	return ~crc32c_sw(crc, p, n) & 0xffffffffu;
 }
 
 static void hdr_fill(struct ckpt_hdr *h, const struct cs_ps_table_spec *s,
@@ -392,7 +454,7 @@ static int ckpt_finish(struct cs_ps_ckpt *c, struct io_uring *ring, int fd,
 static void *ckpt_thread(void *arg)
 {
 	struct cs_ps_ckpt *c = arg;
-	uint64_t off = CS_PS_CKPT_HDR, sum = FNV_OFF, nrec = 0;
+	uint64_t off = CS_PS_CKPT_HDR, sum = 0, nrec = 0;
 	unsigned n_in = 0;
 	struct io_uring ring;
 	int fd, rc;
@@ -440,7 +502,7 @@ static void *ckpt_thread(void *arg)
 						 off - CS_PS_CKPT_HDR, sum);
 			break;
 		}
-		sum = fnv(sum, it->buf, it->len);
+		sum = data_sum(sum, it->buf, it->len);
 		while (n_in >= c->depth || !(sqe = io_uring_get_sqe(&ring))) {
 			struct io_uring_cqe *cqe;
 			struct ckpt_item *w;
@@ -679,7 +741,7 @@ int cs_ps_ckpt_restore(struct cs_ps_store *st, uint32_t table, const char *path)
 	if (h.data_bytes != len - CS_PS_CKPT_HDR || h.data_bytes % rec ||
 	    h.data_bytes / rec != h.nrec)
 		goto out; /* truncated or padded */
-	if (fnv(FNV_OFF, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
+	if (data_sum(0, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
 		goto out;
 	for (uint64_t i = 0; i < h.nrec; i++) {
 		const uint8_t *p = buf + CS_PS_CKPT_HDR + i * rec;
@@ -827,7 +889,7 @@ static int rs_file(struct cs_ps_restore *r, uint32_t s,
 	if (h.data_bytes != len - CS_PS_CKPT_HDR || h.data_bytes % r->rec ||
 	    h.data_bytes / r->rec != h.nrec)
 		goto out; /* truncated or padded */
-	if (fnv(FNV_OFF, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
+	if (data_sum(0, buf + CS_PS_CKPT_HDR, h.data_bytes) != h.data_sum)
 		goto out;
 	for (uint64_t i = 0; i < h.nrec; i++) {
 		const uint8_t *p = buf + CS_PS_CKPT_HDR + i * r->rec;

@@ -20,7 +20,8 @@
 #include "collectives/ps/ps.h"
 
 #define CS_PS_CKPT_MAGIC "CSPSCKP1"
-#define CS_PS_CKPT_VERSION 2u /* 2: shard, shard count, vnodes, name tag */
+#define CS_PS_CKPT_VERSION 3u /* 2: shard, shard count, vnodes, name tag;
+				* 3: records checked by CRC-32C */
 #define CS_PS_CKPT_HDR 256u /* records start here */
 
 struct cs_ps_uring_spill;

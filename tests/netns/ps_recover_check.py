@@ -35,6 +35,30 @@ def fnv(data, h=FNV_OFF):
     return h
 
 
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    """The records' checksum of version 3 (CRC-32C, ps_io.c data_sum)."""
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283   # the standard check value
+
+
 def f32(x):
     """x rounded to the nearest f32 (as a Python float)."""
     return struct.unpack("<f", struct.pack("<f", x))[0]
@@ -47,13 +71,13 @@ def read_shard(path):
      data_bytes, data_sum, _id, dim, _dtype, _mode, _stale, _workers,
      key_max, _opt) = f[:17]
     shard, nshards = f[-5], f[-4]
-    if magic != b"CSPSCKP1" or version != 2 or endian != 0x01020304:
-        raise ValueError(f"{path}: not a version 2 checkpoint")
+    if magic != b"CSPSCKP1" or version != 3 or endian != 0x01020304:
+        raise ValueError(f"{path}: not a version 3 checkpoint")
     if fnv(raw[:struct.calcsize(HDR_FMT) - 8]) != f[-1]:
         raise ValueError(f"{path}: header checksum")
     if dim != DIM or key_max != ROWS or len(raw) != HDR + data_bytes:
         raise ValueError(f"{path}: another table or size")
-    if fnv(raw[HDR:]) != data_sum:
+    if crc32c(raw[HDR:]) != data_sum:
         raise ValueError(f"{path}: record checksum")
     rec = 16 + frame_bytes
     state_off = 16 + (DIM * 4 + 7) // 8 * 8
