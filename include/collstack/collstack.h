@@ -350,7 +350,9 @@ int cs_group_leave(struct cs_group *g);
  * Every rank gets bit-identical results.
  *
  * Returns: 0, -EFAULT (a pointer is outside this client's buffers),
- * -EAGAIN (too many unfinished requests), -ENOTCONN (sidecar gone).
+ * -EAGAIN (all 256 request slots of this client hold unfinished requests:
+ * test or wait for some; one request left unfinished for long does not
+ * stop the others), -ENOTCONN (sidecar gone).
  */
 int cs_allreduce(struct cs_group *g, const void *send, void *recv, size_t count,
 		 enum cs_dtype dtype, enum cs_redop op, cs_req_t *req);
