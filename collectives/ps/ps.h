@@ -84,6 +84,24 @@ const char *cs_ps_mode_name(enum cs_ps_mode mode);
 /* Bytes of one row in the table's dtype; f32 values of optimizer state. */
 size_t cs_ps_row_bytes(const struct cs_ps_table_spec *s);
 unsigned cs_ps_state_floats(const struct cs_ps_table_spec *s);
+/* Bytes of one row in memory and on the SSD tier: the values padded to 8,
+ * then the optimizer state (f32) padded to 8. */
+size_t cs_ps_frame_bytes(const struct cs_ps_table_spec *s);
+
+/* A memory budget holds at least this many rows (frames). */
+#define CS_PS_BUDGET_ROWS_MIN 64u
+
+/**
+ * cs_ps_budget_check - may table @s keep @budget bytes of rows in memory
+ *	(the rest on the SSD tier)?
+ * @why: out, the reason of a refusal (naming the budget, the row's
+ *	bytes and the least budget), NUL-terminated; may be NULL
+ *
+ * Returns 0 (@budget 0: no limit, no SSD tier) or -EINVAL: fewer than
+ * CS_PS_BUDGET_ROWS_MIN rows, or more than UINT32_MAX / 2.
+ */
+int cs_ps_budget_check(const struct cs_ps_table_spec *s, uint64_t budget,
+		       char *why, size_t wl);
 
 /* Row <-> f32 (host order). f16/bf16 round to nearest even. */
 void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst, uint32_t n);

@@ -76,6 +76,7 @@ struct cs_ps_uring_spill {
 	int fd;
 	unsigned depth;
 	struct io_uring ring;
+	char *made; /* cs_ps_spill_create's file: removed at close */
 };
 
 static int spill_write(void *ctx, struct cs_ps_io_req *r, unsigned n)
@@ -128,12 +129,62 @@ out_free:
 	return rc;
 }
 
+int cs_ps_spill_create(struct cs_ps_uring_spill **out, const char *dir,
+		       const char *prefix, unsigned qdepth,
+		       struct cs_ps_spill *spill, char *path, size_t plen)
+{
+	struct cs_ps_uring_spill *s;
+	char name[PATH_MAX];
+	int n, rc;
+
+	if (qdepth == 0 || qdepth > 4096 || !dir || !*dir || !prefix ||
+	    strchr(prefix, '/'))
+		return -EINVAL;
+	n = snprintf(name, sizeof(name), "%s/%s.XXXXXX.spill", dir, prefix);
+	if (n < 0 || (size_t)n >= sizeof(name))
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->depth = qdepth;
+	s->fd = mkostemps(name, 6, O_CLOEXEC);
+	if (s->fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	s->made = strdup(name);
+	if (!s->made) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	rc = io_uring_queue_init(qdepth, &s->ring, 0);
+	if (rc)
+		goto out_close;
+	if (path && plen)
+		snprintf(path, plen, "%s", name);
+	spill->ops = &spill_uring_ops;
+	spill->ctx = s;
+	*out = s;
+	return 0;
+out_close:
+	close(s->fd);
+	(void)unlink(name);
+	free(s->made);
+out_free:
+	free(s);
+	return rc;
+}
+
 void cs_ps_spill_close(struct cs_ps_uring_spill *s)
 {
 	if (!s)
 		return;
 	io_uring_queue_exit(&s->ring);
 	close(s->fd);
+	if (s->made && unlink(s->made))
+		CS_WARN("spill file %s: not removed: %s", s->made,
+			strerror(errno));
+	free(s->made);
 	free(s);
 }
 

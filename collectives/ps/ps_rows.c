@@ -40,13 +40,11 @@ int cs_ps_rows_init(struct cs_ps_rows *r, const struct cs_ps_table_spec *s,
 	r->vbytes = cs_ps_row_bytes(s);
 	r->voff_state = (r->vbytes + 7) & ~(size_t)7;
 	r->sfl = cs_ps_state_floats(s);
-	r->frame_bytes = r->voff_state + (((size_t)r->sfl * 4 + 7) & ~7ul);
+	r->frame_bytes = cs_ps_frame_bytes(s);
 	if (mem_budget) {
 		if (!spill || !spill->ops)
 			return -EINVAL;
-		if (mem_budget / r->frame_bytes < 64)
-			return -EINVAL;
-		if (mem_budget / r->frame_bytes > UINT32_MAX / 2)
+		if (cs_ps_budget_check(s, mem_budget, NULL, 0))
 			return -EINVAL;
 		r->frames_max = (uint32_t)(mem_budget / r->frame_bytes);
 		r->spill = *spill;
