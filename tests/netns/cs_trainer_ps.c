@@ -105,6 +105,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,6 +173,8 @@ static int train(int argc, char **argv)
 {
 	uint32_t steps = 10, d = 8, p = 64;
 	uint64_t k = 5000, wrong = 0, checked = 0;
+	struct timespec t0, t1;
+	double secs;
 	struct cs_ps_table_attr a;
 	struct cs_ps_table *t;
 	struct cs_buf *b;
@@ -225,6 +228,7 @@ static int train(int argc, char **argv)
 	ret = cs_ps_table_create(g, "emb", &a, &t);
 	if (ret)
 		return fail("create", ret);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint32_t s = 0; s < steps; s++) {
 		step_keys(rank, s, p, k, keys);
 		for (uint32_t i = 0; i < p; i++)
@@ -248,6 +252,9 @@ static int train(int argc, char **argv)
 			wrong += !!memcmp(rows + i * d, ref + all[i] * d,
 					  d * sizeof(float));
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (double)(t1.tv_sec - t0.tv_sec) +
+	       (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	/* every rank's pushes are in: the whole table */
 	ret = cs_barrier(g, &r);
 	if (ret || wait_ok(r, "barrier"))
@@ -271,6 +278,13 @@ static int train(int argc, char **argv)
 	       "wrong=%llu\n",
 	       wrong ? "FAIL" : "ok", rank, mode, steps,
 	       (unsigned long long)checked, (unsigned long long)wrong);
+	/* this rank's steps (a push, then a pull, each waited for) */
+	printf("ps_trainer rate rank=%d mode=%s budget=%llu rows=%llu dim=%u "
+	       "kpp=%u steps=%u secs=%.3f pushes_per_s=%.0f pulls_per_s=%.0f "
+	       "pushpull_per_s=%.0f\n",
+	       rank, mode, (unsigned long long)budget, (unsigned long long)k,
+	       d, p, steps, secs, steps / secs, steps / secs,
+	       2.0 * steps / secs);
 	free(ref);
 	cs_buf_free(b);
 	return wrong ? 1 : 0;
