@@ -24,6 +24,10 @@
  *	the same table without a budget works. Prints
  *	"ps_trainer spill_refused_ok rank=R".
  *
+ *   cs-trainer-ps hold --budget BYTES
+ *	A table with the budget, 600 rows pushed, held open (300 s) while
+ *	the script stops the sidecars: "ps_trainer held rank=R".
+ *
  *   --budget BYTES (any subcommand, before or after its arguments): the
  *	mem_budget of the tables of train and ckpt (rows beyond it on the
  *	SSD tier, per shard)
@@ -501,6 +505,42 @@ static int spill_refused(void)
 		return fail("destroy", ret);
 	cs_buf_free(b);
 	printf("ps_trainer spill_refused_ok rank=%d\n", rank);
+	return 0;
+}
+
+/* A table with --budget, 600 rows pushed (most on the SSD tier), held
+ * open until the sidecar goes (the script stops it): prints
+ * "ps_trainer held rank=R", then waits at most 300 s. */
+static int hold(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	cs_ps_table_attr_init(&a, 4, 100000, CS_PS_OPT_SGD);
+	a.mem_budget = budget;
+	ret = cs_buf_alloc(c, 600 * (8 + 16), &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 600);
+	for (int i = 0; i < 600; i++) {
+		keys[i] = (uint64_t)i * 97 + (uint64_t)rank;
+		for (int j = 0; j < 4; j++)
+			rows[i * 4 + j] = 0.5f;
+	}
+	ret = cs_ps_table_create(g, "hold", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	ret = cs_ps_push(t, 0, keys, rows, 600, &r);
+	if (ret || wait_ok(r, "push"))
+		return ret ? fail("push", ret) : 1;
+	printf("ps_trainer held rank=%d\n", rank);
+	sleep(300);
 	return 0;
 }
 
@@ -1198,6 +1238,8 @@ int main(int argc, char **argv)
 		ret = deadline();
 	else if (!strcmp(argv[1], "die") && argc > 2)
 		ret = die(atoi(argv[2]));
+	else if (!strcmp(argv[1], "hold"))
+		ret = hold();
 	else if (!strcmp(argv[1], "spill_refused"))
 		ret = spill_refused();
 	else if (!strcmp(argv[1], "ckpt") && argc > 2)

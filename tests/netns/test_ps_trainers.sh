@@ -53,7 +53,8 @@
 #                rows were on disk and read back, no spill file left after
 #                destroy; the ckpt round trip with a budget; the folder
 #                gone: a table with a budget is refused naming
-#                ps.spill_dir, the sidecars serve on
+#                ps.spill_dir, the sidecars serve on; the sidecars
+#                stopped while trainers hold a spilled table: no file left
 #   pstr_4x1_recover  a lost node, recovered by the trainers: 4 nodes
 #                (bootstrap coordinator in node 0), one trainer each in an
 #                elastic group (cs-trainer-ps recover): a table trained and
@@ -140,7 +141,8 @@ pyck() {	# T N DIR: ps_ckpt_check.py (the Python binding), where numpy is
 	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
 		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
 		--timeout 500 --all-output -- \
-		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" 2>&1)
+		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" \
+		${PYBUDGET:+"$PYBUDGET"} 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  /'
 	[ $rc -eq 0 ] || { rm -rf "$3"; fail "ps_ckpt_check.py: exit $rc"; }
@@ -255,7 +257,7 @@ SPDIR=
 RPIDS=()	# trainers started here (recover_case), ended at exit
 trap 'for p in "${RPIDS[@]}"; do kill $(pgrep -P "$p") "$p" 2>/dev/null; done
 scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"
-[ -z "$SPDIR" ] || rm -rf "$SPDIR" "$SPDIR.gone"' EXIT
+[ -z "$SPDIR" ] || rm -rf "$SPDIR" "$SPDIR.gone" "$SPDIR.hold"' EXIT
 
 # recover_case: pstr_4x1_recover (see the head of the file)
 recover_case() {
@@ -357,9 +359,13 @@ spill_case() {
 	[ $n = 8 ] || fail "8 spill files removed expected (2 tables x 4 nodes), $n found"
 	[ -z "$(ls -A "$sd")" ] || fail "files left in $sd: $(ls -A "$sd")"
 	# checkpoint and restore with 96 rows of 150 in memory a shard
-	ckpt_case 4 1 4 --budget 1536
+	# (the Python binding's tables too: 64 rows of 20 or 24 bytes)
+	PYBUDGET=1536 ckpt_case 4 1 4 --budget 1536
 	grep -c "table ps/ck#.*: spill file $sd/.* removed" \
 		/run/collstack/${CS_CLUSTER}n0.log | sed 's/^/  n0: spilled ck tables: /'
+	grep -q "table pyck/pyck#.*: spill file $sd/.* removed" \
+		/run/collstack/${CS_CLUSTER}n0.log ||
+		fail "no spilled table of the Python binding in n0's log"
 	[ -z "$(ls -A "$sd")" ] || fail "files left in $sd: $(ls -A "$sd")"
 	alive
 	# no spill directory: refused by name, the sidecars serve on
@@ -369,7 +375,26 @@ spill_case() {
 	want 4 '^ps_trainer spill_refused_ok rank='
 	mv "$sd.gone" "$sd"
 	alive
-	rm -rf "$sd"
+	# the sidecars exit with a spilled table open: its files go too
+	timeout 600 "$CLI" launch -T 1 --cluster "$ENV" --timeout 500 \
+		--all-output -- "$TRAINER" hold --budget 1024 \
+		>"$sd.hold" 2>&1 &
+	RPIDS+=($!)
+	for _ in $(seq 600); do
+		[ "$(grep -c '^ps_trainer held' "$sd.hold")" = 4 ] && break
+		sleep 0.1
+	done
+	sed 's/^/  /' "$sd.hold"
+	[ "$(grep -c '^ps_trainer held' "$sd.hold")" = 4 ] ||
+		fail "the trainers did not hold their table"
+	ls -A "$sd" | sed 's/^/  spill file while held: /'
+	[ "$(ls -A "$sd" | grep -c '^cs-pst-.*\.spill$')" = 4 ] ||
+		fail "4 spill files expected while the table is held"
+	scripts/cluster.sh down
+	[ -z "$(ls -A "$sd")" ] ||
+		fail "files left in $sd after the sidecars exited: $(ls -A "$sd")"
+	echo "  the sidecars exited: no file left in $sd"
+	rm -rf "$sd" "$sd.hold"
 }
 
 case $CASE in
