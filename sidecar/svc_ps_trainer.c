@@ -835,9 +835,9 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 				goto out_free;
 		}
 		if (!ret)
-			ret = cs_ps_store_add_table(
-				t->st, &t->spec, (size_t)o->mem_budget,
-				o->mem_budget ? &sp : NULL);
+			ret = cs_ps_store_add_table(t->st, &t->spec,
+						    (size_t)o->mem_budget,
+						    o->mem_budget ? &sp : NULL);
 	}
 	if (ret) {
 		snprintf(why, wl, "no table: %s", cs_strerror(ret));

@@ -286,9 +286,8 @@ static int train(int argc, char **argv)
 	printf("ps_trainer rate rank=%d mode=%s budget=%llu rows=%llu dim=%u "
 	       "kpp=%u steps=%u secs=%.3f pushes_per_s=%.0f pulls_per_s=%.0f "
 	       "pushpull_per_s=%.0f\n",
-	       rank, mode, (unsigned long long)budget, (unsigned long long)k,
-	       d, p, steps, secs, steps / secs, steps / secs,
-	       2.0 * steps / secs);
+	       rank, mode, (unsigned long long)budget, (unsigned long long)k, d,
+	       p, steps, secs, steps / secs, steps / secs, 2.0 * steps / secs);
 	free(ref);
 	cs_buf_free(b);
 	return wrong ? 1 : 0;

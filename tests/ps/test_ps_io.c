@@ -614,8 +614,7 @@ static void reshard_cases(void)
 				cr_assert_gt(total, 2 * res,
 					     "%u -> %u: shard %u: %llu rows, "
 					     "%llu in memory",
-					     n, m, j,
-					     (unsigned long long)total,
+					     n, m, j, (unsigned long long)total,
 					     (unsigned long long)res);
 				cr_assert_gt(cs_ps_store_stats(sh[j].st)
 						     ->spill_reads,
@@ -640,8 +639,7 @@ Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
  * 48 bytes in memory and the rest on its own io_uring spill file: the
  * snapshot reads spilled rows back for the files, the restore spills
  * while it loads, and every row still equals the reference. */
-Test(ps_io, reshard_with_rows_on_the_ssd_tier, .init = setup,
-     .fini = teardown)
+Test(ps_io, reshard_with_rows_on_the_ssd_tier, .init = setup, .fini = teardown)
 {
 	rs_budget = 200 * 48;
 	reshard_cases();
