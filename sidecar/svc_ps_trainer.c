@@ -763,12 +763,16 @@ static int spill_new(struct cs_pst *p, struct pst_table *t,
 				 PST_SPILL_QDEPTH, sp, t->spill_path,
 				 sizeof(t->spill_path));
 	if (ret) {
-		snprintf(why, wl,
-			 "mem_budget: no spill file in ps.spill_dir '%s': %s",
-			 p->spill_dir,
-			 ret == -ENOTSUP ? "collstackd was built without "
-					   "liburing (no SSD tier)"
-					 : strerror(-ret));
+		const char *e = ret == -ENOTSUP ? "collstackd was built "
+						  "without liburing"
+						: strerror(-ret);
+
+		CS_WARN("table %s: mem_budget %" PRIu64 " refused: no spill "
+			"file in ps.spill_dir '%s': %s",
+			t->key, t->mem_budget, p->spill_dir, e);
+		/* (a 96-byte reply: the log has the whole line) */
+		snprintf(why, wl, "no spill file in ps.spill_dir '%s': %s",
+			 p->spill_dir, e);
 		t->spill = NULL;
 		return ret;
 	}
@@ -901,8 +905,10 @@ static int pst_open(void *ctx, const struct cs_ipc_ps_open *o, void **table,
 			 CS_PS_DIM_MAX);
 		return -EINVAL;
 	}
-	if (cs_ps_budget_check(&spec, o->mem_budget, why, wl))
+	if (cs_ps_budget_check(&spec, o->mem_budget, why, wl)) {
+		CS_WARN("PS table %s/%s refused: %s", o->group, o->name, why);
 		return -EINVAL;
+	}
 	if (cs_ps_wire_len(CS_PS_MSG_PUSH, 1, spec.dim, spec.dtype, 0) > mss) {
 		snprintf(why, wl,
 			 "a row of %zu bytes does not fit a frame (%u bytes "

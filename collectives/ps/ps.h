@@ -94,8 +94,8 @@ size_t cs_ps_frame_bytes(const struct cs_ps_table_spec *s);
 /**
  * cs_ps_budget_check - may table @s keep @budget bytes of rows in memory
  *	(the rest on the SSD tier)?
- * @why: out, the reason of a refusal (naming the budget, the row's
- *	bytes and the least budget), NUL-terminated; may be NULL
+ * @why: out, the reason of a refusal (the budget, the rows it holds,
+ *	a row's bytes and the bound), NUL-terminated; may be NULL
  *
  * Returns 0 (@budget 0: no limit, no SSD tier) or -EINVAL: fewer than
  * CS_PS_BUDGET_ROWS_MIN rows, or more than UINT32_MAX / 2.

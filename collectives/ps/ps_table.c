@@ -3,6 +3,7 @@
  * worker-side combining of duplicate keys. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,28 +140,21 @@ int cs_ps_budget_check(const struct cs_ps_table_spec *s, uint64_t budget,
 		       char *why, size_t wl)
 {
 	uint64_t f = cs_ps_frame_bytes(s), rows = budget / f;
+	bool few = rows < CS_PS_BUDGET_ROWS_MIN;
 
 	if (!budget)
 		return 0;
-	if (rows >= CS_PS_BUDGET_ROWS_MIN && rows <= UINT32_MAX / 2)
+	if (!few && rows <= UINT32_MAX / 2)
 		return 0;
+	/* short: it goes back to the trainer in a 96-byte reply */
 	if (why && wl)
 		snprintf(why, wl,
-			 "mem_budget of %llu bytes holds %llu rows of %llu "
-			 "bytes (values and optimizer state): %s %llu rows "
-			 "(%llu bytes) per shard",
+			 "mem_budget of %llu bytes: %llu rows of %llu bytes, "
+			 "%s %llu a shard",
 			 (unsigned long long)budget, (unsigned long long)rows,
-			 (unsigned long long)f,
-			 rows < CS_PS_BUDGET_ROWS_MIN ? "at least" : "at most",
-			 rows < CS_PS_BUDGET_ROWS_MIN
-				 ? (unsigned long long)CS_PS_BUDGET_ROWS_MIN
-				 : (unsigned long long)(UINT32_MAX / 2),
-			 rows < CS_PS_BUDGET_ROWS_MIN
-				 ? (unsigned long long)(CS_PS_BUDGET_ROWS_MIN *
-							f)
-				 : (unsigned long long)((uint64_t)(UINT32_MAX /
-								   2) *
-							f));
+			 (unsigned long long)f, few ? "at least" : "at most",
+			 few ? (unsigned long long)CS_PS_BUDGET_ROWS_MIN
+			     : (unsigned long long)(UINT32_MAX / 2));
 	return -EINVAL;
 }
 

@@ -371,7 +371,7 @@ spill_case() {
 	# no spill directory: refused by name, the sidecars serve on
 	mv "$sd" "$sd.gone"
 	launch 1 "$TRAINER" spill_refused
-	want 4 "create with a missing spill dir: .*ps.spill_dir '$sd': No such file or directory"
+	want 4 "create with a missing spill dir: .*no spill file in ps.spill_dir '$sd': No such file or directory"
 	want 4 '^ps_trainer spill_refused_ok rank='
 	mv "$sd.gone" "$sd"
 	alive
@@ -431,7 +431,7 @@ pstr_4x1_bad)
 		'row size mismatch: .*rows of another type or size' \
 		'key outside the table: .*key \[1\] is not below' \
 		'pull of zero keys: .*element count out of range' \
-		'create mem_budget: .*mem_budget of 100 bytes holds 6 rows of 16 bytes.*at least 64 rows (1024 bytes) per shard' \
+		'create mem_budget: .*mem_budget of 100 bytes: 6 rows of 16 bytes, at least 64 a shard' \
 		'create row larger than a frame: .*does not fit a frame'; do
 		want 4 "$what"
 	done
