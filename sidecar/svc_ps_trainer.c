@@ -44,8 +44,9 @@
 /* A restore loads the rows its reader thread kept in steps of this many
  * between the lcore's other work. */
 #define PST_RESTORE_STEP_ROWS 4096u
-/* The spill file's io_uring: reads (or writes) in flight at once. */
-#define PST_SPILL_QDEPTH 64u
+/* The spill file's io_uring: reads (or writes) in flight at once; a
+ * pull whose rows on disk are more than this is read the blocking way. */
+#define PST_SPILL_QDEPTH 256u
 
 const struct cs_cfg_entry cs_pst_cfg[] = {
 	{ "ps.ckpt_share", CS_CFG_DOUBLE,
@@ -658,6 +659,8 @@ static unsigned pst_poll(void *arg, cs_ns_t now)
 	table_deadlines(t, now);
 	work += ckpt_pump(t, now);
 	work += restore_pump(t);
+	if (cs_ps_store_io_pending(t->st))
+		work++; /* a pull's reads in flight: poll again soon */
 	if (t->wake) {
 		t->wake = false;
 		cs_core_svc_wake_ipc(t->p->core);
@@ -730,9 +733,12 @@ static void table_free(struct pst_table *t)
 		cs_ps_store_nrows(t->st, PST_TABLE, &total, &res);
 		CS_INFO("table %s: spill file %s removed: %" PRIu64
 			" rows held, %" PRIu64 " in memory; rows written "
-			"%" PRIu64 ", read %" PRIu64,
+			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
+			" while the lcore served on, %" PRIu64
+			" pull waits)",
 			t->key, t->spill_path, total, res, ss->spill_writes,
-			ss->spill_reads);
+			ss->spill_reads, ss->spill_reads_async,
+			ss->pull_io_waits);
 	}
 	cs_ps_store_destroy(t->st);
 	cs_ps_spill_close(t->spill); /* removes the file */
