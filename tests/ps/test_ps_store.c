@@ -539,23 +539,21 @@ static int mf_read_start(void *ctx, const struct cs_ps_io_req *r, unsigned n)
 	memcpy(f->a, r, sizeof(*r) * n);
 	f->an = n;
 	f->astarted++;
-	return 0;
+	/* the file's bytes as they are now: a row written back to its slot
+	 * while the reads fly is not in them (a real file may do either) */
+	return f->afail ? 0 : mf_read(f, f->a, n);
 }
 
-/* The file's bytes are copied when the reads complete (not at start):
- * a write to a slot meanwhile would show in them, as on a real file. */
 static int mf_read_poll(void *ctx, bool wait)
 {
 	struct memfile *f = ctx;
-	int rc;
 
 	if (!f->an)
 		return 0;
 	if (f->hold && !wait)
 		return 1;
-	rc = f->afail ? -EIO : mf_read(f, f->a, f->an);
 	f->an = 0;
-	return rc;
+	return f->afail ? -EIO : 0;
 }
 
 static const struct cs_ps_spill_ops mf_async_ops = {
@@ -689,6 +687,7 @@ Test(ps_store, pull_of_cold_rows_waits_without_blocking)
 	cs_ps_store_rx(b, msg, pull(&s, 0, 0, 0, pk, 20));
 	cr_assert_eq(cs_ps_store_flush(b), 0);
 	cr_assert_eq(nrep, 0, "served before its reads landed");
+	cr_assert_eq(cs_ps_store_stats(b)->spill_reads_async, 0);
 	cr_assert_eq(mf.astarted, 1);
 	cr_assert_eq(mf.an, 20, "its 20 rows on disk were started");
 	cr_assert(cs_ps_store_io_pending(b));
@@ -710,19 +709,40 @@ Test(ps_store, pull_of_cold_rows_waits_without_blocking)
 	cr_assert_eq(nrep, 2, "the push was not acknowledged meanwhile");
 	cr_assert_eq(rep[1].m.type, CS_PS_MSG_PUSH_ACK);
 	cr_assert_eq(rep[1].m.status, 0);
+	/* 100 new rows: key 0, changed, goes back to its slot on disk; the
+	 * reads in flight hold its old bytes, which must not come back */
+	for (int i = 0; i < 50; i++) {
+		keys[i] = 2000 + (uint64_t)i;
+		g[i] = 0.5f;
+	}
+	for (int r = 0; r < 2; r++, id++) {
+		n = push(&s, 0, id, 0, keys, g, 50, 0, 1);
+		cs_ps_store_rx(a, msg, n);
+		cs_ps_store_rx(b, msg, n);
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+		for (int i = 0; i < 50; i++)
+			keys[i] += 50;
+	}
+	cr_assert_eq(nrep, 6, "pushes not acknowledged by both stores");
 	/* the reads land: the next flush serves the pull */
 	mf.hold = false;
 	cr_assert_eq(cs_ps_store_flush(b), 0);
-	cr_assert_eq(nrep, 3);
+	/* (key 0 was brought in and sent back meanwhile: it left the batch
+	 * and is read in a second one) */
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 7);
 	cr_assert(!cs_ps_store_io_pending(b));
 	cr_assert_geq(cs_ps_store_stats(b)->spill_reads_async, 19);
-	ra = rep[2];
+	ra = rep[6];
+	cr_assert_eq(ra.m.type, CS_PS_MSG_PULL_REPLY);
 	cs_ps_store_rx(a, msg, pull(&s, 0, 0, 0, pk, 20));
 	cr_assert_eq(cs_ps_store_flush(a), 0);
-	cr_assert_eq(nrep, 4);
-	cr_assert_eq(ra.len, rep[3].len);
-	cr_assert_eq(memcmp(ra.raw, rep[3].raw, ra.len), 0,
+	cr_assert_eq(nrep, 8);
+	cr_assert_eq(ra.len, rep[7].len);
+	cr_assert_eq(memcmp(ra.raw, rep[7].raw, ra.len), 0,
 		     "the pull's rows differ from the store without a budget's");
+	cr_assert_eq(mf.astarted, 2);
 	/* a read that fails: the pull stays parked, then is served */
 	for (int i = 0; i < 20; i++)
 		pk[i] = (uint64_t)(i * 11 + 1);
