@@ -10,7 +10,10 @@
 # and the sum over the 4 trainers of their pushes/s and pulls/s.
 #
 #   scripts/bench-ps-spill.sh [--steps S] [--rows R] [--dim D] [--kpp P]
-#                             [--budget BYTES] [--rounds N]
+#                             [--budget BYTES] [--rounds N] [--blocking]
+#
+# --blocking: the sidecars with ps.spill_async=0 (a pull's rows on disk
+# read with the lcore waiting for them; default: read while it serves on).
 #
 # CS_CLUSTER (default pb) names the cluster; it is brought up here (spill
 # files in a new folder under /var/tmp, ps.spill_dir) and taken down at
@@ -21,9 +24,10 @@ BUILD=${CS_BUILD_DIR:-build}
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 CLI=$BUILD/tools/collstack
 TRAINER=$BUILD/tests/netns/cs-trainer-ps
-STEPS=2000 ROWS=100000 DIM=16 KPP=64 BUDGET=65536 ROUNDS=2
+STEPS=2000 ROWS=100000 DIM=16 KPP=64 BUDGET=65536 ROUNDS=2 ASYNC=1
 while [ $# -gt 0 ]; do
 	case $1 in
+	--blocking) ASYNC=0; shift; continue ;;
 	--steps) STEPS=$2 ;;
 	--rows) ROWS=$2 ;;
 	--dim) DIM=$2 ;;
@@ -38,7 +42,8 @@ export CS_CLUSTER=${CS_CLUSTER:-pb}
 ENV=/run/collstack/cluster-$CS_CLUSTER.env
 SD=$(mktemp -d /var/tmp/cs-ps-spill.XXXXXX)
 trap 'scripts/cluster.sh down >/dev/null 2>&1; rm -rf "$SD"' EXIT
-CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --set ps.spill_dir="$SD"
+CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --set ps.spill_dir="$SD" \
+	--set ps.spill_async=$ASYNC
 
 run() {	# BUDGET
 	local out load i
@@ -54,15 +59,15 @@ run() {	# BUDGET
 			tail -1 | sed 's/.*removed: /  n'$i': /' || true
 	done
 	grep '^ps_trainer rate' <<<"$out" | sed 's/^/  /'
-	awk -v b="$1" -v l="$load" '/^ps_trainer rate/ {
+	awk -v b="$1" -v a="$ASYNC" -v l="$load" '/^ps_trainer rate/ {
 		for (i = 1; i <= NF; i++) {
 			split($i, kv, "=")
 			if (kv[1] == "pushes_per_s") pu += kv[2]
 			if (kv[1] == "pulls_per_s") pl += kv[2]
 		}
 	} END {
-		printf "ps_spill budget=%s load=%s pushes_per_s=%.0f pulls_per_s=%.0f pushpull_per_s=%.0f\n",
-			b, l, pu, pl, pu + pl
+		printf "ps_spill budget=%s spill_async=%s load=%s pushes_per_s=%.0f pulls_per_s=%.0f pushpull_per_s=%.0f\n",
+			b, a, l, pu, pl, pu + pl
 	}' <<<"$out"
 }
 

@@ -60,6 +60,11 @@ const struct cs_cfg_entry cs_pst_cfg[] = {
 	  "with a mem_budget: the rows beyond the budget, one file per table "
 	  "and node, removed when the table is destroyed or the sidecar "
 	  "exits" },
+	{ "ps.spill_async", CS_CFG_BOOL, offsetof(struct cs_pst_cfg, spill_async),
+	  "1", CS_CFG_NO_BOUNDS,
+	  "a pull of rows on disk starts their reads and is answered on a later "
+	  "poll, the lcore serving on meanwhile (0: the lcore waits for the "
+	  "reads, as pushes' rows always are)" },
 };
 
 const size_t cs_pst_cfg_len = CS_ARRAY_SIZE(cs_pst_cfg);
@@ -120,6 +125,7 @@ struct pst_table {
 	struct cs_ps_flow *flow;
 	struct cs_ps_store *st;
 	struct cs_ps_uring_spill *spill; /* the SSD tier, or NULL */
+	struct cs_ps_spill_ops spill_ops; /* its ops (ps.spill_async) */
 	char spill_path[PATH_MAX];
 	uint64_t mem_budget;
 	uint32_t *wnode; /* worker rank -> flow rank, learnt from pushes */
@@ -143,6 +149,7 @@ struct cs_pst {
 	struct cs_core_svc *core;
 	double ckpt_share;
 	char spill_dir[CS_CFG_STR_MAX];
+	bool spill_async;
 	pthread_mutex_t lock;
 	struct pst_table *tables; /* IPC side */
 };
@@ -782,6 +789,12 @@ static int spill_new(struct cs_pst *p, struct pst_table *t,
 		t->spill = NULL;
 		return ret;
 	}
+	t->spill_ops = *sp->ops;
+	if (!p->spill_async) {
+		t->spill_ops.read_start = NULL;
+		t->spill_ops.read_poll = NULL;
+	}
+	sp->ops = &t->spill_ops;
 	return 0;
 }
 
@@ -1110,6 +1123,7 @@ int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out)
 	p->ckpt_share = cs_ar_svc_pst_cfg(svc)->ckpt_share;
 	snprintf(p->spill_dir, sizeof(p->spill_dir), "%s",
 		 cs_ar_svc_pst_cfg(svc)->spill_dir);
+	p->spill_async = cs_ar_svc_pst_cfg(svc)->spill_async;
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;

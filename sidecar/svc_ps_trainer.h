@@ -41,6 +41,9 @@ struct cs_pst_cfg {
 	/* where tables with a memory budget put their spill files (an
 	 * absolute path) */
 	char spill_dir[CS_CFG_STR_MAX];
+	/* a pull's rows on disk are read while the lcore serves on (else
+	 * the lcore waits for them) */
+	bool spill_async;
 };
 extern const struct cs_cfg_entry cs_pst_cfg[];
 extern const size_t cs_pst_cfg_len;

@@ -332,7 +332,7 @@ recover_case() {
 
 # spill_case: pstr_4x1_spill (see the head of the file)
 spill_case() {
-	local sd i n line held mem rd
+	local sd i n line held mem rd ard
 	sd=$(mktemp -d /tmp/cs-pstr-sd.XXXXXX)
 	SPDIR=$sd
 	up 4 --set ps.spill_dir="$sd"
@@ -347,11 +347,14 @@ spill_case() {
 		while read -r line; do
 			held=$(sed -n 's/.* removed: \([0-9]*\) rows held.*/\1/p' <<<"$line")
 			mem=$(sed -n 's/.* rows held, \([0-9]*\) in memory.*/\1/p' <<<"$line")
-			rd=$(sed -n 's/.*, read \([0-9]*\)$/\1/p' <<<"$line")
+			rd=$(sed -n 's/.*, read \([0-9]*\) (.*/\1/p' <<<"$line")
+			ard=$(sed -n 's/.* (\([0-9]*\) while the lcore served on.*/\1/p' <<<"$line")
 			echo "  n$i: ${line#* INFO }"
 			[ -n "$held" ] && [ "$mem" -le 128 ] &&
 				[ $((2 * mem)) -lt "$held" ] && [ "$rd" -gt 0 ] ||
 				fail "n$i: not mostly on disk, or nothing read back: $line"
+			[ -n "$ard" ] && [ "$ard" -gt 0 ] ||
+				fail "n$i: no pull's rows read while the lcore served on: $line"
 			n=$((n + 1))
 		done < <(grep "table ps/emb#.*: spill file $sd/.* removed" \
 			"/run/collstack/${CS_CLUSTER}n$i.log")

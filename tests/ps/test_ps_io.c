@@ -646,6 +646,63 @@ Test(ps_io, reshard_with_rows_on_the_ssd_tier, .init = setup, .fini = teardown)
 	rs_budget = 0;
 }
 
+/* The io_uring file's reads left in flight (read_start, read_poll): the
+ * bytes land, one batch at a time, more than the ring's depth refused,
+ * and blocking reads and writes meanwhile keep their completions apart
+ * from the batch's. */
+Test(ps_io, spill_reads_in_flight_while_the_ring_serves_on, .init = setup,
+     .fini = teardown)
+{
+	static uint8_t w[64][128], r[64][128], x[128];
+	struct cs_ps_io_req q[64], one;
+	struct cs_ps_uring_spill *u;
+	struct cs_ps_spill sp;
+	int rc, polls = 0;
+
+	need_uring();
+	cr_assert_eq(cs_ps_spill_create(&u, dir, "rd", 16, &sp, NULL, 0), 0);
+	cr_assert_not_null(sp.ops->read_start);
+	cr_assert_not_null(sp.ops->read_poll);
+	for (int i = 0; i < 64; i++) {
+		memset(w[i], i + 1, sizeof(w[i]));
+		q[i] = (struct cs_ps_io_req){ .off = (uint64_t)i * 128,
+					      .buf = w[i],
+					      .len = 128 };
+	}
+	cr_assert_eq(sp.ops->write(sp.ctx, q, 64), 0);
+	for (int i = 0; i < 64; i++)
+		q[i].buf = r[i];
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 17), -E2BIG);
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 16), 0);
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q + 16, 4), -EBUSY);
+	/* meanwhile: a blocking write and read of another slot */
+	memset(x, 0xee, sizeof(x));
+	one = (struct cs_ps_io_req){ .off = 100 * 128, .buf = x, .len = 128 };
+	cr_assert_eq(sp.ops->write(sp.ctx, &one, 1), 0);
+	memset(x, 0, sizeof(x));
+	cr_assert_eq(sp.ops->read(sp.ctx, &one, 1), 0);
+	cr_assert_eq(x[0], 0xee);
+	cr_assert_eq(x[127], 0xee);
+	while ((rc = sp.ops->read_poll(sp.ctx, false)) == 1)
+		polls++;
+	cr_assert_eq(rc, 0);
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(memcmp(r[i], w[i], 128), 0, "read %d", i);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, false), 0, "nothing flies");
+	/* a second batch, waited for; then one past the file's end */
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q + 16, 16), 0);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, true), 0);
+	for (int i = 16; i < 32; i++)
+		cr_assert_eq(memcmp(r[i], w[i], 128), 0, "read %d", i);
+	one.off = 200 * 128;
+	cr_assert_eq(sp.ops->read_start(sp.ctx, &one, 1), 0);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, true), -EIO, "a short read");
+	/* closed with a batch in flight: waited for, file removed */
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 16), 0);
+	cs_ps_spill_close(u);
+	(void)polls;
+}
+
 /* cs_ps_spill_create: a new file in the folder, rows through it, removed
  * at close; a missing folder, a file in the way and a '/' in the prefix
  * refused. */
