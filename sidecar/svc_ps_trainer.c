@@ -60,8 +60,8 @@ const struct cs_cfg_entry cs_pst_cfg[] = {
 	  "with a mem_budget: the rows beyond the budget, one file per table "
 	  "and node, removed when the table is destroyed or the sidecar "
 	  "exits" },
-	{ "ps.spill_async", CS_CFG_BOOL, offsetof(struct cs_pst_cfg, spill_async),
-	  "1", CS_CFG_NO_BOUNDS,
+	{ "ps.spill_async", CS_CFG_BOOL,
+	  offsetof(struct cs_pst_cfg, spill_async), "1", CS_CFG_NO_BOUNDS,
 	  "a pull of rows on disk starts their reads and is answered on a later "
 	  "poll, the lcore serving on meanwhile (0: the lcore waits for the "
 	  "reads, as pushes' rows always are)" },
@@ -741,8 +741,7 @@ static void table_free(struct pst_table *t)
 		CS_INFO("table %s: spill file %s removed: %" PRIu64
 			" rows held, %" PRIu64 " in memory; rows written "
 			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
-			" while the lcore served on, %" PRIu64
-			" pull waits)",
+			" while the lcore served on, %" PRIu64 " pull waits)",
 			t->key, t->spill_path, total, res, ss->spill_writes,
 			ss->spill_reads, ss->spill_reads_async,
 			ss->pull_io_waits);

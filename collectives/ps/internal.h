@@ -85,8 +85,7 @@ uint32_t cs_ps_rows_batch(const struct cs_ps_rows *r);
  * -EOPNOTSUPP (the spill cannot; or more than it or cs_ps_rows_batch()
  * take at once: read them with cs_ps_rows_fault_in), -errno.
  */
-int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e,
-			  uint32_t n);
+int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n);
 /* The batch in flight: 1 still flying, 0 done (its entries not brought
  * in meanwhile are in memory now, none pinned) or none, -errno (nothing
  * brought in). @wait: until it is done. */

@@ -16,7 +16,8 @@
 #include "collectives/ps/ps_io.h"
 #include "internal/log.h"
 
-/* ---- SSD spill: batch I/O on the file's ring ------------------------------ */
+/* ---- SSD spill: batch I/O on the file's ring ------------------------------
+ */
 
 /* user_data of the reads of the batch started by spill_read_start */
 #define SPILL_ASYNC (1ull << 63)
@@ -117,8 +118,7 @@ static int spill_read(void *ctx, struct cs_ps_io_req *r, unsigned n)
 /* Reads submitted, not waited for: spill_read_poll completes them. At
  * most the ring's depth (the completion queue holds twice that: room for
  * a blocking batch meanwhile). */
-static int spill_read_start(void *ctx, const struct cs_ps_io_req *r,
-			    unsigned n)
+static int spill_read_start(void *ctx, const struct cs_ps_io_req *r, unsigned n)
 {
 	struct cs_ps_uring_spill *s = ctx;
 	int ret;
@@ -136,7 +136,8 @@ static int spill_read_start(void *ctx, const struct cs_ps_io_req *r,
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 
 		if (!sqe)
-			return -EBUSY; /* cannot happen: n <= depth, none queued */
+			return -EBUSY; /* cannot happen: n <= depth, none queued
+					*/
 		io_uring_prep_read(sqe, s->fd, r[i].buf, r[i].len, r[i].off);
 		io_uring_sqe_set_data64(sqe, SPILL_ASYNC | i);
 		s->a_len[i] = r[i].len;

@@ -33,7 +33,9 @@ struct cs_ps_uring_spill;
  * @spill: out, ready for cs_ps_store_add_table
  *
  * The ring belongs to the thread that serves the table (the dataplane):
- * a batch of reads is submitted at once and waited for together.
+ * a batch of reads is submitted at once and waited for together, or
+ * (@spill->ops->read_start) left in flight and completed by read_poll,
+ * the store answering the pull that needs them on a later flush.
  * Returns 0 or -errno (-ENOTSUP without liburing).
  */
 int cs_ps_spill_open(struct cs_ps_uring_spill **out, const char *path,

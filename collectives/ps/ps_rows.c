@@ -322,8 +322,7 @@ int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 	return 0;
 }
 
-int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e,
-			  uint32_t n)
+int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 {
 	uint32_t k = 0, max = cs_ps_rows_batch(r);
 	int rc;

@@ -848,8 +848,7 @@ static int serve(struct cs_ps_store *st, struct ps_table *t,
  * now: its rows are in, or they are read the blocking way in serve()) or
  * -errno (the reads failed; it stays parked and is tried again).
  */
-static int pull_prefetch(struct ps_table *t,
-			 const struct cs_ps_msg *q)
+static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
 {
 	struct cs_ps_rows *r = &t->rows;
 	uint32_t nb = 0;

@@ -556,9 +556,9 @@ static int mf_read_poll(void *ctx, bool wait)
 	return f->afail ? -EIO : 0;
 }
 
-static const struct cs_ps_spill_ops mf_async_ops = {
-	mf_write, mf_read, mf_read_start, mf_read_poll
-};
+static const struct cs_ps_spill_ops mf_async_ops = { mf_write, mf_read,
+						     mf_read_start,
+						     mf_read_poll };
 
 /* Adam rows (values + 2 state vectors: 24 bytes a frame) with room for
  * 64 in memory; 1000 rows pushed twice each, against a store without a
@@ -740,8 +740,9 @@ Test(ps_store, pull_of_cold_rows_waits_without_blocking)
 	cr_assert_eq(cs_ps_store_flush(a), 0);
 	cr_assert_eq(nrep, 8);
 	cr_assert_eq(ra.len, rep[7].len);
-	cr_assert_eq(memcmp(ra.raw, rep[7].raw, ra.len), 0,
-		     "the pull's rows differ from the store without a budget's");
+	cr_assert_eq(
+		memcmp(ra.raw, rep[7].raw, ra.len), 0,
+		"the pull's rows differ from the store without a budget's");
 	cr_assert_eq(mf.astarted, 2);
 	/* a read that fails: the pull stays parked, then is served */
 	for (int i = 0; i < 20; i++)
