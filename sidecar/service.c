@@ -202,6 +202,13 @@ int cs_daemon_set_key(struct cs_daemon_conf *c, const char *key,
 			 errlen);
 	if (ret != -ENOENT)
 		return ret;
+	if (!strcmp(key, "ps.spill_dir") && val[0] != '/') {
+		if (err)
+			snprintf(err, errlen,
+				 "ps.spill_dir: '%s' is not an absolute path",
+				 val);
+		return -EINVAL;
+	}
 	ret = cs_cfg_set(cs_pst_cfg, cs_pst_cfg_len, &sc->pst, key, val, err,
 			 errlen);
 	if (ret != -ENOENT)

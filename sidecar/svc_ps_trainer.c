@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CS_LOG_MODULE "pst"
 #include "collectives/ps/ps_io.h"
@@ -43,6 +44,9 @@
 /* A restore loads the rows its reader thread kept in steps of this many
  * between the lcore's other work. */
 #define PST_RESTORE_STEP_ROWS 4096u
+/* The spill file's io_uring: reads (or writes) in flight at once; a
+ * pull whose rows on disk are more than this is read the blocking way. */
+#define PST_SPILL_QDEPTH 256u
 
 const struct cs_cfg_entry cs_pst_cfg[] = {
 	{ "ps.ckpt_share", CS_CFG_DOUBLE,
@@ -50,6 +54,17 @@ const struct cs_cfg_entry cs_pst_cfg[] = {
 	  "share of its lcore's time a trainer table's checkpoint may take "
 	  "to copy rows out (cs_ps_checkpoint; pushes and pulls are served "
 	  "in the rest)" },
+	{ "ps.spill_dir", CS_CFG_STR, offsetof(struct cs_pst_cfg, spill_dir),
+	  "/var/tmp", CS_CFG_NO_BOUNDS,
+	  "directory (absolute) of the spill files of trainer tables created "
+	  "with a mem_budget: the rows beyond the budget, one file per table "
+	  "and node, removed when the table is destroyed or the sidecar "
+	  "exits" },
+	{ "ps.spill_async", CS_CFG_BOOL,
+	  offsetof(struct cs_pst_cfg, spill_async), "1", CS_CFG_NO_BOUNDS,
+	  "a pull of rows on disk starts their reads and is answered on a later "
+	  "poll, the lcore serving on meanwhile (0: the lcore waits for the "
+	  "reads, as pushes' rows always are)" },
 };
 
 const size_t cs_pst_cfg_len = CS_ARRAY_SIZE(cs_pst_cfg);
@@ -109,6 +124,10 @@ struct pst_table {
 	struct cs_ps_shardmap map;
 	struct cs_ps_flow *flow;
 	struct cs_ps_store *st;
+	struct cs_ps_uring_spill *spill; /* the SSD tier, or NULL */
+	struct cs_ps_spill_ops spill_ops; /* its ops (ps.spill_async) */
+	char spill_path[PATH_MAX];
+	uint64_t mem_budget;
 	uint32_t *wnode; /* worker rank -> flow rank, learnt from pushes */
 	struct cs_core_flow *h; /* NULL once the IPC side took it over */
 	/* IPC -> lcore, under p->lock */
@@ -129,6 +148,8 @@ struct pst_table {
 struct cs_pst {
 	struct cs_core_svc *core;
 	double ckpt_share;
+	char spill_dir[CS_CFG_STR_MAX];
+	bool spill_async;
 	pthread_mutex_t lock;
 	struct pst_table *tables; /* IPC side */
 };
@@ -645,6 +666,8 @@ static unsigned pst_poll(void *arg, cs_ns_t now)
 	table_deadlines(t, now);
 	work += ckpt_pump(t, now);
 	work += restore_pump(t);
+	if (cs_ps_store_io_pending(t->st))
+		work++; /* a pull's reads in flight: poll again soon */
 	if (t->wake) {
 		t->wake = false;
 		cs_core_svc_wake_ipc(t->p->core);
@@ -710,11 +733,68 @@ static void table_teardown(struct pst_table *t)
 
 static void table_free(struct pst_table *t)
 {
+	if (t->spill && t->st) {
+		const struct cs_ps_store_stats *ss = cs_ps_store_stats(t->st);
+		uint64_t total = 0, res = 0;
+
+		cs_ps_store_nrows(t->st, PST_TABLE, &total, &res);
+		CS_INFO("table %s: spill file %s removed: %" PRIu64
+			" rows held, %" PRIu64 " in memory; rows written "
+			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
+			" while the lcore served on, %" PRIu64 " pull waits)",
+			t->key, t->spill_path, total, res, ss->spill_writes,
+			ss->spill_reads, ss->spill_reads_async,
+			ss->pull_io_waits);
+	}
 	cs_ps_store_destroy(t->st);
+	cs_ps_spill_close(t->spill); /* removes the file */
 	cs_ps_flow_destroy(t->flow);
 	cs_ps_shardmap_fini(&t->map);
 	free(t->wnode);
 	free(t);
+}
+
+/* The table's spill file in ps.spill_dir (the SSD tier behind its
+ * memory budget): -errno with the reason in @why. */
+static int spill_new(struct cs_pst *p, struct pst_table *t,
+		     struct cs_ps_spill *sp, char *why, size_t wl)
+{
+	char prefix[64];
+	int ret;
+
+	if (p->spill_dir[0] != '/') {
+		snprintf(why, wl,
+			 "mem_budget: ps.spill_dir '%s' is not an absolute "
+			 "path",
+			 p->spill_dir);
+		return -EINVAL;
+	}
+	snprintf(prefix, sizeof(prefix), "cs-pst-%ld-%08x-n%u", (long)getpid(),
+		 t->op_id, t->self);
+	ret = cs_ps_spill_create(&t->spill, p->spill_dir, prefix,
+				 PST_SPILL_QDEPTH, sp, t->spill_path,
+				 sizeof(t->spill_path));
+	if (ret) {
+		const char *e = ret == -ENOTSUP ? "collstackd was built "
+						  "without liburing"
+						: strerror(-ret);
+
+		CS_WARN("table %s: mem_budget %" PRIu64 " refused: no spill "
+			"file in ps.spill_dir '%s': %s",
+			t->key, t->mem_budget, p->spill_dir, e);
+		/* (a 96-byte reply: the log has the whole line) */
+		snprintf(why, wl, "no spill file in ps.spill_dir '%s': %s",
+			 p->spill_dir, e);
+		t->spill = NULL;
+		return ret;
+	}
+	t->spill_ops = *sp->ops;
+	if (!p->spill_async) {
+		t->spill_ops.read_start = NULL;
+		t->spill_ops.read_poll = NULL;
+	}
+	sp->ops = &t->spill_ops;
+	return 0;
 }
 
 /* A new table: its map, store and flow, posted to the core. */
@@ -735,6 +815,7 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 	snprintf(t->key, sizeof(t->key), "%s", key);
 	snprintf(t->name, sizeof(t->name), "%s", o->name);
 	t->spec = *spec;
+	t->mem_budget = o->mem_budget;
 	t->local_only = o->size == o->local_size || npeers < 2;
 	t->n = t->local_only ? 1 : npeers;
 	t->self = t->local_only ? 0 : self;
@@ -767,9 +848,18 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 					      .parked_max = PST_PARKED_MAX };
 		struct cs_ps_store_io sio = { st_send, t };
 
+		struct cs_ps_spill sp = { 0 };
+
 		ret = cs_ps_store_create(&t->st, &sc, &sio);
+		if (!ret && o->mem_budget) {
+			ret = spill_new(p, t, &sp, why, wl);
+			if (ret)
+				goto out_free;
+		}
 		if (!ret)
-			ret = cs_ps_store_add_table(t->st, &t->spec, 0, NULL);
+			ret = cs_ps_store_add_table(t->st, &t->spec,
+						    (size_t)o->mem_budget,
+						    o->mem_budget ? &sp : NULL);
 	}
 	if (ret) {
 		snprintf(why, wl, "no table: %s", cs_strerror(ret));
@@ -798,6 +888,12 @@ static int table_new(struct cs_pst *p, const struct cs_ipc_ps_open *o,
 		t->spec.key_max, cs_ps_mode_name(t->spec.mode),
 		cs_ps_opt_name(t->spec.opt.kind), t->spec.workers, t->n,
 		t->op_id);
+	if (t->spill)
+		CS_INFO("table %s: at most %" PRIu64 " bytes of rows in memory "
+			"(%" PRIu64 " rows of %zu bytes), the rest in %s",
+			t->key, t->mem_budget,
+			t->mem_budget / cs_ps_frame_bytes(&t->spec),
+			cs_ps_frame_bytes(&t->spec), t->spill_path);
 	return 0;
 out_free:
 	free(servers);
@@ -819,18 +915,16 @@ static int pst_open(void *ctx, const struct cs_ipc_ps_open *o, void **table,
 
 	spec.id = PST_TABLE;
 	spec.workers = o->size;
-	if (o->mem_budget) {
-		snprintf(why, wl,
-			 "no SSD tier for trainer tables yet: mem_budget must "
-			 "be 0");
-		return -EOPNOTSUPP;
-	}
 	if (o->size > CS_PS_WORKERS_MAX || cs_ps_spec_check(&spec)) {
 		snprintf(why, wl,
 			 "bad table: dim 1-%u, dtype f32/f64/f16/bf16, "
 			 "key_max >= 1, a known mode, optimizer and "
 			 "initializer, lr > 0",
 			 CS_PS_DIM_MAX);
+		return -EINVAL;
+	}
+	if (cs_ps_budget_check(&spec, o->mem_budget, why, wl)) {
+		CS_WARN("PS table %s/%s refused: %s", o->group, o->name, why);
 		return -EINVAL;
 	}
 	if (cs_ps_wire_len(CS_PS_MSG_PUSH, 1, spec.dim, spec.dtype, 0) > mss) {
@@ -1026,6 +1120,9 @@ int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out)
 		return -ENOMEM;
 	p->core = cs_ar_svc_core(svc);
 	p->ckpt_share = cs_ar_svc_pst_cfg(svc)->ckpt_share;
+	snprintf(p->spill_dir, sizeof(p->spill_dir), "%s",
+		 cs_ar_svc_pst_cfg(svc)->spill_dir);
+	p->spill_async = cs_ar_svc_pst_cfg(svc)->spill_async;
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;

@@ -38,6 +38,12 @@ struct cs_pst_cfg {
 	/* share of the lcore's time a checkpoint's snapshot steps may take
 	 * (struct cs_ps_snap_pace), in (0, 1] */
 	double ckpt_share;
+	/* where tables with a memory budget put their spill files (an
+	 * absolute path) */
+	char spill_dir[CS_CFG_STR_MAX];
+	/* a pull's rows on disk are read while the lcore serves on (else
+	 * the lcore waits for them) */
+	bool spill_async;
 };
 extern const struct cs_cfg_entry cs_pst_cfg[];
 extern const size_t cs_pst_cfg_len;

@@ -19,6 +19,7 @@ struct cs_ps_ent {
 	uint32_t pin; /* == rows->pin_gen: must stay in memory */
 	uint8_t dirty; /* memory newer than the file */
 	uint8_t ref; /* clock bit: used since the hand last passed */
+	uint8_t reading; /* in the read batch in flight (rows->rd_*) */
 };
 
 struct cs_ps_rows {
@@ -43,6 +44,14 @@ struct cs_ps_rows {
 	uint64_t disk_slots;
 	uint64_t *n_wr, *n_rd; /* the store's counters */
 	struct cs_ps_io_req *reqs;
+	/* the read batch in flight (spill.ops->read_start): its entries and
+	 * requests, into rd_buf (not frames: nothing is reserved while it
+	 * flies, and an entry brought in meanwhile is dropped from it) */
+	uint32_t *rd_e;
+	struct cs_ps_io_req *rd_reqs;
+	uint8_t *rd_buf;
+	uint32_t rd_n;
+	uint64_t *n_rd_async;
 
 	/* snapshot */
 	bool snap;
@@ -69,6 +78,23 @@ int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n);
 void cs_ps_rows_unpin(struct cs_ps_rows *r);
 /* Largest batch cs_ps_rows_fault_in takes. */
 uint32_t cs_ps_rows_batch(const struct cs_ps_rows *r);
+/*
+ * Start reading the entries of @e[0..n) that are on disk, without
+ * waiting (spill.ops->read_start). Returns 1 (in flight: complete it
+ * with cs_ps_rows_read_poll), 0 (none on disk), -EBUSY (a batch flies),
+ * -EOPNOTSUPP (the spill cannot; or more than it or cs_ps_rows_batch()
+ * take at once: read them with cs_ps_rows_fault_in), -errno.
+ */
+int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n);
+/* The batch in flight: 1 still flying, 0 done (its entries not brought
+ * in meanwhile are in memory now, none pinned) or none, -errno (nothing
+ * brought in). @wait: until it is done. */
+int cs_ps_rows_read_poll(struct cs_ps_rows *r, bool wait);
+static inline bool cs_ps_rows_can_read_async(const struct cs_ps_rows *r)
+{
+	return r->frames_max && r->spill.ops->read_start &&
+	       r->spill.ops->read_poll;
+}
 
 static inline uint8_t *cs_ps_rows_frame(struct cs_ps_rows *r, uint32_t e)
 {

@@ -84,6 +84,24 @@ const char *cs_ps_mode_name(enum cs_ps_mode mode);
 /* Bytes of one row in the table's dtype; f32 values of optimizer state. */
 size_t cs_ps_row_bytes(const struct cs_ps_table_spec *s);
 unsigned cs_ps_state_floats(const struct cs_ps_table_spec *s);
+/* Bytes of one row in memory and on the SSD tier: the values padded to 8,
+ * then the optimizer state (f32) padded to 8. */
+size_t cs_ps_frame_bytes(const struct cs_ps_table_spec *s);
+
+/* A memory budget holds at least this many rows (frames). */
+#define CS_PS_BUDGET_ROWS_MIN 64u
+
+/**
+ * cs_ps_budget_check - may table @s keep @budget bytes of rows in memory
+ *	(the rest on the SSD tier)?
+ * @why: out, the reason of a refusal (the budget, the rows it holds,
+ *	a row's bytes and the bound), NUL-terminated; may be NULL
+ *
+ * Returns 0 (@budget 0: no limit, no SSD tier) or -EINVAL: fewer than
+ * CS_PS_BUDGET_ROWS_MIN rows, or more than UINT32_MAX / 2.
+ */
+int cs_ps_budget_check(const struct cs_ps_table_spec *s, uint64_t budget,
+		       char *why, size_t wl);
 
 /* Row <-> f32 (host order). f16/bf16 round to nearest even. */
 void cs_ps_row_to_f32(enum cs_dtype t, const void *src, float *dst, uint32_t n);
@@ -171,6 +189,18 @@ struct cs_ps_io_req {
 struct cs_ps_spill_ops {
 	int (*write)(void *ctx, struct cs_ps_io_req *r, unsigned n);
 	int (*read)(void *ctx, struct cs_ps_io_req *r, unsigned n);
+	/*
+	 * Optional (both or neither): a batch of reads started and left in
+	 * flight, so that the thread serves on (a pull waits for its cold
+	 * rows on a later flush instead of blocking it). @read_start: 0
+	 * started (the requests were copied), -E2BIG (more than it takes at
+	 * once: the caller reads them with @read), -EBUSY (a batch is in
+	 * flight), -errno. @read_poll: 1 still in flight, 0 all done, or
+	 * the first -errno (done too); @wait: until done. One batch at a
+	 * time; @read and @write may be called while it is in flight.
+	 */
+	int (*read_start)(void *ctx, const struct cs_ps_io_req *r, unsigned n);
+	int (*read_poll)(void *ctx, bool wait);
 };
 
 struct cs_ps_spill {
@@ -240,6 +270,10 @@ struct cs_ps_store_stats {
 	uint64_t pull_dup; /* a copy of a pull already waiting: dropped */
 	uint64_t rows_served;
 	uint64_t spill_writes, spill_reads; /* rows */
+	uint64_t spill_reads_async; /* of spill_reads: read while the store
+				     * served on (read_start) */
+	uint64_t pull_io_waits; /* flushes that left a pull parked for its
+				 * reads in flight */
 	uint32_t max_staleness; /* ssp: largest t - min clock at a serve */
 };
 
@@ -292,6 +326,9 @@ int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 		     void *row);
 /* Versions applied (sync) or the smallest worker clock (ssp, async). */
 uint64_t cs_ps_store_clock(struct cs_ps_store *st, uint32_t table);
+/* Reads of cold rows for a pull in flight (the pump should poll the
+ * store again soon: cs_ps_store_flush completes them). */
+bool cs_ps_store_io_pending(struct cs_ps_store *st);
 /* Rows held (memory + spilled) and rows in memory. */
 void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,
 		       uint64_t *resident);

@@ -16,14 +16,44 @@
 #include "collectives/ps/ps_io.h"
 #include "internal/log.h"
 
-/* ---- batch I/O on a ring ------------------------------------------------ */
+/* ---- SSD spill: batch I/O on the file's ring ------------------------------
+ */
+
+/* user_data of the reads of the batch started by spill_read_start */
+#define SPILL_ASYNC (1ull << 63)
+
+struct cs_ps_uring_spill {
+	int fd;
+	unsigned depth;
+	struct io_uring ring;
+	char *made; /* cs_ps_spill_create's file: removed at close */
+	/* the batch in flight (spill_read_start): requests, lengths */
+	unsigned a_n, a_got;
+	int a_rc;
+	uint32_t *a_len;
+};
+
+/* A completion of the batch in flight. */
+static void async_cqe(struct cs_ps_uring_spill *s, struct io_uring_cqe *cqe)
+{
+	uint64_t i = io_uring_cqe_get_data64(cqe) & ~SPILL_ASYNC;
+
+	if (cqe->res < 0 && !s->a_rc)
+		s->a_rc = cqe->res;
+	else if (i < s->a_n && cqe->res != (int)s->a_len[i] && !s->a_rc)
+		s->a_rc = -EIO;
+	s->a_got++;
+}
 
 /* Submit @n reads or writes (up to the ring's depth at once) and wait for
- * all of them; every one must move its whole length. */
-static int ring_batch(struct io_uring *ring, unsigned depth, int fd,
-		      struct cs_ps_io_req *r, unsigned n, bool wr)
+ * all of them; every one must move its whole length. Completions of the
+ * batch in flight that come meanwhile are counted for it. */
+static int ring_batch(struct cs_ps_uring_spill *s, struct cs_ps_io_req *r,
+		      unsigned n, bool wr)
 {
-	int rc = 0;
+	struct io_uring *ring = &s->ring;
+	unsigned depth = s->depth;
+	int fd = s->fd, rc = 0;
 
 	for (unsigned i0 = 0; i0 < n; i0 += depth) {
 		unsigned k = CS_MIN(depth, n - i0), got = 0;
@@ -57,6 +87,11 @@ static int ring_batch(struct io_uring *ring, unsigned depth, int fd,
 			if (ret < 0)
 				return ret;
 			i = io_uring_cqe_get_data64(cqe);
+			if (i & SPILL_ASYNC) {
+				async_cqe(s, cqe);
+				io_uring_cqe_seen(ring, cqe);
+				continue;
+			}
 			if (cqe->res < 0 && !rc)
 				rc = cqe->res;
 			else if (i < n && cqe->res != (int)r[i].len && !rc)
@@ -70,31 +105,89 @@ static int ring_batch(struct io_uring *ring, unsigned depth, int fd,
 	return 0;
 }
 
-/* ---- SSD spill ----------------------------------------------------------- */
-
-struct cs_ps_uring_spill {
-	int fd;
-	unsigned depth;
-	struct io_uring ring;
-};
-
 static int spill_write(void *ctx, struct cs_ps_io_req *r, unsigned n)
 {
-	struct cs_ps_uring_spill *s = ctx;
-
-	return ring_batch(&s->ring, s->depth, s->fd, r, n, true);
+	return ring_batch(ctx, r, n, true);
 }
 
 static int spill_read(void *ctx, struct cs_ps_io_req *r, unsigned n)
 {
-	struct cs_ps_uring_spill *s = ctx;
+	return ring_batch(ctx, r, n, false);
+}
 
-	return ring_batch(&s->ring, s->depth, s->fd, r, n, false);
+/* Reads submitted, not waited for: spill_read_poll completes them. At
+ * most the ring's depth (the completion queue holds twice that: room for
+ * a blocking batch meanwhile). */
+static int spill_read_start(void *ctx, const struct cs_ps_io_req *r, unsigned n)
+{
+	struct cs_ps_uring_spill *s = ctx;
+	int ret;
+
+	if (s->a_n)
+		return -EBUSY;
+	if (n > s->depth)
+		return -E2BIG;
+	if (!s->a_len) {
+		s->a_len = malloc(sizeof(*s->a_len) * s->depth);
+		if (!s->a_len)
+			return -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+
+		if (!sqe)
+			return -EBUSY; /* cannot happen: n <= depth, none queued
+					*/
+		io_uring_prep_read(sqe, s->fd, r[i].buf, r[i].len, r[i].off);
+		io_uring_sqe_set_data64(sqe, SPILL_ASYNC | i);
+		s->a_len[i] = r[i].len;
+	}
+	s->a_n = n;
+	s->a_got = 0;
+	s->a_rc = 0;
+	ret = io_uring_submit(&s->ring);
+	if (ret < 0) {
+		/* nothing went: the prepared entries stay queued; the next
+		 * submit takes them, so wait for them as if they went */
+		return ret == -EAGAIN || ret == -EINTR ? 0 : ret;
+	}
+	return 0;
+}
+
+static int spill_read_poll(void *ctx, bool wait)
+{
+	struct cs_ps_uring_spill *s = ctx;
+	int rc;
+
+	while (s->a_got < s->a_n) {
+		struct io_uring_cqe *cqe;
+		int ret;
+
+		if (io_uring_sq_ready(&s->ring)) /* a submit that failed */
+			(void)io_uring_submit(&s->ring);
+		ret = wait ? io_uring_wait_cqe(&s->ring, &cqe)
+			   : io_uring_peek_cqe(&s->ring, &cqe);
+		if (ret == -EINTR)
+			continue;
+		if (ret == -EAGAIN && !wait)
+			return 1;
+		if (ret < 0) {
+			s->a_n = 0;
+			return ret;
+		}
+		async_cqe(s, cqe);
+		io_uring_cqe_seen(&s->ring, cqe);
+	}
+	rc = s->a_rc;
+	s->a_n = 0;
+	return rc;
 }
 
 static const struct cs_ps_spill_ops spill_uring_ops = {
 	.write = spill_write,
 	.read = spill_read,
+	.read_start = spill_read_start,
+	.read_poll = spill_read_poll,
 };
 
 int cs_ps_spill_open(struct cs_ps_uring_spill **out, const char *path,
@@ -128,12 +221,65 @@ out_free:
 	return rc;
 }
 
+int cs_ps_spill_create(struct cs_ps_uring_spill **out, const char *dir,
+		       const char *prefix, unsigned qdepth,
+		       struct cs_ps_spill *spill, char *path, size_t plen)
+{
+	struct cs_ps_uring_spill *s;
+	char name[PATH_MAX];
+	int n, rc;
+
+	if (qdepth == 0 || qdepth > 4096 || !dir || !*dir || !prefix ||
+	    strchr(prefix, '/'))
+		return -EINVAL;
+	n = snprintf(name, sizeof(name), "%s/%s.XXXXXX.spill", dir, prefix);
+	if (n < 0 || (size_t)n >= sizeof(name))
+		return -ENAMETOOLONG;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->depth = qdepth;
+	s->fd = mkostemps(name, 6, O_CLOEXEC);
+	if (s->fd < 0) {
+		rc = -errno;
+		goto out_free;
+	}
+	s->made = strdup(name);
+	if (!s->made) {
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	rc = io_uring_queue_init(qdepth, &s->ring, 0);
+	if (rc)
+		goto out_close;
+	if (path && plen)
+		snprintf(path, plen, "%s", name);
+	spill->ops = &spill_uring_ops;
+	spill->ctx = s;
+	*out = s;
+	return 0;
+out_close:
+	close(s->fd);
+	(void)unlink(name);
+	free(s->made);
+out_free:
+	free(s);
+	return rc;
+}
+
 void cs_ps_spill_close(struct cs_ps_uring_spill *s)
 {
 	if (!s)
 		return;
+	if (s->a_n) /* the reads land in their caller's buffer */
+		(void)spill_read_poll(s, true);
+	free(s->a_len);
 	io_uring_queue_exit(&s->ring);
 	close(s->fd);
+	if (s->made && unlink(s->made))
+		CS_WARN("spill file %s: not removed: %s", s->made,
+			strerror(errno));
+	free(s->made);
 	free(s);
 }
 

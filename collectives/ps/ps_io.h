@@ -34,11 +34,32 @@ struct cs_ps_uring_spill;
  * @spill: out, ready for cs_ps_store_add_table
  *
  * The ring belongs to the thread that serves the table (the dataplane):
- * a batch of reads is submitted at once and waited for together.
+ * a batch of reads is submitted at once and waited for together, or
+ * (@spill->ops->read_start) left in flight and completed by read_poll,
+ * the store answering the pull that needs them on a later flush.
  * Returns 0 or -errno (-ENOTSUP without liburing).
  */
 int cs_ps_spill_open(struct cs_ps_uring_spill **out, const char *path,
 		     unsigned qdepth, struct cs_ps_spill *spill);
+/**
+ * cs_ps_spill_create - a spill file of its own in a directory
+ * @out: the file
+ * @dir: an existing, writable directory (absolute or not)
+ * @prefix: the file is "<dir>/<prefix>.XXXXXX.spill" (a new name, created
+ *	exclusively, mode 0600); no '/' in it
+ * @qdepth: as cs_ps_spill_open
+ * @spill: out, ready for cs_ps_store_add_table
+ * @path: out, the file's name (may be NULL); @plen its size
+ *
+ * cs_ps_spill_close() removes the file. Returns 0 or -errno: -ENOENT (no
+ * such directory), -ENOTDIR, -EACCES / -EROFS (not writable), -EINVAL (a
+ * '/' in @prefix), -ENAMETOOLONG, -ENOTSUP (no liburing).
+ */
+int cs_ps_spill_create(struct cs_ps_uring_spill **out, const char *dir,
+		       const char *prefix, unsigned qdepth,
+		       struct cs_ps_spill *spill, char *path, size_t plen);
+/* Close the file's ring and descriptor; a file made by cs_ps_spill_create
+ * is removed. */
 void cs_ps_spill_close(struct cs_ps_uring_spill *s);
 
 struct cs_ps_ckpt;

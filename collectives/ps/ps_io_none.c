@@ -13,6 +13,15 @@ int cs_ps_spill_open(struct cs_ps_uring_spill **out, const char *path,
 	return -ENOTSUP;
 }
 
+int cs_ps_spill_create(struct cs_ps_uring_spill **out, const char *dir,
+		       const char *prefix, unsigned qdepth,
+		       struct cs_ps_spill *spill, char *path, size_t plen)
+{
+	(void)out, (void)dir, (void)prefix, (void)qdepth, (void)spill;
+	(void)path, (void)plen;
+	return -ENOTSUP;
+}
+
 void cs_ps_spill_close(struct cs_ps_uring_spill *s)
 {
 	(void)s;

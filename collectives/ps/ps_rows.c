@@ -40,13 +40,11 @@ int cs_ps_rows_init(struct cs_ps_rows *r, const struct cs_ps_table_spec *s,
 	r->vbytes = cs_ps_row_bytes(s);
 	r->voff_state = (r->vbytes + 7) & ~(size_t)7;
 	r->sfl = cs_ps_state_floats(s);
-	r->frame_bytes = r->voff_state + (((size_t)r->sfl * 4 + 7) & ~7ul);
+	r->frame_bytes = cs_ps_frame_bytes(s);
 	if (mem_budget) {
 		if (!spill || !spill->ops)
 			return -EINVAL;
-		if (mem_budget / r->frame_bytes < 64)
-			return -EINVAL;
-		if (mem_budget / r->frame_bytes > UINT32_MAX / 2)
+		if (cs_ps_budget_check(s, mem_budget, NULL, 0))
 			return -EINVAL;
 		r->frames_max = (uint32_t)(mem_budget / r->frame_bytes);
 		r->spill = *spill;
@@ -67,6 +65,11 @@ int cs_ps_rows_init(struct cs_ps_rows *r, const struct cs_ps_table_spec *s,
 
 void cs_ps_rows_fini(struct cs_ps_rows *r)
 {
+	if (r->rd_n) /* the reads land in rd_buf: wait for them */
+		(void)r->spill.ops->read_poll(r->spill.ctx, true);
+	free(r->rd_e);
+	free(r->rd_reqs);
+	free(r->rd_buf);
 	free(r->idx);
 	free(r->ents);
 	free(r->mem);
@@ -313,8 +316,105 @@ int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 		*r->n_rd += nwant;
 	for (i = 0; i < nwant; i++) {
 		r->ents[want[i]].frame = frames[i];
+		r->ents[want[i]].reading = 0; /* the batch in flight skips it */
 		r->owner[frames[i]] = want[i];
 	}
+	return 0;
+}
+
+int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
+{
+	uint32_t k = 0, max = cs_ps_rows_batch(r);
+	int rc;
+
+	if (!cs_ps_rows_can_read_async(r))
+		return -EOPNOTSUPP;
+	if (r->rd_n)
+		return -EBUSY;
+	if (!r->rd_e) {
+		r->rd_e = malloc(sizeof(*r->rd_e) * max);
+		r->rd_reqs = malloc(sizeof(*r->rd_reqs) * max);
+		r->rd_buf = malloc(r->frame_bytes * max);
+		if (!r->rd_e || !r->rd_reqs || !r->rd_buf) {
+			free(r->rd_e);
+			free(r->rd_reqs);
+			free(r->rd_buf);
+			r->rd_e = NULL;
+			r->rd_reqs = NULL;
+			r->rd_buf = NULL;
+			return -ENOMEM;
+		}
+	}
+	rc = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct cs_ps_ent *v = &r->ents[e[i]];
+
+		if (v->frame != CS_PS_NO_FRAME || v->reading)
+			continue; /* in memory, or a key twice */
+		if (k == max) {
+			rc = -E2BIG;
+			break;
+		}
+		v->reading = 1;
+		r->rd_e[k] = e[i];
+		r->rd_reqs[k] = (struct cs_ps_io_req){
+			.off = (v->disk - 1) * r->frame_bytes,
+			.buf = r->rd_buf + (size_t)k * r->frame_bytes,
+			.len = (uint32_t)r->frame_bytes,
+		};
+		k++;
+	}
+	if (!rc && k)
+		rc = r->spill.ops->read_start(r->spill.ctx, r->rd_reqs, k);
+	if (rc) {
+		for (uint32_t i = 0; i < k; i++)
+			r->ents[r->rd_e[i]].reading = 0;
+		return rc == -E2BIG ? -EOPNOTSUPP : rc;
+	}
+	r->rd_n = k;
+	return k ? 1 : 0;
+}
+
+int cs_ps_rows_read_poll(struct cs_ps_rows *r, bool wait)
+{
+	uint32_t frames[ROWS_BATCH_MAX], in[ROWS_BATCH_MAX], k = 0;
+	int rc;
+
+	if (!r->rd_n)
+		return 0;
+	rc = r->spill.ops->read_poll(r->spill.ctx, wait);
+	if (rc == 1)
+		return 1;
+	/* landed (or failed): the entries not brought in meanwhile */
+	for (uint32_t i = 0; i < r->rd_n; i++) {
+		struct cs_ps_ent *v = &r->ents[r->rd_e[i]];
+
+		if (v->reading && v->frame == CS_PS_NO_FRAME)
+			in[k++] = i;
+		v->reading = 0;
+	}
+	r->rd_n = 0;
+	if (rc)
+		return rc;
+	if (!k)
+		return 0;
+	rc = frames_take(r, frames, k);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t e = r->rd_e[in[i]];
+
+		memcpy(r->mem + (size_t)frames[i] * r->frame_bytes,
+		       r->rd_buf + (size_t)in[i] * r->frame_bytes,
+		       r->frame_bytes);
+		r->ents[e].frame = frames[i];
+		r->ents[e].ref = 1;
+		r->owner[frames[i]] = e;
+	}
+	if (r->n_rd)
+		*r->n_rd += k;
+	if (r->n_rd_async)
+		*r->n_rd_async += k;
 	return 0;
 }
 

@@ -191,6 +191,7 @@ int cs_ps_store_add_table(struct cs_ps_store *st,
 	}
 	t->rows.n_wr = &st->st.spill_writes;
 	t->rows.n_rd = &st->st.spill_reads;
+	t->rows.n_rd_async = &st->st.spill_reads_async;
 	t->ws = calloc(spec->workers, sizeof(*t->ws));
 	/* f32 work row; also a row of the dtype (f64: 8 bytes a value) */
 	t->work = malloc(sizeof(double) * spec->dim);
@@ -840,6 +841,47 @@ static int serve(struct cs_ps_store *st, struct ps_table *t,
 	return 0;
 }
 
+/*
+ * Before a pull is served: its rows on disk are read without waiting
+ * where the spill can (read_start), and the pull stays parked until a
+ * later flush finds them in (read_poll). Returns 1 (wait), 0 (serve it
+ * now: its rows are in, or they are read the blocking way in serve()) or
+ * -errno (the reads failed; it stays parked and is tried again).
+ */
+static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
+{
+	struct cs_ps_rows *r = &t->rows;
+	uint32_t nb = 0;
+	int rc;
+
+	if (r->rd_n) {
+		rc = cs_ps_rows_read_poll(r, false);
+		if (rc)
+			return rc; /* 1: in flight; or its error */
+	}
+	for (uint32_t i = 0; i < q->nkeys; i++) {
+		int64_t e = cs_ps_rows_find(r, cs_ps_wire_key(q, i));
+
+		if (e >= 0 && r->ents[e].frame == CS_PS_NO_FRAME) {
+			if (nb == cs_ps_rows_batch(r))
+				return 0; /* more than a batch: blocking */
+			t->batch[nb++] = (uint32_t)e;
+		}
+	}
+	if (!nb)
+		return 0;
+	rc = cs_ps_rows_read_start(r, t->batch, nb);
+	return rc == 1 ? 1 : 0; /* not started: serve() reads them */
+}
+
+bool cs_ps_store_io_pending(struct cs_ps_store *st)
+{
+	for (unsigned i = 0; i < CS_PS_TABLES_MAX; i++)
+		if (st->tab[i] && st->tab[i]->rows.rd_n)
+			return true;
+	return false;
+}
+
 int cs_ps_store_flush(struct cs_ps_store *st)
 {
 	uint32_t keep = 0;
@@ -872,6 +914,18 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 		if (rc || !pull_ready(t, q.version, &served)) {
 			st->parked[keep++] = p;
 			continue;
+		}
+		if (cs_ps_rows_can_read_async(&t->rows)) {
+			int w = pull_prefetch(t, &q);
+
+			if (w) {
+				if (w == 1)
+					st->st.pull_io_waits++;
+				else
+					rc = w;
+				st->parked[keep++] = p;
+				continue;
+			}
 		}
 		rc = serve(st, t, &q, served);
 		if (rc) {

@@ -3,6 +3,8 @@
  * worker-side combining of duplicate keys. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,6 +127,35 @@ int cs_ps_spec_check(const struct cs_ps_table_spec *s)
 size_t cs_ps_row_bytes(const struct cs_ps_table_spec *s)
 {
 	return (size_t)s->dim * cs_dtype_size(s->dtype);
+}
+
+size_t cs_ps_frame_bytes(const struct cs_ps_table_spec *s)
+{
+	size_t v = (cs_ps_row_bytes(s) + 7) & ~(size_t)7;
+
+	return v + (((size_t)cs_ps_state_floats(s) * 4 + 7) & ~(size_t)7);
+}
+
+int cs_ps_budget_check(const struct cs_ps_table_spec *s, uint64_t budget,
+		       char *why, size_t wl)
+{
+	uint64_t f = cs_ps_frame_bytes(s), rows = budget / f;
+	bool few = rows < CS_PS_BUDGET_ROWS_MIN;
+
+	if (!budget)
+		return 0;
+	if (!few && rows <= UINT32_MAX / 2)
+		return 0;
+	/* short: it goes back to the trainer in a 96-byte reply */
+	if (why && wl)
+		snprintf(why, wl,
+			 "mem_budget of %llu bytes: %llu rows of %llu bytes, "
+			 "%s %llu a shard",
+			 (unsigned long long)budget, (unsigned long long)rows,
+			 (unsigned long long)f, few ? "at least" : "at most",
+			 few ? (unsigned long long)CS_PS_BUDGET_ROWS_MIN
+			     : (unsigned long long)(UINT32_MAX / 2));
+	return -EINVAL;
 }
 
 unsigned cs_ps_state_floats(const struct cs_ps_table_spec *s)

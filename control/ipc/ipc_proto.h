@@ -394,7 +394,7 @@ struct cs_ipc_msg {
 			uint32_t nonce; /* the ranks agreed on it: names
 					 * this incarnation of the table */
 			uint64_t seed; /* initializer */
-			uint64_t mem_budget; /* 0 (no SSD tier yet) */
+			uint64_t mem_budget; /* bytes a shard; 0: no SSD tier */
 			char name[CS_IPC_PS_NAME_MAX];
 		} ps_create;
 		struct {

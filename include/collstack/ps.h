@@ -8,7 +8,8 @@
  * through the local sidecar, which carries them to the owning shards on
  * its transport core (docs/ps.md, "Trainer API"); cs_ps_checkpoint() writes
  * every shard to a file and cs_ps_table_restore() loads a new table from
- * them. The SSD tier is not reachable from trainers yet.
+ * them. A table with a memory budget keeps its cold rows in a spill file
+ * of the sidecar's ps.spill_dir.
  *
  *	struct cs_ps_table_attr a;
  *	struct cs_ps_table *t;
@@ -88,7 +89,10 @@ struct cs_ps_table;
  * @opt: server-side optimizer (cs_ps_table_attr_init() sets the
  *	defaults of its kind)
  * @init: initializer of rows never pushed
- * @mem_budget: must be 0 (no SSD tier for trainer tables yet)
+ * @mem_budget: bytes of rows (values and optimizer state) each shard
+ *	keeps in memory, the rest in a spill file in the sidecar's
+ *	ps.spill_dir (read back with io_uring); 0: all in memory. At least
+ *	64 rows (cs_ps_frame_bytes() each, collectives/ps/ps.h)
  */
 struct cs_ps_table_attr {
 	uint32_t dim;
@@ -127,8 +131,11 @@ void cs_ps_table_attr_init(struct cs_ps_table_attr *a, uint32_t dim,
  * here). Completes an allreduce of the attributes on @g: on return every
  * rank has created it, so pushes may start at once.
  * Returns: 0, -EINVAL (bad attribute, or another rank's differ: the table
- * is not created), -EOPNOTSUPP (the sidecar has no parameter server, or
- * @attr->mem_budget is not 0), -EMSGSIZE (a row does not fit a frame),
+ * is not created; also a @attr->mem_budget of fewer than 64 rows),
+ * -EOPNOTSUPP (the sidecar has no parameter server), -ENOENT / -ENOTDIR /
+ * -EACCES (a budget, and the sidecar's ps.spill_dir is missing or not
+ * writable), -ENOTSUP (a budget, and no liburing in the sidecar),
+ * -EMSGSIZE (a row does not fit a frame),
  * -ENOSPC, or the group's error; cs_errmsg() says which.
  */
 int cs_ps_table_create(struct cs_group *g, const char *name,

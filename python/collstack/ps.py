@@ -160,7 +160,7 @@ class Table:
                  optimizer="sgd", lr=0.01, momentum=None, beta1=None,
                  beta2=None, eps=None, initial_acc=None, init="zero",
                  init_scale=0.0, seed=0, max_keys=65536, max_inflight=4,
-                 restore=None):
+                 restore=None, mem_budget=0):
         if not _HAVE:
             raise CollstackError(-95, "libcollstack has no PS tables")
         if dtype not in _ROW_NUMPY:
@@ -191,6 +191,9 @@ class Table:
             raise ValueError(f"init {init}: zero, const or uniform")
         a.init.kind, a.init.scale, a.init.seed = INITS[init], init_scale, \
             seed
+        # bytes of rows each shard keeps in memory; the rest go to a
+        # spill file in the sidecar's ps.spill_dir (0: all in memory)
+        a.mem_budget = int(mem_budget)
         h = ctypes.c_void_p()
         self._c._check(_lib.cs_ps_table_create(group._h, name.encode(),
                                                ctypes.byref(a),

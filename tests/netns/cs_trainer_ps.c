@@ -18,12 +18,27 @@
  *	reference after all versions. Prints
  *	"ps_trainer ok rank=R mode=M steps=S rows_checked=N wrong=0".
  *
+ *   cs-trainer-ps spill_refused
+ *	(every sidecar's ps.spill_dir missing) A table with a mem_budget
+ *	is refused -ENOENT on every rank, the message naming ps.spill_dir;
+ *	the same table without a budget works. Prints
+ *	"ps_trainer spill_refused_ok rank=R".
+ *
+ *   cs-trainer-ps hold --budget BYTES
+ *	A table with the budget, 600 rows pushed, held open (300 s) while
+ *	the script stops the sidecars: "ps_trainer held rank=R".
+ *
+ *   --budget BYTES (any subcommand, before or after its arguments): the
+ *	mem_budget of the tables of train and ckpt (rows beyond it on the
+ *	SSD tier, per shard)
+ *
  *   cs-trainer-ps bad
  *	Bad inputs, each with its named error, then a good table works:
  *	push before any create, unknown table handle, rows of another size
  *	or type, a key outside the table, a pull of zero keys, a key buffer
  *	outside the trainer's segments, a destroyed table, bad attributes
- *	(dim 0, an integer dtype, mem_budget, a row larger than a frame).
+ *	(dim 0, an integer dtype, a mem_budget of fewer than 64 rows, a
+ *	row larger than a frame).
  *	A push of zero keys is an empty version and succeeds. Prints
  *	"ps_trainer bad_ok rank=R cases=N".
  *
@@ -94,6 +109,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -103,6 +119,7 @@
 #define WAIT_NS (120 * 1000000000ll)
 
 static int rank, world, lrank, lworld;
+static uint64_t budget; /* --budget: the tables' mem_budget */
 static struct cs_client *c;
 static struct cs_group *g;
 
@@ -160,6 +177,8 @@ static int train(int argc, char **argv)
 {
 	uint32_t steps = 10, d = 8, p = 64;
 	uint64_t k = 5000, wrong = 0, checked = 0;
+	struct timespec t0, t1;
+	double secs;
 	struct cs_ps_table_attr a;
 	struct cs_ps_table *t;
 	struct cs_buf *b;
@@ -180,7 +199,8 @@ static int train(int argc, char **argv)
 			p = (uint32_t)atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--mode"))
 			mode = argv[i + 1];
-		else if (strcmp(argv[i], "--group"))
+		else if (strcmp(argv[i], "--group") &&
+			 strcmp(argv[i], "--budget"))
 			return 2;
 	}
 	if (!steps || !d || !p || !k || p > k)
@@ -189,6 +209,7 @@ static int train(int argc, char **argv)
 	a.opt.lr = 0.5f;
 	a.init.kind = CS_PS_INIT_CONST;
 	a.init.scale = 1.0f;
+	a.mem_budget = budget;
 	if (!strcmp(mode, "async")) {
 		a.mode = CS_PS_ASYNC;
 	} else if (!strncmp(mode, "ssp:", 4)) {
@@ -211,6 +232,7 @@ static int train(int argc, char **argv)
 	ret = cs_ps_table_create(g, "emb", &a, &t);
 	if (ret)
 		return fail("create", ret);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint32_t s = 0; s < steps; s++) {
 		step_keys(rank, s, p, k, keys);
 		for (uint32_t i = 0; i < p; i++)
@@ -234,6 +256,9 @@ static int train(int argc, char **argv)
 			wrong += !!memcmp(rows + i * d, ref + all[i] * d,
 					  d * sizeof(float));
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	secs = (double)(t1.tv_sec - t0.tv_sec) +
+	       (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	/* every rank's pushes are in: the whole table */
 	ret = cs_barrier(g, &r);
 	if (ret || wait_ok(r, "barrier"))
@@ -257,6 +282,12 @@ static int train(int argc, char **argv)
 	       "wrong=%llu\n",
 	       wrong ? "FAIL" : "ok", rank, mode, steps,
 	       (unsigned long long)checked, (unsigned long long)wrong);
+	/* this rank's steps (a push, then a pull, each waited for) */
+	printf("ps_trainer rate rank=%d mode=%s budget=%llu rows=%llu dim=%u "
+	       "kpp=%u steps=%u secs=%.3f pushes_per_s=%.0f pulls_per_s=%.0f "
+	       "pushpull_per_s=%.0f\n",
+	       rank, mode, (unsigned long long)budget, (unsigned long long)k, d,
+	       p, steps, secs, steps / secs, steps / secs, 2.0 * steps / secs);
 	free(ref);
 	cs_buf_free(b);
 	return wrong ? 1 : 0;
@@ -389,8 +420,8 @@ static int bad(void)
 	a.dtype = CS_I32;
 	n += bad_create(&a, -EINVAL, "integer rows");
 	a.dtype = CS_F32;
-	a.mem_budget = 1 << 20;
-	n += bad_create(&a, -EOPNOTSUPP, "mem_budget");
+	a.mem_budget = 100; /* 6 rows of 16 bytes: fewer than 64 */
+	n += bad_create(&a, -EINVAL, "mem_budget");
 	a.mem_budget = 0;
 	a.dim = 4096; /* 16 KiB rows: larger than any frame */
 	n += bad_create(&a, -EMSGSIZE, "row larger than a frame");
@@ -418,6 +449,97 @@ static int bad(void)
 	if (n)
 		return 1;
 	printf("ps_trainer bad_ok rank=%d cases=%d\n", rank, cases);
+	return 0;
+}
+
+/* (ps.spill_dir missing) A table with a budget is refused by every rank,
+ * its message naming the directory; the same table without one works. */
+static int spill_refused(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t = NULL;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	cs_ps_table_attr_init(&a, 4, 1000, CS_PS_OPT_SGD);
+	a.mem_budget = 1 << 20;
+	ret = cs_ps_table_create(g, "sp", &a, &t);
+	if (ret != -ENOENT || !strstr(cs_errmsg(c), "ps.spill_dir")) {
+		printf("ps_trainer FAIL rank=%d spill_refused: got %s, want "
+		       "No such file or directory: %s\n",
+		       rank, cs_strerror(ret), cs_errmsg(c));
+		if (!ret)
+			cs_ps_table_destroy(t);
+		return 1;
+	}
+	printf("  create with a missing spill dir: %s\n", cs_errmsg(c));
+	a.mem_budget = 0;
+	ret = cs_buf_alloc(c, 4096, &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 16);
+	for (int i = 0; i < 16; i++) {
+		keys[i] = (uint64_t)i * 61;
+		for (int j = 0; j < 4; j++)
+			rows[i * 4 + j] = 0.25f;
+	}
+	ret = cs_ps_table_create(g, "sp", &a, &t);
+	if (ret)
+		return fail("create without a budget", ret);
+	ret = cs_ps_push(t, 0, keys, rows, 16, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (!ret)
+		ret = cs_ps_pull(t, 1, keys, 16, rows, &r);
+	if (!ret)
+		ret = cs_wait(c, r, WAIT_NS);
+	if (ret)
+		return fail("push and pull without a budget", ret);
+	ret = cs_ps_table_destroy(t);
+	if (ret)
+		return fail("destroy", ret);
+	cs_buf_free(b);
+	printf("ps_trainer spill_refused_ok rank=%d\n", rank);
+	return 0;
+}
+
+/* A table with --budget, 600 rows pushed (most on the SSD tier), held
+ * open until the sidecar goes (the script stops it): prints
+ * "ps_trainer held rank=R", then waits at most 300 s. */
+static int hold(void)
+{
+	struct cs_ps_table_attr a;
+	struct cs_ps_table *t;
+	struct cs_buf *b;
+	uint64_t *keys;
+	float *rows;
+	cs_req_t r;
+	int ret;
+
+	cs_ps_table_attr_init(&a, 4, 100000, CS_PS_OPT_SGD);
+	a.mem_budget = budget;
+	ret = cs_buf_alloc(c, 600 * (8 + 16), &b);
+	if (ret)
+		return fail("buffer", ret);
+	keys = cs_buf_ptr(b);
+	rows = (float *)(keys + 600);
+	for (int i = 0; i < 600; i++) {
+		keys[i] = (uint64_t)i * 97 + (uint64_t)rank;
+		for (int j = 0; j < 4; j++)
+			rows[i * 4 + j] = 0.5f;
+	}
+	ret = cs_ps_table_create(g, "hold", &a, &t);
+	if (ret)
+		return fail("create", ret);
+	ret = cs_ps_push(t, 0, keys, rows, 600, &r);
+	if (ret || wait_ok(r, "push"))
+		return ret ? fail("push", ret) : 1;
+	printf("ps_trainer held rank=%d\n", rank);
+	sleep(300);
 	return 0;
 }
 
@@ -573,6 +695,7 @@ static int ck_create(const char *name, uint32_t dim, struct cs_ps_table **t)
 	a.opt.lr = 0.5f;
 	a.init.kind = CS_PS_INIT_CONST;
 	a.init.scale = 1.0f;
+	a.mem_budget = budget;
 	ret = cs_ps_table_create(g, name, &a, t);
 	return ret ? fail("create", ret) : 0;
 }
@@ -1085,6 +1208,8 @@ int main(int argc, char **argv)
 	for (int i = 2; i + 1 < argc; i++)
 		if (!strcmp(argv[i], "--group"))
 			name = argv[i + 1];
+		else if (!strcmp(argv[i], "--budget"))
+			budget = strtoull(argv[i + 1], NULL, 0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	rank = env("RANK", 0);
 	world = env("WORLD_SIZE", 1);
@@ -1112,6 +1237,10 @@ int main(int argc, char **argv)
 		ret = deadline();
 	else if (!strcmp(argv[1], "die") && argc > 2)
 		ret = die(atoi(argv[2]));
+	else if (!strcmp(argv[1], "hold"))
+		ret = hold();
+	else if (!strcmp(argv[1], "spill_refused"))
+		ret = spill_refused();
 	else if (!strcmp(argv[1], "ckpt") && argc > 2)
 		ret = ckpt(argv[2]);
 	else if (!strcmp(argv[1], "recover") && argc > 3)

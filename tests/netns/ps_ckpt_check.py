@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Checkpoint and restore of a PS table through the Python binding, on
 every rank of a launched job (argv[1]: an existing directory seen by
-every node).
+every node; argv[2], optional: the tables' mem_budget, bytes of rows
+each shard keeps in memory, the rest on the SSD tier).
 
 A sync table (SGD, lr 0.5, constant 1, dyadic gradients: exact in f32):
 3 versions pushed, every row pulled (the rows at checkpoint time),
@@ -21,6 +22,7 @@ import numpy as np
 import collstack
 
 ROWS, DIM = 300, 4
+BUDGET = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 
 
 def grads(rank, v, keys):
@@ -31,7 +33,7 @@ def grads(rank, v, keys):
 def table(g, dim=DIM, **kw):
     return g.ps_table("pyck", dim=dim, key_max=ROWS, optimizer="sgd",
                       lr=0.5, mode="sync", init="const", init_scale=1.0,
-                      **kw)
+                      mem_budget=BUDGET, **kw)
 
 
 def main():

@@ -46,6 +46,15 @@
 #                ps_table(..., restore=dir)) where numpy is
 #   pstr_4x1_ckpt  the same over 4 namespaces, one trainer each: 4 shards,
 #                4 files
+#   pstr_4x1_spill  4 namespaces, ps.spill_dir a new folder: tables with a
+#                small mem_budget (most rows on the SSD tier): train in
+#                sync and ssp:1 (every pulled row and the final table
+#                equal to the reference), every shard's log says most
+#                rows were on disk and read back, no spill file left after
+#                destroy; the ckpt round trip with a budget; the folder
+#                gone: a table with a budget is refused naming
+#                ps.spill_dir, the sidecars serve on; the sidecars
+#                stopped while trainers hold a spilled table: no file left
 #   pstr_4x1_recover  a lost node, recovered by the trainers: 4 nodes
 #                (bootstrap coordinator in node 0), one trainer each in an
 #                elastic group (cs-trainer-ps recover): a table trained and
@@ -105,7 +114,7 @@ ckpt_case() {
 	# the namespace cases' exit trap)
 	ck=$(mktemp -d "${dir:-/tmp}/cs-pstr-ck.XXXXXX")
 	CKDIR=$ck
-	launch "$2" "$TRAINER" ckpt "$ck"
+	launch "$2" "$TRAINER" ckpt "$ck" "${@:4}"
 	want "$3" '^ps_trainer ckpt_ok rank=.* clock=5 rows=600 equal=600$'
 	for what in 'second checkpoint: .*still running' \
 		"checkpoint to a missing directory: .*'$ck/missing': node [0-9]*: No such file or directory" \
@@ -132,7 +141,8 @@ pyck() {	# T N DIR: ps_ckpt_check.py (the Python binding), where numpy is
 	out=$(COLLSTACK_LIB="$lib" PYTHONPATH="$PWD/python" timeout 600 \
 		"$CLI" launch "${LAUNCH_ARGS[@]}" -T "$1" --cluster "$ENV" \
 		--timeout 500 --all-output -- \
-		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" 2>&1)
+		/usr/bin/python3 tests/netns/ps_ckpt_check.py "$3" \
+		${PYBUDGET:+"$PYBUDGET"} 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  /'
 	[ $rc -eq 0 ] || { rm -rf "$3"; fail "ps_ckpt_check.py: exit $rc"; }
@@ -243,9 +253,11 @@ grep -q 'port types:.* dpdk' <<<"$("$DAEMON" --help-config)" && PORT=af_packet
 export CS_CLUSTER=${CS_CLUSTER:-q$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
 ENV=/run/collstack/cluster-$CS_CLUSTER.env
 CKDIR=
+SPDIR=
 RPIDS=()	# trainers started here (recover_case), ended at exit
 trap 'for p in "${RPIDS[@]}"; do kill $(pgrep -P "$p") "$p" 2>/dev/null; done
-scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"' EXIT
+scripts/cluster.sh down >/dev/null 2>&1; [ -z "$CKDIR" ] || rm -rf "$CKDIR"
+[ -z "$SPDIR" ] || rm -rf "$SPDIR" "$SPDIR.gone" "$SPDIR.hold"' EXIT
 
 # recover_case: pstr_4x1_recover (see the head of the file)
 recover_case() {
@@ -318,7 +330,80 @@ recover_case() {
 	done
 }
 
+# spill_case: pstr_4x1_spill (see the head of the file)
+spill_case() {
+	local sd i n line held mem rd ard
+	sd=$(mktemp -d /tmp/cs-pstr-sd.XXXXXX)
+	SPDIR=$sd
+	up 4 --set ps.spill_dir="$sd"
+	# 5000 rows of 8 f32 (32-byte frames), 128 of them in memory a shard
+	launch 1 "$TRAINER" train --steps 12 --mode sync --budget 4096
+	want 4 '^ps_trainer ok rank=.* mode=sync steps=12 .* wrong=0$'
+	launch 1 "$TRAINER" train --steps 12 --mode ssp:1 --budget 4096
+	want 4 '^ps_trainer ok rank=.* mode=ssp:1 steps=12 .* wrong=0$'
+	# every shard of both tables: most rows on disk, read back
+	n=0
+	for ((i = 0; i < 4; i++)); do
+		while read -r line; do
+			held=$(sed -n 's/.* removed: \([0-9]*\) rows held.*/\1/p' <<<"$line")
+			mem=$(sed -n 's/.* rows held, \([0-9]*\) in memory.*/\1/p' <<<"$line")
+			rd=$(sed -n 's/.*, read \([0-9]*\) (.*/\1/p' <<<"$line")
+			ard=$(sed -n 's/.* (\([0-9]*\) while the lcore served on.*/\1/p' <<<"$line")
+			echo "  n$i: ${line#* INFO }"
+			[ -n "$held" ] && [ "$mem" -le 128 ] &&
+				[ $((2 * mem)) -lt "$held" ] && [ "$rd" -gt 0 ] ||
+				fail "n$i: not mostly on disk, or nothing read back: $line"
+			[ -n "$ard" ] && [ "$ard" -gt 0 ] ||
+				fail "n$i: no pull's rows read while the lcore served on: $line"
+			n=$((n + 1))
+		done < <(grep "table ps/emb#.*: spill file $sd/.* removed" \
+			"/run/collstack/${CS_CLUSTER}n$i.log")
+	done
+	[ $n = 8 ] || fail "8 spill files removed expected (2 tables x 4 nodes), $n found"
+	[ -z "$(ls -A "$sd")" ] || fail "files left in $sd: $(ls -A "$sd")"
+	# checkpoint and restore with 96 rows of 150 in memory a shard
+	# (the Python binding's tables too: 64 rows of 20 or 24 bytes)
+	PYBUDGET=1536 ckpt_case 4 1 4 --budget 1536
+	grep -c "table ps/ck#.*: spill file $sd/.* removed" \
+		/run/collstack/${CS_CLUSTER}n0.log | sed 's/^/  n0: spilled ck tables: /'
+	grep -q "table pyck/pyck#.*: spill file $sd/.* removed" \
+		/run/collstack/${CS_CLUSTER}n0.log ||
+		fail "no spilled table of the Python binding in n0's log"
+	[ -z "$(ls -A "$sd")" ] || fail "files left in $sd: $(ls -A "$sd")"
+	alive
+	# no spill directory: refused by name, the sidecars serve on
+	mv "$sd" "$sd.gone"
+	launch 1 "$TRAINER" spill_refused
+	want 4 "create with a missing spill dir: .*no spill file in ps.spill_dir '$sd': No such file or directory"
+	want 4 '^ps_trainer spill_refused_ok rank='
+	mv "$sd.gone" "$sd"
+	alive
+	# the sidecars exit with a spilled table open: its files go too
+	timeout 600 "$CLI" launch -T 1 --cluster "$ENV" --timeout 500 \
+		--all-output -- "$TRAINER" hold --budget 1024 \
+		>"$sd.hold" 2>&1 &
+	RPIDS+=($!)
+	for _ in $(seq 600); do
+		[ "$(grep -c '^ps_trainer held' "$sd.hold")" = 4 ] && break
+		sleep 0.1
+	done
+	sed 's/^/  /' "$sd.hold"
+	[ "$(grep -c '^ps_trainer held' "$sd.hold")" = 4 ] ||
+		fail "the trainers did not hold their table"
+	ls -A "$sd" | sed 's/^/  spill file while held: /'
+	[ "$(ls -A "$sd" | grep -c '^cs-pst-.*\.spill$')" = 4 ] ||
+		fail "4 spill files expected while the table is held"
+	scripts/cluster.sh down
+	[ -z "$(ls -A "$sd")" ] ||
+		fail "files left in $sd after the sidecars exited: $(ls -A "$sd")"
+	echo "  the sidecars exited: no file left in $sd"
+	rm -rf "$sd" "$sd.hold"
+}
+
 case $CASE in
+pstr_4x1_spill)
+	spill_case
+	;;
 pstr_4x1_recover)
 	recover_case
 	;;
@@ -349,7 +434,7 @@ pstr_4x1_bad)
 		'row size mismatch: .*rows of another type or size' \
 		'key outside the table: .*key \[1\] is not below' \
 		'pull of zero keys: .*element count out of range' \
-		'create mem_budget: .*no SSD tier' \
+		'create mem_budget: .*mem_budget of 100 bytes: 6 rows of 16 bytes, at least 64 a shard' \
 		'create row larger than a frame: .*does not fit a frame'; do
 		want 4 "$what"
 	done

@@ -348,6 +348,12 @@ Test(ps_io, spill_file_round_trip, .init = setup, .fini = teardown)
 #define RS_VNODES 64u
 #define RS_CLOCK 9u
 
+/* mkshard's memory budget: 0, or so many bytes with the rest of the rows
+ * in a spill file (rs_spill, closed by rs_spill_close) */
+static size_t rs_budget;
+static struct cs_ps_uring_spill *rs_spill[64];
+static unsigned rs_nspill;
+
 /* A shard store of map @m (NULL: owns every key) and its push ids. */
 struct rs_shard {
 	struct cs_ps_store *st;
@@ -364,9 +370,29 @@ static struct cs_ps_store *mkshard(const struct cs_ps_table_spec *s,
 	struct cs_ps_store_io io = { .send = drop };
 	struct cs_ps_store *st;
 
+	struct cs_ps_spill sp;
+
 	cr_assert_eq(cs_ps_store_create(&st, &cfg, &io), 0);
-	cr_assert_eq(cs_ps_store_add_table(st, s, 0, NULL), 0);
+	if (!rs_budget) {
+		cr_assert_eq(cs_ps_store_add_table(st, s, 0, NULL), 0);
+		return st;
+	}
+	/* the SSD tier: a file of its own in the test's folder */
+	cr_assert_lt(rs_nspill, CS_ARRAY_SIZE(rs_spill));
+	cr_assert_eq(cs_ps_spill_create(&rs_spill[rs_nspill], dir, "rs", 16,
+					&sp, NULL, 0),
+		     0);
+	rs_nspill++;
+	cr_assert_eq(cs_ps_store_add_table(st, s, rs_budget, &sp), 0);
 	return st;
+}
+
+/* Close (and remove) the spill files of the shards destroyed. */
+static void rs_spill_close(void)
+{
+	for (unsigned i = 0; i < rs_nspill; i++)
+		cs_ps_spill_close(rs_spill[i]);
+	rs_nspill = 0;
 }
 
 static void mkmap(struct cs_ps_shardmap *m, uint32_t n)
@@ -455,8 +481,13 @@ static void ckpt_shard(struct cs_ps_store *st, const char *d, const char *name,
 static struct rs_shard train_on(uint32_t n, const struct cs_ps_table_spec *s,
 				const char *d, const char *name)
 {
-	struct rs_shard ref = { mkshard(s, NULL, 0), 0 }, sh[16];
+	size_t budget = rs_budget;
+	struct rs_shard ref, sh[16];
 	struct cs_ps_shardmap m;
+
+	rs_budget = 0; /* the reference: every row in memory */
+	ref = (struct rs_shard){ mkshard(s, NULL, 0), 0 };
+	rs_budget = budget;
 
 	mkmap(&m, n);
 	for (uint32_t i = 0; i < n; i++)
@@ -522,8 +553,7 @@ static void same_as_ref(struct rs_shard *ref, struct rs_shard *sh, uint32_t m,
  * its optimizer state (Adam: moments and step count), the clock is the
  * checkpoint's; pushed again alike, the new shards still equal the
  * reference. */
-Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
-     .fini = teardown)
+static void reshard_cases(void)
 {
 	static const uint32_t nm[][2] = { { 4, 3 }, { 2, 4 }, { 3, 3 },
 					  { 1, 2 }, { 4, 1 }, { 3, 5 } };
@@ -575,11 +605,157 @@ Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
 				     "%u -> %u: key %llu after more pushes", n,
 				     m, (unsigned long long)k);
 		}
+		if (rs_budget) /* most rows were on the SSD tier */
+			for (uint32_t j = 0; j < m; j++) {
+				uint64_t total, res;
+
+				cs_ps_store_nrows(sh[j].st, 6, &total, &res);
+				cr_assert_leq(res * 48, rs_budget);
+				cr_assert_gt(total, 2 * res,
+					     "%u -> %u: shard %u: %llu rows, "
+					     "%llu in memory",
+					     n, m, j, (unsigned long long)total,
+					     (unsigned long long)res);
+				cr_assert_gt(cs_ps_store_stats(sh[j].st)
+						     ->spill_reads,
+					     0);
+			}
 		for (uint32_t j = 0; j < m; j++)
 			cs_ps_store_destroy(sh[j].st);
 		cs_ps_store_destroy(ref.st);
 		cs_ps_shardmap_fini(&map);
+		rs_spill_close();
 	}
+}
+
+Test(ps_io, reshard_files_of_n_shards_into_m_owners, .init = setup,
+     .fini = teardown)
+{
+	rs_budget = 0;
+	reshard_cases();
+}
+
+/* The same with every shard (not the reference) keeping 200 rows of
+ * 48 bytes in memory and the rest on its own io_uring spill file: the
+ * snapshot reads spilled rows back for the files, the restore spills
+ * while it loads, and every row still equals the reference. */
+Test(ps_io, reshard_with_rows_on_the_ssd_tier, .init = setup, .fini = teardown)
+{
+	rs_budget = 200 * 48;
+	reshard_cases();
+	rs_budget = 0;
+}
+
+/* The io_uring file's reads left in flight (read_start, read_poll): the
+ * bytes land, one batch at a time, more than the ring's depth refused,
+ * and blocking reads and writes meanwhile keep their completions apart
+ * from the batch's. */
+Test(ps_io, spill_reads_in_flight_while_the_ring_serves_on, .init = setup,
+     .fini = teardown)
+{
+	static uint8_t w[64][128], r[64][128], x[128];
+	struct cs_ps_io_req q[64], one;
+	struct cs_ps_uring_spill *u;
+	struct cs_ps_spill sp;
+	int rc, polls = 0;
+
+	need_uring();
+	cr_assert_eq(cs_ps_spill_create(&u, dir, "rd", 16, &sp, NULL, 0), 0);
+	cr_assert_not_null(sp.ops->read_start);
+	cr_assert_not_null(sp.ops->read_poll);
+	for (int i = 0; i < 64; i++) {
+		memset(w[i], i + 1, sizeof(w[i]));
+		q[i] = (struct cs_ps_io_req){ .off = (uint64_t)i * 128,
+					      .buf = w[i],
+					      .len = 128 };
+	}
+	cr_assert_eq(sp.ops->write(sp.ctx, q, 64), 0);
+	for (int i = 0; i < 64; i++)
+		q[i].buf = r[i];
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 17), -E2BIG);
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 16), 0);
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q + 16, 4), -EBUSY);
+	/* meanwhile: a blocking write and read of another slot */
+	memset(x, 0xee, sizeof(x));
+	one = (struct cs_ps_io_req){ .off = 100 * 128, .buf = x, .len = 128 };
+	cr_assert_eq(sp.ops->write(sp.ctx, &one, 1), 0);
+	memset(x, 0, sizeof(x));
+	cr_assert_eq(sp.ops->read(sp.ctx, &one, 1), 0);
+	cr_assert_eq(x[0], 0xee);
+	cr_assert_eq(x[127], 0xee);
+	while ((rc = sp.ops->read_poll(sp.ctx, false)) == 1)
+		polls++;
+	cr_assert_eq(rc, 0);
+	for (int i = 0; i < 16; i++)
+		cr_assert_eq(memcmp(r[i], w[i], 128), 0, "read %d", i);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, false), 0, "nothing flies");
+	/* a second batch, waited for; then one past the file's end */
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q + 16, 16), 0);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, true), 0);
+	for (int i = 16; i < 32; i++)
+		cr_assert_eq(memcmp(r[i], w[i], 128), 0, "read %d", i);
+	one.off = 200 * 128;
+	cr_assert_eq(sp.ops->read_start(sp.ctx, &one, 1), 0);
+	cr_assert_eq(sp.ops->read_poll(sp.ctx, true), -EIO, "a short read");
+	/* closed with a batch in flight: waited for, file removed */
+	cr_assert_eq(sp.ops->read_start(sp.ctx, q, 16), 0);
+	cs_ps_spill_close(u);
+	(void)polls;
+}
+
+/* cs_ps_spill_create: a new file in the folder, rows through it, removed
+ * at close; a missing folder, a file in the way and a '/' in the prefix
+ * refused. */
+Test(ps_io, spill_file_created_in_a_folder_and_removed, .init = setup,
+     .fini = teardown)
+{
+	struct cs_ps_uring_spill *a, *b;
+	struct cs_ps_spill sa, sb;
+	char pa[400], pb[400], bad[400];
+	uint8_t w[256], r[256];
+	struct cs_ps_io_req q;
+	struct stat st;
+	int fd;
+
+	need_uring();
+	cr_assert_eq(cs_ps_spill_create(&a, dir, "cs-pst-1-t", 8, &sa, pa,
+					sizeof(pa)),
+		     0);
+	cr_assert_eq(cs_ps_spill_create(&b, dir, "cs-pst-1-t", 8, &sb, pb,
+					sizeof(pb)),
+		     0);
+	cr_assert_str_neq(pa, pb, "two tables, one file");
+	cr_assert_eq(strncmp(pa, dir, strlen(dir)), 0);
+	cr_assert_not_null(strstr(pa, "/cs-pst-1-t."));
+	cr_assert_eq(strcmp(pa + strlen(pa) - 6, ".spill"), 0, "%s", pa);
+	cr_assert_eq(stat(pa, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	for (unsigned i = 0; i < sizeof(w); i++)
+		w[i] = (uint8_t)(i * 7 + 1);
+	q = (struct cs_ps_io_req){ .off = 4096, .buf = w, .len = sizeof(w) };
+	cr_assert_eq(sa.ops->write(sa.ctx, &q, 1), 0);
+	q.buf = r;
+	cr_assert_eq(sa.ops->read(sa.ctx, &q, 1), 0);
+	cr_assert_eq(memcmp(w, r, sizeof(w)), 0);
+	cs_ps_spill_close(a);
+	cr_assert_neq(stat(pa, &st), 0, "%s left after close", pa);
+	cr_assert_eq(stat(pb, &st), 0, "closing one removed the other");
+	cs_ps_spill_close(b);
+	cr_assert_neq(stat(pb, &st), 0);
+
+	snprintf(bad, sizeof(bad), "%s/missing", dir);
+	cr_assert_eq(cs_ps_spill_create(&a, bad, "x", 8, &sa, NULL, 0),
+		     -ENOENT);
+	snprintf(bad, sizeof(bad), "%s/file", dir);
+	fd = open(bad, O_CREAT | O_WRONLY, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(cs_ps_spill_create(&a, bad, "x", 8, &sa, NULL, 0),
+		     -ENOTDIR);
+	cr_assert_eq(cs_ps_spill_create(&a, dir, "a/b", 8, &sa, NULL, 0),
+		     -EINVAL);
+	cr_assert_eq(cs_ps_spill_create(&a, dir, "x", 0, &sa, NULL, 0),
+		     -EINVAL);
 }
 
 /* Restore shard @self of @m from @d (table @name); returns the error and

@@ -492,6 +492,10 @@ struct memfile {
 	uint8_t p[1 << 20];
 	unsigned reads, writes;
 	bool fail;
+	/* reads started (mf_read_start), done by mf_read_poll unless held */
+	struct cs_ps_io_req a[256];
+	unsigned an, astarted;
+	bool hold, afail;
 };
 
 static int mf_write(void *ctx, struct cs_ps_io_req *r, unsigned n)
@@ -523,6 +527,38 @@ static int mf_read(void *ctx, struct cs_ps_io_req *r, unsigned n)
 }
 
 static const struct cs_ps_spill_ops mf_ops = { mf_write, mf_read };
+
+static int mf_read_start(void *ctx, const struct cs_ps_io_req *r, unsigned n)
+{
+	struct memfile *f = ctx;
+
+	if (f->an)
+		return -EBUSY;
+	if (n > CS_ARRAY_SIZE(f->a))
+		return -E2BIG;
+	memcpy(f->a, r, sizeof(*r) * n);
+	f->an = n;
+	f->astarted++;
+	/* the file's bytes as they are now: a row written back to its slot
+	 * while the reads fly is not in them (a real file may do either) */
+	return f->afail ? 0 : mf_read(f, f->a, n);
+}
+
+static int mf_read_poll(void *ctx, bool wait)
+{
+	struct memfile *f = ctx;
+
+	if (!f->an)
+		return 0;
+	if (f->hold && !wait)
+		return 1;
+	f->an = 0;
+	return f->afail ? -EIO : 0;
+}
+
+static const struct cs_ps_spill_ops mf_async_ops = { mf_write, mf_read,
+						     mf_read_start,
+						     mf_read_poll };
 
 /* Adam rows (values + 2 state vectors: 24 bytes a frame) with room for
  * 64 in memory; 1000 rows pushed twice each, against a store without a
@@ -603,6 +639,134 @@ Test(ps_store, spill_keeps_rows_and_state)
 		cr_assert_eq(cs_ps_store_peek(a, 2, k, ra), 0);
 		cr_assert_eq(cs_ps_store_peek(b, 2, k, rb), 0);
 		cr_assert_eq(memcmp(ra, rb, sizeof(ra)), 0, "key %llu",
+			     (unsigned long long)k);
+	}
+	cs_ps_store_destroy(a);
+	cs_ps_store_destroy(b);
+}
+
+/*
+ * A pull of rows on disk does not hold the store up: its reads are
+ * started and the pull stays parked while pushes are acknowledged and
+ * applied, then a later flush serves it. A row of the batch in flight
+ * that a push brings in meanwhile is not overwritten by the stale read;
+ * a failed read leaves the pull parked, served once the file works.
+ * Every reply equals a store without a budget's.
+ */
+Test(ps_store, pull_of_cold_rows_waits_without_blocking)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_ADAM);
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_async_ops, &mf };
+	struct cs_ps_store *a, *b;
+	uint64_t keys[50], pk[20], id = 0;
+	float g[50];
+	struct reply ra;
+	size_t n;
+
+	s.init.kind = CS_PS_INIT_UNIFORM;
+	s.init.seed = 7;
+	a = mkstore(&s, 0, NULL);
+	b = mkstore(&s, 64 * 24, &sp);
+	for (; id < 20; id++) {
+		for (int i = 0; i < 50; i++) {
+			keys[i] = (id * 50 + (uint64_t)i) % 1000;
+			g[i] = 0.01f * (float)(i + 1);
+		}
+		n = push(&s, 0, id, 0, keys, g, 50, 0, 1);
+		cs_ps_store_rx(a, msg, n);
+		cs_ps_store_rx(b, msg, n);
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+	}
+	/* 20 keys of the first pushes: on disk by now */
+	for (int i = 0; i < 20; i++)
+		pk[i] = (uint64_t)(i * 7);
+	mf.hold = true;
+	nrep = 0;
+	cs_ps_store_rx(b, msg, pull(&s, 0, 0, 0, pk, 20));
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 0, "served before its reads landed");
+	cr_assert_eq(cs_ps_store_stats(b)->spill_reads_async, 0);
+	cr_assert_eq(mf.astarted, 1);
+	cr_assert_eq(mf.an, 20, "its 20 rows on disk were started");
+	cr_assert(cs_ps_store_io_pending(b));
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 0);
+	cr_assert_gt(cs_ps_store_stats(b)->pull_io_waits, 1);
+	/* meanwhile a push, of a key the reads also bring (0) and one on
+	 * disk (500): acknowledged and applied while the reads fly */
+	keys[0] = 0;
+	keys[1] = 500;
+	g[0] = 1.0f;
+	g[1] = -2.0f;
+	n = push(&s, 0, id, 0, keys, g, 2, 0, 1);
+	cs_ps_store_rx(a, msg, n);
+	cs_ps_store_rx(b, msg, n);
+	id++;
+	cr_assert_eq(cs_ps_store_flush(a), 0);
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 2, "the push was not acknowledged meanwhile");
+	cr_assert_eq(rep[1].m.type, CS_PS_MSG_PUSH_ACK);
+	cr_assert_eq(rep[1].m.status, 0);
+	/* 100 new rows: key 0, changed, goes back to its slot on disk; the
+	 * reads in flight hold its old bytes, which must not come back */
+	for (int i = 0; i < 50; i++) {
+		keys[i] = 2000 + (uint64_t)i;
+		g[i] = 0.5f;
+	}
+	for (int r = 0; r < 2; r++, id++) {
+		n = push(&s, 0, id, 0, keys, g, 50, 0, 1);
+		cs_ps_store_rx(a, msg, n);
+		cs_ps_store_rx(b, msg, n);
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+		for (int i = 0; i < 50; i++)
+			keys[i] += 50;
+	}
+	cr_assert_eq(nrep, 6, "pushes not acknowledged by both stores");
+	/* the reads land: the next flush serves the pull */
+	mf.hold = false;
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	/* (key 0 was brought in and sent back meanwhile: it left the batch
+	 * and is read in a second one) */
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 7);
+	cr_assert(!cs_ps_store_io_pending(b));
+	cr_assert_geq(cs_ps_store_stats(b)->spill_reads_async, 19);
+	ra = rep[6];
+	cr_assert_eq(ra.m.type, CS_PS_MSG_PULL_REPLY);
+	cs_ps_store_rx(a, msg, pull(&s, 0, 0, 0, pk, 20));
+	cr_assert_eq(cs_ps_store_flush(a), 0);
+	cr_assert_eq(nrep, 8);
+	cr_assert_eq(ra.len, rep[7].len);
+	cr_assert_eq(
+		memcmp(ra.raw, rep[7].raw, ra.len), 0,
+		"the pull's rows differ from the store without a budget's");
+	cr_assert_eq(mf.astarted, 2);
+	/* a read that fails: the pull stays parked, then is served */
+	for (int i = 0; i < 20; i++)
+		pk[i] = (uint64_t)(i * 11 + 1);
+	mf.afail = true;
+	nrep = 0;
+	cs_ps_store_rx(b, msg, pull(&s, 0, 1, 0, pk, 20));
+	cr_assert_eq(cs_ps_store_flush(b), 0); /* started */
+	cr_assert_eq(cs_ps_store_flush(b), -EIO);
+	cr_assert_eq(nrep, 0);
+	mf.afail = false;
+	cr_assert_eq(cs_ps_store_flush(b), 0); /* started again */
+	cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 1);
+	ra = rep[0];
+	cs_ps_store_rx(a, msg, pull(&s, 0, 1, 0, pk, 20));
+	cr_assert_eq(cs_ps_store_flush(a), 0);
+	cr_assert_eq(memcmp(ra.raw, rep[1].raw, ra.len), 0);
+	for (uint64_t k = 0; k < 1000; k++) {
+		float x[2], y[2];
+
+		cr_assert_eq(cs_ps_store_peek(a, 2, k, x), 0);
+		cr_assert_eq(cs_ps_store_peek(b, 2, k, y), 0);
+		cr_assert_eq(memcmp(x, y, sizeof(x)), 0, "key %llu",
 			     (unsigned long long)k);
 	}
 	cs_ps_store_destroy(a);

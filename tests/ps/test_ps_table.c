@@ -52,6 +52,40 @@ Test(ps_table, parse_mode_and_opt)
 	cr_assert_str_eq(cs_ps_opt_name(CS_PS_OPT_ADAGRAD), "adagrad");
 }
 
+/* Frame sizes and the memory budget's bounds, with the reason. */
+Test(ps_table, budget_check)
+{
+	struct cs_ps_table_spec s;
+	char why[256];
+
+	memset(&s, 0, sizeof(s));
+	s.dim = 4;
+	s.dtype = CS_F32;
+	s.key_max = 100;
+	s.workers = 1;
+	cs_ps_opt_defaults(&s.opt, CS_PS_OPT_SGD);
+	cr_assert_eq(cs_ps_frame_bytes(&s), 16);
+	cr_assert_eq(cs_ps_budget_check(&s, 0, why, sizeof(why)), 0);
+	cr_assert_eq(cs_ps_budget_check(&s, 1024, why, sizeof(why)), 0);
+	cr_assert_eq(cs_ps_budget_check(&s, 1023, why, sizeof(why)), -EINVAL);
+	cr_assert_str_eq(why, "mem_budget of 1023 bytes: 63 rows of 16 bytes, "
+			      "at least 64 a shard");
+	cr_assert_eq(cs_ps_budget_check(&s, 1ull << 40, why, sizeof(why)),
+		     -EINVAL);
+	cr_assert_not_null(strstr(why, "at most 2147483647 a shard"));
+	cr_assert_eq(cs_ps_budget_check(&s, 1023, NULL, 0), -EINVAL);
+	cs_ps_opt_defaults(&s.opt, CS_PS_OPT_ADAM);
+	cr_assert_eq(cs_ps_frame_bytes(&s), 16 + 32);
+	s.dtype = CS_F16;
+	s.dim = 3; /* 6 bytes, padded to 8; 24 of state */
+	cr_assert_eq(cs_ps_frame_bytes(&s), 8 + 24);
+	cs_ps_opt_defaults(&s.opt, CS_PS_OPT_MOMENTUM);
+	cr_assert_eq(cs_ps_frame_bytes(&s), 8 + 16); /* 12 -> 16 */
+	cr_assert_eq(cs_ps_budget_check(&s, 64 * 24, why, sizeof(why)), 0);
+	cr_assert_eq(cs_ps_budget_check(&s, 64 * 24 - 1, why, sizeof(why)),
+		     -EINVAL);
+}
+
 Test(ps_table, spec_check_rejects)
 {
 	struct cs_ps_table_spec s = spec_of(CS_PS_OPT_ADAM, 4), b;
