@@ -427,17 +427,6 @@ uint64_t cs_ps_ckpt_name_tag(const char *name)
 	return fnv(FNV_OFF, name, strlen(name));
 }
 
-int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
-			  const char *name, uint32_t shard)
-{
-	int n;
-
-	if (strchr(name, '/'))
-		return -EINVAL;
-	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, name, shard);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 /* ---- checkpoint writer -----------------------------------------------------
  */
 

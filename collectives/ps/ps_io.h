@@ -17,6 +17,10 @@
 #ifndef CS_COLLECTIVES_PS_IO_H
 #define CS_COLLECTIVES_PS_IO_H
 
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "collectives/ps/ps.h"
 
 #define CS_PS_CKPT_MAGIC "CSPSCKP1"
@@ -98,8 +102,17 @@ uint64_t cs_ps_ckpt_name_tag(const char *name);
  * Returns 0, -EINVAL (a '/' in @name would name another folder) or
  * -ENAMETOOLONG.
  */
-int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
-			  const char *name, uint32_t shard);
+static inline int cs_ps_ckpt_shard_path(char *out, size_t len,
+					const char *dir, const char *name,
+					uint32_t shard)
+{
+	int n;
+
+	if (strchr(name, '/'))
+		return -EINVAL;
+	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, name, shard);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
 /* The clock to record (cs_ps_store_snap_clock after snap_begin). */
 void cs_ps_ckpt_set_clock(struct cs_ps_ckpt *c, uint64_t clock);
 /* Bytes handed over and not yet written: a pump slows its snap_step

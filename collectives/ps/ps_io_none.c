@@ -76,17 +76,6 @@ uint64_t cs_ps_ckpt_name_tag(const char *name)
 	return 0;
 }
 
-int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
-			  const char *name, uint32_t shard)
-{
-	int n;
-
-	if (strchr(name, '/'))
-		return -EINVAL;
-	n = snprintf(out, len, "%s/%s.shard%u.ckpt", dir, name, shard);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 int cs_ps_restore_start(struct cs_ps_restore **out, struct cs_ps_store *st,
 			uint32_t table, const struct cs_ps_restore_src *src)
 {

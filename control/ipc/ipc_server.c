@@ -795,8 +795,10 @@ static void pipe_issue(struct cs_ipc_server *s, struct group *g,
 }
 
 /* Start copying @in's device ranges in (DEV_IN) or out (DEV_OUT). */
-static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
-		      unsigned phase)
+/* Put @in at the end of the sidecar's list of instances copying, in
+ * @phase, its copies not started yet. */
+static void dev_enqueue(struct cs_ipc_server *s, struct group *g,
+			struct inst *in, unsigned phase)
 {
 	struct inst **pp = &s->dev_head;
 
@@ -809,6 +811,12 @@ static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
 		pp = &(*pp)->dev_next;
 	*pp = in;
 	in->dev_next = NULL;
+}
+
+static void dev_start(struct cs_ipc_server *s, struct group *g, struct inst *in,
+		      unsigned phase)
+{
+	dev_enqueue(s, g, in, phase);
 	dev_issue(s, g, in);
 }
 
@@ -1984,7 +1992,6 @@ static void pipe_start(struct cs_ipc_server *s, struct group *g,
 		.blocked = g->blocked && !g->regroup,
 		.nodes = nodes_of(g),
 	};
-	struct inst **pp = &s->dev_head;
 	int ret;
 
 	if (e < (n + IPC_PIPE_MAX_SLICES - 1) / IPC_PIPE_MAX_SLICES)
@@ -2013,15 +2020,7 @@ static void pipe_start(struct cs_ipc_server *s, struct group *g,
 	memset(in->pipe_in_busy, 0, sizeof(in->pipe_in_busy));
 	in->pout_l = in->pout_r = 0;
 	in->pout_at = 0;
-	in->dev_phase = DEV_PIPE;
-	in->dev_err = false;
-	in->dev_l = in->dev_r = 0;
-	in->dev_at = 0;
-	in->dev_g = g;
-	while (*pp)
-		pp = &(*pp)->dev_next;
-	*pp = in;
-	in->dev_next = NULL;
+	dev_enqueue(s, g, in, DEV_PIPE);
 	pipe_advance(s, g, in);
 }
 
