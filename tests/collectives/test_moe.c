@@ -104,6 +104,10 @@ struct nworld {
 	uint64_t rows; /* dispatch rows sent, all ranks */
 };
 
+/* Experts (r + t + 3j) % 8 instead of (r + t + j) % 8: a token's lowest
+ * slot on a node is on either of its ranks (node_rows_fwd_*). */
+static bool nw_mix;
+
 /* Build the 4 layers and deliver every dispatch block by hand. */
 static void nw_dispatch(struct nworld *w, uint32_t flags)
 {
@@ -139,7 +143,10 @@ static void nw_dispatch(struct nworld *w, uint32_t flags)
 				w->idx[r][t * NK + j] =
 					(t + j) % 5 == 4
 						? -1
-						: (int32_t)((r + t + j) % 8);
+						: (int32_t)((r + t +
+							     (nw_mix ? 3 : 1) *
+								     j) %
+							    8);
 				w->w[r][t * NK + j] = 0.1f * (float)(j + 1) +
 						      0.013f * (float)t;
 			}
@@ -548,6 +555,9 @@ static void nw_forward(struct nworld *w, uint8_t **fr, uint64_t (*fc)[NR],
 			cr_assert(d / 2 == r / 2 || !p[r].sendcounts[d],
 				  "the forward stays in the node");
 	}
+	for (uint32_t r = 0; r < NR; r++)
+		cr_assert(p[r].sendcounts[r ^ 1],
+			  "rank %u forwards rows to its neighbour", r);
 	for (uint32_t d = 0; d < NR; d++) {
 		uint64_t at = 0;
 
@@ -614,6 +624,7 @@ Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
 	static uint64_t fc[NR][NR], fd[NR][NR], gc[NR][NR], gd[NR][NR];
 	uint64_t fwd = 0, gfwd = 0;
 
+	nw_mix = true;
 	nw_dispatch(&a, 0);
 	nw_dispatch(&f, CS_MOE_F_NODE_ROWS_FWD);
 	cr_assert_lt(nw_cross_rows(&f), nw_cross_rows(&a),
@@ -693,6 +704,7 @@ Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
 		cr_assert(!memcmp(o[0], o[1], sizeof(o[0])),
 			  "the node sum's bits");
 	}
+	nw_mix = false;
 	nw_free(&a);
 	nw_free(&f);
 	nw_free(&fg);
@@ -712,6 +724,7 @@ Test(moe, node_rows_fwd_checked)
 	uint64_t fwd = 0, rc[NR];
 	uint32_t r = 0, s, d;
 
+	nw_mix = true;
 	/* a first-exchange row for a token another rank of the node leads */
 	nw_dispatch(&w, CS_MOE_F_NODE_ROWS_FWD);
 	while (r < NR && !w.rc[r][r ^ 2])
@@ -756,4 +769,5 @@ Test(moe, node_rows_fwd_checked)
 	nw_free(&w);
 	for (uint32_t q = 0; q < NR; q++)
 		free(fr[q]);
+	nw_mix = false;
 }
