@@ -380,11 +380,4 @@ static int mc_run_flags(struct cs_client *c, struct cs_group *g, int rank,
 	return ret;
 }
 
-static int mc_run_node_sum(struct cs_client *c, struct cs_group *g, int rank,
-			   int size, int G, int rounds, int64_t wait_ns)
-{
-	return mc_run_flags(c, g, rank, size, G, CS_MOE_LAYER_NODE_SUM, rounds,
-			    wait_ns);
-}
-
 #endif

@@ -3596,7 +3596,8 @@ static int moe_ns_main(const char *path, int rank, int size, void *arg)
 	if (connect_retry(path, &c) ||
 	    cs_group_join(c, "moens", rank, size, rank, size, &g))
 		return 2;
-	ret = mc_run_node_sum(c, g, rank, size, size, 3, WAIT_NS);
+	ret = mc_run_flags(c, g, rank, size, size, CS_MOE_LAYER_NODE_SUM, 3,
+			   WAIT_NS);
 	if (ret)
 		return ret;
 	if (cs_group_leave(g))
