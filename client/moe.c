@@ -367,8 +367,8 @@ static int dispatch_fwd_fin(void *arg, int status, char *err, size_t len)
 	rc = calloc(2 * (size_t)l->n, sizeof(*rc));
 	if (!rc)
 		return -ENOMEM;
-	ret = l->G > 1 ? table_rows(l, cs_moe_forward_row(l->m), rc,
-				    rc + l->n, err, len)
+	ret = l->G > 1 ? table_rows(l, cs_moe_forward_row(l->m), rc, rc + l->n,
+				    err, len)
 		       : 0;
 	if (!ret)
 		ret = cs_moe_dispatch_finish_fwd(l->m, cs_buf_ptr(l->rbuf), rc,
@@ -427,21 +427,19 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 	l->m = NULL;
 	l->rows_ok = false;
 	l->ntok = 0;
-	mc = (struct cs_moe_cfg){ .nranks = l->n,
-				  .rank = l->rank,
-				  .ranks_per_node = l->G,
-				  .flags = (l->node_sum
-						    ? CS_MOE_F_NODE_SUM_GATHER
-						    : 0) |
-					   (l->node_rows
-						    ? CS_MOE_F_NODE_ROWS_FWD
-						    : 0),
-				  .tokens = ntokens,
-				  .max_tokens = l->cfg.tokens,
-				  .hidden = l->cfg.hidden,
-				  .topk = K,
-				  .experts = l->cfg.experts,
-				  .expert_rank = l->erank };
+	mc = (struct cs_moe_cfg){
+		.nranks = l->n,
+		.rank = l->rank,
+		.ranks_per_node = l->G,
+		.flags = (l->node_sum ? CS_MOE_F_NODE_SUM_GATHER : 0) |
+			 (l->node_rows ? CS_MOE_F_NODE_ROWS_FWD : 0),
+		.tokens = ntokens,
+		.max_tokens = l->cfg.tokens,
+		.hidden = l->cfg.hidden,
+		.topk = K,
+		.experts = l->cfg.experts,
+		.expert_rank = l->erank
+	};
 	bad = ntokens > l->cfg.tokens || (ntokens && (!x || !idx || !w));
 	if (!bad) {
 		memcpy(l->idx, idx, (size_t)ntokens * K * 4);

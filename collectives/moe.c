@@ -581,8 +581,7 @@ int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
 }
 
 /* The slots of top-k @ids whose experts are on rank @d. */
-static uint32_t ids_mask(const struct cs_moe *m, const int32_t *ids,
-			 uint32_t d)
+static uint32_t ids_mask(const struct cs_moe *m, const int32_t *ids, uint32_t d)
 {
 	uint32_t mask = 0;
 
@@ -597,8 +596,8 @@ static uint32_t ids_mask(const struct cs_moe *m, const int32_t *ids,
 static bool ids_ok(const struct cs_moe *m, const int32_t *ids)
 {
 	for (uint32_t j = 0; j < m->K; j++)
-		if (ids[j] < -1 || (ids[j] >= 0 &&
-				    (uint32_t)ids[j] >= m->c.experts))
+		if (ids[j] < -1 ||
+		    (ids[j] >= 0 && (uint32_t)ids[j] >= m->c.experts))
 			return false;
 	return true;
 }
@@ -664,9 +663,9 @@ int cs_moe_forward_params(struct cs_moe *m, const void *recv,
 				goto out;
 			m->osc[s]++;
 			for (uint32_t q = base; q < base + m->G; q++)
-				m->fsc[q] += q != me &&
-					     ids_mask(m, (const int32_t *)&r[2],
-						      q);
+				m->fsc[q] +=
+					q != me &&
+					ids_mask(m, (const int32_t *)&r[2], q);
 		}
 	for (uint32_t d = 0; d < m->n; d++) {
 		m->fsd[d] = rows;

@@ -92,8 +92,8 @@ struct cs_moe_layer;
  * cs_moe_layer_create - the layer of this rank of @g
  * Returns: 0, -EINVAL (a bad cfg: refused on this rank only, nothing is
  *	posted; an unknown flag; NODE_SUM or NODE_ROWS on a group whose
- *	size is not a multiple of its trainers on this node), -ENOMEM, or cs_buf_alloc()'s
- *	error.
+ *	size is not a multiple of its trainers on this node), -ENOMEM, or
+ *cs_buf_alloc()'s error.
  */
 int cs_moe_layer_create(struct cs_group *g, const struct cs_moe_layer_cfg *cfg,
 			struct cs_moe_layer **out);

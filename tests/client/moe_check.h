@@ -286,8 +286,8 @@ static int mc_run(struct cs_client *c, struct cs_group *g, int rank, int size,
 /* Layers whose @flags on the odd ranks differ from the even ranks'
  * (@odd): the dispatch refused on every rank naming rank 1, nothing sent.
  * Returns 0 or a code. */
-static int mc_differ_refused(struct cs_client *c, struct cs_group *g,
-			     int rank, int size, uint32_t flags, uint32_t odd,
+static int mc_differ_refused(struct cs_client *c, struct cs_group *g, int rank,
+			     int size, uint32_t flags, uint32_t odd,
 			     int64_t wait_ns)
 {
 	struct cs_moe_layer_cfg cfg = { .tokens = MC_TMAX,

@@ -636,9 +636,9 @@ Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
 	cr_assert_gt(fwd, 0, "some rows are forwarded");
 	for (uint32_t r = 0; r < NR; r++) {
 		cr_assert_eq(nw_finish(&a, r, false), 0);
-		cr_assert_eq(cs_moe_dispatch_finish_fwd(f.m[r], fr[r], fc[r],
-							fd[r]),
-			     0);
+		cr_assert_eq(
+			cs_moe_dispatch_finish_fwd(f.m[r], fr[r], fc[r], fd[r]),
+			0);
 	}
 	nw_same_rows(&a, &f);
 	/* with the node sum's gather: the same combine bits */
@@ -673,15 +673,15 @@ Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
 				     !cs_moe_local(two[v][r], i, &e, &n, &rows,
 						   &s, &t, &j);
 				     i++) {
-					float *y = cs_moe_expert_out(two[v][r],
-								     i);
+					float *y =
+						cs_moe_expert_out(two[v][r], i);
 
 					for (uint32_t k = 0; k < n * NH; k++)
 						y[k] = nw_expert(e, rows[k]);
 				}
-				cr_assert_eq(cs_moe_gather_params(two[v][r],
-								  &g[r]),
-					     0);
+				cr_assert_eq(
+					cs_moe_gather_params(two[v][r], &g[r]),
+					0);
 				g[r].recvbuf = NULL;
 			}
 			nw_deliver(g, grecv);
@@ -693,9 +693,9 @@ Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
 					     0);
 			nw_deliver(p, crecv);
 			for (uint32_t r = 0; r < NR; r++) {
-				cr_assert_eq(cs_moe_combine_finish_at(
-						     two[v][r], crecv[r],
-						     o[v][r]),
+				cr_assert_eq(cs_moe_combine_finish_at(two[v][r],
+								      crecv[r],
+								      o[v][r]),
 					     0);
 				free(crecv[r]);
 				free(grecv[r]);
@@ -732,9 +732,9 @@ Test(moe, node_rows_fwd_checked)
 	cr_assert_lt(r, NR);
 	memset(rc, 0, sizeof(rc));
 	rc[r ^ 2] = w.rc[r][r ^ 2];
-	cr_assert_eq(cs_moe_forward_params(w.m[r ^ 1], w.recv[r], rc, w.rd[r],
-					   &p),
-		     CS_ERR_PROTO, "rank %u's rows, not %u's", r, r ^ 1);
+	cr_assert_eq(
+		cs_moe_forward_params(w.m[r ^ 1], w.recv[r], rc, w.rd[r], &p),
+		CS_ERR_PROTO, "rank %u's rows, not %u's", r, r ^ 1);
 	nw_free(&w);
 	/* forwarded rows: from another node, or a token twice */
 	nw_dispatch(&w, CS_MOE_F_NODE_ROWS_FWD);
@@ -762,9 +762,9 @@ Test(moe, node_rows_fwd_checked)
 
 		memcpy(row + cs_moe_forward_row(w.m[r]), row,
 		       cs_moe_forward_row(w.m[r]));
-		cr_assert_eq(cs_moe_dispatch_finish_fwd(w.m[r], fr[r], fc[r],
-							fd[r]),
-			     CS_ERR_PROTO, "a token twice");
+		cr_assert_eq(
+			cs_moe_dispatch_finish_fwd(w.m[r], fr[r], fc[r], fd[r]),
+			CS_ERR_PROTO, "a token twice");
 	}
 	nw_free(&w);
 	for (uint32_t q = 0; q < NR; q++)

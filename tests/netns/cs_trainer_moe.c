@@ -32,18 +32,17 @@ int main(int argc, char **argv)
 	if (argc > 2) {
 		const char *ls = getenv("LOCAL_WORLD_SIZE");
 		int G = ls ? atoi(ls) : 1;
-		uint32_t flags = !strcmp(argv[2], "node-sum")
-					 ? CS_MOE_LAYER_NODE_SUM
-				 : !strcmp(argv[2], "node-rows")
-					 ? CS_MOE_LAYER_NODE_ROWS
-				 : !strcmp(argv[2], "node-rows-sum")
-					 ? CS_MOE_LAYER_NODE_ROWS |
-						   CS_MOE_LAYER_NODE_SUM
-					 : 0;
+		uint32_t flags =
+			!strcmp(argv[2], "node-sum")	? CS_MOE_LAYER_NODE_SUM
+			: !strcmp(argv[2], "node-rows") ? CS_MOE_LAYER_NODE_ROWS
+			: !strcmp(argv[2], "node-rows-sum")
+				? CS_MOE_LAYER_NODE_ROWS | CS_MOE_LAYER_NODE_SUM
+				: 0;
 
 		if (!flags) {
-			fprintf(stderr, "cs-trainer-moe: %s: node-sum, "
-					"node-rows or node-rows-sum\n",
+			fprintf(stderr,
+				"cs-trainer-moe: %s: node-sum, "
+				"node-rows or node-rows-sum\n",
 				argv[2]);
 			return 2;
 		}
