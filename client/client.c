@@ -193,8 +193,8 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 	[CS_IPC_BAD_A2AV_COUNTS] = "all-to-all-v counts do not add up",
 	[CS_IPC_BAD_DYN_ROOM] = "no room for what the others send to",
 	[CS_IPC_BAD_DYN_TAG] = "posted another kind of exchange than rank 0 "
-			       "(an MoE layer with node-sum on some ranks "
-			       "only?)",
+			       "(an MoE layer with node-sum or node-rows on "
+			       "some ranks only?)",
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
 };
 
@@ -2019,7 +2019,8 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 		set_err(c,
 			"%s: refused on every rank, nothing sent: rank %d "
 			"posted another kind of exchange than rank 0 (an MoE "
-			"layer with CS_MOE_LAYER_NODE_SUM on some ranks only?)",
+			"layer with CS_MOE_LAYER_NODE_SUM or _NODE_ROWS on "
+			"some ranks only?)",
 			what, (int)q->peer);
 	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,

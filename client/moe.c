@@ -8,6 +8,9 @@
  * combine two exchanges in one request (cs__comp_stages()): the gather
  * inside the nodes, then the node sums; every exchange tagged (TAG_*) so
  * that ranks whose layers differ are refused.
+ * CS_MOE_LAYER_NODE_ROWS: the engine's CS_MOE_F_NODE_ROWS_FWD, the
+ * dispatch two exchanges in one request: a token's row to its leader on
+ * each node, then the leaders' forward inside the nodes.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +23,14 @@
 
 /* The exchanges' tags (ipc_proto.h CS_IPC_DYN_TAG_SHIFT): a plain layer's
  * are 0 (as before tags), a node-sum layer's these. */
-enum { TAG_NS_DISPATCH = 1, TAG_NS_GATHER = 2, TAG_NS_COMBINE = 3 };
+enum {
+	TAG_NS_DISPATCH = 1,
+	TAG_NS_GATHER = 2,
+	TAG_NS_COMBINE = 3,
+	TAG_NR_DISPATCH = 4, /* node rows, per-slot combine */
+	TAG_NRNS_DISPATCH = 5, /* node rows and node sum */
+	TAG_NR_FORWARD = 6,
+};
 
 struct cs_moe_layer {
 	struct cs_group *g;
@@ -44,11 +54,26 @@ struct cs_moe_layer {
 	int cstage, cerr;
 	uint64_t grecv_room, crecv_room;
 	struct cs_a2a_params gp; /* the gather's (the engine's arrays) */
+	/* CS_MOE_LAYER_NODE_ROWS: the dispatch's stage, the engine's error
+	 * of its forward step, the first exchange's rows and room */
+	bool node_rows;
+	int dstage, derr;
+	uint64_t dsend_rows, droom;
 };
 
 static uint32_t tag(const struct cs_moe_layer *l, uint32_t t)
 {
 	return l->node_sum ? t << CS_IPC_DYN_TAG_SHIFT : 0;
+}
+
+/* The dispatch's first exchange's tag. */
+static uint32_t dispatch_tag(const struct cs_moe_layer *l)
+{
+	uint32_t t = l->node_rows ? (l->node_sum ? TAG_NRNS_DISPATCH
+						 : TAG_NR_DISPATCH)
+				  : (l->node_sum ? TAG_NS_DISPATCH : 0);
+
+	return t << CS_IPC_DYN_TAG_SHIFT;
 }
 
 static int grow(struct cs_moe_layer *l, struct cs_buf **b, size_t len)
@@ -74,7 +99,7 @@ cs_export int cs_moe_layer_create(struct cs_group *g,
 		return -EINVAL;
 	*out = NULL;
 	if (!g || !cfg || !cfg->hidden || !cfg->topk ||
-	    (cfg->flags & ~CS_MOE_LAYER_NODE_SUM) ||
+	    (cfg->flags & ~(CS_MOE_LAYER_NODE_SUM | CS_MOE_LAYER_NODE_ROWS)) ||
 	    cfg->topk > CS_MOE_MAX_TOPK || !cfg->experts ||
 	    cs_group_size(g) < 1 ||
 	    (!cfg->expert_rank &&
@@ -90,8 +115,9 @@ cs_export int cs_moe_layer_create(struct cs_group *g,
 	l->n = (uint32_t)cs_group_size(g);
 	l->rank = (uint32_t)cs_group_rank(g);
 	l->node_sum = cfg->flags & CS_MOE_LAYER_NODE_SUM;
+	l->node_rows = cfg->flags & CS_MOE_LAYER_NODE_ROWS;
 	l->G = 1;
-	if (l->node_sum) {
+	if (l->node_sum || l->node_rows) {
 		int L = cs__group_local_size(g);
 
 		if (L < 1 || l->n % (uint32_t)L) {
@@ -204,6 +230,18 @@ static int dispatch_fin(void *arg, int status, char *err, size_t len)
 	return ret;
 }
 
+/* Fill the layer's table with @sc/@sd rows of @row bytes. */
+static void table_fill(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
+		       const uint64_t *sd)
+{
+	uint64_t *t = cs_buf_ptr(l->tab);
+
+	for (uint32_t d = 0; d < l->n; d++) {
+		t[d] = sc[d] * row;
+		t[l->n + d] = sd[d] * row;
+	}
+}
+
 /* Post the rows of @m's table (the counts in rows) from sbuf into rbuf. */
 static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
 		     const uint64_t *sd, uint64_t room_rows, uint32_t root,
@@ -233,6 +271,143 @@ static int post_rows(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
 	return ret;
 }
 
+/* The forward's rows from this rank: each row of the first exchange goes
+ * to the node's other ranks holding one of its slots, at most min(G - 1,
+ * K - 1) of them. */
+static uint64_t forward_most(const struct cs_moe_layer *l)
+{
+	return l->droom * CS_MIN(l->G - 1, l->cfg.topk - 1);
+}
+
+/*
+ * The node-rows dispatch's stages (client lock held): 0 the rows to the
+ * leaders (in sbuf already), 1 the forward inside the node (none with one
+ * trainer per node), 2 done. An engine error of the forward step (a row
+ * not for this rank) still posts the forward, flagged, so that every rank
+ * fails and none waits.
+ */
+static int dispatch_next(void *arg, cs_req_t *sub)
+{
+	struct cs_moe_layer *l = arg;
+	size_t drow, crow, frow = cs_moe_forward_row(l->m);
+	const void *ds, *cs;
+	uint64_t dn, cn, crn, *rc;
+	struct cs_a2a_params p;
+	uint32_t root = TAG_NR_FORWARD << CS_IPC_DYN_TAG_SHIFT;
+	int ret;
+
+	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	if (l->dstage == 0) {
+		cs_moe_dispatch_params(l->m, &p);
+		l->dstage = 1;
+		table_fill(l, drow, p.sendcounts, p.sdispls);
+		ret = cs__alltoallv_dyn_locked(
+			l->g, cs_buf_ptr(l->sbuf), cs_buf_ptr(l->tab),
+			cs_buf_ptr(l->rbuf), l->droom * drow, CS_U8,
+			dispatch_tag(l), sub);
+		return ret ? ret : 1;
+	}
+	if (l->dstage == 2)
+		return 0;
+	l->dstage = 2;
+	rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	if (!rc)
+		ret = -ENOMEM;
+	else
+		ret = table_rows(l, drow, rc, rc + l->n, (char[8]){ 0 }, 8);
+	if (!ret)
+		ret = cs_moe_forward_params(l->m, cs_buf_ptr(l->rbuf), rc,
+					    rc + l->n, &p);
+	free(rc);
+	if (ret) {
+		l->derr = ret < 0 ? ret : CS_ERR_PROTO;
+		root |= CS_IPC_DYN_BAD_INPUT;
+	}
+	if (l->G == 1) /* nothing to forward: fin lays the rows out */
+		return 0;
+	if (!ret) {
+		uint64_t rows = 0;
+
+		for (uint32_t d = 0; d < l->n; d++)
+			rows += p.sendcounts[d];
+		if (rows > forward_most(l)) { /* cannot be: refuse */
+			l->derr = CS_ERR_PROTO;
+			root |= CS_IPC_DYN_BAD_INPUT;
+		} else {
+			memcpy(cs_buf_ptr(l->sbuf), p.sendbuf, rows * frow);
+			table_fill(l, frow, p.sendcounts, p.sdispls);
+		}
+	}
+	if (root & CS_IPC_DYN_BAD_INPUT)
+		memset(cs_buf_ptr(l->tab), 0, 2 * l->n * sizeof(uint64_t));
+	ret = cs__alltoallv_dyn_locked(l->g, cs_buf_ptr(l->sbuf),
+				       cs_buf_ptr(l->tab), cs_buf_ptr(l->rbuf),
+				       l->droom * frow, CS_U8, root, sub);
+	return ret ? ret : 1;
+}
+
+static int dispatch_fwd_fin(void *arg, int status, char *err, size_t len)
+{
+	struct cs_moe_layer *l = arg;
+	uint64_t *rc;
+	int ret;
+
+	l->busy = false;
+	if (l->derr) { /* the forward step failed here */
+		snprintf(err, len,
+			 "moe dispatch: the node rows received here are not "
+			 "this rank's to forward (%s)",
+			 cs_strerror(l->derr));
+		ret = l->derr;
+		l->derr = 0;
+		return ret;
+	}
+	if (status) /* its message is in @err already */
+		return status;
+	rc = calloc(2 * (size_t)l->n, sizeof(*rc));
+	if (!rc)
+		return -ENOMEM;
+	ret = l->G > 1 ? table_rows(l, cs_moe_forward_row(l->m), rc, rc + l->n,
+				    err, len)
+		       : 0;
+	if (!ret)
+		ret = cs_moe_dispatch_finish_fwd(l->m, cs_buf_ptr(l->rbuf), rc,
+						 rc + l->n);
+	if (ret)
+		snprintf(err, len,
+			 "moe dispatch: the rows forwarded here do not fit "
+			 "this rank's experts (%s)",
+			 cs_strerror(ret));
+	l->rows_ok = !ret;
+	free(rc);
+	return ret;
+}
+
+/* cs_moe_dispatch() of a CS_MOE_LAYER_NODE_ROWS layer (@dn rows built). */
+static int dispatch_node_rows(struct cs_moe_layer *l, uint64_t dn,
+			      uint64_t room, cs_req_t *req)
+{
+	size_t drow, crow, frow = cs_moe_forward_row(l->m);
+	const void *ds, *cs;
+	uint64_t n, cn, crn;
+	int ret;
+
+	cs_moe_wire(l->m, &drow, &crow, &ds, &n, &cs, &cn, &crn);
+	l->droom = room;
+	/* room for both exchanges now: no allocation in the stages */
+	ret = grow(l, &l->sbuf, CS_MAX(dn * drow, forward_most(l) * frow));
+	if (ret)
+		return ret;
+	memcpy(cs_buf_ptr(l->sbuf), ds, dn * drow);
+	l->dstage = 0;
+	l->derr = 0;
+	l->busy = true;
+	ret = cs__comp_stages(l->c, dispatch_next, dispatch_fwd_fin, l, req);
+	if (ret)
+		l->busy = false;
+	return ret;
+}
+
 cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 			      const float *x, const int32_t *idx,
 			      const float *w, cs_req_t *req)
@@ -252,18 +427,19 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 	l->m = NULL;
 	l->rows_ok = false;
 	l->ntok = 0;
-	mc = (struct cs_moe_cfg){ .nranks = l->n,
-				  .rank = l->rank,
-				  .ranks_per_node = l->G,
-				  .flags = l->node_sum
-						   ? CS_MOE_F_NODE_SUM_GATHER
-						   : 0,
-				  .tokens = ntokens,
-				  .max_tokens = l->cfg.tokens,
-				  .hidden = l->cfg.hidden,
-				  .topk = K,
-				  .experts = l->cfg.experts,
-				  .expert_rank = l->erank };
+	mc = (struct cs_moe_cfg){
+		.nranks = l->n,
+		.rank = l->rank,
+		.ranks_per_node = l->G,
+		.flags = (l->node_sum ? CS_MOE_F_NODE_SUM_GATHER : 0) |
+			 (l->node_rows ? CS_MOE_F_NODE_ROWS_FWD : 0),
+		.tokens = ntokens,
+		.max_tokens = l->cfg.tokens,
+		.hidden = l->cfg.hidden,
+		.topk = K,
+		.experts = l->cfg.experts,
+		.expert_rank = l->erank
+	};
 	bad = ntokens > l->cfg.tokens || (ntokens && (!x || !idx || !w));
 	if (!bad) {
 		memcpy(l->idx, idx, (size_t)ntokens * K * 4);
@@ -276,7 +452,8 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 	/* the room: every rank may send each of its tokens here once */
 	drow = 4 * ((size_t)2 + K + l->cfg.hidden + (l->node_sum ? K : 0));
 	room = (uint64_t)l->cfg.tokens * l->n;
-	ret = grow(l, &l->rbuf, room * drow);
+	/* node rows: the forward's rows are one word longer */
+	ret = grow(l, &l->rbuf, room * (drow + (l->node_rows ? 4 : 0)));
 	if (ret)
 		return ret;
 	if (bad) { /* nothing of ours goes: the op fails on every rank */
@@ -286,11 +463,13 @@ cs_export int cs_moe_dispatch(struct cs_moe_layer *l, uint32_t ntokens,
 		if (ret)
 			return ret;
 		return post_rows(l, drow, NULL, NULL, room,
-				 CS_IPC_DYN_BAD_INPUT | tag(l, TAG_NS_DISPATCH),
+				 CS_IPC_DYN_BAD_INPUT | dispatch_tag(l),
 				 dispatch_fin, req);
 	}
 	l->ntok = ntokens;
 	cs_moe_wire(l->m, &drow, &crow, &ds, &dn, &cs, &cn, &crn);
+	if (l->node_rows)
+		return dispatch_node_rows(l, dn, room, req);
 	ret = grow(l, &l->sbuf, dn * drow);
 	if (ret)
 		return ret;
@@ -361,18 +540,6 @@ static int combine_fin(void *arg, int status, char *err, size_t len)
 			 cs_strerror(ret));
 	free(rc);
 	return ret;
-}
-
-/* Fill the layer's table with @sc/@sd rows of @row bytes. */
-static void table_fill(struct cs_moe_layer *l, size_t row, const uint64_t *sc,
-		       const uint64_t *sd)
-{
-	uint64_t *t = cs_buf_ptr(l->tab);
-
-	for (uint32_t d = 0; d < l->n; d++) {
-		t[d] = sc[d] * row;
-		t[l->n + d] = sd[d] * row;
-	}
 }
 
 /* The node sums of the gathered rows (@rc: 2 x n, counts then

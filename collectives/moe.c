@@ -24,6 +24,7 @@ struct cs_moe {
 	bool node_rows; /* CS_MOE_F_NODE_ROWS with G > 1 */
 	bool node_sum; /* CS_MOE_F_NODE_SUM (and node_rows), or gather */
 	bool gather; /* CS_MOE_F_NODE_SUM_GATHER */
+	bool fwd; /* CS_MOE_F_NODE_ROWS_FWD */
 	size_t drow, crow; /* row bytes */
 	/* dispatch */
 	uint64_t *dsc, *dsd;
@@ -51,6 +52,10 @@ struct cs_moe {
 	uint64_t *gsc, *gsd, *grc, *grd;
 	uint8_t *gsend;
 	size_t grow;
+	/* fwd: the first exchange's rows kept here (this rank's slots), per
+	 * source (osc, osd); the forward exchange's send side */
+	uint8_t *own, *fsend;
+	uint64_t *osc, *osd, *fsc, *fsd;
 	/* combine */
 	uint64_t *csc, *csd, *crc, *crd;
 	uint8_t *csend, *crecv;
@@ -101,6 +106,12 @@ void cs_moe_free(struct cs_moe *m)
 	free(m->grc);
 	free(m->grd);
 	free(m->gsend);
+	free(m->own);
+	free(m->fsend);
+	free(m->osc);
+	free(m->osd);
+	free(m->fsc);
+	free(m->fsd);
 	free(m->rrow);
 	free(m->rsrc);
 	free(m->dsc);
@@ -138,6 +149,10 @@ static int moe_check(const struct cs_moe_cfg *c, const int32_t *idx)
 	    (!(c->flags & CS_MOE_F_NODE_ROWS) || c->ranks_per_node < 2))
 		return -EINVAL;
 	if ((c->flags & CS_MOE_F_NODE_SUM_GATHER) &&
+	    ((c->flags & (CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM)) ||
+	     !c->ranks_per_node || c->nranks % c->ranks_per_node))
+		return -EINVAL;
+	if ((c->flags & CS_MOE_F_NODE_ROWS_FWD) &&
 	    ((c->flags & (CS_MOE_F_NODE_ROWS | CS_MOE_F_NODE_SUM)) ||
 	     !c->ranks_per_node || c->nranks % c->ranks_per_node))
 		return -EINVAL;
@@ -225,6 +240,10 @@ static uint32_t row_mask(const struct cs_moe *m, uint32_t t, uint32_t d)
 {
 	uint32_t b = d / m->G;
 
+	if (m->fwd) /* to the token's leader on node b */
+		return m->dest[(size_t)t * (m->n / m->G) + b] == d
+			       ? node_mask(m, t, b)
+			       : 0;
 	if (!m->node_rows)
 		return slot_mask(m, t, d);
 	if (m->dest[(size_t)t * (m->n / m->G) + b] != d)
@@ -261,6 +280,7 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->node_sum = m->node_rows && (cfg->flags & CS_MOE_F_NODE_SUM);
 	m->gather = cfg->flags & CS_MOE_F_NODE_SUM_GATHER;
 	m->node_sum |= m->gather;
+	m->fwd = cfg->flags & CS_MOE_F_NODE_ROWS_FWD;
 	m->grow = 4 * ((size_t)3 + m->H);
 	/* node_sum: the K weights at the end (the node sums for the owner) */
 	m->drow = 4 * ((size_t)2 + m->K + m->H + (m->node_sum ? m->K : 0));
@@ -274,8 +294,8 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 		goto out_free;
 	memcpy(m->erank, cfg->expert_rank, cfg->experts * sizeof(*m->erank));
 	m->c.expert_rank = m->erank;
-	if (m->node_rows || m->gather) {
-		ret = m->gather ? gather_dest(m) : node_dest(m);
+	if (m->node_rows || m->gather || m->fwd) {
+		ret = m->gather || m->fwd ? gather_dest(m) : node_dest(m);
 		if (ret)
 			goto out_free;
 	}
@@ -544,9 +564,9 @@ int cs_moe_dispatch_finish_at(struct cs_moe *m, const void *recv,
 {
 	const void *base = recv ? recv : m->drecv;
 
-	if (m->node_rows)
+	if (m->node_rows || m->fwd)
 		return -EINVAL; /* the node's rows: cs_moe_dispatch_finish_node
-				 */
+				 * or _fwd */
 	return finish_parts(m, 1, &base, &rc, &rd);
 }
 
@@ -555,9 +575,215 @@ int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
 				const uint64_t *const *rc,
 				const uint64_t *const *rd)
 {
-	if (nlocal != (m->node_rows ? m->G : 1))
+	if (m->fwd || nlocal != (m->node_rows ? m->G : 1))
 		return -EINVAL;
 	return finish_parts(m, nlocal, recv, rc, rd);
+}
+
+/* The slots of top-k @ids whose experts are on rank @d. */
+static uint32_t ids_mask(const struct cs_moe *m, const int32_t *ids, uint32_t d)
+{
+	uint32_t mask = 0;
+
+	for (uint32_t j = 0; j < m->K; j++)
+		if (ids[j] >= 0 && m->erank[ids[j]] == d)
+			mask |= 1u << j;
+	return mask;
+}
+
+/* fwd: top-k @ids read from a row: -1 or an expert (leader() and
+ * ids_mask() index erank with them). */
+static bool ids_ok(const struct cs_moe *m, const int32_t *ids)
+{
+	for (uint32_t j = 0; j < m->K; j++)
+		if (ids[j] < -1 ||
+		    (ids[j] >= 0 && (uint32_t)ids[j] >= m->c.experts))
+			return false;
+	return true;
+}
+
+/* fwd: a row of the first exchange is this node's row of its token and
+ * this rank its leader: the mask is the node's slots, the lowest is ours. */
+static int fwd_row_ok(const struct cs_moe *m, const uint32_t *r)
+{
+	const int32_t *ids = (const int32_t *)&r[2];
+	uint32_t node = m->c.rank / m->G, mask = 0;
+
+	if (r[0] >= m->c.max_tokens || !ids_ok(m, ids))
+		return CS_ERR_PROTO;
+	for (uint32_t j = 0; j < m->K; j++)
+		if (ids[j] >= 0 && m->erank[ids[j]] / m->G == node)
+			mask |= 1u << j;
+	if (!mask || r[1] != mask || leader(m, ids, node) != m->c.rank)
+		return CS_ERR_PROTO;
+	return 0;
+}
+
+size_t cs_moe_forward_row(const struct cs_moe *m)
+{
+	return 4 + m->drow;
+}
+
+int cs_moe_forward_params(struct cs_moe *m, const void *recv,
+			  const uint64_t *rc, const uint64_t *rd,
+			  struct cs_a2a_params *p)
+{
+	uint32_t base = m->c.rank / m->G * m->G, me = m->c.rank;
+	size_t frow = cs_moe_forward_row(m);
+	uint64_t total = 0, rows = 0, kept = 0, *fill = NULL;
+	int ret = -ENOMEM;
+
+	if (!m->fwd || m->osc || m->loc_off)
+		return -EINVAL;
+	for (uint32_t s = 0; s < m->n; s++)
+		total += rc[s];
+	if (total > m->drecv_cap) /* a source sent a token twice */
+		return CS_ERR_PROTO;
+	m->osc = calloc(m->n, sizeof(uint64_t));
+	m->osd = calloc(m->n, sizeof(uint64_t));
+	m->fsc = calloc(m->n, sizeof(uint64_t));
+	m->fsd = calloc(m->n, sizeof(uint64_t));
+	m->own = malloc((total ? total : 1) * m->drow);
+	fill = calloc(m->n, sizeof(uint64_t));
+	if (!m->osc || !m->osd || !m->fsc || !m->fsd || !m->own || !fill)
+		goto out;
+	/* check and count: every row is kept here (its leader holds a
+	 * slot), and goes on to each other rank of the node with a slot */
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < rc[s]; i++) {
+			const uint32_t *r =
+				row_u32((uint8_t *)recv, m->drow, rd[s] + i);
+
+			ret = fwd_row_ok(m, r);
+			if (!ret && i &&
+			    r[0] <= row_u32((uint8_t *)recv, m->drow,
+					    rd[s] + i - 1)[0])
+				ret = CS_ERR_PROTO; /* token order, once */
+			if (ret)
+				goto out;
+			m->osc[s]++;
+			for (uint32_t q = base; q < base + m->G; q++)
+				m->fsc[q] +=
+					q != me &&
+					ids_mask(m, (const int32_t *)&r[2], q);
+		}
+	for (uint32_t d = 0; d < m->n; d++) {
+		m->fsd[d] = rows;
+		rows += m->fsc[d];
+		m->osd[d] = kept;
+		kept += m->osc[d];
+	}
+	ret = -ENOMEM;
+	m->fsend = malloc((rows ? rows : 1) * frow);
+	if (!m->fsend)
+		goto out;
+	kept = 0;
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < rc[s]; i++) {
+			const uint32_t *r =
+				row_u32((uint8_t *)recv, m->drow, rd[s] + i);
+			const int32_t *ids = (const int32_t *)&r[2];
+			uint32_t *o = row_u32(m->own, m->drow, kept++);
+
+			memcpy(o, r, m->drow);
+			o[1] = ids_mask(m, ids, me);
+			for (uint32_t q = base; q < base + m->G; q++) {
+				uint32_t mask = ids_mask(m, ids, q);
+
+				if (q == me || !mask)
+					continue;
+				o = row_u32(m->fsend, frow,
+					    m->fsd[q] + fill[q]++);
+				o[0] = s;
+				memcpy(&o[1], r, m->drow);
+				o[2] = mask; /* q's slots only */
+			}
+		}
+	moe_params(m, p, frow, m->c.op_dispatch);
+	p->flags |= CS_A2A_F_RECV_DYNAMIC;
+	p->sendbuf = m->fsend;
+	p->send_count = rows;
+	p->recv_count = m->drecv_cap;
+	p->sendcounts = m->fsc;
+	p->sdispls = m->fsd;
+	ret = 0;
+out:
+	free(fill);
+	return ret;
+}
+
+int cs_moe_dispatch_finish_fwd(struct cs_moe *m, const void *frecv,
+			       const uint64_t *rc, const uint64_t *rd)
+{
+	uint32_t node = m->c.rank / m->G;
+	size_t frow = cs_moe_forward_row(m);
+	uint64_t total = 0, *cnt, *at, *fc, *fd;
+	const uint32_t **ptr = NULL;
+	int ret = CS_ERR_PROTO;
+
+	if (!m->fwd || !m->osc || m->loc_off)
+		return -EINVAL;
+	cnt = calloc(4 * (size_t)m->n, sizeof(uint64_t));
+	if (!cnt)
+		return -ENOMEM;
+	at = cnt + m->n;
+	fc = at + m->n;
+	fd = fc + m->n;
+	/* forwarded rows come from the other ranks of this node, each from
+	 * the token's leader here, naming a source */
+	for (uint32_t d = 0; d < m->n; d++) {
+		if (rc[d] && (d / m->G != node || d == m->c.rank))
+			goto out;
+		for (uint64_t i = 0; i < rc[d]; i++) {
+			const uint32_t *f =
+				row_u32((uint8_t *)frecv, frow, rd[d] + i);
+
+			if (f[0] >= m->n || f[1] >= m->c.max_tokens ||
+			    !ids_ok(m, (const int32_t *)&f[3]) ||
+			    leader(m, (const int32_t *)&f[3], node) != d)
+				goto out;
+			cnt[f[0]]++;
+		}
+	}
+	for (uint32_t s = 0; s < m->n; s++) {
+		cnt[s] += m->osc[s];
+		at[s] = total;
+		total += cnt[s];
+	}
+	if (total > m->drecv_cap) /* a token twice: src_rows() says so */
+		goto out;
+	ret = -ENOMEM;
+	ptr = malloc((total ? total : 1) * sizeof(*ptr));
+	if (!ptr)
+		goto out;
+	/* each source's rows, kept and forwarded, then in token order */
+	memcpy(fd, at, m->n * sizeof(uint64_t));
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < m->osc[s]; i++)
+			ptr[at[s]++] = row_u32(m->own, m->drow, m->osd[s] + i);
+	for (uint32_t d = 0; d < m->n; d++)
+		for (uint64_t i = 0; i < rc[d]; i++) {
+			const uint32_t *f =
+				row_u32((uint8_t *)frecv, frow, rd[d] + i);
+
+			ptr[at[f[0]]++] = &f[1];
+		}
+	for (uint32_t s = 0; s < m->n; s++) {
+		qsort(&ptr[fd[s]], cnt[s], sizeof(*ptr), cmp_tok);
+		fc[s] = cnt[s];
+	}
+	for (uint64_t i = 0; i < total; i++)
+		memcpy(m->drecv + i * m->drow, ptr[i], m->drow);
+	{
+		const void *base = m->drecv;
+		const uint64_t *c1 = fc, *d1 = fd;
+
+		ret = finish_parts(m, 1, &base, &c1, &d1);
+	}
+out:
+	free(ptr);
+	free(cnt);
+	return ret;
 }
 
 const void *cs_moe_dispatch_recv(const struct cs_moe *m)
@@ -947,8 +1173,10 @@ int cs_moe_combine_params_gathered(struct cs_moe *m, const void *grecv,
 		w[0] = r[0];
 		w[1] = mask;
 	}
-	if (!ret)
+	if (!ret) {
+		moe_params(m, p, m->crow, m->c.op_combine);
 		combine_bufs(m, p, rows, rr);
+	}
 out:
 	free(got);
 	return ret;

@@ -68,6 +68,22 @@
  * rank's slots summed by that rank).
  */
 #define CS_MOE_F_NODE_SUM_GATHER 0x400u
+/*
+ * CS_MOE_F_NODE_ROWS for ranks that do not share memory (the trainers'
+ * path, client/moe.c; alone or with CS_MOE_F_NODE_SUM_GATHER, not with the
+ * first two flags): dispatch is two exchanges. (1) A token's row goes once
+ * to each node holding one of its experts, to its *leader* there (the rank
+ * holding the token's lowest slot on that node, the gather's leader), with
+ * the node's slots in its mask. (2) The forward, inside the node only
+ * (cs_moe_forward_params()): the leader keeps its own slots and sends each
+ * other rank of its node with a slot of the token the row [source, token,
+ * that rank's slots, ids, x (, w)]. cs_moe_dispatch_finish_fwd() then lays
+ * out what came as cs_moe_dispatch_finish_at() lays out rank rows: what
+ * each rank gets, and in which order, is what it gets without the flag,
+ * and the combine (per slot, or gathered) is unchanged. ranks_per_node
+ * >= 1 (1: nothing to forward).
+ */
+#define CS_MOE_F_NODE_ROWS_FWD 0x800u
 
 /**
  * struct cs_moe_cfg - one rank's MoE layer
@@ -143,6 +159,35 @@ int cs_moe_dispatch_finish_node(struct cs_moe *m, uint32_t nlocal,
 				const void *const *recv,
 				const uint64_t *const *counts,
 				const uint64_t *const *displs);
+
+/**
+ * cs_moe_forward_params - with CS_MOE_F_NODE_ROWS_FWD, the first exchange
+ * completed: @recv holds @rc[s] rows from rank s at row @rd[s]; check them
+ * (each this node's row of a token led here, each source's in token order,
+ * once), keep this rank's slots, and describe the forward exchange (rows
+ * of cs_moe_forward_row() bytes, counts in rows, only to ranks of this
+ * node; receive counts dynamic, room max_tokens x nranks rows). @recv may
+ * be reused once this returns.
+ * Returns: 0, -EINVAL (no flag, called twice), -ENOMEM, CS_ERR_PROTO.
+ */
+int cs_moe_forward_params(struct cs_moe *m, const void *recv,
+			  const uint64_t *rc, const uint64_t *rd,
+			  struct cs_a2a_params *p);
+
+/* The forward's row: [source, the dispatch row] (bytes). */
+size_t cs_moe_forward_row(const struct cs_moe *m);
+
+/**
+ * cs_moe_dispatch_finish_fwd - the forward completed: @frecv holds @rc[d]
+ * rows from rank d at row @rd[d]; with the rows kept by
+ * cs_moe_forward_params(), lay out this rank's rows per local expert as
+ * cs_moe_dispatch_finish_at() does
+ * Returns: 0, -EINVAL (no flag, no forward_params, called twice), -ENOMEM,
+ *	CS_ERR_PROTO (a row from another node or not from its leader, a
+ *	token twice, a slot not here).
+ */
+int cs_moe_dispatch_finish_fwd(struct cs_moe *m, const void *frecv,
+			       const uint64_t *rc, const uint64_t *rd);
 
 /* The dispatch's receive buffer (cs_moe_dispatch_params()'s recvbuf). */
 const void *cs_moe_dispatch_recv(const struct cs_moe *m);

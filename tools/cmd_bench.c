@@ -40,7 +40,7 @@ static void usage(FILE *out)
 		"[--no-pin]\n"
 		"          [--skew S] [--seed N] [--zero PCT] [--silent R] "
 		"[--sink R] [--bad counts|displ]   (alltoallv)\n"
-		"          [--node-sum]   (moe)\n"
+		"          [--node-sum] [--node-rows]   (moe)\n"
 		"       collstack bench raw ...   (raw port rate)\n"
 		"       collstack bench -o ps ...   (parameter server: "
 		"-o ps --help)\n\n"
@@ -66,7 +66,9 @@ static void usage(FILE *out)
 		"SIZE is a rank's\ntokens (512 f32 each, top-2 of 2 experts "
 		"per rank), -e at most 8M; own columns; --node-sum: "
 		"a layer with\nCS_MOE_LAYER_NODE_SUM (one combine row per "
-		"(token, node) across nodes).\n"
+		"(token, node) across nodes); --node-rows: "
+		"CS_MOE_LAYER_NODE_ROWS (one\ndispatch row per (token, node) "
+		"across nodes).\n"
 		"--no-netns runs the trainers here "
 		"(sidecars on loopback).\nA trainer runs on its sidecar's "
 		"CPUs when the sidecar is pinned (cluster.sh\n--cpus); "
@@ -142,6 +144,7 @@ int cs_cmd_bench_ops(int argc, char **argv)
 		{ "sink", required_argument, NULL, 'K' },
 		{ "bad", required_argument, NULL, 'B' },
 		{ "node-sum", no_argument, NULL, 'U' },
+		{ "node-rows", no_argument, NULL, 'R' },
 		{ 0 }
 	};
 	struct cs_trainers tr = { .cmd = "collstack bench",
@@ -194,6 +197,14 @@ int cs_cmd_bench_ops(int argc, char **argv)
 				return 2;
 			}
 			targs[ntargs++] = "--node-sum";
+			targs[ntargs++] = "1";
+			break;
+		case 'R': /* -o moe, as --node-sum */
+			if (ntargs + 3 >= 32) {
+				usage(stderr);
+				return 2;
+			}
+			targs[ntargs++] = "--node-rows";
 			targs[ntargs++] = "1";
 			break;
 		case 'h':

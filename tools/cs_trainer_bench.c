@@ -102,6 +102,7 @@ struct bench {
 	unsigned long long seed;
 	int zero_pct, silent, sink;
 	int node_sum; /* -o moe: --node-sum 1 */
+	int node_rows; /* -o moe: --node-rows 1 */
 	int L; /* trainers per node (LOCAL_WORLD_SIZE, as the group's) */
 	size_t *mat, *sc, *sd, *rc, *rd;
 	size_t rext; /* elements the receive layout spans */
@@ -686,13 +687,14 @@ static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 {
 	uint32_t E = 2 * (uint32_t)b->n, K = 2;
 	size_t tmax = maxb / (MOE_H * sizeof(float));
-	struct cs_moe_layer_cfg cfg = { .hidden = MOE_H,
-					.topk = K,
-					.experts = E,
-					.experts_per_rank = 2,
-					.flags = b->node_sum
-							 ? CS_MOE_LAYER_NODE_SUM
-							 : 0 };
+	struct cs_moe_layer_cfg cfg = {
+		.hidden = MOE_H,
+		.topk = K,
+		.experts = E,
+		.experts_per_rank = 2,
+		.flags = (b->node_sum ? CS_MOE_LAYER_NODE_SUM : 0) |
+			 (b->node_rows ? CS_MOE_LAYER_NODE_ROWS : 0)
+	};
 	/* --node-sum: the expert's rank -> node (the trainers of a node are
 	 * ranks k L .. k L + L - 1, L = b->L) */
 	int L = b->L;
@@ -726,12 +728,12 @@ static int run_moe(struct bench *b, size_t minb, size_t maxb, size_t factor,
 	}
 	if (!b->rank)
 		printf("# op moe ranks %d (libcollstack through collstackd): "
-		       "tokens of %d f32, top-%u of %u experts%s; size = a "
+		       "tokens of %d f32, top-%u of %u experts%s%s; size = a "
 		       "rank's tokens; time = dispatch + experts + combine\n"
 		       "#%11s %8s %10s %8s %10s %10s %6s\n",
 		       b->n, MOE_H, K, E, b->node_sum ? ", node-sum" : "",
-		       "size", "tokens", "time(us)", "algbw", "p50(us)",
-		       "p99(us)", "#wrong");
+		       b->node_rows ? ", node-rows" : "", "size", "tokens",
+		       "time(us)", "algbw", "p50(us)", "p99(us)", "#wrong");
 	for (size_t bytes = minb; bytes <= maxb && !ret; bytes *= factor) {
 		size_t T = bytes / (MOE_H * sizeof(float)), q;
 		long wrong = 0;
@@ -870,6 +872,8 @@ int main(int argc, char **argv)
 			bad_how = argv[i + 1];
 		else if (!strcmp(argv[i], "--node-sum"))
 			b.node_sum = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--node-rows"))
+			b.node_rows = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "-m")) {
 			if (cs_bench_parse_mode(argv[i + 1], &mode)) {
 				fprintf(stderr,

@@ -167,10 +167,11 @@ static_assert(sizeof(struct cs_ipc_sqe) == 64, "sqe is one cache line");
 #define CS_IPC_DYN_BAD_INPUT 1u
 /*
  * Bits 8..15 of @root: a tag naming the kind of exchange (0 for a plain
- * one; the MoE layer's node-sum steps use 1..3, client/moe.c). Every rank
- * of the operation must post the same tag: the tags travel in the count
- * matrix and a rank whose tag differs from rank 0's fails the operation on
- * every rank (CS_IPC_BAD_DYN_TAG naming it), nothing sent.
+ * one; the MoE layer's node-sum and node-rows steps use 1..6,
+ * client/moe.c). Every rank of the operation must post the same tag: the
+ * tags travel in the count matrix and a rank whose tag differs from rank
+ * 0's fails the operation on every rank (CS_IPC_BAD_DYN_TAG naming it),
+ * nothing sent.
  */
 #define CS_IPC_DYN_TAG_SHIFT 8
 #define CS_IPC_DYN_TAG_MASK 0xff00u

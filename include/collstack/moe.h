@@ -40,6 +40,14 @@
  * then sums those in node order. A fixed order, but not the slot order's
  * bits (docs/alltoall.md, "Trainers' MoE"). The weights travel with the
  * dispatch (4 K bytes more per row): cs_moe_set_weights() is refused.
+ * With CS_MOE_LAYER_NODE_ROWS (the same on every rank, checked the same
+ * way) dispatch sends a token's row across the network once per node
+ * holding one of its experts instead of once per rank: to the node's rank
+ * holding the token's lowest slot there, which forwards it inside the
+ * node to the node's other ranks with a slot of the token (a second
+ * exchange in the same request). What each rank gets, and the combine's
+ * bits, are those without the flag; it may be set with or without
+ * CS_MOE_LAYER_NODE_SUM.
  * Across nodes the group must be laid out as for cs_alltoall(). The
  * group's size and this rank are read at cs_moe_layer_create(): an elastic
  * group that re-formed at another size needs a new layer.
@@ -64,7 +72,7 @@ extern "C" {
  * @expert_rank: [E] the rank holding each expert, or NULL: rank r holds
  *	experts r P .. r P + P - 1 (P = @experts_per_rank)
  * @experts_per_rank: P (with @expert_rank NULL)
- * @flags: 0 or CS_MOE_LAYER_NODE_SUM
+ * @flags: 0, CS_MOE_LAYER_NODE_SUM, CS_MOE_LAYER_NODE_ROWS or both
  */
 struct cs_moe_layer_cfg {
 	uint32_t tokens, hidden, topk, experts;
@@ -75,15 +83,17 @@ struct cs_moe_layer_cfg {
 
 /* cfg.flags: combine sums each node's slots on that node (see above). */
 #define CS_MOE_LAYER_NODE_SUM 1u
+/* cfg.flags: dispatch crosses to each node once per token (see above). */
+#define CS_MOE_LAYER_NODE_ROWS 2u
 
 struct cs_moe_layer;
 
 /**
  * cs_moe_layer_create - the layer of this rank of @g
  * Returns: 0, -EINVAL (a bad cfg: refused on this rank only, nothing is
- *	posted; an unknown flag; NODE_SUM on a group whose size is not a
- *	multiple of its trainers on this node), -ENOMEM, or cs_buf_alloc()'s
- *	error.
+ *	posted; an unknown flag; NODE_SUM or NODE_ROWS on a group whose
+ *	size is not a multiple of its trainers on this node), -ENOMEM, or
+ *cs_buf_alloc()'s error.
  */
 int cs_moe_layer_create(struct cs_group *g, const struct cs_moe_layer_cfg *cfg,
 			struct cs_moe_layer **out);

@@ -465,15 +465,18 @@ class Group:
         return Table(self, name, dim, key_max, **kw)
 
     def moe_layer(self, tokens, hidden, topk, experts_per_rank=None,
-                  expert_rank=None, node_sum=False):
+                  expert_rank=None, node_sum=False, node_rows=False):
         """An MoE layer of this group (collstack.moe.MoELayer: dispatch
         and combine through the sidecar, the counts sent along with the
         rows; float32; needs numpy). node_sum=True: the combine sums each
-        node's experts on that node (CS_MOE_LAYER_NODE_SUM)."""
+        node's experts on that node (CS_MOE_LAYER_NODE_SUM); node_rows=True:
+        the dispatch crosses to each node once per token
+        (CS_MOE_LAYER_NODE_ROWS)."""
         from .moe import MoELayer
         return MoELayer(self, tokens, hidden, topk,
                         experts_per_rank=experts_per_rank,
-                        expert_rank=expert_rank, node_sum=node_sum)
+                        expert_rank=expert_rank, node_sum=node_sum,
+                        node_rows=node_rows)
 
     def alltoall(self, send, recv):
         """Post an all-to-all: block j of send (size/n elements) goes to

@@ -49,6 +49,7 @@ class _LayerCfg(ctypes.Structure):
                 ("flags", ctypes.c_uint32)]
 
 NODE_SUM = 1  # CS_MOE_LAYER_NODE_SUM
+NODE_ROWS = 2  # CS_MOE_LAYER_NODE_ROWS
 
 
 def _f32_view(addr, n, h):
@@ -87,10 +88,16 @@ class MoELayer:
     the sum in node order of each node's sum in slot order (other last
     bits than the slot order's); the weights go with the dispatch, so
     set_weights() is refused (docs/alltoall.md, "Trainers' MoE").
+
+    node_rows=True (CS_MOE_LAYER_NODE_ROWS, the same on every rank, with
+    or without node_sum): dispatch sends a token's row across nodes once
+    per destination node, not once per destination rank (forwarded inside
+    the node by the sidecar); what each rank gets and the combine's bits
+    are unchanged.
     """
 
     def __init__(self, group, tokens, hidden, topk, experts_per_rank=None,
-                 expert_rank=None, node_sum=False):
+                 expert_rank=None, node_sum=False, node_rows=False):
         from . import _lib
         if not hasattr(_lib, "cs_moe_layer_create"):
             raise RuntimeError("this libcollstack has no cs_moe_layer_create")
@@ -105,7 +112,8 @@ class MoELayer:
         cfg = _LayerCfg(tokens, hidden, topk, self.experts_n,
                         None if self._er is None else
                         self._er.ctypes.data, experts_per_rank or 0,
-                        NODE_SUM if node_sum else 0)
+                        (NODE_SUM if node_sum else 0) |
+                        (NODE_ROWS if node_rows else 0))
         h = ctypes.c_void_p()
         self._c._check(_lib.cs_moe_layer_create(group._h, ctypes.byref(cfg),
                                                 ctypes.byref(h)))

@@ -199,14 +199,16 @@ def reference(st):
     return curve, params
 
 
-def node_sum_check(c, g, st, a):
+def node_sum_check(c, g, st, a, node_sum=True, node_rows=False):
     """A layer with node_sum=True: every bit of the combine against the
     node-order sum (the nodes: LOCAL_WORLD_SIZE ranks each); its
-    set_weights refused."""
+    set_weights refused. node_rows=True: the dispatch's rows per node
+    (without node_sum: every bit against the slot-order sum)."""
     n, r, h, k, T = g.size, g.rank, a.hidden, a.topk, a.tokens
     L = int(os.environ.get("LOCAL_WORLD_SIZE", n))
     P = a.experts_per_rank
-    layer = g.moe_layer(T, h, k, experts_per_rank=P, node_sum=True)
+    layer = g.moe_layer(T, h, k, experts_per_rank=P, node_sum=node_sum,
+                        node_rows=node_rows)
     rng = np.random.default_rng(1000 + r)
     x = rng.standard_normal((T, h)).astype(np.float32)
     idx = np.stack([rng.permutation(st.E)[:k] for _ in range(T)]
@@ -218,9 +220,10 @@ def node_sum_check(c, g, st, a):
         return v * np.float32(e + 1) - np.float32(0.5 * e)
     layer.dispatch(x, idx, w).wait()
     try:
-        layer.set_weights(w)
-        raise SystemExit(f"rank {r}: set_weights of a node-sum layer "
-                         "not refused")
+        if node_sum:
+            layer.set_weights(w)
+            raise SystemExit(f"rank {r}: set_weights of a node-sum layer "
+                             "not refused")
     except collstack.CollstackError:
         pass
     for e, rows, _, _, _, y in layer.experts():
@@ -229,23 +232,27 @@ def node_sum_check(c, g, st, a):
     want = np.zeros((T, h), np.float32)
     for t in range(T):
         acc = np.zeros(h, np.float32)
-        for b in range(n // L):
+        for b in range(n // L if node_sum else 1):
             part, any_ = np.zeros(h, np.float32), False
             for j in range(k):
                 e = idx[t, j]
-                if e >= 0 and e // P // L == b:
+                if e >= 0 and (not node_sum or e // P // L == b):
                     part = part + w[t, j] * f(e, x[t])
                     any_ = True
             if any_:
                 acc = acc + part
         want[t] = acc
+    what = ("node-sum" if node_sum else "") + \
+        ("+node-rows" if node_sum and node_rows else
+         "node-rows" if node_rows else "")
+    ref = "node-order" if node_sum else "slot-order"
     if not np.array_equal(out.view(np.uint32), want.view(np.uint32)):
-        raise SystemExit(f"rank {r}: node-sum combine differs from the "
-                         "node-order sum")
+        raise SystemExit(f"rank {r}: {what} combine differs from the "
+                         f"{ref} sum")
     layer.close()
     if r == 0:
-        print(f"moe: node-sum layer, {n} ranks in {n // L} node(s): every "
-              "bit as the node-order sum")
+        print(f"moe: {what} layer, {n} ranks in {n // L} node(s): every "
+              f"bit as the {ref} sum")
 
 
 def main():
@@ -282,6 +289,8 @@ def main():
             if e.code != -1004 or "rank 1" not in str(e):
                 raise
         node_sum_check(c, g, st, a)
+        node_sum_check(c, g, st, a, node_sum=False, node_rows=True)
+        node_sum_check(c, g, st, a, node_sum=True, node_rows=True)
     lb = c.buffer(1, "f64")
     ntotal, curve, t_comm = T * n, [], 0.0
     t0 = time.monotonic()

@@ -283,37 +283,80 @@ static int mc_run(struct cs_client *c, struct cs_group *g, int rank, int size,
 	return ret;
 }
 
-/*
- * CS_MOE_LAYER_NODE_SUM with @G ranks per node: @rounds rounds, every bit
- * checked against the node-order reference; then the four bad inputs;
- * then layers that differ (node-sum on the odd ranks only): the dispatch
- * refused on every rank naming rank 1, nothing sent; then a proper round.
- */
-static int mc_run_node_sum(struct cs_client *c, struct cs_group *g, int rank,
-			   int size, int G, int rounds, int64_t wait_ns)
+/* Layers whose @flags on the odd ranks differ from the even ranks'
+ * (@odd): the dispatch refused on every rank naming rank 1, nothing sent.
+ * Returns 0 or a code. */
+static int mc_differ_refused(struct cs_client *c, struct cs_group *g, int rank,
+			     int size, uint32_t flags, uint32_t odd,
+			     int64_t wait_ns)
 {
 	struct cs_moe_layer_cfg cfg = { .tokens = MC_TMAX,
 					.hidden = MC_H,
 					.topk = MC_K,
 					.experts = (uint32_t)(MC_PER * size),
 					.experts_per_rank = MC_PER,
-					.flags = CS_MOE_LAYER_NODE_SUM };
+					.flags = rank % 2 ? odd : flags };
 	static float x[MC_TMAX * MC_H], w[MC_TMAX * MC_K];
 	static int32_t idx[MC_TMAX * MC_K];
 	struct cs_moe_layer *l;
 	cs_req_t r;
+	int ret;
+
+	if (cs_moe_layer_create(g, &cfg, &l))
+		return 42;
+	mc_inputs(rank, size, 0, x, idx, w);
+	if (cs_moe_dispatch(l, mc_ntok(rank, size, 0), x, idx, w, &r)) {
+		cs_moe_layer_free(l);
+		return 43;
+	}
+	ret = cs_wait(c, r, wait_ns);
+	if (ret != CS_ERR_BAD_DESC ||
+	    !strstr(cs_errmsg(c), "rank 1 posted another kind of exchange")) {
+		fprintf(stderr, "rank %d layers that differ (%u, %u): %d %s\n",
+			rank, flags, odd, ret, cs_errmsg(c));
+		cs_moe_layer_free(l);
+		return 44;
+	}
+	if (rank == 0)
+		printf("moe flags %u / %u on the odd ranks: refused: %s\n",
+		       flags, odd, cs_errmsg(c));
+	cs_moe_layer_free(l);
+	return 0;
+}
+
+/*
+ * A layer with @flags (CS_MOE_LAYER_NODE_SUM and/or CS_MOE_LAYER_NODE_ROWS)
+ * with @G ranks per node: @rounds rounds, every row and every bit checked
+ * (against the node-order reference with NODE_SUM); then the four bad
+ * inputs; then layers that differ (the flags on the odd ranks only; with
+ * both flags, NODE_SUM alone on the odd ranks too): the dispatch refused
+ * on every rank naming rank 1, nothing sent; then a proper round.
+ */
+static int mc_run_flags(struct cs_client *c, struct cs_group *g, int rank,
+			int size, int G, uint32_t flags, int rounds,
+			int64_t wait_ns)
+{
+	struct cs_moe_layer_cfg cfg = { .tokens = MC_TMAX,
+					.hidden = MC_H,
+					.topk = MC_K,
+					.experts = (uint32_t)(MC_PER * size),
+					.experts_per_rank = MC_PER,
+					.flags = flags };
+	const int RG = flags & CS_MOE_LAYER_NODE_SUM ? G : 0;
+	static float w[MC_TMAX * MC_K];
+	struct cs_moe_layer *l;
 	int ret = 0;
 
 	if (cs_moe_layer_create(g, &cfg, &l))
 		return 40;
-	if (cs_moe_set_weights(l, w) != -EINVAL)
+	if (RG && cs_moe_set_weights(l, w) != -EINVAL)
 		return 41;
 	mc_differ = 0;
 	for (int rd = 0; rd < rounds && !ret; rd++)
-		ret = mc_round_ns(c, l, rank, size, rd, wait_ns, G);
+		ret = mc_round_ns(c, l, rank, size, rd, wait_ns, RG);
 	/* the data tells the node order from the slot order on rank 0
 	 * (one node: the same order) */
-	if (!ret && rank == 0 && size > G) {
+	if (!ret && RG && rank == 0 && size > G) {
 		printf("moe node-sum: %ld values of rank 0 differ from the "
 		       "slot order's\n",
 		       mc_differ);
@@ -323,31 +366,16 @@ static int mc_run_node_sum(struct cs_client *c, struct cs_group *g, int rank,
 	for (int how = 0; how < 4 && !ret; how++)
 		ret = mc_bad(c, l, rank, size, (how + 1) % size, how, wait_ns);
 	cs_moe_layer_free(l);
+	if (!ret)
+		ret = mc_differ_refused(c, g, rank, size, 0, flags, wait_ns);
+	if (!ret && flags == (CS_MOE_LAYER_NODE_SUM | CS_MOE_LAYER_NODE_ROWS))
+		ret = mc_differ_refused(c, g, rank, size, flags,
+					CS_MOE_LAYER_NODE_SUM, wait_ns);
 	if (ret)
 		return ret;
-	/* node-sum on the odd ranks only */
-	cfg.flags = rank % 2 ? CS_MOE_LAYER_NODE_SUM : 0;
-	if (cs_moe_layer_create(g, &cfg, &l))
-		return 42;
-	mc_inputs(rank, size, 0, x, idx, w);
-	if (cs_moe_dispatch(l, mc_ntok(rank, size, 0), x, idx, w, &r))
-		return 43;
-	ret = cs_wait(c, r, wait_ns);
-	if (ret != CS_ERR_BAD_DESC ||
-	    !strstr(cs_errmsg(c), "rank 1 posted another kind of exchange")) {
-		fprintf(stderr, "rank %d layers that differ: %d %s\n", rank,
-			ret, cs_errmsg(c));
-		cs_moe_layer_free(l);
-		return 44;
-	}
-	if (rank == 0)
-		printf("moe node-sum: layers that differ refused: %s\n",
-		       cs_errmsg(c));
-	cs_moe_layer_free(l);
-	cfg.flags = CS_MOE_LAYER_NODE_SUM;
 	if (cs_moe_layer_create(g, &cfg, &l))
 		return 45;
-	ret = mc_round_ns(c, l, rank, size, rounds, wait_ns, G);
+	ret = mc_round_ns(c, l, rank, size, rounds, wait_ns, RG);
 	cs_moe_layer_free(l);
 	return ret;
 }

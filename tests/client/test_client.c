@@ -3683,7 +3683,8 @@ static int moe_ns_main(const char *path, int rank, int size, void *arg)
 	if (connect_retry(path, &c) ||
 	    cs_group_join(c, "moens", rank, size, rank, size, &g))
 		return 2;
-	ret = mc_run_node_sum(c, g, rank, size, size, 3, WAIT_NS);
+	ret = mc_run_flags(c, g, rank, size, size, CS_MOE_LAYER_NODE_SUM, 3,
+			   WAIT_NS);
 	if (ret)
 		return ret;
 	if (cs_group_leave(g))
@@ -3695,4 +3696,39 @@ static int moe_ns_main(const char *path, int rank, int size, void *arg)
 Test(client, moe_node_sum_one_node, .timeout = 120)
 {
 	run_ranks("moens", moe_ns_main, 4);
+}
+
+/* CS_MOE_LAYER_NODE_ROWS (4 ranks of one node: each token's row to its
+ * leader, forwarded to the others): every row, source, token, slot and
+ * every bit as without the flag; the bad inputs; layers that differ
+ * refused; then the same with NODE_SUM too (and NODE_SUM alone on the odd
+ * ranks refused). */
+static int moe_nr_main(const char *path, int rank, int size, void *arg)
+{
+	struct cs_client *c;
+	struct cs_group *g;
+	int ret;
+
+	(void)arg;
+	if (connect_retry(path, &c) ||
+	    cs_group_join(c, "moenr", rank, size, rank, size, &g))
+		return 2;
+	ret = mc_run_flags(c, g, rank, size, size, CS_MOE_LAYER_NODE_ROWS, 3,
+			   WAIT_NS);
+	if (!ret)
+		ret = mc_run_flags(c, g, rank, size, size,
+				   CS_MOE_LAYER_NODE_ROWS |
+					   CS_MOE_LAYER_NODE_SUM,
+				   3, WAIT_NS);
+	if (ret)
+		return ret;
+	if (cs_group_leave(g))
+		return 3;
+	cs_disconnect(c);
+	return 0;
+}
+
+Test(client, moe_node_rows_one_node, .timeout = 120)
+{
+	run_ranks("moenr", moe_nr_main, 4);
 }

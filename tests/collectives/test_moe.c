@@ -104,6 +104,10 @@ struct nworld {
 	uint64_t rows; /* dispatch rows sent, all ranks */
 };
 
+/* Experts (r + t + 3j) % 8 instead of (r + t + j) % 8: a token's lowest
+ * slot on a node is on either of its ranks (node_rows_fwd_*). */
+static bool nw_mix;
+
 /* Build the 4 layers and deliver every dispatch block by hand. */
 static void nw_dispatch(struct nworld *w, uint32_t flags)
 {
@@ -139,7 +143,10 @@ static void nw_dispatch(struct nworld *w, uint32_t flags)
 				w->idx[r][t * NK + j] =
 					(t + j) % 5 == 4
 						? -1
-						: (int32_t)((r + t + j) % 8);
+						: (int32_t)((r + t +
+							     (nw_mix ? 3 : 1) *
+								     j) %
+							    8);
 				w->w[r][t * NK + j] = 0.1f * (float)(j + 1) +
 						      0.013f * (float)t;
 			}
@@ -527,4 +534,240 @@ Test(moe, node_sum_gather_same_bits)
 	nw_free(&ns);
 	nw_free(&pl);
 	nw_free(&ga);
+}
+
+/* CS_MOE_F_NODE_ROWS_FWD: the forward exchange of every rank, delivered by
+ * hand (its receive counts from the senders'), into @fr / @fc / @fd. */
+static void nw_forward(struct nworld *w, uint8_t **fr, uint64_t (*fc)[NR],
+		       uint64_t (*fd)[NR], uint64_t *cross)
+{
+	struct cs_a2a_params p[NR];
+
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(cs_moe_forward_params(w->m[r], w->recv[r],
+						   w->rc[r], w->rd[r], &p[r]),
+			     0);
+		cr_assert_eq(cs_moe_forward_params(w->m[r], w->recv[r],
+						   w->rc[r], w->rd[r], &p[r]),
+			     -EINVAL, "once");
+		cr_assert_eq(p[r].esz, cs_moe_forward_row(w->m[r]));
+		for (uint32_t d = 0; d < NR; d++)
+			cr_assert(d / 2 == r / 2 || !p[r].sendcounts[d],
+				  "the forward stays in the node");
+	}
+	for (uint32_t r = 0; r < NR; r++)
+		cr_assert(p[r].sendcounts[r ^ 1],
+			  "rank %u forwards rows to its neighbour", r);
+	for (uint32_t d = 0; d < NR; d++) {
+		uint64_t at = 0;
+
+		fr[d] = malloc(NR * NT * p[d].esz);
+		for (uint32_t s = 0; s < NR; s++) {
+			fc[d][s] = p[s].sendcounts[d];
+			fd[d][s] = at;
+			memcpy(fr[d] + at * p[d].esz,
+			       (const uint8_t *)p[s].sendbuf +
+				       p[s].sdispls[d] * p[s].esz,
+			       fc[d][s] * p[d].esz);
+			at += fc[d][s];
+			*cross += fc[d][s];
+		}
+	}
+}
+
+/* The rows, sources, tokens and slots of every local expert: equal. */
+static void nw_same_rows(struct nworld *a, struct nworld *b)
+{
+	for (uint32_t r = 0; r < NR; r++)
+		for (uint32_t i = 0;; i++) {
+			uint32_t e1, e2, n1, n2;
+			const float *r1, *r2;
+			const uint32_t *s1, *s2, *t1, *t2, *j1, *j2;
+			int g1 = cs_moe_local(a->m[r], i, &e1, &n1, &r1, &s1,
+					      &t1, &j1);
+			int g2 = cs_moe_local(b->m[r], i, &e2, &n2, &r2, &s2,
+					      &t2, &j2);
+
+			cr_assert_eq(g1, g2);
+			if (g1)
+				break;
+			cr_assert_eq(e1, e2);
+			cr_assert_eq(n1, n2, "rank %u expert %u", r, e1);
+			cr_assert_arr_eq(s1, s2, n1 * 4);
+			cr_assert_arr_eq(t1, t2, n1 * 4,
+					 "(source, token) order");
+			cr_assert_arr_eq(j1, j2, n1 * 4);
+			cr_assert_arr_eq(r1, r2, n1 * NH * 4);
+		}
+}
+
+static uint64_t nw_cross_rows(const struct nworld *w)
+{
+	uint64_t k = 0;
+
+	for (uint32_t d = 0; d < NR; d++)
+		for (uint32_t s = 0; s < NR; s++)
+			k += s / 2 != d / 2 ? w->rc[d][s] : 0;
+	return k;
+}
+
+/*
+ * CS_MOE_F_NODE_ROWS_FWD (the trainers' node rows): rows to the token's
+ * leader of each node, forwarded inside the node: every rank gets what
+ * rank rows give it, fewer rows cross nodes; with the gather, the node
+ * sum's bits; rows not for this rank refused.
+ */
+Test(moe, node_rows_fwd_deliver_what_rank_rows_do)
+{
+	static struct nworld a, f, fg, ga;
+	static uint8_t *fr[NR], *gr[NR];
+	static uint64_t fc[NR][NR], fd[NR][NR], gc[NR][NR], gd[NR][NR];
+	uint64_t fwd = 0, gfwd = 0;
+
+	nw_mix = true;
+	nw_dispatch(&a, 0);
+	nw_dispatch(&f, CS_MOE_F_NODE_ROWS_FWD);
+	cr_assert_lt(nw_cross_rows(&f), nw_cross_rows(&a),
+		     "a token crosses once per node (%llu, %llu)",
+		     (unsigned long long)nw_cross_rows(&f),
+		     (unsigned long long)nw_cross_rows(&a));
+	cr_assert_eq(nw_finish(&f, 0, false), -EINVAL, "forward first");
+	nw_forward(&f, fr, fc, fd, &fwd);
+	cr_assert_gt(fwd, 0, "some rows are forwarded");
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(nw_finish(&a, r, false), 0);
+		cr_assert_eq(
+			cs_moe_dispatch_finish_fwd(f.m[r], fr[r], fc[r], fd[r]),
+			0);
+	}
+	nw_same_rows(&a, &f);
+	/* with the node sum's gather: the same combine bits */
+	nw_dispatch(&ga, CS_MOE_F_NODE_SUM_GATHER);
+	nw_dispatch(&fg, CS_MOE_F_NODE_ROWS_FWD | CS_MOE_F_NODE_SUM_GATHER);
+	nw_forward(&fg, gr, gc, gd, &gfwd);
+	for (uint32_t r = 0; r < NR; r++) {
+		cr_assert_eq(cs_moe_dispatch_finish_fwd(fg.m[r], gr[r], gc[r],
+							gd[r]),
+			     0);
+		cr_assert_eq(nw_finish(&ga, r, false), 0);
+	}
+	nw_same_rows(&ga, &fg);
+	{
+		struct cs_moe *two[2][NR];
+		static float o[2][NR][NT * NH];
+
+		for (uint32_t r = 0; r < NR; r++) {
+			two[0][r] = ga.m[r];
+			two[1][r] = fg.m[r];
+		}
+		for (int v = 0; v < 2; v++) {
+			struct cs_a2a_params g[NR], p[NR];
+			uint8_t *grecv[NR], *crecv[NR];
+
+			for (uint32_t r = 0; r < NR; r++) {
+				uint32_t e, n;
+				const float *rows;
+				const uint32_t *s, *t, *j;
+
+				for (uint32_t i = 0;
+				     !cs_moe_local(two[v][r], i, &e, &n, &rows,
+						   &s, &t, &j);
+				     i++) {
+					float *y =
+						cs_moe_expert_out(two[v][r], i);
+
+					for (uint32_t k = 0; k < n * NH; k++)
+						y[k] = nw_expert(e, rows[k]);
+				}
+				cr_assert_eq(
+					cs_moe_gather_params(two[v][r], &g[r]),
+					0);
+				g[r].recvbuf = NULL;
+			}
+			nw_deliver(g, grecv);
+			for (uint32_t r = 0; r < NR; r++)
+				cr_assert_eq(cs_moe_combine_params_gathered(
+						     two[v][r], grecv[r],
+						     g[r].recvcounts,
+						     g[r].rdispls, &p[r]),
+					     0);
+			nw_deliver(p, crecv);
+			for (uint32_t r = 0; r < NR; r++) {
+				cr_assert_eq(cs_moe_combine_finish_at(two[v][r],
+								      crecv[r],
+								      o[v][r]),
+					     0);
+				free(crecv[r]);
+				free(grecv[r]);
+			}
+		}
+		cr_assert(!memcmp(o[0], o[1], sizeof(o[0])),
+			  "the node sum's bits");
+	}
+	nw_mix = false;
+	nw_free(&a);
+	nw_free(&f);
+	nw_free(&fg);
+	nw_free(&ga);
+	for (uint32_t r = 0; r < NR; r++) {
+		free(fr[r]);
+		free(gr[r]);
+	}
+}
+
+Test(moe, node_rows_fwd_checked)
+{
+	static struct nworld w;
+	static uint8_t *fr[NR];
+	static uint64_t fc[NR][NR], fd[NR][NR];
+	struct cs_a2a_params p;
+	uint64_t fwd = 0, rc[NR];
+	uint32_t r = 0, s, d;
+
+	nw_mix = true;
+	/* a first-exchange row for a token another rank of the node leads */
+	nw_dispatch(&w, CS_MOE_F_NODE_ROWS_FWD);
+	while (r < NR && !w.rc[r][r ^ 2])
+		r++;
+	cr_assert_lt(r, NR);
+	memset(rc, 0, sizeof(rc));
+	rc[r ^ 2] = w.rc[r][r ^ 2];
+	cr_assert_eq(
+		cs_moe_forward_params(w.m[r ^ 1], w.recv[r], rc, w.rd[r], &p),
+		CS_ERR_PROTO, "rank %u's rows, not %u's", r, r ^ 1);
+	nw_free(&w);
+	/* forwarded rows: from another node, or a token twice */
+	nw_dispatch(&w, CS_MOE_F_NODE_ROWS_FWD);
+	nw_forward(&w, fr, fc, fd, &fwd);
+	for (r = 0; r < NR && !fc[r][r ^ 1]; r++)
+		;
+	cr_assert_lt(r, NR, "a rank is forwarded rows");
+	s = r ^ 1;
+	d = r ^ 2; /* a rank of the other node */
+	memcpy(rc, fc[r], sizeof(rc));
+	rc[d] = rc[s];
+	rc[s] = 0;
+	{
+		uint64_t rd[NR];
+
+		memcpy(rd, fd[r], sizeof(rd));
+		rd[d] = rd[s];
+		cr_assert_eq(cs_moe_dispatch_finish_fwd(w.m[r], fr[r], rc, rd),
+			     CS_ERR_PROTO, "not from this node");
+	}
+	/* the first forwarded row a second time */
+	cr_assert_gt(fc[r][s], 1);
+	{
+		uint8_t *row = fr[r] + fd[r][s] * cs_moe_forward_row(w.m[r]);
+
+		memcpy(row + cs_moe_forward_row(w.m[r]), row,
+		       cs_moe_forward_row(w.m[r]));
+		cr_assert_eq(
+			cs_moe_dispatch_finish_fwd(w.m[r], fr[r], fc[r], fd[r]),
+			CS_ERR_PROTO, "a token twice");
+	}
+	nw_free(&w);
+	for (uint32_t q = 0; q < NR; q++)
+		free(fr[q]);
+	nw_mix = false;
 }

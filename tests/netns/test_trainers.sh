@@ -582,6 +582,59 @@ case_moe_node_sum() {	# N
 	sidecars_alive
 }
 
+# CS_MOE_LAYER_NODE_ROWS across N nodes x 2 trainers (no loss: the bytes
+# are compared): cs_trainer_moe.c node-rows and node-rows-sum (every row,
+# source, token, slot and bit against the reference, the bad inputs,
+# layers that differ refused on every rank naming rank 1, a proper round
+# after); then `collstack bench -o moe` plain, --node-rows, --node-sum,
+# --node-sum --node-rows, the same sizes (every value checked, #wrong 0),
+# and the sidecars' tx_bytes during each: node rows must send fewer than
+# rank rows, with and without the node sum; then the checks with one
+# trainer per node (nothing to forward).
+case_moe_node_rows() {	# N
+	local n=$1 out b0 b1 b2 b3 b4 plain nr ns nrns v; shift
+	up "$n" "$@"
+	for v in node-rows node-rows-sum; do
+		out=$(timeout 300 "$CLI" launch -T 2 --timeout 240 \
+			--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 3 $v 2>&1) ||
+			{ echo "$out"; fail "cs-trainer-moe $v ${n}x2 exited $?"; }
+		echo "$out" | sed 's/^/  /'
+		echo "$out" | grep -q "^moe api $v: $((2 * n)) ranks, 3 rounds + 4 bad inputs + layers that differ: ok" ||
+			fail "no 'ok' line from rank 0 ($v)"
+	done
+	b0=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 ||
+		fail "bench -o moe ${n}x2: wrong values or an error"
+	b1=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 --node-rows ||
+		fail "bench -o moe --node-rows ${n}x2: wrong values or an error"
+	b2=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 --node-sum ||
+		fail "bench -o moe --node-sum ${n}x2: wrong values or an error"
+	b3=$(tx_bytes)
+	bench 2 -o moe -b 32K -e 128K -f 4 -n 4 -w 1 --node-sum --node-rows ||
+		fail "bench -o moe --node-sum --node-rows ${n}x2: wrong values or an error"
+	b4=$(tx_bytes)
+	plain=$((b1 - b0)) nr=$((b2 - b1)) ns=$((b3 - b2)) nrns=$((b4 - b3))
+	echo "  tx_bytes of the sidecars: plain $plain, node-rows $nr, node-sum $ns, node-sum+node-rows $nrns"
+	[ "$plain" -gt 0 ] && [ "$nr" -gt 0 ] && [ "$ns" -gt 0 ] && [ "$nrns" -gt 0 ] ||
+		fail "no tx_bytes counted"
+	[ "$nr" -lt "$plain" ] ||
+		fail "node-rows sent $nr bytes, not fewer than rank rows' $plain"
+	[ "$nrns" -lt "$ns" ] ||
+		fail "node-sum+node-rows sent $nrns bytes, not fewer than node-sum's $ns"
+	# one trainer per node: nothing to forward
+	for v in node-rows node-rows-sum; do
+		out=$(timeout 300 "$CLI" launch -T 1 --timeout 240 \
+			--cluster "$ENV_FILE" -- "$BUILD/tests/netns/cs-trainer-moe" 2 $v 2>&1) ||
+			{ echo "$out"; fail "cs-trainer-moe $v ${n}x1 exited $?"; }
+		echo "$out" | sed 's/^/  /'
+		echo "$out" | grep -q "^moe api $v: $n ranks, 2 rounds + 4 bad inputs + layers that differ: ok" ||
+			fail "no 'ok' line from rank 0 ($v, ${n}x1)"
+	done
+	sidecars_alive
+}
+
 # The MoE API in C (collstack/moe.h): N nodes x 2 trainers through
 # `collstack launch`, tests/netns/cs_trainer_moe.c: dispatch + combine
 # (receive counts sent along with the rows) checked against a
@@ -1197,6 +1250,7 @@ alltoallv_4x2) case_a2av 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 alltoallv_bad_2x2) case_a2av_bad ;;
 moe_api_2x2) case_moe_api 2 ;;
 moe_node_sum_4x2) case_moe_node_sum 4 ;;
+moe_node_rows_4x2) case_moe_node_rows 4 ;;
 moe_api_4x2) case_moe_api 4 --set fault.drop=0.03 --set fault.seed=17 ;;
 sendrecv_4x2) case_sendrecv 4 2 --set fault.drop=0.03 --set fault.seed=13 ;;
 bench)
@@ -1217,7 +1271,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|moe_node_sum_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|moe_node_sum_4x2|moe_node_rows_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
