@@ -24,8 +24,9 @@
 #include "collectives/ps/ps.h"
 
 #define CS_PS_CKPT_MAGIC "CSPSCKP1"
-#define CS_PS_CKPT_VERSION 3u /* 2: shard, shard count, vnodes, name tag;
-				* 3: records checked by CRC-32C */
+#define CS_PS_CKPT_VERSION                                                     \
+	3u /* 2: shard, shard count, vnodes, name tag;                         \
+	    * 3: records checked by CRC-32C */
 #define CS_PS_CKPT_HDR 256u /* records start here */
 
 struct cs_ps_uring_spill;
@@ -102,9 +103,8 @@ uint64_t cs_ps_ckpt_name_tag(const char *name);
  * Returns 0, -EINVAL (a '/' in @name would name another folder) or
  * -ENAMETOOLONG.
  */
-static inline int cs_ps_ckpt_shard_path(char *out, size_t len,
-					const char *dir, const char *name,
-					uint32_t shard)
+static inline int cs_ps_ckpt_shard_path(char *out, size_t len, const char *dir,
+					const char *name, uint32_t shard)
 {
 	int n;
 
