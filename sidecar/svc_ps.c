@@ -69,6 +69,12 @@ struct cs_svc_ps {
 	char summary[640];
 	atomic_int final; /* 0 running, 1 done, < 0 failed */
 	atomic_bool go; /* control -> lcore: every node's flow is posted */
+	/* control -> lcore: every worker of the job did its last step, the
+	 * shard may be checked (ps_check) */
+	atomic_bool check_go;
+	/* lcore -> control: this node's worker did its last step (or the
+	 * node has none) */
+	atomic_bool steps_done;
 };
 
 static void ps_fail(struct cs_svc_ps *ps, int err, const char *why)
@@ -320,6 +326,8 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	ps->spec.init.scale = 1.0f;
 	atomic_init(&ps->final, 0);
 	atomic_init(&ps->go, false);
+	atomic_init(&ps->check_go, false);
+	atomic_init(&ps->steps_done, false);
 	if (cs_ps_pat_init(&ps->pat, rows, kpp, ps->workers, dim, o.skew,
 			   o.dense) ||
 	    cs_ps_shardmap_init(&ps->map, srv, nsrv, 64) ||
@@ -383,6 +391,8 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 			goto fail;
 	} else {
 		ps->worker_done = true;
+		atomic_store_explicit(&ps->steps_done, true,
+				      memory_order_release);
 	}
 	if (!ps->server)
 		ps->server_done = true;
@@ -694,16 +704,22 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 				work++;
 			} else {
 				ps->worker_done = true;
+				atomic_store_explicit(&ps->steps_done, true,
+						      memory_order_release);
 			}
 		}
 		cs_ps_worker_tick(ps->w, now);
 	}
-	/* a node that is also a worker checks its shard after its own last
-	 * step: in a pull job the shard is complete after the warm-up
-	 * pushes, and checking it then took the first timed pulls' CPU
-	 * (6-17 ms steps where the others took 2 ms) */
+	/* a server checks its shard once every worker of the job did its
+	 * last step (ps_check, sent by `collstack run ps` after every
+	 * node's ps_steps): checking earlier takes CPU from the workers
+	 * still timing their steps (in a pull job the shards are complete
+	 * after the warm-up pushes: the first timed pulls took 6-17 ms
+	 * where the others took 2 ms; at the end, the last worker's last
+	 * steps 2-4 ms) */
 	if (ps->st && !ps->server_done && !ps->checking &&
-	    (!ps->w || ps->worker_done) && ps_shard_complete(ps))
+	    atomic_load_explicit(&ps->check_go, memory_order_acquire) &&
+	    ps_shard_complete(ps))
 		ps->checking = true;
 	if (ps->checking && !ps_check_shard(ps)) {
 		work++; /* more keys to check: no idle wait */
@@ -814,6 +830,48 @@ static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
 		snprintf(out, len, "err timed out after %u ms: %s", ms, res);
 }
 
+/* Until this node's worker did its last step (at once for a server-only
+ * node), the job failed, or MS ms passed. */
+static void ps_steps(struct cs_core_svc *s, const char *args, char *out,
+		     size_t len)
+{
+	struct timespec ts = { 0, 1000000 };
+	uint32_t culprit = UINT32_MAX;
+	struct cs_svc_ps *ps;
+	int status = 0, f = 0;
+	char res[640];
+	unsigned ms;
+
+	ps = cs_core_svc_ps_job(s, &status, &culprit);
+	if (sscanf(args, "%u", &ms) != 1 || !ps) {
+		snprintf(out, len, "err usage: ps_steps MS (after ps_start)");
+		return;
+	}
+	for (unsigned t = 0;; t++) {
+		if (atomic_load_explicit(&ps->steps_done,
+					 memory_order_acquire)) {
+			snprintf(out, len, "ok");
+			return;
+		}
+		f = cs_svc_ps_result(ps, res, sizeof(res));
+		if (f < 0) {
+			snprintf(out, len, "err %s", res);
+			return;
+		}
+		if (status) {
+			snprintf(out, len, "err the PS flow failed: %s (rank %d)",
+				 cs_strerror(status),
+				 culprit == UINT32_MAX ? -1 : (int)culprit);
+			return;
+		}
+		if (t >= ms)
+			break;
+		nanosleep(&ts, NULL);
+		(void)cs_core_svc_ps_job(s, &status, &culprit);
+	}
+	snprintf(out, len, "err timed out after %u ms: %s", ms, res);
+}
+
 int cs_svc_ps_ctl(struct cs_core_svc *s, const char *req, const char *args,
 		  char *out, size_t len)
 {
@@ -831,6 +889,16 @@ int cs_svc_ps_ctl(struct cs_core_svc *s, const char *req, const char *args,
 			atomic_store_explicit(&ps->go, true,
 					      memory_order_release);
 			cs_core_svc_ps_kick(s); /* its lcore may be idle */
+		}
+		snprintf(out, len, ps ? "ok" : "err no PS job (ps_start)");
+	} else if (!strcmp(req, "ps_steps")) {
+		ps_steps(s, args, out, len);
+	} else if (!strcmp(req, "ps_check")) {
+		ps = cs_core_svc_ps_job(s, &status, &culprit);
+		if (ps) {
+			atomic_store_explicit(&ps->check_go, true,
+					      memory_order_release);
+			cs_core_svc_ps_kick(s);
 		}
 		snprintf(out, len, ps ? "ok" : "err no PS job (ps_start)");
 	} else if (!strcmp(req, "ps_forget")) {

@@ -31,7 +31,7 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 	char list[1024] = "", req[1400], reply[CS_CTL_LINE];
 	unsigned op_id, rows = 0;
 	double v, shard_rows = 0;
-	int n, failed = 0, counted = 0;
+	int n, failed = 0, counted = 0, steps_ok = 1;
 
 	memset(r, 0, sizeof(*r));
 	n = cs_run_cluster("collstack ps", env, names, dirs, rank_of);
@@ -86,6 +86,28 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 				10000) ||
 		    strncmp(reply, "ok", 2)) {
 			printf("ps FAILED %s: ps_go: %s\n", names[i], reply);
+			failed = 1;
+		}
+	/* every worker's last step, then the servers check their shards
+	 * (not while some worker still times its steps) */
+	snprintf(req, sizeof(req), "ps_steps %u", ms);
+	for (int i = 0; i < n && !failed && steps_ok; i++) {
+		if (cs_ctl_call(dirs[i], req, reply, sizeof(reply),
+				(int)ms + 10000)) {
+			printf("ps FAILED %s: ps_steps: %s\n", names[i], reply);
+			failed = 1;
+		} else if (!strncmp(reply, "err timed out", 13)) {
+			printf("ps FAILED %s: %s\n", names[i], reply);
+			failed = 1;
+		} else if (strncmp(reply, "ok", 2)) {
+			steps_ok = 0; /* the job failed: ps_wait says how */
+		}
+	}
+	for (int i = 0; i < n && !failed && steps_ok; i++)
+		if (cs_ctl_call(dirs[i], "ps_check", reply, sizeof(reply),
+				10000) ||
+		    strncmp(reply, "ok", 2)) {
+			printf("ps FAILED %s: ps_check: %s\n", names[i], reply);
 			failed = 1;
 		}
 	snprintf(req, sizeof(req), "ps_wait %u", ms);

@@ -14,7 +14,8 @@
 #   ps_4x_roles  roles s,s,w,b: server-only, worker-only and both
 #   ps_4x_bad    bad requests get a clear error and start nothing: a role
 #                letter that is none, a node outside the view, a second
-#                job while one runs, ps_wait / ps_go with no job, an
+#                job while one runs, ps_wait / ps_go / ps_steps / ps_check
+#                with no job, an
 #                unknown mode / pattern / option, dense with KPP != ROWS
 #   ps_4x_async  --mode async: every pulled row within its bounds (its
 #                own pushes at least, the job's at most), every shard
@@ -83,6 +84,10 @@ ps_4x_bad)
 	grep -q '^err usage' <<<"$r" || fail "ps_wait without a job: $r"
 	r=$(cs_ctl ${N}0 "ps_go")
 	grep -q '^err no PS job' <<<"$r" || fail "ps_go without a job: $r"
+	r=$(cs_ctl ${N}0 "ps_steps 10")
+	grep -q '^err usage' <<<"$r" || fail "ps_steps without a job: $r"
+	r=$(cs_ctl ${N}0 "ps_check")
+	grep -q '^err no PS job' <<<"$r" || fail "ps_check without a job: $r"
 	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 100 4 8 0,1")
 	grep -q '^ok' <<<"$r" || fail "ps_start: $r"
 	r=$(cs_ctl ${N}0 "ps_start 8 bb 5 100 4 8 0,1")
