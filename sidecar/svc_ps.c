@@ -859,7 +859,8 @@ static void ps_steps(struct cs_core_svc *s, const char *args, char *out,
 			return;
 		}
 		if (status) {
-			snprintf(out, len, "err the PS flow failed: %s (rank %d)",
+			snprintf(out, len,
+				 "err the PS flow failed: %s (rank %d)",
 				 cs_strerror(status),
 				 culprit == UINT32_MAX ? -1 : (int)culprit);
 			return;
