@@ -787,10 +787,9 @@ class ProcessGroupCollstack(dist.ProcessGroup):
     def _inout(self, t, staged):
         if self._rt.find(t):
             return t.data_ptr(), None
-        addr = self._cuda(t, staged)
-        if addr is not None:
-            return addr, None
         addr, s = self._in(t, staged)
+        if s is None:           # the GPU path: read and written in place
+            return addr, None
         n = _nbytes(t)
 
         def back():

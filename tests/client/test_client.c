@@ -3642,26 +3642,42 @@ Test(client, pipelined_ops_fail_together_when_a_rank_dies, .timeout = 120)
 	munmap(f, sizeof(*f));
 }
 
-/* Trainers' MoE on one node (4 ranks): dispatch and combine checked
- * against the single-process reference (moe_check.h), every value; bad
- * input on one rank refused on every rank, nothing sent. */
-static int moe_main(const char *path, int rank, int size, void *arg)
+#define MOE_PLAIN UINT32_MAX /* mc_run(): a plain layer and its checks */
+
+/* One rank of a MoE test on one node: join @group, run mc_run_flags()
+ * with each of @flags[0 .. n-1] (MOE_PLAIN: mc_run()), leave. */
+static int moe_rank(const char *path, int rank, int size, const char *group,
+		    const uint32_t *flags, int n)
 {
 	struct cs_client *c;
 	struct cs_group *g;
-	int ret;
+	int ret = 0;
 
-	(void)arg;
 	if (connect_retry(path, &c) ||
-	    cs_group_join(c, "moe", rank, size, rank, size, &g))
+	    cs_group_join(c, group, rank, size, rank, size, &g))
 		return 2;
-	ret = mc_run(c, g, rank, size, 3, WAIT_NS);
+	for (int i = 0; i < n && !ret; i++)
+		ret = flags[i] == MOE_PLAIN
+			      ? mc_run(c, g, rank, size, 3, WAIT_NS)
+			      : mc_run_flags(c, g, rank, size, size, flags[i],
+					     3, WAIT_NS);
 	if (ret)
 		return ret;
 	if (cs_group_leave(g))
 		return 3;
 	cs_disconnect(c);
 	return 0;
+}
+
+/* Trainers' MoE on one node (4 ranks): dispatch and combine checked
+ * against the single-process reference (moe_check.h), every value; bad
+ * input on one rank refused on every rank, nothing sent. */
+static int moe_main(const char *path, int rank, int size, void *arg)
+{
+	static const uint32_t f[] = { MOE_PLAIN };
+
+	(void)arg;
+	return moe_rank(path, rank, size, "moe", f, 1);
 }
 
 Test(client, moe_one_node, .timeout = 120)
@@ -3675,22 +3691,10 @@ Test(client, moe_one_node, .timeout = 120)
  * rank naming rank 1, then a proper round. */
 static int moe_ns_main(const char *path, int rank, int size, void *arg)
 {
-	struct cs_client *c;
-	struct cs_group *g;
-	int ret;
+	static const uint32_t f[] = { CS_MOE_LAYER_NODE_SUM };
 
 	(void)arg;
-	if (connect_retry(path, &c) ||
-	    cs_group_join(c, "moens", rank, size, rank, size, &g))
-		return 2;
-	ret = mc_run_flags(c, g, rank, size, size, CS_MOE_LAYER_NODE_SUM, 3,
-			   WAIT_NS);
-	if (ret)
-		return ret;
-	if (cs_group_leave(g))
-		return 3;
-	cs_disconnect(c);
-	return 0;
+	return moe_rank(path, rank, size, "moens", f, 1);
 }
 
 Test(client, moe_node_sum_one_node, .timeout = 120)
@@ -3705,27 +3709,12 @@ Test(client, moe_node_sum_one_node, .timeout = 120)
  * ranks refused). */
 static int moe_nr_main(const char *path, int rank, int size, void *arg)
 {
-	struct cs_client *c;
-	struct cs_group *g;
-	int ret;
+	static const uint32_t f[] = { CS_MOE_LAYER_NODE_ROWS,
+				      CS_MOE_LAYER_NODE_ROWS |
+					      CS_MOE_LAYER_NODE_SUM };
 
 	(void)arg;
-	if (connect_retry(path, &c) ||
-	    cs_group_join(c, "moenr", rank, size, rank, size, &g))
-		return 2;
-	ret = mc_run_flags(c, g, rank, size, size, CS_MOE_LAYER_NODE_ROWS, 3,
-			   WAIT_NS);
-	if (!ret)
-		ret = mc_run_flags(c, g, rank, size, size,
-				   CS_MOE_LAYER_NODE_ROWS |
-					   CS_MOE_LAYER_NODE_SUM,
-				   3, WAIT_NS);
-	if (ret)
-		return ret;
-	if (cs_group_leave(g))
-		return 3;
-	cs_disconnect(c);
-	return 0;
+	return moe_rank(path, rank, size, "moenr", f, 2);
 }
 
 Test(client, moe_node_rows_one_node, .timeout = 120)
