@@ -60,6 +60,7 @@ struct cs_ps_rows {
 	struct cs_ps_snap_sink sink;
 	uint8_t *chunk;
 	size_t chunk_len, chunk_cap;
+	uint8_t *snap_row; /* sink.align: a spilled row read for a split record */
 	uint64_t chunk_nrec, snap_nrec;
 	int snap_rc;
 };

@@ -225,14 +225,24 @@ struct cs_ps_rec_head {
 
 /*
  * Where a snapshot's chunks go: @chunk takes ownership of a malloc'd
- * buffer of whole records (the checkpoint writer hands it to its control
- * thread); @end is called once with the record count when the snapshot is
- * complete. Returning non-zero from @chunk aborts the snapshot.
+ * buffer of records (the checkpoint writer hands it to its control
+ * thread), @nrec the records that end in it; @end is called once with the
+ * record count when the snapshot is complete. Returning non-zero from
+ * @chunk aborts the snapshot. Concatenated in order, the chunks are the
+ * records.
+ *
+ * @align 0: each chunk holds whole records. Otherwise (a power of two) a
+ * record may be split over two chunks: every chunk but the last is exactly
+ * the snapshot's chunk size (rounded up to a multiple of @align), and each
+ * buffer starts at a multiple of @align and is a multiple of @align long,
+ * whatever @len (what lies past @len is the sink's to use) -- what an
+ * O_DIRECT write of each chunk needs (cs_ps_ckpt_start sets it).
  */
 struct cs_ps_snap_sink {
 	int (*chunk)(void *ctx, void *buf, size_t len, uint64_t nrec);
 	void (*end)(void *ctx, uint64_t nrec, int rc);
 	void *ctx;
+	size_t align;
 };
 
 /* ---- shard store (server side) ---------------------------------------- */

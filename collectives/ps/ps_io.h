@@ -25,9 +25,12 @@
 
 #define CS_PS_CKPT_MAGIC "CSPSCKP1"
 #define CS_PS_CKPT_VERSION                                                     \
-	3u /* 2: shard, shard count, vnodes, name tag;                         \
-	    * 3: records checked by CRC-32C */
-#define CS_PS_CKPT_HDR 256u /* records start here */
+	4u /* 2: shard, shard count, vnodes, name tag;                         \
+	    * 3: records checked by CRC-32C;                                   \
+	    * 4: records from byte 4096 (written with O_DIRECT) */
+#define CS_PS_CKPT_HDR 4096u /* records start here */
+/* The writer's O_DIRECT unit: file offsets, lengths and buffers. */
+#define CS_PS_CKPT_ALIGN 4096u
 
 struct cs_ps_uring_spill;
 

@@ -76,6 +76,7 @@ void cs_ps_rows_fini(struct cs_ps_rows *r)
 	free(r->owner);
 	free(r->reqs);
 	free(r->chunk);
+	free(r->snap_row);
 	memset(r, 0, sizeof(*r));
 }
 
@@ -475,6 +476,13 @@ static int chunk_flush(struct cs_ps_rows *r)
 	return rc ? -EIO : 0;
 }
 
+static int chunk_new(struct cs_ps_rows *r)
+{
+	r->chunk = r->sink.align ? aligned_alloc(r->sink.align, r->chunk_cap)
+				 : malloc(r->chunk_cap);
+	return r->chunk ? 0 : -ENOMEM;
+}
+
 static int chunk_room(struct cs_ps_rows *r)
 {
 	int rc;
@@ -484,8 +492,88 @@ static int chunk_room(struct cs_ps_rows *r)
 	rc = chunk_flush(r);
 	if (rc)
 		return rc;
-	r->chunk = malloc(r->chunk_cap);
-	return r->chunk ? 0 : -ENOMEM;
+	return chunk_new(r);
+}
+
+/* sink.align: append @n bytes, handing each chunk on as it fills up. */
+static int chunk_put(struct cs_ps_rows *r, const void *p, size_t n)
+{
+	while (n) {
+		size_t k;
+		int rc;
+
+		if (!r->chunk && chunk_new(r))
+			return -ENOMEM;
+		k = r->chunk_cap - r->chunk_len;
+		if (k > n)
+			k = n;
+		memcpy(r->chunk + r->chunk_len, p, k);
+		r->chunk_len += k;
+		p = (const uint8_t *)p + k;
+		n -= k;
+		if (r->chunk_len == r->chunk_cap) {
+			rc = chunk_flush(r);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static int row_read(struct cs_ps_rows *r, const struct cs_ps_ent *v,
+		    uint8_t *dst)
+{
+	struct cs_ps_io_req q = {
+		.off = (v->disk - 1) * r->frame_bytes,
+		.buf = dst,
+		.len = (uint32_t)r->frame_bytes,
+	};
+	int rc = r->spill.ops->read(r->spill.ctx, &q, 1);
+
+	if (!rc && r->n_rd)
+		*r->n_rd += 1;
+	return rc;
+}
+
+/*
+ * sink.align: entry @e's record, split over two chunks where it does not
+ * fit in the one being filled (a spilled row that does not fit is read
+ * into snap_row first).
+ */
+static int snap_emit_split(struct cs_ps_rows *r, struct cs_ps_ent *v,
+			   const struct cs_ps_rec_head *h, uint32_t e)
+{
+	const uint8_t *row;
+	int rc;
+
+	if (!r->chunk && chunk_new(r))
+		return -ENOMEM;
+	r->chunk_nrec++; /* counted in the chunk it starts in */
+	r->snap_nrec++;
+	if (v->frame == CS_PS_NO_FRAME &&
+	    r->chunk_len + rec_bytes(r) <= r->chunk_cap) {
+		/* it fits: the row is read straight into place */
+		memcpy(r->chunk + r->chunk_len, h, sizeof(*h));
+		rc = row_read(r, v, r->chunk + r->chunk_len + sizeof(*h));
+		if (rc)
+			return rc;
+		r->chunk_len += rec_bytes(r);
+		if (r->chunk_len == r->chunk_cap)
+			return chunk_flush(r);
+		return 0;
+	}
+	if (v->frame != CS_PS_NO_FRAME) {
+		row = cs_ps_rows_frame(r, e);
+	} else {
+		if (!r->snap_row && !(r->snap_row = malloc(r->frame_bytes)))
+			return -ENOMEM;
+		rc = row_read(r, v, r->snap_row);
+		if (rc)
+			return rc;
+		row = r->snap_row;
+	}
+	rc = chunk_put(r, h, sizeof(*h));
+	return rc ? rc : chunk_put(r, row, r->frame_bytes);
 }
 
 /* Append entry @e's record; its bytes come from memory or the file. */
@@ -496,6 +584,12 @@ static int snap_emit(struct cs_ps_rows *r, uint32_t e)
 	uint8_t *dst;
 	int rc;
 
+	if (r->sink.align) {
+		rc = snap_emit_split(r, v, &h, e);
+		if (!rc)
+			v->snap_gen = r->snap_gen;
+		return rc;
+	}
 	rc = chunk_room(r);
 	if (rc)
 		return rc;
@@ -505,17 +599,9 @@ static int snap_emit(struct cs_ps_rows *r, uint32_t e)
 	if (v->frame != CS_PS_NO_FRAME) {
 		memcpy(dst, cs_ps_rows_frame(r, e), r->frame_bytes);
 	} else {
-		struct cs_ps_io_req q = {
-			.off = (v->disk - 1) * r->frame_bytes,
-			.buf = dst,
-			.len = (uint32_t)r->frame_bytes,
-		};
-
-		rc = r->spill.ops->read(r->spill.ctx, &q, 1);
+		rc = row_read(r, v, dst);
 		if (rc)
 			return rc;
-		if (r->n_rd)
-			*r->n_rd += 1;
 	}
 	r->chunk_len += rec_bytes(r);
 	r->chunk_nrec++;
@@ -542,8 +628,16 @@ int cs_ps_rows_snap_begin(struct cs_ps_rows *r,
 {
 	if (r->snap)
 		return -EBUSY;
-	if (chunk_bytes < rec_bytes(r))
+	if (sink->align) {
+		if (sink->align & (sink->align - 1))
+			return -EINVAL;
+		if (chunk_bytes < sink->align)
+			chunk_bytes = sink->align;
+		chunk_bytes = (chunk_bytes + sink->align - 1) &
+			      ~(sink->align - 1);
+	} else if (chunk_bytes < rec_bytes(r)) {
 		chunk_bytes = rec_bytes(r);
+	}
 	r->sink = *sink;
 	r->chunk_cap = chunk_bytes;
 	r->chunk = NULL;
@@ -568,6 +662,8 @@ static void snap_end(struct cs_ps_rows *r, int rc)
 {
 	free(r->chunk);
 	r->chunk = NULL;
+	free(r->snap_row);
+	r->snap_row = NULL;
 	r->snap = false;
 	r->sink.end(r->sink.ctx, r->snap_nrec, rc);
 }

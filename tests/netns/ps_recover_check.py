@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The reference of tests/netns/test_ps_trainers.sh pstr_4x1_recover,
 computed apart from collstack: the table is read from the checkpoint's
-shard files themselves (collectives/ps/ps_io.c, format version 2: rows
+shard files themselves (collectives/ps/ps_io.c, format version 4: rows
 and momentum state), then versions CKPT .. END-1 of cs-trainer-ps recover
 (ranks 0 .. WORKERS-1, the group re-formed on the nodes left) are
 replayed in one process (f32 arithmetic, each operation rounded to f32
@@ -23,7 +23,7 @@ import sys
 
 ROWS, DIM, KPP = 600, 4, 40
 LR = MOMENTUM = 0.5
-HDR = 256
+HDR = 4096
 # struct ckpt_hdr (host order, no padding: ps_io.c asserts the offsets)
 HDR_FMT = "<8sIIIIQQQQIIIIIIQI6fIQfIIIQQ"
 FNV_OFF, FNV_PRIME = 0xcbf29ce484222325, 0x100000001b3
@@ -49,7 +49,7 @@ _CRC32C = _crc32c_table()
 
 
 def crc32c(data):
-    """The records' checksum of version 3 (CRC-32C, ps_io.c data_sum)."""
+    """The records' checksum of versions 3-4 (CRC-32C, ps_io.c data_sum)."""
     c = 0xFFFFFFFF
     for b in data:
         c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
@@ -71,8 +71,8 @@ def read_shard(path):
      data_bytes, data_sum, _id, dim, _dtype, _mode, _stale, _workers,
      key_max, _opt) = f[:17]
     shard, nshards = f[-5], f[-4]
-    if magic != b"CSPSCKP1" or version != 3 or endian != 0x01020304:
-        raise ValueError(f"{path}: not a version 3 checkpoint")
+    if magic != b"CSPSCKP1" or version != 4 or endian != 0x01020304:
+        raise ValueError(f"{path}: not a version 4 checkpoint")
     if fnv(raw[:struct.calcsize(HDR_FMT) - 8]) != f[-1]:
         raise ValueError(f"{path}: header checksum")
     if dim != DIM or key_max != ROWS or len(raw) != HDR + data_bytes:
