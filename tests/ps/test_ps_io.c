@@ -132,79 +132,20 @@ static void same_rows(struct cs_ps_store *a, struct cs_ps_store *b,
 	}
 }
 
-/* Checkpoint a table whose rows are partly on the SSD tier while pushes
- * keep changing it; restore into a fresh store; it must equal a twin that
- * stopped at the checkpoint, values and optimizer state alike (one more
- * identical push to both keeps them equal). */
-Test(ps_io, checkpoint_round_trip_while_pushing, .init = setup,
-     .fini = teardown)
-{
-	struct cs_ps_table_spec s = mkspec(4);
-	struct cs_ps_uring_spill *u;
-	struct cs_ps_spill sp;
-	struct cs_ps_store *live, *twin, *back, *both[2];
-	struct cs_ps_snap_sink sink;
-	struct cs_ps_ckpt *c;
-	char path[300], sp_path[300];
-	struct stat sb;
-	uint64_t total, res;
-	int rc, steps = 0;
-
-	need_uring();
-	snprintf(path, sizeof(path), "%s/table6.ckpt", dir);
-	snprintf(sp_path, sizeof(sp_path), "%s/spill", dir);
-	cr_assert_eq(cs_ps_spill_open(&u, sp_path, 32, &sp), 0);
-	/* Adam, dim 4: 16 + 32 bytes a frame; room for 1000 rows */
-	live = mkstore(&s, 1000 * 48, &sp);
-	twin = mkstore(&s, 0, NULL);
-	both[0] = live;
-	both[1] = twin;
-	for (int i = 0; i < 20; i++)
-		push_to(both, 2, &s, (uint64_t)i * 977, 0.01f * (float)(i + 1));
-	cs_ps_store_nrows(live, 6, &total, &res);
-	cr_assert_gt(total, 5000);
-	cr_assert_leq(res, 1000);
-
-	cr_assert_eq(cs_ps_ckpt_start(&c, path, live, 6, 8, &sink), 0);
-	cr_assert_eq(cs_ps_store_snap_begin(live, 6, &sink, 64 * 1024), 0);
-	cs_ps_ckpt_set_clock(c, cs_ps_store_snap_clock(live));
-	do {
-		push_to(&live, 1, &s, (uint64_t)steps * 31, -0.5f);
-		rc = cs_ps_store_snap_step(live, 500);
-		steps++;
-	} while (rc == 1);
-	cr_assert_eq(rc, 0);
-	cr_assert_gt(steps, 5, "the snapshot ran between pushes");
-	cr_assert_eq(cs_ps_ckpt_wait(c), 0);
-	cr_assert_eq(stat(path, &sb), 0);
-	snprintf(sp_path, sizeof(sp_path), "%s/table6.ckpt.tmp", dir);
-	cr_assert_neq(stat(sp_path, &sb), 0, "the temporary file remains");
-
-	back = mkstore(&s, 0, NULL);
-	cr_assert_eq(cs_ps_ckpt_restore(back, 6, path), 0);
-	same_rows(back, twin, 4);
-	both[0] = back;
-	push_to(both, 2, &s, 3, 0.25f);
-	same_rows(back, twin, 4);
-	/* a table that already holds rows is not restored over */
-	cr_assert_eq(cs_ps_ckpt_restore(back, 6, path), -EEXIST);
-	cs_ps_store_destroy(live);
-	cs_ps_store_destroy(twin);
-	cs_ps_store_destroy(back);
-	cs_ps_spill_close(u);
-}
-
 /*
- * Records that do not divide the writer's blocks (Adam, dim 3: 56 bytes
- * a record): with the checkpoint sink's alignment they are split over chunks
- * (every chunk but the last a whole number of blocks, for O_DIRECT), rows
- * on the SSD tier among them; restored, the table equals its twin and the
- * file holds no padding. @unaligned: the sink's alignment is taken away
- * (whole records a chunk), so the writer must leave O_DIRECT mid-file.
+ * Checkpoint a table (Adam, @dim) whose rows are mostly on the SSD tier
+ * (@mem_rows in memory) while pushes keep changing it, in chunks of
+ * @chunk bytes, @step_rows rows a step; restore into a fresh store; it
+ * must equal a twin that stopped at the checkpoint, values and optimizer
+ * state alike (one more identical push to both keeps them equal), and the
+ * file must hold the records and nothing more (no O_DIRECT padding).
+ * @unaligned: the sink's alignment is taken away (whole records a chunk),
+ * so the writer must leave O_DIRECT mid-file.
  */
-static void split_round_trip(bool unaligned)
+static void ckpt_round_trip(uint32_t dim, uint32_t mem_rows, size_t chunk,
+			    uint32_t step_rows, bool unaligned)
 {
-	struct cs_ps_table_spec s = mkspec(3);
+	struct cs_ps_table_spec s = mkspec(dim);
 	struct cs_ps_uring_spill *u;
 	struct cs_ps_spill sp;
 	struct cs_ps_store *live, *twin, *back, *both[2];
@@ -213,34 +154,34 @@ static void split_round_trip(bool unaligned)
 	char path[300], sp_path[300];
 	struct stat sb;
 	uint64_t total, res, reads;
+	size_t frame;
 	int rc, steps = 0;
 
 	need_uring();
 	snprintf(path, sizeof(path), "%s/table6.ckpt", dir);
 	snprintf(sp_path, sizeof(sp_path), "%s/spill", dir);
 	cr_assert_eq(cs_ps_spill_open(&u, sp_path, 32, &sp), 0);
-	live = mkstore(&s, 700 * 36, &sp);
 	twin = mkstore(&s, 0, NULL);
+	frame = cs_ps_store_frame_bytes(twin, 6);
+	live = mkstore(&s, mem_rows * frame, &sp);
 	both[0] = live;
 	both[1] = twin;
 	for (int i = 0; i < 20; i++)
 		push_to(both, 2, &s, (uint64_t)i * 977, 0.01f * (float)(i + 1));
 	cs_ps_store_nrows(live, 6, &total, &res);
 	cr_assert_gt(total, 5000);
-	cr_assert_leq(res, 700);
+	cr_assert_leq(res, mem_rows);
 
 	cr_assert_eq(cs_ps_ckpt_start(&c, path, live, 6, 8, &sink), 0);
 	cr_assert_eq(sink.align, CS_PS_CKPT_ALIGN);
 	if (unaligned)
 		sink.align = 0;
 	reads = cs_ps_store_stats(live)->spill_reads;
-	/* 3 blocks a chunk: 12288 bytes, 236.3 records */
-	cr_assert_eq(cs_ps_store_snap_begin(live, 6, &sink, 3 * 4096 - 100),
-		     0);
+	cr_assert_eq(cs_ps_store_snap_begin(live, 6, &sink, chunk), 0);
 	cs_ps_ckpt_set_clock(c, cs_ps_store_snap_clock(live));
 	do {
 		push_to(&live, 1, &s, (uint64_t)steps * 31, -0.5f);
-		rc = cs_ps_store_snap_step(live, 333);
+		rc = cs_ps_store_snap_step(live, step_rows);
 		steps++;
 	} while (rc == 1);
 	cr_assert_eq(rc, 0);
@@ -251,29 +192,44 @@ static void split_round_trip(bool unaligned)
 	cr_assert_eq(stat(path, &sb), 0);
 	cr_assert_eq(sb.st_size,
 		     CS_PS_CKPT_HDR +
-			     total * (sizeof(struct cs_ps_rec_head) +
-				      cs_ps_store_frame_bytes(twin, 6)),
+			     total * (sizeof(struct cs_ps_rec_head) + frame),
 		     "%lld bytes for %llu records", (long long)sb.st_size,
 		     (unsigned long long)total);
+	snprintf(sp_path, sizeof(sp_path), "%s/table6.ckpt.tmp", dir);
+	cr_assert_neq(stat(sp_path, &sb), 0, "the temporary file remains");
 
 	back = mkstore(&s, 0, NULL);
 	cr_assert_eq(cs_ps_ckpt_restore(back, 6, path), 0);
-	same_rows(back, twin, 3);
+	same_rows(back, twin, dim);
+	both[0] = back;
+	push_to(both, 2, &s, 3, 0.25f);
+	same_rows(back, twin, dim);
+	/* a table that already holds rows is not restored over */
+	cr_assert_eq(cs_ps_ckpt_restore(back, 6, path), -EEXIST);
 	cs_ps_store_destroy(live);
 	cs_ps_store_destroy(twin);
 	cs_ps_store_destroy(back);
 	cs_ps_spill_close(u);
 }
 
+/* dim 4: 64-byte records, whole blocks of them */
+Test(ps_io, checkpoint_round_trip_while_pushing, .init = setup,
+     .fini = teardown)
+{
+	ckpt_round_trip(4, 1000, 64 * 1024, 500, false);
+}
+
+/* dim 3: 56-byte records split over chunks of 3 blocks (12,288 bytes,
+ * asked for 100 bytes less), spilled rows among the split ones */
 Test(ps_io, checkpoint_records_split_over_blocks, .init = setup,
      .fini = teardown)
 {
-	split_round_trip(false);
+	ckpt_round_trip(3, 700, 3 * 4096 - 100, 333, false);
 }
 
 Test(ps_io, checkpoint_of_unaligned_chunks, .init = setup, .fini = teardown)
 {
-	split_round_trip(true);
+	ckpt_round_trip(3, 700, 3 * 4096 - 100, 333, true);
 }
 
 static void write_ckpt(const char *path, const struct cs_ps_table_spec *s)
