@@ -276,6 +276,15 @@ struct group {
 	/* its last membership check found the node-block layout
 	 * (cs_ipc_server_set_blocked) */
 	bool blocked;
+	/* what its last membership check found of the nodes' cut sizes
+	 * (cs_ipc_server_set_pipe): pipe_told false: nothing yet (this
+	 * node's ipc.dev_pipe alone decides); pipe_ok: every node cuts
+	 * alike; else an allreduce or broadcast of more than pipe_limit
+	 * bytes is refused (node pipe_node cuts at pipe_val bytes) */
+	bool pipe_told, pipe_ok;
+	uint64_t pipe_limit;
+	int32_t pipe_node;
+	uint32_t pipe_val;
 	/* the nodes it spans (struct cs_ipc_msg.u.join.nodes): all zero,
 	 * every node */
 	uint64_t nodes[CS_IPC_NODE_WORDS];
@@ -565,6 +574,20 @@ static int dev_in(struct cs_ipc_server *s, struct group *g, struct inst *in)
 static bool dev_async(const struct cs_ipc_server *s)
 {
 	return s->dev_ops && s->dev_ops->copy_start && s->dev_ops->copy_poll;
+}
+
+/*
+ * The size this sidecar cuts a large cross-node allreduce or broadcast
+ * at (ipc.dev_pipe, with asynchronous device copies or ipc.dev_pipe_any),
+ * 0 if it does not cut. Handed to the backend with every step
+ * (cs_ipc_inter_op.pipe): the group's membership check compares it
+ * across the nodes.
+ */
+static uint64_t pipe_bytes(const struct cs_ipc_server *s)
+{
+	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be
+		       ? s->cfg.dev_pipe
+		       : 0;
 }
 
 /*
@@ -1530,8 +1553,10 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 static void inter_start(struct cs_ipc_server *s, struct group *g,
 			struct inst *in)
 {
-	int ret = s->be.start_inter_node(s->be.ctx, &in->op);
+	int ret;
 
+	in->op.pipe = pipe_bytes(s);
+	ret = s->be.start_inter_node(s->be.ctx, &in->op);
 	in->parked = ret == -EBUSY && in->seq != g->next_done;
 	if (ret && !in->parked) {
 		in->inter = false;
@@ -1836,12 +1861,31 @@ static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 			const struct inst *in)
 {
 	const struct part *p0 = &in->parts[0];
+	uint64_t cut = pipe_bytes(s);
 
-	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be &&
-	       s->cfg.dev_pipe && g->local_size != g->size &&
+	return cut && g->local_size != g->size &&
 	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
 		p0->d.op == CS_IPC_OP_BROADCAST) &&
-	       p0->d.count * esz_of(p0) > s->cfg.dev_pipe;
+	       p0->d.count * esz_of(p0) > cut;
+}
+
+/*
+ * Whether @in must be refused because the group's nodes would cut it
+ * differently: its membership check found another cut size on some node
+ * (cs_ipc_server_set_pipe), and @in is an allreduce or broadcast over
+ * nodes of more bytes than the smallest one (some node cuts it, and not
+ * every node alike). Every node of the group holds the same check's
+ * result and refuses the same operations, so none of them starts a step
+ * (no verdict needed); operations that no node cuts run.
+ */
+static bool pipe_refused(const struct group *g, const struct inst *in)
+{
+	const struct part *p0 = &in->parts[0];
+
+	return g->pipe_told && !g->pipe_ok && g->local_size != g->size &&
+	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
+		p0->d.op == CS_IPC_OP_BROADCAST) &&
+	       p0->d.count * esz_of(p0) > g->pipe_limit;
 }
 
 /*
@@ -2072,6 +2116,11 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
 		return;
 	}
+	if (pipe_refused(g, in)) {
+		inst_finish_ex(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PIPE,
+			       g->pipe_node, g->pipe_val);
+		return;
+	}
 	/* large enough to be cut in slices (on every node alike): each
 	 * slice's network step beside the next one's copies in */
 	if (pipe_wanted(s, g, in)) {
@@ -2248,6 +2297,13 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 			      int status, unsigned detail, int32_t peer)
 {
+	cs_ipc_server_inter_fail_ex(s, cookie, status, detail, peer, 0);
+}
+
+void cs_ipc_server_inter_fail_ex(struct cs_ipc_server *s, uint64_t cookie,
+				 int status, unsigned detail, int32_t peer,
+				 uint32_t aux)
+{
 	uint32_t gid = (uint32_t)(cookie >> 48);
 	struct group *g;
 	struct inst *in;
@@ -2273,7 +2329,8 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	if (!status)
 		fan_out(s, g, in);
 	in->inter = false;
-	inst_finish(s, g, in, status, status ? detail : 0, status ? peer : -1);
+	inst_finish_ex(s, g, in, status, status ? detail : 0,
+		       status ? peer : -1, status ? aux : 0);
 	run_ready(s, g);
 }
 
@@ -2504,6 +2561,34 @@ int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
 	return 0;
 }
 
+int cs_ipc_server_set_pipe(struct cs_ipc_server *s, uint64_t cookie, bool ok,
+			   uint64_t limit, int32_t node, uint32_t val)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+
+	if (gid >= s->cfg.max_groups)
+		return -ENOENT;
+	g = &s->groups[gid];
+	if (!g->used || g->failed || !inst_of(g, cookie))
+		return -ENOENT;
+	if (!ok && !g->pipe_told)
+		CS_WARN("group '%s': node %d cuts large allreduces and "
+			"broadcasts at ipc.dev_pipe=%u bytes, this node at "
+			"%llu (0: not cut): those of more than %llu bytes are "
+			"refused; set the same ipc.dev_pipe (and "
+			"ipc.dev_pipe_any, GPU support) on every sidecar",
+			g->name, (int)node, val,
+			(unsigned long long)pipe_bytes(s),
+			(unsigned long long)limit);
+	g->pipe_told = true;
+	g->pipe_ok = ok;
+	g->pipe_limit = limit;
+	g->pipe_node = node;
+	g->pipe_val = val;
+	return 0;
+}
+
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node)
 {
@@ -2534,6 +2619,7 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			g->epoch = epoch;
 			g->regroup = true;
 			g->blocked = false; /* until the next check says */
+			g->pipe_told = false; /* ... on other nodes */
 			g->seq_base = g->next_done;
 			continue;
 		}
@@ -3268,6 +3354,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->epoch = s->epoch;
 	g->head_at = s->now;
 	g->blocked = false; /* until its membership check says */
+	g->pipe_told = false;
 	g->used = true;
 	s->st.groups++;
 	*out = g;
