@@ -76,6 +76,10 @@ struct cs_ipc_cfg {
 	/* cut at dev_pipe without asynchronous device copies too (host
 	 * buffers: nothing overlaps; checks the cut across nodes) */
 	bool dev_pipe_any;
+	/* an allreduce whose local rank 0's recv range is on the device:
+	 * the local ranks' contributions are reduced into it on the
+	 * device (cs_ipc_dev_ops reduce_start), not on the CPU */
+	bool dev_reduce;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -245,6 +249,20 @@ struct cs_ipc_dev_ops {
 	 * range is unmapped or its shadow freed or reused.
 	 */
 	int (*copy_poll)(void *ctx, uint64_t token);
+	/*
+	 * Optional (with @copy_start): start reducing @len bytes of host
+	 * memory at @host (a chunk that landed in pinned memory: a local
+	 * rank's contribution in its shadow) into the range at @off on the
+	 * device, element by element with the rules of
+	 * collectives/reduce.h: range = op(range, chunk), or range = chunk
+	 * when @first. The pieces run in the order they were started (one
+	 * stream: a piece reads what the pieces before it wrote). *@token
+	 * is polled by @copy_poll. 0, -EOPNOTSUPP (no kernel for @t) or a
+	 * negative error (nothing started then).
+	 */
+	int (*reduce_start)(void *ctx, void *cookie, uint64_t off,
+			    const void *host, size_t len, enum cs_dtype t,
+			    enum cs_redop op, bool first, uint64_t *token);
 };
 
 /**
@@ -276,6 +294,10 @@ struct cs_ipc_stats {
 	uint64_t pipe_ops;
 	uint64_t pipe_slices;
 	uint64_t pipe_overlap;
+	/* allreduces reduced on the device (ipc.dev_reduce), and their
+	 * reduce_start pieces */
+	uint64_t dev_reduce_ops;
+	uint64_t dev_reduce_pieces;
 };
 
 /**
