@@ -120,7 +120,8 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "slices of this size, each slice's network step overlapped with "
 	  "the next one's device copy in and the previous one's copy out "
 	  "(sidecars with asynchronous device copies only; 0: never, else "
-	  "64K to 1G; the same on every node)" },
+	  "64K to 1G; the same on every node: a group's nodes compare it, "
+	  "and an operation they would cut differently is refused)" },
 	{ "ipc.dev_pipe_any", CS_CFG_BOOL,
 	  offsetof(struct cs_ipc_cfg, dev_pipe_any), "0", CS_CFG_NO_BOUNDS,
 	  "cut operations at ipc.dev_pipe in a sidecar without device "
