@@ -1246,8 +1246,8 @@ static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, struct ipcd_op *o,
 		cs_ipc_server_inter_refuse(x->srv, cookie, status, ref->detail,
 					   ref->peer, ref->aux);
 	else if (ref)
-		cs_ipc_server_inter_fail_ex(x->srv, cookie, status,
-					    ref->detail, ref->peer, ref->aux);
+		cs_ipc_server_inter_fail_ex(x->srv, cookie, status, ref->detail,
+					    ref->peer, ref->aux);
 	else if (status == CS_ERR_PEER_LOST && node >= 0)
 		cs_ipc_server_inter_fail(x->srv, cookie, status,
 					 CS_IPC_LOST_SESSION, node);
@@ -1351,8 +1351,7 @@ static bool check_pipe(struct cs_daemon_ipc *x, const struct ipcd_op *o,
 			val = (uint32_t)sl[IPCD_CHK_PIPE];
 		}
 	}
-	if (cs_ipc_server_set_pipe(x->srv, o->op.cookie, ok, limit, node,
-				   val))
+	if (cs_ipc_server_set_pipe(x->srv, o->op.cookie, ok, limit, node, val))
 		return false; /* gone: nothing to refuse */
 	if (ok || !cut)
 		return false;

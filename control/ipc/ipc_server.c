@@ -127,8 +127,8 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "cut operations at ipc.dev_pipe in a sidecar without device "
 	  "copies too (host buffers: nothing to overlap; checks the cut "
 	  "across nodes without a GPU; the same on every node)" },
-	{ "ipc.dev_reduce", CS_CFG_BOOL, offsetof(struct cs_ipc_cfg, dev_reduce),
-	  "0", CS_CFG_NO_BOUNDS,
+	{ "ipc.dev_reduce", CS_CFG_BOOL,
+	  offsetof(struct cs_ipc_cfg, dev_reduce), "0", CS_CFG_NO_BOUNDS,
 	  "an allreduce (f32, f16, bf16) whose local rank 0 receives into "
 	  "device memory: reduce the local ranks' contributions into it on "
 	  "the device (their chunks copied from the pinned shadows into "
@@ -877,8 +877,7 @@ static bool dev_red_wanted(const struct cs_ipc_server *s, const struct group *g,
  * fan-out, the cross-node step, the copies out) finds it. A piece that
  * does not start fails the instance (dev_err), as a copy in.
  */
-static void red_issue(struct cs_ipc_server *s, struct group *g,
-		      struct inst *in)
+static void red_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	struct part *p0 = &in->parts[0];
 	struct seg *sg = p0->recv_seg;
@@ -926,9 +925,8 @@ static void red_issue(struct cs_ipc_server *s, struct group *g,
 		}
 		if (!res)
 			s->st.dev_reduce_pieces++;
-		s->xf[slot] = (struct dev_xfer){ .in = in,
-						 .part = l,
-						 .token = tok };
+		s->xf[slot] =
+			(struct dev_xfer){ .in = in, .part = l, .token = tok };
 		s->xf_used++;
 		in->dev_busy++;
 		in->dev_at += n;
@@ -966,8 +964,8 @@ static void dev_xfer_end(struct cs_ipc_server *s, struct dev_xfer *x, int ret)
 {
 	struct inst *in = x->in;
 	/* a copy in fails the instance, a copy out that part's result */
-	bool copy_in = in->dev_phase == DEV_PIPE ? !x->out
-						 : in->dev_phase != DEV_OUT;
+	bool copy_in =
+		in->dev_phase == DEV_PIPE ? !x->out : in->dev_phase != DEV_OUT;
 
 	if (ret < 0) {
 		CS_WARN("device copy failed: %s", cs_strerror(ret));

@@ -1392,8 +1392,8 @@ static void red_fill(void *x, size_t n, enum cs_dtype t, int r, int k)
 
 		if (t == CS_F32) {
 			if (v % 8 == 3)
-				((uint32_t *)x)[i] = (uint32_t)rand_r(&seed) *
-						     2654435761u;
+				((uint32_t *)x)[i] =
+					(uint32_t)rand_r(&seed) * 2654435761u;
 			else
 				((float *)x)[i] = f;
 			continue;
@@ -1462,8 +1462,8 @@ static int red_trainer(const char *path, int rank, int size)
 			uint8_t *y = k % 2 ? x + half : x; /* out of place */
 			uint32_t before = atomic_load(&sh->reduces);
 			uint32_t f0 = atomic_load(&sh->reduce_firsts);
-			uint32_t pieces = (uint32_t)((half + RED_CHUNK - 1) /
-						     RED_CHUNK);
+			uint32_t pieces =
+				(uint32_t)((half + RED_CHUNK - 1) / RED_CHUNK);
 			cs_reduce_fn fn = cs_reduce_get(t, op);
 			size_t bad = 0;
 
@@ -1495,8 +1495,7 @@ static int red_trainer(const char *path, int rank, int size)
 			      cs_dtype_name(t), cs_redop_name(op),
 			      atomic_load(&sh->reduces) - before,
 			      atomic_load(&sh->reduce_firsts) - f0,
-			      (k % 2 ? 3u : 2u) * pieces,
-			      k % 2 ? pieces : 0u);
+			      (k % 2 ? 3u : 2u) * pieces, k % 2 ? pieces : 0u);
 			barrier(size, &nbar); /* the counters are this op's */
 		}
 	/* a host destination: the CPU reduces, as before */

@@ -94,9 +94,8 @@ int main(int argc, char **argv)
 		printf("setup join: %s: %s\n", cs_strerror(ret), cs_errmsg(c));
 		return 1;
 	}
-	ret = cs_buf_alloc(c, (size_t)(2 * size + 1) * count_max *
-				   sizeof(float),
-			   &b);
+	ret = cs_buf_alloc(
+		c, (size_t)(2 * size + 1) * count_max * sizeof(float), &b);
 	if (ret) {
 		printf("setup buffer: %s\n", cs_strerror(ret));
 		return 1;
