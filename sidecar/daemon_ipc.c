@@ -2229,6 +2229,11 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 				(unsigned long long)st.pipe_ops,
 				(unsigned long long)st.pipe_slices,
 				(unsigned long long)st.pipe_overlap);
+		if (st.dev_reduce_ops) /* ipc.dev_reduce */
+			CS_INFO("device reductions: %llu allreduces reduced "
+				"on the device in %llu pieces",
+				(unsigned long long)st.dev_reduce_ops,
+				(unsigned long long)st.dev_reduce_pieces);
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);
