@@ -196,6 +196,8 @@ static const char *const bad_names[CS_IPC_BAD_COUNT_] = {
 			       "(an MoE layer with node-sum or node-rows on "
 			       "some ranks only?)",
 	[CS_IPC_BAD_PS_KEY] = "a key is not below the table's key_max",
+	[CS_IPC_BAD_PIPE] = "refused on every node: the nodes' sidecars "
+			    "cut it into slices differently (ipc.dev_pipe)",
 };
 
 static bool is_ps_op(unsigned op)
@@ -2022,6 +2024,13 @@ static void describe_failure(struct cs_client *c, const struct req *q)
 			"layer with CS_MOE_LAYER_NODE_SUM or _NODE_ROWS on "
 			"some ranks only?)",
 			what, (int)q->peer);
+	else if (q->status == CS_ERR_BAD_DESC && q->detail == CS_IPC_BAD_PIPE)
+		set_err(c,
+			"%s: refused on every node, nothing sent: node %d cuts "
+			"it into slices at ipc.dev_pipe=%u bytes (0: not at "
+			"all), this sidecar otherwise; set one ipc.dev_pipe on "
+			"every sidecar",
+			what, (int)q->peer, q->epoch);
 	else if (q->status == CS_ERR_BAD_DESC && q->peer >= 0)
 		set_err(c, "%s: %s: rank %d", what,
 			q->detail < CS_IPC_BAD_COUNT_ ? bad_names[q->detail]

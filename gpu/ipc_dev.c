@@ -34,8 +34,20 @@ struct cs_gpu_ipc {
 
 struct gi_ev {
 	cudaEvent_t ev;
+	/* reduce_start: the chunk's device scratch (grown, kept with the
+	 * event: free again when the event completed) */
+	void *scratch;
+	size_t scratch_len;
 	struct gi_ev *next;
 };
+
+static void gi_ev_free(struct gi_ev *e)
+{
+	cudaEventDestroy(e->ev);
+	if (e->scratch)
+		cudaFree(e->scratch);
+	free(e);
+}
 
 /* one registered range: what the server's cookie points to */
 struct range {
@@ -124,8 +136,7 @@ void cs_gpu_ipc_destroy(struct cs_gpu_ipc *x)
 		struct gi_ev *e = x->free_ev;
 
 		x->free_ev = e->next;
-		cudaEventDestroy(e->ev);
-		free(e);
+		gi_ev_free(e);
 	}
 	cs_gpu_map_destroy(x->map);
 	cudaStreamDestroy(x->h2d);
@@ -225,6 +236,30 @@ static int gi_from_host(void *ctx, void *cookie, uint64_t off, const void *host,
 	return gi_copy(ctx, cookie, off, (void *)host, len, false);
 }
 
+/* An event for a piece: from the free list, or a new one. */
+static int gi_ev_get(struct cs_gpu_ipc *x, struct gi_ev **out)
+{
+	struct gi_ev *e = x->free_ev;
+
+	if (e) {
+		x->free_ev = e->next;
+		*out = e;
+		return 0;
+	}
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	if (cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming) !=
+	    cudaSuccess) {
+		CS_ERR("cudaEventCreate: %s",
+		       cudaGetErrorString(cudaGetLastError()));
+		free(e);
+		return -EIO;
+	}
+	*out = e;
+	return 0;
+}
+
 /*
  * Start one piece: cudaMemcpyAsync on the direction's stream, then an
  * event recorded behind it; the token is the event's holder. Nothing on
@@ -236,26 +271,16 @@ static int gi_copy_start(void *ctx, void *cookie, uint64_t off, void *host,
 	struct cs_gpu_ipc *x = ctx;
 	struct range *r = cookie;
 	cudaStream_t st = to_host ? x->d2h : x->h2d;
-	struct gi_ev *e = x->free_ev;
+	struct gi_ev *e;
 	void *va;
+	int err;
 
 	if (off > r->len || len > r->len - off ||
 	    cs_gpu_map_addr(x->map, r->owner, r->id, r->off + off, len, &va))
 		return -ERANGE;
-	if (e) {
-		x->free_ev = e->next;
-	} else {
-		e = calloc(1, sizeof(*e));
-		if (!e)
-			return -ENOMEM;
-		if (cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming) !=
-		    cudaSuccess) {
-			CS_ERR("cudaEventCreate: %s",
-			       cudaGetErrorString(cudaGetLastError()));
-			free(e);
-			return -EIO;
-		}
-	}
+	err = gi_ev_get(x, &e);
+	if (err)
+		return err;
 	if ((to_host ? cudaMemcpyAsync(host, va, len, cudaMemcpyDeviceToHost,
 				       st)
 		     : cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
@@ -285,8 +310,7 @@ static int gi_copy_poll(void *ctx, uint64_t token)
 		CS_ERR("device copy failed: %s", cudaGetErrorString(q));
 		cudaGetLastError();
 		/* a failed event is not reused: a new one is made */
-		cudaEventDestroy(e->ev);
-		free(e);
+		gi_ev_free(e);
 		x->nev_out--;
 		return -EIO;
 	}
@@ -294,6 +318,78 @@ static int gi_copy_poll(void *ctx, uint64_t token)
 	x->free_ev = e;
 	x->nev_out--;
 	return ret;
+}
+
+/*
+ * Reduce a chunk in pinned host memory into the range where it lands:
+ * on the host -> device stream (after the copies and reductions started
+ * on it before: the server's order), the chunk goes into the event's
+ * device scratch and cs_gpu_reduce (gpu/kernels.cu) folds it into the
+ * range; @first copies it there instead. An event behind it is the
+ * token, as for a copy; the scratch is the event's until it completed.
+ * A scratch is grown with cudaMalloc (it synchronises the device: once
+ * per event, at the largest piece, ipc.dev_chunk).
+ */
+static int gi_reduce_start(void *ctx, void *cookie, uint64_t off,
+			   const void *host, size_t len, enum cs_dtype t,
+			   enum cs_redop op, bool first, uint64_t *token)
+{
+	struct cs_gpu_ipc *x = ctx;
+	struct range *r = cookie;
+	size_t esz = cs_dtype_size(t);
+	struct gi_ev *e;
+	void *va;
+	int err;
+
+	if (t != CS_F32 && t != CS_F16 && t != CS_BF16 && t != CS_F64)
+		return -EOPNOTSUPP;
+	if (!esz || len % esz || off > r->len || len > r->len - off ||
+	    cs_gpu_map_addr(x->map, r->owner, r->id, r->off + off, len, &va))
+		return -ERANGE;
+	err = gi_ev_get(x, &e);
+	if (err)
+		return err;
+	if (!first && e->scratch_len < len) {
+		if (e->scratch)
+			cudaFree(e->scratch);
+		e->scratch = NULL;
+		e->scratch_len = 0;
+		if (cudaMalloc(&e->scratch, len) != cudaSuccess) {
+			CS_ERR("device scratch of %zu bytes: %s", len,
+			       cudaGetErrorString(cudaGetLastError()));
+			e->scratch = NULL;
+			err = -ENOMEM;
+			goto out_put;
+		}
+		e->scratch_len = len;
+	}
+	if (first) {
+		if (cudaMemcpyAsync(va, host, len, cudaMemcpyHostToDevice,
+				    x->h2d) != cudaSuccess)
+			err = -EIO;
+	} else if (cudaMemcpyAsync(e->scratch, host, len,
+				   cudaMemcpyHostToDevice,
+				   x->h2d) != cudaSuccess) {
+		err = -EIO;
+	} else {
+		err = cs_gpu_reduce(va, e->scratch, len / esz, t, op, x->h2d);
+	}
+	if (!err && cudaEventRecord(e->ev, x->h2d) != cudaSuccess)
+		err = -EIO;
+	if (err) {
+		CS_ERR("device reduction of %zu bytes did not start: %s (%s)",
+		       len, cs_strerror(err),
+		       cudaGetErrorString(cudaGetLastError()));
+		goto out_put;
+	}
+	x->nev_out++;
+	*token = (uint64_t)(uintptr_t)e;
+	return 0;
+
+out_put:
+	e->next = x->free_ev;
+	x->free_ev = e;
+	return err;
 }
 
 static void *gi_shadow_alloc(void *ctx, size_t len)
@@ -324,4 +420,5 @@ const struct cs_ipc_dev_ops cs_gpu_ipc_ops = {
 	.shadow_free = gi_shadow_free,
 	.copy_start = gi_copy_start,
 	.copy_poll = gi_copy_poll,
+	.reduce_start = gi_reduce_start,
 };

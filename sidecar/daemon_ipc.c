@@ -206,10 +206,14 @@ struct ipcd_op {
  * every node of the ring puts its view of the group into its own slot of
  * a buffer of ring-size slots and the buffer is summed across the nodes
  * (the other slots are zero, so every node ends with every slot). Words
- * of a slot: present (1), node rank, group size, local size, then the
- * group rank + 1 of each local rank (0: none).
+ * of a slot: present (1), node rank, group size, local size, the node's
+ * cut size (cs_ipc_inter_op.pipe: ipc.dev_pipe where it cuts, else 0),
+ * how many slices it cut the checked operation into (0: not cut), then
+ * the group rank + 1 of each local rank (0: none).
  */
-#define IPCD_CHK_HDR 4
+#define IPCD_CHK_HDR 6
+#define IPCD_CHK_PIPE 4
+#define IPCD_CHK_SLICES 5
 #define IPCD_CHK_WORDS (IPCD_CHK_HDR + CS_IPC_MAX_LOCAL)
 /* The verdict exchange: per node present (1), node rank, status, detail,
  * peer + 1 (status 0: this node did not refuse the operation). */
@@ -701,6 +705,9 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	slot[1] = (int32_t)x->d->conf.rank;
 	slot[2] = (int32_t)op->group_size;
 	slot[3] = (int32_t)op->local_size;
+	/* at most 1G (ipc.dev_pipe's bound): fits */
+	slot[IPCD_CHK_PIPE] = (int32_t)op->pipe;
+	slot[IPCD_CHK_SLICES] = (int32_t)op->slices;
 	/* rank + 1; -1: a rank with no number yet (joined with this node) */
 	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
 		slot[IPCD_CHK_HDR + l] =
@@ -1239,8 +1246,8 @@ static unsigned finish_and_next_ex(struct cs_daemon_ipc *x, struct ipcd_op *o,
 		cs_ipc_server_inter_refuse(x->srv, cookie, status, ref->detail,
 					   ref->peer, ref->aux);
 	else if (ref)
-		cs_ipc_server_inter_fail(x->srv, cookie, status, ref->detail,
-					 ref->peer);
+		cs_ipc_server_inter_fail_ex(x->srv, cookie, status, ref->detail,
+					    ref->peer, ref->aux);
 	else if (status == CS_ERR_PEER_LOST && node >= 0)
 		cs_ipc_server_inter_fail(x->srv, cookie, status,
 					 CS_IPC_LOST_SESSION, node);
@@ -1313,6 +1320,56 @@ static unsigned schedule(struct cs_daemon_ipc *x, cs_ns_t now)
 }
 
 /*
+ * What the nodes of @o's group cut large operations at (their
+ * IPCD_CHK_PIPE words, after the check): every node computes the same
+ * from the same slots. Tells the server (cs_ipc_server_set_pipe). Returns
+ * true if they differ and some node cut the checked operation itself
+ * (the nodes' steps of it do not match: it is refused, *@ref says with
+ * what), else false.
+ */
+static bool check_pipe(struct cs_daemon_ipc *x, const struct ipcd_op *o,
+		       struct ipcd_refusal *ref)
+{
+	const int32_t *me = o->chk + (size_t)o->chk_pos * IPCD_CHK_WORDS;
+	uint64_t limit = UINT64_MAX;
+	int32_t node = -1;
+	uint32_t val = 0;
+	bool ok = true, cut = false;
+
+	for (uint32_t j = 0; j < o->chk_n; j++) {
+		const int32_t *sl = o->chk + (size_t)j * IPCD_CHK_WORDS;
+
+		if (sl[0] != 1)
+			continue;
+		if (sl[IPCD_CHK_PIPE] > 0 &&
+		    (uint64_t)sl[IPCD_CHK_PIPE] < limit)
+			limit = (uint64_t)sl[IPCD_CHK_PIPE];
+		cut |= sl[IPCD_CHK_SLICES] != 0;
+		if (sl[IPCD_CHK_PIPE] != me[IPCD_CHK_PIPE] && ok) {
+			ok = false;
+			node = sl[1];
+			val = (uint32_t)sl[IPCD_CHK_PIPE];
+		}
+	}
+	if (cs_ipc_server_set_pipe(x->srv, o->op.cookie, ok, limit, node, val))
+		return false; /* gone: nothing to refuse */
+	if (ok || !cut)
+		return false;
+	CS_ERR("group '%s' op %#x refused: node %d cuts it at ipc.dev_pipe=%u "
+	       "bytes, this node (%u) at %d (0: not cut): set the same "
+	       "ipc.dev_pipe on every sidecar",
+	       o->name, o->op_id, (int)node, val, x->d->conf.rank,
+	       (int)me[IPCD_CHK_PIPE]);
+	*ref = (struct ipcd_refusal){
+		.group = false,
+		.detail = CS_IPC_BAD_PIPE,
+		.peer = node,
+		.aux = val,
+	};
+	return true;
+}
+
+/*
  * @o's membership check is done: refuse its group if the nodes
  * disagree (every node does, each naming another node), else run the
  * operation itself. Returns work done.
@@ -1328,6 +1385,8 @@ static unsigned check_done(struct cs_daemon_ipc *x, struct ipcd_op *o,
 	if (check_refuses(x, o, &ref.detail, &ref.peer, &ref.aux))
 		return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1, &ref, now);
 	o->check = false;
+	if (check_pipe(x, o, &ref))
+		return finish_and_next_ex(x, o, CS_ERR_BAD_DESC, -1, &ref, now);
 	if (o->nnodes) {
 		char list[96];
 		size_t n = 0;
@@ -2170,6 +2229,11 @@ void cs_daemon_ipc_stop(struct cs_daemon *d)
 				(unsigned long long)st.pipe_ops,
 				(unsigned long long)st.pipe_slices,
 				(unsigned long long)st.pipe_overlap);
+		if (st.dev_reduce_ops) /* ipc.dev_reduce */
+			CS_INFO("device reductions: %llu allreduces reduced "
+				"on the device in %llu pieces",
+				(unsigned long long)st.dev_reduce_ops,
+				(unsigned long long)st.dev_reduce_pieces);
 	}
 	/* destroying the server cancels what is still running */
 	cs_ipc_server_destroy(x->srv);

@@ -230,6 +230,13 @@ enum cs_ipc_bad {
 	 * @root, differs: e.g. an MoE layer with node-sum on some ranks
 	 * only); every rank gets this, nothing sent */
 	CS_IPC_BAD_DYN_TAG,
+	/* an allreduce or broadcast across nodes that the group's nodes
+	 * would cut into slices differently (ipc.dev_pipe, ipc.dev_pipe_any
+	 * or GPU support differ between the sidecars); refused on every
+	 * node, nothing sent. @peer: a node (sidecar rank) that cuts
+	 * otherwise than this one; the aux word: its cut size in bytes (0:
+	 * it does not cut) */
+	CS_IPC_BAD_PIPE,
 	CS_IPC_BAD_COUNT_
 };
 

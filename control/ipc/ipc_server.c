@@ -120,12 +120,20 @@ const struct cs_cfg_entry cs_ipc_cfg_table[] = {
 	  "slices of this size, each slice's network step overlapped with "
 	  "the next one's device copy in and the previous one's copy out "
 	  "(sidecars with asynchronous device copies only; 0: never, else "
-	  "64K to 1G; the same on every node)" },
+	  "64K to 1G; the same on every node: a group's nodes compare it, "
+	  "and an operation they would cut differently is refused)" },
 	{ "ipc.dev_pipe_any", CS_CFG_BOOL,
 	  offsetof(struct cs_ipc_cfg, dev_pipe_any), "0", CS_CFG_NO_BOUNDS,
 	  "cut operations at ipc.dev_pipe in a sidecar without device "
 	  "copies too (host buffers: nothing to overlap; checks the cut "
 	  "across nodes without a GPU; the same on every node)" },
+	{ "ipc.dev_reduce", CS_CFG_BOOL,
+	  offsetof(struct cs_ipc_cfg, dev_reduce), "0", CS_CFG_NO_BOUNDS,
+	  "an allreduce (f32, f16, bf16) whose local rank 0 receives into "
+	  "device memory: reduce the local ranks' contributions into it on "
+	  "the device (their chunks copied from the pinned shadows into "
+	  "device scratch, the kernel on the sidecar's stream) instead of on "
+	  "the CPU (CUDA sidecars; 0: always on the CPU)" },
 };
 const size_t cs_ipc_cfg_table_len = CS_ARRAY_SIZE(cs_ipc_cfg_table);
 
@@ -208,6 +216,9 @@ struct inst {
 	 * place in the server's list of instances that copy */
 	uint8_t dev_phase; /* enum dev_phase */
 	bool dev_err;
+	/* its local reduction runs on the device (DEV_RED): the CPU's is
+	 * skipped (reduce_local_at()) */
+	bool dev_red;
 	uint32_t dev_busy;
 	uint32_t dev_l, dev_r;
 	size_t dev_at;
@@ -243,6 +254,12 @@ enum dev_phase {
 	/* pipelined (ipc.dev_pipe): slices copy in, go on the wire and
 	 * copy out at once, each slice in that order */
 	DEV_PIPE,
+	/* ipc.dev_reduce (after DEV_IN): the local ranks' contributions
+	 * reduced into local rank 0's recv range on the device (DEV_RED),
+	 * then that result copied to its shadow (DEV_RES); then DEV_RUN
+	 * with the reduction done (inst.dev_red) */
+	DEV_RED,
+	DEV_RES,
 };
 
 /* One device copy piece in flight: whose, and the device ops' token. */
@@ -276,6 +293,15 @@ struct group {
 	/* its last membership check found the node-block layout
 	 * (cs_ipc_server_set_blocked) */
 	bool blocked;
+	/* what its last membership check found of the nodes' cut sizes
+	 * (cs_ipc_server_set_pipe): pipe_told false: nothing yet (this
+	 * node's ipc.dev_pipe alone decides); pipe_ok: every node cuts
+	 * alike; else an allreduce or broadcast of more than pipe_limit
+	 * bytes is refused (node pipe_node cuts at pipe_val bytes) */
+	bool pipe_told, pipe_ok;
+	uint64_t pipe_limit;
+	int32_t pipe_node;
+	uint32_t pipe_val;
 	/* the nodes it spans (struct cs_ipc_msg.u.join.nodes): all zero,
 	 * every node */
 	uint64_t nodes[CS_IPC_NODE_WORDS];
@@ -568,6 +594,20 @@ static bool dev_async(const struct cs_ipc_server *s)
 }
 
 /*
+ * The size this sidecar cuts a large cross-node allreduce or broadcast
+ * at (ipc.dev_pipe, with asynchronous device copies or ipc.dev_pipe_any),
+ * 0 if it does not cut. Handed to the backend with every step
+ * (cs_ipc_inter_op.pipe): the group's membership check compares it
+ * across the nodes.
+ */
+static uint64_t pipe_bytes(const struct cs_ipc_server *s)
+{
+	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be
+		       ? s->cfg.dev_pipe
+		       : 0;
+}
+
+/*
  * Range @r (0: send, 1: recv) of part @l of @in that phase @phase copies:
  * DEV_IN the device send ranges (and a broadcast's recv) into their
  * shadows, DEV_OUT the device recv ranges back (the same as the
@@ -588,7 +628,10 @@ static bool dev_range(const struct group *g, const struct inst *in,
 		*host = p->send;
 		*len = slen;
 	} else if (r && p->recv_seg && p->recv_seg->dev &&
-		   (phase == DEV_OUT || p->d.op == CS_IPC_OP_BROADCAST)) {
+		   (phase == DEV_OUT || p->d.op == CS_IPC_OP_BROADCAST) &&
+		   /* reduced there on this node alone: it holds the result */
+		   !(phase == DEV_OUT && in->dev_red && !l &&
+		     g->local_size == g->size)) {
 		*sg = p->recv_seg;
 		*host = p->recv;
 		*len = rlen;
@@ -632,12 +675,19 @@ static void dev_unlink(struct cs_ipc_server *s, struct inst *in)
 static void pipe_issue(struct cs_ipc_server *s, struct group *g,
 		       struct inst *in);
 
+static void red_issue(struct cs_ipc_server *s, struct group *g,
+		      struct inst *in);
+
 static void dev_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
 {
 	uint32_t slot = 0;
 
 	if (in->dev_phase == DEV_PIPE) {
 		pipe_issue(s, g, in);
+		return;
+	}
+	if (in->dev_phase == DEV_RED || in->dev_phase == DEV_RES) {
+		red_issue(s, g, in);
 		return;
 	}
 
@@ -794,6 +844,95 @@ static void pipe_issue(struct cs_ipc_server *s, struct group *g,
 	}
 }
 
+/* ---- local reduction on the device (ipc.dev_reduce) ------------------ */
+
+/*
+ * Whether @in's local reduction runs on the device: an allreduce of
+ * several local ranks (f32, f16, bf16: the types of gpu/kernels.cu)
+ * whose result lands in device memory (local rank 0's recv range, the
+ * accumulator of reduce_local()), in a sidecar with asynchronous device
+ * copies and reduce_start, and ipc.dev_reduce on. A host destination,
+ * and every other case, reduces on the CPU as before.
+ */
+static bool dev_red_wanted(const struct cs_ipc_server *s, const struct group *g,
+			   const struct inst *in)
+{
+	const struct part *p0 = &in->parts[0];
+
+	return s->cfg.dev_reduce && dev_async(s) && s->dev_ops->reduce_start &&
+	       p0->d.op == CS_IPC_OP_ALLREDUCE && g->local_size > 1 &&
+	       p0->recv_seg && p0->recv_seg->dev && p0->d.count &&
+	       (p0->d.dtype == CS_F32 || p0->d.dtype == CS_F16 ||
+		p0->d.dtype == CS_BF16);
+}
+
+/*
+ * Issue @in's next DEV_RED or DEV_RES pieces. DEV_RED: local rank l's
+ * contribution (its send: the shadow DEV_IN filled, or host memory) is
+ * reduced into local rank 0's recv range on the device, rank after rank
+ * (rank 0's own copied there first unless it is in place): in each
+ * element the CPU's order (reduce_local_at()), so the same bits. The
+ * device ops run these pieces in the order they start. DEV_RES: that
+ * range's result to its shadow, where the rest of the operation (the
+ * fan-out, the cross-node step, the copies out) finds it. A piece that
+ * does not start fails the instance (dev_err), as a copy in.
+ */
+static void red_issue(struct cs_ipc_server *s, struct group *g, struct inst *in)
+{
+	struct part *p0 = &in->parts[0];
+	struct seg *sg = p0->recv_seg;
+	size_t esz = cs_dtype_size((enum cs_dtype)p0->d.dtype);
+	size_t len = p0->d.count * esz;
+	uint64_t base = (uint64_t)(p0->recv - (uint8_t *)sg->base);
+	uint32_t slot = 0;
+
+	while (s->xf_used < s->cfg.dev_depth && !in->dev_err) {
+		uint32_t l = in->dev_l;
+		bool res = in->dev_phase == DEV_RES;
+		uint64_t tok = 0;
+		size_t n;
+		int err;
+
+		if (l >= (res ? 1u : g->local_size))
+			break;
+		if (in->dev_at >= len || (!res && !l && p0->send == p0->recv)) {
+			in->dev_at = 0;
+			in->dev_l++;
+			continue;
+		}
+		/* whole elements per piece (ipc.dev_chunk need not be a
+		 * multiple of the element size) */
+		n = CS_MIN(len - in->dev_at,
+			   (size_t)s->cfg.dev_chunk - s->cfg.dev_chunk % esz);
+		while (s->xf[slot].in)
+			slot++;
+		if (res)
+			err = s->dev_ops->copy_start(
+				s->dev_ctx, sg->dev, base + in->dev_at,
+				p0->recv + in->dev_at, n, true, &tok);
+		else
+			err = s->dev_ops->reduce_start(
+				s->dev_ctx, sg->dev, base + in->dev_at,
+				in->parts[l].send + in->dev_at, n,
+				(enum cs_dtype)p0->d.dtype,
+				(enum cs_redop)p0->d.redop, !l, &tok);
+		if (err) {
+			CS_WARN("device %s of %zu bytes did not start: %s",
+				res ? "copy" : "reduction", n,
+				cs_strerror(err));
+			in->dev_err = true;
+			break;
+		}
+		if (!res)
+			s->st.dev_reduce_pieces++;
+		s->xf[slot] =
+			(struct dev_xfer){ .in = in, .part = l, .token = tok };
+		s->xf_used++;
+		in->dev_busy++;
+		in->dev_at += n;
+	}
+}
+
 /* Start copying @in's device ranges in (DEV_IN) or out (DEV_OUT). */
 /* Put @in at the end of the sidecar's list of instances copying, in
  * @phase, its copies not started yet. */
@@ -826,7 +965,7 @@ static void dev_xfer_end(struct cs_ipc_server *s, struct dev_xfer *x, int ret)
 	struct inst *in = x->in;
 	/* a copy in fails the instance, a copy out that part's result */
 	bool copy_in =
-		in->dev_phase == DEV_PIPE ? !x->out : in->dev_phase == DEV_IN;
+		in->dev_phase == DEV_PIPE ? !x->out : in->dev_phase != DEV_OUT;
 
 	if (ret < 0) {
 		CS_WARN("device copy failed: %s", cs_strerror(ret));
@@ -890,8 +1029,14 @@ static void dev_phase_done(struct cs_ipc_server *s, struct group *g,
 			       in->fin_peer, in->fin_aux);
 	} else if (in->dev_err) {
 		in->dev_phase = DEV_NONE;
+		in->dev_red = false;
 		send_verdict(s, g, in->seq, -EIO, 0, -1);
 		inst_finish(s, g, in, -EIO, 0, -1);
+	} else if (in->dev_red && in->dev_phase == DEV_IN) {
+		s->st.dev_reduce_ops++;
+		dev_start(s, g, in, DEV_RED);
+	} else if (in->dev_phase == DEV_RED) {
+		dev_start(s, g, in, DEV_RES);
 	} else {
 		in->dev_phase = DEV_RUN;
 		run_now(s, g, in);
@@ -937,7 +1082,8 @@ again: /* a phase that ends may start or end others: from the head again */
 		}
 		dev_issue(s, g, in);
 		if (!in->dev_busy &&
-		    (in->dev_err || in->dev_l >= g->local_size)) {
+		    (in->dev_err || in->dev_l >= g->local_size ||
+		     (in->dev_phase == DEV_RES && in->dev_l >= 1))) {
 			dev_phase_done(s, g, in);
 			work++;
 			goto again;
@@ -966,6 +1112,7 @@ static void inst_retire(struct cs_ipc_server *s, struct group *g,
 	in->arrived = 0;
 	in->pipe_n = 0;
 	in->pipe_wire = false;
+	in->dev_red = false;
 	if (in->seq != g->next_done) {
 		in->done = true;
 		return;
@@ -994,7 +1141,8 @@ static void inst_finish_ex(struct cs_ipc_server *s, struct group *g,
 
 	/* ended while it copies: its pieces in flight finish first */
 	if (in->dev_phase == DEV_IN || in->dev_phase == DEV_OUT ||
-	    in->dev_phase == DEV_PIPE)
+	    in->dev_phase == DEV_PIPE || in->dev_phase == DEV_RED ||
+	    in->dev_phase == DEV_RES)
 		dev_drain(s, in);
 	/* a result for device memory: copied out first, completed after */
 	if (!status && !copied && dev_async(s) && dev_needs(g, in, DEV_OUT)) {
@@ -1151,6 +1299,9 @@ static void reduce_local_at(struct cs_ipc_server *s, struct group *g,
 	cs_reduce_fn fn = cs_reduce_get((enum cs_dtype)p0->d.dtype,
 					(enum cs_redop)p0->d.redop);
 
+	/* reduced on the device already (DEV_RED), the result in acc */
+	if (in->dev_red)
+		return;
 	/* acc is local rank 0's send (in place) or clear of every send */
 	if (g->local_size == 1) {
 		if (acc != p0->send + fb)
@@ -1530,8 +1681,10 @@ static void run_local(struct cs_ipc_server *s, struct group *g, struct inst *in)
 static void inter_start(struct cs_ipc_server *s, struct group *g,
 			struct inst *in)
 {
-	int ret = s->be.start_inter_node(s->be.ctx, &in->op);
+	int ret;
 
+	in->op.pipe = pipe_bytes(s);
+	ret = s->be.start_inter_node(s->be.ctx, &in->op);
 	in->parked = ret == -EBUSY && in->seq != g->next_done;
 	if (ret && !in->parked) {
 		in->inter = false;
@@ -1836,12 +1989,31 @@ static bool pipe_wanted(const struct cs_ipc_server *s, const struct group *g,
 			const struct inst *in)
 {
 	const struct part *p0 = &in->parts[0];
+	uint64_t cut = pipe_bytes(s);
 
-	return (dev_async(s) || s->cfg.dev_pipe_any) && s->have_be &&
-	       s->cfg.dev_pipe && g->local_size != g->size &&
+	return cut && g->local_size != g->size &&
 	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
 		p0->d.op == CS_IPC_OP_BROADCAST) &&
-	       p0->d.count * esz_of(p0) > s->cfg.dev_pipe;
+	       p0->d.count * esz_of(p0) > cut;
+}
+
+/*
+ * Whether @in must be refused because the group's nodes would cut it
+ * differently: its membership check found another cut size on some node
+ * (cs_ipc_server_set_pipe), and @in is an allreduce or broadcast over
+ * nodes of more bytes than the smallest one (some node cuts it, and not
+ * every node alike). Every node of the group holds the same check's
+ * result and refuses the same operations, so none of them starts a step
+ * (no verdict needed); operations that no node cuts run.
+ */
+static bool pipe_refused(const struct group *g, const struct inst *in)
+{
+	const struct part *p0 = &in->parts[0];
+
+	return g->pipe_told && !g->pipe_ok && g->local_size != g->size &&
+	       (p0->d.op == CS_IPC_OP_ALLREDUCE ||
+		p0->d.op == CS_IPC_OP_BROADCAST) &&
+	       p0->d.count * esz_of(p0) > g->pipe_limit;
 }
 
 /*
@@ -2072,6 +2244,11 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 		inst_finish(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_LAYOUT, -1);
 		return;
 	}
+	if (pipe_refused(g, in)) {
+		inst_finish_ex(s, g, in, CS_ERR_BAD_DESC, CS_IPC_BAD_PIPE,
+			       g->pipe_node, g->pipe_val);
+		return;
+	}
 	/* large enough to be cut in slices (on every node alike): each
 	 * slice's network step beside the next one's copies in */
 	if (pipe_wanted(s, g, in)) {
@@ -2080,6 +2257,12 @@ static void try_run(struct cs_ipc_server *s, struct group *g, struct inst *in)
 	}
 	/* device inputs: copied in first, run when they are all there
 	 * (dev_pump()), while other instances go on */
+	in->dev_red = dev_red_wanted(s, g, in);
+	if (in->dev_red && !dev_needs(g, in, DEV_IN)) {
+		s->st.dev_reduce_ops++;
+		dev_start(s, g, in, DEV_RED);
+		return;
+	}
 	if (dev_async(s) && dev_needs(g, in, DEV_IN)) {
 		dev_start(s, g, in, DEV_IN);
 		return;
@@ -2248,6 +2431,13 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 			      int status, unsigned detail, int32_t peer)
 {
+	cs_ipc_server_inter_fail_ex(s, cookie, status, detail, peer, 0);
+}
+
+void cs_ipc_server_inter_fail_ex(struct cs_ipc_server *s, uint64_t cookie,
+				 int status, unsigned detail, int32_t peer,
+				 uint32_t aux)
+{
 	uint32_t gid = (uint32_t)(cookie >> 48);
 	struct group *g;
 	struct inst *in;
@@ -2273,7 +2463,8 @@ void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 	if (!status)
 		fan_out(s, g, in);
 	in->inter = false;
-	inst_finish(s, g, in, status, status ? detail : 0, status ? peer : -1);
+	inst_finish_ex(s, g, in, status, status ? detail : 0,
+		       status ? peer : -1, status ? aux : 0);
 	run_ready(s, g);
 }
 
@@ -2504,6 +2695,34 @@ int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
 	return 0;
 }
 
+int cs_ipc_server_set_pipe(struct cs_ipc_server *s, uint64_t cookie, bool ok,
+			   uint64_t limit, int32_t node, uint32_t val)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+	struct group *g;
+
+	if (gid >= s->cfg.max_groups)
+		return -ENOENT;
+	g = &s->groups[gid];
+	if (!g->used || g->failed || !inst_of(g, cookie))
+		return -ENOENT;
+	if (!ok && !g->pipe_told)
+		CS_WARN("group '%s': node %d cuts large allreduces and "
+			"broadcasts at ipc.dev_pipe=%u bytes, this node at "
+			"%llu (0: not cut): those of more than %llu bytes are "
+			"refused; set the same ipc.dev_pipe (and "
+			"ipc.dev_pipe_any, GPU support) on every sidecar",
+			g->name, (int)node, val,
+			(unsigned long long)pipe_bytes(s),
+			(unsigned long long)limit);
+	g->pipe_told = true;
+	g->pipe_ok = ok;
+	g->pipe_limit = limit;
+	g->pipe_node = node;
+	g->pipe_val = val;
+	return 0;
+}
+
 unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			    int32_t lost_node)
 {
@@ -2534,6 +2753,7 @@ unsigned cs_ipc_server_view(struct cs_ipc_server *s, uint32_t epoch,
 			g->epoch = epoch;
 			g->regroup = true;
 			g->blocked = false; /* until the next check says */
+			g->pipe_told = false; /* ... on other nodes */
 			g->seq_base = g->next_done;
 			continue;
 		}
@@ -3268,6 +3488,7 @@ static int group_new(struct cs_ipc_server *s, const char *name, uint32_t size,
 	g->epoch = s->epoch;
 	g->head_at = s->now;
 	g->blocked = false; /* until its membership check says */
+	g->pipe_told = false;
 	g->used = true;
 	s->st.groups++;
 	*out = g;

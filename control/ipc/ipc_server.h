@@ -76,6 +76,10 @@ struct cs_ipc_cfg {
 	/* cut at dev_pipe without asynchronous device copies too (host
 	 * buffers: nothing overlaps; checks the cut across nodes) */
 	bool dev_pipe_any;
+	/* an allreduce whose local rank 0's recv range is on the device:
+	 * the local ranks' contributions are reduced into it on the
+	 * device (cs_ipc_dev_ops reduce_start), not on the CPU */
+	bool dev_reduce;
 };
 
 extern const struct cs_cfg_entry cs_ipc_cfg_table[];
@@ -170,6 +174,10 @@ struct cs_ipc_inter_op {
 	 * pipelined instance names the slice the other nodes wait in.
 	 */
 	uint32_t slice, slices;
+	/* this node's cut size (ipc.dev_pipe where it cuts, else 0), set
+	 * by the server on every step: the group's membership check
+	 * compares it across the nodes (cs_ipc_server_set_pipe) */
+	uint64_t pipe;
 	/* CS_IPC_INTER_VERDICT: the completion its ranks here got */
 	int32_t status;
 	uint16_t detail;
@@ -241,6 +249,20 @@ struct cs_ipc_dev_ops {
 	 * range is unmapped or its shadow freed or reused.
 	 */
 	int (*copy_poll)(void *ctx, uint64_t token);
+	/*
+	 * Optional (with @copy_start): start reducing @len bytes of host
+	 * memory at @host (a chunk that landed in pinned memory: a local
+	 * rank's contribution in its shadow) into the range at @off on the
+	 * device, element by element with the rules of
+	 * collectives/reduce.h: range = op(range, chunk), or range = chunk
+	 * when @first. The pieces run in the order they were started (one
+	 * stream: a piece reads what the pieces before it wrote). *@token
+	 * is polled by @copy_poll. 0, -EOPNOTSUPP (no kernel for @t) or a
+	 * negative error (nothing started then).
+	 */
+	int (*reduce_start)(void *ctx, void *cookie, uint64_t off,
+			    const void *host, size_t len, enum cs_dtype t,
+			    enum cs_redop op, bool first, uint64_t *token);
 };
 
 /**
@@ -272,6 +294,10 @@ struct cs_ipc_stats {
 	uint64_t pipe_ops;
 	uint64_t pipe_slices;
 	uint64_t pipe_overlap;
+	/* allreduces reduced on the device (ipc.dev_reduce), and their
+	 * reduce_start pieces */
+	uint64_t dev_reduce_ops;
+	uint64_t dev_reduce_pieces;
 };
 
 /**
@@ -352,6 +378,11 @@ void cs_ipc_server_inter_done(struct cs_ipc_server *s, uint64_t cookie,
 void cs_ipc_server_inter_fail(struct cs_ipc_server *s, uint64_t cookie,
 			      int status, unsigned detail, int32_t peer);
 
+/* cs_ipc_server_inter_fail() with the completions' aux word too */
+void cs_ipc_server_inter_fail_ex(struct cs_ipc_server *s, uint64_t cookie,
+				 int status, unsigned detail, int32_t peer,
+				 uint32_t aux);
+
 /**
  * cs_ipc_server_inter_refuse - the backend refuses a group's cross-node step
  * @s: server
@@ -409,6 +440,29 @@ void cs_ipc_server_set_node(struct cs_ipc_server *s, uint32_t node);
  */
 int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
 			      bool blocked);
+
+/**
+ * cs_ipc_server_set_pipe - what the group's nodes cut large operations at
+ * @s: server
+ * @cookie: the step whose membership check ran (cs_ipc_inter_op.pipe of
+ *	every node compared)
+ * @ok: every node of the group has the same cut size
+ * @limit: else: the smallest cut size of a node that cuts (an allreduce
+ *	or broadcast of at most this many bytes is cut by no node)
+ * @node: else: a node (sidecar rank) whose cut size is not this node's
+ * @val: its cut size (0: it does not cut)
+ *
+ * Every node of the group is told the same. From then on an allreduce or
+ * broadcast of the group over nodes of more than @limit bytes (which the
+ * nodes would cut differently and whose steps would not match) is
+ * refused on every node with CS_ERR_BAD_DESC, CS_IPC_BAD_PIPE naming
+ * @node (aux word @val), without a step; the others run. The step of
+ * @cookie itself is the backend's to end (it may have been cut already).
+ * Until a check told it (and with a backend that does not check), this
+ * node cuts by its own ipc.dev_pipe. Returns 0 or -ENOENT.
+ */
+int cs_ipc_server_set_pipe(struct cs_ipc_server *s, uint64_t cookie, bool ok,
+			   uint64_t limit, int32_t node, uint32_t val);
 
 /**
  * cs_ipc_server_regroup - an elastic group's nodes re-formed it

@@ -12,7 +12,12 @@
  * another's network step (a fake backend; seen in the fake's log of
  * calls, not timed), and a trainer that dies with copies in flight.
  * Then one large operation cut into ipc.dev_pipe slices, its copies
- * beside its own network step (pipe_trainer(), pipe_die_trainer()). */
+ * beside its own network step (pipe_trainer(), pipe_die_trainer()).
+ * Then ipc.dev_reduce: the local ranks' contributions reduced into a
+ * device destination by the device ops (the fake's reduce_start, a CPU
+ * emulation of the kernel call, in stream order), every type and
+ * operator checked element by element, the pieces counted
+ * (red_trainer()). */
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -28,6 +33,7 @@
 #include <sys/wait.h>
 
 #include "collstack/collstack.h"
+#include "collectives/reduce.h"
 #include "control/ipc/ipc_server.h"
 #include "check.h"
 
@@ -74,6 +80,11 @@ struct shared {
 	_Atomic uint32_t inflight_at_fail; /* copies when fail_slice hit */
 	_Atomic int view_now; /* the sidecar moves to a new node view */
 	_Atomic uint64_t pipe_ops, pipe_slices, pipe_overlap; /* at exit */
+	/* reduce_start pieces the fake ran (ipc.dev_reduce), those with
+	 * @first (a plain copy into the destination), and the server's
+	 * counters at exit */
+	_Atomic uint32_t reduces, reduce_firsts;
+	_Atomic uint64_t dev_reduce_ops, dev_reduce_pieces;
 	_Atomic uint32_t nlog;
 	struct ev log[LOG_MAX];
 };
@@ -219,6 +230,12 @@ static const struct cs_ipc_dev_ops fake_dev_ops = {
 struct job {
 	bool used;
 	bool to_host;
+	/* reduce_start: range = op(range, host), or = host when @first;
+	 * @rseq: its place in the fake stream's order */
+	bool reduce, first;
+	enum cs_dtype t;
+	enum cs_redop op;
+	uint64_t rseq;
 	struct fake_range *r;
 	uint64_t off;
 	uint8_t *host;
@@ -228,6 +245,9 @@ struct job {
 
 static struct job jobs[JOBS]; /* in the sidecar */
 static unsigned rng = 12345;
+/* reduce pieces started, and done: one finishes only after every piece
+ * started before it (a CUDA stream's order) */
+static uint64_t red_started, red_done;
 
 static int fa_start(void *ctx, void *cookie, uint64_t off, void *host,
 		    size_t len, bool to_host, uint64_t *token)
@@ -272,6 +292,10 @@ static int fa_poll(void *ctx, uint64_t token)
 		return 0;
 	if (--j->polls > 0)
 		return 0;
+	if (j->reduce && j->rseq != red_done)
+		return 0; /* a piece started before it still runs */
+	if (j->reduce)
+		red_done++;
 	j->used = false;
 	if (atomic_load(&sh->fail) == want && atomic_load(&sh->fail_skip) > 0) {
 		atomic_fetch_sub(&sh->fail_skip, 1);
@@ -285,11 +309,43 @@ static int fa_poll(void *ctx, uint64_t token)
 			     .len = j->len });
 	if (atomic_compare_exchange_strong(&sh->fail, &want, FAIL_NONE))
 		return -EIO;
-	if (j->to_host)
+	if (j->to_host) {
 		memcpy(j->host, j->r->map + j->r->off + j->off, j->len);
-	else
+	} else if (j->reduce && !j->first) { /* the kernel, emulated */
+		uint8_t *dst = j->r->map + j->r->off + j->off;
+
+		cs_reduce_get(j->t, j->op)(dst, dst, j->host,
+					   j->len / cs_dtype_size(j->t));
+	} else {
 		memcpy(j->r->map + j->r->off + j->off, j->host, j->len);
+	}
 	return 1;
+}
+
+/* The fake's reduce_start: noted like a copy (a job), run when polled
+ * done, in the order started. */
+static int fa_reduce_start(void *ctx, void *cookie, uint64_t off,
+			   const void *host, size_t len, enum cs_dtype t,
+			   enum cs_redop op, bool first, uint64_t *token)
+{
+	int err;
+
+	if (t != CS_F32 && t != CS_F16 && t != CS_BF16)
+		return -EOPNOTSUPP;
+	if (len % cs_dtype_size(t))
+		return -EINVAL;
+	err = fa_start(ctx, cookie, off, (void *)host, len, false, token);
+	if (err)
+		return err;
+	jobs[*token].reduce = true;
+	jobs[*token].first = first;
+	jobs[*token].t = t;
+	jobs[*token].op = op;
+	jobs[*token].rseq = red_started++;
+	atomic_fetch_add(&sh->reduces, 1);
+	if (first)
+		atomic_fetch_add(&sh->reduce_firsts, 1);
+	return 0;
 }
 
 static void fa_unmap(void *ctx, void *cookie)
@@ -325,6 +381,7 @@ static const struct cs_ipc_dev_ops async_dev_ops = {
 	.shadow_free = fa_shadow_free,
 	.copy_start = fa_start,
 	.copy_poll = fa_poll,
+	.reduce_start = fa_reduce_start,
 };
 
 /*
@@ -433,7 +490,7 @@ static void on_term(int sig)
 	stop = 1;
 }
 
-enum mode { NO_DEV, SYNC, ASYNC };
+enum mode { NO_DEV, SYNC, ASYNC, ASYNC_RED /* with ipc.dev_reduce */ };
 
 static int sidecar(const char *path, enum mode mode)
 {
@@ -465,11 +522,17 @@ static int sidecar(const char *path, enum mode mode)
 		fprintf(stderr, "sidecar: %s\n", err);
 		return 1;
 	}
-	if (cs_ipc_server_create(&cfg, mode == ASYNC ? &be : NULL, &srv))
+	if (mode == ASYNC_RED &&
+	    cs_cfg_set(cs_ipc_cfg_table, cs_ipc_cfg_table_len, &cfg,
+		       "ipc.dev_reduce", "1", err, sizeof(err))) {
+		fprintf(stderr, "sidecar: %s\n", err);
+		return 1;
+	}
+	if (cs_ipc_server_create(&cfg, mode >= ASYNC ? &be : NULL, &srv))
 		return 1;
 	if (mode != NO_DEV)
 		cs_ipc_server_set_dev(
-			srv, mode == ASYNC ? &async_dev_ops : &fake_dev_ops,
+			srv, mode >= ASYNC ? &async_dev_ops : &fake_dev_ops,
 			NULL);
 	while (!stop) {
 		if (atomic_exchange(&sh->view_now, 0)) /* a node was lost */
@@ -477,7 +540,7 @@ static int sidecar(const char *path, enum mode mode)
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ret = cs_ipc_server_poll(srv, (cs_ns_t)ts.tv_sec * 1000000000 +
 						      (cs_ns_t)ts.tv_nsec);
-		if (mode == ASYNC)
+		if (mode >= ASYNC)
 			wire_tick(srv);
 		if (ret <= 0)
 			usleep(50);
@@ -486,6 +549,8 @@ static int sidecar(const char *path, enum mode mode)
 	atomic_store(&sh->pipe_ops, st.pipe_ops);
 	atomic_store(&sh->pipe_slices, st.pipe_slices);
 	atomic_store(&sh->pipe_overlap, st.pipe_overlap);
+	atomic_store(&sh->dev_reduce_ops, st.dev_reduce_ops);
+	atomic_store(&sh->dev_reduce_pieces, st.dev_reduce_pieces);
 	cs_ipc_server_destroy(srv);
 	return 0;
 }
@@ -1310,6 +1375,165 @@ static int pipe_die_trainer(const char *path, int rank)
 	return check_report("pipe survivor");
 }
 
+/* ---- ipc.dev_reduce: the local reduction on the device ---------------- */
+
+#define RED_CHUNK (256u << 10) /* the test sidecar's ipc.dev_chunk */
+
+/* element @i of rank @r's contribution, type @t, operation @k: random
+ * bits (NaN, inf, subnormals, -0 among them) in 1 element of 8, else
+ * small values whose sums and products stay finite */
+static void red_fill(void *x, size_t n, enum cs_dtype t, int r, int k)
+{
+	unsigned seed = 977u * (unsigned)k + 31u * (unsigned)r + 7u;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned v = rand_r(&seed);
+		float f = (float)((int)(v % 2001) - 1000) / 64.0f;
+
+		if (t == CS_F32) {
+			if (v % 8 == 3)
+				((uint32_t *)x)[i] =
+					(uint32_t)rand_r(&seed) * 2654435761u;
+			else
+				((float *)x)[i] = f;
+			continue;
+		}
+		if (v % 8 == 3) {
+			((uint16_t *)x)[i] = (uint16_t)rand_r(&seed);
+			continue;
+		}
+		/* bf16: the f32 value cut to its top half; f16: a finite
+		 * positive bit pattern */
+		{
+			uint32_t b;
+
+			memcpy(&b, &f, 4);
+			((uint16_t *)x)[i] = t == CS_BF16
+						     ? (uint16_t)(b >> 16)
+						     : (uint16_t)(v % 0x7800);
+		}
+	}
+}
+
+/*
+ * Three trainers of one local group allreduce device ranges with
+ * ipc.dev_reduce on: every type (f32, f16, bf16) and operator, in place
+ * and out of place (send and recv different device ranges: rank 0's
+ * contribution copied into the destination first), every element
+ * compared bit for bit with the fold of the three contributions in rank
+ * order by the CPU kernels (collectives/reduce.h); the fake's count of
+ * reduce_start pieces must be exactly what the server owes (in place:
+ * ranks 1 and 2; else every rank; per ipc.dev_chunk piece). Then a host
+ * destination (reduced on the CPU: no piece), and a reduction piece
+ * that fails (-EIO to every rank; the next operation succeeds).
+ */
+static int red_trainer(const char *path, int rank, int size)
+{
+	static const enum cs_dtype types[] = { CS_F32, CS_F16, CS_BF16 };
+	static const enum cs_redop ops[] = { CS_SUM, CS_PROD, CS_MIN, CS_MAX };
+	struct cs_client *c = NULL;
+	struct cs_group *g = NULL;
+	struct cs_buf *db = NULL, *hb = NULL;
+	size_t half = (COUNT * 4 / 2) & ~(size_t)63;
+	uint8_t *mine, *other;
+	uint32_t nbar = 0;
+	struct cs_dev_mem m;
+	int k = 0, err, st;
+	cs_req_t r;
+
+	CHECK(!connect_retry(path, &c), "connect");
+	if (!c)
+		return 1;
+	CHECK(!dev_alloc(&m), "fake device allocation");
+	CHECK(!cs_group_join(c, "redg", rank, size, rank, size, &g), "join");
+	err = cs_buf_register_dev(c, &m, RANGE_OFF, COUNT * 4, &db);
+	CHECK(!err, "register a device range: %d %s", err, cs_errmsg(c));
+	CHECK(!cs_buf_alloc(c, COUNT * 4, &hb), "host buffer");
+	mine = malloc(half);
+	other = malloc(half);
+	if (!db || !hb || !g || !mine || !other)
+		return 1;
+	for (unsigned ti = 0; ti < 3; ti++)
+		for (unsigned oi = 0; oi < 4; oi++, k++) {
+			enum cs_dtype t = types[ti];
+			enum cs_redop op = ops[oi];
+			size_t esz = cs_dtype_size(t), n = half / esz;
+			uint8_t *x = cs_buf_ptr(db);
+			uint8_t *y = k % 2 ? x + half : x; /* out of place */
+			uint32_t before = atomic_load(&sh->reduces);
+			uint32_t f0 = atomic_load(&sh->reduce_firsts);
+			uint32_t pieces =
+				(uint32_t)((half + RED_CHUNK - 1) / RED_CHUNK);
+			cs_reduce_fn fn = cs_reduce_get(t, op);
+			size_t bad = 0;
+
+			red_fill(x, n, t, rank, k);
+			err = cs_allreduce(g, x, y, n, t, op, &r);
+			st = err ? err : wait_for(c, r);
+			CHECK(!st, "%s %s %s: %d %s", cs_dtype_name(t),
+			      cs_redop_name(op),
+			      k % 2 ? "out of place" : "in place", st,
+			      cs_errmsg(c));
+			/* the fold in rank order, as the CPU path does */
+			red_fill(mine, n, t, 0, k);
+			for (int q = 1; q < size; q++) {
+				red_fill(other, n, t, q, k);
+				fn(mine, mine, other, n);
+			}
+			for (size_t i = 0; i < n && !st; i++)
+				bad += memcmp(y + i * esz, mine + i * esz,
+					      esz) != 0;
+			CHECK(!bad, "%s %s %s: %zu of %zu elements differ",
+			      cs_dtype_name(t), cs_redop_name(op),
+			      k % 2 ? "out of place" : "in place", bad, n);
+			CHECK(atomic_load(&sh->reduces) - before ==
+					      (k % 2 ? 3u : 2u) * pieces &&
+				      atomic_load(&sh->reduce_firsts) - f0 ==
+					      (k % 2 ? pieces : 0u),
+			      "%s %s: %u device reduce pieces (%u first), "
+			      "want %u (%u)",
+			      cs_dtype_name(t), cs_redop_name(op),
+			      atomic_load(&sh->reduces) - before,
+			      atomic_load(&sh->reduce_firsts) - f0,
+			      (k % 2 ? 3u : 2u) * pieces, k % 2 ? pieces : 0u);
+			barrier(size, &nbar); /* the counters are this op's */
+		}
+	/* a host destination: the CPU reduces, as before */
+	{
+		uint32_t before = atomic_load(&sh->reduces);
+		float *x = cs_buf_ptr(db), *h = cs_buf_ptr(hb);
+
+		for (size_t i = 0; i < 4096; i++)
+			x[i] = (float)(rank + 1) * (float)i;
+		err = cs_allreduce(g, x, h, 4096, CS_F32, CS_SUM, &r);
+		CHECK(!err && !wait_for(c, r), "device -> host");
+		for (size_t i = 0; i < 4096; i++)
+			if (h[i] != (float)(size * (size + 1) / 2) * (float)i) {
+				CHECK(0, "device -> host [%zu]: %g", i, h[i]);
+				break;
+			}
+		CHECK(atomic_load(&sh->reduces) == before,
+		      "a host destination reduced on the device");
+	}
+	/* a reduction piece fails: every rank -EIO; then it works */
+	barrier(size, &nbar);
+	if (!rank)
+		atomic_store(&sh->fail, FAIL_FROM_HOST);
+	CHECK(!sum_check(c, g, cs_buf_ptr(db), COUNT, rank, size, &st) &&
+		      st == -EIO,
+	      "a failed device reduction: %d (want -EIO)", st);
+	CHECK(!sum_check(c, g, cs_buf_ptr(db), COUNT, rank, size, &st) && !st,
+	      "the operation after a failed device reduction: %d", st);
+	free(mine);
+	free(other);
+	CHECK(!cs_buf_free(db), "free the device range");
+	CHECK(!cs_buf_free(hb), "free the host buffer");
+	cs_group_leave(g);
+	cs_disconnect(c);
+	close(m.fd);
+	return check_report("red trainer");
+}
+
 static pid_t spawn_sidecar(const char *path, enum mode mode)
 {
 	pid_t pid;
@@ -1392,6 +1616,40 @@ static void die(const char *path, int out)
 	      out ? "out" : "in", atomic_load(&sh->late));
 	atomic_store(&sh->stall, STALL_NONE);
 	atomic_store(&sh->victim_dead, 0);
+}
+
+/* three trainers, the local reduction on the device (red_trainer()) */
+static void red_world(const char *path)
+{
+	const int size = 3;
+	pid_t sc, tr[3];
+
+	atomic_store(&sh->bar, 0);
+	atomic_store(&sh->uaf, 0);
+	atomic_store(&sh->reduces, 0);
+	sc = spawn_sidecar(path, ASYNC_RED);
+	for (int r = 0; r < size; r++) {
+		tr[r] = fork();
+		if (tr[r] == 0)
+			_exit(red_trainer(path, r, size));
+	}
+	for (int r = 0; r < size; r++)
+		reap(tr[r], "red trainer");
+	kill(sc, SIGTERM);
+	reap(sc, "sidecar");
+	unlink(path);
+	/* 12 checked + the failed one + the one after it */
+	CHECK(atomic_load(&sh->dev_reduce_ops) == 14 &&
+		      atomic_load(&sh->dev_reduce_pieces) ==
+			      atomic_load(&sh->reduces),
+	      "dev_reduce: stats %llu operations, %llu pieces (the fake ran "
+	      "%u)",
+	      (unsigned long long)atomic_load(&sh->dev_reduce_ops),
+	      (unsigned long long)atomic_load(&sh->dev_reduce_pieces),
+	      atomic_load(&sh->reduces));
+	CHECK(!atomic_load(&sh->uaf), "dev_reduce: %u pieces under a free",
+	      atomic_load(&sh->uaf));
+	atomic_store(&sh->fail, FAIL_NONE);
 }
 
 /* two trainers of a group over two nodes, pipelined (pipe_trainer()) */
@@ -1516,6 +1774,12 @@ int main(void)
 	world(path, ASYNC);
 	CHECK(atomic_load(&sh->starts) > 100, "async: %u pieces",
 	      atomic_load(&sh->starts));
+	/* ipc.dev_reduce off (the default): the CPU reduces, though the
+	 * device ops could */
+	CHECK(!atomic_load(&sh->reduces) && !atomic_load(&sh->dev_reduce_ops),
+	      "async: %u device reduce pieces without ipc.dev_reduce",
+	      atomic_load(&sh->reduces));
+	red_world(path);
 
 	sc = spawn_sidecar(path, ASYNC);
 	tr[0] = fork();

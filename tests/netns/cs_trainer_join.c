@@ -9,14 +9,16 @@
  *	[N_OPS [COUNT]]
  *
  * COUNT: elements per operation (default 1024; a rank that posts another
- * count than its peers on the node has its operation refused there).
+ * count than its peers on the node has its operation refused there); a
+ * list "C0,C1,...": operation k posts Ck (the last one from then on).
  *
  * Output, one line per operation (flushed): "ok op=K sum=<f32 sum of the
  * result>" or "error op=K status=<code> msg=<cs_errmsg>".
  * Each rank contributes rank + 1 to every element (alltoall: COUNT to
  * every rank; each block received is checked to hold its sender's rank +
  * 1, all-gather's block j to hold j + 1, reduce-scatter's block (COUNT)
- * the sum of every rank's, SIZE (SIZE + 1) / 2; else "wrong op=K
+ * and every element of an allreduce the sum of every rank's,
+ * SIZE (SIZE + 1) / 2; else "wrong op=K
  * elements=<how many>"). Exit 0 once every
  * operation reported (success or error), 1 when setup failed, 2 on usage.
  */
@@ -27,12 +29,14 @@
 #include <collstack/collstack.h>
 
 #define JOIN_COUNT 1024 /* elements, default */
+#define JOIN_COUNTS 16 /* COUNT list entries at most */
 #define JOIN_WAIT_NS (300 * 1000000000ll)
 
 int main(int argc, char **argv)
 {
 	int rank, size, lr, ls, nops = 1, ret;
-	size_t count = JOIN_COUNT;
+	size_t count_max = JOIN_COUNT, counts[JOIN_COUNTS] = { JOIN_COUNT };
+	unsigned ncounts = 1;
 	struct cs_client *c;
 	struct cs_group *g;
 	struct cs_buf *b;
@@ -54,9 +58,28 @@ int main(int argc, char **argv)
 	op = argv[6];
 	if (argc >= 8)
 		nops = atoi(argv[7]);
-	if (argc == 9)
-		count = (size_t)atol(argv[8]);
-	if (size < 1 || !count || count > (1 << 24)) {
+	if (argc == 9) {
+		const char *p = argv[8];
+
+		ncounts = 0;
+		count_max = 0;
+		while (*p && ncounts < JOIN_COUNTS) {
+			char *end;
+
+			counts[ncounts] = (size_t)strtoul(p, &end, 10);
+			if (end == p || !counts[ncounts] ||
+			    counts[ncounts] > (1 << 24) ||
+			    (*end && *end != ','))
+				break;
+			if (counts[ncounts] > count_max)
+				count_max = counts[ncounts];
+			ncounts++;
+			p = *end ? end + 1 : end;
+		}
+		if (*p)
+			count_max = 0;
+	}
+	if (size < 1 || !count_max) {
 		fprintf(stderr, "bad SIZE or COUNT\n");
 		return 2;
 	}
@@ -71,15 +94,17 @@ int main(int argc, char **argv)
 		printf("setup join: %s: %s\n", cs_strerror(ret), cs_errmsg(c));
 		return 1;
 	}
-	ret = cs_buf_alloc(c, (size_t)(2 * size + 1) * count * sizeof(float),
-			   &b);
+	ret = cs_buf_alloc(
+		c, (size_t)(2 * size + 1) * count_max * sizeof(float), &b);
 	if (ret) {
 		printf("setup buffer: %s\n", cs_strerror(ret));
 		return 1;
 	}
 	x = cs_buf_ptr(b);
-	y = x + (size_t)size * count;
+	y = x + (size_t)size * count_max;
 	for (int k = 0; k < nops; k++) {
+		size_t count = counts[(unsigned)k < ncounts ? (unsigned)k
+							    : ncounts - 1];
 		size_t n = count;
 		cs_req_t r;
 		double sum = 0;
@@ -119,7 +144,8 @@ int main(int argc, char **argv)
 			if (!strcmp(op, "alltoall") ||
 			    !strcmp(op, "all_gather"))
 				wrong += y[i] != (float)(i / count + 1);
-			else if (!strcmp(op, "reduce_scatter"))
+			else if (!strcmp(op, "reduce_scatter") ||
+				 !strcmp(op, "allreduce"))
 				wrong += y[i] != (float)(size * (size + 1) / 2);
 		}
 		if (wrong)

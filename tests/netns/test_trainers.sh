@@ -102,6 +102,7 @@ ETCD_PID=
 PIDS=()
 TPIDS=()	# trainers of case_peer_lost, killed on the way out
 NODES=()
+NODE_ARGS=()	# up(): more collstackd args of node i (words), after "$@"
 MADE_BR=0
 MADE_RUN=0
 
@@ -245,7 +246,9 @@ EOF
 			args+=(--set port.type=dpdk --set port.dev=af_packet
 			       --set port.iface=ipd$i)
 		fi
-		ip netns exec "${P}n$i" "$DAEMON" "${args[@]}" "$@" \
+		# shellcheck disable=SC2206
+		args+=("$@" ${NODE_ARGS[$i]:-})
+		ip netns exec "${P}n$i" "$DAEMON" "${args[@]}" \
 			</dev/null >"$RUN/${P}n$i.log" 2>&1 &
 		PIDS+=($!)
 	done
@@ -844,6 +847,40 @@ case_members_rank() {
 	sidecars_alive
 }
 
+# ipc.dev_pipe (docs/gpu.md) set differently on the two sidecars (node 0:
+# the words $1, node 1: $2): a large allreduce would be cut into slices on
+# one node and not on the other (or into other slices), and the nodes' steps
+# would not match. The group's membership check carries each node's cut
+# size: an operation that the nodes would cut differently is refused on
+# every rank with an error that names ipc.dev_pipe and the other node, the
+# ones no node cuts run, and the sidecars go on. Counts: 1M floats (4
+# MiB, over any cut size here) and 1024 (never cut); every element checked.
+case_pipe_mismatch() {
+	NODE_ARGS=("$1" "$2")
+	up 2
+	# the group's first operation (its membership check) is cut
+	join_run pm allreduce 3 "0 0 2 0 1 1048576,1024,1048576" \
+		"1 1 2 0 1 1048576,1024,1048576"
+	for k in 0 1; do
+		expect $k '^error op=0 status=-1004 msg=.*refused on every node, nothing sent: node [01] cuts it into slices at ipc.dev_pipe=[0-9]+ bytes'
+		expect $k '^ok op=1 sum=3072$'
+		expect $k '^error op=2 status=-1004 msg=.*ipc.dev_pipe'
+	done
+	no_peer_lost 0 1
+	# ... or not: a later one is
+	join_run pn allreduce 3 "0 0 2 0 1 1024,1048576,1024" \
+		"1 1 2 0 1 1024,1048576,1024"
+	for k in 0 1; do
+		expect $k '^ok op=0 sum=3072$'
+		expect $k '^error op=1 status=-1004 msg=.*refused on every node, nothing sent: node [01] cuts it into slices at ipc.dev_pipe=[0-9]+ bytes'
+		expect $k '^ok op=2 sum=3072$'
+	done
+	no_peer_lost 0 1
+	grep -h "ipc.dev_pipe" "$RUN/${P}n0.log" "$RUN/${P}n1.log" |
+		head -n 4 | sed 's/^/  log: /'
+	sidecars_alive
+}
+
 # layout_ok NAME: each of the 4 trainers of join_run: 3 operations, every
 # element right
 layout_ok() {
@@ -1237,6 +1274,11 @@ pipe_4x2) case_pipe ;;
 trace_4x1) case_trace ;;
 early_4x1) case_early ;;
 members_size_2x1) case_members_size ;;
+pipe_mismatch_2x1)	# node 0 cuts at 1M, node 1 not at all
+	case_pipe_mismatch "--set ipc.dev_pipe=1M --set ipc.dev_pipe_any=1" "" ;;
+pipe_mismatch_sizes_2x1)	# both cut, at 1M and at 4M
+	case_pipe_mismatch "--set ipc.dev_pipe=1M --set ipc.dev_pipe_any=1" \
+		"--set ipc.dev_pipe=4M --set ipc.dev_pipe_any=1" ;;
 members_rank_2x1) case_members_rank ;;
 members_desc_2x2) case_members_desc ;;
 layout_2x2) case_layout ;;
@@ -1271,7 +1313,7 @@ bench)
 	done
 	exit $rc
 	;;
-*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|moe_node_sum_4x2|moe_node_rows_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
+*) echo "usage: $0 mixed_4x2|mixed_4x2_udp|launch_4x2|moe_4x2|moe_api_2x2|moe_api_4x2|moe_node_sum_4x2|moe_node_rows_4x2|ar_2x1|ar_2x2|ar_4x1|ar_4x2|ar_4x2_thread|gather_2x2|gather_4x1|boot_fault5|kill_2x2|python_2x1|peer_lost_4x1|peer_lost_4x2|peer_lost_etcd_4x1|trace_4x1|early_4x1|members_size_2x1|pipe_mismatch_2x1|pipe_mismatch_sizes_2x1|members_rank_2x1|members_desc_2x2|layout_2x2|groups_2x1|groups_2x2|alltoall_2x2|alltoall_4x2|alltoall_bad_2x2|alltoall_lost_3x2|alltoallv_4x2|alltoallv_bad_2x2|sendrecv_4x2|pipe_4x2|peer_lost_pipe_4x2|bench N T [args]" >&2
    exit 2 ;;
 esac
 echo "PASS: $1"
