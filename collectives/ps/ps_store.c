@@ -52,7 +52,13 @@ struct ps_wstate {
 struct ps_parked {
 	uint8_t *msg;
 	size_t len;
-	uint64_t seq; /* a pull (async, ssp): its table's push_seq then */
+	/* a pull (async, ssp): served once the table's pushes up to seq
+	 * are applied: those taken before it came, then (when its clock
+	 * first allowed it) those taken until then, which its clock counts
+	 * on (ssp: the versions of the slowest worker) */
+	uint64_t seq;
+	bool seq_final;
+	bool read_once; /* a pull whose own reads were started */
 };
 
 /* A group of updates in ps_table.pend: its end, its last push. */
@@ -557,6 +563,7 @@ static int pend_apply(struct cs_ps_store *st, struct ps_table *t, bool block)
 		if (rc)
 			return rc;
 	}
+	pend_groups_done(t); /* a group of pushes without keys */
 	return 0;
 }
 
@@ -852,7 +859,8 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		return -ENOMEM;
 	memcpy(copy, raw, len);
 	/* async, ssp: served once the pushes taken before it are applied */
-	st->parked[st->nparked++] = (struct ps_parked){ copy, len, t->push_seq };
+	st->parked[st->nparked++] =
+		(struct ps_parked){ copy, len, t->push_seq, false, false };
 	st->st.pulls_parked++;
 	return 0;
 }
@@ -883,7 +891,8 @@ static void early_park(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		return;
 	}
 	memcpy(copy, msg, len);
-	st->early[st->nearly++] = (struct ps_parked){ copy, len, 0 };
+	st->early[st->nearly++] =
+		(struct ps_parked){ copy, len, 0, false, false };
 	st->early_bytes += len;
 	st->st.push_parked++;
 }
@@ -1072,11 +1081,16 @@ static int serve(struct cs_ps_store *st, struct ps_table *t,
 /*
  * Before a pull is served: its rows on disk are read without waiting
  * where the spill can (read_start), and the pull stays parked until a
- * later flush finds them in (read_poll). Returns 1 (wait), 0 (serve it
- * now: its rows are in, or they are read the blocking way in serve()) or
- * -errno (the reads failed; it stays parked and is tried again).
+ * later flush finds them in (read_poll). @once: its reads were started
+ * before; once no batch flies it is served, what was sent back to disk
+ * meanwhile (other batches landing, a tiny budget) read the blocking way
+ * in serve(), so that pulls evicting each other's rows still get on.
+ * Returns 2 (its reads started: wait), 1 (wait), 0 (serve it now: its
+ * rows are in, or they are read the blocking way in serve()) or -errno
+ * (the reads failed; it stays parked and is tried again).
  */
-static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
+static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q,
+			 bool once)
 {
 	struct cs_ps_rows *r = &t->rows;
 	uint32_t nb = 0;
@@ -1087,6 +1101,8 @@ static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
 		if (rc)
 			return rc; /* 1: in flight; or its error */
 	}
+	if (once)
+		return 0;
 	for (uint32_t i = 0; i < q->nkeys; i++) {
 		int64_t e = cs_ps_rows_find(r, cs_ps_wire_key(q, i));
 
@@ -1099,7 +1115,7 @@ static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
 	if (!nb)
 		return 0;
 	rc = cs_ps_rows_read_start(r, t->batch, nb);
-	return rc == 1 ? 1 : 0; /* not started: serve() reads them */
+	return rc == 1 ? 2 : 0; /* not started: serve() reads them */
 }
 
 bool cs_ps_store_io_pending(struct cs_ps_store *st)
@@ -1144,14 +1160,23 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 		/* validated at rx; the table cannot go away */
 		cs_ps_wire_decode(p.msg, p.len, &q);
 		t = st->tab[q.table];
+		if (!rc && t->spec.mode != CS_PS_SYNC && !p.seq_final &&
+		    pull_ready(t, q.version, &served)) {
+			p.seq = t->push_seq;
+			p.seq_final = true;
+		}
 		if (rc || !pull_ready(t, q.version, &served) ||
 		    (t->spec.mode != CS_PS_SYNC && t->seq_applied < p.seq)) {
 			st->parked[keep++] = p;
 			continue;
 		}
 		if (cs_ps_rows_can_read_async(&t->rows)) {
-			int w = pull_prefetch(t, &q);
+			int w = pull_prefetch(t, &q, p.read_once);
 
+			if (w == 2) {
+				p.read_once = true;
+				w = 1;
+			}
 			if (w) {
 				if (w == 1) {
 					st->st.pull_io_waits++;

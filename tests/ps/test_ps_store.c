@@ -803,11 +803,14 @@ static void find_pull_reply(uint64_t id, struct reply *out)
 static void parked_round(struct cs_ps_store *st,
 			 const struct cs_ps_table_spec *s, uint64_t r,
 			 struct memfile *mf, bool hold, struct reply *pa,
-			 struct reply *pb)
+			 struct reply *pb, struct reply *pc)
 {
 	uint64_t keys[2][40], hot = 7;
 	float g[40];
 	uint32_t seed = (uint32_t)r * 2654435761u + 1;
+	/* async: ids 2r, and 2r + 1 for a push of no keys (below) */
+	uint64_t id = s->mode == CS_PS_ASYNC ? 2 * r : r, id0;
+	struct reply e;
 
 	for (uint32_t w = 0; w < 2; w++) {
 		for (int i = 0; i < 40; i++) {
@@ -820,10 +823,20 @@ static void parked_round(struct cs_ps_store *st,
 		keys[w][6] = hot;
 		if (mf)
 			mf->hold = hold;
-		cs_ps_store_rx(st, msg, push(s, w, r, r, keys[w], g, 40, 0, 1));
+		if (s->mode == CS_PS_SSP && w == 1) {
+			/* ssp:1, clock r + 2: waits for worker 1's push of
+			 * r (not in yet: not served by this flush), then
+			 * must see it, parked for its reads or not */
+			cs_ps_store_rx(st, msg,
+				       pull(s, 0, 4000 + r, r + 2, keys[1] + 20, 20));
+			cr_assert_eq(cs_ps_store_flush(st), 0);
+		}
+		cs_ps_store_rx(st, msg,
+			       push(s, w, id, r, keys[w], g, 40, 0, 1));
+		id0 = s->mode == CS_PS_ASYNC ? id - 2 : id - 1;
 		if (r) /* a retransmission of the round before's */
 			cs_ps_store_rx(st, msg,
-				       push(s, w, r - 1, r - 1, keys[w], g, 40,
+				       push(s, w, id0, r - 1, keys[w], g, 40,
 					    0, 1));
 	}
 	cs_ps_store_rx(st, msg, pull(s, 0, 1000 + r, r + 1, keys[0], 20));
@@ -834,7 +847,7 @@ static void parked_round(struct cs_ps_store *st,
 		 * again, not applied again */
 		for (uint32_t w = 0; w < 2; w++)
 			cs_ps_store_rx(st, msg,
-				       push(s, w, r, r, keys[w], g, 40, 0, 1));
+				       push(s, w, id, r, keys[w], g, 40, 0, 1));
 		cr_assert_eq(cs_ps_store_flush(st), 0);
 	}
 	if (mf) {
@@ -846,6 +859,18 @@ static void parked_round(struct cs_ps_store *st,
 	}
 	find_pull_reply(1000 + r, pa);
 	find_pull_reply(2000 + r, pb);
+	if (s->mode == CS_PS_SSP)
+		find_pull_reply(4000 + r, pc);
+	if (s->mode != CS_PS_ASYNC)
+		return;
+	/* a push of no keys (nothing to apply), then a pull: served */
+	nrep = 0;
+	cs_ps_store_rx(st, msg, push(s, 1, id + 1, r, keys[1], g, 0, 0, 1));
+	cs_ps_store_rx(st, msg, pull(s, 1, 3000 + r, r + 1, &hot, 1));
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	for (int i = 0; i < 64 && cs_ps_store_io_pending(st); i++)
+		cr_assert_eq(cs_ps_store_flush(st), 0);
+	find_pull_reply(3000 + r, &e);
 }
 
 /*
@@ -882,12 +907,16 @@ Test(ps_store, push_of_cold_rows_parked_exact_in_every_mode)
 		a = mkstore(&s, 0, NULL);
 		b = mkstore(&s, 64 * 24, &sp);
 		for (uint64_t r = 0; r < 30; r++) {
-			struct reply ra, rb, ha, hb;
+			struct reply ra, rb, ha, hb, ca, cb;
 
 			nrep = 0;
-			parked_round(a, &s, r, NULL, false, &ra, &ha);
+			parked_round(a, &s, r, NULL, false, &ra, &ha, &ca);
 			nrep = 0;
-			parked_round(b, &s, r, &mf, r % 3 != 0, &rb, &hb);
+			parked_round(b, &s, r, &mf, r % 3 != 0, &rb, &hb, &cb);
+			if (modes[mi].mode == CS_PS_SSP)
+				cr_assert_eq(memcmp(ca.raw, cb.raw, ca.len), 0,
+					     "round %llu: ssp pull differs",
+					     (unsigned long long)r);
 			cr_assert_eq(ra.len, rb.len);
 			cr_assert_eq(memcmp(ra.raw, rb.raw, ra.len), 0,
 				     "mode %u round %llu: pull differs", mi,
@@ -917,6 +946,69 @@ Test(ps_store, push_of_cold_rows_parked_exact_in_every_mode)
 		cs_ps_store_destroy(a);
 		cs_ps_store_destroy(b);
 	}
+}
+
+/*
+ * Pulls whose rows evict each other's: four parked pulls of 30 rows on
+ * disk each, 64 rows in memory. Each one's read lands and sends the
+ * others' rows back to disk; a pull whose reads were started once is
+ * served after its batch (what went back read the blocking way), so all
+ * four are answered, equal to a store without a budget's.
+ */
+Test(ps_store, pulls_evicting_each_others_rows_all_served)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_ADAM);
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_async_ops, &mf };
+	struct cs_ps_store *a, *b;
+	struct reply want[4];
+	uint64_t keys[50];
+	float g[50];
+	int i, n;
+
+	a = mkstore(&s, 0, NULL);
+	b = mkstore(&s, 64 * 24, &sp);
+	for (uint64_t id = 0; id < 20; id++) {
+		for (i = 0; i < 50; i++) {
+			keys[i] = (id * 50 + (uint64_t)i) % 1000;
+			g[i] = 0.25f * (float)(i % 5 + 1);
+		}
+		size_t len = push(&s, 0, id, 0, keys, g, 50, 0, 1);
+
+		cs_ps_store_rx(a, msg, len);
+		cs_ps_store_rx(b, msg, len);
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+		for (n = 0; n < 8 && cs_ps_store_io_pending(b); n++)
+			cr_assert_eq(cs_ps_store_flush(b), 0);
+	}
+	nrep = 0;
+	for (int p = 0; p < 4; p++) {
+		for (i = 0; i < 30; i++)
+			keys[i] = (uint64_t)(p * 250 + i * 7);
+		cs_ps_store_rx(a, msg, pull(&s, 0, 100 + (uint64_t)p, 0, keys,
+					    30));
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		find_pull_reply(100 + (uint64_t)p, &want[p]);
+		cs_ps_store_rx(b, msg, pull(&s, 0, 100 + (uint64_t)p, 0, keys,
+					    30));
+	}
+	nrep = 0;
+	for (n = 0; n < 50 && nrep < 4; n++)
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 4, "%u of 4 pulls served after %d flushes", nrep,
+		     n);
+	for (int p = 0; p < 4; p++) {
+		struct reply got;
+
+		find_pull_reply(100 + (uint64_t)p, &got);
+		cr_assert_eq(got.len, want[p].len);
+		cr_assert_eq(memcmp(got.raw, want[p].raw, got.len), 0,
+			     "pull %d differs", p);
+	}
+	cr_assert_gt(cs_ps_store_stats(b)->spill_reads_async, 30);
+	cs_ps_store_destroy(a);
+	cs_ps_store_destroy(b);
 }
 
 Test(ps_store, budget_needs_a_spill_and_room)
