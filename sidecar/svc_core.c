@@ -1277,8 +1277,7 @@ int cs_core_svc_lost_node(const struct cs_core_svc *s, uint32_t *nlost)
 				    memory_order_acquire);
 }
 
-void cs_core_svc_set_ps_cfg(struct cs_core_svc *s,
-			    const struct cs_pst_cfg *c)
+void cs_core_svc_set_ps_cfg(struct cs_core_svc *s, const struct cs_pst_cfg *c)
 {
 	s->ps_cfg = c;
 }

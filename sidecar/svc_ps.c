@@ -267,8 +267,10 @@ static int ps_spill_new(struct cs_svc_ps *ps, const struct cs_pst_cfg *pcfg,
 		CS_WARN("ps job: budget=%" PRIu64 " refused: no spill file in "
 			"ps.spill_dir '%s': %s",
 			ps->budget, pcfg->spill_dir, e);
-		snprintf(err, elen, "budget: no spill file in ps.spill_dir "
-			 "'%s': %s", pcfg->spill_dir, e);
+		snprintf(err, elen,
+			 "budget: no spill file in ps.spill_dir "
+			 "'%s': %s",
+			 pcfg->spill_dir, e);
 		ps->spill = NULL;
 		return ret;
 	}
@@ -881,10 +883,9 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 		return;
 	}
 	cs_core_svc_view(s, &self, &npeers);
-	ret = cs_svc_ps_create(args + skip, self, npeers,
-			       cs_core_svc_frame_payload(s), op_id,
-			       cs_core_svc_ps_cfg(s), &nodes, &n, &ps, err,
-			       sizeof(err));
+	ret = cs_svc_ps_create(
+		args + skip, self, npeers, cs_core_svc_frame_payload(s), op_id,
+		cs_core_svc_ps_cfg(s), &nodes, &n, &ps, err, sizeof(err));
 	if (ret) {
 		snprintf(out, len, "err %s", err);
 		return;

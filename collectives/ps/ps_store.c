@@ -502,7 +502,8 @@ static int pend_apply(struct cs_ps_store *st, struct ps_table *t, bool block)
 
 		n = (uint32_t)CS_MIN((size_t)bmax, (t->pend.len - off0) / rec);
 		for (uint32_t i = 0; i < n; i++) {
-			int64_t e = cs_ps_rows_find(r, pend_key(t, off0 + i * rec));
+			int64_t e =
+				cs_ps_rows_find(r, pend_key(t, off0 + i * rec));
 
 			if (e < 0)
 				continue;

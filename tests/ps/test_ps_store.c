@@ -786,8 +786,8 @@ Test(ps_store, pull_of_cold_rows_waits_without_blocking)
 static void find_pull_reply(uint64_t id, struct reply *out)
 {
 	for (unsigned i = 0; i < nrep; i++)
-		if (rep[i].m.type == CS_PS_MSG_PULL_REPLY && rep[i].m.id == id &&
-		    rep[i].m.status == 0) {
+		if (rep[i].m.type == CS_PS_MSG_PULL_REPLY &&
+		    rep[i].m.id == id && rep[i].m.status == 0) {
 			*out = rep[i];
 			return;
 		}
@@ -827,17 +827,18 @@ static void parked_round(struct cs_ps_store *st,
 			/* ssp:1, clock r + 2: waits for worker 1's push of
 			 * r (not in yet: not served by this flush), then
 			 * must see it, parked for its reads or not */
-			cs_ps_store_rx(st, msg,
-				       pull(s, 0, 4000 + r, r + 2, keys[1] + 20, 20));
+			cs_ps_store_rx(
+				st, msg,
+				pull(s, 0, 4000 + r, r + 2, keys[1] + 20, 20));
 			cr_assert_eq(cs_ps_store_flush(st), 0);
 		}
 		cs_ps_store_rx(st, msg,
 			       push(s, w, id, r, keys[w], g, 40, 0, 1));
 		id0 = s->mode == CS_PS_ASYNC ? id - 2 : id - 1;
 		if (r) /* a retransmission of the round before's */
-			cs_ps_store_rx(st, msg,
-				       push(s, w, id0, r - 1, keys[w], g, 40,
-					    0, 1));
+			cs_ps_store_rx(
+				st, msg,
+				push(s, w, id0, r - 1, keys[w], g, 40, 0, 1));
 	}
 	cs_ps_store_rx(st, msg, pull(s, 0, 1000 + r, r + 1, keys[0], 20));
 	cs_ps_store_rx(st, msg, pull(s, 1, 2000 + r, r + 1, &hot, 1));
@@ -921,9 +922,10 @@ Test(ps_store, push_of_cold_rows_parked_exact_in_every_mode)
 			cr_assert_eq(memcmp(ra.raw, rb.raw, ra.len), 0,
 				     "mode %u round %llu: pull differs", mi,
 				     (unsigned long long)r);
-			cr_assert_eq(memcmp(ha.raw, hb.raw, ha.len), 0,
-				     "mode %u round %llu: hot key's pull differs",
-				     mi, (unsigned long long)r);
+			cr_assert_eq(
+				memcmp(ha.raw, hb.raw, ha.len), 0,
+				"mode %u round %llu: hot key's pull differs",
+				mi, (unsigned long long)r);
 		}
 		sa = cs_ps_store_stats(a);
 		sb = cs_ps_store_stats(b);
@@ -986,18 +988,17 @@ Test(ps_store, pulls_evicting_each_others_rows_all_served)
 	for (int p = 0; p < 4; p++) {
 		for (i = 0; i < 30; i++)
 			keys[i] = (uint64_t)(p * 250 + i * 7);
-		cs_ps_store_rx(a, msg, pull(&s, 0, 100 + (uint64_t)p, 0, keys,
-					    30));
+		cs_ps_store_rx(a, msg,
+			       pull(&s, 0, 100 + (uint64_t)p, 0, keys, 30));
 		cr_assert_eq(cs_ps_store_flush(a), 0);
 		find_pull_reply(100 + (uint64_t)p, &want[p]);
-		cs_ps_store_rx(b, msg, pull(&s, 0, 100 + (uint64_t)p, 0, keys,
-					    30));
+		cs_ps_store_rx(b, msg,
+			       pull(&s, 0, 100 + (uint64_t)p, 0, keys, 30));
 	}
 	nrep = 0;
 	for (n = 0; n < 50 && nrep < 4; n++)
 		cr_assert_eq(cs_ps_store_flush(b), 0);
-	cr_assert_eq(nrep, 4, "%u of 4 pulls served after %d flushes", nrep,
-		     n);
+	cr_assert_eq(nrep, 4, "%u of 4 pulls served after %d flushes", nrep, n);
 	for (int p = 0; p < 4; p++) {
 		struct reply got;
 
