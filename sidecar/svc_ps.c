@@ -508,11 +508,13 @@ void cs_svc_ps_free(struct cs_svc_ps *ps)
 			" rows held, %" PRIu64 " in memory; rows written "
 			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
 			" while the lcore served on, %" PRIu64
-			" of them for pushes; %" PRIu64 " pull waits, %" PRIu64
+			" of them for pushes, %" PRIu64
+			" for checkpoints; %" PRIu64 " pull waits, %" PRIu64
 			" push waits)",
 			ps->spill_path, total, res, ss->spill_writes,
 			ss->spill_reads, ss->spill_reads_async,
-			ss->push_reads_async, ss->pull_io_waits,
+			ss->push_reads_async, ss->snap_reads_async,
+			ss->pull_io_waits,
 			ss->push_io_waits);
 	}
 	cs_ps_store_destroy(ps->st);

@@ -279,6 +279,9 @@ struct cs_ps_store_stats {
 				    * started, the store serving on) */
 	uint64_t push_io_waits; /* flushes that left pushes' updates parked
 				 * for reads in flight */
+	uint64_t snap_reads_async; /* of spill_reads_async: rows a
+				    * snapshot read while the store served
+				    * on */
 	uint32_t max_staleness; /* ssp: largest t - min clock at a serve */
 };
 

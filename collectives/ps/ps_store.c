@@ -230,6 +230,7 @@ int cs_ps_store_add_table(struct cs_ps_store *st,
 	t->rows.n_wr = &st->st.spill_writes;
 	t->rows.n_rd = &st->st.spill_reads;
 	t->rows.n_rd_async = &st->st.spill_reads_async;
+	t->rows.n_rd_snap_async = &st->st.snap_reads_async;
 	t->ws = calloc(spec->workers, sizeof(*t->ws));
 	/* f32 work row; also a row of the dtype (f64: 8 bytes a value) */
 	t->work = malloc(sizeof(double) * spec->dim);

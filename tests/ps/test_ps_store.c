@@ -497,6 +497,8 @@ struct memfile {
 	unsigned an, astarted;
 	bool hold, afail;
 	bool late; /* the bytes land when the batch completes, not before */
+	unsigned waited; /* polls that waited for a batch in flight */
+	unsigned amax; /* 0, or the most reads a batch may have (-E2BIG) */
 };
 
 static int mf_write(void *ctx, struct cs_ps_io_req *r, unsigned n)
@@ -535,7 +537,7 @@ static int mf_read_start(void *ctx, const struct cs_ps_io_req *r, unsigned n)
 
 	if (f->an)
 		return -EBUSY;
-	if (n > CS_ARRAY_SIZE(f->a))
+	if (n > CS_ARRAY_SIZE(f->a) || (f->amax && n > f->amax))
 		return -E2BIG;
 	memcpy(f->a, r, sizeof(*r) * n);
 	f->an = n;
@@ -553,6 +555,7 @@ static int mf_read_poll(void *ctx, bool wait)
 		return 0;
 	if (f->hold && !wait)
 		return 1;
+	f->waited += wait;
 	if (f->late && !f->afail)
 		(void)mf_read(f, f->a, f->an);
 	f->an = 0;
@@ -1112,6 +1115,109 @@ Test(ps_store, snapshot_is_the_table_at_begin)
 		cr_assert_eq(v[1], at_begin[h.key][1]);
 		cr_assert_eq(h.step, 1);
 	}
+	free(cap.p);
+	cs_ps_store_destroy(st);
+}
+
+/*
+ * A snapshot of a table mostly on disk reads its rows on disk without
+ * waiting (read_start): a step gathers them into one batch and returns;
+ * a later step (or the flush of a push that polls the batch) copies them
+ * when they landed. Rows change between steps (copy on write), reads are
+ * held in flight over steps and their bytes land only at completion:
+ * the snapshot is still the table at begin, each row once. The file
+ * takes 12 reads at once: the batches shrink to fit.
+ */
+Test(ps_store, snapshot_reads_rows_on_disk_without_blocking)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
+	size_t fb = cs_ps_frame_bytes(&s), rec;
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_async_ops, &mf };
+	struct snapcap cap = { 0 };
+	struct cs_ps_snap_sink sink = { cap_chunk, cap_end, &cap };
+	static float at_begin[500][2];
+	static uint8_t seen[500];
+	struct cs_ps_store *st;
+	uint64_t keys[50], id = 0;
+	float g[50];
+	int rc, steps = 0, held_steps = 0;
+
+	memset(&mf, 0, sizeof(mf));
+	mf.late = true;
+	mf.amax = 12; /* a ring of 12: the step's batches of 32 halved */
+	st = mkstore(&s, 64 * fb, &sp);
+	for (; id < 10; id++) {
+		for (int i = 0; i < 50; i++) {
+			keys[i] = id * 50 + (uint64_t)i;
+			g[i] = 0.5f * (float)(i % 3 + 1);
+		}
+		cs_ps_store_rx(st, msg, push(&s, 0, id, 0, keys, g, 50, 0, 1));
+		for (int n = 0; n < 64 && (n == 0 || cs_ps_store_io_pending(st));
+		     n++)
+			cr_assert_eq(cs_ps_store_flush(st), 0);
+	}
+	for (uint64_t k = 0; k < 500; k++)
+		cr_assert_eq(cs_ps_store_peek(st, 2, k, at_begin[k]), 0);
+	cr_assert_eq(cs_ps_store_snap_begin(st, 2, &sink, 512), 0);
+	do {
+		mf.hold = steps % 3 != 2;
+		rc = cs_ps_store_snap_step(st, 40);
+		if (rc == 1 && mf.hold && mf.an)
+			held_steps++; /* returned with its reads in flight */
+		if (steps == 0) {
+			float row[2];
+
+			/* rows of the batch in flight brought in (a peek
+			 * waits for them) and changed: copied before the
+			 * change, not again when the batch lands */
+			uint64_t upd = cs_ps_store_stats(st)->rows_updated;
+
+			cr_assert_gt(mf.an, 0);
+			for (int i = 0; i < 8; i++) {
+				keys[i] = (uint64_t)i;
+				cr_assert_eq(cs_ps_store_peek(st, 2, keys[i], row),
+					     0);
+			}
+			cs_ps_store_rx(st, msg,
+				       push(&s, 0, id++, 0, keys, g, 8, 0, 1));
+			cr_assert_eq(cs_ps_store_flush(st), 0);
+			cr_assert_gt(mf.an, 0, "the batch landed meanwhile");
+			cr_assert_eq(cs_ps_store_stats(st)->rows_updated,
+				     upd + 8, "not changed meanwhile");
+		}
+		/* rows change between steps, new ones appear */
+		for (int i = 0; i < 50; i++)
+			keys[i] = (id * 37 + (uint64_t)i * 11) % 600;
+		cs_ps_store_rx(st, msg, push(&s, 0, id++, 0, keys, g, 50, 0, 1));
+		cr_assert_eq(cs_ps_store_flush(st), 0);
+		steps++;
+	} while (rc == 1 && steps < 10000);
+	cr_assert_eq(rc, 0, "steps %d", steps);
+	cr_assert_eq(cap.ended, 1);
+	cr_assert_eq(cap.rc, 0);
+	cr_assert_eq(cap.nrec, 500);
+	rec = sizeof(struct cs_ps_rec_head) + fb;
+	cr_assert_eq(cap.len, 500 * rec);
+	for (uint64_t i = 0; i < 500; i++) {
+		struct cs_ps_rec_head h;
+		float v[2];
+
+		memcpy(&h, cap.p + rec * i, sizeof(h));
+		cr_assert_lt(h.key, 500);
+		cr_assert_not(seen[h.key], "key %llu twice",
+			      (unsigned long long)h.key);
+		seen[h.key] = 1;
+		memcpy(v, cap.p + rec * i + sizeof(h), sizeof(v));
+		cr_assert(v[0] == at_begin[h.key][0] &&
+				  v[1] == at_begin[h.key][1],
+			  "key %llu: %g %g, at begin %g %g",
+			  (unsigned long long)h.key, v[0], v[1],
+			  at_begin[h.key][0], at_begin[h.key][1]);
+	}
+	cr_assert_geq(cs_ps_store_stats(st)->snap_reads_async, 50, "%llu async, %d steps, %d held", (unsigned long long)cs_ps_store_stats(st)->snap_reads_async, steps, held_steps);
+	cr_assert_gt(held_steps, 3);
+	cr_assert_eq(mf.waited, 0, "a step waited for its reads");
 	free(cap.p);
 	cs_ps_store_destroy(st);
 }
