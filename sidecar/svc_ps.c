@@ -514,8 +514,7 @@ void cs_svc_ps_free(struct cs_svc_ps *ps)
 			ps->spill_path, total, res, ss->spill_writes,
 			ss->spill_reads, ss->spill_reads_async,
 			ss->push_reads_async, ss->snap_reads_async,
-			ss->pull_io_waits,
-			ss->push_io_waits);
+			ss->pull_io_waits, ss->push_io_waits);
 	}
 	cs_ps_store_destroy(ps->st);
 	cs_ps_spill_close(ps->spill); /* removes the file */

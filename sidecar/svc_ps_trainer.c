@@ -748,8 +748,7 @@ static void table_free(struct pst_table *t)
 			t->key, t->spill_path, total, res, ss->spill_writes,
 			ss->spill_reads, ss->spill_reads_async,
 			ss->push_reads_async, ss->snap_reads_async,
-			ss->pull_io_waits,
-			ss->push_io_waits);
+			ss->pull_io_waits, ss->push_io_waits);
 	}
 	cs_ps_store_destroy(t->st);
 	cs_ps_spill_close(t->spill); /* removes the file */

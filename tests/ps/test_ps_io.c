@@ -177,9 +177,9 @@ Test(ps_io, checkpoint_round_trip_while_pushing, .init = setup,
 	cr_assert_gt(steps, 5, "the snapshot ran between pushes");
 	/* its rows on disk read while the store served on (in batches the
 	 * ring of 32 takes) */
-	cr_assert_gt(cs_ps_store_stats(live)->snap_reads_async, 1000, "%llu",
-		     (unsigned long long)cs_ps_store_stats(live)
-			     ->snap_reads_async);
+	cr_assert_gt(
+		cs_ps_store_stats(live)->snap_reads_async, 1000, "%llu",
+		(unsigned long long)cs_ps_store_stats(live)->snap_reads_async);
 	cr_assert_eq(cs_ps_ckpt_wait(c), 0);
 	cr_assert_eq(stat(path, &sb), 0);
 	snprintf(sp_path, sizeof(sp_path), "%s/table6.ckpt.tmp", dir);

@@ -1153,8 +1153,8 @@ Test(ps_store, snapshot_reads_rows_on_disk_without_blocking)
 			g[i] = 0.5f * (float)(i % 3 + 1);
 		}
 		cs_ps_store_rx(st, msg, push(&s, 0, id, 0, keys, g, 50, 0, 1));
-		for (int n = 0; n < 64 && (n == 0 || cs_ps_store_io_pending(st));
-		     n++)
+		for (int n = 0;
+		     n < 64 && (n == 0 || cs_ps_store_io_pending(st)); n++)
 			cr_assert_eq(cs_ps_store_flush(st), 0);
 	}
 	for (uint64_t k = 0; k < 500; k++)
@@ -1176,8 +1176,9 @@ Test(ps_store, snapshot_reads_rows_on_disk_without_blocking)
 			cr_assert_gt(mf.an, 0);
 			for (int i = 0; i < 8; i++) {
 				keys[i] = (uint64_t)i;
-				cr_assert_eq(cs_ps_store_peek(st, 2, keys[i], row),
-					     0);
+				cr_assert_eq(
+					cs_ps_store_peek(st, 2, keys[i], row),
+					0);
 			}
 			cs_ps_store_rx(st, msg,
 				       push(&s, 0, id++, 0, keys, g, 8, 0, 1));
@@ -1189,7 +1190,8 @@ Test(ps_store, snapshot_reads_rows_on_disk_without_blocking)
 		/* rows change between steps, new ones appear */
 		for (int i = 0; i < 50; i++)
 			keys[i] = (id * 37 + (uint64_t)i * 11) % 600;
-		cs_ps_store_rx(st, msg, push(&s, 0, id++, 0, keys, g, 50, 0, 1));
+		cs_ps_store_rx(st, msg,
+			       push(&s, 0, id++, 0, keys, g, 50, 0, 1));
 		cr_assert_eq(cs_ps_store_flush(st), 0);
 		steps++;
 	} while (rc == 1 && steps < 10000);
@@ -1215,7 +1217,11 @@ Test(ps_store, snapshot_reads_rows_on_disk_without_blocking)
 			  (unsigned long long)h.key, v[0], v[1],
 			  at_begin[h.key][0], at_begin[h.key][1]);
 	}
-	cr_assert_geq(cs_ps_store_stats(st)->snap_reads_async, 50, "%llu async, %d steps, %d held", (unsigned long long)cs_ps_store_stats(st)->snap_reads_async, steps, held_steps);
+	cr_assert_geq(
+		cs_ps_store_stats(st)->snap_reads_async, 50,
+		"%llu async, %d steps, %d held",
+		(unsigned long long)cs_ps_store_stats(st)->snap_reads_async,
+		steps, held_steps);
 	cr_assert_gt(held_steps, 3);
 	cr_assert_eq(mf.waited, 0, "a step waited for its reads");
 	free(cap.p);
