@@ -90,9 +90,10 @@ struct ps_table {
 	 * waiting: each flush's aggregate (sync: the version's) is appended
 	 * as (key, f32 row) records, applied in order from pend_off in
 	 * batches whose rows on disk are read first while the store serves
-	 * on. groups[] mark where each flush's aggregate ends and the last
-	 * push in it; a pull (async, ssp) waits until the pushes that came
-	 * before it (its seq) are applied (seq_applied).
+	 * on (the applied front dropped now and then: pend_compact).
+	 * groups[] mark where each flush's aggregate ends and the last push
+	 * in it; a pull (async, ssp) waits until the pushes up to its seq
+	 * are applied (seq_applied).
 	 */
 	struct ps_buf pend;
 	size_t pend_off;
@@ -416,6 +417,30 @@ static bool pend_empty(const struct ps_table *t)
 	return t->pend_off == t->pend.len;
 }
 
+/* Drop what was applied from the front of pend and groups (so that a
+ * queue that never runs dry does not grow for ever). */
+static void pend_compact(struct ps_table *t)
+{
+	size_t off = t->pend_off, goff = t->groups_off;
+
+	if (!off || off < t->pend.len / 2)
+		return;
+	memmove(t->pend.p, t->pend.p + off, t->pend.len - off);
+	t->pend.len -= off;
+	t->pend_off = 0;
+	t->pend_read = t->pend_read == off + 1 ? 1 : 0;
+	memmove(t->groups.p, t->groups.p + goff, t->groups.len - goff);
+	t->groups.len -= goff;
+	t->groups_off = 0;
+	for (size_t i = 0; i < t->groups.len; i += sizeof(struct ps_group)) {
+		struct ps_group g;
+
+		memcpy(&g, t->groups.p + i, sizeof(g));
+		g.end -= off;
+		memcpy(t->groups.p + i, &g, sizeof(g));
+	}
+}
+
 /* Move the aggregate to the end of pend, as one group (its order kept:
  * the same optimizer steps a blocking flush would take). */
 static int pend_seal(struct ps_table *t)
@@ -428,6 +453,8 @@ static int pend_seal(struct ps_table *t)
 		t->pend.len = t->pend_off = 0;
 		t->groups.len = t->groups_off = 0;
 		t->pend_read = 0;
+	} else {
+		pend_compact(t);
 	}
 	/* room first, so that a failure leaves the aggregate whole */
 	rc = buf_put(&t->groups, &g, sizeof(g));

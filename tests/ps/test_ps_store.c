@@ -1015,6 +1015,69 @@ Test(ps_store, pulls_evicting_each_others_rows_all_served)
 	cs_ps_store_destroy(b);
 }
 
+/*
+ * A queue of parked updates that never runs dry: a push every flush, the
+ * reads held every other flush, so that the store always has updates
+ * waiting while it applies the front of the queue (and drops it). The
+ * table and its optimizer steps equal a store without a budget's.
+ */
+Test(ps_store, parked_updates_that_never_run_dry)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_ADAM);
+	static struct memfile mf;
+	struct cs_ps_spill sp = { &mf_async_ops, &mf };
+	struct cs_ps_store *a, *b;
+	uint64_t keys[30];
+	float g[30];
+	uint32_t seed = 5;
+	unsigned busy = 0;
+
+	memset(&mf, 0, sizeof(mf));
+	mf.late = true;
+	a = mkstore(&s, 0, NULL);
+	b = mkstore(&s, 64 * 24, &sp);
+	for (uint64_t id = 0; id < 300; id++) {
+		size_t len;
+
+		for (int i = 0; i < 30; i++) {
+			seed = seed * 1103515245u + 12345u;
+			keys[i] = (seed >> 8) % 1000;
+			g[i] = 0.125f * (float)((int)(seed >> 20) % 9 - 4);
+		}
+		len = push(&s, 0, id, 0, keys, g, 30, 0, 1);
+		nrep = 0;
+		cs_ps_store_rx(a, msg, len);
+		cs_ps_store_rx(b, msg, len);
+		mf.hold = id % 2 == 0;
+		cr_assert_eq(cs_ps_store_flush(a), 0);
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+		busy += cs_ps_store_io_pending(b);
+	}
+	cr_assert_gt(busy, 250, "the queue ran dry %u times of 300",
+		     300 - busy);
+	mf.hold = false;
+	for (int n = 0; n < 1000 && cs_ps_store_io_pending(b); n++)
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(cs_ps_store_stats(b)->rows_updated,
+		     cs_ps_store_stats(a)->rows_updated);
+	/* every push applied: a pull now is served (it waits for them) */
+	nrep = 0;
+	cs_ps_store_rx(b, msg, pull(&s, 0, 7, 0, keys, 30));
+	for (int n = 0; n < 64 && !nrep; n++)
+		cr_assert_eq(cs_ps_store_flush(b), 0);
+	cr_assert_eq(nrep, 1, "the pull after every push waits for ever");
+	for (uint64_t k = 0; k < 1000; k++) {
+		float x[2], y[2];
+
+		cr_assert_eq(cs_ps_store_peek(a, 2, k, x), 0);
+		cr_assert_eq(cs_ps_store_peek(b, 2, k, y), 0);
+		cr_assert_eq(memcmp(x, y, sizeof(x)), 0, "key %llu",
+			     (unsigned long long)k);
+	}
+	cs_ps_store_destroy(a);
+	cs_ps_store_destroy(b);
+}
+
 Test(ps_store, budget_needs_a_spill_and_room)
 {
 	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
