@@ -354,6 +354,7 @@ int cs_daemon_init(struct cs_daemon *d)
 		free(s);
 		return ret;
 	}
+	cs_core_svc_set_ps_cfg(s->core, &s->cf->pst);
 	d->svc = s;
 	return 0;
 }

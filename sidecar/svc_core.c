@@ -162,6 +162,7 @@ struct cs_core_svc {
 	struct core_op *mx; /* collstack run mixed's ops, not waited yet */
 	struct core_op *ps_op; /* collstack run ps's job, not forgotten yet */
 	struct core_op *flows; /* services' flows, not freed yet */
+	const struct cs_pst_cfg *ps_cfg; /* ps.*: set before any job */
 	int done_fd;
 	atomic_int notify_fd;
 };
@@ -1274,6 +1275,16 @@ int cs_core_svc_lost_node(const struct cs_core_svc *s, uint32_t *nlost)
 	*nlost = atomic_load_explicit(&s->d->view.nlost, memory_order_acquire);
 	return atomic_load_explicit(&s->d->view.lost_rank,
 				    memory_order_acquire);
+}
+
+void cs_core_svc_set_ps_cfg(struct cs_core_svc *s, const struct cs_pst_cfg *c)
+{
+	s->ps_cfg = c;
+}
+
+const struct cs_pst_cfg *cs_core_svc_ps_cfg(const struct cs_core_svc *s)
+{
+	return s->ps_cfg;
 }
 
 int cs_core_svc_ps_post(struct cs_core_svc *s, uint32_t op_id,

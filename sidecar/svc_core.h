@@ -83,6 +83,11 @@ struct cs_core_svc *cs_ar_svc_core(struct cs_ar_svc *s);
 struct cs_svc_ps;
 /* Largest frame payload the port carries. */
 uint32_t cs_core_svc_frame_payload(const struct cs_core_svc *s);
+struct cs_pst_cfg;
+/* The sidecar's ps.* settings (ps.spill_dir, ps.spill_async): the
+ * trainer tables' and collstack run ps's job's (NULL until set). */
+void cs_core_svc_set_ps_cfg(struct cs_core_svc *s, const struct cs_pst_cfg *c);
+const struct cs_pst_cfg *cs_core_svc_ps_cfg(const struct cs_core_svc *s);
 /* This sidecar's node id and the view's node count. */
 void cs_core_svc_view(const struct cs_core_svc *s, uint32_t *self,
 		      uint32_t *npeers);

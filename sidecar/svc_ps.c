@@ -12,18 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "collectives/ps/ps.h"
+#include "collectives/ps/ps_io.h"
 #include "collectives/ps/ps_pattern.h"
 #include "collectives/ps/ps_wire.h"
+#include "internal/log.h"
 #include "svc_core.h"
 #include "svc_ps.h"
+#include "svc_ps_trainer.h"
 
 #define PS_TABLE CS_PS_PAT_TABLE
 #define PS_NODES_MAX 64u
 #define PS_DIM_MAX 256u
 #define PS_KPP_MAX 65536u
 #define PS_ROWS_MAX (1u << 24)
+#define PS_SPILL_QDEPTH 64u
 
 enum ps_pattern { PS_PUSHPULL, PS_PUSH, PS_PULL };
 static const char *const ps_pattern_names[] = { "pushpull", "push", "pull" };
@@ -43,6 +48,12 @@ struct cs_svc_ps {
 	struct cs_ps_shardmap map;
 	struct cs_ps_flow *flow;
 	struct cs_ps_store *st;
+	/* budget=BYTES: the shard's SSD tier (a file in ps.spill_dir) */
+	uint64_t budget;
+	struct cs_ps_uring_spill *spill;
+	struct cs_ps_spill_ops spill_ops; /* its ops (ps.spill_async) */
+	char spill_path[320];
+	uint64_t held, in_mem; /* the shard's rows at the check */
 	struct cs_ps_worker *w;
 	uint32_t *tot; /* every key's pushes over the job */
 	uint32_t *lo; /* every worker's pushes of versions < lo_v */
@@ -66,7 +77,7 @@ struct cs_svc_ps {
 	uint64_t check_k; /* the next key of that check */
 	uint64_t wrong, checked, shard_wrong, shard_rows;
 	/* lcore -> control */
-	char summary[640];
+	char summary[1024];
 	atomic_int final; /* 0 running, 1 done, < 0 failed */
 	atomic_bool go; /* control -> lcore: every node's flow is posted */
 	/* control -> lcore: every worker of the job did its last step, the
@@ -155,6 +166,7 @@ struct ps_opts {
 	double skew;
 	bool dense, bad;
 	uint32_t msg; /* largest PS message (0: CS_PS_FLOW_MSG_MAX) */
+	uint64_t budget; /* bytes of a shard's rows in memory (0: all) */
 };
 
 static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
@@ -198,6 +210,12 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 			    u > CS_PS_FLOW_MSG_MAX)
 				goto bad;
 			o->msg = (uint32_t)u;
+		} else if (!strcmp(tok, "budget")) {
+			unsigned long long b = strtoull(v, &end, 10);
+
+			if (*end || end == v || v[0] == '-')
+				goto bad;
+			o->budget = b;
 		} else if (!strcmp(tok, "dense") || !strcmp(tok, "bad")) {
 			if (strcmp(v, "0") && strcmp(v, "1"))
 				goto bad;
@@ -210,10 +228,58 @@ static int ps_parse_opts(const char *s, struct ps_opts *o, char *err,
 		snprintf(err, elen,
 			 "option %s%s%s: not one of mode=sync|async|ssp:S "
 			 "pattern=pushpull|push|pull warmup=N skew=Z dense=0|1 "
-			 "bad=0|1 msg=BYTES(256-1048576)",
+			 "bad=0|1 msg=BYTES(256-1048576) budget=BYTES",
 			 tok, v ? "=" : "", v ? v : "");
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/*
+ * budget=BYTES: the shard's SSD tier, a new file in ps.spill_dir (as a
+ * trainer table's; removed when the job is freed), read while the lcore
+ * serves on unless ps.spill_async=0. Returns 0 or -errno, why in @err.
+ */
+static int ps_spill_new(struct cs_svc_ps *ps, const struct cs_pst_cfg *pcfg,
+			uint32_t op_id, struct cs_ps_spill *sp, char *err,
+			size_t elen)
+{
+	char prefix[64];
+	int ret;
+
+	if (!pcfg || pcfg->spill_dir[0] != '/') {
+		snprintf(err, elen,
+			 "budget=%" PRIu64 ": ps.spill_dir '%s' is not an "
+			 "absolute path",
+			 ps->budget, pcfg ? pcfg->spill_dir : "");
+		return -EINVAL;
+	}
+	snprintf(prefix, sizeof(prefix), "cs-psjob-%ld-%08x-n%u",
+		 (long)getpid(), op_id, ps->rank);
+	ret = cs_ps_spill_create(&ps->spill, pcfg->spill_dir, prefix,
+				 PS_SPILL_QDEPTH, sp, ps->spill_path,
+				 sizeof(ps->spill_path));
+	if (ret) {
+		const char *e = ret == -ENOTSUP ? "collstackd was built "
+						  "without liburing"
+						: strerror(-ret);
+
+		CS_WARN("ps job: budget=%" PRIu64 " refused: no spill file in "
+			"ps.spill_dir '%s': %s",
+			ps->budget, pcfg->spill_dir, e);
+		snprintf(err, elen,
+			 "budget: no spill file in ps.spill_dir "
+			 "'%s': %s",
+			 pcfg->spill_dir, e);
+		ps->spill = NULL;
+		return ret;
+	}
+	ps->spill_ops = *sp->ops;
+	if (!pcfg->spill_async) {
+		ps->spill_ops.read_start = NULL;
+		ps->spill_ops.read_poll = NULL;
+	}
+	sp->ops = &ps->spill_ops;
 	return 0;
 }
 
@@ -244,8 +310,10 @@ static int ps_setup_counts(struct cs_svc_ps *ps)
 }
 
 int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
-		     uint32_t mss, uint32_t **nodes, uint32_t *n,
-		     struct cs_svc_ps **out, char *err, size_t elen)
+		     uint32_t mss, uint32_t op_id,
+		     const struct cs_pst_cfg *pcfg, uint32_t **nodes,
+		     uint32_t *n, struct cs_svc_ps **out, char *err,
+		     size_t elen)
 {
 	char roles[PS_NODES_MAX + 1], list[1024];
 	uint32_t nl[PS_NODES_MAX], srv[PS_NODES_MAX], nsrv = 0;
@@ -324,6 +392,12 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 	ps->spec.opt.lr = CS_PS_PAT_LR;
 	ps->spec.init.kind = CS_PS_INIT_CONST;
 	ps->spec.init.scale = 1.0f;
+	ps->budget = o.budget;
+	if (ps->server && o.budget &&
+	    cs_ps_budget_check(&ps->spec, o.budget, err, elen)) {
+		free(ps);
+		return -EINVAL;
+	}
 	atomic_init(&ps->final, 0);
 	atomic_init(&ps->go, false);
 	atomic_init(&ps->check_go, false);
@@ -364,9 +438,19 @@ int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
 					      .msg_max = msg_max,
 					      .parked_max = 4096 };
 		struct cs_ps_store_io sio = { ps_st_send, ps };
+		struct cs_ps_spill sp;
+		int ret;
 
+		if (ps->budget) {
+			ret = ps_spill_new(ps, pcfg, op_id, &sp, err, elen);
+			if (ret) {
+				cs_svc_ps_free(ps);
+				return ret;
+			}
+		}
 		if (cs_ps_store_create(&ps->st, &sc, &sio) ||
-		    cs_ps_store_add_table(ps->st, &ps->spec, 0, NULL))
+		    cs_ps_store_add_table(ps->st, &ps->spec, ps->budget,
+					  ps->budget ? &sp : NULL))
 			goto fail;
 	}
 	if (ps->my_wrank >= 0) {
@@ -415,7 +499,25 @@ void cs_svc_ps_free(struct cs_svc_ps *ps)
 	if (!ps)
 		return;
 	cs_ps_worker_destroy(ps->w);
+	if (ps->spill && ps->st) {
+		const struct cs_ps_store_stats *ss = cs_ps_store_stats(ps->st);
+		uint64_t total = 0, res = 0;
+
+		cs_ps_store_nrows(ps->st, PS_TABLE, &total, &res);
+		CS_INFO("ps job: spill file %s removed: %" PRIu64
+			" rows held, %" PRIu64 " in memory; rows written "
+			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
+			" while the lcore served on, %" PRIu64
+			" of them for pushes, %" PRIu64
+			" for checkpoints; %" PRIu64 " pull waits, %" PRIu64
+			" push waits)",
+			ps->spill_path, total, res, ss->spill_writes,
+			ss->spill_reads, ss->spill_reads_async,
+			ss->push_reads_async, ss->snap_reads_async,
+			ss->pull_io_waits, ss->push_io_waits);
+	}
 	cs_ps_store_destroy(ps->st);
+	cs_ps_spill_close(ps->spill); /* removes the file */
 	cs_ps_flow_destroy(ps->flow);
 	cs_ps_shardmap_fini(&ps->map);
 	cs_ps_pat_fini(&ps->pat);
@@ -634,7 +736,9 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 " msgs_sent=%" PRIu64 " msgs_local=%" PRIu64
 		 " secs=%.6f timed_secs=%.6f"
 		 " timed_rows=%" PRIu64 " p50_us=%.1f p99_us=%.1f"
-		 " shard_rows=%" PRIu64,
+		 " shard_rows=%" PRIu64 " shard_mem_rows=%" PRIu64
+		 " spill_rd=%" PRIu64 " spill_rd_async=%" PRIu64
+		 " spill_rd_push=%" PRIu64,
 		 ps->server && ps->my_wrank >= 0 ? "both"
 		 : ps->server			 ? "server"
 						 : "worker",
@@ -643,7 +747,9 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 ss ? ss->grads_in : 0, ss ? ss->push_dup : 0,
 		 ss ? ss->push_early : 0, ss ? ss->rejected : 0,
 		 ws ? ws->retransmits : 0, fs.sent, fs.local, secs, tsecs,
-		 ps->rows_timed, p50, p99, ps->shard_rows);
+		 ps->rows_timed, p50, p99, ps->shard_rows, ps->in_mem,
+		 ss ? ss->spill_reads : 0, ss ? ss->spill_reads_async : 0,
+		 ss ? ss->push_reads_async : 0);
 	atomic_store_explicit(&ps->final, 1, memory_order_release);
 }
 
@@ -653,6 +759,9 @@ static bool ps_shard_complete(struct cs_svc_ps *ps)
 {
 	/* what this node took from itself since the last flush */
 	if (cs_ps_store_flush(ps->st))
+		return false;
+	/* pushes' updates parked for their rows on disk: not yet */
+	if (cs_ps_store_io_pending(ps->st))
 		return false;
 	if (ps->spec.mode == CS_PS_SYNC)
 		return cs_ps_store_clock(ps->st, PS_TABLE) >= ps->versions;
@@ -675,6 +784,8 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 		return work;
 	}
 	work += cs_ps_flow_drain_local(ps->flow, now, 256);
+	if (ps->st && cs_ps_store_io_pending(ps->st))
+		work++; /* reads in flight: poll again soon */
 	if (atomic_load_explicit(&ps->final, memory_order_relaxed))
 		return work;
 	if (ps->w) {
@@ -724,6 +835,7 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 	if (ps->checking && !ps_check_shard(ps)) {
 		work++; /* more keys to check: no idle wait */
 	} else if (ps->checking) {
+		cs_ps_store_nrows(ps->st, PS_TABLE, &ps->held, &ps->in_mem);
 		ps->wrong += ps->shard_wrong;
 		ps->checking = false;
 		ps->server_done = true;
@@ -772,9 +884,9 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 		return;
 	}
 	cs_core_svc_view(s, &self, &npeers);
-	ret = cs_svc_ps_create(args + skip, self, npeers,
-			       cs_core_svc_frame_payload(s), &nodes, &n, &ps,
-			       err, sizeof(err));
+	ret = cs_svc_ps_create(
+		args + skip, self, npeers, cs_core_svc_frame_payload(s), op_id,
+		cs_core_svc_ps_cfg(s), &nodes, &n, &ps, err, sizeof(err));
 	if (ret) {
 		snprintf(out, len, "err %s", err);
 		return;
@@ -794,7 +906,7 @@ static void ps_start(struct cs_core_svc *s, const char *args, char *out,
 static void ps_wait(struct cs_core_svc *s, const char *args, char *out,
 		    size_t len)
 {
-	char res[640];
+	char res[1024];
 	unsigned ms;
 	struct timespec ts = { 0, 1000000 };
 	struct cs_svc_ps *ps;
@@ -839,7 +951,7 @@ static void ps_steps(struct cs_core_svc *s, const char *args, char *out,
 	uint32_t culprit = UINT32_MAX;
 	struct cs_svc_ps *ps;
 	int status = 0, f = 0;
-	char res[640];
+	char res[1024];
 	unsigned ms;
 
 	ps = cs_core_svc_ps_job(s, &status, &culprit);

@@ -35,14 +35,20 @@ struct cs_svc_ps;
  * @self: this sidecar's node id in the view
  * @npeers: nodes in the view
  * @mss: largest frame payload the port carries
+ * @op_id: the job's op id (names its spill file)
+ * @pcfg: the sidecar's ps.* settings (the spill folder of a job with
+ *	budget=BYTES); may be NULL (then budget is refused)
  * @nodes: out: a malloc'd copy of the node list, @n of them
  * @out: the job
  * @err: a reason on failure
  * Returns: 0, -EINVAL (bad arguments; @err says which), -ENOMEM.
  */
+struct cs_pst_cfg;
 int cs_svc_ps_create(const char *args, uint32_t self, uint32_t npeers,
-		     uint32_t mss, uint32_t **nodes, uint32_t *n,
-		     struct cs_svc_ps **out, char *err, size_t elen);
+		     uint32_t mss, uint32_t op_id,
+		     const struct cs_pst_cfg *pcfg, uint32_t **nodes,
+		     uint32_t *n, struct cs_svc_ps **out, char *err,
+		     size_t elen);
 void cs_svc_ps_free(struct cs_svc_ps *ps);
 
 /* The flow to post (cs_ps_flow_ops). */

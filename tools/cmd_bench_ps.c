@@ -28,8 +28,8 @@ static void usage(FILE *out)
 		"       [--row-bytes 64,1024] [--keys-per-push P] [--rows N]\n"
 		"       [--skew Z] [--mode sync|async|ssp:S] [-n ITERS]\n"
 		"       [-w WARMUP] [--dense BYTES|0] [--dense-row-bytes B]\n"
-		"       [--roles R] [--msg-max BYTES] [--timeout MS]\n"
-		"       [--cluster ENV]\n\n"
+		"       [--roles R] [--msg-max BYTES] [--budget BYTES]\n"
+		"       [--timeout MS] [--cluster ENV]\n\n"
 		"One line per pattern and row size, then the dense case\n"
 		"(push+pull of every key of a BYTES table, default 1M; 0: none;\n"
 		"--pattern none: the dense case only).\n"
@@ -37,13 +37,17 @@ static void usage(FILE *out)
 		"keys per push over 100000 rows, uniform keys (Z 0), sync, 100\n"
 		"timed steps after 5 warm-up steps, dense rows of 1024 bytes,\n"
 		"PS messages up to 1 MiB (--msg-max: smaller ones; a message\n"
-		"longer than a frame goes as several).\n");
+		"longer than a frame goes as several). --budget: each server\n"
+		"keeps BYTES of its shard's rows in memory, the rest on the\n"
+		"SSD tier (a file in the sidecars' ps.spill_dir; 0, the\n"
+		"default: every row in memory).\n");
 }
 
 static int one(const char *env, const char *roles, const char *pattern,
 	       unsigned row_bytes, unsigned kpp, unsigned rows,
 	       const char *skew, const char *mode, unsigned iters,
-	       unsigned warm, unsigned ms, bool dense, unsigned long msg)
+	       unsigned warm, unsigned ms, bool dense, unsigned long msg,
+	       unsigned long long budget)
 {
 	struct cs_ps_job_res r;
 	char job[256];
@@ -57,6 +61,9 @@ static int one(const char *env, const char *roles, const char *pattern,
 	if (msg) /* only when asked: older sidecars know no msg= */
 		snprintf(job + strlen(job), sizeof(job) - strlen(job),
 			 " msg=%lu", msg);
+	if (budget)
+		snprintf(job + strlen(job), sizeof(job) - strlen(job),
+			 " budget=%llu", budget);
 	ret = cs_ps_job_run(env, roles, job, ms, false, &r);
 	if (ret)
 		return ret;
@@ -70,7 +77,7 @@ static int one(const char *env, const char *roles, const char *pattern,
 		       "row_bytes=%u mode=%s nodes=%d roles=%s iters=%u "
 		       "time_us=%.1f p50_us=%.1f p99_us=%.1f rows_per_s=%.0f "
 		       "algbw_GBps=%.3f busbw_GBps=%.3f wrong=0 "
-		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f\n",
+		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f",
 		       bytes, row_bytes, mode, r.nodes, r.roles, iters, t * 1e6,
 		       r.p50_us, r.p99_us, rps, alg, alg * 2 * (n - 1) / n,
 		       r.checked, r.retx, r.early);
@@ -79,11 +86,14 @@ static int one(const char *env, const char *roles, const char *pattern,
 		       "keys_per_push=%u rows=%u skew=%s mode=%s nodes=%d "
 		       "roles=%s iters=%u time_us=%.1f p50_us=%.1f "
 		       "p99_us=%.1f rows_per_s=%.0f GB_per_s=%.3f wrong=0 "
-		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f\n",
+		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f",
 		       pattern, row_bytes, kpp, rows, skew, mode, r.nodes,
 		       r.roles, iters, t * 1e6, r.p50_us, r.p99_us, rps,
 		       rps * row_bytes / 1e9, r.checked, r.retx, r.early);
 	}
+	if (budget) /* a line without it: every row in memory */
+		printf(" budget=%llu", budget);
+	printf("\n");
 	fflush(stdout);
 	return 0;
 }
@@ -101,6 +111,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		{ "dense-row-bytes", required_argument, NULL, 'E' },
 		{ "roles", required_argument, NULL, 'R' },
 		{ "msg-max", required_argument, NULL, 'M' },
+		{ "budget", required_argument, NULL, 'G' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
@@ -111,7 +122,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 	char patterns[128] = "push,pull,pushpull", sizes[128] = "64,1024";
 	unsigned long kpp = 256, rows = 100000, iters = 100, warm = 5,
 		      drb = 1024, ms = 600000, msg = 0, v;
-	unsigned long long dense = 1 << 20;
+	unsigned long long dense = 1 << 20, budget = 0;
 	char *save, *p, *tok;
 	int o, ret = 0;
 
@@ -162,6 +173,12 @@ int cs_cmd_bench_ps(int argc, char **argv)
 			break;
 		case 'M':
 			bad = cs_parse_whole(optarg, 256, 1 << 20, &msg);
+			break;
+		case 'G':
+			bad = strcmp(optarg, "0") &&
+			      cs_sim_parse_size(optarg, &budget);
+			if (!strcmp(optarg, "0"))
+				budget = 0;
 			break;
 		case 't':
 			bad = cs_parse_whole(optarg, 1, 86400000, &ms);
@@ -214,7 +231,8 @@ int cs_cmd_bench_ps(int argc, char **argv)
 			}
 			ret |= one(env, roles, pat, (unsigned)v, (unsigned)kpp,
 				   (unsigned)rows, skew, mode, (unsigned)iters,
-				   (unsigned)warm, (unsigned)ms, false, msg);
+				   (unsigned)warm, (unsigned)ms, false, msg,
+				   budget);
 		}
 	}
 	if (dense) {
@@ -231,7 +249,7 @@ int cs_cmd_bench_ps(int argc, char **argv)
 		ret |= one(env, roles, "pushpull", (unsigned)drb,
 			   (unsigned)drows, (unsigned)drows, "0", mode,
 			   (unsigned)iters, (unsigned)warm, (unsigned)ms, true,
-			   msg);
+			   msg, budget);
 	}
 	return ret ? 1 : 0;
 }

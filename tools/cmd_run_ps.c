@@ -191,13 +191,18 @@ static void ps_usage(FILE *out)
 	fprintf(out,
 		"usage: collstack run ps [--roles R] [--iters I] [--rows N]\n"
 		"       [--dim D] [--keys-per-push P] [--mode M] [--skew Z]\n"
-		"       [--bad-push] [--timeout MS] [--cluster ENV]\n\n"
+		"       [--bad-push] [--budget BYTES] [--timeout MS]\n"
+		"       [--cluster ENV]\n\n"
 		"R: one letter per sidecar, in the cluster's order: s (server),\n"
 		"w (worker), b (both); default every sidecar both. M: sync\n"
 		"(default), async or ssp:S. Z: Zipf exponent of the keys (0,\n"
 		"the default: uniform). --bad-push: worker 0 first sends a push\n"
 		"for an unknown table and one with the wrong row size; the\n"
 		"servers must refuse both (rejected=2) and apply nothing.\n"
+		"--budget: each server keeps BYTES of its shard's rows in\n"
+		"memory (at least 64 rows), the rest on the SSD tier, a file\n"
+		"in the sidecars' ps.spill_dir (0, the default: all in\n"
+		"memory).\n"
 		"Prints 'ps ok ...' or 'ps FAILED ...' (exit 1). Defaults: 20\n"
 		"iters, 10000 rows, dim 16, 64 keys per push, 60000 ms.\n");
 }
@@ -213,6 +218,7 @@ int cs_cmd_run_ps(int argc, char **argv)
 		{ "mode", required_argument, NULL, 'm' },
 		{ "skew", required_argument, NULL, 'z' },
 		{ "bad-push", no_argument, NULL, 'B' },
+		{ "budget", required_argument, NULL, 'G' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "cluster", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
@@ -222,7 +228,8 @@ int cs_cmd_run_ps(int argc, char **argv)
 		   *skew = "0";
 	unsigned iters = 20, rows = 10000, dim = 16, kpp = 64, ms = 60000;
 	struct cs_ps_job_res r;
-	char job[256];
+	unsigned long long budget = 0;
+	char job[256], *end;
 	int c, bad = 0, ret;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -251,6 +258,16 @@ int cs_cmd_run_ps(int argc, char **argv)
 		case 'B':
 			bad = 1;
 			break;
+		case 'G':
+			budget = strtoull(optarg, &end, 0);
+			if (*end || end == optarg || optarg[0] == '-') {
+				fprintf(stderr,
+					"collstack run ps: --budget %s: not a "
+					"number of bytes\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 't':
 			ms = (unsigned)strtoul(optarg, NULL, 0);
 			break;
@@ -271,6 +288,9 @@ int cs_cmd_run_ps(int argc, char **argv)
 	}
 	snprintf(job, sizeof(job), "%u %u %u %u mode=%s skew=%s bad=%d", iters,
 		 rows, dim, kpp, mode, skew, bad);
+	if (budget) /* only when asked: older sidecars know no budget= */
+		snprintf(job + strlen(job), sizeof(job) - strlen(job),
+			 " budget=%llu", budget);
 	ret = cs_ps_job_run(env, roles, job, ms, true, &r);
 	if (ret)
 		return ret;
@@ -282,10 +302,10 @@ int cs_cmd_run_ps(int argc, char **argv)
 	printf("ps ok nodes=%d roles=%s mode=%s iters=%u rows=%u dim=%u "
 	       "keys_per_push=%u rows_checked=%.0f wrong=0 rejected=%.0f "
 	       "secs=%.3f pushes_per_s=%.0f pulls_per_s=%.0f "
-	       "max_server_share=%.2f\n",
+	       "max_server_share=%.2f budget=%llu\n",
 	       r.nodes, r.roles, mode, iters, rows, dim, kpp, r.checked,
 	       r.rejected, r.secs, r.secs > 0 ? r.pushes / r.secs : 0,
 	       r.secs > 0 ? r.pulls / r.secs : 0,
-	       r.gsum > 0 ? r.gmax * r.nsrv / r.gsum : 0);
+	       r.gsum > 0 ? r.gmax * r.nsrv / r.gsum : 0, budget);
 	return 0;
 }

@@ -51,13 +51,20 @@ struct cs_ps_rows {
 	struct cs_ps_io_req *rd_reqs;
 	uint8_t *rd_buf;
 	uint32_t rd_n;
+	/* the batch in flight is a snapshot's (snap_read): its rows go
+	 * into the snapshot of generation rd_snap_gen, not into frames */
+	bool rd_snap;
+	uint32_t rd_snap_gen;
 	uint64_t *n_rd_async;
+	uint64_t *n_rd_snap_async; /* of n_rd_async: a snapshot's */
 
 	/* snapshot */
 	bool snap;
 	uint32_t snap_gen;
 	uint32_t snap_n, snap_cur;
 	struct cs_ps_snap_sink sink;
+	bool snap_yielded; /* a step stopped for another's batch in flight */
+	uint32_t snap_rd_max; /* 0, or the largest batch the spill took */
 	uint8_t *chunk;
 	size_t chunk_len, chunk_cap;
 	uint8_t *snap_row; /* sink.align: a spilled row read for a split record */

@@ -284,6 +284,14 @@ struct cs_ps_store_stats {
 				     * served on (read_start) */
 	uint64_t pull_io_waits; /* flushes that left a pull parked for its
 				 * reads in flight */
+	uint64_t push_reads_async; /* of spill_reads_async: rows a push's
+				    * update was parked for (its reads
+				    * started, the store serving on) */
+	uint64_t push_io_waits; /* flushes that left pushes' updates parked
+				 * for reads in flight */
+	uint64_t snap_reads_async; /* of spill_reads_async: rows a
+				    * snapshot read while the store served
+				    * on */
 	uint32_t max_staleness; /* ssp: largest t - min clock at a serve */
 };
 
@@ -326,8 +334,14 @@ int cs_ps_store_rx(struct cs_ps_store *st, const void *msg, size_t len);
  * The pump calls it after each burst of received messages: every key
  * pushed since the last flush (async, ssp) or every complete version
  * (sync) gets one optimizer step with its aggregated gradient, then the
- * parked pulls that are now allowed are answered. Returns 0 or -errno
- * (a spill I/O error).
+ * parked pulls that are now allowed are answered. Where the spill reads
+ * without waiting (read_start), an update whose rows are on disk is
+ * parked instead while they are read, and applied, once and in order, by
+ * a later flush (cs_ps_store_io_pending says when to call again); a pull
+ * waits for the pushes taken before it (sync: for its version, as
+ * always). cs_ps_store_peek and cs_ps_store_snap_begin first apply what
+ * is parked, waiting for the reads. Returns 0 or -errno (a spill I/O
+ * error).
  */
 int cs_ps_store_flush(struct cs_ps_store *st);
 
@@ -336,8 +350,9 @@ int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 		     void *row);
 /* Versions applied (sync) or the smallest worker clock (ssp, async). */
 uint64_t cs_ps_store_clock(struct cs_ps_store *st, uint32_t table);
-/* Reads of cold rows for a pull in flight (the pump should poll the
- * store again soon: cs_ps_store_flush completes them). */
+/* Reads of cold rows for a pull in flight, or pushes' updates parked
+ * for theirs (the pump should poll the store again soon:
+ * cs_ps_store_flush completes them). */
 bool cs_ps_store_io_pending(struct cs_ps_store *st);
 /* Rows held (memory + spilled) and rows in memory. */
 void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,

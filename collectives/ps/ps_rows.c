@@ -323,6 +323,28 @@ int cs_ps_rows_fault_in(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 	return 0;
 }
 
+/* The buffers of the read batch (allocated the first time). */
+static int rd_bufs(struct cs_ps_rows *r)
+{
+	uint32_t max = cs_ps_rows_batch(r);
+
+	if (r->rd_e)
+		return 0;
+	r->rd_e = malloc(sizeof(*r->rd_e) * max);
+	r->rd_reqs = malloc(sizeof(*r->rd_reqs) * max);
+	r->rd_buf = malloc(r->frame_bytes * max);
+	if (!r->rd_e || !r->rd_reqs || !r->rd_buf) {
+		free(r->rd_e);
+		free(r->rd_reqs);
+		free(r->rd_buf);
+		r->rd_e = NULL;
+		r->rd_reqs = NULL;
+		r->rd_buf = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 {
 	uint32_t k = 0, max = cs_ps_rows_batch(r);
@@ -332,21 +354,9 @@ int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 		return -EOPNOTSUPP;
 	if (r->rd_n)
 		return -EBUSY;
-	if (!r->rd_e) {
-		r->rd_e = malloc(sizeof(*r->rd_e) * max);
-		r->rd_reqs = malloc(sizeof(*r->rd_reqs) * max);
-		r->rd_buf = malloc(r->frame_bytes * max);
-		if (!r->rd_e || !r->rd_reqs || !r->rd_buf) {
-			free(r->rd_e);
-			free(r->rd_reqs);
-			free(r->rd_buf);
-			r->rd_e = NULL;
-			r->rd_reqs = NULL;
-			r->rd_buf = NULL;
-			return -ENOMEM;
-		}
-	}
-	rc = 0;
+	rc = rd_bufs(r);
+	if (rc)
+		return rc;
 	for (uint32_t i = 0; i < n; i++) {
 		struct cs_ps_ent *v = &r->ents[e[i]];
 
@@ -376,6 +386,8 @@ int cs_ps_rows_read_start(struct cs_ps_rows *r, const uint32_t *e, uint32_t n)
 	return k ? 1 : 0;
 }
 
+static int snap_land(struct cs_ps_rows *r, int rc);
+
 int cs_ps_rows_read_poll(struct cs_ps_rows *r, bool wait)
 {
 	uint32_t frames[ROWS_BATCH_MAX], in[ROWS_BATCH_MAX], k = 0;
@@ -386,6 +398,8 @@ int cs_ps_rows_read_poll(struct cs_ps_rows *r, bool wait)
 	rc = r->spill.ops->read_poll(r->spill.ctx, wait);
 	if (rc == 1)
 		return 1;
+	if (r->rd_snap)
+		return snap_land(r, rc);
 	/* landed (or failed): the entries not brought in meanwhile */
 	for (uint32_t i = 0; i < r->rd_n; i++) {
 		struct cs_ps_ent *v = &r->ents[r->rd_e[i]];
@@ -537,11 +551,13 @@ static int row_read(struct cs_ps_rows *r, const struct cs_ps_ent *v,
 
 /*
  * sink.align: entry @e's record, split over two chunks where it does not
- * fit in the one being filled (a spilled row that does not fit is read
- * into snap_row first).
+ * fit in the one being filled; its row from @bytes (a snapshot read's),
+ * memory or the file (a spilled row that does not fit is read into
+ * snap_row first).
  */
 static int snap_emit_split(struct cs_ps_rows *r, struct cs_ps_ent *v,
-			   const struct cs_ps_rec_head *h, uint32_t e)
+			   const struct cs_ps_rec_head *h, uint32_t e,
+			   const uint8_t *bytes)
 {
 	const uint8_t *row;
 	int rc;
@@ -550,7 +566,7 @@ static int snap_emit_split(struct cs_ps_rows *r, struct cs_ps_ent *v,
 		return -ENOMEM;
 	r->chunk_nrec++; /* counted in the chunk it starts in */
 	r->snap_nrec++;
-	if (v->frame == CS_PS_NO_FRAME &&
+	if (!bytes && v->frame == CS_PS_NO_FRAME &&
 	    r->chunk_len + rec_bytes(r) <= r->chunk_cap) {
 		/* it fits: the row is read straight into place */
 		memcpy(r->chunk + r->chunk_len, h, sizeof(*h));
@@ -562,7 +578,9 @@ static int snap_emit_split(struct cs_ps_rows *r, struct cs_ps_ent *v,
 			return chunk_flush(r);
 		return 0;
 	}
-	if (v->frame != CS_PS_NO_FRAME) {
+	if (bytes) {
+		row = bytes;
+	} else if (v->frame != CS_PS_NO_FRAME) {
 		row = cs_ps_rows_frame(r, e);
 	} else {
 		if (!r->snap_row && !(r->snap_row = malloc(r->frame_bytes)))
@@ -576,8 +594,10 @@ static int snap_emit_split(struct cs_ps_rows *r, struct cs_ps_ent *v,
 	return rc ? rc : chunk_put(r, row, r->frame_bytes);
 }
 
-/* Append entry @e's record; its bytes come from memory or the file. */
-static int snap_emit(struct cs_ps_rows *r, uint32_t e)
+/* Append entry @e's record; its bytes come from @bytes (a snapshot
+ * read's), memory or the file. */
+static int snap_emit_from(struct cs_ps_rows *r, uint32_t e,
+			  const uint8_t *bytes)
 {
 	struct cs_ps_ent *v = &r->ents[e];
 	struct cs_ps_rec_head h = { .key = v->key, .step = v->step };
@@ -585,7 +605,7 @@ static int snap_emit(struct cs_ps_rows *r, uint32_t e)
 	int rc;
 
 	if (r->sink.align) {
-		rc = snap_emit_split(r, v, &h, e);
+		rc = snap_emit_split(r, v, &h, e, bytes);
 		if (!rc)
 			v->snap_gen = r->snap_gen;
 		return rc;
@@ -596,7 +616,9 @@ static int snap_emit(struct cs_ps_rows *r, uint32_t e)
 	dst = r->chunk + r->chunk_len;
 	memcpy(dst, &h, sizeof(h));
 	dst += sizeof(h);
-	if (v->frame != CS_PS_NO_FRAME) {
+	if (bytes) {
+		memcpy(dst, bytes, r->frame_bytes);
+	} else if (v->frame != CS_PS_NO_FRAME) {
 		memcpy(dst, cs_ps_rows_frame(r, e), r->frame_bytes);
 	} else {
 		rc = row_read(r, v, dst);
@@ -608,6 +630,87 @@ static int snap_emit(struct cs_ps_rows *r, uint32_t e)
 	r->snap_nrec++;
 	v->snap_gen = r->snap_gen;
 	return 0;
+}
+
+static int snap_emit(struct cs_ps_rows *r, uint32_t e)
+{
+	return snap_emit_from(r, e, NULL);
+}
+
+/*
+ * A snapshot's batch of reads landed (@rc: its status): each row not
+ * copied meanwhile goes into the snapshot from the bytes read. Those
+ * bytes are the row as it was at snap_begin: a row changed since was
+ * copied first (cs_ps_rows_cow: its snap_gen is set, it is skipped
+ * here), and a row not changed is on disk as it was, whether it went
+ * through memory meanwhile or not. A failed batch fails the snapshot (its
+ * rows were passed over by the step). Returns 0: the batch is the
+ * snapshot's business, not the caller's.
+ */
+static int snap_land(struct cs_ps_rows *r, int rc)
+{
+	uint32_t n = r->rd_n;
+
+	r->rd_n = 0;
+	r->rd_snap = false;
+	if (!r->snap || r->rd_snap_gen != r->snap_gen)
+		return 0; /* that snapshot ended */
+	if (rc) {
+		if (!r->snap_rc)
+			r->snap_rc = rc;
+		return 0;
+	}
+	for (uint32_t i = 0; i < n && !r->snap_rc; i++) {
+		uint32_t e = r->rd_e[i];
+
+		if (r->ents[e].snap_gen == r->snap_gen)
+			continue;
+		rc = snap_emit_from(r, e,
+				    r->rd_buf + (size_t)i * r->frame_bytes);
+		if (rc)
+			r->snap_rc = rc;
+	}
+	if (r->n_rd)
+		*r->n_rd += n;
+	if (r->n_rd_async)
+		*r->n_rd_async += n;
+	if (r->n_rd_snap_async)
+		*r->n_rd_snap_async += n;
+	return 0;
+}
+
+/* Start reading the snapshot's entries @e[0..n) (on disk) without
+ * waiting. Returns how many of the first ones were started (the step
+ * copies the others waiting): fewer where the spill takes fewer at once
+ * (-E2BIG: the ring's depth), which later steps then gather. */
+static uint32_t snap_read_start(struct cs_ps_rows *r, const uint32_t *e,
+				uint32_t n)
+{
+	int rc;
+
+	if (!n || r->rd_n)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		r->rd_e[i] = e[i];
+		r->rd_reqs[i] = (struct cs_ps_io_req){
+			.off = (r->ents[e[i]].disk - 1) * r->frame_bytes,
+			.buf = r->rd_buf + (size_t)i * r->frame_bytes,
+			.len = (uint32_t)r->frame_bytes,
+		};
+	}
+	for (;;) {
+		rc = r->spill.ops->read_start(r->spill.ctx, r->rd_reqs, n);
+		if (rc != -E2BIG || n == 1)
+			break;
+		n /= 2;
+		r->snap_rd_max = n;
+	}
+	if (rc)
+		return 0;
+	r->rd_n = n;
+	r->rd_snap = true;
+	r->rd_snap_gen = r->snap_gen;
+	return n;
 }
 
 int cs_ps_rows_cow(struct cs_ps_rows *r, uint32_t e)
@@ -668,29 +771,81 @@ static void snap_end(struct cs_ps_rows *r, int rc)
 	r->sink.end(r->sink.ctx, r->snap_nrec, rc);
 }
 
+/*
+ * Where the spill reads without waiting, the rows of a step that are on
+ * disk are gathered into one batch (up to cs_ps_rows_batch()) and read
+ * while the thread serves on; a later step (or any poll of the batch:
+ * a pull's, a push's) copies them into the snapshot when they landed,
+ * and the snapshot does not end before. Otherwise each is read waiting.
+ */
 int cs_ps_rows_snap_step(struct cs_ps_rows *r, uint32_t max_rows)
 {
-	uint32_t done = 0;
+	uint32_t done = 0, bmax = cs_ps_rows_batch(r), nb = 0;
+	uint32_t batch[ROWS_BATCH_MAX];
+	bool async = cs_ps_rows_can_read_async(r);
 	int rc;
 
 	if (!r->snap)
 		return 0;
+	if (r->rd_n) {
+		rc = cs_ps_rows_read_poll(r, false);
+		if (rc == 1 && r->rd_snap)
+			return 1; /* ours flies: nothing to copy meanwhile */
+		/* another's flies (its poll or flush completes it), or it
+		 * landed */
+	}
+	if (!r->rd_n)
+		r->snap_yielded = false;
+	if (async && rd_bufs(r))
+		async = false; /* no memory for them: each read waiting */
+	if (r->snap_rd_max && r->snap_rd_max < bmax)
+		bmax = r->snap_rd_max;
 	while (r->snap_cur < r->snap_n && done < max_rows && !r->snap_rc) {
-		uint32_t e = r->snap_cur++;
+		uint32_t e = r->snap_cur;
 
-		if (r->ents[e].snap_gen == r->snap_gen)
+		if (r->ents[e].snap_gen == r->snap_gen) {
+			r->snap_cur++;
 			continue;
+		}
+		if (async && r->ents[e].frame == CS_PS_NO_FRAME) {
+			if (!r->rd_n && nb == bmax)
+				break; /* the batch is full: this row next */
+			if (!r->rd_n) {
+				batch[nb++] = e;
+				r->snap_cur++;
+				done++;
+				continue;
+			}
+			/* a pull's or a push's batch flies: the next step,
+			 * once; then waiting, so the snapshot gets on */
+			if (!r->snap_yielded) {
+				r->snap_yielded = true;
+				break;
+			}
+		}
 		rc = snap_emit(r, e);
 		if (rc)
 			r->snap_rc = rc;
+		r->snap_cur++;
 		done++;
+	}
+	if (nb && !r->snap_rc) {
+		uint32_t i = snap_read_start(r, batch, nb);
+
+		for (; i < nb && !r->snap_rc; i++) {
+			rc = snap_emit(r, batch[i]);
+			if (rc)
+				r->snap_rc = rc;
+		}
 	}
 	if (r->snap_rc) {
 		rc = r->snap_rc;
+		if (r->rd_n && r->rd_snap)
+			(void)cs_ps_rows_read_poll(r, true);
 		snap_end(r, rc);
 		return rc;
 	}
-	if (r->snap_cur < r->snap_n)
+	if (r->snap_cur < r->snap_n || (r->rd_n && r->rd_snap))
 		return 1;
 	rc = chunk_flush(r);
 	snap_end(r, rc);

@@ -52,6 +52,19 @@ struct ps_wstate {
 struct ps_parked {
 	uint8_t *msg;
 	size_t len;
+	/* a pull (async, ssp): served once the table's pushes up to seq
+	 * are applied: those taken before it came, then (when its clock
+	 * first allowed it) those taken until then, which its clock counts
+	 * on (ssp: the versions of the slowest worker) */
+	uint64_t seq;
+	bool seq_final;
+	bool read_once; /* a pull whose own reads were started */
+};
+
+/* A group of updates in ps_table.pend: its end, its last push. */
+struct ps_group {
+	size_t end;
+	uint64_t seq;
 };
 
 struct ps_table {
@@ -69,7 +82,27 @@ struct ps_table {
 	float *agg_rows;
 	uint32_t agg_n, agg_cap;
 	float *work; /* dim f32 */
+	float *grad; /* dim f32 */
 	uint32_t *batch; /* rows_batch entries */
+
+	/*
+	 * Updates taken but not applied yet, where the spill reads without
+	 * waiting: each flush's aggregate (sync: the version's) is appended
+	 * as (key, f32 row) records, applied in order from pend_off in
+	 * batches whose rows on disk are read first while the store serves
+	 * on (the applied front dropped now and then: pend_compact).
+	 * groups[] mark where each flush's aggregate ends and the last push
+	 * in it; a pull (async, ssp) waits until the pushes up to its seq
+	 * are applied (seq_applied).
+	 */
+	struct ps_buf pend;
+	size_t pend_off;
+	size_t pend_read; /* pend_off + 1 of the batch whose read landed */
+	struct ps_buf groups; /* struct ps_group, from groups_off */
+	size_t groups_off;
+	uint64_t push_seq; /* pushes taken into the table */
+	uint64_t seq_sealed; /* pushes up to this one in pend (or applied) */
+	uint64_t seq_applied; /* pushes up to this one applied */
 };
 
 struct cs_ps_store {
@@ -86,6 +119,9 @@ struct cs_ps_store {
 	struct cs_ps_store_stats st;
 	int snap_table;
 	uint64_t snap_clock;
+	/* the last flush left a pull parked for reads: call again (its
+	 * batch may have landed already, completed by another's poll) */
+	bool io_again;
 };
 
 static int buf_put(struct ps_buf *b, const void *p, size_t n)
@@ -149,7 +185,10 @@ static void table_free(struct ps_table *t)
 	free(t->agg_keys);
 	free(t->agg_rows);
 	free(t->work);
+	free(t->grad);
 	free(t->batch);
+	free(t->pend.p);
+	free(t->groups.p);
 	free(t);
 }
 
@@ -192,16 +231,18 @@ int cs_ps_store_add_table(struct cs_ps_store *st,
 	t->rows.n_wr = &st->st.spill_writes;
 	t->rows.n_rd = &st->st.spill_reads;
 	t->rows.n_rd_async = &st->st.spill_reads_async;
+	t->rows.n_rd_snap_async = &st->st.snap_reads_async;
 	t->ws = calloc(spec->workers, sizeof(*t->ws));
 	/* f32 work row; also a row of the dtype (f64: 8 bytes a value) */
 	t->work = malloc(sizeof(double) * spec->dim);
+	t->grad = malloc(sizeof(float) * spec->dim);
 	t->batch = malloc(sizeof(uint32_t) * cs_ps_rows_batch(&t->rows));
 	t->agg_idx = calloc(64, sizeof(*t->agg_idx));
 	t->agg_mask = 63;
 	if (spec->mode == CS_PS_SYNC)
 		t->sync = calloc(CS_PS_AHEAD * (size_t)spec->workers,
 				 sizeof(*t->sync));
-	if (!t->ws || !t->work || !t->batch || !t->agg_idx ||
+	if (!t->ws || !t->work || !t->grad || !t->batch || !t->agg_idx ||
 	    (spec->mode == CS_PS_SYNC && !t->sync)) {
 		table_free(t);
 		return -ENOMEM;
@@ -359,6 +400,225 @@ static int agg_apply(struct cs_ps_store *st, struct ps_table *t)
 	t->agg_n = 0;
 	memset(t->agg_idx, 0, sizeof(*t->agg_idx) * (t->agg_mask + 1ull));
 	return 0;
+}
+
+/* ---- updates parked for their reads ------------------------------------- */
+
+/* table_apply / pend_apply: reads in flight, the rest parked in pend */
+#define PS_APPLY_WAIT 1
+
+static size_t pend_rec(const struct ps_table *t)
+{
+	return sizeof(uint64_t) + sizeof(float) * t->spec.dim;
+}
+
+static bool pend_empty(const struct ps_table *t)
+{
+	return t->pend_off == t->pend.len;
+}
+
+/* Drop what was applied from the front of pend and groups (so that a
+ * queue that never runs dry does not grow for ever). */
+static void pend_compact(struct ps_table *t)
+{
+	size_t off = t->pend_off, goff = t->groups_off;
+
+	if (!off || off < t->pend.len / 2)
+		return;
+	memmove(t->pend.p, t->pend.p + off, t->pend.len - off);
+	t->pend.len -= off;
+	t->pend_off = 0;
+	t->pend_read = t->pend_read == off + 1 ? 1 : 0;
+	memmove(t->groups.p, t->groups.p + goff, t->groups.len - goff);
+	t->groups.len -= goff;
+	t->groups_off = 0;
+	for (size_t i = 0; i < t->groups.len; i += sizeof(struct ps_group)) {
+		struct ps_group g;
+
+		memcpy(&g, t->groups.p + i, sizeof(g));
+		g.end -= off;
+		memcpy(t->groups.p + i, &g, sizeof(g));
+	}
+}
+
+/* Move the aggregate to the end of pend, as one group (its order kept:
+ * the same optimizer steps a blocking flush would take). */
+static int pend_seal(struct ps_table *t)
+{
+	uint32_t d = t->spec.dim;
+	struct ps_group g = { 0, 0 };
+	int rc;
+
+	if (pend_empty(t)) {
+		t->pend.len = t->pend_off = 0;
+		t->groups.len = t->groups_off = 0;
+		t->pend_read = 0;
+	} else {
+		pend_compact(t);
+	}
+	/* room first, so that a failure leaves the aggregate whole */
+	rc = buf_put(&t->groups, &g, sizeof(g));
+	if (rc)
+		return rc;
+	t->groups.len -= sizeof(g);
+	if (t->agg_n) {
+		size_t old = t->pend.len;
+
+		for (uint32_t s = 0; s < t->agg_n && !rc; s++) {
+			rc = buf_put(&t->pend, &t->agg_keys[s],
+				     sizeof(uint64_t));
+			if (!rc)
+				rc = buf_put(&t->pend,
+					     t->agg_rows + (size_t)s * d,
+					     sizeof(float) * d);
+		}
+		if (rc) {
+			t->pend.len = old;
+			return rc;
+		}
+	}
+	g = (struct ps_group){ t->pend.len, t->push_seq };
+	t->seq_sealed = t->push_seq;
+	(void)buf_put(&t->groups, &g, sizeof(g)); /* room taken above */
+	t->agg_n = 0;
+	memset(t->agg_idx, 0, sizeof(*t->agg_idx) * (t->agg_mask + 1ull));
+	return 0;
+}
+
+/* pend applied up to pend_off: the groups that ended are done. */
+static void pend_groups_done(struct ps_table *t)
+{
+	while (t->groups_off < t->groups.len) {
+		struct ps_group g;
+
+		memcpy(&g, t->groups.p + t->groups_off, sizeof(g));
+		if (g.end > t->pend_off)
+			break;
+		t->seq_applied = g.seq;
+		t->groups_off += sizeof(g);
+	}
+}
+
+static uint64_t pend_key(const struct ps_table *t, size_t off)
+{
+	uint64_t k;
+
+	memcpy(&k, t->pend.p + off, sizeof(k));
+	return k;
+}
+
+/*
+ * Apply pend in order, a batch of records at a time. A batch with rows
+ * on disk has them read without waiting (read_start) and returns
+ * PS_APPLY_WAIT; a later call finds them in and applies the batch. Its
+ * rows may be sent back to disk before then (a pull's serve evicting
+ * them): the second time the batch is read the blocking way, so it always
+ * gets on. @block: every batch read the blocking way (nothing left). An
+ * I/O error leaves the records not applied in pend, each applied at most
+ * once. Returns 0 (pend empty), PS_APPLY_WAIT or -errno.
+ */
+static int pend_apply(struct cs_ps_store *st, struct ps_table *t, bool block)
+{
+	struct cs_ps_rows *r = &t->rows;
+	uint32_t d = t->spec.dim, bmax = cs_ps_rows_batch(r);
+	size_t rec = pend_rec(t);
+	int rc = 0;
+
+	while (!pend_empty(t)) {
+		size_t off0 = t->pend_off, off;
+		uint32_t n, nb = 0, ncold = 0;
+
+		n = (uint32_t)CS_MIN((size_t)bmax, (t->pend.len - off0) / rec);
+		for (uint32_t i = 0; i < n; i++) {
+			int64_t e =
+				cs_ps_rows_find(r, pend_key(t, off0 + i * rec));
+
+			if (e < 0)
+				continue;
+			t->batch[nb++] = (uint32_t)e;
+			ncold += r->ents[e].frame == CS_PS_NO_FRAME;
+		}
+		if (ncold && !block && r->rd_n) {
+			/* a batch in flight (ours or a pull's) */
+			rc = cs_ps_rows_read_poll(r, false);
+			if (rc == 1) {
+				st->st.push_io_waits++;
+				return PS_APPLY_WAIT;
+			}
+			if (rc) {
+				t->pend_read = 0; /* started again */
+				return rc;
+			}
+			continue; /* landed: count again */
+		}
+		if (ncold && !block && t->pend_read != off0 + 1) {
+			rc = cs_ps_rows_read_start(r, t->batch, nb);
+			if (rc == 1) {
+				t->pend_read = off0 + 1;
+				st->st.push_reads_async += r->rd_n;
+				st->st.push_io_waits++;
+				return PS_APPLY_WAIT;
+			}
+			if (rc < 0 && rc != -EOPNOTSUPP && rc != -EBUSY)
+				return rc;
+			/* not started: read below, waiting */
+		}
+		rc = cs_ps_rows_fault_in(r, t->batch, nb);
+		off = off0;
+		for (uint32_t i = 0; i < n && !rc; i++, off += rec) {
+			int64_t e = cs_ps_rows_get(r, pend_key(t, off));
+			uint8_t *fr;
+
+			if (e < 0) {
+				rc = (int)e;
+				break;
+			}
+			/* the record's floats may be unaligned */
+			memcpy(t->grad, t->pend.p + off + sizeof(uint64_t),
+			       sizeof(float) * d);
+			cs_ps_rows_cow(r, (uint32_t)e);
+			fr = cs_ps_rows_frame(r, (uint32_t)e);
+			cs_ps_row_to_f32(t->spec.dtype, fr, t->work, d);
+			cs_ps_opt_apply(&t->spec, t->work,
+					(float *)(fr + r->voff_state),
+					&r->ents[e].step, t->grad);
+			cs_ps_row_from_f32(t->spec.dtype, t->work, fr, d);
+			r->ents[e].dirty = 1;
+			st->st.rows_updated++;
+		}
+		cs_ps_rows_unpin(r);
+		t->pend_off = off;
+		pend_groups_done(t);
+		if (rc)
+			return rc;
+	}
+	pend_groups_done(t); /* a group of pushes without keys */
+	return 0;
+}
+
+/*
+ * Apply the table's aggregate (async, ssp; sync: the version's). Where the
+ * spill reads without waiting it goes through pend (above); otherwise it
+ * is applied here, reading cold rows the blocking way. Returns 0,
+ * PS_APPLY_WAIT or -errno.
+ */
+static int table_apply(struct cs_ps_store *st, struct ps_table *t, bool block)
+{
+	int rc;
+
+	if (!cs_ps_rows_can_read_async(&t->rows) && pend_empty(t)) {
+		rc = agg_apply(st, t);
+		if (!rc)
+			t->seq_applied = t->seq_sealed = t->push_seq;
+		return rc;
+	}
+	if (t->agg_n ||
+	    (t->spec.mode != CS_PS_SYNC && t->seq_sealed != t->push_seq)) {
+		rc = pend_seal(t);
+		if (rc)
+			return rc;
+	}
+	return pend_apply(st, t, block);
 }
 
 /* ---- replies ------------------------------------------------------------ */
@@ -574,6 +834,7 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 	}
 	st->st.grads_in += m->nkeys;
 	st->st.push_applied++;
+	t->push_seq++;
 	id_take(w, m->id);
 	if (t->spec.mode != CS_PS_ASYNC) {
 		slot = (unsigned)(m->version % CS_PS_AHEAD);
@@ -626,7 +887,9 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, raw, len);
-	st->parked[st->nparked++] = (struct ps_parked){ copy, len };
+	/* async, ssp: served once the pushes taken before it are applied */
+	st->parked[st->nparked++] =
+		(struct ps_parked){ copy, len, t->push_seq, false, false };
 	st->st.pulls_parked++;
 	return 0;
 }
@@ -657,7 +920,8 @@ static void early_park(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		return;
 	}
 	memcpy(copy, msg, len);
-	st->early[st->nearly++] = (struct ps_parked){ copy, len };
+	st->early[st->nearly++] =
+		(struct ps_parked){ copy, len, 0, false, false };
 	st->early_bytes += len;
 	st->st.push_parked++;
 }
@@ -727,9 +991,11 @@ int cs_ps_store_rx(struct cs_ps_store *st, const void *msg, size_t len)
  * Apply every version all workers completed. The version's aggregate is
  * built whole (workers in rank order) before its buffers are dropped; an
  * apply cut short by an I/O error leaves the rest of that aggregate for
- * the next flush (sync_pending), so nothing is added twice.
+ * the next flush (sync_pending), so nothing is added twice; so does an
+ * apply waiting for its reads (PS_APPLY_WAIT: the version is not applied
+ * until they landed and the rest was applied).
  */
-static int sync_apply(struct cs_ps_store *st, struct ps_table *t)
+static int sync_apply(struct cs_ps_store *st, struct ps_table *t, bool block)
 {
 	uint32_t d = t->spec.dim, nw = t->spec.workers;
 	size_t rec = sizeof(uint64_t) + sizeof(float) * d;
@@ -758,9 +1024,9 @@ static int sync_apply(struct cs_ps_store *st, struct ps_table *t)
 				b[w].len = 0;
 			t->sync_pending = true;
 		}
-		rc = agg_apply(st, t);
+		rc = table_apply(st, t, block);
 		if (rc)
-			return rc;
+			return rc; /* or PS_APPLY_WAIT: still sync_pending */
 		t->sync_pending = false;
 		t->applied++;
 	}
@@ -844,11 +1110,16 @@ static int serve(struct cs_ps_store *st, struct ps_table *t,
 /*
  * Before a pull is served: its rows on disk are read without waiting
  * where the spill can (read_start), and the pull stays parked until a
- * later flush finds them in (read_poll). Returns 1 (wait), 0 (serve it
- * now: its rows are in, or they are read the blocking way in serve()) or
- * -errno (the reads failed; it stays parked and is tried again).
+ * later flush finds them in (read_poll). @once: its reads were started
+ * before; once no batch flies it is served, what was sent back to disk
+ * meanwhile (other batches landing, a tiny budget) read the blocking way
+ * in serve(), so that pulls evicting each other's rows still get on.
+ * Returns 2 (its reads started: wait), 1 (wait), 0 (serve it now: its
+ * rows are in, or they are read the blocking way in serve()) or -errno
+ * (the reads failed; it stays parked and is tried again).
  */
-static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
+static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q,
+			 bool once)
 {
 	struct cs_ps_rows *r = &t->rows;
 	uint32_t nb = 0;
@@ -859,6 +1130,8 @@ static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
 		if (rc)
 			return rc; /* 1: in flight; or its error */
 	}
+	if (once)
+		return 0;
 	for (uint32_t i = 0; i < q->nkeys; i++) {
 		int64_t e = cs_ps_rows_find(r, cs_ps_wire_key(q, i));
 
@@ -871,13 +1144,16 @@ static int pull_prefetch(struct ps_table *t, const struct cs_ps_msg *q)
 	if (!nb)
 		return 0;
 	rc = cs_ps_rows_read_start(r, t->batch, nb);
-	return rc == 1 ? 1 : 0; /* not started: serve() reads them */
+	return rc == 1 ? 2 : 0; /* not started: serve() reads them */
 }
 
 bool cs_ps_store_io_pending(struct cs_ps_store *st)
 {
+	if (st->io_again)
+		return true;
 	for (unsigned i = 0; i < CS_PS_TABLES_MAX; i++)
-		if (st->tab[i] && st->tab[i]->rows.rd_n)
+		if (st->tab[i] &&
+		    (st->tab[i]->rows.rd_n || !pend_empty(st->tab[i])))
 			return true;
 	return false;
 }
@@ -887,15 +1163,17 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 	uint32_t keep = 0;
 	int rc = 0;
 
+	st->io_again = false;
 	for (unsigned i = 0; i < CS_PS_TABLES_MAX; i++) {
 		struct ps_table *t = st->tab[i];
 
 		if (!t)
 			continue;
-		rc = t->spec.mode == CS_PS_SYNC ? sync_apply(st, t)
-						: agg_apply(st, t);
-		if (rc)
+		rc = t->spec.mode == CS_PS_SYNC ? sync_apply(st, t, false)
+						: table_apply(st, t, false);
+		if (rc < 0)
 			return rc;
+		rc = 0; /* PS_APPLY_WAIT: its pulls wait (seq, clock) */
 	}
 	if (st->nearly) {
 		rc = early_retry(st);
@@ -911,18 +1189,30 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 		/* validated at rx; the table cannot go away */
 		cs_ps_wire_decode(p.msg, p.len, &q);
 		t = st->tab[q.table];
-		if (rc || !pull_ready(t, q.version, &served)) {
+		if (!rc && t->spec.mode != CS_PS_SYNC && !p.seq_final &&
+		    pull_ready(t, q.version, &served)) {
+			p.seq = t->push_seq;
+			p.seq_final = true;
+		}
+		if (rc || !pull_ready(t, q.version, &served) ||
+		    (t->spec.mode != CS_PS_SYNC && t->seq_applied < p.seq)) {
 			st->parked[keep++] = p;
 			continue;
 		}
 		if (cs_ps_rows_can_read_async(&t->rows)) {
-			int w = pull_prefetch(t, &q);
+			int w = pull_prefetch(t, &q, p.read_once);
 
+			if (w == 2) {
+				p.read_once = true;
+				w = 1;
+			}
 			if (w) {
-				if (w == 1)
+				if (w == 1) {
 					st->st.pull_io_waits++;
-				else
+					st->io_again = true;
+				} else {
 					rc = w;
+				}
 				st->parked[keep++] = p;
 				continue;
 			}
@@ -940,6 +1230,31 @@ int cs_ps_store_flush(struct cs_ps_store *st)
 
 /* ---- inspection, snapshot, restore ------------------------------------- */
 
+/*
+ * What earlier flushes left waiting for reads, applied now, waiting for
+ * them (sync: the version in progress, then it counts as applied).
+ * @all: also what a flush would apply now (before a snapshot: what is
+ * complete is in it, and no version is half applied).
+ */
+static int table_settle(struct cs_ps_store *st, struct ps_table *t, bool all)
+{
+	int rc;
+
+	if (all)
+		return t->spec.mode == CS_PS_SYNC ? sync_apply(st, t, true)
+						  : table_apply(st, t, true);
+	if (pend_empty(t))
+		return 0;
+	rc = pend_apply(st, t, true);
+	if (rc)
+		return rc;
+	if (t->spec.mode == CS_PS_SYNC && t->sync_pending && !t->agg_n) {
+		t->sync_pending = false;
+		t->applied++;
+	}
+	return 0;
+}
+
 int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 		     void *row)
 {
@@ -951,6 +1266,9 @@ int cs_ps_store_peek(struct cs_ps_store *st, uint32_t table, uint64_t key,
 	t = st->tab[table];
 	if (key >= t->spec.key_max)
 		return -ERANGE;
+	e = table_settle(st, t, false);
+	if (e < 0)
+		return (int)e;
 	e = cs_ps_rows_find(&t->rows, key);
 	if (e < 0) {
 		cs_ps_init_row(&t->spec, key, row);
@@ -1004,6 +1322,9 @@ int cs_ps_store_snap_begin(struct cs_ps_store *st, uint32_t table,
 		return -EBUSY;
 	if (!sink || !sink->chunk || !sink->end)
 		return -EINVAL;
+	rc = table_settle(st, t, true);
+	if (rc)
+		return rc;
 	rc = cs_ps_rows_snap_begin(&t->rows, sink, chunk_bytes);
 	if (rc)
 		return rc;

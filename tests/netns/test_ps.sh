@@ -29,6 +29,14 @@
 #   ps_4x_bench  collstack bench -o ps, a few steps of each pattern and
 #                the dense case, every line wrong=0, no push dropped for
 #                coming early (push_early=0)
+#   ps_4x_spill  --budget 4096 (64 rows of 64 bytes a shard in memory,
+#                the rest in a spill file in ps.spill_dir, a new folder):
+#                sync, async and ssp:1, every shard and every pull exact
+#                (wrong=0, the shards' rows add up to the table), most of
+#                each shard's rows on disk and read back, pushes' rows
+#                read while the lcore served on; budgets refused with a
+#                reason (fewer than 64 rows, not a number, no spill
+#                folder); bench -o ps --budget; every spill file removed
 #
 # Needs root (skips, 77, without). CS_CLUSTER names the cluster (default:
 # p<pid digits><case digits>, so that parallel checkouts never meet).
@@ -51,8 +59,14 @@ done
 [ -x "$CLI" ] || fail "not built: $CLI"
 export CS_CLUSTER=${CS_CLUSTER:-p$(printf '%02d' $(($$ % 100)))$(printf '%s' "$CASE" | cksum | cut -c1-2)}
 export CS_CLUSTER_ENV=/run/collstack/cluster-$CS_CLUSTER.env
-trap 'scripts/cluster.sh down >/dev/null 2>&1' EXIT
-CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 || fail "cluster.sh up 4"
+SD=
+trap 'scripts/cluster.sh down >/dev/null 2>&1; [ -z "$SD" ] || rm -rf "$SD" "$SD.gone"' EXIT
+UP=()
+if [ "$CASE" = ps_4x_spill ]; then
+	SD=$(mktemp -d /tmp/cs-ps-spill.XXXXXX)
+	UP=(--set ps.spill_dir="$SD")
+fi
+CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 "${UP[@]}" || fail "cluster.sh up 4"
 
 run_ps() {	# args of collstack run ps
 	out=$("$CLI" run ps --iters 10 --rows 5000 --dim 16 \
@@ -132,6 +146,55 @@ ps_4x_bench)
 	# pushes ahead of a server's window are parked, not dropped
 	[ "$(grep -c '^ps-bench stack=collstack .* push_early=0$' <<<"$out")" = 6 ] ||
 		fail "bench -o ps: push_early=0 expected on the 6 sparse lines"
+	;;
+ps_4x_spill)
+	for m in sync async ssp:1; do
+		run_ps --iters 20 --keys-per-push 64 --mode $m --budget 4096
+		grep -q "^ps ok .* budget=4096\$" <<<"$out" ||
+			fail "$m: budget not reported: $out"
+		# each server: its shard exact, most of its rows on disk
+		while read -r line; do
+			sr=$(sed -n 's/.* shard_rows=\([0-9]*\).*/\1/p' <<<"$line")
+			mr=$(sed -n 's/.* shard_mem_rows=\([0-9]*\).*/\1/p' <<<"$line")
+			rd=$(sed -n 's/.* spill_rd=\([0-9]*\).*/\1/p' <<<"$line")
+			rp=$(sed -n 's/.* spill_rd_push=\([0-9]*\).*/\1/p' <<<"$line")
+			[ -n "$sr" ] && [ -n "$mr" ] && [ "$mr" -le 64 ] &&
+				[ "$rd" -gt 0 ] || fail "$m: not spilled: $line"
+			[ "$rp" -gt 0 ] ||
+				fail "$m: no push's rows read while the lcore served on: $line"
+		done < <(grep ' role=both ' <<<"$out")
+		[ "$(grep -c ' role=both .* shard_wrong=0 ' <<<"$out")" = 4 ] ||
+			fail "$m: 4 exact shards expected"
+	done
+	# held rows (from the sidecars' logs): most on disk
+	for ((i = 0; i < 4; i++)); do
+		line=$(grep "ps job: spill file $SD/.* removed" "${N}$i.log" | tail -1)
+		echo "  n$i: ${line#* INFO }"
+		held=$(sed -n 's/.* removed: \([0-9]*\) rows held.*/\1/p' <<<"$line")
+		mem=$(sed -n 's/.* rows held, \([0-9]*\) in memory.*/\1/p' <<<"$line")
+		[ -n "$held" ] && [ "$mem" -le 64 ] && [ $((2 * mem)) -lt "$held" ] ||
+			fail "n$i: not mostly on disk: $line"
+	done
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 5000 16 8 0,1 budget=1024")
+	grep -q '^err mem_budget of 1024 bytes: 16 rows of 64 bytes, at least 64 a shard' <<<"$r" ||
+		fail "16 rows' budget: $r"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 5000 16 8 0,1 budget=lots")
+	grep -q '^err option budget=lots' <<<"$r" || fail "budget=lots: $r"
+	mv "$SD" "$SD.gone"
+	r=$(cs_ctl ${N}0 "ps_start 7 bb 5 5000 16 8 0,1 budget=4096")
+	mv "$SD.gone" "$SD"
+	grep -q "^err budget: no spill file in ps.spill_dir '$SD'" <<<"$r" ||
+		fail "no spill folder: $r"
+	r=$(cs_ctl ${N}0 "ps_wait 10")
+	grep -q '^err usage' <<<"$r" || fail "a refused job started: $r"
+	out=$("$CLI" bench -o ps -n 3 -w 1 --rows 5000 --keys-per-push 64 \
+		--row-bytes 64 --dense 0 --budget 4096 --timeout 120000)
+	rc=$?
+	echo "$out"
+	[ $rc -eq 0 ] || fail "bench -o ps --budget: exit $rc"
+	[ "$(grep -c '^ps-bench stack=collstack .* wrong=0 .* budget=4096$' <<<"$out")" = 3 ] ||
+		fail "bench -o ps --budget: 3 lines with wrong=0 expected"
+	[ -z "$(ls -A "$SD")" ] || fail "files left in $SD: $(ls -A "$SD")"
 	;;
 *)
 	fail "unknown case $CASE"
