@@ -588,6 +588,60 @@ static int grp_refuse(struct cs_daemon_ipc *x, const struct ipcd_op *o,
 static void op_let_go(struct cs_daemon_ipc *x, struct ipcd_op *o);
 
 /*
+ * The slots of one of @o's small exchanges among the group's nodes
+ * (@words int32 a node, summed as i32 over @c: each node fills only its
+ * own, the others stay zero): o->chk, with this node's slot returned, its
+ * first two words set (present, this node's rank). NULL with *@ret set
+ * when the group has no ring here or memory is short.
+ */
+static int32_t *slots_new(struct cs_daemon_ipc *x, struct ipcd_op *o,
+			  size_t words, struct cs_ar_coll *c, int *ret)
+{
+	uint32_t pos, nn;
+	int32_t *slot;
+
+	*ret = grp_ring(x, o, &pos, &nn);
+	if (*ret)
+		return NULL;
+	grp_coll(o, c);
+	free(o->chk);
+	o->chk = calloc((size_t)nn * words, sizeof(*o->chk));
+	if (!o->chk) {
+		*ret = -ENOMEM;
+		return NULL;
+	}
+	o->chk_n = nn;
+	o->chk_pos = pos;
+	slot = o->chk + (size_t)pos * words;
+	slot[0] = 1;
+	slot[1] = (int32_t)x->d->conf.rank;
+	c->recvbuf = o->chk;
+	c->count = (size_t)nn * words;
+	return slot;
+}
+
+/* Start the exchange @c of slots_new(); @what names it in a warning. As
+ * launch(). */
+static int slots_start(struct cs_daemon_ipc *x, struct ipcd_op *o,
+		       struct cs_ar_coll *c, const char *group,
+		       const char *what)
+{
+	char msg[160];
+	int ret;
+
+	atomic_store(&o->notify, 0);
+	ret = cs_ar_svc_start_coll(x->d->svc, c, &o->h, msg, sizeof(msg));
+	if (ret == -EAGAIN)
+		return ret;
+	if (ret) {
+		CS_WARN("group '%s' %s %#x: %s", group, what, c->op_id, msg);
+		return ret;
+	}
+	op_running(x, o);
+	return 0;
+}
+
+/*
  * Operation k of a group was refused on some node (a bad or mismatched
  * descriptor of a trainer there: CS_IPC_INTER_VERDICT from its server),
  * and that node never ran its part, so the other nodes' part failed on a
@@ -610,25 +664,13 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		.redop = CS_SUM,
 		.notify = &o->notify,
 	};
-	uint32_t pos, nn;
 	int32_t *slot;
-	char msg[160];
 	cs_ns_t now;
 	int ret;
 
-	ret = grp_ring(x, o, &pos, &nn);
-	if (ret)
+	slot = slots_new(x, o, IPCD_VERDICT_WORDS, &c, &ret);
+	if (!slot)
 		return ret;
-	grp_coll(o, &c);
-	free(o->chk);
-	o->chk = calloc((size_t)nn * IPCD_VERDICT_WORDS, sizeof(*o->chk));
-	if (!o->chk)
-		return -ENOMEM;
-	o->chk_n = nn;
-	o->chk_pos = pos;
-	slot = o->chk + (size_t)pos * IPCD_VERDICT_WORDS;
-	slot[0] = 1;
-	slot[1] = (int32_t)x->d->conf.rank;
 	if (op->kind == CS_IPC_INTER_VERDICT) {
 		slot[2] = op->status;
 		slot[3] = op->detail;
@@ -654,23 +696,14 @@ static int launch_verdict(struct cs_daemon_ipc *x, struct ipcd_op *o)
 				"announced",
 				o->name, o->op_id);
 	}
-	c.recvbuf = o->chk;
-	c.count = (size_t)nn * IPCD_VERDICT_WORDS;
 	now = now_ns();
 	if (!o->tries)
 		o->verdict_end = now + IPCD_VERDICT_BUDGET;
 	c.deadline = o->verdict_end > now ? o->verdict_end - now : 1;
-	atomic_store(&o->notify, 0);
-	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
-	if (ret == -EAGAIN)
-		return ret;
-	if (ret) {
-		CS_WARN("group '%s' verdict %#x: %s", o->name, c.op_id, msg);
-		return ret;
-	}
-	op_running(x, o);
-	o->verdicting = true;
-	return 0;
+	ret = slots_start(x, o, &c, o->name, "verdict");
+	if (!ret)
+		o->verdicting = true;
+	return ret;
 }
 
 /* Start @o's membership check (see IPCD_CHK_WORDS); as launch(). */
@@ -685,24 +718,12 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 		.redop = CS_SUM,
 		.notify = &o->notify,
 	};
-	uint32_t pos, nn;
 	int32_t *slot;
-	char msg[160];
 	int ret;
 
-	ret = grp_ring(x, o, &pos, &nn);
-	if (ret)
+	slot = slots_new(x, o, IPCD_CHK_WORDS, &c, &ret);
+	if (!slot)
 		return ret;
-	grp_coll(o, &c);
-	free(o->chk);
-	o->chk = calloc((size_t)nn * IPCD_CHK_WORDS, sizeof(*o->chk));
-	if (!o->chk)
-		return -ENOMEM;
-	o->chk_n = nn;
-	o->chk_pos = pos;
-	slot = o->chk + (size_t)pos * IPCD_CHK_WORDS;
-	slot[0] = 1;
-	slot[1] = (int32_t)x->d->conf.rank;
 	slot[2] = (int32_t)op->group_size;
 	slot[3] = (int32_t)op->local_size;
 	/* at most 1G (ipc.dev_pipe's bound): fits */
@@ -712,20 +733,10 @@ static int launch_check(struct cs_daemon_ipc *x, struct ipcd_op *o)
 	for (uint32_t l = 0; l < op->local_size && l < CS_IPC_MAX_LOCAL; l++)
 		slot[IPCD_CHK_HDR + l] =
 			op->local_ranks[l] < 0 ? -1 : op->local_ranks[l] + 1;
-	c.recvbuf = o->chk;
-	c.count = (size_t)nn * IPCD_CHK_WORDS;
-	atomic_store(&o->notify, 0);
-	ret = cs_ar_svc_start_coll(x->d->svc, &c, &o->h, msg, sizeof(msg));
-	if (ret == -EAGAIN)
-		return ret;
-	if (ret) {
-		CS_WARN("group '%s' membership check %#x: %s", op->group,
-			c.op_id, msg);
-		return ret;
-	}
-	op_running(x, o);
-	o->checking = true;
-	return 0;
+	ret = slots_start(x, o, &c, op->group, "membership check");
+	if (!ret)
+		o->checking = true;
+	return ret;
 }
 
 /* A re-formed group's old size: what its nodes that had one say (those
