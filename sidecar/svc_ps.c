@@ -500,21 +500,11 @@ void cs_svc_ps_free(struct cs_svc_ps *ps)
 		return;
 	cs_ps_worker_destroy(ps->w);
 	if (ps->spill && ps->st) {
-		const struct cs_ps_store_stats *ss = cs_ps_store_stats(ps->st);
-		uint64_t total = 0, res = 0;
+		char sum[320];
 
-		cs_ps_store_nrows(ps->st, PS_TABLE, &total, &res);
-		CS_INFO("ps job: spill file %s removed: %" PRIu64
-			" rows held, %" PRIu64 " in memory; rows written "
-			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
-			" while the lcore served on, %" PRIu64
-			" of them for pushes, %" PRIu64
-			" for checkpoints; %" PRIu64 " pull waits, %" PRIu64
-			" push waits)",
-			ps->spill_path, total, res, ss->spill_writes,
-			ss->spill_reads, ss->spill_reads_async,
-			ss->push_reads_async, ss->snap_reads_async,
-			ss->pull_io_waits, ss->push_io_waits);
+		cs_ps_store_spill_summary(ps->st, PS_TABLE, sum, sizeof(sum));
+		CS_INFO("ps job: spill file %s removed: %s", ps->spill_path,
+			sum);
 	}
 	cs_ps_store_destroy(ps->st);
 	cs_ps_spill_close(ps->spill); /* removes the file */

@@ -734,21 +734,11 @@ static void table_teardown(struct pst_table *t)
 static void table_free(struct pst_table *t)
 {
 	if (t->spill && t->st) {
-		const struct cs_ps_store_stats *ss = cs_ps_store_stats(t->st);
-		uint64_t total = 0, res = 0;
+		char sum[320];
 
-		cs_ps_store_nrows(t->st, PST_TABLE, &total, &res);
-		CS_INFO("table %s: spill file %s removed: %" PRIu64
-			" rows held, %" PRIu64 " in memory; rows written "
-			"%" PRIu64 ", read %" PRIu64 " (%" PRIu64
-			" while the lcore served on, %" PRIu64
-			" of them for pushes, %" PRIu64
-			" for checkpoints; %" PRIu64 " pull waits, %" PRIu64
-			" push waits)",
-			t->key, t->spill_path, total, res, ss->spill_writes,
-			ss->spill_reads, ss->spill_reads_async,
-			ss->push_reads_async, ss->snap_reads_async,
-			ss->pull_io_waits, ss->push_io_waits);
+		cs_ps_store_spill_summary(t->st, PST_TABLE, sum, sizeof(sum));
+		CS_INFO("table %s: spill file %s removed: %s", t->key,
+			t->spill_path, sum);
 	}
 	cs_ps_store_destroy(t->st);
 	cs_ps_spill_close(t->spill); /* removes the file */

@@ -358,6 +358,10 @@ bool cs_ps_store_io_pending(struct cs_ps_store *st);
 void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,
 		       uint64_t *resident);
 const struct cs_ps_store_stats *cs_ps_store_stats(struct cs_ps_store *st);
+/* What @table's SSD tier did, in words for a log line ("N rows held, M
+ * in memory; rows written ..."), into @buf of @len bytes. */
+void cs_ps_store_spill_summary(struct cs_ps_store *st, uint32_t table,
+			       char *buf, size_t len);
 
 /**
  * cs_ps_store_snap_begin - start a point-in-time snapshot of a table

@@ -25,6 +25,8 @@
  * at least t - s; async at once.
  */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1307,6 +1309,24 @@ void cs_ps_store_nrows(struct cs_ps_store *st, uint32_t table, uint64_t *total,
 const struct cs_ps_store_stats *cs_ps_store_stats(struct cs_ps_store *st)
 {
 	return &st->st;
+}
+
+void cs_ps_store_spill_summary(struct cs_ps_store *st, uint32_t table,
+			       char *buf, size_t len)
+{
+	const struct cs_ps_store_stats *ss = &st->st;
+	uint64_t total, res;
+
+	cs_ps_store_nrows(st, table, &total, &res);
+	snprintf(buf, len,
+		 "%" PRIu64 " rows held, %" PRIu64 " in memory; rows written "
+		 "%" PRIu64 ", read %" PRIu64 " (%" PRIu64
+		 " while the lcore served on, %" PRIu64
+		 " of them for pushes, %" PRIu64 " for checkpoints; %" PRIu64
+		 " pull waits, %" PRIu64 " push waits)",
+		 total, res, ss->spill_writes, ss->spill_reads,
+		 ss->spill_reads_async, ss->push_reads_async,
+		 ss->snap_reads_async, ss->pull_io_waits, ss->push_io_waits);
 }
 
 int cs_ps_store_snap_begin(struct cs_ps_store *st, uint32_t table,
