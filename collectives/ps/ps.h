@@ -278,6 +278,7 @@ struct cs_ps_store_stats {
 	uint64_t pulls_served;
 	uint64_t pulls_parked;
 	uint64_t pull_dup; /* a copy of a pull already waiting: dropped */
+	uint64_t pull_busy; /* refused -EBUSY: parked_max pulls waited */
 	uint64_t rows_served;
 	uint64_t spill_writes, spill_reads; /* rows */
 	uint64_t spill_reads_async; /* of spill_reads: read while the store
@@ -451,6 +452,11 @@ struct cs_ps_worker_cfg {
 struct cs_ps_worker_stats {
 	uint64_t msgs_sent, retransmits, replies, dup_replies, bad_replies;
 	uint64_t keys_combined; /* duplicate keys folded into one row */
+	/* of retransmits: pushes and pulls the timer sent again */
+	uint64_t retx_push, retx_pull;
+	/* pull replies that said wait (-EINPROGRESS: parked at the server
+	 * for its clock; -EBUSY: its parking was full) */
+	uint64_t pull_waits;
 };
 
 int cs_ps_worker_create(struct cs_ps_worker **out,

@@ -880,6 +880,7 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		}
 	}
 	if (st->nparked == st->cfg.parked_max) {
+		st->st.pull_busy++;
 		refuse(st, m, -EBUSY);
 		return 0;
 	}
