@@ -915,7 +915,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	uint64_t grads_in = 0, dups = 0, applied = 0, rows_max = 0;
 	uint64_t retx = 0, combined = 0, spill_rd = 0, spill_wr = 0;
 	uint32_t max_stale = 0;
-	uint64_t rejected = 0;
+	uint64_t rejected = 0, pull_busy = 0;
 	double worst = 0;
 	int rc;
 
@@ -1093,7 +1093,10 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 		max_stale = CS_MAX(max_stale, s->max_staleness);
 		spill_rd += s->spill_reads;
 		spill_wr += s->spill_writes;
-		rejected += s->rejected;
+		/* a pull told to come back (a full parking) is flow
+		 * control, not a refusal: counted apart */
+		rejected += s->rejected - s->pull_busy;
+		pull_busy += s->pull_busy;
 	}
 	for (uint32_t w = 0; w < o.workers; w++) {
 		retx += cs_ps_worker_stats(wk[w])->retransmits;
@@ -1188,7 +1191,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	       "max_staleness=%u spill_rd=%llu spill_wr=%llu "
 	       "max_server_share=%.2f %s%s virt_ms=%.3f tp_frames=%llu "
 	       "tp_retx=%llu tp_dup_rcvd=%llu pushes_per_s=%.0f "
-	       "pulls_per_s=%.0f rejected=%llu\n",
+	       "pulls_per_s=%.0f rejected=%llu pull_busy=%llu\n",
 	       o.tp ? "tp" : "queue", cs_ps_mode_name(o.mode),
 	       o.mode == CS_PS_SSP ? ":" : "",
 	       o.mode == CS_PS_SSP ? o.stale : 0u, cs_ps_opt_name(o.opt),
@@ -1208,7 +1211,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	       (unsigned long long)tst.rel_dup_rcvd,
 	       (double)pushes_done * 1e9 / (double)(now ? now : 1),
 	       (double)pulls_done * 1e9 / (double)(now ? now : 1),
-	       (unsigned long long)rejected);
+	       (unsigned long long)rejected, (unsigned long long)pull_busy);
 	for (uint32_t w = 0; w < o.workers; w++) {
 		cs_ps_worker_destroy(wk[w]);
 		free(ws[w].keys);

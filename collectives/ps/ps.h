@@ -38,6 +38,9 @@
  * version becomes current; more are dropped, and resent by the worker). */
 #define CS_PS_EARLY_MAX 1024u
 #define CS_PS_EARLY_BYTES ((size_t)64 << 20)
+/* A pull a server refused for a full parking (-EBUSY) is sent again
+ * after the worker's rto / this, not after its rto. */
+#define CS_PS_BUSY_RETRY_DIV 16u
 #define CS_PS_MSG_MIN 256u /* smallest msg_max accepted */
 #define CS_PS_MSG_MAX (1u << 24) /* largest message */
 
@@ -263,7 +266,9 @@ struct cs_ps_store_cfg {
 	const struct cs_ps_shardmap *map; /* NULL: accept every key */
 	size_t msg_max; /* largest reply this store builds */
 	uint32_t parked_max; /* pulls waiting at once (others -EBUSY); a
-			      * copy of a waiting pull does not count */
+			      * copy of a waiting pull does not count; a
+			      * pull the next flush answers is taken
+			      * beyond it (up to parked_max more) */
 };
 
 struct cs_ps_store_stats {

@@ -678,7 +678,14 @@ int cs_ps_worker_rx(struct cs_ps_worker *w, uint32_t from, const void *buf,
 		 * so the count towards CS_ERR_PEER_LOST starts over */
 		w->st.pull_waits++;
 		q->tries = 0;
-		q->deadline = now + q->rto;
+		/* a waiting pull is answered when its clock comes; a refused
+		 * one (-EBUSY) is not kept there: it comes back only with
+		 * this timer, soon rather than a whole rto later */
+		q->deadline = now + (m.status == -EBUSY
+					     ? CS_MAX(w->cfg.rto /
+							      CS_PS_BUSY_RETRY_DIV,
+						      (cs_ns_t)1)
+					     : q->rto);
 		return 0;
 	}
 	if (m.type == CS_PS_MSG_PUSH_ACK)
