@@ -78,6 +78,9 @@ struct cs_svc_ps {
 	uint64_t wrong, checked, shard_wrong, shard_rows;
 	uint64_t send_err; /* messages the flow refused at send (lost) */
 	uint64_t retx_logged; /* the worker's retransmits, last logged */
+	/* the lcore's longest time between two polls of the job: a node
+	 * that did not run (descheduled, stopped) stalls every worker */
+	cs_ns_t last_poll, max_gap;
 	/* lcore -> control */
 	char summary[1024];
 	atomic_int final; /* 0 running, 1 done, < 0 failed */
@@ -750,7 +753,7 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 " pull_busy=%" PRIu64 " pull_dup=%" PRIu64
 		 " retx_push=%" PRIu64 " retx_pull=%" PRIu64
 		 " pull_waits=%" PRIu64 " dup_replies=%" PRIu64
-		 " bad_replies=%" PRIu64,
+		 " bad_replies=%" PRIu64 " max_poll_gap_us=%.0f",
 		 ps->server && ps->my_wrank >= 0 ? "both"
 		 : ps->server			 ? "server"
 						 : "worker",
@@ -765,7 +768,7 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 ps->send_err, ss ? ss->pull_busy : 0, ss ? ss->pull_dup : 0,
 		 ws ? ws->retx_push : 0, ws ? ws->retx_pull : 0,
 		 ws ? ws->pull_waits : 0, ws ? ws->dup_replies : 0,
-		 ws ? ws->bad_replies : 0);
+		 ws ? ws->bad_replies : 0, (double)ps->max_gap / 1e3);
 	atomic_store_explicit(&ps->final, 1, memory_order_release);
 }
 
@@ -819,6 +822,14 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 	 * the last replies) until the job is forgotten */
 	if (!ps->t0)
 		ps->t0 = now;
+	if (ps->last_poll && now - ps->last_poll > ps->max_gap) {
+		ps->max_gap = now - ps->last_poll;
+		if (ps->max_gap >= CS_NS_PER_S)
+			CS_WARN("ps job: this node's lcore did not poll the "
+				"job for %.3f s (step %u)",
+				(double)ps->max_gap / 1e9, ps->it);
+	}
+	ps->last_poll = now;
 	/* what this node sent itself (a server and worker both here) */
 	while (cs_ps_flow_drain_local(ps->flow, now, 256))
 		work++;
