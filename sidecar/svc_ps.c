@@ -801,9 +801,9 @@ static void ps_log_retx(struct cs_svc_ps *ps)
 		" message(s) at step %u (pushes %" PRIu64 " pulls %" PRIu64
 		" in all; pull waits %" PRIu64 "; flow sent=%" PRIu64
 		" acked=%" PRIu64 " rx=%" PRIu64 " rx_bad=%" PRIu64
-		" frag_bad=%" PRIu64 " backlog=%" PRIu64 "; store push_dup=%" PRIu64
-		" push_early=%" PRIu64 " pull_dup=%" PRIu64 " pull_busy=%" PRIu64
-		")",
+		" frag_bad=%" PRIu64 " backlog=%" PRIu64
+		"; store push_dup=%" PRIu64 " push_early=%" PRIu64
+		" pull_dup=%" PRIu64 " pull_busy=%" PRIu64 ")",
 		ws->retransmits - ps->retx_logged, ps->it, ws->retx_push,
 		ws->retx_pull, ws->pull_waits, fs.sent, fs.acked, fs.rx,
 		fs.rx_bad, fs.frag_bad, cs_ps_flow_backlog(ps->flow),

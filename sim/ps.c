@@ -1062,21 +1062,52 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 		if (next > now)
 			now = next;
 		if (now > 100ull * CS_NS_PER_S) {
-			for (uint32_t w = 0; getenv("PS_SCEN_DEBUG") && w < o.workers; w++) {
-				const struct cs_ps_worker_stats *x = cs_ps_worker_stats(wk[w]);
-				fprintf(stderr, "W%u sent=%llu retx=%llu push=%llu pull=%llu waits=%llu replies=%llu dup=%llu bad=%llu\n", w,
-					(unsigned long long)x->msgs_sent, (unsigned long long)x->retransmits, (unsigned long long)x->retx_push, (unsigned long long)x->retx_pull, (unsigned long long)x->pull_waits, (unsigned long long)x->replies, (unsigned long long)x->dup_replies, (unsigned long long)x->bad_replies);
+			for (uint32_t w = 0;
+			     getenv("PS_SCEN_DEBUG") && w < o.workers; w++) {
+				const struct cs_ps_worker_stats *x =
+					cs_ps_worker_stats(wk[w]);
+				fprintf(stderr,
+					"W%u sent=%llu retx=%llu push=%llu pull=%llu waits=%llu replies=%llu dup=%llu bad=%llu\n",
+					w, (unsigned long long)x->msgs_sent,
+					(unsigned long long)x->retransmits,
+					(unsigned long long)x->retx_push,
+					(unsigned long long)x->retx_pull,
+					(unsigned long long)x->pull_waits,
+					(unsigned long long)x->replies,
+					(unsigned long long)x->dup_replies,
+					(unsigned long long)x->bad_replies);
 			}
-			for (uint32_t k = 0; getenv("PS_SCEN_DEBUG") && k < o.servers; k++) {
-				const struct cs_ps_store_stats *x = cs_ps_store_stats(srv[k]);
-				fprintf(stderr, "S%u applied=%llu dup=%llu early=%llu parked=%llu rej=%llu pparked=%llu pdup=%llu served=%llu busy=%llu\n", k,
-					(unsigned long long)x->push_applied, (unsigned long long)x->push_dup, (unsigned long long)x->push_early, (unsigned long long)x->push_parked, (unsigned long long)x->rejected, (unsigned long long)x->pulls_parked, (unsigned long long)x->pull_dup, (unsigned long long)x->pulls_served, (unsigned long long)x->pull_busy);
+			for (uint32_t k = 0;
+			     getenv("PS_SCEN_DEBUG") && k < o.servers; k++) {
+				const struct cs_ps_store_stats *x =
+					cs_ps_store_stats(srv[k]);
+				fprintf(stderr,
+					"S%u applied=%llu dup=%llu early=%llu parked=%llu rej=%llu pparked=%llu pdup=%llu served=%llu busy=%llu\n",
+					k, (unsigned long long)x->push_applied,
+					(unsigned long long)x->push_dup,
+					(unsigned long long)x->push_early,
+					(unsigned long long)x->push_parked,
+					(unsigned long long)x->rejected,
+					(unsigned long long)x->pulls_parked,
+					(unsigned long long)x->pull_dup,
+					(unsigned long long)x->pulls_served,
+					(unsigned long long)x->pull_busy);
 			}
-			for (uint32_t r = 0; getenv("PS_SCEN_DEBUG") && o.tp && r < o.workers + o.servers; r++) {
+			for (uint32_t r = 0; getenv("PS_SCEN_DEBUG") && o.tp &&
+					     r < o.workers + o.servers;
+			     r++) {
 				struct cs_ps_flow_stats x;
 				cs_ps_flow_get_stats(flows[r], &x);
-				fprintf(stderr, "F%u sent=%llu local=%llu acked=%llu rx=%llu rx_bad=%llu frag_bad=%llu backlog=%llu\n", r,
-					(unsigned long long)x.sent, (unsigned long long)x.local, (unsigned long long)x.acked, (unsigned long long)x.rx, (unsigned long long)x.rx_bad, (unsigned long long)x.frag_bad, (unsigned long long)cs_ps_flow_backlog(flows[r]));
+				fprintf(stderr,
+					"F%u sent=%llu local=%llu acked=%llu rx=%llu rx_bad=%llu frag_bad=%llu backlog=%llu\n",
+					r, (unsigned long long)x.sent,
+					(unsigned long long)x.local,
+					(unsigned long long)x.acked,
+					(unsigned long long)x.rx,
+					(unsigned long long)x.rx_bad,
+					(unsigned long long)x.frag_bad,
+					(unsigned long long)cs_ps_flow_backlog(
+						flows[r]));
 			}
 			die("no progress in 100 s of virtual time");
 		}

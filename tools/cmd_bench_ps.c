@@ -94,8 +94,8 @@ static int one(const char *env, const char *roles, const char *pattern,
 		       "max_poll_gap_ms=%.1f",
 		       pattern, row_bytes, kpp, rows, skew, mode, r.nodes,
 		       r.roles, iters, t * 1e6, r.p50_us, r.p99_us, rps,
-		       rps * row_bytes / 1e9, r.checked, r.retx, r.early, r.flow_bad, r.send_err,
-		       r.pull_busy, r.max_gap_us / 1e3);
+		       rps * row_bytes / 1e9, r.checked, r.retx, r.early,
+		       r.flow_bad, r.send_err, r.pull_busy, r.max_gap_us / 1e3);
 	}
 	if (budget) /* a line without it: every row in memory */
 		printf(" budget=%llu", budget);

@@ -681,11 +681,11 @@ int cs_ps_worker_rx(struct cs_ps_worker *w, uint32_t from, const void *buf,
 		/* a waiting pull is answered when its clock comes; a refused
 		 * one (-EBUSY) is not kept there: it comes back only with
 		 * this timer, soon rather than a whole rto later */
-		q->deadline = now + (m.status == -EBUSY
-					     ? CS_MAX(w->cfg.rto /
-							      CS_PS_BUSY_RETRY_DIV,
-						      (cs_ns_t)1)
-					     : q->rto);
+		q->deadline = now + q->rto;
+		if (m.status == -EBUSY)
+			q->deadline =
+				now + CS_MAX(w->cfg.rto / CS_PS_BUSY_RETRY_DIV,
+					     (cs_ns_t)1);
 		return 0;
 	}
 	if (m.type == CS_PS_MSG_PUSH_ACK)

@@ -519,10 +519,10 @@ Test(ps_store, ready_pull_taken_when_waiting_pulls_fill_the_parking)
 	cr_assert_eq(rep[1].m.nkeys, 1);
 	cr_assert_eq(cs_ps_store_stats(st)->pull_busy, 1);
 	/* then both workers push version 0: the waiting pulls are served */
-	cr_assert_eq(cs_ps_store_rx(st, msg, push(&s, 0, 0, 0, &k, &g, 1, 0, 1)),
-		     0);
-	cr_assert_eq(cs_ps_store_rx(st, msg, push(&s, 1, 0, 0, &k, &g, 1, 0, 1)),
-		     0);
+	cr_assert_eq(
+		cs_ps_store_rx(st, msg, push(&s, 0, 0, 0, &k, &g, 1, 0, 1)), 0);
+	cr_assert_eq(
+		cs_ps_store_rx(st, msg, push(&s, 1, 0, 0, &k, &g, 1, 0, 1)), 0);
 	nrep = 0;
 	cr_assert_eq(cs_ps_store_flush(st), 0);
 	cr_assert_eq(nrep, 4);
@@ -1252,8 +1252,7 @@ Test(ps_store, snapshot_is_the_table_at_begin)
  * the snapshot is still the table at begin, each row once. The file
  * takes 12 reads at once: the batches shrink to fit.
  */
-static void snap_reads_run(size_t align, struct snapcap *cap,
-			   unsigned *reads)
+static void snap_reads_run(size_t align, struct snapcap *cap, unsigned *reads)
 {
 	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
 	size_t fb = cs_ps_frame_bytes(&s), rec;

@@ -330,8 +330,8 @@ Test(ps_worker, busy_pull_asked_again_soon)
 	cr_assert_eq(cs_ps_worker_stats(w)->pull_waits, 1);
 	cr_assert_eq(cs_ps_worker_stats(w)->retx_pull, 1);
 	/* parked there now: asked again only after the (doubled) rto */
-	cs_ps_worker_rx(w, out[1].server, buf,
-			ack(&out[1], buf, -EINPROGRESS), 100);
+	cs_ps_worker_rx(w, out[1].server, buf, ack(&out[1], buf, -EINPROGRESS),
+			100);
 	cs_ps_worker_tick(w, 100 + soon);
 	cr_assert_eq(nout, 2);
 	cs_ps_worker_tick(w, 100 + 2000);
