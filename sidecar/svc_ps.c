@@ -76,6 +76,11 @@ struct cs_svc_ps {
 	bool checking; /* the shard is complete: being checked */
 	uint64_t check_k; /* the next key of that check */
 	uint64_t wrong, checked, shard_wrong, shard_rows;
+	uint64_t send_err; /* messages the flow refused at send (lost) */
+	uint64_t retx_logged; /* the worker's retransmits, last logged */
+	/* the lcore's longest time between two polls of the job: a node
+	 * that did not run (descheduled, stopped) stalls every worker */
+	cs_ns_t last_poll, max_gap;
 	/* lcore -> control */
 	char summary[1024];
 	atomic_int final; /* 0 running, 1 done, < 0 failed */
@@ -109,17 +114,22 @@ static void ps_rx(void *ctx, uint32_t src, const void *msg, size_t len,
 static int ps_st_send(void *ctx, uint32_t worker, const void *msg, size_t len)
 {
 	struct cs_svc_ps *ps = ctx;
+	int ret;
 
 	if (worker >= ps->workers)
 		return -EINVAL;
-	return cs_ps_flow_send(ps->flow, ps->wrank_node[worker], msg, len);
+	ret = cs_ps_flow_send(ps->flow, ps->wrank_node[worker], msg, len);
+	ps->send_err += ret != 0;
+	return ret;
 }
 
 static int ps_wk_send(void *ctx, uint32_t server, const void *msg, size_t len)
 {
 	struct cs_svc_ps *ps = ctx;
+	int ret = cs_ps_flow_send(ps->flow, server, msg, len);
 
-	return cs_ps_flow_send(ps->flow, server, msg, len);
+	ps->send_err += ret != 0;
+	return ret;
 }
 
 static void ps_wk_done(void *ctx, uint64_t op, int rc, uint32_t peer)
@@ -728,7 +738,12 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 " timed_rows=%" PRIu64 " p50_us=%.1f p99_us=%.1f"
 		 " shard_rows=%" PRIu64 " shard_mem_rows=%" PRIu64
 		 " spill_rd=%" PRIu64 " spill_rd_async=%" PRIu64
-		 " spill_rd_push=%" PRIu64,
+		 " spill_rd_push=%" PRIu64 " flow_rx_bad=%" PRIu64
+		 " flow_frag_bad=%" PRIu64 " send_err=%" PRIu64
+		 " pull_busy=%" PRIu64 " pull_dup=%" PRIu64
+		 " retx_push=%" PRIu64 " retx_pull=%" PRIu64
+		 " pull_waits=%" PRIu64 " dup_replies=%" PRIu64
+		 " bad_replies=%" PRIu64 " max_poll_gap_us=%.0f",
 		 ps->server && ps->my_wrank >= 0 ? "both"
 		 : ps->server			 ? "server"
 						 : "worker",
@@ -739,7 +754,11 @@ static void ps_finish(struct cs_svc_ps *ps, cs_ns_t now)
 		 ws ? ws->retransmits : 0, fs.sent, fs.local, secs, tsecs,
 		 ps->rows_timed, p50, p99, ps->shard_rows, ps->in_mem,
 		 ss ? ss->spill_reads : 0, ss ? ss->spill_reads_async : 0,
-		 ss ? ss->push_reads_async : 0);
+		 ss ? ss->push_reads_async : 0, fs.rx_bad, fs.frag_bad,
+		 ps->send_err, ss ? ss->pull_busy : 0, ss ? ss->pull_dup : 0,
+		 ws ? ws->retx_push : 0, ws ? ws->retx_pull : 0,
+		 ws ? ws->pull_waits : 0, ws ? ws->dup_replies : 0,
+		 ws ? ws->bad_replies : 0, (double)ps->max_gap / 1e3);
 	atomic_store_explicit(&ps->final, 1, memory_order_release);
 }
 
@@ -758,6 +777,33 @@ static bool ps_shard_complete(struct cs_svc_ps *ps)
 	return cs_ps_store_stats(ps->st)->grads_in >= ps->grads_want;
 }
 
+/* The worker's own timer resent messages: the core did not deliver them
+ * or their replies within rto (log it, with where the flow stands). */
+static void ps_log_retx(struct cs_svc_ps *ps)
+{
+	const struct cs_ps_worker_stats *ws = cs_ps_worker_stats(ps->w);
+	struct cs_ps_flow_stats fs;
+
+	if (ws->retransmits == ps->retx_logged)
+		return;
+	cs_ps_flow_get_stats(ps->flow, &fs);
+	CS_WARN("ps job: the worker's timer resent %" PRIu64
+		" message(s) at step %u (pushes %" PRIu64 " pulls %" PRIu64
+		" in all; pull waits %" PRIu64 "; flow sent=%" PRIu64
+		" acked=%" PRIu64 " rx=%" PRIu64 " rx_bad=%" PRIu64
+		" frag_bad=%" PRIu64 " backlog=%" PRIu64
+		"; store push_dup=%" PRIu64 " push_early=%" PRIu64
+		" pull_dup=%" PRIu64 " pull_busy=%" PRIu64 ")",
+		ws->retransmits - ps->retx_logged, ps->it, ws->retx_push,
+		ws->retx_pull, ws->pull_waits, fs.sent, fs.acked, fs.rx,
+		fs.rx_bad, fs.frag_bad, cs_ps_flow_backlog(ps->flow),
+		ps->st ? cs_ps_store_stats(ps->st)->push_dup : 0,
+		ps->st ? cs_ps_store_stats(ps->st)->push_early : 0,
+		ps->st ? cs_ps_store_stats(ps->st)->pull_dup : 0,
+		ps->st ? cs_ps_store_stats(ps->st)->pull_busy : 0);
+	ps->retx_logged = ws->retransmits;
+}
+
 unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 {
 	unsigned work = 0;
@@ -766,6 +812,14 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 	 * the last replies) until the job is forgotten */
 	if (!ps->t0)
 		ps->t0 = now;
+	if (ps->last_poll && now - ps->last_poll > ps->max_gap) {
+		ps->max_gap = now - ps->last_poll;
+		if (ps->max_gap >= CS_NS_PER_S)
+			CS_WARN("ps job: this node's lcore did not poll the "
+				"job for %.3f s (step %u)",
+				(double)ps->max_gap / 1e9, ps->it);
+	}
+	ps->last_poll = now;
 	/* what this node sent itself (a server and worker both here) */
 	while (cs_ps_flow_drain_local(ps->flow, now, 256))
 		work++;
@@ -810,6 +864,7 @@ unsigned cs_svc_ps_poll(struct cs_svc_ps *ps, cs_ns_t now)
 			}
 		}
 		cs_ps_worker_tick(ps->w, now);
+		ps_log_retx(ps);
 	}
 	/* a server checks its shard once every worker of the job did its
 	 * last step (ps_check, sent by `collstack run ps` after every

@@ -915,7 +915,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	uint64_t grads_in = 0, dups = 0, applied = 0, rows_max = 0;
 	uint64_t retx = 0, combined = 0, spill_rd = 0, spill_wr = 0;
 	uint32_t max_stale = 0;
-	uint64_t rejected = 0;
+	uint64_t rejected = 0, pull_busy = 0;
 	double worst = 0;
 	int rc;
 
@@ -1061,8 +1061,56 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 		}
 		if (next > now)
 			now = next;
-		if (now > 100ull * CS_NS_PER_S)
+		if (now > 100ull * CS_NS_PER_S) {
+			for (uint32_t w = 0;
+			     getenv("PS_SCEN_DEBUG") && w < o.workers; w++) {
+				const struct cs_ps_worker_stats *x =
+					cs_ps_worker_stats(wk[w]);
+				fprintf(stderr,
+					"W%u sent=%llu retx=%llu push=%llu pull=%llu waits=%llu replies=%llu dup=%llu bad=%llu\n",
+					w, (unsigned long long)x->msgs_sent,
+					(unsigned long long)x->retransmits,
+					(unsigned long long)x->retx_push,
+					(unsigned long long)x->retx_pull,
+					(unsigned long long)x->pull_waits,
+					(unsigned long long)x->replies,
+					(unsigned long long)x->dup_replies,
+					(unsigned long long)x->bad_replies);
+			}
+			for (uint32_t k = 0;
+			     getenv("PS_SCEN_DEBUG") && k < o.servers; k++) {
+				const struct cs_ps_store_stats *x =
+					cs_ps_store_stats(srv[k]);
+				fprintf(stderr,
+					"S%u applied=%llu dup=%llu early=%llu parked=%llu rej=%llu pparked=%llu pdup=%llu served=%llu busy=%llu\n",
+					k, (unsigned long long)x->push_applied,
+					(unsigned long long)x->push_dup,
+					(unsigned long long)x->push_early,
+					(unsigned long long)x->push_parked,
+					(unsigned long long)x->rejected,
+					(unsigned long long)x->pulls_parked,
+					(unsigned long long)x->pull_dup,
+					(unsigned long long)x->pulls_served,
+					(unsigned long long)x->pull_busy);
+			}
+			for (uint32_t r = 0; getenv("PS_SCEN_DEBUG") && o.tp &&
+					     r < o.workers + o.servers;
+			     r++) {
+				struct cs_ps_flow_stats x;
+				cs_ps_flow_get_stats(flows[r], &x);
+				fprintf(stderr,
+					"F%u sent=%llu local=%llu acked=%llu rx=%llu rx_bad=%llu frag_bad=%llu backlog=%llu\n",
+					r, (unsigned long long)x.sent,
+					(unsigned long long)x.local,
+					(unsigned long long)x.acked,
+					(unsigned long long)x.rx,
+					(unsigned long long)x.rx_bad,
+					(unsigned long long)x.frag_bad,
+					(unsigned long long)cs_ps_flow_backlog(
+						flows[r]));
+			}
 			die("no progress in 100 s of virtual time");
+		}
 	}
 
 	ref_run();
@@ -1076,7 +1124,10 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 		max_stale = CS_MAX(max_stale, s->max_staleness);
 		spill_rd += s->spill_reads;
 		spill_wr += s->spill_writes;
-		rejected += s->rejected;
+		/* a pull told to come back (a full parking) is flow
+		 * control, not a refusal: counted apart */
+		rejected += s->rejected - s->pull_busy;
+		pull_busy += s->pull_busy;
 	}
 	for (uint32_t w = 0; w < o.workers; w++) {
 		retx += cs_ps_worker_stats(wk[w])->retransmits;
@@ -1171,7 +1222,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	       "max_staleness=%u spill_rd=%llu spill_wr=%llu "
 	       "max_server_share=%.2f %s%s virt_ms=%.3f tp_frames=%llu "
 	       "tp_retx=%llu tp_dup_rcvd=%llu pushes_per_s=%.0f "
-	       "pulls_per_s=%.0f rejected=%llu\n",
+	       "pulls_per_s=%.0f rejected=%llu pull_busy=%llu\n",
 	       o.tp ? "tp" : "queue", cs_ps_mode_name(o.mode),
 	       o.mode == CS_PS_SSP ? ":" : "",
 	       o.mode == CS_PS_SSP ? o.stale : 0u, cs_ps_opt_name(o.opt),
@@ -1191,7 +1242,7 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 	       (unsigned long long)tst.rel_dup_rcvd,
 	       (double)pushes_done * 1e9 / (double)(now ? now : 1),
 	       (double)pulls_done * 1e9 / (double)(now ? now : 1),
-	       (unsigned long long)rejected);
+	       (unsigned long long)rejected, (unsigned long long)pull_busy);
 	for (uint32_t w = 0; w < o.workers; w++) {
 		cs_ps_worker_destroy(wk[w]);
 		free(ws[w].keys);

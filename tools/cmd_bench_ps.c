@@ -77,19 +77,25 @@ static int one(const char *env, const char *roles, const char *pattern,
 		       "row_bytes=%u mode=%s nodes=%d roles=%s iters=%u "
 		       "time_us=%.1f p50_us=%.1f p99_us=%.1f rows_per_s=%.0f "
 		       "algbw_GBps=%.3f busbw_GBps=%.3f wrong=0 "
-		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f",
+		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f "
+		       "flow_bad=%.0f send_err=%.0f pull_busy=%.0f "
+		       "max_poll_gap_ms=%.1f",
 		       bytes, row_bytes, mode, r.nodes, r.roles, iters, t * 1e6,
 		       r.p50_us, r.p99_us, rps, alg, alg * 2 * (n - 1) / n,
-		       r.checked, r.retx, r.early);
+		       r.checked, r.retx, r.early, r.flow_bad, r.send_err,
+		       r.pull_busy, r.max_gap_us / 1e3);
 	} else {
 		printf("ps-bench stack=collstack pattern=%s row_bytes=%u "
 		       "keys_per_push=%u rows=%u skew=%s mode=%s nodes=%d "
 		       "roles=%s iters=%u time_us=%.1f p50_us=%.1f "
 		       "p99_us=%.1f rows_per_s=%.0f GB_per_s=%.3f wrong=0 "
-		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f",
+		       "rows_checked=%.0f worker_retx=%.0f push_early=%.0f "
+		       "flow_bad=%.0f send_err=%.0f pull_busy=%.0f "
+		       "max_poll_gap_ms=%.1f",
 		       pattern, row_bytes, kpp, rows, skew, mode, r.nodes,
 		       r.roles, iters, t * 1e6, r.p50_us, r.p99_us, rps,
-		       rps * row_bytes / 1e9, r.checked, r.retx, r.early);
+		       rps * row_bytes / 1e9, r.checked, r.retx, r.early,
+		       r.flow_bad, r.send_err, r.pull_busy, r.max_gap_us / 1e3);
 	}
 	if (budget) /* a line without it: every row in memory */
 		printf(" budget=%llu", budget);

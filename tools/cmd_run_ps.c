@@ -143,6 +143,15 @@ int cs_ps_job_run(const char *env, const char *roles, const char *job,
 			r->retx += v;
 		if (!cs_ctl_kv(reply, "push_early", &v))
 			r->early += v;
+		if (!cs_ctl_kv(reply, "flow_rx_bad", &v))
+			r->flow_bad += v;
+		if (!cs_ctl_kv(reply, "send_err", &v))
+			r->send_err += v;
+		if (!cs_ctl_kv(reply, "pull_busy", &v))
+			r->pull_busy += v;
+		if (!cs_ctl_kv(reply, "max_poll_gap_us", &v) &&
+		    v > r->max_gap_us)
+			r->max_gap_us = v;
 		if (!cs_ctl_kv(reply, "secs", &v) && v > r->secs)
 			r->secs = v;
 		if (r->roles[i] != 's') {

@@ -22,6 +22,11 @@ struct cs_ps_job_res {
 	int nodes;
 	char roles[65];
 	double pushes, pulls, wrong, checked, rejected, retx, early;
+	/* what no timer should have had to recover: frames the PS flow
+	 * refused, messages it refused at send, pulls refused -EBUSY */
+	double flow_bad, send_err, pull_busy;
+	/* the longest a node's lcore did not poll the job (slowest node) */
+	double max_gap_us;
 	double secs, timed_secs, timed_rows, p50_us, p99_us; /* slowest */
 	double gsum, gmax;
 	unsigned nsrv;

@@ -38,6 +38,9 @@
  * version becomes current; more are dropped, and resent by the worker). */
 #define CS_PS_EARLY_MAX 1024u
 #define CS_PS_EARLY_BYTES ((size_t)64 << 20)
+/* A pull a server refused for a full parking (-EBUSY) is sent again
+ * after the worker's rto / this, not after its rto. */
+#define CS_PS_BUSY_RETRY_DIV 16u
 #define CS_PS_MSG_MIN 256u /* smallest msg_max accepted */
 #define CS_PS_MSG_MAX (1u << 24) /* largest message */
 
@@ -263,7 +266,9 @@ struct cs_ps_store_cfg {
 	const struct cs_ps_shardmap *map; /* NULL: accept every key */
 	size_t msg_max; /* largest reply this store builds */
 	uint32_t parked_max; /* pulls waiting at once (others -EBUSY); a
-			      * copy of a waiting pull does not count */
+			      * copy of a waiting pull does not count; a
+			      * pull the next flush answers is taken
+			      * beyond it (up to parked_max more) */
 };
 
 struct cs_ps_store_stats {
@@ -278,6 +283,7 @@ struct cs_ps_store_stats {
 	uint64_t pulls_served;
 	uint64_t pulls_parked;
 	uint64_t pull_dup; /* a copy of a pull already waiting: dropped */
+	uint64_t pull_busy; /* refused -EBUSY: parked_max pulls waited */
 	uint64_t rows_served;
 	uint64_t spill_writes, spill_reads; /* rows */
 	uint64_t spill_reads_async; /* of spill_reads: read while the store
@@ -455,6 +461,11 @@ struct cs_ps_worker_cfg {
 struct cs_ps_worker_stats {
 	uint64_t msgs_sent, retransmits, replies, dup_replies, bad_replies;
 	uint64_t keys_combined; /* duplicate keys folded into one row */
+	/* of retransmits: pushes and pulls the timer sent again */
+	uint64_t retx_push, retx_pull;
+	/* pull replies that said wait (-EINPROGRESS: parked at the server
+	 * for its clock; -EBUSY: its parking was full) */
+	uint64_t pull_waits;
 };
 
 int cs_ps_worker_create(struct cs_ps_worker **out,

@@ -152,7 +152,8 @@ int cs_ps_store_create(struct cs_ps_store **out,
 	struct cs_ps_store *st;
 
 	if (!io || !io->send || cfg->msg_max < CS_PS_MSG_MIN ||
-	    cfg->msg_max > CS_PS_MSG_MAX || cfg->parked_max == 0)
+	    cfg->msg_max > CS_PS_MSG_MAX || cfg->parked_max == 0 ||
+	    cfg->parked_max > UINT32_MAX / 2)
 		return -EINVAL;
 	st = calloc(1, sizeof(*st));
 	if (!st)
@@ -161,7 +162,9 @@ int cs_ps_store_create(struct cs_ps_store **out,
 	st->io = *io;
 	st->snap_table = -1;
 	st->reply = malloc(cfg->msg_max);
-	st->parked = calloc(cfg->parked_max, sizeof(*st->parked));
+	/* parked_max waiting pulls, and as many more that can be answered
+	 * at the next flush (rx_pull) */
+	st->parked = calloc(2 * (size_t)cfg->parked_max, sizeof(*st->parked));
 	if (!st->reply || !st->parked) {
 		free(st->reply);
 		free(st->parked);
@@ -848,10 +851,14 @@ static int rx_push(struct cs_ps_store *st, const struct cs_ps_msg *m)
 	return 0;
 }
 
+static bool pull_ready(const struct ps_table *t, uint64_t clock,
+		       uint64_t *served);
+
 static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 		   const void *raw, size_t len)
 {
 	size_t rb, room = st->cfg.msg_max - CS_PS_WIRE_HDR;
+	uint64_t served;
 	struct ps_table *t;
 	uint8_t *copy;
 	int rc;
@@ -881,7 +888,18 @@ static int rx_pull(struct cs_ps_store *st, const struct cs_ps_msg *m,
 			return 0;
 		}
 	}
-	if (st->nparked == st->cfg.parked_max) {
+	/*
+	 * parked_max pulls may wait; one that the next flush answers (its
+	 * clock is reached) is taken beyond them, up to parked_max more.
+	 * The waiting ones may wait for the very worker whose pull this is
+	 * (sync: a worker pulls clock t before it pushes version t): refused,
+	 * it would come back only at its worker's timer, and every worker
+	 * would wait for that one.
+	 */
+	if (st->nparked >= st->cfg.parked_max &&
+	    (st->nparked == 2 * st->cfg.parked_max ||
+	     !pull_ready(t, m->version, &served))) {
+		st->st.pull_busy++;
 		refuse(st, m, -EBUSY);
 		return 0;
 	}

@@ -243,6 +243,10 @@ static void msg_send(struct cs_ps_worker *w, struct wmsg *m, cs_ns_t now)
 {
 	if (m->sent) {
 		w->st.retransmits++;
+		if (m->type == CS_PS_MSG_PUSH)
+			w->st.retx_push++;
+		else
+			w->st.retx_pull++;
 		m->rto = CS_MIN(m->rto * 2, w->cfg.rto_max);
 	} else {
 		m->rto = w->cfg.rto;
@@ -672,8 +676,16 @@ int cs_ps_worker_rx(struct cs_ps_worker *w, uint32_t from, const void *buf,
 		/* the server's pull queue was full (ask again later), or
 		 * the pull waits there for its clock: the server is alive,
 		 * so the count towards CS_ERR_PEER_LOST starts over */
+		w->st.pull_waits++;
 		q->tries = 0;
+		/* a waiting pull is answered when its clock comes; a refused
+		 * one (-EBUSY) is not kept there: it comes back only with
+		 * this timer, soon rather than a whole rto later */
 		q->deadline = now + q->rto;
+		if (m.status == -EBUSY)
+			q->deadline =
+				now + CS_MAX(w->cfg.rto / CS_PS_BUSY_RETRY_DIV,
+					     (cs_ns_t)1);
 		return 0;
 	}
 	if (m.type == CS_PS_MSG_PUSH_ACK)

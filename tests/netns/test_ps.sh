@@ -28,7 +28,10 @@
 #                another job
 #   ps_4x_bench  collstack bench -o ps, a few steps of each pattern and
 #                the dense case, every line wrong=0, no push dropped for
-#                coming early (push_early=0)
+#                coming early (push_early=0), no frame refused by the PS
+#                flow (flow_bad=0), no message refused at send
+#                (send_err=0), no pull refused for a full parking
+#                (pull_busy=0)
 #   ps_4x_spill  --budget 4096 (64 rows of 64 bytes a shard in memory,
 #                the rest in a spill file in ps.spill_dir, a new folder):
 #                sync, async and ssp:1, every shard and every pull exact
@@ -143,9 +146,11 @@ ps_4x_bench)
 	[ $rc -eq 0 ] || fail "bench -o ps: exit $rc"
 	[ "$(grep -c '^ps-bench stack=collstack .* wrong=0 ' <<<"$out")" = 7 ] ||
 		fail "bench -o ps: 7 lines with wrong=0 expected"
-	# pushes ahead of a server's window are parked, not dropped
-	[ "$(grep -c '^ps-bench stack=collstack .* push_early=0$' <<<"$out")" = 6 ] ||
-		fail "bench -o ps: push_early=0 expected on the 6 sparse lines"
+	# pushes ahead of a server's window are parked, not dropped; no
+	# frame refused by the PS flow, no message refused at send, no pull
+	# refused for a full parking (the dense line too)
+	[ "$(grep -c '^ps-bench stack=collstack .* push_early=0 flow_bad=0 send_err=0 pull_busy=0 ' <<<"$out")" = 7 ] ||
+		fail "bench -o ps: push_early=0 flow_bad=0 send_err=0 pull_busy=0 expected on the 7 lines"
 	;;
 ps_4x_spill)
 	for m in sync async ssp:1; do

@@ -486,6 +486,67 @@ Test(ps_store, pull_too_big_and_queue_full)
 	cs_ps_store_destroy(st);
 }
 
+/*
+ * Sync, parked_max 4: four pulls of clock 1 wait for version 0, which
+ * needs worker 1's push, and worker 1 first pulls clock 0 (answerable at
+ * once). Refused for the full parking, that pull would come back only at
+ * worker 1's timer, and every worker would wait for it: it is taken and
+ * answered at the next flush. Pulls the next flush cannot answer are
+ * still refused, and so is a ready one once the room beyond parked_max
+ * is full too.
+ */
+Test(ps_store, ready_pull_taken_when_waiting_pulls_fill_the_parking)
+{
+	struct cs_ps_table_spec s = mkspec(CS_PS_SYNC, 0, 2, CS_PS_OPT_SGD);
+	struct cs_ps_store *st = mkstore(&s, 0, NULL);
+	uint64_t k = 5;
+	float g = 1.0f;
+
+	for (uint64_t id = 1; id <= 4; id++)
+		cr_assert_eq(cs_ps_store_rx(st, msg, pull(&s, 0, id, 1, &k, 1)),
+			     0);
+	cr_assert_eq(nrep, 0);
+	expect_refused(st, pull(&s, 1, 7, 1, &k, 1), -EBUSY);
+	/* worker 1's pull of clock 0: taken, answered by the flush */
+	cr_assert_eq(cs_ps_store_rx(st, msg, pull(&s, 1, 8, 0, &k, 1)), 0);
+	cr_assert_eq(nrep, 1, "the ready pull was refused");
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(nrep, 2);
+	cr_assert_eq(rep[1].m.type, CS_PS_MSG_PULL_REPLY);
+	cr_assert_eq(rep[1].m.worker, 1);
+	cr_assert_eq(rep[1].m.id, 8);
+	cr_assert_eq(rep[1].m.status, 0);
+	cr_assert_eq(rep[1].m.nkeys, 1);
+	cr_assert_eq(cs_ps_store_stats(st)->pull_busy, 1);
+	/* then both workers push version 0: the waiting pulls are served */
+	cr_assert_eq(
+		cs_ps_store_rx(st, msg, push(&s, 0, 0, 0, &k, &g, 1, 0, 1)), 0);
+	cr_assert_eq(
+		cs_ps_store_rx(st, msg, push(&s, 1, 0, 0, &k, &g, 1, 0, 1)), 0);
+	nrep = 0;
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(nrep, 4);
+	for (unsigned i = 0; i < 4; i++) {
+		cr_assert_eq(rep[i].m.type, CS_PS_MSG_PULL_REPLY);
+		cr_assert_eq(rep[i].m.worker, 0);
+		cr_assert_eq(rep[i].m.status, 0);
+	}
+	/* the room beyond parked_max is bounded too: four waiting again,
+	 * four ready ones taken (no flush between), the fifth refused */
+	nrep = 0;
+	for (uint64_t id = 11; id <= 14; id++)
+		cr_assert_eq(cs_ps_store_rx(st, msg, pull(&s, 0, id, 2, &k, 1)),
+			     0);
+	for (uint64_t id = 21; id <= 24; id++)
+		cr_assert_eq(cs_ps_store_rx(st, msg, pull(&s, 1, id, 1, &k, 1)),
+			     0);
+	cr_assert_eq(nrep, 0);
+	expect_refused(st, pull(&s, 1, 25, 1, &k, 1), -EBUSY);
+	cr_assert_eq(cs_ps_store_flush(st), 0);
+	cr_assert_eq(nrep, 5); /* the refusal, the four ready ones */
+	cs_ps_store_destroy(st);
+}
+
 /* ---- SSD tier: an in-memory file ---------------------------------------- */
 
 struct memfile {
@@ -1191,8 +1252,7 @@ Test(ps_store, snapshot_is_the_table_at_begin)
  * the snapshot is still the table at begin, each row once. The file
  * takes 12 reads at once: the batches shrink to fit.
  */
-static void snap_reads_run(size_t align, struct snapcap *cap,
-			   unsigned *reads)
+static void snap_reads_run(size_t align, struct snapcap *cap, unsigned *reads)
 {
 	struct cs_ps_table_spec s = mkspec(CS_PS_ASYNC, 0, 1, CS_PS_OPT_SGD);
 	size_t fb = cs_ps_frame_bytes(&s), rec;

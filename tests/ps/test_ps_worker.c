@@ -307,6 +307,39 @@ Test(ps_worker, error_reply_fails_the_op_with_the_server)
 	fini(w);
 }
 
+/*
+ * A pull refused for a full parking (-EBUSY) is not kept by the server:
+ * it is asked again after rto / CS_PS_BUSY_RETRY_DIV, not a whole rto
+ * later; one the server keeps waiting (-EINPROGRESS) after the rto.
+ */
+Test(ps_worker, busy_pull_asked_again_soon)
+{
+	struct cs_ps_worker *w = mk(CS_PS_SYNC, 4096, 0);
+	cs_ns_t soon = 1000 / CS_PS_BUSY_RETRY_DIV;
+	uint64_t op, k = 12;
+	float res[2];
+	uint8_t buf[64];
+
+	cr_assert_eq(cs_ps_worker_pull(w, 4, 1, &k, 1, res, 0, &op), 0);
+	cr_assert_eq(nout, 1);
+	cs_ps_worker_rx(w, out[0].server, buf, ack(&out[0], buf, -EBUSY), 5);
+	cs_ps_worker_tick(w, 5 + soon - 1);
+	cr_assert_eq(nout, 1);
+	cs_ps_worker_tick(w, 5 + soon);
+	cr_assert_eq(nout, 2, "a refused pull waited for the rto");
+	cr_assert_eq(cs_ps_worker_stats(w)->pull_waits, 1);
+	cr_assert_eq(cs_ps_worker_stats(w)->retx_pull, 1);
+	/* parked there now: asked again only after the (doubled) rto */
+	cs_ps_worker_rx(w, out[1].server, buf, ack(&out[1], buf, -EINPROGRESS),
+			100);
+	cs_ps_worker_tick(w, 100 + soon);
+	cr_assert_eq(nout, 2);
+	cs_ps_worker_tick(w, 100 + 2000);
+	cr_assert_eq(nout, 3);
+	cr_assert_eq(ndone, 0);
+	fini(w);
+}
+
 Test(ps_worker, bad_arguments)
 {
 	struct cs_ps_worker *w = mk(CS_PS_ASYNC, 4096, 0);
