@@ -188,9 +188,9 @@ static int check_local(const struct cs_a2a_params *p,
 	if ((p->flags & CS_A2A_F_RECV_DYNAMIC) && (p->flags & CS_A2A_F_NODATA))
 		return -EINVAL;
 	if (p->virt != p0->virt ||
-	    (p->virt && ((p->flags & CS_A2A_F_NODATA) || !p->virt->gen ||
-			 !p->virt->got || p->virt->at > p->esz ||
-			 p->virt->tail > UINT32_MAX - p->esz)))
+	    (p->virt &&
+	     ((p->flags & CS_A2A_F_NODATA) || !p->virt->gen || !p->virt->got ||
+	      p->virt->at > p->esz || p->virt->tail > UINT32_MAX - p->esz)))
 		return -EINVAL;
 	if (!p->sendcounts || !p->sdispls)
 		return CS_ERR_BAD_DESC;

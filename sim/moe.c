@@ -170,9 +170,9 @@ static uint32_t mo_value(const struct mo *m, uint32_t op, uint32_t src,
 
 /* Tail bytes [off, off + len) of @row, little-endian values. A row whose
  * header is out of range (never from a correct engine) gives zeros. */
-static void mo_tail(const struct mo *m, uint32_t op, uint32_t src,
-		    uint32_t dst, const uint8_t *elem, uint64_t off,
-		    uint8_t *out, uint32_t len)
+static void mo_tail(const struct mo *m, uint32_t op, uint32_t src, uint32_t dst,
+		    const uint8_t *elem, uint64_t off, uint8_t *out,
+		    uint32_t len)
 {
 	const struct cs_moe_sim_cfg *c = m->cfg;
 	uint32_t row[2], vb = c->vbytes;
@@ -388,9 +388,11 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 					m->checked++;
 					if (k >= cnt || src[k] != s ||
 					    tok[k] != t || slot[k] != j ||
-					    (!c->synth && memcmp(&rows[k * c->hidden],
-						   &q->x[(size_t)t * c->hidden],
-						   4 * c->hidden))) {
+					    (!c->synth &&
+					     memcmp(&rows[k * c->hidden],
+						    &q->x[(size_t)t *
+							  c->hidden],
+						    4 * c->hidden))) {
 						if (!m->wrong++)
 							snprintf(
 								m->first,
@@ -516,8 +518,9 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 			mo_check_tails(m, r, 0, cs_moe_dispatch_recv(r->moe),
 				       4 * ((size_t)2 + c->topk +
 					    (c->node_sum ? c->topk : 0)));
-		for (uint32_t i = 0; !c->synth && !cs_moe_local(r->moe, i, &e, &cnt, &rows,
-						   &src, &tok, &slot);
+		for (uint32_t i = 0;
+		     !c->synth && !cs_moe_local(r->moe, i, &e, &cnt, &rows,
+						&src, &tok, &slot);
 		     i++) {
 			float *y = cs_moe_expert_out(r->moe, i);
 
@@ -761,11 +764,10 @@ static int mo_setup(struct mo *m)
 					   &r->tp);
 		ids[i] = r->id;
 		/* synth: no values stored (x is never read) */
-		r->x = malloc(c->synth ? 4
-				       : ((size_t)c->tokens * c->hidden + 1) * 4);
-		r->out = malloc(c->synth ? 4
-					 : ((size_t)c->tokens * c->hidden + 1) *
-						   4);
+		r->x = malloc(
+			c->synth ? 4 : ((size_t)c->tokens * c->hidden + 1) * 4);
+		r->out = malloc(
+			c->synth ? 4 : ((size_t)c->tokens * c->hidden + 1) * 4);
 		r->w = malloc((tk + 1) * 4);
 		r->idx = malloc((tk + 1) * 4);
 		if (!ret && (!r->x || !r->out || !r->w || !r->idx))
