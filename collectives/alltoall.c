@@ -200,6 +200,9 @@ static int check_local(const struct cs_a2a_params *p,
 	if (p->send_count > UINT64_MAX / p->esz ||
 	    p->recv_count > UINT64_MAX / p->esz)
 		return CS_ERR_BAD_DESC;
+	if (p->virt && (p->send_count > UINT64_MAX / (p->esz + p->virt->tail) ||
+			p->recv_count > UINT64_MAX / (p->esz + p->virt->tail)))
+		return CS_ERR_BAD_DESC; /* wire bytes */
 	if (!(p->flags & CS_A2A_F_NODATA) &&
 	    ((p->send_count && !p->sendbuf) || (p->recv_count && !p->recvbuf)))
 		return CS_ERR_BAD_DESC;
