@@ -44,6 +44,9 @@ struct a2a_local {
 struct cs_a2a_node {
 	uint32_t G, n, M, node;
 	uint32_t esz, mtu;
+	uint32_t wsz; /* element bytes on the wire: esz (+ virt->tail) */
+	const struct cs_a2a_virt *virt;
+	uint8_t *vtmp; /* virt: a tail in the intra-node exchange */
 	bool bucket, nodata, dyn, rail;
 	uint32_t dyn_streams; /* RECV_DYNAMIC: streams into the node not
 			       * complete (counts and data) */
@@ -78,6 +81,7 @@ struct cs_a2a {
 	uint32_t me, rank, C;
 	struct a2a_stream *tx, *rx;
 	uint8_t *stage;
+	uint8_t *vframe; /* virt: [C + 1][mtu] frames built (C: rebuilds) */
 	uint64_t rx_left, ack_left;
 	int err;
 	uint32_t culprit;
@@ -183,6 +187,11 @@ static int check_local(const struct cs_a2a_params *p,
 		return -EINVAL;
 	if ((p->flags & CS_A2A_F_RECV_DYNAMIC) && (p->flags & CS_A2A_F_NODATA))
 		return -EINVAL;
+	if (p->virt != p0->virt ||
+	    (p->virt &&
+	     ((p->flags & CS_A2A_F_NODATA) || !p->virt->gen || !p->virt->got ||
+	      p->virt->at > p->esz || p->virt->tail > UINT32_MAX - p->esz)))
+		return -EINVAL;
 	if (!p->sendcounts || !p->sdispls)
 		return CS_ERR_BAD_DESC;
 	if (!(p->flags & CS_A2A_F_RECV_DYNAMIC) &&
@@ -191,6 +200,9 @@ static int check_local(const struct cs_a2a_params *p,
 	if (p->send_count > UINT64_MAX / p->esz ||
 	    p->recv_count > UINT64_MAX / p->esz)
 		return CS_ERR_BAD_DESC;
+	if (p->virt && (p->send_count > UINT64_MAX / (p->esz + p->virt->tail) ||
+			p->recv_count > UINT64_MAX / (p->esz + p->virt->tail)))
+		return CS_ERR_BAD_DESC; /* wire bytes */
 	if (!(p->flags & CS_A2A_F_NODATA) &&
 	    ((p->send_count && !p->sendbuf) || (p->recv_count && !p->recvbuf)))
 		return CS_ERR_BAD_DESC;
@@ -212,6 +224,7 @@ void cs_a2a_node_free(struct cs_a2a_node *nd)
 		free(nd->loc[k].rc);
 		free(nd->loc[k].rd);
 	}
+	free(nd->vtmp);
 	free(nd);
 }
 
@@ -222,6 +235,27 @@ static uint64_t *dup_counts(const uint64_t *v, uint32_t n)
 	if (c)
 		memcpy(c, v, (size_t)n * sizeof(*c));
 	return c;
+}
+
+/* virt: the tails of local j's block for local k, made and handed over
+ * (the intra-node exchange never touches the network). */
+static void local_tails(struct cs_a2a_node *nd, uint32_t j, uint32_t k)
+{
+	const struct cs_a2a_virt *v = nd->virt;
+	uint32_t base = nd->node * nd->G, src = base + j, dst = base + k;
+	const uint8_t *sb = nd->loc[j].p.sendbuf;
+
+	for (uint64_t i = 0; i < nd->loc[j].sc[dst]; i++) {
+		const uint8_t *e = sb + (nd->loc[j].sd[dst] + i) * nd->esz;
+
+		for (uint64_t off = 0; off < v->tail; off += 4096) {
+			uint32_t n = (uint32_t)CS_MIN(4096, v->tail - off);
+
+			v->gen(v->arg, src, dst, e, off, nd->vtmp, n);
+			v->got(v->arg, src, dst, nd->loc[k].rd[src] + i,
+			       nd->vtmp, off, n);
+		}
+	}
 }
 
 int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
@@ -248,7 +282,16 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 	nd->M = n / G;
 	nd->node = local[0].rank / G;
 	nd->esz = local[0].esz;
+	nd->virt = local[0].virt;
+	nd->wsz = nd->esz + (nd->virt ? nd->virt->tail : 0);
 	nd->mtu = local[0].mtu_payload;
+	if (nd->virt) {
+		nd->vtmp = malloc(4096);
+		if (!nd->vtmp) {
+			ret = -ENOMEM;
+			goto out_free;
+		}
+	}
 	nd->bucket = !(local[0].flags & CS_A2A_F_NO_BUCKET);
 	nd->nodata = local[0].flags & CS_A2A_F_NODATA;
 	nd->dyn = local[0].flags & CS_A2A_F_RECV_DYNAMIC;
@@ -286,7 +329,7 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 			goto out_free;
 		for (uint32_t s = 0; s < n; s++)
 			if (s / G != nd->node)
-				l->left += l->rc[s] * nd->esz;
+				l->left += l->rc[s] * nd->wsz;
 	}
 	/* dynamic: the node's own blocks go first, in local order */
 	for (uint32_t k = 0; nd->dyn && k < G; k++) {
@@ -325,6 +368,8 @@ int cs_a2a_node_init(const struct cs_a2a_params *local, uint32_t nlocal,
 			       (const uint8_t *)nd->loc[j].p.sendbuf +
 				       nd->loc[j].sd[base + k] * nd->esz,
 			       b);
+			if (nd->virt)
+				local_tails(nd, j, k);
 		}
 	*out = nd;
 	return 0;
@@ -389,7 +434,7 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 		/* sizes come with frame 0; the bitmap is sized for the most
 		 * the node's receive buffers can take */
 		for (uint32_t k = 0; k < G; k++)
-			cap += nd->loc[k].p.recv_count * nd->esz;
+			cap += nd->loc[k].p.recv_count * nd->wsz;
 		cap = cap / nd->mtu + nb + 2;
 		if (cap >= UINT32_MAX / 2)
 			return -E2BIG;
@@ -417,7 +462,7 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 
 		if (nd->rail && k != a->me)
 			cnt = 0; /* another rail's */
-		by = cnt * nd->esz;
+		by = cnt * nd->wsz;
 
 		s->boff[b + 1] = s->boff[b] + by;
 		s->foff[b] = fr;
@@ -437,6 +482,12 @@ static int stream_init(struct cs_a2a *a, struct a2a_stream *s, bool tx,
 	return s->bits ? 0 : -ENOMEM;
 }
 
+/* Stored bytes of @wire bytes of whole elements. */
+static inline uint64_t stored(const struct cs_a2a_node *nd, uint64_t wire)
+{
+	return nd->virt ? wire / nd->wsz * nd->esz : wire;
+}
+
 /* Gather the blocks of send stream @s (to node @b) into @dst. */
 static void stream_stage(const struct cs_a2a *a, const struct a2a_stream *s,
 			 uint32_t b, uint8_t *dst)
@@ -446,10 +497,10 @@ static void stream_stage(const struct cs_a2a *a, const struct a2a_stream *s,
 
 	for (uint32_t blk = 0; blk < G * G; blk++) {
 		const struct a2a_local *l = &nd->loc[blk / G];
-		uint64_t by = s->boff[blk + 1] - s->boff[blk];
+		uint64_t by = stored(nd, s->boff[blk + 1] - s->boff[blk]);
 
 		if (by)
-			memcpy(dst + s->boff[blk],
+			memcpy(dst + stored(nd, s->boff[blk]),
 			       (const uint8_t *)l->p.sendbuf +
 				       l->sd[b * G + blk % G] * nd->esz,
 			       by);
@@ -472,6 +523,7 @@ void cs_a2a_free(struct cs_a2a *a)
 	free(a->tx);
 	free(a->rx);
 	free(a->stage);
+	free(a->vframe);
 	free(a);
 }
 
@@ -519,7 +571,12 @@ int cs_a2a_init(struct cs_a2a_node *nd, uint32_t local, struct cs_a2a **out)
 		a->st.tx_streams += a->tx[c].on;
 		a->st.rx_streams += a->rx[c].on;
 		if (G > 1 && !nd->nodata)
-			stage += a->tx[c].bytes;
+			stage += stored(nd, a->tx[c].bytes);
+	}
+	if (nd->virt) {
+		a->vframe = malloc(((size_t)a->C + 1) * nd->mtu);
+		if (!a->vframe)
+			goto out_free;
 	}
 	/* two-level: the intra-node stage gathers every stream this rank
 	 * sends into one pinned buffer; flat sends from the caller's */
@@ -537,7 +594,7 @@ int cs_a2a_init(struct cs_a2a_node *nd, uint32_t local, struct cs_a2a **out)
 		if (G > 1) {
 			stream_stage(a, s, s->pnode, a->stage + stage);
 			s->data = a->stage + stage;
-			stage += s->bytes;
+			stage += stored(nd, s->bytes);
 			a->st.staged_bytes += s->bytes;
 		} else {
 			s->data = (const uint8_t *)nd->loc[0].p.sendbuf +
@@ -567,8 +624,52 @@ void cs_a2a_recv_layout(const struct cs_a2a *a, const uint64_t **counts,
 
 /* ---- transmit ----------------------------------------------------------- */
 
+/* virt: wire bytes [off, off + len) of send stream @s into @out: the
+ * stored bytes from the stream's data, the tails from gen(). */
+static void build_frame(const struct cs_a2a *a, const struct a2a_stream *s,
+			uint64_t off, uint32_t len, uint8_t *out)
+{
+	const struct cs_a2a_node *nd = a->nd;
+	const struct cs_a2a_virt *v = nd->virt;
+	uint32_t G = nd->G, lo = 0, hi = G * G, at = v->at;
+	uint64_t pos = off, end = off + len;
+
+	while (hi - lo > 1) { /* last block starting at or before off */
+		uint32_t mid = (lo + hi) / 2;
+
+		if (s->boff[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	while (pos < end) {
+		uint64_t e = pos / nd->wsz, in = pos % nd->wsz, n;
+		const uint8_t *st = s->data + e * nd->esz;
+		uint32_t src, dst;
+
+		while (s->boff[lo + 1] <= pos)
+			lo++;
+		/* block (j, k): local j of this node to local k of pnode;
+		 * flat: this rank to the peer */
+		src = G > 1 ? nd->node * G + lo / G : a->rank;
+		dst = G > 1 ? s->pnode * G + lo % G : s->peer;
+		if (in < at) {
+			n = CS_MIN(at - in, end - pos);
+			memcpy(out, st + in, n);
+		} else if (in < at + v->tail) {
+			n = CS_MIN(at + v->tail - in, end - pos);
+			v->gen(v->arg, src, dst, st, in - at, out, (uint32_t)n);
+		} else {
+			n = CS_MIN(nd->wsz - in, end - pos);
+			memcpy(out, st + in - v->tail, n);
+		}
+		out += n;
+		pos += n;
+	}
+}
+
 static void fill_tx(const struct cs_a2a *a, uint32_t c, uint32_t f,
-		    struct cs_flow_tx *tx)
+		    struct cs_flow_tx *tx, uint8_t *vbuf)
 {
 	const struct a2a_stream *s = &a->tx[c];
 	const struct cs_a2a_params *p = &a->nd->loc[a->me].p;
@@ -601,6 +702,10 @@ static void fill_tx(const struct cs_a2a *a, uint32_t c, uint32_t f,
 		tx->payload = s->cnt;
 	else
 		tx->payload = s->data ? s->data + off : NULL;
+	if (a->nd->virt && s->data && !(s->base && !f)) {
+		build_frame(a, s, off, len, vbuf);
+		tx->payload = vbuf;
+	}
 	tx->cookie = (uint64_t)c << 32 | f;
 }
 
@@ -625,11 +730,14 @@ unsigned cs_a2a_next(struct cs_a2a *a, uint32_t ch, struct cs_flow_tx *out,
 	if (ch >= a->C || a->err || a->nd->err)
 		return 0;
 	s = &a->tx[ch];
+	if (a->nd->virt) /* one frame buffer per channel */
+		max = CS_MIN(max, 1u);
 	while (s->on && n < max && s->cur < s->nfr + s->base) {
 		/* data only once the receiver holds the counts */
 		if (s->base && s->cur && !test_bit(s->bits, 0))
 			break;
-		fill_tx(a, ch, s->cur++, &out[n]);
+		fill_tx(a, ch, s->cur++, &out[n],
+			a->vframe ? a->vframe + (size_t)ch * a->nd->mtu : NULL);
 		a->st.tx_frames++;
 		a->st.tx_bytes += out[n].len;
 		n++;
@@ -675,13 +783,44 @@ int cs_a2a_rebuild(struct cs_a2a *a, uint64_t cookie, struct cs_flow_tx *out)
 	if (decode_cookie(a, cookie, &c, &f))
 		return -EINVAL;
 	/* rule (a): the same pinned bytes, so the same frame */
-	fill_tx(a, c, f, out);
+	fill_tx(a, c, f, out,
+		a->vframe ? a->vframe + (size_t)a->C * a->nd->mtu : NULL);
 	out->hdr.flags |= CS_PKT_F_RETX;
 	a->st.rebuilds++;
 	return 0;
 }
 
 /* ---- receive ------------------------------------------------------------ */
+
+/* virt: wire bytes [boff, boff + n) of the block from @src to @dst, which
+ * starts at element @rd of @l's receive buffer: stored bytes there, tails
+ * to got(). */
+static void scatter_virt(const struct cs_a2a_node *nd, struct a2a_local *l,
+			 uint32_t src, uint32_t dst, uint64_t rd, uint64_t boff,
+			 const uint8_t *pl, uint64_t n)
+{
+	const struct cs_a2a_virt *v = nd->virt;
+	uint64_t end = boff + n;
+
+	while (boff < end) {
+		uint64_t e = boff / nd->wsz, in = boff % nd->wsz, k;
+		uint8_t *st = (uint8_t *)l->p.recvbuf + (rd + e) * nd->esz;
+
+		if (in < v->at) {
+			k = CS_MIN(v->at - in, end - boff);
+			memcpy(st + in, pl, k);
+		} else if (in < v->at + v->tail) {
+			k = CS_MIN(v->at + v->tail - in, end - boff);
+			v->got(v->arg, src, dst, rd + e, pl, in - v->at,
+			       (uint32_t)k);
+		} else {
+			k = CS_MIN(nd->wsz - in, end - boff);
+			memcpy(st + in - v->tail, pl, k);
+		}
+		pl += k;
+		boff += k;
+	}
+}
 
 /* Copy frame bytes [off, off + len) of stream @s from node @a0 into the
  * local ranks' buffers, block by block. */
@@ -708,7 +847,11 @@ static void scatter(struct cs_a2a *a, const struct a2a_stream *s, uint32_t a0,
 		if (s->boff[b + 1] <= pos)
 			continue;
 		piece = CS_MIN(end, s->boff[b + 1]) - pos;
-		if (pl)
+		if (pl && nd->virt)
+			scatter_virt(nd, l, a0 * G + j, nd->node * G + k,
+				     l->rd[a0 * G + j], pos - s->boff[b],
+				     pl + (pos - off), piece);
+		else if (pl)
 			memcpy((uint8_t *)l->p.recvbuf +
 				       l->rd[a0 * G + j] * nd->esz +
 				       (pos - s->boff[b]),
@@ -777,7 +920,7 @@ static int rx_counts(struct cs_a2a *a, struct a2a_stream *s,
 
 		memcpy(&cnt, (const uint8_t *)payload + b * sizeof(cnt),
 		       sizeof(cnt));
-		by = cnt * nd->esz;
+		by = cnt * nd->wsz;
 		if (!nd->rail || b % G == a->me) {
 			l->rc[src] = cnt;
 			l->rd[src] = l->used;

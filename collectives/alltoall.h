@@ -73,6 +73,37 @@
  */
 #define CS_A2A_F_RAIL 0x8u
 
+/**
+ * struct cs_a2a_virt - virtual element tails (the simulator's synthetic
+ * payloads, `collstack sim moe --payload synth`; docs/alltoall.md)
+ * @tail: bytes of each element that are never stored
+ * @at: where they sit in the element on the wire (0 .. esz)
+ * @gen: the tail bytes [@off, @off + @len) of the element @elem (its esz
+ *	stored bytes) that rank @src sends to rank @dst, into @out
+ * @got: tail bytes [@off, @off + @len) of element @idx of rank @dst's
+ *	receive buffer (from rank @src) arrived, at @in (each byte once)
+ * @arg: their first argument
+ *
+ * On the wire an element is esz + @tail bytes: stored bytes [0, @at), the
+ * tail, stored bytes [@at, esz). Buffers, counts and displacements hold
+ * the stored bytes only (elements of esz), frames and stream offsets the
+ * wire ones: the same frames as a run whose elements are esz + @tail
+ * bytes. The intra-node exchange hands each tail from @gen to @got
+ * directly. A frame's payload is built into the engine's buffer for its
+ * channel (a rebuild: one more): it is valid until the next next() of
+ * that channel or the next rebuild, so the transport's xmit must copy it
+ * (the simulator's does; the sidecar's does not: not for the sidecar).
+ * Not with CS_A2A_F_NODATA. Every local rank of a node names the same.
+ */
+struct cs_a2a_virt {
+	uint32_t tail, at;
+	void (*gen)(void *arg, uint32_t src, uint32_t dst, const uint8_t *elem,
+		    uint64_t off, uint8_t *out, uint32_t len);
+	void (*got)(void *arg, uint32_t src, uint32_t dst, uint64_t idx,
+		    const uint8_t *in, uint64_t off, uint32_t len);
+	void *arg;
+};
+
 #define CS_A2A_MAX_RANKS 16384
 #define CS_A2A_MAX_RPN 64 /* ranks per node */
 
@@ -101,6 +132,7 @@ enum cs_a2a_algo {
  * @flags: CS_A2A_F_*
  * @group: group id, @epoch: its epoch, @op_id: operation id (headers)
  * @start: when posted, @deadline: ns after @start (0: none)
+ * @virt: NULL, or virtual element tails (struct cs_a2a_virt)
  *
  * Every count and displacement is checked: a block must lie inside its
  * buffer, received blocks must not overlap, and what rank s sends to d
@@ -122,6 +154,7 @@ struct cs_a2a_params {
 	uint32_t group, epoch, op_id;
 	cs_ns_t start;
 	uint64_t deadline;
+	const struct cs_a2a_virt *virt;
 };
 
 /* Return values of cs_a2a_on_data() >= 0 (and CS_FLOW_RX_ACK_NOW: new,

@@ -273,7 +273,7 @@ int cs_moe_create(const struct cs_moe_cfg *cfg, const float *x,
 	m->w = w;
 	m->n = cfg->nranks;
 	m->K = cfg->topk;
-	m->H = cfg->hidden;
+	m->H = cfg->flags & CS_MOE_F_NO_VALUES ? 0 : cfg->hidden;
 	m->T = cfg->tokens;
 	m->G = cfg->ranks_per_node ? cfg->ranks_per_node : 1;
 	m->node_rows = (cfg->flags & CS_MOE_F_NODE_ROWS) && m->G > 1;

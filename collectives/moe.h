@@ -84,6 +84,17 @@
  * >= 1 (1: nothing to forward).
  */
 #define CS_MOE_F_NODE_ROWS_FWD 0x800u
+/*
+ * Rows without their values (the simulator's synthetic payloads, `sim moe
+ * --payload synth`): the layer runs as with hidden 0 (rows of headers
+ * only: token, mask, ids (, weights); combine rows token, slot or mask; no
+ * expert inputs or outputs are stored or summed) and the caller sets
+ * struct cs_a2a_virt on both operations' parameters, so that the values
+ * travel as virtual tails (alltoall.h) at their place in the row:
+ * dispatch at byte 4 (2 + K), combine at byte 8. x may point anywhere
+ * (it is never read), cs_moe_combine_finish() writes nothing.
+ */
+#define CS_MOE_F_NO_VALUES 0x1000u
 
 /**
  * struct cs_moe_cfg - one rank's MoE layer

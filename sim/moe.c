@@ -32,6 +32,15 @@ struct mo_rank {
 	struct cs_a2a *eng[2];
 	uint32_t phase; /* ops done */
 	bool posted[2];
+	/* synth: per receive-buffer row, the weighted sum of the tail bytes
+	 * that arrived (mo_vsum); the combine's receive buffer */
+	uint64_t *acc[2];
+	const uint8_t *crecv;
+};
+
+struct mo_vctx {
+	struct mo *m;
+	uint32_t op; /* 0 dispatch, 1 combine */
 };
 
 struct mo {
@@ -48,6 +57,11 @@ struct mo {
 	uint64_t wrong, checked, rows;
 	uint64_t *busy0, *bytes0; /* [2n] NIC links at dispatch's end */
 	char first[200];
+	/* synth */
+	struct cs_a2a_virt virt[2];
+	struct mo_vctx vctx[2];
+	bool corrupted;
+	uint8_t *vtmp;
 };
 
 static uint64_t mo_hash(uint64_t a, uint64_t b, uint64_t c)
@@ -73,6 +87,237 @@ static void mo_fail(struct mo *m, const char *what, uint32_t r, int err)
 	cs_sim_stop(m->sim);
 }
 
+/* ---- synthetic payloads (--payload synth) ------------------------------- */
+
+/*
+ * Values: x of (rank s, token t, value h) is the full mode's (a multiple
+ * of 1/256 in [-1000/256, 1000/256] from mo_hash); bf16: rounded to
+ * nearest even. An expert's output: mo_expert() of it (bf16: of its f32
+ * value, rounded). A combine row: the expert output of one slot (per
+ * slot), or with --node-sum the node's slots' w * y summed in f32 in slot
+ * order (bf16: rounded once at the end). With f32 these are the full
+ * mode's bits exactly.
+ */
+static uint16_t mo_bf16(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + (u >> 16 & 1); /* nearest even; values are finite */
+	return (uint16_t)(u >> 16);
+}
+
+static float mo_unbf16(uint16_t b)
+{
+	uint32_t u = (uint32_t)b << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static float mo_x(const struct mo *m, uint32_t s, uint32_t t, uint32_t h)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	float v = (float)((int)(mo_hash(c->net.seed, s,
+					(uint64_t)t * c->hidden + h) %
+				2001) -
+			  1000) /
+		  256.0f;
+
+	return c->vbytes == 2 ? mo_unbf16(mo_bf16(v)) : v;
+}
+
+static float mo_y(const struct mo *m, uint32_t e, float x)
+{
+	float y = mo_expert(e, x);
+
+	return m->cfg->vbytes == 2 ? mo_unbf16(mo_bf16(y)) : y;
+}
+
+/* Value @h of the tail of row @row (stored words) on op @op, from rank
+ * @src to rank @dst: its bits (f32 or bf16). */
+static uint32_t mo_value(const struct mo *m, uint32_t op, uint32_t src,
+			 uint32_t dst, const uint32_t *row, uint32_t h)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	const struct mo_rank *o = &m->rk[dst];
+	uint32_t t = row[0], bits;
+	float v;
+
+	if (op == 0) {
+		v = mo_x(m, src, t, h);
+	} else if (!c->node_sum) { /* row[1]: the slot */
+		v = mo_y(m, (uint32_t)o->idx[(size_t)t * c->topk + row[1]],
+			 mo_x(m, dst, t, h));
+	} else { /* row[1]: the node's slots */
+		float x = mo_x(m, dst, t, h);
+
+		v = 0.0f;
+		for (uint32_t j = 0; j < c->topk; j++)
+			if (row[1] >> j & 1)
+				v += o->w[(size_t)t * c->topk + j] *
+				     mo_y(m,
+					  (uint32_t)o->idx[(size_t)t * c->topk +
+							   j],
+					  x);
+	}
+	if (c->vbytes == 2)
+		return mo_bf16(v);
+	memcpy(&bits, &v, 4);
+	return bits;
+}
+
+/* Tail bytes [off, off + len) of @row, little-endian values. A row whose
+ * header is out of range (never from a correct engine) gives zeros. */
+static void mo_tail(const struct mo *m, uint32_t op, uint32_t src, uint32_t dst,
+		    const uint8_t *elem, uint64_t off, uint8_t *out,
+		    uint32_t len)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	uint32_t row[2], vb = c->vbytes;
+
+	memcpy(row, elem, sizeof(row));
+	if (src >= m->n || dst >= m->n || row[0] >= c->tokens ||
+	    (op == 1 && !c->node_sum && row[1] >= c->topk) ||
+	    (op == 1 && !c->node_sum &&
+	     m->rk[dst].idx[(size_t)row[0] * c->topk + row[1]] < 0)) {
+		memset(out, 0, len);
+		return;
+	}
+	for (uint64_t i = 0; i < len;) {
+		uint64_t p = off + i;
+		uint32_t h = (uint32_t)(p / vb), b = (uint32_t)(p % vb);
+		uint32_t v = mo_value(m, op, src, dst, row, h);
+
+		for (; b < vb && i < len; b++, i++)
+			out[i] = (uint8_t)(v >> (8 * b));
+	}
+}
+
+/* Position-weighted sum of tail bytes [off, off + len): every byte of a
+ * row counts once, at its place; one wrong, missing or misplaced byte
+ * always changes it (odd weights), several could cancel only by design. */
+static uint64_t mo_vsum(const uint8_t *p, uint64_t off, uint32_t len)
+{
+	uint64_t s = 0;
+
+	for (uint32_t i = 0; i < len; i++)
+		s += (uint64_t)(p[i] + 1u) *
+		     ((2 * (off + i) + 1) * 0x9e3779b97f4a7c15ull);
+	return s;
+}
+
+static void mo_vgen(void *arg, uint32_t src, uint32_t dst, const uint8_t *elem,
+		    uint64_t off, uint8_t *out, uint32_t len)
+{
+	const struct mo_vctx *v = arg;
+
+	mo_tail(v->m, v->op, src, dst, elem, off, out, len);
+}
+
+static void mo_vgot(void *arg, uint32_t src, uint32_t dst, uint64_t idx,
+		    const uint8_t *in, uint64_t off, uint32_t len)
+{
+	const struct mo_vctx *v = arg;
+	struct mo *m = v->m;
+	uint64_t s;
+
+	if (dst >= m->n || !m->rk[dst].acc[v->op])
+		return;
+	s = mo_vsum(in, off, len);
+	if (m->cfg->corrupt == v->op + 1 && !m->corrupted && len &&
+	    src / m->cfg->net.rpn != dst / m->cfg->net.rpn) {
+		uint8_t b = in[0] ^ 1; /* as if it arrived so */
+
+		m->corrupted = true;
+		s -= mo_vsum(in, off, 1);
+		s += mo_vsum(&b, off, 1);
+	}
+	m->rk[dst].acc[v->op][idx] += s;
+}
+
+/* The weighted sum a row's whole tail must have. */
+static uint64_t mo_want(struct mo *m, uint32_t op, uint32_t src, uint32_t dst,
+			const uint8_t *elem)
+{
+	uint64_t tail = (uint64_t)m->cfg->hidden * m->cfg->vbytes, s = 0;
+
+	for (uint64_t off = 0; off < tail; off += 4096) {
+		uint32_t n = (uint32_t)CS_MIN(4096, tail - off);
+
+		mo_tail(m, op, src, dst, elem, off, m->vtmp, n);
+		s += mo_vsum(m->vtmp, off, n);
+	}
+	return s;
+}
+
+/* Every row rank @r received in op @op (its receive buffer @rb of rows of
+ * @rsz stored bytes, the engine's layout): its tail as it must be.
+ * Returns the rows. */
+static uint64_t mo_check_tails(struct mo *m, struct mo_rank *r, uint32_t op,
+			       const uint8_t *rb, size_t rsz)
+{
+	const uint64_t *rc, *rd;
+	uint64_t rows = 0;
+
+	cs_a2a_recv_layout(r->eng[op], &rc, &rd);
+	for (uint32_t s = 0; s < m->n; s++)
+		for (uint64_t i = 0; i < rc[s]; i++) {
+			uint64_t at = rd[s] + i;
+			const uint8_t *e = rb + at * rsz;
+			/* dispatch: s's row; combine: the row s returns
+			 * for r's token */
+			uint64_t want = mo_want(m, op, s, r->id, e);
+			uint32_t tok;
+
+			rows++;
+			m->checked += m->cfg->hidden;
+			if (want == r->acc[op][at])
+				continue;
+			memcpy(&tok, e, 4);
+			if (!m->wrong++)
+				snprintf(m->first, sizeof(m->first),
+					 "rank %u %s row %llu (from rank %u, "
+					 "token %u): values differ",
+					 r->id, op ? "combine" : "dispatch",
+					 (unsigned long long)at, s, tok);
+		}
+	return rows;
+}
+
+/* synth: the combine rows rank @r must get: one per slot (per (token,
+ * node) with node_sum) that names an expert. */
+static uint64_t mo_combine_rows(const struct mo *m, const struct mo_rank *r)
+{
+	const struct cs_moe_sim_cfg *c = m->cfg;
+	uint64_t n = 0;
+
+	for (uint32_t t = 0; t < c->tokens; t++) {
+		uint32_t nodes[CS_MOE_MAX_TOPK], nn = 0;
+
+		for (uint32_t j = 0; j < c->topk; j++) {
+			int32_t e = r->idx[(size_t)t * c->topk + j];
+			uint32_t b;
+			bool dup = false;
+
+			if (e < 0)
+				continue;
+			if (!c->node_sum) {
+				n++;
+				continue;
+			}
+			b = m->erank[e] / m->G;
+			for (uint32_t i = 0; i < nn; i++)
+				dup |= nodes[i] == b;
+			if (!dup)
+				nodes[nn++] = b;
+		}
+		n += nn;
+	}
+	return n;
+}
+
 /* ---- tokens and the reference ------------------------------------------- */
 
 static void mo_tokens(struct mo *m, struct mo_rank *r, const double *cdf)
@@ -80,7 +325,8 @@ static void mo_tokens(struct mo *m, struct mo_rank *r, const double *cdf)
 	const struct cs_moe_sim_cfg *c = m->cfg;
 	uint64_t rng = mo_hash(c->net.seed, r->id, 77) | 1;
 
-	for (uint64_t i = 0; i < (uint64_t)c->tokens * c->hidden; i++)
+	for (uint64_t i = 0; !c->synth && i < (uint64_t)c->tokens * c->hidden;
+	     i++)
 		r->x[i] = (float)((int)(mo_hash(c->net.seed, r->id, i) % 2001) -
 				  1000) /
 			  256.0f;
@@ -142,9 +388,11 @@ static void mo_check_dispatch(struct mo *m, struct mo_rank *r)
 					m->checked++;
 					if (k >= cnt || src[k] != s ||
 					    tok[k] != t || slot[k] != j ||
-					    memcmp(&rows[k * c->hidden],
-						   &q->x[(size_t)t * c->hidden],
-						   4 * c->hidden)) {
+					    (!c->synth &&
+					     memcmp(&rows[k * c->hidden],
+						    &q->x[(size_t)t *
+							  c->hidden],
+						    4 * c->hidden))) {
 						if (!m->wrong++)
 							snprintf(
 								m->first,
@@ -266,8 +514,13 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 			return;
 		}
 		mo_check_dispatch(m, r);
-		for (uint32_t i = 0; !cs_moe_local(r->moe, i, &e, &cnt, &rows,
-						   &src, &tok, &slot);
+		if (c->synth)
+			mo_check_tails(m, r, 0, cs_moe_dispatch_recv(r->moe),
+				       4 * ((size_t)2 + c->topk +
+					    (c->node_sum ? c->topk : 0)));
+		for (uint32_t i = 0;
+		     !c->synth && !cs_moe_local(r->moe, i, &e, &cnt, &rows,
+						&src, &tok, &slot);
 		     i++) {
 			float *y = cs_moe_expert_out(r->moe, i);
 
@@ -289,6 +542,13 @@ static void mo_node_combine(struct mo *m, uint32_t b)
 		}
 		p[k].deadline = c->net.time_limit_ns;
 		p[k].start = cs_sim_now(m->sim);
+		if (!ret && c->synth) {
+			p[k].virt = &m->virt[1];
+			r->crecv = p[k].recvbuf;
+			r->acc[1] = calloc(p[k].recv_count + 1, 8);
+			if (!r->acc[1])
+				ret = -ENOMEM;
+		}
 	}
 	if (!ret)
 		ret = cs_a2a_node_init(p, m->G, &m->node[1][b]);
@@ -373,7 +633,18 @@ static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 		mo_fail(m, "combine result", r->id, CS_ERR_PROTO);
 		return;
 	}
-	mo_check_combine(m, r);
+	if (!m->cfg->synth) {
+		mo_check_combine(m, r);
+	} else {
+		uint64_t got = mo_check_tails(m, r, 1, r->crecv, 8),
+			 want = mo_combine_rows(m, r);
+
+		if (got != want && !m->wrong++)
+			snprintf(m->first, sizeof(m->first),
+				 "rank %u: %llu combine rows, want %llu", r->id,
+				 (unsigned long long)got,
+				 (unsigned long long)want);
+	}
 	if (++m->ndone == m->n) {
 		m->t_end = cs_sim_now(m->sim);
 		cs_sim_stop(m->sim);
@@ -492,8 +763,11 @@ static int mo_setup(struct mo *m)
 			ret = cs_tp_create(&nc->tp, &xp, &mo_io, r, r->id, 1,
 					   &r->tp);
 		ids[i] = r->id;
-		r->x = malloc(((size_t)c->tokens * c->hidden + 1) * 4);
-		r->out = malloc(((size_t)c->tokens * c->hidden + 1) * 4);
+		/* synth: no values stored (x is never read) */
+		r->x = malloc(
+			c->synth ? 4 : ((size_t)c->tokens * c->hidden + 1) * 4);
+		r->out = malloc(
+			c->synth ? 4 : ((size_t)c->tokens * c->hidden + 1) * 4);
 		r->w = malloc((tk + 1) * 4);
 		r->idx = malloc((tk + 1) * 4);
 		if (!ret && (!r->x || !r->out || !r->w || !r->idx))
@@ -524,7 +798,8 @@ static int mo_setup(struct mo *m)
 					 (m->rail ? CS_A2A_F_RAIL : 0) |
 					 (c->node_rows ? CS_MOE_F_NODE_ROWS
 						       : 0) |
-					 (c->node_sum ? CS_MOE_F_NODE_SUM : 0),
+					 (c->node_sum ? CS_MOE_F_NODE_SUM : 0) |
+					 (c->synth ? CS_MOE_F_NO_VALUES : 0),
 				.group = MO_GROUP,
 				.epoch = 1,
 				.op_dispatch = 1,
@@ -535,6 +810,12 @@ static int mo_setup(struct mo *m)
 			if (!ret) {
 				cs_moe_dispatch_params(r->moe, &p[k]);
 				p[k].deadline = nc->time_limit_ns;
+			}
+			if (!ret && c->synth) {
+				p[k].virt = &m->virt[0];
+				r->acc[0] = calloc(p[k].recv_count + 1, 8);
+				if (!r->acc[0])
+					ret = -ENOMEM;
 			}
 		}
 		if (!ret)
@@ -566,7 +847,10 @@ static void mo_free(struct mo *m)
 		free(r->out);
 		free(r->w);
 		free(r->idx);
+		free(r->acc[0]);
+		free(r->acc[1]);
 	}
+	free(m->vtmp);
 	for (uint32_t b = 0; m->node[0] && b < m->n / m->G; b++) {
 		cs_a2a_node_free(m->node[0][b]);
 		cs_a2a_node_free(m->node[1][b]);
@@ -588,6 +872,7 @@ int cs_moe_sim_cfg_default(struct cs_moe_sim_cfg *c)
 	c->hidden = 256;
 	c->topk = 4;
 	c->experts = 32;
+	c->vbytes = 4;
 	return cs_a2a_sim_cfg_default(&c->net);
 }
 
@@ -601,7 +886,7 @@ static int mo_node_bytes(const struct mo *m, uint64_t *max)
 {
 	const struct cs_moe_sim_cfg *c = m->cfg;
 	uint32_t L = c->net.rpn, nn = m->n / L;
-	uint64_t row = (uint64_t)c->hidden * sizeof(float);
+	uint64_t row = (uint64_t)c->hidden * c->vbytes;
 	uint64_t *out = calloc(nn, sizeof(*out)), *in = calloc(nn, sizeof(*in));
 	uint32_t *seen = calloc(nn, sizeof(*seen)), mark = 0;
 
@@ -650,13 +935,16 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	if (nc->ranks < 2 || nc->ranks > CS_A2A_MAX_RANKS || !nc->rpn ||
 	    nc->rpn > CS_A2A_MAX_RPN || nc->ranks % nc->rpn || !c->hidden ||
 	    !c->topk || c->topk > CS_MOE_MAX_TOPK || c->topk > c->experts ||
-	    !c->experts || nc->nodata || nc->tp.max_nodes <= nc->ranks)
+	    !c->experts || nc->nodata || nc->tp.max_nodes <= nc->ranks ||
+	    (c->vbytes != 4 && (c->vbytes != 2 || !c->synth)) ||
+	    (c->corrupt && !c->synth) || c->corrupt > 2)
 		return -EINVAL;
 	res->algo = nc->algo != CS_A2A_AUTO
 			    ? nc->algo
 			    : cs_a2a_choose(nc->ranks, nc->rpn,
 					    (uint64_t)c->tokens * c->hidden *
-						    4 * c->topk / nc->ranks);
+						    c->vbytes * c->topk /
+						    nc->ranks);
 	if (res->algo != CS_A2A_FLAT && nc->ranks / nc->rpn < 2)
 		return -EINVAL;
 	m.n = nc->ranks;
@@ -674,6 +962,25 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 	m.node[1] = calloc(m.n / m.G, sizeof(*m.node[1]));
 	m.node_left = calloc(m.n / m.G, sizeof(*m.node_left));
 	m.busy0 = calloc(2 * m.n, sizeof(*m.busy0));
+	if (c->synth) {
+		/* dispatch rows: token, mask, ids (, weights), then x at
+		 * byte 4 (2 + K); combine rows: token, slot or mask, then y */
+		for (uint32_t op = 0; op < 2; op++) {
+			m.vctx[op] = (struct mo_vctx){ .m = &m, .op = op };
+			m.virt[op] = (struct cs_a2a_virt){
+				.tail = c->hidden * c->vbytes,
+				.at = op ? 8 : 4 * (2 + c->topk),
+				.gen = mo_vgen,
+				.got = mo_vgot,
+				.arg = &m.vctx[op],
+			};
+		}
+		m.vtmp = malloc(4096);
+		if (!m.vtmp) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
 	m.bytes0 = calloc(2 * m.n, sizeof(*m.bytes0));
 	ret = m.rk && m.erank && m.node[0] && m.node[1] && m.node_left &&
 			      m.busy0 && m.bytes0

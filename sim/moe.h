@@ -19,12 +19,23 @@
  *	(CS_MOE_F_NODE_ROWS; two-level and rail only)
  * @node_sum: combine sums per node first (CS_MOE_F_NODE_SUM; needs
  *	@node_rows); the reference sums the same way
+ * @synth: synthetic payloads (--payload synth): no rank stores values;
+ *	they are made from (rank, token, value) when a frame is built and
+ *	checked when it arrives (CS_MOE_F_NO_VALUES, struct cs_a2a_virt);
+ *	the same frames, so the same timing, as a run that stores them
+ * @vbytes: bytes per value: 4 (f32) or 2 (bf16, @synth only)
+ * @corrupt: fault injection for tests: 1 (2): the first tail byte that
+ *	crosses the network in dispatch (combine) is checked with one bit
+ *	flipped, as if it arrived so (@synth only)
  */
 struct cs_moe_sim_cfg {
 	struct cs_a2a_sim_cfg net;
 	uint32_t tokens, hidden, topk, experts;
 	double skew;
 	bool node_rows, node_sum;
+	bool synth;
+	uint32_t vbytes;
+	uint32_t corrupt;
 };
 
 struct cs_moe_sim_result {

@@ -249,7 +249,8 @@ static void moe_usage(FILE *out)
 		"       [--ranks-per-node L] [--tokens T] [--hidden H]\n"
 		"       [--topk K] [--experts E] [--skew Z] [--no-bucket]\n"
 		"       [--algo flat|two-level|rail|auto] [--node-rows]\n"
-		"       [--node-sum] [--loss P] [--seed S]\n"
+		"       [--node-sum] [--payload full|synth] [--dtype f32|bf16]\n"
+		"       [--corrupt dispatch|combine] [--loss P] [--seed S]\n"
 		"       [--link-gbps G] [--delay-us D] [--port-buffer B]\n"
 		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n\n"
 		"A MoE layer: every rank has T tokens of H f32 values, each\n"
@@ -271,7 +272,18 @@ static void moe_usage(FILE *out)
 		"receives, a token's row once per other node it goes to)\n"
 		"over its L links at G. link_us: the busiest NIC link's\n"
 		"serialization time in dispatch + in combine (link_bytes:\n"
-		"the frame bytes it carried).\n");
+		"the frame bytes it carried).\n"
+		"--payload synth: no rank stores values: each is made from\n"
+		"(rank, token, value index) when a frame is built and every\n"
+		"byte checked on arrival (a position-weighted sum per row,\n"
+		"compared with the generator's once the phase is done); the\n"
+		"same frames and timing as full, memory for headers only; the\n"
+		"owner's final sum over the combine rows is not done (every\n"
+		"combine row is checked). --dtype bf16 (synth only): values\n"
+		"of 2 bytes (expert outputs rounded to bf16; --node-sum rows\n"
+		"summed in f32, rounded once). --corrupt: test only, the first\n"
+		"tail byte crossing the network in that phase is checked with\n"
+		"a bit flipped (the run must fail).\n");
 }
 
 int cs_cmd_sim_moe(int argc, char **argv)
@@ -315,6 +327,15 @@ int cs_cmd_sim_moe(int argc, char **argv)
 				c.topk = (uint32_t)u;
 			else
 				c.experts = (uint32_t)u;
+		} else if (!strcmp(o, "--payload")) {
+			bad = strcmp(v, "full") && strcmp(v, "synth");
+			c.synth = !strcmp(v, "synth");
+		} else if (!strcmp(o, "--dtype")) {
+			bad = strcmp(v, "f32") && strcmp(v, "bf16");
+			c.vbytes = strcmp(v, "bf16") ? 4 : 2;
+		} else if (!strcmp(o, "--corrupt")) {
+			bad = strcmp(v, "dispatch") && strcmp(v, "combine");
+			c.corrupt = strcmp(v, "dispatch") ? 2 : 1;
 		} else if (!strcmp(o, "--skew")) {
 			c.skew = strtod(v, &end);
 			bad = end == v || *end || c.skew < 0 || c.skew > 10;
@@ -346,6 +367,12 @@ int cs_cmd_sim_moe(int argc, char **argv)
 			CS_MOE_MAX_TOPK);
 		return 2;
 	}
+	if ((c.vbytes != 4 || c.corrupt) && !c.synth) {
+		fprintf(stderr, "collstack sim moe: --dtype bf16 and --corrupt "
+				"need --payload synth (the engine's rows are "
+				"f32)\n");
+		return 2;
+	}
 	ret = cs_moe_sim_run(&c, &r);
 	if (ret) {
 		fprintf(stderr, "collstack sim moe: %s\n",
@@ -357,7 +384,8 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	 * L links (r.node_bytes_max) */
 	bound = 2.0 * (double)r.node_bytes_max * 8 / (c.net.gbps * c.net.rpn);
 	printf("moe %s ranks=%u ranks_per_node=%u algo=%s%s%s tokens=%u "
-	       "hidden=%u topk=%u experts=%u skew=%g dispatch_us=%.1f "
+	       "hidden=%u dtype=%s payload=%s topk=%u experts=%u skew=%g "
+	       "dispatch_us=%.1f "
 	       "time_us=%.1f bound_us=%.1f time_over_bound=%.3f "
 	       "link_us=%.1f+%.1f link_bytes=%" PRIu64 "+%" PRIu64 " "
 	       "dispatch_bytes=%" PRIu64 " max_queue_bytes=%" PRIu64
@@ -368,7 +396,8 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	       c.node_sum    ? "+node-sum"
 	       : c.node_rows ? "+node-rows"
 			     : "",
-	       c.tokens, c.hidden, c.topk, c.experts, c.skew,
+	       c.tokens, c.hidden, c.vbytes == 2 ? "bf16" : "f32",
+	       c.synth ? "synth" : "full", c.topk, c.experts, c.skew,
 	       r.t_dispatch_ns / 1e3, r.time_ns / 1e3, bound / 1e3,
 	       bound > 0 ? r.time_ns / bound : 0, r.link_busy_ps[0] / 1e6,
 	       r.link_busy_ps[1] / 1e6, r.link_bytes[0], r.link_bytes[1],
