@@ -2345,6 +2345,16 @@ static struct inst *inst_of(struct group *g, uint64_t cookie)
 	return in;
 }
 
+/* The group in use that @cookie names (its top 16 bits), or NULL. */
+static struct group *group_of(struct cs_ipc_server *s, uint64_t cookie)
+{
+	uint32_t gid = (uint32_t)(cookie >> 48);
+
+	if (gid >= s->cfg.max_groups || !s->groups[gid].used)
+		return NULL;
+	return &s->groups[gid];
+}
+
 /*
  * An all-to-all-v's count matrix is here (a2av_counts()): refuse counts
  * that do not add up (every node finds the same pair: nothing is sent),
@@ -2438,14 +2448,10 @@ void cs_ipc_server_inter_fail_ex(struct cs_ipc_server *s, uint64_t cookie,
 				 int status, unsigned detail, int32_t peer,
 				 uint32_t aux)
 {
-	uint32_t gid = (uint32_t)(cookie >> 48);
-	struct group *g;
+	struct group *g = group_of(s, cookie);
 	struct inst *in;
 
-	if (gid >= s->cfg.max_groups)
-		return;
-	g = &s->groups[gid];
-	if (!g->used)
+	if (!g)
 		return;
 	in = inst_of(g, cookie);
 	if (!in)
@@ -2475,14 +2481,10 @@ void cs_ipc_server_inter_refuse(struct cs_ipc_server *s, uint64_t cookie,
 				int status, unsigned detail, int32_t peer,
 				uint32_t aux)
 {
-	uint32_t gid = (uint32_t)(cookie >> 48);
-	struct group *g;
+	struct group *g = group_of(s, cookie);
 	struct inst *in;
 
-	if (gid >= s->cfg.max_groups || !status)
-		return;
-	g = &s->groups[gid];
-	if (!g->used)
+	if (!g || !status)
 		return;
 	in = inst_of(g, cookie);
 	if (!in)
@@ -2645,14 +2647,10 @@ cs_ns_t cs_ipc_server_next_deadline(const struct cs_ipc_server *s)
 int cs_ipc_server_regroup(struct cs_ipc_server *s, uint64_t cookie,
 			  uint32_t size, const int32_t *ranks)
 {
-	uint32_t gid = (uint32_t)(cookie >> 48);
-	struct group *g;
+	struct group *g = group_of(s, cookie);
 	struct inst *in;
 
-	if (gid >= s->cfg.max_groups)
-		return -ENOENT;
-	g = &s->groups[gid];
-	if (!g->used || g->failed || !g->elastic)
+	if (!g || g->failed || !g->elastic)
 		return -ENOENT;
 	in = inst_of(g, cookie);
 	if (!in)
@@ -2683,13 +2681,9 @@ void cs_ipc_server_set_node(struct cs_ipc_server *s, uint32_t node)
 int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
 			      bool blocked)
 {
-	uint32_t gid = (uint32_t)(cookie >> 48);
-	struct group *g;
+	struct group *g = group_of(s, cookie);
 
-	if (gid >= s->cfg.max_groups)
-		return -ENOENT;
-	g = &s->groups[gid];
-	if (!g->used || g->failed || !inst_of(g, cookie))
+	if (!g || g->failed || !inst_of(g, cookie))
 		return -ENOENT;
 	g->blocked = blocked;
 	return 0;
@@ -2698,13 +2692,9 @@ int cs_ipc_server_set_blocked(struct cs_ipc_server *s, uint64_t cookie,
 int cs_ipc_server_set_pipe(struct cs_ipc_server *s, uint64_t cookie, bool ok,
 			   uint64_t limit, int32_t node, uint32_t val)
 {
-	uint32_t gid = (uint32_t)(cookie >> 48);
-	struct group *g;
+	struct group *g = group_of(s, cookie);
 
-	if (gid >= s->cfg.max_groups)
-		return -ENOENT;
-	g = &s->groups[gid];
-	if (!g->used || g->failed || !inst_of(g, cookie))
+	if (!g || g->failed || !inst_of(g, cookie))
 		return -ENOENT;
 	if (!ok && !g->pipe_told)
 		CS_WARN("group '%s': node %d cuts large allreduces and "
