@@ -67,7 +67,8 @@ struct cs_ps_rows {
 	uint32_t snap_rd_max; /* 0, or the largest batch the spill took */
 	uint8_t *chunk;
 	size_t chunk_len, chunk_cap;
-	uint8_t *snap_row; /* sink.align: a spilled row read for a split record */
+	uint8_t *snap_row; /* sink.align: a spilled row read for a split record
+			    */
 	uint64_t chunk_nrec, snap_nrec;
 	int snap_rc;
 };

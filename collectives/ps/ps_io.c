@@ -674,7 +674,8 @@ static void *ckpt_thread(void *arg)
 			while (n_in)
 				ckpt_reap(c, &ring, &n_in, &rc);
 			if (fcntl(fd, F_SETFL,
-				  fcntl(fd, F_GETFL) & ~O_DIRECT) && !rc)
+				  fcntl(fd, F_GETFL) & ~O_DIRECT) &&
+			    !rc)
 				rc = -errno;
 			direct = false;
 		} else if (direct && it->len % CS_PS_CKPT_ALIGN) {

@@ -736,8 +736,8 @@ int cs_ps_rows_snap_begin(struct cs_ps_rows *r,
 			return -EINVAL;
 		if (chunk_bytes < sink->align)
 			chunk_bytes = sink->align;
-		chunk_bytes = (chunk_bytes + sink->align - 1) &
-			      ~(sink->align - 1);
+		chunk_bytes =
+			(chunk_bytes + sink->align - 1) & ~(sink->align - 1);
 	} else if (chunk_bytes < rec_bytes(r)) {
 		chunk_bytes = rec_bytes(r);
 	}
