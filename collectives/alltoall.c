@@ -624,17 +624,13 @@ void cs_a2a_recv_layout(const struct cs_a2a *a, const uint64_t **counts,
 
 /* ---- transmit ----------------------------------------------------------- */
 
-/* virt: wire bytes [off, off + len) of send stream @s into @out: the
- * stored bytes from the stream's data, the tails from gen(). */
-static void build_frame(const struct cs_a2a *a, const struct a2a_stream *s,
-			uint64_t off, uint32_t len, uint8_t *out)
+/* The last of stream @s's @nb blocks that starts at or before wire byte
+ * @off (its block offsets ascend). */
+static uint32_t block_at(const struct a2a_stream *s, uint32_t nb, uint64_t off)
 {
-	const struct cs_a2a_node *nd = a->nd;
-	const struct cs_a2a_virt *v = nd->virt;
-	uint32_t G = nd->G, lo = 0, hi = G * G, at = v->at;
-	uint64_t pos = off, end = off + len;
+	uint32_t lo = 0, hi = nb;
 
-	while (hi - lo > 1) { /* last block starting at or before off */
+	while (hi - lo > 1) {
 		uint32_t mid = (lo + hi) / 2;
 
 		if (s->boff[mid] <= off)
@@ -642,6 +638,19 @@ static void build_frame(const struct cs_a2a *a, const struct a2a_stream *s,
 		else
 			hi = mid;
 	}
+	return lo;
+}
+
+/* virt: wire bytes [off, off + len) of send stream @s into @out: the
+ * stored bytes from the stream's data, the tails from gen(). */
+static void build_frame(const struct cs_a2a *a, const struct a2a_stream *s,
+			uint64_t off, uint32_t len, uint8_t *out)
+{
+	const struct cs_a2a_node *nd = a->nd;
+	const struct cs_a2a_virt *v = nd->virt;
+	uint32_t G = nd->G, lo = block_at(s, G * G, off), at = v->at;
+	uint64_t pos = off, end = off + len;
+
 	while (pos < end) {
 		uint64_t e = pos / nd->wsz, in = pos % nd->wsz, n;
 		const uint8_t *st = s->data + e * nd->esz;
@@ -828,17 +837,9 @@ static void scatter(struct cs_a2a *a, const struct a2a_stream *s, uint32_t a0,
 		    uint64_t off, uint32_t len, const uint8_t *pl)
 {
 	struct cs_a2a_node *nd = a->nd;
-	uint32_t G = nd->G, lo = 0, hi = G * G;
+	uint32_t G = nd->G, lo = block_at(s, G * G, off);
 	uint64_t pos = off, end = off + len;
 
-	while (hi - lo > 1) { /* last block starting at or before off */
-		uint32_t mid = (lo + hi) / 2;
-
-		if (s->boff[mid] <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
 	for (uint32_t b = lo; pos < end && b < G * G; b++) {
 		uint32_t j = b / G, k = b % G;
 		struct a2a_local *l = &nd->loc[k];
