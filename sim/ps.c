@@ -862,6 +862,51 @@ static void maybe_kill(void)
 	killed = true;
 }
 
+/* PS_SCEN_DEBUG: each worker's, server's and flow's counters when the
+ * run made no progress (docs/ps.md). */
+static void stall_dump(void)
+{
+	for (uint32_t w = 0; w < o.workers; w++) {
+		const struct cs_ps_worker_stats *x = cs_ps_worker_stats(wk[w]);
+		fprintf(stderr,
+			"W%u sent=%llu retx=%llu push=%llu pull=%llu waits=%llu replies=%llu dup=%llu bad=%llu\n",
+			w, (unsigned long long)x->msgs_sent,
+			(unsigned long long)x->retransmits,
+			(unsigned long long)x->retx_push,
+			(unsigned long long)x->retx_pull,
+			(unsigned long long)x->pull_waits,
+			(unsigned long long)x->replies,
+			(unsigned long long)x->dup_replies,
+			(unsigned long long)x->bad_replies);
+	}
+	for (uint32_t k = 0; k < o.servers; k++) {
+		const struct cs_ps_store_stats *x = cs_ps_store_stats(srv[k]);
+		fprintf(stderr,
+			"S%u applied=%llu dup=%llu early=%llu parked=%llu rej=%llu pparked=%llu pdup=%llu served=%llu busy=%llu\n",
+			k, (unsigned long long)x->push_applied,
+			(unsigned long long)x->push_dup,
+			(unsigned long long)x->push_early,
+			(unsigned long long)x->push_parked,
+			(unsigned long long)x->rejected,
+			(unsigned long long)x->pulls_parked,
+			(unsigned long long)x->pull_dup,
+			(unsigned long long)x->pulls_served,
+			(unsigned long long)x->pull_busy);
+	}
+	for (uint32_t r = 0; o.tp && r < o.workers + o.servers; r++) {
+		struct cs_ps_flow_stats x;
+		cs_ps_flow_get_stats(flows[r], &x);
+		fprintf(stderr,
+			"F%u sent=%llu local=%llu acked=%llu rx=%llu rx_bad=%llu frag_bad=%llu backlog=%llu\n",
+			r, (unsigned long long)x.sent,
+			(unsigned long long)x.local,
+			(unsigned long long)x.acked, (unsigned long long)x.rx,
+			(unsigned long long)x.rx_bad,
+			(unsigned long long)x.frag_bad,
+			(unsigned long long)cs_ps_flow_backlog(flows[r]));
+	}
+}
+
 /* The first failure: check it names the dead server, then roll the job
  * back to the checkpoint. */
 static void maybe_recover(void)
@@ -1062,53 +1107,8 @@ int cs_sim_ps(int argc, char **argv, bool tp)
 		if (next > now)
 			now = next;
 		if (now > 100ull * CS_NS_PER_S) {
-			for (uint32_t w = 0;
-			     getenv("PS_SCEN_DEBUG") && w < o.workers; w++) {
-				const struct cs_ps_worker_stats *x =
-					cs_ps_worker_stats(wk[w]);
-				fprintf(stderr,
-					"W%u sent=%llu retx=%llu push=%llu pull=%llu waits=%llu replies=%llu dup=%llu bad=%llu\n",
-					w, (unsigned long long)x->msgs_sent,
-					(unsigned long long)x->retransmits,
-					(unsigned long long)x->retx_push,
-					(unsigned long long)x->retx_pull,
-					(unsigned long long)x->pull_waits,
-					(unsigned long long)x->replies,
-					(unsigned long long)x->dup_replies,
-					(unsigned long long)x->bad_replies);
-			}
-			for (uint32_t k = 0;
-			     getenv("PS_SCEN_DEBUG") && k < o.servers; k++) {
-				const struct cs_ps_store_stats *x =
-					cs_ps_store_stats(srv[k]);
-				fprintf(stderr,
-					"S%u applied=%llu dup=%llu early=%llu parked=%llu rej=%llu pparked=%llu pdup=%llu served=%llu busy=%llu\n",
-					k, (unsigned long long)x->push_applied,
-					(unsigned long long)x->push_dup,
-					(unsigned long long)x->push_early,
-					(unsigned long long)x->push_parked,
-					(unsigned long long)x->rejected,
-					(unsigned long long)x->pulls_parked,
-					(unsigned long long)x->pull_dup,
-					(unsigned long long)x->pulls_served,
-					(unsigned long long)x->pull_busy);
-			}
-			for (uint32_t r = 0; getenv("PS_SCEN_DEBUG") && o.tp &&
-					     r < o.workers + o.servers;
-			     r++) {
-				struct cs_ps_flow_stats x;
-				cs_ps_flow_get_stats(flows[r], &x);
-				fprintf(stderr,
-					"F%u sent=%llu local=%llu acked=%llu rx=%llu rx_bad=%llu frag_bad=%llu backlog=%llu\n",
-					r, (unsigned long long)x.sent,
-					(unsigned long long)x.local,
-					(unsigned long long)x.acked,
-					(unsigned long long)x.rx,
-					(unsigned long long)x.rx_bad,
-					(unsigned long long)x.frag_bad,
-					(unsigned long long)cs_ps_flow_backlog(
-						flows[r]));
-			}
+			if (getenv("PS_SCEN_DEBUG"))
+				stall_dump();
 			die("no progress in 100 s of virtual time");
 		}
 	}
