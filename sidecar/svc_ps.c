@@ -254,43 +254,24 @@ static int ps_spill_new(struct cs_svc_ps *ps, const struct cs_pst_cfg *pcfg,
 			uint32_t op_id, struct cs_ps_spill *sp, char *err,
 			size_t elen)
 {
+	const char *dir = pcfg ? pcfg->spill_dir : "", *e;
 	char prefix[64];
 	int ret;
 
-	if (!pcfg || pcfg->spill_dir[0] != '/') {
-		snprintf(err, elen,
-			 "budget=%" PRIu64 ": ps.spill_dir '%s' is not an "
-			 "absolute path",
-			 ps->budget, pcfg ? pcfg->spill_dir : "");
-		return -EINVAL;
-	}
 	snprintf(prefix, sizeof(prefix), "cs-psjob-%ld-%08x-n%u",
 		 (long)getpid(), op_id, ps->rank);
-	ret = cs_ps_spill_create(&ps->spill, pcfg->spill_dir, prefix,
-				 PS_SPILL_QDEPTH, sp, ps->spill_path,
-				 sizeof(ps->spill_path));
+	ret = cs_pst_spill_new(pcfg, prefix, PS_SPILL_QDEPTH, &ps->spill,
+			       &ps->spill_ops, sp, ps->spill_path,
+			       sizeof(ps->spill_path), &e);
 	if (ret) {
-		const char *e = ret == -ENOTSUP ? "collstackd was built "
-						  "without liburing"
-						: strerror(-ret);
-
 		CS_WARN("ps job: budget=%" PRIu64 " refused: no spill file in "
 			"ps.spill_dir '%s': %s",
-			ps->budget, pcfg->spill_dir, e);
+			ps->budget, dir, e);
 		snprintf(err, elen,
-			 "budget: no spill file in ps.spill_dir "
-			 "'%s': %s",
-			 pcfg->spill_dir, e);
-		ps->spill = NULL;
-		return ret;
+			 "budget: no spill file in ps.spill_dir '%s': %s", dir,
+			 e);
 	}
-	ps->spill_ops = *sp->ops;
-	if (!pcfg->spill_async) {
-		ps->spill_ops.read_start = NULL;
-		ps->spill_ops.read_poll = NULL;
-	}
-	sp->ops = &ps->spill_ops;
-	return 0;
+	return ret;
 }
 
 /* Every node's bookkeeping: totals, this shard's expected grads. */

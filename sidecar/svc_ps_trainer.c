@@ -147,9 +147,7 @@ struct pst_table {
 
 struct cs_pst {
 	struct cs_core_svc *core;
-	double ckpt_share;
-	char spill_dir[CS_CFG_STR_MAX];
-	bool spill_async;
+	struct cs_pst_cfg cfg; /* ps.ckpt_share, ps.spill_dir, ... */
 	pthread_mutex_t lock;
 	struct pst_table *tables; /* IPC side */
 };
@@ -355,7 +353,7 @@ static void ckpt_begin(struct pst_table *t, struct cs_ipc_ps_req *r)
 	cs_ps_ckpt_set_shard(t->ck.w, t->self, t->n, PST_VNODES,
 			     cs_ps_ckpt_name_tag(t->name));
 	/* the share was validated when the config was read */
-	(void)cs_ps_snap_pace_init(&t->ck.pace, t->p->ckpt_share,
+	(void)cs_ps_snap_pace_init(&t->ck.pace, t->p->cfg.ckpt_share,
 				   PST_CKPT_STEP_NS);
 	t->ck.snapping = true;
 	t->ck.rc = 0;
@@ -748,47 +746,58 @@ static void table_free(struct pst_table *t)
 	free(t);
 }
 
+int cs_pst_spill_new(const struct cs_pst_cfg *cfg, const char *prefix,
+		     unsigned qdepth, struct cs_ps_uring_spill **u,
+		     struct cs_ps_spill_ops *ops, struct cs_ps_spill *sp,
+		     char *path, size_t plen, const char **e)
+{
+	int ret;
+
+	*u = NULL;
+	if (!cfg || cfg->spill_dir[0] != '/') {
+		*e = "not an absolute path";
+		return -EINVAL;
+	}
+	ret = cs_ps_spill_create(u, cfg->spill_dir, prefix, qdepth, sp, path,
+				 plen);
+	if (ret) {
+		*e = ret == -ENOTSUP ? "collstackd was built without liburing"
+				     : strerror(-ret);
+		*u = NULL;
+		return ret;
+	}
+	*ops = *sp->ops;
+	if (!cfg->spill_async) {
+		ops->read_start = NULL;
+		ops->read_poll = NULL;
+	}
+	sp->ops = ops;
+	return 0;
+}
+
 /* The table's spill file in ps.spill_dir (the SSD tier behind its
  * memory budget): -errno with the reason in @why. */
 static int spill_new(struct cs_pst *p, struct pst_table *t,
 		     struct cs_ps_spill *sp, char *why, size_t wl)
 {
 	char prefix[64];
+	const char *e;
 	int ret;
 
-	if (p->spill_dir[0] != '/') {
-		snprintf(why, wl,
-			 "mem_budget: ps.spill_dir '%s' is not an absolute "
-			 "path",
-			 p->spill_dir);
-		return -EINVAL;
-	}
 	snprintf(prefix, sizeof(prefix), "cs-pst-%ld-%08x-n%u", (long)getpid(),
 		 t->op_id, t->self);
-	ret = cs_ps_spill_create(&t->spill, p->spill_dir, prefix,
-				 PST_SPILL_QDEPTH, sp, t->spill_path,
-				 sizeof(t->spill_path));
+	ret = cs_pst_spill_new(&p->cfg, prefix, PST_SPILL_QDEPTH, &t->spill,
+			       &t->spill_ops, sp, t->spill_path,
+			       sizeof(t->spill_path), &e);
 	if (ret) {
-		const char *e = ret == -ENOTSUP ? "collstackd was built "
-						  "without liburing"
-						: strerror(-ret);
-
 		CS_WARN("table %s: mem_budget %" PRIu64 " refused: no spill "
 			"file in ps.spill_dir '%s': %s",
-			t->key, t->mem_budget, p->spill_dir, e);
+			t->key, t->mem_budget, p->cfg.spill_dir, e);
 		/* (a 96-byte reply: the log has the whole line) */
 		snprintf(why, wl, "no spill file in ps.spill_dir '%s': %s",
-			 p->spill_dir, e);
-		t->spill = NULL;
-		return ret;
+			 p->cfg.spill_dir, e);
 	}
-	t->spill_ops = *sp->ops;
-	if (!p->spill_async) {
-		t->spill_ops.read_start = NULL;
-		t->spill_ops.read_poll = NULL;
-	}
-	sp->ops = &t->spill_ops;
-	return 0;
+	return ret;
 }
 
 /* A new table: its map, store and flow, posted to the core. */
@@ -1113,10 +1122,7 @@ int cs_pst_create(struct cs_ar_svc *svc, struct cs_pst **out)
 	if (!p)
 		return -ENOMEM;
 	p->core = cs_ar_svc_core(svc);
-	p->ckpt_share = cs_ar_svc_pst_cfg(svc)->ckpt_share;
-	snprintf(p->spill_dir, sizeof(p->spill_dir), "%s",
-		 cs_ar_svc_pst_cfg(svc)->spill_dir);
-	p->spill_async = cs_ar_svc_pst_cfg(svc)->spill_async;
+	p->cfg = *cs_ar_svc_pst_cfg(svc);
 	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;

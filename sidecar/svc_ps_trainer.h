@@ -48,6 +48,23 @@ struct cs_pst_cfg {
 extern const struct cs_cfg_entry cs_pst_cfg[];
 extern const size_t cs_pst_cfg_len;
 
+struct cs_ps_spill;
+struct cs_ps_spill_ops;
+struct cs_ps_uring_spill;
+/*
+ * A new spill file "<prefix>.XXXXXX.spill" in @cfg's ps.spill_dir, with
+ * @qdepth ring entries, for a store's SSD tier (a trainer table's or the
+ * sidecar job's): *@u the file, @path its name (@plen bytes), @sp ready
+ * for cs_ps_store_add_table, its ops copied into @ops and read while the
+ * lcore serves on unless ps.spill_async=0. Returns 0, or -errno with the
+ * reason in words in *@e (not an absolute path, built without liburing,
+ * strerror()).
+ */
+int cs_pst_spill_new(const struct cs_pst_cfg *cfg, const char *prefix,
+		     unsigned qdepth, struct cs_ps_uring_spill **u,
+		     struct cs_ps_spill_ops *ops, struct cs_ps_spill *sp,
+		     char *path, size_t plen, const char **e);
+
 /* The IPC server's backend (ctx: the struct cs_pst). */
 extern const struct cs_ipc_ps_ops cs_pst_ipc_ops;
 
