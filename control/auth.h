@@ -156,7 +156,8 @@ void cs_auth_gmac_sender_key(const uint8_t ekey[CS_AUTH_GMAC_KEY_LEN],
 /* An AES-256-GCM context holding one sender key (its key schedule and
  * GHASH tables computed once). Not plain data: cs_gmac_fini() frees it. */
 struct cs_gmac {
-	void *evp; /* EVP_CIPHER_CTX */
+	void *aes; /* the block cipher: an EVP AES-256-ECB context */
+	void *gcm; /* GCM128_CONTEXT (libcrypto's GCM mode) over it */
 };
 
 /**

@@ -20,7 +20,8 @@
 # pvm_irq_enable), wire (the codec), core (reliability, pacing, congestion
 # control, the transport core), service (daemon_ar.c / svc_core.c: the
 # per-frame glue), engine (the ring collective), reduce (reduction
-# kernels), copy (memcpy/memmove), ipc (the trainer server), auth,
+# kernels), copy (memcpy/memmove), ipc (the trainer server), auth (the
+# frame tags: libcrypto, libsodium and their glue),
 # clock (the vDSO's clock_gettime: the lcore's time per loop), idle (the lcore's wait and yield), other. The trainers' own CPU is in
 # collstack bench's cpu(s/GB) column, printed too.
 # Needs root (namespaces) and perf. CS_CLUSTER (default prof) names the
@@ -111,7 +112,7 @@ TXT=$OUT/profile-$PORT.txt
 		if (dso ~ /vdso/ || s ~ /clock_gettime/) return "clock"
 		if (s ~ /memcpy|memmove|memset/) return "copy"
 		if (s ~ /reduce|avx|sse|_f16|_bf16|_sum$|_prod$|_min$|_max$/) return "reduce"
-		if (s ~ /sodium|siphash|auth/) return "auth"
+		if (dso ~ /libcrypto|libsodium/ || s ~ /sodium|siphash|auth|gmac|^hdr_bytes$/) return "auth"
 		if (s ~ /^cs_wire|^hdr_|^put(16|32|64)/) return "wire"
 		if (s ~ /^(cs_rel|cs_pacer|cs_cc|cs_path|process_(ack|data)|detect_lost|mark_|acked_one|fill_ack|arm_|rtt_sample|probe_tail|window_open|rcv_bit|meta_of|rto_|beyond_reach|build_ext|cs_tp|tp_)/) return "core"
 		if (s ~ /^(cs_coll|fill_tx|chunk_ready|chan_next|decode_cookie|rx_locate|direct_finish|send_from_src|send_overwritten|recv_|seg_|slot|test_bit|set_bit|pkt_geom|sub_part)/) return "engine"

@@ -96,7 +96,7 @@ static const struct cs_fa_epoch *epoch_key(struct cs_frame_auth *a,
 /* Load @key into @g, allocating it the first time. */
 static int gmac_load(struct cs_gmac *g, const uint8_t *key)
 {
-	return g->evp ? cs_gmac_setkey(g, key) : cs_gmac_init(g, key);
+	return g->gcm ? cs_gmac_setkey(g, key) : cs_gmac_init(g, key);
 }
 
 /* The header as the tag covers it: CE is left out. */
