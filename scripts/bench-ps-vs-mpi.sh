@@ -16,6 +16,12 @@
 #                              [--rows R] [--skew Z] [--mode M]
 #                              [--sizes 64,1024] [--patterns push,pull,pushpull]
 #                              [--dense BYTES|0] [--mtu M] [--msg-max B]
+#                              [--port udp|af_packet]
+#
+# --port: the sidecars' port (scripts/cluster.sh; default udp: on veths
+# with their default offloads its GSO sends and GRO receives cross the
+# kernel once per run of frames, af_packet once per frame; BENCHMARKS.md,
+# "Which port on veths").
 #
 # --msg-max B: collstack's PS messages up to B bytes (default: the
 # sidecar's, 1 MiB; a message longer than a frame goes as several).
@@ -30,7 +36,7 @@ BUILD=${CS_BUILD_DIR:-build}
 CLI=$ROOT/$BUILD/tools/collstack
 MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
 ITERS=30 WARM=3 KPP=256 ROWS=100000 SKEW=0 MODE=sync SIZES=64,1024
-PATTERNS=push,pull,pushpull DENSE=1M MTU=1500 MSG=
+PATTERNS=push,pull,pushpull DENSE=1M MTU=1500 MSG= PORT=udp
 while [ $# -gt 0 ]; do
 	case $1 in
 	--iters) ITERS=$2 ;;
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
 	--dense) DENSE=$2 ;;
 	--mtu) MTU=$2 ;;
 	--msg-max) MSG=$2 ;;
+	--port) PORT=$2 ;;
 	-h | --help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench-ps-vs-mpi: unknown option $1" >&2; exit 2 ;;
 	esac
@@ -62,7 +69,7 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT INT TERM
-CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --port af_packet --mtu "$MTU" >&2
+CS_BUILD_DIR=$BUILD scripts/cluster.sh up 4 --port "$PORT" --mtu "$MTU" >&2
 # shellcheck disable=SC1090
 . "$CS_CLUSTER_ENV"
 NODES=($CS_NODES)
@@ -102,7 +109,7 @@ ratio() {
 }
 
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null || echo ?) cpus: $(nproc)" \
-	"nodes: ${NODES[*]} port af_packet MTU $MTU, $(mpirun --version 2>/dev/null | head -1)"
+	"nodes: ${NODES[*]} port $PORT MTU $MTU, $(mpirun --version 2>/dev/null | head -1)"
 echo "# $0 --iters $ITERS --warmup $WARM --kpp $KPP --rows $ROWS --skew $SKEW --mode $MODE --sizes $SIZES --patterns $PATTERNS --dense $DENSE --mtu $MTU${MSG:+ --msg-max $MSG}"
 common=(-n "$ITERS" -w "$WARM" --mode "$MODE")
 csopt=()

@@ -89,6 +89,10 @@
 # --iters-small N: timed iterations per size up to 1 MiB (default 20; the
 # p50 of 20 samples moves a lot on a shared machine), both stacks;
 # --iters-large N: above 1 MiB (default 10 with b2b, 3 with iter).
+# --port P: the sidecars' port (scripts/cluster.sh), default udp: on
+# veths with their default offloads the udp port's GSO sends and GRO
+# receives cross the kernel once per run of frames, af_packet's once per
+# frame (BENCHMARKS.md, "Which port on veths"); --port af_packet for DPDK's.
 # --variant NAME=PORT[:KEY=VALUE,...] (repeatable): an A/B of collstack
 # configurations in one run, e.g. --variant afp=af_packet --variant
 # udp=udp:port.udp_gro=false --variant gro=udp:port.udp_gro=true. The
@@ -110,7 +114,7 @@ RUN_TIMEOUT=${CS_RUN_TIMEOUT:-600}	# seconds per benchmark invocation
 MPI_START_TIMEOUT=${CS_MPI_START_TIMEOUT:-60}	# seconds to the first output
 
 NODES_N=4 REPS="" QUICK=0 OPS="" CONDS=clean,loss,rate ADVERSE_OPS=allreduce
-SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=af_packet OFFLOADS=both
+SIZES="" LOSS=1 RATE=1gbit CLUSTER=auto PORT=udp OFFLOADS=both
 TIMING=b2b SETS=()
 PAUSE_SIDECARS=0 REPORT_ONLY=0 PLACE=out OUT=bench-out PLOTS=1 DO_MPI=1 DO_CS=1
 CPUS=auto PIN_MPI=0
