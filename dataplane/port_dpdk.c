@@ -399,9 +399,9 @@ static void gpu_undo(struct dpdk_port *dp, struct gpu_reg *r)
  * has to pin the pages, which device memory does not have). On the vdev
  * bus a PMD without a dma_map is answered "mapped" and nothing happens:
  * af_packet, tap, memif, null and ring move frames with the CPU, which
- * cannot read device memory, so a vdev is refused here by name (after
- * its own answer, so that a PMD's own refusal is the reason given).
- * Nothing here has run against a NIC or a GPU (docs/gpu.md).
+ * cannot read device memory, so a vdev is refused here by name, before
+ * anything is registered (cs__dpdk_gpu_vdev_ok lets tests run the rest
+ * on one). Nothing here has run against a NIC or a GPU (docs/gpu.md).
  *
  * Returns: 0 with *@mr set, or a negative errno with the reason in @why.
  */
@@ -426,6 +426,13 @@ static int gpu_map(struct dpdk_port *dp, void *va, size_t len, void **mr,
 		return -ENODEV;
 	}
 	dev = info.device;
+	if (dp->gpu_vdev && !cs__dpdk_gpu_vdev_ok) {
+		snprintf(why, whylen,
+			 "%s is a virtual device (driver %s): its PMD moves "
+			 "frames with the CPU and maps nothing for DMA",
+			 rte_dev_name(dev), info.driver_name);
+		return -EOPNOTSUPP;
+	}
 	pthread_mutex_lock(&dp->gpu_lock);
 	for (r = dp->gpu_regs; r; r = r->next) {
 		uintptr_t b = (uintptr_t)r->base;
@@ -474,14 +481,6 @@ static int gpu_map(struct dpdk_port *dp, void *va, size_t len, void **mr,
 			 rte_dev_name(dev), rte_strerror(-err));
 		goto out_unreg;
 	}
-	if (dp->gpu_vdev && !cs__dpdk_gpu_vdev_ok) {
-		err = -ENOTSUP;
-		snprintf(why, whylen,
-			 "%s is a virtual device (driver %s): its PMD moves "
-			 "frames with the CPU and maps nothing for DMA",
-			 rte_dev_name(dev), info.driver_name);
-		goto out_unmap;
-	}
 	r->next = dp->gpu_regs;
 	dp->gpu_regs = r;
 	*mr = r;
@@ -489,8 +488,6 @@ static int gpu_map(struct dpdk_port *dp, void *va, size_t len, void **mr,
 		"%zu KiB pages, DMA-mapped with IOVA = VA)",
 		dp->gpu_name, va, len, r->base, r->len, pg >> 10);
 	goto out_unlock;
-out_unmap:
-	rte_dev_dma_unmap(dev, r->base, (uint64_t)lo, r->len);
 out_unreg:
 	rte_extmem_unregister(r->base, r->len);
 out_free:
