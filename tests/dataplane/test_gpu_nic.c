@@ -23,6 +23,18 @@
 #define AREA (1u << 20)
 #define HUGE_PG (2u << 20)
 
+/* the dpdk port a test has open: closed by the fixture when an assertion
+ * ends the test early, so that EAL's runtime folder goes with it */
+static struct cs_port *null_port;
+
+static void close_null(void)
+{
+	cs_port_close(null_port);
+	null_port = NULL;
+}
+
+TestSuite(gpu_nic, .fini = close_null);
+
 /* A dpdk null port of its own EAL (Criterion forks each test). */
 static struct cs_port *open_null(double drop)
 {
@@ -39,6 +51,7 @@ static struct cs_port *open_null(double drop)
 	c.fault.drop = drop;
 	ret = cs_port_open(&c, &p);
 	cr_assert_eq(ret, 0, "dpdk null port: %s", strerror(-ret));
+	null_port = p;
 	return p;
 }
 
@@ -106,7 +119,7 @@ Test(gpu_nic, vdev_refuses_with_its_name_and_leaves_nothing)
 	cr_assert(strstr(why, "virtual device"), "why: %s", why);
 	cr_assert_null(extmem_of(va));
 	close(fd);
-	cs_port_close(p);
+	close_null();
 	munmap(va, AREA);
 }
 
@@ -162,7 +175,7 @@ Test(gpu_nic, register_twice_after_dereg_shares_and_undoes)
 		  "pages around an unaligned range");
 	nic.dereg(nic.ctx, mr);
 	cr_assert_null(extmem_of(va));
-	cs_port_close(p);
+	close_null();
 	munmap(va, AREA);
 }
 
@@ -177,7 +190,7 @@ Test(gpu_nic, hugepage_mapping_registers_in_its_page_size)
 	int ret;
 
 	if (!va) {
-		cs_port_close(p);
+		close_null();
 		cr_skip_test("no free 2 MiB hugepage for the stand-in range");
 	}
 	cs__dpdk_gpu_vdev_ok = true;
@@ -191,7 +204,7 @@ Test(gpu_nic, hugepage_mapping_registers_in_its_page_size)
 	cr_assert(msl->base_va == va && msl->len == HUGE_PG);
 	nic.dereg(nic.ctx, mr);
 	cr_assert_null(extmem_of(va));
-	cs_port_close(p);
+	close_null();
 	munmap(va, HUGE_PG);
 }
 
@@ -245,6 +258,6 @@ Test(gpu_nic, registrar_stages_on_a_vdev_and_says_why)
 	cr_assert_not_null(extmem_of(va));
 	cs_gpu_deregister(&nic, &mr);
 	cr_assert_null(extmem_of(va), "deregistered");
-	cs_port_close(p);
+	close_null();
 	munmap(va, AREA);
 }
