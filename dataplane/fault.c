@@ -228,6 +228,13 @@ static int fault_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return cs_port_unreg_mem_locked(fp_of(p)->inner, addr, len);
 }
 
+/* Device memory is registered with the device underneath: the shim acts
+ * on frames, not on memory. */
+static int fault_gpu_nic(struct cs_port *p, struct cs_gpu_nic *out)
+{
+	return cs_port_gpu_nic(fp_of(p)->inner, out);
+}
+
 static int fault_wait(struct cs_port *p, unsigned q, cs_ns_t timeout_ns,
 		      int kick_fd)
 {
@@ -304,6 +311,7 @@ static const struct cs_port_ops fault_ops = {
 	.wakes_on_rx = fault_wakes_on_rx,
 	.wait_sees_fd = fault_wait_sees_fd,
 	.thread_init = fault_thread_init,
+	.gpu_nic = fault_gpu_nic,
 	.stats = fault_stats,
 	.close = fault_close,
 };

@@ -13,6 +13,7 @@
 #include "internal/log.h"
 #include "dataplane/port.h"
 #include "dataplane/fault.h"
+#include "gpu/gpu.h" /* struct cs_gpu_nic (plain C; no CUDA) */
 
 #define PC(f) offsetof(struct cs_port_conf, f)
 
@@ -21,7 +22,8 @@ const struct cs_cfg_entry cs_port_cfg[] = {
 	  "back-end: udp (kernel sockets via io_uring), dpdk (any ethdev), "
 	  "loop (in-memory, tests)" },
 	{ "port.dev", CS_CFG_STR, PC(dev), "af_packet", CS_CFG_NO_BOUNDS,
-	  "dpdk: af_packet, af_xdp, memif, tap, or a PCI address "
+	  "dpdk: af_packet, af_xdp, memif, tap, null (no link; tests), or "
+	  "a PCI address "
 	  "(0000:3b:00.0) of a NIC bound to a DPDK driver" },
 	{ "port.iface", CS_CFG_STR, PC(iface), "", CS_CFG_NO_BOUNDS,
 	  "dpdk vdevs: the Linux interface (af_packet, af_xdp) or the tap "
@@ -283,6 +285,12 @@ bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q)
 int cs_port_thread_init(struct cs_port *p)
 {
 	return p->ops->thread_init ? p->ops->thread_init(p) : 0;
+}
+
+int cs_port_gpu_nic(struct cs_port *p, struct cs_gpu_nic *out)
+{
+	memset(out, 0, sizeof(*out));
+	return p->ops->gpu_nic ? p->ops->gpu_nic(p, out) : -ENOTSUP;
 }
 
 void cs_port_stats(struct cs_port *p, struct cs_port_stats *st)

@@ -119,6 +119,7 @@ struct cs_port_stats {
 };
 
 struct cs_port;
+struct cs_gpu_nic; /* gpu/gpu.h */
 
 /**
  * struct cs_port_ops - what a back-end implements
@@ -155,6 +156,8 @@ struct cs_port_ops {
 	/* Called once by each lcore thread before it polls (DPDK: register
 	 * the thread as an EAL lcore so mempool caches work). */
 	int (*thread_init)(struct cs_port *p);
+	/* The port's hooks for device (GPU) memory; NULL: it has none. */
+	int (*gpu_nic)(struct cs_port *p, struct cs_gpu_nic *out);
 	void (*stats)(struct cs_port *p, struct cs_port_stats *st);
 	void (*close)(struct cs_port *p); /* closes and frees */
 };
@@ -292,6 +295,19 @@ bool cs_port_wakes_on_rx(struct cs_port *p, unsigned q);
 bool cs_port_wait_sees_fd(struct cs_port *p);
 
 int cs_port_thread_init(struct cs_port *p);
+
+/**
+ * cs_port_gpu_nic - the port's registration hooks for device memory
+ * @p: an open port (it must outlive every registration made through them)
+ * @out: filled with the port's name, PCI address and callbacks for
+ *	cs_gpu_register() (gpu/gpu.h)
+ *
+ * The dpdk port has them (rte_extmem_register + rte_dev_dma_map on its
+ * device; a vdev refuses each range with the reason); udp and loop ports
+ * have none.
+ * Returns: 0, or -ENOTSUP (@out is then zeroed).
+ */
+int cs_port_gpu_nic(struct cs_port *p, struct cs_gpu_nic *out);
 void cs_port_stats(struct cs_port *p, struct cs_port_stats *st);
 
 /**
@@ -335,6 +351,11 @@ extern const struct cs_port_ops cs_port_dpdk_ops;
  * the other's RX (an unconnected loop port receives its own TX)
  */
 int cs_port_loop_connect(struct cs_port *a, struct cs_port *b);
+
+/* Test hook: dpdk vdevs take device ranges instead of refusing them, so
+ * that a test with host memory standing in for a GPU's sees a whole
+ * registration through (never set outside tests). */
+extern bool cs__dpdk_gpu_vdev_ok;
 
 /* Test hook: the socket of queue @q of udp port @p (-1: no such queue). */
 int cs__udp_port_fd(struct cs_port *p, unsigned q);

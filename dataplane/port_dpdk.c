@@ -16,6 +16,10 @@
  * trainer memory (rte_extmem_register) is sent without a copy: attach()
  * chains an mbuf whose buffer is the trainer's bytes (an external buffer
  * with a reference count that never reaches zero while registered).
+ *
+ * Device (GPU) memory: cs_port_gpu_nic() hands the registrar hooks that
+ * register a device VA range as external memory and DMA-map it on the
+ * port's device (gpu_map() below says what that does and does not do).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -26,6 +30,7 @@
 #include <dirent.h>
 #include <arpa/inet.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <linux/filter.h>
@@ -33,6 +38,8 @@
 
 /* rte_dev_dma_map() is still marked experimental in DPDK 22.11. */
 #define ALLOW_EXPERIMENTAL_API 1
+#include <rte_bus.h>
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -47,6 +54,7 @@
 #define CS_LOG_MODULE "dpdk"
 #include "internal/log.h"
 #include "dataplane/port.h"
+#include "gpu/gpu.h" /* struct cs_gpu_nic: plain C, no CUDA */
 
 #define MAX_EAL_ARGS 32
 #define MAX_EXT 16
@@ -61,6 +69,19 @@ struct ext_region {
 	size_t len;
 	rte_iova_t iova; /* of @addr; the same offsets follow */
 	struct rte_mbuf_ext_shared_info shinfo;
+};
+
+/*
+ * A device range registered for the port's device: whole pages of @pg
+ * bytes at @base, external memory of EAL and DMA-mapped on the device.
+ * Ranges a registration falls inside share it (@refs).
+ */
+struct gpu_reg {
+	struct gpu_reg *next;
+	uint8_t *base;
+	size_t len;
+	size_t pg;
+	unsigned refs;
 };
 
 struct dpdk_port {
@@ -82,7 +103,16 @@ struct dpdk_port {
 	 * full, summed from PACKET_STATISTICS (which resets on each read;
 	 * DPDK 22.11's PMD does not report them as imissed) */
 	uint64_t ring_drops;
+	/* device memory (cs_port_gpu_nic): registered from the control
+	 * side, never looked at by the lcores */
+	pthread_mutex_t gpu_lock;
+	struct gpu_reg *gpu_regs;
+	bool gpu_vdev; /* the device sits on the vdev bus */
+	char gpu_name[CS_CFG_STR_MAX + 48]; /* "dpdk:net_af_packet_cs0" */
+	char gpu_bdf[32]; /* PCI devices only */
 };
+
+bool cs__dpdk_gpu_vdev_ok;
 
 static void find_rx_fds(struct dpdk_port *dp, const char *dev, unsigned nq);
 static void find_xsk_fd(struct dpdk_port *dp, unsigned nq);
@@ -312,6 +342,206 @@ static int dpdk_unreg_mem(struct cs_port *p, void *addr, size_t len)
 	return -ENOENT;
 }
 
+/* The page size of the mapping @va lies in (KernelPageSize in
+ * /proc/self/smaps), or the system's when it is not listed there. */
+static size_t va_page_size(const void *va)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	unsigned long lo, hi, kb;
+	char line[512];
+	bool in = false;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	if (!f)
+		return pg;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+			in = (uintptr_t)va >= lo && (uintptr_t)va < hi;
+			continue;
+		}
+		if (in && sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) {
+			if (kb && !(kb & (kb - 1)))
+				pg = (size_t)kb << 10;
+			break;
+		}
+	}
+	fclose(f);
+	return pg;
+}
+
+/* Undo one device range (gpu_lock held, @r unlinked). */
+static void gpu_undo(struct dpdk_port *dp, struct gpu_reg *r)
+{
+	struct rte_eth_dev_info info;
+
+	if (rte_eth_dev_info_get(dp->port_id, &info) == 0 && info.device &&
+	    rte_dev_dma_unmap(info.device, r->base,
+			      (uint64_t)(uintptr_t)r->base, r->len))
+		CS_WARN("%s: DMA unmap of %p+%zu: %s", dp->gpu_name, r->base,
+			r->len, rte_strerror(rte_errno));
+	if (rte_extmem_unregister(r->base, r->len))
+		CS_WARN("%s: extmem unregister of %p+%zu: %s", dp->gpu_name,
+			r->base, r->len, rte_strerror(rte_errno));
+	free(r);
+}
+
+/*
+ * gpu_map - register the device range [@va, @va + @len) for the port's
+ * device: rte_extmem_register of the whole pages around it (the page size
+ * of its mapping), then rte_dev_dma_map on the port's rte_device with the
+ * VA as IOVA.
+ *
+ * What this is and is not. DPDK 22.11 has no call that hands a dma-buf
+ * to a PMD, and EAL cannot learn a dma-buf's bus addresses in user space,
+ * so the range goes by its VA with no IOVA table: the PMD's own dma_map
+ * decides whether the device can reach it (mlx5 registers the VA as a
+ * verbs MR, which needs the peer-memory module for GPU memory; vfio-pci
+ * has to pin the pages, which device memory does not have). On the vdev
+ * bus a PMD without a dma_map is answered "mapped" and nothing happens:
+ * af_packet, tap, memif, null and ring move frames with the CPU, which
+ * cannot read device memory, so a vdev is refused here by name, before
+ * anything is registered (cs__dpdk_gpu_vdev_ok lets tests run the rest
+ * on one). Nothing here has run against a NIC or a GPU (docs/gpu.md).
+ *
+ * Returns: 0 with *@mr set, or a negative errno with the reason in @why.
+ */
+static int gpu_map(struct dpdk_port *dp, void *va, size_t len, void **mr,
+		   char *why, size_t whylen)
+{
+	size_t pg = va_page_size(va);
+	uintptr_t lo = (uintptr_t)va & ~(uintptr_t)(pg - 1);
+	uintptr_t hi = ((uintptr_t)va + len + pg - 1) & ~(uintptr_t)(pg - 1);
+	struct rte_eth_dev_info info;
+	struct rte_device *dev;
+	struct gpu_reg *r;
+	int err = 0;
+
+	if (!va || !len || hi <= lo) {
+		snprintf(why, whylen, "empty or wrapping range");
+		return -EINVAL;
+	}
+	if (rte_eth_dev_info_get(dp->port_id, &info) || !info.device) {
+		snprintf(why, whylen, "no rte_device behind port %u",
+			 dp->port_id);
+		return -ENODEV;
+	}
+	dev = info.device;
+	if (dp->gpu_vdev && !cs__dpdk_gpu_vdev_ok) {
+		snprintf(why, whylen,
+			 "%s is a virtual device (driver %s): its PMD moves "
+			 "frames with the CPU and maps nothing for DMA",
+			 rte_dev_name(dev), info.driver_name);
+		return -EOPNOTSUPP;
+	}
+	pthread_mutex_lock(&dp->gpu_lock);
+	for (r = dp->gpu_regs; r; r = r->next) {
+		uintptr_t b = (uintptr_t)r->base;
+
+		if (lo >= b && hi <= b + r->len) {
+			r->refs++; /* inside pages already registered */
+			*mr = r;
+			goto out_unlock;
+		}
+		if (lo < b + r->len && hi > b) {
+			snprintf(why, whylen,
+				 "pages overlap the registered device range "
+				 "%p+%zu",
+				 r->base, r->len);
+			err = -EBUSY;
+			goto out_unlock;
+		}
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		err = -ENOMEM;
+		goto out_unlock;
+	}
+	r->base = (uint8_t *)lo;
+	r->len = hi - lo;
+	r->pg = pg;
+	r->refs = 1;
+	if (rte_extmem_register(r->base, r->len, NULL, 0, pg)) {
+		err = rte_errno ? -rte_errno : -EINVAL;
+		snprintf(why, whylen,
+			 "rte_extmem_register of %zu bytes in %zu KiB pages: "
+			 "%s",
+			 r->len, pg >> 10, rte_strerror(-err));
+		goto out_free;
+	}
+	if (!dp->gpu_vdev && rte_eal_iova_mode() == RTE_IOVA_PA) {
+		err = -ENOTSUP;
+		snprintf(why, whylen,
+			 "EAL runs with physical IOVAs, and device memory has "
+			 "none it can find (IOVA as VA needed)");
+		goto out_unreg;
+	}
+	if (rte_dev_dma_map(dev, r->base, (uint64_t)lo, r->len)) {
+		err = rte_errno ? -rte_errno : -EIO;
+		snprintf(why, whylen, "%s refused the DMA map: %s",
+			 rte_dev_name(dev), rte_strerror(-err));
+		goto out_unreg;
+	}
+	r->next = dp->gpu_regs;
+	dp->gpu_regs = r;
+	*mr = r;
+	CS_INFO("%s: device memory %p+%zu registered (extmem %p+%zu in "
+		"%zu KiB pages, DMA-mapped with IOVA = VA)",
+		dp->gpu_name, va, len, r->base, r->len, pg >> 10);
+	goto out_unlock;
+out_unreg:
+	rte_extmem_unregister(r->base, r->len);
+out_free:
+	free(r);
+out_unlock:
+	pthread_mutex_unlock(&dp->gpu_lock);
+	return err;
+}
+
+static int dpdk_gpu_reg_dmabuf(void *ctx, int fd, uint64_t off, size_t len,
+			       void *va, void **mr, char *why, size_t whylen)
+{
+	/* by its VA: see gpu_map() (the registrar keeps @fd open while the
+	 * range is registered) */
+	(void)fd;
+	(void)off;
+	return gpu_map(ctx, va, len, mr, why, whylen);
+}
+
+static int dpdk_gpu_reg_peer(void *ctx, void *va, size_t len, void **mr,
+			     char *why, size_t whylen)
+{
+	return gpu_map(ctx, va, len, mr, why, whylen);
+}
+
+static void dpdk_gpu_dereg(void *ctx, void *mr)
+{
+	struct dpdk_port *dp = ctx;
+	struct gpu_reg *r = mr, **pp;
+
+	pthread_mutex_lock(&dp->gpu_lock);
+	if (--r->refs == 0) {
+		for (pp = &dp->gpu_regs; *pp && *pp != r; pp = &(*pp)->next)
+			;
+		if (*pp)
+			*pp = r->next;
+		gpu_undo(dp, r);
+	}
+	pthread_mutex_unlock(&dp->gpu_lock);
+}
+
+static int dpdk_gpu_nic(struct cs_port *p, struct cs_gpu_nic *out)
+{
+	struct dpdk_port *dp = dp_of(p);
+
+	out->name = dp->gpu_name;
+	out->bdf = dp->gpu_bdf[0] ? dp->gpu_bdf : NULL;
+	out->ctx = dp;
+	out->reg_dmabuf = dpdk_gpu_reg_dmabuf;
+	out->reg_peer = dpdk_gpu_reg_peer;
+	out->dereg = dpdk_gpu_dereg;
+	return 0;
+}
+
 static int dpdk_thread_init(struct cs_port *p)
 {
 	(void)p;
@@ -417,11 +647,21 @@ static void dpdk_close(struct cs_port *p)
 
 	if (dp->started)
 		rte_eth_dev_stop(dp->port_id);
+	while (dp->gpu_regs) {
+		struct gpu_reg *r = dp->gpu_regs;
+
+		CS_WARN("%s: device memory %p+%zu still registered at close "
+			"(%u users): unregistered now",
+			dp->gpu_name, r->base, r->len, r->refs);
+		dp->gpu_regs = r->next;
+		gpu_undo(dp, r);
+	}
 	rte_eth_dev_close(dp->port_id);
 	for (unsigned i = 0; i < MAX_EXT; i++)
 		if (dp->ext[i].addr)
 			rte_extmem_unregister(dp->ext[i].addr, dp->ext[i].len);
 	rte_mempool_free(dp->pool);
+	pthread_mutex_destroy(&dp->gpu_lock);
 	free(dp);
 	if (--eal_users == 0) {
 		rte_eal_cleanup();
@@ -604,6 +844,11 @@ static int vdev_spec(const struct cs_port_conf *c, uint32_t frame_max,
 			 name,
 			 strcmp(c->memif_role, "server") ? "client" : "server",
 			 sock, bsz, c->mac[0] ? ",mac=" : "", c->mac);
+	} else if (!strcmp(d, "null")) {
+		/* no link at all: sends vanish, receive makes up frames
+		 * (tests that need a port and no interface) */
+		snprintf(name, nlen, "net_null_%s", c->name);
+		snprintf(spec, slen, "%s", name);
 	} else if (!strcmp(d, "tap")) {
 		snprintf(name, nlen, "net_tap_%s", c->name);
 		snprintf(spec, slen, "%s,iface=%s", name,
@@ -699,7 +944,7 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	is_vdev =
 		vdev_spec(c, frame_max, name, sizeof(name), spec, sizeof(spec));
 	if (is_vdev && strcmp(c->dev, "memif") && strcmp(c->dev, "tap") &&
-	    !c->iface[0]) {
+	    strcmp(c->dev, "null") && !c->iface[0]) {
 		CS_ERR("port.dev %s needs port.iface", c->dev);
 		return -EINVAL;
 	}
@@ -729,6 +974,7 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	dp->port.frame_max = frame_max;
 	dp->port.udp_port = (uint16_t)c->udp_port;
 	dp->nq = nq;
+	pthread_mutex_init(&dp->gpu_lock, NULL);
 	if (inet_pton(AF_INET, c->ip, &dp->port.ip) != 1) {
 		CS_ERR("bad port.ip '%s'", c->ip);
 		ret = -EINVAL;
@@ -755,6 +1001,18 @@ static int dpdk_open(const struct cs_port_conf *c, struct cs_port **out)
 	ret = rte_eth_dev_info_get(dp->port_id, &info);
 	if (ret)
 		goto out_pool;
+	if (info.device) {
+		const char *bus = rte_bus_name(rte_dev_bus(info.device));
+
+		dp->gpu_vdev = bus && !strcmp(bus, "vdev");
+		snprintf(dp->gpu_name, sizeof(dp->gpu_name), "dpdk:%s",
+			 rte_dev_name(info.device));
+		if (bus && !strcmp(bus, "pci"))
+			snprintf(dp->gpu_bdf, sizeof(dp->gpu_bdf), "%s",
+				 rte_dev_name(info.device));
+	} else {
+		snprintf(dp->gpu_name, sizeof(dp->gpu_name), "dpdk:%s", name);
+	}
 	if (nq > info.max_rx_queues || nq > info.max_tx_queues) {
 		CS_ERR("%s has %u/%u queues, port.queues is %u", name,
 		       info.max_rx_queues, info.max_tx_queues, nq);
@@ -852,6 +1110,7 @@ out_pool:
 out_close:
 	rte_eth_dev_close(dp->port_id);
 out_free:
+	pthread_mutex_destroy(&dp->gpu_lock);
 	free(dp);
 out_eal:
 	if (--eal_users == 0) {
@@ -1068,6 +1327,7 @@ const struct cs_port_ops cs_port_dpdk_ops = {
 	.reg_mem = dpdk_reg_mem,
 	.unreg_mem = dpdk_unreg_mem,
 	.thread_init = dpdk_thread_init,
+	.gpu_nic = dpdk_gpu_nic,
 	.wait = dpdk_wait,
 	.wakes_on_rx = dpdk_wakes_on_rx,
 	.wait_sees_fd = dpdk_wait_sees_fd,

@@ -82,18 +82,23 @@ struct cs_gpu_dev {
 /*
  * The NIC side of a registration: a port that can DMA from device memory
  * says so by filling these in (a dpdk port with rte_extmem_register +
- * rte_dev_dma_map, verbs with ibv_reg_dmabuf_mr / ibv_reg_mr). A port
- * without them (udp: kernel sockets; af_packet) gets the staging path.
+ * rte_dev_dma_map: cs_port_gpu_nic(); verbs with ibv_reg_dmabuf_mr /
+ * ibv_reg_mr: dataplane/verbs_gpu.h). A port without them (udp: kernel
+ * sockets) gets the staging path; a port that has them may still refuse
+ * a range (a dpdk vdev such as af_packet: its PMD copies with the CPU),
+ * and then says why in @why, which the registrar logs.
  */
 struct cs_gpu_nic {
 	const char *name; /* for the log: "dpdk:0000:3b:00.0", "udp" */
 	const char *bdf; /* NULL if not a PCI device */
 	void *ctx;
-	/* register a dma-buf fd (offset @off, @len bytes) mapped at @va */
-	int (*reg_dmabuf)(void *ctx, int fd, uint64_t off, size_t len,
-			  void *va, void **mr);
+	/* register a dma-buf fd (offset @off, @len bytes) mapped at @va;
+	 * 0, or a negative errno with the reason in @why */
+	int (*reg_dmabuf)(void *ctx, int fd, uint64_t off, size_t len, void *va,
+			  void **mr, char *why, size_t whylen);
 	/* register a device VA through the legacy peer-memory client */
-	int (*reg_peer)(void *ctx, void *va, size_t len, void **mr);
+	int (*reg_peer)(void *ctx, void *va, size_t len, void **mr, char *why,
+			size_t whylen);
 	void (*dereg)(void *ctx, void *mr);
 };
 
@@ -123,7 +128,8 @@ struct cs_gpu_mr {
 	size_t len;
 	int dmabuf_fd; /* -1 unless kind is DMABUF */
 	void *nic_mr; /* what the NIC's callback returned */
-	char why[CS_GPU_WHY_LEN * 2]; /* the choice and why others were not */
+	/* the choice and why the paths before it were not taken */
+	char why[CS_GPU_WHY_LEN * 4];
 };
 
 const char *cs_gpu_reg_name(enum cs_gpu_reg_kind k);

@@ -22,7 +22,7 @@ struct cs_gpu_ipc {
 	struct cs_gpu_dev dev;
 	struct cs_gpu_host_caps host;
 	struct cs_gpu_nic nic;
-	char nic_name[32];
+	char nic_name[96];
 	cudaStream_t stream; /* synchronous copies (to_host, from_host) */
 	/* asynchronous copies (copy_start): device -> host and host ->
 	 * device on streams of their own (both copy engines), one event per
@@ -57,7 +57,7 @@ struct range {
 };
 
 int cs_gpu_ipc_create(int ordinal, const char *port_name,
-		      struct cs_gpu_ipc **out)
+		      const struct cs_gpu_nic *nic, struct cs_gpu_ipc **out)
 {
 	struct cs_gpu_map_cfg cfg = { .max_entries = 1024 };
 	char why[CS_GPU_WHY_LEN];
@@ -99,11 +99,16 @@ int cs_gpu_ipc_create(int ordinal, const char *port_name,
 	if (err)
 		goto out_h2d;
 	cs_gpu_host_caps_read("/sys", &x->host);
-	/* The ports have no device-memory hooks yet (dpdk: extmem + DMA map
-	 * of a dma-buf; verbs: ibv_reg_dmabuf_mr): the registrar says so and
-	 * chooses staging. */
-	snprintf(x->nic_name, sizeof(x->nic_name), "port %s",
-		 port_name ? port_name : "?");
+	/* The running port's hooks (dpdk: extmem + DMA map on its device),
+	 * or none (udp): the registrar tries them, or says they are missing,
+	 * and logs why it chose what it chose. */
+	if (nic && nic->name)
+		snprintf(x->nic_name, sizeof(x->nic_name), "%s", nic->name);
+	else
+		snprintf(x->nic_name, sizeof(x->nic_name), "port %s",
+			 port_name ? port_name : "?");
+	if (nic)
+		x->nic = *nic;
 	x->nic.name = x->nic_name;
 	CS_INFO("device memory for trainers: GPU %d %s (PCI %s, NUMA %d, "
 		"dma-buf %d, GPUDirect RDMA %d, peer memory module %d)",

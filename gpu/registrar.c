@@ -49,6 +49,22 @@ static void note(struct cs_gpu_mr *mr, enum cs_gpu_reg_kind k,
 		 used ? "; " : "", cs_gpu_reg_name(k), reason);
 }
 
+/*
+ * A NIC callback said no: "<what> (ENOTSUP): <the port's reason>", or
+ * strerror() where the port gave none. The errno's name is in the text so
+ * that a log search finds every refusal of one kind.
+ */
+static void refused(struct cs_gpu_mr *mr, enum cs_gpu_reg_kind k,
+		    const char *what, int err, const char *port_why)
+{
+	char why[CS_GPU_WHY_LEN];
+	const char *name = strerrorname_np(-err);
+
+	snprintf(why, sizeof(why), "%s (%s): %s", what, name ? name : "?",
+		 port_why && port_why[0] ? port_why : strerror(-err));
+	note(mr, k, why);
+}
+
 static int try_dmabuf(const struct cs_gpu_dev *dev, const struct cs_gpu_nic *nic,
 		      const struct cs_gpu_export_ops *ex, void *ex_ctx,
 		      struct cs_gpu_mr *mr)
@@ -73,11 +89,12 @@ static int try_dmabuf(const struct cs_gpu_dev *dev, const struct cs_gpu_nic *nic
 		note(mr, CS_GPU_REG_DMABUF, why[0] ? why : "export failed");
 		return err;
 	}
-	err = nic->reg_dmabuf(nic->ctx, fd, 0, mr->len, mr->va, &mr->nic_mr);
+	why[0] = 0;
+	err = nic->reg_dmabuf(nic->ctx, fd, 0, mr->len, mr->va, &mr->nic_mr,
+			      why, sizeof(why));
 	if (err) {
-		snprintf(why, sizeof(why), "the port refused the dma-buf: %s",
-			 strerror(-err));
-		note(mr, CS_GPU_REG_DMABUF, why);
+		refused(mr, CS_GPU_REG_DMABUF, "the port refused the dma-buf",
+			err, why);
 		close(fd);
 		return err;
 	}
@@ -105,12 +122,12 @@ static int try_peermem(const struct cs_gpu_dev *dev,
 		     "the port cannot register device addresses");
 		return -EOPNOTSUPP;
 	}
-	err = nic->reg_peer(nic->ctx, mr->va, mr->len, &mr->nic_mr);
-	if (err) {
-		snprintf(why, sizeof(why), "the port refused it: %s",
-			 strerror(-err));
-		note(mr, CS_GPU_REG_PEERMEM, why);
-	}
+	why[0] = 0;
+	err = nic->reg_peer(nic->ctx, mr->va, mr->len, &mr->nic_mr, why,
+			    sizeof(why));
+	if (err)
+		refused(mr, CS_GPU_REG_PEERMEM, "the port refused it", err,
+			why);
 	return err;
 }
 
@@ -120,7 +137,7 @@ int cs_gpu_register(const struct cs_gpu_dev *dev,
 		    const struct cs_gpu_export_ops *ex, void *ex_ctx, void *va,
 		    size_t len, struct cs_gpu_mr *out)
 {
-	char chosen[CS_GPU_WHY_LEN * 2];
+	char chosen[sizeof(out->why)];
 
 	if (!dev || !host || !nic || !out || !va || !len)
 		return -EINVAL;

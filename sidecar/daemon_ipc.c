@@ -83,6 +83,7 @@
 #include "svc_p2p.h"
 #include "cs_config.h"
 #if CS_HAVE_CUDA
+#include "gpu/gpu.h" /* struct cs_gpu_nic */
 #include "gpu/ipc_dev.h" /* trainers' device buffers (docs/gpu.md) */
 #endif
 
@@ -2159,8 +2160,16 @@ int cs_daemon_ipc_start(struct cs_daemon *d)
 		goto out_free;
 	}
 #if CS_HAVE_CUDA
-	if (!cs_gpu_ipc_create(0, d->conf.port.type, &x->gpu))
-		cs_ipc_server_set_dev(x->srv, &cs_gpu_ipc_ops, x->gpu);
+	{
+		/* device ranges are registered with the running port when it
+		 * has hooks for them (dpdk); it outlives the IPC side */
+		struct cs_gpu_nic nic;
+		bool has_nic = !cs_port_gpu_nic(d->port, &nic);
+
+		if (!cs_gpu_ipc_create(0, d->conf.port.type,
+				       has_nic ? &nic : NULL, &x->gpu))
+			cs_ipc_server_set_dev(x->srv, &cs_gpu_ipc_ops, x->gpu);
+	}
 #endif
 	if (cs_pst_create(d->svc, &x->pst) ||
 	    cs_ipc_server_set_ps(x->srv, &cs_pst_ipc_ops, x->pst))

@@ -106,12 +106,13 @@ static void test_placement(void)
 
 struct fake_nic {
 	int dmabuf_err, peer_err;
+	const char *dmabuf_why, *peer_why; /* the port's reason, or none */
 	int dmabuf_fd_seen;
 	int deregs;
 };
 
-static int fn_reg_dmabuf(void *ctx, int fd, uint64_t off, size_t len,
-			 void *va, void **mr)
+static int fn_reg_dmabuf(void *ctx, int fd, uint64_t off, size_t len, void *va,
+			 void **mr, char *why, size_t whylen)
 {
 	struct fake_nic *n = ctx;
 
@@ -119,18 +120,23 @@ static int fn_reg_dmabuf(void *ctx, int fd, uint64_t off, size_t len,
 	(void)len;
 	(void)va;
 	n->dmabuf_fd_seen = fd;
+	if (n->dmabuf_why)
+		snprintf(why, whylen, "%s", n->dmabuf_why);
 	if (n->dmabuf_err)
 		return n->dmabuf_err;
 	*mr = n;
 	return 0;
 }
 
-static int fn_reg_peer(void *ctx, void *va, size_t len, void **mr)
+static int fn_reg_peer(void *ctx, void *va, size_t len, void **mr, char *why,
+		       size_t whylen)
 {
 	struct fake_nic *n = ctx;
 
 	(void)va;
 	(void)len;
+	if (n->peer_why)
+		snprintf(why, whylen, "%s", n->peer_why);
 	if (n->peer_err)
 		return n->peer_err;
 	*mr = n;
@@ -179,7 +185,7 @@ static void test_registrar(void)
 	struct cs_gpu_nic udp = { .name = "udp" };
 	struct cs_gpu_mr mr;
 	char va[64];
-	int err, fd;
+	int err, fd, deregs0;
 
 	err = cs_gpu_register(&dev, &host, &nic, &ex, NULL, va, 64, &mr);
 	CHECK(!err && mr.kind == CS_GPU_REG_DMABUF && fd_open(mr.dmabuf_fd) &&
@@ -189,15 +195,39 @@ static void test_registrar(void)
 	cs_gpu_deregister(&nic, &mr);
 	CHECK(fn.deregs == 1 && !fd_open(fd), "dereg closes the dma-buf fd");
 
-	/* the port refuses the dma-buf: its fd is closed, peer memory next */
+	/* the port refuses the dma-buf: its fd is closed, peer memory next;
+	 * with no reason of its own, strerror() and the errno's name */
 	fn.dmabuf_err = -EIO;
 	err = cs_gpu_register(&dev, &host, &nic, &ex, NULL, va, 64, &mr);
 	CHECK(!err && mr.kind == CS_GPU_REG_PEERMEM &&
 		      !fd_open(fn.dmabuf_fd_seen) &&
-		      strstr(mr.why, "dma-buf: the port refused the dma-buf"),
+		      strstr(mr.why, "dma-buf: the port refused the dma-buf "
+				     "(EIO): Input/output error") &&
+		      strstr(mr.why, "peer-memory for fake ("),
 	      "kind %s why '%s'", cs_gpu_reg_name(mr.kind), mr.why);
 	cs_gpu_deregister(&nic, &mr);
 	fn.dmabuf_err = 0;
+
+	/* both refused with the port's reasons (a dpdk vdev): staging, and
+	 * the log line carries each reason and errno name, in order */
+	fn.dmabuf_err = -EOPNOTSUPP;
+	fn.dmabuf_why = "net_af_packet_x is a virtual device";
+	fn.peer_err = -EOPNOTSUPP;
+	fn.peer_why = "net_af_packet_x again";
+	deregs0 = fn.deregs;
+	err = cs_gpu_register(&dev, &host, &nic, &ex, NULL, va, 64, &mr);
+	CHECK(!err && mr.kind == CS_GPU_REG_STAGING && !mr.nic_mr &&
+		      !strncmp(mr.why, "staging for fake (dma-buf: ", 27) &&
+		      strstr(mr.why, "the port refused the dma-buf "
+				     "(EOPNOTSUPP): net_af_packet_x is a "
+				     "virtual device; peer-memory: the port "
+				     "refused it (EOPNOTSUPP): net_af_packet_x "
+				     "again)"),
+	      "kind %s why '%s'", cs_gpu_reg_name(mr.kind), mr.why);
+	cs_gpu_deregister(&nic, &mr);
+	CHECK(fn.deregs == deregs0, "nothing to deregister after two refusals");
+	fn.dmabuf_err = fn.peer_err = 0;
+	fn.dmabuf_why = fn.peer_why = NULL;
 
 	/* export fails, peer memory refused too: staging, both reasons */
 	export_fail = 1;
@@ -205,7 +235,9 @@ static void test_registrar(void)
 	err = cs_gpu_register(&dev, &host, &nic, &ex, NULL, va, 64, &mr);
 	CHECK(!err && mr.kind == CS_GPU_REG_STAGING &&
 		      strstr(mr.why, "fake export refused") &&
-		      strstr(mr.why, "peer-memory: the port refused it"),
+		      strstr(mr.why,
+			     "peer-memory: the port refused it (EPERM): "
+			     "Operation not permitted"),
 	      "kind %s why '%s'", cs_gpu_reg_name(mr.kind), mr.why);
 	cs_gpu_deregister(&nic, &mr);
 	export_fail = 0;

@@ -310,7 +310,7 @@ out:
  */
 
 static int tn_dmabuf(void *ctx, int fd, uint64_t off, size_t len, void *va,
-		     void **mr)
+		     void **mr, char *why, size_t whylen)
 {
 	off_t end = lseek(fd, 0, SEEK_END);
 
@@ -319,8 +319,10 @@ static int tn_dmabuf(void *ctx, int fd, uint64_t off, size_t len, void *va,
 	(void)va;
 	printf("dma-buf fd %d: lseek end %lld for %zu bytes\n", fd,
 	       (long long)end, len);
-	if (end < (off_t)len)
+	if (end < (off_t)len) {
+		snprintf(why, whylen, "the dma-buf is shorter than the range");
 		return -EINVAL;
+	}
 	*mr = &tn_dmabuf;
 	return 0;
 }
