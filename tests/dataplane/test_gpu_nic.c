@@ -19,6 +19,7 @@
 #include "cs_config.h"
 #include "dataplane/port.h"
 #include "gpu/gpu.h"
+#include "gpu_fake_export.h"
 
 #define AREA (1u << 20)
 #define HUGE_PG (2u << 20)
@@ -206,18 +207,6 @@ Test(gpu_nic, hugepage_mapping_registers_in_its_page_size)
 	cr_assert_null(extmem_of(va));
 	close_null();
 	munmap(va, HUGE_PG);
-}
-
-static int fx_export(void *ctx, void *va, size_t len, int *fd, char *why,
-		     size_t whylen)
-{
-	(void)ctx;
-	(void)va;
-	(void)len;
-	(void)why;
-	(void)whylen;
-	*fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return *fd < 0 ? -errno : 0;
 }
 
 /* The registrar over the port's hooks, behind the fault shim: a vdev

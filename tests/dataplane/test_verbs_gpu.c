@@ -17,6 +17,7 @@
 
 #include "dataplane/verbs_gpu.h"
 #include "gpu/gpu.h"
+#include "gpu_fake_export.h"
 
 Test(verbs_gpu, discovery_opens_a_device_or_says_there_is_none)
 {
@@ -154,18 +155,6 @@ Test(verbs_gpu, callbacks_pass_the_range_and_report_refusals)
 	cr_assert_eq(ret, -EFAULT);
 	cr_assert_str_eq(why, "ibv_reg_mr on verbs:fake0: Bad address");
 	cs_verbs_gpu_close(vg);
-}
-
-static int fx_export(void *ctx, void *va, size_t len, int *fd, char *why,
-		     size_t whylen)
-{
-	(void)ctx;
-	(void)va;
-	(void)len;
-	(void)why;
-	(void)whylen;
-	*fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return *fd < 0 ? -errno : 0;
 }
 
 /* The registrar over verbs: dma-buf first; when the provider refuses it,
