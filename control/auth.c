@@ -327,8 +327,7 @@ int cs_gmac_tag(struct cs_gmac *g, uint32_t ctr, const struct cs_pkt_hdr *h,
 	 * GCM's tag is then GMAC of fields || payload */
 	CRYPTO_gcm128_setiv(g->gcm, iv, sizeof(iv));
 	if (CRYPTO_gcm128_aad(g->gcm, buf, n) ||
-	    (h->len && payload &&
-	     CRYPTO_gcm128_aad(g->gcm, payload, h->len)) ||
+	    (h->len && payload && CRYPTO_gcm128_aad(g->gcm, payload, h->len)) ||
 	    a->failed)
 		return -EIO;
 	CRYPTO_gcm128_tag(g->gcm, tag, CS_PROTO_TAG_LEN);

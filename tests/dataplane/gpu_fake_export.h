@@ -11,8 +11,8 @@
 #include <fcntl.h>
 #include <stddef.h>
 
-static inline int fx_export(void *ctx, void *va, size_t len, int *fd,
-			    char *why, size_t whylen)
+static inline int fx_export(void *ctx, void *va, size_t len, int *fd, char *why,
+			    size_t whylen)
 {
 	(void)ctx;
 	(void)va;
