@@ -43,6 +43,17 @@ struct mo_vctx {
 	uint32_t op; /* 0 dispatch, 1 combine */
 };
 
+struct mo_trace {
+	cs_ns_t next, last; /* the window's end and start */
+	uint64_t *busy; /* [2n] NIC links' busy_ps at the window's start */
+	float *u; /* [nw][2n] each link's busy fraction per window */
+	cs_ns_t *at; /* [nw] each window's end */
+	uint32_t nw, capw;
+	cs_ns_t *node_disp; /* [n / G] the node's dispatch done */
+	cs_ns_t *rank_end[2]; /* [n] the rank's dispatch, combine done */
+	struct cs_tp_stats *st0; /* [n] counters when dispatch ended */
+};
+
 struct mo {
 	const struct cs_moe_sim_cfg *cfg;
 	struct cs_sim *sim;
@@ -56,6 +67,7 @@ struct mo {
 	cs_ns_t t_disp, t_end;
 	uint64_t wrong, checked, rows;
 	uint64_t *busy0, *bytes0; /* [2n] NIC links at dispatch's end */
+	struct mo_trace *tr; /* --trace; NULL: off */
 	char first[200];
 	/* synth */
 	struct cs_a2a_virt virt[2];
@@ -611,8 +623,12 @@ static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 		mo_fail(m, what, r->id, status);
 		return;
 	}
+	if (m->tr)
+		m->tr->rank_end[r->phase][r->id] = cs_sim_now(m->sim);
 	if (r->phase++ == 0) {
 		if (++m->ndisp == m->n) {
+			for (uint32_t i = 0; m->tr && i < m->n; i++)
+				cs_tp_get_stats(m->rk[i].tp, &m->tr->st0[i]);
 			m->t_disp = cs_sim_now(m->sim);
 			for (uint32_t i = 0; i < 2 * m->n; i++) {
 				const struct cs_sim_link_stats *ls =
@@ -623,6 +639,8 @@ static void mo_done(void *owner, void *user, int status, uint32_t culprit)
 			}
 		}
 		if (!--m->node_left[b]) {
+			if (m->tr)
+				m->tr->node_disp[b] = cs_sim_now(m->sim);
 			/* combine: set up by the node's next service */
 			m->node_left[b] = UINT32_MAX;
 			cs_sim_timer(m->sim, r->id, cs_sim_now(m->sim));
@@ -657,6 +675,151 @@ static const struct cs_tp_io mo_io = {
 	.done = mo_done,
 };
 
+/* ---- the timeline (--trace) --------------------------------------------- */
+
+static void mo_trace_free(struct mo_trace *t)
+{
+	if (!t)
+		return;
+	free(t->busy);
+	free(t->u);
+	free(t->at);
+	free(t->node_disp);
+	free(t->rank_end[0]);
+	free(t->rank_end[1]);
+	free(t->st0);
+	free(t);
+}
+
+static int mo_trace_new(struct mo *m)
+{
+	struct mo_trace *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	m->tr = t;
+	t->next = m->cfg->trace_win_ns;
+	t->busy = calloc(2 * m->n, sizeof(*t->busy));
+	t->node_disp = calloc(m->n / m->G, sizeof(*t->node_disp));
+	t->rank_end[0] = calloc(m->n, sizeof(cs_ns_t));
+	t->rank_end[1] = calloc(m->n, sizeof(cs_ns_t));
+	t->st0 = calloc(m->n, sizeof(*t->st0));
+	if (!t->busy || !t->node_disp || !t->rank_end[0] || !t->rank_end[1] ||
+	    !t->st0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* Each NIC link's busy fraction since the last window (called from every
+ * service: a window ends at the first event after its end). */
+static void mo_trace_sample(struct mo *m, cs_ns_t now)
+{
+	struct mo_trace *t = m->tr;
+	uint32_t L = 2 * m->n;
+
+	if (now < t->next)
+		return;
+	if (t->nw == t->capw) {
+		uint32_t cap = t->capw ? 2 * t->capw : 256;
+		float *u = realloc(t->u, (size_t)cap * L * sizeof(*u));
+		cs_ns_t *at;
+
+		if (u)
+			t->u = u;
+		at = u ? realloc(t->at, cap * sizeof(*at)) : NULL;
+		if (!at)
+			return; /* the timeline stops; the run goes on */
+		t->at = at;
+		t->capw = cap;
+	}
+	for (uint32_t i = 0; i < L; i++) {
+		const struct cs_sim_link_stats *ls = mo_link(m, i);
+		uint64_t b = ls ? ls->busy_ps : 0;
+
+		t->u[(size_t)t->nw * L + i] =
+			(float)((double)(b - t->busy[i]) /
+				(1e3 * (double)(now - t->last)));
+		t->busy[i] = b;
+	}
+	t->at[t->nw++] = now;
+	t->last = now;
+	t->next = now + m->cfg->trace_win_ns;
+}
+
+static void mo_trace_write(const struct mo *m)
+{
+	const struct mo_trace *t = m->tr;
+	FILE *f = m->cfg->trace;
+	uint32_t L = 2 * m->n, best = 0;
+	uint64_t bb = 0;
+	struct cs_tp_stats a = { 0 }, d = { 0 }, s;
+
+	for (uint32_t b = 0; b < m->n / m->G; b++)
+		fprintf(f, "node %u dispatch_done_us=%.1f\n", b,
+			t->node_disp[b] / 1e3);
+	for (uint32_t i = 0; i < m->n; i++) {
+		fprintf(f,
+			"rank %u dispatch_done_us=%.1f combine_done_us=%.1f\n",
+			i, t->rank_end[0][i] / 1e3, t->rank_end[1][i] / 1e3);
+		cs_tp_get_stats(m->rk[i].tp, &s);
+#define MO_ADD(x) (a.x += s.x, d.x += t->st0[i].x)
+		MO_ADD(tx_data);
+		MO_ADD(tx_retx);
+		MO_ADD(rel_timeouts);
+		MO_ADD(rel_spurious);
+		MO_ADD(rel_fast_retx);
+		MO_ADD(rel_tlp);
+		MO_ADD(rel_dup_rcvd);
+		MO_ADD(rx_held);
+		MO_ADD(rx_replayed);
+		MO_ADD(rx_hold_full);
+#undef MO_ADD
+	}
+	/* counters at the last dispatch's end; combine: what came after
+	 * (a node's combine may start before: its frames count there) */
+#define MO_PR(x)                                                               \
+	fprintf(f, "tp %s dispatch=%llu combine=%llu\n", #x,                   \
+		(unsigned long long)d.x, (unsigned long long)(a.x - d.x))
+	MO_PR(tx_data);
+	MO_PR(tx_retx);
+	MO_PR(rel_timeouts);
+	MO_PR(rel_spurious);
+	MO_PR(rel_fast_retx);
+	MO_PR(rel_tlp);
+	MO_PR(rel_dup_rcvd);
+	MO_PR(rx_held);
+	MO_PR(rx_replayed);
+	MO_PR(rx_hold_full);
+#undef MO_PR
+	for (uint32_t i = 0; i < L; i++) {
+		const struct cs_sim_link_stats *ls = mo_link(m, i);
+
+		if (ls && ls->busy_ps - m->busy0[i] > bb) {
+			bb = ls->busy_ps - m->busy0[i];
+			best = i;
+		}
+	}
+	fprintf(f, "combine busiest link: %s of rank %u (%.1f us busy)\n",
+		best < m->n ? "up" : "down", best % m->n, bb / 1e6);
+	fprintf(f, "# window end_us: up links mean min max, down links mean "
+		   "min max, the combine's busiest link\n");
+	for (uint32_t w = 0; w < t->nw; w++) {
+		const float *u = &t->u[(size_t)w * L];
+		double sm[2] = { 0, 0 }, mn[2] = { 9, 9 }, mx[2] = { 0, 0 };
+
+		for (uint32_t i = 0; i < L; i++) {
+			uint32_t k = i >= m->n;
+
+			sm[k] += u[i];
+			mn[k] = CS_MIN(mn[k], (double)u[i]);
+			mx[k] = CS_MAX(mx[k], (double)u[i]);
+		}
+		fprintf(f, "win %.0f: %.2f %.2f %.2f  %.2f %.2f %.2f  %.2f\n",
+			t->at[w] / 1e3, sm[0] / m->n, mn[0], mx[0],
+			sm[1] / m->n, mn[1], mx[1], (double)u[best]);
+	}
+}
+
 static void mo_service(struct mo_rank *r, cs_ns_t now)
 {
 	struct mo *m = r->m;
@@ -666,6 +829,8 @@ static void mo_service(struct mo_rank *r, cs_ns_t now)
 	cs_ns_t wake;
 	int ret;
 
+	if (m->tr)
+		mo_trace_sample(m, now);
 	if (m->node_left[b] == UINT32_MAX) {
 		m->node_left[b] = 0;
 		mo_node_combine(m, b);
@@ -851,6 +1016,7 @@ static void mo_free(struct mo *m)
 		free(r->acc[1]);
 	}
 	free(m->vtmp);
+	mo_trace_free(m->tr);
 	for (uint32_t b = 0; m->node[0] && b < m->n / m->G; b++) {
 		cs_a2a_node_free(m->node[0][b]);
 		cs_a2a_node_free(m->node[1][b]);
@@ -873,6 +1039,7 @@ int cs_moe_sim_cfg_default(struct cs_moe_sim_cfg *c)
 	c->topk = 4;
 	c->experts = 32;
 	c->vbytes = 4;
+	c->trace_win_ns = 50000;
 	return cs_a2a_sim_cfg_default(&c->net);
 }
 
@@ -990,6 +1157,10 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 		ret = mo_node_bytes(&m, &res->node_bytes_max);
 	if (ret)
 		goto out;
+	if (c->trace && c->trace_win_ns)
+		ret = mo_trace_new(&m);
+	if (ret)
+		goto out;
 	for (uint32_t i = 0; i < m.n; i++)
 		cs_sim_timer(m.sim, m.rk[i].id, 0);
 	ret = cs_sim_run(m.sim, nc->time_limit_ns + CS_NS_PER_S);
@@ -1012,6 +1183,8 @@ int cs_moe_sim_run(const struct cs_moe_sim_cfg *c,
 		mo_link_max(&m, m.busy0, m.bytes0, &res->link_busy_ps[1],
 			    &res->link_bytes[1]);
 	}
+	if (m.tr) /* also of a run that failed: where it stood */
+		mo_trace_write(&m);
 	for (uint32_t i = 0; i < m.n; i++) {
 		struct cs_tp_stats ts;
 		int l = cs_sim_link_find(m.sim, cs_sim_nodes(m.sim) - 1,

@@ -8,6 +8,8 @@
 #ifndef CS_SIM_MOE_H
 #define CS_SIM_MOE_H
 
+#include <stdio.h>
+
 #include "sim/a2a.h"
 
 /**
@@ -27,6 +29,10 @@
  * @corrupt: fault injection for tests: 1 (2): the first tail byte that
  *	crosses the network in dispatch (combine) is checked with one bit
  *	flipped, as if it arrived so (@synth only)
+ * @trace: NULL, or a file the run's timeline is written to (--trace):
+ *	when each node and rank finished each phase, the transport
+ *	counters per phase, and per @trace_win_ns window how busy the NIC
+ *	links were, with the combine's busiest link on its own
  */
 struct cs_moe_sim_cfg {
 	struct cs_a2a_sim_cfg net;
@@ -36,6 +42,8 @@ struct cs_moe_sim_cfg {
 	bool synth;
 	uint32_t vbytes;
 	uint32_t corrupt;
+	FILE *trace;
+	uint64_t trace_win_ns;
 };
 
 struct cs_moe_sim_result {

@@ -252,7 +252,8 @@ static void moe_usage(FILE *out)
 		"       [--node-sum] [--payload full|synth] [--dtype f32|bf16]\n"
 		"       [--corrupt dispatch|combine] [--loss P] [--seed S]\n"
 		"       [--link-gbps G] [--delay-us D] [--port-buffer B]\n"
-		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n\n"
+		"       [--mtu B] [--time-limit-ms T] [--set key=value]...\n"
+		"       [--trace FILE] [--trace-win-us W]\n\n"
 		"A MoE layer: every rank has T tokens of H f32 values, each\n"
 		"routed to K of E experts (Zipf exponent Z over the experts,\n"
 		"1 in 16 slots 'none'), experts spread over the ranks in\n"
@@ -283,7 +284,13 @@ static void moe_usage(FILE *out)
 		"of 2 bytes (expert outputs rounded to bf16; --node-sum rows\n"
 		"summed in f32, rounded once). --corrupt: test only, the first\n"
 		"tail byte crossing the network in that phase is checked with\n"
-		"a bit flipped (the run must fail).\n");
+		"a bit flipped (the run must fail).\n"
+		"--trace FILE: the run's timeline, for finding where the time\n"
+		"went: when each node and rank finished dispatch and combine,\n"
+		"the transport counters of each phase (retransmissions,\n"
+		"timeouts, frames held for an op not posted yet), and per\n"
+		"W us (default 50) how busy the NIC links were (mean, min,\n"
+		"max per direction, and the combine's busiest link).\n");
 }
 
 int cs_cmd_sim_moe(int argc, char **argv)
@@ -291,6 +298,7 @@ int cs_cmd_sim_moe(int argc, char **argv)
 	struct cs_moe_sim_result r;
 	struct cs_moe_sim_cfg c;
 	unsigned long nodes = 0, u;
+	const char *trace = NULL;
 	double bound;
 	char *end;
 	bool ok;
@@ -339,6 +347,11 @@ int cs_cmd_sim_moe(int argc, char **argv)
 		} else if (!strcmp(o, "--skew")) {
 			c.skew = strtod(v, &end);
 			bad = end == v || *end || c.skew < 0 || c.skew > 10;
+		} else if (!strcmp(o, "--trace")) {
+			trace = v;
+		} else if (!strcmp(o, "--trace-win-us")) {
+			bad = cs_parse_whole(v, 1, 1000000, &u);
+			c.trace_win_ns = (uint64_t)u * 1000;
 		} else {
 			bad = net_opt(&c.net, &nodes, o, v);
 			if (bad == 1) {
@@ -373,7 +386,17 @@ int cs_cmd_sim_moe(int argc, char **argv)
 				"f32)\n");
 		return 2;
 	}
+	if (trace) {
+		c.trace = fopen(trace, "w");
+		if (!c.trace) {
+			fprintf(stderr, "collstack sim moe: %s: %s\n", trace,
+				strerror(errno));
+			return 1;
+		}
+	}
 	ret = cs_moe_sim_run(&c, &r);
+	if (c.trace && fclose(c.trace) && !ret)
+		ret = -errno;
 	if (ret) {
 		fprintf(stderr, "collstack sim moe: %s\n",
 			ret == -EINVAL ? "bad settings" : strerror(-ret));
