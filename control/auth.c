@@ -83,8 +83,8 @@ enum cs_auth_mac cs_auth_mac_auto(void)
 
 const char *cs_auth_mac_name(enum cs_auth_mac m)
 {
-	return m == CS_AUTH_GMAC ? "gmac-aes256-openssl" :
-				   "siphash128-libsodium";
+	return m == CS_AUTH_GMAC ? "gmac-aes256-openssl"
+				 : "siphash128-libsodium";
 }
 
 const char *cs_auth_impl(void)

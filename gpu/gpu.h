@@ -295,7 +295,8 @@ struct cs_gpu_copy_ops {
 
 struct cs_gpu_stage_cfg {
 	size_t chunk; /* bytes per chunk, > 0 */
-	unsigned depth; /* slots (chunks in flight), 1..CS_GPU_STAGE_MAX_DEPTH */
+	unsigned
+		depth; /* slots (chunks in flight), 1..CS_GPU_STAGE_MAX_DEPTH */
 };
 
 #define CS_GPU_STAGE_MAX_DEPTH 64u

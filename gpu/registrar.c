@@ -65,7 +65,8 @@ static void refused(struct cs_gpu_mr *mr, enum cs_gpu_reg_kind k,
 	note(mr, k, why);
 }
 
-static int try_dmabuf(const struct cs_gpu_dev *dev, const struct cs_gpu_nic *nic,
+static int try_dmabuf(const struct cs_gpu_dev *dev,
+		      const struct cs_gpu_nic *nic,
 		      const struct cs_gpu_export_ops *ex, void *ex_ctx,
 		      struct cs_gpu_mr *mr)
 {
@@ -110,7 +111,8 @@ static int try_peermem(const struct cs_gpu_dev *dev,
 	int err;
 
 	if (!dev->gdr) {
-		note(mr, CS_GPU_REG_PEERMEM, "the device has no GPUDirect RDMA");
+		note(mr, CS_GPU_REG_PEERMEM,
+		     "the device has no GPUDirect RDMA");
 		return -EOPNOTSUPP;
 	}
 	if (!host->peermem) {

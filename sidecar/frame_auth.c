@@ -144,9 +144,9 @@ static struct cs_fa_tx *tx_instance(struct cs_frame_auth *a,
 	return t;
 }
 
-void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q,
-		       uint32_t view_epoch, const struct cs_pkt_hdr *h,
-		       const void *payload, uint8_t *out)
+void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q, uint32_t view_epoch,
+		       const struct cs_pkt_hdr *h, const void *payload,
+		       uint8_t *out)
 {
 	struct cs_fa_lane *l = &a->lane[q];
 	struct cs_pkt_hdr tmp;
@@ -250,10 +250,10 @@ bool cs_frame_auth_rx_ok(struct cs_frame_auth *a, unsigned q,
 	if (h->flags & CS_PKT_F_GMAC)
 		ok = gmac_rx_ok(a, l, view_epoch, h, payload);
 	else
-		ok = !cs_auth_ctx_check(&epoch_key(a, l, CS_AUTH_SIPHASH,
-						   view_epoch, h->epoch)
-						->sip,
-					h, payload);
+		ok = !cs_auth_ctx_check(
+			&epoch_key(a, l, CS_AUTH_SIPHASH, view_epoch, h->epoch)
+				 ->sip,
+			h, payload);
 	if (unlikely(!ok))
 		l->n.rx_fail++;
 	return ok;

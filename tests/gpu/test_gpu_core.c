@@ -68,7 +68,8 @@ static void test_placement(void)
 		0); /* the GPU */
 	pci_dev("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0",
 		0); /* NIC behind the same switch */
-	pci_dev("pci0000:00/0000:00:02.0/0000:05:00.0", 0); /* other root port */
+	pci_dev("pci0000:00/0000:00:02.0/0000:05:00.0",
+		0); /* other root port */
 	pci_dev("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0/"
 		"0000:06:00.0/0000:07:00.0/0000:08:00.0",
 		0); /* behind a second switch */
@@ -178,7 +179,8 @@ static void test_registrar(void)
 	struct cs_gpu_host_caps host = { .peermem = true };
 	const struct cs_gpu_export_ops ex = { .dmabuf_export = fx_export };
 	struct fake_nic fn = { 0 };
-	struct cs_gpu_nic nic = { .name = "fake", .ctx = &fn,
+	struct cs_gpu_nic nic = { .name = "fake",
+				  .ctx = &fn,
 				  .reg_dmabuf = fn_reg_dmabuf,
 				  .reg_peer = fn_reg_peer,
 				  .dereg = fn_dereg };
@@ -370,8 +372,10 @@ static int fm_uuid(void *ctx, void *base, uint8_t *uuid)
 }
 
 static const struct cs_gpu_map_ops fake_map_ops = {
-	.open_ipc = fm_open, .close_ipc = fm_close,
-	.import_fd = fm_import, .release_fd = fm_release,
+	.open_ipc = fm_open,
+	.close_ipc = fm_close,
+	.import_fd = fm_import,
+	.release_fd = fm_release,
 	.dev_uuid = fm_uuid,
 };
 
@@ -575,7 +579,8 @@ static int fc_done(void *ctx, unsigned slot)
 }
 
 static const struct cs_gpu_copy_ops fake_copy_ops = {
-	.start = fc_start, .done = fc_done,
+	.start = fc_start,
+	.done = fc_done,
 };
 
 /* finish a random busy copy */
@@ -653,8 +658,7 @@ static void test_stage_out(size_t len, size_t chunk, unsigned depth,
 		CHECK(w.seen[i] == 1, "chunk %llu sent %llu times",
 		      (unsigned long long)i, (unsigned long long)w.seen[i]);
 	CHECK(f.max_in_flight <= depth && (n < depth || f.max_in_flight > 1),
-	      "in flight at most depth, and overlapped: %u",
-	      f.max_in_flight);
+	      "in flight at most depth, and overlapped: %u", f.max_in_flight);
 	cs_gpu_stage_destroy(st);
 	free(dev);
 	free(out);
@@ -689,8 +693,8 @@ static void test_stage_in(size_t len, size_t chunk, unsigned depth,
 		if (idx < n) {
 			slot = cs_gpu_stage_rx_slot(st, idx);
 			if (slot) {
-				size_t l = idx == n - 1 ? len - idx * chunk :
-							  chunk;
+				size_t l = idx == n - 1 ? len - idx * chunk
+							: chunk;
 
 				CHECK(!got[idx], "a chunk landed twice");
 				memcpy(slot, src + idx * chunk, l);
@@ -766,7 +770,8 @@ static void test_stage_bad(void)
 				  nop_send, NULL),
 	      "start");
 	CHECK(cs_gpu_stage_sent(st, 99) == -EINVAL, "sent of an unknown chunk");
-	CHECK(cs_gpu_stage_rx_slot(st, 0) == NULL, "rx_slot on an out transfer");
+	CHECK(cs_gpu_stage_rx_slot(st, 0) == NULL,
+	      "rx_slot on an out transfer");
 	/* the third copy fails to start: the transfer ends with the error */
 	while (r == 0 && loops++ < 1000)
 		r = cs_gpu_stage_poll(st);
