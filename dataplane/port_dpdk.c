@@ -72,15 +72,14 @@ struct ext_region {
 };
 
 /*
- * A device range registered for the port's device: whole pages of @pg
- * bytes at @base, external memory of EAL and DMA-mapped on the device.
- * Ranges a registration falls inside share it (@refs).
+ * A device range registered for the port's device: whole pages at @base,
+ * external memory of EAL and DMA-mapped on the device. Ranges a
+ * registration falls inside share it (@refs).
  */
 struct gpu_reg {
 	struct gpu_reg *next;
 	uint8_t *base;
 	size_t len;
-	size_t pg;
 	unsigned refs;
 };
 
@@ -458,7 +457,6 @@ static int gpu_map(struct dpdk_port *dp, void *va, size_t len, void **mr,
 	}
 	r->base = (uint8_t *)lo;
 	r->len = hi - lo;
-	r->pg = pg;
 	r->refs = 1;
 	if (rte_extmem_register(r->base, r->len, NULL, 0, pg)) {
 		err = rte_errno ? -rte_errno : -EINVAL;
