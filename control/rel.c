@@ -14,12 +14,15 @@ enum {
 	M_INFLIGHT = 1, /* sent, not yet known to have arrived */
 	M_SACKED = 2, /* selectively acknowledged */
 	M_LOST = 3, /* deemed lost, waiting to be resent */
+	M_PARKED = 4, /* the peer had no room for it: wait for its resume */
 };
 
 /* meta.why: how the packet was last deemed lost (statistics). */
 #define LOST_BY_SACK 1
 #define LOST_BY_RTO 2
 #define LOST_BY_TLP 3
+#define LOST_BY_RESUME 4 /* parked, and the peer said resume */
+#define LOST_BY_PROBE 5 /* parked, resent by the RTO (a park probe) */
 
 #define SACK_BITS 64
 
@@ -262,6 +265,12 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->ts_echo = r->echo_valid ? r->echo_ts + (now - r->echo_at) : 0;
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
 	r->credit_adv = h->credit;
+	h->flags &= ~CS_PKT_F_RESUME;
+	if (r->resume_due) {
+		h->flags |= CS_PKT_F_RESUME;
+		r->resume_due = false;
+		r->st.resume_sent++;
+	}
 	if (r->credit_unconfirmed && r->credit_deadline == CS_NS_NEVER)
 		r->credit_deadline = now + (r->p.credit_refresh << CS_MIN(
 						    r->credit_refreshes, 20u));
@@ -452,6 +461,8 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		      uint64_t *bytes, const struct cs_rel_meta **sample)
 {
 	*bytes += m->len;
+	if (m->state == M_PARKED)
+		r->n_parked--;
 	/* A resent packet acknowledged sooner than any round trip can be
 	 * was acknowledged for its original: it says nothing about what
 	 * was sent before the resend (RFC 8985, step 2). */
@@ -535,13 +546,76 @@ static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
 	return any;
 }
 
+/*
+ * The peer had no room for the packets @bits names (bit i: @from + i):
+ * park those still out. The refusal is an answer: the peer is alive and
+ * the path works, so the timeout count starts over and a timeout's rate
+ * cut whose probe was refused is taken back.
+ */
+static int park_busy(struct cs_rel *r, uint32_t from, uint64_t bits,
+		     cs_ns_t now)
+{
+	bool any = false;
+
+	for (; bits; bits &= bits - 1) {
+		uint32_t s = from + (uint32_t)__builtin_ctzll(bits);
+		struct cs_rel_meta *m;
+
+		if (cs_seq_lt(s, r->snd_una) || !cs_seq_lt(s, r->snd_nxt))
+			continue;
+		m = meta_of(r, s);
+		if (m->state != M_INFLIGHT && m->state != M_LOST)
+			continue;
+		if (m->state == M_LOST)
+			r->n_lost--;
+		m->state = M_PARKED;
+		r->n_parked++;
+		r->st.parked++;
+		any = true;
+		if (r->frto && s == r->frto_seq) {
+			r->frto = false;
+			if (r->path)
+				cs_path_on_spurious(r->path, now);
+		}
+	}
+	if (!any)
+		return 0;
+	r->consecutive_to = 0;
+	r->backoff = 0;
+	r->rto_deadline = CS_NS_NEVER;
+	arm_rto(r, now);
+	return 0;
+}
+
+/* Every parked packet is to be resent (the peer said resume). */
+static int unpark(struct cs_rel *r)
+{
+	int res = 0;
+
+	if (!r->n_parked)
+		return 0;
+	r->st.resumes++;
+	for (uint32_t s = r->snd_una; r->n_parked && cs_seq_lt(s, r->snd_nxt);
+	     s++) {
+		struct cs_rel_meta *m = meta_of(r, s);
+
+		if (m->state != M_PARKED)
+			continue;
+		r->n_parked--;
+		mark_lost(r, s, m, LOST_BY_RESUME);
+		res = CS_REL_LOST;
+	}
+	return res;
+}
+
 static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		       cs_ns_t now)
 {
 	const struct cs_rel_meta *sample = NULL;
 	uint32_t ack = h->ack, base;
 	uint64_t bytes = 0, bits;
-	bool missing;
+	bool missing, busy = h->flags & CS_PKT_F_BUSY,
+		      probe_acked = false;
 	int res = 0;
 
 	if (cs_seq_lt(r->snd_nxt, ack)) {
@@ -557,15 +631,18 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			r->n_sacked--;
 		else
 			acked_one(r, m, now, &bytes, &sample);
+		if (m->why == LOST_BY_PROBE && m->state == M_INFLIGHT)
+			probe_acked = true;
 		if (m->state == M_LOST)
 			r->n_lost--;
 		m->state = M_FREE;
 		m->xmits = 0;
 		r->snd_una++;
 	}
-	/* An extension's bitmap starts at its seq; an ACK's after ack. */
+	/* An extension's bitmap starts at its seq; an ACK's after ack; a
+	 * busy NACK's names packets that did NOT arrive (park_busy()). */
 	base = h->type == CS_PKT_NACK ? h->seq : ack + 1;
-	for (bits = h->sack; bits; bits &= bits - 1) {
+	for (bits = busy ? 0 : h->sack; bits; bits &= bits - 1) {
 		uint32_t s = base + (uint32_t)__builtin_ctzll(bits);
 		struct cs_rel_meta *m;
 
@@ -574,19 +651,22 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		if (!cs_seq_lt(s, r->snd_nxt))
 			break;
 		m = meta_of(r, s);
-		if (m->state != M_INFLIGHT && m->state != M_LOST)
+		if (m->state != M_INFLIGHT && m->state != M_LOST &&
+		    m->state != M_PARKED)
 			continue;
 		if (m->state == M_LOST)
 			r->n_lost--;
+		if (m->why == LOST_BY_PROBE && m->state == M_INFLIGHT)
+			probe_acked = true;
+		acked_one(r, m, now, &bytes, &sample);
 		m->state = M_SACKED;
 		r->n_sacked++;
-		acked_one(r, m, now, &bytes, &sample);
 	}
 	/* What this ACK says has not arrived although something after it
 	 * has: the cumulative ack's seq and the clear bits below the
 	 * bitmap's highest set bit (above it, packets may be in flight). */
 	missing = false;
-	if (h->sack) {
+	if (h->sack && !busy) {
 		uint32_t top = 63 - (uint32_t)__builtin_clzll(h->sack);
 		uint64_t below = top ? (1ull << top) - 1 : 0;
 
@@ -613,6 +693,11 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	}
 	if (missing)
 		res |= detect_lost(r, now);
+	if (busy)
+		res |= park_busy(r, h->seq, h->sack, now);
+	/* the peer has room again (or took a probe): resend the parked */
+	if ((h->flags & CS_PKT_F_RESUME) || probe_acked)
+		res |= unpark(r);
 	if (r->frto && cs_seq_lt(r->frto_seq, r->snd_una)) {
 		/* the packet a timeout resent is acknowledged */
 		r->frto = false;
@@ -749,7 +834,7 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now)
 {
-	return r->ack_now || r->ext_due ||
+	return r->ack_now || r->ext_due || r->busy_bits || r->resume_due ||
 	       (r->ack_pending && now >= r->ack_deadline);
 }
 
@@ -808,6 +893,7 @@ uint32_t cs_rel_ack_all(struct cs_rel *r)
 	}
 	r->n_lost = 0;
 	r->n_sacked = 0;
+	r->n_parked = 0;
 	r->retx_hint = r->snd_una;
 	r->frto = false;
 	r->consecutive_to = 0;
@@ -818,8 +904,61 @@ uint32_t cs_rel_ack_all(struct cs_rel *r)
 	return n;
 }
 
+/* The busy NACK: what this end could not take (cs_rel_busy()). */
+static void build_busy(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	h->type = CS_PKT_NACK;
+	h->flags = CS_PKT_F_ACK | CS_PKT_F_BUSY;
+	h->seq = r->busy_base;
+	h->ack = r->rcv_nxt;
+	h->sack = r->busy_bits;
+	h->len = 0;
+	h->ts = now;
+	h->ts_echo = 0; /* no RTT sample from a refusal */
+	h->credit = r->rx_bytes + (uint32_t)r->grant;
+	r->credit_adv = h->credit;
+	r->busy_bits = 0;
+	r->st.busy_sent++;
+}
+
+int cs_rel_busy(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
+{
+	int res = 0;
+	uint32_t off;
+
+	if (h->flags & CS_PKT_F_ACK)
+		res = process_ack(r, h, now);
+	if (h->type != CS_PKT_DATA)
+		return res;
+	r->st.busy_rcvd++;
+	r->busy_told = true;
+	if (!r->busy_bits) {
+		r->busy_base = h->seq;
+		r->busy_bits = 1;
+		return res;
+	}
+	off = h->seq - r->busy_base;
+	/* beyond the report: not reported, resent by its RACK or RTO */
+	if (off < SACK_BITS)
+		r->busy_bits |= 1ull << off;
+	return res;
+}
+
+void cs_rel_resume(struct cs_rel *r)
+{
+	if (!r->busy_told)
+		return;
+	/* a report not sent yet goes first: the peer parks, then resumes */
+	r->busy_told = false;
+	r->resume_due = true;
+}
+
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 {
+	if (r->busy_bits) {
+		build_busy(r, h, now);
+		return;
+	}
 	if (r->ext_due && !r->ack_now && !r->ack_pending) {
 		build_ext(r, h, now);
 		return;
@@ -839,7 +978,7 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
 			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
-	if (r->ack_now || r->ext_due)
+	if (r->ack_now || r->ext_due || r->busy_bits || r->resume_due)
 		return 0;
 	if (r->ack_pending && r->ack_deadline < t)
 		t = r->ack_deadline;
@@ -860,6 +999,44 @@ static int probe_tail(struct cs_rel *r)
 		}
 	}
 	return 0;
+}
+
+static bool any_in_flight(const struct cs_rel *r)
+{
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++)
+		if (meta_of(r, s)->state == M_INFLIGHT)
+			return true;
+	return false;
+}
+
+/*
+ * The RTO with nothing in flight but parked packets: the peer's resume
+ * may have been lost. Resend the oldest parked one; its ACK resumes the
+ * rest (process_ack()), another refusal parks it again. Not a loss: no
+ * rate cut, not counted as a timeout; but a peer that answers nothing
+ * still fails the session after max_timeouts of these.
+ */
+static int probe_parked(struct cs_rel *r, cs_ns_t now)
+{
+	if (++r->consecutive_to > r->p.max_timeouts) {
+		r->failed = true;
+		CS_DEBUG("session failed after %u park probes",
+			 r->consecutive_to);
+		return 0;
+	}
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++) {
+		struct cs_rel_meta *m = meta_of(r, s);
+
+		if (m->state != M_PARKED)
+			continue;
+		r->n_parked--;
+		mark_lost(r, s, m, LOST_BY_PROBE);
+		r->st.park_probes++;
+		break;
+	}
+	r->backoff++;
+	arm_rto(r, now);
+	return CS_REL_LOST;
 }
 
 void cs_rel_on_ack_timers(struct cs_rel *r, cs_ns_t now)
@@ -895,6 +1072,8 @@ int cs_rel_on_timer(struct cs_rel *r, cs_ns_t now)
 	r->rack_deadline = CS_NS_NEVER;
 	if (r->snd_una == r->snd_nxt)
 		return res;
+	if (r->n_parked && !any_in_flight(r))
+		return res | probe_parked(r, now);
 	r->st.timeouts++;
 	if (++r->consecutive_to > r->p.max_timeouts) {
 		r->failed = true;

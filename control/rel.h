@@ -71,6 +71,21 @@
  * newest arrival PLUS the time the receiver held it, so now - ts_echo at
  * the sender is the network RTT without the coalescing delay.
  *
+ * Busy (a receiver that cannot keep a packet now): an owner that has no
+ * room for a new packet (it belongs to an operation not posted there yet
+ * and its hold is full) calls cs_rel_busy() instead of handing it in.
+ * The receiver answers with a NACK flagged CS_PKT_F_BUSY whose bitmap
+ * names the refused sequence numbers; the sender PARKS them: not lost,
+ * not resent by SACK, probe or RACK, no rate cut (the refusal proves the
+ * path and the peer work). When the owner has room again it calls
+ * cs_rel_resume(): the next ACK carries CS_PKT_F_RESUME and the sender
+ * resends every parked packet at once, paced. Should that ACK be lost,
+ * the RTO still runs while packets are parked: with nothing else in
+ * flight it resends the oldest parked packet (a park probe: no rate cut,
+ * not counted as a timeout), and the ACK of a probe resumes the rest.
+ * A peer that stops answering still fails the session after
+ * @max_timeouts probes.
+ *
  * Credit (receiver-granted, for fan-in): when @credit is on, the sender
  * may send new data only while its cumulative count of new payload bytes
  * stays within the limit the receiver advertised: receiver's count of new
@@ -202,6 +217,12 @@ struct cs_rel_stats {
 	uint64_t bad_acks; /* ack fields that made no sense, ignored */
 	uint64_t rtt_samples;
 	uint64_t implied_acks; /* packets cs_rel_ack_all() took as acked */
+	uint64_t parked; /* packets the peer reported busy */
+	uint64_t resumes; /* CS_PKT_F_RESUME received with packets parked */
+	uint64_t park_probes; /* RTOs that resent a parked packet */
+	uint64_t busy_rcvd; /* packets this end could not take */
+	uint64_t busy_sent; /* busy NACKs built */
+	uint64_t resume_sent; /* ACKs that carried CS_PKT_F_RESUME */
 };
 
 /* Per-seq sender metadata; the engine's own, not the owner's business. */
@@ -234,6 +255,7 @@ struct cs_rel {
 	uint32_t retx_hint; /* no lost packet before this seq */
 	uint32_t n_lost; /* packets marked lost, not yet resent */
 	uint32_t n_sacked; /* SACKed packets above snd_una */
+	uint32_t n_parked; /* reported busy by the peer, waiting (see above) */
 	struct cs_rel_meta *meta;
 	uint64_t xmit_id; /* next transmission's order */
 	uint64_t rack_xmit_id; /* newest transmission acknowledged */
@@ -268,6 +290,10 @@ struct cs_rel {
 	bool rx_ooo; /* something beyond rcv_nxt arrived */
 	bool echo_valid; /* echo_ts holds a data packet's ts */
 	bool ext_due; /* a SACK extension block should follow */
+	uint32_t busy_base; /* busy_bits: bit i for seq busy_base + i */
+	uint64_t busy_bits; /* packets refused, not reported yet */
+	bool busy_told; /* a packet was refused, no resume since */
+	bool resume_due; /* the next ACK carries CS_PKT_F_RESUME */
 	uint32_t ext_next; /* base of the next extension block */
 	uint32_t ack_pending; /* data packets since the last ACK */
 	bool ack_now;
@@ -420,6 +446,41 @@ void cs_rel_revive(struct cs_rel *r, cs_ns_t now);
  * @seq: the packet's sequence number
  */
 bool cs_rel_rx_new(const struct cs_rel *r, uint32_t seq);
+
+/**
+ * cs_rel_busy - this end cannot take the new DATA packet @h now (its
+ * owner has no room for it); call it instead of cs_rel_on_packet(). Its
+ * ACK fields are processed as cs_rel_on_packet() would; its data is not
+ * received: the peer is told (a busy NACK, cs_rel_ack_due()) and parks
+ * it until cs_rel_resume(). A packet more than 63 after the first one
+ * not reported yet is not reported: it goes unacknowledged, its sender's
+ * RACK or RTO resends it, and it arrives here again.
+ * @r: the session
+ * @h: the packet (a DATA packet for which cs_rel_rx_new() was true)
+ * @now: current time, ns
+ * Returns: the CS_REL_* bits of its ACK fields.
+ */
+int cs_rel_busy(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now);
+
+/* True when a packet was refused (cs_rel_busy()) since the last
+ * cs_rel_resume(). */
+static inline bool cs_rel_busy_told(const struct cs_rel *r)
+{
+	return r->busy_told;
+}
+
+/**
+ * cs_rel_resume - this end has room again: the next ACK tells the peer to
+ * resend what it parked. Nothing happens when no refusal was reported.
+ * @r: the session
+ */
+void cs_rel_resume(struct cs_rel *r);
+
+/* Packets the peer reported busy that wait for its resume. */
+static inline uint32_t cs_rel_parked(const struct cs_rel *r)
+{
+	return r->n_parked;
+}
 
 /**
  * cs_rel_ack_due - must a pure ACK be sent now?

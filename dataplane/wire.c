@@ -54,7 +54,8 @@ static_assert(CS_FSZ(nonce) == CS_PROTO_NONCE_LEN, "nonce size");
 
 #define CS_WIRE_KNOWN_FLAGS                                                    \
 	(CS_PKT_F_ACK | CS_PKT_F_ECE | CS_PKT_F_AUTH | CS_PKT_F_RETX |         \
-	 CS_PKT_F_CE | CS_PKT_F_LAST | CS_PKT_F_FILLER | CS_PKT_F_GMAC)
+	 CS_PKT_F_CE | CS_PKT_F_LAST | CS_PKT_F_FILLER | CS_PKT_F_GMAC |       \
+	 CS_PKT_F_BUSY | CS_PKT_F_RESUME)
 
 /* IPv4 header offsets. */
 enum {
@@ -198,6 +199,12 @@ static int hdr_check(const struct cs_pkt_hdr *h)
 		return CS_WIRE_E_FLAGS;
 	/* a nonce only comes with a tag */
 	if ((h->flags & (CS_PKT_F_GMAC | CS_PKT_F_AUTH)) == CS_PKT_F_GMAC)
+		return CS_WIRE_E_FLAGS;
+	/* "busy" is a NACK's bitmap; both it and "resume" ride on an ACK */
+	if ((h->flags & CS_PKT_F_BUSY) && h->type != CS_PKT_NACK)
+		return CS_WIRE_E_FLAGS;
+	if ((h->flags & (CS_PKT_F_BUSY | CS_PKT_F_RESUME)) &&
+	    !(h->flags & CS_PKT_F_ACK))
 		return CS_WIRE_E_FLAGS;
 	if (h->offset > UINT64_MAX - h->len)
 		return CS_WIRE_E_OFFSET;

@@ -773,6 +773,10 @@ static void mo_trace_write(const struct mo *m)
 		MO_ADD(rx_held);
 		MO_ADD(rx_replayed);
 		MO_ADD(rx_hold_full);
+		MO_ADD(tx_resumes);
+		MO_ADD(rel_parked);
+		MO_ADD(rel_resumes);
+		MO_ADD(rel_park_probes);
 #undef MO_ADD
 	}
 	/* counters at the last dispatch's end; combine: what came after
@@ -790,6 +794,10 @@ static void mo_trace_write(const struct mo *m)
 	MO_PR(rx_held);
 	MO_PR(rx_replayed);
 	MO_PR(rx_hold_full);
+	MO_PR(tx_resumes);
+	MO_PR(rel_parked);
+	MO_PR(rel_resumes);
+	MO_PR(rel_park_probes);
 #undef MO_PR
 	for (uint32_t i = 0; i < L; i++) {
 		const struct cs_sim_link_stats *ls = mo_link(m, i);

@@ -92,6 +92,8 @@ struct tp_sess {
 	uint32_t node, ch;
 	cs_ns_t last_rx; /* new data last arrived (tp.rx_budget) */
 	uint64_t grant; /* what tp_grants() last set (0: not yet) */
+	bool busy; /* refused a frame (hold full), peer not resumed yet */
+	uint64_t busy_posts; /* tp->posts at its last refusal */
 };
 
 struct tp_peer {
@@ -178,6 +180,8 @@ struct cs_tp {
 	uint32_t hmask;
 	struct tp_held *held;
 	uint32_t nheld;
+	uint32_t nbusy; /* sessions with busy set */
+	uint64_t posts; /* cs_tp_post() calls that posted an op */
 	uint32_t rr; /* next bulk op's turn */
 	unsigned room; /* frames io->xmit takes in this poll */
 	cs_ns_t grant_at; /* tp_grants() next runs */
@@ -759,6 +763,7 @@ int cs_tp_post(struct cs_tp *tp, uint32_t group, uint32_t op_id,
 	tp->ops[tp->nops++] = op;
 	g->live++;
 	tp->st.ops_posted++;
+	tp->posts++;
 	cs_obs_tp_post(now, group, op_id, g->n, bytes); /* observe/ */
 	if (tp->nops > tp->st.peak_ops)
 		tp->st.peak_ops = tp->nops;
@@ -1046,10 +1051,12 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		tp->st.rx_bad_src++;
 		return;
 	}
+	spur = s->rel.st.spurious_rto;
 	/* No room to keep it: frames held for ops that failed here go
 	 * first (this one's among them: it is answered, not held); with
-	 * none, leave it unacknowledged (its sender resends it), but let a
-	 * duplicate through so that its ACK is repeated. */
+	 * none, refuse it: its sender is told that we are busy (not a
+	 * loss) and parks it until tp_resume() says there may be room.
+	 * A duplicate goes through, so that its ACK is repeated. */
 	if (hold && tp->nheld == tp->p.hold_frames &&
 	    cs_rel_rx_new(&s->rel, h->seq)) {
 		if (tp_hold_reclaim(tp) &&
@@ -1057,10 +1064,17 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 			hold = false;
 		if (hold && tp->nheld == tp->p.hold_frames) {
 			tp->st.rx_hold_full++;
+			cs_rel_busy(&s->rel, h, now);
+			if (!s->busy) {
+				s->busy = true;
+				tp->nbusy++;
+			}
+			s->busy_posts = tp->posts;
+			if (unlikely(s->rel.st.spurious_rto != spur))
+				tp_share_floor(tp, s, now);
 			return;
 		}
 	}
-	spur = s->rel.st.spurious_rto;
 	m = cs_rel_on_packet(&s->rel, h, now);
 	cs_obs_tp_rx(now, src, h, &s->rel, m); /* observe/ */
 	if (unlikely(s->rel.st.spurious_rto != spur))
@@ -1242,6 +1256,28 @@ static unsigned tp_schedule(struct cs_tp *tp, cs_ns_t now)
 	return sent;
 }
 
+/*
+ * Sessions that refused frames because the hold was full ask their peers
+ * to resend them once there may be room: an operation was posted here
+ * since (frames held for it went to it), or the hold drained to half.
+ * A frame that still finds no room is refused again.
+ */
+static void tp_resume(struct cs_tp *tp)
+{
+	bool room = tp->p.hold_frames && 2 * tp->nheld <= tp->p.hold_frames;
+
+	for (uint32_t i = 0; tp->nbusy && i < tp->nsess; i++) {
+		struct tp_sess *s = tp->sess[i];
+
+		if (!s->busy || !(room || s->busy_posts != tp->posts))
+			continue;
+		cs_rel_resume(&s->rel);
+		s->busy = false;
+		tp->nbusy--;
+		tp->st.tx_resumes++;
+	}
+}
+
 static unsigned tp_acks(struct cs_tp *tp, cs_ns_t now)
 {
 	unsigned sent = 0;
@@ -1416,6 +1452,8 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	for (uint32_t i = 0; i < tp->nsess; i++)
 		work += tp_resend(tp, tp->sess[i], now);
 	work += tp_schedule(tp, now);
+	if (tp->nbusy)
+		tp_resume(tp);
 	work += tp_acks(tp, now);
 	if (tp->nheld)
 		tp_expire_held(tp, now);
@@ -1494,6 +1532,9 @@ void cs_tp_get_stats(const struct cs_tp *tp, struct cs_tp_stats *st)
 		st->rel_tlp += rs->tlp;
 		st->rel_spurious += rs->spurious_rto;
 		st->rel_stale_rcvd += rs->stale_rcvd;
+		st->rel_parked += rs->parked;
+		st->rel_resumes += rs->resumes;
+		st->rel_park_probes += rs->park_probes;
 	}
 }
 
@@ -1515,7 +1556,9 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" ops_failed=%" PRIu64 " sessions=%" PRIu64 " peak_ops=%" PRIu64
 		" rel_timeouts=%" PRIu64 " bad_acked=%" PRIu64
 		" bad_rebuild=%" PRIu64 " sess_failed=%" PRIu64
-		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64 "\n",
+		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64
+		" tx_resumes=%" PRIu64 " rel_parked=%" PRIu64
+		" rel_resumes=%" PRIu64 " rel_park_probes=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
@@ -1525,7 +1568,9 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->grants_set, st->peak_senders, st->tx_aborts, st->rx_aborts,
 		st->ops_posted, st->ops_done, st->ops_failed, st->sessions,
 		st->peak_ops, st->rel_timeouts, st->bad_acked, st->bad_rebuild,
-		st->sess_failed, st->rel_stale_rcvd, st->timers_held);
+		st->sess_failed, st->rel_stale_rcvd, st->timers_held,
+		st->tx_resumes, st->rel_parked, st->rel_resumes,
+		st->rel_park_probes);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

@@ -137,6 +137,13 @@ struct cs_tp_stats {
 	/* session timer runs whose loss timers (RTO, probe, RACK) waited
 	 * for the receive queue to drain (cs_tp_poll()) */
 	uint64_t timers_held;
+	/* the hold was full: frames refused (rx_hold_full) are reported to
+	 * their senders, who park them; tx_resumes: sessions told to
+	 * resend them (room again); rel_parked: frames of ours a peer
+	 * refused; rel_resumes: resumes that found frames parked;
+	 * rel_park_probes: parked frames resent by the RTO (a lost resume) */
+	uint64_t tx_resumes;
+	uint64_t rel_parked, rel_resumes, rel_park_probes;
 };
 
 struct cs_tp;

@@ -39,6 +39,15 @@ enum cs_pkt_type {
  * a CS_PROTO_NONCE_LEN nonce (sender instance, frame counter) precedes it
  * (docs/auth.md); without it the tag is SipHash-2-4-128. Never alone. */
 #define CS_PKT_F_GMAC 0x0080
+/* On a CS_PKT_NACK with CS_PKT_F_ACK: the receiver had no room to keep
+ * the packets its bitmap names (seq + i for bit i): they belong to an
+ * operation not posted there yet and its hold is full. They did not
+ * arrive and were not lost: the sender parks them (no loss, no rate
+ * cut) until the receiver says CS_PKT_F_RESUME (control/rel.h). */
+#define CS_PKT_F_BUSY 0x0100
+/* With CS_PKT_F_ACK: the receiver has room again: resend what it
+ * reported busy. */
+#define CS_PKT_F_RESUME 0x0200
 
 #define CS_PROTO_TAG_LEN 16
 #define CS_PROTO_NONCE_LEN 16
