@@ -946,3 +946,191 @@ Test(rel, ack_drop_forgets_an_owed_ack_not_a_duplicate)
 	cr_assert(cs_rel_ack_due(&b, 2000000));
 	unpair();
 }
+
+/*
+ * A receiver with no room for seqs 1..3 (of 0..5) reports them busy: the
+ * sender parks them, resends none of them however many later packets are
+ * acknowledged or however long it waits for less than an RTO, counts no
+ * loss; the receiver's resume brings all three back at once, and they
+ * complete the transfer.
+ */
+Test(rel, busy_packets_park_until_resumed)
+{
+	struct cs_pkt_hdr h[6], ack, nack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len, got = 0;
+	uint64_t cookie;
+	int m;
+
+	pair(SEQ0);
+	for (unsigned i = 0; i < 6; i++)
+		h[i] = data(&a, i, i);
+	for (unsigned i = 0; i < 6; i++) {
+		if (i >= 1 && i <= 3)
+			cs_rel_busy(&b, &h[i], 10 + i);
+		else
+			cr_assert_eq(cs_rel_on_packet(&b, &h[i], 10 + i),
+				     CS_REL_DELIVER);
+	}
+	cr_assert(cs_rel_busy_told(&b));
+	cr_assert(cs_rel_ack_due(&b, 20));
+	cr_assert_eq(cs_rel_next_deadline(&b), 0);
+	/* the busy NACK first, then the ordinary ACK */
+	nack = ack_of(&b, 20);
+	cr_assert_eq(nack.type, CS_PKT_NACK);
+	cr_assert_eq(nack.flags, CS_PKT_F_ACK | CS_PKT_F_BUSY);
+	cr_assert_eq(nack.seq, SEQ0 + 1);
+	cr_assert_eq(nack.sack, 0x7, "sack %llx", (unsigned long long)nack.sack);
+	cr_assert_eq(nack.ack, SEQ0 + 1);
+	ack = ack_of(&b, 21);
+	cr_assert_eq(ack.type, CS_PKT_ACK);
+	cr_assert_eq(ack.ack, SEQ0 + 1);
+	cr_assert_eq(ack.sack, 0xc, "sack %llx", (unsigned long long)ack.sack);
+	cr_assert(!(ack.flags & CS_PKT_F_RESUME));
+
+	m = cs_rel_on_packet(&a, &nack, 30);
+	cr_assert(!(m & CS_REL_LOST));
+	cr_assert_eq(cs_rel_parked(&a), 3);
+	m = cs_rel_on_packet(&a, &ack, 31);
+	cr_assert(!(m & CS_REL_LOST), "parked packets condemned by SACK");
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT);
+	/* long past the reordering window, short of the RTO: nothing */
+	cr_assert_eq(cs_rel_on_timer(&a, 50000), 0);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), -ENOENT);
+	cr_assert_eq(a.st.retx + a.st.timeouts, 0);
+
+	/* room again: the next ACK says resume */
+	cs_rel_resume(&b);
+	cr_assert(!cs_rel_busy_told(&b));
+	cr_assert(cs_rel_ack_due(&b, 60000));
+	ack = ack_of(&b, 60000);
+	cr_assert(ack.flags & CS_PKT_F_RESUME);
+	cr_assert_eq(b.st.resume_sent, 1);
+	cr_assert(cs_rel_on_packet(&a, &ack, 60010) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_parked(&a), 0);
+	while (!cs_rel_next_retx(&a, &seq, &cookie, &len)) {
+		cr_assert_eq(seq, SEQ0 + 1 + got);
+		cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 60020), 0);
+		cr_assert_eq(cs_rel_on_packet(&b, &r, 60030), CS_REL_DELIVER);
+		got++;
+	}
+	cr_assert_eq(got, 3);
+	ack = ack_of(&b, 60040);
+	cr_assert_eq(ack.ack, SEQ0 + 6);
+	cs_rel_on_packet(&a, &ack, 60050);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(own.nacked, 6);
+	cr_assert_eq(a.st.parked, 3);
+	cr_assert_eq(a.st.resumes, 1);
+	cr_assert_eq(a.st.fast_retx + a.st.timeouts + a.st.tlp, 0);
+	/* a resume with nothing refused says nothing */
+	cs_rel_resume(&b);
+	cr_assert(!cs_rel_ack_due(&b, 70000));
+	unpair();
+}
+
+/*
+ * The resume is lost: the RTO resends the oldest parked packet (a park
+ * probe, not a timeout), and its ACK resumes the rest. A probe refused
+ * again parks again; a peer that answers nothing fails the session after
+ * max_timeouts probes, as it would after timeouts.
+ */
+Test(rel, lost_resume_is_recovered_by_a_park_probe)
+{
+	struct cs_pkt_hdr h[3], nack, ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t t;
+
+	pair(SEQ0);
+	for (unsigned i = 0; i < 3; i++) {
+		h[i] = data(&a, i, i);
+		cs_rel_busy(&b, &h[i], 10);
+	}
+	nack = ack_of(&b, 20);
+	cr_assert_eq(nack.sack, 0x7);
+	cs_rel_on_packet(&a, &nack, 30);
+	cr_assert_eq(cs_rel_parked(&a), 3);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_neq(t, CS_NS_NEVER);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(a.st.timeouts, 0);
+	cr_assert_eq(a.st.park_probes, 1);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
+	/* refused again: parked again */
+	cs_rel_busy(&b, &r, t + 10);
+	nack = ack_of(&b, t + 20);
+	cs_rel_on_packet(&a, &nack, t + 30);
+	cr_assert_eq(cs_rel_parked(&a), 3);
+	/* the next probe gets in: its ACK resumes the other two */
+	t = cs_rel_next_deadline(&a);
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t), 0);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, t + 10), CS_REL_DELIVER);
+	ack = ack_of(&b, t + 20);
+	cr_assert(cs_rel_on_packet(&a, &ack, t + 30) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_parked(&a), 0);
+	for (unsigned i = 1; i < 3; i++) {
+		cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+		cr_assert_eq(seq, SEQ0 + i);
+		cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, t + 40), 0);
+		cs_rel_on_packet(&b, &r, t + 50);
+	}
+	ack = ack_of(&b, t + 60);
+	cs_rel_on_packet(&a, &ack, t + 70);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(a.st.timeouts, 0);
+
+	/* parked, and the peer goes silent: the session fails in the end */
+	h[0] = data(&a, 9, t + 100);
+	cs_rel_busy(&b, &h[0], t + 110);
+	nack = ack_of(&b, t + 120);
+	cs_rel_on_packet(&a, &nack, t + 130);
+	cr_assert_eq(cs_rel_parked(&a), 1);
+	for (unsigned i = 0; i <= a.p.max_timeouts && !cs_rel_failed(&a);
+	     i++) {
+		t = cs_rel_next_deadline(&a);
+		cs_rel_on_timer(&a, t);
+		while (!cs_rel_next_retx(&a, &seq, &cookie, &len))
+			cs_rel_stamp_retx(&a, &r, seq, t);
+	}
+	cr_assert(cs_rel_failed(&a));
+	unpair();
+}
+
+/* A busy report for packets already acknowledged, or not sent, changes
+ * nothing; refusals more than 63 apart are not reported together. */
+Test(rel, stale_or_far_busy_reports)
+{
+	struct cs_pkt_hdr h[2], nack;
+
+	pair(SEQ0);
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 1);
+	nack = ack_of(&b, 2);
+	cs_rel_on_packet(&a, &nack, 3);
+	cr_assert(cs_rel_idle(&a));
+	memset(&nack, 0, sizeof(nack));
+	nack.type = CS_PKT_NACK;
+	nack.flags = CS_PKT_F_ACK | CS_PKT_F_BUSY;
+	nack.ack = SEQ0 + 1;
+	nack.seq = SEQ0 - 5; /* acknowledged, and never sent */
+	nack.sack = ~0ull;
+	cs_rel_on_packet(&a, &nack, 4);
+	cr_assert_eq(cs_rel_parked(&a), 0);
+	cr_assert_eq(a.st.bad_acks, 0);
+
+	h[0].seq = SEQ0 + 1;
+	h[1] = h[0];
+	h[1].seq = SEQ0 + 1 + 64;
+	cs_rel_busy(&b, &h[0], 5);
+	cs_rel_busy(&b, &h[1], 5);
+	nack = ack_of(&b, 6);
+	cr_assert_eq(nack.seq, SEQ0 + 1);
+	cr_assert_eq(nack.sack, 1);
+	cr_assert_eq(b.st.busy_rcvd, 2);
+	cr_assert_eq(b.st.busy_sent, 1);
+	unpair();
+}

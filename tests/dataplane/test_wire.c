@@ -845,7 +845,7 @@ Test(wire_reject, flags)
 
 	fx_make(&x, 16, 0);
 	fl = x.h.flags;
-	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0100));
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0400));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	/* a nonce without a tag */
 	wr16(x.f + HOFF + 2,
@@ -853,6 +853,32 @@ Test(wire_reject, flags)
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x8000));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
+	free(x.f);
+}
+
+/* "busy" (a NACK's bitmap of refused packets) and "resume" ride on ACKs
+ * only: anywhere else a peer could mistake them (control/rel.h). */
+Test(wire_reject, busy_and_resume_placement)
+{
+	struct fixture x;
+	uint16_t fl;
+
+	fx_make(&x, 16, 0);
+	fl = x.h.flags & ~CS_PKT_F_ACK;
+	x.f[HOFF + 1] = CS_PKT_DATA;
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | CS_PKT_F_ACK | CS_PKT_F_BUSY));
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
+	x.f[HOFF + 1] = CS_PKT_NACK;
+	cr_assert_eq(dec(x.f, x.n), 0);
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | CS_PKT_F_BUSY));
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
+	x.f[HOFF + 1] = CS_PKT_ACK;
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | CS_PKT_F_RESUME));
+	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
+	wr16(x.f + HOFF + 2, (uint16_t)(fl | CS_PKT_F_ACK | CS_PKT_F_RESUME));
+	cr_assert_eq(dec(x.f, x.n), 0);
+	x.f[HOFF + 1] = CS_PKT_DATA; /* resume piggybacked on data */
+	cr_assert_eq(dec(x.f, x.n), 0);
 	free(x.f);
 }
 
@@ -963,7 +989,7 @@ Test(wire_reject, encode_checks)
 	cr_assert_eq(cs_wire_encode(buf, n, &addr_a, &addr_b, &g, NULL),
 		     CS_WIRE_E_TYPE);
 	g = h;
-	g.flags |= 0x100;
+	g.flags |= 0x400;
 	cr_assert_eq(cs_wire_encode(buf, n, &addr_a, &addr_b, &g, NULL),
 		     CS_WIRE_E_FLAGS);
 	g = h;

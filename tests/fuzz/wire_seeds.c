@@ -86,6 +86,8 @@ int main(int argc, char **argv)
 		{ CS_PKT_DATA, CS_PKT_F_AUTH | CS_PKT_F_GMAC, 48, 1, 0 },
 		{ CS_PKT_ACK, CS_PKT_F_AUTH | CS_PKT_F_GMAC | CS_PKT_F_ACK, 0, 0,
 		  1 },
+		{ CS_PKT_NACK, CS_PKT_F_ACK | CS_PKT_F_BUSY, 0, 1, 0 },
+		{ CS_PKT_ACK, CS_PKT_F_ACK | CS_PKT_F_RESUME, 0, 0, 0 },
 	};
 	static uint8_t buf[2048], pay[1500];
 	struct cs_pkt_hdr h;

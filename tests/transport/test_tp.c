@@ -1126,3 +1126,54 @@ Test(tp, descheduled_owner_reads_acks_before_timing_out)
 	}
 	teardown_nodes();
 }
+
+/*
+ * Node 0 sends a 256 KiB allreduce long before node 1 posts its part, and
+ * node 1 can hold 2 frames: the rest are refused, reported busy and
+ * parked at node 0 (no loss, no timeout, no rate cut). Node 1's post
+ * resumes them: both end well and exact within 100 us of the late post.
+ * (Before parking, the refused frames went unacknowledged: the sender's
+ * RTO fired while it waited, and each timeout halved its path's rate.)
+ */
+Test(tp, refused_frames_park_and_resume_at_the_post)
+{
+	const uint32_t two[] = { 0, 1 };
+	struct cs_tp_stats s0, s1;
+	struct ar a[2];
+	unsigned rounds = 0;
+
+	setup_nodes(8, 2);
+	ar_channels = 1;
+	for (uint32_t i = 0; i < 2; i++)
+		cr_assert_eq(cs_tp_group_add(nodes[i].tp, 10, two, 2, NULL), 0);
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 64 * 1024, 0, 0);
+	pump(800); /* 0.8 ms: rel.rto_min is 200 us; tp.hold_ttl 1 ms */
+	cs_tp_get_stats(nodes[0].tp, &s0);
+	cs_tp_get_stats(nodes[1].tp, &s1);
+	cr_assert_eq(s1.rx_held, 2);
+	cr_assert_gt(s1.rx_hold_full, 0);
+	cr_assert_gt(s0.rel_parked, 0);
+	cr_assert_eq(s0.rel_timeouts, 0, "%lu timeouts while parked",
+		     (unsigned long)s0.rel_timeouts);
+	cr_assert_eq(s0.rel_fast_retx + s0.rel_tlp, 0);
+	cr_assert_eq(nodes[0].status[0], -EINPROGRESS);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 64 * 1024, 0, 0);
+	while (nodes[0].ndone + nodes[1].ndone < 2 && rounds < 5000) {
+		pump(1);
+		rounds++;
+	}
+	cr_assert_lt(rounds, 100, "ended %u us after the late post", rounds);
+	for (uint32_t i = 0; i < 2; i++) {
+		cr_assert_eq(nodes[i].status[0], 0, "node %u: %d", i,
+			     nodes[i].status[0]);
+		ar_check(&a[i]);
+		ar_free(&a[i]);
+	}
+	cs_tp_get_stats(nodes[0].tp, &s0);
+	cs_tp_get_stats(nodes[1].tp, &s1);
+	cr_assert_gt(s1.tx_resumes, 0);
+	cr_assert_gt(s0.rel_resumes, 0);
+	cr_assert_eq(s0.rel_timeouts, 0);
+	ar_channels = 0;
+	teardown_nodes();
+}
