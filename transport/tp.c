@@ -41,7 +41,8 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	{ "tp.hold_frames", CS_CFG_U32,
 	  offsetof(struct cs_tp_params, hold_frames), "256", 0, 1 << 20,
 	  "frames of operations not posted here yet that are kept (beyond "
-	  "it they are left unacknowledged, and resent by their sender)" },
+	  "it they are refused: their senders park them until this node "
+	  "posts an operation or the hold drains to half)" },
 	{ "tp.hold_ttl", CS_CFG_NS, offsetof(struct cs_tp_params, hold_ttl),
 	  "30s", 1000, 1e13,
 	  "a held frame whose operation is not posted within this long is "
