@@ -751,7 +751,7 @@ static void mo_trace_write(const struct mo *m)
 	const struct mo_trace *t = m->tr;
 	FILE *f = m->cfg->trace;
 	uint32_t L = 2 * m->n, best = 0;
-	uint64_t bb = 0;
+	uint64_t bb = 0, peak_held = 0;
 	struct cs_tp_stats a = { 0 }, d = { 0 }, s;
 
 	for (uint32_t b = 0; b < m->n / m->G; b++)
@@ -778,6 +778,7 @@ static void mo_trace_write(const struct mo *m)
 		MO_ADD(rel_resumes);
 		MO_ADD(rel_park_probes);
 #undef MO_ADD
+		peak_held = CS_MAX(peak_held, s.peak_held);
 	}
 	/* counters at the last dispatch's end; combine: what came after
 	 * (a node's combine may start before: its frames count there) */
@@ -799,6 +800,9 @@ static void mo_trace_write(const struct mo *m)
 	MO_PR(rel_resumes);
 	MO_PR(rel_park_probes);
 #undef MO_PR
+	/* the most frames one core held at once (against tp.hold_frames) */
+	fprintf(f, "tp peak_held_per_core=%llu\n",
+		(unsigned long long)peak_held);
 	for (uint32_t i = 0; i < L; i++) {
 		const struct cs_sim_link_stats *ls = mo_link(m, i);
 

@@ -503,6 +503,8 @@ static void tp_hold(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
 		memcpy(k->data, payload, h->len);
 	tp->nheld++;
 	tp->st.rx_held++;
+	if (tp->nheld > tp->st.peak_held)
+		tp->st.peak_held = tp->nheld;
 }
 
 /* Held frame @i stays, at position *@j (swapped: buffers are kept). */
@@ -1559,7 +1561,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" bad_rebuild=%" PRIu64 " sess_failed=%" PRIu64
 		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64
 		" tx_resumes=%" PRIu64 " rel_parked=%" PRIu64
-		" rel_resumes=%" PRIu64 " rel_park_probes=%" PRIu64 "\n",
+		" rel_resumes=%" PRIu64 " rel_park_probes=%" PRIu64
+		" peak_held=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
@@ -1571,7 +1574,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->peak_ops, st->rel_timeouts, st->bad_acked, st->bad_rebuild,
 		st->sess_failed, st->rel_stale_rcvd, st->timers_held,
 		st->tx_resumes, st->rel_parked, st->rel_resumes,
-		st->rel_park_probes);
+		st->rel_park_probes, st->peak_held);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

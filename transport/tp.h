@@ -143,6 +143,7 @@ struct cs_tp_stats {
 	 * refused; rel_resumes: resumes that found frames parked;
 	 * rel_park_probes: parked frames resent by the RTO (a lost resume) */
 	uint64_t tx_resumes;
+	uint64_t peak_held; /* most frames held at once (tp.hold_frames) */
 	uint64_t rel_parked, rel_resumes, rel_park_probes;
 };
 
