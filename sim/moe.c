@@ -746,11 +746,46 @@ static void mo_trace_sample(struct mo *m, cs_ns_t now)
 	t->next = now + m->cfg->trace_win_ns;
 }
 
+/* Sessions that resent much or timed out, at the run's end: where a
+ * tail's frames went. */
+static void mo_trace_sessions(const struct mo *m, FILE *f)
+{
+	fprintf(f, "# sessions with retx >= 32 or timeouts >= 2: rank -> "
+		   "peer, rel counters, srtt/rto us, path rate Gb/s\n");
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct cs_rel *r;
+		uint32_t node;
+
+		for (uint32_t k = 0;
+		     (r = cs_tp_sess_at(m->rk[i].tp, k, &node)) != NULL; k++) {
+			const struct cs_rel_stats *s = &r->st;
+
+			if (s->retx < 32 && s->timeouts < 2)
+				continue;
+			fprintf(f,
+				"sess %u -> %u: data=%llu retx=%llu fast=%llu "
+				"tlp=%llu timeouts=%llu spurious=%llu "
+				"parked=%llu resumes=%llu srtt_us=%.1f "
+				"rto_us=%.1f rate_gbps=%.2f\n",
+				i, node, (unsigned long long)s->data_sent,
+				(unsigned long long)s->retx,
+				(unsigned long long)s->fast_retx,
+				(unsigned long long)s->tlp,
+				(unsigned long long)s->timeouts,
+				(unsigned long long)s->spurious_rto,
+				(unsigned long long)s->parked,
+				(unsigned long long)s->resumes, r->srtt / 1e3,
+				r->rto / 1e3,
+				r->path ? r->path->cc.rate * 8 / 1e9 : 0.0);
+		}
+	}
+}
+
 static void mo_trace_write(const struct mo *m)
 {
 	const struct mo_trace *t = m->tr;
 	FILE *f = m->cfg->trace;
-	uint32_t L = 2 * m->n, best = 0;
+	uint32_t L = 2 * m->n, best = 0, last = 0;
 	uint64_t bb = 0, peak_held = 0;
 	struct cs_tp_stats a = { 0 }, d = { 0 }, s;
 
@@ -813,8 +848,13 @@ static void mo_trace_write(const struct mo *m)
 	}
 	fprintf(f, "combine busiest link: %s of rank %u (%.1f us busy)\n",
 		best < m->n ? "up" : "down", best % m->n, bb / 1e6);
+	for (uint32_t i = 1; i < m->n; i++)
+		if (t->rank_end[1][i] > t->rank_end[1][last])
+			last = i;
+	fprintf(f, "last combine: rank %u\n", last);
 	fprintf(f, "# window end_us: up links mean min max, down links mean "
-		   "min max, the combine's busiest link\n");
+		   "min max, the combine's busiest link, the last rank's up "
+		   "and down links\n");
 	for (uint32_t w = 0; w < t->nw; w++) {
 		const float *u = &t->u[(size_t)w * L];
 		double sm[2] = { 0, 0 }, mn[2] = { 9, 9 }, mx[2] = { 0, 0 };
@@ -826,10 +866,14 @@ static void mo_trace_write(const struct mo *m)
 			mn[k] = CS_MIN(mn[k], (double)u[i]);
 			mx[k] = CS_MAX(mx[k], (double)u[i]);
 		}
-		fprintf(f, "win %.0f: %.2f %.2f %.2f  %.2f %.2f %.2f  %.2f\n",
+		fprintf(f,
+			"win %.0f: %.2f %.2f %.2f  %.2f %.2f %.2f  %.2f  %.2f "
+			"%.2f\n",
 			t->at[w] / 1e3, sm[0] / m->n, mn[0], mx[0],
-			sm[1] / m->n, mn[1], mx[1], (double)u[best]);
+			sm[1] / m->n, mn[1], mx[1], (double)u[best],
+			(double)u[last], (double)u[m->n + last]);
 	}
+	mo_trace_sessions(m, f);
 }
 
 static void mo_service(struct mo_rank *r, cs_ns_t now)
