@@ -288,9 +288,12 @@ static void moe_usage(FILE *out)
 		"--trace FILE: the run's timeline, for finding where the time\n"
 		"went: when each node and rank finished dispatch and combine,\n"
 		"the transport counters of each phase (retransmissions,\n"
-		"timeouts, frames held for an op not posted yet), and per\n"
-		"W us (default 50) how busy the NIC links were (mean, min,\n"
-		"max per direction, and the combine's busiest link).\n");
+		"timeouts, frames held, refused, parked and resumed, the\n"
+		"most one core held), per W us (default 50) how busy the\n"
+		"NIC links were (mean, min, max per direction, the\n"
+		"combine's busiest link, the last rank's up and down\n"
+		"links), and the sessions that resent 32 frames or more or\n"
+		"timed out twice (counters, srtt, rto, path rate).\n");
 }
 
 int cs_cmd_sim_moe(int argc, char **argv)
