@@ -191,6 +191,23 @@ int cs_gmac_tag(struct cs_gmac *g, uint32_t ctr, const struct cs_pkt_hdr *h,
 		const void *payload, uint8_t tag[CS_PROTO_TAG_LEN]);
 
 /**
+ * cs_gmac_tag_next - cs_gmac_tag() (the same tag) that meanwhile brings
+ * @next, the payload to be tagged after this one, into cache
+ * @next: any address, or NULL (prefetches are hints: they never fault)
+ * @next_len: bytes of @next to bring in
+ *
+ * A tag is as fast as the hashing only on a payload in cache; on one that
+ * is not, the misses cost as much again (docs/bench-auth.md). A caller
+ * that tags a batch of frames passes each one the next frame's payload,
+ * so that only the first of the batch waits for memory.
+ * Returns: 0 or -EIO.
+ */
+int cs_gmac_tag_next(struct cs_gmac *g, uint32_t ctr,
+		     const struct cs_pkt_hdr *h, const void *payload,
+		     const void *next, uint32_t next_len,
+		     uint8_t tag[CS_PROTO_TAG_LEN]);
+
+/**
  * cs_auth_nonce_ctr - the counter in a nonce (its last 4 bytes, big-endian)
  */
 static inline uint32_t cs_auth_nonce_ctr(const uint8_t *nonce)

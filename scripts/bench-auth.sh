@@ -15,7 +15,13 @@
 #
 #   scripts/bench-auth.sh [NODES...]   (default: 4; root)
 #
+# With CS_AUTH_BUILDS="DIR_A DIR_B" (build directories, e.g. one of the
+# commit before a change and one of the change) both parts run for each
+# build in turn, alternating (A off, A on, B off, B on, A off ...), every
+# line says which build, and the medians and the cost come per build.
+#
 # Environment: CS_AUTH_ROUNDS (2 off/on pairs per size; 0: per frame only),
+# CS_AUTH_BUILDS (build directories to compare, default CS_BUILD_DIR),
 # CS_AUTH_MACS (auth.mac values of the "on" runs, default "auto"), CS_AUTH_PORT
 # (af_packet), CS_AUTH_MTU (9000), CS_AUTH_BYTES (64M), CS_AUTH_ITERS (3),
 # CS_AUTH_SELFTESTS (5), CS_BUILD_DIR (build), CS_CLUSTER (namespace
@@ -27,7 +33,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CS_BUILD_DIR:-build}
-CLI=$BUILD/tools/collstack
+read -ra BUILDS <<<"${CS_AUTH_BUILDS:-$BUILD}"
 ROUNDS=${CS_AUTH_ROUNDS:-2}
 SELFTESTS=${CS_AUTH_SELFTESTS:-5}
 P=${CS_CLUSTER:-cs}
@@ -42,7 +48,12 @@ read -ra MACS <<<"${CS_AUTH_MACS:-auto}"
 NODES=("$@")
 [ ${#NODES[@]} -gt 0 ] || NODES=(4)
 [ "$(id -u)" -eq 0 ] || { echo "bench-auth: needs root" >&2; exit 1; }
-[ -x "$CLI" ] || { echo "bench-auth: not built: $CLI" >&2; exit 1; }
+for b in "${BUILDS[@]}"; do
+	[ -x "$b/tools/collstack" ] && [ -x "$b/sidecar/collstackd" ] ||
+		{ echo "bench-auth: not built: $b" >&2; exit 1; }
+done
+# "[DIR] " before every line when builds are compared, else nothing
+tagof() { [ ${#BUILDS[@]} -gt 1 ] && printf '[%s] ' "$1"; true; }
 SUM=$(mktemp)
 trap 'scripts/cluster.sh down >/dev/null 2>&1; rm -f "$SUM" "$SUM.frame"' EXIT
 
@@ -60,27 +71,45 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)" \
 	"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) CPUs," \
 	"loadavg $(load)"
+[ ${#BUILDS[@]} -gt 1 ] && echo "# builds compared, in turn: ${BUILDS[*]}"
 echo "# per frame, one core (collstack selftest's tag loops):"
 for _ in $(seq "$SELFTESTS"); do
-	"$CLI" selftest | grep -o 'tag cost.*' | sed 's/, auth.mac=auto//' |
-	awk -v l="$(load)" '
-	{	# tag cost (CODE): U us per B-byte payload (M MB/s), A us per pure ACK
-		code = $3; gsub(/[():]/, "", code)
-		u = $4; b = $7; sub(/-byte/, "", b); a = $11
-		printf "tag (%s): %.0f ns per %d-byte frame = %.2f GB/s per core; %.0f ns per pure ACK (loadavg %s)\n", \
-			code, u * 1000, b, b / (u * 1000), a * 1000, l
-	}'
+	for b in "${BUILDS[@]}"; do
+		"$b/tools/collstack" selftest | grep -o 'tag cost.*' |
+		sed 's/, auth.mac=auto//' |
+		awk -v l="$(load)" -v t="$(tagof "$b")" '
+		{	# tag cost (CODE): U us per B-byte payload (M MB/s), A us per pure ACK
+			code = $3; gsub(/[():]/, "", code)
+			u = $4; b = $7; sub(/-byte/, "", b); a = $11
+			printf "%stag (%s): %.0f ns per %d-byte frame = %.2f GB/s per core; %.0f ns per pure ACK (loadavg %s)\n", \
+				t, code, u * 1000, b, b / (u * 1000), a * 1000, l
+		}'
+	done
 done | tee "$SUM.frame"
 # the least disturbed run per code (other jobs only ever make a run slower)
-for code in $(awk '{ print $2 }' "$SUM.frame" | sort -u); do
-	grep -F " $code " "$SUM.frame" | sort -n -k3 | head -1 |
-		sed 's/^tag /best of '"$SELFTESTS"': /'
+for b in "${BUILDS[@]}"; do
+	t=$(tagof "$b")
+	for code in $(grep -F -- "$t" "$SUM.frame" |
+		grep -o 'tag ([^)]*)' | sort -u | tr -d '()' | cut -d' ' -f2); do
+		grep -F -- "$t" "$SUM.frame" | grep -F "tag ($code)" |
+			sort -n -t: -k2 | head -1 |
+			sed 's/tag /best of '"$SELFTESTS"': /'
+	done
 done
 rm -f "$SUM.frame"
 echo "# $PORT mtu $MTU, allreduce $BYTES x $ITERS (+1 warm-up), auth off/on (auth.mac ${MACS[*]}) back to back:"
+RUNS=()	# one round: BUILD|0 BUILD|MAC ... per build, in turn
+for b in "${BUILDS[@]}"; do
+	for a in 0 "${MACS[@]}"; do
+		RUNS+=("$b|$a")
+	done
+done
 for n in "${NODES[@]}"; do
 	for r in $(seq "$ROUNDS"); do
-		for a in 0 "${MACS[@]}"; do
+		for run in "${RUNS[@]}"; do
+			b=${run%|*} a=${run##*|}
+			CLI=$b/tools/collstack
+			export CS_BUILD_DIR=$b	# scripts/cluster.sh's collstackd
 			set -- --set auth.enable=0
 			[ "$a" = 0 ] || set -- --set auth.enable=1 --set auth.mac="$a"
 			scripts/cluster.sh up "$n" --port "$PORT" --mtu "$MTU" \
@@ -95,21 +124,21 @@ for n in "${NODES[@]}"; do
 			[ "$a" = 0 ] && what="auth.enable=0" ||
 				what="auth.enable=1 auth.mac=$a"
 			if [ -z "$row" ]; then	# say why, keep going
-				printf '%s nodes %s %s: no result: %s\n' \
-					"$n" "$what" "$(date -u +%T)" \
+				printf '%s%s nodes %s %s: no result: %s\n' \
+					"$(tagof "$b")" "$n" "$what" "$(date -u +%T)" \
 					"$(grep -v '^#' <<<"$out" | tail -2 | tr '\n' ' ')"
 				continue
 			fi
 			read -r _ _ _ _ tus alg bus wrong <<<"$row"
-			printf '%s nodes %s %s loadavg %s: time_us=%s algbw=%s busbw=%s wrong=%s %s, %s | sidecars CPU %.2f s, wall %.2f s\n' \
-				"$n" "$what" "$(date -u +%T)" \
+			printf '%s%s nodes %s %s loadavg %s: time_us=%s algbw=%s busbw=%s wrong=%s %s, %s | sidecars CPU %.2f s, wall %.2f s\n' \
+				"$(tagof "$b")" "$n" "$what" "$(date -u +%T)" \
 				"$(cut -d' ' -f1 /proc/loadavg)" "$tus" "$alg" \
 				"$bus" "$wrong" \
 				"$(grep -o '[0-9]* retransmissions' <<<"$out" | tail -1)" \
 				"$(grep -o 'Out of bounds values.*' <<<"$out" | tail -1)" \
 				"$(echo "($c1 - $c0) / $(getconf CLK_TCK)" | bc -l)" \
 				"$(echo "$t1 - $t0" | bc -l)"
-			echo "$n $a $bus" >>"$SUM"
+			echo "$n $a $bus $b" >>"$SUM"
 		done
 	done
 done
@@ -121,13 +150,15 @@ function median(s,   v, k, i, j, t) {
 		if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
 	return k % 2 ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
 }
-{ b[$1 " " $2] = b[$1 " " $2] " " $3; seen[$1] = 1; if ($2 != "0") mac[$2] = 1 }
+{ k = $4 " " $1; b[k " " $2] = b[k " " $2] " " $3; seen[k] = 1
+  if ($2 != "0") mac[$2] = 1 }
 END {
-	for (n in seen) for (m in mac) {
-		if (b[n " 0"] == "" || b[n " " m] == "") continue
-		off = median(b[n " 0"]); on = median(b[n " " m])
+	for (k in seen) for (m in mac) {
+		if (b[k " 0"] == "" || b[k " " m] == "") continue
+		split(k, f, " ")
+		off = median(b[k " 0"]); on = median(b[k " " m])
 		cost = off > 0 ? (off - on) / off * 100 : 0
-		printf "%s nodes, auth.mac=%s: median busbw off %.3f GB/s, on %.3f GB/s: authentication costs %.1f %% of busbw\n", \
-			n, m, off, on, cost
+		printf "%s%s nodes, auth.mac=%s: median busbw off %.3f GB/s, on %.3f GB/s: authentication costs %.1f %% of busbw\n", \
+			multi ? "[" f[1] "] " : "", f[2], m, off, on, cost
 	}
-}' "$SUM"
+}' multi=$((${#BUILDS[@]} > 1)) "$SUM"

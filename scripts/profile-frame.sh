@@ -11,7 +11,7 @@
 #
 #   scripts/profile-frame.sh [--port memif|af_packet|udp] [--nodes N]
 #                            [--bytes 64M] [--iters I] [--out DIR]
-#                            [--set KEY=VALUE]...
+#                            [--mtu M] [--set KEY=VALUE]...
 #
 # Stages (by symbol, and by DSO for DPDK's libraries, whose symbols may
 # not resolve): port (PMD, io_uring, the port layer, the driver's
@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$BUILD/tools/collstack
-PORT=memif N=2 BYTES=64M ITERS=5 OUT=bench-out/profile SETS=()
+PORT=memif N=2 BYTES=64M ITERS=5 OUT=bench-out/profile SETS=() MTU=()
 
 die() { echo "profile-frame: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -40,6 +40,7 @@ while [ $# -gt 0 ]; do
 	--bytes) BYTES=$2; shift 2 ;;
 	--iters) ITERS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
+	--mtu) MTU=(--mtu "$2"); shift 2 ;;
 	--set) SETS+=(--set "$2"); shift 2 ;;
 	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
@@ -58,7 +59,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-scripts/cluster.sh up "$N" --port "$PORT" "${SETS[@]}" >&2
+scripts/cluster.sh up "$N" --port "$PORT" "${MTU[@]}" "${SETS[@]}" >&2
 # shellcheck disable=SC1090
 . "$CS_CLUSTER_ENV"
 pids=${CS_PIDS// /,}

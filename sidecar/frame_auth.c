@@ -144,9 +144,10 @@ static struct cs_fa_tx *tx_instance(struct cs_frame_auth *a,
 	return t;
 }
 
-void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q, uint32_t view_epoch,
-		       const struct cs_pkt_hdr *h, const void *payload,
-		       uint8_t *out)
+void cs_frame_auth_tag_next(struct cs_frame_auth *a, unsigned q,
+			    uint32_t view_epoch, const struct cs_pkt_hdr *h,
+			    const void *payload, const void *next,
+			    uint32_t next_len, uint8_t *out)
 {
 	struct cs_fa_lane *l = &a->lane[q];
 	struct cs_pkt_hdr tmp;
@@ -176,8 +177,8 @@ void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q, uint32_t view_epoch,
 	out[CS_PROTO_SID_LEN + 1] = (uint8_t)(ctr >> 16);
 	out[CS_PROTO_SID_LEN + 2] = (uint8_t)(ctr >> 8);
 	out[CS_PROTO_SID_LEN + 3] = (uint8_t)ctr;
-	if (unlikely(cs_gmac_tag(&t->g, ctr, h, payload,
-				 out + CS_PROTO_NONCE_LEN)))
+	if (unlikely(cs_gmac_tag_next(&t->g, ctr, h, payload, next, next_len,
+				      out + CS_PROTO_NONCE_LEN)))
 		goto fail;
 	return;
 fail:

@@ -131,13 +131,16 @@ static inline uint16_t cs_frame_auth_flags(const struct cs_frame_auth *a)
  * its epoch (@view_epoch: the epoch the view is at now), whichever code it
  * carries; counts the ones that are not (no tag: rx_notag and rx_fail)
  * @q: the lane (lcore) that received it
+ *
+ * (Bringing the burst's next payload into cache meanwhile, as the sending
+ * side does, made checks slower: docs/bench-auth.md.)
  */
 bool cs_frame_auth_rx_ok(struct cs_frame_auth *a, unsigned q,
 			 uint32_t view_epoch, const struct cs_pkt_hdr *h,
 			 const void *payload);
 
 /**
- * cs_frame_auth_tag - write @h's nonce and tag (cs_frame_auth_room()
+ * cs_frame_auth_tag_next - write @h's nonce and tag (cs_frame_auth_room()
  * bytes) at @out
  * @q: the sending lane (lcore)
  * @h: the header as sent, flags with cs_frame_auth_flags() already
@@ -145,11 +148,23 @@ bool cs_frame_auth_rx_ok(struct cs_frame_auth *a, unsigned q,
  * A GMAC frame takes the next counter of the lane's instance for its
  * epoch; a new instance (a fresh random sid and key) is drawn for a new
  * epoch or rank, and when the counter is spent. A frame sent again
- * (retransmission) is tagged again with a new counter.
+ * (retransmission) is tagged again with a new counter. @next and
+ * @next_len: the payload tagged after this one, brought into cache
+ * meanwhile (a batch of frames tagged in a row), or NULL;
+ * cs_frame_auth_tag() is the same without.
  */
-void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q,
-		       uint32_t view_epoch, const struct cs_pkt_hdr *h,
-		       const void *payload, uint8_t *out);
+void cs_frame_auth_tag_next(struct cs_frame_auth *a, unsigned q,
+			    uint32_t view_epoch, const struct cs_pkt_hdr *h,
+			    const void *payload, const void *next,
+			    uint32_t next_len, uint8_t *out);
+
+static inline void cs_frame_auth_tag(struct cs_frame_auth *a, unsigned q,
+				     uint32_t view_epoch,
+				     const struct cs_pkt_hdr *h,
+				     const void *payload, uint8_t *out)
+{
+	cs_frame_auth_tag_next(a, q, view_epoch, h, payload, NULL, 0, out);
+}
 
 /**
  * cs_frame_auth_counts - the counters summed over every lane (read from

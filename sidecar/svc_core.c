@@ -124,6 +124,15 @@ struct core_lane {
 	unsigned nstash;
 	struct cs_pbuf txq[CORE_TXQ];
 	unsigned ntxq;
+	/* auth.enable: txq[ntagged..ntxq) wait for their tags, made in a
+	 * row just before the burst goes out (core_tag_burst()) */
+	struct core_untagged {
+		struct cs_pkt_hdr h; /* as sent */
+		const uint8_t *payload; /* the bytes the frame carries */
+		uint8_t *out; /* where nonce and tag go */
+		uint32_t epoch; /* the view's when it was queued */
+	} untagged[CORE_TXQ];
+	unsigned ntagged;
 	uint64_t tx_retry, tx_too_big, rx_no_core, post_refused;
 	uint64_t cores, early_unacked;
 	/* the peer table the core was built from */
@@ -169,12 +178,37 @@ struct cs_core_svc {
 
 /* ---- lcore side --------------------------------------------------------- */
 
+/*
+ * auth.enable: tag the queued frames, in the order queued (their nonces'
+ * counters follow it), each while the next one's payload is brought into
+ * cache (cs_frame_auth_tag_next()). A payload is most often not in cache
+ * when it is tagged (the engine's buffer, sent zero copy), and a tag that
+ * waits for memory took twice as long as one that does not
+ * (docs/bench-auth.md); tagged one by one in core_xmit(), each frame
+ * waited. core_rx() checks a received burst the same way.
+ */
+static void core_tag_burst(struct core_lane *l)
+{
+	for (unsigned i = l->ntagged; i < l->ntxq; i++) {
+		const struct core_untagged *u = &l->untagged[i];
+		const struct core_untagged *nx =
+			i + 1 < l->ntxq ? &l->untagged[i + 1] : NULL;
+
+		cs_frame_auth_tag_next(l->s->auth, l->q, u->epoch, &u->h,
+				       u->payload, nx ? nx->payload : NULL,
+				       nx ? nx->h.len : 0, u->out);
+	}
+	l->ntagged = l->ntxq;
+}
+
 static bool core_flush(struct core_lane *l)
 {
 	unsigned sent;
 
 	if (!l->ntxq)
 		return true;
+	if (l->s->auth && l->ntagged < l->ntxq)
+		core_tag_burst(l);
 	sent = cs_port_tx_burst(l->s->d->port, l->q, l->txq, l->ntxq);
 	if (sent < l->ntxq) {
 		memmove(l->txq, l->txq + sent,
@@ -182,6 +216,7 @@ static bool core_flush(struct core_lane *l)
 		l->tx_retry++;
 	}
 	l->ntxq -= sent;
+	l->ntagged = l->ntxq; /* the ones left were tagged */
 	return l->ntxq == 0;
 }
 
@@ -233,12 +268,17 @@ static void core_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 		l->tx_too_big++;
 		return;
 	}
-	if (s->auth) /* over the header as sent and the payload, in place */
-		cs_frame_auth_tag(s->auth, l->q,
-				  atomic_load_explicit(&s->d->view.epoch,
-						       memory_order_relaxed),
-				  &hh, payload,
-				  b->data + CS_PROTO_FRAME_OVERHEAD);
+	if (s->auth) { /* over the header as sent and the payload the frame
+			* carries (its copy, or the memory it references),
+			* in place, at the flush */
+		struct core_untagged *u = &l->untagged[l->ntxq];
+
+		u->h = hh;
+		u->payload = b->len == off + len ? b->data + off : payload;
+		u->out = b->data + CS_PROTO_FRAME_OVERHEAD;
+		u->epoch = atomic_load_explicit(&s->d->view.epoch,
+						memory_order_relaxed);
+	}
 	l->txq[l->ntxq++] = *b;
 	l->nstash--;
 }
