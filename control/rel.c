@@ -547,22 +547,25 @@ static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
 }
 
 /*
- * The peer had no room for the packets @bits names (bit i: @from + i):
- * park those still out. The refusal is an answer: the peer is alive and
- * the path works, so the timeout count starts over and a timeout's rate
- * cut whose probe was refused is taken back.
+ * The peer had no room for @from .. @from + @n - 1: park those still out
+ * (what it acknowledged is not: a packet that arrived inside the range).
+ * The refusal is an answer: the peer is alive and the path works, so the
+ * timeout count starts over and a timeout's rate cut whose probe was
+ * refused is taken back.
  */
-static int park_busy(struct cs_rel *r, uint32_t from, uint64_t bits,
+static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n,
 		     cs_ns_t now)
 {
 	bool any = false;
 
-	for (; bits; bits &= bits - 1) {
-		uint32_t s = from + (uint32_t)__builtin_ctzll(bits);
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t s = from + i;
 		struct cs_rel_meta *m;
 
-		if (cs_seq_lt(s, r->snd_una) || !cs_seq_lt(s, r->snd_nxt))
+		if (cs_seq_lt(s, r->snd_una))
 			continue;
+		if (!cs_seq_lt(s, r->snd_nxt))
+			break;
 		m = meta_of(r, s);
 		if (m->state != M_INFLIGHT && m->state != M_LOST)
 			continue;
@@ -694,7 +697,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	if (missing)
 		res |= detect_lost(r, now);
 	if (busy)
-		res |= park_busy(r, h->seq, h->sack, now);
+		res |= park_busy(r, h->seq, CS_MIN(h->step, r->p.window), now);
 	/* the peer has room again (or took a probe): resend the parked */
 	if ((h->flags & CS_PKT_F_RESUME) || probe_acked)
 		res |= unpark(r);
@@ -834,7 +837,7 @@ int cs_rel_on_packet(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 
 bool cs_rel_ack_due(const struct cs_rel *r, cs_ns_t now)
 {
-	return r->ack_now || r->ext_due || r->busy_bits || r->resume_due ||
+	return r->ack_now || r->ext_due || r->busy_n || r->resume_due ||
 	       (r->ack_pending && now >= r->ack_deadline);
 }
 
@@ -910,21 +913,22 @@ static void build_busy(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->type = CS_PKT_NACK;
 	h->flags = CS_PKT_F_ACK | CS_PKT_F_BUSY;
 	h->seq = r->busy_base;
+	h->step = r->busy_n; /* the range; no bitmap */
 	h->ack = r->rcv_nxt;
-	h->sack = r->busy_bits;
+	h->sack = 0;
 	h->len = 0;
 	h->ts = now;
 	h->ts_echo = 0; /* no RTT sample from a refusal */
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
 	r->credit_adv = h->credit;
-	r->busy_bits = 0;
+	r->busy_n = 0;
 	r->st.busy_sent++;
 }
 
 int cs_rel_busy(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 {
+	int64_t lo, hi, off;
 	int res = 0;
-	uint32_t off;
 
 	if (h->flags & CS_PKT_F_ACK)
 		res = process_ack(r, h, now);
@@ -932,15 +936,16 @@ int cs_rel_busy(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 		return res;
 	r->st.busy_rcvd++;
 	r->busy_told = true;
-	if (!r->busy_bits) {
-		r->busy_base = h->seq;
-		r->busy_bits = 1;
-		return res;
-	}
-	off = h->seq - r->busy_base;
-	/* beyond the report: not reported, resent by its RACK or RTO */
-	if (off < SACK_BITS)
-		r->busy_bits |= 1ull << off;
+	/* the range of refusals not reported yet, from rcv_nxt (which may
+	 * have passed its start since: packets there arrived, and the
+	 * sender parks nothing it knows arrived) */
+	off = (int32_t)(h->seq - r->rcv_nxt);
+	lo = r->busy_n ? (int32_t)(r->busy_base - r->rcv_nxt) : off;
+	hi = r->busy_n ? lo + r->busy_n : off + 1;
+	lo = CS_MAX(CS_MIN(lo, off), (int64_t)0);
+	hi = CS_MAX(hi, off + 1);
+	r->busy_base = r->rcv_nxt + (uint32_t)lo;
+	r->busy_n = (uint32_t)CS_MIN(hi - lo, (int64_t)r->p.window);
 	return res;
 }
 
@@ -955,7 +960,7 @@ void cs_rel_resume(struct cs_rel *r)
 
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 {
-	if (r->busy_bits) {
+	if (r->busy_n) {
 		build_busy(r, h, now);
 		return;
 	}
@@ -978,7 +983,7 @@ cs_ns_t cs_rel_next_deadline(const struct cs_rel *r)
 	cs_ns_t t = CS_MIN(CS_MIN(r->rto_deadline, r->credit_deadline),
 			   CS_MIN(r->rack_deadline, r->tlp_deadline));
 
-	if (r->ack_now || r->ext_due || r->busy_bits || r->resume_due)
+	if (r->ack_now || r->ext_due || r->busy_n || r->resume_due)
 		return 0;
 	if (r->ack_pending && r->ack_deadline < t)
 		t = r->ack_deadline;

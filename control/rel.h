@@ -74,10 +74,13 @@
  * Busy (a receiver that cannot keep a packet now): an owner that has no
  * room for a new packet (it belongs to an operation not posted there yet
  * and its hold is full) calls cs_rel_busy() instead of handing it in.
- * The receiver answers with a NACK flagged CS_PKT_F_BUSY whose bitmap
- * names the refused sequence numbers; the sender PARKS them: not lost,
- * not resent by SACK, probe or RACK, no rate cut (the refusal proves the
- * path and the peer work). When the owner has room again it calls
+ * The receiver answers with a NACK flagged CS_PKT_F_BUSY that names the
+ * range of sequence numbers it refused since its last report (seq to
+ * seq + step - 1, at most @window); the sender PARKS those still in
+ * flight: not lost, not resent by SACK, probe or RACK, no rate cut (the
+ * refusal proves the path and the peer work). The range may span packets
+ * that arrived (already acknowledged: nothing to park) and packets lost
+ * on the way (parked too, and resent with the rest on the resume). When the owner has room again it calls
  * cs_rel_resume(): the next ACK carries CS_PKT_F_RESUME and the sender
  * resends every parked packet at once, paced. Should that ACK be lost,
  * the RTO still runs while packets are parked: with nothing else in
@@ -290,8 +293,8 @@ struct cs_rel {
 	bool rx_ooo; /* something beyond rcv_nxt arrived */
 	bool echo_valid; /* echo_ts holds a data packet's ts */
 	bool ext_due; /* a SACK extension block should follow */
-	uint32_t busy_base; /* busy_bits: bit i for seq busy_base + i */
-	uint64_t busy_bits; /* packets refused, not reported yet */
+	uint32_t busy_base; /* refused, not reported yet: busy_base .. */
+	uint32_t busy_n; /* ... busy_base + busy_n - 1 (0: none) */
 	bool busy_told; /* a packet was refused, no resume since */
 	bool resume_due; /* the next ACK carries CS_PKT_F_RESUME */
 	uint32_t ext_next; /* base of the next extension block */
@@ -451,10 +454,9 @@ bool cs_rel_rx_new(const struct cs_rel *r, uint32_t seq);
  * cs_rel_busy - this end cannot take the new DATA packet @h now (its
  * owner has no room for it); call it instead of cs_rel_on_packet(). Its
  * ACK fields are processed as cs_rel_on_packet() would; its data is not
- * received: the peer is told (a busy NACK, cs_rel_ack_due()) and parks
- * it until cs_rel_resume(). A packet more than 63 after the first one
- * not reported yet is not reported: it goes unacknowledged, its sender's
- * RACK or RTO resends it, and it arrives here again.
+ * received: the peer is told (a busy NACK, cs_rel_ack_due(), naming the
+ * range of the refusals since the last report) and parks it until
+ * cs_rel_resume().
  * @r: the session
  * @h: the packet (a DATA packet for which cs_rel_rx_new() was true)
  * @now: current time, ns
