@@ -40,10 +40,11 @@ enum cs_pkt_type {
  * (docs/auth.md); without it the tag is SipHash-2-4-128. Never alone. */
 #define CS_PKT_F_GMAC 0x0080
 /* On a CS_PKT_NACK with CS_PKT_F_ACK: the receiver had no room to keep
- * the packets its bitmap names (seq + i for bit i): they belong to an
- * operation not posted there yet and its hold is full. They did not
- * arrive and were not lost: the sender parks them (no loss, no rate
- * cut) until the receiver says CS_PKT_F_RESUME (control/rel.h). */
+ * packets of seq .. seq + step - 1 (those of them that did not arrive:
+ * the range may span some that did): they belong to an operation not
+ * posted there yet and its hold is full. They were not lost: the sender
+ * parks them (no loss, no rate cut) until the receiver says
+ * CS_PKT_F_RESUME (control/rel.h). */
 #define CS_PKT_F_BUSY 0x0100
 /* With CS_PKT_F_ACK: the receiver has room again: resend what it
  * reported busy. */
