@@ -556,17 +556,13 @@ static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
 static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n,
 		     cs_ns_t now)
 {
+	uint32_t s = cs_seq_lt(from, r->snd_una) ? r->snd_una : from,
+		 end = cs_seq_lt(r->snd_nxt, from + n) ? r->snd_nxt : from + n;
 	bool any = false;
 
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t s = from + i;
-		struct cs_rel_meta *m;
+	for (; cs_seq_lt(s, end); s++) {
+		struct cs_rel_meta *m = meta_of(r, s);
 
-		if (cs_seq_lt(s, r->snd_una))
-			continue;
-		if (!cs_seq_lt(s, r->snd_nxt))
-			break;
-		m = meta_of(r, s);
 		if (m->state != M_INFLIGHT && m->state != M_LOST)
 			continue;
 		if (m->state == M_LOST)
