@@ -579,8 +579,9 @@ static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n,
 	}
 	if (!any)
 		return 0;
+	/* the back-off stays: a receiver that keeps refusing the probes
+	 * is probed ever less often, up to rel.rto_max apart */
 	r->consecutive_to = 0;
-	r->backoff = 0;
 	r->rto_deadline = CS_NS_NEVER;
 	arm_rto(r, now);
 	return 0;

@@ -85,7 +85,8 @@
  * resends every parked packet at once, paced. Should that ACK be lost,
  * the RTO still runs while packets are parked: with nothing else in
  * flight it resends the oldest parked packet (a park probe: no rate cut,
- * not counted as a timeout), and the ACK of a probe resumes the rest.
+ * not counted as a timeout; a probe refused again doubles the wait for
+ * the next, up to @rto_max), and the ACK of a probe resumes the rest.
  * A peer that stops answering still fails the session after
  * @max_timeouts probes.
  *
