@@ -553,8 +553,7 @@ static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
  * timeout count starts over and a timeout's rate cut whose probe was
  * refused is taken back.
  */
-static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n,
-		     cs_ns_t now)
+static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n, cs_ns_t now)
 {
 	uint32_t s = cs_seq_lt(from, r->snd_una) ? r->snd_una : from,
 		 end = cs_seq_lt(r->snd_nxt, from + n) ? r->snd_nxt : from + n;
@@ -614,8 +613,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 	const struct cs_rel_meta *sample = NULL;
 	uint32_t ack = h->ack, base;
 	uint64_t bytes = 0, bits;
-	bool missing, busy = h->flags & CS_PKT_F_BUSY,
-		      probe_acked = false;
+	bool missing, busy = h->flags & CS_PKT_F_BUSY, probe_acked = false;
 	int res = 0;
 
 	if (cs_seq_lt(r->snd_nxt, ack)) {

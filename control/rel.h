@@ -80,14 +80,14 @@
  * flight: not lost, not resent by SACK, probe or RACK, no rate cut (the
  * refusal proves the path and the peer work). The range may span packets
  * that arrived (already acknowledged: nothing to park) and packets lost
- * on the way (parked too, and resent with the rest on the resume). When the owner has room again it calls
- * cs_rel_resume(): the next ACK carries CS_PKT_F_RESUME and the sender
- * resends every parked packet at once, paced. Should that ACK be lost,
- * the RTO still runs while packets are parked: with nothing else in
- * flight it resends the oldest parked packet (a park probe: no rate cut,
- * not counted as a timeout; a probe refused again doubles the wait for
- * the next, up to @rto_max), and the ACK of a probe resumes the rest.
- * A peer that stops answering still fails the session after
+ * on the way (parked too, and resent with the rest on the resume). When the
+ * owner has room again it calls cs_rel_resume(): the next ACK carries
+ * CS_PKT_F_RESUME and the sender resends every parked packet at once, paced.
+ * Should that ACK be lost, the RTO still runs while packets are parked: with
+ * nothing else in flight it resends the oldest parked packet (a park probe: no
+ * rate cut, not counted as a timeout; a probe refused again doubles the wait
+ * for the next, up to @rto_max), and the ACK of a probe resumes the rest. A
+ * peer that stops answering still fails the session after
  * @max_timeouts probes.
  *
  * Credit (receiver-granted, for fan-in): when @credit is on, the sender

@@ -1091,8 +1091,7 @@ Test(rel, lost_resume_is_recovered_by_a_park_probe)
 	nack = ack_of(&b, t + 120);
 	cs_rel_on_packet(&a, &nack, t + 130);
 	cr_assert_eq(cs_rel_parked(&a), 1);
-	for (unsigned i = 0; i <= a.p.max_timeouts && !cs_rel_failed(&a);
-	     i++) {
+	for (unsigned i = 0; i <= a.p.max_timeouts && !cs_rel_failed(&a); i++) {
 		t = cs_rel_next_deadline(&a);
 		cs_rel_on_timer(&a, t);
 		while (!cs_rel_next_retx(&a, &seq, &cookie, &len))

@@ -381,8 +381,8 @@ Test(auth, gmac_tag_next_matches_one_piece)
 			cr_assert_eq(cs_gmac_tag_next(&g, 1000 + i, &h, payload,
 						      next[j], nlen[j], t2),
 				     0);
-			cr_assert_arr_eq(t1, t2, sizeof(t1),
-					 "len %u, next %u", lens[i], j);
+			cr_assert_arr_eq(t1, t2, sizeof(t1), "len %u, next %u",
+					 lens[i], j);
 		}
 		/* a byte changed in the last piece, then in the first */
 		for (uint32_t at = lens[i]; at-- > 0 && at + 2 > lens[i];) {

@@ -84,8 +84,8 @@ int main(int argc, char **argv)
 		{ CS_PKT_CTRL, CS_PKT_F_AUTH, 200, 1, 0 },
 		{ CS_PKT_RAW, 0, 1400, 0, 0 },
 		{ CS_PKT_DATA, CS_PKT_F_AUTH | CS_PKT_F_GMAC, 48, 1, 0 },
-		{ CS_PKT_ACK, CS_PKT_F_AUTH | CS_PKT_F_GMAC | CS_PKT_F_ACK, 0, 0,
-		  1 },
+		{ CS_PKT_ACK, CS_PKT_F_AUTH | CS_PKT_F_GMAC | CS_PKT_F_ACK, 0,
+		  0, 1 },
 		{ CS_PKT_NACK, CS_PKT_F_ACK | CS_PKT_F_BUSY, 0, 1, 0 },
 		{ CS_PKT_ACK, CS_PKT_F_ACK | CS_PKT_F_RESUME, 0, 0, 0 },
 	};

@@ -370,8 +370,8 @@ Test(frame_auth, burst_with_next_payload)
 				continue;
 			for (uint32_t at = 0; at < h[f].len; at += 1999) {
 				big[f][at] ^= 0x04;
-				cr_assert_not(cs_frame_auth_rx_ok(&rx, 0, 3, &h[f],
-								  big[f]),
+				cr_assert_not(cs_frame_auth_rx_ok(
+						      &rx, 0, 3, &h[f], big[f]),
 					      "code %u frame %u byte %u", c, f,
 					      at);
 				big[f][at] ^= 0x04;
