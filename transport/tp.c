@@ -39,10 +39,11 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "16", 1, 65536,
 	  "frames a bulk operation sends per round-robin turn" },
 	{ "tp.hold_frames", CS_CFG_U32,
-	  offsetof(struct cs_tp_params, hold_frames), "256", 0, 1 << 20,
-	  "frames of operations not posted here yet that are kept (beyond "
-	  "it they are refused: their senders park them until this node "
-	  "posts an operation or the hold drains to half)" },
+	  offsetof(struct cs_tp_params, hold_frames), "1024", 0, 1 << 20,
+	  "frames of operations not posted here yet that are kept, each in "
+	  "a buffer of the largest frame it held, allocated on first use "
+	  "(beyond it they are refused: their senders park them until "
+	  "this node posts an operation or the hold drains to half)" },
 	{ "tp.hold_ttl", CS_CFG_NS, offsetof(struct cs_tp_params, hold_ttl),
 	  "30s", 1000, 1e13,
 	  "a held frame whose operation is not posted within this long is "
