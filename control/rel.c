@@ -266,7 +266,7 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	h->credit = r->rx_bytes + (uint32_t)r->grant;
 	r->credit_adv = h->credit;
 	h->flags &= ~CS_PKT_F_RESUME;
-	if (r->resume_due) {
+	if (r->resume_due || r->resume_sticky) {
 		h->flags |= CS_PKT_F_RESUME;
 		r->resume_due = false;
 		r->st.resume_sent++;
@@ -546,6 +546,26 @@ static bool mark_missing(struct cs_rel *r, uint32_t from, uint32_t n,
 	return any;
 }
 
+static bool any_in_flight(const struct cs_rel *r)
+{
+	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++)
+		if (meta_of(r, s)->state == M_INFLIGHT)
+			return true;
+	return false;
+}
+
+/*
+ * With nothing in flight but parked packets, the next park probe: the
+ * RTO with its back-off, but never more than rel.rto_max away. A learnt
+ * floor or an RTT measured through deep queues may have raised the RTO
+ * towards rel.rto_ceil (100 ms); a parked session whose resume was lost
+ * would then wait that long for each probe.
+ */
+static void arm_park_probe(struct cs_rel *r, cs_ns_t now)
+{
+	r->rto_deadline = now + CS_MIN(rto_now(r, now), r->p.rto_max);
+}
+
 /*
  * The peer had no room for @from .. @from + @n - 1: park those still out
  * (what it acknowledged is not: a packet that arrived inside the range).
@@ -582,7 +602,10 @@ static int park_busy(struct cs_rel *r, uint32_t from, uint32_t n, cs_ns_t now)
 	 * is probed ever less often, up to rel.rto_max apart */
 	r->consecutive_to = 0;
 	r->rto_deadline = CS_NS_NEVER;
-	arm_rto(r, now);
+	if (any_in_flight(r))
+		arm_rto(r, now);
+	else
+		arm_park_probe(r, now);
 	return 0;
 }
 
@@ -766,8 +789,11 @@ static int process_data(struct cs_rel *r, const struct cs_pkt_hdr *h,
 {
 	uint32_t seq = h->seq, off = seq - r->rcv_nxt;
 
-	/* The peer is sending: it has, or will get, our current credit. */
+	/* The peer is sending: it has, or will get, our current credit;
+	 * and resending: it had our resume (or probes) */
 	r->credit_unconfirmed = false;
+	if (h->flags & CS_PKT_F_RETX)
+		r->resume_sticky = false;
 	r->credit_deadline = CS_NS_NEVER;
 	if ((int32_t)off < 0 || (off < r->p.window && rcv_bit(r, seq))) {
 		/* Seen before: the peer probably lost our ACK; repeat it. */
@@ -931,6 +957,9 @@ int cs_rel_busy(struct cs_rel *r, const struct cs_pkt_hdr *h, cs_ns_t now)
 		return res;
 	r->st.busy_rcvd++;
 	r->busy_told = true;
+	/* a refusal after a resume: its report follows, not the resume */
+	r->resume_due = false;
+	r->resume_sticky = false;
 	/* the range of refusals not reported yet, from rcv_nxt (which may
 	 * have passed its start since: packets there arrived, and the
 	 * sender parks nothing it knows arrived) */
@@ -948,9 +977,12 @@ void cs_rel_resume(struct cs_rel *r)
 {
 	if (!r->busy_told)
 		return;
-	/* a report not sent yet goes first: the peer parks, then resumes */
+	/* a report not sent yet goes first: the peer parks, then resumes.
+	 * The flag then rides on every ACK until the peer resends (a lost
+	 * ACK must not leave it waiting for a probe) */
 	r->busy_told = false;
 	r->resume_due = true;
+	r->resume_sticky = true;
 }
 
 void cs_rel_build_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
@@ -1001,14 +1033,6 @@ static int probe_tail(struct cs_rel *r)
 	return 0;
 }
 
-static bool any_in_flight(const struct cs_rel *r)
-{
-	for (uint32_t s = r->snd_una; cs_seq_lt(s, r->snd_nxt); s++)
-		if (meta_of(r, s)->state == M_INFLIGHT)
-			return true;
-	return false;
-}
-
 /*
  * The RTO with nothing in flight but parked packets: the peer's resume
  * may have been lost. Resend the oldest parked one; its ACK resumes the
@@ -1035,7 +1059,7 @@ static int probe_parked(struct cs_rel *r, cs_ns_t now)
 		break;
 	}
 	r->backoff++;
-	arm_rto(r, now);
+	arm_park_probe(r, now);
 	return CS_REL_LOST;
 }
 

@@ -82,13 +82,15 @@
  * that arrived (already acknowledged: nothing to park) and packets lost
  * on the way (parked too, and resent with the rest on the resume). When the
  * owner has room again it calls cs_rel_resume(): the next ACK carries
- * CS_PKT_F_RESUME and the sender resends every parked packet at once, paced.
- * Should that ACK be lost, the RTO still runs while packets are parked: with
- * nothing else in flight it resends the oldest parked packet (a park probe: no
- * rate cut, not counted as a timeout; a probe refused again doubles the wait
- * for the next, up to @rto_max), and the ACK of a probe resumes the rest. A
- * peer that stops answering still fails the session after
- * @max_timeouts probes.
+ * CS_PKT_F_RESUME (and so does every later one, until a resent packet
+ * arrives from the peer or the owner refuses again) and the sender resends
+ * every parked packet at once, paced. Should those ACKs be lost, the RTO
+ * still runs while packets are parked: with nothing else in flight it
+ * resends the oldest parked packet (a park probe: no rate cut, not counted
+ * as a timeout; the first comes after the RTO but at most @rto_max, and a
+ * probe refused again doubles the wait for the next, up to @rto_max), and
+ * the ACK of a probe resumes the rest. A peer that stops answering still
+ * fails the session after @max_timeouts probes.
  *
  * Credit (receiver-granted, for fan-in): when @credit is on, the sender
  * may send new data only while its cumulative count of new payload bytes
@@ -297,7 +299,8 @@ struct cs_rel {
 	uint32_t busy_base; /* refused, not reported yet: busy_base .. */
 	uint32_t busy_n; /* ... busy_base + busy_n - 1 (0: none) */
 	bool busy_told; /* a packet was refused, no resume since */
-	bool resume_due; /* the next ACK carries CS_PKT_F_RESUME */
+	bool resume_due; /* the next ACK carries CS_PKT_F_RESUME, at once */
+	bool resume_sticky; /* ... and every ACK until the peer resends */
 	uint32_t ext_next; /* base of the next extension block */
 	uint32_t ack_pending; /* data packets since the last ACK */
 	bool ack_now;

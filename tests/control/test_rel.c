@@ -1179,3 +1179,58 @@ Test(rel, stale_or_far_busy_reports)
 	cr_assert_eq(b.st.busy_sent, 1);
 	unpair();
 }
+
+/*
+ * A session whose RTO grew large (an RTT measured through deep queues, a
+ * learnt floor) still probes its parked packets within rel.rto_max: a
+ * lost resume must not cost a whole inflated RTO per probe (at the MoE
+ * row with 1 MiB switch ports, 100 ms each).
+ */
+Test(rel, park_probe_waits_at_most_rto_max)
+{
+	struct cs_pkt_hdr h, nack;
+	cs_ns_t t;
+
+	pair(SEQ0);
+	cs_rel_seed_rtt(&a, 40000000, 10000000); /* 40 ms */
+	cr_assert_gt(a.rto, a.p.rto_max);
+	h = data(&a, 0, 1000);
+	cs_rel_busy(&b, &h, 2000);
+	nack = ack_of(&b, 3000);
+	cs_rel_on_packet(&a, &nack, 4000);
+	cr_assert_eq(cs_rel_parked(&a), 1);
+	t = cs_rel_next_deadline(&a);
+	cr_assert_leq(t, 4000 + a.p.rto_max, "first probe %lld ns away",
+		      (long long)(t - 4000));
+	cr_assert_eq(cs_rel_on_timer(&a, t), CS_REL_LOST);
+	cr_assert_eq(a.st.park_probes, 1);
+	cr_assert_leq(cs_rel_next_deadline(&a), t + a.p.rto_max);
+	unpair();
+}
+
+/* A resume rides on every ACK until the peer resends: one lost ACK does
+ * not leave the parked packets to a probe. */
+Test(rel, resume_repeats_until_the_peer_resends)
+{
+	struct cs_pkt_hdr h, nack, ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+
+	pair(SEQ0);
+	h = data(&a, 0, 0);
+	cs_rel_busy(&b, &h, 10);
+	nack = ack_of(&b, 20);
+	cs_rel_on_packet(&a, &nack, 30);
+	cs_rel_resume(&b);
+	ack = ack_of(&b, 40); /* lost */
+	cr_assert(ack.flags & CS_PKT_F_RESUME);
+	ack = ack_of(&b, 50);
+	cr_assert(ack.flags & CS_PKT_F_RESUME, "the resume was said once");
+	cr_assert(cs_rel_on_packet(&a, &ack, 60) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, 70), 0);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, 80), CS_REL_DELIVER);
+	ack = ack_of(&b, 90);
+	cr_assert(!(ack.flags & CS_PKT_F_RESUME));
+	unpair();
+}
