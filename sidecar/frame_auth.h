@@ -113,8 +113,8 @@ static inline uint32_t cs_frame_auth_room(const struct cs_frame_auth *a)
 {
 	if (!a)
 		return 0;
-	return a->mac == CS_AUTH_GMAC ? CS_PROTO_NONCE_LEN + CS_PROTO_TAG_LEN :
-					CS_PROTO_TAG_LEN;
+	return a->mac == CS_AUTH_GMAC ? CS_PROTO_NONCE_LEN + CS_PROTO_TAG_LEN
+				      : CS_PROTO_TAG_LEN;
 }
 
 /**
@@ -122,8 +122,8 @@ static inline uint32_t cs_frame_auth_room(const struct cs_frame_auth *a)
  */
 static inline uint16_t cs_frame_auth_flags(const struct cs_frame_auth *a)
 {
-	return a->mac == CS_AUTH_GMAC ? CS_PKT_F_AUTH | CS_PKT_F_GMAC :
-					CS_PKT_F_AUTH;
+	return a->mac == CS_AUTH_GMAC ? CS_PKT_F_AUTH | CS_PKT_F_GMAC
+				      : CS_PKT_F_AUTH;
 }
 
 /**

@@ -333,9 +333,9 @@ Test(auth, gmac_ctx_matches_one_shot)
 	cs_auth_gmac_sender_key(ekey, h.src, h.nonce, skey);
 	cr_assert_eq(cs_gmac_setkey(&g, skey), 0);
 	cr_assert_eq(cs_auth_gmac_tag(ekey, &h, payload, t1), 0);
-	cr_assert_eq(cs_gmac_tag(&g, cs_auth_nonce_ctr(h.nonce), &h, payload,
-			     t2),
-		     0);
+	cr_assert_eq(
+		cs_gmac_tag(&g, cs_auth_nonce_ctr(h.nonce), &h, payload, t2),
+		0);
 	cr_assert_arr_eq(t1, t2, sizeof(t1));
 	cs_gmac_fini(&g);
 	cs_gmac_fini(&g); /* idempotent */

@@ -163,11 +163,10 @@ static void check_roundtrip(uint32_t len, uint16_t flags)
 	int rc;
 
 	f = make(len, flags, 42 + len, &h, &n);
-	cr_assert_eq(n, CS_PROTO_FRAME_OVERHEAD + len +
-				((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN :
-							   0) +
-				((flags & CS_PKT_F_GMAC) ? CS_PROTO_NONCE_LEN :
-							   0));
+	cr_assert_eq(
+		n, CS_PROTO_FRAME_OVERHEAD + len +
+			   ((flags & CS_PKT_F_AUTH) ? CS_PROTO_TAG_LEN : 0) +
+			   ((flags & CS_PKT_F_GMAC) ? CS_PROTO_NONCE_LEN : 0));
 	rc = cs_wire_decode(f, n, &pkt);
 	cr_assert_eq(rc, 0, "len %u flags %#x: %s", len, flags,
 		     cs_wire_strerror(rc));
@@ -848,8 +847,7 @@ Test(wire_reject, flags)
 	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x0400));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	/* a nonce without a tag */
-	wr16(x.f + HOFF + 2,
-	     (uint16_t)((fl & ~CS_PKT_F_AUTH) | CS_PKT_F_GMAC));
+	wr16(x.f + HOFF + 2, (uint16_t)((fl & ~CS_PKT_F_AUTH) | CS_PKT_F_GMAC));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);
 	wr16(x.f + HOFF + 2, (uint16_t)(fl | 0x8000));
 	cr_assert_eq(dec(x.f, x.n), CS_WIRE_E_FLAGS);

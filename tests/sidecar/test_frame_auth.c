@@ -103,9 +103,8 @@ Test(frame_auth, both_codes_both_ways)
 
 		cs_frame_auth_init(&tx, TOKEN, m[i & 1]);
 		cs_frame_auth_init(&rx, TOKEN, m[i >> 1]);
-		cr_assert_eq(cs_frame_auth_room(&tx), m[i & 1] == CS_AUTH_GMAC ?
-							      32 :
-							      16);
+		cr_assert_eq(cs_frame_auth_room(&tx),
+			     m[i & 1] == CS_AUTH_GMAC ? 32 : 16);
 		stamp(&tx, 0, 3, &h);
 		cr_assert(cs_frame_auth_rx_ok(&rx, 0, 3, &h, payload));
 		/* a pure ACK too */
@@ -152,7 +151,7 @@ Test(frame_auth, forgeries_refused)
 		g.flags ^= CS_PKT_F_GMAC; /* the other code's reading */
 		cr_assert_not(cs_frame_auth_rx_ok(&rx, 0, 3, &g, payload));
 		g = h;
-		g.flags &= (uint16_t)~(CS_PKT_F_AUTH | CS_PKT_F_GMAC);
+		g.flags &= (uint16_t) ~(CS_PKT_F_AUTH | CS_PKT_F_GMAC);
 		cr_assert_not(cs_frame_auth_rx_ok(&rx, 0, 3, &g, payload));
 		cr_assert_eq(counts(&rx).rx_fail, 6);
 		cr_assert_eq(counts(&rx).rx_notag, 1);
