@@ -1453,12 +1453,15 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 		if (unlikely(cs_rel_failed(&s->rel)))
 			tp_sess_failed(tp, s, now);
 	}
-	for (uint32_t i = 0; i < tp->nsess; i++)
-		work += tp_resend(tp, tp->sess[i], now);
-	work += tp_schedule(tp, now);
+	/* ACKs before data: a port our own data keeps full must not
+	 * starve them (their senders would time out, cut their rates and
+	 * resend what arrived); a resume rides on the next ACK */
 	if (tp->nbusy)
 		tp_resume(tp);
 	work += tp_acks(tp, now);
+	for (uint32_t i = 0; i < tp->nsess; i++)
+		work += tp_resend(tp, tp->sess[i], now);
+	work += tp_schedule(tp, now);
 	if (tp->nheld)
 		tp_expire_held(tp, now);
 	for (uint32_t i = 0; i < tp->nops;) {
