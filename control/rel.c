@@ -456,6 +456,16 @@ static int detect_lost(struct cs_rel *r, cs_ns_t now)
 	return found;
 }
 
+/* The shortest round trip seen: the session's Karn samples or, shorter
+ * when its controller saw one, the path's (shared by every session to
+ * the peer; the peer's ACK delay taken out). */
+static cs_ns_t min_round_trip(const struct cs_rel *r)
+{
+	if (r->path && r->path->cc.base_rtt < r->min_rtt)
+		return r->path->cc.base_rtt;
+	return r->min_rtt;
+}
+
 /* Account one newly acknowledged packet. */
 static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		      uint64_t *bytes, const struct cs_rel_meta **sample)
@@ -465,9 +475,13 @@ static void acked_one(struct cs_rel *r, struct cs_rel_meta *m, cs_ns_t now,
 		r->n_parked--;
 	/* A resent packet acknowledged sooner than any round trip can be
 	 * was acknowledged for its original: it says nothing about what
-	 * was sent before the resend (RFC 8985, step 2). */
+	 * was sent before the resend (RFC 8985, step 2). The shortest
+	 * round trip is the path's (no ACK delay in it), not this
+	 * session's Karn samples: a session that started behind a queue
+	 * has only long ones, took every resend's prompt ACK for its
+	 * original's and saw no loss after a lost window's resends. */
 	if (m->xmit_id > r->rack_xmit_id &&
-	    (m->xmits == 1 || now - m->sent >= r->min_rtt))
+	    (m->xmits == 1 || now - m->sent >= min_round_trip(r)))
 		r->rack_xmit_id = m->xmit_id;
 	/* Karn: only a packet sent once says which send the ACK is for. */
 	if (m->xmits == 1 && (!*sample || m->xmit_id > (*sample)->xmit_id))
@@ -634,7 +648,7 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		       cs_ns_t now)
 {
 	const struct cs_rel_meta *sample = NULL;
-	uint32_t ack = h->ack, base;
+	uint32_t ack = h->ack, base, una0 = r->snd_una;
 	uint64_t bytes = 0, bits;
 	bool missing, busy = h->flags & CS_PKT_F_BUSY, probe_acked = false;
 	int res = 0;
@@ -699,7 +713,13 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		r->consecutive_to = 0;
 		if (sample && now >= sample->sent)
 			rtt_sample(r, now - sample->sent);
-		r->rto_deadline = CS_NS_NEVER;
+		/* The RTO restarts when the cumulative ACK moves (RFC 6298,
+		 * 5.3), not on a SACK alone: resends that each fill one
+		 * later hole (a tail probe per PTO, after a whole window
+		 * and its resends were lost) would put off forever the
+		 * timeout that resends the oldest. */
+		if (r->snd_una != una0)
+			r->rto_deadline = CS_NS_NEVER;
 		if (r->snd_una != r->snd_nxt)
 			arm_rto(r, now);
 		arm_tlp(r, now);

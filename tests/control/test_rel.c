@@ -1234,3 +1234,83 @@ Test(rel, resume_repeats_until_the_peer_resends)
 	cr_assert(!(ack.flags & CS_PKT_F_RESUME));
 	unpair();
 }
+
+/* The RTO restarts when the cumulative ACK moves, not on a SACK alone:
+ * arrivals that each fill a later hole must not put off for ever the
+ * timeout that resends the oldest packet. */
+Test(rel, sack_alone_does_not_restart_the_rto)
+{
+	struct cs_pkt_hdr h[4], ack;
+	cs_ns_t due;
+
+	pair(SEQ0);
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 5000);
+	ack = ack_of(&b, 5000);
+	cs_rel_on_packet(&a, &ack, 10000); /* srtt 10 us, RTO rto_min */
+	for (unsigned i = 1; i < 4; i++)
+		h[i] = data(&a, i, 20000 + i);
+	due = a.rto_deadline;
+	cr_assert_eq(due, 20001 + 100000);
+	/* 3 arrives, 1 and 2 not yet: the SACK leaves the timer alone */
+	cs_rel_on_packet(&b, &h[3], 25000);
+	ack = ack_of(&b, 25000);
+	cr_assert_eq(ack.sack, 2);
+	cr_assert(cs_rel_on_packet(&a, &ack, 30000) & CS_REL_ACKED);
+	cr_assert_eq(a.rto_deadline, due);
+	/* 1 and 2 arrive: the cumulative ACK restarts it */
+	cs_rel_on_packet(&b, &h[1], 31000);
+	ack = ack_of(&b, 31000);
+	cr_assert_eq(ack.ack, SEQ0 + 2);
+	cs_rel_on_packet(&a, &ack, 35000);
+	cr_assert_eq(a.rto_deadline, 35000 + 100000);
+	unpair();
+}
+
+/* A resend's prompt ACK is judged against the path's shortest round trip,
+ * not only this session's samples: a session whose every sample was taken
+ * behind a queue (100 us) must still see that its tail probe arrived and
+ * so that what was sent before it is lost. */
+Test(rel, resend_ack_judged_by_the_path_round_trip)
+{
+	struct cs_rel_params p = params();
+	struct cs_pacer_params pp;
+	struct cs_cc_params cp;
+	struct cs_path path;
+	struct cs_pkt_hdr h[8], ack, r = { .type = CS_PKT_DATA };
+	uint32_t seq, len;
+	uint64_t cookie;
+	cs_ns_t d;
+
+	cr_assert_eq(cs_cfg_defaults(cs_pacer_cfg, cs_pacer_cfg_len, &pp), 0);
+	cr_assert_eq(cs_cfg_defaults(cs_cc_cfg, cs_cc_cfg_len, &cp), 0);
+	cr_assert_eq(cs_path_init(&path, &pp, &cp), 0);
+	p.tlp = true;
+	p.rto_min = 1000000; /* the probe (~2 srtt) comes first */
+	cr_assert_eq(cs_rel_init(&a, &p, &path, NULL, NULL, SEQ0, 5), 0);
+	cr_assert_eq(cs_rel_init(&b, &p, NULL, NULL, NULL, 5, SEQ0), 0);
+	/* the session's one sample: 100 us behind a queue */
+	h[0] = data(&a, 0, 0);
+	cs_rel_on_packet(&b, &h[0], 50000);
+	ack = ack_of(&b, 50000);
+	cs_rel_on_packet(&a, &ack, 100000);
+	cr_assert_eq(a.min_rtt, 100000);
+	/* another session to the peer saw the path's 5 us */
+	path.cc.base_rtt = 5000;
+	for (unsigned i = 1; i < 8; i++)
+		h[i] = data(&a, i, 200000 + i); /* all lost */
+	d = cs_rel_next_deadline(&a);
+	cr_assert(d < a.rto_deadline);
+	cr_assert_eq(cs_rel_on_timer(&a, d), CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 7); /* the probe: the newest */
+	cr_assert_eq(cs_rel_stamp_retx(&a, &r, seq, d), 0);
+	cr_assert_eq(cs_rel_on_packet(&b, &r, d + 3000), CS_REL_DELIVER);
+	ack = ack_of(&b, d + 3000);
+	/* acknowledged 6 us after the resend: the resend's ACK */
+	cr_assert(cs_rel_on_packet(&a, &ack, d + 6000) & CS_REL_LOST);
+	cr_assert_eq(cs_rel_next_retx(&a, &seq, &cookie, &len), 0);
+	cr_assert_eq(seq, SEQ0 + 1);
+	cs_rel_fini(&a);
+	cs_rel_fini(&b);
+}
