@@ -118,6 +118,10 @@ void cs_cc_on_ack(struct cs_cc *cc, cs_ns_t rtt, uint64_t acked, bool ece,
 {
 	cs_ns_t qdelay, target;
 
+	/* the path's shortest RTT is kept with the controller off too:
+	 * loss detection reads it (cs_rel: a resend's ACK) */
+	if (rtt && rtt < cc->base_rtt)
+		cc->base_rtt = rtt;
 	if (!cc->p.enable)
 		return;
 	if (ece && cc->p.ecn && may_decrease(cc, rtt, now)) {
@@ -130,8 +134,6 @@ void cs_cc_on_ack(struct cs_cc *cc, cs_ns_t rtt, uint64_t acked, bool ece,
 	}
 	if (!rtt)
 		return;
-	if (rtt < cc->base_rtt)
-		cc->base_rtt = rtt;
 	cc->last_rtt = rtt;
 	qdelay = rtt - cc->base_rtt;
 	target = target_of(cc);

@@ -65,7 +65,8 @@ struct cs_cc {
 	struct cs_cc_params p;
 	double rate; /* bytes per second */
 	double line, min; /* bytes per second */
-	cs_ns_t base_rtt; /* smallest RTT seen; CS_NS_NEVER before one */
+	cs_ns_t base_rtt; /* smallest RTT seen (kept when !enable too);
+			   * CS_NS_NEVER before one */
 	cs_ns_t last_rtt;
 	cs_ns_t last_decrease; /* at most one decrease per RTT */
 	double fs_a, fs_b; /* flow-scaling coefficients, ns */
