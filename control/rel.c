@@ -510,6 +510,23 @@ void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 	r->rto = CS_MIN(CS_MAX(r->rto, r->p.rto_min), rto_ceil(&r->p));
 }
 
+void cs_rel_seed_rtt_late(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar,
+			  cs_ns_t now)
+{
+	cs_ns_t due;
+
+	if (r->srtt || !srtt)
+		return;
+	cs_rel_seed_rtt(r, srtt, rttvar);
+	if (r->failed || r->snd_una == r->snd_nxt)
+		return;
+	due = now + rto_now(r, now);
+	if (r->rto_deadline != CS_NS_NEVER && due < r->rto_deadline)
+		r->rto_deadline = due;
+	if (r->tlp_deadline == CS_NS_NEVER && !r->n_parked)
+		arm_tlp(r, now);
+}
+
 static void rtt_sample(struct cs_rel *r, cs_ns_t rtt)
 {
 	cs_ns_t err;

@@ -340,6 +340,20 @@ int cs_rel_init(struct cs_rel *r, const struct cs_rel_params *p,
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar);
 
 /**
+ * cs_rel_seed_rtt_late - as cs_rel_seed_rtt(), for a session that has
+ * already sent with no estimate at all (its RTO armed from rel.rto_init,
+ * no tail loss probe): the estimate is taken, and the RTO and the probe
+ * are armed from it, never later than they were. Nothing changes once
+ * @r has an estimate (a sample or a seed).
+ * @r: the session
+ * @srtt: smoothed RTT, ns (0: none)
+ * @rttvar: its variation, ns
+ * @now: the time
+ */
+void cs_rel_seed_rtt_late(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar,
+			  cs_ns_t now);
+
+/**
  * cs_rel_take_floor - raise @r's learnt RTO floor (rel.rto_learn) to
  * @from's: another session to the same peer saw it that late. Takes
  * effect from @r's next armed RTO.

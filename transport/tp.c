@@ -278,6 +278,58 @@ static bool tp_peer_rtt(const struct tp_peer *pr, uint32_t nch, cs_ns_t *srtt,
 	return true;
 }
 
+/* The largest RTT estimate any session of this core measured (every
+ * peer of a job is a few switch hops away): the last resort for a
+ * session whose own peer gave it none. */
+static bool tp_core_rtt(const struct cs_tp *tp, cs_ns_t *srtt, cs_ns_t *var)
+{
+	*srtt = *var = 0;
+	for (uint32_t i = 0; i < tp->nsess; i++) {
+		const struct cs_rel *r = &tp->sess[i]->rel;
+		cs_ns_t s, v;
+
+		if (cs_rel_stats(r)->rtt_samples && cs_rel_rtt(r, &s, &v) &&
+		    s > *srtt) {
+			*srtt = s;
+			*var = v;
+		}
+	}
+	return *srtt != 0;
+}
+
+/* The core's RTT estimate for late seeding, found once per poll. */
+struct tp_core_est {
+	bool done;
+	cs_ns_t srtt, var;
+};
+
+/*
+ * A session that sent with no estimate (all are set up before any RTT
+ * was measured, at a job's start) would wait rel.rto_init (1 ms, then
+ * doubling) for any loss of its first frames or of their ACKs: it takes
+ * one from the peer's other sessions or, failing that, from the core, as
+ * soon as one exists (cs_rel_seed_rtt_late(); counter rtt_seeded_late).
+ */
+static void tp_seed_late(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now,
+			 struct tp_core_est *ce)
+{
+	cs_ns_t srtt, var;
+
+	if (!tp_peer_rtt(tp->peer[s->node], tp->p.sess_channels, &srtt,
+			 &var)) {
+		if (!ce->done) {
+			ce->done = true;
+			tp_core_rtt(tp, &ce->srtt, &ce->var);
+		}
+		if (!ce->srtt)
+			return;
+		srtt = ce->srtt;
+		var = ce->var;
+	}
+	cs_rel_seed_rtt_late(&s->rel, srtt, var, now);
+	tp->st.rtt_seeded_late++;
+}
+
 /* A new session starts from its peer's RTT instead of rel.rto_init with
  * no estimate (which would leave a loss on it to a 1 ms timeout, with no
  * tail loss probe): sessions on other channels and new cores after a view
@@ -1428,6 +1480,8 @@ static bool tp_loss_timers_ok(struct cs_tp *tp, cs_ns_t now)
 
 unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 {
+	struct tp_core_est ce = { 0 };
+	cs_ns_t srtt, var;
 	unsigned work = 0;
 	uint32_t culprit;
 	bool loss_ok;
@@ -1442,6 +1496,9 @@ unsigned cs_tp_poll(struct cs_tp *tp, cs_ns_t now)
 	for (uint32_t i = 0; i < tp->nsess; i++) {
 		struct tp_sess *s = tp->sess[i];
 
+		if (unlikely(!cs_rel_rtt(&s->rel, &srtt, &var)) &&
+		    !cs_rel_idle(&s->rel))
+			tp_seed_late(tp, s, now, &ce);
 		if (now >= cs_rel_next_deadline(&s->rel)) {
 			if (loss_ok) {
 				cs_rel_on_timer(&s->rel, now);
@@ -1566,7 +1623,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64
 		" tx_resumes=%" PRIu64 " rel_parked=%" PRIu64
 		" rel_resumes=%" PRIu64 " rel_park_probes=%" PRIu64
-		" peak_held=%" PRIu64 "\n",
+		" peak_held=%" PRIu64 " rtt_seeded_late=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
@@ -1578,7 +1635,7 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->peak_ops, st->rel_timeouts, st->bad_acked, st->bad_rebuild,
 		st->sess_failed, st->rel_stale_rcvd, st->timers_held,
 		st->tx_resumes, st->rel_parked, st->rel_resumes,
-		st->rel_park_probes, st->peak_held);
+		st->rel_park_probes, st->peak_held, st->rtt_seeded_late);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

@@ -145,6 +145,9 @@ struct cs_tp_stats {
 	uint64_t tx_resumes;
 	uint64_t peak_held; /* most frames held at once (tp.hold_frames) */
 	uint64_t rel_parked, rel_resumes, rel_park_probes;
+	/* sessions that sent with no RTT estimate and took one later from
+	 * the peer's other sessions or the core (cs_tp_poll()) */
+	uint64_t rtt_seeded_late;
 };
 
 struct cs_tp;

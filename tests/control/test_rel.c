@@ -1314,3 +1314,29 @@ Test(rel, resend_ack_judged_by_the_path_round_trip)
 	cs_rel_fini(&a);
 	cs_rel_fini(&b);
 }
+
+/* A session that sent before any RTT was known takes an estimate later:
+ * its RTO comes from it (not rel.rto_init), never later than it was, and
+ * a tail loss probe is armed; a session with an estimate keeps its own. */
+Test(rel, late_seed_pulls_the_timers_in)
+{
+	struct cs_rel_params p = params();
+	struct cs_pkt_hdr h;
+
+	p.tlp = true;
+	cr_assert_eq(cs_rel_init(&a, &p, NULL, NULL, NULL, SEQ0, 5), 0);
+	h = data(&a, 0, 0);
+	(void)h;
+	cr_assert_eq(a.rto_deadline, 1000000); /* rel.rto_init */
+	cr_assert_eq(a.tlp_deadline, CS_NS_NEVER);
+	cs_rel_seed_rtt_late(&a, 10000, 5000, 50000);
+	/* srtt + 4 rttvar = 30 us, clamped to rto_min 100 us */
+	cr_assert_eq(a.rto_deadline, 50000 + 100000);
+	/* max(2 srtt, srtt + 4 rttvar) + ack_delay */
+	cr_assert_eq(a.tlp_deadline, 50000 + 30000 + 10000);
+	/* it has one now: a second seed changes nothing */
+	cs_rel_seed_rtt_late(&a, 500000, 1000, 60000);
+	cr_assert_eq(a.srtt, 10000);
+	cr_assert_eq(a.rto_deadline, 50000 + 100000);
+	cs_rel_fini(&a);
+}
