@@ -315,8 +315,7 @@ static void tp_seed_late(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now,
 {
 	cs_ns_t srtt, var;
 
-	if (!tp_peer_rtt(tp->peer[s->node], tp->p.sess_channels, &srtt,
-			 &var)) {
+	if (!tp_peer_rtt(tp->peer[s->node], tp->p.sess_channels, &srtt, &var)) {
 		if (!ce->done) {
 			ce->done = true;
 			tp_core_rtt(tp, &ce->srtt, &ce->var);

@@ -321,8 +321,8 @@ void cs_tp_rx(struct cs_tp *tp, uint32_t src, const struct cs_pkt_hdr *h,
  * completions. ACKs go first: they are small, and a core whose port is
  * kept full by its own data must still tell its senders what arrived
  * (sent after the data, they waited for a poll whose data ran out, and
- * their senders timed out). Loss timers (RTO, tail loss probe, RACK) that came due
- * while frames were still being handed in wait for a poll with no frame
+ * their senders timed out). Loss timers (RTO, tail loss probe, RACK) that came
+ * due while frames were still being handed in wait for a poll with no frame
  * since the previous one (the owner's receive queue is drained), at most
  * as long as the gap before the poll that found the queue busy: an owner
  * descheduled for a while reads the ACKs already waiting for it before
