@@ -38,6 +38,7 @@ static unsigned qn;
  * @drop_ch from node @drop_src (0: none) */
 static unsigned drop_left;
 static uint32_t drop_src, drop_ch;
+static int64_t drop_dst = -1; /* ... and to this node only (-1: any) */
 static uint32_t ar_channels; /* ar_post(): 0: the default */
 static struct node nodes[NODES];
 static bool dead[NODES];
@@ -72,7 +73,8 @@ static void t_xmit(void *owner, uint32_t node, const struct cs_pkt_hdr *h,
 
 	cr_assert_lt(qn, QMAX);
 	if (drop_left && nd->id == drop_src && h->type == CS_PKT_DATA &&
-	    h->channel == drop_ch && !(h->flags & CS_PKT_F_RETX)) {
+	    h->channel == drop_ch && !(h->flags & CS_PKT_F_RETX) &&
+	    (drop_dst < 0 || (int64_t)node == drop_dst)) {
 		drop_left--;
 		return;
 	}
@@ -132,6 +134,7 @@ static void setup_nodes(uint32_t max_timeouts, uint32_t hold)
 	memset(dead, 0, sizeof(dead));
 	qn = 0;
 	drop_left = 0;
+	drop_dst = -1;
 	ar_channels = 0;
 	now = 1000;
 	for (uint32_t i = 0; i < NODES; i++) {
@@ -1007,6 +1010,57 @@ Test(tp, new_session_starts_from_the_peers_rtt)
 		     "the loss on the new session took %u us to repair",
 		     rounds);
 	for (uint32_t i = 0; i < 2; i++) {
+		ar_check(&b[i]);
+		ar_free(&a[i]);
+		ar_free(&b[i]);
+	}
+	teardown_nodes();
+}
+
+/*
+ * At a job's start no session has an RTT estimate. Node 0 runs one
+ * allreduce with node 1 and one with node 2 at once; its frames to node 2
+ * (one per step) are lost, so its session to node 2 measures nothing. It
+ * takes the estimate its session to node 1 measured as soon as there is
+ * one (cs_tp_poll(), rtt_seeded_late), and the loss is repaired by an
+ * RTT-based probe or timeout, not after rel.rto_init (1 ms: 1000 rounds
+ * here).
+ */
+Test(tp, session_with_no_estimate_takes_the_cores)
+{
+	const uint32_t g1[] = { 0, 1 }, g2[] = { 0, 2 };
+	struct ar a[2], b[2];
+	struct cs_tp_stats st;
+	unsigned rounds = 0;
+
+	setup_nodes(64, 256);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 10, g1, 2, NULL), 0);
+	cr_assert_eq(cs_tp_group_add(nodes[1].tp, 10, g1, 2, NULL), 0);
+	cr_assert_eq(cs_tp_group_add(nodes[0].tp, 11, g2, 2, NULL), 0);
+	cr_assert_eq(cs_tp_group_add(nodes[2].tp, 11, g2, 2, NULL), 0);
+	ar_channels = 1;
+	drop_src = 0;
+	drop_dst = 2;
+	drop_ch = 0;
+	drop_left = 2;
+	ar_post(&a[0], &nodes[0], 10, 1, 2, 0, 256, 0, 0);
+	ar_post(&a[1], &nodes[1], 10, 1, 2, 1, 256, 0, 0);
+	ar_post(&b[0], &nodes[0], 11, 1, 2, 0, 256, 1, 0);
+	ar_post(&b[1], &nodes[2], 11, 1, 2, 1, 256, 0, 0);
+	while (nodes[0].ndone + nodes[1].ndone + nodes[2].ndone < 4 &&
+	       rounds < 3000) {
+		pump(1);
+		rounds++;
+	}
+	cr_assert_eq(drop_left, 0, "the frames to drop were never sent");
+	cr_assert_eq(nodes[0].status[0], 0);
+	cr_assert_eq(nodes[0].status[1], 0);
+	cr_assert_eq(nodes[2].status[0], 0);
+	cr_assert_lt(rounds, 500, "the loss took %u us to repair", rounds);
+	cs_tp_get_stats(nodes[0].tp, &st);
+	cr_assert_geq(st.rtt_seeded_late, 1);
+	for (uint32_t i = 0; i < 2; i++) {
+		ar_check(&a[i]);
 		ar_check(&b[i]);
 		ar_free(&a[i]);
 		ar_free(&b[i]);
