@@ -731,14 +731,25 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 		if (sample && now >= sample->sent)
 			rtt_sample(r, now - sample->sent);
 		/* The RTO restarts when the cumulative ACK moves (RFC 6298,
-		 * 5.3), not on a SACK alone: resends that each fill one
-		 * later hole (a tail probe per PTO, after a whole window
-		 * and its resends were lost) would put off forever the
-		 * timeout that resends the oldest. */
-		if (r->snd_una != una0)
+		 * 5.3). A SACK alone moves it no further than an RTO after
+		 * the oldest packet's last transmission: later holes filled
+		 * one by one (a tail probe per PTO, after a whole window and
+		 * its resends were lost) must not put off for ever the
+		 * timeout that resends the oldest, and a fast resend of the
+		 * oldest still gets a whole RTO behind a deep queue. */
+		if (r->snd_una != una0) {
 			r->rto_deadline = CS_NS_NEVER;
-		if (r->snd_una != r->snd_nxt)
-			arm_rto(r, now);
+			if (r->snd_una != r->snd_nxt)
+				arm_rto(r, now);
+		} else if (r->snd_una != r->snd_nxt &&
+			   meta_of(r, r->snd_una)->state != M_PARKED) {
+			cs_ns_t due = meta_of(r, r->snd_una)->sent +
+				      rto_now(r, now);
+
+			if (r->rto_deadline == CS_NS_NEVER ||
+			    due > r->rto_deadline)
+				r->rto_deadline = due;
+		}
 		arm_tlp(r, now);
 		if (r->path) {
 			cs_ns_t rtt = h->ts_echo && h->ts_echo <= now
