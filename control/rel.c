@@ -743,8 +743,8 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 				arm_rto(r, now);
 		} else if (r->snd_una != r->snd_nxt &&
 			   meta_of(r, r->snd_una)->state != M_PARKED) {
-			cs_ns_t due = meta_of(r, r->snd_una)->sent +
-				      rto_now(r, now);
+			cs_ns_t due =
+				meta_of(r, r->snd_una)->sent + rto_now(r, now);
 
 			if (r->rto_deadline == CS_NS_NEVER ||
 			    due > r->rto_deadline)
