@@ -500,6 +500,23 @@ void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from, cs_ns_t now)
 	r->rto_floor_at = now;
 }
 
+void cs_rel_raise_floor(struct cs_rel *r, cs_ns_t floor, cs_ns_t now)
+{
+	cs_ns_t due;
+
+	if (!r->p.rto_learn || floor <= rto_floor_now(r, now))
+		return;
+	r->rto_floor = floor;
+	r->rto_floor_at = now;
+	if (r->failed || r->rto_deadline == CS_NS_NEVER ||
+	    r->snd_una == r->snd_nxt ||
+	    meta_of(r, r->snd_una)->state == M_PARKED)
+		return;
+	due = meta_of(r, r->snd_una)->sent + rto_now(r, now);
+	if (due > r->rto_deadline)
+		r->rto_deadline = due;
+}
+
 void cs_rel_seed_rtt(struct cs_rel *r, cs_ns_t srtt, cs_ns_t rttvar)
 {
 	if (!srtt)

@@ -365,6 +365,21 @@ void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
 		       cs_ns_t now);
 
 /**
+ * cs_rel_raise_floor - raise @r's learnt RTO floor (rel.rto_learn) to
+ * @floor: the owner learnt from something other than this session's own
+ * spurious timeouts how late the peer can be (cs_tp_away(): the owner's
+ * own stalls on CPUs it shares with its peers). The floor halves every
+ * rel.rto_learn as a learnt one does; an armed RTO is put off to at most
+ * an RTO (with the new floor) after the oldest packet's last send, never
+ * brought in. Nothing changes with rel.rto_learn = 0 or when @floor is
+ * not above the floor @r has.
+ * @r: the session
+ * @floor: the floor, ns
+ * @now: current time, ns
+ */
+void cs_rel_raise_floor(struct cs_rel *r, cs_ns_t floor, cs_ns_t now);
+
+/**
  * cs_rel_fini - free what cs_rel_init() allocated
  * @r: the session
  */

@@ -200,11 +200,21 @@ enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
 	return CS_POLL_BUSY; /* a real NIC */
 }
 
+/* This thread's time away from its port before the current round
+ * (cs_lcore_away()). */
+static _Thread_local cs_ns_t lcore_away;
+
+cs_ns_t cs_lcore_away(void)
+{
+	return lcore_away;
+}
+
 static void *lcore_main(void *arg)
 {
 	struct cs_lcore *lc = arg;
 	uint32_t idle = 0;
 	cs_ns_t last_work = cs_lcore_now();
+	cs_ns_t prev = 0, waited = 0;
 
 	/* A busy lcore owns its CPU. An adaptive one shares CPUs with other
 	 * sidecars, and pinned to one it could not move off a CPU that
@@ -226,8 +236,16 @@ static void *lcore_main(void *arg)
 	while (!atomic_load_explicit(&lc->stop, memory_order_relaxed)) {
 		cs_ns_t now = cs_lcore_now();
 		const struct cs_lcore_side *side;
+		cs_ns_t ask, t0;
 		unsigned did;
 		int wfd;
+
+		/* away since the last round began, less the wait it asked
+		 * for: its work, yields and any time descheduled */
+		lcore_away = prev && now - prev > waited ? now - prev - waited
+							 : 0;
+		prev = now;
+		waited = 0;
 
 		/* cs_lcore_set_side(NULL): once this moved on twice, the
 		 * old side is not used any more */
@@ -259,13 +277,13 @@ static void *lcore_main(void *arg)
 			}
 		}
 		atomic_store(&lc->waiting, true);
-		cs_port_wait(lc->port, lc->q,
-			     now - last_work >= lc->quiet_after
-				     ? lc->quiet_sleep_ns
-				     : lc->sleep_ns,
-			     wfd);
+		ask = now - last_work >= lc->quiet_after ? lc->quiet_sleep_ns
+							 : lc->sleep_ns;
+		t0 = cs_lcore_now();
+		cs_port_wait(lc->port, lc->q, ask, wfd);
 		atomic_store_explicit(&lc->waiting, false,
 				      memory_order_relaxed);
+		waited = CS_MIN(cs_lcore_now() - t0, ask);
 		if (side && side->done)
 			side->done(side->arg);
 		if (lc->kick_fd >= 0) {

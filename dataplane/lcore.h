@@ -135,6 +135,16 @@ enum cs_poll_mode cs_lcore_poll_mode(const struct cs_lcore_conf *conf,
 				     const struct cs_port *port);
 
 /**
+ * cs_lcore_away - on an lcore thread, how long it was away from its port
+ * before the current round: the time since the previous round began,
+ * less the wait it asked for when idle (lcore.sleep), i.e. the previous
+ * round's work, its yields and any time it was descheduled. 0 before the
+ * second round and on any other thread.
+ * Returns: ns
+ */
+cs_ns_t cs_lcore_away(void);
+
+/**
  * cs_lcore_start - start polling queue @q of @port on a new thread
  * @lc: caller-owned state (must stay put until cs_lcore_stop)
  * Returns: 0, or a negative errno (thread creation, port thread init).

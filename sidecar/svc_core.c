@@ -617,6 +617,7 @@ static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
 				  ? cs_a2a_result_ready(l->live[i]->a2a)
 				  : cs_coll_result_ready(l->live[i]->coll)))
 			l->live[i]->t_ready = now;
+	cs_tp_away(l->tp, cs_lcore_away(), now);
 	work += cs_tp_poll(l->tp, now);
 	cs_obs_tp_publish(l->tp, now); /* observe/: metric snapshot */
 	core_flush(l);

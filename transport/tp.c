@@ -73,6 +73,13 @@ const struct cs_cfg_entry cs_tp_cfg[] = {
 	  "waiting runs no loss timer (RTO, probe, RACK) until the receive "
 	  "queue is drained or as long again has passed: the owner was "
 	  "descheduled, and the ACKs may be queued (0: off)" },
+	{ "tp.away_floor", CS_CFG_U32,
+	  offsetof(struct cs_tp_params, away_floor), "3", 0, 64,
+	  "the sidecar's own stalls (its lcore away from the port: "
+	  "descheduled or busy) raise every session's RTO floor to this "
+	  "many times the stall, halving every rel.rto_learn: peers sharing "
+	  "CPUs the same way stall as long, and a timeout then would be "
+	  "spurious (0: off)" },
 	{ "tp.rx_active", CS_CFG_NS, offsetof(struct cs_tp_params, rx_active),
 	  "1ms", 1000, 1e10,
 	  "a session counts as sending to this node for tp.rx_budget while "
@@ -197,6 +204,8 @@ struct cs_tp {
 	uint32_t rx_since_poll;
 	bool draining;
 	cs_ns_t drain_until;
+	/* twice the owner's longest recent stall (cs_tp_away()), set at */
+	cs_ns_t away_floor, away_at;
 	struct cs_tp_stats st;
 };
 
@@ -329,6 +338,39 @@ static void tp_seed_late(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now,
 	tp->st.rtt_seeded_late++;
 }
 
+/* The RTO floor the owner's own stalls ask for (cs_tp_away()) at @now:
+ * halved every rel.rto_learn, as a session's learnt floor is. */
+static cs_ns_t tp_away_floor(const struct cs_tp *tp, cs_ns_t now)
+{
+	cs_ns_t learn = tp->xp.rel.rto_learn, n;
+
+	if (!tp->away_floor || !learn)
+		return 0;
+	n = now > tp->away_at ? (now - tp->away_at) / learn : 0;
+	return n >= 63 ? 0 : tp->away_floor >> n;
+}
+
+void cs_tp_away(struct cs_tp *tp, cs_ns_t away, cs_ns_t now)
+{
+	cs_ns_t f = (cs_ns_t)tp->p.away_floor * away, cur;
+
+	if (away > tp->st.away_max)
+		tp->st.away_max = away;
+	if (!tp->p.away_floor || !tp->xp.rel.rto_learn ||
+	    f < tp->xp.rel.rto_min)
+		return;
+	/* a floor raised by less than a quarter is not worth a pass over
+	 * every session */
+	cur = tp_away_floor(tp, now);
+	if (f <= cur + cur / 4)
+		return;
+	tp->away_floor = f;
+	tp->away_at = now;
+	tp->st.away_raised++;
+	for (uint32_t i = 0; i < tp->nsess; i++)
+		cs_rel_raise_floor(&tp->sess[i]->rel, f, now);
+}
+
 /* A new session starts from its peer's RTT instead of rel.rto_init with
  * no estimate (which would leave a loss on it to a 1 ms timeout, with no
  * tail loss probe): sessions on other channels and new cores after a view
@@ -377,6 +419,7 @@ static struct tp_sess *tp_sess(struct cs_tp *tp, uint32_t node, uint32_t ch)
 	s->node = node;
 	s->ch = ch;
 	tp_seed(pr, s);
+	cs_rel_raise_floor(&s->rel, tp_away_floor(tp, tp->now), tp->now);
 	pr->sess[ch] = s;
 	tp->sess[tp->nsess++] = s;
 	tp->st.sessions++;
@@ -1622,7 +1665,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		" rel_stale_rcvd=%" PRIu64 " timers_held=%" PRIu64
 		" tx_resumes=%" PRIu64 " rel_parked=%" PRIu64
 		" rel_resumes=%" PRIu64 " rel_park_probes=%" PRIu64
-		" peak_held=%" PRIu64 " rtt_seeded_late=%" PRIu64 "\n",
+		" peak_held=%" PRIu64 " rtt_seeded_late=%" PRIu64
+		" away_raised=%" PRIu64 " away_max=%" PRIu64 "\n",
 		st->rx_frames, st->rx_stale_epoch, st->rx_future_epoch,
 		st->rx_bad_src, st->rx_not_member, st->rx_done_op, st->rx_proto,
 		st->rx_held, st->rx_replayed, st->rx_hold_full,
@@ -1634,7 +1678,8 @@ void cs_tp_stats_print(const struct cs_tp_stats *st, FILE *out)
 		st->peak_ops, st->rel_timeouts, st->bad_acked, st->bad_rebuild,
 		st->sess_failed, st->rel_stale_rcvd, st->timers_held,
 		st->tx_resumes, st->rel_parked, st->rel_resumes,
-		st->rel_park_probes, st->peak_held, st->rtt_seeded_late);
+		st->rel_park_probes, st->peak_held, st->rtt_seeded_late,
+		st->away_raised, st->away_max);
 }
 
 /* ---- set-up ------------------------------------------------------------ */

@@ -60,6 +60,8 @@
  * @rx_stall: a poll at least this long after the previous one that finds
  *	frames waiting holds the loss timers until the queue is drained
  *	(cs_tp_poll(); 0: off)
+ * @away_floor: the owner's own stalls (cs_tp_away()) raise every
+ *	session's RTO floor to this many times the stall (0: off)
  */
 struct cs_tp_params {
 	uint32_t sess_channels;
@@ -74,6 +76,7 @@ struct cs_tp_params {
 	uint64_t rx_budget;
 	uint64_t rx_active;
 	uint64_t rx_stall;
+	uint32_t away_floor;
 };
 
 extern const struct cs_cfg_entry cs_tp_cfg[];
@@ -148,6 +151,9 @@ struct cs_tp_stats {
 	/* sessions that sent with no RTT estimate and took one later from
 	 * the peer's other sessions or the core (cs_tp_poll()) */
 	uint64_t rtt_seeded_late;
+	/* the owner's own stalls raised every session's RTO floor
+	 * (cs_tp_away()), and the longest stall it reported, ns */
+	uint64_t away_raised, away_max;
 };
 
 struct cs_tp;
@@ -236,6 +242,25 @@ int cs_tp_group_reuse_ids(struct cs_tp *tp, uint32_t id);
  * Returns: 0 or -ENOENT.
  */
 int cs_tp_cancel(struct cs_tp *tp, uint32_t group, uint32_t op_id, int err);
+
+/**
+ * cs_tp_away - the owner was away from its port for @away before this
+ * poll: descheduled, or busy with other work. Frames waited that long in
+ * its receive queue, and its ACKs were that late. A peer whose CPUs are
+ * shared the same way (sidecars sharing a host, a loaded machine) is as
+ * late now and then, and a peer's stall is what times out a clean
+ * session: every session's RTO floor (the one rel.rto_learn keeps,
+ * halving every rel.rto_learn) is raised to tp.away_floor (3) times the
+ * longest recent stall, new sessions start from it, and an armed RTO is
+ * put off to match (cs_rel_raise_floor()). A floor that would stay under
+ * rel.rto_min changes no RTO and is not set. On dedicated CPUs the
+ * owner is never away long and nothing changes. The simulator models no
+ * scheduling and does not call it.
+ * @tp: the core
+ * @away: how long, ns (0: not at all)
+ * @now: current time, ns
+ */
+void cs_tp_away(struct cs_tp *tp, cs_ns_t away, cs_ns_t now);
 
 /**
  * cs_tp_keep_on_stall - operation (@group, @op_id) outlives a session that

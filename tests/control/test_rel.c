@@ -521,6 +521,60 @@ Test(rel, delay_longer_than_rto_max_is_learnt)
 	cr_assert_eq(long_stalls(0), 10); /* 0: rel.rto_max */
 }
 
+/*
+ * cs_rel_raise_floor(): the owner found itself away (cs_tp_away())
+ * and raised the floor to 20 ms while a packet was in flight, its RTO
+ * armed from a 10 us RTT (rto_min 100 us). The armed RTO is put off to
+ * the packet's send + 20 ms, and its ACK 5 ms late (the peer was as late)
+ * is no timeout. A lower floor changes nothing; the next packet's RTO
+ * comes from the floor, which halves every rel.rto_learn; with
+ * rel.rto_learn = 0 nothing is raised.
+ */
+Test(rel, raised_floor_puts_off_the_armed_rto)
+{
+	struct cs_pkt_hdr h, ack;
+	cs_ns_t t = 1000, d;
+
+	pair(SEQ0);
+	a.p.rto_learn = 1000000000;
+	h = data(&a, 0, t);
+	cs_rel_on_packet(&b, &h, t + 5000);
+	ack = ack_of(&b, t + 5000);
+	cs_rel_on_packet(&a, &ack, t + 10000);
+	t += 10000;
+	h = data(&a, 1, t);
+	cr_assert_eq(a.rto_deadline, t + 100000);
+	cs_rel_raise_floor(&a, 20000000, t + 1000);
+	cr_assert_eq(a.rto_deadline, t + 20000000);
+	cs_rel_raise_floor(&a, 8000000, t + 2000);
+	cr_assert_eq(a.rto_deadline, t + 20000000);
+	cr_assert_eq(cs_rel_on_timer(&a, t + 5000000), 0);
+	cs_rel_on_packet(&b, &h, t + 5000000);
+	ack = ack_of(&b, t + 5000000);
+	cs_rel_on_packet(&a, &ack, t + 5000000);
+	cr_assert(cs_rel_idle(&a));
+	cr_assert_eq(a.st.timeouts, 0);
+	h = data(&a, 2, t + 6000000);
+	cr_assert_eq(a.rto_deadline, t + 6000000 + 20000000);
+	cs_rel_on_packet(&b, &h, t + 6010000);
+	ack = ack_of(&b, t + 6010000);
+	cs_rel_on_packet(&a, &ack, t + 6010000);
+	cr_assert(cs_rel_idle(&a));
+	/* one rel.rto_learn later: half */
+	t += 1000 + 1500000000;
+	h = data(&a, 3, t);
+	cr_assert_eq(a.rto_deadline, t + 10000000);
+	unpair();
+
+	pair(SEQ0);
+	a.p.rto_learn = 0;
+	h = data(&a, 0, 1000);
+	d = a.rto_deadline;
+	cs_rel_raise_floor(&a, 20000000, 2000);
+	cr_assert_eq(a.rto_deadline, d);
+	unpair();
+}
+
 /* What one session learnt, another to the same peer takes
  * (cs_rel_take_floor(), shared by the transport core): its RTO waits it
  * out too; a smaller floor changes nothing. */
