@@ -204,7 +204,8 @@ struct cs_tp {
 	uint32_t rx_since_poll;
 	bool draining;
 	cs_ns_t drain_until;
-	/* twice the owner's longest recent stall (cs_tp_away()), set at */
+	/* tp.away_floor times the owner's longest recent stall
+	 * (cs_tp_away()), and when it was set */
 	cs_ns_t away_floor, away_at;
 	struct cs_tp_stats st;
 };
