@@ -242,8 +242,8 @@ static void *lcore_main(void *arg)
 
 		/* away since the last round began, less the wait it asked
 		 * for: its work, yields and any time descheduled */
-		lcore_away = prev && now - prev > waited ? now - prev - waited
-							 : 0;
+		lcore_away =
+			prev && now - prev > waited ? now - prev - waited : 0;
 		prev = now;
 		waited = 0;
 
