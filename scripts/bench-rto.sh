@@ -7,12 +7,13 @@
 # `collstack run allreduce -b 64K -e 16M --iters 5` (54 operations);
 # `collstack stats` is summed over the nodes. One line per run:
 #
-#   rto port=udp mtu=1500 cfg="..." rep=1 time_16M_us=.. drop=.. retx=..
-#       tlp=.. rto=.. spurious=.. load=..
+#   rto port=udp mtu=1500 loss=0 cfg="..." rep=1 time_16M_us=.. drop=..
+#       retx=.. tlp=.. rto=.. spurious=.. stall_max_ms=.. load=..
 #
-# (drop: frames the ports dropped, e.g. a full socket buffer while the
-# sidecar was descheduled; tlp: tail loss probes, one packet each; load:
-# the 1-minute load average when the run started.) --old adds a first
+# (drop: frames the ports counted as dropped; tlp: tail loss probes, one
+# packet each; stall_max_ms: the longest any sidecar's lcore was away
+# from its port, `collstack stats`' stall column; load: the 1-minute
+# load average when the run started.) --old adds a first
 # setting, tp.away_floor=0: no RTO floor from the sidecar's own stalls.
 # --loss PCT drops PCT % of the frames on the bridge (not a clean run: to
 # see what the floor costs where losses are real).
@@ -64,14 +65,16 @@ one() { # PORT MTU CFG REP
 			split($9, a, /[(,)]/); split($10, b, /[()]/)
 			drop += $4; retx += a[1]; tlp += a[3]
 			rto += b[1]; spur += b[2]; n++
+			if (NF >= 13 && $13 + 0 > stall) stall = $13 + 0
 		}
 		END {
 			if (n != 4) { print "bench-rto: stats of " n \
 				" nodes" > "/dev/stderr"; exit 1 }
 			printf "rto port=%s mtu=%s loss=%s cfg=\"%s\" rep=%s " \
 				"time_16M_us=%s drop=%d retx=%d tlp=%d rto=%d " \
-				"spurious=%d load=%s\n", p, m, x, c, r, t, drop,
-				retx, tlp, rto, spur, l
+				"spurious=%d stall_max_ms=%.1f load=%s\n", p,
+				m, x, c, r, t, drop, retx, tlp, rto, spur,
+				stall, l
 		}'
 	scripts/cluster.sh down >/dev/null 2>&1
 }

@@ -42,6 +42,10 @@ static void usage(FILE *out)
 		"  rto        retransmission timeouts (of which spurious)\n"
 		"  dup        duplicate frames received\n"
 		"  lost       ranks the group view lost\n"
+		"  stall      the longest its lcore was away from the port "
+		"(ms: descheduled\n"
+		"             or busy; its RTO floor is tp.away_floor times "
+		"the recent one)\n"
 		"The sidecars come from the state file of scripts/cluster.sh "
 		"(default\n$CS_CLUSTER_ENV or %s). --raw prints each sidecar's "
 		"'stats' and\n'ar_stats' replies as they are.\n",
@@ -65,12 +69,13 @@ static void row(const char *name, const char *st, const char *ar)
 	snprintf(rto, sizeof(rto), "%llu(%llu)", kv(ar, "timeouts"),
 		 kv(ar, "spurious"));
 	printf("%-10s %12llu %12llu %8llu %6llu %8llu %10llu %8llu %16s "
-	       "%11s %8llu %5llu\n",
+	       "%11s %8llu %5llu %6.1f\n",
 	       name, kv(st, "rx_pkts"), kv(st, "tx_pkts"),
 	       kv(st, "rx_dropped") + kv(st, "rx_nombuf") + kv(st, "tx_errors"),
 	       kv(st, "rx_malformed") + kv(st, "rx_foreign"),
 	       kv(st, "f_dropped"), kv(st, "lcore_waits"), kv(ar, "ops_freed"),
-	       retx, rto, kv(ar, "dup_rcvd"), kv(st, "nlost"));
+	       retx, rto, kv(ar, "dup_rcvd"), kv(st, "nlost"),
+	       (double)kv(ar, "away_max") / 1e6);
 }
 
 int cs_cmd_stats(int argc, char **argv)
@@ -116,9 +121,10 @@ int cs_cmd_stats(int argc, char **argv)
 	printf("# collstack stats: %d sidecar(s) from %s\n", n, env);
 	if (!raw)
 		printf("%-10s %12s %12s %8s %6s %8s %10s %8s %16s %11s %8s "
-		       "%5s\n",
+		       "%5s %6s\n",
 		       "# node", "rx", "tx", "drop", "bad", "fault", "waits",
-		       "ops", "retx(sack,tlp)", "rto(spur)", "dup", "lost");
+		       "ops", "retx(sack,tlp)", "rto(spur)", "dup", "lost",
+		       "stall");
 	for (int i = 0; i < n; i++) {
 		const char *last = st; /* the reply a failure left */
 		int r;
