@@ -251,9 +251,12 @@ check_transport_totals() {
 	# The shim goes on dropping heartbeats, so the column must lie
 	# between node 0's own counts read just before and just after.
 	local out r0 f0 f1 col
+	local s0 s1 st_ms
 	f0=$(kv "$(ctl "$N0" stats)" f_dropped)
+	s0=$(kv "$(ctl "$N0" ar_stats)" away_max)
 	out=$("$CLI" stats) || fail "collstack stats failed: $out"
 	f1=$(kv "$(ctl "$N0" stats)" f_dropped)
+	s1=$(kv "$(ctl "$N0" ar_stats)" away_max)
 	echo "$out"
 	[ "$(grep -c "^${CS_CLUSTER}n[0-9] " <<<"$out")" = 4 ] ||
 		fail "collstack stats: not one row per node"
@@ -263,6 +266,13 @@ check_transport_totals() {
 		fail "collstack stats: node 0's fault column $col is not its f_dropped ($f0..$f1)"
 	[ "$(awk '{ print $9 }' <<<"$r0")" = "$(kv "$ar" retx)($(kv "$ar" fast_retx),$(kv "$ar" tlp))" ] ||
 		fail "collstack stats: node 0's retx column is not its ar_stats"
+	# the stall column: ms, the lcore's longest time away (away_max),
+	# which only grows, so it lies between the two ar_stats around it
+	st_ms=$(awk '{ print $13 }' <<<"$r0")
+	[[ $st_ms =~ ^[0-9]+\.[0-9]$ ]] &&
+		awk -v m="$st_ms" -v a="$s0" -v b="$s1" \
+			'BEGIN { exit !(m * 1e6 >= a - 5e4 && m * 1e6 <= b + 5e4) }' ||
+		fail "collstack stats: node 0's stall column '$st_ms' is not its away_max ($s0..$s1 ns)"
 	# a sidecar that is gone: its row says so, and the exit status
 	kill "$(cat "/run/collstack/${CS_CLUSTER}n3/pid")"
 	for _ in $(seq 50); do [ -S "/run/collstack/${CS_CLUSTER}n3/ctl.sock" ] || break; sleep 0.1; done
