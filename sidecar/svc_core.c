@@ -783,8 +783,8 @@ static void core_snap(struct cs_core_svc *s, struct cs_tp_stats *st)
 			CS_MAX(st->peak_ops - one.peak_ops, one.peak_ops);
 		st->peak_senders = CS_MAX(st->peak_senders - one.peak_senders,
 					  one.peak_senders);
-		st->away_max = CS_MAX(st->away_max - one.away_max,
-				      one.away_max);
+		st->away_max =
+			CS_MAX(st->away_max - one.away_max, one.away_max);
 	}
 }
 
