@@ -10,10 +10,11 @@
 #   rto port=udp mtu=1500 loss=0 cfg="..." rep=1 time_16M_us=.. drop=..
 #       retx=.. tlp=.. rto=.. spurious=.. stall_max_ms=.. load=..
 #
-# (drop: frames the ports counted as dropped; tlp: tail loss probes, one
-# packet each; stall_max_ms: the longest any sidecar's lcore was away
-# from its port, `collstack stats`' stall column; load: the 1-minute
-# load average when the run started.) --old adds a first
+# (drop: `collstack stats`' drop column, on the udp port mostly
+# rx_nombuf: multishot receives re-armed, nothing lost; tlp: tail loss
+# probes, one packet each; stall_max_ms: the longest any sidecar's lcore
+# was away from its port, `collstack stats`' stall column; load: the
+# 1-minute load average when the run started.) --old adds a first
 # setting, tp.away_floor=0: no RTO floor from the sidecar's own stalls.
 # --loss PCT drops PCT % of the frames on the bridge (not a clean run: to
 # see what the floor costs where losses are real).
