@@ -138,14 +138,8 @@ static inline void rcv_bit_set(struct cs_rel *r, uint32_t seq, bool on)
 /* The learnt floor (rel.rto_learn) at @now: halved once per period. */
 static cs_ns_t rto_floor_now(const struct cs_rel *r, cs_ns_t now)
 {
-	cs_ns_t halvings;
-
-	if (!r->rto_floor || !r->p.rto_learn)
-		return 0;
-	halvings = now > r->rto_floor_at
-			   ? (now - r->rto_floor_at) / r->p.rto_learn
-			   : 0;
-	return halvings >= 63 ? 0 : r->rto_floor >> halvings;
+	return cs_rel_floor_at(r->rto_floor, r->rto_floor_at, r->p.rto_learn,
+			       now);
 }
 
 /* The highest RTO that samples and the learnt floor may set. */
@@ -278,6 +272,19 @@ static void fill_ack(struct cs_rel *r, struct cs_pkt_hdr *h, cs_ns_t now)
 	r->ack_now = false;
 	r->ece_pending = false;
 	r->ack_deadline = CS_NS_NEVER;
+}
+
+/* An RTO after the oldest packet's last send (CS_NS_NEVER: nothing in
+ * flight, or the oldest is parked): how far a SACK or a raised floor may
+ * put the armed RTO off. */
+static cs_ns_t oldest_rto_due(const struct cs_rel *r, cs_ns_t now)
+{
+	const struct cs_rel_meta *m;
+
+	if (r->snd_una == r->snd_nxt)
+		return CS_NS_NEVER;
+	m = meta_of(r, r->snd_una);
+	return m->state == M_PARKED ? CS_NS_NEVER : m->sent + rto_now(r, now);
 }
 
 static void arm_rto(struct cs_rel *r, cs_ns_t now)
@@ -508,12 +515,10 @@ void cs_rel_raise_floor(struct cs_rel *r, cs_ns_t floor, cs_ns_t now)
 		return;
 	r->rto_floor = floor;
 	r->rto_floor_at = now;
-	if (r->failed || r->rto_deadline == CS_NS_NEVER ||
-	    r->snd_una == r->snd_nxt ||
-	    meta_of(r, r->snd_una)->state == M_PARKED)
+	if (r->failed || r->rto_deadline == CS_NS_NEVER)
 		return;
-	due = meta_of(r, r->snd_una)->sent + rto_now(r, now);
-	if (due > r->rto_deadline)
+	due = oldest_rto_due(r, now);
+	if (due != CS_NS_NEVER && due > r->rto_deadline)
 		r->rto_deadline = due;
 }
 
@@ -758,13 +763,12 @@ static int process_ack(struct cs_rel *r, const struct cs_pkt_hdr *h,
 			r->rto_deadline = CS_NS_NEVER;
 			if (r->snd_una != r->snd_nxt)
 				arm_rto(r, now);
-		} else if (r->snd_una != r->snd_nxt &&
-			   meta_of(r, r->snd_una)->state != M_PARKED) {
-			cs_ns_t due =
-				meta_of(r, r->snd_una)->sent + rto_now(r, now);
+		} else {
+			cs_ns_t due = oldest_rto_due(r, now);
 
-			if (r->rto_deadline == CS_NS_NEVER ||
-			    due > r->rto_deadline)
+			if (due != CS_NS_NEVER &&
+			    (r->rto_deadline == CS_NS_NEVER ||
+			     due > r->rto_deadline))
 				r->rto_deadline = due;
 		}
 		arm_tlp(r, now);

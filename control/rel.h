@@ -365,6 +365,23 @@ void cs_rel_take_floor(struct cs_rel *r, const struct cs_rel *from,
 		       cs_ns_t now);
 
 /**
+ * cs_rel_floor_at - a learnt RTO floor at @now: @floor, set at @set_at,
+ * halved once per @learn since (rel.rto_learn; 0: no floor). The transport
+ * core decays the floor its owner's stalls ask for the same way.
+ * Returns: ns
+ */
+static inline cs_ns_t cs_rel_floor_at(cs_ns_t floor, cs_ns_t set_at,
+				      cs_ns_t learn, cs_ns_t now)
+{
+	cs_ns_t halvings;
+
+	if (!floor || !learn)
+		return 0;
+	halvings = now > set_at ? (now - set_at) / learn : 0;
+	return halvings >= 63 ? 0 : floor >> halvings;
+}
+
+/**
  * cs_rel_raise_floor - raise @r's learnt RTO floor (rel.rto_learn) to
  * @floor: the owner learnt from something other than this session's own
  * spurious timeouts how late the peer can be (cs_tp_away(): the owner's

@@ -343,12 +343,8 @@ static void tp_seed_late(struct cs_tp *tp, struct tp_sess *s, cs_ns_t now,
  * halved every rel.rto_learn, as a session's learnt floor is. */
 static cs_ns_t tp_away_floor(const struct cs_tp *tp, cs_ns_t now)
 {
-	cs_ns_t learn = tp->xp.rel.rto_learn, n;
-
-	if (!tp->away_floor || !learn)
-		return 0;
-	n = now > tp->away_at ? (now - tp->away_at) / learn : 0;
-	return n >= 63 ? 0 : tp->away_floor >> n;
+	return cs_rel_floor_at(tp->away_floor, tp->away_at,
+			       tp->xp.rel.rto_learn, now);
 }
 
 void cs_tp_away(struct cs_tp *tp, cs_ns_t away, cs_ns_t now)
