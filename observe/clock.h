@@ -11,6 +11,7 @@
 #ifndef CS_OBSERVE_CLOCK_H
 #define CS_OBSERVE_CLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "internal/util.h"
@@ -33,5 +34,15 @@ struct cs_clock_est {
  */
 int cs_clock_estimate(const struct cs_clock_sample *s, unsigned n,
 		      struct cs_clock_est *out);
+
+/**
+ * cs_clock_host_id - which CLOCK_MONOTONIC this process reads: the
+ * machine's boot id and its time namespace's monotonic offset (ns) as
+ * "BOOT/OFFSET". Two processes with the same id read the same clock, so a
+ * collector that finds its own id in a sidecar's "clock" reply needs no
+ * exchange to align it (network namespaces share the clock).
+ * Returns: 0, -ENOSPC when @len is too small, or a negative errno.
+ */
+int cs_clock_host_id(char *out, size_t len);
 
 #endif

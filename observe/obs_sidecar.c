@@ -12,6 +12,7 @@
 #define CS_LOG_MODULE "observe"
 #include "internal/config.h"
 #include "internal/log.h"
+#include "observe/clock.h"
 #include "observe/flight.h"
 #include "observe/http.h"
 #include "observe/metrics.h"
@@ -460,7 +461,17 @@ int cs_obs_ctl(struct cs_daemon *d, int fd, const char *req, const char *args,
 	       char *out, size_t len)
 {
 	if (!strcmp(req, "clock")) {
-		snprintf(out, len, "ok now=%llu", U(cs_obs_trace_clock()));
+		char host[128];
+
+		/* host= and skew=: a collector on the same clock takes the
+		 * skew (trace_offset) as the offset, exactly; node= names
+		 * this sidecar as its frames do (its index in the view) */
+		if (cs_clock_host_id(host, sizeof(host)))
+			snprintf(host, sizeof(host), "unknown");
+		snprintf(out, len, "ok now=%llu host=%s skew=%lld node=%u",
+			 U(cs_obs_trace_clock()), host,
+			 (long long)(int64_t)(conf.clock_offset * 1e9),
+			 d->drv.rank);
 		return 0;
 	}
 	if (!strcmp(req, "clock_hb"))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Where a frame's CPU time goes in the sidecars: a cluster of N nodes on
-# one port, one allreduce size run back to back by `collstack bench`, the
+# one port, one size of one operation (allreduce unless --op names another
+# that `collstack bench -o` runs) back to back by `collstack bench`, the
 # sidecars sampled by `perf record -e cpu-clock` (a software clock: this VM
 # has no cycle counter), each sample put in a stage by its symbol, and the
 # sidecars' CPU time (schedstat) spread over the stages by their shares.
@@ -11,7 +12,7 @@
 #
 #   scripts/profile-frame.sh [--port memif|af_packet|udp] [--nodes N]
 #                            [--bytes 64M] [--iters I] [--out DIR]
-#                            [--mtu M] [--set KEY=VALUE]...
+#                            [--mtu M] [--op OP] [--set KEY=VALUE]...
 #
 # Stages (by symbol, and by DSO for DPDK's libraries, whose symbols may
 # not resolve): port (PMD, io_uring, the port layer, the driver's
@@ -30,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$BUILD/tools/collstack
-PORT=memif N=2 BYTES=64M ITERS=5 OUT=bench-out/profile SETS=() MTU=()
+PORT=memif N=2 BYTES=64M ITERS=5 OUT=bench-out/profile SETS=() MTU=() OP=allreduce
 
 die() { echo "profile-frame: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -41,6 +42,7 @@ while [ $# -gt 0 ]; do
 	--iters) ITERS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
 	--mtu) MTU=(--mtu "$2"); shift 2 ;;
+	--op) OP=$2; shift 2 ;;
 	--set) SETS+=(--set "$2"); shift 2 ;;
 	-h|--help) sed -n '3,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) die "unknown option $1" ;;
@@ -80,13 +82,13 @@ stat_sum() {	# KEY: summed over the sidecars (collstack stats --raw)
 }
 
 # Warm-up outside the profile: the sessions, the buffers, the RTT.
-"$CLI" bench -o allreduce -b "$BYTES" -e "$BYTES" -n 1 -w 1 >/dev/null
+"$CLI" bench -o "$OP" -b "$BYTES" -e "$BYTES" -n 1 -w 1 >/dev/null
 c0=$(cpu_ns) tx0=$(stat_sum tx_pkts) rx0=$(stat_sum rx_pkts) rb0=$(stat_sum rx_bytes)
 perf record -q -e cpu-clock -F 1999 -p "$pids" -o "$OUT/perf-$PORT.data" \
 	2>"$OUT/perf-$PORT.log" &
 PERF_PID=$!
 sleep 0.5
-"$CLI" bench -o allreduce -b "$BYTES" -e "$BYTES" -n "$ITERS" -w 0 \
+"$CLI" bench -o "$OP" -b "$BYTES" -e "$BYTES" -n "$ITERS" -w 0 \
 	>"$OUT/bench-$PORT.txt" 2>&1 || die "bench failed: $(tail -2 "$OUT/bench-$PORT.txt")"
 kill -INT "$PERF_PID"
 wait "$PERF_PID" 2>/dev/null || true
@@ -102,7 +104,7 @@ kib=$(((rb1 - rb0) / 1024))
 cpu=$((c1 - c0))
 TXT=$OUT/profile-$PORT.txt
 {
-	echo "# profile-frame: $(date -u '+%Y-%m-%d %H:%M UTC'), port $PORT, $N nodes, allreduce $BYTES x $ITERS back to back, load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "# profile-frame: $(date -u '+%Y-%m-%d %H:%M UTC'), port $PORT, $N nodes, $OP $BYTES x $ITERS back to back, load $(cut -d' ' -f1-3 /proc/loadavg)"
 	grep -E '^ +[0-9]+ ' "$OUT/bench-$PORT.txt" | awk '$12 == "out" { printf "# out of place: %s us per op, busbw %s GB/s, trainers+sidecars %s CPU s/GB\n", $6, $8, $13 }'
 	echo "# sidecars: $((cpu / 1000000)) ms CPU, $frames frames (tx+rx), $kib KiB received"
 	printf '%-9s %7s %12s %11s\n' stage "% cpu" "ns/frame" "ns/KiB"

@@ -116,6 +116,26 @@ int cs_ctl_kv(const char *line, const char *key, double *out)
 	return -ENOENT;
 }
 
+int cs_ctl_word(const char *line, const char *key, char *out, size_t len)
+{
+	size_t kl = strlen(key), n;
+	const char *p = line;
+
+	while ((p = strstr(p, key))) {
+		if ((p == line || p[-1] == ' ') && p[kl] == '=') {
+			p += kl + 1;
+			n = strcspn(p, " \n");
+			if (n >= len)
+				return -ENOSPC;
+			memcpy(out, p, n);
+			out[n] = 0;
+			return 0;
+		}
+		p += kl;
+	}
+	return -ENOENT;
+}
+
 int cs_ctl_cluster(const char *env_file, char (*names)[CS_CTL_NAME_MAX],
 		   int max, char *run_root, size_t run_len)
 {

@@ -49,6 +49,14 @@ int cs_ctl_call(const char *run_dir, const char *req, char *reply, size_t len,
 int cs_ctl_kv(const char *line, const char *key, double *out);
 
 /**
+ * cs_ctl_word - copy the value of "key=value" in a reply line (up to the
+ * next space) into @out
+ * Returns: 0, -ENOENT when the key is missing, -ENOSPC when the value
+ * does not fit @len.
+ */
+int cs_ctl_word(const char *line, const char *key, char *out, size_t len);
+
+/**
  * cs_ctl_cluster - read the node names and run folder that
  * scripts/cluster.sh recorded in @env_file (CS_NODES=..., CS_RUN=...)
  * @names: receives up to @max names (each CS_CTL_NAME_MAX bytes)

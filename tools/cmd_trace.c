@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * collstack trace --out FILE.json [--last SECONDS]: gather the timeline
- * rings of every sidecar of the cluster, put their clocks onto one clock
- * and write one Chrome / Perfetto Trace Event JSON (observe/tjson.h).
- * --clock hb (default): the coordinator's, with the offsets every sidecar
- * keeps from its stamped heartbeats (control/member.h struct
- * cs_hb_clock); --clock ctl, or when a sidecar has no such estimate: this
- * process's, by Cristian's method over the control socket (the exchange
- * with the shortest round trip of --samples; observe/clock.h).
- * Prints each node's offset and its error bound.
+ * collstack trace --out FILE.json [--last SECONDS] [--delays]: gather
+ * the timeline rings of every sidecar of the cluster, put their clocks
+ * onto one clock and write one Chrome / Perfetto Trace Event JSON
+ * (observe/tjson.h). --clock auto (default): host when every sidecar
+ * reads this machine's clock, else hb. --clock host: this process's clock,
+ * which every sidecar shares (same boot id and time namespace offset in
+ * its "clock" reply; observe/clock.h cs_clock_host_id): each offset is the
+ * sidecar's own injected skew, exactly. --clock hb: the coordinator's,
+ * with the offsets every sidecar keeps from its stamped heartbeats
+ * (control/member.h struct cs_hb_clock); --clock ctl, or when a sidecar
+ * has no such estimate: this process's, by Cristian's method over the
+ * control socket (the exchange with the shortest round trip of --samples).
+ * Prints each node's offset and its error bound; --delays then prints
+ * the data frames' delays from send to handling (observe/tdelay.h).
  *
  * Exit status: 0, 1 when a sidecar did not answer or the file could not
  * be written, 2 for bad arguments.
@@ -26,6 +31,7 @@
 #include "obs_fetch.h"
 #include "observe/clock.h"
 #include "observe/obs_sidecar.h"
+#include "observe/tdelay.h"
 #include "observe/tjson.h"
 
 #define CMD "collstack trace"
@@ -36,17 +42,24 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: collstack trace --out FILE.json [--last SECONDS] "
-		"[--clock hb|ctl] [--samples N] [--cluster FILE]\n"
+		"[--delays]\n"
+		"       [--clock auto|host|hb|ctl] [--samples N] "
+		"[--cluster FILE]\n"
 		"       collstack trace --on | --off [--cluster FILE]\n\n"
 		"Gathers every sidecar's timeline (trace.enable=1), aligns "
-		"their clocks\n(--clock hb, default: onto the coordinator's, "
-		"with the offsets the\nsidecars keep from their heartbeats; "
-		"--clock ctl, or when one has none:\nonto this process's, from "
-		"N exchanges over the control socket, default\n16; the error "
-		"bound is printed) and writes "
+		"their clocks\n(--clock host: this machine's, when every "
+		"sidecar reads it, as in a\nnamespace cluster: exact; "
+		"--clock hb: the coordinator's, with the offsets\nthe "
+		"sidecars keep from their heartbeats; --clock ctl, or when one "
+		"has none:\nthis process's, from N exchanges over the control "
+		"socket, default 16;\nauto, the default: host where it can, "
+		"else hb; the error bound is\nprinted) and writes "
 		"one Trace Event JSON file: open it in\nhttps://ui.perfetto.dev "
 		"or chrome://tracing. Each node is a process, each\nlcore and "
 		"trainer rank a thread. --last keeps the newest SECONDS.\n"
+		"--delays also prints, per pair of nodes, the delays of the "
+		"data frames\nfrom their send to their handling by the "
+		"receiver's lcore (min, p50, p90,\np99, max).\n"
 		"--on / --off switch recording on every sidecar (trace.enable "
 		"at start).\n"
 		"The sidecars come from the state file of scripts/cluster.sh "
@@ -108,6 +121,30 @@ static int clock_hb_of(const char *dir, struct cs_clock_est *est,
 	}
 	est->offset = (int64_t)off;
 	est->bound = (cs_ns_t)bound;
+	return 0;
+}
+
+/* The sidecar in @dir: whether it reads @host's clock (its skew then in
+ * @skew) and its node id as its frames name it (-1: not said). */
+static int host_of(const char *dir, const char *host, bool *same, int64_t *skew,
+		   long *id)
+{
+	char line[CS_CTL_LINE], theirs[128];
+	double v;
+	int r = cs_ctl_call(dir, "clock", line, sizeof(line), TIMEOUT_MS);
+
+	*same = false;
+	*skew = 0;
+	*id = -1;
+	if (r)
+		return r;
+	if (!cs_ctl_kv(line, "node", &v))
+		*id = (long)v;
+	if (!host[0] || cs_ctl_word(line, "host", theirs, sizeof(theirs)) ||
+	    strcmp(theirs, host) || cs_ctl_kv(line, "skew", &v))
+		return 0;
+	*same = true;
+	*skew = (int64_t)v;
 	return 0;
 }
 
@@ -173,6 +210,7 @@ int cs_cmd_trace(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "out", required_argument, NULL, 'o' },
+		{ "delays", no_argument, NULL, 'd' },
 		{ "on", no_argument, NULL, '1' },
 		{ "off", no_argument, NULL, '0' },
 		{ "last", required_argument, NULL, 'l' },
@@ -188,7 +226,12 @@ int cs_cmd_trace(int argc, char **argv)
 	const char *env = cs_ctl_env(), *outp = NULL;
 	double last = 0, num;
 	unsigned samples = 16;
-	bool hb = true;
+	enum { C_AUTO, C_HOST, C_HB, C_CTL } mode = C_AUTO;
+	bool hb = true, host = true, delays = false;
+	char myhost[128] = "";
+	bool same[CS_OBS_CLI_NODES];
+	int64_t skew[CS_OBS_CLI_NODES];
+	uint32_t ids[CS_OBS_CLI_NODES];
 	struct cs_clock_est hbest[CS_OBS_CLI_NODES];
 	double hbn[CS_OBS_CLI_NODES];
 	cs_ns_t worst = 0;
@@ -211,14 +254,24 @@ int cs_cmd_trace(int argc, char **argv)
 				return 2;
 			break;
 		case 'k':
-			if (strcmp(optarg, "hb") && strcmp(optarg, "ctl")) {
+			if (!strcmp(optarg, "auto")) {
+				mode = C_AUTO;
+			} else if (!strcmp(optarg, "host")) {
+				mode = C_HOST;
+			} else if (!strcmp(optarg, "hb")) {
+				mode = C_HB;
+			} else if (!strcmp(optarg, "ctl")) {
+				mode = C_CTL;
+			} else {
 				fprintf(stderr,
-					"%s: --clock hb or ctl, not "
-					"'%s'\n",
+					"%s: --clock auto, host, hb or ctl, "
+					"not '%s'\n",
 					CMD, optarg);
 				return 2;
 			}
-			hb = !strcmp(optarg, "hb");
+			break;
+		case 'd':
+			delays = true;
 			break;
 		case 's':
 			if (cs_obs_cli_num(CMD, "--samples", optarg, 1,
@@ -243,6 +296,32 @@ int cs_cmd_trace(int argc, char **argv)
 	}
 	if (cs_obs_cluster_load(CMD, env, &cl))
 		return 1;
+	/* which clock each sidecar reads, and its node id */
+	if (cs_clock_host_id(myhost, sizeof(myhost)))
+		myhost[0] = 0;
+	for (int i = 0; i < cl.n; i++) {
+		char dir[512];
+		long id;
+
+		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
+		if (host_of(dir, myhost, &same[i], &skew[i], &id) || id < 0)
+			id = i; /* an older sidecar: the cluster's order */
+		ids[i] = (uint32_t)id;
+		if (!same[i] && host && mode != C_CTL && mode != C_HB)
+			printf("%-10s does not read this machine's clock%s\n",
+			       cl.names[i],
+			       mode == C_HOST ? "" : ": heartbeat offsets");
+		host = host && same[i];
+	}
+	if (mode == C_HOST && !host) {
+		fprintf(stderr,
+			"%s: --clock host needs every sidecar on this "
+			"machine's clock (same boot id and time namespace)\n",
+			CMD);
+		return 1;
+	}
+	host = host && (mode == C_HOST || mode == C_AUTO);
+	hb = !host && mode != C_CTL;
 	/* one reference for all: the heartbeat offsets only when every
 	 * sidecar has one */
 	for (int i = 0; hb && i < cl.n; i++) {
@@ -257,8 +336,9 @@ int cs_cmd_trace(int argc, char **argv)
 		}
 	}
 	printf("clock reference: %s\n",
-	       hb ? "the coordinator's (heartbeat offsets)"
-		  : "this process's (control-socket exchanges)");
+	       host ? "this machine's (every sidecar reads it)"
+	       : hb ? "the coordinator's (heartbeat offsets)"
+		    : "this process's (control-socket exchanges)");
 	for (int i = 0; i < cl.n; i++) {
 		char dir[512], line[CS_CTL_LINE];
 		struct cs_clock_est est;
@@ -268,7 +348,9 @@ int cs_cmd_trace(int argc, char **argv)
 
 		nodes[i] = (struct cs_tj_node){ .name = cl.names[i] };
 		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
-		if (hb)
+		if (host)
+			est = (struct cs_clock_est){ .offset = skew[i] };
+		else if (hb)
 			est = hbest[i];
 		else
 			r = clock_of(dir, samples, &est);
@@ -291,7 +373,10 @@ int cs_cmd_trace(int argc, char **argv)
 		printf("%-10s clock offset %+.9f s +- %.9f s (%s), %u ring(s), "
 		       "%zu event(s) (%llu recorded)\n",
 		       cl.names[i], (double)est.offset / 1e9,
-		       (double)est.bound / 1e9, hb ? "heartbeats" : "control",
+		       (double)est.bound / 1e9,
+		       host ? "host"
+		       : hb ? "heartbeats"
+			    : "control",
 		       nodes[i].nrings, events, recorded);
 	}
 	f = fopen(outp, "w");
@@ -317,6 +402,22 @@ int cs_cmd_trace(int argc, char **argv)
 	       "error bound %.9f s\n",
 	       outp, st.events, st.nodes_with_events, cl.n,
 	       (double)(st.last_ns - st.first_ns) / 1e9, (double)worst / 1e9);
+	if (delays) {
+		unsigned cap = (unsigned)(cl.n * cl.n + 1);
+		struct cs_td_row *rows = calloc(cap, sizeof(*rows));
+		struct cs_td_stats ds;
+
+		o = rows ? cs_td_compute(nodes, ids, (unsigned)cl.n,
+					 (cs_ns_t)(last * 1e9), rows, cap, &ds)
+			 : -ENOMEM;
+		if (o < 0) {
+			fprintf(stderr, "%s: delays: %s\n", CMD, strerror(-o));
+			ret = 1;
+		} else {
+			cs_td_print(stdout, nodes, rows, (unsigned)o, &ds);
+		}
+		free(rows);
+	}
 out:
 	for (int i = 0; i < cl.n; i++) {
 		free(bodies[i]);

@@ -9,8 +9,10 @@
 # Cases:
 #   trace_4     clock offsets injected into three sidecars (+5 s, -3 s,
 #               +1.234567 s; trace_offset) are recovered within the bound
-#               collstack trace prints, from the heartbeats (the default)
-#               and from the control socket (--clock ctl); the JSON parses, has events of
+#               collstack trace prints, from the heartbeats (--clock hb)
+#               and from the control socket (--clock ctl), and exactly
+#               from this machine's clock (the default here, --delays:
+#               one row per ring neighbour, none negative); the JSON parses, has events of
 #               every node, its timestamps never go back, and every frame
 #               received was, on the aligned clocks, sent before it
 #               (within the two nodes' bounds); every node shows its ops
@@ -104,8 +106,38 @@ case_trace_4() {
 	out=$("$CLI" trace --clock ctl --out "$TMP/c.json") ||
 		fail "collstack trace --clock ctl: $out"
 	echo "$out" | tee "$TMP/ctl.out"
-	out=$("$CLI" trace --out "$TMP/t.json") || fail "collstack trace: $out"
+	out=$("$CLI" trace --clock hb --out "$TMP/t.json") ||
+		fail "collstack trace --clock hb: $out"
 	echo "$out" | tee "$TMP/trace.out"
+	# the default here: every sidecar reads this machine's clock
+	out=$("$CLI" trace --out "$TMP/h.json" --delays) ||
+		fail "collstack trace --delays: $out"
+	echo "$out" | tee "$TMP/host.out"
+	python3 - "$TMP/host.out" "$CS_CLUSTER" "${offs[*]}" <<'PY' ||
+import re, sys
+prefix, offs = sys.argv[2], [float(x) for x in sys.argv[3].split()]
+lines = open(sys.argv[1]).read().splitlines()
+assert "clock reference: this machine's (every sidecar reads it)" in lines, "not the host clock"
+for i, off in enumerate(offs):
+    l = [x for x in lines if x.startswith(f"{prefix}n{i} ") and "clock offset" in x]
+    m = re.search(r"clock offset ([-+0-9.]+) s \+- ([0-9.]+) s \(host\)", l[0])
+    assert m, f"node {i}: {l[0]}"
+    assert float(m.group(1)) == off and float(m.group(2)) == 0, f"node {i}: {l[0]} vs {off}"
+rows = [x.split() for x in lines if re.match(rf"{prefix}n\d +{prefix}n\d +\d", x)]
+pairs = {(r[0], r[1]) for r in rows}
+ring = {(f"{prefix}n{i}", f"{prefix}n{(i + 1) % 4}") for i in range(4)}
+assert pairs == ring, f"pairs with delays {sorted(pairs)}, not the ring's"
+allrow = [x.split() for x in lines if x.startswith("all ")]
+assert allrow, "no row over all pairs"
+n, lo = int(allrow[0][1]), float(allrow[0][2])
+assert n == sum(int(r[2]) for r in rows), "the pairs do not add up to the row over all"
+assert lo >= 0, f"a frame handled before its send on one clock: {lo} us"
+m = re.search(r"(\d+) frame\(s\) handled, (\d+) paired.*?(\d+) handled before every", " ".join(lines))
+assert m and int(m.group(2)) == n and int(m.group(3)) == 0, f"counts: {m and m.groups()}"
+assert n > 100, f"only {n} frames paired"
+print(f"host clock: offsets are the injected skews exactly; {n} frames' delays, none negative")
+PY
+		fail "host clock and delays"
 	python3 - "$TMP/ctl.out" "$CS_CLUSTER" "${offs[*]}" control <<'PY' ||
 import re, sys
 prefix, offs, how = sys.argv[2], [float(x) for x in sys.argv[3].split()], sys.argv[4]

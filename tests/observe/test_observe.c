@@ -12,6 +12,7 @@
 #include "observe/flight.h"
 #include "observe/health.h"
 #include "observe/metrics.h"
+#include "observe/tdelay.h"
 #include "observe/tjson.h"
 #include "observe/trace.h"
 
@@ -145,6 +146,23 @@ Test(clock, shortest_round_trip_wins_and_bad_samples_refused)
 	cr_assert_eq(cs_clock_estimate(s, 0, &e), -EINVAL);
 }
 
+/* This process's clock identity: the boot id, a slash, the monotonic
+ * offset of its time namespace; the same twice; too small a buffer is
+ * refused. */
+Test(clock, host_id_names_the_boot_and_namespace)
+{
+	char a[128], b[128], small[8];
+	char *slash;
+
+	cr_assert_eq(cs_clock_host_id(a, sizeof(a)), 0);
+	cr_assert_eq(cs_clock_host_id(b, sizeof(b)), 0);
+	cr_assert_str_eq(a, b);
+	slash = strchr(a, '/');
+	cr_assert_not_null(slash);
+	cr_assert_eq(slash - a, 36, "a boot id is a UUID: %s", a);
+	cr_assert_eq(cs_clock_host_id(small, sizeof(small)), -ENOSPC);
+}
+
 /* ---- Trace Event JSON -------------------------------------------------- */
 
 static char *json_of(struct cs_tj_node *nd, unsigned n, cs_ns_t last,
@@ -213,6 +231,157 @@ Test(tjson, aligned_sorted_and_paired)
 	j = json_of(nd, 2, 150, &st);
 	cr_assert_eq(st.events, 3); /* rx (1150), trainer (1200), retx */
 	free(j);
+}
+
+/* ---- frame delays ------------------------------------------------------ */
+
+/* Node ids 7 and 3 (not their indexes); node 1's clock is 1 s ahead.
+ * Each frame handled pairs with its last send before then (a
+ * retransmission when there was one), a duplicate is left out, a frame
+ * whose send is not in the rings and one handled before its send are
+ * counted apart, and --last keeps the newest only. */
+Test(tdelay, paired_by_frame_on_aligned_clocks)
+{
+	const int64_t S = 1000000000;
+	struct cs_trace_ev a[] = {
+		/* to node id 3: seq 10, 11 (resent), 12; seq 20 of op 8 */
+		{ .ts = 1000,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 3,
+		  .c = 10 },
+		{ .ts = 1000,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 3,
+		  .c = 11 },
+		{ .ts = 1000,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 3,
+		  .c = 12 },
+		{ .ts = 1500,
+		  .kind = CS_TR_RETX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 3,
+		  .c = 11,
+		  .d = CS_TR_RETX_TLP },
+		{ .ts = 5000,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 8,
+		  .a = 3,
+		  .c = 20 },
+		/* node 1's frame to us, handled here */
+		{ .ts = 2400,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 3,
+		  .c = 99 },
+	};
+	struct cs_trace_ev b[] = {
+		{ .ts = S + 1100,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 7,
+		  .c = 10 },
+		{ .ts = S + 1700,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 7,
+		  .c = 11 },
+		{ .ts = S + 1800,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 7,
+		  .c = 11,
+		  .d = CS_TR_RX_DUP },
+		{ .ts = S + 1400,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 7,
+		  .c = 12 },
+		/* handled before its send: clock error */
+		{ .ts = S + 4000,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 8,
+		  .a = 7,
+		  .c = 20 },
+		{ .ts = S + 2000,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 7,
+		  .c = 99 },
+		/* from a node id nobody has */
+		{ .ts = S + 2100,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 5,
+		  .c = 1 },
+	};
+	struct cs_tj_ring ra = { "cs-lcore#0", 1, a, CS_ARRAY_SIZE(a) },
+			  rb = { "cs-lcore#0", 2, b, CS_ARRAY_SIZE(b) };
+	struct cs_tj_node nd[2] = { { "n0", 0, &ra, 1 }, { "n1", S, &rb, 1 } };
+	uint32_t ids[2] = { 7, 3 };
+	struct cs_td_row rows[5];
+	struct cs_td_stats st;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+	int n = cs_td_compute(nd, ids, 2, 0, rows, 5, &st);
+
+	cr_assert_eq(n, 3); /* 0 -> 1, 1 -> 0, all */
+	cr_assert_eq(st.rx, 6);
+	cr_assert_eq(st.matched, 4);
+	cr_assert_eq(st.early, 1);
+	cr_assert_eq(st.unsent, 1);
+	cr_assert_eq(rows[0].src, 0);
+	cr_assert_eq(rows[0].dst, 1);
+	cr_assert_eq(rows[0].n, 3); /* 100, 200 (from the resend), 400 */
+	cr_assert_eq(rows[0].min, 100);
+	cr_assert_eq(rows[0].p50, 200);
+	cr_assert_eq(rows[0].p99, 400);
+	cr_assert_eq(rows[0].max, 400);
+	cr_assert_eq(rows[1].src, 1);
+	cr_assert_eq(rows[1].dst, 0);
+	cr_assert_eq(rows[1].n, 1);
+	cr_assert_eq(rows[1].p50, 400); /* sent at 2000, handled at 2400 */
+	cr_assert_eq(rows[2].src, CS_TD_ALL);
+	cr_assert_eq(rows[2].n, 4);
+	cr_assert_eq(rows[2].min, 100);
+	cr_assert_eq(rows[2].p50, 200);
+	cr_assert_eq(rows[2].max, 400);
+	f = open_memstream(&text, &len);
+	cr_assert_not_null(f);
+	cs_td_print(f, nd, rows, (unsigned)n, &st);
+	fclose(f);
+	cr_assert(
+		strstr(text, "n0           n1                   3       0.1"));
+	cr_assert(strstr(text, "6 frame(s) handled, 4 paired"));
+	free(text);
+	/* the newest 700 ns (events up to 5000): frames handled from 4300 */
+	n = cs_td_compute(nd, ids, 2, 700, rows, 5, &st);
+	cr_assert_eq(n, 0);
+	cr_assert_eq(st.rx, 0);
+	/* from 1350: 1400 (seq 12), 1700 (seq 11), 2400, 2100 (unknown) */
+	n = cs_td_compute(nd, ids, 2, 3650, rows, 5, &st);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(st.rx, 5); /* and the early one at 4000 */
+	cr_assert_eq(rows[0].n, 2);
+	cr_assert_eq(rows[0].min, 200);
+	cr_assert_eq(rows[0].max, 400);
 }
 
 /* ---- metrics, read back ------------------------------------------------ */
