@@ -63,6 +63,21 @@ int cs_ps_shardmap_init(struct cs_ps_shardmap *m, const uint32_t *servers,
 		}
 	}
 	qsort(m->pts, m->npts, sizeof(*m->pts), vnode_cmp);
+	/* about 4 buckets per point: 1 to 2 points to walk past */
+	for (m->bits = 4; m->bits < 20 && (1u << m->bits) < 4 * m->npts;)
+		m->bits++;
+	m->first = malloc(sizeof(*m->first) << m->bits);
+	if (!m->first) {
+		cs_ps_shardmap_fini(m);
+		return -ENOMEM;
+	}
+	for (uint32_t b = 0, p = 0; b < 1u << m->bits; b++) {
+		uint64_t lo = (uint64_t)b << (64 - m->bits);
+
+		while (p < m->npts && m->pts[p].point < lo)
+			p++;
+		m->first[b] = p;
+	}
 	return 0;
 }
 
@@ -70,6 +85,7 @@ void cs_ps_shardmap_fini(struct cs_ps_shardmap *m)
 {
 	free(m->pts);
 	free(m->servers);
+	free(m->first);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -77,18 +93,13 @@ static const struct cs_ps_vnode *owner(const struct cs_ps_shardmap *m,
 				       uint32_t table, uint64_t key)
 {
 	uint64_t h = mix64(key ^ mix64(0x7461626c65ull + table));
-	uint32_t lo = 0, hi = m->npts;
+	uint32_t i = m->first[h >> (64 - m->bits)];
 
-	/* first point >= h; past the last point wraps to the first */
-	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo) / 2;
-
-		if (m->pts[mid].point < h)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return &m->pts[lo == m->npts ? 0 : lo];
+	/* first point >= h, from the first of h's bucket; past the last
+	 * point wraps to the first */
+	while (i < m->npts && m->pts[i].point < h)
+		i++;
+	return &m->pts[i == m->npts ? 0 : i];
 }
 
 uint32_t cs_ps_shard_of(const struct cs_ps_shardmap *m, uint32_t table,

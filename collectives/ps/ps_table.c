@@ -337,23 +337,63 @@ void cs_ps_opt_apply(const struct cs_ps_table_spec *s, float *w, float *state,
 	}
 }
 
-struct key_idx {
-	uint64_t key;
-	uint32_t idx;
-};
+#define SORT_INSERTION_MAX 24u
 
-static int key_idx_cmp(const void *a, const void *b)
+int cs_ps_sort_keys(struct cs_ps_key_idx *v, uint32_t n)
 {
-	const struct key_idx *x = a, *y = b;
+	struct cs_ps_key_idx *tmp, *src = v, *dst;
+	uint64_t any = 0, all = ~0ull;
 
-	if (x->key != y->key)
-		return x->key < y->key ? -1 : 1;
-	return x->idx < y->idx ? -1 : (x->idx > y->idx);
+	if (n <= SORT_INSERTION_MAX) {
+		for (uint32_t i = 1; i < n; i++) {
+			struct cs_ps_key_idx x = v[i];
+			uint32_t j = i;
+
+			for (; j && v[j - 1].key > x.key; j--)
+				v[j] = v[j - 1];
+			v[j] = x;
+		}
+		return 0;
+	}
+	tmp = malloc(sizeof(*tmp) * n);
+	if (!tmp)
+		return -ENOMEM;
+	dst = tmp;
+	for (uint32_t i = 0; i < n; i++) {
+		any |= v[i].key;
+		all &= v[i].key;
+	}
+	/* least significant byte first, each pass stable; a byte that every
+	 * key shares orders nothing */
+	for (unsigned sh = 0; sh < 64; sh += 8) {
+		uint32_t cnt[256] = { 0 }, sum = 0;
+		struct cs_ps_key_idx *t;
+
+		if (!(((any ^ all) >> sh) & 0xff))
+			continue;
+		for (uint32_t i = 0; i < n; i++)
+			cnt[(src[i].key >> sh) & 0xff]++;
+		for (unsigned b = 0; b < 256; b++) {
+			uint32_t c = cnt[b];
+
+			cnt[b] = sum;
+			sum += c;
+		}
+		for (uint32_t i = 0; i < n; i++)
+			dst[cnt[(src[i].key >> sh) & 0xff]++] = src[i];
+		t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != v)
+		memcpy(v, src, sizeof(*v) * n);
+	free(tmp);
+	return 0;
 }
 
 int cs_ps_combine(uint64_t *keys, float *rows, uint32_t n, uint32_t dim)
 {
-	struct key_idx *ki;
+	struct cs_ps_key_idx *ki;
 	float *tmp;
 	uint32_t i, u = 0;
 
@@ -367,8 +407,12 @@ int cs_ps_combine(uint64_t *keys, float *rows, uint32_t n, uint32_t dim)
 		return -ENOMEM;
 	}
 	for (i = 0; i < n; i++)
-		ki[i] = (struct key_idx){ keys[i], i };
-	qsort(ki, n, sizeof(*ki), key_idx_cmp);
+		ki[i] = (struct cs_ps_key_idx){ keys[i], i };
+	if (cs_ps_sort_keys(ki, n)) {
+		free(ki);
+		free(tmp);
+		return -ENOMEM;
+	}
 	for (i = 0; i < n; i++) {
 		const float *src = rows + (size_t)ki[i].idx * dim;
 

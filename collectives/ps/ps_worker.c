@@ -461,27 +461,13 @@ out_free:
 	return rc;
 }
 
-struct pos_key {
-	uint64_t key;
-	uint32_t pos;
-};
-
-static int pos_key_cmp(const void *a, const void *b)
-{
-	const struct pos_key *x = a, *y = b;
-
-	if (x->key != y->key)
-		return x->key < y->key ? -1 : 1;
-	return x->pos < y->pos ? -1 : (x->pos > y->pos);
-}
-
 int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table, uint64_t clock,
 		      const uint64_t *keys, uint32_t n, void *out, cs_ns_t now,
 		      uint64_t *op)
 {
 	struct wtable *t = table < CS_PS_TABLES_MAX ? w->tab[table] : NULL;
 	uint32_t *order = NULL, *start = NULL, oi, per, nu = 0;
-	struct pos_key *pk = NULL;
+	struct cs_ps_key_idx *pk = NULL;
 	uint64_t *ukeys = NULL;
 	struct wop *o;
 	size_t rb;
@@ -508,12 +494,15 @@ int cs_ps_worker_pull(struct cs_ps_worker *w, uint32_t table, uint64_t clock,
 		goto out_op;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		pk[i] = (struct pos_key){ keys[i], i };
-	qsort(pk, n, sizeof(*pk), pos_key_cmp);
+		pk[i] = (struct cs_ps_key_idx){ keys[i], i };
+	if (cs_ps_sort_keys(pk, n)) {
+		rc = -ENOMEM;
+		goto out_op;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		if (!i || pk[i].key != pk[i - 1].key)
 			ukeys[nu++] = pk[i].key;
-		o->pos_u[pk[i].pos] = nu - 1;
+		o->pos_u[pk[i].idx] = nu - 1;
 	}
 	o->nu = nu;
 	o->urows = malloc(rb * (nu ? nu : 1));

@@ -248,6 +248,114 @@ Test(ps_table, combine_sums_duplicates_in_order)
 	cr_assert_eq(cs_ps_combine(keys, &rows[0][0], 0, 2), 0);
 }
 
+static int ki_cmp(const void *a, const void *b)
+{
+	const struct cs_ps_key_idx *x = a, *y = b;
+
+	if (x->key != y->key)
+		return x->key < y->key ? -1 : 1;
+	return x->idx < y->idx ? -1 : (x->idx > y->idx);
+}
+
+static uint64_t rnd64(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* The radix sort gives what qsort by (key, idx) gives: sizes around the
+ * insertion sort's limit and past it, duplicates, keys that differ in a
+ * few low bytes only (bytes skipped) or in every byte. */
+Test(ps_table, sort_keys_as_qsort_by_key_then_index)
+{
+	static const uint32_t sizes[] = { 0, 1, 2, 23, 24, 25, 256, 5000 };
+	static const uint64_t masks[] = { 0xffull, 0x1ffffull,
+					  0xff000000000000f0ull, ~0ull };
+	uint64_t seed = 88172645463325252ull;
+
+	for (size_t a = 0; a < sizeof(sizes) / sizeof(sizes[0]); a++) {
+		for (size_t b = 0; b < sizeof(masks) / sizeof(masks[0]); b++) {
+			uint32_t n = sizes[a];
+			struct cs_ps_key_idx *v = malloc(sizeof(*v) * (n + 1)),
+					     *w = malloc(sizeof(*w) * (n + 1));
+
+			for (uint32_t i = 0; i < n; i++) {
+				v[i].key = rnd64(&seed) & masks[b];
+				v[i].idx = i;
+			}
+			memcpy(w, v, sizeof(*v) * n);
+			qsort(w, n, sizeof(*w), ki_cmp);
+			cr_assert_eq(cs_ps_sort_keys(v, n), 0);
+			for (uint32_t i = 0; i < n; i++)
+				cr_assert(v[i].key == w[i].key &&
+						  v[i].idx == w[i].idx,
+					  "n %u mask %zu: at %u", n, b, i);
+			free(v);
+			free(w);
+		}
+	}
+}
+
+/* The map's owner, found through its bucket table, against a binary
+ * search over its sorted points (the hash as ps_shard.c computes it):
+ * maps of 1 to 512 points, so that buckets hold none, one or several, and
+ * keys whose hash lies past the last point wrap to the first. */
+static uint64_t ref_mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+Test(ps_table, shardmap_lookup_as_binary_search)
+{
+	static const uint32_t shapes[][2] = {
+		{ 1, 1 }, { 2, 1 }, { 3, 7 }, { 4, 128 }, { 16, 32 }
+	};
+	uint32_t ids[16];
+
+	for (uint32_t i = 0; i < 16; i++)
+		ids[i] = 100 + 3 * i;
+	for (size_t c = 0; c < sizeof(shapes) / sizeof(shapes[0]); c++) {
+		struct cs_ps_shardmap m;
+		uint32_t wraps = 0;
+
+		cr_assert_eq(cs_ps_shardmap_init(&m, ids, shapes[c][0],
+						 shapes[c][1]),
+			     0);
+		for (uint32_t table = 0; table < 3; table++) {
+			for (uint64_t k = 0; k < 20000; k++) {
+				uint64_t h = ref_mix64(
+					k ^ ref_mix64(0x7461626c65ull + table));
+				uint32_t lo = 0, hi = m.npts;
+
+				while (lo < hi) {
+					uint32_t mid = lo + (hi - lo) / 2;
+
+					if (m.pts[mid].point < h)
+						lo = mid + 1;
+					else
+						hi = mid;
+				}
+				wraps += lo == m.npts;
+				lo = lo == m.npts ? 0 : lo;
+				cr_assert_eq(cs_ps_shard_of(&m, table, k),
+					     m.pts[lo].server,
+					     "map %zu table %u key %llu", c,
+					     table, (unsigned long long)k);
+				cr_assert_eq(cs_ps_shard_index_of(&m, table, k),
+					     m.pts[lo].idx);
+			}
+		}
+		if (m.npts <= 7)
+			cr_assert_gt(wraps, 0, "map %zu: no key wrapped", c);
+		cs_ps_shardmap_fini(&m);
+	}
+}
+
 static void owners(const struct cs_ps_shardmap *m, uint32_t *own, uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++)
