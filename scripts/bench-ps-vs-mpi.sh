@@ -90,6 +90,7 @@ sidecars() {	# STOP|CONT the collstackd PIDs cluster.sh started
 }
 
 mpi() {	# cs-mpi-bench -o ps arguments
+	local rc
 	sidecars STOP
 	timeout 600 ip netns exec "${NODES[0]}" env CS_RSH_MAP="$TMP/hosts.map" \
 		unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "${NODES[0]}" \
@@ -99,8 +100,15 @@ mpi() {	# cs-mpi-bench -o ps arguments
 		--mca plm_rsh_no_tree_spawn 1 \
 		--mca btl tcp,self --mca btl_tcp_if_include "$NET" \
 		--mca oob_tcp_if_include "$NET" --mca mpi_yield_when_idle 1 \
-		"$MPI_BENCH" -o ps "$@" 2>&1 | grep '^ps-bench' || echo "ps-bench stack=mpi FAILED"
+		"$MPI_BENCH" -o ps "$@" >"$TMP/mpi.out" 2>&1 && rc=0 || rc=$?
 	sidecars CONT
+	# a result line stands even when mpirun exits non-zero after it
+	# (said below it); none: FAILED, with mpirun's last words
+	if grep '^ps-bench' "$TMP/mpi.out"; then
+		[ "$rc" = 0 ] || echo "# mpirun exited $rc after its result: $(grep -v '^ps-bench' "$TMP/mpi.out" | tail -1)"
+	else
+		echo "ps-bench stack=mpi FAILED (mpirun exit $rc: $(tail -1 "$TMP/mpi.out"))"
+	fi
 }
 
 kv() { grep -o " $1=[^ ]*" <<<"$2" | head -1 | cut -d= -f2; }
