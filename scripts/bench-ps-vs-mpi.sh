@@ -89,6 +89,10 @@ sidecars() {	# STOP|CONT the collstackd PIDs cluster.sh started
 	done
 }
 
+mpi_said() {	# the first two lines of mpirun's own words (no rules)
+	grep -v -e '^ps-bench' -e '^-*$' "$TMP/mpi.out" | head -2 | tr '\n' ' '
+}
+
 mpi() {	# cs-mpi-bench -o ps arguments
 	local rc
 	sidecars STOP
@@ -105,9 +109,9 @@ mpi() {	# cs-mpi-bench -o ps arguments
 	# a result line stands even when mpirun exits non-zero after it
 	# (said below it); none: FAILED, with mpirun's last words
 	if grep '^ps-bench' "$TMP/mpi.out"; then
-		[ "$rc" = 0 ] || echo "# mpirun exited $rc after its result: $(grep -v '^ps-bench' "$TMP/mpi.out" | tail -1)"
+		[ "$rc" = 0 ] || echo "# mpirun exited $rc after its result: $(mpi_said)"
 	else
-		echo "ps-bench stack=mpi FAILED (mpirun exit $rc: $(tail -1 "$TMP/mpi.out"))"
+		echo "ps-bench stack=mpi FAILED (mpirun exit $rc: $(mpi_said))"
 	fi
 }
 
