@@ -26,6 +26,14 @@
 # --msg-max B: collstack's PS messages up to B bytes (default: the
 # sidecar's, 1 MiB; a message longer than a frame goes as several).
 #
+# --warmup W (default 1000) steps before the N (default 200) timed ones,
+# so that both stacks are timed with their tables in the same state:
+# Open MPI's ranks fill their whole shard before the first step, the
+# sidecars create a row when a key first comes (4 workers x 256 keys a
+# step leave e^-10 of 100,000 rows untouched after 1000 steps). With 3
+# warm-up steps collstack's timed steps created most of its rows
+# (docs/ps.md, "What a step waits for").
+#
 # CS_CLUSTER (default pq) names the cluster (scripts/cluster.sh); it is
 # brought up here and taken down at exit. Needs root, Open MPI (mpirun)
 # and a build with cs-mpi-bench (build/, or CS_BUILD_DIR).
@@ -35,7 +43,7 @@ ROOT=$PWD
 BUILD=${CS_BUILD_DIR:-build}
 CLI=$ROOT/$BUILD/tools/collstack
 MPI_BENCH=$ROOT/$BUILD/tools/cs-mpi-bench
-ITERS=30 WARM=3 KPP=256 ROWS=100000 SKEW=0 MODE=sync SIZES=64,1024
+ITERS=200 WARM=1000 KPP=256 ROWS=100000 SKEW=0 MODE=sync SIZES=64,1024
 PATTERNS=push,pull,pushpull DENSE=1M MTU=1500 MSG= PORT=udp
 while [ $# -gt 0 ]; do
 	case $1 in
