@@ -128,6 +128,14 @@ void cs_mac_final(struct cs_mac *m, uint8_t out[CS_MAC_LEN])
 
 bool cs_auth_equal(const void *a, const void *b, size_t len)
 {
+	/* every frame's tag is checked here: libsodium's fixed-size
+	 * compares are vectorised (sodium_memcmp goes byte by byte,
+	 * 1.2-1.6 % of the sidecars' CPU in docs/frame-cost.md's udp runs);
+	 * all three take the same time whatever the bytes */
+	if (len == crypto_verify_16_BYTES)
+		return crypto_verify_16(a, b) == 0;
+	if (len == crypto_verify_32_BYTES)
+		return crypto_verify_32(a, b) == 0;
 	return sodium_memcmp(a, b, len) == 0;
 }
 

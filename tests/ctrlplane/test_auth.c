@@ -84,6 +84,30 @@ Test(auth, control_mac_known_answers)
 	cr_assert(!cs_auth_equal(d, d2, sizeof(d)));
 }
 
+/* Equal and unequal at the tag's and the MAC's sizes and another size,
+ * a difference in the first, a middle and the last byte. */
+Test(auth, equal_at_every_size_and_position)
+{
+	static const size_t lens[] = { 16, 32, 7, 1 };
+	uint8_t a[32], b[32];
+
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		size_t n = lens[k];
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = b[i] = (uint8_t)(0x5a + 7 * i);
+		cr_assert(cs_auth_equal(a, b, n), "len %zu", n);
+		for (size_t pos = 0; pos < n; pos += n > 2 ? n / 2 : 1) {
+			b[pos] ^= 0x80;
+			cr_assert(!cs_auth_equal(a, b, n), "len %zu pos %zu", n,
+				  pos);
+			b[pos] ^= 0x80;
+		}
+		b[n - 1] ^= 1;
+		cr_assert(!cs_auth_equal(a, b, n), "len %zu last", n);
+	}
+}
+
 static struct cs_pkt_hdr sample(void)
 {
 	struct cs_pkt_hdr h = {
