@@ -302,12 +302,15 @@ int cs_cmd_trace(int argc, char **argv)
 	for (int i = 0; i < cl.n; i++) {
 		char dir[512];
 		long id;
+		int r;
 
 		cs_obs_node_dir(&cl, i, dir, sizeof(dir));
-		if (host_of(dir, myhost, &same[i], &skew[i], &id) || id < 0)
+		r = host_of(dir, myhost, &same[i], &skew[i], &id);
+		if (r || id < 0)
 			id = i; /* an older sidecar: the cluster's order */
 		ids[i] = (uint32_t)id;
-		if (!same[i] && host && mode != C_CTL && mode != C_HB)
+		/* one that does not answer is named by the fetch below */
+		if (!r && !same[i] && host && mode != C_CTL && mode != C_HB)
 			printf("%-10s does not read this machine's clock%s\n",
 			       cl.names[i],
 			       mode == C_HOST ? "" : ": heartbeat offsets");

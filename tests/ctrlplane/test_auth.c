@@ -92,12 +92,12 @@ Test(auth, equal_at_every_size_and_position)
 	uint8_t a[32], b[32];
 
 	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
-		size_t n = lens[k];
+		size_t n = lens[k], step = n > 2 ? n / 2 : 1;
 
 		for (size_t i = 0; i < n; i++)
 			a[i] = b[i] = (uint8_t)(0x5a + 7 * i);
 		cr_assert(cs_auth_equal(a, b, n), "len %zu", n);
-		for (size_t pos = 0; pos < n; pos += n > 2 ? n / 2 : 1) {
+		for (size_t pos = 0; pos < n; pos += step) {
 			b[pos] ^= 0x80;
 			cr_assert(!cs_auth_equal(a, b, n), "len %zu pos %zu", n,
 				  pos);
