@@ -58,12 +58,13 @@ static inline void cs_obs_tp_rx(cs_ns_t now, uint32_t src,
 	struct cs_obs_slot *s;
 
 	cs_trace_now(now);
-	/* the clock read here, not the round's @now: the round may have
-	 * started (and the thread been descheduled) before the frame came,
-	 * and a receipt stamped before its sending would mislead */
+	/* a clock read after the frame came (its burst's, or here), not
+	 * the round's @now: the round may have started (and the thread been
+	 * descheduled) before the frame came, and a receipt stamped before
+	 * its sending would mislead */
 	if (h->type == CS_PKT_DATA && !(h->flags & CS_PKT_F_FILLER) &&
 	    cs_trace_enabled())
-		cs_trace_ev_put(CS_TR_RX, cs_trace_clock(), h->group, h->op,
+		cs_trace_ev_put(CS_TR_RX, cs_trace_rx_clock(), h->group, h->op,
 				src, h->len,
 				h->seq,
 				(uint16_t)(h->channel |

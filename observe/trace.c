@@ -13,6 +13,7 @@
 atomic_bool cs__trace_on;
 _Thread_local struct cs_trace_ring *cs__trace_tls;
 _Thread_local cs_ns_t cs__trace_now;
+_Thread_local cs_ns_t cs__trace_rx_ts;
 
 static struct cs_trace_ring rings[CS_TRACE_MAX_RINGS];
 static unsigned nrings_max;

@@ -86,6 +86,7 @@ struct cs_trace_ring {
 extern atomic_bool cs__trace_on;
 extern _Thread_local struct cs_trace_ring *cs__trace_tls;
 extern _Thread_local cs_ns_t cs__trace_now;
+extern _Thread_local cs_ns_t cs__trace_rx_ts;
 
 /* Slow path: take a ring for this thread (NULL when all are taken). */
 struct cs_trace_ring *cs__trace_attach(void);
@@ -141,6 +142,22 @@ static inline void cs_trace_now(cs_ns_t now)
 static inline cs_ns_t cs_trace_last_now(void)
 {
 	return cs__trace_now;
+}
+
+/* cs_trace_rx_burst - a burst of received frames is about to be handled
+ * on this thread (@start) or was (!@start): while it is, received frames
+ * are stamped with one clock read taken after the burst came, not one
+ * each (a read per frame was 1.5 % of the sidecars' CPU in a udp
+ * alltoall). Costs nothing while recording is off. */
+static inline void cs_trace_rx_burst(bool start)
+{
+	cs__trace_rx_ts = start && cs_trace_enabled() ? cs_trace_clock() : 0;
+}
+
+/* The stamp of a frame received now: the burst's, else the clock. */
+static inline cs_ns_t cs_trace_rx_clock(void)
+{
+	return cs__trace_rx_ts ? cs__trace_rx_ts : cs_trace_clock();
 }
 
 /**

@@ -542,6 +542,7 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 	}
 	view_epoch =
 		atomic_load_explicit(&s->d->view.epoch, memory_order_relaxed);
+	cs_trace_rx_burst(true);
 	for (unsigned i = 0; i < n; i++) {
 		const struct cs_pkt_hdr *h = &pk[i].hdr;
 
@@ -558,6 +559,7 @@ static void core_rx(void *arg, unsigned q, struct cs_pbuf *v,
 			continue;
 		cs_tp_rx(l->tp, h->src, h, pk[i].payload, now);
 	}
+	cs_trace_rx_burst(false);
 }
 
 static unsigned core_tx(void *arg, unsigned q, cs_ns_t now)
