@@ -12,7 +12,9 @@
 #               collstack trace prints, from the heartbeats (--clock hb)
 #               and from the control socket (--clock ctl), and exactly
 #               from this machine's clock (the default here, --delays:
-#               one row per ring neighbour, none negative); the JSON parses, has events of
+#               one row per ring neighbour, none negative; a collector
+#               in a time namespace of its own is refused --clock host
+#               and gets the heartbeat offsets); the JSON parses, has events of
 #               every node, its timestamps never go back, and every frame
 #               received was, on the aligned clocks, sent before it
 #               (within the two nodes' bounds); every node shows its ops
@@ -138,6 +140,24 @@ assert n > 100, f"only {n} frames paired"
 print(f"host clock: offsets are the injected skews exactly; {n} frames' delays, none negative")
 PY
 		fail "host clock and delays"
+	# a collector on another clock (its own time namespace, monotonic
+	# moved by 5 s): --clock host refuses, auto takes the heartbeats
+	if unshare --time --monotonic 5 true 2>/dev/null; then
+		out=$(unshare --time --monotonic 5 "$CLI" trace --clock host \
+			--out "$TMP/x.json" 2>&1) &&
+			fail "--clock host from another clock: $out"
+		[[ $out == *"needs every sidecar on this machine's clock"* ]] ||
+			fail "--clock host from another clock said: $out"
+		out=$(unshare --time --monotonic 5 "$CLI" trace \
+			--out "$TMP/y.json") ||
+			fail "collstack trace from another clock: $out"
+		[[ $out == *"does not read this machine's clock: heartbeat offsets"* &&
+			$out == *"clock reference: the coordinator's (heartbeat offsets)"* ]] ||
+			fail "auto from another clock: $out"
+		echo "another clock: --clock host refused, auto took the heartbeats"
+	else
+		echo "unshare --time unsupported here: the other-clock checks skipped"
+	fi
 	python3 - "$TMP/ctl.out" "$CS_CLUSTER" "${offs[*]}" control <<'PY' ||
 import re, sys
 prefix, offs, how = sys.argv[2], [float(x) for x in sys.argv[3].split()], sys.argv[4]
