@@ -64,12 +64,11 @@ static inline void cs_obs_tp_rx(cs_ns_t now, uint32_t src,
 	 * its sending would mislead */
 	if (h->type == CS_PKT_DATA && !(h->flags & CS_PKT_F_FILLER) &&
 	    cs_trace_enabled())
-		cs_trace_ev_put(CS_TR_RX, cs_trace_rx_clock(), h->group, h->op,
-				src, h->len,
-				h->seq,
-				(uint16_t)(h->channel |
-					   (m & CS_REL_DELIVER ? 0
-							       : CS_TR_RX_DUP)));
+		cs_trace_ev_put(
+			CS_TR_RX, cs_trace_rx_clock(), h->group, h->op, src,
+			h->len, h->seq,
+			(uint16_t)(h->channel |
+				   (m & CS_REL_DELIVER ? 0 : CS_TR_RX_DUP)));
 	if (r->obs_rtt_seen == r->st.rtt_samples || src >= CS_OBS_MAX_PEERS ||
 	    !(s = cs_obs_slot_get()))
 		return;
@@ -92,8 +91,8 @@ static inline void cs_obs_tp_retx(cs_ns_t now, uint32_t node,
 			cause);
 }
 
-void cs__obs_tp_stall(cs_ns_t now, uint32_t node, uint32_t group,
-		      uint32_t op, uint16_t cause);
+void cs__obs_tp_stall(cs_ns_t now, uint32_t node, uint32_t group, uint32_t op,
+		      uint16_t cause);
 
 /* Channel of (@group, @op) to @node could not send: session @r says
  * its next slot is @t (CS_NS_NEVER: window or credit closed). */

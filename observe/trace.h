@@ -93,8 +93,8 @@ struct cs_trace_ring *cs__trace_attach(void);
 
 static inline bool cs_trace_enabled(void)
 {
-	return unlikely(atomic_load_explicit(&cs__trace_on,
-					     memory_order_relaxed));
+	return unlikely(
+		atomic_load_explicit(&cs__trace_on, memory_order_relaxed));
 }
 
 /**
@@ -102,9 +102,10 @@ static inline bool cs_trace_enabled(void)
  * Returns: the event written (valid until this thread records again), or
  * NULL when tracing is off or no ring was left for this thread.
  */
-static inline struct cs_trace_ev *
-cs_trace_ev_put(uint16_t kind, cs_ns_t ts, uint32_t group, uint32_t op,
-		uint32_t a, uint32_t b, uint32_t c, uint16_t d)
+static inline struct cs_trace_ev *cs_trace_ev_put(uint16_t kind, cs_ns_t ts,
+						  uint32_t group, uint32_t op,
+						  uint32_t a, uint32_t b,
+						  uint32_t c, uint16_t d)
 {
 	struct cs_trace_ring *r = cs__trace_tls;
 	struct cs_trace_ev *e;
@@ -116,8 +117,13 @@ cs_trace_ev_put(uint16_t kind, cs_ns_t ts, uint32_t group, uint32_t op,
 		return NULL;
 	h = atomic_load_explicit(&r->head, memory_order_relaxed);
 	e = &r->ev[h & r->mask];
-	*e = (struct cs_trace_ev){ .ts = ts, .group = group, .op = op,
-				   .a = a, .b = b, .c = c, .kind = kind,
+	*e = (struct cs_trace_ev){ .ts = ts,
+				   .group = group,
+				   .op = op,
+				   .a = a,
+				   .b = b,
+				   .c = c,
+				   .kind = kind,
 				   .d = d };
 	atomic_store_explicit(&r->head, h + 1, memory_order_release);
 	return e;

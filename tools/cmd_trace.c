@@ -389,8 +389,7 @@ int cs_cmd_trace(int argc, char **argv)
 		ret = 1;
 		goto out;
 	}
-	o = cs_tj_write(f, nodes, (unsigned)cl.n,
-			(cs_ns_t)(last * 1e9), &st);
+	o = cs_tj_write(f, nodes, (unsigned)cl.n, (cs_ns_t)(last * 1e9), &st);
 	if (fclose(f) || o) {
 		fprintf(stderr, "collstack trace: writing %s failed\n", outp);
 		ret = 1;

@@ -107,8 +107,9 @@ static uint64_t lcg(uint64_t *s)
  * and reply delays, are recovered within the bound the estimate gives. */
 Test(clock, injected_offsets_recovered_within_bound)
 {
-	static const int64_t offs[] = { 0, 5000000000ll, -3000000000ll,
-					1234567891ll, -17, 999 };
+	static const int64_t offs[] = {
+		0, 5000000000ll, -3000000000ll, 1234567891ll, -17, 999
+	};
 	uint64_t seed = 42;
 
 	for (unsigned i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
@@ -127,15 +128,17 @@ Test(clock, injected_offsets_recovered_within_bound)
 		}
 		cr_assert_eq(cs_clock_estimate(s, 16, &e), 0);
 		cr_assert_leq(llabs(e.offset - offs[i]), (long long)e.bound,
-			      "offset %lld: got %lld +- %llu", (long long)offs[i],
-			      (long long)e.offset, (unsigned long long)e.bound);
+			      "offset %lld: got %lld +- %llu",
+			      (long long)offs[i], (long long)e.offset,
+			      (unsigned long long)e.bound);
 		cr_assert_leq(e.bound, 91000);
 	}
 }
 
 Test(clock, shortest_round_trip_wins_and_bad_samples_refused)
 {
-	struct cs_clock_sample s[2] = { { 100, 1000, 300 }, { 400, 1310, 420 } };
+	struct cs_clock_sample s[2] = { { 100, 1000, 300 },
+					{ 400, 1310, 420 } };
 	struct cs_clock_est e;
 
 	cr_assert_eq(cs_clock_estimate(s, 2, &e), 0);
@@ -183,21 +186,51 @@ static char *json_of(struct cs_tj_node *nd, unsigned n, cs_ns_t last,
 Test(tjson, aligned_sorted_and_paired)
 {
 	struct cs_trace_ev a[] = {
-		{ .ts = 1000, .kind = CS_TR_OP_POST, .group = 1, .op = 7,
-		  .a = 2, .b = 4096 },
-		{ .ts = 1100, .kind = CS_TR_TX, .group = 1, .op = 7, .a = 1,
-		  .b = 1400, .c = 1 },
-		{ .ts = 1300, .kind = CS_TR_RETX, .group = 1, .op = 7, .a = 1,
-		  .b = 1400, .c = 1, .d = CS_TR_RETX_SACK },
+		{ .ts = 1000,
+		  .kind = CS_TR_OP_POST,
+		  .group = 1,
+		  .op = 7,
+		  .a = 2,
+		  .b = 4096 },
+		{ .ts = 1100,
+		  .kind = CS_TR_TX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 1,
+		  .b = 1400,
+		  .c = 1 },
+		{ .ts = 1300,
+		  .kind = CS_TR_RETX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 1,
+		  .b = 1400,
+		  .c = 1,
+		  .d = CS_TR_RETX_SACK },
 		{ .ts = 2000, .kind = CS_TR_OP_DONE, .group = 1, .op = 7 },
 	};
 	struct cs_trace_ev b[] = {
-		{ .ts = 5000001150ull, .kind = CS_TR_RX, .group = 1, .op = 7,
-		  .a = 0, .b = 1400, .c = 1 },
-		{ .ts = 5000001200ull, .kind = CS_TR_T_POST, .group = 3,
-		  .op = 0, .a = 5, .b = 10, .c = 0, .d = 1 },
-		{ .ts = 5000001900ull, .kind = CS_TR_T_DONE, .group = 3,
-		  .op = 0, .a = 5, .c = 0 },
+		{ .ts = 5000001150ull,
+		  .kind = CS_TR_RX,
+		  .group = 1,
+		  .op = 7,
+		  .a = 0,
+		  .b = 1400,
+		  .c = 1 },
+		{ .ts = 5000001200ull,
+		  .kind = CS_TR_T_POST,
+		  .group = 3,
+		  .op = 0,
+		  .a = 5,
+		  .b = 10,
+		  .c = 0,
+		  .d = 1 },
+		{ .ts = 5000001900ull,
+		  .kind = CS_TR_T_DONE,
+		  .group = 3,
+		  .op = 0,
+		  .a = 5,
+		  .c = 0 },
 	};
 	struct cs_tj_ring ra = { "cs-lcore#0", 11, a, 4 },
 			  rb = { "cs-lcore#0", 22, b, 3 };
@@ -399,8 +432,10 @@ Test(metrics, exposition_reads_back)
 	cr_assert_not_null(s);
 	cs_obs_publish_begin(s);
 	s->peer[3] = (struct cs_obs_peer_snap){ .tx_frames = 100,
-						.retx = 7, .fast_retx = 2,
-						.tlp = 1, .srtt = 250000,
+						.retx = 7,
+						.fast_retx = 2,
+						.tlp = 1,
+						.srtt = 250000,
 						.sessions = 1 };
 	cs_obs_publish_end(s);
 	cs_obs_hist_add(&s->rtt[3], 40000); /* 40 us: le 5e-05 */
@@ -412,25 +447,35 @@ Test(metrics, exposition_reads_back)
 	fclose(f);
 	cr_assert_eq(cs_prom_parse(text, &p), 0);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_frames_total",
-				 "peer=\"3\"", "direction=\"tx\""), 100);
+				 "peer=\"3\"", "direction=\"tx\""),
+		     100);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_retransmits_total",
-				 "peer=\"3\"", "cause=\"rto\""), 4);
+				 "peer=\"3\"", "cause=\"rto\""),
+		     4);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_retransmits_total",
-				 "peer=\"3\"", NULL), 7);
+				 "peer=\"3\"", NULL),
+		     7);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_rtt_seconds_bucket",
-				 "peer=\"3\"", "le=\"5e-05\""), 1);
+				 "peer=\"3\"", "le=\"5e-05\""),
+		     1);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_rtt_seconds_bucket",
-				 "peer=\"3\"", "le=\"2.5\""), 1);
+				 "peer=\"3\"", "le=\"2.5\""),
+		     1);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_rtt_seconds_bucket",
-				 "peer=\"3\"", "le=\"5\""), 2);
+				 "peer=\"3\"", "le=\"5\""),
+		     2);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_rtt_seconds_count",
-				 "peer=\"3\"", NULL), 2);
+				 "peer=\"3\"", NULL),
+		     2);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_stalls_total",
-				 "peer=\"3\"", "cause=\"credit\""), 4);
+				 "peer=\"3\"", "cause=\"credit\""),
+		     4);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_ops_total",
-				 "kind=\"allreduce\"", "status=\"ok\""), 9);
+				 "kind=\"allreduce\"", "status=\"ok\""),
+		     9);
 	cr_assert_eq(cs_prom_sum(&p, "collstack_peer_srtt_seconds",
-				 "peer=\"3\"", NULL), 0.00025);
+				 "peer=\"3\"", NULL),
+		     0.00025);
 	cr_assert_null(strstr(text, "peer=\"4\""));
 	cs_prom_free(&p);
 	cr_assert_eq(cs_prom_parse("collstack_x{a=\"1\"\n", &p), -EINVAL);
@@ -460,7 +505,8 @@ Test(health, lone_outliers_flagged)
 	cr_assert_eq(p[6].flags, 0);
 	/* uniformly slow: nothing stands out */
 	for (int i = 0; i < 5; i++)
-		p[i] = (struct cs_health_path){ .p99_s = 5e-3, .loss = 0.1,
+		p[i] = (struct cs_health_path){ .p99_s = 5e-3,
+						.loss = 0.1,
 						.frames = 5000 };
 	cr_assert_eq(cs_health_judge(p, 5), 0);
 }
@@ -472,8 +518,8 @@ Test(health, quantile_like_prometheus)
 
 	cr_assert_float_eq(cs_health_quantile(le, cum, 3, 0.5), 2, 1e-9);
 	cr_assert_float_eq(cs_health_quantile(le, cum, 3, 0.99), 3.96, 1e-9);
-	cr_assert_float_eq(cs_health_quantile(le, (double[4]){ 0 }, 3, 0.5),
-			   -1, 1e-9);
+	cr_assert_float_eq(cs_health_quantile(le, (double[4]){ 0 }, 3, 0.5), -1,
+			   1e-9);
 }
 
 /* ---- flight recorder ---------------------------------------------------- */
